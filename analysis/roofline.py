@@ -1,0 +1,95 @@
+"""Roofline classification: intensity, achieved rates, attainable roof, bound and % of roof.
+
+``classify(kernels, device)`` is a pure step: it returns a new kernel table whose
+``arith_intensity``, ``achieved_flops_per_s``, ``achieved_bytes_per_s``, ``precision``,
+``bound``, ``roof_flops_per_s`` and ``pct_of_roof`` are filled from ``flops``,
+``dram_bytes``, ``duration_ns`` and the device's roofs.
+
+Rules (honest by construction):
+- intensity needs both FLOPs and bytes; without them ``bound`` is ``unknown``, never guessed;
+- the roof of a precision the device has no figure for is unknown, so is the bound;
+- attainable = min(peak FLOP/s of the precision, intensity x DRAM bandwidth);
+- a kernel is ``memory``-bound when its intensity is below the ridge point, else ``compute``;
+- % of roof is achieved bytes/s / bandwidth for memory-bound kernels (defined even at zero
+  FLOPs) and achieved FLOP/s / peak for compute-bound ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfscope.device import DeviceSpec
+
+DTYPE_TO_PRECISION = {
+    "float64": "fp64", "double": "fp64",
+    "float32": "fp32", "float": "fp32",
+    "tf32": "tf32",
+    "bfloat16": "bf16", "c10::bfloat16": "bf16", "bf16": "bf16",
+    "float16": "fp16", "half": "fp16", "c10::half": "fp16", "fp16": "fp16",
+    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "c10::float8_e4m3fn": "fp8",
+    "c10::float8_e5m2": "fp8",
+    "int8": "int8", "signed char": "int8", "char": "int8",
+}
+
+
+def precision_of(dtype: object) -> str | None:
+    """Roofline precision (fp32, bf16, ...) of a dtype name as torch or Kineto print it."""
+    if not isinstance(dtype, str) or not dtype:
+        return None
+    key = dtype.strip().lower().removeprefix("torch.")
+    return DTYPE_TO_PRECISION.get(key)
+
+
+def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
+    """Fill the roofline columns of a kernel table against ``device``'s roofs.
+
+    Args:
+        kernels: a kernel table (see ``perfscope.schema.KERNEL_COLUMNS``); not modified.
+        device: the device's roofs; ``None`` leaves every bound ``unknown``.
+
+    Returns:
+        A new table with the roofline columns filled.
+    """
+    df = kernels.copy()
+    flops = pd.to_numeric(df["flops"], errors="coerce").astype("float64")
+    nbytes = pd.to_numeric(df["dram_bytes"], errors="coerce").astype("float64")
+    seconds = pd.to_numeric(df["duration_ns"], errors="coerce").astype("float64") * 1e-9
+    seconds = seconds.where(seconds > 0)
+
+    precision = df["precision"].astype("object")
+    derived = df["dtype"].map(precision_of) if "dtype" in df else pd.Series(None, index=df.index)
+    precision = precision.where(precision.notna(), derived)
+    df["precision"] = precision
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = (flops / nbytes).where((nbytes > 0) & flops.notna())
+        df["arith_intensity"] = intensity
+        df["achieved_flops_per_s"] = flops / seconds
+        df["achieved_bytes_per_s"] = nbytes / seconds
+
+    if device is None:
+        df["roof_flops_per_s"] = np.nan
+        df["pct_of_roof"] = np.nan
+        df["bound"] = "unknown"
+        return df
+
+    peaks = precision.map(lambda p: device.peak_flops(p) if isinstance(p, str) else device.peak_flops(None))
+    peak = pd.to_numeric(peaks, errors="coerce").astype("float64")
+    bw = device.peak_bandwidth("dram")
+    bw_value = float(bw) if bw else np.nan
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        roof = np.minimum(peak, intensity * bw_value)
+        ridge = peak / bw_value
+        known = intensity.notna() & peak.notna() & np.isfinite(bw_value)
+        memory = known & (intensity < ridge)
+        compute = known & ~memory
+        pct_mem = df["achieved_bytes_per_s"] / bw_value * 100.0
+        pct_cmp = df["achieved_flops_per_s"] / peak * 100.0
+
+    df["roof_flops_per_s"] = roof.where(known)
+    df["bound"] = np.select([memory, compute], ["memory", "compute"], default="unknown")
+    df["pct_of_roof"] = np.select([memory, compute], [pct_mem, pct_cmp], default=np.nan)
+    df["pct_of_roof"] = df["pct_of_roof"].astype("float64")
+    return df

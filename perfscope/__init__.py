@@ -1,0 +1,41 @@
+"""perfscope: where does the time go, what bounds each kernel, and what to fix first.
+
+Public API (imported lazily, so ``import perfscope`` stays cheap)::
+
+    report = perfscope.load("runs/x.perfscope")   # or a trace / export to import
+    report.kernels                                  # pandas DataFrame
+    report.roofline()                               # plotly Figure
+    report.to_html("report.html")
+    with perfscope.profile() as run: model(x)       # then run.report
+    @perfscope.annotate("step")                     # NVTX + record_function range
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .errors import PerfscopeError
+
+if TYPE_CHECKING:
+    from .annotate import annotate
+    from .api import load, profile
+    from .report import Report
+
+__all__ = ["PerfscopeError", "Report", "__version__", "annotate", "load", "profile"]
+
+_LAZY = {
+    "load": ("perfscope.api", "load"),
+    "profile": ("perfscope.api", "profile"),
+    "annotate": ("perfscope.annotate", "annotate"),
+    "Report": ("perfscope.report", "Report"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'perfscope' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from perfscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,338 @@
+"""The Report: one immutable object, read by every output, stored as a ``NAME.perfscope/`` folder.
+
+Folder layout (see DESIGN.md)::
+
+    NAME.perfscope/
+      manifest.json        schema_version, source, device and roofs, params, warnings, ...
+      kernels.parquet      one row per kernel execution (or CPU operator)
+      ranges.parquet       NVTX / record_function ranges
+      transfers.parquet    memcpy / memset
+      api.parquet          CUDA runtime / driver calls
+      counters.parquet     NVML samples
+      requests.parquet     engine requests (TTFT, TPOT, ...)
+      steps.parquet        engine steps (prefill / decode)
+      raw/                 the raw capture it was built from, when kept
+      report.html          the standalone HTML report, when rendered
+
+A table may also be a folder of Parquet files (a dataset partitioned by ``rank``).
+Writing is atomic: everything goes to a temporary folder next to the target, which is then
+renamed into place, so an existing report is never half-overwritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from ._version import __version__
+from .device import DeviceSpec
+from .errors import OutputExistsError, ReportFormatError, UsageError
+from .schema import SCHEMA_VERSION, TABLES, conform, empty_table
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+MANIFEST = "manifest.json"
+REPORT_SUFFIX = ".perfscope"
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def default_manifest() -> dict[str, Any]:
+    """The manifest keys every report carries, with neutral defaults."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "perfscope_version": __version__,
+        "created": _now_iso(),
+        "name": None,
+        "source": {"kind": None, "path": None, "tool": None, "tool_version": None},
+        "command": None,
+        "device": None,
+        "params": {},
+        "warnings": [],
+        "unavailable_metrics": [],
+        "partial": False,
+        "tables": {},
+    }
+
+
+@dataclass(frozen=True)
+class Report:
+    """A profile, analysed: the tables of DESIGN.md plus a manifest.
+
+    Treat it as read-only: every step that changes something returns a new Report
+    (:meth:`replace`). Build one with :meth:`build`, persist it with :meth:`save`, and
+    read one with :meth:`load` or ``perfscope.load``.
+    """
+
+    manifest: Mapping[str, Any]
+    kernels: pd.DataFrame
+    ranges: pd.DataFrame = field(default_factory=lambda: empty_table("ranges"))
+    transfers: pd.DataFrame = field(default_factory=lambda: empty_table("transfers"))
+    api: pd.DataFrame = field(default_factory=lambda: empty_table("api"))
+    counters: pd.DataFrame = field(default_factory=lambda: empty_table("counters"))
+    requests: pd.DataFrame = field(default_factory=lambda: empty_table("requests"))
+    steps: pd.DataFrame = field(default_factory=lambda: empty_table("steps"))
+    path: Path | None = None
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def build(
+        cls,
+        tables: Mapping[str, pd.DataFrame],
+        manifest: Mapping[str, Any] | None = None,
+        *,
+        source: str = "<memory>",
+    ) -> Report:
+        """Make a Report from tables (missing ones become empty) and manifest keys.
+
+        Every table is checked with :func:`perfscope.schema.conform`; unknown table names
+        are rejected so a typo cannot silently drop data.
+        """
+        unknown = set(tables) - set(TABLES)
+        if unknown:
+            raise ValueError(f"unknown table(s): {sorted(unknown)}")
+        merged = default_manifest()
+        for key, value in (manifest or {}).items():
+            merged[key] = value
+        conformed = {
+            name: conform(tables[name], name, source=source) if name in tables else empty_table(name)
+            for name in TABLES
+        }
+        merged["tables"] = {name: int(len(df)) for name, df in conformed.items()}
+        return cls(manifest=merged, **conformed)
+
+    def replace(self, **changes: Any) -> Report:
+        """A new Report with some fields replaced (tables are re-checked)."""
+        for name in TABLES:
+            if name in changes:
+                changes[name] = conform(changes[name], name, source="<replace>")
+        new = dataclasses.replace(self, **changes)
+        manifest = dict(new.manifest)
+        manifest["tables"] = {name: int(len(getattr(new, name))) for name in TABLES}
+        return dataclasses.replace(new, manifest=manifest)
+
+    def with_manifest(self, **keys: Any) -> Report:
+        """A new Report whose manifest has ``keys`` set."""
+        return dataclasses.replace(self, manifest={**self.manifest, **keys})
+
+    # ---------------------------------------------------------------- accessors
+    @property
+    def name(self) -> str:
+        """Display name: the manifest's name, or the folder name."""
+        if self.manifest.get("name"):
+            return str(self.manifest["name"])
+        if self.path is not None:
+            return self.path.name.removesuffix(REPORT_SUFFIX)
+        return "report"
+
+    @property
+    def device(self) -> DeviceSpec | None:
+        """The device and its roofs, when known."""
+        d = self.manifest.get("device")
+        return DeviceSpec.from_dict(d) if d else None
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.manifest.get("warnings") or [])
+
+    @property
+    def unavailable_metrics(self) -> list[str]:
+        return list(self.manifest.get("unavailable_metrics") or [])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.manifest.get("params") or {})
+
+    def table(self, name: str) -> pd.DataFrame:
+        """One table by name (``kernels``, ``ranges``, ...)."""
+        if name not in TABLES:
+            raise KeyError(name)
+        df: pd.DataFrame = getattr(self, name)
+        return df
+
+    # ---------------------------------------------------------------- persistence
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        force: bool = False,
+        extra_files: Mapping[str, bytes | str | Path] | None = None,
+    ) -> Path:
+        """Write the report folder atomically and return its path.
+
+        Args:
+            path: target folder, conventionally ``NAME.perfscope``.
+            force: replace an existing report at ``path`` (only a perfscope report folder
+                is ever replaced; any other existing path is refused).
+            extra_files: more files to place in the folder, by relative name: bytes or
+                text content, or a path to copy (``raw/trace.json.gz``, ``report.html``).
+
+        Raises:
+            OutputExistsError: ``path`` exists and ``force`` is false.
+            UsageError: ``path`` exists and is not a perfscope report.
+        """
+        target = Path(path)
+        if target.exists():
+            if not force:
+                raise OutputExistsError(target)
+            if not (target.is_dir() and (target / MANIFEST).is_file()):
+                raise UsageError(
+                    f"{target} exists and is not a perfscope report; refusing to replace it",
+                    hint="choose another --out",
+                )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex[:8]
+        tmp = target.parent / f".{target.name}.tmp-{token}"
+        try:
+            tmp.mkdir()
+            self._write_into(tmp, extra_files or {})
+            if target.exists():
+                old = target.parent / f".{target.name}.old-{token}"
+                os.replace(target, old)
+                os.replace(tmp, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return target
+
+    def _write_into(self, folder: Path, extra_files: Mapping[str, bytes | str | Path]) -> None:
+        for name in TABLES:
+            df = getattr(self, name)
+            if "rank" in df.columns and df["rank"].nunique(dropna=True) > 1:
+                df.to_parquet(folder / name, partition_cols=["rank"], index=False)
+            else:
+                df.to_parquet(folder / f"{name}.parquet", index=False)
+        manifest = dict(self.manifest)
+        manifest["tables"] = {name: int(len(getattr(self, name))) for name in TABLES}
+        (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
+        for rel, content in extra_files.items():
+            dest = folder / rel
+            if dest.resolve().parent != folder.resolve() and folder.resolve() not in dest.resolve().parents:
+                raise ValueError(f"extra file {rel!r} would land outside the report")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, Path):
+                shutil.copyfile(content, dest)
+            elif isinstance(content, bytes):
+                dest.write_bytes(content)
+            else:
+                dest.write_text(content, encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Report:
+        """Read and validate a report folder.
+
+        Raises:
+            ReportFormatError: the folder is missing, is not a report, was written by a newer
+                major version, or has a missing or damaged table (the message names the file).
+        """
+        folder = Path(path)
+        if not folder.exists():
+            raise ReportFormatError(
+                folder,
+                "no such report",
+                hint="give a NAME.perfscope folder written by `perfscope profile` or `perfscope import`",
+            )
+        if not folder.is_dir():
+            raise ReportFormatError(
+                folder,
+                "is a file, not a report folder",
+                hint="turn a profiler output into a report with `perfscope import FILE`",
+            )
+        manifest = _read_manifest(folder)
+        tables = {name: _read_table(folder, name) for name in TABLES}
+        return cls(manifest=manifest, path=folder, **tables)
+
+    # ---------------------------------------------------------------- notebook conveniences
+    def roofline(self, **options: Any) -> go.Figure:
+        """The roofline plot (plotly Figure); options as in ``perfscope.dashboard.figures.roofline``."""
+        from perfscope.dashboard import figures
+
+        return figures.roofline(self, **options)
+
+    def timeline(self, **options: Any) -> go.Figure:
+        """The timeline plot (plotly Figure)."""
+        from perfscope.dashboard import figures
+
+        return figures.timeline(self, **options)
+
+    def to_html(self, path: str | os.PathLike[str], **options: Any) -> Path:
+        """Write the standalone, offline HTML report to ``path``."""
+        from perfscope.dashboard.html_report import write_html
+
+        return write_html(self, Path(path), **options)
+
+    def summary(self) -> str:
+        """The terminal summary as text."""
+        from perfscope.text_report import render_text
+
+        return render_text(self)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    mf = folder / MANIFEST
+    if not mf.is_file():
+        raise ReportFormatError(
+            folder,
+            "not a perfscope report (no manifest.json)",
+            hint="profiler outputs are read with `perfscope import FILE`; reports are NAME.perfscope folders",
+        )
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportFormatError(mf, f"unreadable manifest ({exc})", hint="re-create the report") from None
+    if not isinstance(manifest, dict) or "schema_version" not in manifest:
+        raise ReportFormatError(mf, "manifest has no schema_version", hint="re-create the report")
+    major = str(manifest["schema_version"]).split(".")[0]
+    if major != SCHEMA_VERSION.split(".")[0]:
+        raise ReportFormatError(
+            mf,
+            f"schema_version {manifest['schema_version']} is not readable by perfscope "
+            f"{__version__} (reads {SCHEMA_VERSION.split('.')[0]}.x)",
+            hint="upgrade perfscope, or re-create the report",
+        )
+    merged = default_manifest()
+    merged.update(manifest)
+    return merged
+
+
+def _read_table(folder: Path, name: str) -> pd.DataFrame:
+    file, dataset = folder / f"{name}.parquet", folder / name
+    source = file if file.exists() else dataset
+    if not source.exists():
+        if name == "kernels":
+            raise ReportFormatError(folder, "kernels.parquet is missing", hint="re-create the report")
+        return empty_table(name)
+    try:
+        df = pd.read_parquet(source)
+    except Exception as exc:  # pyarrow raises many types for damaged files
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ReportFormatError(source, f"damaged table ({first})", hint="re-create the report") from None
+    if "rank" in df.columns and isinstance(df["rank"].dtype, pd.CategoricalDtype):
+        df["rank"] = df["rank"].astype("int64")
+    return conform(df, name, source=str(source))

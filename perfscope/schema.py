@@ -1,0 +1,257 @@
+"""Column contracts of the Report tables, with units in the names, checked at every boundary.
+
+Readers build tables with :func:`conform` (adds the optional columns they could not fill, as
+missing values, and checks the required ones); :meth:`perfscope.report.Report.load` checks
+them again, so a damaged report names the file and the missing column.
+
+Missing values are NaN / None / <NA>, never 0: a number that could not be measured is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .errors import ReportFormatError
+
+SCHEMA_VERSION = "1.0"
+"""On-disk format version (major.minor): a minor bump only adds optional columns or keys."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a Report table.
+
+    Attributes:
+        name: column name; units are part of the name (``_ns``, ``_bytes``, ``_per_s``).
+        kind: ``str``, ``int``, ``float`` or ``bool``.
+        required: a table without it is rejected.
+        doc: one line for the README and the dashboard's hover help.
+    """
+
+    name: str
+    kind: str
+    required: bool = False
+    doc: str = ""
+
+
+def _cols(*specs: tuple[str, str, bool, str]) -> tuple[Column, ...]:
+    return tuple(Column(*s) for s in specs)
+
+
+KERNEL_COLUMNS = _cols(
+    ("name", "str", True, "kernel name (GPU) or operator name (CPU run)"),
+    ("short_name", "str", False, "base name without template arguments or namespace"),
+    ("device", "str", True, "cuda:0, cpu, ..."),
+    ("stream", "int", False, "CUDA stream id"),
+    ("thread", "int", False, "CPU thread id (CPU operators)"),
+    ("start_ns", "int", True, "start on the report's timeline, ns"),
+    ("end_ns", "int", True, "end on the report's timeline, ns"),
+    ("duration_ns", "int", True, "end_ns - start_ns"),
+    ("correlation", "int", False, "CUDA correlation id linking the launch call"),
+    ("op", "str", False, "launching framework operator (aten::mm, ...)"),
+    ("op_shapes", "str", False, "JSON list of the operator's input shapes"),
+    ("op_input_types", "str", False, "JSON list of the operator's input dtypes"),
+    ("dtype", "str", False, "dtype of the first tensor input (float32, bfloat16, ...)"),
+    ("category", "str", False, "gemm, attention, elementwise, norm, memory, comm, view, other"),
+    ("grid", "str", False, "grid dimensions '(x, y, z)'"),
+    ("block", "str", False, "block dimensions '(x, y, z)'"),
+    ("registers_per_thread", "int", False, "registers per thread"),
+    ("shared_mem_bytes", "int", False, "static + dynamic shared memory per block"),
+    ("range", "str", False, "innermost NVTX / record_function path, '/'-joined"),
+    ("phase", "str", False, "prefill, decode or None"),
+    ("flops", "float", False, "floating-point (or integer tensor) operations"),
+    ("dram_bytes", "float", False, "bytes moved to/from DRAM (measured) or compulsory (analytic)"),
+    ("flops_source", "str", False, "ncu, analytic or None"),
+    ("bytes_source", "str", False, "ncu, analytic or None"),
+    ("flops_analytic", "float", False, "analytic FLOPs kept beside measured ones"),
+    ("dram_bytes_analytic", "float", False, "analytic bytes kept beside measured ones"),
+    ("arith_intensity", "float", False, "flops / dram_bytes, FLOP/byte"),
+    ("achieved_flops_per_s", "float", False, "flops / duration"),
+    ("achieved_bytes_per_s", "float", False, "dram_bytes / duration"),
+    ("precision", "str", False, "fp64, fp32, tf32, bf16, fp16, fp8, int8"),
+    ("bound", "str", False, "memory, compute or unknown"),
+    ("roof_flops_per_s", "float", False, "attainable FLOP/s at this intensity"),
+    ("pct_of_roof", "float", False, "achieved / attainable, percent"),
+)
+
+RANGE_COLUMNS = _cols(
+    ("id", "int", True, "range id, unique in the report"),
+    ("name", "str", True, "range message"),
+    ("start_ns", "int", True, "start, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", False, "end_ns - start_ns"),
+    ("depth", "int", False, "nesting depth, 0 = outermost"),
+    ("parent", "int", False, "id of the enclosing range"),
+    ("path", "str", False, "'/'-joined names from the outermost range"),
+    ("domain", "str", False, "NVTX domain (None = default)"),
+    ("thread", "int", False, "thread id"),
+    ("source", "str", False, "nvtx, record_function, gpu_annotation"),
+)
+
+TRANSFER_COLUMNS = _cols(
+    ("kind", "str", True, "HtoD, DtoH, DtoD, PtoP, HtoH, memset, other"),
+    ("bytes", "int", True, "bytes copied or set"),
+    ("start_ns", "int", True, "start, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", False, "end_ns - start_ns"),
+    ("device", "str", False, "cuda:N"),
+    ("stream", "int", False, "CUDA stream"),
+    ("correlation", "int", False, "CUDA correlation id"),
+    ("pinned", "bool", False, "host side is pinned memory (None when unknown)"),
+    ("src_kind", "str", False, "Pageable, Pinned, Device, ..."),
+    ("dst_kind", "str", False, "Pageable, Pinned, Device, ..."),
+    ("range", "str", False, "innermost range path of the launching call"),
+)
+
+API_COLUMNS = _cols(
+    ("name", "str", True, "API function (cudaLaunchKernel, ...)"),
+    ("start_ns", "int", True, "start, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", False, "end_ns - start_ns"),
+    ("thread", "int", False, "thread id"),
+    ("correlation", "int", False, "CUDA correlation id"),
+    ("kind", "str", False, "runtime or driver"),
+)
+
+COUNTER_COLUMNS = _cols(
+    ("t_ns", "int", True, "sample time on the report's timeline, ns"),
+    ("device", "str", False, "cuda:N"),
+    ("gpu_util_pct", "float", False, "NVML utilization.gpu, %"),
+    ("mem_util_pct", "float", False, "NVML utilization.memory, %"),
+    ("sm_clock_mhz", "float", False, "SM clock, MHz"),
+    ("mem_clock_mhz", "float", False, "memory clock, MHz"),
+    ("power_w", "float", False, "board power, W"),
+    ("temp_c", "float", False, "GPU temperature, deg C"),
+    ("mem_used_bytes", "float", False, "device memory in use, bytes"),
+)
+
+REQUEST_COLUMNS = _cols(
+    ("request_id", "int", True, "request index in the batch"),
+    ("prompt_tokens", "int", True, "prompt length, tokens"),
+    ("output_tokens", "int", True, "generated tokens"),
+    ("ttft_s", "float", True, "time to first token, s"),
+    ("tpot_s", "float", False, "time per output token after the first, s"),
+    ("e2e_s", "float", True, "end-to-end latency, s"),
+    ("itl_mean_s", "float", False, "mean inter-token latency, s"),
+    ("itl_p99_s", "float", False, "p99 inter-token latency, s"),
+)
+
+STEP_COLUMNS = _cols(
+    ("step", "int", True, "step index"),
+    ("phase", "str", True, "prefill or decode"),
+    ("batch", "int", True, "sequences in the step"),
+    ("tokens", "int", True, "tokens processed in the step"),
+    ("context_len", "int", False, "context length after the step, tokens"),
+    ("start_ns", "int", True, "start on the report's timeline, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", False, "end_ns - start_ns"),
+    ("weight_bytes", "float", False, "weight bytes read by the step"),
+    ("kv_cache_bytes", "float", False, "KV-cache bytes read by the step"),
+    ("kv_cache_size_bytes", "float", False, "KV-cache bytes allocated and in use after the step"),
+)
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "kernels": KERNEL_COLUMNS,
+    "ranges": RANGE_COLUMNS,
+    "transfers": TRANSFER_COLUMNS,
+    "api": API_COLUMNS,
+    "counters": COUNTER_COLUMNS,
+    "requests": REQUEST_COLUMNS,
+    "steps": STEP_COLUMNS,
+}
+"""Every table of a Report; each is stored as ``<name>.parquet`` (or a ``<name>/`` dataset)."""
+
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+BOUNDS = ("memory", "compute", "unknown")
+
+
+def column_names(table: str) -> list[str]:
+    """Names of every column of ``table``, in contract order."""
+    return [c.name for c in TABLES[table]]
+
+
+def _missing_series(kind: str, n: int, index: pd.Index) -> pd.Series:
+    if kind == "float":
+        return pd.Series(np.full(n, np.nan), index=index, dtype="float64")
+    if kind == "int":
+        return pd.Series(pd.array([pd.NA] * n, dtype="Int64"), index=index)
+    if kind == "bool":
+        return pd.Series(pd.array([pd.NA] * n, dtype="boolean"), index=index)
+    return pd.Series([None] * n, index=index, dtype="object")
+
+
+def _coerce(series: pd.Series, col: Column) -> pd.Series:
+    if col.kind == "float":
+        return pd.to_numeric(series, errors="coerce").astype("float64")
+    if col.kind == "int":
+        values = pd.to_numeric(series, errors="coerce")
+        if col.required and not values.isna().any():
+            return values.astype("int64")
+        return values.astype("Int64")
+    if col.kind == "bool":
+        return series.astype("boolean")
+    return series
+
+
+def empty_table(table: str) -> pd.DataFrame:
+    """A zero-row table with every column of ``table`` and its dtype."""
+    return conform(pd.DataFrame(), table, source="<empty>")
+
+
+def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
+    """Check and normalise a table against its contract.
+
+    Required columns must be present (unless the table has no rows); optional columns that are
+    absent are added as missing values; numeric columns get their dtypes. Extra columns (for
+    example ncu metrics or ``rank``) are kept after the contract columns.
+
+    Args:
+        df: the table to check; not modified.
+        table: one of :data:`TABLES`.
+        source: the file or reader the table came from, named in errors.
+
+    Raises:
+        ReportFormatError: a required column is missing, or has missing values where it
+            must not.
+    """
+    spec = TABLES[table]
+    missing = [c.name for c in spec if c.required and c.name not in df.columns]
+    if missing and len(df):
+        raise ReportFormatError(
+            source,
+            f"{table} table lacks required column(s) {', '.join(missing)}",
+            hint="re-create the report with this version of perfscope",
+        )
+    out = {}
+    for col in spec:
+        if col.name in df.columns:
+            out[col.name] = _coerce(df[col.name], col)
+        else:
+            out[col.name] = _missing_series(col.kind, len(df), df.index)
+    for name in df.columns:
+        if name not in out:
+            out[name] = df[name]
+    result = pd.DataFrame(out, index=df.index).reset_index(drop=True)
+    for col in spec:
+        if col.required and col.kind == "int" and len(result) and result[col.name].isna().any():
+            bad = int(result[col.name].isna().sum())
+            raise ReportFormatError(
+                source, f"{table}.{col.name} has {bad} missing value(s) but is required"
+            )
+    return result
+
+
+def check_columns(columns: Iterable[str], table: str, *, source: str) -> None:
+    """Raise ReportFormatError naming ``source`` when required columns are absent."""
+    have = set(columns)
+    missing = [c.name for c in TABLES[table] if c.required and c.name not in have]
+    if missing:
+        raise ReportFormatError(
+            source,
+            f"{table} table lacks required column(s) {', '.join(missing)}",
+            hint="re-create the report with this version of perfscope",
+        )
