@@ -1,0 +1,66 @@
+"""Shared test fixtures: the real profiler outputs in ../shared/fixtures, temp report folders,
+and the gpu / browser markers (skipped when the hardware or browser is absent)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fixtures_dir() -> Path:
+    env = os.environ.get("PERFSCOPE_FIXTURES")
+    if env:
+        return Path(env)
+    return REPO.parent / "shared" / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        spec = importlib.util.find_spec("perfscope.analysis")
+    except ImportError:
+        spec = None
+    if spec is None:
+        pytest.exit(
+            "perfscope is imported without its mapped subpackages: install it with "
+            "`pip install -e .` and run `pytest` (not `python -m pytest`) from the repo root",
+            returncode=4,
+        )
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    has_cuda = _cuda_available()
+    has_browser = shutil.which("chromium") is not None and shutil.which("chromedriver") is not None
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        if "browser" in item.keywords and not has_browser and not os.environ.get("PERFSCOPE_REQUIRE_BROWSER"):
+            item.add_marker(pytest.mark.skip(reason="needs chromium and chromedriver"))
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """The shared real profiler outputs (read in place, never copied into the repo)."""
+    path = _fixtures_dir()
+    if not path.is_dir():
+        pytest.fail(f"fixtures not found at {path}: set PERFSCOPE_FIXTURES to the shared/fixtures folder")
+    return path
+
+
+@pytest.fixture(scope="session")
+def sample_reports_dir() -> Path:
+    """The checked-in sample reports."""
+    return REPO / "sample_reports"
