@@ -51,7 +51,9 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
     Returns:
         A new table with the roofline columns filled.
     """
-    df = kernels.copy()
+    from perfscope.schema import conform
+
+    df = conform(kernels, "kernels", source="<classify>")
     flops = pd.to_numeric(df["flops"], errors="coerce").astype("float64")
     nbytes = pd.to_numeric(df["dram_bytes"], errors="coerce").astype("float64")
     seconds = pd.to_numeric(df["duration_ns"], errors="coerce").astype("float64") * 1e-9
