@@ -1,3 +1,41 @@
 """perfscope.collectors: run or wrap the profilers (torch.profiler, nsys, ncu, NVML, NVTX) and
 hand raw captures to analysis. Collectors import only perfscope's core.
+
+:data:`COLLECTORS` is the registry the CLI's ``--collector`` choices and the docs come from.
 """
+
+from __future__ import annotations
+
+from perfscope.errors import UsageError
+
+from .base import CaptureInterrupted, Collector, RawCapture
+from .ncu import NcuCollector, NcuOptions
+from .nsys import NsysCollector, NsysOptions
+from .nvml import NvmlCollector, NvmlOptions, NvmlSampler
+
+COLLECTORS: dict[str, Collector] = {
+    "nsys": NsysCollector(),
+    "ncu": NcuCollector(),
+    "nvml": NvmlCollector(),
+}
+"""Registry name -> collector instance (the lead adds ``torch``)."""
+
+
+def get_collector(name: str) -> Collector:
+    """The collector registered as ``name``.
+
+    Raises:
+        UsageError: no collector has that name.
+    """
+    try:
+        return COLLECTORS[name]
+    except KeyError:
+        raise UsageError(f"unknown collector {name!r}",
+                         hint=f"choose one of {', '.join(sorted(COLLECTORS))}") from None
+
+
+__all__ = [
+    "COLLECTORS", "CaptureInterrupted", "Collector", "NcuCollector", "NcuOptions",
+    "NsysCollector", "NsysOptions", "NvmlCollector", "NvmlOptions", "NvmlSampler", "RawCapture",
+    "get_collector",
+]
