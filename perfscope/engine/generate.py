@@ -1,0 +1,357 @@
+"""Batched generation with the reference engine, gpt-fast style, plus per-step and per-request records.
+
+``prefill``, ``decode_one_token``, ``decode_n_tokens`` and ``generate`` are separate top-level
+functions. Each prefill chunk and each decode step is one :class:`StepRecord` and one
+``annotate("prefill")`` / ``annotate("decode")`` range, in that order, so a profiler can match the
+records to the ranges of a trace. Timestamps are ``time.perf_counter_ns()`` taken after a device
+sync. Serving metrics follow vLLM: TTFT from the call's start to a request's first token, TPOT =
+(e2e - ttft) / (output_tokens - 1), ITL = gaps between consecutive tokens.
+
+Prompts of different lengths are left-padded into shared cache slots: a per-row ``valid`` table
+masks the pad slots, and rope positions are per row, so each row computes exactly what it would
+alone. With ``prefix_cache`` the prompt prefix shared by all requests is computed once (batch 1)
+and its K/V copied to the other rows; the rest of each prompt then follows it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from perfscope.annotate import annotate
+from perfscope.errors import UnsupportedDeviceError, UsageError
+
+from .model import CONFIGS, ModelArgs, Transformer, build_random
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Greedy when ``temperature`` is 0; else softmax(logits / T) restricted to top-k and top-p."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise UsageError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise UsageError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise UsageError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One prefill chunk or decode step; bytes are what the step reads (KV size: in use after it)."""
+
+    step: int
+    phase: str  # "prefill" | "decode"
+    batch: int
+    tokens: int  # prompt or generated tokens processed, padding excluded
+    context_len: int  # cache slots attended by the step (the KV length after it)
+    start_ns: int
+    end_ns: int
+    weight_bytes: float
+    kv_cache_bytes: float
+    kv_cache_size_bytes: float
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    request_id: int
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float
+    tpot_s: float | None
+    e2e_s: float
+    itl_mean_s: float | None
+    itl_p99_s: float | None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    prompt_ids: list[list[int]]
+    generated_ids: list[list[int]]
+    steps: list[StepRecord]
+    requests: list[RequestRecord]
+    wall_s: float
+    params: dict[str, Any]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """A torch device, checked to exist on this machine."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UsageError(f"unknown device {device!r}", hint="use cpu or cuda") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedDeviceError("CUDA was requested but no CUDA device is available",
+                                     hint="use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"device {dev.type!r} is not supported", hint="use cpu or cuda")
+    return dev
+
+
+def build_model(name_or_path: str, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                attention: str = "sdpa", seed: int = 0) -> Transformer:
+    """A config name from ``CONFIGS`` (random weights, seeded) or a local Hugging Face checkpoint folder."""
+    dev = resolve_device(device)
+    if name_or_path in CONFIGS:
+        return build_random(ModelArgs.from_name(name_or_path, attention=attention), device=dev, dtype=dtype,
+                            seed=seed)
+    path = Path(name_or_path).expanduser()
+    if path.exists() or "/" in name_or_path or name_or_path.startswith("."):
+        from .weights import load_checkpoint
+
+        return load_checkpoint(path, device=dev, dtype=dtype, attention=attention)
+    raise UsageError(f"unknown model {name_or_path!r}",
+                     hint=f"use one of {', '.join(CONFIGS)} or a local Hugging Face checkpoint folder")
+
+
+def random_prompts(batch: int, prompt_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
+    """``batch`` prompts of ``prompt_len`` uniform random token ids (seeded)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (batch, prompt_len), generator=gen).tolist()
+
+
+def device_sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sample(logits: Tensor, params: SamplingParams, gen: torch.Generator | None) -> Tensor:
+    """Next token per row from logits [B, V] -> [B]."""
+    if params.temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / params.temperature
+    if params.top_k is not None and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p is not None and params.top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        outside = probs.cumsum(dim=-1) - probs >= params.top_p  # the nucleus ends where the sum reaches p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+
+
+def prefill(model: Transformer, x: Tensor, input_pos: Tensor, pos_ids: Tensor, mask: Tensor) -> Tensor:
+    """Run prompt tokens x [B, S] at cache slots input_pos [S]; logits of the last slot [B, V]."""
+    return model(x, input_pos, pos_ids, mask, last_only=True)[:, -1]
+
+
+def decode_one_token(model: Callable[..., Tensor], x: Tensor, input_pos: Tensor, pos_ids: Tensor,
+                     mask: Tensor, sampling: SamplingParams, gen: torch.Generator | None) -> Tensor:
+    """One token per row: x [B, 1] at slot input_pos [1] -> next tokens [B]."""
+    logits = model(x, input_pos, pos_ids, mask)[:, -1]
+    return sample(logits, sampling, gen)
+
+
+@dataclass
+class _Slots:
+    """Cache-slot layout of a batch: prompts left-padded after an optional shared prefix."""
+
+    tokens: Tensor  # [B, L] token id at each prompt slot (0 on pads)
+    pos: Tensor  # [B, L] rope position at each prompt slot
+    valid: Tensor  # [B, L + new - 1] True where a slot holds a real token (decode sets its slot)
+    valid_cpu: Tensor  # the prompt part of ``valid`` on the host, for counting
+    prefix: int  # slots [0, prefix) hold the prefix shared by all rows
+    length: int  # L, the first decode slot
+    prompt_lens: Tensor  # [B] rope position of each row's first generated token
+
+
+def plan_slots(prompts: list[list[int]], prefix: int, n_slots: int, device: torch.device) -> _Slots:
+    b, suffix = len(prompts), max(len(p) for p in prompts) - prefix
+    length = prefix + suffix
+    tokens = torch.zeros(b, length, dtype=torch.long)
+    pos = torch.zeros(b, length, dtype=torch.long)
+    valid = torch.zeros(b, n_slots, dtype=torch.bool)
+    for row, p in enumerate(prompts):
+        start = length - (len(p) - prefix)
+        tokens[row, :prefix], tokens[row, start:] = torch.tensor(p[:prefix]), torch.tensor(p[prefix:])
+        pos[row, :prefix], pos[row, start:] = torch.arange(prefix), torch.arange(prefix, len(p))
+        valid[row, :prefix] = valid[row, start:length] = True
+    lens = torch.tensor([len(p) for p in prompts])
+    return _Slots(tokens.to(device), pos.to(device), valid.to(device), valid[:, :length].clone(), prefix,
+                  length, lens.to(device))
+
+
+def chunk_mask(valid: Tensor, start: int, end: int) -> Tensor:
+    """[B, 1, S, end]: slot q attends valid slots <= q, and always itself (pad rows stay finite)."""
+    keys = torch.arange(end, device=valid.device)
+    queries = torch.arange(start, end, device=valid.device)[:, None]
+    return ((valid[:, None, None, :end] & (keys <= queries)) | (keys == queries))
+
+
+def prefill_chunks(slots: _Slots, chunk: int | None) -> list[tuple[int, int, int]]:
+    """(rows, start, end) of each prefill step: the prefix with one row, then the rest with all rows."""
+    spans = []
+    for rows, lo, hi in ((1, 0, slots.prefix), (slots.tokens.shape[0], slots.prefix, slots.length)):
+        step = chunk or max(hi - lo, 1)
+        spans += [(rows, s, min(s + step, hi)) for s in range(lo, hi, step)]
+    return spans
+
+
+class _Recorder:
+    """Timestamps (after a device sync) and the step records of one generate() call."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model, self.device = model, model.device
+        self.steps: list[StepRecord] = []
+        device_sync(self.device)
+        self.start_ns = time.perf_counter_ns()
+
+    def now(self) -> int:
+        device_sync(self.device)
+        return time.perf_counter_ns()
+
+    def record(self, phase: str, batch: int, tokens: int, width: int, rows_in_use: int, ctx: int,
+               start_ns: int) -> int:
+        """Close a step of ``batch`` rows x ``width`` slots (``tokens`` real ones) begun at ``start_ns``."""
+        end_ns = self.now()
+        m = self.model
+        self.steps.append(StepRecord(
+            step=len(self.steps), phase=phase, batch=batch, tokens=tokens, context_len=ctx,
+            start_ns=start_ns, end_ns=end_ns, weight_bytes=m.weight_bytes_read(batch * width),
+            kv_cache_bytes=m.kv_bytes(batch, ctx), kv_cache_size_bytes=m.kv_bytes(rows_in_use, ctx)))
+        return end_ns
+
+
+def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: SamplingParams,
+                gen: torch.Generator | None, rec: _Recorder) -> tuple[Tensor, int]:
+    """All prefill steps; returns the first generated token per row [B] and its timestamp."""
+    n_rows = slots.tokens.shape[0]
+    spans = prefill_chunks(slots, chunk)
+    token, t_end = None, 0
+    for i, (rows, lo, hi) in enumerate(spans):
+        t0 = rec.now()
+        with annotate("prefill"):
+            input_pos = torch.arange(lo, hi, device=model.device)
+            mask = chunk_mask(slots.valid[:rows], lo, hi)
+            logits = prefill(model, slots.tokens[:rows, lo:hi], input_pos, slots.pos[:rows, lo:hi], mask)
+            shared = rows == 1 and n_rows > 1 and hi == slots.prefix
+            if shared:
+                for layer in model.layers:
+                    layer.attention.kv_cache.share_prefix(slots.prefix, n_rows)
+            if i == len(spans) - 1:
+                token = sample(logits, sampling, gen)
+        in_use = n_rows if shared or rows == n_rows else rows
+        t_end = rec.record("prefill", rows, int(slots.valid_cpu[:rows, lo:hi].sum()), hi - lo, in_use, hi, t0)
+    assert token is not None
+    return token, t_end
+
+
+def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: Tensor, slots: _Slots,
+                    n: int, sampling: SamplingParams, gen: torch.Generator | None, rec: _Recorder,
+                    full_mask: bool = False) -> tuple[Tensor, list[int]]:
+    """``n`` decode steps after the prompt; returns the tokens [B, n] and each step's end time."""
+    b = token.shape[0]
+    out = torch.empty(b, n, dtype=torch.long, device=token.device)
+    slot_ids = torch.arange(slots.valid.shape[1], device=token.device)
+    times = []
+    for i in range(n):
+        slot = slots.length + i
+        t0 = rec.now()
+        with annotate("decode"):
+            slots.valid[:, slot] = True
+            width = slots.valid.shape[1] if full_mask else slot + 1
+            mask = slots.valid[:, None, None, :width]
+            token = decode_one_token(forward, token[:, None], slot_ids[slot:slot + 1],
+                                     (slots.prompt_lens + i)[:, None], mask, sampling, gen)
+            out[:, i] = token
+        times.append(rec.record("decode", b, b, 1, b, width, t0))
+    return out, times
+
+
+def _check_prompts(prompts: list[list[int]], vocab: int, max_new_tokens: int, chunk: int | None) -> None:
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise UsageError("every request needs a prompt of at least one token")
+    bad = sorted({t for p in prompts for t in p if not 0 <= t < vocab})
+    if bad:
+        raise UsageError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+    if max_new_tokens < 1:
+        raise UsageError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if chunk is not None and chunk < 1:
+        raise UsageError(f"chunked_prefill must be >= 1 token, got {chunk}")
+
+
+def common_prefix(prompts: list[list[int]]) -> int:
+    """Length of the prefix shared by all prompts, leaving each at least one token of its own."""
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return max(n, 0)
+
+
+def request_records(prompts: list[list[int]], token_ns: list[int], start_ns: int) -> list[RequestRecord]:
+    """vLLM serving metrics per request (all rows of a batch share the token times)."""
+    t = (np.asarray(token_ns, dtype=np.int64) - start_ns) / 1e9
+    gaps = np.diff(t)
+    n = len(t)
+    itl_mean = float(gaps.mean()) if n > 1 else None
+    itl_p99 = float(np.percentile(gaps, 99)) if n > 1 else None
+    tpot = float((t[-1] - t[0]) / (n - 1)) if n > 1 else None
+    return [RequestRecord(request_id=i, prompt_tokens=len(p), output_tokens=n, ttft_s=float(t[0]), tpot_s=tpot,
+                          e2e_s=float(t[-1]), itl_mean_s=itl_mean, itl_p99_s=itl_p99)
+            for i, p in enumerate(prompts)]
+
+
+def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
+    if not compile:
+        return model
+    model.ranges = False  # NVTX pushes would break the graph
+    mode = "reduce-overhead" if model.device.type == "cuda" else "default"
+    return torch.compile(model, mode=mode, fullgraph=True, dynamic=False)
+
+
+def run_params(model: Transformer, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingParams,
+               **options: Any) -> dict[str, Any]:
+    """What a run was: model, sizes, dtype, device and options (the manifest's ``params``)."""
+    n_params = sum(p.numel() for p in model.parameters())
+    return {"model": model.args.name, "n_params": n_params,
+            "weight_bytes": float(sum(p.numel() * p.element_size() for p in model.parameters())),
+            "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device),
+            "attention": model.args.attention, "batch": len(prompts), "prompt_lens": [len(p) for p in prompts],
+            "max_new_tokens": max_new_tokens, "sampling": asdict(sampling), "threads": torch.get_num_threads(),
+            "kv_cache_bytes_per_token": model.kv_bytes(1, 1), **options}
+
+
+@torch.inference_mode()
+def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
+             sampling: SamplingParams = SamplingParams(), *, chunked_prefill: int | None = None,
+             prefix_cache: bool = False, compile: bool = False) -> GenerationResult:
+    """Generate ``max_new_tokens`` for every prompt (one batch); tokens, step and request records."""
+    _check_prompts(prompts, model.args.vocab_size, max_new_tokens, chunked_prefill)
+    rec = _Recorder(model)
+    prefix = common_prefix(prompts) if prefix_cache and len(prompts) > 1 else 0
+    n_slots = max(len(p) for p in prompts) + max_new_tokens - 1
+    model.setup_caches(len(prompts), n_slots)
+    slots = plan_slots(prompts, prefix, n_slots, model.device)
+    gen = torch.Generator(device=model.device).manual_seed(sampling.seed) if sampling.temperature > 0 else None
+    ranges = model.ranges
+    try:
+        forward = _decode_forward(model, compile)
+        first, t_first = run_prefill(model, slots, chunked_prefill, sampling, gen, rec)
+        rest, times = decode_n_tokens(model, forward, first, slots, max_new_tokens - 1, sampling, gen, rec,
+                                      full_mask=compile)
+    finally:
+        model.ranges = ranges
+    generated = torch.cat([first[:, None], rest], dim=1).tolist()
+    wall_s = (time.perf_counter_ns() - rec.start_ns) / 1e9
+    params = run_params(model, prompts, max_new_tokens, sampling, chunked_prefill=chunked_prefill,
+                        prefix_cache=prefix_cache, prefix_tokens=prefix, compile=compile)
+    return GenerationResult(prompt_ids=[list(p) for p in prompts], generated_ids=generated, steps=rec.steps,
+                            requests=request_records(prompts, [t_first, *times], rec.start_ns), wall_s=wall_s,
+                            params=params)
