@@ -24,6 +24,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.report", "report"),
     ("perfscope.cli.devices", "devices"),
     ("perfscope.cli.doctor", "doctor"),
+    ("perfscope.cli.generate", "generate"),
 )
 
 

@@ -1,0 +1,131 @@
+"""generate(): sampling rules, step and request records, serving metrics and profiler ranges."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from perfscope.engine import SamplingParams, build_model, generate, random_prompts
+from perfscope.engine.generate import common_prefix, sample
+
+
+@pytest.fixture(scope="module")
+def tiny() -> torch.nn.Module:
+    return build_model("tiny", seed=2)
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny) -> list[list[int]]:
+    return [random_prompts(1, n, tiny.args.vocab_size, seed=n)[0] for n in (5, 9)]
+
+
+def test_greedy_is_deterministic_and_equals_top_k_1(tiny, prompts) -> None:
+    greedy = generate(tiny, prompts, 12).generated_ids
+    assert generate(tiny, prompts, 12).generated_ids == greedy
+    top1 = generate(tiny, prompts, 12, SamplingParams(temperature=0.8, top_k=1, seed=5)).generated_ids
+    assert top1 == greedy
+
+
+def test_sampling_repeats_with_a_seed_and_varies_across_seeds(tiny, prompts) -> None:
+    runs = {seed: generate(tiny, prompts, 16, SamplingParams(temperature=1.5, seed=seed)).generated_ids
+            for seed in (1, 1, 2)}
+    again = generate(tiny, prompts, 16, SamplingParams(temperature=1.5, seed=1)).generated_ids
+    assert again == runs[1]
+    assert runs[1] != runs[2]
+
+
+def test_top_k_draws_only_the_k_largest() -> None:
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    allowed = torch.topk(logits, 5).indices
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        tok = sample(logits, SamplingParams(temperature=2.0, top_k=5), gen)
+        assert all(t in allowed[row] for row, t in enumerate(tok.tolist()))
+
+
+def test_top_p_draws_only_from_the_nucleus() -> None:
+    probs = torch.tensor([[0.5, 0.25, 0.15, 0.06, 0.04]])
+    gen = torch.Generator().manual_seed(2)
+    draws = Counter(sample(probs.log(), SamplingParams(temperature=1.0, top_p=0.8), gen).item()
+                    for _ in range(3000))
+    # smallest set reaching 0.8: {0, 1, 2} (0.5 + 0.25 < 0.8 <= 0.9)
+    assert set(draws) == {0, 1, 2}
+    share = draws[0] / 3000  # renormalised: 0.5 / 0.9
+    assert share == pytest.approx(0.5 / 0.9, abs=0.04)
+
+
+def test_temperature_follows_softmax_of_scaled_logits() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    gen = torch.Generator().manual_seed(3)
+    n = 8000
+    counts = Counter(sample(logits.expand(n, 4), SamplingParams(temperature=2.0), gen).tolist())
+    want = torch.softmax(logits[0] / 2.0, dim=-1).tolist()
+    for tok, p in enumerate(want):
+        assert counts[tok] / n == pytest.approx(p, abs=0.02)
+
+
+def test_steps_follow_the_generation_and_carry_bytes(tiny, prompts) -> None:
+    result = generate(tiny, prompts, 6)
+    steps = result.steps
+    assert [s.phase for s in steps] == ["prefill"] + ["decode"] * 5
+    assert [s.step for s in steps] == list(range(6))
+    assert all(a.end_ns <= b.start_ns for a, b in zip(steps, steps[1:]))
+    assert all(s.start_ns < s.end_ns for s in steps)
+    params = dict(tiny.named_parameters())
+    emb = params["tok_embeddings.weight"]
+    matrices = sum(p.numel() * 4 for name, p in params.items() if name != "tok_embeddings.weight")
+    a = tiny.args
+    kv_per_slot_row = 2 * a.n_layer * a.n_kv_head * a.head_dim * 4
+    pre = steps[0]
+    assert (pre.batch, pre.tokens, pre.context_len) == (2, 14, 9)
+    assert pre.weight_bytes == matrices + 2 * 9 * emb.shape[1] * 4
+    assert pre.kv_cache_size_bytes == 2 * 9 * kv_per_slot_row
+    last = steps[-1]
+    assert (last.batch, last.tokens, last.context_len) == (2, 2, 9 + 5)
+    assert last.weight_bytes == matrices + 2 * emb.shape[1] * 4
+    assert last.kv_cache_bytes == last.kv_cache_size_bytes == 2 * 14 * kv_per_slot_row
+    assert result.params["weight_bytes"] == sum(p.numel() * 4 for p in tiny.parameters())
+    assert result.params["prompt_lens"] == [5, 9]
+
+
+def test_request_metrics_follow_vllm_definitions(tiny, prompts) -> None:
+    result = generate(tiny, prompts, 8)
+    ends = np.array([s.end_ns for s in result.steps], dtype=np.int64)
+    start = result.steps[0].start_ns
+    for req, prompt in zip(result.requests, prompts):
+        assert (req.prompt_tokens, req.output_tokens) == (len(prompt), 8)
+        assert req.ttft_s >= (ends[0] - start) / 1e9  # from the call's start, before the first step
+        e2e_from_ttft = req.ttft_s + (ends[-1] - ends[0]) / 1e9
+        assert req.e2e_s == pytest.approx(e2e_from_ttft, rel=1e-9)
+        assert req.tpot_s == pytest.approx((req.e2e_s - req.ttft_s) / 7, rel=1e-9)
+        gaps = np.diff(ends) / 1e9
+        assert req.itl_mean_s == pytest.approx(gaps.mean(), rel=1e-6)
+        assert req.itl_p99_s == pytest.approx(np.percentile(gaps, 99), rel=1e-6)
+    assert result.wall_s >= result.requests[0].e2e_s
+
+
+def test_one_token_has_no_tpot(tiny) -> None:
+    req = generate(tiny, [[1, 2]], 1).requests[0]
+    assert req.tpot_s is None and req.itl_mean_s is None and req.e2e_s == req.ttft_s
+
+
+def test_profiler_sees_one_range_per_step_and_layer(tiny, prompts) -> None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        result = generate(tiny, prompts, 4, chunked_prefill=4)
+    names = Counter(e.name for e in prof.events())
+    n_prefill = sum(s.phase == "prefill" for s in result.steps)
+    assert n_prefill == 3 and names["prefill"] == n_prefill
+    assert names["decode"] == 3
+    forwards = n_prefill + 3
+    for i in range(tiny.args.n_layer):
+        assert names[f"layer.{i}"] == forwards
+    assert names["attn"] == names["mlp"] == forwards * tiny.args.n_layer
+
+
+def test_common_prefix() -> None:
+    assert common_prefix([[1, 2, 3, 4], [1, 2, 5]]) == 2
+    assert common_prefix([[1, 2], [1, 2]]) == 1
+    assert common_prefix([[9], [1, 2]]) == 0
