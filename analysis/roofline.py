@@ -16,6 +16,8 @@ Rules (honest by construction):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -41,6 +43,13 @@ def precision_of(dtype: object) -> str | None:
     return DTYPE_TO_PRECISION.get(key)
 
 
+def _map_distinct(values: pd.Series, fn: Callable[[object], object]) -> pd.Series:
+    """``values.map(fn)`` calling ``fn`` once per distinct value (missing ones as None)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    mapped = np.array([*(fn(u) for u in uniques), fn(None)], dtype=object)
+    return pd.Series(mapped[codes], index=values.index, dtype="object")
+
+
 def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
     """Fill the roofline columns of a kernel table against ``device``'s roofs.
 
@@ -60,7 +69,7 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
     seconds = seconds.where(seconds > 0)
 
     precision = df["precision"].astype("object")
-    derived = df["dtype"].map(precision_of) if "dtype" in df else pd.Series(None, index=df.index)
+    derived = _map_distinct(df["dtype"], precision_of) if "dtype" in df else pd.Series(None, index=df.index)
     precision = precision.where(precision.notna(), derived)
     df["precision"] = precision
 
@@ -76,7 +85,7 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
         df["bound"] = "unknown"
         return df
 
-    peaks = precision.map(lambda p: device.peak_flops(p) if isinstance(p, str) else device.peak_flops(None))
+    peaks = _map_distinct(precision, lambda p: device.peak_flops(p if isinstance(p, str) else None))
     peak = pd.to_numeric(peaks, errors="coerce").astype("float64")
     bw = device.peak_bandwidth("dram")
     bw_value = float(bw) if bw else np.nan

@@ -1,0 +1,227 @@
+"""Read-only access to an Nsight Systems SQLite export, with schema probing.
+
+Exports differ by nsys version (FORMATS.md section 1.10): tables appear only when something
+was captured, columns come and go (``greenContextId``, ``mangledName``), the metadata table
+was renamed, and the ``ENUM_*`` lookup tables exist only in newer exports. Every query here
+is built from what ``sqlite_master`` and ``PRAGMA table_info`` say is present. The user's
+file is opened read-only and never written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from urllib.request import pathname2url
+
+import numpy as np
+import pandas as pd
+
+from perfscope.errors import InputFormatError
+
+METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+NSYS_MARKER_TABLES = ("StringIds", *METADATA_TABLES)
+PID_SHIFT = 24
+"""A serialized globalTid's low 24 bits are the TID; masking them off gives the globalPid key."""
+SQL_CHUNK = 900
+NULL_SENTINEL = -9223372036854775807
+"""Stands for SQL NULL in integer reads (no nsys id, time or size takes this value)."""
+
+EXPORT_HINT = (
+    "re-export it with `nsys export --type sqlite --force-overwrite true REPORT.nsys-rep`, "
+    "or import the .nsys-rep directly"
+)
+
+
+def _ints(series: pd.Series) -> np.ndarray:
+    return series.to_numpy(dtype="int64")
+
+
+def process_key(global_tid: pd.Series) -> pd.Series:
+    """``globalTid & 0xFFFFFFFFFF000000``: the process key equal to the GPU tables' globalPid."""
+    return pd.Series((_ints(global_tid) >> PID_SHIFT) << PID_SHIFT, index=global_tid.index)
+
+
+def tid_of(global_tid: pd.Series) -> pd.Series:
+    """Operating-system thread id (low 24 bits of a serialized globalTid)."""
+    return pd.Series(_ints(global_tid) & 0xFFFFFF, index=global_tid.index)
+
+
+def pid_of(global_id: pd.Series) -> pd.Series:
+    """Operating-system process id (bits 24-47 of a serialized globalTid / globalPid)."""
+    return pd.Series((_ints(global_id) >> PID_SHIFT) & 0xFFFFFF, index=global_id.index)
+
+
+class NsysDb:
+    """An open nsys export: probed tables and columns, strings, enums and metadata.
+
+    Use as a context manager. Every SQLite error becomes an InputFormatError naming the file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.conn = _connect(self.path)
+        self._columns: dict[str, tuple[str, ...]] = {}
+        try:
+            rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+            self.tables: frozenset[str] = frozenset(r[0] for r in rows)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise self.error(exc) from None
+        if not any(t in self.tables for t in NSYS_MARKER_TABLES):
+            self.close()
+            raise InputFormatError(
+                self.path,
+                "is an SQLite database but not an Nsight Systems export (no StringIds or "
+                "META_DATA_EXPORT table)",
+                hint="give the file written by `nsys export --type sqlite`",
+            )
+
+    def __enter__(self) -> NsysDb:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def error(self, exc: Exception) -> InputFormatError:
+        """The InputFormatError for an SQLite failure while reading this file."""
+        return InputFormatError(self.path, f"damaged or truncated SQLite database ({exc})",
+                                hint=EXPORT_HINT)
+
+    # ------------------------------------------------------------------ probing
+    def has(self, table: str, column: str | None = None) -> bool:
+        """Whether ``table`` (and ``column`` in it) exists."""
+        if table not in self.tables:
+            return False
+        return column is None or column in self.columns(table)
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        """Column names of ``table`` (empty when the table is absent)."""
+        if table not in self.tables:
+            return ()
+        if table not in self._columns:
+            rows = self.fetch(f'PRAGMA table_info("{table}")')
+            self._columns[table] = tuple(r[1] for r in rows)
+        return self._columns[table]
+
+    def present(self, table: str, wanted: Iterable[str]) -> list[str]:
+        """The subset of ``wanted`` columns that ``table`` has, in the given order."""
+        have = set(self.columns(table))
+        return [c for c in wanted if c in have]
+
+    # ------------------------------------------------------------------ reading
+    def fetch(self, sql: str, params: Iterable[object] = ()) -> list[tuple[object, ...]]:
+        """All rows of a query; SQLite errors become InputFormatError."""
+        try:
+            return self.conn.execute(sql, tuple(params)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self.error(exc) from None
+
+    def frame(self, sql: str, columns: list[str], params: Iterable[object] = ()) -> pd.DataFrame:
+        """A query's rows as a DataFrame with the given column names."""
+        rows = self.fetch(sql, params)
+        if not rows:
+            return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+        return pd.DataFrame.from_records(rows, columns=columns, coerce_float=False)
+
+    def int_frame(self, table: str, exprs: Mapping[str, str]) -> pd.DataFrame:
+        """Integer columns of ``table`` (name -> SQL expression), read without per-cell objects.
+
+        NULLs travel as a sentinel so the rows convert to one int64 array in C; columns with
+        NULLs come back as nullable ``Int64``. Falls back to a generic read when a value is not
+        an integer (SQLite columns are dynamically typed).
+        """
+        names = list(exprs)
+        select = ", ".join(f"COALESCE({e}, {NULL_SENTINEL})" for e in exprs.values())
+        rows = self.fetch(f'SELECT {select} FROM "{table}"')
+        try:
+            block = np.array(rows, dtype="int64").reshape(len(rows), len(names))
+        except (TypeError, ValueError, OverflowError):
+            frame = self.frame(f'SELECT {", ".join(exprs.values())} FROM "{table}"', names)
+            return frame.apply(pd.to_numeric, errors="coerce")
+        out = {}
+        for j, name in enumerate(names):
+            col = block[:, j]
+            missing = col == NULL_SENTINEL
+            out[name] = pd.arrays.IntegerArray(col, missing) if missing.any() else col
+        return pd.DataFrame(out)
+
+    def strings(self, ids: Iterable[object]) -> dict[int, str]:
+        """``StringIds`` values for the given ids (missing ids are absent from the result)."""
+        values = pd.to_numeric(pd.Series(ids if isinstance(ids, pd.Series) else list(ids)), errors="coerce")
+        wanted = pd.unique(values.dropna().astype("int64"))
+        if not len(wanted) or not self.has("StringIds"):
+            return {}
+        out: dict[int, str] = {}
+        for start in range(0, len(wanted), SQL_CHUNK):
+            chunk = [int(v) for v in wanted[start:start + SQL_CHUNK]]
+            marks = ",".join("?" * len(chunk))
+            for key, value in self.fetch(f"SELECT id, value FROM StringIds WHERE id IN ({marks})", chunk):
+                out[int(key)] = _text(value)
+        return out
+
+    def enum(self, table: str, fallback: Mapping[int, str], *, field: str = "name") -> dict[int, str]:
+        """An ``ENUM_*`` table as {id: name or label}, or ``fallback`` when the table is absent."""
+        if not self.has(table, field) or not self.has(table, "id"):
+            return dict(fallback)
+        return {int(i): str(v) for i, v in self.fetch(f'SELECT id, "{field}" FROM "{table}"')}
+
+    def metadata(self) -> dict[str, str]:
+        """The export's key/value metadata (either table name), first value per key."""
+        for table in METADATA_TABLES:
+            if self.has(table, "name") and self.has(table, "value"):
+                out: dict[str, str] = {}
+                for key, value in self.fetch(f'SELECT name, value FROM "{table}"'):
+                    out.setdefault(str(key), _text(value))
+                return out
+        return {}
+
+    def max_timestamp(self, table: str) -> int | None:
+        """The largest ``start``/``end`` value in ``table``, or None when empty."""
+        cols = self.present(table, ("start", "end"))
+        if not cols:
+            return None
+        maxes = ", ".join(f'MAX("{c}")' for c in cols)
+        row = self.fetch(f'SELECT {maxes} FROM "{table}"')
+        values = [int(v) for v in row[0] if v is not None] if row else []
+        return max(values) if values else None
+
+
+def lookup_strings(ids: pd.Series, table: dict[int, str], default: str | None = None) -> pd.Series:
+    """Map integer ids to strings without a Python call per row (an index lookup + take)."""
+    keys = np.fromiter(table.keys(), dtype="int64", count=len(table))
+    values = np.array([*table.values(), default], dtype=object)
+    codes = pd.to_numeric(ids, errors="coerce").fillna(-1).to_numpy(dtype="int64")
+    pos = pd.Index(keys).get_indexer(codes)
+    return pd.Series(values[pos], index=ids.index, dtype="object")
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return "" if value is None else str(value)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open read-only; fall back to ``immutable=1`` for files on read-only media."""
+    url = pathname2url(str(path.resolve()))
+    last: Exception | None = None
+    for options in ("mode=ro", "mode=ro&immutable=1"):
+        try:
+            conn = sqlite3.connect(f"file:{url}?{options}", uri=True)
+            conn.text_factory = _decode_text
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return conn
+        except sqlite3.DatabaseError as exc:
+            last = exc
+    raise InputFormatError(path, f"is damaged or truncated: SQLite cannot open it ({last})", hint=EXPORT_HINT)
+
+
+def _decode_text(raw: bytes) -> str:
+    """Text columns decoded leniently: a non-UTF-8 kernel name must not stop the import."""
+    return raw.decode("utf-8", errors="replace")
