@@ -62,6 +62,7 @@ ZERO_COST = frozenset({
     "contiguous", "result_type", "is_nonzero", "item", "_local_scalar_dense", "lift_fresh_copy",
     "set_", "resize_", "_reshape_alias", "numpy_T", "movedim", "diagonal", "unfold",
     "_has_compatible_shallow_copy_type", "stride", "size", "dim", "is_same_size", "record_stream",
+    "detach_", "_unsafe_view_", "requires_grad_", "_nested_tensor_from_mask_left_aligned",
 })
 """Metadata-only ops. ``reshape``/``contiguous``/``flatten`` copy through a child op when they
 have to, and that child is costed on its own."""
@@ -320,11 +321,44 @@ def _copy(name: str, ins: OpInputs) -> OpCost | None:
     return OpCost(0.0, 2 * _nbytes(shape, dtype), "memory")
 
 
+SCALAR_TYPE_ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1}
+"""c10::ScalarType code (as ``Concrete Inputs`` print it) -> bytes per element."""
+
+
 def _fill(name: str, ins: OpInputs) -> OpCost | None:
     t = ins.tensors()
     if t:
         return OpCost(0.0, _nbytes(*t[0]), "memory")
-    return None
+    shape = _concrete_list(ins.concrete[0] if ins.concrete else None)
+    if name == "arange":
+        values = [_concrete_number(c) for c in ins.concrete[:3]]
+        numbers = [v for v in values if v is not None]
+        if not numbers:
+            return None
+        start, end = (0.0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1])
+        shape = [max(int(math.ceil(end - start)), 0)]
+    if shape is None:
+        return None
+    dtype_code = next((_concrete_number(c) for c in ins.concrete[1:2]), None)
+    size = SCALAR_TYPE_ITEMSIZE.get(int(dtype_code), 4) if dtype_code is not None else 4
+    return OpCost(0.0, float(numel(shape) * size), "memory")
+
+
+def _concrete_list(text: str | None) -> list[int] | None:
+    if not text or not text.startswith("["):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return [int(v) for v in value] if isinstance(value, list) and all(isinstance(v, int) for v in value) else None
+
+
+def _concrete_number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _gather(name: str, ins: OpInputs) -> OpCost | None:

@@ -23,6 +23,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.analyze", "analyze"),
     ("perfscope.cli.report", "report"),
     ("perfscope.cli.devices", "devices"),
+    ("perfscope.cli.import_", "import_"),
     ("perfscope.cli.doctor", "doctor"),
     ("perfscope.cli.generate", "generate"),
 )

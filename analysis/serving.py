@@ -1,0 +1,110 @@
+"""Serving metrics (vLLM's definitions) and per-phase speed-of-light figures.
+
+- TTFT: request arrival to its first token; TPOT: (E2E − TTFT) / (output tokens − 1), excluding
+  the first token; ITL: gaps between consecutive tokens; E2E: arrival to last token.
+- Throughput: system (output tokens / makespan), user (1 / TPOT).
+- Per phase (prefill, decode): wall time from the engine's steps, FLOPs from the kernel table,
+  MFU = achieved FLOP/s ÷ the compute roof of the phase's dominant precision, MBU = bytes per
+  second ÷ the DRAM roof. For engine reports the bytes are the model's (weights + KV cache read
+  per step, ``mbu_source = "model"``); otherwise the kernels' compulsory bytes (``"kernels"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.report import Report
+
+from .tree import PHASES
+
+PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
+                 "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
+                 "precision", "mfu", "mbu", "mbu_source"]
+
+
+def _dominant_precision(kernels: pd.DataFrame) -> str | None:
+    k = kernels[kernels["precision"].notna() & kernels["flops"].notna()]
+    if not len(k):
+        return None
+    return str(k.groupby("precision")["flops"].sum().idxmax())
+
+
+def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame) -> tuple[float, int, int]:
+    steps = report.steps[report.steps["phase"] == phase]
+    if len(steps):
+        return float(steps["duration_ns"].sum()) / 1e9, len(steps), int(steps["tokens"].sum())
+    ranges = report.ranges[report.ranges["name"] == phase]
+    if len(ranges):
+        return float((ranges["end_ns"] - ranges["start_ns"]).sum()) / 1e9, len(ranges), 0
+    if len(kernels):
+        return float(kernels["end_ns"].max() - kernels["start_ns"].min()) / 1e9, 0, 0
+    return float("nan"), 0, 0
+
+
+def phase_summary(report: Report) -> pd.DataFrame:
+    """One row per phase present (prefill, decode; ``all`` when the report has no phases)."""
+    k = report.kernels
+    phases = [p for p in PHASES if (k["phase"] == p).any() or (report.steps["phase"] == p).any()]
+    rows = [_phase_row(report, p, k[k["phase"] == p]) for p in phases]
+    if not phases:
+        rows = [_phase_row(report, "all", k)]
+    return pd.DataFrame(rows, columns=PHASE_COLUMNS)
+
+
+def _phase_row(report: Report, phase: str, k: pd.DataFrame) -> dict[str, Any]:
+    device = report.device
+    wall_s, n_steps, tokens = _phase_wall_s(report, phase, k)
+    if phase == "all":
+        wall_s = float(k["end_ns"].max() - k["start_ns"].min()) / 1e9 if len(k) else float("nan")
+    flops = float(k["flops"].sum(min_count=1)) if len(k) else float("nan")
+    nbytes = float(k["dram_bytes"].sum(min_count=1)) if len(k) else float("nan")
+    steps = report.steps[report.steps["phase"] == phase]
+    model_bytes = float((steps["weight_bytes"] + steps["kv_cache_bytes"]).sum(min_count=1)) if len(steps) else float("nan")
+    precision = _dominant_precision(k) if len(k) else None
+    peak = device.peak_flops(precision) if device else None
+    bw = device.peak_bandwidth("dram") if device else None
+    achieved_f = flops / wall_s if wall_s and wall_s > 0 else float("nan")
+    use_model = not np.isnan(model_bytes)
+    moved = model_bytes if use_model else nbytes
+    achieved_b = moved / wall_s if wall_s and wall_s > 0 else float("nan")
+    return {
+        "phase": phase, "steps": n_steps, "tokens": tokens, "wall_s": wall_s,
+        "kernel_time_s": float(k["duration_ns"].sum()) / 1e9 if len(k) else 0.0,
+        "flops": flops, "dram_bytes": nbytes, "model_bytes": model_bytes,
+        "achieved_flops_per_s": achieved_f, "achieved_bytes_per_s": achieved_b,
+        "tokens_per_s": tokens / wall_s if tokens and wall_s > 0 else float("nan"),
+        "precision": precision,
+        "mfu": achieved_f / peak if peak else float("nan"),
+        "mbu": achieved_b / bw if bw else float("nan"),
+        "mbu_source": "model" if use_model else "kernels",
+    }
+
+
+def _stats(values: pd.Series, prefix: str) -> dict[str, float]:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if not len(v):
+        return {f"{prefix}_mean": float("nan"), f"{prefix}_p50": float("nan"), f"{prefix}_p99": float("nan")}
+    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_p50": float(v.quantile(0.5)),
+            f"{prefix}_p99": float(v.quantile(0.99))}
+
+
+def request_summary(report: Report) -> dict[str, float]:
+    """TTFT/TPOT/ITL/E2E statistics and throughputs over the report's requests (empty: {})."""
+    r = report.requests
+    if not len(r):
+        return {}
+    out: dict[str, float] = {"requests": float(len(r)),
+                             "output_tokens": float(r["output_tokens"].sum()),
+                             "prompt_tokens": float(r["prompt_tokens"].sum())}
+    out.update(_stats(r["ttft_s"], "ttft_s"))
+    out.update(_stats(r["tpot_s"], "tpot_s"))
+    out.update(_stats(r["e2e_s"], "e2e_s"))
+    out.update(_stats(r["itl_mean_s"], "itl_s"))
+    makespan = float(r["e2e_s"].max())
+    out["throughput_tokens_per_s"] = out["output_tokens"] / makespan if makespan > 0 else float("nan")
+    tpot = out["tpot_s_mean"]
+    out["user_tokens_per_s"] = 1.0 / tpot if tpot and tpot > 0 else float("nan")
+    return out

@@ -1,0 +1,99 @@
+"""Aggregations over the kernel table: top kernels by name, time by category, device roofs.
+
+Aggregates are re-classified on their totals (total FLOPs / total bytes / total time), so a
+row "aten::mm x 240" sits on the roofline where its calls sit on average, time-weighted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfscope.device import DeviceSpec
+from perfscope.report import Report
+
+from .roofline import classify
+
+
+def _dominant(kernels: pd.DataFrame, key: str, col: str) -> pd.Series:
+    """Per ``key``, the value of ``col`` that covers the most time (None when always missing)."""
+    valid = kernels[kernels[col].notna()]
+    if not len(valid):
+        return pd.Series(dtype="object")
+    per = valid.groupby([key, col], sort=False, dropna=False)["duration_ns"].sum()
+    best = per.groupby(level=0, sort=False).idxmax()
+    return pd.Series([t[1] for t in best], index=best.index, dtype="object")
+
+
+def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: str = "name") -> pd.DataFrame:
+    """One row per kernel (or op) name with totals, re-classified on the totals.
+
+    Columns: name, count, duration_ns (total), mean_ns, share_pct, flops, dram_bytes,
+    precision, phase (dominant), category, and the roofline columns of ``classify``.
+    FLOPs/bytes are summed over the calls where both are known (``flops_coverage_pct`` says
+    which share of the time that is), and rates are taken over those calls' time.
+    """
+    if not len(kernels):
+        return pd.DataFrame(columns=["name", "count", "duration_ns", "mean_ns", "share_pct"])
+    total = float(kernels["duration_ns"].sum()) or 1.0
+    known = kernels["flops"].notna() & kernels["dram_bytes"].notna()
+    work = kernels.assign(known_ns=kernels["duration_ns"].where(known, 0),
+                          flops=kernels["flops"].where(known), dram_bytes=kernels["dram_bytes"].where(known))
+    grouped = work.groupby(key, sort=False, dropna=False)
+    agg = pd.DataFrame({
+        "count": grouped.size(),
+        "duration_ns": grouped["duration_ns"].sum(),
+        "known_ns": grouped["known_ns"].sum(),
+        "flops": grouped["flops"].sum(min_count=1),
+        "dram_bytes": grouped["dram_bytes"].sum(min_count=1),
+    })
+    for col in ("precision", "phase", "category", "device", "op", "short_name"):
+        if col in kernels:
+            agg[col] = _dominant(kernels, key, col).reindex(agg.index)
+    agg = agg.reset_index().rename(columns={key: "name"})
+    agg["mean_ns"] = agg["duration_ns"] / agg["count"]
+    agg["share_pct"] = agg["duration_ns"] / total * 100.0
+    agg["flops_coverage_pct"] = agg["known_ns"] / agg["duration_ns"].where(agg["duration_ns"] > 0) * 100.0
+    # rates come from the calls whose work is known, over those calls' time
+    rates = agg.assign(duration_ns=agg["known_ns"], start_ns=0, end_ns=agg["known_ns"])
+    classified = classify(rates.drop(columns=["known_ns"]), device)
+    classified["duration_ns"] = agg["duration_ns"].to_numpy()
+    keep = ["name", "count", "duration_ns", "mean_ns", "share_pct", "flops", "dram_bytes",
+            "flops_coverage_pct", "precision",
+            "phase", "category", "device", "op", "short_name", "arith_intensity", "achieved_flops_per_s",
+            "achieved_bytes_per_s", "bound", "roof_flops_per_s", "pct_of_roof"]
+    out = classified[[c for c in keep if c in classified.columns]]
+    return out.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def top_kernels(report: Report, n: int = 15) -> pd.DataFrame:
+    """The ``n`` kernel (or CPU operator) names with the most total time, with their roofline."""
+    return aggregate_by_name(report.kernels, report.device).head(n)
+
+
+def time_by(report: Report, column: str) -> pd.DataFrame:
+    """Total kernel time grouped by ``column`` (``category``, ``phase``, ``bound``, ``device``)."""
+    k = report.kernels
+    if not len(k):
+        return pd.DataFrame(columns=[column, "duration_ns", "share_pct"])
+    keys = k[column].astype("object").where(k[column].notna(), "(none)")
+    out = k.groupby(keys)["duration_ns"].sum().rename("duration_ns").reset_index()
+    out = out.rename(columns={"index": column})
+    out["share_pct"] = out["duration_ns"] / float(k["duration_ns"].sum() or 1) * 100.0
+    return out.sort_values("duration_ns", ascending=False).reset_index(drop=True)
+
+
+def roofs_table(device: DeviceSpec | None) -> pd.DataFrame:
+    """Every roof of ``device`` with its provenance and, for compute roofs, the ridge point."""
+    rows = []
+    if device is not None:
+        for prec, roof in device.compute.items():
+            rows.append({"roof": prec, "kind": "compute", "value": roof.value, "unit": "FLOP/s",
+                         "ridge_flop_per_byte": device.ridge(prec), "provenance": roof.provenance,
+                         "method": roof.method, "clock": roof.clock, "dense": roof.dense})
+        for level, roof in device.memory.items():
+            rows.append({"roof": level, "kind": "memory", "value": roof.value, "unit": "B/s",
+                         "ridge_flop_per_byte": None, "provenance": roof.provenance,
+                         "method": roof.method, "clock": roof.clock, "dense": None})
+    return pd.DataFrame(rows, columns=["roof", "kind", "value", "unit", "ridge_flop_per_byte",
+                                       "provenance", "method", "clock", "dense"])

@@ -1,0 +1,108 @@
+"""The notebook / library API: ``load``, ``profile`` and saving a report with its HTML."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .device import DeviceSpec
+from .errors import UsageError
+from .report import Report
+
+
+def load(path: str | os.PathLike[str]) -> Report:
+    """A Report from a ``.perfscope`` folder, or from any profiler output perfscope imports
+    (Kineto trace, nsys SQLite / .nsys-rep, ncu report / CSV), detected from its content."""
+    from perfscope.analysis.importers import import_file
+
+    return import_file(Path(path))
+
+
+def save_with_html(report: Report, target: str | os.PathLike[str], *, force: bool = False,
+                   html: bool = True, extra_files: Mapping[str, bytes | str | Path] | None = None) -> Path:
+    """Save ``report`` atomically with ``report.html`` inside (when the HTML renderer is installed)."""
+    files: dict[str, bytes | str | Path] = dict(extra_files or {})
+    if html:
+        from perfscope.dashboard.html_report import render_html
+
+        files["report.html"] = render_html(report)
+    return report.save(Path(target), force=force, extra_files=files)
+
+
+@dataclass
+class ProfileRun:
+    """The handle ``with perfscope.profile() as run:`` gives; ``run.report`` is set on exit."""
+
+    device: str
+    collectors: tuple[str, ...]
+    report: Report | None = None
+    trace_dir: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
+            roofs: DeviceSpec | None = None, name: str = "notebook") -> Iterator[ProfileRun]:
+    """Profile the code in the ``with`` block and put the analysed Report on ``run.report``.
+
+    Args:
+        collectors: ``torch`` (torch.profiler, shapes recorded) and optionally ``nvml``
+            (GPU counters sampled in the background).
+        device: ``auto``, ``cpu`` or ``cuda``: which device's roofs classify the kernels.
+        roofs: roofs to use instead of measuring this machine's (cached) roofs.
+
+    Examples:
+        >>> import torch, perfscope
+        >>> with perfscope.profile(roofs=perfscope.device.DeviceSpec("cpu", "cpu")) as run:
+        ...     _ = torch.ones(64, 64) @ torch.ones(64, 64)
+        >>> "aten::mm" in set(run.report.kernels["name"])
+        True
+    """
+    import torch
+    from perfscope.analysis.kineto import read_kineto
+    from perfscope.collectors.roofs import device_roofs
+    from perfscope.collectors.torch_profiler import _export, start_profiler, stop_profiler
+    from perfscope.session import resolve_device
+
+    unknown = set(collectors) - {"torch", "nvml"}
+    if unknown or "torch" not in collectors:
+        raise UsageError(f"perfscope.profile() takes collectors 'torch' (required) and 'nvml', got {list(collectors)}")
+    dev = resolve_device(device)
+    spec = roofs or device_roofs(dev)
+    run = ProfileRun(device=dev, collectors=tuple(collectors))
+    sampler = _nvml_sampler() if "nvml" in collectors else None
+    if sampler is not None:
+        sampler.__enter__()
+    prof = start_profiler(dev.startswith("cuda"))
+    try:
+        yield run
+    finally:
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize()
+        stop_profiler(prof)
+        if sampler is not None:
+            sampler.__exit__(None, None, None)
+        run.trace_dir = Path(tempfile.mkdtemp(prefix="perfscope-"))
+        trace = _export(prof, run.trace_dir)
+        report = read_kineto(trace, device=spec).with_manifest(name=name)
+        if sampler is not None:
+            report = _attach_counters(report, sampler)
+        run.report = report
+
+
+def _nvml_sampler() -> Any:
+    from perfscope.collectors.nvml import NvmlSampler
+
+    return NvmlSampler()
+
+
+def _attach_counters(report: Report, sampler: Any) -> Report:
+    counters = sampler.to_frame() if hasattr(sampler, "to_frame") else sampler.frame()
+    missing = list(getattr(sampler, "unavailable_metrics", []))
+    return report.replace(counters=counters).with_manifest(
+        unavailable_metrics=report.unavailable_metrics + missing)

@@ -1,0 +1,79 @@
+"""Helpers shared by the subcommands: progress display, output paths, JSON printing."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfscope.report import REPORT_SUFFIX
+
+
+@contextmanager
+def stage_progress(total: int, *, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A progress bar over named stages (on stderr); yields the callback that advances it."""
+    if not enabled:
+        yield lambda _label: None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, file=sys.stderr, leave=False, dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}]")
+    started = False
+
+    def advance(label: str) -> None:
+        nonlocal started
+        if started:
+            bar.update(1)
+        started = True
+        bar.set_description_str(label)
+
+    try:
+        yield advance
+        bar.update(bar.total - bar.n)
+    finally:
+        bar.close()
+
+
+def default_run_dir(stem: str) -> Path:
+    """``runs/<timestamp>-<stem>.perfscope`` under the current directory."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{stem}{REPORT_SUFFIX}"
+
+
+def as_report_path(path: str | Path) -> Path:
+    """Add the ``.perfscope`` suffix to a report folder name that lacks it."""
+    p = Path(path)
+    return p if p.name.endswith(REPORT_SUFFIX) else p.with_name(p.name + REPORT_SUFFIX)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            return _clean(value.item())
+        except (ValueError, AttributeError):
+            return str(value)
+    return value
+
+
+def echo_json(payload: Any) -> None:
+    """Print ``payload`` as JSON (NaN/inf become null, numpy scalars plain numbers)."""
+    click.echo(json.dumps(_clean(payload), indent=2, default=str))
+
+
+def records(df: Any) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-ready dicts."""
+    return [_clean(r) for r in df.to_dict(orient="records")]

@@ -1,0 +1,53 @@
+"""``perfscope analyze PATH``: the summary (and findings) of a report or any profiler output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from perfscope.report import Report
+
+from ._common import echo_json, records
+
+
+def analysis_payload(report: Report, top: int) -> dict[str, Any]:
+    """The ``--json`` document: device, phases, top_kernels, requests, findings, warnings."""
+    from perfscope.analysis.serving import phase_summary, request_summary
+    from perfscope.analysis.summary import roofs_table, top_kernels
+
+    dev = report.device
+    payload: dict[str, Any] = {
+        "report": report.name,
+        "source": report.manifest.get("source"),
+        "device": None if dev is None else {"name": dev.name, "kind": dev.kind,
+                                             "roofs": records(roofs_table(dev))},
+        "phases": records(phase_summary(report)),
+        "requests": request_summary(report),
+        "top_kernels": records(top_kernels(report, top)),
+        "warnings": report.warnings,
+        "unavailable_metrics": report.unavailable_metrics,
+        "partial": bool(report.manifest.get("partial")),
+    }
+    try:
+        from perfscope.analysis.findings import run_rules
+    except ImportError:
+        return payload
+    payload["findings"] = [f.to_dict() for f in run_rules(report)]
+    return payload
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (keys: device, phases, top_kernels, findings, ...).")
+@click.option("--top", default=12, show_default=True, type=click.IntRange(min=1), help="How many kernels to list.")
+def analyze(path: str, as_json: bool, top: int) -> None:
+    """Summarise a report folder, or any trace/export perfscope can import."""
+    from perfscope.api import load
+    from perfscope.text_report import render_text
+
+    report = load(path)
+    if as_json:
+        echo_json(analysis_payload(report, top))
+    else:
+        click.echo(render_text(report, top=top), nl=False)

@@ -1,0 +1,206 @@
+"""Profiling sessions: run a workload under a collector, analyse the capture, return a Report.
+
+This is the one place (with the CLI) that crosses layers: engine -> collectors -> analysis.
+
+- :func:`profile_engine` runs the built-in reference engine (an unprofiled baseline run, then a
+  profiled one, so the profiler's overhead is measured), and adds the engine's step and
+  request records to the report.
+- :func:`profile_script` runs a Python script in-process under torch.profiler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .device import DeviceSpec
+from .errors import UnsupportedDeviceError, UsageError
+from .report import Report
+
+Progress = Callable[[str], None]
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """What to run: the built-in engine's model and workload options (``perfscope profile``)."""
+
+    model: str = "small"
+    batch: int = 1
+    prompt_len: int = 128
+    gen_len: int = 32
+    device: str = "auto"
+    dtype: str = "float32"
+    attention: str = "sdpa"
+    chunked_prefill: int | None = None
+    prefix_cache: bool = False
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    compile: bool = False
+
+    def check(self) -> None:
+        """Raise UsageError for out-of-range options (one clear line each)."""
+        for name in ("batch", "prompt_len", "gen_len"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.chunked_prefill is not None and self.chunked_prefill < 1:
+            raise UsageError(f"--chunked-prefill must be at least 1, got {self.chunked_prefill}")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.attention not in ("sdpa", "naive"):
+            raise UsageError(f"--attention must be sdpa or naive, got {self.attention!r}")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available else ``cpu``; checks that ``cuda`` exists."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UnsupportedDeviceError("--device cuda was requested but this machine has no CUDA device",
+                                     hint="use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise UsageError(f"--device must be cpu, cuda or auto, got {device!r}")
+    return device
+
+
+def _noop(_: str) -> None:
+    return None
+
+
+def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
+                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
+                   **overrides: Any) -> Report:
+    """Profile the reference engine and return its Report (not saved).
+
+    Args:
+        run: the workload; keyword ``overrides`` replace its fields.
+        progress: called with a short stage label as the run advances.
+        roofs: device roofs to classify against (default: measured once per machine, cached).
+        keep_trace_dir: where to leave the raw trace (``trace.json.gz``); a temp dir by default.
+    """
+    import torch
+
+    from perfscope.collectors.roofs import device_roofs
+    from perfscope.engine.generate import SamplingParams, build_model, generate, random_prompts
+
+    run = dataclasses.replace(run or EngineRun(), **overrides)
+    run.check()
+    say = progress or _noop
+    device = resolve_device(run.device)
+    say("measuring device roofs (once per machine)")
+    spec = roofs or device_roofs(device)
+    say(f"building model {run.model}")
+    model = build_model(run.model, device=device, dtype=getattr(torch, run.dtype),
+                        attention=run.attention, seed=run.seed)
+    prompts = random_prompts(run.batch, run.prompt_len, model.args.vocab_size, seed=run.seed)
+    sampling = SamplingParams(run.temperature, run.top_k, run.top_p, run.seed)
+    options = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache, "compile": run.compile}
+    say("warm-up")
+    generate(model, prompts, min(2, run.gen_len), sampling, **options)
+    say("unprofiled baseline run")
+    baseline = generate(model, prompts, run.gen_len, sampling, **options)
+    say("profiled run")
+    from perfscope.collectors.torch_profiler import profile_callable
+
+    trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
+    result, capture = profile_callable(lambda: generate(model, prompts, run.gen_len, sampling, **options),
+                                       trace_dir, cuda=device.startswith("cuda"))
+    say("analysing the trace")
+    report = _engine_report(run, spec, capture, result or baseline, baseline.wall_s)
+    if capture.error == "interrupted (Ctrl-C)":
+        report = report.with_manifest(partial=True)
+    return report
+
+
+def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, baseline_s: float) -> Report:
+    from perfscope.analysis.kineto import build_tables
+    from perfscope.analysis.kineto_parse import parse_trace
+    from perfscope.analysis.roofline import classify
+    from perfscope.schema import conform
+
+    trace = parse_trace(capture.trace_path)
+    tables, _ = build_tables(trace)
+    warnings = list(trace.warnings) + list(capture.warnings)
+    tables["kernels"] = classify(conform(tables["kernels"], "kernels", source=str(capture.trace_path)), spec)
+    steps, note = align_steps(result.steps, tables["ranges"])
+    if note:
+        warnings.append(note)
+    tables["steps"] = steps
+    tables["requests"] = pd.DataFrame([dataclasses.asdict(r) for r in result.requests])
+    params = {**result.params, **dataclasses.asdict(run),
+              "profiled_wall_s": result.wall_s, "unprofiled_wall_s": baseline_s,
+              "profiler_overhead_ratio": result.wall_s / baseline_s if baseline_s > 0 else None}
+    manifest = {
+        "name": f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}",
+        "source": {"kind": "engine", "path": None, "tool": "torch.profiler", "tool_version": capture.torch_version},
+        "command": list(sys.argv),
+        "device": spec.to_dict(),
+        "params": params,
+        "warnings": warnings,
+        "partial": capture.partial or trace.partial,
+    }
+    return Report.build(tables, manifest, source=str(capture.trace_path))
+
+
+def align_steps(steps: Sequence[Any], ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """The engine's step records on the trace's timeline.
+
+    The i-th ``prefill``/``decode`` range of the trace is the i-th step (the engine emits one
+    range per step, in order). When the counts differ (a partial trace), steps keep their own
+    clock shifted onto the trace's first phase range, and a note says so.
+    """
+    rows = [dataclasses.asdict(s) for s in steps]
+    df = pd.DataFrame(rows)
+    if not len(df):
+        return df, None
+    marks = ranges[ranges["name"].isin(["prefill", "decode"])].sort_values("start_ns")
+    if len(marks) == len(df) and (marks["name"].to_numpy() == df["phase"].to_numpy()).all():
+        df["start_ns"] = marks["start_ns"].to_numpy()
+        df["end_ns"] = marks["end_ns"].to_numpy()
+        note = None
+    else:
+        shift = int(marks["start_ns"].iloc[0]) - int(df["start_ns"].iloc[0]) if len(marks) else 0
+        df["start_ns"] = df["start_ns"] + shift
+        df["end_ns"] = df["end_ns"] + shift
+        note = (f"the trace has {len(marks)} prefill/decode ranges for {len(df)} engine steps; "
+                "step times come from the engine's own clock")
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return df, note
+
+
+def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progress | None = None,
+                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None) -> Report:
+    """Run a Python script in-process under torch.profiler and return its Report."""
+    from perfscope.analysis.kineto import read_kineto
+    from perfscope.collectors.roofs import device_roofs
+    from perfscope.collectors.torch_profiler import profile_callable, run_script, script_target
+
+    script_target(argv)  # validate before measuring anything
+    say = progress or _noop
+    dev = resolve_device(device)
+    say("measuring device roofs (once per machine)")
+    spec = roofs or device_roofs(dev)
+    trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
+    say("running the script under torch.profiler")
+    _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"))
+    say("analysing the trace")
+    report = read_kineto(capture.trace_path, device=spec)
+    return report.with_manifest(
+        name=Path(list(argv)[-1] if argv else "script").stem,
+        source={"kind": "torch-script", "path": None, "tool": "torch.profiler", "tool_version": capture.torch_version},
+        command=list(argv), partial=capture.partial,
+        warnings=report.warnings + capture.warnings,
+        params={**report.params, "profiled_wall_s": capture.wall_s},
+    )

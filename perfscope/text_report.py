@@ -1,0 +1,152 @@
+"""The terminal summary of a Report: device roofs, phases, requests, top kernels, findings.
+
+``render_text(report) -> str`` is pure (no printing), so the CLI prints it and tests read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .report import Report
+
+
+def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(v):
+        return "-"
+    return f"{v / scale:,.{digits}f}"
+
+
+def si(value: Any, unit: str) -> str:
+    """``1.23e12, 'FLOP/s'`` -> ``1.23 TFLOP/s``; missing -> ``-``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(v):
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= factor:
+            return f"{v / factor:.3g} {prefix}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "  ") -> str:
+    """A plain left/right aligned text table (numbers right-aligned)."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row)]
+
+    def fmt(cells: Sequence[str]) -> str:
+        parts = []
+        for i, (c, w) in enumerate(zip(cells, widths)):
+            numeric = i > 0 and (c[:1].isdigit() or c[:1] in "-+.") and c != "-" or c == "-"
+            parts.append(c.rjust(w) if numeric else c.ljust(w))
+        return indent + "  ".join(parts).rstrip()
+
+    return "\n".join([fmt(headers)] + [fmt(r) for r in rows])
+
+
+def _clip(text: Any, width: int) -> str:
+    s = str(text) if text is not None and not (isinstance(text, float) and math.isnan(text)) else "-"
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _device_lines(report: Report) -> list[str]:
+    from perfscope.analysis.summary import roofs_table
+
+    dev = report.device
+    if dev is None:
+        return ["device: unknown (no roofs: every bound is 'unknown')"]
+    lines = [f"device: {dev.name} ({dev.kind})"]
+    roofs = roofs_table(dev)
+    if not len(roofs):
+        lines.append("  roofs: none known (bound is 'unknown' for every kernel)")
+    for _, r in roofs.iterrows():
+        unit = "FLOP/s" if r["kind"] == "compute" else "B/s"
+        ridge = f", ridge {r['ridge_flop_per_byte']:.1f} FLOP/B" if r["kind"] == "compute" and r["ridge_flop_per_byte"] else ""
+        clock = f", clock {r['clock']}" if r["clock"] else ""
+        lines.append(f"  {r['roof']:<5} {si(r['value'], unit):>14}  {r['provenance']}: {r['method']}{clock}{ridge}")
+    return lines
+
+
+def _phase_lines(report: Report) -> list[str]:
+    from perfscope.analysis.serving import phase_summary
+
+    ph = phase_summary(report)
+    if not len(ph):
+        return []
+    rows = [[str(r["phase"]), str(r["steps"]), str(r["tokens"]), _num(r["wall_s"], 1e-3, 1),
+             _num(r["tokens_per_s"], 1, 1), si(r["achieved_flops_per_s"], "FLOP/s"), _num(r["mfu"] * 100, 1, 1),
+             si(r["achieved_bytes_per_s"], "B/s"), _num(r["mbu"] * 100, 1, 1)] for _, r in ph.iterrows()]
+    head = ["phase", "steps", "tokens", "wall ms", "tok/s", "achieved", "MFU %", "bytes/s", "MBU %"]
+    return ["phases:", table(head, rows)]
+
+
+def _request_lines(report: Report) -> list[str]:
+    from perfscope.analysis.serving import request_summary
+
+    s = request_summary(report)
+    if not s:
+        return []
+    return [
+        f"requests: {int(s['requests'])}, {int(s['prompt_tokens'])} prompt + {int(s['output_tokens'])} output tokens",
+        f"  TTFT mean {_num(s['ttft_s_mean'], 1e-3)} ms (p99 {_num(s['ttft_s_p99'], 1e-3)})   "
+        f"TPOT mean {_num(s['tpot_s_mean'], 1e-3)} ms (p99 {_num(s['tpot_s_p99'], 1e-3)})   "
+        f"ITL mean {_num(s['itl_s_mean'], 1e-3)} ms   E2E mean {_num(s['e2e_s_mean'], 1, 3)} s",
+        f"  throughput {_num(s['throughput_tokens_per_s'])} tok/s (system), "
+        f"{_num(s['user_tokens_per_s'])} tok/s per user",
+    ]
+
+
+def _kernel_lines(report: Report, n: int) -> list[str]:
+    from perfscope.analysis.summary import top_kernels
+
+    top = top_kernels(report, n)
+    if not len(top):
+        return ["kernels: none recorded"]
+    rows = [[str(i + 1), _clip(r["name"], 46), str(int(r["count"])), _num(r["duration_ns"], 1e6, 2),
+             _num(r["share_pct"], 1, 1), _num(r["arith_intensity"], 1, 2), si(r["achieved_flops_per_s"], "FLOP/s"),
+             str(r["bound"]), _num(r["pct_of_roof"], 1, 1), _clip(r.get("phase"), 8)]
+            for i, (_, r) in enumerate(top.iterrows())]
+    kind = "CPU operators" if (report.kernels["device"] == "cpu").all() else "kernels"
+    head = ["#", "name", "calls", "total ms", "% time", "FLOP/B", "achieved", "bound", "% roof", "phase"]
+    return [f"top {kind} by total time:", table(head, rows)]
+
+
+def _finding_lines(report: Report, n: int = 5) -> list[str]:
+    try:
+        from perfscope.analysis.findings import run_rules
+    except ImportError:
+        return []
+    found = run_rules(report)[:n]
+    if not found:
+        return []
+    lines = ["findings (most time at stake first):"]
+    for f in found:
+        stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
+        lines.append(f"  [{f.severity}] {f.title}{stake}")
+        lines.append(f"      -> {f.recommendation}")
+    return lines
+
+
+def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
+    """The terminal summary of ``report``."""
+    src = report.manifest.get("source") or {}
+    head = f"perfscope report: {report.name}"
+    if src.get("kind"):
+        head += f"   (source: {src.get('kind')}, {src.get('tool') or '?'} {src.get('tool_version') or ''})".rstrip()
+    if report.manifest.get("partial"):
+        head += "   [PARTIAL]"
+    sections = [[head], _device_lines(report), _phase_lines(report), _request_lines(report),
+                _kernel_lines(report, top)]
+    if findings:
+        sections.append(_finding_lines(report))
+    if report.warnings:
+        sections.append(["warnings:"] + [f"  - {w}" for w in report.warnings])
+    return "\n".join("\n".join(s) for s in sections if s) + "\n"
