@@ -92,8 +92,15 @@ class Collector(Protocol[OptionsT_contra]):
         options_type: the frozen options dataclass ``command`` and ``collect`` take.
     """
 
-    name: str
-    options_type: type
+    @property
+    def name(self) -> str:
+        """Registry name, also the CLI's ``--collector`` choice."""
+        ...
+
+    @property
+    def options_type(self) -> type:
+        """The frozen options dataclass ``command`` and ``collect`` take."""
+        ...
 
     def is_available(self) -> bool:
         """True when the profiler can run here (tool on PATH, driver library loadable)."""

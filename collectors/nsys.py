@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import time
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,9 +110,13 @@ def report_path(output_base: Path) -> Path:
     return output_base.with_name(output_base.name + REPORT_SUFFIXES[0])
 
 
+def _echo(line: str) -> None:
+    sys.stderr.write(line)
+
+
 def stderr_echo(enabled: bool) -> Callable[[str], None] | None:
-    """The stderr streaming callback collectors pass to ``run_tool``."""
-    return sys.stderr.write if enabled else None
+    """The stderr streaming callback collectors pass to ``run_tool`` (None: capture only)."""
+    return _echo if enabled else None
 
 
 class NsysCollector:

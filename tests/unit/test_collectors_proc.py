@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from perfscope.collectors._proc import (
     CompletedRun,
     fresh_file,
@@ -20,6 +19,7 @@ from perfscope.collectors._proc import (
     run_profiler,
     run_tool,
 )
+
 from perfscope.errors import CollectorError, ToolNotFoundError
 
 

@@ -22,10 +22,9 @@ from typing import Any
 import pandas as pd
 import pynvml
 import pytest
-
-from perfscope.collectors import CaptureInterrupted, NvmlCollector, NvmlOptions, NvmlSampler
-from perfscope.collectors import nvml
+from perfscope.collectors import CaptureInterrupted, NvmlCollector, NvmlOptions, NvmlSampler, nvml
 from perfscope.collectors.nvml import METRICS, NvmlSource, counters_frame, visible_devices
+
 from perfscope.errors import ToolNotFoundError, UsageError
 from perfscope.schema import column_names
 
@@ -111,10 +110,9 @@ def test_counters_frame_converts_perf_counter_to_epoch() -> None:
 def test_thread_stops_cleanly_when_the_body_raises() -> None:
     source = ScriptedSource()
     sampler = NvmlSampler(rate_hz=50, source=source)
-    with pytest.raises(ValueError, match="model diverged"):
-        with sampler:
-            _wait_reads(source, 2)
-            raise ValueError("model diverged")
+    with pytest.raises(ValueError, match="model diverged"), sampler:
+        _wait_reads(source, 2)
+        raise ValueError("model diverged")
     assert source.closed and sampler._thread is None
     assert len(sampler.to_frame()) == source.reads
 
