@@ -151,11 +151,23 @@ def _stderr_sink(
     return sink
 
 
+def _stdin_is_tty() -> bool:
+    try:
+        return os.isatty(0)
+    except OSError:
+        return False
+
+
 def _spawn(
     argv: list[str], cwd: str | Path | None, env: Mapping[str, str] | None, capture_stdout: bool
 ) -> subprocess.Popen[str]:
+    # The child gets its own process group (so a timeout can stop all it started); a
+    # background group that reads the terminal would be stopped by SIGTTIN and hang, so a
+    # terminal stdin is replaced by /dev/null (pipes and files are passed through).
+    stdin = subprocess.DEVNULL if _stdin_is_tty() else None
     return subprocess.Popen(
         argv,
+        stdin=stdin,
         cwd=cwd,
         env=dict(env) if env is not None else None,
         stdout=subprocess.PIPE if capture_stdout else None,

@@ -155,7 +155,7 @@ class NsysCollector:
         if options.export_sqlite:
             sqlite = base.with_name(base.name + ".sqlite")
             export = export_command(report, sqlite)
-            run_tool(export, timeout_s=EXPORT_TIMEOUT_S)
+            _export(export, report)
             files.insert(0, sqlite)
             commands.append(tuple(export))
         capture = RawCapture(
@@ -166,6 +166,15 @@ class NsysCollector:
         if outcome.interrupted:
             raise CaptureInterrupted(capture)
         return capture
+
+
+def _export(cmd: Sequence[str], report: Path) -> None:
+    try:
+        run_tool(cmd, timeout_s=EXPORT_TIMEOUT_S)
+    except CollectorError as exc:
+        raise CollectorError("nsys", exc.cmd, exc.returncode, exc.stderr_tail,
+                             hint=f"the report is kept at {report}; open it in Nsight Systems "
+                             "or retry the export with a newer nsys") from None
 
 
 def _written_report(base: Path, cmd: Sequence[str], since: float) -> Path:
