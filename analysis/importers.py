@@ -45,9 +45,13 @@ def _head(path: Path) -> bytes:
         head = fh.read(SNIFF_BYTES)
     if head[:2] == b"\x1f\x8b":
         try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_BYTES)
+            data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_BYTES)
         except zlib.error:
-            raise InputFormatError(path, "damaged gzip data", hint="re-export or re-download the file") from None
+            data = b""
+        if not data:
+            raise InputFormatError(path, "damaged or truncated gzip data",
+                                   hint="re-export or re-download the file")
+        return data
     return head
 
 

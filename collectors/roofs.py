@@ -2,8 +2,9 @@
 
 - Compute roof per dtype: a large square matmul (``torch.mm``), best of several runs,
   FLOPs = 2·N³ (the same convention as the cost model).
-- Memory roof: a large streaming copy (``dst.copy_(src)`` on tensors far bigger than the
-  caches), best of several runs, bytes = read + write (the STREAM "copy" convention).
+- Memory roof: the fastest of three streaming kernels on tensors far bigger than the caches
+  (a copy counting read + write bytes, a sum, and a matrix-vector product reading the matrix,
+  which is decode's access pattern), best of several runs each.
 
 On CUDA the same is done with torch on the GPU (bf16/fp16/tf32/fp32); a datasheet figure is the
 labelled fallback for anything that could not be measured. Results are cached as JSON under
@@ -69,12 +70,26 @@ def _matmul_roof(torch: Any, dtype: Any, n: int, device: str, sync: Callable[[],
     return 2.0 * n**3 / seconds, f"torch.mm {n}x{n}x{n} {str(dtype).removeprefix('torch.')}, best of {repeats}"
 
 
-def _copy_roof(torch: Any, nbytes: int, device: str, sync: Callable[[], None], repeats: int) -> tuple[float, str]:
+def _bandwidth_roof(torch: Any, nbytes: int, device: str, sync: Callable[[], None],
+                    repeats: int) -> tuple[float, str]:
+    """Best of three streaming kernels on ``nbytes`` of float32, far larger than the caches:
+    a copy (bytes = read + write), a sum (read) and a matrix-vector product (read of the matrix,
+    decode's access pattern). The roof is the fastest; the method names which one it was."""
     n = nbytes // 4
     src = torch.ones(n, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
-    seconds = _best_seconds(lambda: dst.copy_(src), sync, repeats)
-    return 2.0 * n * 4 / seconds, f"copy of {nbytes >> 20} MiB float32, read + write bytes, best of {repeats}"
+    cols = 4096
+    mat = src.view(n // cols, cols)
+    vec = torch.ones(cols, device=device, dtype=torch.float32)
+    kernels = {
+        "copy (read + write)": (lambda: dst.copy_(src), 2.0 * n * 4),
+        "sum (read)": (lambda: src.sum(), 1.0 * n * 4),
+        "matrix-vector product (read)": (lambda: torch.mv(mat, vec), 1.0 * n * 4),
+    }
+    rates = {name: moved / _best_seconds(fn, sync, repeats) for name, (fn, moved) in kernels.items()}
+    best = max(rates, key=lambda k: rates[k])
+    others = ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in rates.items() if k != best)
+    return rates[best], f"{best} of {nbytes >> 20} MiB float32, best of {repeats} (others: {others})"
 
 
 def measure_cpu(*, repeats: int = REPEATS, sizes: dict[str, int] | None = None,
@@ -89,7 +104,7 @@ def measure_cpu(*, repeats: int = REPEATS, sizes: dict[str, int] | None = None,
     for prec, n in sizes.items():
         value, method = _matmul_roof(torch, dtypes[prec], n, "cpu", lambda: None, repeats)
         compute[prec] = Roof(value, "measured", f"{method}, {threads} threads", clock="as running")
-    bw, method = _copy_roof(torch, copy_bytes, "cpu", lambda: None, repeats)
+    bw, method = _bandwidth_roof(torch, copy_bytes, "cpu", lambda: None, repeats)
     memory = {"dram": Roof(bw, "measured", f"{method}, {threads} threads", clock="as running")}
     return DeviceSpec(
         name=cpu_model(), kind="cpu", compute=compute, memory=memory,
@@ -117,7 +132,7 @@ def measure_cuda(index: int = 0, *, repeats: int = REPEATS) -> DeviceSpec:
                                  clock="as running", dense=True if prec != "fp32" else None)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
-    bw, method = _copy_roof(torch, CUDA_COPY_BYTES, dev, sync, repeats)
+    bw, method = _bandwidth_roof(torch, CUDA_COPY_BYTES, dev, sync, repeats)
     spec = DeviceSpec(
         name=props.name, kind="cuda", compute=compute,
         memory={"dram": Roof(bw, "measured", method, clock="as running")},

@@ -1,0 +1,208 @@
+"""The Kineto reader on real traces, checked against direct computations on the same JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.importers import detect_format, import_file
+from perfscope.analysis.kineto import parse_copy_name, read_kineto, short_kernel_name
+from perfscope.errors import InputFormatError
+from perfscope.report import Report
+
+K = "kineto"
+QWEN = f"{K}/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+A100 = f"{K}/hta_negative_queue_length_values_check__rank0.json.gz"
+OLD = f"{K}/kineto_resnet50_v100_2021.pt.trace.json.gz"
+CPU_ONLY = f"{K}/hta_rank_non_gpu__rank_non_gpu.json.gz"
+
+
+def load_json(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+def events(doc, *cats):
+    evs = doc["traceEvents"] if isinstance(doc, dict) else doc
+    return [e for e in evs if e.get("cat") in cats and e.get("ph", "X") == "X" and "dur" in e]
+
+
+def _kineto_fixtures() -> list[str]:
+    import os
+
+    roots = [Path(os.environ["PERFSCOPE_FIXTURES"])] if os.environ.get("PERFSCOPE_FIXTURES") else []
+    here = Path(__file__).resolve().parents[2]
+    roots += [here.parent / "shared" / "fixtures", here / "shared" / "fixtures"]
+    for root in roots:
+        if (root / K).is_dir():
+            return sorted(f"{K}/{p.name}" for p in (root / K).iterdir())
+    return [QWEN]
+
+
+@pytest.mark.parametrize("rel", _kineto_fixtures())
+def test_every_kineto_fixture_imports_with_exact_kernel_counts_and_times(fixtures_dir, rel):
+    path = fixtures_dir / rel
+    doc = load_json(path)
+    kernels = events(doc, "kernel", "Kernel")
+    report = import_file(path)
+    assert isinstance(report, Report)
+    k = report.kernels
+    if kernels:
+        assert len(k) == len(kernels)
+        expected = defaultdict(int)
+        for e in kernels:
+            expected[e["name"]] += int(round(e["dur"] * 1000))
+        got = k.groupby("name")["duration_ns"].sum().to_dict()
+        assert got == dict(expected)
+        assert (k["device"].str.startswith("cuda:")).all()
+    else:
+        assert (k["device"] == "cpu").all()
+        assert any("no GPU kernel events" in w for w in report.warnings)
+    assert (k["duration_ns"] >= 0).all()
+    # missing stays missing: no kernel has FLOPs without bytes or a source
+    assert (k["flops"].notna() == k["flops_source"].notna()).all()
+
+
+def test_relative_timestamps_use_base_time(fixtures_dir):
+    doc = load_json(fixtures_dir / QWEN)
+    base = doc["baseTimeNanoseconds"]
+    first = min(e["ts"] for e in events(doc, "kernel"))
+    k = read_kineto(fixtures_dir / QWEN).kernels
+    assert k["start_ns"].min() == base + int(round(first * 1000))
+
+
+def test_kernels_inherit_their_launching_op_and_its_analytic_cost(fixtures_dir):
+    doc = load_json(fixtures_dir / QWEN)
+    ops = {e["args"]["External id"]: e for e in events(doc, "cpu_op")}
+    launch = {e["args"]["correlation"]: e for e in events(doc, "cuda_runtime", "cuda_driver")}
+    k = read_kineto(fixtures_dir / QWEN).kernels.set_index("correlation")
+    checked = 0
+    for e in events(doc, "kernel"):
+        rt = launch.get(e["args"]["correlation"])
+        op = ops.get(rt["args"].get("External id")) if rt else None
+        if not op or op["name"] != "aten::mm":
+            continue
+        (m, kk), (_, n) = op["args"]["Input Dims"][:2]
+        row = k.loc[e["args"]["correlation"]]
+        assert row["op"] == "aten::mm"
+        assert row["flops"] == pytest.approx(2.0 * m * n * kk)
+        assert row["flops_source"] == "analytic"
+        checked += 1
+    assert checked > 50
+    assert (k["bound"].isin(["memory", "compute"])).sum() > 1000
+
+
+def test_kernels_without_a_launch_record_stay_unknown(fixtures_dir):
+    doc = load_json(fixtures_dir / QWEN)
+    launched = {e["args"]["correlation"] for e in events(doc, "cuda_runtime", "cuda_driver")}
+    orphans = sum(1 for e in events(doc, "kernel") if e["args"]["correlation"] not in launched)
+    k = read_kineto(fixtures_dir / QWEN).kernels
+    assert orphans > 0
+    assert k["op"].isna().sum() >= orphans
+    assert (k.loc[k["op"].isna(), "bound"] == "unknown").all()
+
+
+def test_transfers_match_the_json(fixtures_dir):
+    doc = load_json(fixtures_dir / A100)
+    copies = events(doc, "gpu_memcpy")
+    sets = events(doc, "gpu_memset")
+    t = read_kineto(fixtures_dir / A100).transfers
+    assert len(t) == len(copies) + len(sets)
+    assert int(t["bytes"].sum()) == sum(e["args"]["bytes"] for e in copies + sets)
+    assert (t["kind"] == "memset").sum() == len(sets)
+    kinds = defaultdict(int)
+    for e in copies:
+        kinds[e["name"].split()[1]] += 1
+    assert t[t["kind"] != "memset"]["kind"].value_counts().to_dict() == dict(kinds)
+
+
+def test_2021_capitalised_categories(fixtures_dir):
+    doc = load_json(fixtures_dir / OLD)
+    r = read_kineto(fixtures_dir / OLD)
+    assert len(r.kernels) == len(events(doc, "Kernel"))
+    assert len(r.transfers) == len(events(doc, "Memcpy", "Memset"))
+    assert len(r.api) == len(events(doc, "Runtime"))
+    assert r.kernels["op"].notna().mean() > 0.5
+
+
+def test_cpu_only_trace_rows_are_non_overlapping_operators(fixtures_dir):
+    r = read_kineto(fixtures_dir / CPU_ONLY)
+    k = r.kernels
+    assert len(k) and (k["device"] == "cpu").all()
+    for _, g in k.groupby("thread"):
+        g = g.sort_values("start_ns")
+        assert (g["start_ns"].to_numpy()[1:] >= g["end_ns"].to_numpy()[:-1]).all()
+    assert k["flops"].notna().any()
+
+
+def test_copy_names_and_short_kernel_names():
+    assert parse_copy_name("Memcpy HtoD (Pageable -> Device)") == ("HtoD", "Pageable", "Device", False)
+    assert parse_copy_name("Memcpy DtoH (Device -> Pinned)") == ("DtoH", "Device", "Pinned", True)
+    assert parse_copy_name("Memset (Device)")[0] == "memset"
+    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, Foo<int> >(int, Bar)") == \
+        "vectorized_elementwise_kernel"
+    assert short_kernel_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == \
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+
+
+# --------------------------------------------------------------------------- bad input
+def test_truncated_trace_keeps_what_was_read(fixtures_dir, tmp_path):
+    raw = gzip.open(fixtures_dir / A100).read()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: len(raw) // 2])
+    r = import_file(cut)
+    assert r.manifest["partial"] is True
+    assert any("truncated" in w for w in r.warnings)
+    assert 0 < len(r.kernels) < len(events(json.loads(raw), "kernel"))
+
+
+def test_truncated_gzip_keeps_what_was_read(fixtures_dir, tmp_path):
+    data = (fixtures_dir / A100).read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    r = import_file(cut)
+    assert r.manifest["partial"] is True and len(r.kernels) > 0
+
+
+@pytest.mark.parametrize("content,match", [
+    (b"", "is empty"),
+    (b'{"hello": "world"}', "not a trace"),
+    (b"\x00\x01\x02garbage", "not recognised"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, ', "damaged or truncated"),
+    (b"\x1f\x8b\x08\x00garbage", "damaged|truncated"),
+])
+def test_bad_input_gives_one_clear_error(tmp_path, content, match):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(InputFormatError, match=match) as info:
+        import_file(path)
+    assert str(path) in str(info.value)
+
+
+def test_odd_names_survive_the_round_trip(tmp_path):
+    evs = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": i * 10, "dur": 5,
+            "args": {"External id": i}} for i, name in enumerate(
+        ["aten::mm", "<script>alert(1)</script>", "名前", "bad\ud800surrogate", "x" * 5000])]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    r = import_file(path)
+    saved = Report.load(r.save(tmp_path / "odd.perfscope"))
+    assert "<script>alert(1)</script>" in set(saved.kernels["name"])
+    assert "名前" in set(saved.kernels["name"])
+    assert len(saved.kernels) == 5
+
+
+def test_detect_format_by_content_not_extension(fixtures_dir, tmp_path):
+    renamed = tmp_path / "trace.bin"
+    renamed.write_bytes((fixtures_dir / QWEN).read_bytes())
+    assert detect_format(renamed) == "kineto"
+    assert detect_format(fixtures_dir / "nsys" / "aws_t4_softmax.sqlite") == "nsys-sqlite"
+    assert detect_format(fixtures_dir / "ncu" / "esmm_a10g_roofline_set.ncu-rep") == "ncu-rep"
+    assert detect_format(fixtures_dir / "ncu" / "esmm_a10g_roofline_metrics.csv") == "ncu-csv"
