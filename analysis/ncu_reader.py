@@ -1,0 +1,159 @@
+"""Nsight Compute results (``.ncu-rep`` through the ``ncu-report`` package, or ``ncu --csv``)
+to a classified Report.
+
+One kernel row per profiled launch, with measured FLOPs (per precision and in total), DRAM
+bytes, speed-of-light percentages, occupancy and the top warp-stall reasons (columns listed
+in :data:`perfscope.analysis.ncu_metrics.EXTRA_METRICS` plus ``flops_fp64/fp32/fp16``,
+``stall_top{1,2,3}`` and ``stall_top{1,2,3}_ratio``, ``ncu_id``). Roofs come from the report's
+own peak metrics x clocks (provenance ``report``), else from the datasheet table.
+
+ncu replays each kernel alone, so there is no timeline: launches are laid end to end in
+profiling order (``start_ns`` = sum of the earlier durations). A launch whose duration was
+not collected cannot sit on that timeline; it is left out of the kernel table and named in
+the warnings, ``unavailable_metrics`` and ``params["launches_without_duration"]``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.datasheets import datasheet_spec
+from perfscope.device import DeviceSpec
+from perfscope.errors import InputFormatError, ToolNotFoundError
+from perfscope.report import Report
+from perfscope.schema import conform
+
+from .ncu_csv import read_csv_launches, unit_scale
+from .ncu_metrics import (
+    EXTRA_METRICS,
+    FLOP_CONVENTION,
+    Launch,
+    device_name,
+    launch_row,
+    roofs_spec,
+    short_name_of,
+)
+from .roofline import classify
+
+REP_HINT = "re-open it in Nsight Compute to check it, or re-profile; ncu writes .ncu-rep with --export"
+NUMERIC_EXTRAS = (*EXTRA_METRICS, "flops_fp64", "flops_fp32", "flops_fp16",
+                  "stall_top1_ratio", "stall_top2_ratio", "stall_top3_ratio")
+KEY_COLUMNS = {"duration_ns": "gpu__time_duration.sum", "flops": "SASS FP instruction counters",
+               "dram_bytes": "dram__bytes", "achieved_occupancy_pct": "sm__warps_active",
+               "sm_throughput_pct": "sm__throughput"}
+
+
+def read_ncu_rep(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
+    """Read an Nsight Compute report with the ``ncu-report`` Python package.
+
+    Raises:
+        ToolNotFoundError: the ``ncu-report`` package is not installed.
+        InputFormatError: missing, damaged or empty report.
+    """
+    try:
+        import ncu_report  # type: ignore[import-not-found]
+    except ImportError:
+        raise ToolNotFoundError(
+            "ncu-report (Python package)",
+            "install it with `pip install ncu-report` (or `pip install perfscope[ncu]`); no Nsight "
+            "Compute install is needed") from None
+    try:
+        ctx = ncu_report.load_report(str(path))
+    except Exception as exc:  # the SWIG binding raises plain RuntimeError/FileNotFoundError
+        raise InputFormatError(path, f"cannot be loaded by ncu_report ({exc})", hint=REP_HINT) from None
+    launches = _actions(ncu_report, ctx)
+    if not launches:
+        raise InputFormatError(path, "holds no profiled kernel results (empty, truncated or not an "
+                               "Nsight Compute report)", hint=REP_HINT)
+    tool = {"kind": "ncu-rep", "tool": "ncu", "tool_version": None,
+            "reader": f"ncu_report {ctx.get_version()}" if hasattr(ctx, "get_version") else "ncu_report"}
+    return _build(path, launches, [], tool, device)
+
+
+def read_ncu_csv(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
+    """Read ``ncu --csv`` output (details/long or ``--page raw``/wide)."""
+    launches, warnings, shape = read_csv_launches(path)
+    tool = {"kind": "ncu-csv", "tool": "ncu", "tool_version": None, "csv_shape": shape}
+    return _build(path, launches, warnings, tool, device)
+
+
+# ------------------------------------------------------------------------------ .ncu-rep
+def _actions(ncu_report: Any, ctx: Any) -> list[Launch]:
+    launches = []
+    for r in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            launches.append(_action(ncu_report, rng.action_by_idx(a), len(launches)))
+    return launches
+
+
+def _action(ncu_report: Any, action: Any, index: int) -> Launch:
+    string_kind = ncu_report.IMetric.ValueKind_STRING
+    metrics: dict[str, float | str] = {}
+    for name in action.metric_names():
+        if ":" in name:  # "breakdown:..." and "regex:..." are groupings, not values
+            continue
+        metric = action.metric_by_name(name)
+        if metric is None or not metric.has_value():
+            continue
+        if metric.kind() == string_kind:
+            metrics[name] = metric.as_string()
+            continue
+        value = metric.as_double()
+        if math.isfinite(value):
+            metrics[name] = value * unit_scale(metric.unit())
+    name = action.name(ncu_report.IAction.NameBase_DEMANGLED) or action.name()
+    return Launch(id=index, name=name, short_name=action.name() or short_name_of(name), metrics=metrics)
+
+
+# ------------------------------------------------------------------------------ report
+def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: dict[str, Any],
+           device: DeviceSpec | None) -> Report:
+    rows = pd.DataFrame([launch_row(x) for x in launches])
+    for column in NUMERIC_EXTRAS:
+        rows[column] = pd.to_numeric(rows[column], errors="coerce").astype("float64")
+    untimed = rows["duration_ns"].isna()
+    dropped = [{"ncu_id": int(i), "name": n} for i, n in zip(rows.loc[untimed, "ncu_id"], rows.loc[untimed, "name"])]
+    if dropped:
+        names = ", ".join(f"{i} ({n})" for i, n in zip(rows.loc[untimed, "ncu_id"], rows.loc[untimed, "short_name"]))
+        warnings.append(f"{len(dropped)} launch(es) without gpu__time_duration.sum left out of the "
+                        f"kernel table (ncu collected no values for them): {names}")
+    kernels = _timeline(rows.loc[~untimed].reset_index(drop=True))
+    name = device_name(launches)
+    spec, roof_warnings = (device, []) if device else roofs_spec(name, launches, datasheet_spec(name))
+    warnings += roof_warnings
+    kernels = classify(conform(kernels, "kernels", source=str(path)), spec)
+    manifest = {
+        "name": Path(path).stem,
+        "source": {"kind": tool.pop("kind"), "path": str(path), "tool": tool.pop("tool"),
+                   "tool_version": tool.pop("tool_version")},
+        "device": spec.to_dict() if spec else None,
+        "params": {**tool, "flop_convention": FLOP_CONVENTION, "launches": len(launches),
+                   "timeline": "serialized: ncu profiles each launch alone; start_ns is the sum "
+                               "of the earlier durations",
+                   "launches_without_duration": dropped},
+        "warnings": warnings,
+        "unavailable_metrics": _unavailable(rows),
+        "partial": bool(dropped),
+    }
+    return Report.build({"kernels": kernels}, manifest, source=str(path))
+
+
+def _timeline(rows: pd.DataFrame) -> pd.DataFrame:
+    duration = rows["duration_ns"].round().astype("int64") if len(rows) else rows["duration_ns"]
+    end = np.cumsum(duration.to_numpy())
+    rows["duration_ns"] = duration
+    rows["start_ns"] = end - duration.to_numpy()
+    rows["end_ns"] = end
+    return rows
+
+
+def _unavailable(rows: pd.DataFrame) -> list[str]:
+    """Key columns missing for at least one launch, with the metric that would fill them."""
+    return [f"{col} ({metric})" for col, metric in KEY_COLUMNS.items()
+            if col in rows and rows[col].isna().any()]
