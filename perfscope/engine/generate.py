@@ -241,8 +241,9 @@ def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: 
             logits = prefill(model, slots.tokens[:rows, lo:hi], input_pos, slots.pos[:rows, lo:hi], mask)
             shared = rows == 1 and n_rows > 1 and hi == slots.prefix
             if shared:
-                for layer in model.layers:
-                    layer.attention.kv_cache.share_prefix(slots.prefix, n_rows)
+                for attn in model.attentions():
+                    assert attn.kv_cache is not None
+                    attn.kv_cache.share_prefix(slots.prefix, n_rows)
             if i == len(spans) - 1:
                 token = sample(logits, sampling, gen)
         in_use = n_rows if shared or rows == n_rows else rows

@@ -71,18 +71,18 @@ class ModelArgs:
 _LLAMA3_SCALING = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 8192}
 CONFIGS: dict[str, dict[str, Any]] = {
-    "tiny": dict(vocab_size=512, n_layer=2, n_head=4, n_kv_head=2, dim=64, intermediate_size=128,
-                 max_seq_len=512),
-    "small": dict(vocab_size=32000, n_layer=12, n_head=12, n_kv_head=4, dim=768,
-                  intermediate_size=2048, max_seq_len=4096),
-    "qwen2.5-0.5b": dict(vocab_size=151936, n_layer=24, n_head=14, n_kv_head=2, dim=896,
-                         intermediate_size=4864, max_seq_len=32768, rope_theta=1e6, norm_eps=1e-6,
-                         qkv_bias=True, tie_embeddings=True),
-    "llama-3.2-1b": dict(vocab_size=128256, n_layer=16, n_head=32, n_kv_head=8, dim=2048,
-                         intermediate_size=8192, max_seq_len=131072, rope_theta=500000.0,
-                         rope_scaling={**_LLAMA3_SCALING, "factor": 32.0}, tie_embeddings=True),
-    "llama-3-8b": dict(vocab_size=128256, n_layer=32, n_head=32, n_kv_head=8, dim=4096,
-                       intermediate_size=14336, max_seq_len=8192, rope_theta=500000.0),
+    "tiny": {"vocab_size": 512, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "dim": 64,
+             "intermediate_size": 128, "max_seq_len": 512},
+    "small": {"vocab_size": 32000, "n_layer": 12, "n_head": 12, "n_kv_head": 4, "dim": 768,
+              "intermediate_size": 2048, "max_seq_len": 4096},
+    "qwen2.5-0.5b": {"vocab_size": 151936, "n_layer": 24, "n_head": 14, "n_kv_head": 2, "dim": 896,
+                     "intermediate_size": 4864, "max_seq_len": 32768, "rope_theta": 1e6, "norm_eps": 1e-6,
+                     "qkv_bias": True, "tie_embeddings": True},
+    "llama-3.2-1b": {"vocab_size": 128256, "n_layer": 16, "n_head": 32, "n_kv_head": 8, "dim": 2048,
+                     "intermediate_size": 8192, "max_seq_len": 131072, "rope_theta": 500000.0,
+                     "rope_scaling": {**_LLAMA3_SCALING, "factor": 32.0}, "tie_embeddings": True},
+    "llama-3-8b": {"vocab_size": 128256, "n_layer": 32, "n_head": 32, "n_kv_head": 8, "dim": 4096,
+                   "intermediate_size": 14336, "max_seq_len": 8192, "rope_theta": 500000.0},
 }
 
 
@@ -143,6 +143,9 @@ class Linear(nn.Linear):
 
 
 class KVCache(nn.Module):
+    k_cache: Tensor
+    v_cache: Tensor
+
     def __init__(self, max_batch_size: int, max_seq_len: int, n_kv_head: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
         super().__init__()
@@ -261,6 +264,9 @@ class Transformer(nn.Module):
         self.rope_sin: Tensor | None = None
         self._param_bytes: int | None = None
 
+    def attentions(self) -> list[Attention]:
+        return [layer.attention for layer in self.layers]  # type: ignore[union-attr,misc]
+
     @property
     def device(self) -> torch.device:
         return self.tok_embeddings.weight.device
@@ -271,8 +277,8 @@ class Transformer(nn.Module):
 
     def set_attention(self, impl: str) -> None:
         self.args = self.args.with_(attention=impl)
-        for layer in self.layers:
-            layer.attention.attend = sdpa_attention if impl == "sdpa" else naive_attention
+        for attn in self.attentions():
+            attn.attend = sdpa_attention if impl == "sdpa" else naive_attention
 
     def setup_caches(self, max_batch_size: int, max_seq_len: int) -> None:
         if max_seq_len > self.args.max_seq_len:
@@ -281,8 +287,8 @@ class Transformer(nn.Module):
             return
         a, dev, dt = self.args, self.device, self.dtype
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
-        for layer in self.layers:
-            layer.attention.kv_cache = KVCache(max_batch_size, max_seq_len, a.n_kv_head, a.head_dim, dt, dev)
+        for attn in self.attentions():
+            attn.kv_cache = KVCache(max_batch_size, max_seq_len, a.n_kv_head, a.head_dim, dt, dev)
         self.rope_cos, self.rope_sin = rope_tables(a, max_seq_len, dev, dt)
 
     def forward(self, idx: Tensor, input_pos: Tensor, pos_ids: Tensor | None = None,

@@ -137,7 +137,7 @@ def tensor_files(folder: Path) -> dict[str, Path]:
     single = folder / SINGLE_FILE
     if not single.is_file():
         raise CheckpointError(folder, f"neither {SINGLE_FILE} nor {INDEX_FILE} found", hint=_SAVE_HINT)
-    return {name: single for name in _open(single).keys()}
+    return {name: single for name in _open(single).keys()}  # noqa: SIM118 - safe_open is not iterable
 
 
 def _open(path: Path) -> Any:

@@ -13,22 +13,22 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file, save_file
 
-from perfscope.engine import build_model, generate  # noqa: E402
-from perfscope.errors import CheckpointError  # noqa: E402
+from perfscope.engine import build_model, generate
+from perfscope.errors import CheckpointError
 
 VOCAB = 320
-COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-              num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256)
+COMMON = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+              "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 256}
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 32}
 CASES = {
-    "llama-untied-rope-scaling": ("llama", dict(rope_scaling=LLAMA3_SCALING, rope_theta=500000.0,
-                                                tie_word_embeddings=False)),
-    "llama-tied": ("llama", dict(tie_word_embeddings=True)),
-    "qwen2-tied": ("qwen2", dict(tie_word_embeddings=True, rope_theta=1e6)),
-    "qwen2-untied-sharded": ("qwen2", dict(tie_word_embeddings=False)),
+    "llama-untied-rope-scaling": ("llama", {"rope_scaling": LLAMA3_SCALING, "rope_theta": 500000.0,
+                                                "tie_word_embeddings": False}),
+    "llama-tied": ("llama", {"tie_word_embeddings": True}),
+    "qwen2-tied": ("qwen2", {"tie_word_embeddings": True, "rope_theta": 1e6}),
+    "qwen2-untied-sharded": ("qwen2", {"tie_word_embeddings": False}),
 }
 
 
@@ -128,7 +128,7 @@ def test_missing_folder_and_config(tmp_path: Path) -> None:
 
 def test_missing_shard(checkpoints, tmp_path: Path) -> None:
     folder = copy_checkpoint(checkpoints, "qwen2-untied-sharded", tmp_path)
-    shard = sorted(folder.glob("model-*.safetensors"))[0]
+    shard = min(folder.glob("model-*.safetensors"))
     shard.unlink()
     assert f"shard files listed in model.safetensors.index.json are missing: {shard.name}" in one_line_error(folder)
 

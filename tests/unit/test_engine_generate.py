@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -72,7 +73,7 @@ def test_steps_follow_the_generation_and_carry_bytes(tiny, prompts) -> None:
     steps = result.steps
     assert [s.phase for s in steps] == ["prefill"] + ["decode"] * 5
     assert [s.step for s in steps] == list(range(6))
-    assert all(a.end_ns <= b.start_ns for a, b in zip(steps, steps[1:]))
+    assert all(a.end_ns <= b.start_ns for a, b in itertools.pairwise(steps))
     assert all(s.start_ns < s.end_ns for s in steps)
     params = dict(tiny.named_parameters())
     emb = params["tok_embeddings.weight"]

@@ -1,0 +1,134 @@
+"""perfscope's reference engine against transformers' ``generate`` on the same checkpoint.
+
+One process: build a ~125M-parameter Llama checkpoint with transformers (random weights, saved as
+safetensors in a temp dir), run it float32, batch 1, prompt 128, 64 new tokens, greedy, through
+transformers and through perfscope's engine (the tokens must be identical), and print tokens/s of
+both, their ratio, and perfscope's decode MBU = (weight + KV bytes read per decode token) x decode
+tokens/s / memory bandwidth measured here by a large streaming copy (bytes = read + write).
+
+Run: ``python benchmarks/engine_vs_transformers.py [--repeats 3]``; last line
+``tokens_per_s_ratio=R mbu=M``. Runs alternate between the two engines and the best run of each
+counts, which damps noise from other processes on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import tempfile
+import time
+from dataclasses import dataclass
+
+import torch
+
+from perfscope.engine import build_model, generate, random_prompts
+
+CONFIG = {"vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
+              "num_attention_heads": 12, "num_key_value_heads": 4, "max_position_embeddings": 2048,
+              "tie_word_embeddings": False}
+PROMPT_LEN, NEW_TOKENS = 128, 64
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    wall_s: float  # the whole generate call
+    first_token_s: float  # call start -> first token
+    decode_s: float  # first token -> last token
+
+    @property
+    def tokens_per_s(self) -> float:
+        return NEW_TOKENS / self.wall_s
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return (NEW_TOKENS - 1) / self.decode_s
+
+
+def copy_bandwidth(mb: int = 512, repeats: int = 6) -> float:
+    """Bytes/s of ``dst.copy_(src)`` on two ``mb``-MB float32 tensors, best of ``repeats``; bytes = read + write."""
+    n = mb * 1024 * 1024 // 4
+    src, dst = torch.rand(n), torch.zeros(n)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n * 4 / best
+
+
+class _Clock:
+    """A transformers streamer that timestamps each batch of tokens it is handed."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def run_transformers(model: torch.nn.Module, prompt: list[int]) -> Run:
+    x = torch.tensor([prompt])
+    clock = _Clock()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW_TOKENS,
+                             min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, streamer=clock)
+    wall = time.perf_counter() - t0
+    token_times = clock.times[1:]  # the first put() is the prompt
+    return Run(out[0, len(prompt):].tolist(), wall, token_times[0] - t0, token_times[-1] - token_times[0])
+
+
+def run_perfscope(model: torch.nn.Module, prompt: list[int]) -> tuple[Run, float]:
+    """One generation; also the mean bytes read per decode step (weights + KV cache)."""
+    result = generate(model, [prompt], NEW_TOKENS)
+    req = result.requests[0]
+    decode = [s for s in result.steps if s.phase == "decode"]
+    bytes_per_token = sum(s.weight_bytes + s.kv_cache_bytes for s in decode) / len(decode)
+    return Run(result.generated_ids[0], result.wall_s, req.ttft_s, req.e2e_s - req.ttft_s), bytes_per_token
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    opts = parser.parse_args()
+    import transformers
+
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+    n_params = sum(p.numel() for p in hf.parameters())
+    prompt = random_prompts(1, PROMPT_LEN, CONFIG["vocab_size"], seed=0)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        hf.save_pretrained(tmp, safe_serialization=True)
+        engine = build_model(tmp)
+    print(f"device: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"model: Llama {n_params / 1e6:.1f}M params, {n_params * 4 / 1e6:.0f} MB float32; batch 1, "
+          f"prompt {PROMPT_LEN}, {NEW_TOKENS} new tokens, greedy")
+    run_transformers(hf, prompt[:16])  # warm-up both
+    run_perfscope(engine, prompt[:16])
+    hf_runs, ps_runs, per_token = [], [], 0.0
+    for _ in range(opts.repeats):
+        hf_runs.append(run_transformers(hf, prompt))
+        run, per_token = run_perfscope(engine, prompt)
+        ps_runs.append(run)
+    assert all(r.tokens == hf_runs[0].tokens for r in hf_runs + ps_runs), "engines produced different tokens"
+    bandwidth = copy_bandwidth()
+    hf_best, ps_best = min(hf_runs, key=lambda r: r.wall_s), min(ps_runs, key=lambda r: r.wall_s)
+    ps_decode = max(r.decode_tokens_per_s for r in ps_runs)
+    for name, best, runs in (("transformers", hf_best, hf_runs), ("perfscope", ps_best, ps_runs)):
+        print(f"{name:>12}: {best.tokens_per_s:6.2f} tokens/s end to end (TTFT {best.first_token_s * 1e3:.0f} ms), "
+              f"decode {max(r.decode_tokens_per_s for r in runs):6.2f} tokens/s  "
+              f"[runs: {', '.join(f'{r.tokens_per_s:.2f}' for r in runs)}]")
+    print(f"memory bandwidth (copy, read + write): {bandwidth / 1e9:.2f} GB/s")
+    print(f"perfscope decode: {per_token / 1e6:.1f} MB read per token -> "
+          f"{per_token * ps_decode / 1e9:.2f} GB/s achieved")
+    ratio = ps_best.tokens_per_s / hf_best.tokens_per_s
+    print(f"tokens_per_s_ratio={ratio:.2f} mbu={per_token * ps_decode / bandwidth:.2f}")
+
+
+if __name__ == "__main__":
+    main()
