@@ -143,10 +143,15 @@ def _reader(stream: IO[str] | None, sink: Callable[[str], None]) -> threading.Th
 def _stderr_sink(
     tail: deque[str], on_stderr: Callable[[str], None] | None
 ) -> Callable[[str], None]:
+    echo = [on_stderr]
+
     def sink(line: str) -> None:
         tail.append(line.rstrip("\n"))
-        if on_stderr is not None:
-            on_stderr(line)
+        if echo[0] is not None:
+            try:
+                echo[0](line)
+            except Exception:  # noqa: BLE001 - a broken echo must not stall the child's pipe
+                echo[0] = None
 
     return sink
 

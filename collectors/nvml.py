@@ -155,10 +155,15 @@ class NvmlSource:
             raise ToolNotFoundError("NVML", f"{exc}: install the NVIDIA driver (libnvidia-ml.so.1), "
                                     "or profile without --nvml") from None
         self._nv = nv
-        self.driver_version = _text(nv.nvmlSystemGetDriverVersion())
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-        pairs = visible_devices([_text(nv.nvmlDeviceGetUUID(h)) for h in handles],
-                                os.environ.get("CUDA_VISIBLE_DEVICES"))
+        try:
+            self.driver_version = _text(nv.nvmlSystemGetDriverVersion())
+            handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+            uuids = [_text(nv.nvmlDeviceGetUUID(h)) for h in handles]
+        except nv.NVMLError as exc:
+            self.close()
+            raise ToolNotFoundError("NVML", f"{exc} while listing GPUs: check the NVIDIA driver "
+                                    "(nvidia-smi), or profile without --nvml") from None
+        pairs = visible_devices(uuids, os.environ.get("CUDA_VISIBLE_DEVICES"))
         if devices is not None:
             pairs = [pairs[i] for i in devices if 0 <= i < len(pairs)]
         self._handles = [handles[i] for i, _ in pairs]

@@ -219,3 +219,20 @@ def test_fresh_file_ignores_empty_and_old_files(tmp_path: Path) -> None:
     assert fresh_file(path, since)
     os.utime(path, (since - 3600, since - 3600))
     assert not fresh_file(path, since)
+
+
+def test_a_broken_stderr_echo_does_not_stall_the_child(tmp_path: Path) -> None:
+    cmd = _script(tmp_path, "chatty.py", """
+        import sys
+        for i in range(20000):
+            print(f"log line {i} " + "x" * 60, file=sys.stderr)
+        sys.exit(4)
+    """)
+
+    def broken(line: str) -> None:
+        raise BrokenPipeError("terminal went away")
+
+    with pytest.raises(CollectorError) as info:
+        run_tool(cmd, on_stderr=broken, timeout_s=120)
+    assert info.value.returncode == 4
+    assert info.value.stderr_tail.splitlines()[-1].startswith("log line 19999")

@@ -283,3 +283,16 @@ def test_collector_ctrl_c_hands_back_the_partial_capture(tmp_path: Path) -> None
     assert isinstance(info.value, KeyboardInterrupt)
     assert capture.partial and "interrupted" in capture.warnings[0]
     assert capture.files[0].exists()
+
+
+def test_a_driver_error_while_listing_gpus_shuts_nvml_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    stand_in = StandInNvml(UUIDS)
+
+    def lost(h: int) -> bytes:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    stand_in.nvmlDeviceGetUUID = lost  # type: ignore[method-assign]
+    monkeypatch.setattr(nvml, "_import_pynvml", lambda: stand_in)
+    with pytest.raises(ToolNotFoundError, match="while listing GPUs"):
+        NvmlSource().open()
+    assert stand_in.calls["shutdown"] == 1
