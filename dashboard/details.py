@@ -1,0 +1,103 @@
+"""Details of one roofline point (a kernel execution or a kernel name), as label/value rows.
+
+Values are plain text (not escaped): the Dash app renders them as text nodes. The point's key
+comes from the figure's ``customdata``: a row index in ``report.kernels`` for per-kernel
+points, the kernel name for per-name points.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from perfscope.report import Report
+
+from .text import duration, is_missing, pct, si
+
+
+def _text(value: Any) -> str:
+    return "n/a" if is_missing(value) else str(value)
+
+
+def _achieved_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        ("FLOPs", si(row.get("flops"), "FLOP")),
+        ("DRAM bytes", si(row.get("dram_bytes"), "B")),
+        ("arithmetic intensity", si(row.get("arith_intensity"), "FLOP/B")),
+        ("achieved", f"{si(row.get('achieved_flops_per_s'), 'FLOP/s')}, "
+                     f"{si(row.get('achieved_bytes_per_s'), 'B/s')}"),
+        ("attainable roof", si(row.get("roof_flops_per_s"), "FLOP/s")),
+        ("% of roof", pct(row.get("pct_of_roof"))),
+        ("bound", _text(row.get("bound"))),
+        ("precision", _text(row.get("precision"))),
+    ]
+
+
+def kernel_details(report: Report, row_index: int) -> list[tuple[str, str]]:
+    """Every fact about one kernel execution (row ``row_index`` of ``report.kernels``)."""
+    k = report.kernels
+    if not 0 <= int(row_index) < len(k):
+        return [("error", f"no kernel row {row_index} in this report")]
+    row = k.iloc[int(row_index)]
+    total = float(k["duration_ns"].sum()) or 1.0
+    rows = [
+        ("name", _text(row["name"])),
+        ("operator", _text(row.get("op"))),
+        ("shapes", _text(row.get("op_shapes"))),
+        ("dtype", _text(row.get("dtype"))),
+        ("device / stream", f"{_text(row.get('device'))} / {_text(row.get('stream'))}"),
+        ("launch config", f"grid {_text(row.get('grid'))}, block {_text(row.get('block'))}, "
+                          f"{_text(row.get('registers_per_thread'))} regs/thread, "
+                          f"{si(row.get('shared_mem_bytes'), 'B')} shared"),
+        ("duration", duration(row["duration_ns"])),
+        ("share of total kernel time", pct(float(row["duration_ns"]) / total * 100.0, 2)),
+        ("range", _text(row.get("range"))),
+        ("phase", _text(row.get("phase"))),
+    ]
+    return rows + _achieved_rows(row)
+
+
+def _top_values(sub: pd.DataFrame, column: str, n: int = 3) -> str:
+    valid = sub[sub[column].notna()]
+    if not len(valid):
+        return "n/a"
+    per = valid.groupby(valid[column].astype(str))["duration_ns"].sum().sort_values(ascending=False)
+    extra = f" (+{len(per) - n} more)" if len(per) > n else ""
+    return "; ".join(per.index[:n]) + extra
+
+
+def name_details(report: Report, name: str) -> list[tuple[str, str]]:
+    """Facts about every execution of kernel ``name``, with totals re-classified on the roofline."""
+    from perfscope.analysis.summary import aggregate_by_name
+
+    k = report.kernels
+    sub = k[k["name"].astype("object") == name]
+    if not len(sub):
+        return [("error", "no kernel of that name in this report")]
+    agg = aggregate_by_name(sub, report.device).iloc[0]
+    total = float(k["duration_ns"].sum()) or 1.0
+    rows = [
+        ("name", name),
+        ("executions", str(len(sub))),
+        ("total time", duration(agg["duration_ns"])),
+        ("mean time", duration(agg["mean_ns"])),
+        ("share of total kernel time", pct(float(agg["duration_ns"]) / total * 100.0, 2)),
+        ("operators", _top_values(sub, "op")),
+        ("shapes (most time first)", _top_values(sub, "op_shapes")),
+        ("launch configs", _top_values(sub.assign(cfg="grid " + sub["grid"].astype(str) + ", block "
+                                                  + sub["block"].astype(str)), "cfg")),
+        ("phases", _top_values(sub, "phase")),
+        ("FLOPs known for", pct(agg.get("flops_coverage_pct")) + " of its time"),
+    ]
+    return rows + _achieved_rows(agg)
+
+
+def point_details(report: Report, key: object, per: str) -> list[tuple[str, str]]:
+    """Details for a clicked roofline point (``per`` is the figure's ``kernel``/``name`` mode)."""
+    if per == "name":
+        return name_details(report, str(key))
+    try:
+        return kernel_details(report, int(key))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return [("error", f"not a kernel row: {key!r}")]

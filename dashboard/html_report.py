@@ -1,0 +1,267 @@
+"""The standalone HTML report: one file, offline by default (plotly.js inlined).
+
+Sections: header (source, device, roofs with provenance and ridge points, warnings), metrics,
+findings (when ``perfscope.analysis.findings`` is installed), roofline, timeline, phase and
+request figures, and sortable, filterable kernel tables (plain JS in ``assets/``).
+
+Safety: every report string placed in markup goes through ``html.escape``; data travels as JSON
+inside ``<script type="application/json">`` blocks with ``<``, ``>`` and ``&`` written as
+``\\u003c``, ``\\u003e``, ``\\u0026`` (so no ``</script>`` can close the block), and the page's
+script inserts table cells with ``textContent``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from perfscope._version import __version__
+from perfscope.errors import OutputExistsError
+from perfscope.report import Report
+
+from . import figures, views
+from .figures_more import compare_table
+from .text import duration, esc, is_missing
+
+MAX_TABLE_ROWS = 1000
+TOP_ROWS = 500
+_SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _asset(name: str) -> str:
+    return (resources.files("perfscope.dashboard") / "assets" / name).read_text(encoding="utf-8")
+
+
+def script_safe(text: str) -> str:
+    """JSON text made safe inside a ``<script>`` element (no ``</``, ``<!--`` or ``]]>``)."""
+    for char, repl in _SCRIPT_UNSAFE.items():
+        text = text.replace(char, repl)
+    return text
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer, np.floating, np.bool_)):
+        return obj.item()
+    if is_missing(obj):
+        return None
+    return str(obj)
+
+
+class _Page:
+    """Collects the JSON data blocks of one page, each under a unique element id."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[str, str]] = []
+
+    def add(self, prefix: str, payload: str) -> str:
+        block_id = f"{prefix}-{len(self.blocks)}"
+        self.blocks.append((block_id, script_safe(payload)))
+        return block_id
+
+    def figure(self, fig: go.Figure, title: str) -> str:
+        block = self.add("fig", pio.to_json(fig, validate=False, engine="json"))
+        return f'<div class="fig" data-figure="{block}" aria-label="{esc(title)}"></div>'
+
+    def render(self) -> str:
+        return "\n".join(f'<script type="application/json" id="{i}">{p}</script>' for i, p in self.blocks)
+
+
+# ---------------------------------------------------------------- markup helpers
+def _facts(rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="facts">{body}</table>'
+
+
+def _dict_rows(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return '<p class="muted">none</p>'
+    head = "".join(f"<th>{esc(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
+    return [{col: views.format_value(str(col), val) for col, val in row.items()}
+            for row in frame.to_dict(orient="records")]
+
+
+def _section(title: str, body: str, anchor: str) -> str:
+    return f'<section id="{anchor}"><h2>{esc(title)}</h2>{body}</section>'
+
+
+# ---------------------------------------------------------------- sections
+def _header(report: Report) -> str:
+    device = report.device
+    parts = [f"<h1>perfscope report: {esc(report.name)}</h1>", _facts(views.source_facts(report))]
+    parts.append(f"<h2>Device: {esc(device.name if device else 'unknown')}</h2>")
+    parts.append(_dict_rows(views.roofs_rows(report)) if device else
+                 '<p class="muted">No roofs known for this device: every bound is unknown.</p>')
+    notes = [*report.warnings] + [f"unavailable metric: {m}" for m in report.unavailable_metrics]
+    if notes:
+        parts.append("<h2>Warnings</h2><ul class=\"warnings\">" + "".join(f"<li>{esc(w)}</li>" for w in notes)
+                     + "</ul>")
+    return "<header>" + "".join(parts) + "</header>"
+
+
+def _metrics(report: Report) -> str:
+    parts = [_facts(views.overview_facts(report))]
+    phases = views.phase_metrics(report)
+    if phases is not None:
+        parts.append("<h3>Phases</h3>" + _dict_rows(_frame_rows(phases)))
+    requests = views.request_metrics(report)
+    if requests:
+        parts.append("<h3>Requests</h3>" + _facts([(k, views.format_value(k, v)) for k, v in requests.items()]))
+    return _section("Metrics", "".join(parts), "metrics")
+
+
+def _finding(f: Any) -> str:
+    sev = str(getattr(f, "severity", "info"))
+    stake = getattr(f, "time_at_stake_ns", None)
+    stake_txt = f" — time at stake: {duration(stake)}" if not is_missing(stake) else ""
+    return (f'<div class="finding {esc(sev)}"><b>[{esc(sev)}] {esc(getattr(f, "title", ""))}</b>{esc(stake_txt)}'
+            f'<p>{esc(getattr(f, "evidence", ""))}</p><p><i>{esc(getattr(f, "recommendation", ""))}</i></p></div>')
+
+
+def _findings(report: Report) -> str:
+    found = views.findings(report)
+    if found is None:
+        return ""
+    body = "".join(_finding(f) for f in found) or '<p class="muted">No rule fired on this report.</p>'
+    return _section("Findings", body, "findings")
+
+
+def _table_spec(frame: pd.DataFrame, note: str) -> dict[str, Any]:
+    cols = [views.KERNEL_TABLE_COLUMNS.get(c, (c, c, "text")) for c in frame.columns]
+    return {"columns": [{"key": k, "label": label, "kind": kind} for k, label, kind in cols],
+            "rows": views.table_records(frame), "note": note}
+
+
+def _table(page: _Page, frame: pd.DataFrame, note: str, title: str) -> str:
+    block = page.add("table", json.dumps(_table_spec(frame, note), default=_json_default, allow_nan=False))
+    return (f'<h3>{esc(title)}</h3><div class="tableholder" data-table="{block}"><div class="tablebar">'
+            f'<input type="search" placeholder="filter rows (any column)" aria-label="filter {esc(title)}">'
+            '<span class="count muted"></span></div><div class="tablewrap"><table class="sortable"></table>'
+            "</div></div>")
+
+
+def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) -> str:
+    if not len(report.kernels):
+        return _section("Kernels", '<p class="muted">No kernels in this report.</p>', "kernels")
+    by_name = views.kernels_by_name(report)
+    note = f"the {max_rows} names with the most time" if len(by_name) > max_rows else ""
+    rows = views.kernel_rows(report, limit=top_rows).drop(columns=["key"])
+    top_note = f"the {top_rows} longest of {len(report.kernels):,} executions" if len(report.kernels) > top_rows else ""
+    body = (_table(page, by_name.head(max_rows), note, "Per kernel name")
+            + _table(page, rows, top_note, "Longest executions"))
+    return _section("Kernels", body, "kernels")
+
+
+def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
+    parts = [_section("Roofline", page.figure(figures.roofline(report), "roofline")
+                      + page.figure(figures.roofline(report, per="name"), "roofline per name"), "roofline"),
+             _section("Timeline", page.figure(figures.timeline(report, max_items=timeline_max_items), "timeline"),
+                      "timeline")]
+    extra = [figures.phase_breakdown(report), figures.step_times(report),
+             figures.latency_distributions(report), figures.counters(report)]
+    shown = [f for f in extra if not (f.layout.meta or {}).get("empty")]
+    if shown:
+        parts.append(_section("Phases, steps, requests and counters",
+                              "".join(page.figure(f, str(f.layout.meta["kind"])) for f in shown), "phases"))
+    return "".join(parts)
+
+
+def _plotly_tag(cdn: bool) -> str:
+    if cdn:
+        from plotly.offline import get_plotlyjs_version
+
+        return f'<script src="https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" charset="utf-8"></script>'
+    from plotly.offline import get_plotlyjs
+
+    return f'<script type="text/javascript">{get_plotlyjs()}</script>'
+
+
+def _page(title: str, body: str, page: _Page, cdn: bool) -> str:
+    return Template(_asset("standalone_report.html")).substitute(
+        version=esc(__version__), title=esc(title), css=_asset("standalone_report.css"),
+        plotly=_plotly_tag(cdn), body=body, data=page.render(), js=_asset("standalone_report.js"))
+
+
+def render_html(
+    report: Report,
+    *,
+    cdn: bool = False,
+    max_table_rows: int = MAX_TABLE_ROWS,
+    top_rows: int = TOP_ROWS,
+    timeline_max_items: int = 3000,
+) -> str:
+    """The whole report as one HTML page.
+
+    Args:
+        report: the report to render.
+        cdn: load plotly.js from its CDN instead of inlining it (smaller file, needs a network).
+        max_table_rows: most rows of the per-name kernel table.
+        top_rows: most individual kernel executions listed.
+        timeline_max_items: above this many kernels the timeline shows busy bins.
+    """
+    page = _Page()
+    body = (_header(report) + _metrics(report) + _findings(report)
+            + _figures(page, report, timeline_max_items) + _kernel_tables(page, report, max_table_rows, top_rows))
+    return _page(f"perfscope: {report.name}", body, page, cdn)
+
+
+def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = 40) -> str:
+    """Two reports side by side: kernel time per name, deltas and bound shifts, both rooflines."""
+    page = _Page()
+    table = compare_table(a, b, top)
+    body = (f"<header><h1>perfscope compare: {esc(a.name)} (A) vs {esc(b.name)} (B)</h1>"
+            + _facts([("A", a.name), ("B", b.name)]) + "</header>"
+            + _section("Kernel time per name", page.figure(figures.compare(a, b, top), "compare")
+                       + _table(page, table, "", "Per kernel name, A vs B"), "compare")
+            + _section("Roofline A", page.figure(figures.roofline(a, per="name"), "roofline A"), "roofline-a")
+            + _section("Roofline B", page.figure(figures.roofline(b, per="name"), "roofline B"), "roofline-b"))
+    return _page(f"perfscope compare: {a.name} vs {b.name}", body, page, cdn)
+
+
+def _write_atomic(text: str, path: Path, overwrite: bool) -> Path:
+    if path.exists() and not overwrite:
+        raise OutputExistsError(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_html(report: Report, path: str | os.PathLike[str], *, overwrite: bool = True, **opts: Any) -> Path:
+    """Render ``report`` and write it to ``path`` atomically (temp file, then rename).
+
+    Args:
+        report: the report.
+        path: the ``.html`` file to write.
+        overwrite: replace an existing file (else raise ``OutputExistsError``).
+        **opts: passed to :func:`render_html` (``cdn``, ``max_table_rows``, ...).
+    """
+    return _write_atomic(render_html(report, **opts), Path(path), overwrite)
+
+
+def write_compare_html(a: Report, b: Report, path: str | os.PathLike[str], *, overwrite: bool = True,
+                       **opts: Any) -> Path:
+    """Render the comparison of ``a`` and ``b`` and write it to ``path`` atomically."""
+    return _write_atomic(render_compare_html(a, b, **opts), Path(path), overwrite)
+
+
+__all__ = ["render_html", "write_html", "render_compare_html", "write_compare_html", "script_safe"]

@@ -1,0 +1,177 @@
+"""View-models shared by the HTML report and the Dash app: facts, roofs, metrics, tables.
+
+Everything here returns plain data (lists of label/value pairs, DataFrames, dicts). Metrics
+that other modules own (``perfscope.analysis.summary``, ``.serving``, ``.findings``) are taken
+from them when they are installed; nothing here re-derives them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.report import Report
+
+from .text import duration, is_missing, pct, seconds, si
+from .timeline_data import busy_share, timeline_index
+
+
+def optional(module: str, attr: str) -> Callable[..., Any] | None:
+    """``module.attr`` when that module exists (it may land later), else None."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return None
+        raise
+    return getattr(mod, attr, None)
+
+
+def source_facts(report: Report) -> list[tuple[str, str]]:
+    """Where the report came from: name, source, tool, command, created."""
+    src = report.manifest.get("source") or {}
+    tool = " ".join(str(x) for x in (src.get("tool"), src.get("tool_version")) if x)
+    rows = [("report", report.name), ("source", f"{src.get('kind') or 'n/a'}: {src.get('path') or 'n/a'}"),
+            ("tool", tool or "n/a"), ("created", str(report.manifest.get("created") or "n/a"))]
+    if report.manifest.get("command"):
+        rows.append(("command", str(report.manifest["command"])))
+    if report.manifest.get("partial"):
+        rows.append(("partial", "yes: the capture did not finish; tables may be incomplete"))
+    return rows
+
+
+def roofs_rows(report: Report) -> list[dict[str, str]]:
+    """One row per roof: roof, value, ridge point, provenance, method, clock, dense."""
+    device = report.device
+    if device is None:
+        return []
+    rows = []
+    for prec, roof in device.compute.items():
+        ridge = device.ridge(prec)
+        rows.append({"roof": f"compute {prec}", "value": si(roof.value, "FLOP/s"),
+                     "ridge": f"{ridge:.3g} FLOP/B" if ridge else "n/a", "provenance": roof.provenance,
+                     "method": roof.method, "clock": roof.clock or "n/a",
+                     "dense": "n/a" if roof.dense is None else ("dense" if roof.dense else "sparse")})
+    for level, roof in device.memory.items():
+        rows.append({"roof": f"memory {level}", "value": si(roof.value, "B/s"), "ridge": "",
+                     "provenance": roof.provenance, "method": roof.method, "clock": roof.clock or "n/a",
+                     "dense": ""})
+    return rows
+
+
+def overview_facts(report: Report) -> list[tuple[str, str]]:
+    """Headline numbers: span, kernel count and time, busy share per lane, unplaced time."""
+    k = report.kernels
+    index = timeline_index(report)
+    kernel_ns = float(k["duration_ns"].sum()) if len(k) else 0.0
+    device = report.device
+    rows = [("device", f"{device.name} ({device.kind})" if device else "unknown (no roofs)"),
+            ("span of the capture", duration(index.end_ns)),
+            ("kernels / operators", f"{len(k):,} rows, {duration(kernel_ns)} in total")]
+    for lane, share in busy_share(report).items():
+        rows.append((f"busy: {lane}", pct(share)))
+    if len(k):
+        bound = k.groupby(k["bound"].astype("object").fillna("unknown"))["duration_ns"].sum()
+        for name, ns in bound.sort_values(ascending=False).items():
+            rows.append((f"time {name}-bound", f"{duration(ns)} ({pct(ns / max(kernel_ns, 1) * 100)})"))
+    return rows
+
+
+def phase_metrics(report: Report) -> pd.DataFrame | None:
+    """Per-phase metrics (time, MFU, MBU, ...) from ``perfscope.analysis.serving``, if present."""
+    fn = optional("perfscope.analysis.serving", "phase_summary")
+    if fn is None:
+        return None
+    out = fn(report)
+    return out if isinstance(out, pd.DataFrame) and len(out) else None
+
+
+def request_metrics(report: Report) -> dict[str, Any] | None:
+    """Request metrics (TTFT, TPOT, ITL, E2E, tokens/s) from ``perfscope.analysis.serving``."""
+    if not len(report.requests):
+        return None
+    fn = optional("perfscope.analysis.serving", "request_summary")
+    out = fn(report) if fn is not None else None
+    return dict(out) if out else None
+
+
+def findings(report: Report) -> list[Any] | None:
+    """Findings of ``perfscope.analysis.findings.run_rules`` (None when that module is absent)."""
+    fn = optional("perfscope.analysis.findings", "run_rules")
+    return list(fn(report)) if fn is not None else None
+
+
+def format_value(column: str, value: Any) -> str:
+    """Format a metric by its column's unit suffix (``_ns``, ``_s``, ``_pct``, ``_per_s``, ``_bytes``)."""
+    if is_missing(value):
+        return "n/a"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return str(value)
+    rules = (("_ns", duration), ("_pct", pct), ("flops_per_s", lambda v: si(v, "FLOP/s")),
+             ("bytes_per_s", lambda v: si(v, "B/s")), ("tokens_per_s", lambda v: si(v, "tok/s")),
+             ("_per_s", lambda v: si(v, "/s")), ("_bytes", lambda v: si(v, "B")), ("_s", seconds),
+             ("mfu", lambda v: pct(v * 100 if v <= 1 else v)), ("mbu", lambda v: pct(v * 100 if v <= 1 else v)))
+    base = re.sub(r"_(mean|median|min|max|std|p\d+)$", "", column.lower())
+    for suffix, fmt in rules:
+        if base.endswith(suffix):
+            return fmt(value)
+    return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
+
+
+KERNEL_TABLE_COLUMNS = {
+    "name": ("name", "name", "text"), "count": ("count", "calls", "int"),
+    "duration_ns": ("duration_ns", "total time", "ns"), "mean_ns": ("mean_ns", "mean", "ns"),
+    "share_pct": ("share_pct", "share", "pct"),
+    "flops_coverage_pct": ("flops_coverage_pct", "FLOPs known for", "pct"), "category": ("category", "category", "text"),
+    "phase": ("phase", "phase", "text"), "precision": ("precision", "precision", "text"),
+    "arith_intensity": ("arith_intensity", "FLOP/B", "num"),
+    "achieved_flops_per_s": ("achieved_flops_per_s", "FLOP/s", "si"),
+    "achieved_bytes_per_s": ("achieved_bytes_per_s", "B/s", "si"),
+    "bound": ("bound", "bound", "text"), "pct_of_roof": ("pct_of_roof", "% of roof", "pct"),
+    "op": ("op", "operator", "text"), "op_shapes": ("op_shapes", "shapes", "text"),
+    "device": ("device", "device", "text"), "stream": ("stream", "stream", "int"),
+    "start_ms": ("start_ms", "start (ms)", "num"), "grid": ("grid", "grid", "text"), "block": ("block", "block", "text"),
+}
+BY_NAME_COLUMNS = ["name", "count", "duration_ns", "mean_ns", "share_pct", "category", "phase", "precision",
+                   "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s", "bound", "pct_of_roof"]
+ROW_COLUMNS = ["name", "duration_ns", "share_pct", "start_ms", "device", "stream", "op", "op_shapes", "grid",
+               "block", "phase", "precision", "arith_intensity", "achieved_flops_per_s", "achieved_bytes_per_s",
+               "bound", "pct_of_roof"]
+
+
+def kernels_by_name(report: Report) -> pd.DataFrame:
+    """Kernel time aggregated per name (``perfscope.analysis.summary.aggregate_by_name``)."""
+    from perfscope.analysis.summary import aggregate_by_name
+
+    agg = aggregate_by_name(report.kernels, report.device)
+    return agg[[c for c in BY_NAME_COLUMNS if c in agg.columns]]
+
+
+def kernel_rows(report: Report, mask: np.ndarray | None = None, limit: int | None = None) -> pd.DataFrame:
+    """Individual kernel executions, longest first (``mask`` selects rows, ``limit`` caps them).
+
+    The ``key`` column is the row index in ``report.kernels`` (the roofline's click key).
+    """
+    k = report.kernels if mask is None else report.kernels[mask]
+    if limit is not None and len(k) > limit:
+        k = k.nlargest(limit, "duration_ns", keep="first")
+    else:
+        k = k.sort_values("duration_ns", ascending=False, kind="stable")
+    total = float(report.kernels["duration_ns"].sum()) or 1.0
+    origin = timeline_index(report).origin_ns
+    out = k.assign(share_pct=k["duration_ns"] / total * 100.0, start_ms=(k["start_ns"] - origin) / 1e6)
+    out = out[[c for c in ROW_COLUMNS if c in out.columns]]
+    return out.rename_axis("key").reset_index()
+
+
+def table_records(frame: pd.DataFrame) -> list[list[Any]]:
+    """Rows as JSON-ready lists (missing values become None, numpy scalars plain numbers)."""
+    records = []
+    for row in frame.itertuples(index=False, name=None):
+        records.append([None if is_missing(v) else (v.item() if hasattr(v, "item") else v) for v in row])
+    return records

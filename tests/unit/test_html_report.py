@@ -1,0 +1,136 @@
+"""The standalone HTML report: offline, escaped, with its sections and tables, written atomically."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+from perfscope.dashboard.html_report import render_compare_html, render_html, script_safe, write_html
+from perfscope.errors import OutputExistsError
+from perfscope.report import Report
+
+from tests.unit.dashboard_reports import QWEN, XSS, engine, hostile, imported
+
+
+class _Scripts(HTMLParser):
+    """Collects script elements (attributes and text) and every text node outside scripts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self.text: list[str] = []
+        self._in: dict[str, str | None] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "script":
+            self._in = dict(attrs)
+            self.scripts.append((self._in, ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+        else:
+            self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def qwen_html(fixtures_dir: object) -> str:
+    return render_html(imported(QWEN))
+
+
+@pytest.fixture(scope="module")
+def hostile_page(fixtures_dir: object) -> _Scripts:
+    parser = _Scripts()
+    parser.feed(render_html(hostile()))
+    return parser
+
+
+def test_offline_by_default_and_cdn_on_request(qwen_html: str) -> None:
+    assert get_plotlyjs()[:2000] in qwen_html
+    assert not re.search(r"<script[^>]+src=", qwen_html)  # nothing loaded from the network
+    small = render_html(imported(QWEN), cdn=True)
+    assert f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" in small
+    assert get_plotlyjs()[:2000] not in small
+    assert len(small) < len(qwen_html) - 4_000_000
+
+
+def test_sections_figures_and_tables_present(qwen_html: str) -> None:
+    for anchor in ("metrics", "roofline", "timeline", "kernels"):
+        assert f'id="{anchor}"' in qwen_html
+    assert qwen_html.count('class="fig" data-figure=') >= 3
+    assert 'class="sortable"' in qwen_html and "sortBy" in qwen_html
+    parser = _Scripts()
+    parser.feed(qwen_html)
+    tables = [json.loads(text) for attrs, text in parser.scripts
+              if attrs.get("type") == "application/json" and str(attrs.get("id")).startswith("table")]
+    by_name, rows = tables
+    k = imported(QWEN).kernels
+    assert len(by_name["rows"]) == k["name"].nunique()
+    name_col = [c["key"] for c in by_name["columns"]].index("name")
+    time_col = [c["key"] for c in by_name["columns"]].index("duration_ns")
+    totals = {r[name_col]: r[time_col] for r in by_name["rows"]}
+    assert totals == k.groupby("name")["duration_ns"].sum().to_dict()
+    assert len(rows["rows"]) == min(len(k), 500)
+
+
+def test_header_lists_roofs_with_provenance_and_ridges(qwen_html: str) -> None:
+    device = imported(QWEN).device
+    assert "datasheet" in qwen_html and device.name in qwen_html
+    assert f"{device.ridge('bf16'):.3g} FLOP/B" in qwen_html
+
+
+def test_every_report_string_is_escaped(hostile_page: _Scripts) -> None:
+    executable = [text for attrs, text in hostile_page.scripts if attrs.get("type") != "application/json"]
+    assert not any("alert(1)" in text for text in executable)
+    for attrs, text in hostile_page.scripts:
+        if attrs.get("type") == "application/json":
+            assert "</" not in text and "<script" not in text
+            json.loads(text)  # still valid JSON after escaping
+    visible = "".join(hostile_page.text)
+    assert f"evil {XSS}" in visible and f"warning {XSS}" in visible
+    data = "".join(text for attrs, text in hostile_page.scripts if attrs.get("type") == "application/json")
+    assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in data  # escaped inside JSON strings
+
+
+def test_hostile_kernel_name_survives_into_table_data(hostile_page: _Scripts) -> None:
+    tables = [json.loads(text) for attrs, text in hostile_page.scripts if str(attrs.get("id")).startswith("table")]
+    names = {row[0] for row in tables[0]["rows"]}
+    assert XSS in names  # the raw name reaches the page's data, which inserts it with textContent
+
+
+def test_script_safe_neutralises_closing_tags() -> None:
+    text = script_safe(json.dumps({"a": "</script><!-- & ]]>"}))
+    assert "</" not in text and "<!--" not in text and json.loads(text) == {"a": "</script><!-- & ]]>"}
+
+
+def test_engine_report_has_phase_and_request_sections() -> None:
+    html = render_html(engine())
+    assert 'id="phases"' in html and "<h3>Requests</h3>" in html and "<h3>Phases</h3>" in html
+    assert re.search(r"ttft_s_p50</th><td>[0-9.]+ ms", html)
+
+
+def test_write_html_is_atomic_and_refuses_when_asked(tmp_path: Path, fixtures_dir: object) -> None:
+    report = engine()
+    target = tmp_path / "out" / "report.html"
+    write_html(report, target)
+    first = target.read_text(encoding="utf-8")
+    assert first.startswith("<!DOCTYPE html>") and first.rstrip().endswith("</html>")
+    with pytest.raises(OutputExistsError):
+        write_html(report, target, overwrite=False)
+    assert [p.name for p in target.parent.iterdir()] == ["report.html"]
+
+
+def test_compare_page(fixtures_dir: object) -> None:
+    a: Report = imported(QWEN)
+    html = render_compare_html(a, engine())
+    assert "perfscope compare" in html and html.count('class="fig" data-figure=') == 3
