@@ -24,7 +24,7 @@ def stage_progress(total: int, *, enabled: bool = True) -> Iterator[Callable[[st
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=total, file=sys.stderr, leave=False, dynamic_ncols=True,
+    bar = tqdm(total=total, file=sys.stderr, leave=False, dynamic_ncols=True, disable=None,
                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}]")
     started = False
 

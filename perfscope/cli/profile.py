@@ -43,13 +43,15 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     """
     from perfscope.api import save_with_html
     from perfscope.errors import UsageError
-    from perfscope.session import EngineRun, profile_engine, profile_script
+    from perfscope.session import EngineRun, profile_engine, profile_script, resolve_device
     from perfscope.text_report import render_text
 
     if collector != "torch":
         raise UsageError(f"--collector {collector} is not wired into `perfscope profile` yet",
                          hint="run the tool yourself and use `perfscope import`")
     run = EngineRun(**engine)  # type: ignore[arg-type]
+    run.check()
+    resolve_device(run.device)  # fail before any work when the device is absent
     stem = Path(command[-1]).stem if command else str(run.model).rstrip("/").split("/")[-1]
     target = as_report_path(out) if out else default_run_dir(stem)
     if target.exists() and not force:

@@ -1,0 +1,188 @@
+"""End to end: the reference engine profiled on the CPU into a Report, and the CLI around it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import perfscope
+from perfscope.analysis.serving import phase_summary, request_summary
+from perfscope.cli import main
+from perfscope.report import Report
+from perfscope.session import EngineRun, align_steps, profile_engine
+
+
+@pytest.fixture(scope="session")
+def cpu_roofs(tmp_path_factory):
+    """This machine's CPU roofs, measured for real once per test session."""
+    from perfscope.collectors.roofs import device_roofs
+
+    os.environ["PERFSCOPE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    return device_roofs("cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_report(cpu_roofs):
+    return profile_engine(EngineRun(model="tiny", batch=2, prompt_len=16, gen_len=6, device="cpu"), roofs=cpu_roofs)
+
+
+def test_measured_roofs_have_provenance(cpu_roofs):
+    assert cpu_roofs.kind == "cpu"
+    assert cpu_roofs.compute["fp32"].provenance == "measured" and cpu_roofs.compute["fp32"].value > 1e9
+    assert cpu_roofs.memory["dram"].provenance == "measured" and cpu_roofs.memory["dram"].value > 1e8
+    assert "torch.mm" in cpu_roofs.compute["fp32"].method
+    assert cpu_roofs.ridge("fp32") == cpu_roofs.compute["fp32"].value / cpu_roofs.memory["dram"].value
+
+
+def test_ranges_steps_and_phases(tiny_report):
+    r = tiny_report
+    names = set(r.ranges["name"])
+    assert {"prefill", "decode", "layer.0", "attn", "mlp"} <= names
+    assert (r.ranges["name"] == "decode").sum() == 5
+    assert r.steps["phase"].tolist() == ["prefill"] + ["decode"] * 5
+    decode_ranges = r.ranges[r.ranges["name"] == "decode"].sort_values("start_ns")
+    assert r.steps[r.steps["phase"] == "decode"]["start_ns"].tolist() == decode_ranges["start_ns"].tolist()
+    k = r.kernels
+    assert set(k["phase"].dropna()) == {"prefill", "decode"}
+    attn_rows = k[k["range"].fillna("").str.endswith("/attn")]
+    assert len(attn_rows) and attn_rows["range"].str.startswith(("prefill/layer.", "decode/layer.")).all()
+    assert (k["device"] == "cpu").all()
+
+
+def test_requests_and_serving_metrics(tiny_report):
+    req = tiny_report.requests
+    assert len(req) == 2 and (req["output_tokens"] == 6).all()
+    assert (req["ttft_s"] < req["e2e_s"]).all()
+    expected_tpot = (req["e2e_s"] - req["ttft_s"]) / 5
+    assert req["tpot_s"].tolist() == pytest.approx(expected_tpot.tolist())
+    phases = phase_summary(tiny_report).set_index("phase")
+    assert phases.loc["prefill", "tokens"] == 32 and phases.loc["decode", "tokens"] == 10
+    assert phases.loc["decode", "mbu_source"] == "model"
+    assert 0 < phases.loc["decode", "mbu"] and 0 < phases.loc["prefill", "mfu"]
+    summary = request_summary(tiny_report)
+    assert summary["requests"] == 2 and summary["output_tokens"] == 12
+
+
+def test_bound_is_consistent_with_the_measured_ridge(tiny_report):
+    k = tiny_report.kernels
+    ridge = tiny_report.device.ridge("fp32")
+    known = k[k["arith_intensity"].notna() & (k["precision"] == "fp32")]
+    assert len(known) > 50
+    expect = known["arith_intensity"].lt(ridge).map({True: "memory", False: "compute"})
+    assert (known["bound"] == expect).all()
+
+
+def test_profiler_overhead_is_measured(tiny_report):
+    p = tiny_report.params
+    assert p["unprofiled_wall_s"] > 0 and p["profiled_wall_s"] > 0
+    assert p["profiler_overhead_ratio"] == pytest.approx(p["profiled_wall_s"] / p["unprofiled_wall_s"])
+
+
+def test_align_steps_falls_back_to_the_engine_clock_when_counts_differ(tiny_report):
+    from perfscope.engine.generate import StepRecord
+
+    steps = [StepRecord(0, "prefill", 1, 4, 4, 1000, 2000, 1.0, 1.0, 1.0)]
+    ranges = tiny_report.ranges.iloc[0:0]
+    df, note = align_steps(steps, ranges)
+    assert note and "engine's own clock" in note and df["duration_ns"].tolist() == [1000]
+
+
+@pytest.mark.slow
+def test_small_model_decode_is_memory_bound_and_512_token_prefill_compute_bound(cpu_roofs):
+    """The issue's acceptance check, on the default CPU model."""
+    r = profile_engine(EngineRun(model="small", batch=1, prompt_len=512, gen_len=3, device="cpu"), roofs=cpu_roofs)
+    gemm = r.kernels[r.kernels["category"] == "gemm"]
+    ridge = cpu_roofs.ridge("fp32")
+    decode, prefill = gemm[gemm["phase"] == "decode"], gemm[gemm["phase"] == "prefill"]
+    assert len(decode) and len(prefill)
+    assert (decode["arith_intensity"] < ridge).all() and (decode["bound"] == "memory").all()
+    big = prefill[prefill["flops"] > 1e9]  # the projection matmuls, not the tiny lm-head of the last token
+    assert len(big) and (big["arith_intensity"] > ridge).all() and (big["bound"] == "compute").all()
+
+
+# --------------------------------------------------------------------------- CLI
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "perfscope", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def test_cli_profile_writes_a_report_and_refuses_to_overwrite(tmp_path, cpu_roofs):
+    out = tmp_path / "run.perfscope"
+    args = ["profile", "--model", "tiny", "--prompt-len", "8", "--gen-len", "3", "--device", "cpu",
+            "--out", str(out), "--no-html", "-q"]
+    assert main(args) == 0
+    first = Report.load(out)
+    assert first.params["model"] == "tiny"
+    before = (out / "manifest.json").read_text()
+    assert main(args) == 7  # exists, no --force
+    assert (out / "manifest.json").read_text() == before
+    assert main([*args, "--force"]) == 0
+
+
+def test_cli_analyze_json(tmp_path, tiny_report):
+    path = tiny_report.save(tmp_path / "t.perfscope")
+    proc = run_cli("analyze", str(path), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {"device", "phases", "top_kernels"} <= set(doc)
+    assert doc["device"]["roofs"][0]["provenance"] == "measured"
+    assert {p["phase"] for p in doc["phases"]} == {"prefill", "decode"}
+    text = run_cli("analyze", str(path), cwd=tmp_path)
+    assert text.returncode == 0 and "top CPU operators by total time" in text.stdout
+
+
+@pytest.mark.parametrize("args,code", [
+    (["profile", "--batch", "0"], 2),
+    (["profile", "--dtype", "float64"], 2),
+    (["profile", "--device", "cuda", "--model", "tiny"], 6),
+    (["analyze", "no/such/report.perfscope"], 3),
+    (["report", "no/such/report.perfscope"], 3),
+])
+def test_cli_bad_arguments_give_one_line_and_an_exit_code(tmp_path, args, code):
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == code
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("perfscope: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_folder_that_is_not_a_report(tmp_path):
+    (tmp_path / "x.perfscope").mkdir()
+    proc = run_cli("analyze", str(tmp_path / "x.perfscope"), cwd=tmp_path)
+    assert proc.returncode == 3 and "is a folder, not a profiler output or a perfscope report" in proc.stderr
+
+
+def test_profile_a_user_script_with_the_torch_collector(tmp_path, cpu_roofs):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        x = torch.randn(64, 128)
+        w = torch.randn(128, 32)
+        for _ in range(int(sys.argv[1])):
+            y = torch.relu(x @ w)
+    """))
+    out = tmp_path / "script.perfscope"
+    code = main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--no-html", "-q",
+                 "--", "python", str(script), "3"])
+    assert code == 0
+    k = Report.load(out).kernels
+    mm = k[k["name"] == "aten::matmul"]  # `x @ w` is priced at the outermost op, aten::matmul
+    assert len(mm) == 3 and (mm["flops"] == 2 * 64 * 128 * 32).all()
+    assert (k["name"] == "aten::relu").sum() == 3
+
+
+def test_notebook_profile_context(cpu_roofs):
+    import torch
+
+    with perfscope.profile(device="cpu", roofs=cpu_roofs) as run:
+        torch.ones(32, 64) @ torch.ones(64, 16)
+    k = run.report.kernels
+    assert (k["name"] == "aten::matmul").sum() == 1
+    assert k.loc[k["name"] == "aten::matmul", "flops"].iloc[0] == 2 * 32 * 64 * 16
