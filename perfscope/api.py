@@ -60,7 +60,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
         >>> import torch, perfscope
         >>> with perfscope.profile(roofs=perfscope.device.DeviceSpec("cpu", "cpu")) as run:
         ...     _ = torch.ones(64, 64) @ torch.ones(64, 64)
-        >>> "aten::mm" in set(run.report.kernels["name"])
+        >>> "aten::matmul" in set(run.report.kernels["name"])
         True
     """
     import torch

@@ -204,3 +204,58 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
         warnings=report.warnings + capture.warnings,
         params={**report.params, "profiled_wall_s": capture.wall_s},
     )
+
+
+def profile_external(argv: Sequence[str], *, collector: str, options: Any = None, nvml: bool = False,
+                     nvml_rate_hz: float = 10.0, work_dir: Path | None = None,
+                     progress: Progress | None = None) -> tuple[Report, dict[str, Path]]:
+    """Run any command under ``nsys`` or ``ncu`` (optionally with NVML sampling) and import it.
+
+    Returns:
+        (the Report, raw files to keep in the report folder by relative name). When the run
+        was interrupted the report is marked partial and ``interrupted`` is set in its params.
+    """
+    from contextlib import nullcontext
+
+    from perfscope.analysis.importers import import_file
+    from perfscope.collectors import CaptureInterrupted, get_collector
+    from perfscope.errors import CollectorError
+
+    say = progress or _noop
+    col = get_collector(collector)
+    opts = options if options is not None else col.options_type()  # type: ignore[attr-defined]
+    work = work_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
+    sampler = _sampler(nvml_rate_hz) if nvml else None
+    interrupted = False
+    say(f"running under {collector}")
+    with sampler if sampler is not None else nullcontext():
+        try:
+            capture = col.collect(list(argv), work, opts)
+        except CaptureInterrupted as exc:
+            capture, interrupted = exc.capture, True
+    if capture.primary is None or not capture.primary.exists():
+        raise CollectorError(collector, list(capture.commands[-1]) if capture.commands else list(argv), None,
+                             "no output file was written")
+    say("importing the capture")
+    report = import_file(capture.primary)
+    report = report.with_manifest(
+        name=Path(argv[0]).name if argv else collector,
+        source={**capture.source(), "path": capture.primary.name},
+        command=[list(c) for c in capture.commands],
+        partial=bool(report.manifest.get("partial") or capture.partial or interrupted),
+        warnings=report.warnings + list(capture.warnings),
+        unavailable_metrics=report.unavailable_metrics + list(capture.unavailable_metrics),
+        params={**report.params, **dict(capture.params), "collector": collector, "interrupted": interrupted},
+    )
+    if sampler is not None:
+        from perfscope.api import _attach_counters
+
+        report = _attach_counters(report, sampler)
+    raw = {f"raw/{p.name}": p for p in capture.files if p.exists()}
+    return report, raw
+
+
+def _sampler(rate_hz: float) -> Any:
+    from perfscope.collectors import NvmlSampler
+
+    return NvmlSampler(rate_hz)

@@ -28,6 +28,20 @@ ENGINE_STAGES = 7
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--collector", default="torch", show_default=True, type=click.Choice(["torch", "nsys", "ncu"]),
               help="Profiler to run (nsys/ncu need a COMMAND and the tool installed).")
+@click.option("--nvml", is_flag=True, help="Also sample GPU utilisation, clocks, power and memory with NVML.")
+@click.option("--nvml-rate", default=10.0, show_default=True, type=click.FloatRange(min=0.1, max=100),
+              help="NVML samples per second.")
+@click.option("--set", "ncu_set", default="roofline", show_default=True,
+              type=click.Choice(["roofline", "detailed", "full", "basic"]), help="ncu section set.")
+@click.option("--clock-control", default="base", show_default=True, type=click.Choice(["base", "none"]),
+              help="ncu clock control (base: locked base clocks; recorded as the roofs' clock).")
+@click.option("--kernel-name", default=None, help="ncu: profile only kernels matching this (regex:... allowed).")
+@click.option("--launch-skip", type=click.IntRange(min=0), default=None, help="ncu: matching launches to skip first.")
+@click.option("--launch-count", type=click.IntRange(min=1), default=None, help="ncu: matching launches to profile.")
+@click.option("--nvtx-include", multiple=True, help="ncu: only kernels inside this NVTX range (e.g. decode/).")
+@click.option("--top-n", type=click.IntRange(min=1), default=None,
+              help="ncu: profile only the N kernels with the most GPU time (a cheap first pass finds them).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop the profiled command after this many seconds.")
 @click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-<model>.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
@@ -35,7 +49,9 @@ ENGINE_STAGES = 7
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary; print only the report path.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def profile(command: tuple[str, ...], collector: str, out: str | None, force: bool, no_html: bool,
-            as_json: bool, quiet: bool, **engine: object) -> None:
+            as_json: bool, quiet: bool, nvml: bool, nvml_rate: float, ncu_set: str, clock_control: str,
+            kernel_name: str | None, launch_skip: int | None, launch_count: int | None,
+            nvtx_include: tuple[str, ...], top_n: int | None, timeout: float | None, **engine: object) -> None:
     """Profile the built-in LLM engine (no COMMAND) or a Python script (-- python train.py ...).
 
     With no arguments it profiles the `small` model on the best available device and writes
@@ -43,28 +59,37 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     """
     from perfscope.api import save_with_html
     from perfscope.errors import UsageError
-    from perfscope.session import EngineRun, profile_engine, profile_script, resolve_device
+    from perfscope.session import EngineRun, profile_engine, profile_external, profile_script, resolve_device
     from perfscope.text_report import render_text
 
-    if collector != "torch":
-        raise UsageError(f"--collector {collector} is not wired into `perfscope profile` yet",
-                         hint="run the tool yourself and use `perfscope import`")
     run = EngineRun(**engine)  # type: ignore[arg-type]
     run.check()
-    resolve_device(run.device)  # fail before any work when the device is absent
-    stem = Path(command[-1]).stem if command else str(run.model).rstrip("/").split("/")[-1]
+    if collector != "torch" and not command:
+        raise UsageError(f"--collector {collector} profiles a command",
+                         hint=f"perfscope profile --collector {collector} -- python run.py")
+    if collector == "torch":
+        resolve_device(run.device)  # fail before any work when the device is absent
+    stem = Path(command[0] if collector != "torch" else command[-1]).stem if command else \
+        str(run.model).rstrip("/").split("/")[-1]
     target = as_report_path(out) if out else default_run_dir(stem)
     if target.exists() and not force:
         from perfscope.errors import OutputExistsError
 
         raise OutputExistsError(target)
+    raw: dict = {}
     with stage_progress(ENGINE_STAGES, enabled=not quiet and not as_json) as advance:
-        if command:
+        if collector != "torch":
+            options = _tool_options(collector, timeout, ncu_set=ncu_set, clock_control=clock_control,
+                                    kernel_name=kernel_name, launch_skip=launch_skip, launch_count=launch_count,
+                                    nvtx_include=nvtx_include, top_n=top_n)
+            report, raw = profile_external(command, collector=collector, options=options, nvml=nvml,
+                                           nvml_rate_hz=nvml_rate, progress=advance)
+        elif command:
             report = profile_script(command, device=run.device, progress=advance)
         else:
             report = profile_engine(run, progress=advance)
         advance("writing the report")
-        written = save_with_html(report, target, force=force, html=not no_html)
+        written = save_with_html(report, target, force=force, html=not no_html, extra_files=raw)
     if as_json:
         from .analyze import analysis_payload
 
@@ -77,3 +102,18 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
             click.echo(f"html:   {written / 'report.html'}")
     else:
         click.echo(str(written))
+    if report.params.get("interrupted"):
+        click.echo("perfscope: interrupted; the partial report above holds what was collected", err=True)
+        raise SystemExit(130)
+
+
+def _tool_options(collector: str, timeout: float | None, **ncu: object) -> object:
+    """The collector's options dataclass from the command-line flags."""
+    from perfscope.collectors import NcuOptions, NsysOptions
+
+    if collector == "nsys":
+        return NsysOptions(timeout_s=timeout)
+    return NcuOptions(section_set=ncu["ncu_set"], clock_control=ncu["clock_control"],  # type: ignore[arg-type]
+                      kernel_name=ncu["kernel_name"], launch_skip=ncu["launch_skip"],  # type: ignore[arg-type]
+                      launch_count=ncu["launch_count"], nvtx_include=tuple(ncu["nvtx_include"]),  # type: ignore[arg-type]
+                      top_n=ncu["top_n"], timeout_s=timeout)  # type: ignore[arg-type]
