@@ -1,0 +1,354 @@
+"""Kernel rules: far below the bandwidth or matrix roof, FP32 matmuls where tensor cores apply,
+measured vs analytic FLOPs that disagree, and low occupancy / dominant warp stalls (Nsight Compute).
+
+Kernels are grouped by short name (template arguments dropped) and judged on their totals: total
+bytes (or FLOPs) over total time, against the roof of their precision. FP32 GEMMs whose kernel
+name shows TF32 tensor-core code (``tf32``, cutlass ``tensorop_s1688``) are judged against the TF32
+roof: they already run on tensor cores.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from perfscope.device import DeviceSpec
+from perfscope.report import Report
+
+from ..roofline import classify
+from ._base import Finding, fmt_ns, group_key, info, is_cpu_report, pct, ranked, severity_for
+from .timeline import SHORT_KERNEL_NS
+
+MEMORY_ROOF_LOW_PCT = 50.0
+"""A streaming kernel reaches 70-90% of the DRAM roof on current GPUs and CPUs (STREAM-like copy);
+a memory-bound kernel group below half of it has a large, reachable gain."""
+COMPUTE_ROOF_LOW_PCT = 50.0
+"""Large cuBLAS/cutlass GEMMs reach 70-80% of the dense matrix roof; a compute-bound group below
+half of it is badly tiled, too small for the machine, or on the wrong unit."""
+ROOF_MIN_STAKE_PCT = 1.0
+"""Roofline findings need at least 1% of kernel time at stake (fewer is noise in a ranking)."""
+TOP_GROUPS = 3
+"""How many kernel groups the evidence names."""
+TENSOR_CORE_FP32_NAME = re.compile(r"tf32|tensorop_s\d{3,}", re.IGNORECASE)
+"""Kernel names of FP32 GEMMs that run TF32 on tensor cores (cuBLAS ``..._tf32f32_...``, cutlass
+``tensorop_s1688gemm``)."""
+MATMUL_CATEGORIES = ("gemm", "attention")
+FASTER_MATRIX_PRECISIONS = ("tf32", "bf16", "fp16")
+"""Tried in order as the FP32 matmul's replacement; TF32 first because it needs no dtype change."""
+MATRIX_SPEEDUP_MIN = 2.0
+"""A lower-precision roof only "applies" when it is at least twice the FP32 roof (tensor cores);
+CPUs without matrix units measure bf16 at or below fp32."""
+FLOPS_TOLERANCE = 1.25
+"""Measured and analytic FLOPs disagree when their ratio leaves [1/1.25, 1.25]: beyond counting
+conventions of a few percent (FMA = 2, masked lanes), 25% means a wrong formula, a wrong kernel to
+op link, or a different algorithm (ncu half-precision counters differ 2x between versions)."""
+FLOPS_MISMATCH_MIN_PCT = 5.0
+"""...on at least 5% of the time of the kernels where both are known."""
+OCCUPANCY_LOW_PCT = 25.0
+"""Achieved occupancy (active warps / maximum) below a quarter leaves too few warps to hide memory
+latency on NVIDIA GPUs (the CUDA best-practices guide's latency-hiding argument)."""
+OCCUPANCY_MIN_TIME_PCT = 5.0
+"""Only kernel groups with at least 5% of the kernel time are reported."""
+STALL_ADVICE = {
+    "long_scoreboard": "waiting on global/local memory loads: improve coalescing and reuse (shared memory "
+                       "tiling, L2-friendly ordering), keep more loads in flight",
+    "short_scoreboard": "waiting on shared memory or special-function results: avoid bank conflicts, cut "
+                        "shared-memory round trips",
+    "mio_throttle": "the memory-input/output queue is full (shared memory, special math): fewer, wider "
+                    "shared-memory accesses",
+    "lg_throttle": "the local/global memory queue is full: use wider (vectorised) loads, fewer of them",
+    "math_pipe_throttle": "a math pipe is saturated: the kernel is compute-bound there; use tensor cores or "
+                          "a cheaper instruction mix",
+    "barrier": "warps wait at __syncthreads: balance the work between barriers, fewer barriers",
+    "membar": "memory fences: drop unneeded __threadfence / atomics ordering",
+    "branch_resolving": "branch resolution: reduce divergent control flow",
+    "no_instruction": "instruction cache misses: smaller unrolled code, fewer kernel variants",
+    "wait": "fixed-latency dependencies: more independent instructions (ILP) between dependent ones",
+    "not_selected": "eligible warps not picked: the scheduler has enough warps (not a problem by itself)",
+    "selected": "issuing: the kernel keeps the scheduler busy",
+    "dispatch_stall": "dispatch stalls: pipeline conflicts in the dispatcher",
+    "drain": "draining memory stores at exit",
+    "imc_miss": "constant-cache misses: keep kernel parameters/constants small and uniform",
+    "tex_throttle": "the texture pipe is full: fewer texture/surface accesses",
+    "sleeping": "warps sleeping (nanosleep, cooperative waits)",
+    "gmma": "waiting on warpgroup MMA (Hopper): feed the tensor cores faster (TMA, deeper pipelining)",
+}
+"""What each ncu warp-stall reason means and the usual fix (WarpStateStatistics section)."""
+
+ADVICE: dict[tuple[str, bool], str] = {
+    ("memory-below-roof", False): (
+        "Memory-bound kernels should stream at 70-90% of DRAM bandwidth. Check the access pattern (coalesced, "
+        "vectorised 16-byte loads, no strided or transposed reads), launch enough blocks to cover every SM, and "
+        "fuse neighbouring elementwise/norm kernels so each tensor is read once (torch.compile, fused kernels)."),
+    ("memory-below-roof", True): (
+        "Memory-bound operators should stream at most of the measured DRAM bandwidth. Small tensors that fit in "
+        "cache, per-operator dispatch overhead and single-threaded operators keep them far below it: fuse chains "
+        "of elementwise/norm operators (torch.compile), use contiguous tensors, and give each operator more "
+        "data (larger batch)."),
+    ("compute-below-roof", False): (
+        "Compute-bound kernels should reach 70-80% of the matrix roof. Use shapes the library tiles well "
+        "(multiples of 64/128, no tiny inner dimension), batch small GEMMs together (grouped/batched GEMM), make "
+        "sure the precision runs on tensor cores, and try torch.compile(mode='max-autotune') or cuBLASLt "
+        "heuristics for the hot shapes."),
+    ("compute-below-roof", True): (
+        "Compute-bound operators should reach a good share of the measured matmul roof. Check that every core "
+        "works (torch.get_num_threads(), no oversubscription with other processes), that GEMMs are large enough "
+        "to amortise the library's blocking (batch requests together), and that weights are contiguous in the "
+        "layout the BLAS expects."),
+}
+"""Recommendations of the roof rules, for GPU (False) and CPU (True) reports."""
+
+
+# ---------------------------------------------------------------------------- helpers
+def effective_kernels(report: Report) -> pd.DataFrame:
+    """The kernel table with TF32 tensor-core GEMMs re-classified against the TF32 roof."""
+    k = report.kernels
+    dev = report.device
+    if dev is None or "tf32" not in dev.compute or not len(k):
+        return k
+    tf32 = (k["precision"] == "fp32") & k["name"].astype("object").fillna("").str.contains(TENSOR_CORE_FP32_NAME)
+    if not tf32.any():
+        return k
+    return classify(k.assign(precision=k["precision"].where(~tf32, "tf32")), dev)
+
+
+def _group_totals(k: pd.DataFrame) -> pd.DataFrame:
+    """Per group (short name): count, time, FLOPs and bytes over rows where both are known, precision."""
+    known = k["flops"].notna() & k["dram_bytes"].notna() & (k["duration_ns"] > 0)
+    rows = k[known].assign(group=group_key(k[known]))
+    if not len(rows):
+        return pd.DataFrame(columns=["group", "count", "time_ns", "flops", "dram_bytes", "precision"])
+    g = rows.groupby("group", sort=False)
+    prec = rows.assign(p=rows["precision"].astype("object").fillna("")).groupby(["group", "p"])["duration_ns"].sum()
+    dominant = prec.groupby(level=0).idxmax().map(lambda t: t[1] or None)
+    out = pd.DataFrame({"count": g.size(), "time_ns": g["duration_ns"].sum().astype("float64"),
+                        "flops": g["flops"].sum(), "dram_bytes": g["dram_bytes"].sum()})
+    out["precision"] = dominant.reindex(out.index)
+    return out.reset_index()
+
+
+def _top_evidence(top: pd.DataFrame, value: str) -> dict[str, float | int | str]:
+    ev: dict[str, float | int | str] = {}
+    for i, row in enumerate(top.head(TOP_GROUPS).itertuples(index=False), start=1):
+        ev[f"top{i}"] = str(row.group)[:120]
+        ev[f"top{i}_pct_of_roof"] = float(getattr(row, value))
+        ev[f"top{i}_time_ns"] = float(row.time_ns)
+    return ev
+
+
+def _no_work_info(report: Report, rule: str) -> list[Finding]:
+    """Say once why the roofline rules could not judge anything, when that is the case."""
+    k = report.kernels
+    if not len(k) or k["flops"].notna().any():
+        if report.device is None or not report.device.compute:
+            return [info(rule, "Roofline rules skipped: no device roofs in this report",
+                         "The device is not in perfscope's datasheet table. Classify against known roofs: "
+                         "import_file(path, device=spec) with a DeviceSpec, or measured ones from "
+                         "`perfscope devices` when profiling on this machine.")]
+        return []
+    return [info(rule, "Roofline rules skipped: no FLOPs or bytes for any kernel",
+                 "This source has no hardware counters or operator shapes. Profile the top kernels with Nsight "
+                 "Compute (perfscope profile --collector ncu -- CMD) or capture a torch.profiler trace with "
+                 "record_shapes=True.",
+                 kernels=len(k))]
+
+
+# ---------------------------------------------------------------------------- far below the roof
+def memory_below_roof(report: Report) -> list[Finding]:
+    """Memory-bound kernel groups far below the DRAM roof (time-weighted, on their totals)."""
+    dev = report.device
+    bw = dev.peak_bandwidth("dram") if dev else None
+    k = effective_kernels(report)
+    if not bw or not k["flops"].notna().any():
+        return _no_work_info(report, "memory-below-roof")
+    groups = _group_totals(k[k["bound"] == "memory"])
+    groups["pct_of_roof"] = groups["dram_bytes"] / (groups["time_ns"] * 1e-9) / bw * 100.0
+    return _below_roof(report, groups, "memory-below-roof", "DRAM bandwidth", MEMORY_ROOF_LOW_PCT, {
+        "dram_roof_bytes_per_s": float(bw), "dram_roof_provenance": dev.memory["dram"].provenance if dev else ""},
+        ADVICE["memory-below-roof", is_cpu_report(report)])
+
+
+def compute_below_roof(report: Report) -> list[Finding]:
+    """Compute-bound kernel groups far below the compute roof of their precision."""
+    dev = report.device
+    k = effective_kernels(report)
+    if dev is None or not dev.compute or not k["flops"].notna().any():
+        return []
+    groups = _group_totals(k[k["bound"] == "compute"])
+    peaks = groups["precision"].map(lambda p: dev.peak_flops(p if isinstance(p, str) else None))
+    groups["pct_of_roof"] = groups["flops"] / (groups["time_ns"] * 1e-9) / pd.to_numeric(peaks) * 100.0
+    return _below_roof(report, groups, "compute-below-roof", "compute roof", COMPUTE_ROOF_LOW_PCT, {},
+                       ADVICE["compute-below-roof", is_cpu_report(report)])
+
+
+def _below_roof(report: Report, groups: pd.DataFrame, rule: str, roof: str, low_pct: float,
+                extra: dict[str, float | int | str], advice: str) -> list[Finding]:
+    mean = groups["time_ns"] / groups["count"]
+    below = groups[(groups["pct_of_roof"] < low_pct) & (mean >= SHORT_KERNEL_NS)].copy()
+    below["stake_ns"] = below["time_ns"] * (1.0 - below["pct_of_roof"] / 100.0)
+    below = below.sort_values("stake_ns", ascending=False, kind="stable")
+    kernel_ns = float(report.kernels["duration_ns"].sum())
+    at_stake = float(below["stake_ns"].sum())
+    if not len(below) or not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
+        return []
+    time_ns = float(below["time_ns"].sum())
+    weighted = float((below["pct_of_roof"] * below["time_ns"]).sum() / time_ns)
+    evidence: dict[str, float | int | str] = {
+        "kernel_groups_below": len(below), "time_ns": time_ns,
+        "time_pct_of_kernel_time": pct(time_ns, kernel_ns),
+        "time_weighted_pct_of_roof": weighted, "threshold_pct_of_roof": low_pct, **extra,
+    }
+    evidence.update(_top_evidence(below, "pct_of_roof"))
+    top = below.iloc[0]
+    title = (f"{len(below)} {rule.split('-')[0]}-bound kernel group(s) run at {weighted:.2g}% of the {roof} "
+             f"({fmt_ns(time_ns)}); worst: {str(top['group'])[:60]} at {top['pct_of_roof']:.2g}%")
+    return [ranked(report, rule, title, evidence, advice, at_stake,
+                    kernels=tuple(str(g) for g in below["group"].head(TOP_GROUPS)))]
+
+
+# ---------------------------------------------------------------------------- FP32 matmuls
+def _faster_matrix(dev: DeviceSpec) -> str | None:
+    fp32 = dev.peak_flops("fp32")
+    for p in FASTER_MATRIX_PRECISIONS:
+        peak = dev.compute[p].value if p in dev.compute else None
+        if fp32 and peak and peak >= MATRIX_SPEEDUP_MIN * fp32:
+            return p
+    return None
+
+
+def fp32_matmul(report: Report) -> list[Finding]:
+    """FP32 GEMM/attention kernels on a device whose tensor cores run TF32/BF16 much faster."""
+    dev = report.device
+    target = _faster_matrix(dev) if dev is not None else None
+    if target is None or dev is None:
+        return []
+    k = effective_kernels(report)
+    mm = k[k["category"].isin(MATMUL_CATEGORIES) & (k["precision"] == "fp32")]
+    known = mm[mm["flops"].notna() & mm["dram_bytes"].notna()]
+    if not len(known):
+        return []
+    bw = dev.peak_bandwidth("dram") or math.inf
+    floor_ns = np.maximum(known["flops"] / dev.compute[target].value, known["dram_bytes"] / bw) * 1e9
+    saving = (known["duration_ns"] - floor_ns).clip(lower=0)
+    kernel_ns = float(report.kernels["duration_ns"].sum())
+    at_stake = float(saving.sum())
+    if not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
+        return []
+    time_ns = float(mm["duration_ns"].sum())
+    evidence: dict[str, float | int | str] = {
+        "fp32_matmul_kernels": len(mm), "fp32_matmul_time_ns": time_ns,
+        "time_pct_of_kernel_time": pct(time_ns, kernel_ns),
+        "kernels_with_flops": len(known), "fp32_roof_flops_per_s": float(dev.compute["fp32"].value),
+        "target_precision": target, "target_roof_flops_per_s": float(dev.compute[target].value),
+        "time_at_target_roof_ns": float(floor_ns.sum()),
+    }
+    title = (f"{len(mm)} matmul kernels run in FP32 ({fmt_ns(time_ns)}) on a device whose {target} tensor-core "
+             f"roof is {dev.compute[target].value / dev.compute['fp32'].value:.0f}x the FP32 roof")
+    advice = ("Move the matmuls to tensor cores: torch.backends.cuda.matmul.allow_tf32 = True (or "
+              "torch.set_float32_matmul_precision('high')) keeps FP32 tensors and runs TF32; autocast to bf16 "
+              "(torch.autocast('cuda', dtype=torch.bfloat16)) or a bf16 model halves the bytes too. Check the "
+              "accuracy of the result after the change.")
+    return [ranked(report, "fp32-matmul", title, evidence, advice,
+                    at_stake, kernels=tuple(str(n) for n in _top_by_time(known))[:TOP_GROUPS])]
+
+
+def _top_by_time(k: pd.DataFrame) -> list[str]:
+    return list(k.groupby(group_key(k))["duration_ns"].sum().sort_values(ascending=False).index)
+
+
+# ---------------------------------------------------------------------------- measured vs analytic
+def flops_mismatch(report: Report) -> list[Finding]:
+    """Kernels whose measured FLOPs (ncu) and analytic FLOPs (op shapes) disagree beyond tolerance."""
+    k = report.kernels
+    both = k[(k["flops"] > 0) & (k["flops_analytic"] > 0)]
+    if not len(both):
+        return []
+    ratio = both["flops"] / both["flops_analytic"]
+    off = both[(ratio > FLOPS_TOLERANCE) | (ratio < 1.0 / FLOPS_TOLERANCE)]
+    both_ns = float(both["duration_ns"].sum())
+    off_ns = float(off["duration_ns"].sum())
+    if not len(off) or not pct(off_ns, both_ns) >= FLOPS_MISMATCH_MIN_PCT:
+        return []
+    off_ratio = ratio.loc[off.index]
+    worst = off_ratio.map(lambda r: abs(math.log(r))).idxmax()
+    evidence: dict[str, float | int | str] = {
+        "kernels_compared": len(both), "kernels_disagreeing": len(off),
+        "disagreeing_time_pct": pct(off_ns, both_ns),
+        "median_measured_over_analytic": float(off_ratio.median()),
+        "worst_kernel": str(k.loc[worst, "name"])[:120],
+        "worst_measured_flops": float(k.loc[worst, "flops"]), "worst_analytic_flops": float(k.loc[worst, "flops_analytic"]),
+        "tolerance_ratio": FLOPS_TOLERANCE,
+    }
+    title = (f"Measured and analytic FLOPs disagree on {len(off)} of {len(both)} kernels "
+             f"(median ratio {float(evidence['median_measured_over_analytic']):.3g}x)")
+    advice = ("Do not trust either roofline position for these kernels until the counts agree. A ratio near 2x "
+              "or 0.5x is usually a counting convention (FMA = 2 FLOPs, ncu's half-precision counters); other "
+              "ratios mean the kernel was linked to the wrong operator, the operator's formula misses work "
+              "(masking, padding, recomputation), or the library ran a different algorithm.")
+    severity = severity_for(off_ns, float(k["duration_ns"].sum()))
+    return [Finding("flops-mismatch", severity, title, evidence, advice, math.nan,
+                    kernels=tuple(str(n) for n in _top_by_time(off))[:TOP_GROUPS])]
+
+
+# ---------------------------------------------------------------------------- occupancy and stalls
+def stall_columns(k: pd.DataFrame) -> list[str]:
+    """The warp-stall columns an Nsight Compute reader added (``stall_<reason>``)."""
+    return [c for c in k.columns if c.startswith("stall_") and pd.api.types.is_numeric_dtype(k[c])]
+
+
+def occupancy_stalls(report: Report) -> list[Finding]:
+    """Kernel groups with low achieved occupancy, and each one's dominant warp-stall reasons."""
+    k = report.kernels
+    if "achieved_occupancy_pct" not in k.columns or is_cpu_report(report):
+        return []
+    k = k[k["achieved_occupancy_pct"].notna()].assign(group=lambda d: group_key(d))
+    kernel_ns = float(report.kernels["duration_ns"].sum())
+    findings = []
+    for group, g in k.groupby("group", sort=False):
+        time_ns = float(g["duration_ns"].sum())
+        occ = float(np.average(g["achieved_occupancy_pct"], weights=g["duration_ns"].clip(lower=1)))
+        if occ >= OCCUPANCY_LOW_PCT or pct(time_ns, kernel_ns) < OCCUPANCY_MIN_TIME_PCT:
+            continue
+        findings.append(_occupancy_finding(report, str(group), g, occ, time_ns, kernel_ns))
+    return findings
+
+
+def _occupancy_finding(report: Report, group: str, g: pd.DataFrame, occ: float, time_ns: float,
+                       kernel_ns: float) -> Finding:
+    w = g["duration_ns"].clip(lower=1)
+    evidence: dict[str, float | int | str] = {
+        "kernel": group[:120], "launches": len(g), "time_ns": time_ns,
+        "time_pct_of_kernel_time": pct(time_ns, kernel_ns), "achieved_occupancy_pct": occ,
+    }
+    if "theoretical_occupancy_pct" in g and g["theoretical_occupancy_pct"].notna().any():
+        evidence["theoretical_occupancy_pct"] = float(np.average(g["theoretical_occupancy_pct"].fillna(0), weights=w))
+    for col in ("registers_per_thread", "shared_mem_bytes", "block"):
+        if col in g and g[col].notna().any():
+            evidence[col] = g[col].dropna().iloc[0] if col == "block" else float(g[col].dropna().median())
+    stalls = {c: float(np.average(g[c].fillna(0), weights=w)) for c in stall_columns(g) if g[c].notna().any()}
+    top_stalls = sorted(stalls.items(), key=lambda kv: -kv[1])[:2]
+    for i, (col, value) in enumerate(top_stalls, start=1):
+        evidence[f"stall{i}"] = col.removeprefix("stall_")
+        evidence[f"stall{i}_cycles_per_issue"] = value
+    limiter = _occupancy_limiter(evidence, occ)
+    reasons = "; ".join(f"{name}: {STALL_ADVICE.get(name, 'see the ncu WarpStateStatistics section')}"
+                        for name in (str(evidence.get("stall1", "")), str(evidence.get("stall2", ""))) if name)
+    title = (f"{group[:60]} runs at {occ:.0f}% achieved occupancy ({fmt_ns(time_ns)}, "
+             f"{float(evidence['time_pct_of_kernel_time']):.3g}% of kernel time)"
+             + (f"; top stall: {evidence['stall1']}" if "stall1" in evidence else ""))
+    advice = limiter + (f" Dominant stalls - {reasons}." if reasons else "")
+    return Finding("occupancy-stalls", severity_for(time_ns, kernel_ns),
+                   title, evidence, advice, math.nan, kernels=(group,))
+
+
+def _occupancy_limiter(ev: dict[str, float | int | str], occ: float) -> str:
+    theo = ev.get("theoretical_occupancy_pct")
+    if isinstance(theo, float) and theo > 0 and occ < 0.6 * theo:
+        return (f"Achieved occupancy is far below the theoretical {theo:.0f}%: the grid is too small or "
+                "unbalanced (tail effect, too few blocks per SM); launch more, smaller blocks or use a "
+                "persistent/stream-K schedule.")
+    return ("Occupancy is limited at launch: fewer registers per thread (__launch_bounds__, -maxrregcount), "
+            "less shared memory per block, or a block size that packs more warps per SM.")

@@ -1,0 +1,191 @@
+"""LLM phase rules over the engine's steps: decode far from its bandwidth floor (MBU), prefill far
+from its speed of light (MFU), and the KV cache's share of decode traffic as the context grows.
+
+A decode step must read every weight once and the KV cache of every sequence, so its floor is
+``(weight_bytes + kv_cache_bytes) / DRAM roof``; MBU is that floor over the measured step time.
+Imported traces have no steps, so these rules stay silent on them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from perfscope.report import Report
+
+from ._base import Finding, fmt_ns, info, merge_intervals, pct, ranked
+from .timeline import SHORT_KERNEL_NS
+
+DECODE_MBU_LOW_PCT = 50.0
+"""Decode MBU that makes a finding. Serving engines reach 60-90% of HBM bandwidth on decode
+(llm-analysis suggests up to 0.9 memory efficiency); below half, something other than reading
+the weights and KV cache (launch overhead, slow kernels) sets the step time."""
+KERNEL_COVER_LOW_PCT = 50.0
+"""When kernels (operators) cover under half of the decode wall time, the step is overhead-bound."""
+PREFILL_SOL_LOW_PCT = 50.0
+"""Prefill speed-of-light share that makes a finding: half of max(FLOPs / compute roof,
+bytes / DRAM roof). llm-analysis suggests up to 0.7 FLOPS efficiency for inference."""
+KV_SHARE_HIGH_PCT = 25.0
+"""KV-cache share of decode bytes at the last step that makes a finding: from a quarter on, shrinking
+the cache (GQA, FP8 KV) cuts decode time by that share when decode is bandwidth-bound."""
+
+
+def _phase_steps(report: Report, phase: str) -> pd.DataFrame:
+    s = report.steps
+    return s[(s["phase"] == phase) & (s["end_ns"] > s["start_ns"])]
+
+
+def _model_bytes(steps: pd.DataFrame) -> pd.Series:
+    return steps["weight_bytes"] + steps["kv_cache_bytes"]
+
+
+def _kernel_cover_pct(report: Report, steps: pd.DataFrame, phase: str) -> float:
+    """Share of the phase's wall time during which some kernel (operator) of that phase runs."""
+    k = report.kernels[report.kernels["phase"] == phase]
+    wall = float(steps["duration_ns"].sum())
+    if not len(k) or wall <= 0:
+        return math.nan
+    ms, me = merge_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
+    return pct(float((me - ms).sum()), wall)
+
+
+def _checked_steps(report: Report, phase: str, rule: str, what: str) -> tuple[pd.DataFrame, list[Finding] | None]:
+    """The phase's steps, and what the rule should return instead when its inputs are missing:
+    nothing without steps (an imported trace), an info finding without step bytes or a DRAM roof."""
+    steps = _phase_steps(report, phase)
+    return steps, ([] if not len(steps) else _missing_inputs(report, steps, rule, what))
+
+
+def _missing_inputs(report: Report, steps: pd.DataFrame, rule: str, what: str) -> list[Finding] | None:
+    """An info finding when the steps or roofs a rule needs are absent; None when all is there."""
+    if _model_bytes(steps).isna().all():
+        return [info(rule, f"{what} not computed: the engine steps carry no weight/KV-cache bytes",
+                     "Profile with perfscope's engine (perfscope profile) so each step records the bytes it reads.")]
+    dev = report.device
+    if dev is None or not dev.peak_bandwidth("dram"):
+        return [info(rule, f"{what} not computed: no DRAM roof for this device",
+                     "Measure the roofs on this machine (perfscope devices) or pass a device spec.")]
+    return None
+
+
+def decode_mbu(report: Report) -> list[Finding]:
+    """Decode steps far below their bandwidth floor (MBU under half)."""
+    steps, missing = _checked_steps(report, "decode", "decode-mbu", "Decode MBU")
+    if missing is not None:
+        return missing
+    dev = report.device
+    assert dev is not None
+    bw = float(dev.peak_bandwidth("dram") or math.nan)
+    steps = steps[_model_bytes(steps).notna()]
+    nbytes = _model_bytes(steps).to_numpy(np.float64)
+    dur = steps["duration_ns"].to_numpy(np.float64)
+    floor_ns = nbytes / bw * 1e9
+    mbu = pct(float(nbytes.sum()) / (dur.sum() * 1e-9), bw)
+    if not mbu < DECODE_MBU_LOW_PCT:
+        return []
+    at_stake = float(np.clip(dur - floor_ns, 0, None).sum())
+    cover = _kernel_cover_pct(report, steps, "decode")
+    ops_per_step = float((report.kernels["phase"] == "decode").sum()) / len(steps)
+    evidence: dict[str, float | int | str] = {
+        "decode_steps": len(steps), "decode_time_ns": float(dur.sum()), "mean_step_ns": float(dur.mean()),
+        "mean_bytes_per_step": float(nbytes.mean()), "mean_floor_ns_per_step": float(floor_ns.mean()),
+        "mbu_pct": mbu, "dram_roof_bytes_per_s": bw, "dram_roof_provenance": dev.memory["dram"].provenance,
+        "batch": int(steps["batch"].median()), "tokens_per_s": float(steps["tokens"].sum() / (dur.sum() * 1e-9)),
+        "kernels_per_step": ops_per_step,
+    }
+    if not math.isnan(cover):
+        evidence["kernel_cover_pct"] = cover
+    title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {fmt_ns(float(dur.mean()))} per step vs a "
+             f"{fmt_ns(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB of weights + KV cache")
+    return [ranked(report, "decode-mbu", title, evidence,
+                    _decode_advice(cover, float(floor_ns.mean()), ops_per_step), at_stake, ranges=("decode",))]
+
+
+def _decode_advice(cover: float, floor_ns: float, ops_per_step: float) -> str:
+    if floor_ns < ops_per_step * SHORT_KERNEL_NS:
+        head = (f"The step's bandwidth floor ({fmt_ns(floor_ns)}) is shorter than launching its "
+                f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
+                "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "
+                "graph or compile it (torch.compile) so it runs as few launches.")
+    elif cover < KERNEL_COVER_LOW_PCT:
+        head = (f"Kernels run only {cover:.0f}% of each decode step: the rest is launch and Python overhead. "
+                "Capture the decode step in a CUDA graph (torch.compile(mode='reduce-overhead')) and keep "
+                "sampling and bookkeeping on the device.")
+    else:
+        head = ("The decode kernels themselves read memory slowly: check the GEMV/attention kernels against "
+                "the bandwidth roof (memory-below-roof) and use fused decode attention.")
+    return (head + " Then raise the batch: the weights are read once per step for every sequence in it, so "
+                   "tokens per second grow almost linearly until the KV cache dominates; quantized weights "
+                   "(int8/fp8/int4) lower the floor itself.")
+
+
+def prefill_mfu(report: Report) -> list[Finding]:
+    """Prefill far from its speed of light: max(FLOPs / compute roof, bytes / DRAM roof)."""
+    steps, missing = _checked_steps(report, "prefill", "prefill-mfu", "Prefill MFU")
+    if missing is not None:
+        return missing
+    k = report.kernels[report.kernels["phase"] == "prefill"]
+    costed = k[k["flops"].notna()]
+    if not len(costed):
+        return [info("prefill-mfu", "Prefill MFU not computed: no FLOPs for the prefill kernels",
+                     "Capture with operator shapes (torch.profiler record_shapes=True) or Nsight Compute.")]
+    dev = report.device
+    assert dev is not None
+    precision = str(costed.groupby(costed["precision"].fillna("fp32"))["flops"].sum().idxmax())
+    peak = dev.peak_flops(precision) or math.nan
+    bw = float(dev.peak_bandwidth("dram") or math.nan)
+    wall = float(steps["duration_ns"].sum())
+    flops = float(costed["flops"].sum())
+    nbytes = float(_model_bytes(steps).sum())
+    compute_ns, memory_ns = flops / peak * 1e9, nbytes / bw * 1e9
+    sol_pct = pct(max(compute_ns, memory_ns), wall)
+    if not sol_pct < PREFILL_SOL_LOW_PCT:
+        return []
+    mfu = pct(flops / (wall * 1e-9), peak)
+    evidence: dict[str, float | int | str] = {
+        "prefill_steps": len(steps), "prefill_tokens": int(steps["tokens"].sum()), "prefill_time_ns": wall,
+        "flops": flops, "flops_coverage_pct": pct(float(costed["duration_ns"].sum()), float(k["duration_ns"].sum())),
+        "precision": precision, "compute_roof_flops_per_s": float(peak), "mfu_pct": mfu,
+        "model_bytes": nbytes, "mbu_pct": pct(nbytes / (wall * 1e-9), bw),
+        "bound": "compute" if compute_ns >= memory_ns else "memory", "speed_of_light_pct": sol_pct,
+    }
+    at_stake = wall - max(compute_ns, memory_ns)
+    title = (f"Prefill reaches {mfu:.2g}% MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
+             f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
+    advice = ("Prefill should be compute-bound GEMM work. Give it larger GEMMs (batch prompts together, longer "
+              "chunks in chunked prefill), a fused attention kernel (SDPA/flash) instead of materialised scores, "
+              "and a tensor-core precision (bf16); CUDA graphs do not help much here, kernel efficiency does.")
+    return [ranked(report, "prefill-mfu", title, evidence, advice,
+                    at_stake, ranges=("prefill",))]
+
+
+def kv_cache_share(report: Report) -> list[Finding]:
+    """The KV cache's share of decode bytes, first to last step, when it has grown past a quarter."""
+    steps = _phase_steps(report, "decode")
+    steps = steps[steps["weight_bytes"].notna() & steps["kv_cache_bytes"].notna()].sort_values("step")
+    if not len(steps):
+        return []
+    share = steps["kv_cache_bytes"] / _model_bytes(steps) * 100.0
+    first, last = steps.iloc[0], steps.iloc[-1]
+    if not share.iloc[-1] >= KV_SHARE_HIGH_PCT:
+        return []
+    dev = report.device
+    bw = dev.peak_bandwidth("dram") if dev else None
+    at_stake = float(steps["kv_cache_bytes"].sum()) / bw * 1e9 if bw else math.nan
+    evidence: dict[str, float | int | str] = {
+        "first_step_kv_share_pct": float(share.iloc[0]), "last_step_kv_share_pct": float(share.iloc[-1]),
+        "first_context_len": int(first["context_len"]) if pd.notna(first["context_len"]) else -1,
+        "last_context_len": int(last["context_len"]) if pd.notna(last["context_len"]) else -1,
+        "last_kv_cache_bytes": float(last["kv_cache_bytes"]), "last_weight_bytes": float(last["weight_bytes"]),
+        "batch": int(last["batch"]), "kv_read_time_at_roof_ns": at_stake,
+    }
+    title = (f"KV cache is {share.iloc[-1]:.0f}% of decode traffic at context {evidence['last_context_len']} "
+             f"x batch {evidence['batch']} (from {share.iloc[0]:.0f}% at context {evidence['first_context_len']})")
+    advice = ("Decode traffic is shifting from weights to the KV cache as contexts grow. Shrink what each step "
+              "reads: an FP8/INT8 KV cache halves it, grouped-query or multi-query attention divides it by the "
+              "query-per-KV-head ratio, paged attention avoids reading padded slots, and sliding-window or "
+              "prefix-shared caches cap it. Larger batches stop paying off once the KV cache dominates.")
+    return [ranked(report, "kv-cache-share", title, evidence, advice,
+                    at_stake, ranges=("decode",))]

@@ -1,0 +1,148 @@
+"""Host-device copy rules: copies that no kernel overlaps, and copies from pageable host memory.
+
+Only copies across the host link count (``HtoD``, ``DtoH``); device-side copies and memsets are
+kernels' business. A copy is "exposed" for the part of it during which no kernel runs on its device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from perfscope.report import Report
+
+from ._base import (
+    HOST_COPY_KINDS,
+    Finding,
+    covered_ns,
+    fmt_bytes,
+    fmt_ns,
+    merge_intervals,
+    pct,
+    ranked,
+)
+
+EXPOSED_MIN_PCT = 2.0
+"""Exposed copy time, as a share of the device's busy time (kernels and copies), that makes a
+finding: below 2% hiding the copies would not be noticed."""
+PAGEABLE_MIN_PCT = 1.0
+"""Pageable copy time, as a share of busy time, that makes a finding. Pageable copies are staged
+through a pinned bounce buffer and block the CPU (``nsys analyze`` rule ``cuda_memcpy_async``), so
+even a small share is worth the one-line fix."""
+
+
+def host_copies(report: Report) -> pd.DataFrame:
+    """The HtoD / DtoH copies, each with the ns of it that no kernel on its device overlaps."""
+    t = report.transfers
+    t = t[t["kind"].isin(HOST_COPY_KINDS)].copy()
+    if not len(t):
+        return t.assign(exposed_ns=pd.Series(dtype="float64"))
+    devices = report.kernels["device"].dropna().unique()
+    if len(devices) == 1:
+        t["device"] = t["device"].where(t["device"].notna(), devices[0])
+    t["exposed_ns"] = t["duration_ns"].astype("float64")
+    for device, idx in t.groupby(t["device"].astype("object"), sort=False).groups.items():
+        k = report.kernels[report.kernels["device"].astype("object") == device]
+        merged = merge_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
+        rows = t.loc[idx]
+        cover = covered_ns(merged, rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy())
+        t.loc[idx, "exposed_ns"] = rows["duration_ns"].to_numpy(np.float64) - cover
+    return t
+
+
+def _busy_ns(report: Report) -> float:
+    starts = np.concatenate([report.kernels["start_ns"].to_numpy(np.int64), report.transfers["start_ns"].to_numpy(np.int64)])
+    ends = np.concatenate([report.kernels["end_ns"].to_numpy(np.int64), report.transfers["end_ns"].to_numpy(np.int64)])
+    ms, me = merge_intervals(starts, ends)
+    return float((me - ms).sum())
+
+
+def _kernel_streams(report: Report) -> set[int]:
+    s = report.kernels["stream"].dropna()
+    return {int(v) for v in s.unique()}
+
+
+def _gb_per_s(rows: pd.DataFrame) -> float:
+    ns = float(rows["duration_ns"].sum())
+    return float(rows["bytes"].sum()) / ns if ns > 0 else math.nan
+
+
+def _unified(rows: pd.DataFrame) -> int:
+    if "copy_kind" not in rows:
+        return 0
+    return int(rows["copy_kind"].astype("object").fillna("").str.contains("Unified", case=False).sum())
+
+
+def copies_exposed(report: Report) -> list[Finding]:
+    """Host-device copies during which no kernel runs (the GPU waits for the link)."""
+    t = host_copies(report)
+    if not len(t):
+        return []
+    exposed = float(t["exposed_ns"].sum())
+    busy = _busy_ns(report)
+    if not pct(exposed, busy) >= EXPOSED_MIN_PCT:
+        return []
+    on_compute = t["stream"].isin(list(_kernel_streams(report)))
+    evidence: dict[str, float | int | str] = {
+        "copies": len(t), "bytes": int(t["bytes"].sum()), "copy_time_ns": float(t["duration_ns"].sum()),
+        "exposed_ns": exposed, "exposed_pct_of_copy_time": pct(exposed, float(t["duration_ns"].sum())),
+        "exposed_pct_of_busy_time": pct(exposed, busy),
+        "median_copy_bytes": float(t["bytes"].median()),
+        "copies_on_kernel_streams": int(on_compute.sum()),
+        "pageable_copies": int((t["pinned"] == False).sum()),
+        "unified_memory_copies": _unified(t),
+    }
+    by_kind = t.groupby("kind")["exposed_ns"].sum()
+    for kind, ns in by_kind.items():
+        evidence[f"exposed_{kind}_ns"] = float(ns)
+    title = (f"{fmt_ns(exposed)} of host-device copies run with no kernel beside them "
+             f"({len(t)} copies, {fmt_bytes(float(evidence['bytes']))}, {float(evidence['exposed_pct_of_busy_time']):.3g}% of GPU busy time)")
+    return [ranked(report, "copies-exposed", title, evidence,
+                    _copy_advice(evidence), exposed)]
+
+
+def _copy_advice(ev: dict[str, float | int | str]) -> str:
+    tips = [("Overlap the copies with compute: copy the next batch while the current one runs, from pinned "
+            "memory with non_blocking=True on a side stream (torch.cuda.Stream), synchronising with an event "
+            "only where the data is used.")]
+    if int(ev["copies_on_kernel_streams"]):
+        tips.append(f"{ev['copies_on_kernel_streams']} copies sit on a stream that also runs kernels, so they "
+                    "serialise with compute whatever the memory type.")
+    if int(ev["pageable_copies"]):
+        tips.append("Pageable copies cannot overlap at all; pin the host buffers first.")
+    if int(ev["unified_memory_copies"]):
+        tips.append("Unified-memory migrations appear as copies: prefetch the pages before the kernel "
+                    "(cudaMemPrefetchAsync) or use explicit device buffers.")
+    if float(ev["median_copy_bytes"]) < 64 * 1024:
+        tips.append("The copies are small; batch them into fewer, larger transfers.")
+    return " ".join(tips)
+
+
+def pageable_copies(report: Report) -> list[Finding]:
+    """Host-device copies from or to pageable (not pinned) host memory."""
+    t = host_copies(report)
+    pageable = t[t["pinned"] == False]
+    if not len(pageable):
+        return []
+    ns = float(pageable["duration_ns"].sum())
+    busy = _busy_ns(report)
+    if not pct(ns, busy) >= PAGEABLE_MIN_PCT:
+        return []
+    pinned = t[t["pinned"] == True]
+    evidence: dict[str, float | int | str] = {
+        "pageable_copies": len(pageable), "pageable_bytes": int(pageable["bytes"].sum()),
+        "pageable_time_ns": ns, "pageable_pct_of_busy_time": pct(ns, busy),
+        "pageable_bytes_per_s": _gb_per_s(pageable) * 1e9,
+        "pinned_copies": len(pinned),
+    }
+    if len(pinned):
+        evidence["pinned_bytes_per_s"] = _gb_per_s(pinned) * 1e9
+    rate = f"{fmt_bytes(float(evidence['pageable_bytes_per_s']))}/s"
+    title = f"{len(pageable)} copies use pageable host memory: {fmt_ns(ns)} at {rate}"
+    advice = ("Pin the host side: DataLoader(pin_memory=True), tensor.pin_memory(), or allocate staging buffers "
+              "with torch.empty(..., pin_memory=True); then copy with .to(device, non_blocking=True). Pageable "
+              "copies go through a driver bounce buffer, run slower and block the CPU, so they can never overlap "
+              "with compute.")
+    return [ranked(report, "pageable-copies", title, evidence, advice, ns)]
