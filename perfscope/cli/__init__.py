@@ -26,6 +26,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.import_", "import_"),
     ("perfscope.cli.doctor", "doctor"),
     ("perfscope.cli.generate", "generate"),
+    ("perfscope.cli.compare", "compare"),
+    ("perfscope.cli.dashboard", "dashboard"),
 )
 
 
