@@ -128,6 +128,11 @@ class _Table:
     def col(self, name: str) -> int | None:
         return self.header.index(name) if name in self.header else None
 
+    def cell(self, fields: list[str], name: str) -> str:
+        """The stripped value of column ``name`` in a row ("" when absent)."""
+        index = self.col(name)
+        return fields[index].strip() if index is not None and index < len(fields) else ""
+
 
 def _read_table(path: Path) -> _Table:
     raw = path.read_bytes()
@@ -171,9 +176,7 @@ def _decimal_comma(values: Iterable[str]) -> bool:
 
 def _launch(table: _Table, fields: list[str]) -> Launch:
     def get(name: str) -> str | None:
-        index = table.col(name)
-        value = fields[index].strip() if index is not None else ""
-        return value or None
+        return table.cell(fields, name) or None
 
     name = get("Kernel Name") or "(unnamed kernel)"
     return Launch(id=int(get("ID") or 0), name=name, short_name=short_name_of(name),
@@ -188,22 +191,20 @@ def _dims_text(text: str | None) -> str | None:
 
 # ------------------------------------------------------------------------------ shapes
 def _long(table: _Table) -> list[Launch]:
-    cols = {c: table.col(c) for c in (*LONG, "Process ID")}
-    needed = max(i for i in cols.values() if i is not None) + 1
-    values = [f[cols["Metric Value"]] for _, f in table.rows if len(f) > cols["Metric Value"]]  # type: ignore[index]
-    comma = _decimal_comma(values)
+    needed = max(table.header.index(c) for c in (*LONG, "ID") if c in table.header) + 1
+    comma = _decimal_comma(table.cell(f, "Metric Value") for _, f in table.rows)
     launches: dict[tuple[str, str], Launch] = {}
     for line, raw in table.rows:
         fields = _fit(table, raw, line, needed)
         if fields is None:
             continue
-        key = (fields[cols["Process ID"]] if cols["Process ID"] is not None else "", fields[table.col("ID")])  # type: ignore[index]
+        key = (table.cell(fields, "Process ID"), table.cell(fields, "ID"))
         launch = launches.setdefault(key, _launch(table, fields))
-        label, unit = fields[cols["Metric Name"]].strip(), fields[cols["Metric Unit"]].strip()  # type: ignore[index]
+        label, unit = table.cell(fields, "Metric Name"), table.cell(fields, "Metric Unit")
         if not label:
             continue  # a rule row: guidance text, no metric
         metric = label if METRIC_NAME.match(label) else LABELS.get((label, unit == "%"))
-        value = _value(fields[cols["Metric Value"]], unit, comma)  # type: ignore[index]
+        value = _value(table.cell(fields, "Metric Value"), unit, comma)
         if metric and value is not None:
             launch.metrics.setdefault(metric, value)
     return list(launches.values())

@@ -136,15 +136,13 @@ def flops_by_precision(launch: Launch) -> dict[str, float | None]:
     seconds = duration * 1e-9 if duration is not None else None
     out: dict[str, float | None] = {}
     for precision, (add, mul, fma) in FP_OPS.items():
-        counts = [_op_total(launch, op, seconds) for op in (add, mul, fma)]
-        out[precision] = (None if any(c is None for c in counts)
-                          else counts[0] + counts[1] + 2.0 * counts[2])  # type: ignore[operator]
+        a, m, f = (_op_total(launch, op, seconds) for op in (add, mul, fma))
+        out[precision] = a + m + 2.0 * f if a is not None and m is not None and f is not None else None
     for name, value in launch.metrics.items():
         match = TENSOR_OPS.match(name)
-        if match and isinstance(value, float) and math.isfinite(value):
-            precision = TENSOR_SRC.get(match.group(1))
-            if precision:
-                out[precision] = (out.get(precision) or 0.0) + value
+        tensor = TENSOR_SRC.get(match.group(1)) if match else None
+        if tensor and isinstance(value, float) and math.isfinite(value):
+            out[tensor] = (out.get(tensor) or 0.0) + value
     return out
 
 

@@ -64,7 +64,7 @@ def read_ncu_rep(path: str | Path, *, device: DeviceSpec | None = None) -> Repor
             "Compute install is needed") from None
     try:
         ctx = ncu_report.load_report(str(path))
-    except Exception as exc:  # the SWIG binding raises plain RuntimeError/FileNotFoundError
+    except Exception as exc:  # noqa: BLE001 - the SWIG binding raises plain RuntimeError, OSError
         raise InputFormatError(path, f"cannot be loaded by ncu_report ({exc})", hint=REP_HINT) from None
     launches = _actions(ncu_report, ctx)
     if not launches:
@@ -84,7 +84,7 @@ def read_ncu_csv(path: str | Path, *, device: DeviceSpec | None = None) -> Repor
 
 # ------------------------------------------------------------------------------ .ncu-rep
 def _actions(ncu_report: Any, ctx: Any) -> list[Launch]:
-    launches = []
+    launches: list[Launch] = []
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
         for a in range(rng.num_actions()):

@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 from urllib.request import pathname2url
 
 import numpy as np
@@ -115,7 +116,7 @@ class NsysDb:
         return [c for c in wanted if c in have]
 
     # ------------------------------------------------------------------ reading
-    def fetch(self, sql: str, params: Iterable[object] = ()) -> list[tuple[object, ...]]:
+    def fetch(self, sql: str, params: Iterable[object] = ()) -> list[tuple[Any, ...]]:
         """All rows of a query; SQLite errors become InputFormatError."""
         try:
             return self.conn.execute(sql, tuple(params)).fetchall()

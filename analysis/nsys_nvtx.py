@@ -34,8 +34,9 @@ def read_ranges(db: NsysDb) -> tuple[pd.DataFrame, list[str]]:
     cols = db.present(NVTX_TABLE, wanted)
     if not {"start", "eventType", "globalTid"} <= set(cols):
         reason = "absent" if NVTX_TABLE not in db.tables else "lacks start/eventType/globalTid"
-        return pd.DataFrame(), [f"no NVTX ranges: table {NVTX_TABLE} {reason} "
-                                "(nothing was annotated, or the capture ran without --trace=nvtx)"]
+        warning = (f"no NVTX ranges: table {NVTX_TABLE} {reason} "
+                   "(nothing was annotated, or the capture ran without --trace=nvtx)")
+        return pd.DataFrame(), [warning]
     codes = (*PUSH_POP, *START_END, DOMAIN_CREATE)
     sql = (f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM {NVTX_TABLE} '
            f'WHERE eventType IN ({",".join(map(str, codes))})')

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -398,8 +399,8 @@ def _busiest_gpu(gpus: pd.DataFrame, kernels: pd.DataFrame, warnings: list[str])
     return gpus.sort_values("id").iloc[0]
 
 
-def _gpu_properties(row: pd.Series) -> dict[str, object]:
-    def num(key: str) -> object:
+def _gpu_properties(row: pd.Series) -> dict[str, Any]:
+    def num(key: str) -> Any:
         value = row.get(key)
         return None if value is None or pd.isna(value) else value.item() if hasattr(value, "item") else value
 

@@ -7,10 +7,10 @@ import io
 from pathlib import Path
 
 import pytest
-
 from perfscope.analysis.importers import detect_format
 from perfscope.analysis.ncu_csv import parse_number, unit_scale
 from perfscope.analysis.ncu_reader import read_ncu_csv
+
 from perfscope.errors import InputFormatError
 
 IDENTITY = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
@@ -51,7 +51,7 @@ def wide_rows(long_rows: list[dict[str, str]], scale: dict[str, tuple[str, float
         launch = by_id.setdefault(r["ID"], {c: r[c] for c in IDENTITY})
         value = r["Metric Value"]
         if r["Metric Name"] in scale:
-            unit, factor = scale[r["Metric Name"]]
+            _, factor = scale[r["Metric Name"]]
             value = f"{float(value.replace(',', '')) / factor:.6f}"
         launch[r["Metric Name"]] = value
     unit_row = [""] * len(IDENTITY) + [scale.get(m, (units[m], 1))[0] for m in metrics]
