@@ -128,13 +128,15 @@ class Linear(nn.Linear):
     MKL runs matrix-vector products on one thread, which leaves decode at half the memory
     bandwidth of a 2-core CPU. Viewing the weight as [P, out/P, in] (no copy) and calling
     ``bmm`` gives each of the P threads its own slice of rows to stream.
+    ``Transformer.setup_caches`` sets ``n_split`` to torch's thread count on the CPU.
     """
 
+    n_split: int = 1
+
     def forward(self, x: Tensor) -> Tensor:
-        n_split = torch.get_num_threads()
         rows = x.numel() // self.in_features
-        if (x.device.type != "cpu" or n_split < 2 or rows > SPLIT_MAX_ROWS
-                or self.out_features % n_split):
+        n_split = self.n_split
+        if n_split < 2 or rows > SPLIT_MAX_ROWS or self.out_features % n_split or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
         w = self.weight.view(n_split, self.out_features // n_split, self.in_features).transpose(1, 2)
         y = torch.matmul(x.reshape(rows, self.in_features), w)  # [P, rows, out/P] (broadcast bmm)
@@ -283,6 +285,10 @@ class Transformer(nn.Module):
     def setup_caches(self, max_batch_size: int, max_seq_len: int) -> None:
         if max_seq_len > self.args.max_seq_len:
             raise UsageError(f"{max_seq_len} tokens exceed the model's context of {self.args.max_seq_len}")
+        n_split = torch.get_num_threads() if self.device.type == "cpu" else 1
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.n_split = n_split
         if max_batch_size <= self.max_batch_size and max_seq_len <= self.max_seq_len:
             return
         a, dev, dt = self.args, self.device, self.dtype

@@ -134,14 +134,10 @@ def test_kv_cache_update_writes_the_given_slots() -> None:
 
 def test_split_linear_matches_f_linear() -> None:
     layer = Linear(48, 64, bias=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # the split path needs two threads or more
-    try:
-        for rows in (1, 3, 16, 40):  # 40 rows take the plain F.linear path
-            x = torch.randn(1, rows, 48)
-            torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
-    finally:
-        torch.set_num_threads(threads)
+    layer.n_split = 2  # one weight slice per thread
+    for rows in (1, 3, 16, 40):  # 40 rows take the plain F.linear path
+        x = torch.randn(1, rows, 48)
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
 
 
 def test_llama3_rope_scaling_formula() -> None:
