@@ -27,6 +27,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.doctor", "doctor"),
     ("perfscope.cli.generate", "generate"),
     ("perfscope.cli.compare", "compare"),
+    ("perfscope.cli.dashboard", "dashboard"),
 )
 
 

@@ -1,0 +1,194 @@
+"""Dash callbacks: thin functions that load a report from the store and call figures/views.
+
+Each callback is a plain module-level function (``on_*``) taking the store first, so tests call
+them directly; :func:`register_callbacks` binds them to component ids. A view's callback does
+its work only while its tab is shown (``tab`` input), so the first page load draws the overview
+alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+import pandas as pd
+from dash import Input, Output, State, html
+
+from perfscope.errors import PerfscopeError
+
+from . import figures, ids, layout, views
+from .details import point_details
+from .figures_more import compare_table
+from .roofline_data import filter_mask
+from .store import ReportStore
+
+MAX_GRID_ROWS = 5000
+NO = dash.no_update
+
+
+def _skip(tab: str, view: str) -> bool:
+    return tab != view
+
+
+def on_overview(store: ReportStore, key: str | None) -> tuple[list[Any], str]:
+    """Overview children and the status line for report ``key``."""
+    if not key:
+        return [html.P("No reports found under the served folders.")], "no report"
+    report = store.load(key)
+    return layout.overview_children(report), f"{len(report.kernels):,} kernels"
+
+
+def window_from_relayout(relayout: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """The x window (ns) a timeline zoom asked for; (None, None) for autorange/reset."""
+    relayout = relayout or {}
+    lo = relayout.get("xaxis.range[0]", (relayout.get("xaxis.range") or [None, None])[0])
+    hi = relayout.get("xaxis.range[1]", (relayout.get("xaxis.range") or [None, None])[1])
+    if lo is None or hi is None or relayout.get("xaxis.autorange"):
+        return None, None
+    return int(float(lo) * 1e6), int(float(hi) * 1e6)
+
+
+def on_timeline(store: ReportStore, key: str | None, tab: str, relayout: dict[str, Any] | None,
+                trigger: str | None = None) -> Any:
+    """The timeline for the zoom window (level of detail re-chosen on every zoom)."""
+    if _skip(tab, "timeline") or not key:
+        return NO
+    if trigger in (ids.REPORT, ids.TIMELINE_RESET, ids.TABS):
+        relayout = None
+    elif relayout is not None and not any(k.startswith("xaxis") for k in relayout):
+        return NO  # a relayout that is not a zoom (legend click, y pan): keep the figure
+    t0, t1 = window_from_relayout(relayout)
+    return figures.timeline(store.load(key), t0_ns=t0, t1_ns=t1)
+
+
+def on_roofline(store: ReportStore, key: str | None, tab: str, per: str, color: str, phase: str,
+                range_filter: str | None, name_filter: str | None) -> Any:
+    """The roofline with the chosen aggregation, colouring and filters."""
+    if _skip(tab, "roofline") or not key:
+        return NO
+    return figures.roofline(store.load(key), per=per, color=color, phase=None if phase == "all" else phase,
+                            range_filter=range_filter or None, name_filter=name_filter or None)
+
+
+def on_phase_options(store: ReportStore, key: str | None) -> tuple[list[dict[str, str]], str]:
+    """Phase filter choices present in the report."""
+    if not key:
+        return [{"label": "all", "value": "all"}], "all"
+    phases = store.load(key).kernels["phase"].dropna().astype(str).unique()
+    values = ["all", *sorted(phases), "none"]
+    return [{"label": v, "value": v} for v in values], "all"
+
+
+def on_click(store: ReportStore, click: dict[str, Any] | None, key: str | None, per: str) -> Any:
+    """Details of the clicked roofline point."""
+    points = (click or {}).get("points") or []
+    if not points or not key or "customdata" not in points[0]:
+        return NO
+    return layout.details_children(point_details(store.load(key), points[0]["customdata"][0], per))
+
+
+def kernel_frame(store: ReportStore, key: str, mode: str, needle: str | None, limit: int | None) -> pd.DataFrame:
+    """The kernel table (per name, or individual executions) filtered by name substring."""
+    report = store.load(key)
+    if mode == "name":
+        frame = views.kernels_by_name(report)
+        if needle:
+            frame = frame[frame["name"].astype(str).str.contains(needle, case=False, regex=False)]
+        return frame
+    mask = filter_mask(report, name_filter=needle) if needle else None
+    return views.kernel_rows(report, mask, limit)
+
+
+def on_kernels(store: ReportStore, key: str | None, tab: str, mode: str, needle: str | None) -> Any:
+    """Rows, columns and a note for the kernel grid (individual executions capped)."""
+    if _skip(tab, "kernels") or not key:
+        return NO, NO, NO
+    frame = kernel_frame(store, key, mode, needle, MAX_GRID_ROWS)
+    total = len(store.load(key).kernels)
+    note = (f"{len(frame):,} names" if mode == "name" else
+            f"the {len(frame):,} longest of {total:,} executions" + (" matching the filter" if needle else ""))
+    records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    return records, layout.grid_columns(frame), note + "; sort and filter in the column headers"
+
+
+def on_download(store: ReportStore, n_clicks: int, key: str | None, mode: str, needle: str | None) -> Any:
+    """The full (uncapped) filtered kernel table as a CSV download."""
+    if not n_clicks or not key:
+        return NO
+    frame = kernel_frame(store, key, mode, needle, None)
+    return {"content": frame.to_csv(index=False), "filename": f"kernels-{mode}.csv", "type": "text/csv"}
+
+
+def on_phases(store: ReportStore, key: str | None, tab: str) -> Any:
+    """Phase metrics, phase breakdown, step times and latency distributions."""
+    if _skip(tab, "phases") or not key:
+        return NO, NO, NO, NO
+    report = store.load(key)
+    table = views.phase_metrics(report)
+    metrics = layout.dict_table(layout.frame_rows(table)) if table is not None else html.P(
+        "no phase metrics for this report", className="muted")
+    return (metrics, figures.phase_breakdown(report), figures.step_times(report),
+            figures.latency_distributions(report))
+
+
+def on_counters(store: ReportStore, key: str | None, tab: str) -> Any:
+    """NVML counters."""
+    return NO if _skip(tab, "counters") or not key else figures.counters(store.load(key))
+
+
+def on_compare(store: ReportStore, a: str | None, b: str | None, tab: str) -> Any:
+    """Kernel time per name in two reports, with deltas and bound shifts."""
+    if _skip(tab, "compare") or not a or not b:
+        return NO, NO
+    ra, rb = store.load(a), store.load(b)
+    table = compare_table(ra, rb)
+    return figures.compare(ra, rb), layout.dict_table(layout.frame_rows(table), "compare-rows")
+
+
+def _guard(fn: Any, *kinds: str) -> Any:
+    """Wrap a callback so a PerfscopeError (bad key, unreadable report) is shown, not raised.
+
+    ``kinds`` names each output: ``figure`` gets a message figure, ``text`` a message
+    paragraph, anything else is left unchanged.
+    """
+    def run(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except PerfscopeError as exc:
+            out = [figures.message_figure(str(exc)) if k == "figure" else
+                   html.P(str(exc), className="error") if k == "text" else NO for k in kinds]
+            return out[0] if len(out) == 1 else tuple(out)
+    return run
+
+
+def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
+    """Bind every ``on_*`` function to its components."""
+    cb = app.callback
+    cb(Output(ids.OVERVIEW, "children"), Output(ids.STATUS, "children"), Input(ids.REPORT, "value"))(
+        _guard(lambda key: on_overview(store, key), "text", "-"))
+    cb(Output(ids.TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
+       Input(ids.TIMELINE, "relayoutData"), Input(ids.TIMELINE_RESET, "n_clicks"))(
+        _guard(lambda key, tab, relayout, _n: on_timeline(store, key, tab, relayout, dash.ctx.triggered_id), "figure"))
+    cb(Output(ids.ROOFLINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
+       Input(ids.ROOF_PER, "value"), Input(ids.ROOF_COLOR, "value"), Input(ids.ROOF_PHASE, "value"),
+       Input(ids.ROOF_RANGE, "value"), Input(ids.ROOF_NAME, "value"))(
+        _guard(lambda *a: on_roofline(store, *a), "figure"))
+    cb(Output(ids.ROOF_PHASE, "options"), Output(ids.ROOF_PHASE, "value"), Input(ids.REPORT, "value"))(
+        _guard(lambda key: on_phase_options(store, key), "-", "-"))
+    cb(Output(ids.DETAILS, "children"), Input(ids.ROOFLINE, "clickData"), State(ids.REPORT, "value"),
+       State(ids.ROOF_PER, "value"))(_guard(lambda *a: on_click(store, *a), "text"))
+    cb(Output(ids.KERNEL_GRID, "rowData"), Output(ids.KERNEL_GRID, "columnDefs"), Output(ids.KERNEL_NOTE, "children"),
+       Input(ids.REPORT, "value"), Input(ids.TABS, "value"), Input(ids.KERNEL_MODE, "value"),
+       Input(ids.KERNEL_FILTER, "value"))(_guard(lambda *a: on_kernels(store, *a), "-", "-", "text"))
+    cb(Output(ids.KERNEL_GRID, "exportDataAsCsv"), Input(ids.KERNEL_EXPORT, "n_clicks"), prevent_initial_call=True)(
+        lambda n: bool(n))
+    cb(Output(ids.KERNEL_DOWNLOAD, "data"), Input(ids.KERNEL_DOWNLOAD_BTN, "n_clicks"), State(ids.REPORT, "value"),
+       State(ids.KERNEL_MODE, "value"), State(ids.KERNEL_FILTER, "value"), prevent_initial_call=True)(
+        _guard(lambda *a: on_download(store, *a), "-"))
+    cb(Output(ids.PHASE_TABLE, "children"), Output(ids.PHASE_FIGURE, "figure"), Output(ids.STEP_FIGURE, "figure"),
+       Output(ids.LATENCY_FIGURE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
+        _guard(lambda *a: on_phases(store, *a), "text", "figure", "figure", "figure"))
+    cb(Output(ids.COUNTERS, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
+        _guard(lambda *a: on_counters(store, *a), "figure"))
+    cb(Output(ids.COMPARE_FIGURE, "figure"), Output(ids.COMPARE_TABLE, "children"), Input(ids.COMPARE_A, "value"),
+       Input(ids.COMPARE_B, "value"), Input(ids.TABS, "value"))(_guard(lambda *a: on_compare(store, *a), "figure", "text"))

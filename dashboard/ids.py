@@ -1,0 +1,42 @@
+"""Component ids of the Dash app, in one place (layout and callbacks both import them)."""
+
+from __future__ import annotations
+
+REPORT = "report-picker"
+TABS = "view-tabs"
+STATUS = "status-line"
+
+OVERVIEW = "overview-body"
+
+TIMELINE = "timeline-graph"
+TIMELINE_RESET = "timeline-reset"
+
+ROOFLINE = "roofline-graph"
+ROOF_PER = "roofline-per"
+ROOF_COLOR = "roofline-color"
+ROOF_PHASE = "roofline-phase"
+ROOF_RANGE = "roofline-range-filter"
+ROOF_NAME = "roofline-name-filter"
+DETAILS = "roofline-details"
+
+KERNEL_GRID = "kernel-grid"
+KERNEL_MODE = "kernel-mode"
+KERNEL_FILTER = "kernel-filter"
+KERNEL_NOTE = "kernel-note"
+KERNEL_EXPORT = "kernel-export"
+KERNEL_DOWNLOAD_BTN = "kernel-download-button"
+KERNEL_DOWNLOAD = "kernel-download"
+
+PHASE_FIGURE = "phase-breakdown"
+STEP_FIGURE = "step-times"
+LATENCY_FIGURE = "latency-distributions"
+PHASE_TABLE = "phase-metrics"
+
+COUNTERS = "counters-graph"
+
+COMPARE_A = "compare-a"
+COMPARE_B = "compare-b"
+COMPARE_FIGURE = "compare-graph"
+COMPARE_TABLE = "compare-table"
+
+VIEWS = ("overview", "timeline", "roofline", "kernels", "phases", "counters", "compare")

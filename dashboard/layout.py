@@ -1,0 +1,190 @@
+"""The Dash layout: pure functions from entries and reports to components.
+
+Every string from a report is passed to components as text children or props, which Dash
+renders as text; nothing here builds raw HTML.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash_ag_grid as dag
+import pandas as pd
+from dash import dcc, html
+
+from perfscope.report import Report
+
+from . import ids, views
+from .store import Entry
+from .text import duration, pct, si
+
+GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
+
+# AG Grid value formatters (our own code, never report text): durations, percentages, SI rates.
+_FMT = {
+    "ns": "params.value == null ? 'n/a' : d3.format('.3~s')(params.value / 1e9) + 's'",
+    "pct": "params.value == null ? 'n/a' : d3.format('.2f')(params.value) + '%'",
+    "si": "params.value == null ? 'n/a' : d3.format('.3~s')(params.value)",
+    "num": "params.value == null ? 'n/a' : d3.format('.4~g')(params.value)",
+}
+
+
+def facts_table(rows: list[tuple[str, str]], table_id: str | None = None) -> html.Table:
+    """Label/value rows as a two-column table."""
+    body = [html.Tr([html.Th(k), html.Td(v)]) for k, v in rows]
+    return html.Table(html.Tbody(body), className="facts", **({"id": table_id} if table_id else {}))
+
+
+def dict_table(rows: list[dict[str, str]], table_id: str | None = None) -> html.Table | html.P:
+    """Rows of equal keys as a table (header from the first row)."""
+    if not rows:
+        return html.P("none", className="muted")
+    head = html.Thead(html.Tr([html.Th(k) for k in rows[0]]))
+    body = html.Tbody([html.Tr([html.Td(v) for v in row.values()]) for row in rows])
+    return html.Table([head, body], **({"id": table_id} if table_id else {}))
+
+
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
+    """A DataFrame's rows formatted by their columns' units."""
+    return [{str(c): views.format_value(str(c), v) for c, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _top_kernels(report: Report, n: int = 10) -> html.Table | html.P:
+    from perfscope.analysis.summary import top_kernels
+
+    top = top_kernels(report, n)
+    rows = [{"name": str(r["name"]), "calls": f"{int(r['count']):,}", "time": duration(r["duration_ns"]),
+             "share": pct(r["share_pct"]), "bound": str(r.get("bound") or "unknown"),
+             "achieved": si(r.get("achieved_flops_per_s"), "FLOP/s"), "% of roof": pct(r.get("pct_of_roof"))}
+            for _, r in top.iterrows()]
+    return dict_table(rows, "top-kernels")
+
+
+def _finding(f: Any) -> html.Div:
+    stake = getattr(f, "time_at_stake_ns", None)
+    return html.Div([html.B(f"[{getattr(f, 'severity', '')}] {getattr(f, 'title', '')}"),
+                     html.Span(f" — time at stake: {duration(stake)}" if stake is not None else ""),
+                     html.P(str(getattr(f, "evidence", ""))), html.P(html.I(str(getattr(f, "recommendation", ""))))],
+                    className=f"finding {getattr(f, 'severity', '')}")
+
+
+def overview_children(report: Report) -> list[Any]:
+    """Source, device roofs, headline metrics, phases, requests, top kernels, findings, warnings."""
+    out: list[Any] = [html.H3("Report"), facts_table(views.source_facts(report)),
+                      html.H3("Device roofs"), dict_table(views.roofs_rows(report), "roofs"),
+                      html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
+    phases = views.phase_metrics(report)
+    if phases is not None:
+        out += [html.H3("Phases"), dict_table(frame_rows(phases), "phase-summary")]
+    requests = views.request_metrics(report)
+    if requests:
+        out += [html.H3("Requests"), facts_table([(k, views.format_value(k, v)) for k, v in requests.items()])]
+    out += [html.H3("Top kernels"), _top_kernels(report)]
+    found = views.findings(report)
+    if found is not None:
+        out += [html.H3("Findings")] + ([_finding(f) for f in found] or [html.P("No rule fired.", className="muted")])
+    notes = report.warnings + [f"unavailable metric: {m}" for m in report.unavailable_metrics]
+    if notes:
+        out += [html.H3("Warnings"), html.Ul([html.Li(w) for w in notes], className="warnings")]
+    return out
+
+
+def details_children(rows: list[tuple[str, str]]) -> list[Any]:
+    """The roofline click panel."""
+    return [html.H4("Selected point"), facts_table(rows, "details-table")]
+
+
+def grid_columns(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """AG Grid column definitions for a kernel table, with unit-aware formatters."""
+    cols = []
+    for name in frame.columns:
+        key, label, kind = views.KERNEL_TABLE_COLUMNS.get(name, (name, name, "text"))
+        col: dict[str, Any] = {"field": key, "headerName": label}
+        if kind in _FMT:
+            col["valueFormatter"] = {"function": _FMT[kind]}
+            col["filter"] = "agNumberColumnFilter"
+        if key == "name":
+            col.update(minWidth=320, flex=2, tooltipField="name")
+        cols.append(col)
+    return cols
+
+
+def _controls(*children: Any) -> html.Div:
+    return html.Div(list(children), className="controls")
+
+
+def _graph(graph_id: str) -> dcc.Graph:
+    return dcc.Graph(id=graph_id, config=GRAPH_CONFIG, figure={"data": [], "layout": {}})
+
+
+def _roofline_panel() -> html.Div:
+    return html.Div([
+        _controls(
+            html.Label(["points ", dcc.RadioItems(id=ids.ROOF_PER, value="kernel", inline=True, options=[
+                {"label": "per kernel", "value": "kernel"}, {"label": "per name", "value": "name"}])]),
+            html.Label(["colour by ", dcc.RadioItems(id=ids.ROOF_COLOR, value="bound", inline=True, options=[
+                {"label": "bound", "value": "bound"}, {"label": "phase", "value": "phase"}])]),
+            html.Label(["phase ", dcc.Dropdown(id=ids.ROOF_PHASE, value="all", clearable=False, options=[
+                {"label": "all", "value": "all"}], style={"width": "140px"})]),
+            dcc.Input(id=ids.ROOF_RANGE, type="text", placeholder="range contains…", debounce=True),
+            dcc.Input(id=ids.ROOF_NAME, type="text", placeholder="kernel name contains…", debounce=True),
+        ),
+        html.Div([html.Div(_graph(ids.ROOFLINE), className="main"),
+                  html.Div([html.P("Click a point to see its shapes, launch configuration, achieved vs "
+                                   "attainable rate and share of time.", className="muted")],
+                           id=ids.DETAILS, className="details")], className="split"),
+    ])
+
+
+def _kernels_panel() -> html.Div:
+    return html.Div([
+        _controls(
+            dcc.RadioItems(id=ids.KERNEL_MODE, value="name", inline=True, options=[
+                {"label": "per kernel name", "value": "name"}, {"label": "individual executions", "value": "rows"}]),
+            dcc.Input(id=ids.KERNEL_FILTER, type="text", placeholder="name or operator contains…", debounce=True),
+            html.Button("Export shown rows (CSV)", id=ids.KERNEL_EXPORT, n_clicks=0),
+            html.Button("Download full table (CSV)", id=ids.KERNEL_DOWNLOAD_BTN, n_clicks=0),
+            dcc.Download(id=ids.KERNEL_DOWNLOAD),
+        ),
+        html.P(id=ids.KERNEL_NOTE, className="muted"),
+        dag.AgGrid(id=ids.KERNEL_GRID, rowData=[], columnDefs=[], csvExportParams={"fileName": "kernels.csv"},
+                   defaultColDef={"sortable": True, "filter": True, "resizable": True, "floatingFilter": True},
+                   dashGridOptions={"pagination": True, "paginationPageSize": 50, "tooltipShowDelay": 300},
+                   style={"height": "640px"}),
+    ])
+
+
+def _compare_panel(options: list[dict[str, str]]) -> html.Div:
+    first = options[0]["value"] if options else None
+    second = options[1]["value"] if len(options) > 1 else first
+    return html.Div([
+        _controls(html.Label(["A ", dcc.Dropdown(id=ids.COMPARE_A, options=options, value=first,
+                                                 clearable=False, style={"width": "420px"})]),
+                  html.Label(["B ", dcc.Dropdown(id=ids.COMPARE_B, options=options, value=second,
+                                                 clearable=False, style={"width": "420px"})])),
+        _graph(ids.COMPARE_FIGURE), html.Div(id=ids.COMPARE_TABLE),
+    ])
+
+
+def build_layout(entries: list[Entry]) -> html.Div:
+    """The whole page: title, report picker, and one tab per view."""
+    options = [{"label": e.label, "value": e.key} for e in entries]
+    panels = {
+        "overview": html.Div(id=ids.OVERVIEW),
+        "timeline": html.Div([_controls(html.Button("Reset zoom", id=ids.TIMELINE_RESET, n_clicks=0),
+                                        html.Span("drag to zoom; zoomed in far enough, individual kernels appear",
+                                                  className="muted")), _graph(ids.TIMELINE)]),
+        "roofline": _roofline_panel(),
+        "kernels": _kernels_panel(),
+        "phases": html.Div([html.Div(id=ids.PHASE_TABLE), _graph(ids.PHASE_FIGURE), _graph(ids.STEP_FIGURE),
+                            _graph(ids.LATENCY_FIGURE)]),
+        "counters": _graph(ids.COUNTERS),
+        "compare": _compare_panel(options),
+    }
+    tabs = [dcc.Tab(label=name.capitalize(), value=name, children=panels[name], id=f"tab-{name}")
+            for name in ids.VIEWS]
+    header = html.Div([html.H2("perfscope"),
+                       dcc.Dropdown(id=ids.REPORT, options=options, value=options[0]["value"] if options else None,
+                                    clearable=False, placeholder="no reports found", style={"width": "520px"}),
+                       html.Span(id=ids.STATUS, className="muted")], className="topbar")
+    return html.Div([header, dcc.Tabs(id=ids.TABS, value="overview", children=tabs)], className="page")

@@ -1,0 +1,152 @@
+"""Dash callbacks called as plain functions on real reports saved under a served folder."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import dash
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.dashboard import callbacks as cb
+from perfscope.dashboard import ids
+from perfscope.dashboard.app import create_app
+from perfscope.dashboard.store import ReportStore
+
+from tests.unit.dashboard_reports import HTA, QWEN, XSS, engine, hostile, imported
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: object) -> tuple[ReportStore, dict[str, str]]:
+    root = tmp_path_factory.mktemp("served")
+    reports = {"qwen": imported(QWEN), "hta": imported(HTA), "engine": engine(), "hostile": hostile()}
+    for name, report in reports.items():
+        report.save(root / "runs" / f"{name}.perfscope")
+    store = ReportStore([root])
+    keys = {e.label.split("/")[-1].removesuffix(".perfscope"): e.key for e in store.entries()}
+    assert set(keys) == set(reports)
+    return store, keys
+
+
+def _texts(component: object) -> list[str]:
+    """Every string child in a Dash component tree."""
+    if isinstance(component, str):
+        return [component]
+    if isinstance(component, (list, tuple)):
+        return [t for c in component for t in _texts(c)]
+    children = getattr(component, "children", None)
+    return _texts(children) if children is not None else []
+
+
+def test_overview_shows_device_roofs_and_top_kernels(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    children, status = cb.on_overview(store, keys["qwen"])
+    texts = _texts(children)
+    report = store.load(keys["qwen"])
+    assert report.device.name in " ".join(texts) and "datasheet" in texts
+    assert status == f"{len(report.kernels):,} kernels"
+    top = report.kernels.groupby("name")["duration_ns"].sum().idxmax()
+    assert top in texts
+
+
+def test_report_strings_reach_components_as_plain_text(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    texts = _texts(cb.on_overview(store, keys["hostile"])[0])
+    assert f"warning {XSS}" in texts
+    source = "".join(p.read_text() for p in Path(cb.__file__).parent.glob("*.py"))
+    assert "dangerously" not in source
+
+
+def test_roofline_filters_and_click_details(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    report = store.load(keys["qwen"])
+    assert cb.on_roofline(store, keys["qwen"], "overview", "kernel", "bound", "all", None, None) is dash.no_update
+    fig = cb.on_roofline(store, keys["qwen"], "roofline", "kernel", "bound", "all", None, "gemm")
+    points = [row for t in fig.data if t.legendgroup == "points" for row in t.customdata]
+    assert points and all("gemm" in row[1].lower() for row in points)
+    key = int(points[0][0])
+    details = cb.on_click(store, {"points": [{"customdata": list(points[0])}]}, keys["qwen"], "kernel")
+    rows = dict(zip(_texts(details)[1::2], _texts(details)[2::2]))
+    assert rows["name"] == report.kernels.loc[key, "name"]
+    assert rows["launch config"].startswith(f"grid {report.kernels.loc[key, 'grid']}")
+    share = report.kernels.loc[key, "duration_ns"] / report.kernels["duration_ns"].sum() * 100
+    assert rows["share of total kernel time"] == f"{share:.2f}%"
+
+
+def test_click_on_a_name_point_aggregates_its_executions(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    fig = cb.on_roofline(store, keys["engine"], "roofline", "name", "phase", "all", None, None)
+    name = next(t for t in fig.data if t.legendgroup == "points").customdata[0][0]
+    texts = _texts(cb.on_click(store, {"points": [{"customdata": [name]}]}, keys["engine"], "name"))
+    rows = dict(zip(texts[1::2], texts[2::2]))
+    k = store.load(keys["engine"]).kernels
+    assert rows["executions"] == str(int((k["name"] == name).sum()))
+
+
+def test_phase_filter_options_come_from_the_report(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    options, value = cb.on_phase_options(store, keys["engine"])
+    assert [o["value"] for o in options] == ["all", "decode", "prefill", "none"] and value == "all"
+
+
+def test_timeline_zoom_rerenders_at_finer_detail(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    full = cb.on_timeline(store, keys["hta"], "timeline", None, ids.REPORT)
+    assert full.layout.meta["binned"] is True
+    lo, hi = full.layout.xaxis.range
+    mid = (lo + hi) / 2
+    zoom = {"xaxis.range[0]": mid, "xaxis.range[1]": mid + 1.0}
+    fine = cb.on_timeline(store, keys["hta"], "timeline", zoom, ids.TIMELINE)
+    assert fine.layout.meta["binned"] is False
+    assert fine.layout.meta["t0_ns"] == int(mid * 1e6) and fine.layout.meta["t1_ns"] == int((mid + 1.0) * 1e6)
+    reset = cb.on_timeline(store, keys["hta"], "timeline", zoom, ids.TIMELINE_RESET)
+    assert reset.layout.meta["binned"] is True
+    assert cb.on_timeline(store, keys["hta"], "timeline", {"legend": 1}, ids.TIMELINE) is dash.no_update
+    assert cb.window_from_relayout({"xaxis.autorange": True}) == (None, None)
+
+
+def test_kernel_grid_modes_filter_and_full_download(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    k = store.load(keys["hta"]).kernels
+    rows, cols, note = cb.on_kernels(store, keys["hta"], "kernels", "name", None)
+    assert len(rows) == k["name"].nunique() and cols[0]["field"] == "name"
+    rows, _, note = cb.on_kernels(store, keys["hta"], "kernels", "rows", "elementwise")
+    want = k["name"].str.contains("elementwise", case=False, regex=False)
+    assert len(rows) == min(int(want.sum()), cb.MAX_GRID_ROWS) and "matching the filter" in note
+    assert rows[0]["duration_ns"] == k.loc[want, "duration_ns"].max()
+    download = cb.on_download(store, 1, keys["hta"], "rows", "elementwise")
+    assert len(pd.read_csv(io.StringIO(download["content"]))) == int(want.sum())
+    assert cb.on_kernels(store, keys["hta"], "overview", "rows", None) == (dash.no_update,) * 3
+
+
+def test_phase_view_and_compare(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    table, breakdown, steps, latency = cb.on_phases(store, keys["engine"], "phases")
+    assert {"prefill", "decode"} <= set(_texts(table))
+    assert sum(len(t.x) for t in steps.data) == len(store.load(keys["engine"]).steps)
+    assert latency.layout.meta["kind"] == "latency_distributions" and not latency.layout.meta.get("empty")
+    fig, rows = cb.on_compare(store, keys["qwen"], keys["engine"], "compare")
+    assert fig.layout.meta["kind"] == "compare" and _texts(rows)
+    assert cb.on_counters(store, keys["qwen"], "counters").layout.meta["empty"] is True
+
+
+def test_guard_turns_bad_keys_into_messages(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, _ = served
+    guarded = cb._guard(lambda *a: cb.on_roofline(store, *a), "figure")
+    fig = guarded("0:../../etc", "roofline", "kernel", "bound", "all", None, None)
+    assert fig.layout.meta["empty"] is True and "outside the served folders" in fig.layout.annotations[0].text
+
+
+def test_app_factory_builds_independent_apps(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    a, b = create_app(store.roots), create_app(store.roots)
+    assert a is not b and a.server is not b.server
+    outputs = " ".join(a.callback_map)
+    for component in (ids.TIMELINE, ids.ROOFLINE, ids.DETAILS, ids.KERNEL_GRID, ids.COMPARE_FIGURE):
+        assert component in outputs
+    layout = a.layout()
+    picker = layout.children[0].children[1]
+    assert [o["value"] for o in picker.options] == [e.key for e in store.entries()]
+    assert np.all([k in [o["value"] for o in picker.options] for k in keys.values()])
