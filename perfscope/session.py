@@ -79,9 +79,20 @@ def _noop(_: str) -> None:
     return None
 
 
+def engine_prompts(run: EngineRun, vocab_size: int) -> list[list[int]]:
+    """The run's random prompts (seeded); with ``--prefix-cache`` they share their first half."""
+    from perfscope.engine.generate import random_prompts
+
+    prompts = random_prompts(run.batch, run.prompt_len, vocab_size, seed=run.seed)
+    if run.prefix_cache and run.batch > 1:
+        shared = max(run.prompt_len // 2, 1)
+        prompts = [prompts[0][:shared] + p[shared:] for p in prompts]
+    return prompts
+
+
 def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
                    roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
-                   **overrides: Any) -> Report:
+                   model: Any = None, baseline: bool = True, **overrides: Any) -> Report:
     """Profile the reference engine and return its Report (not saved).
 
     Args:
@@ -89,11 +100,15 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         progress: called with a short stage label as the run advances.
         roofs: device roofs to classify against (default: measured once per machine, cached).
         keep_trace_dir: where to leave the raw trace (``trace.json.gz``); a temp dir by default.
+        model: an already built engine model to reuse (a sweep builds it once).
+        baseline: also run unprofiled first, to measure the profiler's overhead; without it the
+            warm-up is a short run.
     """
     import torch
 
     from perfscope.collectors.roofs import device_roofs
-    from perfscope.engine.generate import SamplingParams, build_model, generate, random_prompts
+    from perfscope.collectors.torch_profiler import profile_callable
+    from perfscope.engine.generate import SamplingParams, build_model, generate
 
     run = dataclasses.replace(run or EngineRun(), **overrides)
     run.check()
@@ -102,29 +117,33 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
     say("measuring device roofs (once per machine)")
     spec = roofs or device_roofs(device)
     say(f"building model {run.model}")
-    model = build_model(run.model, device=device, dtype=getattr(torch, run.dtype),
-                        attention=run.attention, seed=run.seed)
-    prompts = random_prompts(run.batch, run.prompt_len, model.args.vocab_size, seed=run.seed)
+    if model is None:
+        model = build_model(run.model, device=device, dtype=getattr(torch, run.dtype),
+                            attention=run.attention, seed=run.seed)
+    prompts = engine_prompts(run, model.args.vocab_size)
     sampling = SamplingParams(run.temperature, run.top_k, run.top_p, run.seed)
     options = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache, "compile": run.compile}
     say("warm-up")
-    generate(model, prompts, min(2, run.gen_len), sampling, **options)
+    warm = prompts if baseline else [p[: min(len(p), 16)] for p in prompts[:1]]
+    generate(model, warm, min(2, run.gen_len), sampling, **{**options, "prefix_cache": False})
     say("unprofiled baseline run")
-    baseline = generate(model, prompts, run.gen_len, sampling, **options)
+    base = generate(model, prompts, run.gen_len, sampling, **options) if baseline else None
     say("profiled run")
-    from perfscope.collectors.torch_profiler import profile_callable
-
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
     result, capture = profile_callable(lambda: generate(model, prompts, run.gen_len, sampling, **options),
                                        trace_dir, cuda=device.startswith("cuda"))
     say("analysing the trace")
-    report = _engine_report(run, spec, capture, result or baseline, baseline.wall_s)
+    if result is None and base is None:
+        from perfscope.errors import PerfscopeError
+
+        raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
+    report = _engine_report(run, spec, capture, result or base, base.wall_s if base else None)
     if capture.error == "interrupted (Ctrl-C)":
-        report = report.with_manifest(partial=True)
+        report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
 
 
-def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, baseline_s: float) -> Report:
+def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, baseline_s: float | None) -> Report:
     from perfscope.analysis.kineto import build_tables
     from perfscope.analysis.kineto_parse import parse_trace
     from perfscope.analysis.roofline import classify
@@ -141,7 +160,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     tables["requests"] = pd.DataFrame([dataclasses.asdict(r) for r in result.requests])
     params = {**result.params, **dataclasses.asdict(run),
               "profiled_wall_s": result.wall_s, "unprofiled_wall_s": baseline_s,
-              "profiler_overhead_ratio": result.wall_s / baseline_s if baseline_s > 0 else None}
+              "profiler_overhead_ratio": result.wall_s / baseline_s if baseline_s else None}
     manifest = {
         "name": f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}",
         "source": {"kind": "engine", "path": None, "tool": "torch.profiler", "tool_version": capture.torch_version},
@@ -259,3 +278,64 @@ def _sampler(rate_hz: float) -> Any:
     from perfscope.collectors import NvmlSampler
 
     return NvmlSampler(rate_hz)
+
+
+def profile_sweep(base: EngineRun, batches: Sequence[int], prompt_lens: Sequence[int], *,
+                  progress: Callable[[str], None] | None = None, roofs: DeviceSpec | None = None) -> Report:
+    """Profile every (batch, prompt length) combination into one report.
+
+    Every table gains ``run`` (``b4-p512``), ``batch`` and ``prompt_len`` columns; the model is
+    built once; each run has a short warm-up and no unprofiled baseline.
+    """
+    import torch
+
+    from perfscope.collectors.roofs import device_roofs
+    from perfscope.engine.generate import build_model
+
+    if not batches or not prompt_lens:
+        raise UsageError("a sweep needs at least one batch size and one prompt length")
+    base.check()
+    say = progress or _noop
+    device = resolve_device(base.device)
+    spec = roofs or device_roofs(device)
+    model = build_model(base.model, device=device, dtype=getattr(torch, base.dtype),
+                        attention=base.attention, seed=base.seed)
+    parts: list[Report] = []
+    for b in batches:
+        for p in prompt_lens:
+            say(f"batch {b}, prompt {p}")
+            parts.append(profile_engine(dataclasses.replace(base, batch=b, prompt_len=p, device=device),
+                                        roofs=spec, model=model, baseline=False))
+    return _combine_sweep(parts, base, list(batches), list(prompt_lens), spec)
+
+
+def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], prompt_lens: list[int],
+                   spec: DeviceSpec) -> Report:
+    from perfscope.schema import TABLES
+
+    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    runs, id_offset = [], 0
+    for part in parts:
+        label = f"b{part.params['batch']}-p{part.params['prompt_len']}"
+        runs.append({"run": label, "batch": part.params["batch"], "prompt_len": part.params["prompt_len"],
+                     "warnings": part.warnings})
+        for name in TABLES:
+            df = part.table(name).assign(run=label, batch_size=part.params["batch"],
+                                         prompt_len=part.params["prompt_len"])
+            if name == "ranges" and len(df):
+                df = df.assign(id=df["id"] + id_offset, parent=df["parent"] + id_offset)
+            tables[name].append(df)
+        id_offset += int(part.ranges["id"].max()) + 1 if len(part.ranges) else 0
+    combined = {name: pd.concat(dfs, ignore_index=True) for name, dfs in tables.items() if dfs}
+    manifest = {
+        "name": f"sweep-{base.model}",
+        "source": {"kind": "engine-sweep", "path": None, "tool": "torch.profiler",
+                   "tool_version": parts[0].manifest["source"]["tool_version"] if parts else None},
+        "command": list(sys.argv),
+        "device": spec.to_dict(),
+        "params": {**dataclasses.asdict(base), "sweep": {"batch": batches, "prompt_len": prompt_lens,
+                                                         "runs": runs}},
+        "warnings": sorted({w for p in parts for w in p.warnings}),
+        "partial": any(p.manifest.get("partial") for p in parts),
+    }
+    return Report.build(combined, manifest, source="sweep")

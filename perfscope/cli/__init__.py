@@ -24,6 +24,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.report", "report"),
     ("perfscope.cli.devices", "devices"),
     ("perfscope.cli.import_", "import_"),
+    ("perfscope.cli.sweep", "sweep"),
     ("perfscope.cli.doctor", "doctor"),
     ("perfscope.cli.generate", "generate"),
     ("perfscope.cli.compare", "compare"),
