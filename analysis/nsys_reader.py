@@ -122,8 +122,7 @@ def read_nsys_rep(path: str | Path, *, device: DeviceSpec | None = None,
         )
     with tempfile.TemporaryDirectory(prefix="perfscope-nsys-") as tmp:
         out = Path(tmp) / "export.sqlite"
-        cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
-               "--output", str(out), str(path)]
+        cmd = [nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={out}", str(path)]
         _run_export(cmd, timeout_s)
         if not out.is_file():
             raise CollectorError("nsys", cmd, 0, "nsys export wrote no SQLite file")

@@ -162,3 +162,30 @@ def test_failing_nsys_export_reports_command_and_stderr(tmp_path: Path, monkeypa
         read_nsys_rep(rep)
     assert err.value.returncode == 3 and "export" in err.value.cmd
     assert "Wrong event order" in str(err.value)
+
+
+def test_domains_registered_strings_start_end_and_open_ranges(source: Path, tmp_path: Path) -> None:
+    """NVTX features the fixture lacks, added to a copy: a named domain, a registered string,
+    a start/end range and a range that never closed."""
+    with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as conn:
+        tid, first, last = conn.execute("SELECT globalTid, MIN(start), MAX(end) FROM NVTX_EVENTS").fetchone()
+        (sid,) = conn.execute("SELECT MAX(id) + 1 FROM StringIds").fetchone()
+    conn.close()
+    path = reduced(
+        source, tmp_path,
+        f"INSERT INTO StringIds (id, value) VALUES ({sid}, 'registered message')",
+        f"INSERT INTO NVTX_EVENTS (start, eventType, globalTid, domainId, text) VALUES ({first}, 75, {tid}, 7, 'mydomain')",
+        f"INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, domainId, textId) "
+        f"VALUES ({first}, {first + 10}, 59, {tid}, 7, {sid})",
+        f"INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, domainId, text) "
+        f"VALUES ({first + 5}, {last}, 60, {tid}, 0, 'async work')",
+        f"INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, domainId, text) "
+        f"VALUES ({last - 100}, NULL, 59, {tid}, 0, 'never closed')",
+    )
+    report = read_nsys_sqlite(path)
+    r = report.ranges.set_index("name")
+    assert len(report.ranges) == 639 + 3
+    assert r.loc["mydomain:registered message", "domain"] == "mydomain"
+    assert r.loc["async work", "depth"] == 0 and r.loc["async work", "path"] == "async work"
+    assert r.loc["never closed", "end_ns"] == last
+    assert any("1 NVTX range(s) never closed" in w for w in report.warnings)
