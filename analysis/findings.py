@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from perfscope.errors import UsageError
 from perfscope.report import Report
 
-from .rules import kernels, llm, timeline, transfers
+from .rules import kernels, llm, occupancy, timeline, transfers
 from .rules._base import SEVERITIES, Finding
 
 __all__ = ["RULES", "SEVERITIES", "Finding", "run_rules"]
@@ -36,7 +36,7 @@ RULES: dict[str, Rule] = {
     "compute-below-roof": kernels.compute_below_roof,
     "fp32-matmul": kernels.fp32_matmul,
     "flops-mismatch": kernels.flops_mismatch,
-    "occupancy-stalls": kernels.occupancy_stalls,
+    "occupancy-stalls": occupancy.occupancy_stalls,
     "decode-mbu": llm.decode_mbu,
     "prefill-mfu": llm.prefill_mfu,
     "kv-cache-share": llm.kv_cache_share,

@@ -170,14 +170,16 @@ def covered_ns(merged: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: 
 def gaps_before(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Idle ns just before each interval (0 for the first and for overlapped ones), in input order.
 
+    Timestamps stay int64 throughout: epoch nanoseconds (~1.8e18) do not fit a float64 exactly.
+
     The gap before an interval is how long nothing was running when it started: its start
     minus the latest end among the intervals that started before it.
     """
     if not len(starts):
-        return np.zeros(0, np.float64)
+        return np.zeros(0, np.int64)
     order = np.argsort(starts, kind="stable")
     s, e = np.asarray(starts, np.int64)[order], np.asarray(ends, np.int64)[order]
-    gap = np.zeros(len(s), np.float64)
+    gap = np.zeros(len(s), np.int64)
     gap[1:] = np.clip(s[1:] - np.maximum.accumulate(e)[:-1], 0, None)
     out = np.empty_like(gap)
     out[order] = gap

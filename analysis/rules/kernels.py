@@ -1,5 +1,5 @@
 """Kernel rules: far below the bandwidth or matrix roof, FP32 matmuls where tensor cores apply,
-measured vs analytic FLOPs that disagree, and low occupancy / dominant warp stalls (Nsight Compute).
+and measured vs analytic FLOPs that disagree.
 
 Kernels are grouped by short name (template arguments dropped) and judged on their totals: total
 bytes (or FLOPs) over total time, against the roof of their precision. FP32 GEMMs whose kernel
@@ -35,7 +35,12 @@ TOP_GROUPS = 3
 TENSOR_CORE_FP32_NAME = re.compile(r"tf32|tensorop_s\d{3,}", re.IGNORECASE)
 """Kernel names of FP32 GEMMs that run TF32 on tensor cores (cuBLAS ``..._tf32f32_...``, cutlass
 ``tensorop_s1688gemm``)."""
+FP32_SIMT_GEMM_NAME = re.compile(r"sgemm", re.IGNORECASE)
+"""Single-precision SIMT GEMM kernels by name (cuBLAS ``volta_sgemm_*``, ``ampere_sgemm_*``, cuDNN
+``implicit_convolve_sgemm``): FP32 even when the trace records no dtype."""
 MATMUL_CATEGORIES = ("gemm", "attention")
+FP32_MATMUL_MIN_PCT = 5.0
+"""FP32 matmuls worth moving to tensor cores: at least 5% of the kernel time."""
 FASTER_MATRIX_PRECISIONS = ("tf32", "bf16", "fp16")
 """Tried in order as the FP32 matmul's replacement; TF32 first because it needs no dtype change."""
 MATRIX_SPEEDUP_MIN = 2.0
@@ -47,36 +52,16 @@ conventions of a few percent (FMA = 2, masked lanes), 25% means a wrong formula,
 op link, or a different algorithm (ncu half-precision counters differ 2x between versions)."""
 FLOPS_MISMATCH_MIN_PCT = 5.0
 """...on at least 5% of the time of the kernels where both are known."""
-OCCUPANCY_LOW_PCT = 25.0
-"""Achieved occupancy (active warps / maximum) below a quarter leaves too few warps to hide memory
-latency on NVIDIA GPUs (the CUDA best-practices guide's latency-hiding argument)."""
-OCCUPANCY_MIN_TIME_PCT = 5.0
-"""Only kernel groups with at least 5% of the kernel time are reported."""
-STALL_ADVICE = {
-    "long_scoreboard": "waiting on global/local memory loads: improve coalescing and reuse (shared memory "
-                       "tiling, L2-friendly ordering), keep more loads in flight",
-    "short_scoreboard": "waiting on shared memory or special-function results: avoid bank conflicts, cut "
-                        "shared-memory round trips",
-    "mio_throttle": "the memory-input/output queue is full (shared memory, special math): fewer, wider "
-                    "shared-memory accesses",
-    "lg_throttle": "the local/global memory queue is full: use wider (vectorised) loads, fewer of them",
-    "math_pipe_throttle": "a math pipe is saturated: the kernel is compute-bound there; use tensor cores or "
-                          "a cheaper instruction mix",
-    "barrier": "warps wait at __syncthreads: balance the work between barriers, fewer barriers",
-    "membar": "memory fences: drop unneeded __threadfence / atomics ordering",
-    "branch_resolving": "branch resolution: reduce divergent control flow",
-    "no_instruction": "instruction cache misses: smaller unrolled code, fewer kernel variants",
-    "wait": "fixed-latency dependencies: more independent instructions (ILP) between dependent ones",
-    "not_selected": "eligible warps not picked: the scheduler has enough warps (not a problem by itself)",
-    "selected": "issuing: the kernel keeps the scheduler busy",
-    "dispatch_stall": "dispatch stalls: pipeline conflicts in the dispatcher",
-    "drain": "draining memory stores at exit",
-    "imc_miss": "constant-cache misses: keep kernel parameters/constants small and uniform",
-    "tex_throttle": "the texture pipe is full: fewer texture/surface accesses",
-    "sleeping": "warps sleeping (nanosleep, cooperative waits)",
-    "gmma": "waiting on warpgroup MMA (Hopper): feed the tensor cores faster (TMA, deeper pipelining)",
-}
-"""What each ncu warp-stall reason means and the usual fix (WarpStateStatistics section)."""
+
+TF32_ADVICE = (
+    "Move the matmuls to tensor cores: torch.backends.cuda.matmul.allow_tf32 = True (or "
+    "torch.set_float32_matmul_precision('high')) keeps FP32 tensors and runs TF32; autocast to bf16 "
+    "(torch.autocast('cuda', dtype=torch.bfloat16)) or a bf16 model halves the bytes too. Check the accuracy "
+    "of the result after the change.")
+LOW_PRECISION_ADVICE = (
+    "Move the matmuls to tensor cores: this device's tensor cores run {target}, not FP32, so autocast the "
+    "forward pass (torch.autocast('cuda', dtype=torch.float16 / torch.bfloat16)) or convert the model, keeping "
+    "FP32 accumulation and loss scaling where training needs it. Check the accuracy after the change.")
 
 ADVICE: dict[tuple[str, bool], str] = {
     ("memory-below-roof", False): (
@@ -163,7 +148,7 @@ def memory_below_roof(report: Report) -> list[Finding]:
     bw = dev.peak_bandwidth("dram") if dev else None
     k = effective_kernels(report)
     if not bw or not k["flops"].notna().any():
-        return _no_work_info(report, "memory-below-roof")
+        return _no_work_info(report, "roofline-unchecked")
     groups = _group_totals(k[k["bound"] == "memory"])
     groups["pct_of_roof"] = groups["dram_bytes"] / (groups["time_ns"] * 1e-9) / bw * 100.0
     return _below_roof(report, groups, "memory-below-roof", "DRAM bandwidth", MEMORY_ROOF_LOW_PCT, {
@@ -219,40 +204,51 @@ def _faster_matrix(dev: DeviceSpec) -> str | None:
     return None
 
 
+def fp32_matmuls(k: pd.DataFrame) -> pd.DataFrame:
+    """GEMM/attention kernels that run FP32 off the tensor cores: precision fp32, or no precision
+    but a SIMT single-precision GEMM name (``volta_sgemm``, ``implicit_convolve_sgemm``)."""
+    names = k["name"].astype("object").fillna("")
+    by_name = k["precision"].isna() & names.str.contains(FP32_SIMT_GEMM_NAME)
+    fp32 = (k["precision"] == "fp32") | by_name
+    return k[k["category"].isin(MATMUL_CATEGORIES) & fp32 & ~names.str.contains(TENSOR_CORE_FP32_NAME)]
+
+
 def fp32_matmul(report: Report) -> list[Finding]:
-    """FP32 GEMM/attention kernels on a device whose tensor cores run TF32/BF16 much faster."""
+    """FP32 GEMM/attention kernels on a device whose tensor cores run TF32/BF16/FP16 much faster.
+
+    The time at stake is what the kernels with known FLOPs and bytes would save at the faster
+    roof (max of FLOPs / matrix roof and bytes / DRAM roof); kernels without FLOPs add nothing
+    to it, and it is NaN when none has them.
+    """
     dev = report.device
     target = _faster_matrix(dev) if dev is not None else None
     if target is None or dev is None:
         return []
-    k = effective_kernels(report)
-    mm = k[k["category"].isin(MATMUL_CATEGORIES) & (k["precision"] == "fp32")]
-    known = mm[mm["flops"].notna() & mm["dram_bytes"].notna()]
-    if not len(known):
+    mm = fp32_matmuls(effective_kernels(report))
+    kernel_ns = float(report.kernels["duration_ns"].sum())
+    time_ns = float(mm["duration_ns"].sum())
+    if not len(mm) or not pct(time_ns, kernel_ns) >= FP32_MATMUL_MIN_PCT:
         return []
+    known = mm[mm["flops"].notna() & mm["dram_bytes"].notna()]
     bw = dev.peak_bandwidth("dram") or math.inf
     floor_ns = np.maximum(known["flops"] / dev.compute[target].value, known["dram_bytes"] / bw) * 1e9
-    saving = (known["duration_ns"] - floor_ns).clip(lower=0)
-    kernel_ns = float(report.kernels["duration_ns"].sum())
-    at_stake = float(saving.sum())
-    if not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
-        return []
-    time_ns = float(mm["duration_ns"].sum())
+    at_stake = float((known["duration_ns"] - floor_ns).clip(lower=0).sum()) if len(known) else math.nan
+    speedup = dev.compute[target].value / dev.compute["fp32"].value
     evidence: dict[str, float | int | str] = {
         "fp32_matmul_kernels": len(mm), "fp32_matmul_time_ns": time_ns,
-        "time_pct_of_kernel_time": pct(time_ns, kernel_ns),
-        "kernels_with_flops": len(known), "fp32_roof_flops_per_s": float(dev.compute["fp32"].value),
-        "target_precision": target, "target_roof_flops_per_s": float(dev.compute[target].value),
+        "time_pct_of_kernel_time": pct(time_ns, kernel_ns), "kernels_with_flops": len(known),
+        "time_with_flops_ns": float(known["duration_ns"].sum()),
+        "fp32_roof_flops_per_s": float(dev.compute["fp32"].value), "target_precision": target,
+        "target_roof_flops_per_s": float(dev.compute[target].value), "roof_ratio": speedup,
         "time_at_target_roof_ns": float(floor_ns.sum()),
     }
-    title = (f"{len(mm)} matmul kernels run in FP32 ({fmt_ns(time_ns)}) on a device whose {target} tensor-core "
-             f"roof is {dev.compute[target].value / dev.compute['fp32'].value:.0f}x the FP32 roof")
-    advice = ("Move the matmuls to tensor cores: torch.backends.cuda.matmul.allow_tf32 = True (or "
-              "torch.set_float32_matmul_precision('high')) keeps FP32 tensors and runs TF32; autocast to bf16 "
-              "(torch.autocast('cuda', dtype=torch.bfloat16)) or a bf16 model halves the bytes too. Check the "
-              "accuracy of the result after the change.")
-    return [ranked(report, "fp32-matmul", title, evidence, advice,
-                    at_stake, kernels=tuple(str(n) for n in _top_by_time(known))[:TOP_GROUPS])]
+    title = (f"{len(mm)} matmul kernels run in FP32 off the tensor cores ({fmt_ns(time_ns)}, "
+             f"{pct(time_ns, kernel_ns):.3g}% of kernel time); the {target} roof is {speedup:.0f}x the FP32 roof")
+    advice = TF32_ADVICE if target == "tf32" else LOW_PRECISION_ADVICE.format(target=target)
+    kernels = tuple(_top_by_time(mm))[:TOP_GROUPS]
+    if math.isnan(at_stake):
+        return [Finding("fp32-matmul", severity_for(time_ns, kernel_ns), title, evidence, advice, at_stake, kernels)]
+    return [ranked(report, "fp32-matmul", title, evidence, advice, at_stake, kernels=kernels)]
 
 
 def _top_by_time(k: pd.DataFrame) -> list[str]:
@@ -291,64 +287,3 @@ def flops_mismatch(report: Report) -> list[Finding]:
     severity = severity_for(off_ns, float(k["duration_ns"].sum()))
     return [Finding("flops-mismatch", severity, title, evidence, advice, math.nan,
                     kernels=tuple(str(n) for n in _top_by_time(off))[:TOP_GROUPS])]
-
-
-# ---------------------------------------------------------------------------- occupancy and stalls
-def stall_columns(k: pd.DataFrame) -> list[str]:
-    """The warp-stall columns an Nsight Compute reader added (``stall_<reason>``)."""
-    return [c for c in k.columns if c.startswith("stall_") and pd.api.types.is_numeric_dtype(k[c])]
-
-
-def occupancy_stalls(report: Report) -> list[Finding]:
-    """Kernel groups with low achieved occupancy, and each one's dominant warp-stall reasons."""
-    k = report.kernels
-    if "achieved_occupancy_pct" not in k.columns or is_cpu_report(report):
-        return []
-    k = k[k["achieved_occupancy_pct"].notna()].assign(group=lambda d: group_key(d))
-    kernel_ns = float(report.kernels["duration_ns"].sum())
-    findings = []
-    for group, g in k.groupby("group", sort=False):
-        time_ns = float(g["duration_ns"].sum())
-        occ = float(np.average(g["achieved_occupancy_pct"], weights=g["duration_ns"].clip(lower=1)))
-        if occ >= OCCUPANCY_LOW_PCT or pct(time_ns, kernel_ns) < OCCUPANCY_MIN_TIME_PCT:
-            continue
-        findings.append(_occupancy_finding(report, str(group), g, occ, time_ns, kernel_ns))
-    return findings
-
-
-def _occupancy_finding(report: Report, group: str, g: pd.DataFrame, occ: float, time_ns: float,
-                       kernel_ns: float) -> Finding:
-    w = g["duration_ns"].clip(lower=1)
-    evidence: dict[str, float | int | str] = {
-        "kernel": group[:120], "launches": len(g), "time_ns": time_ns,
-        "time_pct_of_kernel_time": pct(time_ns, kernel_ns), "achieved_occupancy_pct": occ,
-    }
-    if "theoretical_occupancy_pct" in g and g["theoretical_occupancy_pct"].notna().any():
-        evidence["theoretical_occupancy_pct"] = float(np.average(g["theoretical_occupancy_pct"].fillna(0), weights=w))
-    for col in ("registers_per_thread", "shared_mem_bytes", "block"):
-        if col in g and g[col].notna().any():
-            evidence[col] = g[col].dropna().iloc[0] if col == "block" else float(g[col].dropna().median())
-    stalls = {c: float(np.average(g[c].fillna(0), weights=w)) for c in stall_columns(g) if g[c].notna().any()}
-    top_stalls = sorted(stalls.items(), key=lambda kv: -kv[1])[:2]
-    for i, (col, value) in enumerate(top_stalls, start=1):
-        evidence[f"stall{i}"] = col.removeprefix("stall_")
-        evidence[f"stall{i}_cycles_per_issue"] = value
-    limiter = _occupancy_limiter(evidence, occ)
-    reasons = "; ".join(f"{name}: {STALL_ADVICE.get(name, 'see the ncu WarpStateStatistics section')}"
-                        for name in (str(evidence.get("stall1", "")), str(evidence.get("stall2", ""))) if name)
-    title = (f"{group[:60]} runs at {occ:.0f}% achieved occupancy ({fmt_ns(time_ns)}, "
-             f"{float(evidence['time_pct_of_kernel_time']):.3g}% of kernel time)"
-             + (f"; top stall: {evidence['stall1']}" if "stall1" in evidence else ""))
-    advice = limiter + (f" Dominant stalls - {reasons}." if reasons else "")
-    return Finding("occupancy-stalls", severity_for(time_ns, kernel_ns),
-                   title, evidence, advice, math.nan, kernels=(group,))
-
-
-def _occupancy_limiter(ev: dict[str, float | int | str], occ: float) -> str:
-    theo = ev.get("theoretical_occupancy_pct")
-    if isinstance(theo, float) and theo > 0 and occ < 0.6 * theo:
-        return (f"Achieved occupancy is far below the theoretical {theo:.0f}%: the grid is too small or "
-                "unbalanced (tail effect, too few blocks per SM); launch more, smaller blocks or use a "
-                "persistent/stream-K schedule.")
-    return ("Occupancy is limited at launch: fewer registers per thread (__launch_bounds__, -maxrregcount), "
-            "less shared memory per block, or a block size that packs more warps per SM.")

@@ -69,10 +69,10 @@ class DeviceIdle:
     """Idle time of one device between its first and last piece of work."""
 
     device: str
-    first_ns: float
+    first_ns: int
     span_ns: float
     busy_ns: float
-    gaps: pd.DataFrame  # gap_ns, gap_start_ns, next_name, launch_end_ns (NaN when unknown)
+    gaps: pd.DataFrame  # gap_ns, gap_start_ns (int64), next_name, launch_end_ns (Int64, <NA> when unknown)
 
     @property
     def idle_ns(self) -> float:
@@ -84,7 +84,7 @@ class DeviceIdle:
         known = self.gaps["launch_end_ns"].notna()
         if not known.any():
             return math.nan
-        late = known & (self.gaps["launch_end_ns"] > self.gaps["gap_start_ns"])
+        late = (self.gaps["launch_end_ns"] > self.gaps["gap_start_ns"]).fillna(False).astype(bool)
         return float(self.gaps.loc[late, "gap_ns"].sum())
 
 
@@ -92,7 +92,7 @@ def launch_ends(report: Report) -> pd.Series:
     """End time of the API call behind each correlation id (the launch of a kernel or copy)."""
     api = report.api
     api = api[api["correlation"].notna()].drop_duplicates("correlation")
-    return pd.Series(api["end_ns"].to_numpy(np.float64), index=api["correlation"].astype("int64").to_numpy())
+    return pd.Series(api["end_ns"].astype("int64").to_numpy(), index=api["correlation"].astype("int64").to_numpy())
 
 
 def device_idle(report: Report) -> list[DeviceIdle]:
@@ -106,14 +106,14 @@ def device_idle(report: Report) -> list[DeviceIdle]:
         ms, me = merge_intervals(s, e)
         gap = gaps_before(s, e)
         has_gap = gap > 0
-        corr = a["correlation"].astype("Float64").to_numpy(np.float64, na_value=np.nan)[has_gap]
+        corr = pd.Series(a["correlation"].astype("Int64").to_numpy()[has_gap])
         gaps = pd.DataFrame({
             "gap_ns": gap[has_gap],
             "gap_start_ns": s[has_gap] - gap[has_gap],
             "next_name": a["name"].to_numpy()[has_gap],
-            "launch_end_ns": pd.Series(corr).map(ends).to_numpy(np.float64),
+            "launch_end_ns": corr.map(ends).astype("Int64"),
         })
-        out.append(DeviceIdle(str(device), float(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
+        out.append(DeviceIdle(str(device), int(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
     return out
 
 
@@ -130,7 +130,7 @@ def _range_at(report: Report, t_ns: float) -> str | None:
     return str(path) if isinstance(path, str) and path else str(best["name"])
 
 
-def _largest_gaps(report: Report, idle: DeviceIdle, origin_ns: float) -> tuple[dict[str, float | int | str], tuple[str, ...]]:
+def _largest_gaps(report: Report, idle: DeviceIdle, origin_ns: int) -> tuple[dict[str, float | int | str], tuple[str, ...]]:
     top = idle.gaps.nlargest(LARGEST_GAPS, "gap_ns")
     evidence: dict[str, float | int | str] = {}
     ranges: list[str] = []
@@ -256,7 +256,7 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.Dat
     calls = launch.loc[m["corr"].to_numpy()]
     api_ns = float((calls["end_ns"] - calls["start_ns"]).sum())
     kernel_ns = float(m["duration_ns"].sum())
-    delay = m["start_ns"].to_numpy(np.float64) - calls["end_ns"].to_numpy(np.float64)
+    delay = (m["start_ns"].to_numpy(np.int64) - calls["end_ns"].to_numpy(np.int64)).astype(np.float64)
     starved = pct(float((delay < STARVED_NS).sum()), float(len(m)))
     api_pct = pct(api_ns, kernel_ns)
     if len(m) < LAUNCH_MIN_KERNELS or not (starved >= STARVED_MIN_PCT and api_pct >= LAUNCH_API_MIN_PCT):

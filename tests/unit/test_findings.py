@@ -1,0 +1,352 @@
+"""Findings on real profiler outputs: each rule fires where it must and stays silent where it must not,
+and its evidence equals an independent computation on the same tables (plain-Python sweeps here,
+not the interval helpers the rules use)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from perfscope.analysis.findings import RULES, Finding, run_rules
+from perfscope.analysis.importers import import_file
+from perfscope.analysis.rules import timeline
+from perfscope.errors import UsageError
+from perfscope.report import Report
+
+B200 = "kineto/tracelens_b200__eager_trace.json.gz"
+QWEN = "kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+A100 = "kineto/hta_negative_queue_length_values_check__rank0.json.gz"
+ALEXNET = "kineto/hta_critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz"
+CPU_RANK = "kineto/hta_rank_non_gpu__rank_non_gpu.json.gz"
+V100 = "kineto/hta_ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+T4 = "nsys/aws_t4_softmax.sqlite"
+H100_NSYS = "nsys/nvfuser_h100_matmul.sqlite"
+ONE_KERNEL = "kineto/kineto_docs_h100_before_fix.json"
+
+_cache: dict[str, Report] = {}
+
+
+@pytest.fixture(scope="module")
+def load(fixtures_dir: Path) -> Callable[[str], Report]:
+    def get(name: str) -> Report:
+        if name not in _cache:
+            _cache[name] = import_file(fixtures_dir / name)
+        return _cache[name]
+    return get
+
+
+def only(findings: list[Finding], rule_id: str) -> Finding:
+    hits = [f for f in findings if f.id == rule_id]
+    assert len(hits) == 1, [f.id for f in findings]
+    return hits[0]
+
+
+def union_sweep(intervals: list[tuple[int, int]]) -> list[list[int]]:
+    """Merged busy intervals, the textbook way."""
+    merged: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return merged
+
+
+def device_intervals(report: Report) -> list[tuple[int, int]]:
+    rows = [*zip(report.kernels["start_ns"], report.kernels["end_ns"]),
+            *zip(report.transfers["start_ns"], report.transfers["end_ns"])]
+    return [(int(s), int(e)) for s, e in rows]
+
+
+# ---------------------------------------------------------------------------- idle
+def test_gpu_idle_fires_on_the_launch_bound_b200_trace(load) -> None:
+    r = load(B200)
+    f = only(RULES["gpu-idle"](r), "gpu-idle")
+    merged = union_sweep(device_intervals(r))
+    span = merged[-1][1] - merged[0][0]
+    busy = sum(e - s for s, e in merged)
+    gaps = sorted((merged[i + 1][0] - merged[i][1] for i in range(len(merged) - 1)), reverse=True)
+    assert f.evidence["span_ns"] == span and f.evidence["idle_ns"] == span - busy
+    assert f.evidence["idle_pct"] == pytest.approx(100 * (span - busy) / span)
+    assert f.evidence["gaps"] == len(gaps) and f.evidence["gap1_ns"] == gaps[0] and f.evidence["gap2_ns"] == gaps[1]
+    assert f.time_at_stake_ns == span - busy and f.severity == "high"
+    # waiting for launch: the launch call of the work that ends a gap returned after the gap began
+    api_end = dict(zip(r.api["correlation"], r.api["end_ns"]))
+    work = sorted(zip(r.kernels["start_ns"], r.kernels["end_ns"], r.kernels["correlation"]))
+    work += sorted(zip(r.transfers["start_ns"], r.transfers["end_ns"], r.transfers["correlation"]))
+    work.sort(key=lambda w: w[0])
+    waited, latest = 0, None
+    for s, e, corr in work:
+        if latest is not None and s > latest and api_end.get(corr, -math.inf) > latest:
+            waited += s - latest
+        latest = e if latest is None else max(latest, e)
+    assert f.evidence["idle_waiting_for_launch_ns"] == waited
+    assert waited / (span - busy) > 0.5 and "CUDA graph" in f.recommendation
+
+
+def test_gpu_idle_silent_on_the_busy_qwen_trace(load) -> None:
+    r = load(QWEN)
+    merged = union_sweep(device_intervals(r))
+    span = merged[-1][1] - merged[0][0]
+    idle_pct = 100 * (span - sum(e - s for s, e in merged)) / span
+    assert idle_pct < timeline.IDLE_MIN_PCT
+    assert RULES["gpu-idle"](r) == []
+
+
+def test_cpu_report_reports_time_outside_operators(load) -> None:
+    r = load(CPU_RANK)
+    findings = RULES["gpu-idle"](r)
+    f = only(findings, "time-outside-ops")
+    merged = union_sweep([(int(s), int(e)) for s, e in zip(r.kernels["start_ns"], r.kernels["end_ns"])])
+    span = merged[-1][1] - merged[0][0]
+    assert f.evidence["idle_ns"] == span - sum(e - s for s, e in merged)
+    assert "idle_waiting_for_launch_ns" not in f.evidence and "torch.compile" in f.recommendation
+
+
+# ---------------------------------------------------------------------------- short kernels
+def test_short_kernels_fire_on_the_a100_training_trace(load) -> None:
+    r = load(A100)
+    f = only(RULES["short-kernels"](r), "short-kernels")
+    durations = r.kernels["duration_ns"].tolist()
+    short = [d for d in durations if d < timeline.SHORT_KERNEL_NS]
+    assert f.evidence["short_kernels"] == len(short) == 4044 and f.evidence["kernels"] == len(durations)
+    assert f.evidence["short_time_ns"] == sum(short)
+    assert f.evidence["short_kernels_pct"] == pytest.approx(100 * len(short) / len(durations))
+    assert 0 < f.time_at_stake_ns <= len(short) * timeline.LAUNCH_GAP_CAP_NS
+
+
+def test_short_kernels_silent_on_qwen(load) -> None:
+    r = load(QWEN)
+    share = (r.kernels["duration_ns"] < timeline.SHORT_KERNEL_NS).mean() * 100
+    assert share < timeline.SHORT_KERNEL_MIN_PCT
+    assert RULES["short-kernels"](r) == []
+
+
+# ---------------------------------------------------------------------------- launch overhead
+def test_launch_overhead_fires_on_b200(load) -> None:
+    r = load(B200)
+    f = only(RULES["launch-overhead"](r), "launch-overhead")
+    calls = {c: (s, e) for c, s, e in zip(r.api["correlation"], r.api["start_ns"], r.api["end_ns"])}
+    matched = [(s, calls[c]) for s, c in zip(r.kernels["start_ns"], r.kernels["correlation"]) if c in calls]
+    api_ns = sum(e - s for _, (s, e) in matched)
+    starved = sum(1 for start, (_, end) in matched if start - end < timeline.STARVED_NS)
+    assert f.evidence["launches"] == len(matched) == 768
+    assert f.evidence["launch_api_ns"] == api_ns
+    assert f.evidence["kernel_ns"] == r.kernels["duration_ns"].sum()
+    assert f.evidence["started_within_10us_of_launch_pct"] == pytest.approx(100 * starved / len(matched))
+    gpu_idle = only(RULES["gpu-idle"](r), "gpu-idle")
+    assert f.time_at_stake_ns == gpu_idle.evidence["idle_waiting_for_launch_ns"]
+
+
+@pytest.mark.parametrize("name", [QWEN, ONE_KERNEL])
+def test_launch_overhead_silent_when_the_queue_is_full_or_too_short(load, name: str) -> None:
+    assert RULES["launch-overhead"](load(name)) == []
+
+
+# ---------------------------------------------------------------------------- streams
+def test_serialized_streams_fire_when_nccl_and_compute_take_turns(load) -> None:
+    r = load(A100)
+    f = only(RULES["serialized-streams"](r), "serialized-streams")
+    k = r.kernels
+    per_stream = {int(s): sum(e - b for b, e in union_sweep(list(zip(g["start_ns"], g["end_ns"]))))
+                  for s, g in k.groupby("stream")}
+    union = sum(e - s for s, e in union_sweep(list(zip(k["start_ns"], k["end_ns"]))))
+    main = max(per_stream, key=per_stream.get)
+    assert f.evidence["busiest_stream"] == main and f.evidence["streams"] == len(per_stream)
+    assert f.evidence["outside_busiest_stream_ns"] == union - per_stream[main] == f.time_at_stake_ns
+    assert f.evidence["overlapped_ns"] == sum(per_stream.values()) - union
+    assert any("nccl" in name.lower() for name in f.kernels)
+
+
+def test_serialized_streams_silent_on_a_single_stream(load) -> None:
+    r = load(QWEN)
+    assert r.kernels["stream"].nunique() == 1
+    assert RULES["serialized-streams"](r) == []
+
+
+# ---------------------------------------------------------------------------- copies
+def exposed_by_sweep(r: Report) -> int:
+    busy = union_sweep([(int(s), int(e)) for s, e in zip(r.kernels["start_ns"], r.kernels["end_ns"])])
+    total = 0
+    host = r.transfers[r.transfers["kind"].isin(["HtoD", "DtoH"])]
+    for s, e in zip(host["start_ns"], host["end_ns"]):
+        covered = sum(max(0, min(e, be) - max(s, bs)) for bs, be in busy)
+        total += (e - s) - covered
+    return total
+
+
+@pytest.mark.parametrize("name", [ALEXNET, T4])
+def test_copies_exposed_fire_when_no_kernel_runs_beside_them(load, name: str) -> None:
+    r = load(name)
+    f = only(RULES["copies-exposed"](r), "copies-exposed")
+    assert f.evidence["exposed_ns"] == exposed_by_sweep(r) == f.time_at_stake_ns
+    host = r.transfers[r.transfers["kind"].isin(["HtoD", "DtoH"])]
+    assert f.evidence["copies"] == len(host) and f.evidence["bytes"] == host["bytes"].sum()
+
+
+def test_unified_memory_migrations_get_the_prefetch_advice(load) -> None:
+    f = only(RULES["copies-exposed"](load(T4)), "copies-exposed")
+    assert f.evidence["unified_memory_copies"] == 2370 and "cudaMemPrefetchAsync" in f.recommendation
+
+
+def test_copies_silent_on_qwen(load) -> None:
+    r = load(QWEN)
+    assert RULES["copies-exposed"](r) == [] and RULES["pageable-copies"](r) == []
+
+
+def test_pageable_copies_fire_on_alexnet(load) -> None:
+    r = load(ALEXNET)
+    f = only(RULES["pageable-copies"](r), "pageable-copies")
+    t = r.transfers
+    pageable = t[t["kind"].isin(["HtoD", "DtoH"]) & (t["pinned"] == False)]  # noqa: E712
+    assert f.evidence["pageable_copies"] == len(pageable) == 16
+    assert f.evidence["pageable_time_ns"] == pageable["duration_ns"].sum() == f.time_at_stake_ns
+    assert f.evidence["pageable_bytes_per_s"] == pytest.approx(pageable["bytes"].sum() / pageable["duration_ns"].sum() * 1e9)
+    assert "pin_memory" in f.recommendation
+
+
+def test_unknown_pinning_is_not_called_pageable(load) -> None:
+    r = load(T4)
+    assert r.transfers["pinned"].isna().all()
+    assert RULES["pageable-copies"](r) == []
+
+
+# ---------------------------------------------------------------------------- roofline
+def test_memory_below_roof_fires_on_qwen_elementwise(load) -> None:
+    r = load(QWEN)
+    f = only(RULES["memory-below-roof"](r), "memory-below-roof")
+    k = r.kernels
+    bw = r.device.peak_bandwidth("dram")
+    rows = k[(k["bound"] == "memory") & (k["short_name"] == "elementwise_kernel") & k["flops"].notna()
+             & k["dram_bytes"].notna()]
+    pct = rows["dram_bytes"].sum() / (rows["duration_ns"].sum() * 1e-9) / bw * 100
+    assert f.evidence["top1"] == "elementwise_kernel"
+    assert f.evidence["top1_pct_of_roof"] == pytest.approx(pct)
+    assert f.evidence["top1_time_ns"] == rows["duration_ns"].sum()
+    assert "elementwise_kernel" in f.kernels and pct < 50
+
+
+def test_compute_below_roof_fires_on_measured_ncu_sgemms(load) -> None:
+    r = load("ncu/esmm_a10g_roofline_set.ncu-rep")
+    f = only(RULES["compute-below-roof"](r), "compute-below-roof")
+    peak = r.device.compute["fp32"].value
+    k = r.kernels
+    pct = {name: 100 * fl / (d * 1e-9) / peak for name, fl, d in zip(k["short_name"], k["flops"], k["duration_ns"])}
+    assert f.evidence["kernel_groups_below"] == 4
+    assert f.evidence["top1_pct_of_roof"] == pytest.approx(pct[f.evidence["top1"]])
+    lost = sum(d * (1 - pct[n] / 100) for n, d in zip(k["short_name"], k["duration_ns"]))
+    assert f.time_at_stake_ns == pytest.approx(lost)
+
+
+def test_compute_below_roof_silent_when_the_gemm_is_near_its_roof(load) -> None:
+    r = load(QWEN)
+    gemm = r.kernels[r.kernels["bound"] == "compute"]
+    assert (gemm["flops"].sum() / (gemm["duration_ns"].sum() * 1e-9) / r.device.compute["bf16"].value) > 0.5
+    assert RULES["compute-below-roof"](r) == []
+
+
+def test_no_flops_gives_one_info_finding(load) -> None:
+    r = load(H100_NSYS)
+    findings = run_rules(r, rules=["memory-below-roof", "compute-below-roof", "fp32-matmul"])
+    assert [(f.id, f.severity) for f in findings] == [("roofline-unchecked", "info")]
+    assert math.isnan(findings[0].time_at_stake_ns) and "Nsight Compute" in findings[0].recommendation
+
+
+def test_fp32_sgemm_on_a_tensor_core_v100(load) -> None:
+    r = load(V100)
+    f = only(RULES["fp32-matmul"](r), "fp32-matmul")
+    k = r.kernels
+    sgemm = k[k["category"].isin(["gemm", "attention"]) & k["name"].str.contains("sgemm")]
+    assert f.evidence["fp32_matmul_time_ns"] == sgemm["duration_ns"].sum()
+    assert f.evidence["target_precision"] == "fp16" and f.evidence["roof_ratio"] == pytest.approx(125 / 15.7)
+    assert math.isnan(f.time_at_stake_ns)  # no FLOPs in this trace: the saving stays unknown
+    assert "float16" in f.recommendation
+
+
+def test_fp32_matmul_silent_on_a_bf16_model(load) -> None:
+    assert RULES["fp32-matmul"](load(QWEN)) == []
+
+
+# ---------------------------------------------------------------------------- measured vs analytic
+def ncu_sgemms_with_analytic(load, fma_flops: int) -> Report:
+    """The ncu CSV's measured SGEMMs next to the analytic count of a 1024^3 SGEMM (the ESMM benchmark's
+    size: the naive kernel's 32x32 grid of 32x32 blocks covers a 1024x1024 output)."""
+    r = load("ncu/esmm_a10g_roofline_metrics.csv")
+    assert r.kernels.loc[r.kernels["short_name"] == "basic", "grid"].iloc[0] == "(32, 32, 1)"
+    return r.replace(kernels=r.kernels.assign(flops_analytic=float(fma_flops) * 1024**3))
+
+
+def test_flops_agree_with_the_2mnk_formula(load) -> None:
+    r = ncu_sgemms_with_analytic(load, 2)
+    ratios = r.kernels["flops"] / r.kernels["flops_analytic"]
+    assert ratios.between(0.99, 1.03).all()
+    assert RULES["flops-mismatch"](r) == []
+
+
+def test_flops_mismatch_fires_on_a_convention_error(load) -> None:
+    r = ncu_sgemms_with_analytic(load, 1)  # counting an FMA as one FLOP
+    f = only(RULES["flops-mismatch"](r), "flops-mismatch")
+    ratios = r.kernels["flops"] / r.kernels["flops_analytic"]
+    assert f.evidence["kernels_disagreeing"] == len(r.kernels) == 9
+    assert f.evidence["median_measured_over_analytic"] == pytest.approx(ratios.median())
+    assert math.isnan(f.time_at_stake_ns) and "2x" in f.recommendation
+
+
+# ---------------------------------------------------------------------------- occupancy
+def test_low_occupancy_from_ncu(load) -> None:
+    r = load("ncu/esmm_a10g_sol_partial.ncu-rep")
+    f = only(RULES["occupancy-stalls"](r), "occupancy-stalls")
+    row = r.kernels[r.kernels["short_name"] == "two_blocktiling"].iloc[0]
+    assert f.kernels == ("two_blocktiling",)
+    assert f.evidence["achieved_occupancy_pct"] == pytest.approx(row["achieved_occupancy_pct"])
+    assert f.evidence["theoretical_occupancy_pct"] == pytest.approx(row["theoretical_occupancy_pct"])
+    assert f.evidence["registers_per_thread"] == row["registers_per_thread"] == 150
+    assert "registers" in f.recommendation
+
+
+@pytest.mark.parametrize("name", ["ncu/esmm_a10g_all_metrics.ncu-rep", QWEN])
+def test_occupancy_silent_without_achieved_occupancy(load, name: str) -> None:
+    assert RULES["occupancy-stalls"](load(name)) == []
+
+
+# ---------------------------------------------------------------------------- engine-only rules
+@pytest.mark.parametrize("rule", ["decode-mbu", "prefill-mfu", "kv-cache-share"])
+def test_llm_rules_are_silent_on_traces_without_engine_steps(load, rule: str) -> None:
+    assert RULES[rule](load(QWEN)) == []
+
+
+# ---------------------------------------------------------------------------- the engine
+def test_run_rules_ranks_by_time_at_stake_then_unknowns_by_severity(load) -> None:
+    findings = run_rules(load(V100))
+    stakes = [f.time_at_stake_ns for f in findings]
+    known = [s for s in stakes if not math.isnan(s)]
+    assert known == sorted(known, reverse=True)
+    first_nan = next(i for i, s in enumerate(stakes) if math.isnan(s))
+    assert all(math.isnan(s) for s in stakes[first_nan:])
+    order = ["high", "medium", "low", "info"]
+    tail = [order.index(f.severity) for f in findings[first_nan:]]
+    assert tail == sorted(tail)
+
+
+def test_run_rules_subset_and_unknown_rule(load) -> None:
+    r = load(B200)
+    assert {f.id for f in run_rules(r, rules=["gpu-idle"])} == {"gpu-idle"}
+    with pytest.raises(UsageError, match="no-such-rule"):
+        run_rules(r, rules=["no-such-rule"])
+
+
+@pytest.mark.parametrize("name", [A100, B200, QWEN, ALEXNET, CPU_RANK, V100, T4, H100_NSYS, ONE_KERNEL,
+                                  "kineto/hta_cupti_profiler__benchmark_result_924719_1679055439_trace.json.gz",
+                                  "kineto/tracelens_mi210__gpu_only_trace__gpu_only_trace.json.gz",
+                                  "ncu/esmm_a10g_sol_partial.ncu-rep"])
+def test_every_rule_degrades_and_serialises(load, name: str) -> None:
+    findings = run_rules(load(name))
+    for f in findings:
+        d = json.loads(json.dumps(f.to_dict(), allow_nan=False))
+        assert d["id"] == f.id and d["severity"] in ("high", "medium", "low", "info")
+        assert f.title and f.recommendation
+        assert all(isinstance(v, (int, float, str)) or v is None for v in d["evidence"].values())
