@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from perfscope.analysis.findings import RULES, Finding, run_rules
 from perfscope.analysis.importers import import_file
 from perfscope.analysis.rules import timeline
+
 from perfscope.errors import UsageError
 from perfscope.report import Report
 
@@ -202,7 +202,7 @@ def test_pageable_copies_fire_on_alexnet(load) -> None:
     r = load(ALEXNET)
     f = only(RULES["pageable-copies"](r), "pageable-copies")
     t = r.transfers
-    pageable = t[t["kind"].isin(["HtoD", "DtoH"]) & (t["pinned"] == False)]  # noqa: E712
+    pageable = t[t["kind"].isin(["HtoD", "DtoH"]) & (t["pinned"] == False)]
     assert f.evidence["pageable_copies"] == len(pageable) == 16
     assert f.evidence["pageable_time_ns"] == pageable["duration_ns"].sum() == f.time_at_stake_ns
     assert f.evidence["pageable_bytes_per_s"] == pytest.approx(pageable["bytes"].sum() / pageable["duration_ns"].sum() * 1e9)
