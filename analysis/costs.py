@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ ZERO_COST = frozenset({
     "contiguous", "result_type", "is_nonzero", "item", "_local_scalar_dense", "lift_fresh_copy",
     "set_", "resize_", "_reshape_alias", "numpy_T", "movedim", "diagonal", "unfold",
     "_has_compatible_shallow_copy_type", "stride", "size", "dim", "is_same_size", "record_stream",
-    "detach_", "_unsafe_view_", "requires_grad_", "_nested_tensor_from_mask_left_aligned",
+    "detach_", "_unsafe_view_", "requires_grad_", "_nested_tensor_from_mask_left_aligned", "to", "type_as",
 })
 """Metadata-only ops. ``reshape``/``contiguous``/``flatten`` copy through a child op when they
 have to, and that child is costed on its own."""
@@ -90,7 +90,7 @@ FILLS = frozenset({"fill_", "zero_", "zeros", "ones", "full", "arange", "zeros_l
                    "exponential_", "bernoulli_"})
 """Ops that only write their output (their first tensor input, or an output we cannot size)."""
 
-COPIES = frozenset({"copy_", "clone", "_to_copy", "to", "type_as", "_copy_from"})
+COPIES = frozenset({"copy_", "clone", "_to_copy", "_copy_from"})
 
 GATHERS = frozenset({"embedding", "index_select", "gather", "index", "take"})
 SCATTERS = frozenset({"index_put_", "index_put", "index_copy_", "index_copy", "scatter_",
@@ -106,6 +106,7 @@ ATTENTION = frozenset({
 
 CATEGORY_OF = {"gemm": ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv",
                         "dot", "_scaled_mm", "einsum", "conv2d", "convolution")}
+"""Ops that run as GEMM kernels, priced or not (``_scaled_mm``, convolutions have no formula yet)."""
 
 
 @dataclass(frozen=True)
@@ -414,31 +415,17 @@ def _zero(name: str, ins: OpInputs) -> OpCost:
 Formula = Callable[[str, OpInputs], "OpCost | None"]
 
 
+GEMMS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "dot")
+NORMS = ("rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm")
+
+
 def _registry() -> dict[str, Formula]:
-    reg: dict[str, Formula] = {}
-    for n in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "dot"):
-        reg[n] = _gemm
-    for n in ATTENTION:
-        reg[n] = _attention
-    for n in ELEMENTWISE:
-        reg[n] = _elementwise
-    for n in REDUCTIONS:
-        reg[n] = _reduction
-    for n in COPIES:
-        reg[n] = _copy
-    for n in FILLS:
-        reg[n] = _fill
-    for n in GATHERS:
-        reg[n] = _gather
-    for n in SCATTERS:
-        reg[n] = _scatter
-    for n in ("rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm"):
-        reg[n] = _norm
-    reg["cat"] = _cat
-    reg["stack"] = _cat
-    for n in ZERO_COST:
-        reg[n] = _zero
-    return reg
+    families: list[tuple[Iterable[str], Formula]] = [
+        (GEMMS, _gemm), (ATTENTION, _attention), (ELEMENTWISE, _elementwise), (REDUCTIONS, _reduction),
+        (COPIES, _copy), (FILLS, _fill), (GATHERS, _gather), (SCATTERS, _scatter), (NORMS, _norm),
+        (("cat", "stack"), _cat), (ZERO_COST, _zero),
+    ]
+    return {name: formula for names, formula in families for name in names}
 
 
 REGISTRY: dict[str, Formula] = _registry()

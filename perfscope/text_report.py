@@ -12,23 +12,23 @@ from typing import Any
 from .report import Report
 
 
-def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+def _finite(value: Any) -> float | None:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        return "-"
-    if math.isnan(v):
-        return "-"
-    return f"{v / scale:,.{digits}f}"
+        return None
+    return None if math.isnan(v) else v
+
+
+def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+    v = _finite(value)
+    return "-" if v is None else f"{v / scale:,.{digits}f}"
 
 
 def si(value: Any, unit: str) -> str:
     """``1.23e12, 'FLOP/s'`` -> ``1.23 TFLOP/s``; missing -> ``-``."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return "-"
-    if math.isnan(v):
+    v = _finite(value)
+    if v is None:
         return "-"
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(v) >= factor:
