@@ -4,8 +4,8 @@
     c = compare(before, after)
     c.by_phase, c.by_name, c.verdict
 
-Names are matched by ``short_name`` by default: the kernel name without template arguments or
-namespace, so ``elementwise_kernel<float>`` in A meets ``elementwise_kernel<bf16>`` in B after a
+Names are matched by ``short_name`` by default (the full name where the short one is missing or a
+parser slip such as ``void``): the kernel name without template arguments or namespace, so ``elementwise_kernel<float>`` in A meets ``elementwise_kernel<bf16>`` in B after a
 dtype change, and a kernel whose launch configuration changed stays one row. Operator names
 (CPU reports) have no template arguments, so their short name is the name. ``key="name"``
 matches exact names; ``key="op"`` groups by the launching framework operator.
@@ -26,7 +26,7 @@ import pandas as pd
 from perfscope.errors import UsageError
 from perfscope.report import Report
 
-from .rules._base import fmt_ns, plain, profile_span_ns
+from .rules._base import fmt_ns, group_key, plain, profile_span_ns
 from .serving import phase_summary
 from .summary import aggregate_by_name
 
@@ -116,8 +116,11 @@ def _names(report: Report, key: str) -> pd.DataFrame:
     k = report.kernels
     if not len(k):
         return pd.DataFrame(columns=["name", "count", "duration_ns", "arith_intensity", "bound", "pct_of_roof"])
-    group = k[key].astype("object") if key in k else pd.Series(None, index=k.index, dtype="object")
-    group = group.where(group.notna(), k["name"])
+    if key == "short_name":
+        group = group_key(k)
+    else:
+        group = k[key].astype("object") if key in k else pd.Series(None, index=k.index, dtype="object")
+        group = group.where(group.notna(), k["name"])
     agg = aggregate_by_name(k.assign(match_key=group), report.device, key="match_key")
     return agg.set_index("name")
 

@@ -131,9 +131,16 @@ def top_names(names: pd.Series, weights: pd.Series, n: int = 3) -> tuple[str, ..
     return tuple(str(name) for name in totals.index[:n])
 
 
+DEGENERATE_SHORT_NAME = r"void|\d*|std"
+"""Short names that are a C++ keyword or a number are a short-name parser's slip on names such as
+``void (anonymous namespace)::kernel<...>(...)``; the full name is used instead."""
+
+
 def group_key(kernels: pd.DataFrame) -> pd.Series:
     """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``."""
-    return kernels["short_name"].astype("object").where(kernels["short_name"].notna(), kernels["name"])
+    short = kernels["short_name"].astype("object")
+    usable = short.notna() & ~short.astype(str).str.fullmatch(DEGENERATE_SHORT_NAME)
+    return short.where(usable, kernels["name"])
 
 
 # ---------------------------------------------------------------------------- intervals

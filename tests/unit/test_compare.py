@@ -33,8 +33,12 @@ def load(fixtures_dir: Path) -> Callable[[str], Report]:
 
 
 def totals(report: Report, key: str) -> pd.DataFrame:
+    """Count and time per matched name: the key column, else the full name (also where a short name
+    is a parser slip: a C++ keyword or a number)."""
     k = report.kernels
-    names = k[key].where(k[key].notna(), k["name"]) if key != "name" else k["name"]
+    col = k[key].astype("object")
+    slip = col.astype(str).isin(["void", "std", ""]) | col.astype(str).str.isdigit()
+    names = col.where(col.notna() & ~(slip if key == "short_name" else False), k["name"]) if key != "name" else k["name"]
     return k.groupby(names.astype(str))["duration_ns"].agg(["size", "sum"])
 
 
