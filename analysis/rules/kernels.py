@@ -39,6 +39,9 @@ FP32_SIMT_GEMM_NAME = re.compile(r"sgemm", re.IGNORECASE)
 """Single-precision SIMT GEMM kernels by name (cuBLAS ``volta_sgemm_*``, ``ampere_sgemm_*``, cuDNN
 ``implicit_convolve_sgemm``): FP32 even when the trace records no dtype."""
 MATMUL_CATEGORIES = ("gemm", "attention")
+ROOFLINE_COLUMNS = ("precision", "arith_intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "bound",
+                    "roof_flops_per_s", "pct_of_roof")
+"""The columns ``classify`` fills, copied back for the re-classified rows."""
 FP32_MATMUL_MIN_PCT = 5.0
 """FP32 matmuls worth moving to tensor cores: at least 5% of the kernel time."""
 FASTER_MATRIX_PRECISIONS = ("tf32", "bf16", "fp16")
@@ -94,10 +97,16 @@ def effective_kernels(report: Report) -> pd.DataFrame:
     dev = report.device
     if dev is None or "tf32" not in dev.compute or not len(k):
         return k
-    tf32 = (k["precision"] == "fp32") & k["name"].astype("object").fillna("").str.contains(TENSOR_CORE_FP32_NAME)
-    if not tf32.any():
+    fp32_mm = k.index[(k["precision"] == "fp32") & k["category"].isin(MATMUL_CATEGORIES)]
+    names = k.loc[fp32_mm, "name"].astype(str)
+    tf32 = names.index[names.str.contains(TENSOR_CORE_FP32_NAME)]
+    if not len(tf32):
         return k
-    return classify(k.assign(precision=k["precision"].where(~tf32, "tf32")), dev)
+    fixed = classify(k.loc[tf32].assign(precision="tf32"), dev)
+    out = k.copy()
+    for col in ROOFLINE_COLUMNS:
+        out.loc[tf32, col] = fixed[col].to_numpy()
+    return out
 
 
 def _group_totals(k: pd.DataFrame) -> pd.DataFrame:
@@ -207,10 +216,10 @@ def _faster_matrix(dev: DeviceSpec) -> str | None:
 def fp32_matmuls(k: pd.DataFrame) -> pd.DataFrame:
     """GEMM/attention kernels that run FP32 off the tensor cores: precision fp32, or no precision
     but a SIMT single-precision GEMM name (``volta_sgemm``, ``implicit_convolve_sgemm``)."""
-    names = k["name"].astype("object").fillna("")
-    by_name = k["precision"].isna() & names.str.contains(FP32_SIMT_GEMM_NAME)
-    fp32 = (k["precision"] == "fp32") | by_name
-    return k[k["category"].isin(MATMUL_CATEGORIES) & fp32 & ~names.str.contains(TENSOR_CORE_FP32_NAME)]
+    mm = k[k["category"].isin(MATMUL_CATEGORIES) & ((k["precision"] == "fp32") | k["precision"].isna())]
+    names = mm["name"].astype(str)
+    fp32 = (mm["precision"] == "fp32") | names.str.contains(FP32_SIMT_GEMM_NAME)
+    return mm[fp32 & ~names.str.contains(TENSOR_CORE_FP32_NAME)]
 
 
 def fp32_matmul(report: Report) -> list[Finding]:
