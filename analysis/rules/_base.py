@@ -196,8 +196,9 @@ def gaps_before(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 def activity(report: Report) -> pd.DataFrame:
     """Every kernel and copy as one table: device, stream, start_ns, end_ns, correlation, what, name.
 
-    ``what`` is ``kernel`` or the copy kind (``HtoD``, ``memset``, ...). Copies whose device is
-    not recorded go to the report's only device, or are dropped when there are several.
+    ``what`` is ``kernel`` or the copy kind (``HtoD``, ``memset``, ...). Kernel rows come first and
+    keep the kernel table's index. Copies whose device is not recorded go to the report's only
+    device, or are dropped when there are several.
     """
     cols = ["device", "stream", "start_ns", "end_ns", "correlation"]
     k = report.kernels[cols + ["name"]].assign(what="kernel")
@@ -211,7 +212,7 @@ def activity(report: Report) -> pd.DataFrame:
     frames = [f for f in (k, t) if len(f)]
     if not frames:
         return pd.DataFrame(columns=cols + ["name", "what"])
-    out = pd.concat(frames, ignore_index=True)
+    out = pd.concat(frames, ignore_index=True)  # kernels keep 0..n-1, the kernel table's RangeIndex
     out["start_ns"] = out["start_ns"].astype("int64")
     out["end_ns"] = out["end_ns"].astype("int64")
     return out

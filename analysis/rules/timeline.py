@@ -193,6 +193,7 @@ def gpu_idle(report: Report) -> list[Finding]:
 def short_kernels(report: Report) -> list[Finding]:
     """Many kernels (or CPU operators) under 5 µs, and the launch gaps in front of them."""
     cpu = is_cpu_report(report)
+    acts = activity(report)  # kernel rows first, with the kernel table's own index
     findings = []
     for device, k in report.kernels.groupby(report.kernels["device"].astype("object"), sort=True):
         dur = k["duration_ns"].astype("float64")
@@ -200,11 +201,10 @@ def short_kernels(report: Report) -> list[Finding]:
         share = pct(float(short.sum()), float(len(k)))
         if short.sum() < SHORT_KERNEL_MIN_COUNT or not share >= SHORT_KERNEL_MIN_PCT:
             continue
-        acts = activity(report)
-        acts = acts[acts["device"].astype("object") == device]
-        gap_all = pd.Series(gaps_before(acts["start_ns"].to_numpy(), acts["end_ns"].to_numpy()), index=acts.index)
-        kernel_rows = acts.index[acts["what"] == "kernel"]
-        gap = gap_all.loc[kernel_rows].to_numpy()
+        on_device = acts[acts["device"].astype("object") == device]
+        gap_all = pd.Series(gaps_before(on_device["start_ns"].to_numpy(), on_device["end_ns"].to_numpy()),
+                            index=on_device.index)
+        gap = gap_all.loc[k.index].to_numpy()
         at_stake = float(np.minimum(gap[short], LAUNCH_GAP_CAP_NS).sum())
         names = group_key(k)[short]
         short_time = float(dur[short].sum())
