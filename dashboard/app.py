@@ -25,7 +25,7 @@ def create_app(paths: Sequence[str | os.PathLike[str]] = DEFAULT_ROOTS) -> dash.
     """A Dash app over the reports under ``paths`` (folders, or report folders themselves)."""
     store = ReportStore(paths)
     app = dash.Dash(__name__, assets_folder=str(ASSETS), assets_ignore=r"standalone_.*", title="perfscope",
-                    serve_locally=True, update_title=None)
+                    serve_locally=True)
     app.layout = lambda: build_layout(store.entries())
     register_callbacks(app, store)
     app.server.config["PERFSCOPE_STORE"] = store

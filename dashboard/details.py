@@ -25,8 +25,8 @@ def _achieved_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:
         ("FLOPs", si(row.get("flops"), "FLOP")),
         ("DRAM bytes", si(row.get("dram_bytes"), "B")),
         ("arithmetic intensity", si(row.get("arith_intensity"), "FLOP/B")),
-        ("achieved", f"{si(row.get('achieved_flops_per_s'), 'FLOP/s')}, "
-                     f"{si(row.get('achieved_bytes_per_s'), 'B/s')}"),
+        ("achieved", (f"{si(row.get('achieved_flops_per_s'), 'FLOP/s')}, "
+                      f"{si(row.get('achieved_bytes_per_s'), 'B/s')}")),
         ("attainable roof", si(row.get("roof_flops_per_s"), "FLOP/s")),
         ("% of roof", pct(row.get("pct_of_roof"))),
         ("bound", _text(row.get("bound"))),
@@ -47,9 +47,9 @@ def kernel_details(report: Report, row_index: int) -> list[tuple[str, str]]:
         ("shapes", _text(row.get("op_shapes"))),
         ("dtype", _text(row.get("dtype"))),
         ("device / stream", f"{_text(row.get('device'))} / {_text(row.get('stream'))}"),
-        ("launch config", f"grid {_text(row.get('grid'))}, block {_text(row.get('block'))}, "
-                          f"{_text(row.get('registers_per_thread'))} regs/thread, "
-                          f"{si(row.get('shared_mem_bytes'), 'B')} shared"),
+        ("launch config", (f"grid {_text(row.get('grid'))}, block {_text(row.get('block'))}, "
+                           f"{_text(row.get('registers_per_thread'))} regs/thread, "
+                           f"{si(row.get('shared_mem_bytes'), 'B')} shared")),
         ("duration", duration(row["duration_ns"])),
         ("share of total kernel time", pct(float(row["duration_ns"]) / total * 100.0, 2)),
         ("range", _text(row.get("range"))),

@@ -20,13 +20,29 @@ from perfscope.report import Report
 
 from . import roofline_data as rd
 from . import timeline_data as td
-from .figures_more import compare, counters, latency_distributions, message_figure, phase_breakdown, step_times
+from .figures_more import (
+    compare,
+    counters,
+    latency_distributions,
+    message_figure,
+    phase_breakdown,
+    step_times,
+)
 from .style import BOUND_COLORS, CATEGORY_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from .text import duration, esc, pct, si
 
 __all__ = [
-    "roofline", "timeline", "phase_breakdown", "step_times", "latency_distributions", "counters",
-    "compare", "message_figure", "BOUND_COLORS", "PHASE_COLORS", "PHASE_SYMBOLS",
+    "BOUND_COLORS",
+    "PHASE_COLORS",
+    "PHASE_SYMBOLS",
+    "compare",
+    "counters",
+    "latency_distributions",
+    "message_figure",
+    "phase_breakdown",
+    "roofline",
+    "step_times",
+    "timeline",
 ]
 
 WEBGL_ABOVE = 2000
@@ -165,7 +181,7 @@ def roofline(
                                       "range": [np.log10(x_min), np.log10(x_max)]},
         yaxis={"type": "log", "title": "performance (FLOP/s)"}, template="plotly_white",
         legend={"groupclick": "toggleitem"}, margin={"t": 90}, height=560, clickmode="event",
-        meta={"kind": "roofline", "per": per, "points": int(len(data.points))},
+        meta={"kind": "roofline", "per": per, "points": len(data.points)},
     )
     note = _unplaced_note(data)
     if note:
@@ -187,7 +203,7 @@ def _bar_traces(views: list[td.LaneView]) -> list[go.Bar]:
         label = esc(lane.label)
         for i in pos:
             start, end = int(lane.starts[i]), int(lane.ends[i])
-            group = str(lane.groups[i]) if lane.kind != "phase" else str(lane.groups[i])
+            group = str(lane.groups[i])
             rows.setdefault(group, []).append((label, start / 1e6, (end - start) / 1e6,
                                                esc(lane.names[i], 120), duration(end - start)))
     traces = []

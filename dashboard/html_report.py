@@ -264,4 +264,4 @@ def write_compare_html(a: Report, b: Report, path: str | os.PathLike[str], *, ov
     return _write_atomic(render_compare_html(a, b, **opts), Path(path), overwrite)
 
 
-__all__ = ["render_html", "write_html", "render_compare_html", "write_compare_html", "script_safe"]
+__all__ = ["render_compare_html", "render_html", "script_safe", "write_compare_html", "write_html"]

@@ -18,7 +18,7 @@ from . import ids, views
 from .store import Entry
 from .text import duration, pct, si
 
-GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
+GRAPH_CONFIG: Any = {"displaylogo": False, "scrollZoom": True}
 
 # AG Grid value formatters (our own code, never report text): durations, percentages, SI rates.
 _FMT = {
@@ -32,7 +32,9 @@ _FMT = {
 def facts_table(rows: list[tuple[str, str]], table_id: str | None = None) -> html.Table:
     """Label/value rows as a two-column table."""
     body = [html.Tr([html.Th(k), html.Td(v)]) for k, v in rows]
-    return html.Table(html.Tbody(body), className="facts", **({"id": table_id} if table_id else {}))
+    if table_id:
+        return html.Table(html.Tbody(body), className="facts", id=table_id)
+    return html.Table(html.Tbody(body), className="facts")
 
 
 def dict_table(rows: list[dict[str, str]], table_id: str | None = None) -> html.Table | html.P:
@@ -41,7 +43,7 @@ def dict_table(rows: list[dict[str, str]], table_id: str | None = None) -> html.
         return html.P("none", className="muted")
     head = html.Thead(html.Tr([html.Th(k) for k in rows[0]]))
     body = html.Tbody([html.Tr([html.Td(v) for v in row.values()]) for row in rows])
-    return html.Table([head, body], **({"id": table_id} if table_id else {}))
+    return html.Table([head, body], id=table_id) if table_id else html.Table([head, body])
 
 
 def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
@@ -82,7 +84,8 @@ def overview_children(report: Report) -> list[Any]:
     out += [html.H3("Top kernels"), _top_kernels(report)]
     found = views.findings(report)
     if found is not None:
-        out += [html.H3("Findings")] + ([_finding(f) for f in found] or [html.P("No rule fired.", className="muted")])
+        items: list[Any] = [_finding(f) for f in found] or [html.P("No rule fired.", className="muted")]
+        out += [html.H3("Findings"), *items]
     notes = report.warnings + [f"unavailable metric: {m}" for m in report.unavailable_metrics]
     if notes:
         out += [html.H3("Warnings"), html.Ul([html.Li(w) for w in notes], className="warnings")]

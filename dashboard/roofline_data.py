@@ -178,6 +178,19 @@ def _cells(frame: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["qx", "qy", "lx", "ly"])
 
 
+def _filter_cells(cells: pd.DataFrame, phase: str | None, range_filter: str | None,
+                  name_filter: str | None) -> pd.DataFrame:
+    """The merged cells a filter keeps (cells never straddle a filter: their key holds its columns)."""
+    keep = np.ones(len(cells), dtype=bool)
+    if phase not in ALL:
+        keep &= cells["phase"].isna().to_numpy() if phase == "none" else (cells["phase"] == phase).to_numpy()
+    for column, needle in (("range", range_filter), ("name", name_filter)):
+        if needle:
+            text = cells[column].astype(str).str.contains(needle.strip(), case=False, regex=False)
+            keep &= (text & cells[column].notna()).to_numpy(dtype=bool)
+    return cells[keep]
+
+
 def _kernel_points(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
     """Every placeable kernel as a marker row, and the kernel row positions behind them."""
     def build() -> tuple[pd.DataFrame, np.ndarray]:
@@ -232,12 +245,15 @@ def roofline_points(
     mask = filter_mask(report, phase=phase, range_filter=range_filter, name_filter=name_filter)
     total, unplaced = _total_ns(report), unplaced_in(report, mask)
     if per == "name":
-        return RooflinePoints(_name_points(report, mask), unplaced, total)
+        points = memo(report, f"roofline:name:{phase}|{range_filter}|{name_filter}",
+                      lambda: _name_points(report, mask))
+        return RooflinePoints(points, unplaced, total)
     frame, rows = _kernel_points(report)
-    sub = frame[mask[rows]]
-    if len(sub) <= max_points:
-        return RooflinePoints(sub.reset_index(drop=True), unplaced, total)
-    cells = _cells(sub).sort_values("duration_ns", ascending=False, kind="stable")
+    selected = mask[rows]
+    if int(selected.sum()) <= max_points:
+        return RooflinePoints(frame.take(np.flatnonzero(selected)).reset_index(drop=True), unplaced, total)
+    cells = _filter_cells(memo(report, "roofline:cells", lambda: _cells(frame)), phase, range_filter, name_filter)
+    cells = cells.sort_values("duration_ns", ascending=False, kind="stable")
     hidden = max(len(cells) - max_points, 0)
     return RooflinePoints(cells.head(max_points).reset_index(drop=True), unplaced, total, True, hidden)
 

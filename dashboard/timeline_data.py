@@ -237,7 +237,8 @@ def timeline_view(
     t1 = max(t1, t0 + 1)
     edges = np.linspace(t0, t1, bins + 1).round().astype("int64")
     edges = np.unique(edges)
-    counts = {lane.label: (lambda sl: sl.stop - sl.start)(lane.span(t0, t1)) for lane in index.lanes}
+    spans = {lane.label: lane.span(t0, t1) for lane in index.lanes}
+    counts = {label: sl.stop - sl.start for label, sl in spans.items()}
     busy_items = sum(counts[lane.label] for lane in index.lanes if lane.kind in ("kernel", "memcpy"))
     binned = busy_items > max_items
     views = []

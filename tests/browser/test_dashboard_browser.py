@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from perfscope.dashboard.app import create_app
 from perfscope.dashboard.html_report import write_html
 

@@ -7,11 +7,10 @@ import functools
 from pathlib import Path
 
 import numpy as np
-
 from perfscope.analysis.importers import import_file
+
 from perfscope.device import DeviceSpec, Roof
 from perfscope.report import Report
-
 from tests.conftest import _fixtures_dir
 
 XSS = "<script>alert(1)</script>"
@@ -24,7 +23,7 @@ def fixture_path(rel: str) -> Path:
     return _fixtures_dir() / rel
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imported(rel: str) -> Report:
     """A fixture file imported once per test session."""
     return import_file(fixture_path(rel))

@@ -9,7 +9,6 @@ import dash
 import numpy as np
 import pandas as pd
 import pytest
-
 from perfscope.dashboard import callbacks as cb
 from perfscope.dashboard import ids
 from perfscope.dashboard.app import create_app
@@ -124,6 +123,7 @@ def test_kernel_grid_modes_filter_and_full_download(served: tuple[ReportStore, d
 def test_phase_view_and_compare(served: tuple[ReportStore, dict[str, str]]) -> None:
     store, keys = served
     table, breakdown, steps, latency = cb.on_phases(store, keys["engine"], "phases")
+    assert breakdown.layout.meta["kind"] == "phase_breakdown"
     assert {"prefill", "decode"} <= set(_texts(table))
     assert sum(len(t.x) for t in steps.data) == len(store.load(keys["engine"]).steps)
     assert latency.layout.meta["kind"] == "latency_distributions" and not latency.layout.meta.get("empty")

@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from perfscope.dashboard import figures
 from perfscope.dashboard import roofline_data as rd
 from perfscope.dashboard import timeline_data as td
-from perfscope.report import Report
 
+from perfscope.report import Report
 from tests.unit.dashboard_reports import HTA, NSYS, QWEN, engine, imported
 
 
@@ -193,3 +192,15 @@ def test_compare_figure_deltas(qwen: Report) -> None:
     per_a = qwen.kernels.groupby("name")["duration_ns"].sum() / 1e6
     assert max(a.x) == pytest.approx(per_a.max())
     assert len(a.x) == len(b.x) == 10
+
+
+def test_merged_points_respect_filters_exactly(hta: Report) -> None:
+    k = hta.kernels
+    want = _placed(k) & k["name"].str.contains("elementwise", case=False, regex=False).to_numpy()
+    merged = rd.roofline_points(hta, name_filter="elementwise", max_points=1)
+    every = rd.roofline_points(hta, name_filter="elementwise", max_points=len(k))
+    assert merged.merged and len(every.points) == int(want.sum())
+    assert merged.hidden + len(merged.points) == len(rd._cells(every.points))
+    uncapped = rd.roofline_points(hta, name_filter="elementwise", max_points=int(want.sum()) - 1)
+    assert uncapped.points["count"].sum() == int(want.sum())
+    assert uncapped.points["duration_ns"].sum() == pytest.approx(k.loc[want, "duration_ns"].sum())
