@@ -1,0 +1,69 @@
+"""``perfscope import PATH_OR_GLOB --ranks``: the multi-rank import behind ``perfscope import``.
+
+The work is :func:`perfscope.analysis.ranks_dask.import_ranks`; this module picks the output
+name, shows progress per rank, adds the rank-view HTML page and prints what was kept and skipped.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfscope.report import REPORT_SUFFIX
+
+from ._common import as_report_path
+
+
+def default_out(source: str) -> Path:
+    """``traces/`` or ``'traces/*.json.gz'`` -> ``traces.perfscope`` (one file: its stem)."""
+    p = Path(source)
+    if any(ch in source for ch in "*?["):
+        p = Path(source.split("*")[0].split("?")[0].split("[")[0] or ".").resolve()
+        p = p if p.is_dir() else p.parent
+    stem = (p.resolve().name if p.is_dir() else p.name.split(".")[0]) or "ranks"
+    return Path(stem + REPORT_SUFFIX)
+
+
+def _render(tables: Any, manifest: Mapping[str, Any]) -> dict[str, str]:
+    from perfscope.dashboard.figures_ranks import rank_view_html
+
+    return {"ranks.html": rank_view_html(tables, manifest)}
+
+
+def run_rank_import(path: str, *, out: str | None, force: bool, html: bool, scheduler: str | None,
+                    workers: int | None) -> None:
+    """Import the per-rank traces of ``path`` and print a summary (errors are PerfscopeErrors)."""
+    from tqdm import tqdm
+
+    from perfscope.analysis.ranks import format_ranks, stragglers
+    from perfscope.analysis.ranks_dask import import_ranks
+
+    target = as_report_path(out) if out else default_out(path)
+    bar = tqdm(total=None, unit="rank", file=sys.stderr, leave=False, disable=None, desc="ranks")
+
+    def progress(done: int, total: int, result: Any) -> None:
+        bar.total = total
+        bar.update(1)
+
+    try:
+        res = import_ranks(path, target, scheduler=scheduler, workers=workers, force=force,
+                           render=_render if html else None, progress=progress)
+    finally:
+        bar.close()
+    plan, pr = res.plan, res.tables.per_rank
+    world = f" of world size {plan.world_size}" if plan.world_size else ""
+    rows = res.manifest["tables"]
+    click.echo(f"imported ranks {format_ranks(plan.ranks)}{world} from {path}: {rows['kernels']} kernels, "
+               f"{rows['ranges']} ranges, {rows['transfers']} transfers -> {res.path}")
+    for row in stragglers(pr).itertuples(index=False):
+        click.echo(f"  straggler: rank {row.rank} {row.metric} {row.margin_pct:.1f}% above the median of the others")
+    for s in plan.skipped:
+        click.echo(f"  skipped {s['path']}: {s['reason']}", err=True)
+    if plan.missing:
+        click.echo(f"  missing: {len(plan.missing)} ranks have no trace ({format_ranks(plan.missing)})", err=True)
+    if html:
+        click.echo(f"  rank view: {res.path / 'ranks.html'}")
