@@ -20,6 +20,7 @@ from perfscope.report import Report
 
 from .rules import kernels, llm, occupancy, timeline, transfers
 from .rules._base import SEVERITIES, Finding
+from .rules.ranks import rank_findings
 
 __all__ = ["RULES", "SEVERITIES", "Finding", "run_rules"]
 
@@ -40,6 +41,7 @@ RULES: dict[str, Rule] = {
     "decode-mbu": llm.decode_mbu,
     "prefill-mfu": llm.prefill_mfu,
     "kv-cache-share": llm.kv_cache_share,
+    "ranks": rank_findings,
 }
 """Rule name -> rule. A rule may emit findings under a more specific id (``gpu-idle`` emits
 ``time-outside-ops`` on CPU reports)."""

@@ -138,7 +138,7 @@ def comm_mask(kernels: pd.DataFrame) -> np.ndarray:
     if "category" not in kernels.columns:
         kernels = kernels.assign(category=None)
     cat = kernels["category"].astype("object")
-    out = (cat == "comm").to_numpy(dtype=bool)
+    out = np.array((cat == "comm").to_numpy(dtype=bool), dtype=bool)  # a writable copy
     missing = cat.isna().to_numpy()
     if missing.any():
         names = kernels["name"].astype("object")[missing]
