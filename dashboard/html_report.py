@@ -128,8 +128,12 @@ def _finding(f: Any) -> str:
     sev = str(getattr(f, "severity", "info"))
     stake = getattr(f, "time_at_stake_ns", None)
     stake_txt = f" — time at stake: {duration(stake)}" if not is_missing(stake) else ""
+    evidence = getattr(f, "evidence", {}) or {}
+    facts = _facts([(str(k), views.format_value(str(k), v)) for k, v in evidence.items()]) \
+        if isinstance(evidence, dict) else f"<p>{esc(evidence)}</p>"
     return (f'<div class="finding {esc(sev)}"><b>[{esc(sev)}] {esc(getattr(f, "title", ""))}</b>{esc(stake_txt)}'
-            f'<p>{esc(getattr(f, "evidence", ""))}</p><p><i>{esc(getattr(f, "recommendation", ""))}</i></p></div>')
+            f'<details><summary>evidence</summary>{facts}</details>'
+            f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p></div>')
 
 
 def _findings(report: Report) -> str:
@@ -177,7 +181,23 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
     if shown:
         parts.append(_section("Phases, steps, requests and counters",
                               "".join(page.figure(f, str(f.layout.meta["kind"])) for f in shown), "phases"))
+    parts.append(_sweep(page, report))
     return "".join(parts)
+
+
+def _sweep(page: _Page, report: Report) -> str:
+    """The sweep plots and per-run table, for reports written by ``perfscope sweep``."""
+    from perfscope.analysis.sweep import is_sweep, sweep_summary
+
+    from .figures_sweep import sweep_roofline, throughput_latency, ttft_vs_prompt
+
+    if not is_sweep(report):
+        return ""
+    summary = sweep_summary(report)
+    plots = [sweep_roofline(report, summary), ttft_vs_prompt(report, summary), throughput_latency(report, summary)]
+    body = "".join(page.figure(fig, f"sweep {i}") for i, fig in enumerate(plots))
+    return _section("Sweep: batch size x prompt length",
+                    body + _table(page, summary, "", "Runs"), "sweep")
 
 
 def _plotly_tag(cdn: bool) -> str:

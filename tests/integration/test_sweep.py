@@ -58,3 +58,12 @@ def test_sweep_cli_round_trip(tmp_path):
     assert is_sweep(r) and r.params["sweep"]["batch"] == [1, 2]
     assert main(["sweep", "--batch", "1,x"]) == 2
     assert main(["sweep", "--batch", "0"]) == 2
+
+
+def test_sweep_html_shows_the_sweep_plots(sweep_report):
+    from perfscope.dashboard.html_report import render_html
+
+    html = render_html(sweep_report)
+    assert "Sweep: batch size x prompt length" in html
+    assert "Decode roofline trajectory as batch grows" in html
+    assert "TTFT against prompt length" in html
