@@ -6,13 +6,15 @@
 
 Each rule is a function ``Report -> list[Finding]`` in :data:`RULES`. Rules degrade: one whose
 inputs are missing (no transfers, no API table, no FLOPs, no engine steps) returns nothing or an
-``info`` finding that says what it could not check; none invents a number. Thresholds are named
+``info`` finding that says what it could not check; none invents a number. A rule that crashes
+(a bug) yields one ``rule-error`` info finding instead of taking the others down. Thresholds are named
 constants in the rule modules (``perfscope.analysis.rules.*``), each with its reason.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable
 
 from perfscope.errors import UsageError
@@ -68,5 +70,20 @@ def run_rules(report: Report, *, rules: Iterable[str] | None = None) -> list[Fin
     unknown = [n for n in names if n not in RULES]
     if unknown:
         raise UsageError(f"unknown rule(s): {', '.join(unknown)}", hint=f"choose from {', '.join(RULES)}")
-    findings = [f for name in names for f in RULES[name](report)]
+    findings = [f for name in names for f in _run_one(name, report)]
     return sorted(findings, key=_rank_key)
+
+
+def _run_one(name: str, report: Report) -> list[Finding]:
+    """One rule's findings; a rule that crashes becomes an ``info`` finding (``rule-error``) so the
+    other findings still reach the user. ``PERFSCOPE_DEBUG=1`` re-raises instead."""
+    try:
+        return RULES[name](report)
+    except Exception as exc:  # a bug in one rule must not hide the others
+        if os.environ.get("PERFSCOPE_DEBUG"):
+            raise
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return [Finding("rule-error", "info", f"Rule {name} could not run ({reason[:160]})",
+                        {"rule": name, "error": reason[:300]},
+                        "This is a perfscope bug, not a problem of the profile: please report it with the report "
+                        "folder. Run with PERFSCOPE_DEBUG=1 to see the traceback.", math.nan)]

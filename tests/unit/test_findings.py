@@ -332,6 +332,20 @@ def test_run_rules_ranks_by_time_at_stake_then_unknowns_by_severity(load) -> Non
     assert tail == sorted(tail)
 
 
+def test_a_crashing_rule_becomes_one_info_finding(load, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(report: Report) -> list[Finding]:
+        raise KeyError("no_such_column")
+
+    monkeypatch.setitem(RULES, "broken", broken)
+    monkeypatch.delenv("PERFSCOPE_DEBUG", raising=False)
+    findings = run_rules(load(B200), rules=["broken", "gpu-idle"])
+    assert [f.id for f in findings] == ["gpu-idle", "rule-error"]
+    assert findings[1].evidence == {"rule": "broken", "error": "KeyError: 'no_such_column'"}
+    monkeypatch.setenv("PERFSCOPE_DEBUG", "1")
+    with pytest.raises(KeyError):
+        run_rules(load(B200), rules=["broken"])
+
+
 def test_run_rules_subset_and_unknown_rule(load) -> None:
     r = load(B200)
     assert {f.id for f in run_rules(r, rules=["gpu-idle"])} == {"gpu-idle"}
@@ -345,6 +359,7 @@ def test_run_rules_subset_and_unknown_rule(load) -> None:
                                   "ncu/esmm_a10g_sol_partial.ncu-rep"])
 def test_every_rule_degrades_and_serialises(load, name: str) -> None:
     findings = run_rules(load(name))
+    assert not [f.title for f in findings if f.id == "rule-error"]
     for f in findings:
         d = json.loads(json.dumps(f.to_dict(), allow_nan=False))
         assert d["id"] == f.id and d["severity"] in ("high", "medium", "low", "info")
