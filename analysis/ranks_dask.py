@@ -207,7 +207,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, *, pro
         raise ToolNotFoundError("dask.distributed", hint='pip install "dask[distributed]"') from None
     if scheduler:
         try:
-            client = Client(scheduler, timeout="15s")
+            client = Client(scheduler, timeout="5s")
         except (OSError, TimeoutError) as exc:
             raise UsageError(f"cannot reach the Dask scheduler at {scheduler} ({exc})",
                              hint="check the address (tcp://HOST:8786) or drop --scheduler to run locally") from None
@@ -215,7 +215,8 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, *, pro
             yield client
         return
     n = workers or (default_workers(files) if files else 1)
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=processes, dashboard_address=None,
+    # the scheduler always serves HTTP (health, metrics): on localhost, on any free port
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=processes, dashboard_address="127.0.0.1:0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         yield client
 

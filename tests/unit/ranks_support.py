@@ -25,7 +25,7 @@ def load_json(path: Path) -> dict[str, Any]:
 
 
 def _ns(doc: dict[str, Any], ts: float) -> int:
-    return int(round(ts * 1000.0)) + int(doc.get("baseTimeNanoseconds") or 0)
+    return round(ts * 1000.0) + int(doc.get("baseTimeNanoseconds") or 0)
 
 
 def intervals(doc: dict[str, Any], cats: tuple[str, ...]) -> list[tuple[int, int, str]]:
@@ -34,7 +34,7 @@ def intervals(doc: dict[str, Any], cats: tuple[str, ...]) -> list[tuple[int, int
     for e in doc["traceEvents"]:
         if e.get("cat") in cats and e.get("ph", "X") == "X" and "dur" in e:
             start = _ns(doc, e["ts"])
-            out.append((start, start + max(int(round(e["dur"] * 1000.0)), 0), e.get("name", "")))
+            out.append((start, start + max(round(e["dur"] * 1000.0), 0), e.get("name", "")))
     return out
 
 
@@ -102,3 +102,19 @@ def build_rank_set(fixtures: Path, folder: Path, plan: list[tuple[str, float]], 
         tile_trace(doc, dst, TileSpec(rank, world_size or len(plan), copies=copies, stretch=stretch))
         paths.append(dst)
     return paths
+
+
+def multi_rank_report(files: list[Path], world_size: int | None = None) -> Any:
+    """The files read one by one and stacked with a ``rank`` column (what ``import_ranks`` stores)."""
+    import pandas as pd
+    from perfscope.analysis.kineto import read_kineto
+
+    from perfscope.report import Report
+    from perfscope.schema import TABLES
+
+    parts = []
+    for rank, f in enumerate(files):
+        r = read_kineto(f)
+        parts.append({n: r.table(n).assign(rank=rank) for n in TABLES})
+    tables = {n: pd.concat([p[n] for p in parts], ignore_index=True) for n in TABLES}
+    return Report.build(tables, {"params": {"ranks": {"world_size": world_size or len(files)}}})

@@ -8,7 +8,6 @@ import statistics
 
 import pandas as pd
 import pytest
-
 from perfscope.analysis.kineto import read_kineto
 from perfscope.analysis.ranks import (
     find_stragglers,
@@ -20,13 +19,19 @@ from perfscope.analysis.ranks import (
     rank_tables_at,
     step_table,
 )
-from perfscope.analysis.ranks_job import RankIdentity, RankResult, plan_job, rank_identity, trace_meta
+from perfscope.analysis.ranks_job import (
+    RankIdentity,
+    RankResult,
+    plan_job,
+    rank_identity,
+    trace_meta,
+)
 from perfscope.analysis.ranks_tiling import TileSpec, load_trace, tile_trace
+
 from perfscope.errors import UsageError
 from perfscope.report import Report
 from perfscope.schema import TABLES
-
-from .ranks_support import B200, RANK0, RANK1, load_json, rank_times, step_durations
+from tests.unit.ranks_support import B200, RANK0, RANK1, load_json, rank_times, step_durations
 
 
 def _one(path):

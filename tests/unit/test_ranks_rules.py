@@ -1,0 +1,78 @@
+"""The distributed-job findings (rank-imbalance, exposed-comm) on real traces and tiled rank sets."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from perfscope.analysis.findings import RULES, run_rules
+from perfscope.analysis.kineto import read_kineto
+from perfscope.analysis.ranks import find_stragglers, rank_tables
+from perfscope.analysis.rules.ranks import EXPOSED_COMM_MIN_PCT, rank_findings
+
+from tests.unit.ranks_support import (
+    B200,
+    RANK0,
+    RANK1,
+    build_rank_set,
+    load_json,
+    multi_rank_report,
+    rank_times,
+    step_durations,
+)
+
+
+@pytest.fixture(scope="module")
+def job(fixtures_dir, tmp_path_factory):
+    files = build_rank_set(fixtures_dir, tmp_path_factory.mktemp("rules"),
+                           [(RANK0, 1.0), (RANK1, 1.0), (RANK0, 1.0), (RANK0, 1.2)])
+    return files, multi_rank_report(files)
+
+
+def test_rank_imbalance_names_the_slow_rank_and_its_margin(job):
+    files, report = job
+    found = [f for f in rank_findings(report) if f.id == "rank-imbalance"]
+    step = next(f for f in found if f.evidence["metric"] == "step_mean_ns")
+    means = [statistics.mean(step_durations(load_json(f)).values()) for f in files]
+    others = statistics.median(means[:3])
+    assert step.evidence["rank"] == 3 and step.evidence["ranks_covered"] == "0-3"
+    assert step.evidence["margin_pct"] == pytest.approx(100 * (means[3] - others) / others)
+    assert step.time_at_stake_ns == pytest.approx((means[3] - others) * 2)  # two steps lost on every rank
+    assert "Rank 3 is a straggler" in step.title
+
+
+def test_exposed_comm_is_the_mean_over_ranks_of_the_direct_computation(job):
+    files, report = job
+    f = next(f for f in rank_findings(report) if f.id == "exposed-comm")
+    times = [rank_times(load_json(p)) for p in files]
+    exposed = [t["comm_ns"] - t["overlap_ns"] for t in times]
+    assert f.evidence["mean_exposed_comm_ns"] == pytest.approx(statistics.mean(exposed))
+    assert f.evidence["worst_rank"] == max(range(4), key=lambda i: exposed[i])
+    share = 100 * statistics.mean(exposed) / statistics.mean(t["span_ns"] for t in times)
+    assert f.evidence["mean_exposed_comm_pct"] == pytest.approx(share) and share >= EXPOSED_COMM_MIN_PCT
+    assert f.kernels and all("nccl" in k.lower() for k in f.kernels)
+
+
+def test_single_rank_reports(fixtures_dir):
+    hta = read_kineto(fixtures_dir / RANK0)
+    ids = [f.id for f in rank_findings(hta)]
+    assert ids == ["exposed-comm"]  # one rank: no imbalance to judge
+    b200 = read_kineto(fixtures_dir / B200)
+    t = rank_tables(b200).per_rank.iloc[0]
+    assert 100 * t["exposed_comm_ns"] / t["span_ns"] < EXPOSED_COMM_MIN_PCT
+    assert rank_findings(b200) == []
+
+
+def test_registered_and_serialisable(job):
+    _, report = job
+    assert RULES["ranks"] is rank_findings
+    found = run_rules(report, rules=["ranks"])
+    assert {f.id for f in found} >= {"rank-imbalance", "exposed-comm"}
+    assert all(f.to_dict()["evidence"]["ranks_covered"] == "0-3" for f in found)
+
+
+def test_no_straggler_among_equal_ranks(fixtures_dir, tmp_path):
+    files = build_rank_set(fixtures_dir, tmp_path, [(RANK0, 1.0)] * 3)
+    report = multi_rank_report(files)
+    assert not [f for f in rank_findings(report) if f.id == "rank-imbalance"]
+    assert not find_stragglers(rank_tables(report).per_rank, "step_mean_ns")["straggler"].any()
