@@ -15,6 +15,7 @@ import pandas as pd
 
 from perfscope.report import Report
 
+from ..ranks import comm_mask
 from ._base import (
     Finding,
     activity,
@@ -284,10 +285,15 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.Dat
 
 # ---------------------------------------------------------------------------- streams
 def serialized_streams(report: Report) -> list[Finding]:
-    """Kernels on several streams that mostly take turns instead of overlapping."""
+    """Kernels on several streams that mostly take turns instead of overlapping.
+
+    Collective kernels (NCCL/RCCL) are left out: whether communication hides behind compute is
+    the ``exposed-comm`` rule's question, and it accounts for waiting on other ranks.
+    """
     k = report.kernels
     if not len(k) or is_cpu_report(report) or k["stream"].notna().sum() == 0:
         return []
+    k = k[~comm_mask(k)]
     findings = []
     for device, kd in k[k["stream"].notna()].groupby(k["device"].astype("object"), sort=True):
         finding = _stream_finding(report, str(device), kd)

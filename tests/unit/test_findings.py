@@ -26,6 +26,7 @@ V100 = "kineto/hta_ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.jso
 T4 = "nsys/aws_t4_softmax.sqlite"
 H100_NSYS = "nsys/nvfuser_h100_matmul.sqlite"
 ONE_KERNEL = "kineto/kineto_docs_h100_before_fix.json"
+EVENT_SYNC = "kineto/hta_critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz"
 
 _cache: dict[str, Report] = {}
 
@@ -148,18 +149,24 @@ def test_launch_overhead_silent_when_the_queue_is_full_or_too_short(load, name: 
 
 
 # ---------------------------------------------------------------------------- streams
-def test_serialized_streams_fire_when_nccl_and_compute_take_turns(load) -> None:
-    r = load(A100)
+def test_serialized_streams_fire_when_event_waits_order_the_streams(load) -> None:
+    r = load(EVENT_SYNC)
     f = only(RULES["serialized-streams"](r), "serialized-streams")
     k = r.kernels
     per_stream = {int(s): sum(e - b for b, e in union_sweep(list(zip(g["start_ns"], g["end_ns"]))))
                   for s, g in k.groupby("stream")}
     union = sum(e - s for s, e in union_sweep(list(zip(k["start_ns"], k["end_ns"]))))
     main = max(per_stream, key=per_stream.get)
-    assert f.evidence["busiest_stream"] == main and f.evidence["streams"] == len(per_stream)
+    assert f.evidence["busiest_stream"] == main and f.evidence["streams"] == len(per_stream) == 3
     assert f.evidence["outside_busiest_stream_ns"] == union - per_stream[main] == f.time_at_stake_ns
-    assert f.evidence["overlapped_ns"] == sum(per_stream.values()) - union
-    assert any("nccl" in name.lower() for name in f.kernels)
+    assert f.evidence["overlapped_ns"] == sum(per_stream.values()) - union == 0
+
+
+def test_collectives_are_left_to_the_exposed_comm_rule(load) -> None:
+    r = load(A100)
+    assert RULES["serialized-streams"](r) == []
+    exposed = only(run_rules(r), "exposed-comm")
+    assert any("nccl" in name.lower() for name in exposed.kernels)
 
 
 def test_serialized_streams_silent_on_a_single_stream(load) -> None:
