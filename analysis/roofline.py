@@ -43,6 +43,15 @@ def precision_of(dtype: object) -> str | None:
     return DTYPE_TO_PRECISION.get(key)
 
 
+TF32_KERNEL_MARKERS = ("tf32", "tensorop_s1688", "tensorop_s16816", "tensorop_s168")
+"""Kernel-name parts that say an FP32 GEMM runs on TF32 tensor cores (cuBLAS/cutlass name them so)."""
+
+
+def runs_tf32(name: object) -> bool:
+    """True when a kernel's own name states TF32 tensor-core math (an FP32 op's precision is then tf32)."""
+    return isinstance(name, str) and any(m in name.lower() for m in TF32_KERNEL_MARKERS)
+
+
 def _map_distinct(values: pd.Series, fn: Callable[[object], object]) -> pd.Series:
     """``values.map(fn)`` calling ``fn`` once per distinct value (missing ones as None)."""
     codes, uniques = pd.factorize(values, use_na_sentinel=True)
@@ -70,6 +79,8 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
 
     precision = df["precision"].astype("object")
     derived = _map_distinct(df["dtype"], precision_of) if "dtype" in df else pd.Series(None, index=df.index)
+    tf32 = (derived == "fp32") & _map_distinct(df["name"], runs_tf32).astype(bool)
+    derived = derived.where(~tf32, "tf32")
     precision = precision.where(precision.notna(), derived)
     df["precision"] = precision
 

@@ -48,7 +48,7 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
         "dram_bytes": grouped["dram_bytes"].sum(min_count=1),
     })
     for col in ("precision", "phase", "category", "device", "op", "short_name"):
-        if col in kernels:
+        if col in kernels and col != key:
             agg[col] = _dominant(kernels, key, col).reindex(agg.index)
     agg = agg.reset_index().rename(columns={key: "name"})
     agg["mean_ns"] = agg["duration_ns"] / agg["count"]

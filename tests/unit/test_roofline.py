@@ -59,3 +59,23 @@ def test_precision_names():
     assert precision_of("float") == "fp32"
     assert precision_of("torch.float16") == "fp16"
     assert precision_of("long int") is None
+
+
+def test_fp32_ops_on_tf32_tensor_core_kernels_use_the_tf32_roof():
+    dev = DeviceSpec("a100", "cuda", {"fp32": Roof(19.5e12, "datasheet"), "tf32": Roof(156e12, "datasheet")},
+                     {"dram": Roof(1.5e12, "datasheet")})
+    df = kernels(name=["cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4", "ampere_sgemm_128x64_nn",
+                       "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n"],
+                 flops=[1e9] * 3, dram_bytes=[1e6] * 3, duration_ns=[1e5] * 3, dtype=["float32"] * 3)
+    out = classify(df, dev)
+    assert out["precision"].tolist() == ["tf32", "fp32", "tf32"]
+    assert out["roof_flops_per_s"].tolist() == [156e12, 19.5e12, 156e12]
+
+
+def test_aggregate_by_short_name():
+    from perfscope.analysis.summary import aggregate_by_name
+
+    df = classify(kernels(name=["a<int>", "a<float>", "b"], short_name=["a", "a", "b"], flops=[1.0, 2.0, 3.0],
+                          dram_bytes=[1.0, 1.0, 1.0], duration_ns=[10, 20, 30], dtype=["float32"] * 3), DEV)
+    agg = aggregate_by_name(df, DEV, key="short_name").set_index("name")
+    assert agg.loc["a", "count"] == 2 and agg.loc["a", "flops"] == 3.0 and agg.loc["a", "duration_ns"] == 30
