@@ -122,7 +122,8 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
                             attention=run.attention, seed=run.seed)
     prompts = engine_prompts(run, model.args.vocab_size)
     sampling = SamplingParams(run.temperature, run.top_k, run.top_p, run.seed)
-    options = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache, "compile": run.compile}
+    options: dict[str, Any] = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache,
+                               "compile": run.compile}
     say("warm-up")
     warm = prompts if baseline else [p[: min(len(p), 16)] for p in prompts[:1]]
     generate(model, warm, min(2, run.gen_len), sampling, **{**options, "prefix_cache": False})
