@@ -1,0 +1,51 @@
+"""The engine profiled on a real CUDA GPU (skipped without one): run on a lent GPU machine with
+`pytest tests/gpu -m gpu`."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_roofs(tmp_path_factory):
+    import os
+
+    from perfscope.collectors.roofs import device_roofs
+
+    os.environ.setdefault("PERFSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    return device_roofs("cuda")
+
+
+def test_cuda_roofs_are_measured_with_datasheet_fallback(gpu_roofs):
+    assert gpu_roofs.kind == "cuda"
+    for prec in ("fp32", "tf32", "bf16", "fp16"):
+        assert gpu_roofs.compute[prec].provenance == "measured" and gpu_roofs.compute[prec].value > 1e12
+    assert gpu_roofs.memory["dram"].provenance == "measured" and gpu_roofs.memory["dram"].value > 1e11
+    assert gpu_roofs.compute["bf16"].value > 2 * gpu_roofs.compute["fp32"].value  # tensor cores
+
+
+def test_engine_on_cuda_links_kernels_to_ops(gpu_roofs):
+    from perfscope.session import EngineRun, profile_engine
+
+    r = profile_engine(EngineRun(model="tiny", batch=2, prompt_len=32, gen_len=8, device="cuda",
+                                 dtype="bfloat16"), roofs=gpu_roofs)
+    k = r.kernels
+    assert len(k) and k["device"].str.startswith("cuda").all()
+    assert set(k["phase"].dropna()) == {"prefill", "decode"}
+    gemm = k[k["category"] == "gemm"]
+    assert len(gemm) and gemm["flops"].notna().all() and (gemm["precision"] == "bf16").all()
+    assert (gemm[gemm["phase"] == "decode"]["bound"] == "memory").all()
+    assert len(r.steps) == 8 and len(r.requests) == 2
+
+
+def test_small_model_prefill_mfu_and_decode_mbu_are_plausible(gpu_roofs):
+    from perfscope.analysis.serving import phase_summary
+    from perfscope.session import EngineRun, profile_engine
+
+    r = profile_engine(EngineRun(model="small", batch=1, prompt_len=512, gen_len=16, device="cuda",
+                                 dtype="bfloat16"), roofs=gpu_roofs)
+    ph = phase_summary(r).set_index("phase")
+    assert 0 < ph.loc["decode", "mbu"] <= 1.2
+    assert 0 < ph.loc["prefill", "mfu"] <= 1.2
