@@ -27,6 +27,7 @@ from perfscope.errors import UsageError
 ATTENTION_IMPLS = ("sdpa", "naive")
 # Below this many rows a CPU matmul is a matrix-vector product; MKL runs those on one thread.
 SPLIT_MAX_ROWS = 16
+SPLIT_MIN_WEIGHTS = 1 << 18  # smaller matrices stay in cache: not worth waking other threads
 
 
 @dataclass
@@ -136,7 +137,8 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         rows = x.numel() // self.in_features
         n_split = self.n_split
-        if n_split < 2 or rows > SPLIT_MAX_ROWS or self.out_features % n_split or x.device.type != "cpu":
+        if (n_split < 2 or rows > SPLIT_MAX_ROWS or self.out_features % n_split
+                or self.weight.numel() < SPLIT_MIN_WEIGHTS or x.device.type != "cpu"):
             return F.linear(x, self.weight, self.bias)
         w = self.weight.view(n_split, self.out_features // n_split, self.in_features).transpose(1, 2)
         y = torch.matmul(x.reshape(rows, self.in_features), w)  # [P, rows, out/P] (broadcast bmm)

@@ -43,6 +43,23 @@ def test_prefill_then_cached_decode_equals_full_forward(tiny, attention: str) ->
     tiny.set_attention("sdpa")
 
 
+def test_cached_decode_with_thread_split_linears_equals_full_forward() -> None:
+    """Matrices large enough for the per-thread split path (decode) vs F.linear (full pass)."""
+    args = ModelArgs(name="mid", vocab_size=1024, n_layer=2, n_head=8, n_kv_head=2, dim=512,
+                     intermediate_size=1024, max_seq_len=64)
+    model = build_random(args, seed=3)
+    ids = random_prompts(1, 12, args.vocab_size, seed=6)[0]
+    ref = full_logits(model, ids)
+    model.setup_caches(1, 12)
+    for layer in model.modules():
+        if isinstance(layer, Linear):
+            layer.n_split = 2
+    with torch.inference_mode():
+        steps = [model(torch.tensor([ids[:4]]), torch.arange(4))[0]]
+        steps += [model(torch.tensor([[ids[t]]]), torch.tensor([t]))[0] for t in range(4, 12)]
+    torch.testing.assert_close(torch.cat(steps), ref, atol=ATOL, rtol=1e-5)
+
+
 def test_naive_and_sdpa_attention_agree(tiny) -> None:
     ids = random_prompts(1, 30, tiny.args.vocab_size, seed=4)[0]
     sdpa = full_logits(tiny, ids)
@@ -133,10 +150,10 @@ def test_kv_cache_update_writes_the_given_slots() -> None:
 
 
 def test_split_linear_matches_f_linear() -> None:
-    layer = Linear(48, 64, bias=True)
+    layer = Linear(512, 1024, bias=True)  # large enough to split
     layer.n_split = 2  # one weight slice per thread
     for rows in (1, 3, 16, 40):  # 40 rows take the plain F.linear path
-        x = torch.randn(1, rows, 48)
+        x = torch.randn(1, rows, 512)
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
 
 
