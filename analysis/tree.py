@@ -1,10 +1,19 @@
 """Nesting of time intervals on one thread: ranges around operators around launch calls.
 
-One pass per thread over the intervals sorted by (start, -end): a stack holds the open
-intervals, and each interval's parent is the innermost one on the stack that contains it.
+Per thread, intervals sorted by (start, -end, kind) nest like a call stack: an interval's
+parent is the innermost earlier one that contains it, i.e. the nearest earlier interval of
+the same thread whose end is not before its own end (the classic "previous greater element").
+That is computed for all intervals at once with numpy by pointer jumping: each interval keeps
+a candidate such that every interval between the two ends earlier, and jumps to its
+candidate's candidate until the candidate contains it (O(log n) rounds of array operations
+instead of a Python loop per interval). The innermost enclosing op or range is found the same
+way along the parent chain.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -23,6 +32,135 @@ def phase_of(path: str | None) -> str | None:
     return None
 
 
+@dataclass
+class Nesting:
+    """Where each interval sits (positions into the input arrays; -1 for none).
+
+    Attributes:
+        parent: innermost enclosing interval.
+        op_ancestor: innermost enclosing interval of the op kind.
+        range_parent: innermost enclosing interval of the range kind.
+        ranges: positions of the range-kind intervals, ascending.
+        range_self_depth: per range (aligned with ``ranges``): ranges around it, itself included.
+        range_self_path: per range: the '/'-joined names of the ranges around it and itself,
+            outermost first.
+        range_self_phase: per range: :func:`phase_of` its path.
+    """
+
+    parent: np.ndarray
+    op_ancestor: np.ndarray
+    range_parent: np.ndarray
+    ranges: np.ndarray
+    range_self_depth: np.ndarray
+    range_self_path: np.ndarray
+    range_self_phase: np.ndarray
+
+    def _of_ranges(self, values: np.ndarray, pos: np.ndarray, fill: object) -> np.ndarray:
+        out = np.full(len(pos), fill, dtype=values.dtype)
+        ok = pos >= 0
+        out[ok] = values[np.searchsorted(self.ranges, pos[ok])]
+        return out
+
+    def range_path(self, idx: np.ndarray) -> np.ndarray:
+        """Path of the ranges around each interval ``idx`` (None when there is none)."""
+        return self._of_ranges(self.range_self_path, self.range_parent[idx], None)
+
+    def phase(self, idx: np.ndarray) -> np.ndarray:
+        """``prefill``/``decode``/None for each interval ``idx``, from the ranges around it."""
+        return self._of_ranges(self.range_self_phase, self.range_parent[idx], None)
+
+    def range_depth(self, idx: np.ndarray) -> np.ndarray:
+        """Number of ranges around each interval ``idx``."""
+        return self._of_ranges(self.range_self_depth, self.range_parent[idx], 0)
+
+    def range_path_self(self, idx: np.ndarray) -> np.ndarray:
+        """Each interval's own path if it is a range (None for other kinds)."""
+        out = np.full(len(idx), None, dtype=object)
+        if len(self.ranges):
+            rank = np.minimum(np.searchsorted(self.ranges, idx), len(self.ranges) - 1)
+            ok = self.ranges[rank] == idx
+            out[ok] = self.range_self_path[rank[ok]]
+        return out
+
+    def op_children(self, kinds: np.ndarray, op_kind: int) -> np.ndarray:
+        """Per interval, how many ops have it as their innermost enclosing op."""
+        anc = self.op_ancestor[(kinds == op_kind) & (self.op_ancestor >= 0)]
+        return np.bincount(anc, minlength=len(kinds)).astype("int64")
+
+
+def nest(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray,
+         names: Callable[[np.ndarray], np.ndarray], *, range_kind: int, op_kind: int) -> Nesting:
+    """Nest intervals (``starts``/``ends`` ns) within each group (integer codes, e.g. threads).
+
+    ``names(positions)`` gives the names of intervals (only asked for ranges). Ties in start put
+    the longer interval outside, and on equal intervals the lower kind outside (a range around
+    an op around a launch call with the same times).
+    """
+    n = len(starts)
+    order = np.lexsort((kinds, -ends, starts, groups)) if n else np.zeros(0, dtype="int64")
+    par = _enclosing(groups[order], ends[order])
+    k = kinds[order]
+    op_anc = _first_of(par, k == op_kind)
+    rng = _first_of(par, k == range_kind)
+    sorted_ranges = np.flatnonzero(k == range_kind)
+    depth, paths = _range_paths(rng, sorted_ranges, names(order[sorted_ranges]))
+    out = [np.full(n, -1, dtype="int64") for _ in range(3)]
+    for dst, src in zip(out, (par, op_anc, rng)):
+        ok = src >= 0
+        dst[order[ok]] = order[src[ok]]
+    ranges = order[sorted_ranges]
+    by_pos = np.argsort(ranges, kind="stable")
+    phases = np.array([phase_of(p) for p in paths] + [None], dtype=object)[:-1]
+    return Nesting(out[0], out[1], out[2], ranges[by_pos], depth[by_pos], paths[by_pos], phases[by_pos])
+
+
+def _enclosing(g: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """For sorted intervals: the nearest earlier one of the same group with end >= own end."""
+    n = len(e)
+    idx = np.arange(n)
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = g[1:] != g[:-1]
+    gstart = np.maximum.accumulate(np.where(new_group, idx, 0)) if n else idx
+    cand = idx - 1
+    cand[cand < gstart] = -1
+    active = np.flatnonzero(cand >= 0)
+    while active.size:
+        c = cand[active]
+        fail = e[c] < e[active]
+        active, c = active[fail], c[fail]
+        nxt = cand[c]  # every interval between nxt and c ends before c, hence before active
+        cand[active] = nxt
+        active = active[nxt >= 0]
+    return cand
+
+
+def _first_of(parent: np.ndarray, is_kind: np.ndarray) -> np.ndarray:
+    """Nearest strict ancestor of the kind, by pointer jumping along ``parent``."""
+    jump = parent.copy()
+    active = np.flatnonzero(jump >= 0)
+    active = active[~is_kind[jump[active]]]
+    while active.size:
+        nxt = jump[jump[active]]
+        jump[active] = nxt
+        active = active[nxt >= 0]
+        active = active[~is_kind[jump[active]]]
+    return jump
+
+
+def _range_paths(rng: np.ndarray, ranges: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per range (sorted positions ``ranges``, ascending): its depth (itself included) and path."""
+    rank = {p: r for r, p in enumerate(ranges.tolist())}
+    depth = np.zeros(len(ranges), dtype="int64")
+    paths = np.full(len(ranges), None, dtype=object)
+    for r, (p, name) in enumerate(zip(rng[ranges].tolist(), names.tolist())):  # parents come first
+        if p >= 0:
+            q = rank[p]
+            paths[r], depth[r] = f"{paths[q]}/{name}", depth[q] + 1
+        else:
+            paths[r], depth[r] = str(name), 1
+    return depth, paths
+
+
 def nest_intervals(nodes: pd.DataFrame, *, group: str, range_kind: int, op_kind: int) -> pd.DataFrame:
     """Add nesting columns to ``nodes`` (``start_ns``, ``end_ns``, ``kind``, ``name``, ``group``).
 
@@ -31,72 +169,27 @@ def nest_intervals(nodes: pd.DataFrame, *, group: str, range_kind: int, op_kind:
     (innermost enclosing node of ``range_kind``), ``range_depth`` (ranges above it),
     ``range_path`` (names of the enclosing ranges, outermost first, '/'-joined),
     ``range_path_self`` (the same including the node itself when it is a range) and ``phase``.
+    Node references are index labels of ``nodes`` (NaN for none).
     """
-    n = len(nodes)
-    parent = np.full(n, -1, dtype="int64")
-    op_anc = np.full(n, -1, dtype="int64")
-    rng_parent = np.full(n, -1, dtype="int64")
-    depth = np.zeros(n, dtype="int64")
-    paths = np.full(n, None, dtype=object)
-    self_paths = np.full(n, None, dtype=object)
-    if n:
-        groups = pd.factorize(nodes[group])[0]
-        order = np.lexsort((nodes["kind"].to_numpy(), -nodes["end_ns"].to_numpy(),
-                            nodes["start_ns"].to_numpy(), groups))
-        _walk(order, groups, nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy(),
-              nodes["kind"].to_numpy(), nodes["name"].to_numpy(), range_kind, op_kind,
-              parent, op_anc, rng_parent, depth, paths, self_paths)
-    out = nodes.copy()
-    idx = out.index.to_numpy()
+    kinds = nodes["kind"].to_numpy()
+    names = nodes["name"].to_numpy()
+    nst = nest(pd.factorize(nodes[group])[0], nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy(),
+               kinds, lambda pos: names[pos], range_kind=range_kind, op_kind=op_kind)
+    labels = nodes.index.to_numpy()
+    everyone = np.arange(len(nodes))
 
     def to_index(pos: np.ndarray) -> np.ndarray:
-        res = np.full(n, np.nan)
-        ok = pos >= 0
-        res[ok] = idx[pos[ok]]
+        res = np.full(len(pos), np.nan)
+        res[pos >= 0] = labels[pos[pos >= 0]]
         return res
 
-    out["parent"] = to_index(parent)
-    out["op_ancestor"] = to_index(op_anc)
-    out["range_parent"] = to_index(rng_parent)
-    out["range_depth"] = depth
-    out["range_path"] = paths
-    out["range_path_self"] = self_paths
-    counts = pd.Series(op_anc[(op_anc >= 0) & (nodes["kind"].to_numpy() == op_kind)]).value_counts()
-    op_children = np.zeros(n, dtype="int64")
-    op_children[counts.index.to_numpy()] = counts.to_numpy()
-    out["op_children"] = op_children
-    out["phase"] = [phase_of(p) for p in paths]
+    out = nodes.copy()
+    out["parent"] = to_index(nst.parent)
+    out["op_ancestor"] = to_index(nst.op_ancestor)
+    out["range_parent"] = to_index(nst.range_parent)
+    out["range_depth"] = nst.range_depth(everyone)
+    out["range_path"] = nst.range_path(everyone)
+    out["range_path_self"] = nst.range_path_self(everyone)
+    out["op_children"] = nst.op_children(kinds, op_kind)
+    out["phase"] = nst.phase(everyone)
     return out
-
-
-def _walk(order, groups, starts, ends, kinds, names, range_kind, op_kind,  # type: ignore[no-untyped-def]
-          parent, op_anc, rng_parent, depth, paths, self_paths) -> None:
-    stack: list[int] = []
-    op_stack: list[int] = []
-    rng_stack: list[int] = []
-    current = None
-    for i in order:
-        g = groups[i]
-        if g != current:
-            stack, op_stack, rng_stack, current = [], [], [], g
-        s, e = starts[i], ends[i]
-        while stack and not (starts[stack[-1]] <= s and e <= ends[stack[-1]]):
-            top = stack.pop()
-            if op_stack and op_stack[-1] == top:
-                op_stack.pop()
-            if rng_stack and rng_stack[-1] == top:
-                rng_stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        if op_stack:
-            op_anc[i] = op_stack[-1]
-        if rng_stack:
-            rng_parent[i] = rng_stack[-1]
-            paths[i] = self_paths[rng_stack[-1]]
-        depth[i] = len(rng_stack)
-        stack.append(i)
-        if kinds[i] == op_kind:
-            op_stack.append(i)
-        elif kinds[i] == range_kind:
-            rng_stack.append(i)
-            self_paths[i] = f"{paths[i]}/{names[i]}" if paths[i] else str(names[i])

@@ -1,0 +1,257 @@
+"""Ingest benchmark: perfscope's Kineto import against HolisticTraceAnalysis on the same big trace.
+
+Builds a trace of >= 1M events by tiling a real fixture (default: the A100 HTA trace,
+108,936 events) with shifted timestamps: copy ``k`` has every ``ts`` moved by ``k`` times the
+trace span and every id that links events (``correlation``, ``External id``, flow ``id``,
+``Ev Idx``) moved by ``k`` times the largest id, so links stay unique per copy. Metadata
+events (``ph == "M"``) are written once. The trace goes to a temp dir (plain and gzipped).
+
+Then, in ONE run, each reader loads each file in a fresh subprocess, several times:
+
+- perfscope: ``perfscope.analysis.importers.import_file(path)``, the whole import (format
+  detection, streaming parse, CPU op tree, kernel -> launch -> op links, analytic costs,
+  transfers, api, roofline classification, schema checks) -> a ``Report`` in memory;
+- HTA: ``hta.trace_analysis.TraceAnalysis(trace_dir=DIR)`` on a dir holding only that file,
+  with ``ParserConfig.set_default_cfg`` choosing the parser backend. Both of HTA's useful
+  backends are run: ``json`` (its default: fastest, most memory) and
+  ``ijson_batch_and_compress`` (the one HTA recommends for big traces: least memory).
+  HTA gets its best of each: the speed ratio uses its fastest backend, the memory ratio its
+  leanest one.
+
+Wall time is measured inside the child around that one call (imports excluded; both sides
+import pandas). Peak memory is the child's ``ru_maxrss`` (whole process: interpreter, imports
+and the load), so it is what a user's machine must have. Medians over the repeats.
+
+The last line is ``ingest_speed_ratio=X ingest_memory_ratio=Y`` (HTA / perfscope: higher is
+better for perfscope; goals >= 3 and >= 3).
+
+Usage::
+
+    python benchmarks/ingest.py [--copies 10] [--repeat 3] [--fixture PATH] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+FIXTURE = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
+           / "hta_negative_queue_length_values_check__rank0.json.gz")
+ARG_IDS = ("correlation", "External id", "external id", "Ev Idx")
+HTA_BACKENDS = ("json", "ijson_batch_and_compress")
+
+
+# ---------------------------------------------------------------------------- build
+def _load(fixture: Path) -> dict[str, Any]:
+    opener = gzip.open if fixture.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(fixture, "rb") as fh:
+        doc = orjson.loads(fh.read())
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise SystemExit(f"{fixture}: not a Kineto trace with a traceEvents array")
+    return doc
+
+
+def _span_and_stride(events: list[dict[str, Any]]) -> tuple[float, int]:
+    """Time span of the trace (us, +1) and one more than its largest linking id."""
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    lo = min(e["ts"] for e in timed)
+    hi = max(e["ts"] + (e.get("dur") or 0) for e in timed)
+    ids = [e["id"] for e in events if isinstance(e.get("id"), int)]
+    for e in events:
+        args = e.get("args") or {}
+        ids += [args[k] for k in ARG_IDS if isinstance(args.get(k), int)]
+    span = hi - lo + 1  # an int when the trace's times are ints (absolute-us traces)
+    return span, max(ids, default=0) + 1
+
+
+def _shifted(e: dict[str, Any], dt: float, di: int) -> dict[str, Any]:
+    out = dict(e)
+    if isinstance(out.get("ts"), (int, float)):
+        out["ts"] = out["ts"] + dt
+    if isinstance(out.get("id"), int):
+        out["id"] = out["id"] + di
+    args = out.get("args")
+    if isinstance(args, dict):
+        keys = [k for k in ARG_IDS if isinstance(args.get(k), int)]
+        if keys:
+            out["args"] = {**args, **{k: args[k] + di for k in keys}}
+    return out
+
+
+def tiled_events(events: list[dict[str, Any]], copies: int) -> Iterator[dict[str, Any]]:
+    """The events of ``copies`` shifted copies; metadata events (``ph`` M) only once."""
+    span, stride = _span_and_stride(events)
+    for k in range(copies):
+        for e in events:
+            if k and e.get("ph") == "M":
+                continue
+            yield e if k == 0 else _shifted(e, k * span, k * stride)
+
+
+def build(fixture: Path, out_dir: Path, copies: int) -> tuple[Path, Path, int]:
+    """Write the tiled trace as ``tiled.json`` and ``tiled.json.gz`` in their own dirs.
+
+    Returns:
+        The two paths and the number of events in each.
+    """
+    doc = _load(fixture)
+    events = doc.pop("traceEvents")
+    plain = out_dir / "plain" / "tiled.json"
+    packed = out_dir / "gz" / "tiled.json.gz"
+    plain.parent.mkdir(parents=True)
+    packed.parent.mkdir(parents=True)
+    n = 0
+    with open(plain, "wb") as fh:
+        head = orjson.dumps(doc)[:-1]
+        fh.write(head + (b', "traceEvents": [' if len(head) > 1 else b'{"traceEvents": ['))
+        for e in tiled_events(events, copies):
+            fh.write((b",\n" if n else b"\n") + orjson.dumps(e))
+            n += 1
+        fh.write(b"\n]}\n")
+    with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    return plain, packed, n
+
+
+# ---------------------------------------------------------------------------- children
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def _load_perfscope(path: Path) -> dict[str, Any]:
+    from perfscope.analysis.importers import import_file
+
+    rss0 = _rss_mib()
+    t0 = time.perf_counter()
+    report = import_file(path)
+    seconds = time.perf_counter() - t0
+    rows = sum(int(n) for n in report.manifest.get("tables", {}).values())
+    return {"seconds": seconds, "import_rss_mib": rss0, "kernels": len(report.kernels), "rows": rows}
+
+
+def _load_hta(path: Path, backend: str) -> dict[str, Any]:
+    import logging
+
+    from hta.configs.parser_config import ParserBackend, ParserConfig
+    from hta.trace_analysis import TraceAnalysis
+
+    logging.disable(logging.WARNING)
+    cfg = ParserConfig.get_default_cfg()
+    cfg.set_parser_backend(ParserBackend(backend))
+    ParserConfig.set_default_cfg(cfg)
+    rss0 = _rss_mib()
+    t0 = time.perf_counter()
+    analysis = TraceAnalysis(trace_dir=str(path.parent))
+    seconds = time.perf_counter() - t0
+    df = next(iter(analysis.t.traces.values()))
+    kernels = int(df["stream"].ge(0).sum()) if "stream" in df else -1
+    return {"seconds": seconds, "import_rss_mib": rss0, "kernels": kernels, "rows": len(df)}
+
+
+def child(reader: str, path: Path) -> None:
+    """Load ``path`` with ``reader`` and print one JSON line: seconds, peak RSS, row counts."""
+    result = _load_perfscope(path) if reader == "perfscope" else _load_hta(path, reader.split(":", 1)[1])
+    result["peak_rss_mib"] = _rss_mib()
+    print(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------- parent
+def run_child(reader: str, path: Path) -> dict[str, Any]:
+    """One fresh interpreter loading ``path`` with ``reader``."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", reader, str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{reader} failed on {path} (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(reader: str, path: Path, repeat: int) -> dict[str, Any]:
+    """Median seconds and peak RSS of ``repeat`` fresh runs (row counts from the last)."""
+    runs = [run_child(reader, path) for _ in range(repeat)]
+    out = dict(runs[-1])
+    out["seconds"] = statistics.median(r["seconds"] for r in runs)
+    out["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in runs)
+    out["all_seconds"] = [round(r["seconds"], 2) for r in runs]
+    return out
+
+
+def _line(label: str, m: dict[str, Any]) -> str:
+    return (f"  {label:<34} {m['seconds']:7.2f} s  {m['peak_rss_mib']:7.0f} MiB peak "
+            f"({m['import_rss_mib']:.0f} after imports)  runs {m['all_seconds']}")
+
+
+def compare(path: Path, repeat: int) -> tuple[float, float]:
+    """Print the measurements for one file; return (speed ratio, memory ratio), HTA / perfscope."""
+    ours = measure("perfscope", path, repeat)
+    hta = {b: measure(f"hta:{b}", path, repeat) for b in HTA_BACKENDS}
+    print(f"{path.name} ({path.stat().st_size / 2**20:.0f} MiB on disk):")
+    print(_line("perfscope import_file", ours) + f"  kernels={ours['kernels']:,}")
+    for backend, m in hta.items():
+        print(_line(f"HTA TraceAnalysis [{backend}]", m) + f"  rows={m['rows']:,}")
+    fastest = min(m["seconds"] for m in hta.values())
+    leanest = min(m["peak_rss_mib"] for m in hta.values())
+    speed, memory = fastest / ours["seconds"], leanest / ours["peak_rss_mib"]
+    print(f"  -> perfscope is {speed:.2f}x faster than HTA's fastest backend and uses "
+          f"1/{memory:.2f} of the peak memory of its leanest one")
+    return speed, memory
+
+
+def _hta_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("traceinsight", "HolisticTraceAnalysis"):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    raise SystemExit("HolisticTraceAnalysis is not installed: pip install HolisticTraceAnalysis")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--copies", type=int, default=10, help="tiles of the fixture (default 10)")
+    parser.add_argument("--repeat", type=int, default=3, help="fresh runs per reader and file")
+    parser.add_argument("--fixture", type=Path, default=FIXTURE)
+    parser.add_argument("--keep", type=Path, help="build the trace here and keep it")
+    parser.add_argument("--child", nargs=2, metavar=("READER", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], Path(args.child[1]))
+        return
+    import ijson
+    import pandas as pd
+
+    print(f"HTA: {_hta_version()}; ijson backend {ijson.backend}; pandas {pd.__version__}; "
+          f"python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
+    tmp = args.keep or Path(tempfile.mkdtemp(prefix="perfscope-ingest-"))
+    try:
+        t0 = time.perf_counter()
+        plain, packed, n = build(args.fixture, tmp, args.copies)
+        print(f"built {n:,} events ({args.copies} x {args.fixture.name}) in {time.perf_counter() - t0:.0f} s")
+        ratios = [compare(p, args.repeat) for p in (plain, packed)]
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    speed = min(r[0] for r in ratios)
+    memory = min(r[1] for r in ratios)
+    print(f"goals: speed >= 3 ({'met' if speed >= 3 else 'NOT met'}), "
+          f"memory >= 3 ({'met' if memory >= 3 else 'NOT met'}); worst of plain and gzip")
+    print(f"ingest_speed_ratio={speed:.2f} ingest_memory_ratio={memory:.2f}")
+
+
+if __name__ == "__main__":
+    main()
