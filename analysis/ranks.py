@@ -19,6 +19,7 @@ differs most across ranks. Every job-level result names the ranks it covers.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.errors import ReportFormatError, UsageError
-from perfscope.report import Report
+from perfscope.report import MANIFEST, Report
 
 from .costs import category_of
 from .rules._base import covered_ns, group_key, merge_intervals
@@ -472,6 +473,21 @@ def rank_tables_at(path: str | Path, ranks: Sequence[int]) -> RankTables:
     return RankTables.concat(parts)
 
 
+def rank_summary_at(path: str | Path) -> dict[str, Any]:
+    """:func:`rank_summary` of a report folder without loading it whole (one rank at a time)."""
+    folder = Path(path)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportFormatError(folder, f"unreadable manifest ({exc})", hint="re-create the report") from None
+    covered = ((manifest.get("params") or {}).get("ranks") or {}).get("ranks")
+    if not covered:
+        kernels = load_ranks(folder, "kernels", columns=[])
+        covered = sorted(int(r) for r in kernels["rank"].unique()) if "rank" in kernels else [0]
+    light = Report.build({}, {k: v for k, v in manifest.items() if k != "tables"})
+    return rank_summary(light, tables=rank_tables_at(folder, covered))
+
+
 def _with_columns(df: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
     for c in cols:
         if c not in df.columns:
@@ -481,6 +497,6 @@ def _with_columns(df: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
 
 __all__ = [
     "RankTables", "category_matrix", "find_stragglers", "format_ranks", "kernel_spread", "load_ranks",
-    "one_rank", "rank_summary", "rank_tables", "rank_tables_at", "report_ranks", "step_spread", "step_table",
+    "one_rank", "rank_summary", "rank_summary_at", "rank_tables", "rank_tables_at", "report_ranks", "step_spread", "step_table",
     "stragglers",
 ]

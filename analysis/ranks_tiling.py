@@ -131,8 +131,8 @@ def _header(doc: dict[str, Any], spec: TileSpec) -> bytes:
     meta["distributedInfo"] = dist
     if spec.trace_id is not None:
         meta["trace_id"] = spec.trace_id
-    body = orjson.dumps(meta)[1:-1]
-    return b"{" + body + (b"," if body else b"") + b'"traceEvents":['
+    body = orjson.dumps(meta, option=orjson.OPT_INDENT_2)[1:-1].rstrip()  # '"rank": 3', as Kineto writes
+    return b"{" + body + (b"," if body else b"") + b'\n  "traceEvents": [\n'
 
 
 def _open_out(dst: Path) -> IO[bytes]:
@@ -142,7 +142,11 @@ def _open_out(dst: Path) -> IO[bytes]:
 
 
 def tile_trace(doc: dict[str, Any], dst: Path, spec: TileSpec) -> int:
-    """Write one rank's file (``.json`` or ``.json.gz``) built from ``doc``; returns events written."""
+    """Write one rank's file (``.json`` or ``.json.gz``) built from ``doc``; returns events written.
+
+    The layout follows Kineto's: indented metadata (``"rank": 3``, which HTA looks for) and one
+    event per line.
+    """
     n = 0
     with _open_out(dst) as fh:
         fh.write(_header(doc, spec))
@@ -151,11 +155,11 @@ def tile_trace(doc: dict[str, Any], dst: Path, spec: TileSpec) -> int:
             buf.append(orjson.dumps(e))
             n += 1
             if len(buf) >= 4096:
-                fh.write((b"," if n > len(buf) else b"") + b",".join(buf))
+                fh.write((b",\n" if n > len(buf) else b"") + b",\n".join(buf))
                 buf = []
         if buf:
-            fh.write((b"," if n > len(buf) else b"") + b",".join(buf))
-        fh.write(b"]}")
+            fh.write((b",\n" if n > len(buf) else b"") + b",\n".join(buf))
+        fh.write(b"\n  ]\n}\n")
     return n
 
 

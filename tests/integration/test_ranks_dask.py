@@ -135,6 +135,17 @@ def test_bad_rank_set_is_reported_file_by_file(fixtures_dir, tmp_path, scheduler
     assert rank_summary(report)["coverage"]["missing_ranks"] == "2-3"
 
 
+def test_nsys_exports_take_their_rank_from_the_file_name(fixtures_dir, tmp_path, scheduler):
+    src = fixtures_dir / "nsys" / "nvfuser_h100_matmul.sqlite"
+    for rank in (0, 1):
+        (tmp_path / f"job_rank{rank}.sqlite").symlink_to(src)  # read in place
+    res = import_ranks(tmp_path, tmp_path / "nsys.perfscope", scheduler=scheduler)
+    report = Report.load(res.path)
+    assert res.plan.ranks == [0, 1] and res.plan.world_size is None and res.plan.missing == []
+    assert res.manifest["params"]["ranks"]["rank_source"] == {"0": "file name", "1": "file name"}
+    assert report.kernels.groupby("rank").size().tolist() == [19, 19]
+
+
 def test_nothing_readable_and_existing_outputs(fixtures_dir, tmp_path, scheduler):
     junk = tmp_path / "junk"
     junk.mkdir()

@@ -1,0 +1,243 @@
+"""Multi-rank benchmark: ``perfscope import --ranks`` on Dask (1 and 2 workers) against
+HolisticTraceAnalysis on the same folder of per-rank traces.
+
+Builds a job of ``--ranks`` rank files of about ``--events`` events each by tiling a real trace
+(default: the A100 rank of a 16-rank job in ../shared/fixtures, 108,936 events) with
+:mod:`perfscope.analysis.ranks_tiling`; one rank (``--slow-rank``) runs 10% slower. The files go to
+a temporary folder (gzipped), which is removed at the end unless ``--keep``.
+
+Each contender runs in its own Python process, whose process tree (client, Dask nanny and worker
+processes, HTA's multiprocessing pool) is sampled for resident memory every 0.2 s:
+
+- perfscope, ``workers=N``: ``import_ranks`` on a LocalCluster of N process workers (one task per
+  rank file, each reads the trace, runs the full per-rank analysis and writes its Parquet
+  partition), then ``rank_summary`` of the written report read back rank by rank;
+- HTA: ``TraceAnalysis(trace_dir=...)`` (parses every rank into DataFrames) then
+  ``get_temporal_breakdown`` and ``get_comm_comp_overlap`` (HTA's per-rank idle/compute/comm and
+  overlap, the closest to what perfscope computes).
+
+Prints wall time, peak memory (whole tree, and the largest single process; for perfscope also
+each Dask worker's own peak), and the ratios within this run.
+
+Usage::
+
+    python benchmarks/ranks.py [--ranks 16] [--events 1000000] [--workers 1,2] [--no-hta] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+FIXTURE = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
+           / "hta_negative_queue_length_values_check__rank0.json.gz")
+GZIP_BYTES_PER_EVENT = 15
+"""Disk per tiled event at gzip level 1 (measured on the default fixture), for the space check."""
+
+
+# ---------------------------------------------------------------------------- the job
+def build_job(fixture: Path, folder: Path, ranks: int, events: int, slow_rank: int) -> dict[str, Any]:
+    """Write the rank files; returns events per rank and the sizes."""
+    from perfscope.analysis.ranks_tiling import TileSpec, load_trace, tile_trace
+
+    doc = load_trace(fixture)
+    copies = max(1, math.ceil(events / len(doc["traceEvents"])))
+    written = []
+    for rank in range(ranks):
+        stretch = 1.1 if rank == slow_rank else 1.0
+        dst = folder / f"rank-{rank}.pt.trace.json.gz"
+        written.append(tile_trace(doc, dst, TileSpec(rank, ranks, copies=copies, stretch=stretch)))
+    from perfscope.analysis.ranks_dask import uncompressed_size
+
+    files = sorted(folder.iterdir())
+    return {"events_per_rank": written[0], "copies": copies,
+            "gzip_bytes": sum(f.stat().st_size for f in files),
+            "json_bytes_per_rank": uncompressed_size(files[0])}
+
+
+# ---------------------------------------------------------------------------- contenders
+def run_perfscope(folder: Path, out: Path, workers: int) -> dict[str, Any]:
+    from perfscope.analysis.ranks import rank_summary_at
+    from perfscope.analysis.ranks_dask import import_ranks
+
+    t0 = time.perf_counter()
+    res = import_ranks(folder, out, workers=workers, force=True)
+    t_import = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    summary = rank_summary_at(out)  # read back one rank and a few columns at a time
+    return {"import_s": t_import, "summary_from_disk_s": time.perf_counter() - t1,
+            "worker_peak_rss_bytes": res.manifest["params"]["ranks"]["workers_peak_rss_bytes"],
+            "kernels": res.manifest["tables"]["kernels"],
+            "stragglers": summary["stragglers"], "mean_overlap_pct": summary["job"].get("mean_overlap_pct")}
+
+
+def run_hta(folder: Path) -> dict[str, Any]:
+    from hta.trace_analysis import TraceAnalysis
+
+    t0 = time.perf_counter()
+    analyzer = TraceAnalysis(trace_dir=str(folder))
+    t_parse = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    temporal = analyzer.get_temporal_breakdown(visualize=False)
+    overlap = analyzer.get_comm_comp_overlap(visualize=False)
+    return {"parse_s": t_parse, "analysis_s": time.perf_counter() - t1, "ranks": len(temporal),
+            "mean_overlap_pct": float(overlap["comp_comm_overlap_pctg"].mean())}
+
+
+# ---------------------------------------------------------------------------- measurement
+def _tree_rss(proc: Any) -> tuple[int, int]:
+    import psutil
+
+    total, largest = 0, 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            rss = p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += rss
+        largest = max(largest, rss)
+    return total, largest
+
+
+def _kill_tree(proc: Any) -> None:
+    import psutil
+
+    for p in [*proc.children(recursive=True), proc]:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def measure(args: list[str], cap_bytes: float) -> dict[str, Any]:
+    """Run ``benchmarks/ranks.py --run ...`` in a child process; wall time and peak tree memory.
+
+    The child's whole process tree is killed when it holds more than ``cap_bytes`` (this machine
+    is shared: a contender that needs more is reported as such, not allowed to swap others out).
+    """
+    import psutil
+
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    proc = psutil.Process(child.pid)
+    peak = {"total": 0, "largest": 0, "capped": 0.0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                total, largest = _tree_rss(proc)
+            except psutil.NoSuchProcess:
+                return
+            peak["total"], peak["largest"] = max(peak["total"], total), max(peak["largest"], largest)
+            if total > cap_bytes:
+                peak["capped"] = time.perf_counter() - started
+                _kill_tree(proc)
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    out, _ = child.communicate()
+    done.set()
+    thread.join()
+    wall = time.perf_counter() - started
+    if peak["capped"]:
+        return {"error": f"killed at the {_gb(cap_bytes)} memory cap after {peak['capped']:.0f} s "
+                         f"(tree peak {_gb(peak['total'])})", "wall_s": wall}
+    if child.returncode != 0:
+        return {"error": f"exit {child.returncode}", "wall_s": wall}
+    result = json.loads(out.strip().splitlines()[-1])
+    return {**result, "wall_s": wall, "peak_tree_rss_bytes": peak["total"], "peak_process_rss_bytes": peak["largest"]}
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def report(job: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
+    print(f"\njob: {job['ranks']} ranks x {job['events_per_rank']:,} events "
+          f"({job['json_bytes_per_rank'] / 1e6:.0f} MB JSON per rank, {job['gzip_bytes'] / 1e6:.0f} MB gzipped in all)")
+    print(f"{'contender':<22}{'wall s':>9}{'peak tree':>12}{'largest proc':>14}  notes")
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"{name:<22}{r['wall_s']:>9.1f}  {r['error']}")
+            continue
+        note = ""
+        if "worker_peak_rss_bytes" in r:
+            note = "workers' own peaks: " + ", ".join(_gb(v) for v in r["worker_peak_rss_bytes"].values())
+            note += f"; stragglers: {[(s['rank'], round(s['margin_pct'], 1)) for s in r['stragglers']]}"
+        print(f"{name:<22}{r['wall_s']:>9.1f}{_gb(r['peak_tree_rss_bytes']):>12}{_gb(r['peak_process_rss_bytes']):>14}  {note}")
+    names = [n for n in rows if "error" not in rows[n]]
+    ps = [n for n in names if n.startswith("perfscope")]
+    if len(ps) >= 2:
+        print(f"speed-up {ps[-1]} vs {ps[0]}: {rows[ps[0]]['wall_s'] / rows[ps[-1]]['wall_s']:.2f}x")
+    if "hta" in names:
+        for n in ps:
+            print(f"HTA / {n}: wall {rows['hta']['wall_s'] / rows[n]['wall_s']:.2f}x, peak tree memory "
+                  f"{rows['hta']['peak_tree_rss_bytes'] / rows[n]['peak_tree_rss_bytes']:.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=16)
+    ap.add_argument("--events", type=int, default=1_000_000, help="events per rank (about)")
+    ap.add_argument("--workers", default="1,2", help="comma-separated local worker counts")
+    ap.add_argument("--slow-rank", type=int, default=5)
+    ap.add_argument("--fixture", type=Path, default=FIXTURE)
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the generated folder")
+    ap.add_argument("--mem-cap-gb", type=float, default=12.0, help="kill a contender whose processes hold more")
+    ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: a temp dir)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--run", choices=["perfscope", "hta"], help=argparse.SUPPRESS)
+    ap.add_argument("--traces", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run == "perfscope":
+        print(json.dumps(run_perfscope(args.traces, args.traces.parent / "job.perfscope", int(args.workers))))
+        return
+    if args.run == "hta":
+        print(json.dumps(run_hta(args.traces)))
+        return
+    base = args.dir or Path(tempfile.mkdtemp(prefix="perfscope-ranks-"))
+    need = args.ranks * args.events * GZIP_BYTES_PER_EVENT * 2
+    free = shutil.disk_usage(base if base.exists() else base.parent).free
+    if free < need:
+        sys.exit(f"not enough disk in {base}: {free / 1e9:.1f} GB free, ~{need / 1e9:.1f} GB needed")
+    traces = base / "traces"
+    traces.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        job = {"ranks": args.ranks, **build_job(args.fixture, traces, args.ranks, args.events, args.slow_rank)}
+        print(f"generated {args.ranks} ranks in {time.perf_counter() - t0:.0f} s into {traces}", flush=True)
+        rows: dict[str, dict[str, Any]] = {}
+        cap = args.mem_cap_gb * 2**30
+        for n in (int(w) for w in args.workers.split(",")):
+            rows[f"perfscope {n} worker{'s' if n > 1 else ''}"] = r = measure(
+                ["--run", "perfscope", "--workers", str(n), "--traces", str(traces)], cap)
+            print(f"perfscope workers={n}: {r.get('wall_s', 0):.1f} s", flush=True)
+        if not args.no_hta:
+            rows["hta"] = measure(["--run", "hta", "--traces", str(traces)], cap)
+            print(f"hta: {rows['hta'].get('wall_s', 0):.1f} s", flush=True)
+        report(job, rows)
+        if args.json:
+            args.json.write_text(json.dumps({"job": job, "results": rows}, indent=2))
+    finally:
+        if not args.keep:
+            shutil.rmtree(base if args.dir is None else traces, ignore_errors=True)
+            shutil.rmtree(base / "job.perfscope", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    main()
