@@ -94,7 +94,10 @@ def run_perfscope(model: torch.nn.Module, prompt: list[int]) -> tuple[Run, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     opts = parser.parse_args()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     import transformers
 
     torch.manual_seed(0)

@@ -154,7 +154,7 @@ class KVCache(nn.Module):
                  dtype: torch.dtype, device: torch.device | str) -> None:
         super().__init__()
         shape = (max_batch_size, n_kv_head, max_seq_len, head_dim)
-        # zeros, not empty: a masked slot must hold a finite value (0 * -inf is NaN in SDPA)
+        # zeros, not empty: masked slots are still multiplied, and a NaN left in memory survives the mask
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
