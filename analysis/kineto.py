@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 
 from perfscope.device import DeviceSpec
 from perfscope.report import Report
-from perfscope.schema import conform
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name
 from .kineto_ops import (
@@ -68,7 +67,7 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
                 "params": {"events": trace.n_events}}
     del trace  # its columns are no longer needed: free them before the tables are checked
     spec = device or device_from_meta(meta, has_gpu=n_kernels > 0)
-    kernels = classify(conform(tables["kernels"], "kernels", source=str(path)), spec)
+    kernels = classify(tables["kernels"], spec)  # classify conforms the table itself
     missing = missing_formulas(kernels)
     if missing:
         warnings.append("no cost formula (FLOPs/bytes left missing) for: " + ", ".join(missing))
@@ -81,7 +80,7 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
                    "tool_version": _tool_version(meta)},
         "device": spec.to_dict() if spec else None,
         "warnings": notes + warnings,
-        "unavailable_metrics": [] if tables["kernels"]["flops"].notna().any() else ["flops", "dram_bytes"],
+        "unavailable_metrics": [] if kernels["flops"].notna().any() else ["flops", "dram_bytes"],
     })
     tables["kernels"] = kernels
     return Report.build(tables, manifest, source=str(path))
@@ -201,22 +200,27 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes) -> pd.
     })
 
 
+SMALL_TABLE = 20_000
+"""Rows below which a table is built the plain pandas way (its per-column overhead wins)."""
+
+
 def _table(cols: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
-    """A table (sorted by ``start_ns`` unless told not to), built without consolidating copies;
-    text stays in object columns of shared strings until :func:`_text_columns`."""
+    """A table (sorted by ``start_ns`` unless told not to). A large one is built without
+    consolidating copies, its text kept in object columns of shared strings until
+    :func:`_text_columns`."""
     n = len(cols["start_ns"])
     order = np.argsort(cols["start_ns"], kind="stable") if sort else None
-    data = {}
-    for name, v in cols.items():
-        if not isinstance(v, np.ndarray):
-            v = np.full(n, v, dtype=object) if isinstance(v, str) or v is None else np.asarray(v)
-        v = v if order is None else v[order]
-        data[name] = pd.Series(v, dtype=v.dtype, copy=False)
-    return pd.DataFrame(data, copy=False)
+    data = {k: v if order is None or not isinstance(v, np.ndarray) else v[order] for k, v in cols.items()}
+    if n < SMALL_TABLE:
+        return pd.DataFrame(data, index=pd.RangeIndex(n))
+    arrays = {k: v if isinstance(v, np.ndarray) else np.full(n, v, dtype=object) for k, v in data.items()}
+    return pd.DataFrame({k: pd.Series(v, dtype=v.dtype, copy=False) for k, v in arrays.items()}, copy=False)
 
 
 def _text_columns(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its text columns in pandas' default string dtype, as loaded from disk."""
+    if len(df) < SMALL_TABLE:
+        return df
     return pd.DataFrame({name: _column(df[name].to_numpy()) for name in df.columns}, copy=False)
 
 

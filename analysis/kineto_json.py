@@ -366,15 +366,18 @@ def _parse_ijson(path: Path, first: bytes, take: Take) -> tuple[dict[str, Any], 
         keeper = _Keeper(raw)
         reader = io.BufferedReader(keeper, buffer_size=1 << 20)
         prefix = "item" if first == b"[" else "traceEvents.item"
+        seen = 0
         try:
             for batch in _batches(ijson.items(reader, prefix, use_float=True)):
+                seen += len(batch)
                 take(batch)
         except (ijson.JSONError, ValueError, EOFError, OSError, zlib.error, RecursionError) as exc:
             damage = _short(exc)
         if first != b"{":
             return {}, True, damage
         meta = {**_meta_from_tail(bytes(keeper.tail)), **_meta_from_head(bytes(keeper.head))}
-        return meta, bool(_EVENTS_KEY.search(bytes(keeper.head))) or "traceEvents" in meta, damage
+        is_trace = seen > 0 or bool(_EVENTS_KEY.search(bytes(keeper.head))) or "traceEvents" in meta
+        return meta, is_trace, damage
 
 
 

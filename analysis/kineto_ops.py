@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name, category_of, has_formula, op_cost
-from .kineto_parse import ParsedTrace
+from .kineto_parse import ParsedTrace, clean_text
 from .tree import Nesting, nest
 
 ANN, OP, API = 0, 1, 2
@@ -110,7 +110,7 @@ def _first_dtype(types: Any) -> str | None:
     if isinstance(types, list):
         for t in types:
             if isinstance(t, str) and t not in ("", "Scalar", "ScalarList", "TensorList", "GenericList"):
-                return DTYPE_NAMES.get(t.lower(), t)
+                return clean_text(DTYPE_NAMES.get(t.lower(), t))
     return None
 
 

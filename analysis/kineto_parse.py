@@ -16,6 +16,7 @@ short (truncated or damaged file) keeps the events read so far and is marked par
 from __future__ import annotations
 
 import gc
+import re
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -193,13 +194,13 @@ def _text(v: Any) -> str:
         return f"<{type(v).__name__}>"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def clean_text(text: str) -> str:
-    """``text`` with lone surrogates (from ``\\ud800`` escapes; not storable as UTF-8) replaced."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return text
+    """``text`` with each lone surrogate (from a ``\\ud800`` escape; not storable as UTF-8)
+    replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _ids(values: list[Any]) -> np.ndarray:
