@@ -96,9 +96,12 @@ def _action(ncu_report: Any, action: Any, index: int) -> Launch:
     string_kind = ncu_report.IMetric.ValueKind_STRING
     metrics: dict[str, float | str] = {}
     for name in action.metric_names():
-        if ":" in name:  # "breakdown:..." and "regex:..." are groupings, not values
+        if not isinstance(name, str) or ":" in name:  # "breakdown:..." and "regex:..." are groupings
             continue
-        metric = action.metric_by_name(name)
+        try:
+            metric = action.metric_by_name(name)
+        except TypeError:  # a name the binding cannot pass back (damaged report)
+            continue
         if metric is None or not metric.has_value():
             continue
         if metric.kind() == string_kind:
@@ -107,7 +110,7 @@ def _action(ncu_report: Any, action: Any, index: int) -> Launch:
         value = metric.as_double()
         if math.isfinite(value):
             metrics[name] = value * unit_scale(metric.unit())
-    name = action.name(ncu_report.IAction.NameBase_DEMANGLED) or action.name()
+    name = action.name(ncu_report.IAction.NameBase_DEMANGLED) or action.name() or f"(unnamed launch {index})"
     return Launch(id=index, name=name, short_name=action.name() or short_name_of(name), metrics=metrics)
 
 

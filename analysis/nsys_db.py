@@ -91,7 +91,7 @@ class NsysDb:
 
     def error(self, exc: Exception) -> InputFormatError:
         """The InputFormatError for an SQLite failure while reading this file."""
-        return InputFormatError(self.path, f"damaged or truncated SQLite database ({exc})",
+        return InputFormatError(self.path, f"damaged or truncated SQLite database ({_first_line(exc)})",
                                 hint=EXPORT_HINT)
 
     # ------------------------------------------------------------------ probing
@@ -218,9 +218,15 @@ def _connect(path: Path) -> sqlite3.Connection:
             conn.text_factory = _decode_text
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
             return conn
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             last = exc
-    raise InputFormatError(path, f"is damaged or truncated: SQLite cannot open it ({last})", hint=EXPORT_HINT)
+    raise InputFormatError(path, f"is damaged or truncated: SQLite cannot open it ({_first_line(last)})",
+                           hint=EXPORT_HINT)
+
+
+def _first_line(exc: BaseException | None) -> str:
+    """One line of an error's text (SQLite quotes whole schema statements in some errors)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:160]
 
 
 def _decode_text(raw: bytes) -> str:

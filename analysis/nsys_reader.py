@@ -23,11 +23,11 @@ import pandas as pd
 
 from perfscope.datasheets import datasheet_spec
 from perfscope.device import DeviceSpec, Roof
-from perfscope.errors import CollectorError, ToolNotFoundError
+from perfscope.errors import CollectorError, InputFormatError, ToolNotFoundError
 from perfscope.report import Report
 from perfscope.schema import conform
 
-from .nsys_db import NsysDb, lookup_strings, pid_of, process_key, tid_of
+from .nsys_db import EXPORT_HINT, NsysDb, lookup_strings, pid_of, process_key, tid_of
 from .nsys_nvtx import innermost_range, range_columns, read_ranges
 from .roofline import classify
 
@@ -74,6 +74,14 @@ def read_nsys_sqlite(path: str | Path, *, device: DeviceSpec | None = None) -> R
     Raises:
         InputFormatError: not an SQLite file, not an nsys export, or damaged / truncated.
     """
+    try:
+        return _read_sqlite(path, device=device)
+    except (ValueError, TypeError, OverflowError) as exc:  # SQLite columns are dynamically typed
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise InputFormatError(path, f"holds a value no nsys export has ({first})", hint=EXPORT_HINT) from None
+
+
+def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
     with NsysDb(path) as db:
         meta = db.metadata()
         warnings: list[str] = []
