@@ -52,12 +52,13 @@ from .ranks_job import JobPlan, RankResult, plan_job, rank_identity, trace_meta
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 """File names a rank folder is searched for (Kineto traces and nsys exports)."""
 
-MEMORY_PER_TRACE_BYTE = 6.0
-"""Peak worker memory per byte of uncompressed trace JSON, measured by ``benchmarks/ranks.py``
-(a 1M-event, 236 MB trace peaked near 1.4 GB above the worker's baseline); used to size the default
-local cluster so that the workers' traces fit in the memory available."""
-WORKER_BASE_BYTES = 400 << 20
-"""A worker's own memory before it reads a trace (Python, pandas, pyarrow, dask)."""
+MEMORY_PER_TRACE_BYTE = 2.0
+"""Worker memory per byte of uncompressed trace JSON, above the worker's baseline: measured by
+``benchmarks/ranks.py`` at 1.1 (207 MB rank: worker peak 0.37 GiB) to 2.0 (62 MB rank: 0.27 GiB);
+used to size the default local cluster so that the workers' traces fit in available memory."""
+WORKER_BASE_BYTES = 256 << 20
+"""A worker's own memory before it reads a trace (Python, pandas, pyarrow, dask, perfscope):
+155 MiB measured, rounded up."""
 
 _ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 

@@ -75,7 +75,9 @@ def run_perfscope(folder: Path, out: Path, workers: int) -> dict[str, Any]:
     t_import = time.perf_counter() - t0
     t1 = time.perf_counter()
     summary = rank_summary_at(out)  # read back one rank and a few columns at a time
+    task_s = sum(r.seconds or 0.0 for r in res.results)
     return {"import_s": t_import, "summary_from_disk_s": time.perf_counter() - t1,
+            "rank_tasks_s": task_s, "parallelism": task_s / t_import, "loadavg_after": os.getloadavg()[0],
             "worker_peak_rss_bytes": res.manifest["params"]["ranks"]["workers_peak_rss_bytes"],
             "kernels": res.manifest["tables"]["kernels"],
             "stragglers": summary["stragglers"], "mean_overlap_pct": summary["job"].get("mean_overlap_pct")}
@@ -168,6 +170,7 @@ def _gb(n: float) -> str:
 def report(job: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
     print(f"\njob: {job['ranks']} ranks x {job['events_per_rank']:,} events "
           f"({job['json_bytes_per_rank'] / 1e6:.0f} MB JSON per rank, {job['gzip_bytes'] / 1e6:.0f} MB gzipped in all)")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end (shared machine)")
     print(f"{'contender':<22}{'wall s':>9}{'peak tree':>12}{'largest proc':>14}  notes")
     for name, r in rows.items():
         if "error" in r:
@@ -176,6 +179,7 @@ def report(job: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
         note = ""
         if "worker_peak_rss_bytes" in r:
             note = "workers' own peaks: " + ", ".join(_gb(v) for v in r["worker_peak_rss_bytes"].values())
+            note += f"; rank tasks {r['rank_tasks_s']:.0f} s in all, {r['parallelism']:.2f} running at once"
             note += f"; stragglers: {[(s['rank'], round(s['margin_pct'], 1)) for s in r['stragglers']]}"
         print(f"{name:<22}{r['wall_s']:>9.1f}{_gb(r['peak_tree_rss_bytes']):>12}{_gb(r['peak_process_rss_bytes']):>14}  {note}")
     names = [n for n in rows if "error" not in rows[n]]
@@ -199,6 +203,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the generated folder")
     ap.add_argument("--mem-cap-gb", type=float, default=12.0, help="kill a contender whose processes hold more")
     ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: a temp dir)")
+    ap.add_argument("--reuse", action="store_true", help="reuse the rank files of a kept --dir")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--run", choices=["perfscope", "hta"], help=argparse.SUPPRESS)
     ap.add_argument("--traces", type=Path, help=argparse.SUPPRESS)
@@ -218,8 +223,13 @@ def main() -> None:
     traces.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        job = {"ranks": args.ranks, **build_job(args.fixture, traces, args.ranks, args.events, args.slow_rank)}
-        print(f"generated {args.ranks} ranks in {time.perf_counter() - t0:.0f} s into {traces}", flush=True)
+        saved = base / "job.json"
+        if args.reuse and saved.is_file():
+            job = json.loads(saved.read_text())
+        else:
+            job = {"ranks": args.ranks, **build_job(args.fixture, traces, args.ranks, args.events, args.slow_rank)}
+            saved.write_text(json.dumps(job))
+        print(f"{args.ranks} ranks ready in {time.perf_counter() - t0:.0f} s in {traces}", flush=True)
         rows: dict[str, dict[str, Any]] = {}
         cap = args.mem_cap_gb * 2**30
         for n in (int(w) for w in args.workers.split(",")):
@@ -236,6 +246,7 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(base if args.dir is None else traces, ignore_errors=True)
             shutil.rmtree(base / "job.perfscope", ignore_errors=True)
+            (base / "job.json").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,6 +21,13 @@ from perfscope.analysis.ranks import (
     rank_tables_at,
     step_table,
 )
+from perfscope.analysis.ranks_dask import (
+    MEMORY_PER_TRACE_BYTE,
+    WORKER_BASE_BYTES,
+    default_workers,
+    discover,
+    uncompressed_size,
+)
 from perfscope.analysis.ranks_job import (
     RankIdentity,
     RankResult,
@@ -28,7 +37,7 @@ from perfscope.analysis.ranks_job import (
 )
 from perfscope.analysis.ranks_tiling import TileSpec, load_trace, tile_trace
 
-from perfscope.errors import UsageError
+from perfscope.errors import InputFormatError, UsageError
 from perfscope.report import Report
 from perfscope.schema import TABLES
 from tests.unit.ranks_support import B200, RANK0, RANK1, load_json, rank_times, step_durations
@@ -225,3 +234,31 @@ def test_rank_summary_covers_ranks_and_reports_missing(two_rank_report, fixtures
     d0, d1 = step_durations(load_json(fixtures_dir / RANK0)), step_durations(load_json(fixtures_dir / RANK1))
     assert steps[552]["max_ns"] == max(d0[552], d1[552]) and steps[552]["ranks"] == 2
     assert json.dumps(s)  # JSON-ready
+
+
+# ---------------------------------------------------------------------------- inputs and sizing
+def test_discover_folder_glob_and_file(fixtures_dir, tmp_path):
+    (tmp_path / "a_rank-0.json.gz").write_bytes(b"x")
+    (tmp_path / "b_rank-1.sqlite").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / ".hidden.json").write_text("x")
+    assert [p.name for p in discover(tmp_path)] == ["a_rank-0.json.gz", "b_rank-1.sqlite"]
+    pattern = str(fixtures_dir / "kineto" / "hta_trace_filter__sampled_rank-*.json.gz")
+    assert [p.name for p in discover(pattern)] == [Path(RANK0).name, Path(RANK1).name]
+    assert discover(fixtures_dir / B200) == [fixtures_dir / B200]
+    with pytest.raises(InputFormatError, match="no rank trace files"):
+        discover(tmp_path / "*.nothing")
+    with pytest.raises(InputFormatError, match="no such file"):
+        discover(tmp_path / "missing")
+
+
+def test_default_workers_fit_cpus_files_and_memory(fixtures_dir):
+    f = fixtures_dir / B200
+    size = uncompressed_size(f)
+    assert size == len(gzip.decompress(f.read_bytes()))
+    files = [f] * 5
+    assert default_workers(files, cpus=8, available_bytes=10**12) == 5
+    assert default_workers(files[:2], cpus=1, available_bytes=10**12) == 1
+    per_worker = WORKER_BASE_BYTES + MEMORY_PER_TRACE_BYTE * size
+    assert default_workers(files, cpus=8, available_bytes=int(3.5 * per_worker)) == 3
+    assert default_workers(files, cpus=8, available_bytes=0) == 1
