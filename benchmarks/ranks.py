@@ -67,8 +67,8 @@ def build_job(fixture: Path, folder: Path, ranks: int, events: int, slow_rank: i
 
 # ---------------------------------------------------------------------------- contenders
 def run_perfscope(folder: Path, out: Path, workers: int) -> dict[str, Any]:
-    from perfscope.analysis.ranks import rank_summary_at
     from perfscope.analysis.ranks_dask import import_ranks
+    from perfscope.analysis.ranks_io import rank_summary_at
 
     t0 = time.perf_counter()
     res = import_ranks(folder, out, workers=workers, force=True)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from perfscope.analysis.findings import run_rules
-from perfscope.analysis.ranks import load_ranks, rank_summary
+from perfscope.analysis.ranks import rank_summary
 from perfscope.analysis.ranks_dask import import_ranks
+from perfscope.analysis.ranks_io import load_ranks
 
 from perfscope.cli import main
 from perfscope.errors import InputFormatError, OutputExistsError, UsageError

@@ -14,11 +14,9 @@ from perfscope.analysis.kineto import read_kineto
 from perfscope.analysis.ranks import (
     find_stragglers,
     format_ranks,
-    load_ranks,
     one_rank,
     rank_summary,
     rank_tables,
-    rank_tables_at,
     step_table,
 )
 from perfscope.analysis.ranks_dask import (
@@ -28,6 +26,7 @@ from perfscope.analysis.ranks_dask import (
     discover,
     uncompressed_size,
 )
+from perfscope.analysis.ranks_io import load_ranks, rank_tables_at
 from perfscope.analysis.ranks_job import (
     RankIdentity,
     RankResult,
