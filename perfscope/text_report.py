@@ -119,11 +119,29 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
     return [f"top {kind} by total time:", table(head, rows)]
 
 
-def _finding_lines(report: Report, n: int = 5) -> list[str]:
-    try:
-        from perfscope.analysis.findings import run_rules
-    except ImportError:
+def _rank_lines(report: Report) -> list[str]:
+    if "rank" not in report.kernels.columns:
         return []
+    from perfscope.analysis.ranks import rank_tables, stragglers
+
+    t = rank_tables(report)
+    pr = t.per_rank
+    if not len(pr):
+        return []
+    lines = [f"ranks: {len(t.ranks)} ({', '.join(str(r) for r in t.ranks[:16])}{' ...' if len(t.ranks) > 16 else ''})"]
+    cols = [c for c in ("rank", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "step_mean_ns") if c in pr]
+    rows = [[str(int(r["rank"]))] + [_num(r[c], 1e6, 2) for c in cols[1:]] for _, r in pr.iterrows()]
+    lines.append(table(["rank"] + [c.removesuffix("_ns") + " ms" for c in cols[1:]], rows))
+    slow = stragglers(pr)
+    for _, s in slow.iterrows():
+        lines.append(f"  straggler: rank {int(s['rank'])} on {str(s['metric']).removesuffix('_ns')}: "
+                     f"{_num(s['value_ns'], 1e6, 2)} ms, {_num(s['margin_pct'])}% over the median of the others")
+    return lines
+
+
+def _finding_lines(report: Report, n: int = 5) -> list[str]:
+    from perfscope.analysis.findings import run_rules
+
     found = run_rules(report)[:n]
     if not found:
         return []
@@ -144,7 +162,7 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
     if report.manifest.get("partial"):
         head += "   [PARTIAL]"
     sections = [[head], _device_lines(report), _phase_lines(report), _request_lines(report),
-                _kernel_lines(report, top)]
+                _kernel_lines(report, top), _rank_lines(report)]
     if findings:
         sections.append(_finding_lines(report))
     if report.warnings:

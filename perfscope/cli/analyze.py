@@ -29,10 +29,12 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
         "unavailable_metrics": report.unavailable_metrics,
         "partial": bool(report.manifest.get("partial")),
     }
-    try:
-        from perfscope.analysis.findings import run_rules
-    except ImportError:
-        return payload
+    if "rank" in report.kernels.columns:
+        from perfscope.analysis.ranks import rank_summary
+
+        payload["ranks"] = rank_summary(report)
+    from perfscope.analysis.findings import run_rules
+
     payload["findings"] = [f.to_dict() for f in run_rules(report)]
     return payload
 
