@@ -182,7 +182,20 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
         parts.append(_section("Phases, steps, requests and counters",
                               "".join(page.figure(f, str(f.layout.meta["kind"])) for f in shown), "phases"))
     parts.append(_sweep(page, report))
+    parts.append(_ranks(page, report))
     return "".join(parts)
+
+
+def _ranks(page: _Page, report: Report) -> str:
+    """The rank view (steps, comm/compute overlap, rank x category heatmap, kernel spread)."""
+    if "rank" not in report.kernels.columns:
+        return ""
+    from perfscope.analysis.ranks import rank_tables
+
+    from .figures_ranks import rank_figures
+
+    figs = rank_figures(rank_tables(report))
+    return _section("Ranks", "".join(page.figure(f, f"ranks {name}") for name, f in figs.items()), "ranks")
 
 
 def _sweep(page: _Page, report: Report) -> str:
