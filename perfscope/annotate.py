@@ -20,11 +20,19 @@ DOMAIN = "perfscope"
 
 
 def _nvtx_domain() -> Any:
+    """The default NVTX domain, or None when no NVTX tool (nsys, ncu) is attached to the process:
+    the nvtx package then hands out a do-nothing domain, and skipping it saves its call cost."""
     try:
         import nvtx  # type: ignore[import-not-found]
     except ImportError:
         return None
-    return nvtx.get_domain(None)
+    domain = nvtx.get_domain(None)
+    return None if type(domain).__name__ == "DummyDomain" else domain
+
+
+@functools.lru_cache(maxsize=4096)
+def _attributes(domain: Any, name: str) -> Any:
+    return domain.get_event_attributes(message=name)
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,7 +78,7 @@ class annotate:  # noqa: N801 - reads like nvtx.annotate / record_function
     def __enter__(self) -> annotate:
         domain = _domain()
         if domain is not None:
-            domain.push_range(domain.get_event_attributes(message=self.name))
+            domain.push_range(_attributes(domain, self.name))
             self._nvtx = domain
         else:
             torch = _torch()
