@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+from .annotate import annotate  # eager: the submodule of the same name must not shadow the function
 from .errors import PerfscopeError
 
 if TYPE_CHECKING:
-    from .annotate import annotate
     from .api import load, profile
     from .report import Report
 
@@ -27,7 +27,6 @@ __all__ = ["PerfscopeError", "Report", "__version__", "annotate", "load", "profi
 _LAZY = {
     "load": ("perfscope.api", "load"),
     "profile": ("perfscope.api", "profile"),
-    "annotate": ("perfscope.annotate", "annotate"),
     "Report": ("perfscope.report", "Report"),
 }
 
