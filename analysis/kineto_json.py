@@ -229,7 +229,9 @@ def _read_blocks(src: _Source, text: bytes, decode: Decode, take: Take) -> tuple
         if src.eof:
             break
         sep = buf.last_sep()
-        if sep is None:  # one event bigger than the buffer: read on
+        if sep is None:  # one event bigger than the buffer: read on, up to a limit
+            if len(buf) > MAX_PIECE:
+                return None, "no event boundary in 256 MB of text"
             want = len(buf) + BLOCK
             continue
         events = buf.decode_upto(decode, sep[0])

@@ -19,8 +19,9 @@ Then, in ONE run, each reader loads each file in a fresh subprocess, several tim
   leanest one.
 
 Wall time is measured inside the child around that one call (imports excluded; both sides
-import pandas). Peak memory is the child's ``ru_maxrss`` (whole process: interpreter, imports
-and the load), so it is what a user's machine must have. Medians over the repeats.
+import pandas). Peak memory is the child's peak resident set (``VmHWM``: whole process,
+interpreter, imports and the load), so it is what a user's machine must have. Runs are
+interleaved round by round; medians over the repeats.
 
 The last line is ``ingest_speed_ratio=X ingest_memory_ratio=Y`` (HTA / perfscope: higher is
 better for perfscope; goals >= 3 and >= 3).
@@ -129,7 +130,19 @@ def build(fixture: Path, out_dir: Path, copies: int) -> tuple[Path, Path, int]:
 
 # ---------------------------------------------------------------------------- children
 def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    """Peak resident memory of this process image so far, MiB.
+
+    Linux's ``VmHWM``: ``ru_maxrss`` would not do, as it keeps the high-water mark of the
+    parent that forked this child (it survives exec), so a small child of a big parent reads big.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux, bytes on macOS
 
 
 def _load_perfscope(path: Path) -> dict[str, Any]:
@@ -158,8 +171,7 @@ def _load_hta(path: Path, backend: str) -> dict[str, Any]:
     analysis = TraceAnalysis(trace_dir=str(path.parent))
     seconds = time.perf_counter() - t0
     df = next(iter(analysis.t.traces.values()))
-    kernels = int(df["stream"].ge(0).sum()) if "stream" in df else -1
-    return {"seconds": seconds, "import_rss_mib": rss0, "kernels": kernels, "rows": len(df)}
+    return {"seconds": seconds, "import_rss_mib": rss0, "rows": len(df)}
 
 
 def child(reader: str, path: Path) -> None:
@@ -179,34 +191,42 @@ def run_child(reader: str, path: Path) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(reader: str, path: Path, repeat: int) -> dict[str, Any]:
-    """Median seconds and peak RSS of ``repeat`` fresh runs (row counts from the last)."""
-    runs = [run_child(reader, path) for _ in range(repeat)]
-    out = dict(runs[-1])
-    out["seconds"] = statistics.median(r["seconds"] for r in runs)
-    out["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in runs)
-    out["all_seconds"] = [round(r["seconds"], 2) for r in runs]
+def measure(readers: list[str], path: Path, repeat: int) -> dict[str, dict[str, Any]]:
+    """Median seconds and peak RSS of ``repeat`` fresh runs per reader, interleaved round by
+    round so that a change in machine load falls on every reader alike."""
+    runs: dict[str, list[dict[str, Any]]] = {r: [] for r in readers}
+    for _ in range(repeat):
+        for reader in readers:
+            runs[reader].append(run_child(reader, path))
+    out = {}
+    for reader, rs in runs.items():
+        m = dict(rs[-1])
+        m["seconds"] = statistics.median(r["seconds"] for r in rs)
+        m["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in rs)
+        m["all_seconds"] = [round(r["seconds"], 2) for r in rs]
+        m["all_rss"] = [round(r["peak_rss_mib"]) for r in rs]
+        out[reader] = m
     return out
 
 
 def _line(label: str, m: dict[str, Any]) -> str:
     return (f"  {label:<34} {m['seconds']:7.2f} s  {m['peak_rss_mib']:7.0f} MiB peak "
-            f"({m['import_rss_mib']:.0f} after imports)  runs {m['all_seconds']}")
+            f"({m['import_rss_mib']:.0f} after imports)  runs {m['all_seconds']} s, {m['all_rss']} MiB")
 
 
 def compare(path: Path, repeat: int) -> tuple[float, float]:
     """Print the measurements for one file; return (speed ratio, memory ratio), HTA / perfscope."""
-    ours = measure("perfscope", path, repeat)
-    hta = {b: measure(f"hta:{b}", path, repeat) for b in HTA_BACKENDS}
+    found = measure(["perfscope", *(f"hta:{b}" for b in HTA_BACKENDS)], path, repeat)
+    ours = found.pop("perfscope")
     print(f"{path.name} ({path.stat().st_size / 2**20:.0f} MiB on disk):")
-    print(_line("perfscope import_file", ours) + f"  kernels={ours['kernels']:,}")
-    for backend, m in hta.items():
-        print(_line(f"HTA TraceAnalysis [{backend}]", m) + f"  rows={m['rows']:,}")
-    fastest = min(m["seconds"] for m in hta.values())
-    leanest = min(m["peak_rss_mib"] for m in hta.values())
+    print(_line("perfscope import_file", ours) + f"  rows={ours['rows']:,} kernels={ours['kernels']:,}")
+    for reader, m in found.items():
+        print(_line(f"HTA TraceAnalysis [{reader.split(':')[1]}]", m) + f"  rows={m['rows']:,}")
+    fastest = min(m["seconds"] for m in found.values())
+    leanest = min(m["peak_rss_mib"] for m in found.values())
     speed, memory = fastest / ours["seconds"], leanest / ours["peak_rss_mib"]
     print(f"  -> perfscope is {speed:.2f}x faster than HTA's fastest backend and uses "
-          f"1/{memory:.2f} of the peak memory of its leanest one")
+          f"1/{memory:.2f} of the peak memory of its leanest one", flush=True)
     return speed, memory
 
 
@@ -241,7 +261,8 @@ def main() -> None:
     try:
         t0 = time.perf_counter()
         plain, packed, n = build(args.fixture, tmp, args.copies)
-        print(f"built {n:,} events ({args.copies} x {args.fixture.name}) in {time.perf_counter() - t0:.0f} s")
+        print(f"built {n:,} events ({args.copies} x {args.fixture.name}) in {time.perf_counter() - t0:.0f} s",
+              flush=True)
         ratios = [compare(p, args.repeat) for p in (plain, packed)]
     finally:
         if not args.keep:
