@@ -9,6 +9,7 @@ Missing values are NaN / None / <NA>, never 0: a number that could not be measur
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -185,6 +186,10 @@ def _missing_series(kind: str, n: int, index: pd.Index) -> pd.Series:
 
 
 def _coerce(series: pd.Series, col: Column) -> pd.Series:
+    dtype = series.dtype
+    if (col.kind == "float" and dtype == "float64") or (col.kind == "bool" and dtype == "boolean") or \
+            (col.kind == "int" and (dtype == "Int64" or (dtype == "int64" and col.required))):
+        return series  # already in contract form: no copy
     if col.kind == "float":
         return pd.to_numeric(series, errors="coerce").astype("float64")
     if col.kind == "int":
@@ -197,9 +202,14 @@ def _coerce(series: pd.Series, col: Column) -> pd.Series:
     return series
 
 
-def empty_table(table: str) -> pd.DataFrame:
-    """A zero-row table with every column of ``table`` and its dtype."""
+@functools.lru_cache(maxsize=None)
+def _empty(table: str) -> pd.DataFrame:
     return conform(pd.DataFrame(), table, source="<empty>")
+
+
+def empty_table(table: str) -> pd.DataFrame:
+    """A zero-row table with every column of ``table`` and its dtype (a fresh copy each call)."""
+    return _empty(table).copy()
 
 
 def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
