@@ -161,6 +161,10 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         head += f"   (source: {src.get('kind')}, {src.get('tool') or '?'} {src.get('tool_version') or ''})".rstrip()
     if report.manifest.get("partial"):
         head += "   [PARTIAL]"
+    p = report.params
+    if p.get("profiler_overhead_ratio"):
+        head += (f"\nprofiled run {_num(p['profiled_wall_s'], 1, 2)} s vs unprofiled {_num(p['unprofiled_wall_s'], 1, 2)} s "
+                 f"(profiler overhead x{_num(p['profiler_overhead_ratio'], 1, 2)}; times below are from the profiled run)")
     sections = [[head], _device_lines(report), _phase_lines(report), _request_lines(report),
                 _kernel_lines(report, top), _rank_lines(report)]
     if findings:
