@@ -36,14 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfscope.device import DeviceSpec
-from perfscope.errors import (
-    InputFormatError,
-    OutputExistsError,
-    PerfscopeError,
-    ToolNotFoundError,
-    UsageError,
-)
-from perfscope.report import MANIFEST, default_manifest
+from perfscope.errors import InputFormatError, PerfscopeError, ToolNotFoundError, UsageError
+from perfscope.report import MANIFEST, check_replaceable, default_manifest, move_into_place
 from perfscope.schema import TABLES, empty_table
 
 from .ranks import RankTables, format_ranks, one_rank
@@ -308,24 +302,9 @@ def job_manifest(plan: JobPlan, tables: RankTables, source: str, workers: Mappin
     return manifest
 
 
-def _check_target(target: Path, force: bool) -> None:
-    if target.exists():
-        if not force:
-            raise OutputExistsError(target)
-        if not (target.is_dir() and (target / MANIFEST).is_file()):
-            raise UsageError(f"{target} exists and is not a perfscope report; refusing to replace it",
-                             hint="choose another --out")
-
-
 def _finalize(tmp: Path, target: Path, force: bool) -> None:
-    _check_target(target, force)
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, target)
+    check_replaceable(target, force)
+    move_into_place(tmp, target)
 
 
 @dataclass(frozen=True)
@@ -383,7 +362,7 @@ def import_ranks(source: str | os.PathLike[str], out: str | os.PathLike[str], *,
     """
     files = discover(source)
     target = Path(out)
-    _check_target(target, force)
+    check_replaceable(target, force)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     staging = tmp / "_staging"

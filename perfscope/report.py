@@ -185,27 +185,13 @@ class Report:
             UsageError: ``path`` exists and is not a perfscope report.
         """
         target = Path(path)
-        if target.exists():
-            if not force:
-                raise OutputExistsError(target)
-            if not (target.is_dir() and (target / MANIFEST).is_file()):
-                raise UsageError(
-                    f"{target} exists and is not a perfscope report; refusing to replace it",
-                    hint="choose another --out",
-                )
+        check_replaceable(target, force)
         target.parent.mkdir(parents=True, exist_ok=True)
-        token = uuid.uuid4().hex[:8]
-        tmp = target.parent / f".{target.name}.tmp-{token}"
+        tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
         try:
             tmp.mkdir()
             self._write_into(tmp, extra_files or {})
-            if target.exists():
-                old = target.parent / f".{target.name}.old-{token}"
-                os.replace(target, old)
-                os.replace(tmp, target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, target)
+            move_into_place(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -282,6 +268,33 @@ class Report:
         from perfscope.text_report import render_text
 
         return render_text(self)
+
+
+def check_replaceable(target: Path, force: bool) -> None:
+    """Refuse to write ``target`` when it exists without ``force``, or is not a perfscope report.
+
+    Raises:
+        OutputExistsError: ``target`` exists and ``force`` is false.
+        UsageError: ``target`` exists and is not a report folder (never replaced, even with force).
+    """
+    if not target.exists():
+        return
+    if not force:
+        raise OutputExistsError(target)
+    if not (target.is_dir() and (target / MANIFEST).is_file()):
+        raise UsageError(f"{target} exists and is not a perfscope report; refusing to replace it",
+                         hint="choose another --out")
+
+
+def move_into_place(tmp: Path, target: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``target``, swapping out an existing report whole."""
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
 
 
 def _json_default(obj: Any) -> Any:

@@ -67,3 +67,19 @@ def fixtures_dir() -> Path:
 def sample_reports_dir() -> Path:
     """The checked-in sample reports."""
     return REPO / "sample_reports"
+
+
+_IMPORTED: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def load(fixtures_dir: Path):
+    """``load("kineto/x.json.gz")``: a fixture imported once per test session (reports are immutable)."""
+    from perfscope.analysis.importers import import_file
+
+    def get(name: str):
+        if name not in _IMPORTED:
+            _IMPORTED[name] = import_file(fixtures_dir / name)
+        return _IMPORTED[name]
+
+    return get

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from perfscope.analysis.compare import SAME_PCT, compare
-from perfscope.analysis.importers import import_file
 
 from perfscope.cli import main
 from perfscope.errors import UsageError
@@ -20,16 +18,6 @@ RANK1 = "kineto/hta_trace_filter__sampled_rank-1.json.gz"
 QWEN = "kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 B200 = "kineto/tracelens_b200__eager_trace.json.gz"
 
-_cache: dict[str, Report] = {}
-
-
-@pytest.fixture(scope="module")
-def load(fixtures_dir: Path) -> Callable[[str], Report]:
-    def get(name: str) -> Report:
-        if name not in _cache:
-            _cache[name] = import_file(fixtures_dir / name)
-        return _cache[name]
-    return get
 
 
 def totals(report: Report, key: str) -> pd.DataFrame:

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from perfscope.analysis.findings import RULES, Finding, run_rules
-from perfscope.analysis.importers import import_file
 from perfscope.analysis.rules import timeline
 
 from perfscope.errors import UsageError
@@ -28,16 +25,6 @@ H100_NSYS = "nsys/nvfuser_h100_matmul.sqlite"
 ONE_KERNEL = "kineto/kineto_docs_h100_before_fix.json"
 EVENT_SYNC = "kineto/hta_critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz"
 
-_cache: dict[str, Report] = {}
-
-
-@pytest.fixture(scope="module")
-def load(fixtures_dir: Path) -> Callable[[str], Report]:
-    def get(name: str) -> Report:
-        if name not in _cache:
-            _cache[name] = import_file(fixtures_dir / name)
-        return _cache[name]
-    return get
 
 
 def only(findings: list[Finding], rule_id: str) -> Finding:
