@@ -6,7 +6,6 @@ row "aten::mm x 240" sits on the roofline where its calls sit on average, time-w
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec

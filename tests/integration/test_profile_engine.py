@@ -9,7 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import perfscope

@@ -12,7 +12,6 @@ import os
 import stat
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 

@@ -7,8 +7,6 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from perfscope.analysis.importers import detect_format, import_file
