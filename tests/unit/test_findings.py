@@ -13,6 +13,7 @@ from perfscope.analysis.rules import timeline
 
 from perfscope.errors import UsageError
 from perfscope.report import Report
+from tests.unit.ranks_support import union as union_sweep
 
 B200 = "kineto/tracelens_b200__eager_trace.json.gz"
 QWEN = "kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -31,17 +32,6 @@ def only(findings: list[Finding], rule_id: str) -> Finding:
     hits = [f for f in findings if f.id == rule_id]
     assert len(hits) == 1, [f.id for f in findings]
     return hits[0]
-
-
-def union_sweep(intervals: list[tuple[int, int]]) -> list[list[int]]:
-    """Merged busy intervals, the textbook way."""
-    merged: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    return merged
 
 
 def device_intervals(report: Report) -> list[tuple[int, int]]:
