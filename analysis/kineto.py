@@ -27,6 +27,7 @@ from perfscope.device import DeviceSpec
 from perfscope.report import Report
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name
+from .kineto_graphs import Kernels, graph_costs
 from .kineto_ops import (
     ANN,
     API,
@@ -105,14 +106,16 @@ def build_tables(trace: ParsedTrace) -> tuple[dict[str, pd.DataFrame], list[str]
     """All report tables from a parsed trace, before roofline classification."""
     base = _base_ns(trace.meta)
     nodes = cpu_nodes(trace, base)
+    warnings: list[str] = []
     tables = {
-        "kernels": _gpu_kernels(trace.cols["kernel"], base, nodes) if trace.count("kernel") else _cpu_rows(nodes),
+        "kernels": _gpu_kernels(trace.cols["kernel"], base, nodes, warnings) if trace.count("kernel")
+        else _cpu_rows(nodes),
         "ranges": _ranges(nodes),
         "transfers": _transfers(trace, base, nodes),
         "api": _api(nodes),
     }
     del nodes  # before the text columns take their final (larger) form
-    return {name: _text_columns(df) for name, df in tables.items()}, []
+    return {name: _text_columns(df) for name, df in tables.items()}, warnings
 
 
 def _ranges(nodes: CpuNodes) -> pd.DataFrame:
@@ -173,7 +176,8 @@ def _device_names(device: np.ndarray) -> np.ndarray:
     return np.array([f"cuda:{d}" for d in uniq.tolist()], dtype=object)[inverse.reshape(-1)]
 
 
-def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes) -> pd.DataFrame:
+def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnings: list[str]) -> pd.DataFrame:
+    """Kernel rows; those of CUDA graph replays get their costs from :mod:`.kineto_graphs`."""
     strings = nodes.strings
     corr_index, api_pos, cost_pos = launches(nodes)
     link = corr_index.get_indexer(k["corr"]) if len(corr_index) else np.full(len(k["corr"]), -1)
@@ -184,6 +188,14 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes) -> pd.
     phase[linked] = nodes.nesting.phase(api_idx[linked])
     start, end, dur = times_ns(k, base)
     names = texts(strings, k["name"])
+    grid, block = texts(strings, k["grid"]), texts(strings, k["block"])
+    costs = attributed_costs(names, dur, cost_op, nodes)
+    launch_name = np.full(len(link), None, dtype=object)
+    launch_name[linked] = nodes.names(api_idx[linked])
+    launch_start = start.copy()
+    launch_start[linked] = nodes["start_ns"][api_idx[linked]]
+    warnings += graph_costs(Kernels(names, grid, block, start, dur, k["corr"], launch_name, launch_start, cost_op),
+                            costs, nodes)
     return _table({
         "name": names,
         "short_name": per_distinct(strings, k["name"], short_kernel_name),
@@ -191,12 +203,12 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes) -> pd.
         "stream": k["stream"],
         "start_ns": start, "end_ns": end, "duration_ns": dur,
         "correlation": k["corr"],
-        "grid": texts(strings, k["grid"]), "block": texts(strings, k["block"]),
+        "grid": grid, "block": block,
         "registers_per_thread": k["regs"],
         "shared_mem_bytes": k["smem"],
         "est_occupancy_pct": k["occupancy"],
         "range": rng, "phase": phase,
-        **attributed_costs(names, dur, cost_op, nodes),
+        **costs,
     })
 
 

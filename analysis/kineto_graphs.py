@@ -1,0 +1,429 @@
+"""Costs for kernels launched by a CUDA graph replay (``cudaGraphLaunch``).
+
+A graph replay launches its kernels from one API call: Kineto links them to that call, not to
+the aten ops that recorded them, so they carry no op and no shapes. Each replay's kernels get
+their op and FLOPs/bytes here, by the first method that applies, recorded in ``flops_source``:
+
+``graph-capture``
+    The replay's exact kernel-name sequence was also launched eagerly in the trace (the
+    warm-up / recording run of ``torch.compile(mode="reduce-overhead")``, or an eager run of
+    the same compiled code): each kernel takes the op and cost of the kernel at the same
+    position. Inductor's Triton kernel names and the cuBLAS kernels chosen for the same shapes
+    are the same in the capture and in the replays.
+``graph-match``
+    Every kernel of the replay has an eager twin with the same name, grid and block (the
+    grid encodes the problem size), and all the twins carry one cost: that cost.
+``graph-shapes`` / ``graph-scaled``
+    The model's step was also run eagerly in the trace (typically the prefill: the reference
+    engine and most servers compile decode only). The replay's GEMM kernels are matched in
+    order to that step's GEMM ops and its attention kernels to the step's attention ops (the
+    counts must agree); their recorded shapes are re-derived for the replay's step (one token
+    per sequence in decode, the KV length of that decode step: the reference's KV length plus
+    the number of decode steps since) and priced by the analytic formulas of
+    :mod:`.costs` (``graph-shapes``; a split-K reduction kernel shares its GEMM's cost by
+    time). The fused elementwise kernels between two such anchors get the eager cost of the
+    reference ops between the same anchors, scaled by the token count
+    (``graph-scaled``: exact for per-token ops, and an upper bound on the bytes of a fused
+    kernel, which does not write the intermediates the eager ops did).
+
+Replays none of these apply to keep NaN costs, and :func:`graph_costs` says why in a warning.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .costs import ATTENTION, CATEGORY_OF, base_name, category_of, op_cost
+from .kineto_ops import ANN, CpuNodes, _first_dtype, _json, op_costs
+from .tree import PHASES
+
+GRAPH_LAUNCH = "GraphLaunch"
+"""Substring of the launch calls that replay a graph (``cudaGraphLaunch``, ``cuGraphLaunch``,
+``hipGraphLaunch`` and their ``_v``/``_ptsz`` variants)."""
+
+SOURCES = ("graph-capture", "graph-match", "graph-shapes", "graph-scaled")
+"""The ``flops_source`` values this module writes."""
+
+GEMM_OPS = frozenset(CATEGORY_OF["gemm"])
+ACTIVATION_ARG = {"addmm": 1, "baddbmm": 1, "addmv": 1}
+"""Position of the activation (token-sized) input of a GEMM op; 0 when not listed."""
+
+COLUMNS = ("op", "op_shapes", "op_input_types", "dtype", "category")
+
+
+def is_graph_launch(name: str | None) -> bool:
+    return bool(name) and GRAPH_LAUNCH in str(name)
+
+
+def kernel_role(name: str) -> str:
+    """``gemm``, ``reduce`` (a split-K reduction of the GEMM before it), ``attention`` or
+    ``fused`` (elementwise, norms, Triton kernels, anything else) for a kernel name."""
+    text = name.lower()
+    if text.startswith("triton") or "triton_" in text:
+        return "fused"
+    if "splitkreduce" in text or "splitk_reduce" in text:
+        return "reduce"
+    if any(s in text for s in ("sdpa", "flash", "fmha", "attention", "attn")):
+        return "attention"
+    if category_of(None, name) == "gemm":
+        return "gemm"
+    return "fused"
+
+
+def op_role(op: str) -> str:
+    name = base_name(op)
+    return "gemm" if name in GEMM_OPS else "attention" if name in ATTENTION else "fused"
+
+
+@dataclass
+class Kernels:
+    """The kernel columns this module reads (aligned arrays, the trace's kernel order)."""
+
+    names: np.ndarray
+    grid: np.ndarray
+    block: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    corr: np.ndarray
+    launch_name: np.ndarray
+    launch_start: np.ndarray
+    cost_op: np.ndarray
+
+
+@dataclass
+class Step:
+    """One outermost ``prefill``/``decode`` range: its phase and decode index (0 for prefill,
+    k for the k-th decode step after it)."""
+
+    phase: str
+    index: int
+    start: int
+    end: int
+
+
+def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes) -> list[str]:
+    """Fill the op, cost and source columns of ``cols`` (from :func:`~.kineto_ops.attributed_costs`,
+    aligned with ``k``) for every graph-launched kernel. Returns warnings."""
+    graph = np.array([is_graph_launch(n) for n in k.launch_name.tolist()], dtype=bool)
+    if not graph.any():
+        return []
+    for c in ("flops", "dram_bytes"):
+        cols[c][graph] = np.nan
+    for c in COLUMNS:
+        cols[c][graph] = None
+    cols["category"][graph] = np.array([category_of(None, n) for n in k.names[graph].tolist()], dtype=object)
+    order = np.argsort(k.start, kind="stable")
+    eager = order[~graph[order]]
+    steps = _steps(nodes)
+    step_of = _step_index(steps, k.launch_start)
+    ctx = _Context(k, cols, nodes, eager, steps, step_of)
+    replays: dict[float, list[int]] = {}
+    for i in order[graph[order]].tolist():
+        replays.setdefault(float(k.corr[i]) if not np.isnan(k.corr[i]) else -1.0 - i, []).append(i)
+    failed = 0
+    for idx in replays.values():
+        if not ctx.cost_replay(np.array(idx, dtype="int64")):
+            failed += 1
+    known = ~np.isnan(cols["flops"])
+    for c in ("flops_source", "bytes_source"):
+        src = cols[c]
+        src[graph & ~known] = None
+        src[graph & known] = ctx.source[graph & known]
+    if failed:
+        note = (f"{failed} of {len(replays)} CUDA graph replays have no eager twin or reference step in the "
+                "trace: their kernels' FLOPs/bytes are left missing (profile a warm-up or an eager step too)")
+        return [note]
+    return []
+
+
+def _steps(nodes: CpuNodes) -> list[Step]:
+    ann = nodes.of(ANN)
+    names = nodes.names(ann)
+    pick = np.array([n in PHASES for n in names.tolist()], dtype=bool)
+    idx = ann[pick]
+    if not len(idx):
+        return []
+    start, end = nodes["start_ns"][idx], nodes["end_ns"][idx]
+    order = np.argsort(start, kind="stable")
+    out: list[Step] = []
+    decode_k = 0
+    for j in order.tolist():
+        s, e, name = int(start[j]), int(end[j]), str(names[pick][j])
+        if out and s >= out[-1].start and e <= out[-1].end:
+            continue  # nested in the previous step
+        decode_k = 0 if name == "prefill" else decode_k + 1
+        out.append(Step(name, decode_k, s, e))
+    return out
+
+
+def _step_index(steps: list[Step], t: np.ndarray) -> np.ndarray:
+    if not steps:
+        return np.full(len(t), -1, dtype="int64")
+    starts = np.array([s.start for s in steps], dtype="int64")
+    ends = np.array([s.end for s in steps], dtype="int64")
+    pos = np.searchsorted(starts, t, side="right") - 1
+    ok = (pos >= 0) & (t <= ends[np.maximum(pos, 0)])
+    return np.where(ok, pos, -1)
+
+
+@dataclass
+class _RefOp:
+    name: str
+    dims: Any
+    types: Any
+    concrete: Any
+    flops: float
+    nbytes: float
+    dtype: Any
+
+
+class _Context:
+    def __init__(self, k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes, eager: np.ndarray,
+                 steps: list[Step], step_of: np.ndarray) -> None:
+        self.k, self.cols, self.nodes, self.eager = k, cols, nodes, eager
+        self.steps, self.step_of = steps, step_of
+        self.source = np.full(len(k.names), None, dtype=object)
+        self.eager_names = k.names[eager]
+        self.memo: dict[Any, dict[str, np.ndarray] | None] = {}
+        self._twins: dict[tuple[Any, Any, Any], tuple[int, ...] | None] | None = None
+        self._refs: dict[int, list[_RefOp]] = {}
+
+    # ------------------------------------------------------------------ methods
+    def cost_replay(self, idx: np.ndarray) -> bool:
+        names = tuple(self.k.names[idx].tolist())
+        step = int(self.step_of[idx[0]]) if len(idx) else -1
+        for method in (self._capture, self._match, self._shapes):
+            key = (method.__name__, names, step if method.__name__ == "_shapes" else None)
+            if key not in self.memo:
+                self.memo[key] = method(idx, names, step)
+            found = self.memo[key]
+            if found is not None:
+                self._apply(idx, found)
+                return True
+        return False
+
+    def _apply(self, idx: np.ndarray, found: Mapping[str, np.ndarray]) -> None:
+        dur = self.k.dur[idx].astype("float64")
+        for c in COLUMNS:
+            self.cols[c][idx] = found[c]
+        for c in ("flops", "dram_bytes"):
+            self.cols[c][idx] = _split(found[c], found["unit"], dur)
+        self.source[idx] = found["source"]
+
+    def _capture(self, idx: np.ndarray, names: tuple[str, ...], step: int) -> dict[str, np.ndarray] | None:
+        seq, n = self.eager_names, len(names)
+        if not n or len(seq) < n:
+            return None
+        want = np.array(names, dtype=object)
+        for c in np.flatnonzero(seq == names[0])[::-1].tolist():
+            if c + n > len(seq) or not (seq[c:c + n] == want).all():
+                continue
+            pos = self.eager[c:c + n]
+            if np.isnan(self.cols["flops"][pos]).all():
+                continue
+            out = {col: self.cols[col][pos].copy() for col in COLUMNS}
+            out["flops"], out["dram_bytes"] = self.cols["flops"][pos].copy(), self.cols["dram_bytes"][pos].copy()
+            out["unit"] = np.arange(n)
+            out["source"] = np.full(n, "graph-capture", dtype=object)
+            return out
+        return None
+
+    def _match(self, idx: np.ndarray, names: tuple[str, ...], step: int) -> dict[str, np.ndarray] | None:
+        twins = self._twin_table()
+        keys = list(zip(names, self.k.grid[idx].tolist(), self.k.block[idx].tolist()))
+        found = [twins.get(key) for key in keys]
+        if not keys or any(f is None for f in found):
+            return None
+        pos = np.array([f[0] for f in found], dtype="int64")  # type: ignore[index]
+        out = {col: self.cols[col][pos].copy() for col in COLUMNS}
+        out["flops"], out["dram_bytes"] = self.cols["flops"][pos].copy(), self.cols["dram_bytes"][pos].copy()
+        out["unit"] = np.arange(len(pos))
+        out["source"] = np.full(len(pos), "graph-match", dtype=object)
+        return out
+
+    def _twin_table(self) -> dict[tuple[Any, Any, Any], tuple[int, ...] | None]:
+        """(name, grid, block) -> a costed eager kernel, when all such kernels share one cost."""
+        if self._twins is None:
+            table: dict[tuple[Any, Any, Any], tuple[int, ...] | None] = {}
+            costs: dict[tuple[Any, Any, Any], set[tuple[float, float]]] = {}
+            fl, nb = self.cols["flops"], self.cols["dram_bytes"]
+            for i in self.eager.tolist():
+                key = (self.k.names[i], self.k.grid[i], self.k.block[i])
+                if key[1] is None or np.isnan(fl[i]):
+                    table.setdefault(key, None)
+                    costs.setdefault(key, set()).add((np.nan, np.nan))
+                    continue
+                costs.setdefault(key, set()).add((float(np.round(fl[i], -3)), float(np.round(nb[i], -3))))
+                table.setdefault(key, (i,))
+            self._twins = {key: (v if len(costs[key]) == 1 else None) for key, v in table.items()}
+        return self._twins
+
+    # ------------------------------------------------------------------ reference step
+    def _shapes(self, idx: np.ndarray, names: tuple[str, ...], step: int) -> dict[str, np.ndarray] | None:
+        roles = [kernel_role(n) for n in names]
+        n_gemm, n_attn = roles.count("gemm"), roles.count("attention")
+        if not n_gemm and not n_attn:
+            return None
+        for ref in self._reference_steps(step):
+            ops = self._ref_ops(ref)
+            oroles = [op_role(o.name) for o in ops]
+            if oroles.count("gemm") == n_gemm and oroles.count("attention") == n_attn:
+                return self._derive(names, roles, ops, oroles, self.steps[ref], self.steps[step] if step >= 0 else None)
+        return None
+
+    def _reference_steps(self, step: int) -> list[int]:
+        """Eager steps with costed kernels, the same phase as ``step`` first, nearest first."""
+        cands = [int(s) for s in np.unique(self.step_of[self.eager]).tolist() if s >= 0]
+        phase = self.steps[step].phase if step >= 0 else None
+        return sorted(cands, key=lambda s: (self.steps[s].phase != phase, abs(s - step)))
+
+    def _ref_ops(self, ref: int) -> list[_RefOp]:
+        if ref not in self._refs:
+            pos = self.eager[self.step_of[self.eager] == ref]
+            op_ids = self.k.cost_op[pos]
+            op_ids = np.unique(op_ids[op_ids >= 0])
+            nodes = self.nodes
+            op_ids = op_ids[np.argsort(nodes["start_ns"][op_ids], kind="stable")]
+            costs = op_costs(nodes, op_ids)
+            out = []
+            for j, o in enumerate(op_ids.tolist()):
+                s = int(nodes["sig"][o])
+                dims, types, concrete = nodes.sigs[s] if s >= 0 else (None, None, None)
+                out.append(_RefOp(str(nodes.strings[nodes["name"][o]]), dims, types, concrete,
+                                  float(costs["flops"][j]), float(costs["dram_bytes"][j]), _first_dtype(types)))
+            self._refs[ref] = out
+        return self._refs[ref]
+
+    def _derive(self, names: tuple[str, ...], roles: list[str], ops: list[_RefOp], oroles: list[str],
+                ref: Step, step: Step | None) -> dict[str, np.ndarray] | None:
+        attn = [o for o, r in zip(ops, oroles) if r == "attention"]
+        geom = _geometry(attn[0]) if attn else None
+        if geom is None and (step is None or step.phase != ref.phase):
+            return None  # no token count to re-derive shapes with
+        batch, t_ref, s_ref = geom if geom is not None else (0, 0, 0)
+        t_new = 1 if (step is not None and step.phase == "decode" and ref.phase == "prefill") else t_ref
+        s_new = s_ref + ((step.index if step is not None else ref.index) - ref.index)
+        n = len(names)
+        out: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object) for c in COLUMNS}
+        flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
+        unit = np.arange(n)
+        source = np.full(n, None, dtype=object)
+        # anchors: the i-th GEMM / attention kernel <-> the i-th GEMM / attention op
+        anchor_ops = [o for o, r in zip(ops, oroles) if r != "fused"]
+        anchors = [i for i, r in enumerate(roles) if r in ("gemm", "attention")]
+        for i, o in zip(anchors, anchor_ops):
+            dims = _rescale(o, batch, t_ref, t_new, s_new) if geom is not None else o.dims
+            cost = op_cost(o.name, dims, o.types, o.concrete)
+            out["op"][i], out["op_shapes"][i] = o.name, _json(dims)
+            out["op_input_types"][i], out["dtype"][i] = _json(o.types), o.dtype
+            out["category"][i] = "gemm" if op_role(o.name) == "gemm" else "attention"
+            if cost is not None:
+                flops[i], nbytes[i] = cost.flops, cost.bytes
+            source[i] = "graph-shapes"
+        # split-K reductions share their GEMM's cost
+        last = -1
+        for i, r in enumerate(roles):
+            if r in ("gemm", "attention"):
+                last = i
+            elif r == "reduce" and last >= 0:
+                unit[i] = last
+                for c in COLUMNS:
+                    out[c][i] = out[c][last]
+                source[i] = source[last]
+        # the fused kernels between two anchors <-> the eager ops between the same anchors
+        scale = t_new / t_ref if t_ref else 1.0
+        k_seg = _segments([r if r != "reduce" else "skip" for r in roles])
+        o_seg = _segments(oroles)
+        for s, kernels in k_seg.items():
+            seg_ops = o_seg.get(s, [])
+            known = [ops[j] for j in seg_ops if not np.isnan(ops[j].flops)]
+            if not kernels or not known:
+                continue
+            head = kernels[0]
+            label = _label([o.name for o in known if o.flops > 0 or o.nbytes > 0] or [known[0].name])
+            biggest = max(known, key=lambda o: o.nbytes)
+            flops[head] = sum(o.flops for o in known) * scale
+            nbytes[head] = sum(o.nbytes for o in known) * scale
+            for i in kernels:
+                unit[i] = head
+                out["op"][i], out["dtype"][i] = label, biggest.dtype
+                out["category"][i] = category_of(biggest.name)
+                source[i] = "graph-scaled"
+        out.update(flops=flops, dram_bytes=nbytes, unit=unit, source=source)
+        return out
+
+
+def _label(names: list[str], limit: int = 4) -> str:
+    """The distinct op names of a fused kernel, in order (``a + b + c + 2 more``)."""
+    uniq = list(dict.fromkeys(names))
+    more = f" + {len(uniq) - limit} more" if len(uniq) > limit else ""
+    return " + ".join(uniq[:limit]) + more
+
+
+def _segments(roles: list[str]) -> dict[int, list[int]]:
+    """Positions of the ``fused`` entries, keyed by how many anchors come before them."""
+    out: dict[int, list[int]] = {}
+    seen = 0
+    for i, r in enumerate(roles):
+        if r in ("gemm", "attention"):
+            seen += 1
+        elif r == "fused":
+            out.setdefault(seen, []).append(i)
+    return out
+
+
+def _split(values: np.ndarray, unit: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Each unit's value (held at the unit's head) split over its kernels by kernel time."""
+    total = np.bincount(unit, weights=dur, minlength=len(unit))[unit]
+    count = np.bincount(unit, minlength=len(unit))[unit]
+    frac = np.where(total > 0, dur / np.where(total > 0, total, 1.0), 1.0 / count)
+    return values[unit] * frac
+
+
+def _geometry(op: _RefOp) -> tuple[int, int, int] | None:
+    """(batch, query tokens, KV length) of an attention op's recorded ``[B, H, L, E]`` inputs."""
+    dims = op.dims
+    if not isinstance(dims, list) or len(dims) < 2:
+        return None
+    q, kv = dims[0], dims[1]
+    if not (isinstance(q, list) and isinstance(kv, list) and len(q) == 4 and len(kv) == 4):
+        return None
+    try:
+        if base_name(op.name) in ("_flash_attention_forward", "_efficient_attention_forward"):
+            return int(q[0]), int(q[1]), int(kv[1])
+        return int(q[0]), int(q[2]), int(kv[2])
+    except (TypeError, ValueError):
+        return None
+
+
+def _rescale(op: _RefOp, batch: int, t_ref: int, t_new: int, s_new: int) -> Any:
+    """The op's input dims for ``t_new`` query tokens per sequence and KV length ``s_new``."""
+    dims = json.loads(json.dumps(op.dims))
+    name = base_name(op.name)
+    if name in GEMM_OPS:
+        a = ACTIVATION_ARG.get(name, 0)
+        if a < len(dims) and isinstance(dims[a], list):
+            shape = dims[a]
+            if len(shape) == 2 and shape[0] == batch * t_ref:
+                shape[0] = batch * t_new
+            elif len(shape) == 3 and shape[0] == batch and shape[1] == t_ref:
+                shape[1] = t_new
+        return dims
+    blhe = name in ("_flash_attention_forward", "_efficient_attention_forward")
+    lq, lk = (1, 1) if blhe else (2, 2)
+    for j, shape in enumerate(dims[:4]):
+        if not isinstance(shape, list) or len(shape) != 4:
+            continue
+        if j == 0:
+            shape[lq] = t_new
+        elif j in (1, 2):
+            shape[lk] = s_new
+        elif j == 3 and not blhe:  # the mask [B, 1, L, S]
+            shape[2] = t_new if shape[2] == t_ref else shape[2]
+            shape[3] = s_new
+    return dims

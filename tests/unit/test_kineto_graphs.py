@@ -1,0 +1,155 @@
+"""CUDA-graph replays in Kineto traces: every replayed kernel gets an op and FLOPs/bytes.
+
+Checked on the real H200 captures of the reference engine (llama-3.2-1b, batch 2, prompt 256,
+8 new tokens; ../shared/fixtures/h200/README.md) against the analytic cost of the model.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from perfscope.analysis.kineto import read_kineto
+from perfscope.analysis.kineto_graphs import kernel_role
+
+GRAPH = "h200/h200_llama1b_engine_cudagraph.pt.trace.json.gz"
+EAGER = "h200/h200_llama1b_engine_eager.pt.trace.json.gz"
+
+# llama-3.2-1b: dim 2048, 32 heads, 8 KV heads, head dim 64, MLP 8192, 16 layers, vocab 128256
+DIM, HEADS, HEAD_DIM, LAYERS, VOCAB = 2048, 32, 64, 16, 128256
+LAYER_GEMMS = [(DIM, 3072), (DIM, DIM), (DIM, 16384), (8192, DIM)]  # (K, N): QKV, out, gate/up, down
+LAYER_PARAMS = sum(k * n for k, n in LAYER_GEMMS)
+BATCH, PROMPT = 2, 256
+
+
+def attention_flops(q_len: int, kv_len: int) -> float:
+    """QK^T and PV over all layers (the explicit mask makes the kernel compute every tile)."""
+    return LAYERS * 4.0 * BATCH * HEADS * q_len * kv_len * HEAD_DIM
+
+
+def decode_step_flops(step: int) -> float:
+    """2 x params x batch (the LM head on the new token only) + attention over the context."""
+    return 2.0 * BATCH * (LAYERS * LAYER_PARAMS + DIM * VOCAB) + attention_flops(1, PROMPT + step)
+
+
+@pytest.fixture(scope="module")
+def graph(fixtures_dir):
+    return read_kineto(fixtures_dir / GRAPH)
+
+
+@pytest.fixture(scope="module")
+def eager(fixtures_dir):
+    return read_kineto(fixtures_dir / EAGER)
+
+
+def per_decode_step(report) -> list[float]:
+    """Kernel FLOPs of each decode step (kernels of a step: launched inside its range)."""
+    k = report.kernels
+    steps = report.ranges[report.ranges["name"] == "decode"].sort_values("start_ns")
+    dec = k[k["phase"] == "decode"].sort_values("start_ns")
+    # a step's kernels run before the next step's first launch: cut at the step starts
+    cuts = np.searchsorted(dec["start_ns"].to_numpy(), steps["start_ns"].to_numpy()[1:])
+    return [float(np.nansum(part)) for part in np.split(dec["flops"].to_numpy(), cuts)]
+
+
+def test_graph_replays_cover_decode_kernel_time(graph):
+    k = graph.kernels
+    dec = k[k["phase"] == "decode"]
+    costed = dec["flops"].notna() & dec["dram_bytes"].notna()
+    assert dec.loc[costed, "duration_ns"].sum() >= 0.95 * dec["duration_ns"].sum()
+    replayed = k["flops_source"].isin(["graph-shapes", "graph-scaled"])
+    assert replayed.sum() == 1386  # 7 replays x 198 kernels, all of them
+    assert k.loc[replayed, "op"].notna().all()
+    gemms = k[replayed & k["name"].map(kernel_role).eq("gemm")]
+    assert len(gemms) == 7 * (4 * LAYERS + 1)
+    assert (gemms["op"] == "aten::mm").all()
+
+
+def test_graph_decode_step_flops_match_the_model(graph, eager):
+    got = per_decode_step(graph)
+    want = [decode_step_flops(s) for s in range(1, 8)]
+    assert len(got) == 7
+    np.testing.assert_allclose(got, want, rtol=0.01)
+    # and the same as the eager run of the same steps, whose ops recorded their shapes
+    np.testing.assert_allclose(got, per_decode_step(eager), rtol=0.005)
+    g, e = graph.kernels, eager.kernels
+    assert g.loc[g["phase"] == "decode", "dram_bytes"].sum() == pytest.approx(
+        e.loc[e["phase"] == "decode", "dram_bytes"].sum(), rel=0.05)
+
+
+def test_graph_gemm_shapes_are_the_decode_shapes(graph):
+    k = graph.kernels
+    gem = k[(k["flops_source"] == "graph-shapes") & (k["op"] == "aten::mm")]
+    per_shape = gem.groupby("op_shapes")["flops"].sum().to_dict()
+    reps = 7
+    for kk, n in LAYER_GEMMS:
+        shape = f"[[{BATCH},{kk}],[{kk},{n}]]"
+        assert per_shape[shape] == pytest.approx(reps * LAYERS * 2 * BATCH * kk * n, rel=1e-9)
+    assert per_shape[f"[[{BATCH},{DIM}],[{DIM},{VOCAB}]]"] == pytest.approx(reps * 2 * BATCH * DIM * VOCAB)
+    attn = k[(k["flops_source"] == "graph-shapes") & (k["category"] == "attention")]
+    kv = sorted({json.loads(s)[1][2] for s in attn["op_shapes"]})
+    assert kv == list(range(PROMPT + 1, PROMPT + 8))  # the context grows one token per step
+
+
+def test_eager_fixture_gemm_flops_are_2mnk_and_not_double_counted(eager):
+    k = eager.kernels
+    pre = k[k["phase"] == "prefill"]
+    m = BATCH * PROMPT
+    gemm = pre[pre["category"] == "gemm"]
+    want_gemm = LAYERS * sum(2.0 * m * kk * n for kk, n in LAYER_GEMMS) + 2.0 * BATCH * DIM * VOCAB
+    assert gemm["flops"].sum() == pytest.approx(want_gemm, rel=1e-9)
+    for kk, n in LAYER_GEMMS:
+        rows = gemm[gemm["op_shapes"] == f"[[{m},{kk}],[{kk},{n}]]"]
+        assert rows["flops"].sum() == pytest.approx(LAYERS * 2.0 * m * kk * n, rel=1e-9)
+        assert (rows["op"] == "aten::mm").all()  # not aten::linear / matmul as well
+    attn = pre[pre["category"] == "attention"]
+    assert attn["flops"].sum() == pytest.approx(attention_flops(PROMPT, PROMPT), rel=1e-9)
+    # the rest (norms, rope, elementwise) is small: nothing is counted twice
+    rest = pre["flops"].sum() - gemm["flops"].sum() - attn["flops"].sum()
+    assert 0 <= rest < 0.005 * pre["flops"].sum()
+    np.testing.assert_allclose(per_decode_step(eager), [decode_step_flops(s) for s in range(1, 8)], rtol=0.01)
+
+
+def _as_graph_replay(doc: dict, step: int, *, swap: bool = False) -> tuple[dict, int]:
+    """The eager trace with the kernels of decode step ``step`` relinked to one cudaGraphLaunch."""
+    ev = doc["traceEvents"]
+    dec = sorted((e for e in ev if e.get("cat") == "user_annotation" and e["name"] == "decode"), key=lambda e: e["ts"])
+    lo, hi = dec[step - 1]["ts"], dec[step]["ts"] if step < len(dec) else float("inf")
+    api = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    kernels = sorted((e for e in ev if e.get("cat") == "kernel"
+                      and lo <= api.get(e["args"].get("correlation"), {"ts": -1})["ts"] < hi), key=lambda e: e["ts"])
+    corr = 10**9
+    for e in kernels:
+        e["args"]["correlation"] = corr
+        e["args"].pop("External id", None)
+    if swap:  # break the exact sequence: the two first kernels run the other way round
+        kernels[0]["ts"], kernels[1]["ts"] = kernels[1]["ts"], kernels[0]["ts"]
+    ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": dec[step - 1]["pid"],
+               "tid": dec[step - 1]["tid"], "ts": lo + 1.0, "dur": 5.0, "args": {"correlation": corr}})
+    return doc, len(kernels)
+
+
+@pytest.mark.parametrize("swap, sources", [(False, {"graph-capture"}), (True, {"graph-shapes", "graph-scaled"})])
+def test_replay_of_a_step_also_run_eagerly(fixtures_dir, tmp_path, swap, sources):
+    """A replay whose kernels were also launched eagerly (the capture / warm-up run) copies
+    their costs; when the sequence differs, shapes are re-derived from the nearest eager step."""
+    with gzip.open(fixtures_dir / EAGER, "rt") as fh:
+        doc = json.load(fh)
+    path = tmp_path / "replay.json.gz"
+    doc, n = _as_graph_replay(doc, 6, swap=swap)
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    r = read_kineto(path)
+    k = r.kernels
+    rep = k[k["correlation"] == 10**9]
+    assert len(rep) == n >= 444
+    assert set(rep["flops_source"].dropna()) == sources
+    costed = rep["flops"].notna()
+    assert rep.loc[costed, "op"].notna().all()
+    assert rep.loc[costed, "duration_ns"].sum() > 0.95 * rep["duration_ns"].sum()
+    got = per_decode_step(r)
+    assert got[5] == pytest.approx(decode_step_flops(6), rel=0.01)
+    mm = rep[rep["op"] == "aten::mm"]
+    assert mm["flops"].sum() == pytest.approx(2.0 * BATCH * (LAYERS * LAYER_PARAMS + DIM * VOCAB), rel=1e-9)
