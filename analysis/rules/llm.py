@@ -16,7 +16,7 @@ import pandas as pd
 from perfscope.report import Report
 
 from ._base import Finding, fmt_ns, info, merge_intervals, pct, ranked
-from .timeline import SHORT_KERNEL_NS
+from .timeline import SHORT_KERNEL_NS, graph_advice, graph_mode
 
 DECODE_MBU_LOW_PCT = 50.0
 """Decode MBU that makes a finding. Serving engines reach 60-90% of HBM bandwidth on decode
@@ -99,12 +99,20 @@ def decode_mbu(report: Report) -> list[Finding]:
         evidence["kernel_cover_pct"] = cover
     title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {fmt_ns(float(dur.mean()))} per step vs a "
              f"{fmt_ns(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB of weights + KV cache")
+    mode = graph_mode(report)
+    graph = graph_advice(report, mode) if mode.is_graph_run else None
+    if graph:
+        evidence.update(mode.evidence())
     return [ranked(report, "decode-mbu", title, evidence,
-                    _decode_advice(cover, float(floor_ns.mean()), ops_per_step), at_stake, ranges=("decode",))]
+                    _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph), at_stake, ranges=("decode",))]
 
 
-def _decode_advice(cover: float, floor_ns: float, ops_per_step: float) -> str:
-    if floor_ns < ops_per_step * SHORT_KERNEL_NS:
+def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None) -> str:
+    if graph is not None:
+        head = ((f"Kernels run only {cover:.0f}% of each decode step. " if cover < KERNEL_COVER_LOW_PCT else
+                 "The decode kernels themselves read memory slowly: use fused decode attention and GEMV "
+                 "kernels tuned for small batches. ") + graph)
+    elif floor_ns < ops_per_step * SHORT_KERNEL_NS:
         head = (f"The step's bandwidth floor ({fmt_ns(floor_ns)}) is shorter than launching its "
                 f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
                 "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "

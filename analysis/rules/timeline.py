@@ -65,6 +65,94 @@ STREAM_OUTSIDE_MIN_PCT = 5.0
 time is worth overlapping."""
 
 
+GRAPH_RUN_MIN_PCT = 25.0
+"""A run is a CUDA-graph run when at least a quarter of its kernels are launched by graph replays
+(``cudaGraphLaunch``), or when its manifest says it was compiled (``params.compile``): its launch and
+short-kernel findings then point at what graphs leave, not at graphs."""
+
+
+@dataclass(frozen=True)
+class GraphMode:
+    """How much of a run replays CUDA graphs."""
+
+    kernels: int
+    graph_kernels: int
+    replays: int
+    compiled: bool
+    between_replays_ns: float  # device idle time between consecutive replays (sum)
+
+    @property
+    def is_graph_run(self) -> bool:
+        return self.compiled or (self.replays > 0 and pct(self.graph_kernels, self.kernels) >= GRAPH_RUN_MIN_PCT)
+
+    def evidence(self) -> dict[str, float | int | str]:
+        return {"graph_replays": self.replays, "graph_launched_kernels": self.graph_kernels,
+                "graph_launched_kernels_pct": pct(self.graph_kernels, self.kernels),
+                "idle_between_replays_ns": self.between_replays_ns}
+
+
+def graph_launched(report: Report) -> pd.Series:
+    """Per kernel row: launched by a CUDA graph replay (its launch call is ``*GraphLaunch*``)."""
+    k = report.kernels
+    out = pd.Series(False, index=k.index)
+    api = report.api
+    if len(k) and len(api) and "correlation" in k:
+        calls = api[api["correlation"].notna()].drop_duplicates("correlation")
+        graph_corr = calls.loc[calls["name"].astype(str).str.contains("GraphLaunch", regex=False), "correlation"]
+        out |= k["correlation"].isin(graph_corr.to_numpy()).fillna(False).astype(bool)
+    if "flops_source" in k:
+        out |= k["flops_source"].astype("object").fillna("").astype(str).str.startswith("graph-")
+    return out
+
+
+def graph_mode(report: Report) -> GraphMode:
+    k = report.kernels
+    graph = graph_launched(report)
+    g = k[graph]
+    between = math.nan
+    replays = int(g["correlation"].nunique()) if len(g) else 0
+    if replays > 1:
+        spans = g.groupby("correlation")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
+        spans = spans.sort_values("start_ns")
+        between = float(np.clip(spans["start_ns"].to_numpy()[1:] - spans["end_ns"].to_numpy()[:-1], 0, None).sum())
+    compiled = bool((report.params or {}).get("compile")) and not is_cpu_report(report)
+    return GraphMode(len(k), int(graph.sum()), replays, compiled, between)
+
+
+def largest_below_roof(report: Report, n: int = 3) -> str:
+    """The ``n`` kernel groups with the most time and their share of the roof, as text."""
+    k = report.kernels
+    if not len(k) or "pct_of_roof" not in k:
+        return ""
+    rows = k[k["pct_of_roof"].notna() & (k["duration_ns"] > 0)]
+    if not len(rows):
+        return ""
+    key = group_key(rows)
+    time = rows["duration_ns"].astype("float64")
+    g = pd.DataFrame({"time": time, "w": time * rows["pct_of_roof"].astype("float64"), "key": key})
+    tot = g.groupby("key", sort=False)[["time", "w"]].sum().sort_values("time", ascending=False).head(n)
+    share = tot["time"] / float(k["duration_ns"].sum()) * 100.0
+    return "; ".join(f"{str(name)[:60]} ({share[name]:.0f}% of kernel time, {r.w / r.time:.0f}% of its roof)"
+                     for name, r in tot.iterrows())
+
+
+def graph_advice(report: Report, mode: GraphMode) -> str:
+    """What to do about overhead in a run that already replays CUDA graphs."""
+    gaps = ""
+    if mode.replays > 1 and not math.isnan(mode.between_replays_ns):
+        gaps = (f" ({fmt_ns(mode.between_replays_ns / (mode.replays - 1))} of idle GPU between consecutive "
+                "replays on average)")
+    top = largest_below_roof(report)
+    roof = f" Then the largest kernels, against their roof: {top}." if top else ""
+    seen = (f"{mode.replays} replays, {pct(mode.graph_kernels, mode.kernels):.0f}% of the kernels" if mode.replays
+            else "compiled: compile=True")
+    return (f"This run already replays CUDA graphs ({seen}), so each replay is one launch and more "
+            f"graphs will not help. What is left is the host time between replays{gaps}: the step's Python, "
+            "the copies into the graph's static inputs, sampling and stop checks, and synchronisations "
+            "(.item(), .cpu()). Keep sampling on the device, drop the synchronisations, and prepare the next "
+            "step while the GPU runs this one (or capture several steps in one graph)." + roof)
+
+
 @dataclass(frozen=True)
 class DeviceIdle:
     """Idle time of one device between its first and last piece of work."""
@@ -145,7 +233,10 @@ def _largest_gaps(report: Report, idle: DeviceIdle, origin_ns: int) -> tuple[dic
     return evidence, tuple(ranges)
 
 
-def _idle_advice(cpu: bool, host_wait_pct: float) -> str:
+def _idle_advice(cpu: bool, host_wait_pct: float, graph: str | None = None) -> str:
+    if graph and not cpu and host_wait_pct >= HOST_WAIT_MAJORITY_PCT:
+        return (f"The GPU waits for the CPU: in {host_wait_pct:.0f}% of the idle time the next launch call had "
+                "not returned when the GPU ran dry. " + graph)
     if cpu:
         return ("Time between operators is Python and framework overhead (dispatch, tensor bookkeeping, "
                 "the profiler's own cost). Fuse operator chains with torch.compile, give each operator more "
@@ -165,6 +256,8 @@ def _idle_advice(cpu: bool, host_wait_pct: float) -> str:
 def gpu_idle(report: Report) -> list[Finding]:
     """Idle share and the largest gaps per device (CPU reports: time outside operators)."""
     cpu = is_cpu_report(report)
+    mode = graph_mode(report)
+    graph = graph_advice(report, mode) if mode.is_graph_run else None
     findings = []
     for idle in device_idle(report):
         share = pct(idle.idle_ns, idle.span_ns)
@@ -181,12 +274,14 @@ def gpu_idle(report: Report) -> list[Finding]:
             evidence["idle_waiting_for_launch_ns"] = host_wait
             evidence["idle_waiting_for_launch_pct"] = host_pct
         evidence.update(gap_ev)
+        if graph:
+            evidence.update(mode.evidence())
         what = "is outside operators" if cpu else f"{idle.device} is idle"
         title = (f"{share:.0f}% of the active span {what} ({fmt_ns(idle.idle_ns)} in {len(idle.gaps)} gaps "
                  f"over {fmt_ns(idle.span_ns)}; largest {fmt_ns(float(gap_ev.get('gap1_ns', math.nan)))})")
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
-            evidence, _idle_advice(cpu, host_pct), idle.idle_ns, ranges=ranges))
+            evidence, _idle_advice(cpu, host_pct, graph), idle.idle_ns, ranges=ranges))
     return findings
 
 
@@ -195,6 +290,8 @@ def short_kernels(report: Report) -> list[Finding]:
     """Many kernels (or CPU operators) under 5 µs, and the launch gaps in front of them."""
     cpu = is_cpu_report(report)
     acts = activity(report)  # kernel rows first, with the kernel table's own index
+    mode = graph_mode(report)
+    in_graph = graph_launched(report)
     findings = []
     for device, k in report.kernels.groupby(report.kernels["device"].astype("object"), sort=True):
         dur = k["duration_ns"].astype("float64")
@@ -206,7 +303,9 @@ def short_kernels(report: Report) -> list[Finding]:
         gap_all = pd.Series(gaps_before(on_device["start_ns"].to_numpy(), on_device["end_ns"].to_numpy()),
                             index=on_device.index)
         gap = gap_all.loc[k.index].to_numpy()
-        at_stake = float(np.minimum(gap[short], LAUNCH_GAP_CAP_NS).sum())
+        replayed = in_graph.loc[k.index].to_numpy(bool)
+        # a kernel replayed from a graph has no CPU launch of its own: its gap is not launch overhead
+        at_stake = float(np.minimum(gap[short & ~replayed], LAUNCH_GAP_CAP_NS).sum())
         names = group_key(k)[short]
         short_time = float(dur[short].sum())
         unit = "operators" if cpu else "kernels"
@@ -223,6 +322,14 @@ def short_kernels(report: Report) -> list[Finding]:
                   "Kernels this short cost more to launch (5-20 µs of CPU each) than to run. Fuse them "
                   "(torch.compile, fused norms/activations, foreach ops), capture repeated sequences in CUDA "
                   "graphs, and avoid tiny tensor ops (scalar math, per-element indexing) in the loop.")
+        if mode.is_graph_run and not cpu:
+            evidence["graph_launched_short_kernels"] = int((short & replayed).sum())
+            evidence.update(mode.evidence())
+            advice = (f"{int((short & replayed).sum())} of the short kernels are replayed from CUDA graphs, where a "
+                      "kernel costs about a microsecond of GPU scheduling rather than a CPU launch; the "
+                      f"{int((short & ~replayed).sum())} others are launched one by one outside the graphs (move "
+                      "that work into the compiled step). Fusing further (fewer, larger kernels) still shortens "
+                      "the step. " + graph_advice(report, mode))
         findings.append(ranked(report, "short-kernels", title, evidence, advice,
                                 at_stake, kernels=top_names(names, pd.Series(1, index=names.index))))
     return findings
@@ -241,19 +348,23 @@ def launch_overhead(report: Report) -> list[Finding]:
     matched = k[corr.notna()].copy()
     matched["corr"] = corr[corr.notna()].astype("int64")
     matched = matched[matched["corr"].isin(launch.index)]
+    mode = graph_mode(report)
+    # kernels replayed from a graph share one launch call: only kernels launched one by one count
+    matched = matched[~graph_launched(report).loc[matched.index].to_numpy(bool)]
     if not len(matched):
         return []
     findings = []
     idle = {i.device: i for i in device_idle(report)}
     for device, m in matched.groupby(matched["device"].astype("object"), sort=True):
-        finding = _launch_finding(report, str(device), m, launch, idle.get(str(device)))
+        finding = _launch_finding(report, str(device), m, launch, idle.get(str(device)),
+                                  mode if mode.is_graph_run else None)
         if finding is not None:
             findings.append(finding)
     return findings
 
 
 def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.DataFrame,
-                    idle: DeviceIdle | None) -> Finding | None:
+                    idle: DeviceIdle | None, mode: GraphMode | None = None) -> Finding | None:
     calls = launch.loc[m["corr"].to_numpy()]
     api_ns = float((calls["end_ns"] - calls["start_ns"]).sum())
     kernel_ns = float(m["duration_ns"].sum())
@@ -278,6 +389,12 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.Dat
               "launches rather than speeding them up: CUDA graphs (torch.compile(mode='reduce-overhead'), "
               "torch.cuda.CUDAGraph) replay a whole step with one launch; fusion (torch.compile, fused "
               "kernels) cuts the kernel count; a larger batch gives each launch more work.")
+    if mode is not None:
+        evidence.update(mode.evidence())
+        title = title.replace("kernels start", "kernels launched outside CUDA graphs start", 1)
+        advice = (f"These {len(m)} kernels are launched one by one outside the CUDA graphs (input preparation, "
+                  "sampling, copies): move that work into the compiled step or onto the device. "
+                  + graph_advice(report, mode))
     names = group_key(m)
     return ranked(report, "launch-overhead", title, evidence, advice,
                    at_stake, kernels=top_names(names, pd.Series(1, index=m.index)))

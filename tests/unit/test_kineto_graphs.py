@@ -153,3 +153,51 @@ def test_replay_of_a_step_also_run_eagerly(fixtures_dir, tmp_path, swap, sources
     assert got[5] == pytest.approx(decode_step_flops(6), rel=0.01)
     mm = rep[rep["op"] == "aten::mm"]
     assert mm["flops"].sum() == pytest.approx(2.0 * BATCH * (LAYERS * LAYER_PARAMS + DIM * VOCAB), rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- findings know the mode
+OVERHEAD_RULES = ("gpu-idle", "launch-overhead", "short-kernels")
+
+
+def _advice(report) -> dict[str, str]:
+    from perfscope.analysis.findings import run_rules
+
+    return {f.id: f.recommendation for f in run_rules(report) if f.id in OVERHEAD_RULES}
+
+
+def test_eager_run_findings_recommend_cuda_graphs(eager):
+    advice = _advice(eager)
+    assert set(advice) == set(OVERHEAD_RULES)
+    for text in advice.values():
+        assert "CUDA graph" in text
+        assert "already replays" not in text
+
+
+def test_graph_run_findings_point_at_what_graphs_leave(graph):
+    from perfscope.analysis.findings import run_rules
+
+    findings = {f.id: f for f in run_rules(graph) if f.id in OVERHEAD_RULES}
+    assert findings  # the graph run still idles between replays
+    for f in findings.values():
+        text = f.recommendation
+        assert "already replays CUDA graphs (7 replays" in text
+        assert "reduce-overhead" not in text and "capture repeated sequences" not in text
+        assert "between replays" in text
+        assert "nvjet_sm90_tst_128x8_64x12_2x1_v_bz_TNT" in text  # the largest kernel, with its roof share
+        assert f.evidence["graph_replays"] == 7
+        assert f.evidence["graph_launched_kernels"] == 1386
+    short = findings["short-kernels"]
+    assert short.evidence["graph_launched_short_kernels"] > 0
+    # a replayed kernel has no launch of its own: only the eager ones' gaps are launch overhead
+    if "launch-overhead" in findings:
+        assert findings["launch-overhead"].evidence["launches"] == 1848 - 1386
+
+
+def test_compiled_manifest_marks_a_graph_run(eager):
+    from perfscope.analysis.rules.timeline import graph_mode
+
+    assert not graph_mode(eager).is_graph_run
+    compiled = eager.with_manifest(params={**eager.params, "compile": True})
+    assert graph_mode(compiled).is_graph_run
+    for text in _advice(compiled).values():
+        assert "already replays CUDA graphs (compiled: compile=True)" in text
