@@ -32,11 +32,11 @@ Replays none of these apply to keep NaN costs, and :func:`graph_costs` says why 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from .costs import ATTENTION, CATEGORY_OF, base_name, category_of, op_cost
 from .kineto_ops import ANN, CpuNodes, _first_dtype, _json, op_costs
@@ -54,10 +54,6 @@ ACTIVATION_ARG = {"addmm": 1, "baddbmm": 1, "addmv": 1}
 """Position of the activation (token-sized) input of a GEMM op; 0 when not listed."""
 
 COLUMNS = ("op", "op_shapes", "op_input_types", "dtype", "category")
-
-
-def is_graph_launch(name: str | None) -> bool:
-    return bool(name) and GRAPH_LAUNCH in str(name)
 
 
 def kernel_role(name: str) -> str:
@@ -109,7 +105,7 @@ class Step:
 def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes) -> list[str]:
     """Fill the op, cost and source columns of ``cols`` (from :func:`~.kineto_ops.attributed_costs`,
     aligned with ``k``) for every graph-launched kernel. Returns warnings."""
-    graph = np.array([is_graph_launch(n) for n in k.launch_name.tolist()], dtype=bool)
+    graph = pd.Series(k.launch_name, dtype=object).str.contains(GRAPH_LAUNCH, regex=False, na=False).to_numpy(bool)
     if not graph.any():
         return []
     for c in ("flops", "dram_bytes"):
@@ -195,25 +191,32 @@ class _Context:
 
     # ------------------------------------------------------------------ methods
     def cost_replay(self, idx: np.ndarray) -> bool:
+        """Cost one replay's kernels (``idx``, in launch order); each kernel takes the first method
+        that prices it. Returns whether any kernel was priced."""
         names = tuple(self.k.names[idx].tolist())
         step = int(self.step_of[idx[0]]) if len(idx) else -1
+        dur = self.k.dur[idx].astype("float64")
+        todo = np.ones(len(idx), dtype=bool)
         for method in (self._capture, self._match, self._shapes):
             key = (method.__name__, names, step if method.__name__ == "_shapes" else None)
             if key not in self.memo:
                 self.memo[key] = method(idx, names, step)
             found = self.memo[key]
-            if found is not None:
-                self._apply(idx, found)
-                return True
-        return False
-
-    def _apply(self, idx: np.ndarray, found: Mapping[str, np.ndarray]) -> None:
-        dur = self.k.dur[idx].astype("float64")
-        for c in COLUMNS:
-            self.cols[c][idx] = found[c]
-        for c in ("flops", "dram_bytes"):
-            self.cols[c][idx] = _split(found[c], found["unit"], dur)
-        self.source[idx] = found["source"]
+            if found is None:
+                continue
+            flops = _split(found["flops"], found["unit"], dur)
+            nbytes = _split(found["dram_bytes"], found["unit"], dur)
+            # a unit (a GEMM and its reduction, the fused kernels of one segment) is priced whole
+            # by one method, or its cost would be counted twice
+            take = todo & ~np.isnan(flops) & ~np.isin(found["unit"], found["unit"][~todo])
+            for c in COLUMNS:
+                self.cols[c][idx[take]] = found[c][take]
+            self.cols["flops"][idx[take]], self.cols["dram_bytes"][idx[take]] = flops[take], nbytes[take]
+            self.source[idx[take]] = found["source"][take]
+            todo &= ~take
+            if not todo.any():
+                break
+        return not todo.all()
 
     def _capture(self, idx: np.ndarray, names: tuple[str, ...], step: int) -> dict[str, np.ndarray] | None:
         seq, n = self.eager_names, len(names)
@@ -237,11 +240,15 @@ class _Context:
         twins = self._twin_table()
         keys = list(zip(names, self.k.grid[idx].tolist(), self.k.block[idx].tolist()))
         found = [twins.get(key) for key in keys]
-        if not keys or any(f is None for f in found):
+        if not any(f is not None for f in found):
             return None
-        pos = np.array([f[0] for f in found], dtype="int64")  # type: ignore[index]
-        out = {col: self.cols[col][pos].copy() for col in COLUMNS}
-        out["flops"], out["dram_bytes"] = self.cols["flops"][pos].copy(), self.cols["dram_bytes"][pos].copy()
+        pos = np.array([f[0] if f is not None else -1 for f in found], dtype="int64")
+        has = pos >= 0
+        out: dict[str, np.ndarray] = {col: np.full(len(pos), None, dtype=object) for col in COLUMNS}
+        for col in COLUMNS:
+            out[col][has] = self.cols[col][pos[has]]
+        out["flops"], out["dram_bytes"] = np.full(len(pos), np.nan), np.full(len(pos), np.nan)
+        out["flops"][has], out["dram_bytes"][has] = self.cols["flops"][pos[has]], self.cols["dram_bytes"][pos[has]]
         out["unit"] = np.arange(len(pos))
         out["source"] = np.full(len(pos), "graph-match", dtype=object)
         return out
