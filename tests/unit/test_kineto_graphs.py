@@ -74,9 +74,9 @@ def test_graph_decode_step_flops_match_the_model(graph, eager):
     got = per_decode_step(graph)
     want = [decode_step_flops(s) for s in range(1, 8)]
     assert len(got) == 7
-    np.testing.assert_allclose(got, want, rtol=0.01)
+    np.testing.assert_allclose(got, want, rtol=0.002)  # the rest: norms, rope, SiLU (0.05%)
     # and the same as the eager run of the same steps, whose ops recorded their shapes
-    np.testing.assert_allclose(got, per_decode_step(eager), rtol=0.005)
+    np.testing.assert_allclose(got, per_decode_step(eager), rtol=1e-4)
     g, e = graph.kernels, eager.kernels
     assert g.loc[g["phase"] == "decode", "dram_bytes"].sum() == pytest.approx(
         e.loc[e["phase"] == "decode", "dram_bytes"].sum(), rel=0.05)
