@@ -57,16 +57,17 @@ COLUMNS = ("op", "op_shapes", "op_input_types", "dtype", "category")
 
 
 def kernel_role(name: str) -> str:
-    """``gemm``, ``reduce`` (a split-K reduction of the GEMM before it), ``attention`` or
+    """``gemm``, ``reduce`` (a split-K reduction of the GEMM or attention before it), ``attention`` or
     ``fused`` (elementwise, norms, Triton kernels, anything else) for a kernel name."""
     text = name.lower()
     if text.startswith("triton") or "triton_" in text:
-        return "fused"
-    if "splitkreduce" in text or "splitk_reduce" in text:
+        # inductor's GEMM templates (max-autotune) are GEMMs; other Triton kernels are fusions
+        return "gemm" if "_tem_" in text and ("_mm" in text or "_bmm" in text or "addmm" in text) else "fused"
+    if any(s in text for s in ("splitkreduce", "splitk_reduce", "splitkv_combine")):
         return "reduce"
     if any(s in text for s in ("sdpa", "flash", "fmha", "attention", "attn")):
         return "attention"
-    if category_of(None, name) == "gemm":
+    if "gemv" in text or category_of(None, name) == "gemm":
         return "gemm"
     return "fused"
 

@@ -213,3 +213,19 @@ def test_compiled_manifest_marks_a_graph_run(eager):
     assert graph_mode(compiled).is_graph_run
     for text in _advice(compiled).values():
         assert "already replays CUDA graphs (compiled: compile=True)" in text
+
+
+@pytest.mark.parametrize("name, role", [
+    ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT", "gemm"),
+    ("void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, 128, 16, 4, 4, false>", "gemm"),
+    ("triton_tem_fused_mm_0", "gemm"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>", "reduce"),
+    ("void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<64>>", "reduce"),
+    ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x128x64_1x4x1_cga1x1x1_kernel0_0",
+     "attention"),
+    ("triton_poi_fused__scaled_dot_product_cudnn_attention__unsafe_view_3", "fused"),
+    ("triton_red_fused__fused_rms_norm__to_copy_embedding_mul_0", "fused"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "fused"),
+])
+def test_kernel_roles(name, role):
+    assert kernel_role(name) == role
