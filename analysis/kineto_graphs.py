@@ -255,20 +255,21 @@ class _Context:
         return out
 
     def _twin_table(self) -> dict[tuple[Any, Any, Any], tuple[int, ...] | None]:
-        """(name, grid, block) -> a costed eager kernel, when all such kernels share one cost."""
+        """(name, grid, block) -> a costed eager kernel, when all such kernels share one cost
+        (to 7 significant digits; a kernel of unknown cost is one more distinct cost)."""
         if self._twins is None:
-            table: dict[tuple[Any, Any, Any], tuple[int, ...] | None] = {}
-            costs: dict[tuple[Any, Any, Any], set[tuple[float, float]]] = {}
-            fl, nb = self.cols["flops"], self.cols["dram_bytes"]
-            for i in self.eager.tolist():
-                key = (self.k.names[i], self.k.grid[i], self.k.block[i])
-                if key[1] is None or np.isnan(fl[i]):
-                    table.setdefault(key, None)
-                    costs.setdefault(key, set()).add((np.nan, np.nan))
-                    continue
-                costs.setdefault(key, set()).add((float(np.round(fl[i], -3)), float(np.round(nb[i], -3))))
-                table.setdefault(key, (i,))
-            self._twins = {key: (v if len(costs[key]) == 1 else None) for key, v in table.items()}
+            e = self.eager
+            fl = self.cols["flops"][e].astype("float32")
+            nb = self.cols["dram_bytes"][e].astype("float32")
+            df = pd.DataFrame({"n": self.k.names[e], "g": self.k.grid[e], "b": self.k.block[e], "i": e,
+                               "c": pd.factorize(pd.MultiIndex.from_arrays([np.nan_to_num(fl, nan=-1.0),
+                                                                            np.nan_to_num(nb, nan=-1.0)]))[0],
+                               "known": ~np.isnan(fl) & ~np.isnan(nb)})
+            df = df[df["g"].notna()]
+            g = df.groupby(["n", "g", "b"], sort=False)
+            agg = pd.DataFrame({"costs": g["c"].nunique(), "i": g["i"].first(), "known": g["known"].all()})
+            self._twins = {key: ((int(r.i),) if r.costs == 1 and r.known else None)
+                           for key, r in zip(agg.index, agg.itertuples(index=False))}
         return self._twins
 
     # ------------------------------------------------------------------ reference step

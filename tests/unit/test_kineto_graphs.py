@@ -229,3 +229,34 @@ def test_compiled_manifest_marks_a_graph_run(eager):
 ])
 def test_kernel_roles(name, role):
     assert kernel_role(name) == role
+
+
+def test_engine_profile_entry_point_costs_graph_replays(fixtures_dir):
+    """``perfscope profile`` builds its tables with ``build_tables`` (session.py): same costs."""
+    from perfscope.analysis.kineto import build_tables
+    from perfscope.analysis.kineto_parse import parse_trace
+
+    tables, warnings = build_tables(parse_trace(fixtures_dir / GRAPH))
+    k = tables["kernels"]
+    assert k["flops_source"].astype("object").fillna("").str.startswith("graph-").sum() == 1386
+    assert not any("CUDA graph" in w for w in warnings)
+
+
+def test_replays_without_an_eager_step_stay_missing_with_a_warning(fixtures_dir, tmp_path):
+    """No eager step of the model in the trace (only the decode replays): nothing is guessed."""
+    with gzip.open(fixtures_dir / GRAPH, "rt") as fh:
+        doc = json.load(fh)
+    pre = next(e for e in doc["traceEvents"] if e.get("cat") == "user_annotation" and e["name"] == "prefill")
+    lo, hi = pre["ts"], pre["ts"] + pre["dur"]
+    api = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"]
+           if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not (
+        (e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver") and lo <= e.get("ts", 0) <= hi)
+        or (e.get("cat") == "kernel" and lo <= api.get(e["args"].get("correlation"), -1) <= hi))]
+    path = tmp_path / "replays_only.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    r = read_kineto(path)
+    k = r.kernels
+    assert not k["flops_source"].astype("object").fillna("").str.startswith("graph-").any()
+    assert any("7 of 7 CUDA graph replays have no eager twin" in w for w in r.warnings)
