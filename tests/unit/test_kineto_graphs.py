@@ -260,3 +260,29 @@ def test_replays_without_an_eager_step_stay_missing_with_a_warning(fixtures_dir,
     k = r.kernels
     assert not k["flops_source"].astype("object").fillna("").str.startswith("graph-").any()
     assert any("7 of 7 CUDA graph replays have no eager twin" in w for w in r.warnings)
+
+
+def _with_steps(report):
+    """The report with engine step records on its prefill/decode ranges (llama-3.2-1b, bf16)."""
+    import pandas as pd
+
+    rg = report.ranges[report.ranges["name"].isin(["prefill", "decode"])].sort_values("start_ns")
+    weights = 2.0 * (LAYERS * LAYER_PARAMS + DIM * VOCAB)
+    kv_per_token = 2 * LAYERS * 8 * HEAD_DIM * 2.0  # K and V, 8 KV heads, bf16
+    rows = [{"step": i, "phase": r.name, "batch": BATCH, "tokens": BATCH * (PROMPT if r.name == "prefill" else 1),
+             "context_len": PROMPT + i, "start_ns": int(r.start_ns), "end_ns": int(r.end_ns),
+             "duration_ns": int(r.end_ns - r.start_ns), "weight_bytes": weights,
+             "kv_cache_bytes": BATCH * (PROMPT + i) * kv_per_token, "kv_cache_size_bytes": np.nan}
+            for i, r in enumerate(rg.itertuples(index=False))]
+    return report.replace(steps=pd.DataFrame(rows))
+
+
+def test_decode_mbu_advice_knows_the_mode(graph, eager):
+    from perfscope.analysis.findings import RULES
+
+    (g,) = RULES["decode-mbu"](_with_steps(graph))
+    (e,) = RULES["decode-mbu"](_with_steps(eager))
+    assert "already replays CUDA graphs (7 replays" in g.recommendation
+    assert "reduce-overhead" not in g.recommendation
+    assert g.evidence["graph_replays"] == 7
+    assert "CUDA graph" in e.recommendation and "already replays" not in e.recommendation
