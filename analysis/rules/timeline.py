@@ -19,6 +19,7 @@ from ..ranks import comm_mask
 from ._base import (
     Finding,
     activity,
+    covered_ns,
     fmt_ns,
     gaps_before,
     group_key,
@@ -79,7 +80,8 @@ class GraphMode:
     graph_kernels: int
     replays: int
     compiled: bool
-    between_replays_ns: float  # device idle time between consecutive replays (sum)
+    between_replays_ns: float  # time from the end of each replay to the start of the next (sum)
+    idle_between_replays_ns: float  # of which the device ran no kernel or copy
 
     @property
     def is_graph_run(self) -> bool:
@@ -88,7 +90,8 @@ class GraphMode:
     def evidence(self) -> dict[str, float | int | str]:
         return {"graph_replays": self.replays, "graph_launched_kernels": self.graph_kernels,
                 "graph_launched_kernels_pct": pct(self.graph_kernels, self.kernels),
-                "idle_between_replays_ns": self.between_replays_ns}
+                "time_between_replays_ns": self.between_replays_ns,
+                "idle_between_replays_ns": self.idle_between_replays_ns}
 
 
 def graph_launched(report: Report) -> pd.Series:
@@ -109,14 +112,21 @@ def graph_mode(report: Report) -> GraphMode:
     k = report.kernels
     graph = graph_launched(report)
     g = k[graph]
-    between = math.nan
+    between = idle = math.nan
     replays = int(g["correlation"].nunique()) if len(g) else 0
     if replays > 1:
         spans = g.groupby("correlation")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
         spans = spans.sort_values("start_ns")
-        between = float(np.clip(spans["start_ns"].to_numpy()[1:] - spans["end_ns"].to_numpy()[:-1], 0, None).sum())
+        ends, starts = spans["end_ns"].to_numpy(np.int64)[:-1], spans["start_ns"].to_numpy(np.int64)[1:]
+        starts = np.maximum(starts, ends)
+        between = float((starts - ends).sum())
+        acts = activity(report)
+        device = g["device"].astype("object").mode().iloc[0]
+        acts = acts[acts["device"].astype("object") == device]
+        merged = merge_intervals(acts["start_ns"].to_numpy(), acts["end_ns"].to_numpy())
+        idle = between - float(covered_ns(merged, ends, starts).sum())
     compiled = bool((report.params or {}).get("compile")) and not is_cpu_report(report)
-    return GraphMode(len(k), int(graph.sum()), replays, compiled, between)
+    return GraphMode(len(k), int(graph.sum()), replays, compiled, between, idle)
 
 
 def largest_below_roof(report: Report, n: int = 3) -> str:
@@ -140,8 +150,9 @@ def graph_advice(report: Report, mode: GraphMode) -> str:
     """What to do about overhead in a run that already replays CUDA graphs."""
     gaps = ""
     if mode.replays > 1 and not math.isnan(mode.between_replays_ns):
-        gaps = (f" ({fmt_ns(mode.between_replays_ns / (mode.replays - 1))} of idle GPU between consecutive "
-                "replays on average)")
+        gaps = (f" ({fmt_ns(mode.between_replays_ns / (mode.replays - 1))} from one replay's end to the next "
+                f"one's start on average, the GPU idle for {pct(mode.idle_between_replays_ns, mode.between_replays_ns):.0f}% "
+                "of it)")
     top = largest_below_roof(report)
     roof = f" Then the largest kernels, against their roof: {top}." if top else ""
     seen = (f"{mode.replays} replays, {pct(mode.graph_kernels, mode.kernels):.0f}% of the kernels" if mode.replays

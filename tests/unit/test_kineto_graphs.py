@@ -198,6 +198,14 @@ def test_graph_run_findings_point_at_what_graphs_leave(graph):
         assert "nvjet_sm90_tst_128x8_64x12_2x1_v_bz_TNT" in text  # the largest kernel, with its roof share
         assert f.evidence["graph_replays"] == 7
         assert f.evidence["graph_launched_kernels"] == 1386
+    # the time between replays, from the replayed kernels themselves
+    k = graph.kernels
+    rep = k[k["flops_source"].astype("object").fillna("").str.startswith("graph-")]
+    spans = rep.groupby("correlation").agg(start=("start_ns", "min"), end=("end_ns", "max")).sort_values("start")
+    between = float((spans["start"].to_numpy()[1:] - spans["end"].to_numpy()[:-1]).sum())
+    ev = findings["gpu-idle"].evidence
+    assert ev["time_between_replays_ns"] == pytest.approx(between)
+    assert 0.5 * between < ev["idle_between_replays_ns"] <= between  # sampling kernels run in between
     short = findings["short-kernels"]
     assert short.evidence["graph_launched_short_kernels"] > 0
     # a replayed kernel has no launch of its own: only the eager ones' gaps are launch overhead
