@@ -113,19 +113,18 @@ def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes) -> lis
         cols[c][graph] = np.nan
     for c in COLUMNS:
         cols[c][graph] = None
-    cols["category"][graph] = np.array([category_of(None, n) for n in k.names[graph].tolist()], dtype=object)
+    names = pd.Series(k.names[graph], dtype=object)
+    cols["category"][graph] = names.map({n: category_of(None, n) for n in names.unique()}).to_numpy(object)
     order = np.argsort(k.start, kind="stable")
     eager = order[~graph[order]]
     steps = _steps(nodes)
     step_of = _step_index(steps, k.launch_start)
     ctx = _Context(k, cols, nodes, eager, steps, step_of)
-    replays: dict[float, list[int]] = {}
-    for i in order[graph[order]].tolist():
-        replays.setdefault(float(k.corr[i]) if not np.isnan(k.corr[i]) else -1.0 - i, []).append(i)
-    failed = 0
-    for idx in replays.values():
-        if not ctx.cost_replay(np.array(idx, dtype="int64")):
-            failed += 1
+    replayed = order[graph[order]]
+    corr = k.corr[replayed]
+    corr = np.where(np.isnan(corr), -1.0 - np.arange(len(corr)), corr)  # no correlation: a replay each
+    replays = pd.Series(replayed).groupby(corr, sort=False).indices  # positions into ``replayed``, in order
+    failed = sum(not ctx.cost_replay(replayed[pos]) for pos in replays.values())
     known = ~np.isnan(cols["flops"])
     for c in ("flops_source", "bytes_source"):
         src = cols[c]
@@ -278,7 +277,10 @@ class _Context:
         n_gemm, n_attn = roles.count("gemm"), roles.count("attention")
         if not n_gemm and not n_attn:
             return None
+        phase = self.steps[step].phase if step >= 0 else None
         for ref in self._reference_steps(step):
+            if self.steps[ref].phase != phase and not (phase == "decode" and self.steps[ref].phase == "prefill"):
+                continue  # shapes are re-derived for a decode step from a prefill, or kept as they are
             ops = self._ref_ops(ref)
             oroles = [op_role(o.name) for o in ops]
             if oroles.count("gemm") == n_gemm and oroles.count("attention") == n_attn:
