@@ -187,7 +187,11 @@ class _Context:
         self.eager_names = k.names[eager]
         self.memo: dict[Any, dict[str, np.ndarray] | None] = {}
         self._twins: dict[tuple[Any, Any, Any], tuple[int, ...] | None] | None = None
-        self._refs: dict[int, list[_RefOp]] = {}
+        self._refs: dict[int, tuple[list[_RefOp], list[str]]] = {}
+        self._costs: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._by_anchors: dict[tuple[str, ...], list[int]] | None = None
+        self._roles: dict[tuple[str, ...], list[str]] = {}
+        self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ methods
     def cost_replay(self, idx: np.ndarray) -> bool:
@@ -273,27 +277,34 @@ class _Context:
 
     # ------------------------------------------------------------------ reference step
     def _shapes(self, idx: np.ndarray, names: tuple[str, ...], step: int) -> dict[str, np.ndarray] | None:
-        roles = [kernel_role(n) for n in names]
-        n_gemm, n_attn = roles.count("gemm"), roles.count("attention")
-        if not n_gemm and not n_attn:
+        roles = self._roles.get(names)
+        if roles is None:
+            roles = self._roles[names] = [kernel_role(n) for n in names]
+        anchors = tuple(r for r in roles if r in ("gemm", "attention"))
+        if not anchors:
             return None
         phase = self.steps[step].phase if step >= 0 else None
-        for ref in self._reference_steps(step):
+        for ref in self._reference_steps(step, anchors):
             if self.steps[ref].phase != phase and not (phase == "decode" and self.steps[ref].phase == "prefill"):
                 continue  # shapes are re-derived for a decode step from a prefill, or kept as they are
-            ops = self._ref_ops(ref)
-            oroles = [op_role(o.name) for o in ops]
-            if oroles.count("gemm") == n_gemm and oroles.count("attention") == n_attn:
-                return self._derive(names, roles, ops, oroles, self.steps[ref], self.steps[step] if step >= 0 else None)
+            ops, oroles = self._ref_ops(ref)
+            return self._derive(names, roles, ops, oroles, self.steps[ref], self.steps[step] if step >= 0 else None)
         return None
 
-    def _reference_steps(self, step: int) -> list[int]:
-        """Eager steps with costed kernels, the same phase as ``step`` first, nearest first."""
-        cands = [int(s) for s in np.unique(self.step_of[self.eager]).tolist() if s >= 0]
+    def _reference_steps(self, step: int, anchors: tuple[str, ...]) -> list[int]:
+        """Eager steps whose costed ops have the GEMM/attention sequence ``anchors``, the same
+        phase as ``step`` first, nearest first."""
+        if self._by_anchors is None:
+            self._by_anchors = {}
+            for ref in np.unique(self.step_of[self.eager]).tolist():
+                if ref >= 0:
+                    key = tuple(r for r in self._ref_ops(int(ref))[1] if r != "fused")
+                    self._by_anchors.setdefault(key, []).append(int(ref))
         phase = self.steps[step].phase if step >= 0 else None
-        return sorted(cands, key=lambda s: (self.steps[s].phase != phase, abs(s - step)))
+        return sorted(self._by_anchors.get(anchors, []), key=lambda s: (self.steps[s].phase != phase, abs(s - step)))
 
-    def _ref_ops(self, ref: int) -> list[_RefOp]:
+    def _ref_ops(self, ref: int) -> tuple[list[_RefOp], list[str]]:
+        """The costed ops of an eager step in launch order, and their roles."""
         if ref not in self._refs:
             pos = self.eager[self.step_of[self.eager] == ref]
             op_ids = self.k.cost_op[pos]
@@ -307,35 +318,64 @@ class _Context:
                 dims, types, concrete = nodes.sigs[s] if s >= 0 else (None, None, None)
                 out.append(_RefOp(str(nodes.strings[nodes["name"][o]]), dims, types, concrete,
                                   float(costs["flops"][j]), float(costs["dram_bytes"][j]), _first_dtype(types)))
-            self._refs[ref] = out
+            self._refs[ref] = (out, [op_role(o.name) for o in out])
         return self._refs[ref]
+
+    def _cost(self, o: _RefOp, dims: Any) -> tuple[str | None, float, float]:
+        """(dims as JSON, FLOPs, bytes) of ``o`` called with ``dims`` (memoised: steps repeat shapes)."""
+        text = _json(dims)
+        key = (o.name, text, _json(o.types), repr(o.concrete))
+        if key not in self._costs:
+            cost = op_cost(o.name, dims, o.types, o.concrete)
+            self._costs[key] = (np.nan, np.nan) if cost is None else (cost.flops, cost.bytes)
+        return (text, *self._costs[key])
 
     def _derive(self, names: tuple[str, ...], roles: list[str], ops: list[_RefOp], oroles: list[str],
                 ref: Step, step: Step | None) -> dict[str, np.ndarray] | None:
+        """The replay's costs from the reference step's ops: the step-independent part once per
+        replay sequence and reference, then the attention kernels at this step's KV length."""
         attn = [o for o, r in zip(ops, oroles) if r == "attention"]
         geom = _geometry(attn[0]) if attn else None
         if geom is None and (step is None or step.phase != ref.phase):
             return None  # no token count to re-derive shapes with
-        batch, t_ref, s_ref = geom if geom is not None else (0, 0, 0)
+        t_ref, s_ref = (geom[1], geom[2]) if geom is not None else (0, 0)
         t_new = 1 if (step is not None and step.phase == "decode" and ref.phase == "prefill") else t_ref
         s_new = s_ref + ((step.index if step is not None else ref.index) - ref.index)
+        key = (names, ref.start, t_new)
+        tpl = self._templates.get(key)
+        if tpl is None:
+            tpl = self._templates[key] = self._template(names, roles, ops, oroles, geom, t_new)
+        if geom is None or s_new == s_ref or not tpl["attention"]:
+            return tpl["out"]
+        out = dict(tpl["out"])
+        for c in ("op_shapes", "flops", "dram_bytes"):
+            out[c] = out[c].copy()
+        for i, o in tpl["attention"]:
+            text, out["flops"][i], out["dram_bytes"][i] = self._cost(o, _rescale(o, geom[0], t_ref, t_new, s_new))
+            out["op_shapes"][out["unit"] == i] = text
+        return out
+
+    def _template(self, names: tuple[str, ...], roles: list[str], ops: list[_RefOp], oroles: list[str],
+                  geom: tuple[int, int, int] | None, t_new: int) -> dict[str, Any]:
+        batch, t_ref, s_ref = geom if geom is not None else (0, 0, 0)
         n = len(names)
         out: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object) for c in COLUMNS}
         flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
         unit = np.arange(n)
         source = np.full(n, None, dtype=object)
+        attention: list[tuple[int, _RefOp]] = []
         # anchors: the i-th GEMM / attention kernel <-> the i-th GEMM / attention op
         anchor_ops = [o for o, r in zip(ops, oroles) if r != "fused"]
         anchors = [i for i, r in enumerate(roles) if r in ("gemm", "attention")]
         for i, o in zip(anchors, anchor_ops):
-            dims = _rescale(o, batch, t_ref, t_new, s_new) if geom is not None else o.dims
-            cost = op_cost(o.name, dims, o.types, o.concrete)
-            out["op"][i], out["op_shapes"][i] = o.name, _json(dims)
+            dims = _rescale(o, batch, t_ref, t_new, s_ref) if geom is not None else o.dims
+            out["op"][i] = o.name
+            out["op_shapes"][i], flops[i], nbytes[i] = self._cost(o, dims)
             out["op_input_types"][i], out["dtype"][i] = _json(o.types), o.dtype
-            out["category"][i] = "gemm" if op_role(o.name) == "gemm" else "attention"
-            if cost is not None:
-                flops[i], nbytes[i] = cost.flops, cost.bytes
+            out["category"][i] = roles[i]
             source[i] = "graph-shapes"
+            if roles[i] == "attention":
+                attention.append((i, o))
         # split-K reductions share their GEMM's cost
         last = -1
         for i, r in enumerate(roles):
@@ -366,7 +406,7 @@ class _Context:
                 out["category"][i] = category_of(biggest.name)
                 source[i] = "graph-scaled"
         out.update(flops=flops, dram_bytes=nbytes, unit=unit, source=source)
-        return out
+        return {"out": out, "attention": attention}
 
 
 def _label(names: list[str], limit: int = 4) -> str:
