@@ -26,6 +26,12 @@ their op and FLOPs/bytes here, by the first method that applies, recorded in ``f
     (``graph-scaled``: exact for per-token ops, and an upper bound on the bytes of a fused
     kernel, which does not write the intermediates the eager ops did).
 
+The decode step index (for the KV length) counts the outermost ``decode`` ranges since the last
+``prefill`` range: the reference engine's pattern. Where prefills of new requests interleave with
+decode steps (continuous batching), the count restarts at each prefill, and the attention cost of
+the other sequences is underestimated by their extra context (a few % of a decode step's FLOPs at
+most for long prompts; GEMMs are exact).
+
 Replays none of these apply to keep NaN costs, and :func:`graph_costs` says why in a warning.
 """
 
