@@ -29,8 +29,8 @@ their op and FLOPs/bytes here, by the first method that applies, recorded in ``f
 The decode step index (for the KV length) counts the outermost ``decode`` ranges since the last
 ``prefill`` range: the reference engine's pattern. Where prefills of new requests interleave with
 decode steps (continuous batching), the count restarts at each prefill, and the attention cost of
-the other sequences is underestimated by their extra context (a few % of a decode step's FLOPs at
-most for long prompts; GEMMs are exact).
+the other sequences is underestimated by the context they gained before that prefill (the GEMMs,
+most of a decode step's FLOPs and bytes at short contexts, stay exact).
 
 Replays none of these apply to keep NaN costs, and :func:`graph_costs` says why in a warning.
 """
