@@ -5,7 +5,8 @@ CPU annotations, ops and launch calls are nested and the kernels linked to their
 through the correlation / External id links (:mod:`.kineto_ops`, FORMATS.md §4.6). The op's
 analytic FLOPs and bytes go to its kernels, split by kernel time when it launched several.
 CPU-only traces have no kernels: each outermost costed operator (or leaf operator) becomes a
-row with device ``cpu``.
+row with device ``cpu``. Kernels replayed from a CUDA graph (``cudaGraphLaunch``) link to no op;
+:mod:`.kineto_graphs` gives them one, with FLOPs and bytes, from the eager launches in the trace.
 
 Ranges are the ``user_annotation`` events (``record_function``); a row's ``range`` is the
 '/'-joined path of the ranges around it (around its launch call, for kernels) and its ``phase``
