@@ -94,8 +94,10 @@ class LoadStep:
     prefill_tokens: int
     decode_seqs: int
     context_len: int  # cache positions attended (the longest row after the step)
-    start_s: float
+    start_s: float  # from the run's start
     end_s: float
+    start_ns: int  # perf_counter_ns (the run's origin + start_s)
+    end_ns: int
     weight_bytes: float
     kv_cache_bytes: float  # K/V bytes the step reads (rows x positions attended)
     kv_cache_size_bytes: float  # K/V bytes held by the active requests after the step
@@ -426,6 +428,7 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
             step=len(steps), iteration=iteration, phase=phase, batch=len(rows), tokens=sum(widths),
             prefill_tokens=sum(widths) if phase == "prefill" else 0,
             decode_seqs=len(rows) if phase == "decode" else 0, context_len=context, start_s=t0, end_s=t1,
+            start_ns=clk.origin_ns + round(t0 * 1e9), end_ns=clk.origin_ns + round(t1 * 1e9),
             weight_bytes=cost.weight_bytes, kv_cache_bytes=cost.kv_cache_bytes,
             kv_cache_size_bytes=executor.kv_bytes(sum(a.length for a in live)), kv_slots_in_use=len(live),
             kv_slots_total=config.max_batch, queue_len=queue_len, flops=cost.flops)
