@@ -253,3 +253,55 @@ def test_knee_is_the_last_rate_on_the_latency_floor():
     assert knee(rates, np.array([1.0, 1.1, 1.3, 4.0, 9.0])) == 4.0
     assert knee(rates, np.array([1.0, 3.0, 1.0, 1.0, 1.0])) == 1.0
     assert knee(rates[:1], np.array([1.0])) is None
+
+
+# ---------------------------------------------------------------- report, HTML and dashboard
+@pytest.fixture(scope="module")
+def sweep_report(tmp_path_factory, tiny):
+    from perfscope.loadtest_session import run_loadtest
+
+    run = LoadRun(model="tiny", rates=(5.0, 200.0), requests=8, prompt_len="uniform:4,16", output_len="uniform:1,6",
+                  max_batch=4, profile=False, kv_dtype="int8", slo={"ttft_s": 0.5})
+    report = run_loadtest(run, model=tiny)
+    folder = report.save(tmp_path_factory.mktemp("lt") / "sweep.perfscope")
+    return folder
+
+
+def test_report_round_trip_and_figures(sweep_report):
+    from perfscope.analysis.loadtest import is_loadtest, rate_summary
+    from perfscope.dashboard.figures_load import decode_points, load_figures
+    from perfscope.dashboard.html_report import render_html
+    from perfscope.engine.serving import kv_bytes_per_position
+    from perfscope.report import Report
+
+    report = Report.load(sweep_report)
+    assert is_loadtest(report)
+    summary = rate_summary(report)
+    assert summary["rate_per_s"].tolist() == [5.0, 200.0] and summary["knee"].sum() <= 1
+    assert summary["requests"].tolist() == [8, 8]
+    figs = load_figures(report)
+    assert set(figs) == {"latency", "over time", "decode roofline", "rates"}
+    assert not any((f.layout.meta or {}).get("empty") for f in figs.values())
+    points = decode_points(report)
+    assert points["batch"].is_unique and (points["arith_intensity"] > 0).all()
+    # the KV bytes behind the roofline use int8 codes + one float32 scale per head
+    s = report.steps[report.steps["phase"] == "decode"].iloc[0]
+    from perfscope.engine.generate import build_model
+
+    per_pos = kv_bytes_per_position(build_model("tiny"), "int8")
+    assert s["kv_cache_bytes"] == per_pos * s["batch"] * s["context_len"]
+    html = render_html(report)
+    assert "Serving under load" in html and "int8 KV cache" in html
+
+
+def test_dashboard_phases_tab_shows_load_figures(sweep_report):
+    import dash
+
+    from perfscope.dashboard import callbacks as cb
+    from perfscope.dashboard.store import ReportStore
+
+    store = ReportStore([sweep_report.parent])
+    key = store.entries()[0].key
+    graphs = cb.on_load(store, key, "phases")
+    assert len(graphs) == 4
+    assert cb.on_load(store, key, "overview") is dash.no_update
