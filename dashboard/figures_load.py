@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from perfscope.analysis.loadtest import is_loadtest, itl_values, rate_summary, run_tables, runs
 from plotly.subplots import make_subplots
 
-from perfscope.analysis.loadtest import is_loadtest, itl_values, rate_summary, run_tables, runs
 from perfscope.report import Report
 
 from . import roofline_data as rd
@@ -169,9 +169,9 @@ def load_notes(report: Report) -> list[str]:
     """One-line facts for the section: policy, slots, token budget, KV dtype and its logit error."""
     lt = report.params.get("loadtest", {})
     p = report.params
-    notes = [f"policy {lt.get('policy')}, {p.get('max_batch')} KV slots, token budget "
-             f"{p.get('max_batched_tokens') or 'none (whole prompts)'}, KV cache {lt.get('kv_dtype')} "
-             f"({p.get('kv_cache_bytes_per_token')} bytes per token)"]
+    budget = p.get("max_batched_tokens") or "none (whole prompts)"
+    notes = [(f"policy {lt.get('policy')}, {p.get('max_batch')} KV slots, token budget {budget}, "
+              f"KV cache {lt.get('kv_dtype')} ({p.get('kv_cache_bytes_per_token')} bytes per token)")]
     err = lt.get("kv_logit_error")
     if err:
         notes.append(f"{err['kv_dtype']} KV cache vs the {p.get('dtype')} cache on {err['model']}: logit max abs error "

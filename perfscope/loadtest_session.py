@@ -15,6 +15,7 @@ line (used in order, repeated when there are more requests than lines).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import tempfile
@@ -274,6 +275,23 @@ def _trace_tables(capture: Any, spec: DeviceSpec, steps: Sequence[Any]) -> tuple
     return tables, warnings
 
 
+def model_eos(name_or_path: str, model: Any) -> int | None:
+    """The model's end-of-sequence token: its config's ``eos_token_id`` (None for random models)."""
+    import json
+
+    eos = model.args.extra.get("eos_token_id")
+    folder = Path(name_or_path).expanduser()
+    for name in ("generation_config.json", "config.json"):
+        if eos is None and (folder / name).is_file():
+            try:
+                eos = json.loads((folder / name).read_text(encoding="utf-8")).get("eos_token_id")
+            except (OSError, ValueError, AttributeError):
+                eos = None
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return int(eos) if isinstance(eos, int) else None
+
+
 def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: DeviceSpec | None = None,
                  model: Any = None, clock_factory: Callable[[], Any] | None = None) -> Report:
     """Serve the run's requests at each rate and return one Report (not saved)."""
@@ -281,7 +299,14 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
 
     from perfscope.collectors.roofs import device_roofs
     from perfscope.engine.generate import build_model
-    from perfscope.engine.serving import ServeConfig, SlotEngine, kv_bytes_per_position, kv_logit_error, serve
+    from perfscope.engine.serving import (
+        ServeConfig,
+        SlotEngine,
+        check_requests,
+        kv_bytes_per_position,
+        kv_logit_error,
+        serve,
+    )
     from perfscope.session import resolve_device
 
     run.check()
@@ -295,12 +320,12 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
                             seed=run.seed)
     max_seq = model.args.max_seq_len
     _check_context(run, max_seq)
-    eos = None if run.ignore_eos else (run.eos_id if run.eos_id is not None else model.args.extra.get("eos_token_id"))
-    if isinstance(eos, (list, tuple)):
-        eos = eos[0] if eos else None
+    eos = None if run.ignore_eos else (run.eos_id if run.eos_id is not None else model_eos(run.model, model))
     config = ServeConfig(run.max_batch, run.max_batched_tokens, eos, run.policy)
     rates: list[float | None] = [None] if run.arrivals else list(run.rates)
     workloads = [build_workload(run, r, model.args.vocab_size, max_seq) for r in rates]
+    for reqs in workloads:
+        check_requests(reqs, model.args.vocab_size)
     say("warm-up")
     _warm_up(model, run.kv_dtype)
     parts: list[dict[str, pd.DataFrame]] = []
@@ -314,7 +339,7 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
         max_len = max(len(r.prompt) + r.max_output_tokens for r in reqs)
         engine = SlotEngine(model, run.max_batch, max_len, run.kv_dtype)
         try:
-            work = lambda: serve(engine, reqs, config, clock_factory() if clock_factory else None)  # noqa: E731
+            work = functools.partial(serve, engine, reqs, config, clock_factory() if clock_factory else None)
             if run.profile:
                 from perfscope.collectors.torch_profiler import profile_callable
 

@@ -50,7 +50,13 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
     from perfscope.analysis.loadtest import parse_slo
     from perfscope.api import save_with_html
     from perfscope.errors import OutputExistsError
-    from perfscope.loadtest_session import LoadRun, cli_payload, parse_rates, read_arrivals, run_loadtest
+    from perfscope.loadtest_session import (
+        LoadRun,
+        cli_payload,
+        parse_rates,
+        read_arrivals,
+        run_loadtest,
+    )
     from perfscope.session import resolve_device
 
     rates = parse_rates(rate)

@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -295,7 +295,7 @@ class SlotEngine:
         self._linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, Linear))
         self._head = model.output.weight.numel()
 
-    def __enter__(self) -> SlotEngine:
+    def __enter__(self) -> SlotEngine:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,11 +11,17 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from perfscope.analysis.loadtest import knee, load_metrics, parse_slo
+
 from perfscope.engine.serving import LoadRequest, ServeConfig, SimClock, StepCost, serve
 from perfscope.errors import InputFormatError, UsageError
-from perfscope.loadtest_session import LoadRun, build_workload, parse_dist, parse_rates, request_frame
+from perfscope.loadtest_session import (
+    LoadRun,
+    build_workload,
+    parse_dist,
+    parse_rates,
+    request_frame,
+)
 
 EOS = 0
 
@@ -271,6 +277,7 @@ def test_report_round_trip_and_figures(sweep_report):
     from perfscope.analysis.loadtest import is_loadtest, rate_summary
     from perfscope.dashboard.figures_load import decode_points, load_figures
     from perfscope.dashboard.html_report import render_html
+
     from perfscope.engine.serving import kv_bytes_per_position
     from perfscope.report import Report
 
@@ -296,7 +303,6 @@ def test_report_round_trip_and_figures(sweep_report):
 
 def test_dashboard_phases_tab_shows_load_figures(sweep_report):
     import dash
-
     from perfscope.dashboard import callbacks as cb
     from perfscope.dashboard.store import ReportStore
 
@@ -305,3 +311,11 @@ def test_dashboard_phases_tab_shows_load_figures(sweep_report):
     graphs = cb.on_load(store, key, "phases")
     assert len(graphs) == 4
     assert cb.on_load(store, key, "overview") is dash.no_update
+
+
+def test_model_eos_from_checkpoint_config(tmp_path, tiny):
+    from perfscope.loadtest_session import model_eos
+
+    assert model_eos("tiny", tiny) is None  # random weights: no EOS stop
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [2, 7]}')
+    assert model_eos(str(tmp_path), tiny) == 2
