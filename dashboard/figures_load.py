@@ -174,7 +174,8 @@ def load_notes(report: Report) -> list[str]:
               f"KV cache {lt.get('kv_dtype')} ({p.get('kv_cache_bytes_per_token')} bytes per token)")]
     err = lt.get("kv_logit_error")
     if err:
-        notes.append(f"{err['kv_dtype']} KV cache vs the {p.get('dtype')} cache on {err['model']}: logit max abs error "
+        notes.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference', p.get('dtype'))} cache on "
+                     f"{err['model']}: logit max abs error "
                      f"{err['max_abs']:.3g}, mean {err['mean_abs']:.3g}, relative RMS {err['rel_rms']:.3g}, "
                      f"top-1 agreement {err['top1_agreement'] * 100:.1f}% over {int(err['positions'])} positions")
     if lt.get("knee_rate_per_s") is not None:

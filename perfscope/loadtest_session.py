@@ -378,7 +378,8 @@ def _logit_error(model: Any, run: LoadRun, fn: Any, say: Progress) -> dict[str, 
     say(f"logit error of the {run.kv_dtype} KV cache")
     rng = np.random.default_rng([run.seed, 3])
     prompts = [rng.integers(0, model.args.vocab_size, 32).tolist() for _ in range(4)]
-    return {"kv_dtype": run.kv_dtype, "model": model.args.name, "prompt_tokens": 32, "new_tokens": 16,
+    return {"kv_dtype": run.kv_dtype, "reference": str(model.dtype).removeprefix("torch."),
+            "model": model.args.name, "prompt_tokens": 32, "new_tokens": 16,
             **fn(model, run.kv_dtype, prompts, 16)}
 
 

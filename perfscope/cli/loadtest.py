@@ -116,7 +116,7 @@ def render_load_text(payload: dict[str, Any]) -> str:
     lines = ["latencies in ms; TTFT and E2E from arrival (queueing included)", table(head, rows)]
     err = payload.get("kv_logit_error")
     if err:
-        lines.append(f"{err['kv_dtype']} KV cache vs {payload.get('kv_dtype')}: logit max abs error "
+        lines.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference')} cache: logit max abs error "
                      f"{err['max_abs']:.3g}, relative RMS {err['rel_rms']:.3g}, top-1 agreement "
                      f"{err['top1_agreement'] * 100:.1f}% ({int(err['positions'])} positions)")
     return "\n".join(lines)
