@@ -499,7 +499,7 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
         if work:
             work.sort(key=lambda w: w[0].slot)
             rows = [a for a, _ in work]
-            chunks = [a.req.prompt[a.prefilled:a.prefilled + n] for a, n in work]
+            chunks: list[Sequence[int]] = [a.req.prompt[a.prefilled:a.prefilled + n] for a, n in work]
             starts = [a.prefilled for a in rows]
             t0 = clk.now()
             with annotate("prefill"):
@@ -515,7 +515,7 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
         decoding = sorted((a for a in decoding if slots[a.slot] is a), key=lambda a: a.slot)
         if decoding:
             starts = [a.length for a in decoding]  # a finished row of a static batch rewrites its last position
-            chunks = [[a.trace.output_ids[-1]] for a in decoding]
+            chunks = [(a.trace.output_ids[-1],) for a in decoding]
             t0 = clk.now()
             with annotate("decode"):
                 tokens = executor.forward([a.slot for a in decoding], chunks, starts)
@@ -545,7 +545,8 @@ def kv_logit_error(model: Transformer, kv_dtype: str, prompts: Sequence[Sequence
     slots = list(range(n))
 
     def run(kind: str, forced: list[list[int]] | None) -> tuple[list[Tensor], list[list[int]]]:
-        out, chosen = [], [[] for _ in prompts]
+        out: list[Tensor] = []
+        chosen: list[list[int]] = [[] for _ in prompts]
         with SlotEngine(model, n, max_len, kind) as eng:
             cur = eng.logits(slots, [list(p) for p in prompts], [0] * n).float()
             for i in range(new_tokens):
