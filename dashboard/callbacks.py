@@ -12,7 +12,7 @@ from typing import Any
 
 import dash
 import pandas as pd
-from dash import Input, Output, State, html
+from dash import Input, Output, State, dcc, html
 
 from perfscope.errors import PerfscopeError
 
@@ -131,6 +131,15 @@ def on_phases(store: ReportStore, key: str | None, tab: str) -> Any:
             figures.latency_distributions(report))
 
 
+def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
+    """Load-test figures (latency CDFs, load over time, decode roofline, rate curve); none for other reports."""
+    if _skip(tab, "phases") or not key:
+        return NO
+    from .figures_load import load_figures
+
+    return [dcc.Graph(figure=fig, config=layout.GRAPH_CONFIG) for fig in load_figures(store.load(key)).values()]
+
+
 def on_counters(store: ReportStore, key: str | None, tab: str) -> Any:
     """NVML counters."""
     return NO if _skip(tab, "counters") or not key else figures.counters(store.load(key))
@@ -188,6 +197,8 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
     cb(Output(ids.PHASE_TABLE, "children"), Output(ids.PHASE_FIGURE, "figure"), Output(ids.STEP_FIGURE, "figure"),
        Output(ids.LATENCY_FIGURE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_phases(store, *a), "text", "figure", "figure", "figure"))
+    cb(Output(ids.LOAD_FIGURES, "children"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
+        _guard(lambda *a: on_load(store, *a), "text"))
     cb(Output(ids.COUNTERS, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_counters(store, *a), "figure"))
     cb(Output(ids.COMPARE_FIGURE, "figure"), Output(ids.COMPARE_TABLE, "children"), Input(ids.COMPARE_A, "value"),

@@ -182,6 +182,7 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
         parts.append(_section("Phases, steps, requests and counters",
                               "".join(page.figure(f, str(f.layout.meta["kind"])) for f in shown), "phases"))
     parts.append(_sweep(page, report))
+    parts.append(_loadtest(page, report))
     parts.append(_ranks(page, report))
     return "".join(parts)
 
@@ -196,6 +197,20 @@ def _ranks(page: _Page, report: Report) -> str:
 
     figs = rank_figures(rank_tables(report))
     return _section("Ranks", "".join(page.figure(f, f"ranks {name}") for name, f in figs.items()), "ranks")
+
+
+def _loadtest(page: _Page, report: Report) -> str:
+    """Latency distributions, load over time, decode roofline and the rate table (``perfscope loadtest``)."""
+    from perfscope.analysis.loadtest import rate_summary
+
+    from .figures_load import load_figures, load_notes
+
+    figs = load_figures(report)
+    if not figs:
+        return ""
+    notes = "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in load_notes(report)) + "</ul>"
+    body = "".join(page.figure(f, f"load {name}") for name, f in figs.items())
+    return _section("Serving under load", notes + body + _table(page, rate_summary(report), "", "Runs"), "loadtest")
 
 
 def _sweep(page: _Page, report: Report) -> str:

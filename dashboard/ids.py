@@ -30,6 +30,7 @@ KERNEL_DOWNLOAD = "kernel-download"
 PHASE_FIGURE = "phase-breakdown"
 STEP_FIGURE = "step-times"
 LATENCY_FIGURE = "latency-distributions"
+LOAD_FIGURES = "load-figures"  # perfscope loadtest reports: figures_load.load_figures
 PHASE_TABLE = "phase-metrics"
 
 COUNTERS = "counters-graph"

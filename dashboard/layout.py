@@ -180,7 +180,7 @@ def build_layout(entries: list[Entry]) -> html.Div:
         "roofline": _roofline_panel(),
         "kernels": _kernels_panel(),
         "phases": html.Div([html.Div(id=ids.PHASE_TABLE), _graph(ids.PHASE_FIGURE), _graph(ids.STEP_FIGURE),
-                            _graph(ids.LATENCY_FIGURE)]),
+                            _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES)]),
         "counters": _graph(ids.COUNTERS),
         "compare": _compare_panel(options),
     }

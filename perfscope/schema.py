@@ -18,7 +18,7 @@ import pandas as pd
 
 from .errors import ReportFormatError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 """On-disk format version (major.minor): a minor bump only adds optional columns or keys."""
 
 
@@ -139,6 +139,14 @@ REQUEST_COLUMNS = _cols(
     ("e2e_s", "float", True, "end-to-end latency, s"),
     ("itl_mean_s", "float", False, "mean inter-token latency, s"),
     ("itl_p99_s", "float", False, "p99 inter-token latency, s"),
+    # load tests (``perfscope loadtest``; schema 1.1): times in s from the run's start
+    ("arrival_s", "float", False, "arrival time, s from the run's start"),
+    ("admitted_s", "float", False, "admission (KV slot taken), s from the run's start"),
+    ("first_token_s", "float", False, "first token, s from the run's start"),
+    ("end_s", "float", False, "last token, s from the run's start"),
+    ("max_output_tokens", "int", False, "output tokens asked for (EOS may stop earlier)"),
+    ("finish_reason", "str", False, "length or eos"),
+    ("token_times_s", "str", False, "JSON list of every token's time, s from the run's start"),
 )
 
 STEP_COLUMNS = _cols(
@@ -153,6 +161,14 @@ STEP_COLUMNS = _cols(
     ("weight_bytes", "float", False, "weight bytes read by the step"),
     ("kv_cache_bytes", "float", False, "KV-cache bytes read by the step"),
     ("kv_cache_size_bytes", "float", False, "KV-cache bytes allocated and in use after the step"),
+    # load tests (``perfscope loadtest``; schema 1.1)
+    ("iteration", "int", False, "scheduler iteration (a prefill and a decode step may share one)"),
+    ("prefill_tokens", "int", False, "prompt tokens prefilled in the step"),
+    ("decode_seqs", "int", False, "sequences decoding one token in the step"),
+    ("kv_slots_in_use", "int", False, "KV-cache slots (sequences) held during the step"),
+    ("kv_slots_total", "int", False, "KV-cache slots of the engine (max batch)"),
+    ("queue_len", "int", False, "requests arrived and waiting for a slot"),
+    ("flops", "float", False, "model FLOPs of the step (matmuls and attention, analytic)"),
 )
 
 TABLES: dict[str, tuple[Column, ...]] = {

@@ -25,6 +25,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.devices", "devices"),
     ("perfscope.cli.import_", "import_"),
     ("perfscope.cli.sweep", "sweep"),
+    ("perfscope.cli.loadtest", "loadtest"),
     ("perfscope.cli.doctor", "doctor"),
     ("perfscope.cli.generate", "generate"),
     ("perfscope.cli.compare", "compare"),

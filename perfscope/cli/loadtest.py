@@ -1,0 +1,122 @@
+"""``perfscope loadtest``: continuous batching under Poisson arrivals; latency percentiles and goodput."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+from ._common import as_report_path, default_run_dir, echo_json, stage_progress
+
+
+@click.command()
+@click.option("--model", default="tiny", show_default=True, help="Engine config or a local HF checkpoint folder.")
+@click.option("--rate", default="10", show_default=True,
+              help="Poisson arrival rate, requests/s; a comma-separated list (1,2,4,8) sweeps the rates.")
+@click.option("--requests", "n_requests", type=int, default=None,
+              help="Requests per rate (default 100, or all arriving within --duration).")
+@click.option("--duration", type=float, default=None, help="Send only requests arriving within this many seconds.")
+@click.option("--prompt-len", default="64", show_default=True,
+              help="Prompt tokens: N, uniform:A,B, normal:MU,SIGMA or a file of lengths.")
+@click.option("--output-len", default="32", show_default=True,
+              help="Output tokens asked for (EOS may stop earlier): N, uniform:A,B, normal:MU,SIGMA or a file.")
+@click.option("--max-batch", default=16, show_default=True, type=int, help="KV-cache slots: sequences in flight.")
+@click.option("--max-batched-tokens", type=int, default=None,
+              help="Token budget of one iteration (decode tokens first, prompts chunked into the rest).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of arrivals, lengths, prompts and weights.")
+@click.option("--arrivals", type=click.Path(dir_okay=False), default=None,
+              help="File of arrival times (s from the start, one a line) instead of Poisson arrivals.")
+@click.option("--slo", default=None, help="Latency targets for goodput, seconds: ttft=0.5,tpot=0.05[,e2e=S].")
+@click.option("--kv-dtype", default="auto", show_default=True, type=click.Choice(["auto", "int8", "fp8"]),
+              help="KV-cache element type (auto: the model's dtype; int8 with per-head scales; fp8 e4m3).")
+@click.option("--eos-id", type=int, default=None, help="Stop a request at this token (default: the model's EOS).")
+@click.option("--ignore-eos", is_flag=True, help="Always generate the full output length.")
+@click.option("--policy", default="continuous", show_default=True, type=click.Choice(["continuous", "static"]),
+              help="static: admit a batch only when the engine is idle (the baseline).")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
+@click.option("--no-profile", is_flag=True, help="No profiler (clean latencies; no kernels in the report).")
+@click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-loadtest.perfscope).")
+@click.option("--force", is_flag=True, help="Replace an existing report folder.")
+@click.option("--no-html", is_flag=True, help="Do not write report.html.")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+def loadtest(model: str, rate: str, n_requests: int | None, duration: float | None, prompt_len: str,
+             output_len: str, max_batch: int, max_batched_tokens: int | None, seed: int, arrivals: str | None,
+             slo: str | None, kv_dtype: str, eos_id: int | None, ignore_eos: bool, policy: str, device: str,
+             dtype: str, no_profile: bool, out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
+    """Serve a stream of requests with continuous batching and report TTFT, TPOT, ITL, E2E
+    percentiles, throughput and goodput, next to the roofline of the same run."""
+    from perfscope.analysis.loadtest import parse_slo
+    from perfscope.api import save_with_html
+    from perfscope.errors import OutputExistsError
+    from perfscope.loadtest_session import (
+        LoadRun,
+        cli_payload,
+        parse_rates,
+        read_arrivals,
+        run_loadtest,
+    )
+    from perfscope.session import resolve_device
+
+    rates = parse_rates(rate)
+    if arrivals:
+        read_arrivals(arrivals)  # fail early on a bad file
+    run = LoadRun(model=model, rates=tuple(rates), requests=n_requests, duration_s=duration, prompt_len=prompt_len,
+                  output_len=output_len, max_batch=max_batch, max_batched_tokens=max_batched_tokens, seed=seed,
+                  arrivals=arrivals, slo=parse_slo(slo), profile=not no_profile, kv_dtype=kv_dtype, device=device,
+                  dtype=dtype, eos_id=eos_id, ignore_eos=ignore_eos, policy=policy)
+    run.check()
+    resolve_device(device)
+    target = as_report_path(out) if out else default_run_dir("loadtest")
+    if target.exists() and not force:
+        raise OutputExistsError(target)
+    with stage_progress(5 + len(rates), enabled=not as_json) as advance:
+        report = run_loadtest(run, progress=advance)
+        advance("writing the report")
+        written = save_with_html(report, target, force=force, html=not no_html)
+    payload = cli_payload(report)
+    if as_json:
+        echo_json({"report_path": str(written), **payload})
+        return
+    click.echo(render_load_text(payload))
+    click.echo(f"report: {written}")
+    if not no_html:
+        click.echo(f"html:   {written / 'report.html'}")
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:.1f}"
+
+
+def _num(v: Any, fmt: str = ".2f") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def render_load_text(payload: dict[str, Any]) -> str:
+    """The terminal summary: one row per rate with throughputs and p50/p99 latencies (ms)."""
+    from perfscope.text_report import table
+
+    runs = payload.get("runs") or [payload]
+    head = ["run", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p50",
+            "E2E p99"]
+    has_good = any("goodput_per_s" in r for r in runs)
+    if has_good:
+        head.append("goodput/s")
+    rows = []
+    knee_rate = payload.get("knee_rate_per_s")
+    for r in runs:
+        label = str(r.get("run")) + (" (knee)" if knee_rate is not None and r.get("rate_per_s") == knee_rate else "")
+        row = [label, _num(r["request_throughput_per_s"]), _num(r["output_tokens_per_s"], ".1f"),
+               _ms(r["ttft_s"]["p50"]), _ms(r["ttft_s"]["p99"]), _ms(r["tpot_s"]["p50"]), _ms(r["tpot_s"]["p99"]),
+               _ms(r["itl_s"]["p99"]), _ms(r["e2e_s"]["p50"]), _ms(r["e2e_s"]["p99"])]
+        if has_good:
+            row.append(_num(r.get("goodput_per_s")))
+        rows.append(row)
+    lines = ["latencies in ms; TTFT and E2E from arrival (queueing included)", table(head, rows)]
+    err = payload.get("kv_logit_error")
+    if err:
+        lines.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference')} cache: logit max abs error "
+                     f"{err['max_abs']:.3g}, relative RMS {err['rel_rms']:.3g}, top-1 agreement "
+                     f"{err['top1_agreement'] * 100:.1f}% ({int(err['positions'])} positions)")
+    return "\n".join(lines)
