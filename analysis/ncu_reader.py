@@ -111,7 +111,31 @@ def _action(ncu_report: Any, action: Any, index: int) -> Launch:
         if math.isfinite(value):
             metrics[name] = value * unit_scale(metric.unit())
     name = action.name(ncu_report.IAction.NameBase_DEMANGLED) or action.name() or f"(unnamed launch {index})"
-    return Launch(id=index, name=name, short_name=action.name() or short_name_of(name), metrics=metrics)
+    return Launch(id=index, name=name, short_name=action.name() or short_name_of(name), metrics=metrics,
+                  nvtx=_nvtx_stack(action))
+
+
+def _nvtx_stack(action: Any) -> list[str]:
+    """The push/pop ranges open around the launch (``--nvtx``), outermost first.
+
+    ncu keeps one stack per NVTX domain; the default domain's is taken, else the first non-empty
+    one (a kernel sits in one stack of nested ranges, like the nsys projection).
+    """
+    try:
+        state = action.nvtx_state()
+        if state is None:
+            return []
+        stacks = []
+        for domain_id in state.domains():
+            domain = state.domain_by_id(domain_id)
+            ranges = [str(r) for r in domain.push_pop_ranges()]
+            if ranges:
+                label = domain.name() or ""
+                default = not label or label.startswith("<")
+                stacks.append((not default, ranges if default else [f"{label}:{r}" for r in ranges]))
+    except (AttributeError, RuntimeError, TypeError):  # an old report or binding without NVTX state
+        return []
+    return min(stacks, key=lambda s: s[0])[1] if stacks else []
 
 
 # ------------------------------------------------------------------------------ report
