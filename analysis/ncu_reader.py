@@ -16,6 +16,7 @@ the warnings, ``unavailable_metrics`` and ``params["launches_without_duration"]`
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,37 @@ def read_ncu_rep(path: str | Path, *, device: DeviceSpec | None = None) -> Repor
         ToolNotFoundError: the ``ncu-report`` package is not installed.
         InputFormatError: missing, damaged or empty report.
     """
+    return read_ncu_reps([path], device=device)
+
+
+def read_ncu_reps(paths: Sequence[str | Path], *, device: DeviceSpec | None = None) -> Report:
+    """Read several Nsight Compute reports of one program as one report, in the given order
+    (top-N mode writes one report per top kernel); launch ids run on across the files.
+
+    Raises:
+        ToolNotFoundError: the ``ncu-report`` package is not installed.
+        InputFormatError: no paths, or a missing, damaged or empty report.
+    """
+    if not paths:
+        raise InputFormatError("<ncu reports>", "no report to read", hint=REP_HINT)
+    ncu_report = _ncu_report_module()
+    launches: list[Launch] = []
+    versions = set()
+    for path in paths:
+        ctx = _load(ncu_report, path)
+        found = _actions(ncu_report, ctx, start=len(launches))
+        if not found:
+            raise InputFormatError(path, "holds no profiled kernel results (empty, truncated or not an "
+                                   "Nsight Compute report)", hint=REP_HINT)
+        launches += found
+        versions.add(f"ncu_report {ctx.get_version()}" if hasattr(ctx, "get_version") else "ncu_report")
+    tool: dict[str, Any] = {"kind": "ncu-rep", "tool": "ncu", "tool_version": None, "reader": ", ".join(sorted(versions))}
+    if len(paths) > 1:
+        tool["reports"] = [Path(p).name for p in paths]
+    return _build(paths[0], launches, [], tool, device)
+
+
+def _ncu_report_module() -> Any:
     try:
         import ncu_report  # type: ignore[import-not-found]
     except ImportError:
@@ -62,17 +94,14 @@ def read_ncu_rep(path: str | Path, *, device: DeviceSpec | None = None) -> Repor
             "ncu-report (Python package)",
             "install it with `pip install ncu-report` (or `pip install perfscope[ncu]`); no Nsight "
             "Compute install is needed") from None
+    return ncu_report
+
+
+def _load(ncu_report: Any, path: str | Path) -> Any:
     try:
-        ctx = ncu_report.load_report(str(path))
+        return ncu_report.load_report(str(path))
     except Exception as exc:  # noqa: BLE001 - the SWIG binding raises plain RuntimeError, OSError
         raise InputFormatError(path, f"cannot be loaded by ncu_report ({exc})", hint=REP_HINT) from None
-    launches = _actions(ncu_report, ctx)
-    if not launches:
-        raise InputFormatError(path, "holds no profiled kernel results (empty, truncated or not an "
-                               "Nsight Compute report)", hint=REP_HINT)
-    tool = {"kind": "ncu-rep", "tool": "ncu", "tool_version": None,
-            "reader": f"ncu_report {ctx.get_version()}" if hasattr(ctx, "get_version") else "ncu_report"}
-    return _build(path, launches, [], tool, device)
 
 
 def read_ncu_csv(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
@@ -83,12 +112,12 @@ def read_ncu_csv(path: str | Path, *, device: DeviceSpec | None = None) -> Repor
 
 
 # ------------------------------------------------------------------------------ .ncu-rep
-def _actions(ncu_report: Any, ctx: Any) -> list[Launch]:
+def _actions(ncu_report: Any, ctx: Any, start: int = 0) -> list[Launch]:
     launches: list[Launch] = []
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
         for a in range(rng.num_actions()):
-            launches.append(_action(ncu_report, rng.action_by_idx(a), len(launches)))
+            launches.append(_action(ncu_report, rng.action_by_idx(a), start + len(launches)))
     return launches
 
 
