@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from perfscope.device import DeviceSpec, Roof
 
+from .costs import category_of
 from .tree import phase_of
 
 Value = float | str
@@ -250,6 +251,7 @@ def launch_row(launch: Launch) -> dict[str, object]:
     row: dict[str, object] = {
         "name": launch.name,
         "short_name": launch.short_name,
+        "category": category_of(None, launch.name),
         "device": f"cuda:{int(device_id)}" if device_id is not None else _device_label(launch.device),
         "stream": launch.num("launch__stream_id"),
         "duration_ns": launch.num(DURATION),
