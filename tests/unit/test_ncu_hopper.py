@@ -197,3 +197,80 @@ def test_a10g_csv_flops_as_before(load) -> None:
     k = load("ncu/esmm_a10g_roofline_metrics.csv").kernels
     assert k["flops"].tolist() == [2148532224.0] * 3 + [2147483648.0] * 4 + [2194669568.0] * 2
     assert k["range"].isna().all()
+
+
+# ------------------------------------------------------------------------------ measured vs analytic
+def _engine_shape(**kw: int):
+    from perfscope.analysis.engine_costs import EngineShape
+
+    # llama-3.2-1b (fixture README): dim 2048, 32 heads, 8 KV heads, head dim 64, MLP 8192
+    return EngineShape(model="llama-3.2-1b", dim=2048, n_head=32, n_kv_head=8, head_dim=64,
+                       intermediate_size=8192, vocab_size=128256, **kw)
+
+
+@pytest.fixture(scope="module")
+def full_with_analytic(full: Report) -> Report:
+    from perfscope.analysis.engine_costs import with_engine_costs
+
+    return with_engine_costs(full, _engine_shape(batch=2, prompt_len=256))
+
+
+def test_engine_analytic_sits_beside_the_measured(full_with_analytic: Report) -> None:
+    k = full_with_analytic.kernels
+    assert (k["analytic_source"] == "engine").all()
+    for index, (m, n, kk) in GEMMS.items():
+        assert k.loc[index, "flops_analytic"] == 2 * m * n * kk
+        assert k.loc[index, "dram_bytes_analytic"] == 2 * (m * kk + kk * n + m * n)
+        assert k.loc[index, "flops"] == pytest.approx(k.loc[index, "flops_analytic"], rel=0.01)
+    assert k["analytic_op"].tolist()[:5] == ["wqkv 512x3072x2048", "sdpa causal b2 h32 q256 kv256 d64",
+                                             "wo 512x2048x2048", "w13 512x16384x2048", "w2 512x2048x8192"]
+    causal = 4 * 2 * 32 * 64 * (256 * 257 / 2)  # (query, key) pairs under the causal mask: 5.39e8
+    assert k.loc[1, "flops_analytic"] == pytest.approx(causal) and causal == pytest.approx(5.4e8, rel=0.01)
+    assert full_with_analytic.params["analytic"]["engine"]["prompt_len"] == 256
+
+
+def test_excess_work_flags_the_attention_kernel_not_the_gemms(full_with_analytic: Report) -> None:
+    from perfscope.analysis.findings import run_rules
+
+    findings = [f for f in run_rules(full_with_analytic) if f.id == "excess-work"]
+    assert len(findings) == 1
+    f = findings[0]
+    assert f.evidence["kernels_compared"] == 6 and f.evidence["kernels_over"] == 1
+    assert "flash" in f.kernels[0] and len(f.kernels) == 1
+    assert f.evidence["worst_ratio"] == pytest.approx(1.0985e9 / 5.39e8, rel=0.02)
+    assert "is_causal=True" in f.recommendation
+    assert 0 < f.time_at_stake_ns < full_with_analytic.kernels.loc[1, "duration_ns"]
+    # the engine's useful-work model is not a counting error: flops-mismatch stays silent
+    assert not [f for f in run_rules(full_with_analytic) if f.id == "flops-mismatch"]
+
+
+def test_decode_gemv_padding_is_excess_work(decode: Report) -> None:
+    from perfscope.analysis.engine_costs import with_engine_costs
+    from perfscope.analysis.findings import run_rules
+
+    r = with_engine_costs(decode, _engine_shape(batch=2, prompt_len=256))
+    gemv = r.kernels.loc[9]
+    assert gemv["analytic_op"] == "wqkv 2x3072x2048" and gemv["flops_analytic"] == 2 * 2 * 3072 * 2048
+    assert r.kernels["flops_analytic"].notna().sum() == 1  # elementwise kernels are not priced
+    f = [f for f in run_rules(r) if f.id == "excess-work"][0]
+    assert f.evidence["worst_ratio"] == pytest.approx(4.0, rel=0.01) and "tile pads" in f.recommendation
+
+
+def test_cli_import_with_engine_and_borrowed_roofs(fixtures_dir: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from perfscope.cli import main
+
+    out = tmp_path / "full.perfscope"
+    args = ["import", str(fixtures_dir / FULL), "--out", str(out), "--no-html", "--engine", "llama-3.2-1b",
+            "--batch", "2", "--prompt-len", "256",
+            "--roofs", str(fixtures_dir / "h200" / "h200_llama1b_b1_p2048_g64.perfscope")]
+    assert main(args) == 0
+    r = Report.load(out)
+    assert r.device.compute["bf16"].provenance == "measured"  # perfscope devices on the same H200: 788 TFLOP/s
+    assert r.kernels.loc[1, "flops_analytic"] == pytest.approx(5.39e8, rel=0.01)
+    assert set(r.kernels["bound"]) == {"compute"} and (r.kernels["pct_of_roof"] <= 100 + NOISE_PCT).all()
+    capsys.readouterr()
+    assert main(["import", str(fixtures_dir / FULL), "--out", str(tmp_path / "x"), "--engine", "llama-3.2-1b"]) == 2
+    assert "--batch" in capsys.readouterr().err
+    assert main(["import", str(fixtures_dir / FULL), "--out", str(tmp_path / "y"), "--roofs", "nowhere"]) == 2
+    assert "--roofs" in capsys.readouterr().err
