@@ -326,7 +326,7 @@ def tensor_roofs(launches: Sequence[Launch], sm_clock: float) -> dict[str, Roof]
     not used alone when paths exist: their peak is the sparse rate. fp64 tensor goes to
     ``fp64_tensor`` (``fp64`` stays the FMA-pipe figure, as on datasheets).
     """
-    peaks: dict[tuple[str, str | None], tuple[float, str]] = {}
+    peaks: dict[tuple[str, str | None], tuple[bool, float, str]] = {}
     for name in {n for x in launches for n in x.metrics if TENSOR_PEAK.match(n)}:
         match = TENSOR_PEAK.match(name)
         precision = TENSOR_SRC.get(match.group("src")) if match else None
@@ -334,17 +334,19 @@ def tensor_roofs(launches: Sequence[Launch], sm_clock: float) -> dict[str, Roof]
         if not precision or not peak or match is None:
             continue
         key = (precision, match.group("sparsity"))
-        if key not in peaks or peak > peaks[key][0]:
-            peaks[key] = (peak, name)
+        candidate = (match.group("op") is not None, peak, name)  # instruction paths before totals, then fastest
+        if key not in peaks or candidate[:2] > peaks[key][:2]:
+            peaks[key] = candidate
     roofs: dict[str, Roof] = {}
     clock = f"SM clock while profiling, {sm_clock / 1e9:.3f} GHz (ncu locks clocks to base by default)"
-    for (precision, sparsity), (peak, name) in sorted(peaks.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+    for (precision, sparsity), (_, peak, name) in sorted(peaks.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         if sparsity is None and any(p == precision and s for p, s in peaks):
             continue  # a total whose dense and sparse paths are known
         dense = sparsity != "on"
-        key = (precision if precision != "fp64" else "fp64_tensor") + ("" if dense else "_sparse")
-        roofs[key] = Roof(peak * sm_clock, "report", method=f"{name} ({peak:g} ops/cycle, one op = one FLOP) x SM clock",
-                          clock=clock, dense=dense if sparsity else None)
+        roof_key = (precision if precision != "fp64" else "fp64_tensor") + ("" if dense else "_sparse")
+        roofs[roof_key] = Roof(peak * sm_clock, "report",
+                               method=f"{name} ({peak:g} ops/cycle, one op = one FLOP) x SM clock",
+                               clock=clock, dense=dense if sparsity else None)
     return roofs
 
 

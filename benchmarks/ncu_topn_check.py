@@ -36,7 +36,7 @@ def check(path: str) -> list[str]:
     k = report.kernels
     params = report.params
     for row in k.itertuples():
-        print(f"  {str(row.category):10s} {str(row.bound):8s} {row.pct_of_roof:6.1f}% roof  "
+        print(f"  {row.category!s:10s} {row.bound!s:8s} {row.pct_of_roof:6.1f}% roof  "
               f"{row.flops:10.3g} FLOP  {row.duration_ns / 1e3:9.1f} us  {str(row.name)[:90]}")
     failures: list[str] = []
     gemms = k[k["category"] == "gemm"]

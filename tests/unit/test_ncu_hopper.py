@@ -252,7 +252,7 @@ def test_decode_gemv_padding_is_excess_work(decode: Report) -> None:
     gemv = r.kernels.loc[9]
     assert gemv["analytic_op"] == "wqkv 2x3072x2048" and gemv["flops_analytic"] == 2 * 2 * 3072 * 2048
     assert r.kernels["flops_analytic"].notna().sum() == 1  # elementwise kernels are not priced
-    f = [f for f in run_rules(r) if f.id == "excess-work"][0]
+    f = next(f for f in run_rules(r) if f.id == "excess-work")
     assert f.evidence["worst_ratio"] == pytest.approx(4.0, rel=0.01) and "tile pads" in f.recommendation
 
 

@@ -16,14 +16,14 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 def test_workload_runs_on_cpu() -> None:
     pytest.importorskip("torch")
     run = subprocess.run([sys.executable, str(BENCH / "ncu_topn_workload.py"), "--device", "cpu", "--size", "64",
-                          "--seq", "32", "--steps", "2"], capture_output=True, text=True, timeout=300)
+                          "--seq", "32", "--steps", "2"], capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr
     assert "2 steps on cpu" in run.stdout
 
 
 def _check(path: Path) -> tuple[int, str]:
     run = subprocess.run([sys.executable, str(BENCH / "ncu_topn_check.py"), str(path)], capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, check=False)
     return run.returncode, run.stdout + run.stderr
 
 
