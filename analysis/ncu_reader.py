@@ -184,6 +184,7 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
     spec, roof_warnings = (device, []) if device else roofs_spec(name, launches, datasheet_spec(name))
     warnings += roof_warnings
     kernels = classify(conform(kernels, "kernels", source=str(path)), spec)
+    ranges = ranges_on_timeline(kernels)
     manifest = {
         "name": Path(path).stem,
         "source": {"kind": tool.pop("kind"), "path": str(path), "tool": tool.pop("tool"),
@@ -197,7 +198,43 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
         "unavailable_metrics": _unavailable(rows),
         "partial": bool(dropped),
     }
-    return Report.build({"kernels": kernels}, manifest, source=str(path))
+    if len(ranges):
+        manifest["params"]["ranges"] = ("NVTX ranges on the serialized timeline: each spans the profiled "
+                                        "kernels launched inside it (consecutive instances of one path merge)")
+    return Report.build({"kernels": kernels, "ranges": ranges}, manifest, source=str(path))
+
+
+def ranges_on_timeline(kernels: pd.DataFrame) -> pd.DataFrame:
+    """NVTX ranges rebuilt from the kernels' range paths on ncu's serialized timeline.
+
+    Walking the kernels in order with a stack of open ranges: a range opens at the first kernel
+    whose path holds it and closes at the end of the last one, so it spans the profiled kernels
+    launched inside it (the unprofiled work and CPU time between them are not on this timeline).
+    """
+    rows: list[dict[str, Any]] = []
+    stack: list[int] = []  # positions in rows of the open ranges, outermost first
+    last_end = 0
+    for path, start, end in zip(kernels["range"], kernels["start_ns"], kernels["end_ns"]):
+        names = path.split("/") if isinstance(path, str) and path else []
+        keep = 0
+        while keep < min(len(stack), len(names)) and rows[stack[keep]]["name"] == names[keep]:
+            keep += 1
+        for pos in stack[keep:]:
+            rows[pos]["end_ns"] = last_end
+        del stack[keep:]
+        for depth in range(keep, len(names)):
+            parent = stack[-1] if stack else None
+            rows.append({"id": len(rows), "name": names[depth], "start_ns": int(start), "end_ns": int(end),
+                         "depth": depth, "parent": rows[parent]["id"] if parent is not None else None,
+                         "path": "/".join(names[: depth + 1]), "source": "nvtx"})
+            stack.append(len(rows) - 1)
+        last_end = int(end)
+    for pos in stack:
+        rows[pos]["end_ns"] = last_end
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["duration_ns"] = out["end_ns"] - out["start_ns"]
+    return out
 
 
 def _timeline(rows: pd.DataFrame) -> pd.DataFrame:

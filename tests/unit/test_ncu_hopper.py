@@ -126,6 +126,16 @@ def test_ranges_and_phases_of_the_prefill_capture(full: Report) -> None:
     assert set(full.kernels["phase"]) == {"prefill"}
 
 
+def test_ranges_table_spans_the_kernels_inside_each_range(full: Report) -> None:
+    r, k = full.ranges, full.kernels
+    assert r["path"].tolist() == ["prefill", "prefill/layer.0", "prefill/layer.0/attn", "prefill/layer.0/mlp",
+                                  "prefill/layer.1", "prefill/layer.1/attn"]
+    mlp = r.set_index("path").loc["prefill/layer.0/mlp"]
+    assert (mlp["start_ns"], mlp["end_ns"]) == (k.loc[3, "start_ns"], k.loc[4, "end_ns"])
+    assert r.set_index("path").loc["prefill", "end_ns"] == k["end_ns"].iloc[-1]
+    assert r["parent"].tolist()[1:3] == [0, 1] and r["depth"].max() == 2
+
+
 def test_ranges_and_phases_of_the_decode_capture(decode: Report) -> None:
     k = decode.kernels
     assert len(k) == 10 and set(k["phase"]) == {"decode"}
