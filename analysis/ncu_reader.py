@@ -185,22 +185,23 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
     warnings += roof_warnings
     kernels = classify(conform(kernels, "kernels", source=str(path)), spec)
     ranges = ranges_on_timeline(kernels)
+    params: dict[str, Any] = {**tool, "flop_convention": FLOP_CONVENTION, "launches": len(launches),
+                              "timeline": "serialized: ncu profiles each launch alone; start_ns is the sum "
+                                          "of the earlier durations",
+                              "launches_without_duration": dropped}
+    if len(ranges):
+        params["ranges"] = ("NVTX ranges on the serialized timeline: each spans the profiled kernels "
+                            "launched inside it (consecutive instances of one path merge)")
     manifest = {
         "name": Path(path).stem,
         "source": {"kind": tool.pop("kind"), "path": str(path), "tool": tool.pop("tool"),
                    "tool_version": tool.pop("tool_version")},
         "device": spec.to_dict() if spec else None,
-        "params": {**tool, "flop_convention": FLOP_CONVENTION, "launches": len(launches),
-                   "timeline": "serialized: ncu profiles each launch alone; start_ns is the sum "
-                               "of the earlier durations",
-                   "launches_without_duration": dropped},
+        "params": params,
         "warnings": warnings,
         "unavailable_metrics": _unavailable(rows),
         "partial": bool(dropped),
     }
-    if len(ranges):
-        manifest["params"]["ranges"] = ("NVTX ranges on the serialized timeline: each spans the profiled "
-                                        "kernels launched inside it (consecutive instances of one path merge)")
     return Report.build({"kernels": kernels, "ranges": ranges}, manifest, source=str(path))
 
 
