@@ -41,7 +41,7 @@ from .roofline import classify
 
 LAYER_BLOCK = re.compile(r"(?:^|/)layer\.(\d+)/(attn|mlp)$")
 SOURCE = "engine"
-"""``analytic_source`` of the rows priced here."""
+"""``analytic_source`` of the rows priced from the engine's shapes (``trace``: from a Kineto trace)."""
 
 
 @dataclass(frozen=True)
@@ -198,5 +198,53 @@ def engine_params(shape: EngineShape) -> Mapping[str, Any]:
 def with_engine_costs(report: Report, shape: EngineShape) -> Report:
     """``report`` with the engine's analytic costs beside its kernels' measured ones."""
     kernels, warnings = attach_engine_costs(report.kernels, shape)
+    return with_analytic(report, kernels, engine_params(shape), warnings)
+
+
+def with_analytic(report: Report, kernels: pd.DataFrame, params: Mapping[str, Any], warnings: list[str]) -> Report:
+    """``report`` with a kernel table whose analytic columns were filled, re-classified."""
     return report.replace(kernels=classify(kernels, report.device)).with_manifest(
-        params={**report.params, **engine_params(shape)}, warnings=report.warnings + warnings)
+        params={**report.params, **params}, warnings=report.warnings + warnings)
+
+
+def with_trace_costs(report: Report, trace: Report) -> Report:
+    """``report`` (measured: ncu) with the analytic costs of the same kernels in ``trace``, a
+    Kineto trace of the same program priced by perfscope's cost model.
+
+    The k-th launch of a kernel name inside a range path in ``report`` is matched to the k-th
+    launch of that name in that path in ``trace`` (paths compared whole; kernels outside any
+    range by name alone). The framework op is priced as it was called: an attention with an
+    explicit mask costs the full product here, where ``--engine`` prices the causal work.
+    """
+    priced = trace.kernels[trace.kernels["flops_source"].eq("analytic") | trace.kernels["bytes_source"].eq("analytic")]
+    lookup: dict[tuple[str, str, int], int] = {}
+    seen: dict[tuple[str, str], int] = {}
+    for i, (name, path) in enumerate(zip(priced["name"], priced["range"])):
+        key = (str(path) if isinstance(path, str) else "", str(name))
+        lookup[(*key, seen.get(key, 0))] = i
+        seen[key] = seen.get(key, 0) + 1
+    out = report.kernels.copy()
+    flops, nbytes = np.full(len(out), np.nan), np.full(len(out), np.nan)
+    labels: list[str | None] = [None] * len(out)
+    seen = {}
+    for j, (name, path) in enumerate(zip(out["name"], out["range"])):
+        key = (str(path) if isinstance(path, str) else "", str(name))
+        hit = lookup.get((*key, seen.get(key, 0)))
+        seen[key] = seen.get(key, 0) + 1
+        if hit is None:
+            continue
+        row = priced.iloc[hit]
+        flops[j], nbytes[j] = row["flops"], row["dram_bytes"]
+        labels[j] = f"{row['op']} {row['op_shapes']}" if isinstance(row["op"], str) else None
+    out["flops_analytic"], out["dram_bytes_analytic"] = flops, nbytes
+    out["analytic_op"] = pd.Series(labels, index=out.index, dtype="object")
+    matched = pd.notna(flops) | pd.notna(nbytes)
+    out["analytic_source"] = pd.Series(["trace" if m else None for m in matched], index=out.index, dtype="object")
+    warnings = [] if matched.any() else [
+        ("--analytic: no kernel matched the trace by range path and name (is it the same program, with the "
+         "same NVTX / record_function ranges?)")]
+    params = {"analytic": {"source": "trace", "trace": trace.manifest.get("source", {}).get("path"),
+                           "matched_kernels": int(matched.sum()),
+                           "method": "k-th launch of a kernel name in a range path, matched to the same in the "
+                                     "trace; the trace's analytic cost (perfscope's cost model of the launching op)"}}
+    return with_analytic(report, out, params, warnings)

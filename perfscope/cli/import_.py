@@ -40,9 +40,12 @@ if TYPE_CHECKING:
               help="With --engine: cache length of the profiled decode step (prices decode attention).")
 @click.option("--itemsize", type=click.IntRange(min=1), default=2, show_default=True,
               help="With --engine: bytes per weight/activation element (2: bf16/fp16).")
+@click.option("--analytic", "analytic_trace", default=None, type=click.Path(), metavar="TRACE",
+              help="A Kineto trace (or report) of the same program: its analytic FLOPs and bytes go beside the "
+              "measured ones, matched by range path, kernel name and launch order.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
             workers: int | None, roofs: str | None, engine_model: str | None, batch: int | None,
-            prompt_len: int | None, decode_context: int | None, itemsize: int) -> None:
+            prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, or an ncu report / CSV."""
     if ranks or scheduler or workers:
         from ._ranks import run_rank_import
@@ -55,10 +58,16 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     from perfscope.api import save_with_html
 
     report = import_file(path, device=_roofs(roofs) if roofs else None)
+    if engine_model and analytic_trace:
+        raise click.UsageError("give either --engine or --analytic, not both")
     if engine_model:
         report = _with_engine(report, engine_model, batch, prompt_len, decode_context, itemsize)
     elif batch or prompt_len or decode_context:
         raise click.UsageError("--batch, --prompt-len and --decode-context go with --engine MODEL")
+    if analytic_trace:
+        from perfscope.analysis.engine_costs import with_trace_costs
+
+        report = with_trace_costs(report, import_file(analytic_trace))
     target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
     written = save_with_html(report, target, force=force, html=html)
     k = report.kernels

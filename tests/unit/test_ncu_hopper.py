@@ -284,3 +284,19 @@ def test_cli_import_with_engine_and_borrowed_roofs(fixtures_dir: Path, tmp_path:
     assert "--batch" in capsys.readouterr().err
     assert main(["import", str(fixtures_dir / FULL), "--out", str(tmp_path / "y"), "--roofs", "nowhere"]) == 2
     assert "--roofs" in capsys.readouterr().err
+
+
+def test_kineto_trace_of_the_same_program_prices_the_op_as_called(full: Report, load) -> None:
+    from perfscope.analysis.engine_costs import with_trace_costs
+    from perfscope.analysis.findings import run_rules
+
+    r = with_trace_costs(full, load("h200/h200_llama1b_engine_eager.pt.trace.json.gz"))
+    k = r.kernels
+    assert (k["analytic_source"] == "trace").all() and r.params["analytic"]["matched_kernels"] == 6
+    for index, (m, n, kk) in GEMMS.items():
+        assert k.loc[index, "flops_analytic"] == 2 * m * n * kk
+        assert k.loc[index, "analytic_op"].startswith("aten::mm")
+    # the traced op is SDPA with an explicit [2, 1, 256, 256] mask: its formula is the full product,
+    # so measured and analytic agree and nothing is flagged (the --engine route prices the causal work)
+    assert k.loc[1, "flops_analytic"] == ATTENTION_TENSOR_FLOPS
+    assert not [f for f in run_rules(r) if f.id in ("excess-work", "flops-mismatch")]
