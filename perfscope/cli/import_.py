@@ -65,7 +65,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     elif batch or prompt_len or decode_context:
         raise click.UsageError("--batch, --prompt-len and --decode-context go with --engine MODEL")
     if analytic_trace:
-        from perfscope.analysis.engine_costs import with_trace_costs
+        from perfscope.analysis.analytic import with_trace_costs
 
         report = with_trace_costs(report, import_file(analytic_trace))
     target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
@@ -99,7 +99,7 @@ def _roofs(spec: str) -> DeviceSpec:
 
 def _with_engine(report: Report, model: str, batch: int | None, prompt_len: int | None,
                  decode_context: int | None, itemsize: int) -> Report:
-    from perfscope.analysis.engine_costs import EngineShape, with_engine_costs
+    from perfscope.analysis.analytic import EngineShape, with_engine_costs
     from perfscope.engine.model import ModelArgs
 
     if batch is None or prompt_len is None:

@@ -211,7 +211,7 @@ def test_a10g_csv_flops_as_before(load) -> None:
 
 # ------------------------------------------------------------------------------ measured vs analytic
 def _engine_shape(**kw: int):
-    from perfscope.analysis.engine_costs import EngineShape
+    from perfscope.analysis.analytic import EngineShape
 
     # llama-3.2-1b (fixture README): dim 2048, 32 heads, 8 KV heads, head dim 64, MLP 8192
     return EngineShape(model="llama-3.2-1b", dim=2048, n_head=32, n_kv_head=8, head_dim=64,
@@ -220,7 +220,7 @@ def _engine_shape(**kw: int):
 
 @pytest.fixture(scope="module")
 def full_with_analytic(full: Report) -> Report:
-    from perfscope.analysis.engine_costs import with_engine_costs
+    from perfscope.analysis.analytic import with_engine_costs
 
     return with_engine_costs(full, _engine_shape(batch=2, prompt_len=256))
 
@@ -255,7 +255,7 @@ def test_excess_work_flags_the_attention_kernel_not_the_gemms(full_with_analytic
 
 
 def test_decode_gemv_padding_is_excess_work(decode: Report) -> None:
-    from perfscope.analysis.engine_costs import with_engine_costs
+    from perfscope.analysis.analytic import with_engine_costs
     from perfscope.analysis.findings import run_rules
 
     r = with_engine_costs(decode, _engine_shape(batch=2, prompt_len=256))
@@ -287,7 +287,7 @@ def test_cli_import_with_engine_and_borrowed_roofs(fixtures_dir: Path, tmp_path:
 
 
 def test_kineto_trace_of_the_same_program_prices_the_op_as_called(full: Report, load) -> None:
-    from perfscope.analysis.engine_costs import with_trace_costs
+    from perfscope.analysis.analytic import with_trace_costs
     from perfscope.analysis.findings import run_rules
 
     r = with_trace_costs(full, load("h200/h200_llama1b_engine_eager.pt.trace.json.gz"))

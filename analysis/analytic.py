@@ -1,5 +1,11 @@
-"""The useful work of the reference engine's kernels, from its model shapes: analytic FLOPs and
-compulsory DRAM bytes beside what Nsight Compute measured.
+"""Analytic FLOPs and bytes beside measured ones (Nsight Compute), from two sources.
+
+1. ``with_engine_costs``: the useful work of the reference engine's kernels, from its model
+   shapes (``perfscope import X.ncu-rep --engine MODEL --batch B --prompt-len S``);
+2. ``with_trace_costs``: the cost of each kernel's launching op in a Kineto trace of the same
+   program (``--analytic TRACE``), matched by range path, kernel name and launch order.
+
+The engine route in detail:
 
 perfscope's engine (``perfscope.engine``) launches, per layer and NVTX range, a known sequence of
 matrix work: in ``attn`` the fused QKV GEMM, the attention (SDPA), the output projection; in
