@@ -20,6 +20,8 @@ import pytest
 from perfscope.collectors import NcuOptions
 from perfscope.collectors.ncu import NcuCollector
 
+from perfscope.report import Report
+
 RANDN = ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, (int)4, "
          "at::native::templates::cuda::normal_and_transform<float, float>>(long, at::PhiloxCudaState, T3, T4)")
 SCALE = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::AUnaryFunctor<c10::BFloat16, "
@@ -141,3 +143,21 @@ def test_top_n_and_launch_count_together_are_refused() -> None:
 
     with pytest.raises(UsageError, match="--top-n-launches"):
         NcuOptions(top_n=2, launch_count=3)
+
+
+def test_cli_profile_top_n_full_set(standin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perfscope.cli import main
+
+    out = tmp_path / "topn.perfscope"
+    code = main(["profile", "--collector", "ncu", "--set", "full", "--top-n", "3", "--top-n-launches", "2",
+                 "--out", str(out), "--no-html", "-q", "--", "python", "workload.py"])
+    assert code == 0, capsys.readouterr().err
+    runs = _calls(standin)[1:]
+    assert len(runs) == 3 and all(_after(a, "--launch-count") == "2" and _after(a, "--set") == "full" for a in runs)
+    report = Report.load(out)
+    assert report.params["launches_per_kernel"] == 2 and len(report.params["top_kernels"]) == 3
+    assert sorted(p.name for p in (out / "raw").iterdir() if p.suffix == ".ncu-rep") == \
+        ["ncu_top1.ncu-rep", "ncu_top2.ncu-rep", "ncu_top3.ncu-rep"]
+    capsys.readouterr()
+    assert main(["analyze", str(out)]) == 0
+    assert "top stall" in capsys.readouterr().out
