@@ -248,6 +248,7 @@ def launch_row(launch: Launch) -> dict[str, object]:
     static = launch.num("launch__shared_mem_per_block_static")
     dynamic = launch.num("launch__shared_mem_per_block_dynamic")
     device_id = launch.num("launch__device_id")
+    path = "/".join(launch.nvtx) or None
     row: dict[str, object] = {
         "name": launch.name,
         "short_name": launch.short_name,
@@ -265,8 +266,8 @@ def launch_row(launch: Launch) -> dict[str, object]:
         "bytes_source": "ncu" if nbytes is not None else None,
         "precision": precision,
         "ncu_id": launch.id,
-        "range": "/".join(launch.nvtx) or None,
-        "phase": phase_of("/".join(launch.nvtx)),
+        "range": path,
+        "phase": phase_of(path),
     }
     for precision_name in ("fp64", "fp32", "fp16"):
         row[f"flops_{precision_name}"] = by_precision.get(precision_name)

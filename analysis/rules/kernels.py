@@ -321,13 +321,14 @@ def excess_work(report: Report) -> list[Finding]:
     if not len(over):
         return []
     ratio = over["flops"] / over["flops_analytic"]
-    worst = (over["duration_ns"] * (1.0 - 1.0 / ratio)).idxmax()
-    at_stake = float((over["duration_ns"] * (1.0 - 1.0 / ratio)).sum())  # at the same rate, useful work only
+    wasted_ns = over["duration_ns"] * (1.0 - 1.0 / ratio)  # at the same rate, on the useful work only
+    worst = wasted_ns.idxmax()
+    op = k.loc[worst, "analytic_op"]
     kinds = [str(c) for c in over["category"].dropna().unique() if c in EXCESS_WORK_ADVICE]
     evidence: dict[str, float | int | str] = {
         "kernels_compared": len(both), "kernels_over": len(over),
         "excess_flops": float((over["flops"] - over["flops_analytic"]).sum()),
-        "worst_kernel": str(k.loc[worst, "name"])[:120], "worst_op": str(k.loc[worst, "analytic_op"] or ""),
+        "worst_kernel": str(k.loc[worst, "name"])[:120], "worst_op": op if isinstance(op, str) else "",
         "worst_measured_flops": float(k.loc[worst, "flops"]), "worst_analytic_flops": float(k.loc[worst, "flops_analytic"]),
         "worst_ratio": float(ratio.loc[worst]), "threshold_ratio": EXCESS_WORK_RATIO,
     }
@@ -336,5 +337,5 @@ def excess_work(report: Report) -> list[Finding]:
              + (f" ({evidence['worst_op']})" if evidence["worst_op"] else ""))
     advice = " ".join(EXCESS_WORK_ADVICE[c] for c in sorted(kinds)) or (
         "Compare the kernel's algorithm with the op: padding, recomputation or masked work the op does not need.")
-    return [ranked(report, "excess-work", title, evidence, advice, at_stake,
+    return [ranked(report, "excess-work", title, evidence, advice, float(wasted_ns.sum()),
                    kernels=tuple(str(n) for n in _top_by_time(over))[:TOP_GROUPS])]

@@ -142,6 +142,18 @@ def test_kernel_times_from_nsys_sqlite_match_a_pandas_sum(fixtures_dir: Path, fi
     assert [n for n, _ in top] == list(expected.sort_values(ascending=False).index[:2])
 
 
+@pytest.mark.parametrize("fixture", NSYS_FIXTURES)
+def test_kernel_times_by_demangled_name_keep_instances_apart(fixtures_dir: Path, fixture: str) -> None:
+    path = fixtures_dir / "nsys" / fixture
+    exact = kernel_times_from_nsys_sqlite(path, by="demangledName")
+    short = kernel_times_from_nsys_sqlite(path)
+    assert sum(exact.values()) == pytest.approx(sum(short.values()))
+    assert len(exact) >= len(short)
+    assert {function_base_name(n) for n in exact} == set(short)
+    with pytest.raises(UsageError):
+        kernel_times_from_nsys_sqlite(path, by="mangledName")
+
+
 def test_kernel_times_reject_a_file_that_is_not_an_nsys_export(tmp_path: Path) -> None:
     db = tmp_path / "other.sqlite"
     with sqlite3.connect(db) as con:
