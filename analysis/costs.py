@@ -495,10 +495,10 @@ def category_of(op: str | None, kernel_name: str | None = None) -> str:
             return "softmax"
         if name in ELEMENTWISE:
             return "elementwise"
+    if any(s in text for s in ("flash", "fmha", "attention", "attn", "sdpa")):
+        return "attention"  # before the GEMM markers: cuDNN's flash kernels are named ..._sm90_flash_fprop_wgmma_...
     if any(s in text for s in ("gemm", "cutlass", "cublas", "nvjet", "xmma", "sm90_", "sm80_", "wgmma", "matmul")):
         return "gemm"
-    if any(s in text for s in ("flash", "fmha", "attention", "attn")):
-        return "attention"
     if "memcpy" in text or "memset" in text or "copy" in text:
         return "memory"
     if "elementwise" in text or "vectorized" in text:

@@ -39,6 +39,7 @@ RULES: dict[str, Rule] = {
     "compute-below-roof": kernels.compute_below_roof,
     "fp32-matmul": kernels.fp32_matmul,
     "flops-mismatch": kernels.flops_mismatch,
+    "excess-work": kernels.excess_work,
     "occupancy-stalls": occupancy.occupancy_stalls,
     "decode-mbu": llm.decode_mbu,
     "prefill-mfu": llm.prefill_mfu,

@@ -30,6 +30,11 @@ IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Ker
             "Stream", "Block Size", "Grid Size", "Device", "CC")
 LONG = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 RULES = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
+NVTX_COLUMN = "Push/Pop_Range"
+"""Part of the header of the column ncu --nvtx adds (``thread Domain:Push/Pop_Range:PL_Type:...:Msg``)."""
+NVTX_ENTRY = re.compile(r'"([^"]*)"')
+NVTX_PAYLOAD_FIELDS = 6
+"""Fields after the range name in one entry: PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg."""
 NOISE = re.compile(r"^\s*==[A-Z]+==")
 METRIC_NAME = re.compile(r"^[a-z0-9]+__[A-Za-z0-9_.]+$")
 CSV_HINT = "export with `ncu --import REPORT.ncu-rep --csv --page raw --print-units base > out.csv`"
@@ -179,9 +184,32 @@ def _launch(table: _Table, fields: list[str]) -> Launch:
         return table.cell(fields, name) or None
 
     name = get("Kernel Name") or "(unnamed kernel)"
+    nvtx_col = next((h for h in table.header if NVTX_COLUMN in h), None)
     return Launch(id=int(get("ID") or 0), name=name, short_name=short_name_of(name),
                   grid=_dims_text(get("Grid Size")), block=_dims_text(get("Block Size")),
-                  device=get("Device"), cc=get("CC"))
+                  device=get("Device"), cc=get("CC"), nvtx=nvtx_ranges(get(nvtx_col) if nvtx_col else None))
+
+
+def nvtx_ranges(cell: str | None) -> list[str]:
+    """Range names of an ncu CSV NVTX cell, outermost first.
+
+    A cell reads ``12345  "<default domain>:prefill:none:none:none:none:none:none" "<default
+    domain>:layer.0:none:..."``: the thread id, then one quoted ``domain:name:payload`` entry per
+    open range. A named domain's ranges are shown ``domain:name`` (as the nsys reader does); the
+    default domain's stack is taken when several domains have ranges.
+    """
+    stacks: dict[str, list[str]] = {}
+    for entry in NVTX_ENTRY.findall(cell or ""):
+        head = entry.rsplit(":", NVTX_PAYLOAD_FIELDS)[0] if entry.count(":") > NVTX_PAYLOAD_FIELDS else entry
+        if head.startswith("<"):
+            domain, _, message = head.partition(">:")
+            stacks.setdefault("", []).append(message)
+        else:
+            domain, _, message = head.partition(":")
+            stacks.setdefault(domain, []).append(f"{domain}:{message}" if domain else message)
+    if not stacks:
+        return []
+    return stacks.get("", next(iter(stacks.values())))
 
 
 def _dims_text(text: str | None) -> str | None:
@@ -216,7 +244,7 @@ def _wide(table: _Table) -> list[Launch]:
     id_col = table.col("ID")
     if rows and id_col is not None and len(rows[0][1]) > id_col and not rows[0][1][id_col].strip():
         units = (rows.pop(0)[1] + units)[: len(table.header)]
-    metric_cols = [i for i, h in enumerate(table.header) if h not in IDENTITY]
+    metric_cols = [i for i, h in enumerate(table.header) if h not in IDENTITY and NVTX_COLUMN not in h]
     comma = _decimal_comma(f[i] for _, f in rows for i in metric_cols if i < len(f))
     launches = []
     for line, raw in rows:

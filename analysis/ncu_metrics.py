@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 
 from perfscope.device import DeviceSpec, Roof
 
+from .costs import category_of
+from .tree import phase_of
+
 Value = float | str
 
 DURATION = "gpu__time_duration.sum"
@@ -33,9 +36,16 @@ FP_OPS = {"fp64": ("dadd", "dmul", "dfma"), "fp32": ("fadd", "fmul", "ffma"), "f
 SM_CLOCKS = ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second",
              "gpc__cycles_elapsed.avg.per_second")
 DRAM_CLOCK = "dram__cycles_elapsed.avg.per_second"
-TENSOR_OPS = re.compile(r"^sm__ops_path_tensor_(?:op_\w+?_)?src_(\w+?)(?:_dst_\w+?)?(?:_sparsity_(?:on|off))?\.sum$")
+TENSOR_OPS = re.compile(r"^sm__ops_path_tensor_(?:op_(?P<op>[a-z]+)_)?src_(?P<src>\w+?)(?:_dst_(?P<dst>\w+?))?"
+                        r"(?:_sparsity_(?P<sparsity>on|off))?\.sum$")
+"""Tensor-core op counters: per-source totals (``sm__ops_path_tensor_src_bf16_dst_fp32.sum``) and the
+per-instruction paths inside them (``sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum``)."""
+TENSOR_PEAK = re.compile(TENSOR_OPS.pattern.removesuffix("$") + r"\.peak_sustained$")
 TENSOR_SRC = {"fp16": "fp16", "bf16": "bf16", "tf32": "tf32", "fp64": "fp64", "int8": "int8", "fp8": "fp8",
               "fp4_fp6_fp8": "fp8"}
+FMA_PIPE_RENAMED = {"fp16": "fp16_fma"}
+"""When the report has a tensor-core roof for a precision, the FMA-pipe roof of that name moves here
+(datasheet convention: ``fp16`` is the tensor-core figure; ``fp64`` and ``fp32`` stay non-tensor)."""
 PIPE_TENSOR = ("sm__inst_executed_pipe_tensor.sum", "smsp__inst_executed_pipe_tensor.sum")
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
 STALL_SAMPLES = re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+?)(?<!_not_issued)$")
@@ -56,8 +66,12 @@ EXTRA_METRICS: dict[str, tuple[str, ...]] = {
 
 FLOP_CONVENTION = (
     "FMA = 2 FLOP; fp64/fp32/fp16 = add + mul + 2 x fma SASS thread instructions (ncu 2022.3 "
-    "convention: packed half2 instructions count once); tensor = sm__ops_path_tensor_* ops, "
-    "one op = one FLOP (not stated by NVIDIA); pipe-tensor instruction counts are not converted"
+    "convention: packed half2 instructions count once); tensor = sm__ops_path_tensor_* ops (one op = "
+    "one FLOP: a multiply-add is 2 ops, checked on H200 where the hgmma bf16 ops of a GEMM equal "
+    "2*M*N*K), counted once per source precision: the per-source totals "
+    "(sm__ops_path_tensor_src_<p>[_dst_<q>][_sparsity_on|off]) when collected, else the sum of the "
+    "distinct per-instruction paths (op_hgmma/hmma/..., never a total and its own paths together); "
+    "pipe-tensor instruction counts are not converted"
 )
 
 
@@ -74,6 +88,8 @@ class Launch:
         block: ``(x, y, z)`` likewise.
         device: device ordinal or name as the source gives it.
         cc: compute capability (``8.6``) when known.
+        nvtx: the NVTX push/pop ranges open around the launch, outermost first (names of a
+            non-default domain as ``domain:name``, the way the nsys reader shows them).
     """
 
     id: int
@@ -84,6 +100,7 @@ class Launch:
     block: str | None = None
     device: str | None = None
     cc: str | None = None
+    nvtx: list[str] = field(default_factory=list)
 
     def num(self, *names: str) -> float | None:
         """The first of ``names`` that has a finite numeric value."""
@@ -138,11 +155,38 @@ def flops_by_precision(launch: Launch) -> dict[str, float | None]:
     for precision, (add, mul, fma) in FP_OPS.items():
         a, m, f = (_op_total(launch, op, seconds) for op in (add, mul, fma))
         out[precision] = a + m + 2.0 * f if a is not None and m is not None and f is not None else None
+    for precision, value in tensor_flops(launch).items():
+        out[precision] = (out.get(precision) or 0.0) + value
+    return out
+
+
+def _tensor_key(match: re.Match[str]) -> tuple[str | None, str | None, str | None]:
+    return match.group("op"), match.group("dst"), match.group("sparsity")
+
+
+def _covers(outer: tuple[str | None, ...], inner: tuple[str | None, ...]) -> bool:
+    """``outer`` counts a superset of ``inner``'s work: each of its fields is unset or equal."""
+    return outer != inner and all(o is None or o == i for o, i in zip(outer, inner))
+
+
+def tensor_flops(launch: Launch) -> dict[str, float]:
+    """Tensor-core FLOPs per precision, each op counted once.
+
+    A precision's counters form a hierarchy: the per-source total (no ``op_``) covers its
+    per-instruction paths, a total without ``_sparsity_`` covers the dense and sparse ones. Only
+    the counters no other collected counter covers are added, so ``src_bf16_dst_fp32`` alone when
+    it was collected, else the distinct ``op_*`` paths (``hgmma`` + ``hmma``, dense + sparse).
+    """
+    found: dict[str, dict[tuple[str | None, str | None, str | None], float]] = {}
     for name, value in launch.metrics.items():
         match = TENSOR_OPS.match(name)
-        tensor = TENSOR_SRC.get(match.group(1)) if match else None
-        if tensor and isinstance(value, float) and math.isfinite(value):
-            out[tensor] = (out.get(tensor) or 0.0) + value
+        precision = TENSOR_SRC.get(match.group("src")) if match else None
+        if precision and isinstance(value, float) and math.isfinite(value):
+            found.setdefault(precision, {})[_tensor_key(match)] = value  # type: ignore[arg-type]
+    out: dict[str, float] = {}
+    for precision, counters in found.items():
+        keys = list(counters)
+        out[precision] = float(sum(v for k, v in counters.items() if not any(_covers(o, k) for o in keys)))
     return out
 
 
@@ -204,9 +248,11 @@ def launch_row(launch: Launch) -> dict[str, object]:
     static = launch.num("launch__shared_mem_per_block_static")
     dynamic = launch.num("launch__shared_mem_per_block_dynamic")
     device_id = launch.num("launch__device_id")
+    path = "/".join(launch.nvtx) or None
     row: dict[str, object] = {
         "name": launch.name,
         "short_name": launch.short_name,
+        "category": category_of(None, launch.name),
         "device": f"cuda:{int(device_id)}" if device_id is not None else _device_label(launch.device),
         "stream": launch.num("launch__stream_id"),
         "duration_ns": launch.num(DURATION),
@@ -220,6 +266,8 @@ def launch_row(launch: Launch) -> dict[str, object]:
         "bytes_source": "ncu" if nbytes is not None else None,
         "precision": precision,
         "ncu_id": launch.id,
+        "range": path,
+        "phase": phase_of(path),
     }
     for precision_name in ("fp64", "fp32", "fp16"):
         row[f"flops_{precision_name}"] = by_precision.get(precision_name)
@@ -255,6 +303,11 @@ def report_roofs(launches: Sequence[Launch]) -> tuple[dict[str, Roof], dict[str,
                     2.0 * peak * sm_clock, "report",
                     method=f"2 x {metric} ({peak:g} inst/cycle) x SM clock",
                     clock=f"SM clock while profiling, {sm_clock / 1e9:.3f} GHz (ncu locks clocks to base by default)")
+        tensor = tensor_roofs(launches, sm_clock)
+        for precision, renamed in FMA_PIPE_RENAMED.items():
+            if precision in tensor and precision in compute:
+                compute[renamed] = compute.pop(precision)
+        compute.update(tensor)
     memory: dict[str, Roof] = {}
     dram_clock = _median([x.num(DRAM_CLOCK) for x in launches])
     peak_bytes = _median([x.num("dram__bytes.sum.peak_sustained") for x in launches])
@@ -263,6 +316,39 @@ def report_roofs(launches: Sequence[Launch]) -> tuple[dict[str, Roof], dict[str,
                               method=f"dram__bytes.sum.peak_sustained ({peak_bytes:g} B/cycle) x {DRAM_CLOCK}",
                               clock=f"DRAM clock while profiling, {dram_clock / 1e9:.3f} GHz")
     return compute, memory
+
+
+def tensor_roofs(launches: Sequence[Launch], sm_clock: float) -> dict[str, Roof]:
+    """Tensor-core roofs per precision from the per-path ``.sum.peak_sustained`` (ops per cycle).
+
+    The dense roof of a precision is its fastest ``_sparsity_off`` path (``op_hgmma`` on Hopper),
+    the sparse one (key ``<precision>_sparse``) its fastest ``_sparsity_on`` path; a precision
+    without sparsity variants (fp64 DMMA) takes its fastest path as dense. Per-source totals are
+    not used alone when paths exist: their peak is the sparse rate. fp64 tensor goes to
+    ``fp64_tensor`` (``fp64`` stays the FMA-pipe figure, as on datasheets).
+    """
+    peaks: dict[tuple[str, str | None], tuple[bool, float, str]] = {}
+    for name in {n for x in launches for n in x.metrics if TENSOR_PEAK.match(n)}:
+        match = TENSOR_PEAK.match(name)
+        precision = TENSOR_SRC.get(match.group("src")) if match else None
+        peak = _median([x.num(name) for x in launches])
+        if not precision or not peak or match is None:
+            continue
+        key = (precision, match.group("sparsity"))
+        candidate = (match.group("op") is not None, peak, name)  # instruction paths before totals, then fastest
+        if key not in peaks or candidate[:2] > peaks[key][:2]:
+            peaks[key] = candidate
+    roofs: dict[str, Roof] = {}
+    clock = f"SM clock while profiling, {sm_clock / 1e9:.3f} GHz (ncu locks clocks to base by default)"
+    for (precision, sparsity), (_, peak, name) in sorted(peaks.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        if sparsity is None and any(p == precision and s for p, s in peaks):
+            continue  # a total whose dense and sparse paths are known
+        dense = sparsity != "on"
+        roof_key = (precision if precision != "fp64" else "fp64_tensor") + ("" if dense else "_sparse")
+        roofs[roof_key] = Roof(peak * sm_clock, "report",
+                               method=f"{name} ({peak:g} ops/cycle, one op = one FLOP) x SM clock",
+                               clock=clock, dense=dense if sparsity else None)
+    return roofs
 
 
 def attribute_bandwidth(launches: Sequence[Launch]) -> Roof | None:

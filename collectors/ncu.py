@@ -13,9 +13,18 @@ as the roofs' provenance clock.
 
 Top-N mode (``top_n``) first finds the N kernels with the largest total GPU time with a cheap
 pass (an ``nsys`` timeline when nsys is installed, otherwise ``ncu --metrics
-gpu__time_duration.sum``), then profiles only those, by function name::
+gpu__time_duration.sum``), ranked by exact demangled name (each template instantiation of
+``vectorized_elementwise_kernel`` is its own kernel). It then runs the program once per top
+kernel, so that each one gets its K launches (``launches_per_kernel``, ``--top-n-launches``)
+whatever else runs before it::
 
-    ncu ... --kernel-name-base function --kernel-name regex:^(a|b|c)$ --launch-count N*k
+    ncu ... --kernel-name-base demangled --kernel-name regex:^<escaped name>$ --launch-count K \
+        --export OUT/ncu_top1 ...      (then ncu_top2, ... ncu_topN)
+
+One run per kernel costs N+1 runs of the program, but a single run with the names' regex union
+and ``--launch-count N*K`` profiles the first N*K launches matching any name (start-up kernels
+that share a name), and ncu's ``--filter-mode per-launch-config`` counts per grid/block shape,
+not per name. The N reports are imported as one (:func:`perfscope.analysis.ncu_reader.read_ncu_reps`).
 """
 
 from __future__ import annotations
@@ -62,8 +71,9 @@ class NcuOptions:
             one in domain D); setting any turns on ``--nvtx``.
         nvtx_exclude: ``--nvtx-exclude`` filters.
         target_processes: ``all`` (child processes too, e.g. torchrun) or application-only.
-        top_n: profile only the N kernels with the most total GPU time (two passes).
-        launches_per_kernel: with ``top_n``, the launch-count bound is ``top_n`` times this.
+        top_n: profile only the N kernels with the most total GPU time (a first pass, then one
+            profiled run per kernel).
+        launches_per_kernel: with ``top_n``, launches profiled per top kernel (K).
         first_pass: how top-N ranks kernels: auto (nsys if installed and no NVTX filter),
             nsys or ncu.
         output_base: report path without extension; ``collect`` puts it in its out_dir.
@@ -103,6 +113,9 @@ class NcuOptions:
         if self.top_n is not None and self.kernel_name is not None:
             raise UsageError("ncu top-N mode chooses the kernel names itself",
                              hint="give either --top-n or --kernel-name, not both")
+        if self.top_n is not None and self.launch_count is not None:
+            raise UsageError("ncu top-N mode profiles K launches of each top kernel",
+                             hint="give the launches per kernel with --top-n-launches K, not --launch-count")
 
 
 def _choice(flag: str, value: str, allowed: Sequence[str]) -> None:
@@ -147,12 +160,12 @@ def timing_pass_command(target: Sequence[str], options: NcuOptions, csv_path: Pa
     """The cheap ncu pass of top-N mode: only ``gpu__time_duration.sum``, as CSV (pure).
 
     It keeps the NVTX filters and ``launch_skip``, prints units in base units (ns) and names
-    as function names, the basis the second pass matches with ``--kernel-name-base function``.
+    demangled, the basis the per-kernel passes match with ``--kernel-name-base demangled``.
     """
     bounds = dataclasses.replace(options, kernel_name=None, launch_count=None, top_n=None)
     return [
         "ncu", "--metrics", TIME_METRIC, "--csv", "--print-units", "base",
-        "--print-kernel-base", "function", "--clock-control", options.clock_control,
+        "--print-kernel-base", "demangled", "--clock-control", options.clock_control,
         "--target-processes", options.target_processes, *_filter_args(bounds),
         "--log-file", str(csv_path), *_target(target),
     ]
@@ -168,6 +181,19 @@ def kernel_regex(names: Sequence[str]) -> str:
     if not names:
         raise UsageError("no kernel names to filter on")
     return "regex:^(" + "|".join(escape_regex(n) for n in names) + ")$"
+
+
+def exact_name_regex(name: str) -> str:
+    """An ncu ``--kernel-name`` value matching exactly one demangled name.
+
+    Every metacharacter is escaped (templated names hold ``<>()*,:``) and each run of spaces
+    matches any spacing, since demanglers differ on ``T *`` vs ``T*`` and ``> >`` vs ``>>``.
+    """
+    parts = re.split(r"\s+|(?<=[*&,<>()])|(?=[*&,<>()])", name.strip())
+    tokens = [escape_regex(p) for p in parts if p]
+    if not tokens:
+        raise UsageError("no kernel name to filter on")
+    return "regex:^" + r"\s*".join(tokens) + "$"
 
 
 def _strip_balanced(text: str, open_ch: str, close_ch: str) -> str:
@@ -244,15 +270,21 @@ def parse_kernel_times_csv(text: str, *, source: str = "<ncu csv>") -> dict[str,
     return totals
 
 
-def kernel_times_from_nsys_sqlite(path: Path | str) -> dict[str, float]:
-    """Total GPU time per kernel function name (ns) in an ``nsys export --type sqlite`` file.
+def kernel_times_from_nsys_sqlite(path: Path | str, *, by: str = "shortName") -> dict[str, float]:
+    """Total GPU time per kernel name (ns) in an ``nsys export --type sqlite`` file.
+
+    Args:
+        path: the export.
+        by: ``shortName`` (function name) or ``demangledName`` (exact, with template arguments).
 
     Raises:
         InputFormatError: ``path`` is not an nsys SQLite export.
     """
+    if by not in ("shortName", "demangledName"):
+        raise UsageError(f"kernel names by {by!r}: use shortName or demangledName")
     query = (
         "SELECT s.value, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
-        "JOIN StringIds AS s ON s.id = k.shortName GROUP BY s.value"
+        f"JOIN StringIds AS s ON s.id = k.{by} GROUP BY s.value"
     )
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
@@ -275,20 +307,32 @@ def merge_by_function(times: Mapping[str, float]) -> dict[str, float]:
     return merged
 
 
-def top_kernels(times: Mapping[str, float], n: int) -> list[tuple[str, float]]:
-    """The ``n`` function names with the largest total time (ns), largest first.
+def top_kernels(times: Mapping[str, float], n: int, *, exact: bool = False) -> list[tuple[str, float]]:
+    """The ``n`` kernels with the largest total time (ns), largest first.
+
+    Args:
+        times: total time per kernel name.
+        n: how many.
+        exact: rank the names as given (demangled: one entry per template instantiation)
+            instead of merging them by :func:`function_base_name`.
 
     Ties are broken by name so the choice is deterministic.
     """
-    ranked = sorted(merge_by_function(times).items(), key=lambda item: (-item[1], item[0]))
+    merged = dict(times) if exact else merge_by_function(times)
+    ranked = sorted(merged.items(), key=lambda item: (-item[1], item[0]))
     return ranked[:n]
 
 
-def second_pass_options(options: NcuOptions, names: Sequence[str]) -> NcuOptions:
-    """The options of top-N's second pass: only ``names``, with a launch-count bound."""
-    count = options.launch_count or len(names) * options.launches_per_kernel
-    return dataclasses.replace(options, top_n=None, kernel_name=kernel_regex(names),
-                               kernel_name_base="function", launch_count=count)
+def per_kernel_options(options: NcuOptions, names: Sequence[str]) -> list[NcuOptions]:
+    """The options of top-N's profiled runs: one per kernel, exactly that demangled name, K launches.
+
+    Each run writes ``<output_base>_top<rank>`` and keeps the NVTX filters and ``launch_skip``
+    (which then skips that kernel's own first launches).
+    """
+    return [dataclasses.replace(options, top_n=None, kernel_name=exact_name_regex(name),
+                                kernel_name_base="demangled", launch_count=options.launches_per_kernel,
+                                output_base=f"{options.output_base}_top{rank}")
+            for rank, name in enumerate(names, start=1)]
 
 
 def choose_first_pass(options: NcuOptions, nsys_available: bool) -> str:
@@ -327,14 +371,42 @@ class NcuCollector:
         version = tool_version("ncu")
         log = _PassLog()
         if options.top_n is not None:
-            options = _rank(target, out_dir, options, log)
+            return self._collect_top(target, out_dir, options, log, version)
         cmd = profile_command(target, options)
         log.commands.append(tuple(cmd))
         report = Path(options.output_base + ".ncu-rep")
         since = time.time()
         outcome = _run_ncu(cmd, report, options)
         _require_report(report, since, cmd)
-        return _capture(self.name, report, log, version, outcome, options)
+        return _capture(self.name, [report], log, version, outcome, options)
+
+    def _collect_top(self, target: Sequence[str], out_dir: Path, options: NcuOptions, log: _PassLog,
+                     version: str | None) -> RawCapture:
+        """Top-N: rank, then one profiled run per top kernel; the reports in rank order."""
+        names = _rank(target, out_dir, options, log)
+        reports: list[Path] = []
+        outcomes: list[Outcome] = []
+        for name, opts in zip(names, per_kernel_options(options, names)):
+            cmd = profile_command(target, opts)
+            log.commands.append(tuple(cmd))
+            report = Path(opts.output_base + ".ncu-rep")
+            since = time.time()
+            outcomes.append(_run_ncu(cmd, report, opts))
+            if fresh_file(report, since):
+                reports.append(report)
+            else:
+                log.warnings.append(f"top-N: ncu profiled no launch of {name[:160]} (it ran in the first pass "
+                                    "only, or its name differs between the two passes)")
+            if outcomes[-1].interrupted:
+                break
+        outcome = Outcome(partial=any(o.partial for o in outcomes), interrupted=any(o.interrupted for o in outcomes),
+                          warnings=tuple(w for o in outcomes for w in o.warnings))
+        if not reports and not outcome.interrupted:
+            raise CollectorError("ncu", log.commands[-1], 0, _log_tail(Path(options.output_base + "_top1.log")),
+                                 hint="no top kernel was profiled in the per-kernel runs: do the kernel names of "
+                                 "the first pass match ncu's demangled names? try --kernel-name instead")
+        log.params["launches_per_kernel"] = options.launches_per_kernel
+        return _capture(self.name, reports, log, version, outcome, options)
 
 
 @dataclass
@@ -344,16 +416,17 @@ class _PassLog:
     params: dict[str, object] = dataclasses.field(default_factory=dict)
 
 
-def _rank(target: Sequence[str], out_dir: Path, options: NcuOptions, log: _PassLog) -> NcuOptions:
+def _rank(target: Sequence[str], out_dir: Path, options: NcuOptions, log: _PassLog) -> list[str]:
+    """The demangled names of the top-N kernels, from the first pass."""
     how = choose_first_pass(options, shutil.which("nsys") is not None)
     pass_fn = _nsys_pass if how == "nsys" else _ncu_pass
-    top = top_kernels(pass_fn(target, out_dir, options, log), options.top_n or 0)
+    top = top_kernels(pass_fn(target, out_dir, options, log), options.top_n or 0, exact=True)
     if not top:
         raise CollectorError(how, log.commands[-1], 0, "the first pass recorded no CUDA kernel",
                              hint="does the program run on the GPU? check the NVTX filters")
     log.params.update(top_n=options.top_n, first_pass=how,
                       top_kernels=[{"name": n, "total_ns": t} for n, t in top])
-    return second_pass_options(options, [n for n, _ in top])
+    return [n for n, _ in top]
 
 
 def _nsys_pass(target: Sequence[str], out_dir: Path, options: NcuOptions,
@@ -363,7 +436,7 @@ def _nsys_pass(target: Sequence[str], out_dir: Path, options: NcuOptions,
     capture = nsys.NsysCollector().collect(target, out_dir, opts)
     log.commands.extend(capture.commands)
     log.warnings.extend(f"top-N first pass: {w}" for w in capture.warnings)
-    return kernel_times_from_nsys_sqlite(capture.files[0])
+    return kernel_times_from_nsys_sqlite(capture.files[0], by="demangledName")
 
 
 def _ncu_pass(target: Sequence[str], out_dir: Path, options: NcuOptions,
@@ -419,7 +492,7 @@ def _require_report(report: Path, since: float, cmd: Sequence[str]) -> None:
     raise CollectorError("ncu", cmd, 0, tail or f"no report at {report}", hint=hint)
 
 
-def _capture(name: str, report: Path, log: _PassLog, version: str | None,
+def _capture(name: str, reports: Sequence[Path], log: _PassLog, version: str | None,
              outcome: Outcome, options: NcuOptions) -> RawCapture:
     params = {
         "set": options.section_set, "clock_control": options.clock_control,
@@ -427,8 +500,8 @@ def _capture(name: str, report: Path, log: _PassLog, version: str | None,
         "launch_count": options.launch_count, "nvtx_include": list(options.nvtx_include),
         "nvtx_exclude": list(options.nvtx_exclude), **log.params,
     }
-    log_file = report.with_suffix(".log")
-    files = (report, log_file) if log_file.exists() else (report,)
+    logs = [r.with_suffix(".log") for r in reports]
+    files = (*reports, *(f for f in logs if f.exists()))
     capture = RawCapture(collector=name, files=files, commands=tuple(log.commands),
                          tool_version=version, partial=outcome.partial,
                          warnings=(*log.warnings, *outcome.warnings), params=params)

@@ -70,6 +70,9 @@ KERNEL_COLUMNS = _cols(
     ("bytes_source", "str", False, "ncu, analytic, graph-* (CUDA graph replays) or None"),
     ("flops_analytic", "float", False, "analytic FLOPs kept beside measured ones"),
     ("dram_bytes_analytic", "float", False, "analytic bytes kept beside measured ones"),
+    ("analytic_op", "str", False, "the op flops_analytic / dram_bytes_analytic price (wqkv 512x3072x2048, ...)"),
+    ("analytic_source", "str", False, "engine (useful work of perfscope's engine at its shapes), trace (the "
+     "launching op's cost in a Kineto trace of the same program) or None"),
     ("arith_intensity", "float", False, "flops / dram_bytes, FLOP/byte"),
     ("achieved_flops_per_s", "float", False, "flops / duration"),
     ("achieved_bytes_per_s", "float", False, "dram_bytes / duration"),

@@ -257,7 +257,13 @@ def profile_external(argv: Sequence[str], *, collector: str, options: Any = None
         raise CollectorError(collector, list(capture.commands[-1]) if capture.commands else list(argv), None,
                              "no output file was written")
     say("importing the capture")
-    report = import_file(capture.primary)
+    reports = [p for p in capture.files if p.suffix == ".ncu-rep" and p.exists()]
+    if len(reports) > 1:  # ncu top-N: one report per top kernel
+        from perfscope.analysis.ncu_reader import read_ncu_reps
+
+        report = read_ncu_reps(reports)
+    else:
+        report = import_file(capture.primary)
     report = report.with_manifest(
         name=Path(argv[0]).name if argv else collector,
         source={**capture.source(), "path": capture.primary.name},

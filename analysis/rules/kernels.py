@@ -1,5 +1,5 @@
 """Kernel rules: far below the bandwidth or matrix roof, FP32 matmuls where tensor cores apply,
-and measured vs analytic FLOPs that disagree.
+measured vs analytic FLOPs that disagree, and kernels doing more work than their op needs.
 
 Kernels are grouped by short name (template arguments dropped) and judged on their totals: total
 bytes (or FLOPs) over total time, against the roof of their precision. FP32 GEMMs whose kernel
@@ -55,6 +55,10 @@ conventions of a few percent (FMA = 2, masked lanes), 25% means a wrong formula,
 op link, or a different algorithm (ncu half-precision counters differ 2x between versions)."""
 FLOPS_MISMATCH_MIN_PCT = 5.0
 """...on at least 5% of the time of the kernels where both are known."""
+EXCESS_WORK_RATIO = 1.10
+"""A kernel whose measured FLOPs exceed its op's useful work by more than 10% computes what the op
+does not need (tiles under a causal mask computed in full, rows padded to the tile); below that,
+softmax, epilogues and counter rounding add a few percent."""
 
 TF32_ADVICE = (
     "Move the matmuls to tensor cores: torch.backends.cuda.matmul.allow_tf32 = True (or "
@@ -268,7 +272,8 @@ def _top_by_time(k: pd.DataFrame) -> list[str]:
 def flops_mismatch(report: Report) -> list[Finding]:
     """Kernels whose measured FLOPs (ncu) and analytic FLOPs (op shapes) disagree beyond tolerance."""
     k = report.kernels
-    both = k[(k["flops"] > 0) & (k["flops_analytic"] > 0)]
+    # the engine's useful-work model differs from the kernel's work on purpose: excess_work judges those
+    both = k[(k["flops"] > 0) & (k["flops_analytic"] > 0) & k["analytic_source"].ne("engine")]
     if not len(both):
         return []
     ratio = both["flops"] / both["flops_analytic"]
@@ -296,3 +301,41 @@ def flops_mismatch(report: Report) -> list[Finding]:
     severity = severity_for(off_ns, float(k["duration_ns"].sum()))
     return [Finding("flops-mismatch", severity, title, evidence, advice, math.nan,
                     kernels=tuple(str(n) for n in _top_by_time(off))[:TOP_GROUPS])]
+
+
+# ---------------------------------------------------------------------------- excess work
+EXCESS_WORK_ADVICE = {
+    "attention": "The attention kernel computes the masked half of the scores too: an explicit attn_mask makes "
+                 "SDPA run every tile. Pass is_causal=True (no mask) when the mask is causal, so flash kernels "
+                 "skip the masked tiles (about half the work of a prefill from position 0).",
+    "gemm": "The GEMM does more than 2*M*N*K: its tile pads a small M (decode rows) or N. Batch more rows per "
+            "step, or let the library pick a GEMV / small-M kernel (cuBLASLt heuristics, torch.compile).",
+}
+
+
+def excess_work(report: Report) -> list[Finding]:
+    """Kernels whose measured FLOPs exceed their op's analytic (useful) FLOPs by more than 10%."""
+    k = report.kernels
+    both = k[(k["flops"] > 0) & (k["flops_analytic"] > 0)]
+    over = both[both["flops"] > EXCESS_WORK_RATIO * both["flops_analytic"]]
+    if not len(over):
+        return []
+    ratio = over["flops"] / over["flops_analytic"]
+    wasted_ns = over["duration_ns"] * (1.0 - 1.0 / ratio)  # at the same rate, on the useful work only
+    worst = wasted_ns.idxmax()
+    op = k.loc[worst, "analytic_op"]
+    kinds = [str(c) for c in over["category"].dropna().unique() if c in EXCESS_WORK_ADVICE]
+    evidence: dict[str, float | int | str] = {
+        "kernels_compared": len(both), "kernels_over": len(over),
+        "excess_flops": float((over["flops"] - over["flops_analytic"]).sum()),
+        "worst_kernel": str(k.loc[worst, "name"])[:120], "worst_op": op if isinstance(op, str) else "",
+        "worst_measured_flops": float(k.loc[worst, "flops"]), "worst_analytic_flops": float(k.loc[worst, "flops_analytic"]),
+        "worst_ratio": float(ratio.loc[worst]), "threshold_ratio": EXCESS_WORK_RATIO,
+    }
+    title = (f"{len(over)} of {len(both)} kernels do more work than their op needs: {group_key(k.loc[[worst]]).iloc[0]} "
+             f"{float(ratio.loc[worst]):.2f}x the analytic FLOPs"
+             + (f" ({evidence['worst_op']})" if evidence["worst_op"] else ""))
+    advice = " ".join(EXCESS_WORK_ADVICE[c] for c in sorted(kinds)) or (
+        "Compare the kernel's algorithm with the op: padding, recomputation or masked work the op does not need.")
+    return [ranked(report, "excess-work", title, evidence, advice, float(wasted_ns.sum()),
+                   kernels=tuple(str(n) for n in _top_by_time(over))[:TOP_GROUPS])]

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ._common import as_report_path
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
+    from perfscope.report import Report
 
 
 @click.command(name="import")
@@ -21,8 +26,26 @@ from ._common import as_report_path
               "(tcp://HOST:8786) instead of a local cluster.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="With --ranks: local Dask workers "
               "(default: sized to this machine's CPUs and memory).")
+# -- roofs and analytic costs --
+@click.option("--roofs", "roofs", default=None, metavar="cuda|REPORT",
+              help="Classify against other roofs: `cuda` (this machine's GPU, measured and cached like "
+              "`perfscope devices`) or a .perfscope report folder (its device roofs). Default: the file's own "
+              "(ncu peak metrics x clock), else a datasheet.")
+@click.option("--engine", "engine_model", default=None, metavar="MODEL",
+              help="The capture is of perfscope's engine with this model config (llama-3.2-1b, ...): put the "
+              "useful FLOPs and bytes of each GEMM / attention kernel beside the measured ones (needs NVTX ranges).")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="With --engine: sequences per step.")
+@click.option("--prompt-len", type=click.IntRange(min=1), default=None, help="With --engine: prompt tokens.")
+@click.option("--decode-context", type=click.IntRange(min=1), default=None,
+              help="With --engine: cache length of the profiled decode step (prices decode attention).")
+@click.option("--itemsize", type=click.IntRange(min=1), default=2, show_default=True,
+              help="With --engine: bytes per weight/activation element (2: bf16/fp16).")
+@click.option("--analytic", "analytic_trace", default=None, type=click.Path(), metavar="TRACE",
+              help="A Kineto trace (or report) of the same program: its analytic FLOPs and bytes go beside the "
+              "measured ones, matched by range path, kernel name and launch order.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
-            workers: int | None) -> None:
+            workers: int | None, roofs: str | None, engine_model: str | None, batch: int | None,
+            prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, or an ncu report / CSV."""
     if ranks or scheduler or workers:
         from ._ranks import run_rank_import
@@ -34,7 +57,17 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     from perfscope.analysis.importers import import_file
     from perfscope.api import save_with_html
 
-    report = import_file(path)
+    report = import_file(path, device=_roofs(roofs) if roofs else None)
+    if engine_model and analytic_trace:
+        raise click.UsageError("give either --engine or --analytic, not both")
+    if engine_model:
+        report = _with_engine(report, engine_model, batch, prompt_len, decode_context, itemsize)
+    elif batch or prompt_len or decode_context:
+        raise click.UsageError("--batch, --prompt-len and --decode-context go with --engine MODEL")
+    if analytic_trace:
+        from perfscope.analysis.analytic import with_trace_costs
+
+        report = with_trace_costs(report, import_file(analytic_trace))
     target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
     written = save_with_html(report, target, force=force, html=html)
     k = report.kernels
@@ -42,3 +75,35 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
                f"{len(report.transfers)} transfers -> {written}")
     for w in report.warnings:
         click.echo(f"  warning: {w}", err=True)
+
+
+def _roofs(spec: str) -> DeviceSpec:
+    """Device roofs named on the command line: ``cuda[:N]`` (measured here) or a report folder."""
+    from perfscope.errors import InputFormatError, UsageError
+    from perfscope.report import Report
+
+    if spec.startswith("cuda"):
+        from perfscope.collectors.roofs import device_roofs
+        from perfscope.engine.generate import resolve_device
+
+        resolve_device(spec)  # a clear error when there is no GPU
+        return device_roofs(spec)
+    report = Report.load(spec) if Path(spec).is_dir() else None
+    if report is None:
+        raise UsageError(f"--roofs {spec!r}: neither `cuda` nor a .perfscope report folder",
+                         hint="give --roofs cuda on the profiled machine, or a report folder whose device roofs to use")
+    if report.device is None or not report.device.compute:
+        raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
+    return report.device
+
+
+def _with_engine(report: Report, model: str, batch: int | None, prompt_len: int | None,
+                 decode_context: int | None, itemsize: int) -> Report:
+    from perfscope.analysis.analytic import EngineShape, with_engine_costs
+    from perfscope.engine.model import ModelArgs
+
+    if batch is None or prompt_len is None:
+        raise click.UsageError("--engine needs --batch and --prompt-len (the run's shape)")
+    shape = EngineShape.from_args(ModelArgs.from_name(model), batch=batch, prompt_len=prompt_len,
+                                  itemsize=itemsize, decode_context=decode_context)
+    return with_engine_costs(report, shape)

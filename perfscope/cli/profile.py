@@ -40,7 +40,10 @@ ENGINE_STAGES = 7
 @click.option("--launch-count", type=click.IntRange(min=1), default=None, help="ncu: matching launches to profile.")
 @click.option("--nvtx-include", multiple=True, help="ncu: only kernels inside this NVTX range (e.g. decode/).")
 @click.option("--top-n", type=click.IntRange(min=1), default=None,
-              help="ncu: profile only the N kernels with the most GPU time (a cheap first pass finds them).")
+              help="ncu: profile only the N kernels with the most GPU time (a cheap first pass finds them, "
+              "then one profiled run per kernel).")
+@click.option("--top-n-launches", type=click.IntRange(min=1), default=1, show_default=True,
+              help="ncu --top-n: launches profiled per top kernel.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop the profiled command after this many seconds.")
 @click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-<model>.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
@@ -51,7 +54,8 @@ ENGINE_STAGES = 7
 def profile(command: tuple[str, ...], collector: str, out: str | None, force: bool, no_html: bool,
             as_json: bool, quiet: bool, nvml: bool, nvml_rate: float, ncu_set: str, clock_control: str,
             kernel_name: str | None, launch_skip: int | None, launch_count: int | None,
-            nvtx_include: tuple[str, ...], top_n: int | None, timeout: float | None, **engine: object) -> None:
+            nvtx_include: tuple[str, ...], top_n: int | None, top_n_launches: int, timeout: float | None,
+            **engine: object) -> None:
     """Profile the built-in LLM engine (no COMMAND) or a Python script (-- python train.py ...).
 
     With no arguments it profiles the `small` model on the best available device and writes
@@ -81,7 +85,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
         if collector != "torch":
             options = _tool_options(collector, timeout, ncu_set=ncu_set, clock_control=clock_control,
                                     kernel_name=kernel_name, launch_skip=launch_skip, launch_count=launch_count,
-                                    nvtx_include=nvtx_include, top_n=top_n)
+                                    nvtx_include=nvtx_include, top_n=top_n, top_n_launches=top_n_launches)
             report, raw = profile_external(command, collector=collector, options=options, nvml=nvml,
                                            nvml_rate_hz=nvml_rate, progress=advance)
         elif command:
@@ -116,4 +120,5 @@ def _tool_options(collector: str, timeout: float | None, **ncu: object) -> objec
     return NcuOptions(section_set=ncu["ncu_set"], clock_control=ncu["clock_control"],  # type: ignore[arg-type]
                       kernel_name=ncu["kernel_name"], launch_skip=ncu["launch_skip"],  # type: ignore[arg-type]
                       launch_count=ncu["launch_count"], nvtx_include=tuple(ncu["nvtx_include"]),  # type: ignore[arg-type]
-                      top_n=ncu["top_n"], timeout_s=timeout)  # type: ignore[arg-type]
+                      top_n=ncu["top_n"], launches_per_kernel=ncu["top_n_launches"],  # type: ignore[arg-type]
+                      timeout_s=timeout)

@@ -13,13 +13,14 @@ from perfscope.collectors import COLLECTORS, NcuCollector, NcuOptions
 from perfscope.collectors.ncu import (
     choose_first_pass,
     escape_regex,
+    exact_name_regex,
     function_base_name,
     kernel_regex,
     kernel_times_from_nsys_sqlite,
     ncu_hint,
     parse_kernel_times_csv,
+    per_kernel_options,
     profile_command,
-    second_pass_options,
     timing_pass_command,
     top_kernels,
 )
@@ -76,6 +77,8 @@ def test_no_filter_flags_unless_asked() -> None:
         ({"launch_skip": -1}, "launch_skip"),
         ({"top_n": 0}, "top_n"),
         ({"top_n": 3, "kernel_name": "regex:x"}, "either --top-n or --kernel-name"),
+        ({"top_n": 3, "launch_count": 2}, "--top-n-launches"),
+        ({"top_n": 3, "launches_per_kernel": 0}, "launches_per_kernel"),
         ({"first_pass": "torch"}, "first pass"),
     ],
 )
@@ -85,11 +88,11 @@ def test_bad_options_are_usage_errors(kwargs: dict[str, object], message: str) -
 
 
 def test_timing_pass_keeps_nvtx_and_skip_but_not_the_count() -> None:
-    opts = NcuOptions(top_n=3, launch_skip=5, launch_count=9, nvtx_include=("decode/",),
+    opts = NcuOptions(top_n=3, launch_skip=5, launches_per_kernel=9, nvtx_include=("decode/",),
                       clock_control="none")
     cmd = timing_pass_command(TARGET, opts, "/o/topn_pass.csv")
     assert cmd[:8] == ["ncu", "--metrics", "gpu__time_duration.sum", "--csv",
-                       "--print-units", "base", "--print-kernel-base", "function"]
+                       "--print-units", "base", "--print-kernel-base", "demangled"]
     assert _value_after(cmd, "--clock-control") == "none"
     assert _value_after(cmd, "--launch-skip") == "5"
     assert "--launch-count" not in cmd and "--kernel-name" not in cmd
@@ -137,6 +140,18 @@ def test_kernel_times_from_nsys_sqlite_match_a_pandas_sum(fixtures_dir: Path, fi
     assert got == {name: float(total) for name, total in expected.items()}
     top = top_kernels(got, 2)
     assert [n for n, _ in top] == list(expected.sort_values(ascending=False).index[:2])
+
+
+@pytest.mark.parametrize("fixture", NSYS_FIXTURES)
+def test_kernel_times_by_demangled_name_keep_instances_apart(fixtures_dir: Path, fixture: str) -> None:
+    path = fixtures_dir / "nsys" / fixture
+    exact = kernel_times_from_nsys_sqlite(path, by="demangledName")
+    short = kernel_times_from_nsys_sqlite(path)
+    assert sum(exact.values()) == pytest.approx(sum(short.values()))
+    assert len(exact) >= len(short)
+    assert {function_base_name(n) for n in exact} == set(short)
+    with pytest.raises(UsageError):
+        kernel_times_from_nsys_sqlite(path, by="mangledName")
 
 
 def test_kernel_times_reject_a_file_that_is_not_an_nsys_export(tmp_path: Path) -> None:
@@ -190,18 +205,41 @@ def test_top_kernels_merge_demangled_names_and_rank(fixtures_dir: Path) -> None:
     assert top[0][0] == "basic"
 
 
-def test_second_pass_is_limited_to_the_top_names_with_a_launch_bound() -> None:
-    opts = NcuOptions(top_n=3, launches_per_kernel=2, nvtx_include=("decode/",))
-    second = second_pass_options(opts, ["basic", "gmem_coalesce", "smem_blocking"])
-    assert second.top_n is None
-    assert second.kernel_name == "regex:^(basic|gmem_coalesce|smem_blocking)$"
-    assert second.kernel_name_base == "function"
-    assert second.launch_count == 6
-    cmd = profile_command(TARGET, second)
-    assert _value_after(cmd, "--kernel-name") == second.kernel_name
-    assert _value_after(cmd, "--nvtx-include") == "decode/"
-    explicit = second_pass_options(NcuOptions(top_n=3, launch_count=4), ["a"])
-    assert explicit.launch_count == 4
+def test_each_top_kernel_gets_its_own_run_with_k_launches() -> None:
+    names = ["void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>>(int, T2)",
+             "nvjet_sm90_tst_96x128_64x7_2x1_v_bz_TNN"]
+    opts = NcuOptions(top_n=2, launches_per_kernel=3, launch_skip=1, nvtx_include=("decode/",),
+                      output_base="/o/ncu")
+    runs = per_kernel_options(opts, names)
+    assert [r.output_base for r in runs] == ["/o/ncu_top1", "/o/ncu_top2"]
+    for run, name in zip(runs, names):
+        assert run.top_n is None and run.launch_count == 3 and run.launch_skip == 1
+        assert run.kernel_name_base == "demangled" and run.kernel_name == exact_name_regex(name)
+        cmd = profile_command(TARGET, run)
+        assert _value_after(cmd, "--kernel-name") == run.kernel_name
+        assert _value_after(cmd, "--nvtx-include") == "decode/"
+        assert _value_after(cmd, "--export") == run.output_base
+
+
+def test_exact_name_regex_matches_one_template_instance_only() -> None:
+    name = "void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>, " \
+           "std::array<char *, (unsigned long)1>>(int, T2, T3)"
+    value = exact_name_regex(name)
+    assert value.startswith("regex:^") and value.endswith("$")
+    pattern = re.compile(value[len("regex:"):])
+    assert pattern.fullmatch(name)
+    assert pattern.fullmatch(name.replace("char *", "char*").replace(">>(", "> >("))  # demangler spacing
+    for other in (name.replace("(int)4", "(int)8"), name.replace("FillFunctor<float>", "FillFunctor<c10::Half>"),
+                  name + "x", "void at::native::vectorized_elementwise_kernel"):
+        assert not pattern.fullmatch(other)
+    with pytest.raises(UsageError):
+        exact_name_regex("  ")
+
+
+def test_top_kernels_exact_keeps_template_instances_apart() -> None:
+    times = {"void k<(int)1>(int)": 5.0, "void k<(int)2>(int)": 4.0, "void g(int)": 7.0}
+    assert top_kernels(times, 2) == [("k", 9.0), ("g", 7.0)]
+    assert top_kernels(times, 2, exact=True) == [("void g(int)", 7.0), ("void k<(int)1>(int)", 5.0)]
 
 
 def test_first_pass_prefers_nsys_unless_nvtx_filters_need_ncu() -> None:
