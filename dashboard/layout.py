@@ -12,6 +12,8 @@ import dash_ag_grid as dag
 import pandas as pd
 from dash import dcc, html
 
+from perfscope.analysis.compare import Comparison, name_view, phase_view
+from perfscope.format import evidence_rows
 from perfscope.report import Report
 
 from . import ids, views
@@ -51,6 +53,15 @@ def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
     return [{str(c): views.format_value(str(c), v) for c, v in row.items()} for row in frame.to_dict("records")]
 
 
+def compare_tables(c: Comparison, top: int) -> html.Div:
+    """The tables and verdict of ``perfscope compare A B``: the same rows, cells and order."""
+    return html.Div([
+        html.H4("Phases"), dict_table(phase_view(c).to_dict("records"), "compare-phases"),
+        html.H4(f"Top movers (matched by {c.key})"), dict_table(name_view(c, top).to_dict("records"), "compare-rows"),
+        html.H4("Verdict"), html.Ul([html.Li(v) for v in c.verdict], id="compare-verdict"),
+    ])
+
+
 def _top_kernels(report: Report, n: int = 10) -> html.Table | html.P:
     from perfscope.analysis.summary import top_kernels
 
@@ -66,7 +77,8 @@ def _finding(f: Any) -> html.Div:
     stake = getattr(f, "time_at_stake_ns", None)
     return html.Div([html.B(f"[{getattr(f, 'severity', '')}] {getattr(f, 'title', '')}"),
                      html.Span(f" — time at stake: {duration(stake)}" if stake is not None else ""),
-                     html.P(str(getattr(f, "evidence", ""))), html.P(html.I(str(getattr(f, "recommendation", ""))))],
+                     facts_table(evidence_rows(getattr(f, "evidence", None) or {})),
+                     html.P(html.I(str(getattr(f, "recommendation", ""))))],
                     className=f"finding {getattr(f, 'severity', '')}")
 
 

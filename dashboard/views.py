@@ -8,16 +8,16 @@ from them when they are installed; nothing here re-derives them.
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from perfscope.format import by_column
 from perfscope.report import Report
 
-from .text import duration, is_missing, pct, seconds, si
+from .text import duration, is_missing, pct, si
 from .timeline_data import busy_share, timeline_index
 
 
@@ -106,21 +106,8 @@ def findings(report: Report) -> list[Any] | None:
     return list(fn(report)) if fn is not None else None
 
 
-def format_value(column: str, value: Any) -> str:
-    """Format a metric by its column's unit suffix (``_ns``, ``_s``, ``_pct``, ``_per_s``, ``_bytes``)."""
-    if is_missing(value):
-        return "n/a"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        return str(value)
-    rules = (("_ns", duration), ("_pct", pct), ("flops_per_s", lambda v: si(v, "FLOP/s")),
-             ("bytes_per_s", lambda v: si(v, "B/s")), ("tokens_per_s", lambda v: si(v, "tok/s")),
-             ("_per_s", lambda v: si(v, "/s")), ("_bytes", lambda v: si(v, "B")), ("_s", seconds),
-             ("mfu", lambda v: pct(v * 100 if v <= 1 else v)), ("mbu", lambda v: pct(v * 100 if v <= 1 else v)))
-    base = re.sub(r"_(mean|median|min|max|std|p\d+)$", "", column.lower())
-    for suffix, fmt in rules:
-        if base.endswith(suffix):
-            return fmt(value)
-    return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
+format_value = by_column
+"""Format a metric by its column's unit suffix (see :func:`perfscope.format.by_column`)."""
 
 
 KERNEL_TABLE_COLUMNS = {
