@@ -143,6 +143,8 @@ def jsonable(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, str)):
         return value
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return None
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
