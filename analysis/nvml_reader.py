@@ -26,7 +26,7 @@ def is_nvml_parquet(path: Path) -> bool:
     """True when ``path`` is a Parquet file whose columns are a counters table (``t_ns``, ``device``, metrics)."""
     try:
         names = set(pq.read_schema(path).names)
-    except Exception:  # pyarrow raises several types for non-Parquet or damaged files
+    except Exception:  # noqa: BLE001 - pyarrow raises several types for non-Parquet or damaged files
         return False
     metrics = set(column_names("counters")) - {"t_ns", "device"}
     return {"t_ns", "device"} <= names and bool(names & metrics)
@@ -42,7 +42,7 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
     try:
         samples = pd.read_parquet(p)
         meta = pq.read_schema(p).metadata or {}
-    except Exception as exc:  # pyarrow raises many types for damaged files
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputFormatError(p, f"damaged Parquet file ({first})", hint="re-run the capture") from None
     params = json.loads(meta[NVML_PARAMS_KEY]) if NVML_PARAMS_KEY in meta else {}

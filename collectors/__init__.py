@@ -44,7 +44,18 @@ def get_collector(name: str) -> Collector:
 
 
 __all__ = [
-    "COLLECTORS", "CaptureInterrupted", "Collector", "NcuCollector", "NcuOptions",
-    "NsysCollector", "NsysOptions", "NvmlCollector", "NvmlOptions", "NvmlSampler", "RawCapture",
-    "IN_PROCESS", "collector_names", "get_collector",
+    "COLLECTORS",
+    "IN_PROCESS",
+    "CaptureInterrupted",
+    "Collector",
+    "NcuCollector",
+    "NcuOptions",
+    "NsysCollector",
+    "NsysOptions",
+    "NvmlCollector",
+    "NvmlOptions",
+    "NvmlSampler",
+    "RawCapture",
+    "collector_names",
+    "get_collector",
 ]

@@ -255,7 +255,7 @@ class NvmlSampler:
         self.start_time_ns = 0
         self.start_perf_counter_ns = 0
 
-    def __enter__(self) -> NvmlSampler:  # noqa: PYI034
+    def __enter__(self) -> NvmlSampler:
         self.start()
         return self
 

@@ -124,7 +124,7 @@ def profile_callable(fn: Callable[[], T], out_dir: Path, *, cuda: bool = False,
         result = fn()
     except KeyboardInterrupt:
         error = INTERRUPTED
-    except Exception as exc:  # the profiled program failed: keep what was collected
+    except Exception as exc:  # noqa: BLE001 - any failure of the profiled program: keep what was collected
         error = f"{type(exc).__name__}: {exc}"
     finally:
         if cuda:

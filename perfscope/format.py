@@ -36,7 +36,7 @@ def is_missing(value: object) -> bool:
     if value is None or type(value).__name__ in ("NAType", "NaTType"):
         return True
     try:
-        return bool(value != value)  # NaN, pd.NA and NaT compare unequal to themselves
+        return bool(value != value)  # noqa: PLR0124 - NaN and NaT compare unequal to themselves
     except (TypeError, ValueError):
         return False
 

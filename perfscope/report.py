@@ -112,7 +112,7 @@ class Report:
             name: conform(tables[name], name, source=source) if name in tables else empty_table(name)
             for name in TABLES
         }
-        merged["tables"] = {name: int(len(df)) for name, df in conformed.items()}
+        merged["tables"] = {name: len(df) for name, df in conformed.items()}
         return cls(manifest=merged, **conformed)
 
     def replace(self, **changes: Any) -> Report:
@@ -122,7 +122,7 @@ class Report:
                 changes[name] = conform(changes[name], name, source="<replace>")
         new = dataclasses.replace(self, **changes)
         manifest = dict(new.manifest)
-        manifest["tables"] = {name: int(len(getattr(new, name))) for name in TABLES}
+        manifest["tables"] = {name: len(getattr(new, name)) for name in TABLES}
         return dataclasses.replace(new, manifest=manifest)
 
     def with_manifest(self, **keys: Any) -> Report:
@@ -206,7 +206,7 @@ class Report:
             else:
                 df.to_parquet(folder / f"{name}.parquet", index=False)
         manifest = dict(self.manifest)
-        manifest["tables"] = {name: int(len(getattr(self, name))) for name in TABLES}
+        manifest["tables"] = {name: len(getattr(self, name)) for name in TABLES}
         write_manifest(folder, manifest)
         write_extra_files(folder, extra_files)
 
@@ -365,7 +365,7 @@ def _read_table(folder: Path, name: str) -> pd.DataFrame:
         return empty_table(name)
     try:
         df = pd.read_parquet(source)
-    except Exception as exc:  # pyarrow raises many types for damaged files
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ReportFormatError(source, f"damaged table ({first})", hint="re-create the report") from None
     if "rank" in df.columns and isinstance(df["rank"].dtype, pd.CategoricalDtype):

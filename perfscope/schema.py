@@ -205,7 +205,7 @@ def _coerce(series: pd.Series, col: Column) -> pd.Series:
     return series
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _empty(table: str) -> pd.DataFrame:
     return conform(pd.DataFrame(), table, source="<empty>")
 

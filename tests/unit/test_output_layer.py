@@ -118,7 +118,7 @@ def _component_rows(component: object, table_id: str) -> list[list[str]]:
 
 
 def _html_tables(page: str) -> list[dict[str, object]]:
-    blocks = re.findall(r'<script type="application/json" id="table-\d+">(.*?)</script>', page, flags=re.S)
+    blocks = re.findall(r'<script type="application/json" id="table-\d+">(.*?)</script>', page, flags=re.DOTALL)
     return [json.loads(b.replace("\\u003c", "<").replace("\\u003e", ">").replace("\\u0026", "&")) for b in blocks]
 
 
