@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfscope.datasheets import gpu_spec
 from perfscope.device import DeviceSpec
 from perfscope.report import Report
 
@@ -354,17 +355,7 @@ def device_from_meta(meta: Mapping[str, Any], *, has_gpu: bool) -> DeviceSpec | 
     kind = "rocm" if ("hip_runtime_version" in meta or "roctracer_version" in meta) else "cuda"
     properties = {k: p.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor") if k in p}
     properties["gpus_in_trace"] = len(props)
-    name = _text(p.get("name", "GPU"))
-    try:
-        from perfscope.datasheets import datasheet_spec
-    except ImportError:  # datasheets are optional data
-        spec = None
-    else:
-        spec = datasheet_spec(name)
-    if spec is not None:
-        return DeviceSpec(name=name, kind=kind, compute=spec.compute, memory=spec.memory,
-                          properties={**spec.properties, **properties})
-    return DeviceSpec(name=name, kind=kind, properties=properties)
+    return gpu_spec(_text(p.get("name", "GPU")), kind=kind, properties=properties)
 
 
 def missing_formulas(kernels: pd.DataFrame, limit: int = 12) -> list[str]:

@@ -136,23 +136,16 @@ def measure_cuda(index: int = 0, *, repeats: int = REPEATS) -> DeviceSpec:
     spec = DeviceSpec(
         name=props.name, kind="cuda", compute=compute,
         memory={"dram": Roof(bw, "measured", method, clock="as running")},
-        properties={"sm_count": props.multi_processor_count, "total_memory_bytes": props.total_memory,
+        properties={"sm_count": props.multi_processor_count, "memory_bytes": props.total_memory,
                     "compute_capability": f"{props.major}.{props.minor}", "torch": torch.__version__},
     )
     return _with_datasheet_fallback(spec)
 
 
 def _with_datasheet_fallback(spec: DeviceSpec) -> DeviceSpec:
-    try:
-        from perfscope.datasheets import datasheet_spec
-    except ImportError:
-        return spec
-    sheet = datasheet_spec(spec.name)
-    if sheet is None:
-        return spec
-    compute = {k: v for k, v in sheet.compute.items() if k not in spec.compute}
-    memory = {k: v for k, v in sheet.memory.items() if k not in spec.memory}
-    return spec.with_roofs(compute=compute, memory=memory)
+    from perfscope.datasheets import gpu_spec
+
+    return gpu_spec(spec.name, kind=spec.kind, compute=spec.compute, memory=spec.memory, properties=spec.properties)
 
 
 def _cache_key(kind: str, name: str) -> str:
