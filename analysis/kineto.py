@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from perfscope.datasheets import gpu_spec
 from perfscope.device import DeviceSpec
-from perfscope.report import Report
+from perfscope.report import Report, source_info
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name
 from .kineto_ops import (
@@ -77,8 +77,7 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
     if spec is None or not spec.compute:
         warnings.append("no device roofs known for this trace: bound is 'unknown' (pass device roofs to classify)")
     manifest.update({
-        "source": {"kind": "kineto", "path": str(path), "tool": "torch.profiler",
-                   "tool_version": _tool_version(meta)},
+        "source": source_info("kineto", path, "torch.profiler", _tool_version(meta)),
         "device": spec.to_dict() if spec else None,
         "warnings": notes + warnings,
         "unavailable_metrics": [] if kernels["flops"].notna().any() else ["flops", "dram_bytes"],

@@ -25,7 +25,7 @@ import pandas as pd
 from perfscope.datasheets import datasheet_spec
 from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, ToolNotFoundError
-from perfscope.report import Report
+from perfscope.report import Report, source_info
 from perfscope.schema import conform
 
 from .ncu_csv import read_csv_launches, unit_scale
@@ -133,8 +133,7 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
     kernels = classify(conform(kernels, "kernels", source=str(path)), spec)
     manifest = {
         "name": Path(path).stem,
-        "source": {"kind": tool.pop("kind"), "path": str(path), "tool": tool.pop("tool"),
-                   "tool_version": tool.pop("tool_version")},
+        "source": source_info(tool.pop("kind"), path, tool.pop("tool"), tool.pop("tool_version")),
         "device": spec.to_dict() if spec else None,
         "params": {**tool, "flop_convention": FLOP_CONVENTION, "launches": len(launches),
                    "timeline": "serialized: ncu profiles each launch alone; start_ns is the sum "

@@ -30,7 +30,7 @@ from .figures_more import (
     step_times,
 )
 from .style import BOUND_COLORS, CATEGORY_COLORS, PHASE_COLORS, PHASE_SYMBOLS
-from .text import duration, esc, pct, si
+from .text import MISSING, duration, esc, pct, si
 
 __all__ = [
     "BOUND_COLORS",
@@ -62,7 +62,7 @@ def _hover_data(pts: pd.DataFrame, merged: bool) -> np.ndarray:
     cols = [
         pts["key"].astype("object"),
         pts["name"].map(lambda s: esc(s, 110)),
-        pts["op_shapes"].map(lambda s: esc(s, 110) if isinstance(s, str) else "n/a"),
+        pts["op_shapes"].map(lambda s: esc(s, 110) if isinstance(s, str) else MISSING),
         pts["roof_flops_per_s"].map(lambda v: si(v, "FLOP/s")),
         pts["pct_of_roof"].map(pct),
         pts["duration_ns"].map(duration),

@@ -18,16 +18,16 @@ from perfscope.report import Report
 
 from . import ids, views
 from .store import Entry
-from .text import duration, pct, si
+from .text import MISSING, duration, pct, si
 
 GRAPH_CONFIG: Any = {"displaylogo": False, "scrollZoom": True}
 
 # AG Grid value formatters (our own code, never report text): durations, percentages, SI rates.
 _FMT = {
-    "ns": "params.value == null ? 'n/a' : d3.format('.3~s')(params.value / 1e9) + 's'",
-    "pct": "params.value == null ? 'n/a' : d3.format('.2f')(params.value) + '%'",
-    "si": "params.value == null ? 'n/a' : d3.format('.3~s')(params.value)",
-    "num": "params.value == null ? 'n/a' : d3.format('.4~g')(params.value)",
+    "ns": f"params.value == null ? '{MISSING}' : d3.format('.3~s')(params.value / 1e9) + 's'",
+    "pct": f"params.value == null ? '{MISSING}' : d3.format('.2f')(params.value) + '%'",
+    "si": f"params.value == null ? '{MISSING}' : d3.format('.3~s')(params.value)",
+    "num": f"params.value == null ? '{MISSING}' : d3.format('.4~g')(params.value)",
 }
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 from perfscope.format import by_column
 from perfscope.report import Report
 
-from .text import duration, is_missing, pct, si
+from .text import MISSING, duration, is_missing, pct, si
 from .timeline_data import busy_share, timeline_index
 
 
@@ -36,8 +36,8 @@ def source_facts(report: Report) -> list[tuple[str, str]]:
     """Where the report came from: name, source, tool, command, created."""
     src = report.manifest.get("source") or {}
     tool = " ".join(str(x) for x in (src.get("tool"), src.get("tool_version")) if x)
-    rows = [("report", report.name), ("source", f"{src.get('kind') or 'n/a'}: {src.get('path') or 'n/a'}"),
-            ("tool", tool or "n/a"), ("created", str(report.manifest.get("created") or "n/a"))]
+    rows = [("report", report.name), ("source", f"{src.get('kind') or MISSING}: {src.get('path') or MISSING}"),
+            ("tool", tool or MISSING), ("created", str(report.manifest.get("created") or MISSING))]
     if report.manifest.get("command"):
         rows.append(("command", str(report.manifest["command"])))
     if report.manifest.get("partial"):
@@ -54,12 +54,12 @@ def roofs_rows(report: Report) -> list[dict[str, str]]:
     for prec, roof in device.compute.items():
         ridge = device.ridge(prec)
         rows.append({"roof": f"compute {prec}", "value": si(roof.value, "FLOP/s"),
-                     "ridge": f"{ridge:.3g} FLOP/B" if ridge else "n/a", "provenance": roof.provenance,
-                     "method": roof.method, "clock": roof.clock or "n/a",
-                     "dense": "n/a" if roof.dense is None else ("dense" if roof.dense else "sparse")})
+                     "ridge": f"{ridge:.3g} FLOP/B" if ridge else MISSING, "provenance": roof.provenance,
+                     "method": roof.method, "clock": roof.clock or MISSING,
+                     "dense": MISSING if roof.dense is None else ("dense" if roof.dense else "sparse")})
     for level, roof in device.memory.items():
         rows.append({"roof": f"memory {level}", "value": si(roof.value, "B/s"), "ridge": "",
-                     "provenance": roof.provenance, "method": roof.method, "clock": roof.clock or "n/a",
+                     "provenance": roof.provenance, "method": roof.method, "clock": roof.clock or MISSING,
                      "dense": ""})
     return rows
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from .device import DeviceSpec
 from .errors import UnsupportedDeviceError, UsageError
-from .report import Report
+from .report import Report, source_info
 
 Progress = Callable[[str], None]
 
@@ -164,7 +164,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
               "profiler_overhead_ratio": result.wall_s / baseline_s if baseline_s else None}
     manifest = {
         "name": f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}",
-        "source": {"kind": "engine", "path": None, "tool": "torch.profiler", "tool_version": capture.torch_version},
+        "source": source_info("engine", None, "torch.profiler", capture.torch_version),
         "command": list(sys.argv),
         "device": spec.to_dict(),
         "params": params,
@@ -219,7 +219,7 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
     report = read_kineto(capture.trace_path, device=spec)
     return report.with_manifest(
         name=Path(list(argv)[-1] if argv else "script").stem,
-        source={"kind": "torch-script", "path": None, "tool": "torch.profiler", "tool_version": capture.torch_version},
+        source=source_info("torch-script", None, "torch.profiler", capture.torch_version),
         command=list(argv), partial=capture.partial,
         warnings=report.warnings + capture.warnings,
         params={**report.params, "profiled_wall_s": capture.wall_s, "interrupted": capture.interrupted},
@@ -331,8 +331,8 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
     combined = {name: pd.concat(dfs, ignore_index=True) for name, dfs in tables.items() if dfs}
     manifest = {
         "name": f"sweep-{base.model}",
-        "source": {"kind": "engine-sweep", "path": None, "tool": "torch.profiler",
-                   "tool_version": parts[0].manifest["source"]["tool_version"] if parts else None},
+        "source": source_info("engine-sweep", None, "torch.profiler",
+                              parts[0].manifest["source"]["tool_version"] if parts else None),
         "command": list(sys.argv),
         "device": spec.to_dict(),
         "params": {**dataclasses.asdict(base), "sweep": {"batch": batches, "prompt_len": prompt_lens,
