@@ -167,6 +167,41 @@ def test_nsys_ctrl_c_keeps_the_partial_capture(tmp_path, interruptible_nsys):
     assert len(report.kernels) and report.manifest["source"]["tool"] == "nsys"
 
 
+FAKE_NCU = textwrap.dedent("""\
+    #!{python}
+    import shutil, signal, subprocess, sys
+    args = sys.argv[1:]
+    if args and args[0] == "--version":
+        print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2024.1.0.0 (build 33681293)")
+        sys.exit(0)
+    base = args[args.index("--export") + 1]
+    def _stop(*_):  # like ncu: Ctrl-C ends the run, and the launches profiled so far are saved
+        shutil.copyfile({fixture!r}, base + ".ncu-rep")
+        sys.exit(130)
+    signal.signal(signal.SIGINT, _stop)
+    sys.exit(subprocess.call(args[args.index("--log-file") + 2:]))
+""")
+
+
+def test_ncu_ctrl_c_keeps_the_partial_capture(tmp_path, fixtures_dir, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "ncu"
+    exe.write_text(FAKE_NCU.format(python=sys.executable,
+                                   fixture=str(fixtures_dir / "ncu" / "esmm_a10g_roofline_set.ncu-rep")))
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    ready = tmp_path / "ready"
+    script = _waiting_script(tmp_path, ready)
+    out = tmp_path / "ncu.perfscope"
+    thread = _sigint_when(ready)
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--collector", "ncu", "--out", str(out), "--no-html", "-q", "--", sys.executable, str(script)])
+    thread.join()
+    report = _interrupted(out, exc)
+    assert len(report.kernels) and report.manifest["source"]["tool"] == "ncu"
+
+
 # ---------------------------------------------------------------------------- NVML through the registry
 @pytest.fixture
 def stand_in_nvml(monkeypatch):
