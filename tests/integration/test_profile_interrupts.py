@@ -1,4 +1,4 @@
-"""Ctrl-C in every `perfscope profile` path gives exit 130 and a partial report; the collector
+"""Ctrl-C in every `perfscope profile` path (engine, script, nsys, ncu, nvml) gives exit 130 and a partial report; the collector
 registry drives `--collector`, and NVML samples (`--nvml`, `--collector nvml`) reach the report
 and import again.
 
@@ -72,6 +72,28 @@ def _waiting_script(tmp_path: Path, ready: Path, work: str = "") -> Path:
     return script
 
 
+def _ctrl_c_profile(tmp_path: Path, collector: str) -> Report:
+    """`perfscope profile --collector C -- python serve.py`, Ctrl-C once the program runs."""
+    ready = tmp_path / "ready"
+    script = _waiting_script(tmp_path, ready)
+    out = tmp_path / f"{collector}.perfscope"
+    thread = _sigint_when(ready)
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--collector", collector, "--out", str(out), "--no-html", "-q", "--",
+              sys.executable, str(script)])
+    thread.join()
+    return _interrupted(out, exc)
+
+
+def _on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / name
+    exe.write_text(source)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
 # ---------------------------------------------------------------------------- torch: engine and script
 def test_engine_ctrl_c_during_the_profiled_run(tmp_path, cpu_roofs, monkeypatch):
     gen = importlib.import_module("perfscope.engine.generate")  # the module (the package re-exports the function)
@@ -132,12 +154,8 @@ def test_script_sigint_to_the_perfscope_process(tmp_path, cpu_roofs):
 
 
 # ---------------------------------------------------------------------------- external tools
-@pytest.fixture
-def interruptible_nsys(tmp_path, fixtures_dir, monkeypatch):
+def test_nsys_ctrl_c_keeps_the_partial_capture(tmp_path, fixtures_dir, monkeypatch):
     """A stand-in nsys that, like the real one, finalises its report when Ctrl-C reaches it."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "nsys"
     source = FAKE_NSYS.format(python=sys.executable,
                               fixture=str(fixtures_dir / "nsys" / "nvfuser_h100_matmul.sqlite"))
     hook = ('if args[0] == "profile":\n'
@@ -147,23 +165,8 @@ def interruptible_nsys(tmp_path, fixtures_dir, monkeypatch):
             '        sys.exit(130)\n'
             '    signal.signal(signal.SIGINT, _stop)\n')
     assert 'if args[0] == "profile":\n' in source
-    source = source.replace('if args[0] == "profile":\n', hook)
-    exe.write_text(source)
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return exe
-
-
-def test_nsys_ctrl_c_keeps_the_partial_capture(tmp_path, interruptible_nsys):
-    ready = tmp_path / "ready"
-    script = _waiting_script(tmp_path, ready)
-    out = tmp_path / "nsys.perfscope"
-    thread = _sigint_when(ready)
-    with pytest.raises(SystemExit) as exc:
-        main(["profile", "--collector", "nsys", "--out", str(out), "--no-html", "-q", "--",
-              sys.executable, str(script)])
-    thread.join()
-    report = _interrupted(out, exc)
+    _on_path(tmp_path, monkeypatch, "nsys", source.replace('if args[0] == "profile":\n', hook))
+    report = _ctrl_c_profile(tmp_path, "nsys")
     assert len(report.kernels) and report.manifest["source"]["tool"] == "nsys"
 
 
@@ -184,21 +187,9 @@ FAKE_NCU = textwrap.dedent("""\
 
 
 def test_ncu_ctrl_c_keeps_the_partial_capture(tmp_path, fixtures_dir, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "ncu"
-    exe.write_text(FAKE_NCU.format(python=sys.executable,
-                                   fixture=str(fixtures_dir / "ncu" / "esmm_a10g_roofline_set.ncu-rep")))
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    ready = tmp_path / "ready"
-    script = _waiting_script(tmp_path, ready)
-    out = tmp_path / "ncu.perfscope"
-    thread = _sigint_when(ready)
-    with pytest.raises(SystemExit) as exc:
-        main(["profile", "--collector", "ncu", "--out", str(out), "--no-html", "-q", "--", sys.executable, str(script)])
-    thread.join()
-    report = _interrupted(out, exc)
+    _on_path(tmp_path, monkeypatch, "ncu", FAKE_NCU.format(
+        python=sys.executable, fixture=str(fixtures_dir / "ncu" / "esmm_a10g_roofline_set.ncu-rep")))
+    report = _ctrl_c_profile(tmp_path, "ncu")
     assert len(report.kernels) and report.manifest["source"]["tool"] == "ncu"
 
 
@@ -236,14 +227,7 @@ def test_nvml_collector_report_and_its_samples_import_again(tmp_path, stand_in_n
 
 
 def test_nvml_collector_ctrl_c(tmp_path, stand_in_nvml):
-    ready = tmp_path / "ready"
-    script = _waiting_script(tmp_path, ready)
-    out = tmp_path / "nvml-int.perfscope"
-    thread = _sigint_when(ready)
-    with pytest.raises(SystemExit) as exc:
-        main(["profile", "--collector", "nvml", "--out", str(out), "--no-html", "-q", "--", sys.executable, str(script)])
-    thread.join()
-    assert len(_interrupted(out, exc).counters) >= 1
+    assert len(_ctrl_c_profile(tmp_path, "nvml").counters) >= 1
 
 
 def test_nvml_flag_with_the_torch_collector(tmp_path, cpu_roofs, stand_in_nvml):
