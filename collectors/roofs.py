@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.device import DeviceSpec, Roof
+from perfscope.format import dumps
 
 CPU_MATMUL_N = {"fp32": 2048, "fp64": 1024, "bf16": 512}
 CUDA_MATMUL_N = {"fp32": 8192, "tf32": 8192, "bf16": 8192, "fp16": 8192}
@@ -189,7 +190,7 @@ def device_roofs(device: str = "cpu", *, refresh: bool = False,
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(spec.to_dict(), indent=2))
+        tmp.write_text(dumps(spec.to_dict()))
         os.replace(tmp, path)
     except OSError:
         pass  # caching is an optimisation; a read-only home still works
