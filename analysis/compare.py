@@ -24,11 +24,12 @@ import numpy as np
 import pandas as pd
 
 from perfscope.errors import UsageError
+from perfscope.format import MISSING, clip, duration, finite, jsonable, signed
 from perfscope.report import Report
 
-from .rules._base import fmt_ns, group_key, plain, profile_span_ns
+from .intervals import profile_span_ns
 from .serving import phase_summary
-from .summary import aggregate_by_name
+from .summary import aggregate_by_name, group_key
 
 KEYS = ("short_name", "name", "op")
 SAME_PCT = 3.0
@@ -66,7 +67,7 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None)."""
         def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
-            return [{k: plain(v) if not isinstance(v, (bool, np.bool_)) else bool(v) for k, v in r.items()}
+            return [{k: jsonable(v) if not isinstance(v, (bool, np.bool_)) else bool(v) for k, v in r.items()}
                     for r in df.astype("object").where(df.notna(), None).to_dict(orient="records")]
         return {"a": self.a, "b": self.b, "key": self.key, "by_phase": rows(self.by_phase),
                 "by_name": rows(self.by_name), "verdict": list(self.verdict)}
@@ -156,11 +157,11 @@ def _change(a_s: float, b_s: float) -> str:
     """``12.3 ms -> 6.76 ms (-45%, 1.82x faster)``."""
     d = (b_s - a_s) / a_s * 100.0 if a_s > 0 else math.nan
     if math.isnan(d):
-        return f"{fmt_ns(a_s * 1e9)} -> {fmt_ns(b_s * 1e9)}"
+        return f"{duration(a_s * 1e9)} -> {duration(b_s * 1e9)}"
     if abs(d) < SAME_PCT:
-        return f"{fmt_ns(a_s * 1e9)} -> {fmt_ns(b_s * 1e9)} (about the same, {d:+.1f}%)"
+        return f"{duration(a_s * 1e9)} -> {duration(b_s * 1e9)} (about the same, {d:+.1f}%)"
     ratio = a_s / b_s if d < 0 else b_s / a_s
-    return f"{fmt_ns(a_s * 1e9)} -> {fmt_ns(b_s * 1e9)} ({d:+.0f}%, {ratio:.2f}x {'faster' if d < 0 else 'slower'})"
+    return f"{duration(a_s * 1e9)} -> {duration(b_s * 1e9)} ({d:+.0f}%, {ratio:.2f}x {'faster' if d < 0 else 'slower'})"
 
 
 def _overall(by_phase: pd.DataFrame) -> list[str]:
@@ -187,7 +188,7 @@ def _movers(by_name: pd.DataFrame, key: str) -> list[str]:
     losses = by_name[by_name["delta_s"] > 0].nlargest(TOP_MOVERS, "delta_s")
     for label, rows in (("Biggest gains", gains), ("Biggest losses", losses)):
         if len(rows):
-            items = ", ".join(f"{_short(r.name)} {'+' if r.delta_s > 0 else ''}{fmt_ns(r.delta_s * 1e9)}"
+            items = ", ".join(f"{_short(r.name)} {'+' if r.delta_s > 0 else ''}{duration(r.delta_s * 1e9)}"
                               f"{' (vanished)' if r.status == 'vanished' else ' (new)' if r.status == 'new' else ''}"
                               for r in rows.itertuples(index=False))
             out.append(f"{label} by {key}: {items}.")
@@ -196,7 +197,7 @@ def _movers(by_name: pd.DataFrame, key: str) -> list[str]:
         if len(rows):
             col = "time_b_s" if status == "new" else "time_a_s"
             top = rows.nlargest(TOP_MOVERS, col)
-            names = ", ".join(f"{_short(r.name)} ({fmt_ns(getattr(r, col) * 1e9)})" for r in top.itertuples(index=False))
+            names = ", ".join(f"{_short(r.name)} ({duration(getattr(r, col) * 1e9)})" for r in top.itertuples(index=False))
             out.append(f"{len(rows)} name(s) {where}: {names}.")
     return out
 
@@ -216,6 +217,49 @@ def _device_note(a: Report, b: Report) -> list[str]:
     if da is None or db is None or da.name == db.name:
         return []
     return [f"A ran on {da.name}, B on {db.name}: compare percentages of roof (MFU, MBU), not only times."]
+
+
+# ---------------------------------------------------------------------------- display
+PHASE_VIEW_COLUMNS = ["phase", "A", "B", "change", "tok/s A", "tok/s B", "MFU A", "MFU B", "MBU A", "MBU B"]
+NAME_VIEW_COLUMNS = ["name", "status", "n A", "n B", "A", "B", "change", "bound"]
+
+
+def _fmt(value: Any, spec: str, suffix: str = "") -> str:
+    v = finite(value)
+    return MISSING if v is None else f"{v:{spec}}{suffix}"
+
+
+def _seconds(value: Any) -> str:
+    v = finite(value)
+    return MISSING if v is None else duration(v * 1e9)
+
+
+def phase_view(c: Comparison) -> pd.DataFrame:
+    """The per-phase table as every output shows it (text cells; columns :data:`PHASE_VIEW_COLUMNS`)."""
+    rows = [[r.phase, _seconds(r.time_a_s), _seconds(r.time_b_s), _fmt(r.delta_pct, "+.1f", "%"),
+             _fmt(r.tokens_per_s_a, ".4g"), _fmt(r.tokens_per_s_b, ".4g"),
+             _fmt(r.mfu_a_pct, ".3g", "%"), _fmt(r.mfu_b_pct, ".3g", "%"),
+             _fmt(r.mbu_a_pct, ".3g", "%"), _fmt(r.mbu_b_pct, ".3g", "%")]
+            for r in c.by_phase.itertuples(index=False)]
+    return pd.DataFrame(rows, columns=PHASE_VIEW_COLUMNS, dtype="object")
+
+
+def _bound_label(value: Any) -> str:
+    return value if isinstance(value, str) and value else MISSING
+
+
+def name_view(c: Comparison, top: int | None = 10) -> pd.DataFrame:
+    """The top movers (largest change first) as every output shows them: the CLI, the HTML and the dashboard.
+
+    Text cells; columns :data:`NAME_VIEW_COLUMNS`; ``top=None`` keeps every name.
+    """
+    rows = []
+    for r in (c.by_name if top is None else c.by_name.head(top)).itertuples(index=False):
+        a, b = _bound_label(r.bound_a), _bound_label(r.bound_b)
+        bound = f"{a} -> {b}" if r.bound_changed else (b if r.status != "vanished" else a)
+        rows.append([clip(r.name, 60), r.status, str(r.count_a), str(r.count_b), _seconds(r.time_a_s),
+                     _seconds(r.time_b_s), signed(_seconds(r.delta_s), r.delta_s), bound])
+    return pd.DataFrame(rows, columns=NAME_VIEW_COLUMNS, dtype="object")
 
 
 # ---------------------------------------------------------------------------- entry point

@@ -337,7 +337,7 @@ def _fill(name: str, ins: OpInputs) -> OpCost | None:
         if not numbers:
             return None
         start, end = (0.0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1])
-        shape = [max(int(math.ceil(end - start)), 0)]
+        shape = [max(math.ceil(end - start), 0)]
     if shape is None:
         return None
     dtype_code = next((_concrete_number(c) for c in ins.concrete[1:2]), None)

@@ -26,13 +26,14 @@ READERS: dict[str, str] = {
     "nsys-rep": "perfscope.analysis.nsys_reader",
     "ncu-rep": "perfscope.analysis.ncu_reader",
     "ncu-csv": "perfscope.analysis.ncu_reader",
+    "nvml": "perfscope.analysis.nvml_reader",
 }
 """Format name -> module with ``read(path, *, device=None) -> Report`` (``read_nsys_rep`` etc.
 are chosen inside the module by the format name when one module serves several)."""
 
 SUPPORTED = (
     "PyTorch/Kineto trace (.json, .json.gz), Nsight Systems SQLite export (.sqlite) or "
-    ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv)"
+    ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet)"
 )
 
 
@@ -79,6 +80,13 @@ def detect_format(path: str | Path) -> str:
         return "nsys-sqlite"
     if head.startswith(b"NVR\x00"):
         return "ncu-rep"
+    if head.startswith(b"PAR1"):
+        from .nvml_reader import is_nvml_parquet
+
+        if is_nvml_parquet(p):
+            return "nvml"
+        raise InputFormatError(p, "is a Parquet file but not NVML samples (no t_ns, device and metric columns)",
+                               hint="report tables are read as a folder: give the NAME.perfscope folder")
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
         return "kineto"

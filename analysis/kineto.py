@@ -24,8 +24,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfscope.datasheets import gpu_spec
 from perfscope.device import DeviceSpec
-from perfscope.report import Report
+from perfscope.report import Report, source_info
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name
 from .kineto_graphs import Kernels, graph_costs
@@ -78,8 +79,7 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
     if spec is None or not spec.compute:
         warnings.append("no device roofs known for this trace: bound is 'unknown' (pass device roofs to classify)")
     manifest.update({
-        "source": {"kind": "kineto", "path": str(path), "tool": "torch.profiler",
-                   "tool_version": _tool_version(meta)},
+        "source": source_info("kineto", path, "torch.profiler", _tool_version(meta)),
         "device": spec.to_dict() if spec else None,
         "warnings": notes + warnings,
         "unavailable_metrics": [] if kernels["flops"].notna().any() else ["flops", "dram_bytes"],
@@ -367,17 +367,7 @@ def device_from_meta(meta: Mapping[str, Any], *, has_gpu: bool) -> DeviceSpec | 
     kind = "rocm" if ("hip_runtime_version" in meta or "roctracer_version" in meta) else "cuda"
     properties = {k: p.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor") if k in p}
     properties["gpus_in_trace"] = len(props)
-    name = _text(p.get("name", "GPU"))
-    try:
-        from perfscope.datasheets import datasheet_spec
-    except ImportError:  # datasheets are optional data
-        spec = None
-    else:
-        spec = datasheet_spec(name)
-    if spec is not None:
-        return DeviceSpec(name=name, kind=kind, compute=spec.compute, memory=spec.memory,
-                          properties={**spec.properties, **properties})
-    return DeviceSpec(name=name, kind=kind, properties=properties)
+    return gpu_spec(_text(p.get("name", "GPU")), kind=kind, properties=properties)
 
 
 def missing_formulas(kernels: pd.DataFrame, limit: int = 12) -> list[str]:

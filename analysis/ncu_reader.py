@@ -26,7 +26,7 @@ import pandas as pd
 from perfscope.datasheets import datasheet_spec
 from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, ToolNotFoundError
-from perfscope.report import Report
+from perfscope.report import Report, source_info
 from perfscope.schema import conform
 
 from .ncu_csv import read_csv_launches, unit_scale
@@ -194,8 +194,7 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
                             "launched inside it (consecutive instances of one path merge)")
     manifest = {
         "name": Path(path).stem,
-        "source": {"kind": tool.pop("kind"), "path": str(path), "tool": tool.pop("tool"),
-                   "tool_version": tool.pop("tool_version")},
+        "source": source_info(tool.pop("kind"), path, tool.pop("tool"), tool.pop("tool_version")),
         "device": spec.to_dict() if spec else None,
         "params": params,
         "warnings": warnings,

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfscope.datasheets import datasheet_spec
+from perfscope.datasheets import gpu_spec
 from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import CollectorError, InputFormatError, ToolNotFoundError
-from perfscope.report import Report
+from perfscope.report import Report, source_info
 from perfscope.schema import conform
 
 from .nsys_db import EXPORT_HINT, NsysDb, lookup_strings, pid_of, process_key, tid_of
@@ -102,8 +102,7 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
     }
     manifest = {
         "name": Path(path).stem,
-        "source": {"kind": "nsys-sqlite", "path": str(path), "tool": "nsys",
-                   "tool_version": meta.get("EXPORT_PRODUCT_VERSION")},
+        "source": source_info("nsys-sqlite", path, "nsys", meta.get("EXPORT_PRODUCT_VERSION")),
         "device": spec.to_dict() if spec else None,
         "params": {"export_schema_version": meta.get("EXPORT_SCHEMA_VERSION")},
         "warnings": warnings,
@@ -376,18 +375,13 @@ def _device_from(gpus: pd.DataFrame, kernels: pd.DataFrame, warnings: list[str])
         return None
     row = _busiest_gpu(gpus, kernels, warnings)
     props = _gpu_properties(row)
-    sheet = datasheet_spec(str(row["name"]))
-    compute = dict(sheet.compute) if sheet else {}
-    memory = dict(sheet.memory) if sheet else {}
-    if sheet is None:
+    bandwidth = props.get("memory_bandwidth_bytes_per_s")
+    theoretical = {"dram": Roof(float(bandwidth), "report", method="nsys TARGET_INFO_GPU.memoryBandwidth "
+                                "(theoretical, as the driver reports it)", clock="max")} if bandwidth else {}
+    spec = gpu_spec(str(row["name"]), properties=props, fallback_memory=theoretical)
+    if "datasheet" not in spec.properties:
         warnings.append(f"no datasheet roofs for {row['name']!r}; compute roofs unknown")
-        bandwidth = props.get("memory_bandwidth_bytes_per_s")
-        if bandwidth:
-            memory["dram"] = Roof(float(bandwidth), "report", method="nsys TARGET_INFO_GPU.memoryBandwidth "
-                                  "(theoretical, as the driver reports it)", clock="max")
-    else:
-        props["datasheet"] = sheet.properties.get("datasheet")
-    return DeviceSpec(name=str(row["name"]), kind="cuda", compute=compute, memory=memory, properties=props)
+    return spec
 
 
 def _busiest_gpu(gpus: pd.DataFrame, kernels: pd.DataFrame, warnings: list[str]) -> pd.Series:

@@ -31,7 +31,8 @@ import pandas as pd
 from perfscope.report import Report
 
 from .costs import category_of
-from .rules._base import covered_ns, group_key, merge_intervals
+from .intervals import covered_ns, merge_intervals
+from .summary import group_key
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 """torch.profiler's step annotation (``prof.step()`` with a schedule)."""

@@ -17,9 +17,7 @@ the input files and the output folder at the same paths (a shared file system).
 from __future__ import annotations
 
 import glob
-import json
 import logging
-import math
 import os
 import resource
 import shutil
@@ -37,7 +35,14 @@ import pyarrow.parquet as pq
 
 from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, PerfscopeError, ToolNotFoundError, UsageError
-from perfscope.report import MANIFEST, check_replaceable, default_manifest, move_into_place
+from perfscope.format import records
+from perfscope.report import (
+    check_replaceable,
+    default_manifest,
+    move_into_place,
+    write_extra_files,
+    write_manifest,
+)
 from perfscope.schema import TABLES, empty_table
 
 from .ranks import RankTables, format_ranks, one_rank
@@ -268,17 +273,8 @@ def unify(client: Any, placed: Mapping[str, list[Path]]) -> int:
     return len(jobs)
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return str(obj)
-
-
 def _per_rank_records(tables: RankTables) -> list[dict[str, Any]]:
-    rows = tables.per_rank.to_dict(orient="records")
-    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in rows]
+    return records(tables.per_rank)
 
 
 def job_manifest(plan: JobPlan, tables: RankTables, source: str, workers: Mapping[str, int]) -> dict[str, Any]:
@@ -332,10 +328,8 @@ def _write(plan: JobPlan, tmp: Path, client: Any, source: str, render: Render | 
         if r.worker and r.peak_rss_bytes:
             workers[r.worker] = max(workers.get(r.worker, 0), r.peak_rss_bytes)
     manifest = job_manifest(plan, tables, source, workers)
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
-    for rel, content in (render(tables, manifest) if render else {}).items():
-        dest = tmp / rel
-        dest.write_bytes(content) if isinstance(content, bytes) else dest.write_text(content, encoding="utf-8")
+    write_manifest(tmp, manifest)
+    write_extra_files(tmp, render(tables, manifest) if render else {})
     return manifest, tables
 
 

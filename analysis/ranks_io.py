@@ -7,7 +7,6 @@ decodes only the columns it asks for (pyarrow dataset filters and projection).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from perfscope.errors import ReportFormatError, UsageError
-from perfscope.report import MANIFEST, Report
+from perfscope.report import Report, read_manifest
 
 from .ranks import RankTables, one_rank, rank_summary
 
@@ -89,10 +88,7 @@ def rank_tables_at(path: str | Path, ranks: Sequence[int]) -> RankTables:
 def rank_summary_at(path: str | Path) -> dict[str, Any]:
     """:func:`rank_summary` of a report folder without loading it whole (one rank at a time)."""
     folder = Path(path)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ReportFormatError(folder, f"unreadable manifest ({exc})", hint="re-create the report") from None
+    manifest = read_manifest(folder)
     covered = ((manifest.get("params") or {}).get("ranks") or {}).get("ranks")
     if not covered:
         kernels = load_ranks(folder, "kernels", columns=[])

@@ -96,3 +96,30 @@ def roofs_table(device: DeviceSpec | None) -> pd.DataFrame:
                          "method": roof.method, "clock": roof.clock, "dense": None})
     return pd.DataFrame(rows, columns=["roof", "kind", "value", "unit", "ridge_flop_per_byte",
                                        "provenance", "method", "clock", "dense"])
+
+
+def top_names(names: pd.Series, weights: pd.Series, n: int = 3) -> tuple[str, ...]:
+    """The ``n`` names carrying the most weight (time), heaviest first."""
+    totals = weights.groupby(names.astype("object"), sort=False).sum().sort_values(ascending=False, kind="stable")
+    return tuple(str(name) for name in totals.index[:n])
+
+
+DEGENERATE_SHORT_NAME = r"void|\d*|std"
+"""Short names that are a C++ keyword or a number are a short-name parser's slip on names such as
+``void (anonymous namespace)::kernel<...>(...)``; the full name is used instead."""
+
+
+def group_key(kernels: pd.DataFrame) -> pd.Series:
+    """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``."""
+    short = kernels["short_name"].astype("object")
+    usable = short.notna() & ~short.astype(str).str.fullmatch(DEGENERATE_SHORT_NAME)
+    return short.where(usable, kernels["name"])
+
+
+def is_cpu_report(report: Report) -> bool:
+    """True when the rows are CPU operators (a CPU run, or a trace without GPU kernels)."""
+    dev = report.device
+    if dev is not None and dev.kind == "cpu":
+        return True
+    k = report.kernels
+    return bool(len(k)) and bool((k["device"].astype("object") == "cpu").all())

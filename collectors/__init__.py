@@ -1,7 +1,7 @@
 """perfscope.collectors: run or wrap the profilers (torch.profiler, nsys, ncu, NVML, NVTX) and
 hand raw captures to analysis. Collectors import only perfscope's core.
 
-:data:`COLLECTORS` is the registry the CLI's ``--collector`` choices and the docs come from.
+:data:`COLLECTORS` is the registry the CLI's ``--collector`` choices come from (:func:`collector_names`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,16 @@ COLLECTORS: dict[str, Collector] = {
     "ncu": NcuCollector(),
     "nvml": NvmlCollector(),
 }
-"""Registry name -> collector instance (the lead adds ``torch``)."""
+"""Registry name -> collector instance: each runs a command under its profiler."""
+
+IN_PROCESS = "torch"
+"""torch.profiler runs inside perfscope's own process (the engine, or ``-- python x.py``), so it is
+not a command-running :class:`Collector`; it is offered next to the registered ones."""
+
+
+def collector_names() -> tuple[str, ...]:
+    """Every ``--collector`` choice: ``torch`` (in-process) first, then the registry's names."""
+    return (IN_PROCESS, *COLLECTORS)
 
 
 def get_collector(name: str) -> Collector:
@@ -35,7 +44,18 @@ def get_collector(name: str) -> Collector:
 
 
 __all__ = [
-    "COLLECTORS", "CaptureInterrupted", "Collector", "NcuCollector", "NcuOptions",
-    "NsysCollector", "NsysOptions", "NvmlCollector", "NvmlOptions", "NvmlSampler", "RawCapture",
+    "COLLECTORS",
+    "IN_PROCESS",
+    "CaptureInterrupted",
+    "Collector",
+    "NcuCollector",
+    "NcuOptions",
+    "NsysCollector",
+    "NsysOptions",
+    "NvmlCollector",
+    "NvmlOptions",
+    "NvmlSampler",
+    "RawCapture",
+    "collector_names",
     "get_collector",
 ]

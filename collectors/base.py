@@ -50,12 +50,9 @@ class RawCapture:
 
     def source(self) -> dict[str, Any]:
         """The manifest ``source`` entry: kind, path, tool and tool_version."""
-        return {
-            "kind": self.collector,
-            "path": str(self.primary) if self.primary else None,
-            "tool": self.collector,
-            "tool_version": self.tool_version,
-        }
+        from perfscope.report import source_info
+
+        return source_info(self.collector, self.primary, self.collector, self.tool_version)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description (for ``manifest.json`` and ``--json`` output)."""

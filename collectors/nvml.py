@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -28,7 +28,8 @@ from typing import Any, Protocol
 import pandas as pd
 
 from perfscope.errors import CollectorError, ToolNotFoundError, UsageError
-from perfscope.schema import conform
+from perfscope.format import dumps
+from perfscope.schema import NVML_PARAMS_KEY, conform
 
 from ._proc import run_tool
 from .base import CaptureInterrupted, RawCapture
@@ -254,7 +255,7 @@ class NvmlSampler:
         self.start_time_ns = 0
         self.start_perf_counter_ns = 0
 
-    def __enter__(self) -> NvmlSampler:  # noqa: PYI034
+    def __enter__(self) -> NvmlSampler:
         self.start()
         return self
 
@@ -409,11 +410,22 @@ class NvmlCollector:
                 interrupted = True
                 problems.append("interrupted (Ctrl-C); kept the samples taken so far")
         path = out_dir / f"{Path(options.output_base).name}.parquet"
-        sampler.to_frame().to_parquet(path, index=False)
+        write_samples(sampler.to_frame(), sampler.params(), path)
         capture = _nvml_capture(self.name, path, cmd, sampler, problems)
         if interrupted:
             raise CaptureInterrupted(capture)
         return capture
+
+
+def write_samples(frame: pd.DataFrame, params: Mapping[str, Any], path: Path) -> None:
+    """Write a counters table as Parquet, with the sampler's params (rate, clock anchors) in its
+    metadata so that ``perfscope import nvml.parquet`` keeps them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    meta = {**(table.schema.metadata or {}), NVML_PARAMS_KEY: dumps(params, indent=None).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), path)
 
 
 def _nvml_capture(name: str, path: Path, cmd: Sequence[str], sampler: NvmlSampler,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.device import DeviceSpec, Roof
+from perfscope.format import dumps
 
 CPU_MATMUL_N = {"fp32": 2048, "fp64": 1024, "bf16": 512}
 CUDA_MATMUL_N = {"fp32": 8192, "tf32": 8192, "bf16": 8192, "fp16": 8192}
@@ -136,23 +137,16 @@ def measure_cuda(index: int = 0, *, repeats: int = REPEATS) -> DeviceSpec:
     spec = DeviceSpec(
         name=props.name, kind="cuda", compute=compute,
         memory={"dram": Roof(bw, "measured", method, clock="as running")},
-        properties={"sm_count": props.multi_processor_count, "total_memory_bytes": props.total_memory,
+        properties={"sm_count": props.multi_processor_count, "memory_bytes": props.total_memory,
                     "compute_capability": f"{props.major}.{props.minor}", "torch": torch.__version__},
     )
     return _with_datasheet_fallback(spec)
 
 
 def _with_datasheet_fallback(spec: DeviceSpec) -> DeviceSpec:
-    try:
-        from perfscope.datasheets import datasheet_spec
-    except ImportError:
-        return spec
-    sheet = datasheet_spec(spec.name)
-    if sheet is None:
-        return spec
-    compute = {k: v for k, v in sheet.compute.items() if k not in spec.compute}
-    memory = {k: v for k, v in sheet.memory.items() if k not in spec.memory}
-    return spec.with_roofs(compute=compute, memory=memory)
+    from perfscope.datasheets import gpu_spec
+
+    return gpu_spec(spec.name, kind=spec.kind, compute=spec.compute, memory=spec.memory, properties=spec.properties)
 
 
 def _cache_key(kind: str, name: str) -> str:
@@ -196,7 +190,7 @@ def device_roofs(device: str = "cpu", *, refresh: bool = False,
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(spec.to_dict(), indent=2))
+        tmp.write_text(dumps(spec.to_dict()))
         os.replace(tmp, path)
     except OSError:
         pass  # caching is an optimisation; a read-only home still works

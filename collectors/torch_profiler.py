@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 from perfscope.errors import UsageError
 
 T = TypeVar("T")
+INTERRUPTED = "interrupted (Ctrl-C)"
+"""``TorchCapture.error`` when Ctrl-C stopped the profiled work."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,11 @@ class TorchCapture:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     torch_version: str = ""
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C (KeyboardInterrupt) stopped the profiled work."""
+        return self.error == INTERRUPTED
 
 
 def _activities(cuda: bool) -> list[Any]:
@@ -116,8 +123,8 @@ def profile_callable(fn: Callable[[], T], out_dir: Path, *, cuda: bool = False,
     try:
         result = fn()
     except KeyboardInterrupt:
-        error = "interrupted (Ctrl-C)"
-    except Exception as exc:  # the profiled program failed: keep what was collected
+        error = INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - any failure of the profiled program: keep what was collected
         error = f"{type(exc).__name__}: {exc}"
     finally:
         if cuda:

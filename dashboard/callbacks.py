@@ -14,11 +14,11 @@ import dash
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 
+from perfscope.analysis.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
 
 from . import figures, ids, layout, views
 from .details import point_details
-from .figures_more import compare_table
 from .roofline_data import filter_mask
 from .store import ReportStore
 
@@ -146,12 +146,12 @@ def on_counters(store: ReportStore, key: str | None, tab: str) -> Any:
 
 
 def on_compare(store: ReportStore, a: str | None, b: str | None, tab: str) -> Any:
-    """Kernel time per name in two reports, with deltas and bound shifts."""
+    """The comparison of two reports: the tables and verdict of ``perfscope compare A B``, and a chart."""
     if _skip(tab, "compare") or not a or not b:
         return NO, NO
     ra, rb = store.load(a), store.load(b)
-    table = compare_table(ra, rb)
-    return figures.compare(ra, rb), layout.dict_table(layout.frame_rows(table), "compare-rows")
+    c = compare_reports(ra, rb)
+    return figures.compare(ra, rb, comparison=c), layout.compare_tables(c, figures.COMPARE_TOP)
 
 
 def _guard(fn: Any, *kinds: str) -> Any:

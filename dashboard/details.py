@@ -13,11 +13,11 @@ import pandas as pd
 
 from perfscope.report import Report
 
-from .text import duration, is_missing, pct, si
+from .text import MISSING, duration, is_missing, pct, si
 
 
 def _text(value: Any) -> str:
-    return "n/a" if is_missing(value) else str(value)
+    return MISSING if is_missing(value) else str(value)
 
 
 def _achieved_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:
@@ -61,7 +61,7 @@ def kernel_details(report: Report, row_index: int) -> list[tuple[str, str]]:
 def _top_values(sub: pd.DataFrame, column: str, n: int = 3) -> str:
     valid = sub[sub[column].notna()]
     if not len(valid):
-        return "n/a"
+        return MISSING
     per = valid.groupby(valid[column].astype(str))["duration_ns"].sum().sort_values(ascending=False)
     extra = f" (+{len(per) - n} more)" if len(per) > n else ""
     return "; ".join(per.index[:n]) + extra

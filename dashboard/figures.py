@@ -21,6 +21,7 @@ from perfscope.report import Report
 from . import roofline_data as rd
 from . import timeline_data as td
 from .figures_more import (
+    COMPARE_TOP,
     compare,
     counters,
     latency_distributions,
@@ -29,10 +30,11 @@ from .figures_more import (
     step_times,
 )
 from .style import BOUND_COLORS, CATEGORY_COLORS, PHASE_COLORS, PHASE_SYMBOLS
-from .text import duration, esc, pct, si
+from .text import MISSING, duration, esc, pct, si
 
 __all__ = [
     "BOUND_COLORS",
+    "COMPARE_TOP",
     "PHASE_COLORS",
     "PHASE_SYMBOLS",
     "compare",
@@ -60,7 +62,7 @@ def _hover_data(pts: pd.DataFrame, merged: bool) -> np.ndarray:
     cols = [
         pts["key"].astype("object"),
         pts["name"].map(lambda s: esc(s, 110)),
-        pts["op_shapes"].map(lambda s: esc(s, 110) if isinstance(s, str) else "n/a"),
+        pts["op_shapes"].map(lambda s: esc(s, 110) if isinstance(s, str) else MISSING),
         pts["roof_flops_per_s"].map(lambda v: si(v, "FLOP/s")),
         pts["pct_of_roof"].map(pct),
         pts["duration_ns"].map(duration),
@@ -175,7 +177,8 @@ def roofline(
     x_min, x_max = rd.x_extent(data.points, ridges)
     fig = go.Figure(_roof_traces(rd.roof_lines(device, precisions, x_min, x_max), ridges)
                     + _point_traces(data, color))
-    title = f"Roofline: {esc(device.name if device else 'device roofs unknown')}"
+    what = "each kernel execution" if per == "kernel" else "kernel names (totals)"
+    title = f"Roofline of {what}: {esc(report.name)} on {esc(device.name if device else 'unknown device (no roofs)')}"
     fig.update_layout(
         title={"text": title}, xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)",
                                       "range": [np.log10(x_min), np.log10(x_max)]},

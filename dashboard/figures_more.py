@@ -10,12 +10,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from perfscope.analysis.compare import Comparison
+from perfscope.analysis.compare import compare as compare_reports
+from perfscope.format import MISSING, seconds, signed
 from perfscope.report import Report
 
 from .style import CATEGORY_COLORS
-from .text import duration, esc
+from .text import esc
 
 PHASE_ORDER = ("prefill", "decode", "none")
+COMPARE_TOP = 25
+"""How many names the compare views (dashboard, HTML) show: the top of ``perfscope compare``'s movers."""
 COUNTER_UNITS = {
     "gpu_util_pct": "%", "mem_util_pct": "%", "sm_clock_mhz": "MHz", "mem_clock_mhz": "MHz",
     "power_w": "W", "temp_c": "°C", "mem_used_bytes": "bytes",
@@ -127,44 +132,27 @@ def counters(report: Report) -> go.Figure:
     return fig
 
 
-def _per_name(report: Report) -> pd.DataFrame:
-    from perfscope.analysis.summary import aggregate_by_name
-
-    agg = aggregate_by_name(report.kernels, report.device)
-    return agg.set_index("name")[["duration_ns", "count", "bound"]] if len(agg) else pd.DataFrame(
-        columns=["duration_ns", "count", "bound"])
-
-
-def compare_table(a: Report, b: Report, top: int = 25) -> pd.DataFrame:
-    """Per kernel name: time in A and B, the delta, and the bound in each (top names by time)."""
-    pa, pb = _per_name(a), _per_name(b)
-    joined = pa.merge(pb, how="outer", left_index=True, right_index=True, suffixes=("_a", "_b"))
-    for side in ("a", "b"):
-        joined[f"duration_ns_{side}"] = joined[f"duration_ns_{side}"].astype("float64").fillna(0.0)
-    joined["delta_ns"] = joined["duration_ns_b"] - joined["duration_ns_a"]
-    joined["largest_ns"] = joined[["duration_ns_a", "duration_ns_b"]].max(axis=1)
-    out = joined.sort_values("largest_ns", ascending=False).head(top).drop(columns=["largest_ns"])
-    return out.rename_axis("name").reset_index()
-
-
-def compare(a: Report, b: Report, top: int = 25) -> go.Figure:
-    """Kernel time per name in two reports side by side, with the delta and any bound shift."""
-    table = compare_table(a, b, top)
+def compare(a: Report, b: Report, top: int = COMPARE_TOP, comparison: Comparison | None = None) -> go.Figure:
+    """Kernel time per name in two reports side by side, largest change first, with the delta and
+    any bound shift: the rows of ``perfscope compare A B`` (:func:`perfscope.analysis.compare.compare`)."""
+    c = comparison if comparison is not None else compare_reports(a, b)
+    table = c.by_name.head(top)
     if not len(table):
         return message_figure("neither report has kernels to compare", "compare")
     names = [esc(n, 70) for n in table["name"]][::-1]
-    shift = [f"{esc(x) if isinstance(x, str) else 'n/a'} → {esc(y) if isinstance(y, str) else 'n/a'}"
+    shift = [f"{esc(x) if isinstance(x, str) else MISSING} → {esc(y) if isinstance(y, str) else MISSING}"
              for x, y in zip(table["bound_a"], table["bound_b"])][::-1]
-    delta = [duration(d) if d < 0 else "+" + duration(d) for d in table["delta_ns"]][::-1]
+    delta = [signed(seconds(d), d) for d in table["delta_s"]][::-1]
     data = np.stack([np.array(shift, dtype=object), np.array(delta, dtype=object)], axis=1)
     fig = go.Figure()
     for side, report, colr in (("a", a, "#1f77b4"), ("b", b, "#ff7f0e")):
         fig.add_trace(go.Bar(
-            y=names, x=table[f"duration_ns_{side}"].to_numpy()[::-1] / 1e6, orientation="h",
+            y=names, x=table[f"time_{side}_s"].to_numpy()[::-1] * 1e3, orientation="h",
             name=f"{side.upper()}: {esc(report.name)}", marker={"color": colr}, customdata=data,
             hovertemplate="%{y}<br>%{x:.3f} ms<br>delta B-A %{customdata[1]}<br>bound %{customdata[0]}<extra></extra>",
         ))
     fig.update_layout(barmode="group", template="plotly_white", height=220 + 26 * len(table),
-                      title={"text": f"Compare: {esc(a.name)} (A) vs {esc(b.name)} (B)"},
+                      title={"text": f"Kernel time per {esc(c.key)}, largest change first: "
+                                     f"{esc(a.name)} (A) vs {esc(b.name)} (B)"},
                       xaxis={"title": "total kernel time (ms)"}, margin={"l": 360}, meta={"kind": "compare"})
     return fig

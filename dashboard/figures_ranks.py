@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from perfscope.analysis.ranks import RankTables, category_matrix, format_ranks, stragglers
 from perfscope.analysis.ranks import kernel_spread as spread_table
 
-from .figures_more import message_figure
+from .figures import message_figure
 from .text import duration, esc, pct
 
 STRAGGLER_COLOR = "#d62728"

@@ -12,25 +12,26 @@ script inserts table cells with ``textContent``.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from string import Template
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from perfscope._version import __version__
+from perfscope.analysis.compare import compare as compare_reports
+from perfscope.analysis.compare import name_view, phase_view
 from perfscope.errors import OutputExistsError
+from perfscope.format import dumps, evidence_rows
 from perfscope.report import Report
 
 from . import figures, views
-from .figures_more import compare_table
 from .text import duration, esc, is_missing
 
 MAX_TABLE_ROWS = 1000
@@ -47,14 +48,6 @@ def script_safe(text: str) -> str:
     for char, repl in _SCRIPT_UNSAFE.items():
         text = text.replace(char, repl)
     return text
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, (np.integer, np.floating, np.bool_)):
-        return obj.item()
-    if is_missing(obj):
-        return None
-    return str(obj)
 
 
 class _Page:
@@ -129,8 +122,7 @@ def _finding(f: Any) -> str:
     stake = getattr(f, "time_at_stake_ns", None)
     stake_txt = f" — time at stake: {duration(stake)}" if not is_missing(stake) else ""
     evidence = getattr(f, "evidence", {}) or {}
-    facts = _facts([(str(k), views.format_value(str(k), v)) for k, v in evidence.items()]) \
-        if isinstance(evidence, dict) else f"<p>{esc(evidence)}</p>"
+    facts = _facts(evidence_rows(evidence)) if isinstance(evidence, Mapping) else f"<p>{esc(evidence)}</p>"
     return (f'<div class="finding {esc(sev)}"><b>[{esc(sev)}] {esc(getattr(f, "title", ""))}</b>{esc(stake_txt)}'
             f'<details><summary>evidence</summary>{facts}</details>'
             f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p></div>')
@@ -151,7 +143,7 @@ def _table_spec(frame: pd.DataFrame, note: str) -> dict[str, Any]:
 
 
 def _table(page: _Page, frame: pd.DataFrame, note: str, title: str) -> str:
-    block = page.add("table", json.dumps(_table_spec(frame, note), default=_json_default, allow_nan=False))
+    block = page.add("table", dumps(_table_spec(frame, note), indent=None))
     return (f'<h3>{esc(title)}</h3><div class="tableholder" data-table="{block}"><div class="tablebar">'
             f'<input type="search" placeholder="filter rows (any column)" aria-label="filter {esc(title)}">'
             '<span class="count muted"></span></div><div class="tablewrap"><table class="sortable"></table>'
@@ -267,14 +259,19 @@ def render_html(
     return _page(f"perfscope: {report.name}", body, page, cdn)
 
 
-def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = 40) -> str:
-    """Two reports side by side: kernel time per name, deltas and bound shifts, both rooflines."""
+def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = figures.COMPARE_TOP) -> str:
+    """Two reports side by side: the tables and verdict of ``perfscope compare A B``, the kernel
+    time per name (largest change first) and both rooflines."""
     page = _Page()
-    table = compare_table(a, b, top)
+    c = compare_reports(a, b)
+    verdict = "<ul>" + "".join(f"<li>{esc(v)}</li>" for v in c.verdict) + "</ul>"
     body = (f"<header><h1>perfscope compare: {esc(a.name)} (A) vs {esc(b.name)} (B)</h1>"
             + _facts([("A", a.name), ("B", b.name)]) + "</header>"
-            + _section("Kernel time per name", page.figure(figures.compare(a, b, top), "compare")
-                       + _table(page, table, "", "Per kernel name, A vs B"), "compare")
+            + _section("Verdict", verdict, "verdict")
+            + _section("Phases", _table(page, phase_view(c), "", "Per phase, A vs B"), "phases")
+            + _section(f"Kernel time per {c.key}", page.figure(figures.compare(a, b, top, comparison=c), "compare")
+                       + _table(page, name_view(c, top), f"the {top} largest changes" if len(c.by_name) > top else "",
+                                f"Top movers (matched by {c.key})"), "compare")
             + _section("Roofline A", page.figure(figures.roofline(a, per="name"), "roofline A"), "roofline-a")
             + _section("Roofline B", page.figure(figures.roofline(b, per="name"), "roofline B"), "roofline-b"))
     return _page(f"perfscope compare: {a.name} vs {b.name}", body, page, cdn)

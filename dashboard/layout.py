@@ -12,20 +12,22 @@ import dash_ag_grid as dag
 import pandas as pd
 from dash import dcc, html
 
+from perfscope.analysis.compare import Comparison, name_view, phase_view
+from perfscope.format import evidence_rows
 from perfscope.report import Report
 
 from . import ids, views
 from .store import Entry
-from .text import duration, pct, si
+from .text import MISSING, duration, pct, si
 
 GRAPH_CONFIG: Any = {"displaylogo": False, "scrollZoom": True}
 
 # AG Grid value formatters (our own code, never report text): durations, percentages, SI rates.
 _FMT = {
-    "ns": "params.value == null ? 'n/a' : d3.format('.3~s')(params.value / 1e9) + 's'",
-    "pct": "params.value == null ? 'n/a' : d3.format('.2f')(params.value) + '%'",
-    "si": "params.value == null ? 'n/a' : d3.format('.3~s')(params.value)",
-    "num": "params.value == null ? 'n/a' : d3.format('.4~g')(params.value)",
+    "ns": f"params.value == null ? '{MISSING}' : d3.format('.3~s')(params.value / 1e9) + 's'",
+    "pct": f"params.value == null ? '{MISSING}' : d3.format('.2f')(params.value) + '%'",
+    "si": f"params.value == null ? '{MISSING}' : d3.format('.3~s')(params.value)",
+    "num": f"params.value == null ? '{MISSING}' : d3.format('.4~g')(params.value)",
 }
 
 
@@ -51,6 +53,15 @@ def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
     return [{str(c): views.format_value(str(c), v) for c, v in row.items()} for row in frame.to_dict("records")]
 
 
+def compare_tables(c: Comparison, top: int) -> html.Div:
+    """The tables and verdict of ``perfscope compare A B``: the same rows, cells and order."""
+    return html.Div([
+        html.H4("Phases"), dict_table(phase_view(c).to_dict("records"), "compare-phases"),
+        html.H4(f"Top movers (matched by {c.key})"), dict_table(name_view(c, top).to_dict("records"), "compare-rows"),
+        html.H4("Verdict"), html.Ul([html.Li(v) for v in c.verdict], id="compare-verdict"),
+    ])
+
+
 def _top_kernels(report: Report, n: int = 10) -> html.Table | html.P:
     from perfscope.analysis.summary import top_kernels
 
@@ -66,7 +77,8 @@ def _finding(f: Any) -> html.Div:
     stake = getattr(f, "time_at_stake_ns", None)
     return html.Div([html.B(f"[{getattr(f, 'severity', '')}] {getattr(f, 'title', '')}"),
                      html.Span(f" — time at stake: {duration(stake)}" if stake is not None else ""),
-                     html.P(str(getattr(f, "evidence", ""))), html.P(html.I(str(getattr(f, "recommendation", ""))))],
+                     facts_table(evidence_rows(getattr(f, "evidence", None) or {})),
+                     html.P(html.I(str(getattr(f, "recommendation", ""))))],
                     className=f"finding {getattr(f, 'severity', '')}")
 
 

@@ -8,16 +8,16 @@ from them when they are installed; nothing here re-derives them.
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from perfscope.format import by_column
 from perfscope.report import Report
 
-from .text import duration, is_missing, pct, seconds, si
+from .text import MISSING, duration, is_missing, pct, si
 from .timeline_data import busy_share, timeline_index
 
 
@@ -36,8 +36,8 @@ def source_facts(report: Report) -> list[tuple[str, str]]:
     """Where the report came from: name, source, tool, command, created."""
     src = report.manifest.get("source") or {}
     tool = " ".join(str(x) for x in (src.get("tool"), src.get("tool_version")) if x)
-    rows = [("report", report.name), ("source", f"{src.get('kind') or 'n/a'}: {src.get('path') or 'n/a'}"),
-            ("tool", tool or "n/a"), ("created", str(report.manifest.get("created") or "n/a"))]
+    rows = [("report", report.name), ("source", f"{src.get('kind') or MISSING}: {src.get('path') or MISSING}"),
+            ("tool", tool or MISSING), ("created", str(report.manifest.get("created") or MISSING))]
     if report.manifest.get("command"):
         rows.append(("command", str(report.manifest["command"])))
     if report.manifest.get("partial"):
@@ -54,12 +54,12 @@ def roofs_rows(report: Report) -> list[dict[str, str]]:
     for prec, roof in device.compute.items():
         ridge = device.ridge(prec)
         rows.append({"roof": f"compute {prec}", "value": si(roof.value, "FLOP/s"),
-                     "ridge": f"{ridge:.3g} FLOP/B" if ridge else "n/a", "provenance": roof.provenance,
-                     "method": roof.method, "clock": roof.clock or "n/a",
-                     "dense": "n/a" if roof.dense is None else ("dense" if roof.dense else "sparse")})
+                     "ridge": f"{ridge:.3g} FLOP/B" if ridge else MISSING, "provenance": roof.provenance,
+                     "method": roof.method, "clock": roof.clock or MISSING,
+                     "dense": MISSING if roof.dense is None else ("dense" if roof.dense else "sparse")})
     for level, roof in device.memory.items():
         rows.append({"roof": f"memory {level}", "value": si(roof.value, "B/s"), "ridge": "",
-                     "provenance": roof.provenance, "method": roof.method, "clock": roof.clock or "n/a",
+                     "provenance": roof.provenance, "method": roof.method, "clock": roof.clock or MISSING,
                      "dense": ""})
     return rows
 
@@ -106,21 +106,8 @@ def findings(report: Report) -> list[Any] | None:
     return list(fn(report)) if fn is not None else None
 
 
-def format_value(column: str, value: Any) -> str:
-    """Format a metric by its column's unit suffix (``_ns``, ``_s``, ``_pct``, ``_per_s``, ``_bytes``)."""
-    if is_missing(value):
-        return "n/a"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        return str(value)
-    rules = (("_ns", duration), ("_pct", pct), ("flops_per_s", lambda v: si(v, "FLOP/s")),
-             ("bytes_per_s", lambda v: si(v, "B/s")), ("tokens_per_s", lambda v: si(v, "tok/s")),
-             ("_per_s", lambda v: si(v, "/s")), ("_bytes", lambda v: si(v, "B")), ("_s", seconds),
-             ("mfu", lambda v: pct(v * 100 if v <= 1 else v)), ("mbu", lambda v: pct(v * 100 if v <= 1 else v)))
-    base = re.sub(r"_(mean|median|min|max|std|p\d+)$", "", column.lower())
-    for suffix, fmt in rules:
-        if base.endswith(suffix):
-            return fmt(value)
-    return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
+format_value = by_column
+"""Format a metric by its column's unit suffix (see :func:`perfscope.format.by_column`)."""
 
 
 KERNEL_TABLE_COLUMNS = {

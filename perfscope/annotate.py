@@ -55,7 +55,7 @@ def profiler_enabled() -> bool:
         return bool(torch._C._autograd._profiler_enabled())
 
 
-class annotate:  # noqa: N801 - reads like nvtx.annotate / record_function
+class annotate:  # lower case: reads like nvtx.annotate / record_function
     """A named range for NVTX and torch.profiler.
 
     Examples:
@@ -68,7 +68,7 @@ class annotate:  # noqa: N801 - reads like nvtx.annotate / record_function
         1
     """
 
-    __slots__ = ("name", "_rf", "_nvtx")
+    __slots__ = ("_nvtx", "_rf", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name

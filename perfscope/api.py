@@ -91,7 +91,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
         trace = _export(prof, run.trace_dir)
         report = read_kineto(trace, device=spec).with_manifest(name=name)
         if sampler is not None:
-            report = _attach_counters(report, sampler)
+            report = attach_counters(report, sampler)
         run.report = report
 
 
@@ -101,7 +101,8 @@ def _nvml_sampler() -> Any:
     return NvmlSampler()
 
 
-def _attach_counters(report: Report, sampler: Any) -> Report:
+def attach_counters(report: Report, sampler: Any) -> Report:
+    """``report`` with the NVML samples of ``sampler`` as its counters table."""
     counters = sampler.to_frame() if hasattr(sampler, "to_frame") else sampler.frame()
     missing = list(getattr(sampler, "unavailable_metrics", []))
     return report.replace(counters=counters).with_manifest(

@@ -10,7 +10,9 @@ Source: ``docs/FORMATS.md`` section 7, with its verification status per row.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .device import DeviceSpec, Roof
 
@@ -117,3 +119,49 @@ def datasheet_spec(name: str | None, *, kind: str = "cuda") -> DeviceSpec | None
         )
     return DeviceSpec(name=str(name), kind=kind, compute=compute, memory=memory,
                       properties={"datasheet": sheet.model})
+
+
+PROPERTY_NAMES: dict[str, str] = {
+    "numSms": "sm_count", "smCount": "sm_count", "multiprocessor_count": "sm_count", "multi_processor_count": "sm_count",
+    "totalGlobalMem": "memory_bytes", "totalMemory": "memory_bytes", "total_memory": "memory_bytes",
+    "total_memory_bytes": "memory_bytes", "l2CacheSize": "l2_cache_bytes", "memoryBandwidth":
+    "memory_bandwidth_bytes_per_s", "clockRate": "max_clock_hz", "chipName": "chip",
+}
+"""Each source's spelling of a device property (Kineto ``deviceProperties``, nsys ``TARGET_INFO_GPU``,
+torch ``get_device_properties``) -> the one vocabulary of ``DeviceSpec.properties``: ``sm_count``,
+``memory_bytes``, ``l2_cache_bytes``, ``memory_bandwidth_bytes_per_s``, ``max_clock_hz``,
+``compute_capability``, ``chip``."""
+
+
+def device_properties(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` device facts renamed to the one vocabulary (:data:`PROPERTY_NAMES`); ``computeMajor``
+    and ``computeMinor`` become ``compute_capability`` (``"9.0"``); other keys are kept as they are."""
+    out = {PROPERTY_NAMES.get(k, k): v for k, v in raw.items() if k not in ("computeMajor", "computeMinor")}
+    if raw.get("computeMajor") is not None:
+        out.setdefault("compute_capability", f"{raw['computeMajor']}.{raw.get('computeMinor', 0)}")
+    return out
+
+
+def gpu_spec(name: str, *, kind: str = "cuda", compute: Mapping[str, Roof] | None = None,
+             memory: Mapping[str, Roof] | None = None, properties: Mapping[str, Any] | None = None,
+             fallback_memory: Mapping[str, Roof] | None = None) -> DeviceSpec:
+    """The one datasheet lookup: a GPU's DeviceSpec from what a source knows, filled from the datasheet.
+
+    Roofs come first from the source (``compute``, ``memory``: measured or a report's own peaks),
+    then from the datasheet row matching ``name`` for the precisions and memory levels still
+    missing, then from ``fallback_memory`` (a driver's theoretical bandwidth). Properties are
+    renamed to one vocabulary (:func:`device_properties`); ``datasheet`` names the row used, and
+    is absent when the GPU is not listed.
+    """
+    sheet = datasheet_spec(name, kind=kind)
+    roofs_c, roofs_m = dict(compute or {}), dict(memory or {})
+    props = device_properties(properties or {})
+    if sheet is not None:
+        for precision, roof in sheet.compute.items():
+            roofs_c.setdefault(precision, roof)
+        for level, roof in sheet.memory.items():
+            roofs_m.setdefault(level, roof)
+        props["datasheet"] = sheet.properties["datasheet"]
+    for level, roof in (fallback_memory or {}).items():
+        roofs_m.setdefault(level, roof)
+    return DeviceSpec(name=str(name), kind=kind, compute=roofs_c, memory=roofs_m, properties=props)

@@ -37,6 +37,7 @@ import pandas as pd
 from ._version import __version__
 from .device import DeviceSpec
 from .errors import OutputExistsError, ReportFormatError, UsageError
+from .format import dumps
 from .schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def default_manifest() -> dict[str, Any]:
         "perfscope_version": __version__,
         "created": _now_iso(),
         "name": None,
-        "source": {"kind": None, "path": None, "tool": None, "tool_version": None},
+        "source": source_info(None),
         "command": None,
         "device": None,
         "params": {},
@@ -111,7 +112,7 @@ class Report:
             name: conform(tables[name], name, source=source) if name in tables else empty_table(name)
             for name in TABLES
         }
-        merged["tables"] = {name: int(len(df)) for name, df in conformed.items()}
+        merged["tables"] = {name: len(df) for name, df in conformed.items()}
         return cls(manifest=merged, **conformed)
 
     def replace(self, **changes: Any) -> Report:
@@ -121,7 +122,7 @@ class Report:
                 changes[name] = conform(changes[name], name, source="<replace>")
         new = dataclasses.replace(self, **changes)
         manifest = dict(new.manifest)
-        manifest["tables"] = {name: int(len(getattr(new, name))) for name in TABLES}
+        manifest["tables"] = {name: len(getattr(new, name)) for name in TABLES}
         return dataclasses.replace(new, manifest=manifest)
 
     def with_manifest(self, **keys: Any) -> Report:
@@ -205,19 +206,9 @@ class Report:
             else:
                 df.to_parquet(folder / f"{name}.parquet", index=False)
         manifest = dict(self.manifest)
-        manifest["tables"] = {name: int(len(getattr(self, name))) for name in TABLES}
-        (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default))
-        for rel, content in extra_files.items():
-            dest = folder / rel
-            if dest.resolve().parent != folder.resolve() and folder.resolve() not in dest.resolve().parents:
-                raise ValueError(f"extra file {rel!r} would land outside the report")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, Path):
-                shutil.copyfile(content, dest)
-            elif isinstance(content, bytes):
-                dest.write_bytes(content)
-            else:
-                dest.write_text(content, encoding="utf-8")
+        manifest["tables"] = {name: len(getattr(self, name)) for name in TABLES}
+        write_manifest(folder, manifest)
+        write_extra_files(folder, extra_files)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Report:
@@ -297,14 +288,45 @@ def move_into_place(tmp: Path, target: Path) -> None:
         os.replace(tmp, target)
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "item"):
-        return obj.item()
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``manifest.json`` into a report folder (strict JSON: NaN and inf become null)."""
+    (folder / MANIFEST).write_text(dumps(manifest), encoding="utf-8")
+
+
+def write_extra_files(folder: Path, extra_files: Mapping[str, bytes | str | Path]) -> None:
+    """Place more files in a report folder by relative name: bytes, text, or a path to copy.
+
+    Raises:
+        ValueError: a name would land outside ``folder`` (``../x``, an absolute path).
+    """
+    root = folder.resolve()
+    for rel, content in extra_files.items():
+        dest = folder / rel
+        if dest.resolve().parent != root and root not in dest.resolve().parents:
+            raise ValueError(f"extra file {rel!r} would land outside the report")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copyfile(content, dest)
+        elif isinstance(content, bytes):
+            dest.write_bytes(content)
+        else:
+            dest.write_text(content, encoding="utf-8")
+
+
+def source_info(kind: str | None, path: str | os.PathLike[str] | None = None, tool: str | None = None,
+                tool_version: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The manifest's ``source`` record: what kind of capture, which file, which tool and version."""
+    return {"kind": kind, "path": None if path is None else str(path), "tool": tool,
+            "tool_version": tool_version, **extra}
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """A report folder's manifest, checked: present, readable, and of a schema major this version reads.
+
+    Raises:
+        ReportFormatError: the manifest is missing, damaged, or of another schema major version.
+    """
+    return _read_manifest(folder)
 
 
 def _read_manifest(folder: Path) -> dict[str, Any]:
@@ -343,7 +365,7 @@ def _read_table(folder: Path, name: str) -> pd.DataFrame:
         return empty_table(name)
     try:
         df = pd.read_parquet(source)
-    except Exception as exc:  # pyarrow raises many types for damaged files
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ReportFormatError(source, f"damaged table ({first})", hint="re-create the report") from None
     if "rank" in df.columns and isinstance(df["rank"].dtype, pd.CategoricalDtype):

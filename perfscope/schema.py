@@ -133,6 +133,9 @@ COUNTER_COLUMNS = _cols(
     ("mem_used_bytes", "float", False, "device memory in use, bytes"),
 )
 
+NVML_PARAMS_KEY = b"perfscope.nvml.params"
+"""Parquet metadata key of an ``nvml.parquet`` file holding the sampler's params as JSON."""
+
 REQUEST_COLUMNS = _cols(
     ("request_id", "int", True, "request index in the batch"),
     ("prompt_tokens", "int", True, "prompt length, tokens"),
@@ -221,7 +224,7 @@ def _coerce(series: pd.Series, col: Column) -> pd.Series:
     return series
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _empty(table: str) -> pd.DataFrame:
     return conform(pd.DataFrame(), table, source="<empty>")
 

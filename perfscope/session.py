@@ -22,7 +22,7 @@ import pandas as pd
 
 from .device import DeviceSpec
 from .errors import UnsupportedDeviceError, UsageError
-from .report import Report
+from .report import Report, source_info
 
 Progress = Callable[[str], None]
 
@@ -139,7 +139,7 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
 
         raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
     report = _engine_report(run, spec, capture, result or base, base.wall_s if base else None)
-    if capture.error == "interrupted (Ctrl-C)":
+    if capture.interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
 
@@ -164,7 +164,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
               "profiler_overhead_ratio": result.wall_s / baseline_s if baseline_s else None}
     manifest = {
         "name": f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}",
-        "source": {"kind": "engine", "path": None, "tool": "torch.profiler", "tool_version": capture.torch_version},
+        "source": source_info("engine", None, "torch.profiler", capture.torch_version),
         "command": list(sys.argv),
         "device": spec.to_dict(),
         "params": params,
@@ -219,10 +219,10 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
     report = read_kineto(capture.trace_path, device=spec)
     return report.with_manifest(
         name=Path(list(argv)[-1] if argv else "script").stem,
-        source={"kind": "torch-script", "path": None, "tool": "torch.profiler", "tool_version": capture.torch_version},
+        source=source_info("torch-script", None, "torch.profiler", capture.torch_version),
         command=list(argv), partial=capture.partial,
         warnings=report.warnings + capture.warnings,
-        params={**report.params, "profiled_wall_s": capture.wall_s},
+        params={**report.params, "profiled_wall_s": capture.wall_s, "interrupted": capture.interrupted},
     )
 
 
@@ -245,7 +245,7 @@ def profile_external(argv: Sequence[str], *, collector: str, options: Any = None
     col = get_collector(collector)
     opts = options if options is not None else col.options_type()  # type: ignore[attr-defined]
     work = work_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
-    sampler = _sampler(nvml_rate_hz) if nvml else None
+    sampler = nvml_sampler(nvml_rate_hz) if nvml and collector != "nvml" else None
     interrupted = False
     say(f"running under {collector}")
     with sampler if sampler is not None else nullcontext():
@@ -274,14 +274,15 @@ def profile_external(argv: Sequence[str], *, collector: str, options: Any = None
         params={**report.params, **dict(capture.params), "collector": collector, "interrupted": interrupted},
     )
     if sampler is not None:
-        from perfscope.api import _attach_counters
+        from perfscope.api import attach_counters
 
-        report = _attach_counters(report, sampler)
+        report = attach_counters(report, sampler)
     raw = {f"raw/{p.name}": p for p in capture.files if p.exists()}
     return report, raw
 
 
-def _sampler(rate_hz: float) -> Any:
+def nvml_sampler(rate_hz: float) -> Any:
+    """An NVML sampler at ``rate_hz`` (a context manager; ``--nvml`` with any collector)."""
     from perfscope.collectors import NvmlSampler
 
     return NvmlSampler(rate_hz)
@@ -336,8 +337,8 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
     combined = {name: pd.concat(dfs, ignore_index=True) for name, dfs in tables.items() if dfs}
     manifest = {
         "name": f"sweep-{base.model}",
-        "source": {"kind": "engine-sweep", "path": None, "tool": "torch.profiler",
-                   "tool_version": parts[0].manifest["source"]["tool_version"] if parts else None},
+        "source": source_info("engine-sweep", None, "torch.profiler",
+                              parts[0].manifest["source"]["tool_version"] if parts else None),
         "command": list(sys.argv),
         "device": spec.to_dict(),
         "params": {**dataclasses.asdict(base), "sweep": {"batch": batches, "prompt_len": prompt_lens,

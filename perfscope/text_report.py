@@ -5,35 +5,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
 
+from .format import MISSING, si
+from .format import clip as _clip
+from .format import number as _num
 from .report import Report
 
-
-def _finite(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
-
-
-def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
-    v = _finite(value)
-    return "-" if v is None else f"{v / scale:,.{digits}f}"
-
-
-def si(value: Any, unit: str) -> str:
-    """``1.23e12, 'FLOP/s'`` -> ``1.23 TFLOP/s``; missing -> ``-``."""
-    v = _finite(value)
-    if v is None:
-        return "-"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= factor:
-            return f"{v / factor:.3g} {prefix}{unit}"
-    return f"{v:.3g} {unit}"
+__all__ = ["render_text", "si", "table"]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "  ") -> str:
@@ -45,16 +24,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str 
     def fmt(cells: Sequence[str]) -> str:
         parts = []
         for i, (c, w) in enumerate(zip(cells, widths)):
-            numeric = i > 0 and (c[:1].isdigit() or c[:1] in "-+.") and c != "-" or c == "-"
+            numeric = i > 0 and (c[:1].isdigit() or c[:1] in "-+.") or c == MISSING
             parts.append(c.rjust(w) if numeric else c.ljust(w))
         return indent + "  ".join(parts).rstrip()
 
     return "\n".join([fmt(headers)] + [fmt(r) for r in rows])
-
-
-def _clip(text: Any, width: int) -> str:
-    s = str(text) if text is not None and not (isinstance(text, float) and math.isnan(text)) else "-"
-    return s if len(s) <= width else s[: width - 1] + "…"
 
 
 def _device_lines(report: Report) -> list[str]:

@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec
+from perfscope.format import duration
 from perfscope.report import Report
 
 from ..roofline import classify
-from ._base import Finding, fmt_ns, group_key, info, is_cpu_report, pct, ranked, severity_for
+from ._base import Finding, group_key, info, is_cpu_report, pct, ranked, severity_for
 from .timeline import SHORT_KERNEL_NS
 
 MEMORY_ROOF_LOW_PCT = 50.0
@@ -202,7 +203,7 @@ def _below_roof(report: Report, groups: pd.DataFrame, rule: str, roof: str, low_
     evidence.update(_top_evidence(below, "pct_of_roof"))
     top = below.iloc[0]
     title = (f"{len(below)} {rule.split('-')[0]}-bound kernel group(s) run at {weighted:.2g}% of the {roof} "
-             f"({fmt_ns(time_ns)}); worst: {str(top['group'])[:60]} at {top['pct_of_roof']:.2g}%")
+             f"({duration(time_ns)}); worst: {str(top['group'])[:60]} at {top['pct_of_roof']:.2g}%")
     return [ranked(report, rule, title, evidence, advice, at_stake,
                     kernels=tuple(str(g) for g in below["group"].head(TOP_GROUPS)))]
 
@@ -255,7 +256,7 @@ def fp32_matmul(report: Report) -> list[Finding]:
         "target_roof_flops_per_s": float(dev.compute[target].value), "roof_ratio": speedup,
         "time_at_target_roof_ns": float(floor_ns.sum()),
     }
-    title = (f"{len(mm)} matmul kernels run in FP32 off the tensor cores ({fmt_ns(time_ns)}, "
+    title = (f"{len(mm)} matmul kernels run in FP32 off the tensor cores ({duration(time_ns)}, "
              f"{pct(time_ns, kernel_ns):.3g}% of kernel time); the {target} roof is {speedup:.0f}x the FP32 roof")
     advice = TF32_ADVICE if target == "tf32" else LOW_PRECISION_ADVICE.format(target=target)
     kernels = tuple(_top_by_time(mm))[:TOP_GROUPS]

@@ -13,9 +13,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from perfscope.format import duration
 from perfscope.report import Report
 
-from ._base import Finding, fmt_ns, info, merge_intervals, pct, ranked
+from ._base import Finding, info, merge_intervals, pct, ranked
 from .timeline import SHORT_KERNEL_NS, graph_advice, graph_mode
 
 DECODE_MBU_LOW_PCT = 50.0
@@ -97,8 +98,8 @@ def decode_mbu(report: Report) -> list[Finding]:
     }
     if not math.isnan(cover):
         evidence["kernel_cover_pct"] = cover
-    title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {fmt_ns(float(dur.mean()))} per step vs a "
-             f"{fmt_ns(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB of weights + KV cache")
+    title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {duration(float(dur.mean()))} per step vs a "
+             f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB of weights + KV cache")
     mode = graph_mode(report)
     graph = graph_advice(report, mode) if mode.is_graph_run else None
     if graph:
@@ -113,7 +114,7 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
                  "The decode kernels themselves read memory slowly: use fused decode attention and GEMV "
                  "kernels tuned for small batches. ") + graph)
     elif floor_ns < ops_per_step * SHORT_KERNEL_NS:
-        head = (f"The step's bandwidth floor ({fmt_ns(floor_ns)}) is shorter than launching its "
+        head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than launching its "
                 f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
                 "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "
                 "graph or compile it (torch.compile) so it runs as few launches.")

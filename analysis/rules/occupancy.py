@@ -14,9 +14,10 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
+from perfscope.format import duration
 from perfscope.report import Report
 
-from ._base import Finding, fmt_ns, group_key, is_cpu_report, pct, severity_for
+from ._base import Finding, group_key, is_cpu_report, pct, severity_for
 
 OCCUPANCY_LOW_PCT = 25.0
 """Achieved occupancy (active warps / maximum) below a quarter leaves too few warps to hide memory
@@ -110,7 +111,7 @@ def _occupancy_finding(group: str, g: pd.DataFrame, occ: float, time_ns: float, 
         evidence[f"stall{i}_cycles_per_issue"] = value
     reasons = "; ".join(f"{name}: {STALL_ADVICE.get(name, 'see the ncu WarpStateStatistics section')}"
                         for name, _ in stalls)
-    title = (f"{group[:60]} runs at {occ:.0f}% achieved occupancy ({fmt_ns(time_ns)}, "
+    title = (f"{group[:60]} runs at {occ:.0f}% achieved occupancy ({duration(time_ns)}, "
              f"{pct(time_ns, kernel_ns):.3g}% of kernel time)" + (f"; top stall: {stalls[0][0]}" if stalls else ""))
     advice = _limiter(evidence, occ) + (f" Dominant stalls - {reasons}." if reasons else "")
     return Finding("occupancy-stalls", severity_for(time_ns, kernel_ns), title, evidence, advice, math.nan,

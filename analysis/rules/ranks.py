@@ -14,10 +14,11 @@ import math
 
 import pandas as pd
 
+from perfscope.format import duration
 from perfscope.report import Report
 
 from ..ranks import RankTables, comm_mask, format_ranks, rank_tables, stragglers
-from ._base import Evidence, Finding, fmt_ns, group_key, ranked, top_names
+from ._base import Evidence, Finding, group_key, ranked, top_names
 
 EXPOSED_COMM_MIN_PCT = 10.0
 """Exposed collective time (no compute beside it) worth a finding, as a share of the ranks' mean
@@ -51,9 +52,9 @@ def _imbalance(report: Report, t: RankTables) -> list[Finding]:
         at_stake = excess * max(int(steps.get(rank, 1)), 1)
         word = METRIC_WORDS.get(str(metric), str(metric))
         others = ", ".join(str(int(r)) for r in rows["rank"].iloc[1:4])
-        title = (f"Rank {rank} is a straggler: {word} {fmt_ns(float(worst['value_ns']))}, "
+        title = (f"Rank {rank} is a straggler: {word} {duration(float(worst['value_ns']))}, "
                  f"{worst['margin_pct']:.1f}% above the median of the other ranks "
-                 f"({fmt_ns(float(worst['median_others_ns']))})" + (f"; also ranks {others}" if others else ""))
+                 f"({duration(float(worst['median_others_ns']))})" + (f"; also ranks {others}" if others else ""))
         evidence: Evidence = {
             "rank": rank, "metric": str(metric), "value_ns": float(worst["value_ns"]),
             "median_others_ns": float(worst["median_others_ns"]), "margin_pct": float(worst["margin_pct"]),
@@ -88,7 +89,7 @@ def _exposed(report: Report, t: RankTables) -> list[Finding]:
     hidden = float(pr["overlap_ns"].astype("float64").sum()) / float(comm.sum()) * 100.0
     n = len(pr)
     who = f"rank {int(pr['rank'].iloc[0])}" if n == 1 else f"the {n} ranks"
-    title = (f"Communication is exposed: {fmt_ns(float(exposed.mean()))} per rank of collectives run with no "
+    title = (f"Communication is exposed: {duration(float(exposed.mean()))} per rank of collectives run with no "
              f"compute beside them ({share:.0f}% of the active span, {100 - hidden:.0f}% of collective time, "
              f"mean over {who})")
     evidence: Evidence = {

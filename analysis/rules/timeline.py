@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from perfscope.format import duration
 from perfscope.report import Report
 
 from ..ranks import comm_mask
@@ -20,7 +21,6 @@ from ._base import (
     Finding,
     activity,
     covered_ns,
-    fmt_ns,
     gaps_before,
     group_key,
     is_cpu_report,
@@ -150,7 +150,7 @@ def graph_advice(report: Report, mode: GraphMode) -> str:
     """What to do about overhead in a run that already replays CUDA graphs."""
     gaps = ""
     if mode.replays > 1 and not math.isnan(mode.between_replays_ns):
-        gaps = (f" ({fmt_ns(mode.between_replays_ns / (mode.replays - 1))} from one replay's end to the next "
+        gaps = (f" ({duration(mode.between_replays_ns / (mode.replays - 1))} from one replay's end to the next "
                 f"one's start on average, the GPU idle for {pct(mode.idle_between_replays_ns, mode.between_replays_ns):.0f}% "
                 "of it)")
     top = largest_below_roof(report)
@@ -288,8 +288,8 @@ def gpu_idle(report: Report) -> list[Finding]:
         if graph:
             evidence.update(mode.evidence())
         what = "is outside operators" if cpu else f"{idle.device} is idle"
-        title = (f"{share:.0f}% of the active span {what} ({fmt_ns(idle.idle_ns)} in {len(idle.gaps)} gaps "
-                 f"over {fmt_ns(idle.span_ns)}; largest {fmt_ns(float(gap_ev.get('gap1_ns', math.nan)))})")
+        title = (f"{share:.0f}% of the active span {what} ({duration(idle.idle_ns)} in {len(idle.gaps)} gaps "
+                 f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
             evidence, _idle_advice(cpu, host_pct, graph), idle.idle_ns, ranges=ranges))
@@ -394,8 +394,8 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.Dat
         "idle_waiting_for_launch_ns": at_stake,
     }
     title = (f"Launch-bound on {device}: {starved:.0f}% of {len(m)} kernels start within "
-             f"{STARVED_NS / 1000:.0f} µs of their launch returning; launch calls take {fmt_ns(api_ns)} "
-             f"vs {fmt_ns(kernel_ns)} of kernels")
+             f"{STARVED_NS / 1000:.0f} µs of their launch returning; launch calls take {duration(api_ns)} "
+             f"vs {duration(kernel_ns)} of kernels")
     advice = ("The CPU cannot launch kernels as fast as the GPU runs them, so the queue stays empty. Remove "
               "launches rather than speeding them up: CUDA graphs (torch.compile(mode='reduce-overhead'), "
               "torch.cuda.CUDAGraph) replay a whole step with one launch; fusion (torch.compile, fused "
@@ -453,8 +453,8 @@ def _stream_finding(report: Report, device: str, k: pd.DataFrame) -> Finding | N
     }
     for stream in sorted((s for s in busy if s != main), key=lambda s: -busy[s])[:3]:
         evidence[f"stream_{stream}_busy_ns"] = busy[stream]
-    title = (f"Streams on {device} take turns: {fmt_ns(outside)} of kernel time ({float(evidence['outside_busiest_stream_pct']):.3g}%) "
-             f"runs while stream {main} is idle; only {fmt_ns(overlapped)} overlaps")
+    title = (f"Streams on {device} take turns: {duration(outside)} of kernel time ({float(evidence['outside_busiest_stream_pct']):.3g}%) "
+             f"runs while stream {main} is idle; only {duration(overlapped)} overlaps")
     advice = (f"Work on the other streams runs while stream {main} is idle, so the GPU does one thing at a "
               "time. If it is independent (communication, side branches, prefetches), let it overlap: launch "
               "it earlier, drop the synchronisations and event waits that order it after the main stream "

@@ -11,14 +11,13 @@ import math
 import numpy as np
 import pandas as pd
 
+from perfscope.format import duration, nbytes
 from perfscope.report import Report
 
 from ._base import (
     HOST_COPY_KINDS,
     Finding,
     covered_ns,
-    fmt_bytes,
-    fmt_ns,
     merge_intervals,
     pct,
     ranked,
@@ -97,8 +96,8 @@ def copies_exposed(report: Report) -> list[Finding]:
     by_kind = t.groupby("kind")["exposed_ns"].sum()
     for kind, ns in by_kind.items():
         evidence[f"exposed_{kind}_ns"] = float(ns)
-    title = (f"{fmt_ns(exposed)} of host-device copies run with no kernel beside them "
-             f"({len(t)} copies, {fmt_bytes(float(evidence['bytes']))}, {float(evidence['exposed_pct_of_busy_time']):.3g}% of GPU busy time)")
+    title = (f"{duration(exposed)} of host-device copies run with no kernel beside them "
+             f"({len(t)} copies, {nbytes(float(evidence['bytes']))}, {float(evidence['exposed_pct_of_busy_time']):.3g}% of GPU busy time)")
     return [ranked(report, "copies-exposed", title, evidence,
                     _copy_advice(evidence), exposed)]
 
@@ -139,8 +138,8 @@ def pageable_copies(report: Report) -> list[Finding]:
     }
     if len(pinned):
         evidence["pinned_bytes_per_s"] = _gb_per_s(pinned) * 1e9
-    rate = f"{fmt_bytes(float(evidence['pageable_bytes_per_s']))}/s"
-    title = f"{len(pageable)} copies use pageable host memory: {fmt_ns(ns)} at {rate}"
+    rate = f"{nbytes(float(evidence['pageable_bytes_per_s']))}/s"
+    title = f"{len(pageable)} copies use pageable host memory: {duration(ns)} at {rate}"
     advice = ("Pin the host side: DataLoader(pin_memory=True), tensor.pin_memory(), or allocate staging buffers "
               "with torch.empty(..., pin_memory=True); then copy with .to(device, non_blocking=True). Pageable "
               "copies go through a driver bounce buffer, run slower and block the CPU, so they can never overlap "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,7 +11,10 @@ from typing import Any
 
 import click
 
+from perfscope.format import dumps, records
 from perfscope.report import REPORT_SUFFIX
+
+__all__ = ["as_report_path", "default_run_dir", "echo_json", "records", "stage_progress"]
 
 
 @contextmanager
@@ -54,26 +55,6 @@ def as_report_path(path: str | Path) -> Path:
     return p if p.name.endswith(REPORT_SUFFIX) else p.with_name(p.name + REPORT_SUFFIX)
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            return _clean(value.item())
-        except (ValueError, AttributeError):
-            return str(value)
-    return value
-
-
 def echo_json(payload: Any) -> None:
     """Print ``payload`` as JSON (NaN/inf become null, numpy scalars plain numbers)."""
-    click.echo(json.dumps(_clean(payload), indent=2, default=str))
-
-
-def records(df: Any) -> list[dict[str, Any]]:
-    """DataFrame rows as JSON-ready dicts."""
-    return [_clean(r) for r in df.to_dict(orient="records")]
+    click.echo(dumps(payload))

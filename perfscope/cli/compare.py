@@ -2,50 +2,17 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import click
+import pandas as pd
 
-from perfscope.analysis.compare import KEYS, Comparison
+from perfscope.analysis.compare import KEYS, Comparison, name_view, phase_view
 from perfscope.text_report import table
 
 from ._common import echo_json
 
 
-def _time(seconds: Any) -> str:
-    from perfscope.analysis.rules._base import fmt_ns
-
-    v = float(seconds)
-    return "-" if math.isnan(v) else fmt_ns(v * 1e9)
-
-
-def _num(value: Any, fmt: str = ".3g", suffix: str = "") -> str:
-    v = float(value)
-    return "-" if math.isnan(v) else f"{v:{fmt}}{suffix}"
-
-
-def _phase_rows(c: Comparison) -> list[list[str]]:
-    return [[r.phase, _time(r.time_a_s), _time(r.time_b_s), _num(r.delta_pct, "+.1f", "%"),
-             _num(r.tokens_per_s_a, ".4g"), _num(r.tokens_per_s_b, ".4g"),
-             _num(r.mfu_a_pct, ".3g", "%"), _num(r.mfu_b_pct, ".3g", "%"),
-             _num(r.mbu_a_pct, ".3g", "%"), _num(r.mbu_b_pct, ".3g", "%")]
-            for r in c.by_phase.itertuples(index=False)]
-
-
-def _label(value: Any) -> str:
-    return value if isinstance(value, str) and value else "-"
-
-
-def _name_rows(c: Comparison, top: int) -> list[list[str]]:
-    rows = []
-    for r in c.by_name.head(top).itertuples(index=False):
-        a, b = _label(r.bound_a), _label(r.bound_b)
-        bound = f"{a} -> {b}" if r.bound_changed else (b if r.status != "vanished" else a)
-        name = r.name if len(r.name) <= 60 else r.name[:59] + "…"
-        rows.append([name, r.status, str(r.count_a), str(r.count_b), _time(r.time_a_s), _time(r.time_b_s),
-                     ("+" if r.delta_s > 0 else "") + _time(r.delta_s), bound])
-    return rows
+def _table(view: pd.DataFrame) -> str:
+    return table(list(view.columns), view.to_numpy().tolist())
 
 
 def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | None = None) -> str:
@@ -53,10 +20,9 @@ def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | N
     where = sources or ("", "")
     lines = [f"A = {c.a}" + (f"  ({where[0]})" if where[0] else ""),
              f"B = {c.b}" + (f"  ({where[1]})" if where[1] else ""), "", "Phases"]
-    lines.append(table(["phase", "A", "B", "change", "tok/s A", "tok/s B", "MFU A", "MFU B", "MBU A", "MBU B"],
-                       _phase_rows(c)))
+    lines.append(_table(phase_view(c)))
     lines += ["", f"Top movers (matched by {c.key})"]
-    lines.append(table(["name", "status", "n A", "n B", "A", "B", "change", "bound"], _name_rows(c, top)))
+    lines.append(_table(name_view(c, top)))
     lines += ["", "Verdict"] + [f"  - {v}" for v in c.verdict]
     return "\n".join(lines) + "\n"
 

@@ -16,7 +16,8 @@ def devices(device: str, refresh: bool, as_json: bool) -> None:
     from perfscope.analysis.summary import roofs_table
     from perfscope.collectors.roofs import device_roofs
     from perfscope.session import resolve_device
-    from perfscope.text_report import si, table
+    from perfscope.format import number, si
+    from perfscope.text_report import table
 
     targets = ["cpu"]
     if device == "auto":
@@ -33,8 +34,7 @@ def devices(device: str, refresh: bool, as_json: bool) -> None:
     for t, spec in zip(targets, specs):
         click.echo(f"{t}: {spec.name}")
         rows = [[r["roof"], si(r["value"], "FLOP/s" if r["kind"] == "compute" else "B/s"),
-                 "-" if r["ridge_flop_per_byte"] is None or r["ridge_flop_per_byte"] != r["ridge_flop_per_byte"]
-                 else f"{r['ridge_flop_per_byte']:.2f}", r["provenance"], r["method"]]
+                 number(r["ridge_flop_per_byte"], digits=2), r["provenance"], r["method"]]
                 for _, r in roofs_table(spec).iterrows()]
         click.echo(table(["roof", "peak", "ridge FLOP/B", "provenance", "how"], rows))
         if spec.properties.get("cached"):

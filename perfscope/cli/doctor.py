@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from perfscope.doctor import healthy, render_text, run_checks, to_json
+
+from ._common import echo_json
 
 
 @click.command()
@@ -20,6 +20,9 @@ def doctor(as_json: bool, timeout_s: float) -> None:
     exits 1 when a required check fails.
     """
     checks = run_checks(timeout_s=timeout_s)
-    click.echo(json.dumps(to_json(checks), indent=2) if as_json else render_text(checks))
+    if as_json:
+        echo_json(to_json(checks))
+    else:
+        click.echo(render_text(checks))
     if not healthy(checks):
         raise click.exceptions.Exit(1)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
+
+from perfscope.collectors import collector_names
 
 from ._common import as_report_path, default_run_dir, echo_json, stage_progress
 
@@ -26,9 +29,11 @@ ENGINE_STAGES = 7
 @click.option("--top-k", type=click.IntRange(min=1), default=None)
 @click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=None)
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--collector", default="torch", show_default=True, type=click.Choice(["torch", "nsys", "ncu"]),
-              help="Profiler to run (nsys/ncu need a COMMAND and the tool installed).")
-@click.option("--nvml", is_flag=True, help="Also sample GPU utilisation, clocks, power and memory with NVML.")
+@click.option("--collector", default="torch", show_default=True, type=click.Choice(collector_names()),
+              help="Profiler to run: torch (in-process), or a registered collector that runs a COMMAND "
+                   "(nsys, ncu: the tool installed; nvml: samples the GPUs while it runs).")
+@click.option("--nvml", is_flag=True, help="Also sample GPU utilisation, clocks, power and memory with NVML "
+              "(with any collector).")
 @click.option("--nvml-rate", default=10.0, show_default=True, type=click.FloatRange(min=0.1, max=100),
               help="NVML samples per second.")
 @click.option("--set", "ncu_set", default="roofline", show_default=True,
@@ -61,9 +66,16 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     With no arguments it profiles the `small` model on the best available device and writes
     runs/<timestamp>-small.perfscope/ with report.html inside.
     """
-    from perfscope.api import save_with_html
+    from perfscope.api import attach_counters, save_with_html
     from perfscope.errors import UsageError
-    from perfscope.session import EngineRun, profile_engine, profile_external, profile_script, resolve_device
+    from perfscope.session import (
+        EngineRun,
+        nvml_sampler,
+        profile_engine,
+        profile_external,
+        profile_script,
+        resolve_device,
+    )
     from perfscope.text_report import render_text
 
     run = EngineRun(**engine)  # type: ignore[arg-type]
@@ -83,15 +95,18 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     raw: dict = {}
     with stage_progress(ENGINE_STAGES, enabled=not quiet and not as_json) as advance:
         if collector != "torch":
-            options = _tool_options(collector, timeout, ncu_set=ncu_set, clock_control=clock_control,
+            options = _tool_options(collector, timeout, nvml_rate, ncu_set=ncu_set, clock_control=clock_control,
                                     kernel_name=kernel_name, launch_skip=launch_skip, launch_count=launch_count,
                                     nvtx_include=nvtx_include, top_n=top_n, top_n_launches=top_n_launches)
             report, raw = profile_external(command, collector=collector, options=options, nvml=nvml,
                                            nvml_rate_hz=nvml_rate, progress=advance)
-        elif command:
-            report = profile_script(command, device=run.device, progress=advance)
         else:
-            report = profile_engine(run, progress=advance)
+            sampler = nvml_sampler(nvml_rate) if nvml else None
+            with sampler if sampler is not None else nullcontext():
+                report = (profile_script(command, device=run.device, progress=advance) if command
+                          else profile_engine(run, progress=advance))
+            if sampler is not None:
+                report = attach_counters(report, sampler)
         advance("writing the report")
         written = save_with_html(report, target, force=force, html=not no_html, extra_files=raw)
     if as_json:
@@ -111,12 +126,16 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
         raise SystemExit(130)
 
 
-def _tool_options(collector: str, timeout: float | None, **ncu: object) -> object:
+def _tool_options(collector: str, timeout: float | None, nvml_rate: float, **ncu: object) -> object:
     """The collector's options dataclass from the command-line flags."""
-    from perfscope.collectors import NcuOptions, NsysOptions
+    from perfscope.collectors import NcuOptions, NsysOptions, NvmlOptions, get_collector
 
     if collector == "nsys":
         return NsysOptions(timeout_s=timeout)
+    if collector == "nvml":
+        return NvmlOptions(rate_hz=nvml_rate, timeout_s=timeout)
+    if collector != "ncu":  # a collector registered later: its own defaults
+        return get_collector(collector).options_type()  # type: ignore[attr-defined]
     return NcuOptions(section_set=ncu["ncu_set"], clock_control=ncu["clock_control"],  # type: ignore[arg-type]
                       kernel_name=ncu["kernel_name"], launch_skip=ncu["launch_skip"],  # type: ignore[arg-type]
                       launch_count=ncu["launch_count"], nvtx_include=tuple(ncu["nvtx_include"]),  # type: ignore[arg-type]

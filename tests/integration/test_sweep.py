@@ -22,7 +22,7 @@ def test_sweep_holds_every_run(sweep_report):
     assert is_sweep(sweep_report)
     runs = split_runs(sweep_report)
     assert list(runs) == ["b1-p8", "b1-p32", "b8-p8", "b8-p32"]
-    for label, run in runs.items():
+    for run in runs.values():
         assert len(run.steps) == 4 and (run.steps["phase"] == ["prefill", "decode", "decode", "decode"]).all()
         assert len(run.requests) == run.params["batch"]
     assert sweep_report.ranges["id"].is_unique

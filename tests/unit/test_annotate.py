@@ -34,9 +34,8 @@ def test_no_profiler_means_no_range_and_no_error():
 
 def test_exceptions_propagate_and_close_the_range():
     try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            with annotate("boom"):
-                raise ValueError("x")
+        with profile(activities=[ProfilerActivity.CPU]) as prof, annotate("boom"):
+            raise ValueError("x")
     except ValueError:
         pass
     assert any(e.name == "boom" for e in prof.events())

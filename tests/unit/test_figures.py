@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from perfscope.analysis.compare import compare
 from perfscope.dashboard import figures
 from perfscope.dashboard import roofline_data as rd
 from perfscope.dashboard import timeline_data as td
@@ -189,9 +190,11 @@ def test_compare_figure_deltas(qwen: Report) -> None:
     report = engine()
     fig = figures.compare(qwen, report, top=10)
     a, b = fig.data
-    per_a = qwen.kernels.groupby("name")["duration_ns"].sum() / 1e6
-    assert max(a.x) == pytest.approx(per_a.max())
+    movers = compare(qwen, report).by_name.head(10)  # the rows of `perfscope compare`, largest change first
+    assert list(a.x) == pytest.approx(list(movers["time_a_s"][::-1] * 1e3))
+    assert list(b.x) == pytest.approx(list(movers["time_b_s"][::-1] * 1e3))
     assert len(a.x) == len(b.x) == 10
+    assert sum(a.x) <= qwen.kernels["duration_ns"].sum() / 1e6 + 1e-9
 
 
 def test_merged_points_respect_filters_exactly(hta: Report) -> None:

@@ -56,7 +56,7 @@ def test_every_kineto_fixture_imports_with_exact_kernel_counts_and_times(fixture
         assert len(k) == len(kernels)
         expected = defaultdict(int)
         for e in kernels:
-            expected[e["name"]] += int(round(e["dur"] * 1000))
+            expected[e["name"]] += round(e["dur"] * 1000)
         got = k.groupby("name")["duration_ns"].sum().to_dict()
         assert got == dict(expected)
         assert (k["device"].str.startswith("cuda:")).all()
@@ -73,7 +73,7 @@ def test_relative_timestamps_use_base_time(fixtures_dir):
     base = doc["baseTimeNanoseconds"]
     first = min(e["ts"] for e in events(doc, "kernel"))
     k = read_kineto(fixtures_dir / QWEN).kernels
-    assert k["start_ns"].min() == base + int(round(first * 1000))
+    assert k["start_ns"].min() == base + round(first * 1000)
 
 
 def test_kernels_inherit_their_launching_op_and_its_analytic_cost(fixtures_dir):
@@ -152,7 +152,8 @@ def test_copy_names_and_short_kernel_names():
 
 # --------------------------------------------------------------------------- bad input
 def test_truncated_trace_keeps_what_was_read(fixtures_dir, tmp_path):
-    raw = gzip.open(fixtures_dir / A100).read()
+    with gzip.open(fixtures_dir / A100) as fh:
+        raw = fh.read()
     cut = tmp_path / "cut.json"
     cut.write_bytes(raw[: len(raw) // 2])
     r = import_file(cut)

@@ -1,0 +1,195 @@
+"""The one output layer: how numbers read as text, and how values become JSON.
+
+Every output (the terminal summary, ``--json``, the HTML report, the Dash app, figure hover
+text, finding titles and manifests) formats through this module, so one number reads the same
+everywhere and a value that could not be measured is always shown as :data:`MISSING`.
+
+Text: :func:`si` (``1.23 TFLOP/s``), :func:`duration` (ns in, ``4.56 ms`` out), :func:`seconds`,
+:func:`pct`, :func:`nbytes` (powers of 1000, ``537 MB``), :func:`number` (fixed digits with
+thousands separators). JSON: :func:`jsonable` turns a value into plain JSON types and
+:func:`dumps` writes it; NaN and infinities become ``null``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Any
+
+import numpy as np
+
+MISSING = "n/a"
+"""The one marker for a value that could not be measured or does not apply."""
+
+SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+DURATION_UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"))
+
+
+def is_missing(value: object) -> bool:
+    """True for None, NaN and pandas' NA/NaT."""
+    if value is None or type(value).__name__ in ("NAType", "NaTType"):
+        return True
+    try:
+        return bool(value != value)  # noqa: PLR0124 - NaN and NaT compare unequal to themselves
+    except (TypeError, ValueError):
+        return False
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float, or None when it is missing, not a number, or infinite."""
+    if is_missing(value):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def si(value: Any, unit: str = "", digits: int = 3) -> str:
+    """``value`` with an SI prefix: ``1.23e12, 'FLOP/s'`` -> ``1.23 TFLOP/s``; :data:`MISSING` when missing."""
+    v = finite(value)
+    if v is None:
+        return MISSING
+    for scale, prefix in SI_PREFIXES:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}g} {prefix}{unit}".rstrip()
+    return f"{v:.{digits}g} {unit}".rstrip()
+
+
+def duration(ns: Any, digits: int = 3) -> str:
+    """A duration given in ns, in the largest fitting unit: ``850 ns``, ``12.3 µs``, ``4.56 ms``, ``1.23 s``."""
+    v = finite(ns)
+    if v is None:
+        return MISSING
+    for scale, unit in DURATION_UNITS:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}g} {unit}"
+    return f"{v:.{digits}g} ns"
+
+
+def seconds(value: Any, digits: int = 3) -> str:
+    """A time given in seconds, as :func:`duration` writes it."""
+    v = finite(value)
+    return MISSING if v is None else duration(v * 1e9, digits)
+
+
+def pct(value: Any, digits: int = 1) -> str:
+    """A percentage (already in percent): ``12.3%``; :data:`MISSING` when missing."""
+    v = finite(value)
+    return MISSING if v is None else f"{v:.{digits}f}%"
+
+
+def nbytes(n: Any) -> str:
+    """A byte count in powers of 1000: ``512 B``, ``16.4 kB``, ``537 MB``, ``1.2 GB``."""
+    return si(n, "B")
+
+
+def number(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+    """``value / scale`` with ``digits`` decimals and thousands separators (``12,345.6``)."""
+    v = finite(value)
+    return MISSING if v is None else f"{v / scale:,.{digits}f}"
+
+
+def signed(text: str, value: Any) -> str:
+    """``text`` with a leading ``+`` when ``value`` is positive (deltas: ``+1.2 ms``)."""
+    v = finite(value)
+    return "+" + text if v is not None and v > 0 else text
+
+
+def clip(text: Any, width: int) -> str:
+    """``text`` as a string of at most ``width`` characters (``…`` marks a cut); :data:`MISSING` when missing."""
+    s = MISSING if is_missing(text) else str(text)
+    return s if len(s) <= width else s[: max(width - 1, 1)] + "…"
+
+
+def by_column(column: str, value: Any) -> str:
+    """Format a metric by its column's unit suffix (``_ns``, ``_s``, ``_pct``, ``_per_s``, ``_bytes``)."""
+    if is_missing(value):
+        return MISSING
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return str(value)
+    rules = (("_ns", duration), ("_pct", pct), ("flops_per_s", lambda v: si(v, "FLOP/s")),
+             ("bytes_per_s", lambda v: si(v, "B/s")), ("tokens_per_s", lambda v: si(v, "tok/s")),
+             ("_per_s", lambda v: si(v, "/s")), ("_bytes", lambda v: si(v, "B")), ("_s", seconds),
+             ("mfu", lambda v: pct(v * 100 if v <= 1 else v)), ("mbu", lambda v: pct(v * 100 if v <= 1 else v)))
+    base = re.sub(r"_(mean|median|min|max|std|p\d+)$", "", column.lower())
+    for suffix, fmt in rules:
+        if base.endswith(suffix):
+            return fmt(value)
+    return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
+
+
+def evidence_rows(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A finding's evidence as (key, formatted value) rows, each value formatted by its key's unit."""
+    return [(str(k), by_column(str(k), v)) for k, v in evidence.items()]
+
+
+# ---------------------------------------------------------------------------- JSON
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON types, recursively.
+
+    NaN, infinities, None, pandas' NA and NaT become None; numpy scalars and arrays, pandas
+    Series/DataFrames (as records), Timestamps, datetimes and dates (ISO 8601), paths, enums,
+    dataclasses, mappings (keys as strings), lists, tuples and sets become their JSON form.
+    Any other type is a programming error and raises ``TypeError`` naming it: output never
+    silently holds an object's ``repr``.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return None
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    return _jsonable_array_like(value)
+
+
+def _jsonable_array_like(value: Any) -> Any:
+    if is_missing(value):
+        return None
+    module = type(value).__module__.split(".")[0]
+    if module == "numpy":
+        return jsonable(value.tolist())  # scalars give a Python scalar, arrays nested lists
+    if module == "pandas":
+        if hasattr(value, "to_dict") and hasattr(value, "columns"):
+            return jsonable(value.to_dict(orient="records"))
+        if hasattr(value, "tolist"):
+            return jsonable(value.tolist())
+        if hasattr(value, "isoformat"):  # Timestamp
+            return value.isoformat()
+        if hasattr(value, "total_seconds"):  # Timedelta
+            return jsonable(value.total_seconds())
+    if hasattr(value, "to_dict"):  # perfscope records (Finding, Comparison, DeviceSpec ...)
+        return jsonable(value.to_dict())
+    raise TypeError(f"not JSON serialisable: {type(value).__module__}.{type(value).__name__}")
+
+
+def dumps(value: Any, *, indent: int | None = 2, sort_keys: bool = False) -> str:
+    """``value`` as JSON text through :func:`jsonable` (strict JSON: never ``NaN``)."""
+    return json.dumps(jsonable(value), indent=indent, sort_keys=sort_keys, allow_nan=False)
+
+
+def records(df: Any) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-ready dicts."""
+    out: list[dict[str, Any]] = jsonable(df.to_dict(orient="records"))
+    return out
