@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.report import Report
+from perfscope.schema import text_of
 
 from .costs import category_of
 from .rules._base import covered_ns, group_key, merge_intervals
@@ -101,7 +102,7 @@ def empty_rank_tables() -> RankTables:
 
 # ---------------------------------------------------------------------------- steps
 def _range_steps(ranges: pd.DataFrame) -> pd.DataFrame:
-    names = ranges["name"].astype("object").astype(str)
+    names = text_of(ranges["name"])
     number = names.str.extract(STEP_NAME, expand=False)
     hit = number.notna()
     if hit.any():
@@ -217,7 +218,7 @@ def _kernel_times(rank: int, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.Da
         ["other"] * len(kernels), index=kernels.index)
     by_cat = dur.groupby(cat).agg(["sum", "count"]).reset_index()
     by_cat.columns = ["category", "time_ns", "count"]
-    by_name = dur.groupby(group_key(kernels).astype(str)).agg(["sum", "count"]).reset_index()
+    by_name = dur.groupby(text_of(group_key(kernels))).agg(["sum", "count"]).reset_index()
     by_name.columns = ["kernel", "time_ns", "count"]
     return by_cat.assign(rank=int(rank)), by_name.assign(rank=int(rank))
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.report import Report
+from perfscope.schema import text_of
 
 from .memo import memo
 
@@ -110,11 +111,10 @@ def _origin(report: Report) -> tuple[int, int]:
 def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     if not len(k):
         return []
-    device = k["device"].astype("object").fillna("?").astype(str)
-    cpu = device.str.startswith("cpu")
-    stream = k["stream"].astype("object").where(k["stream"].notna(), None)
-    thread = k["thread"].astype("object").where(k["thread"].notna(), None)
-    sub = np.where(cpu, "thread " + thread.astype(str), "stream " + stream.astype(str))
+    device = text_of(k["device"], "?").to_numpy()
+    cpu = np.char.startswith(device.astype(str), "cpu")
+    sub = np.where(cpu, "thread " + text_of(k["thread"], "?").to_numpy(),
+                   "stream " + text_of(k["stream"], "?").to_numpy())
     label = pd.Series(device + " " + sub, index=k.index)
     groups = k["category"].astype("object").where(k["category"].notna(), "other")
     busy = k.groupby(label)["duration_ns"].sum().sort_values(ascending=False)
@@ -126,12 +126,12 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
 def _transfer_lanes(t: pd.DataFrame, origin: int) -> list[Lane]:
     if not len(t):
         return []
-    device = t["device"].astype("object").fillna("").astype(str)
+    device = text_of(t["device"])
     lanes = []
     for dev in sorted(device.unique()):
         sel = device == dev
         label = f"memcpy {dev}".strip()
-        names = t["kind"].astype(str)[sel] + " " + t["bytes"].astype(str)[sel] + " B"
+        names = text_of(t["kind"], "?")[sel] + " " + text_of(t["bytes"], "?")[sel] + " B"
         lanes.append(_lane(label, "memcpy", t["start_ns"][sel], t["end_ns"][sel], names, t["kind"][sel], origin))
     return lanes
 
@@ -154,7 +154,7 @@ def _kernel_phase_runs(k: pd.DataFrame) -> pd.DataFrame:
     sel = k[k["phase"].notna()].sort_values("start_ns", kind="stable")
     if not len(sel):
         return pd.DataFrame(columns=["phase", "start_ns", "end_ns"])
-    phase = sel["phase"].astype(str)
+    phase = text_of(sel["phase"])
     run = (phase != phase.shift()).cumsum()
     spans = sel.groupby(run).agg(phase=("phase", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
     return spans.reset_index(drop=True)
@@ -165,8 +165,9 @@ def _phase_lane(report: Report, origin: int) -> list[Lane]:
     if not len(src):
         return []
     src = src.reset_index(drop=True)
-    names = src["phase"].astype(str) + (" step " + src["step"].astype(str) if "step" in src else "")
-    return [_lane("phase", "phase", src["start_ns"], src["end_ns"], names, src["phase"].astype(str), origin)]
+    phase = text_of(src["phase"], "?")
+    names = phase + (" step " + text_of(src["step"], "?") if "step" in src else "")
+    return [_lane("phase", "phase", src["start_ns"], src["end_ns"], names, phase, origin)]
 
 
 def timeline_index(report: Report) -> TimelineIndex:

@@ -7,6 +7,7 @@ of one device's work (kernels and copies), so overlapping streams count once.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.report import Report
+from perfscope.schema import map_distinct
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -139,8 +141,10 @@ DEGENERATE_SHORT_NAME = r"void|\d*|std"
 def group_key(kernels: pd.DataFrame) -> pd.Series:
     """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``."""
     short = kernels["short_name"].astype("object")
-    usable = short.notna() & ~short.astype(str).str.fullmatch(DEGENERATE_SHORT_NAME)
-    return short.where(usable, kernels["name"])
+    degenerate = re.compile(DEGENERATE_SHORT_NAME)
+    # once per distinct short name: a 1M-kernel report has a few hundred
+    usable = map_distinct(short, lambda v: v is not None and degenerate.fullmatch(str(v)) is None)
+    return short.where(usable.astype(bool), kernels["name"].astype("object"))
 
 
 # ---------------------------------------------------------------------------- intervals

@@ -111,7 +111,7 @@ def device_idle(report: Report) -> list[DeviceIdle]:
         gaps = pd.DataFrame({
             "gap_ns": gap[has_gap],
             "gap_start_ns": s[has_gap] - gap[has_gap],
-            "next_name": a["name"].to_numpy()[has_gap],
+            "next_name": pd.Series(a["name"].to_numpy()[has_gap], dtype="object"),
             "launch_end_ns": corr.map(ends).astype("Int64"),
         })
         out.append(DeviceIdle(str(device), int(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
