@@ -128,9 +128,9 @@ def counters(report: Report) -> go.Figure:
 
 
 def _per_name(report: Report) -> pd.DataFrame:
-    from perfscope.analysis.summary import aggregate_by_name
+    from .views import name_aggregate
 
-    agg = aggregate_by_name(report.kernels, report.device)
+    agg = name_aggregate(report)
     return agg.set_index("name")[["duration_ns", "count", "bound"]] if len(agg) else pd.DataFrame(
         columns=["duration_ns", "count", "bound"])
 

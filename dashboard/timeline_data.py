@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.report import Report
-from perfscope.schema import text_of
+from perfscope.schema import map_distinct, text_of
 
 from .memo import memo
 
@@ -111,16 +111,31 @@ def _origin(report: Report) -> tuple[int, int]:
 def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     if not len(k):
         return []
-    device = text_of(k["device"], "?").to_numpy()
-    cpu = np.char.startswith(device.astype(str), "cpu")
-    sub = np.where(cpu, "thread " + text_of(k["thread"], "?").to_numpy(),
-                   "stream " + text_of(k["stream"], "?").to_numpy())
-    label = pd.Series(device + " " + sub, index=k.index)
+    # one lane per (device, stream) or, on a CPU, (device, thread): grouped on integer codes, the
+    # label text built once per lane (a 1M-kernel table has a handful of lanes)
+    device = text_of(k["device"], "?")
+    cpu = map_distinct(device, lambda d: str(d).startswith("cpu")).to_numpy(dtype=bool)
+    dev_codes = pd.factorize(device)[0]
+    stream_codes = pd.factorize(k["stream"], use_na_sentinel=False)[0]
+    thread_codes = pd.factorize(k["thread"], use_na_sentinel=False)[0]
+    sub_codes = np.where(cpu, thread_codes, stream_codes)
+    combined = (dev_codes.astype(np.int64) * 2 + cpu) * (int(sub_codes.max()) + 1) + sub_codes
+    lane_of = pd.factorize(combined)[0]
+    first = np.unique(lane_of, return_index=True)[1]
+    thread, stream = text_of(k["thread"].iloc[first], "?"), text_of(k["stream"].iloc[first], "?")
+    labels = [f"{device.iloc[i]} " + (f"thread {thread.iloc[j]}" if cpu[i] else f"stream {stream.iloc[j]}")
+              for j, i in enumerate(first)]
+    busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64), minlength=len(labels))
     groups = k["category"].astype("object").where(k["category"].notna(), "other")
-    busy = k.groupby(label)["duration_ns"].sum().sort_values(ascending=False)
-    order = sorted(busy.index, key=lambda lab: (lab.split(" ")[0], -busy[lab]))
-    return [_lane(lab, "kernel", k["start_ns"][label == lab], k["end_ns"][label == lab], k["name"][label == lab],
-                  groups[label == lab], origin) for lab in order]
+    members = np.argsort(lane_of, kind="stable")
+    bounds = np.searchsorted(lane_of[members], np.arange(len(labels) + 1))
+    order = sorted(range(len(labels)), key=lambda c: (labels[c].split(" ")[0], -busy[c]))
+    out = []
+    for c in order:
+        rows = members[bounds[c]:bounds[c + 1]]
+        out.append(_lane(labels[c], "kernel", k["start_ns"].iloc[rows], k["end_ns"].iloc[rows],
+                         k["name"].iloc[rows], groups.iloc[rows], origin))
+    return out
 
 
 def _transfer_lanes(t: pd.DataFrame, origin: int) -> list[Lane]:
