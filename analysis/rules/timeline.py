@@ -238,7 +238,8 @@ def launch_overhead(report: Report) -> list[Finding]:
     api = api[api["correlation"].notna()].drop_duplicates("correlation")
     launch = api.set_index(api["correlation"].astype("int64"))
     corr = k["correlation"].astype("Float64")
-    matched = k[corr.notna()].copy()
+    # only the columns the finding reads: copying all of a 1M-row kernel table costs a second
+    matched = k.loc[corr.notna(), ["device", "start_ns", "duration_ns", "name", "short_name"]].copy()
     matched["corr"] = corr[corr.notna()].astype("int64")
     matched = matched[matched["corr"].isin(launch.index)]
     if not len(matched):

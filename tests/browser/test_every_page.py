@@ -68,7 +68,8 @@ def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixt
     finally:
         driver.save_screenshot(str(SHOTS / f"page-{name}.png"))
     result = driver.execute_script(CHECK_PAGE)
-    assert severe_messages(driver) == []
+    messages = severe_messages(driver)
+    assert not messages, messages
     assert result["problems"] == []
     for section in ("metrics", "roofline", "timeline", "kernels"):
         assert section in result["sections"]
@@ -141,4 +142,5 @@ def test_every_dashboard_view_renders(driver: Any, dashboard: dict[str, str], na
                 WebDriverWait(driver, WAIT_S).until(lambda d, g=graph: _graph_drawn(d, g))
         finally:
             driver.save_screenshot(str(SHOTS / f"dash-{name}-{view}.png"))
-    assert severe_messages(driver) == []
+    messages = severe_messages(driver)
+    assert not messages, messages
