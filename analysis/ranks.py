@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import map_distinct, text_of
 
@@ -133,7 +134,13 @@ def step_table(ranges: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------- one rank
 def comm_mask(kernels: pd.DataFrame) -> np.ndarray:
-    """True for collective kernels: category ``comm``, or a collective name where no category is set."""
+    """True for collective kernels: category ``comm``, or a collective name where no category is set.
+
+    Computed once per table object (the rank view and the stream rule ask for the same one)."""
+    return memo(kernels, "comm_mask", lambda: _comm_mask(kernels)).copy()
+
+
+def _comm_mask(kernels: pd.DataFrame) -> np.ndarray:
     if "category" not in kernels.columns:
         kernels = kernels.assign(category=None)
     cat = kernels["category"].astype("object")
@@ -150,10 +157,9 @@ def _union_ns(merged: tuple[np.ndarray, np.ndarray]) -> float:
     return float((merged[1] - merged[0]).sum())
 
 
-def _device_times(k: pd.DataFrame, t: pd.DataFrame) -> dict[str, float]:
-    """compute, comm, overlap, busy and span ns of one device's kernels ``k`` and copies ``t``."""
-    comm = comm_mask(k)
-    s, e = k["start_ns"].to_numpy("int64"), k["end_ns"].to_numpy("int64")
+def _device_times(s: np.ndarray, e: np.ndarray, comm: np.ndarray, t: pd.DataFrame) -> dict[str, float]:
+    """compute, comm, overlap, busy and span ns of one device's kernels (starts ``s``, ends ``e``,
+    collective or not ``comm``) and copies ``t``."""
     comp_u = merge_intervals(s[~comm], e[~comm])
     comm_u = merge_intervals(s[comm], e[comm])
     overlap = float(covered_ns(comp_u, comm_u[0], comm_u[1]).sum())
@@ -177,8 +183,14 @@ def _times(kernels: pd.DataFrame, transfers: pd.DataFrame) -> dict[str, float]:
     copies = _copies_by_device(transfers, devices)
     empty = transfers.iloc[:0][["start_ns", "end_ns"]]
     totals = dict.fromkeys(("compute_ns", "comm_ns", "overlap_ns", "busy_ns", "span_ns"), 0.0)
-    for device, k in kernels.groupby(kernels["device"].astype("object"), sort=True):
-        for key, value in _device_times(k, copies.get(str(device), empty)).items():
+    # per device on positions: no copy of the kernel table, one collective mask for all devices
+    comm = comm_mask(kernels)
+    starts, ends = kernels["start_ns"].to_numpy("int64"), kernels["end_ns"].to_numpy("int64")
+    codes, uniques = pd.factorize(kernels["device"].astype("object"), sort=True)
+    for code, device in enumerate(uniques):
+        rows = np.flatnonzero(codes == code)
+        for key, value in _device_times(starts[rows], ends[rows], comm[rows],
+                                        copies.get(str(device), empty)).items():
             totals[key] += value
     totals["devices"] = float(len(devices))
     return totals

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import map_distinct
 
@@ -139,7 +140,13 @@ DEGENERATE_SHORT_NAME = r"void|\d*|std"
 
 
 def group_key(kernels: pd.DataFrame) -> pd.Series:
-    """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``."""
+    """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``.
+
+    Computed once per table object (several rules group the report's kernels)."""
+    return memo(kernels, "group_key", lambda: _group_key(kernels)).copy()
+
+
+def _group_key(kernels: pd.DataFrame) -> pd.Series:
     short = kernels["short_name"].astype("object")
     degenerate = re.compile(DEGENERATE_SHORT_NAME)
     # once per distinct short name: a 1M-kernel report has a few hundred

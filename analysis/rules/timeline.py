@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from perfscope.memo import memo
 from perfscope.report import Report
 
 from ..ranks import comm_mask
@@ -97,7 +98,12 @@ def launch_ends(report: Report) -> pd.Series:
 
 
 def device_idle(report: Report) -> list[DeviceIdle]:
-    """Idle time and gaps per device, each gap tied to the work that ended it."""
+    """Idle time and gaps per device, each gap tied to the work that ended it (computed once per
+    Report object: ``gpu-idle`` and ``launch-overhead`` both read it)."""
+    return memo(report, "rules:device_idle", lambda: _device_idle(report))
+
+
+def _device_idle(report: Report) -> list[DeviceIdle]:
     acts = activity(report)
     ends = launch_ends(report)
     out = []
