@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from perfscope.schema import text_of
+
 from .nsys_db import NsysDb, lookup_strings, pid_of, tid_of
 from .tree import phase_of
 
@@ -83,7 +85,7 @@ def _domains(created: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
 def _shape(r: pd.DataFrame) -> pd.DataFrame:
     start = r["start"].astype("int64")
     end = np.maximum(r["end"].astype("int64"), start)
-    display = np.where(r["domain"].notna(), r["domain"].astype(str) + ":" + r["message"].astype(str),
+    display = np.where(r["domain"].notna(), text_of(r["domain"]) + ":" + text_of(r["message"]),
                        r["message"])
     return pd.DataFrame({
         "name": display,

@@ -319,7 +319,7 @@ def _common(t: pd.DataFrame) -> pd.DataFrame:
     start, end = t["start"].astype("int64"), t["end"].astype("int64")
     return pd.DataFrame({
         "bytes": t["bytes"], "start_ns": start, "end_ns": end, "duration_ns": end - start,
-        "device": "cuda:" + t["deviceId"].astype("Int64").astype(str),
+        "device": _labels(t["deviceId"], lambda d: f"cuda:{d}"),
         "stream": t["streamId"], "correlation": t["correlationId"],
         "correlationId": t["correlationId"], "globalPid": t["globalPid"],
     })

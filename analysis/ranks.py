@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfscope.memo import memo
 from perfscope.report import Report
+from perfscope.schema import map_distinct, text_of
 
 from .costs import category_of
 from .intervals import covered_ns, merge_intervals
@@ -102,7 +104,7 @@ def empty_rank_tables() -> RankTables:
 
 # ---------------------------------------------------------------------------- steps
 def _range_steps(ranges: pd.DataFrame) -> pd.DataFrame:
-    names = ranges["name"].astype("object").astype(str)
+    names = text_of(ranges["name"])
     number = names.str.extract(STEP_NAME, expand=False)
     hit = number.notna()
     if hit.any():
@@ -133,16 +135,22 @@ def step_table(ranges: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------- one rank
 def comm_mask(kernels: pd.DataFrame) -> np.ndarray:
-    """True for collective kernels: category ``comm``, or a collective name where no category is set."""
+    """True for collective kernels: category ``comm``, or a collective name where no category is set.
+
+    Computed once per table object (the rank view and the stream rule ask for the same one)."""
+    return memo(kernels, "comm_mask", lambda: _comm_mask(kernels)).copy()
+
+
+def _comm_mask(kernels: pd.DataFrame) -> np.ndarray:
     if "category" not in kernels.columns:
         kernels = kernels.assign(category=None)
     cat = kernels["category"].astype("object")
     out = np.array((cat == "comm").to_numpy(dtype=bool), dtype=bool)  # a writable copy
     missing = cat.isna().to_numpy()
     if missing.any():
-        names = kernels["name"].astype("object")[missing]
-        is_comm = {n: category_of(None, str(n)) == "comm" for n in names.unique()}
-        out[missing] = names.map(is_comm).to_numpy(dtype=bool)
+        names = kernels["name"][missing]
+        # once per distinct name (hashing 1M long names twice, as unique() + map() do, costs seconds)
+        out[missing] = map_distinct(names, lambda n: category_of(None, str(n)) == "comm").to_numpy(dtype=bool)
     return out
 
 
@@ -150,10 +158,9 @@ def _union_ns(merged: tuple[np.ndarray, np.ndarray]) -> float:
     return float((merged[1] - merged[0]).sum())
 
 
-def _device_times(k: pd.DataFrame, t: pd.DataFrame) -> dict[str, float]:
-    """compute, comm, overlap, busy and span ns of one device's kernels ``k`` and copies ``t``."""
-    comm = comm_mask(k)
-    s, e = k["start_ns"].to_numpy("int64"), k["end_ns"].to_numpy("int64")
+def _device_times(s: np.ndarray, e: np.ndarray, comm: np.ndarray, t: pd.DataFrame) -> dict[str, float]:
+    """compute, comm, overlap, busy and span ns of one device's kernels (starts ``s``, ends ``e``,
+    collective or not ``comm``) and copies ``t``."""
     comp_u = merge_intervals(s[~comm], e[~comm])
     comm_u = merge_intervals(s[comm], e[comm])
     overlap = float(covered_ns(comp_u, comm_u[0], comm_u[1]).sum())
@@ -177,8 +184,14 @@ def _times(kernels: pd.DataFrame, transfers: pd.DataFrame) -> dict[str, float]:
     copies = _copies_by_device(transfers, devices)
     empty = transfers.iloc[:0][["start_ns", "end_ns"]]
     totals = dict.fromkeys(("compute_ns", "comm_ns", "overlap_ns", "busy_ns", "span_ns"), 0.0)
-    for device, k in kernels.groupby(kernels["device"].astype("object"), sort=True):
-        for key, value in _device_times(k, copies.get(str(device), empty)).items():
+    # per device on positions: no copy of the kernel table, one collective mask for all devices
+    comm = comm_mask(kernels)
+    starts, ends = kernels["start_ns"].to_numpy("int64"), kernels["end_ns"].to_numpy("int64")
+    codes, uniques = pd.factorize(kernels["device"].astype("object"), sort=True)
+    for code, device in enumerate(uniques):
+        rows = np.flatnonzero(codes == code)
+        for key, value in _device_times(starts[rows], ends[rows], comm[rows],
+                                        copies.get(str(device), empty)).items():
             totals[key] += value
     totals["devices"] = float(len(devices))
     return totals
@@ -218,7 +231,7 @@ def _kernel_times(rank: int, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.Da
         ["other"] * len(kernels), index=kernels.index)
     by_cat = dur.groupby(cat).agg(["sum", "count"]).reset_index()
     by_cat.columns = ["category", "time_ns", "count"]
-    by_name = dur.groupby(group_key(kernels).astype(str)).agg(["sum", "count"]).reset_index()
+    by_name = dur.groupby(text_of(group_key(kernels))).agg(["sum", "count"]).reset_index()
     by_name.columns = ["kernel", "time_ns", "count"]
     return by_cat.assign(rank=int(rank)), by_name.assign(rank=int(rank))
 

@@ -16,12 +16,11 @@ Rules (honest by construction):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec
+from perfscope.schema import map_distinct
 
 DTYPE_TO_PRECISION = {
     "float64": "fp64", "double": "fp64",
@@ -52,13 +51,6 @@ def runs_tf32(name: object) -> bool:
     return isinstance(name, str) and any(m in name.lower() for m in TF32_KERNEL_MARKERS)
 
 
-def _map_distinct(values: pd.Series, fn: Callable[[object], object]) -> pd.Series:
-    """``values.map(fn)`` calling ``fn`` once per distinct value (missing ones as None)."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
-    mapped = np.array([*(fn(u) for u in uniques), fn(None)], dtype=object)
-    return pd.Series(mapped[codes], index=values.index, dtype="object")
-
-
 def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
     """Fill the roofline columns of a kernel table against ``device``'s roofs.
 
@@ -78,8 +70,8 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
     seconds = seconds.where(seconds > 0)
 
     precision = df["precision"].astype("object")
-    derived = _map_distinct(df["dtype"], precision_of) if "dtype" in df else pd.Series(None, index=df.index)
-    tf32 = (derived == "fp32") & _map_distinct(df["name"], runs_tf32).astype(bool)
+    derived = map_distinct(df["dtype"], precision_of) if "dtype" in df else pd.Series(None, index=df.index)
+    tf32 = (derived == "fp32") & map_distinct(df["name"], runs_tf32).astype(bool)
     derived = derived.where(~tf32, "tf32")
     precision = precision.where(precision.notna(), derived)
     df["precision"] = precision
@@ -96,7 +88,7 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
         df["bound"] = "unknown"
         return df
 
-    peaks = _map_distinct(precision, lambda p: device.peak_flops(p if isinstance(p, str) else None))
+    peaks = map_distinct(precision, lambda p: device.peak_flops(p if isinstance(p, str) else None))
     peak = pd.to_numeric(peaks, errors="coerce").astype("float64")
     bw = device.peak_bandwidth("dram")
     bw_value = float(bw) if bw else np.nan

@@ -6,22 +6,37 @@ row "aten::mm x 240" sits on the roofline where its calls sit on average, time-w
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec
+from perfscope.memo import memo
 from perfscope.report import Report
+from perfscope.schema import map_distinct
 
 from .roofline import classify
 
 
-def _dominant(kernels: pd.DataFrame, key: str, col: str) -> pd.Series:
-    """Per ``key``, the value of ``col`` that covers the most time (None when always missing)."""
-    valid = kernels[kernels[col].notna()]
-    if not len(valid):
+def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Series:
+    """Per key code, the value of ``col`` that covers the most time (absent when always missing).
+
+    Ties go to the (key, value) pair seen first. Computed on integer codes (one factorize of
+    ``col``, one sort of the distinct pairs), so a 1M-kernel table costs milliseconds.
+    """
+    col_codes, col_uniques = pd.factorize(kernels[col], use_na_sentinel=True)
+    valid = col_codes >= 0
+    if not valid.any():
         return pd.Series(dtype="object")
-    per = valid.groupby([key, col], sort=False, dropna=False)["duration_ns"].sum()
-    best = per.groupby(level=0, sort=False).idxmax()
-    return pd.Series([t[1] for t in best], index=best.index, dtype="object")
+    width = len(col_uniques)
+    pair = key_codes[valid].astype(np.int64) * width + col_codes[valid]
+    pairs, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    time_ns = np.bincount(inverse.reshape(-1), weights=kernels["duration_ns"].to_numpy(np.float64)[valid])
+    keys, cols = pairs // width, pairs % width
+    order = np.lexsort((first, -time_ns, keys))  # per key: most time, then first seen
+    best = order[np.r_[True, keys[order][1:] != keys[order][:-1]]]
+    return pd.Series(np.asarray(col_uniques, dtype=object)[cols[best]], index=keys[best], dtype="object")
 
 
 def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: str = "name") -> pd.DataFrame:
@@ -36,9 +51,11 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
         return pd.DataFrame(columns=["name", "count", "duration_ns", "mean_ns", "share_pct"])
     total = float(kernels["duration_ns"].sum()) or 1.0
     known = kernels["flops"].notna() & kernels["dram_bytes"].notna()
-    work = kernels.assign(known_ns=kernels["duration_ns"].where(known, 0),
-                          flops=kernels["flops"].where(known), dram_bytes=kernels["dram_bytes"].where(known))
-    grouped = work.groupby(key, sort=False, dropna=False)
+    work = pd.DataFrame({"duration_ns": kernels["duration_ns"], "known_ns": kernels["duration_ns"].where(known, 0),
+                         "flops": kernels["flops"].where(known), "dram_bytes": kernels["dram_bytes"].where(known)})
+    # the key (long C++ names) is hashed once; every grouping below runs on its integer codes
+    key_codes, key_values = pd.factorize(kernels[key], use_na_sentinel=False)
+    grouped = work.groupby(key_codes, sort=False)
     agg = pd.DataFrame({
         "count": grouped.size(),
         "duration_ns": grouped["duration_ns"].sum(),
@@ -48,8 +65,9 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     })
     for col in ("precision", "phase", "category", "device", "op", "short_name"):
         if col in kernels and col != key:
-            agg[col] = _dominant(kernels, key, col).reindex(agg.index)
-    agg = agg.reset_index().rename(columns={key: "name"})
+            agg[col] = _dominant(kernels, key_codes, col).reindex(agg.index)
+    agg.insert(0, "name", np.asarray(key_values, dtype=object)[agg.index.to_numpy()])
+    agg = agg.reset_index(drop=True)
     agg["mean_ns"] = agg["duration_ns"] / agg["count"]
     agg["share_pct"] = agg["duration_ns"] / total * 100.0
     agg["flops_coverage_pct"] = agg["known_ns"] / agg["duration_ns"].where(agg["duration_ns"] > 0) * 100.0
@@ -110,10 +128,18 @@ DEGENERATE_SHORT_NAME = r"void|\d*|std"
 
 
 def group_key(kernels: pd.DataFrame) -> pd.Series:
-    """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``."""
+    """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``.
+
+    Computed once per table object (several rules group the report's kernels)."""
+    return memo(kernels, "group_key", lambda: _group_key(kernels)).copy()
+
+
+def _group_key(kernels: pd.DataFrame) -> pd.Series:
     short = kernels["short_name"].astype("object")
-    usable = short.notna() & ~short.astype(str).str.fullmatch(DEGENERATE_SHORT_NAME)
-    return short.where(usable, kernels["name"])
+    degenerate = re.compile(DEGENERATE_SHORT_NAME)
+    # once per distinct short name: a 1M-kernel report has a few hundred
+    usable = map_distinct(short, lambda v: v is not None and degenerate.fullmatch(str(v)) is None)
+    return short.where(usable.astype(bool), kernels["name"].astype("object"))
 
 
 def is_cpu_report(report: Report) -> bool:

@@ -16,6 +16,7 @@ from dash import Input, Output, State, dcc, html
 
 from perfscope.analysis.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
+from perfscope.schema import text_of
 
 from . import figures, ids, layout, views
 from .details import point_details
@@ -93,7 +94,7 @@ def kernel_frame(store: ReportStore, key: str, mode: str, needle: str | None, li
     if mode == "name":
         frame = views.kernels_by_name(report)
         if needle:
-            frame = frame[frame["name"].astype(str).str.contains(needle, case=False, regex=False)]
+            frame = frame[text_of(frame["name"]).str.contains(needle, case=False, regex=False)]
         return frame
     mask = filter_mask(report, name_filter=needle) if needle else None
     return views.kernel_rows(report, mask, limit)

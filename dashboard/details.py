@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from perfscope.report import Report
+from perfscope.schema import text_of
 
 from .text import MISSING, duration, is_missing, pct, si
 
@@ -62,7 +63,7 @@ def _top_values(sub: pd.DataFrame, column: str, n: int = 3) -> str:
     valid = sub[sub[column].notna()]
     if not len(valid):
         return MISSING
-    per = valid.groupby(valid[column].astype(str))["duration_ns"].sum().sort_values(ascending=False)
+    per = valid.groupby(text_of(valid[column]))["duration_ns"].sum().sort_values(ascending=False)
     extra = f" (+{len(per) - n} more)" if len(per) > n else ""
     return "; ".join(per.index[:n]) + extra
 
@@ -85,8 +86,8 @@ def name_details(report: Report, name: str) -> list[tuple[str, str]]:
         ("share of total kernel time", pct(float(agg["duration_ns"]) / total * 100.0, 2)),
         ("operators", _top_values(sub, "op")),
         ("shapes (most time first)", _top_values(sub, "op_shapes")),
-        ("launch configs", _top_values(sub.assign(cfg="grid " + sub["grid"].astype(str) + ", block "
-                                                  + sub["block"].astype(str)), "cfg")),
+        ("launch configs", _top_values(sub.assign(cfg="grid " + text_of(sub["grid"], "?") + ", block "
+                                                  + text_of(sub["block"], "?")), "cfg")),
         ("phases", _top_values(sub, "phase")),
         ("FLOPs known for", pct(agg.get("flops_coverage_pct")) + " of its time"),
     ]

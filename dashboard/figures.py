@@ -222,14 +222,24 @@ def _bar_traces(views: list[td.LaneView]) -> list[go.Bar]:
 
 
 def _heat_trace(views: list[td.LaneView], edges: np.ndarray) -> go.Heatmap:
+    """Busy bins of the binned lanes, as one heatmap row per lane of the figure.
+
+    The heatmap carries a row for every lane (all-NaN for lanes drawn as exact bars): plotly.js
+    reorders a heatmap's rows by the category axis' ``categoryarray`` and reads a row for each
+    category, so a heatmap whose ``y`` lacks some categories throws in the browser ("Cannot read
+    properties of undefined (reading 'length')") and stops every figure after it.
+    """
     centers = (edges[:-1] + edges[1:]) / 2e6
-    z = np.vstack([np.where(v.busy_pct > 0, v.busy_pct, np.nan) for v in views if v.busy_pct is not None])
-    counts = np.vstack([v.counts for v in views if v.counts is not None])
+    blank = np.full(len(centers), np.nan)
+    z = np.vstack([np.where(v.busy_pct > 0, v.busy_pct, np.nan) if v.busy_pct is not None else blank
+                   for v in views])
+    counts = np.vstack([v.counts if v.counts is not None else np.zeros(len(centers), dtype="int64")
+                        for v in views])
     return go.Heatmap(
         x=centers, y=[esc(v.lane.label) for v in views], z=np.round(z, 2), customdata=counts,
         zmin=0, zmax=100, colorscale="Blues", colorbar={"title": {"text": "busy %"}, "len": 0.6},
         hovertemplate="%{y}<br>t %{x:.4f} ms<br>busy %{z:.1f}%<br>%{customdata} starting here<extra></extra>",
-        name="busy share", showscale=True, xgap=0, ygap=2,
+        name="busy share", showscale=True, xgap=0, ygap=2, hoverongaps=False,
     )
 
 
@@ -281,7 +291,7 @@ def timeline(
     rows = 2 if counters_ else 1
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, row_heights=[0.8, 0.2][:rows] if rows == 2 else None,
                         vertical_spacing=0.04)
-    for trace in _bar_traces(exact) + ([_heat_trace(heat, view.edges_ns)] if heat else []):
+    for trace in _bar_traces(exact) + ([_heat_trace(list(view.lanes), view.edges_ns)] if heat else []):
         fig.add_trace(trace, row=1, col=1)
     for trace in counters_:
         fig.add_trace(trace, row=2, col=1)

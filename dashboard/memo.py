@@ -1,45 +1,7 @@
-"""Per-report memo: derived data (indexes, factorized names) computed once per Report object.
-
-A Report is immutable, so anything derived from it can be kept as long as the object lives.
-Entries are keyed by the object's identity and dropped when it is garbage collected; this is
-what keeps the Dash callbacks on a 1M-kernel report from redoing the same preparation work.
-"""
+"""The per-report memo (:mod:`perfscope.memo`), re-exported for the dashboard modules."""
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Callable
-from typing import Any, TypeVar
+from perfscope.memo import memo, memo_size
 
-T = TypeVar("T")
-
-_STORE: dict[int, dict[str, Any]] = {}
-_LOCK = threading.Lock()
-
-
-def memo(owner: object, key: str, build: Callable[[], T]) -> T:
-    """Return ``build()`` computed once for ``(owner, key)``.
-
-    Args:
-        owner: an immutable object (a Report) that supports weak references.
-        key: names the derived value.
-        build: computes it; called at most once per live owner and key.
-    """
-    oid = id(owner)
-    with _LOCK:
-        slot = _STORE.get(oid)
-        if slot is None:
-            slot = _STORE[oid] = {}
-            weakref.finalize(owner, _STORE.pop, oid, None)
-        if key in slot:
-            return slot[key]  # type: ignore[no-any-return]
-    value = build()
-    with _LOCK:
-        slot.setdefault(key, value)
-        return slot[key]  # type: ignore[no-any-return]
-
-
-def memo_size() -> int:
-    """How many owners currently have memoized values (for tests)."""
-    return len(_STORE)
+__all__ = ["memo", "memo_size"]

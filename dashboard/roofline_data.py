@@ -202,7 +202,9 @@ def _kernel_points(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
 def _name_points(report: Report, mask: np.ndarray) -> pd.DataFrame:
     from perfscope.analysis.summary import aggregate_by_name
 
-    agg = aggregate_by_name(report.kernels[mask], report.device)
+    from .views import name_aggregate
+
+    agg = name_aggregate(report) if mask.all() else aggregate_by_name(report.kernels[mask], report.device)
     if not len(agg):
         return _kernel_frame(report.kernels.iloc[:0], 1)
     frame = agg[_placeable(agg)]

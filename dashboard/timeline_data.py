@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.report import Report
+from perfscope.schema import map_distinct, text_of
 
 from .memo import memo
 
@@ -110,28 +111,42 @@ def _origin(report: Report) -> tuple[int, int]:
 def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     if not len(k):
         return []
-    device = k["device"].astype("object").fillna("?").astype(str)
-    cpu = device.str.startswith("cpu")
-    stream = k["stream"].astype("object").where(k["stream"].notna(), None)
-    thread = k["thread"].astype("object").where(k["thread"].notna(), None)
-    sub = np.where(cpu, "thread " + thread.astype(str), "stream " + stream.astype(str))
-    label = pd.Series(device + " " + sub, index=k.index)
+    # one lane per (device, stream) or, on a CPU, (device, thread): grouped on integer codes, the
+    # label text built once per lane (a 1M-kernel table has a handful of lanes)
+    device = text_of(k["device"], "?")
+    cpu = map_distinct(device, lambda d: str(d).startswith("cpu")).to_numpy(dtype=bool)
+    dev_codes = pd.factorize(device)[0]
+    stream_codes = pd.factorize(k["stream"], use_na_sentinel=False)[0]
+    thread_codes = pd.factorize(k["thread"], use_na_sentinel=False)[0]
+    sub_codes = np.where(cpu, thread_codes, stream_codes)
+    combined = (dev_codes.astype(np.int64) * 2 + cpu) * (int(sub_codes.max()) + 1) + sub_codes
+    lane_of = pd.factorize(combined)[0]
+    first = np.unique(lane_of, return_index=True)[1]
+    thread, stream = text_of(k["thread"].iloc[first], "?"), text_of(k["stream"].iloc[first], "?")
+    labels = [f"{device.iloc[i]} " + (f"thread {thread.iloc[j]}" if cpu[i] else f"stream {stream.iloc[j]}")
+              for j, i in enumerate(first)]
+    busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64), minlength=len(labels))
     groups = k["category"].astype("object").where(k["category"].notna(), "other")
-    busy = k.groupby(label)["duration_ns"].sum().sort_values(ascending=False)
-    order = sorted(busy.index, key=lambda lab: (lab.split(" ")[0], -busy[lab]))
-    return [_lane(lab, "kernel", k["start_ns"][label == lab], k["end_ns"][label == lab], k["name"][label == lab],
-                  groups[label == lab], origin) for lab in order]
+    members = np.argsort(lane_of, kind="stable")
+    bounds = np.searchsorted(lane_of[members], np.arange(len(labels) + 1))
+    order = sorted(range(len(labels)), key=lambda c: (labels[c].split(" ")[0], -busy[c]))
+    out = []
+    for c in order:
+        rows = members[bounds[c]:bounds[c + 1]]
+        out.append(_lane(labels[c], "kernel", k["start_ns"].iloc[rows], k["end_ns"].iloc[rows],
+                         k["name"].iloc[rows], groups.iloc[rows], origin))
+    return out
 
 
 def _transfer_lanes(t: pd.DataFrame, origin: int) -> list[Lane]:
     if not len(t):
         return []
-    device = t["device"].astype("object").fillna("").astype(str)
+    device = text_of(t["device"])
     lanes = []
     for dev in sorted(device.unique()):
         sel = device == dev
         label = f"memcpy {dev}".strip()
-        names = t["kind"].astype(str)[sel] + " " + t["bytes"].astype(str)[sel] + " B"
+        names = text_of(t["kind"], "?")[sel] + " " + text_of(t["bytes"], "?")[sel] + " B"
         lanes.append(_lane(label, "memcpy", t["start_ns"][sel], t["end_ns"][sel], names, t["kind"][sel], origin))
     return lanes
 
@@ -154,7 +169,7 @@ def _kernel_phase_runs(k: pd.DataFrame) -> pd.DataFrame:
     sel = k[k["phase"].notna()].sort_values("start_ns", kind="stable")
     if not len(sel):
         return pd.DataFrame(columns=["phase", "start_ns", "end_ns"])
-    phase = sel["phase"].astype(str)
+    phase = text_of(sel["phase"])
     run = (phase != phase.shift()).cumsum()
     spans = sel.groupby(run).agg(phase=("phase", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
     return spans.reset_index(drop=True)
@@ -165,8 +180,9 @@ def _phase_lane(report: Report, origin: int) -> list[Lane]:
     if not len(src):
         return []
     src = src.reset_index(drop=True)
-    names = src["phase"].astype(str) + (" step " + src["step"].astype(str) if "step" in src else "")
-    return [_lane("phase", "phase", src["start_ns"], src["end_ns"], names, src["phase"].astype(str), origin)]
+    phase = text_of(src["phase"], "?")
+    names = phase + (" step " + text_of(src["step"], "?") if "step" in src else "")
+    return [_lane("phase", "phase", src["start_ns"], src["end_ns"], names, phase, origin)]
 
 
 def timeline_index(report: Report) -> TimelineIndex:

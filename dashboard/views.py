@@ -17,7 +17,8 @@ import pandas as pd
 from perfscope.format import by_column
 from perfscope.report import Report
 
-from .text import MISSING, duration, is_missing, pct, si
+from .memo import memo
+from .text import MISSING, duration, is_missing, pct, seconds, si
 from .timeline_data import busy_share, timeline_index
 
 
@@ -131,11 +132,17 @@ ROW_COLUMNS = ["name", "duration_ns", "share_pct", "start_ms", "device", "stream
                "bound", "pct_of_roof"]
 
 
-def kernels_by_name(report: Report) -> pd.DataFrame:
-    """Kernel time aggregated per name (``perfscope.analysis.summary.aggregate_by_name``)."""
+def name_aggregate(report: Report) -> pd.DataFrame:
+    """Every column of ``aggregate_by_name`` over all kernels, computed once per Report object
+    (the per-name roofline, the per-name table and the compare view share it)."""
     from perfscope.analysis.summary import aggregate_by_name
 
-    agg = aggregate_by_name(report.kernels, report.device)
+    return memo(report, "kernels:by_name", lambda: aggregate_by_name(report.kernels, report.device))
+
+
+def kernels_by_name(report: Report) -> pd.DataFrame:
+    """Kernel time aggregated per name (``perfscope.analysis.summary.aggregate_by_name``)."""
+    agg = name_aggregate(report)
     return agg[[c for c in BY_NAME_COLUMNS if c in agg.columns]]
 
 

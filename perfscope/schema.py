@@ -10,7 +10,7 @@ Missing values are NaN / None / <NA>, never 0: a number that could not be measur
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,6 +195,25 @@ BOUNDS = ("memory", "compute", "unknown")
 def column_names(table: str) -> list[str]:
     """Names of every column of ``table``, in contract order."""
     return [c.name for c in TABLES[table]]
+
+
+def map_distinct(values: pd.Series, fn: Callable[[object], object]) -> pd.Series:
+    """``values.map(fn)`` calling ``fn`` once per distinct value (missing ones as None), as an
+    object Series: the same on every pandas version, whatever dtype ``values`` has (object,
+    ``str``/``string``, Arrow, nullable integer)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    mapped = np.array([*(fn(u) for u in uniques), fn(None)], dtype=object)
+    return pd.Series(mapped[codes], index=values.index, dtype="object")
+
+
+def text_of(values: pd.Series, missing: str = "") -> pd.Series:
+    """``values`` as Python strings in an object Series, ``missing`` where a value is missing.
+
+    Use this instead of ``.astype(str)`` before concatenating or matching text: pandas 2 turns a
+    missing value into ``"nan"``/``"None"`` there, pandas 3 keeps it missing (its ``str`` dtype),
+    and adding a ``str`` Series to an object array raises on pandas 3.
+    """
+    return map_distinct(values, lambda v: missing if v is None else str(v))
 
 
 def _missing_series(kind: str, n: int, index: pd.Index) -> pd.Series:

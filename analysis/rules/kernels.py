@@ -18,6 +18,7 @@ import pandas as pd
 from perfscope.device import DeviceSpec
 from perfscope.format import duration
 from perfscope.report import Report
+from perfscope.schema import text_of
 
 from ..roofline import classify
 from ._base import Finding, group_key, info, is_cpu_report, pct, ranked, severity_for
@@ -103,7 +104,7 @@ def effective_kernels(report: Report) -> pd.DataFrame:
     if dev is None or "tf32" not in dev.compute or not len(k):
         return k
     fp32_mm = k.index[(k["precision"] == "fp32") & k["category"].isin(MATMUL_CATEGORIES)]
-    names = k.loc[fp32_mm, "name"].astype(str)
+    names = text_of(k.loc[fp32_mm, "name"])
     tf32 = names.index[names.str.contains(TENSOR_CORE_FP32_NAME)]
     if not len(tf32):
         return k
@@ -222,7 +223,7 @@ def fp32_matmuls(k: pd.DataFrame) -> pd.DataFrame:
     """GEMM/attention kernels that run FP32 off the tensor cores: precision fp32, or no precision
     but a SIMT single-precision GEMM name (``volta_sgemm``, ``implicit_convolve_sgemm``)."""
     mm = k[k["category"].isin(MATMUL_CATEGORIES) & ((k["precision"] == "fp32") | k["precision"].isna())]
-    names = mm["name"].astype(str)
+    names = text_of(mm["name"])
     fp32 = (mm["precision"] == "fp32") | names.str.contains(FP32_SIMT_GEMM_NAME)
     return mm[fp32 & ~names.str.contains(TENSOR_CORE_FP32_NAME)]
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
+from perfscope.memo import memo
 from perfscope.report import Report
 
 from ..ranks import comm_mask
@@ -196,7 +197,12 @@ def launch_ends(report: Report) -> pd.Series:
 
 
 def device_idle(report: Report) -> list[DeviceIdle]:
-    """Idle time and gaps per device, each gap tied to the work that ended it."""
+    """Idle time and gaps per device, each gap tied to the work that ended it (computed once per
+    Report object: ``gpu-idle`` and ``launch-overhead`` both read it)."""
+    return memo(report, "rules:device_idle", lambda: _device_idle(report))
+
+
+def _device_idle(report: Report) -> list[DeviceIdle]:
     acts = activity(report)
     ends = launch_ends(report)
     out = []
@@ -210,7 +216,7 @@ def device_idle(report: Report) -> list[DeviceIdle]:
         gaps = pd.DataFrame({
             "gap_ns": gap[has_gap],
             "gap_start_ns": s[has_gap] - gap[has_gap],
-            "next_name": a["name"].to_numpy()[has_gap],
+            "next_name": pd.Series(a["name"].to_numpy()[has_gap], dtype="object"),
             "launch_end_ns": corr.map(ends).astype("Int64"),
         })
         out.append(DeviceIdle(str(device), int(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
@@ -356,7 +362,8 @@ def launch_overhead(report: Report) -> list[Finding]:
     api = api[api["correlation"].notna()].drop_duplicates("correlation")
     launch = api.set_index(api["correlation"].astype("int64"))
     corr = k["correlation"].astype("Float64")
-    matched = k[corr.notna()].copy()
+    # only the columns the finding reads: copying all of a 1M-row kernel table costs a second
+    matched = k.loc[corr.notna(), ["device", "start_ns", "duration_ns", "name", "short_name"]].copy()
     matched["corr"] = corr[corr.notna()].astype("int64")
     matched = matched[matched["corr"].isin(launch.index)]
     mode = graph_mode(report)

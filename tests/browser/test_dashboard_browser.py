@@ -16,11 +16,10 @@ import pytest
 from perfscope.dashboard.app import create_app
 from perfscope.dashboard.html_report import write_html
 
+from tests.browser.conftest import SHOTS, WAIT_S
 from tests.unit.dashboard_reports import XSS, engine, hostile
 
 pytestmark = pytest.mark.browser
-SHOTS = Path(__file__).resolve().parent / "screenshots"
-WAIT_S = 60
 
 
 def _free_port() -> int:
@@ -42,24 +41,6 @@ def served(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: object) -> It
     yield f"http://127.0.0.1:{server.server_port}/"
     server.shutdown()
     thread.join(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000",
-                f"--user-data-dir={tmp_path_factory.mktemp('chrome-profile')}"):
-        opts.add_argument(arg)
-    opts.binary_location = "/usr/bin/chromium"
-    drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-    drv.set_page_load_timeout(WAIT_S)
-    SHOTS.mkdir(exist_ok=True)
-    yield drv
-    drv.quit()
 
 
 def _wait(drv: Any, css: str, *, text: str | None = None, count: int = 1) -> list[Any]:

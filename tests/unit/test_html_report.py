@@ -65,7 +65,7 @@ def test_offline_by_default_and_cdn_on_request(qwen_html: str) -> None:
     small = render_html(imported(QWEN), cdn=True)
     assert f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" in small
     assert get_plotlyjs()[:2000] not in small
-    assert len(small) < len(qwen_html) - 4_000_000
+    assert len(qwen_html) - len(small) > 0.99 * len(get_plotlyjs())  # plotly.js is 3.6 MB (5.18) to 4.6 MB (7.x)
 
 
 def test_sections_figures_and_tables_present(qwen_html: str) -> None:

@@ -1,0 +1,65 @@
+"""The reports every page is checked on: the committed samples, the real H200 engine report, a
+report imported from each kind of fixture, and a 1M-kernel nsys export tiled from a real one.
+
+Each is built once per session. The 1M-kernel report goes through the real importer: the
+benchmark's tiler (``benchmarks/ingest_nsys.py``) replicates a fixture's kernels in a temp copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from perfscope.analysis.importers import import_file
+
+from perfscope.report import Report
+from tests.conftest import REPO, _fixtures_dir
+
+TILED_KERNELS = 1_000_000
+H200 = "h200/h200_llama1b_b1_p2048_g64.perfscope"
+IMPORTED = {
+    "import-kineto": "kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "import-nsys": "nsys/nvfuser_h100_matmul.sqlite",
+    "import-nsys-copies": "nsys/aws_t4_softmax.sqlite",
+    "import-ncu-rep": "ncu/esmm_a10g_all_metrics.ncu-rep",
+    "import-ncu-csv": "ncu/esmm_a10g_roofline_metrics.csv",
+}
+
+
+def _sample(path: Path) -> Callable[[], Report]:
+    return lambda: Report.load(path)
+
+
+def _fixture(rel: str, load: bool = False) -> Callable[[], Report]:
+    return lambda: Report.load(_fixtures_dir() / rel) if load else import_file(_fixtures_dir() / rel)
+
+
+def tiled_nsys(kernels: int = TILED_KERNELS) -> Report:
+    """A >= ``kernels``-kernel nsys export built from the nvFuser fixture, imported."""
+    spec = importlib.util.spec_from_file_location("ingest_nsys", REPO / "benchmarks" / "ingest_nsys.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with tempfile.TemporaryDirectory(prefix="perfscope-tiled-") as tmp:
+        path = Path(tmp) / "tiled.sqlite"
+        bench.build(_fixtures_dir() / "nsys" / "nvfuser_h100_matmul.sqlite", path, kernels)
+        return import_file(path)
+
+
+PAGES: dict[str, Callable[[], Report]] = {
+    **{f"sample-{p.name.removesuffix('.perfscope')}": _sample(p)
+       for p in sorted((REPO / "sample_reports").glob("*.perfscope"))},
+    "h200-engine": _fixture(H200, load=True),
+    **{name: _fixture(rel) for name, rel in IMPORTED.items()},
+    "tiled-1m": tiled_nsys,
+}
+"""Page name -> how to get its report."""
+
+
+@functools.cache
+def page_report(name: str) -> Report:
+    """The report of page ``name``, built once per session."""
+    return PAGES[name]()

@@ -1,0 +1,146 @@
+"""Every page renders completely: the standalone HTML of every report in ``pages.PAGES`` and
+every dashboard view of a representative set, in headless Chromium.
+
+A page fails on any SEVERE console message (a plotly.js exception stops every figure and table
+after it), on a figure that did not draw, on an empty section, and on a table without rows
+where the report has rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from perfscope.dashboard import views
+from perfscope.dashboard.html_report import MAX_TABLE_ROWS, TOP_ROWS, write_html
+
+from tests.browser.conftest import SHOTS, WAIT_S, severe_messages
+from tests.browser.pages import PAGES, page_report
+
+pytestmark = pytest.mark.browser
+
+# Every figure drew (plotly's SVG plus traces or, for a message figure, its text), every table
+# holds the rows of its data block, every section shows something.
+CHECK_PAGE = """
+const problems = [], tables = {};
+for (const fig of document.querySelectorAll('div.fig')) {
+  const label = fig.getAttribute('aria-label');
+  const traces = (fig._fullData || []).length, notes = fig.querySelectorAll('.annotation-text').length;
+  if (!fig.querySelector('.main-svg')) problems.push('figure not drawn: ' + label);
+  else if (!traces && !notes) problems.push('figure has no trace and no message: ' + label);
+}
+for (const holder of document.querySelectorAll('div.tableholder')) {
+  const title = holder.previousElementSibling ? holder.previousElementSibling.textContent : '?';
+  const spec = JSON.parse(document.getElementById(holder.getAttribute('data-table')).textContent);
+  const rows = holder.querySelectorAll('tbody tr').length;
+  tables[title] = rows;
+  if (rows !== spec.rows.length) problems.push('table ' + title + ': ' + rows + ' of ' + spec.rows.length + ' rows');
+}
+for (const sec of document.querySelectorAll('section')) {
+  const h = sec.querySelector('h2');
+  const body = sec.innerText.length - (h ? h.innerText.length : 0);
+  if (body < 1 && !sec.querySelector('.main-svg')) problems.push('empty section: ' + sec.id);
+}
+return {problems: problems, tables: tables, ready: document.body.getAttribute('data-ready'),
+        sections: Array.from(document.querySelectorAll('section')).map(s => s.id)};
+"""
+
+
+def _wait_ready(drv: Any, css: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(drv, WAIT_S).until(lambda d: d.find_elements(By.CSS_SELECTOR, css))
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixtures_dir: object,
+                                               name: str) -> None:
+    report = page_report(name)
+    page = write_html(report, tmp_path / f"{name}.html")
+    severe_messages(driver)  # drop what earlier pages left
+    driver.get(page.as_uri())
+    try:
+        _wait_ready(driver, "body[data-ready='1']")
+    finally:
+        driver.save_screenshot(str(SHOTS / f"page-{name}.png"))
+    result = driver.execute_script(CHECK_PAGE)
+    messages = severe_messages(driver)
+    assert not messages, messages
+    assert result["problems"] == []
+    for section in ("metrics", "roofline", "timeline", "kernels"):
+        assert section in result["sections"]
+    if len(report.kernels):
+        assert result["tables"]["Per kernel name"] == min(len(views.kernels_by_name(report)), MAX_TABLE_ROWS) > 0
+        assert result["tables"]["Longest executions"] == min(len(report.kernels), TOP_ROWS) > 0
+    if len(report.steps):
+        assert "phases" in result["sections"]
+
+
+# ------------------------------------------------------------------------------ dashboard
+DASHBOARD_PAGES = ("sample-cpu-small-b1-p128-g32", "h200-engine", "import-ncu-csv", "import-nsys-copies")
+"""A representative set: binned CPU timeline with phases and requests, a real GPU engine run
+(steps, phases, NVTX ranges), an ncu CSV (no timeline of its own) and an nsys export of copies."""
+
+VIEW_READY = {
+    "overview": "#headline",
+    "timeline": "#timeline-graph .main-svg",
+    "roofline": "#roofline-graph .main-svg",
+    "kernels": "#kernel-grid .ag-row",
+    "phases": "#phase-breakdown .main-svg",
+    "counters": "#counters-graph .main-svg",
+    "compare": "#compare-graph .main-svg",
+}
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: object) -> Iterator[dict[str, str]]:
+    """One Dash app per report (each the app's only report, so it is the one shown)."""
+    from perfscope.dashboard.app import create_app
+    from werkzeug.serving import make_server
+
+    urls, servers = {}, []
+    for name in DASHBOARD_PAGES:
+        root = tmp_path_factory.mktemp(f"dash-{name}")
+        page_report(name).save(root / f"{name}.perfscope")
+        server = make_server("127.0.0.1", 0, create_app([root]).server, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        urls[name] = f"http://127.0.0.1:{server.server_port}/"
+    yield urls
+    for server in servers:
+        server.shutdown()
+
+
+def _graph_drawn(drv: Any, graph_id: str) -> bool:
+    return bool(drv.execute_script(
+        "const g = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
+        "return !!g && ((g._fullData || []).length > 0 || g.querySelectorAll('.annotation-text').length > 0);",
+        graph_id))
+
+
+@pytest.mark.parametrize("name", DASHBOARD_PAGES)
+def test_every_dashboard_view_renders(driver: Any, dashboard: dict[str, str], name: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    severe_messages(driver)
+    driver.get(dashboard[name])
+    _wait_ready(driver, VIEW_READY["overview"])
+    report = page_report(name)
+    for view, css in VIEW_READY.items():
+        driver.find_element(By.ID, f"tab-{view}").click()
+        if view == "kernels" and not len(report.kernels):
+            continue
+        try:
+            _wait_ready(driver, css)
+            graph = css.split()[0].lstrip("#")
+            if view not in ("overview", "kernels"):
+                WebDriverWait(driver, WAIT_S).until(lambda d, g=graph: _graph_drawn(d, g))
+        finally:
+            driver.save_screenshot(str(SHOTS / f"dash-{name}-{view}.png"))
+    messages = severe_messages(driver)
+    assert not messages, messages
