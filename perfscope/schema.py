@@ -143,7 +143,7 @@ REQUEST_COLUMNS = _cols(
 
 STEP_COLUMNS = _cols(
     ("step", "int", True, "step index"),
-    ("phase", "str", True, "prefill or decode"),
+    ("phase", "str", True, "prefill, decode, or speculative draft / verify"),
     ("batch", "int", True, "sequences in the step"),
     ("tokens", "int", True, "tokens processed in the step"),
     ("context_len", "int", False, "context length after the step, tokens"),
@@ -153,6 +153,8 @@ STEP_COLUMNS = _cols(
     ("weight_bytes", "float", False, "weight bytes read by the step"),
     ("kv_cache_bytes", "float", False, "KV-cache bytes read by the step"),
     ("kv_cache_size_bytes", "float", False, "KV-cache bytes allocated and in use after the step"),
+    ("drafted", "int", False, "speculative verify step: draft tokens checked"),
+    ("accepted", "int", False, "speculative verify step: draft tokens accepted"),
 )
 
 TABLES: dict[str, tuple[Column, ...]] = {

@@ -51,10 +51,14 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One prefill chunk or decode step; bytes are what the step reads (KV size: in use after it)."""
+    """One prefill chunk or decode step; bytes are what the step reads (KV size: in use after it).
+
+    Speculative decoding adds ``draft`` and ``verify`` steps; a verify step records how many draft
+    tokens it checked (``drafted``) and kept (``accepted``); other steps leave them None.
+    """
 
     step: int
-    phase: str  # "prefill" | "decode"
+    phase: str  # "prefill" | "decode" | "draft" | "verify"
     batch: int
     tokens: int  # prompt or generated tokens processed, padding excluded
     context_len: int  # cache slots attended by the step (the KV length after it)
@@ -63,6 +67,8 @@ class StepRecord:
     weight_bytes: float
     kv_cache_bytes: float
     kv_cache_size_bytes: float
+    drafted: int | None = None
+    accepted: int | None = None
 
 
 @dataclass(frozen=True)
