@@ -84,7 +84,7 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
     if as_json:
         payload = {"prompt_ids": ids, "generated_ids": out, "text": text, "output_tokens": req.output_tokens,
                    "ttft_s": req.ttft_s, "tpot_s": req.tpot_s}
-        spec = result.params.get("speculative")
+        spec = result.params.get("speculation")
         if spec:
             payload.update({"speculative": spec["method"], "draft_len": spec["draft_len"],
                             "acceptance_rate": spec["acceptance_rate"], "mean_accepted_len": spec["mean_accepted_len"],

@@ -231,7 +231,7 @@ def generate_speculative(model: Transformer, prompts: list[list[int]], max_new_t
     params = run_params(model, prompts, max_new_tokens, sampling, chunked_prefill=chunked_prefill,
                         prefix_cache=False, prefix_tokens=0, compile=False,
                         stop_ids=list(stop_ids) if stop_ids else None,
-                        speculative={"method": spec.label, "draft_len": draft_len, **stats})
+                        speculation={"method": spec.label, "draft_len": draft_len, **stats})
     return GenerationResult(prompt_ids=[prompt], generated_ids=[out], steps=rec.steps,
                             requests=request_records(prompts, times, rec.start_ns, [len(out)]), wall_s=wall_s,
                             params=params)

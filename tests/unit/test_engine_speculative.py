@@ -50,7 +50,7 @@ def test_greedy_equals_plain_greedy(model, method: str, draft_len: int) -> None:
     plain = generate(model, [prompt], 40)
     spec = generate(model, [prompt], 40, speculative=method, draft_len=draft_len)
     assert spec.generated_ids == plain.generated_ids
-    s = spec.params["speculative"]
+    s = spec.params["speculation"]
     assert s["method"] == method and 0 < s["verify_steps"]
     assert s["accepted_tokens"] <= s["drafted_tokens"]
     verify = [st for st in spec.steps if st.phase == "verify"]
@@ -156,7 +156,7 @@ def test_sampled_output_distribution_is_exactly_the_models(method: str) -> None:
         r = generate(m, [prompt], 3, SamplingParams(seed=seed, **sampling), speculative=method, draft_len=2)
         a, b, c = r.generated_ids[0]
         counts[a * 16 + b * 4 + c] += 1
-        accepted += r.params["speculative"]["accepted_tokens"]
+        accepted += r.params["speculation"]["accepted_tokens"]
     assert accepted > 50  # the drafts were used, not just rejected
     assert _chi2_pvalue(counts, exact) > 1e-3
 
