@@ -87,7 +87,7 @@ def main() -> None:
                 fmt = (lambda v, d=2: "-" if v is None else f"{v:.{d}f}")
                 print(f"{group:<7} {name:<12} {label:<8} {len(outs[m]):>6} {tps:>7.1f} {tps / base:>7.2f} "
                       f"{fmt(st.get('acceptance_rate')):>7} {fmt(st.get('mean_accepted_len')):>7} "
-                      f"{fmt(st.get('tokens_per_verify_step')):>10} {str(outs[m] == outs[None]):>5}")
+                      f"{fmt(st.get('tokens_per_verify_step')):>10} {outs[m] == outs[None]!s:>5}")
     line = " ".join(f"speculative_speedup_{m}_{g}={statistics.median(v):.2f}" for (g, m), v in sorted(speedups.items()))
     print(line)
 

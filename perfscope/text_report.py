@@ -95,13 +95,13 @@ def _speculation_lines(report: Report) -> list[str]:
     if not found:
         return []
     e = found[0].evidence
-    return [f"speculative decoding ({e['method']}): acceptance {_num(float(e['acceptance_rate']) * 100, 1, 1)}%, "
+    head = (f"speculative decoding ({e['method']}): acceptance {_num(float(e['acceptance_rate']) * 100, 1, 1)}%, "
             f"mean accepted length {_num(e['mean_accepted_len'], 1, 2)}, {_num(e['tokens_per_verify_step'], 1, 2)} "
-            f"tokens per verify step over {e['verify_steps']} steps",
-            f"  draft {_num(e['draft_time_ns'], 1e6, 1)} ms vs verify {_num(e['verify_time_ns'], 1e6, 1)} ms; "
+            f"tokens per verify step over {e['verify_steps']} steps")
+    cost = (f"  draft {_num(e['draft_time_ns'], 1e6, 1)} ms vs verify {_num(e['verify_time_ns'], 1e6, 1)} ms; "
             f"verify step {_num(e['verify_step_ns'], 1e6, 1)} ms ({_num(e['verify_flop_per_byte'], 1, 2)} FLOP/B) vs "
-            f"decode step {_num(e['decode_step_ns'], 1e6, 1)} ms ({_num(e['decode_flop_per_byte'], 1, 2)} FLOP/B)",
-            f"  {found[0].title}"]
+            f"decode step {_num(e['decode_step_ns'], 1e6, 1)} ms ({_num(e['decode_flop_per_byte'], 1, 2)} FLOP/B)")
+    return [head, cost, f"  {found[0].title}"]
 
 
 def _request_lines(report: Report) -> list[str]:

@@ -218,7 +218,8 @@ def speculation(report: Report) -> list[Finding]:
     drafted, accepted = float(verify["drafted"].sum()), float(verify["accepted"].sum())
     emitted = accepted + len(verify)
     verify_ns, draft_ns = float(verify["duration_ns"].sum()), float(draft["duration_ns"].sum())
-    per_token_ns = (verify_ns + draft_ns) / emitted
+    # the whole speculative decode: drafts, verifies and the plain steps where the draft was empty
+    per_token_ns = (verify_ns + draft_ns + float(decode["duration_ns"].sum())) / (emitted + len(decode))
     evidence: dict[str, float | int | str] = {
         "method": method, "verify_steps": len(verify), "drafted_tokens": int(drafted),
         "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted if drafted else math.nan,
@@ -235,12 +236,14 @@ def speculation(report: Report) -> list[Finding]:
         bw = float(dev.peak_bandwidth("dram") or math.nan) if dev else math.nan
         step_ns = float(_model_bytes(verify).mean()) / bw * 1e9 if bw > 0 else math.nan
         basis = "a one-token step's DRAM floor (no plain decode step in this run)"
-    evidence.update(decode_step_ns=step_ns, decode_basis=basis, verify_cost_vs_decode=verify_ns / len(verify) / step_ns)
+    cost_ratio = verify_ns / len(verify) / step_ns
+    tokens_per_verify = emitted / len(verify)
     speedup = step_ns / per_token_ns
-    evidence["speedup_vs_decode"] = speedup
-    cost = f"{evidence['verify_cost_vs_decode']:.2g}x a decode step"
-    head = (f"{evidence['tokens_per_verify_step']:.2f} tokens per verify step (acceptance "
-            f"{evidence['acceptance_rate'] * 100:.0f}%) at {cost}")
+    evidence.update(decode_step_ns=step_ns, decode_basis=basis, verify_cost_vs_decode=cost_ratio,
+                    speedup_vs_decode=speedup)
+    acceptance = accepted / drafted * 100 if drafted else math.nan
+    head = (f"{tokens_per_verify:.2f} tokens per verify step (acceptance {acceptance:.0f}%) at "
+            f"{cost_ratio:.2g}x a decode step")
     if not len(decode) and not speedup >= SPEC_PAID_SPEEDUP:
         return [info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known "
                      "without a plain decode step to compare", "Profile the same prompts without --speculative "
@@ -250,9 +253,9 @@ def speculation(report: Report) -> list[Finding]:
         advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
                   "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
         return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",))]
-    at_stake = (per_token_ns - step_ns) * emitted
+    at_stake = (per_token_ns - step_ns) * (emitted + len(decode))
     title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
-    if evidence["verify_cost_vs_decode"] * 1.0 > evidence["tokens_per_verify_step"]:
+    if cost_ratio > tokens_per_verify:
         why = ("Each verify step costs more than the tokens it yields: on this device a (k+1)-token forward is not "
                "free (the step is compute- or overhead-bound, not weight-read-bound). Shorten --draft-len, or "
                "speculate only where the hardware reads weights far slower than it computes (a GPU at batch 1).")

@@ -105,7 +105,7 @@ class GGUFFile:
     def _value(field: Any) -> Any:
         try:
             return field.contents()
-        except Exception:  # an unusual field type: keep the raw parts, it is not one we read
+        except Exception:  # noqa: BLE001 - an unusual field type: not one the loader reads
             return None
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -266,7 +266,7 @@ class GGUFTokenizer:
             from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
         except ImportError as exc:
             raise ToolNotFoundError("the tokenizers package", hint=f"install it: {GGUF_INSTALL}") from exc
-        merges = [tuple(m.split(" ", 1)) for m in self.merges]
+        merges = [(a, b) for a, _, b in (m.partition(" ") for m in self.merges)]
         tok = Tokenizer(models.BPE(vocab=dict(self._ids), merges=merges, fuse_unk=False))
         byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         if self.pre == "smollm":  # SmolLM's tokenizer.json: every digit alone, then GPT-2's byte-level split

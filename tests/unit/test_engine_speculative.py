@@ -143,7 +143,6 @@ def test_sampled_output_distribution_is_exactly_the_models(method: str) -> None:
                      max_seq_len=32)
     m = init_random_(build_random(args, seed=2), 2, std=0.6)
     prompt = [1, 2, 1, 2, 1]
-    sampling = dict(temperature=1.0)
     with torch.inference_mode():
         m.setup_caches(1, 16)
         exact = np.zeros(64)
@@ -154,7 +153,7 @@ def test_sampled_output_distribution_is_exactly_the_models(method: str) -> None:
     counts = np.zeros(64)
     accepted = 0
     for seed in range(800):
-        r = generate(m, [prompt], 3, SamplingParams(seed=seed, **sampling), speculative=method, draft_len=2)
+        r = generate(m, [prompt], 3, SamplingParams(temperature=1.0, seed=seed), speculative=method, draft_len=2)
         a, b, c = r.generated_ids[0]
         counts[a * 16 + b * 4 + c] += 1
         accepted += r.params["speculation"]["accepted_tokens"]
