@@ -164,6 +164,8 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
                             attention=run.attention, seed=run.seed)
     tokenizer = getattr(model, "tokenizer", None)
     prompts = engine_prompts(run, model.args.vocab_size, tokenizer)
+    if run.prompt_file:  # the file sets the batch and the prompt lengths
+        run = dataclasses.replace(run, batch=len(prompts), prompt_len=max(len(p) for p in prompts))
     sampling = SamplingParams(run.temperature, run.top_k, run.top_p, run.seed)
     options: dict[str, Any] = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache,
                                "compile": run.compile}
