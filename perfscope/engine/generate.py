@@ -384,6 +384,9 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
     if speculative:
         from .speculative import generate_speculative
 
+        if compile:
+            raise UsageError("speculative decoding runs eagerly", hint="drop --compile or --speculative")
+
         return generate_speculative(model, prompts, max_new_tokens, sampling, method=speculative,
                                     draft_len=draft_len, stop_ids=stop_ids, chunked_prefill=chunked_prefill)
     _check_prompts(prompts, model.args.vocab_size, max_new_tokens, chunked_prefill)
