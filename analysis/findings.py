@@ -44,6 +44,7 @@ RULES: dict[str, Rule] = {
     "decode-mbu": llm.decode_mbu,
     "prefill-mfu": llm.prefill_mfu,
     "kv-cache-share": llm.kv_cache_share,
+    "speculation": llm.speculation,
     "ranks": rank_findings,
 }
 """Rule name -> rule. A rule may emit findings under a more specific id (``gpu-idle`` emits

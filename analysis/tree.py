@@ -18,12 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-PHASES = ("prefill", "decode")
-"""Range names that mark an inference phase (the reference engine's ranges)."""
+PHASES = ("prefill", "decode", "draft", "verify")
+"""Range names that mark an inference phase (the reference engine's ranges; ``draft`` and
+``verify`` are speculative decoding's steps)."""
 
 
 def phase_of(path: str | None) -> str | None:
-    """``prefill`` or ``decode`` when that exact name is a component of ``path``, else None."""
+    """A name of :data:`PHASES` when that exact name is a component of ``path``, else None."""
     if not path:
         return None
     for part in reversed(path.split("/")):

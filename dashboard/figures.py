@@ -53,7 +53,7 @@ WEBGL_ABOVE = 2000
 
 # ====================================================================== roofline
 def _phase_key(value: object) -> str:
-    return value if isinstance(value, str) and value in ("prefill", "decode") else "none"
+    return value if isinstance(value, str) and value in PHASE_SYMBOLS else "none"
 
 
 def _hover_data(pts: pd.DataFrame, merged: bool) -> np.ndarray:

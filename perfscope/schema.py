@@ -157,7 +157,7 @@ REQUEST_COLUMNS = _cols(
 
 STEP_COLUMNS = _cols(
     ("step", "int", True, "step index"),
-    ("phase", "str", True, "prefill or decode"),
+    ("phase", "str", True, "prefill, decode, or speculative draft / verify"),
     ("batch", "int", True, "sequences in the step"),
     ("tokens", "int", True, "tokens processed in the step"),
     ("context_len", "int", False, "context length after the step, tokens"),
@@ -175,6 +175,8 @@ STEP_COLUMNS = _cols(
     ("kv_slots_total", "int", False, "KV-cache slots of the engine (max batch)"),
     ("queue_len", "int", False, "requests arrived and waiting for a slot"),
     ("flops", "float", False, "model FLOPs of the step (matmuls and attention, analytic)"),
+    ("drafted", "int", False, "speculative verify step: draft tokens checked"),
+    ("accepted", "int", False, "speculative verify step: draft tokens accepted"),
 )
 
 TABLES: dict[str, tuple[Column, ...]] = {

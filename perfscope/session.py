@@ -47,6 +47,11 @@ class EngineRun:
     top_p: float | None = None
     seed: int = 0
     compile: bool = False
+    prompt_file: str | None = None  # real prompts (a model with a tokenizer): one per line, or .jsonl
+    chat: bool = False  # wrap each prompt of prompt_file in the model's chat template
+    ignore_eos: bool = False  # generate gen_len tokens even past the end-of-sequence token
+    speculative: str | None = None  # "ngram" or "self:N" (perfscope.engine.speculative)
+    draft_len: int = 4
 
     def check(self) -> None:
         """Raise UsageError for out-of-range options (one clear line each)."""
@@ -79,9 +84,46 @@ def _noop(_: str) -> None:
     return None
 
 
-def engine_prompts(run: EngineRun, vocab_size: int) -> list[list[int]]:
-    """The run's random prompts (seeded); with ``--prefix-cache`` they share their first half."""
+def read_prompt_file(path: str | Path) -> list[str]:
+    """Prompts of a text file: one per non-empty line, or for ``.jsonl`` one JSON string (or an
+    object with a ``prompt`` key) per line, so a prompt can hold newlines."""
+    import json
+
+    from .errors import InputFormatError
+
+    p = Path(path).expanduser()
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFormatError(p, f"cannot read the prompt file ({exc})") from exc
+    prompts = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if p.suffix == ".jsonl":
+            try:
+                item = json.loads(line)
+                prompts.append(str(item["prompt"] if isinstance(item, dict) else item))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputFormatError(p, f"line {i} is not a JSON string or {{\"prompt\": ...}} ({exc})") from exc
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise InputFormatError(p, "the prompt file holds no prompt", hint="write one prompt per line")
+    return prompts
+
+
+def engine_prompts(run: EngineRun, vocab_size: int, tokenizer: Any = None) -> list[list[int]]:
+    """The run's prompts: the prompt file's, tokenized (``--chat``: with the chat template), or
+    random ones (seeded); with ``--prefix-cache`` random prompts share their first half."""
     from perfscope.engine.generate import random_prompts
+
+    if run.prompt_file:
+        if tokenizer is None:
+            raise UsageError(f"--prompt-file needs a model with a tokenizer; {run.model!r} has none",
+                             hint="use --model smollm2-135m or a .gguf file")
+        texts = read_prompt_file(run.prompt_file)
+        return [tokenizer.chat_ids(t) if run.chat else tokenizer.encode(t) for t in texts]
 
     prompts = random_prompts(run.batch, run.prompt_len, vocab_size, seed=run.seed)
     if run.prefix_cache and run.batch > 1:
@@ -120,10 +162,17 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
     if model is None:
         model = build_model(run.model, device=device, dtype=getattr(torch, run.dtype),
                             attention=run.attention, seed=run.seed)
-    prompts = engine_prompts(run, model.args.vocab_size)
+    tokenizer = getattr(model, "tokenizer", None)
+    prompts = engine_prompts(run, model.args.vocab_size, tokenizer)
+    if run.prompt_file:  # the file sets the batch and the prompt lengths
+        run = dataclasses.replace(run, batch=len(prompts), prompt_len=max(len(p) for p in prompts))
     sampling = SamplingParams(run.temperature, run.top_k, run.top_p, run.seed)
     options: dict[str, Any] = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache,
                                "compile": run.compile}
+    if tokenizer is not None and not run.ignore_eos:
+        options["stop_ids"] = tokenizer.stop_ids
+    if run.speculative:
+        options.update(speculative=run.speculative, draft_len=run.draft_len)
     say("warm-up")
     warm = prompts if baseline else [p[: min(len(p), 16)] for p in prompts[:1]]
     generate(model, warm, min(2, run.gen_len), sampling, **{**options, "prefix_cache": False})
@@ -163,7 +212,9 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
               "profiled_wall_s": result.wall_s, "unprofiled_wall_s": baseline_s,
               "profiler_overhead_ratio": result.wall_s / baseline_s if baseline_s else None}
     manifest = {
-        "name": f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}",
+        "name": (f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
+                 else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
+        + (f"-{run.speculative}" if run.speculative else ""),
         "source": source_info("engine", None, "torch.profiler", capture.torch_version),
         "command": list(sys.argv),
         "device": spec.to_dict(),
@@ -185,7 +236,7 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame) -> tuple[pd.DataFram
     df = pd.DataFrame(rows)
     if not len(df):
         return df, None
-    marks = ranges[ranges["name"].isin(["prefill", "decode"])].sort_values("start_ns")
+    marks = ranges[ranges["name"].isin(["prefill", "decode", "draft", "verify"])].sort_values("start_ns")
     if len(marks) == len(df) and (marks["name"].to_numpy() == df["phase"].to_numpy()).all():
         df["start_ns"] = marks["start_ns"].to_numpy()
         df["end_ns"] = marks["end_ns"].to_numpy()
@@ -194,7 +245,7 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame) -> tuple[pd.DataFram
         shift = int(marks["start_ns"].iloc[0]) - int(df["start_ns"].iloc[0]) if len(marks) else 0
         df["start_ns"] = df["start_ns"] + shift
         df["end_ns"] = df["end_ns"] + shift
-        note = (f"the trace has {len(marks)} prefill/decode ranges for {len(df)} engine steps; "
+        note = (f"the trace has {len(marks)} prefill/decode/draft/verify ranges for {len(df)} engine steps; "
                 "step times come from the engine's own clock")
     df["duration_ns"] = df["end_ns"] - df["start_ns"]
     return df, note

@@ -62,6 +62,22 @@ def _phase_lines(report: Report) -> list[str]:
     return ["phases:", table(head, rows)]
 
 
+def _speculation_lines(report: Report) -> list[str]:
+    from perfscope.analysis.rules.llm import speculation
+
+    found = speculation(report)
+    if not found:
+        return []
+    e = found[0].evidence
+    head = (f"speculative decoding ({e['method']}): acceptance {_num(float(e['acceptance_rate']) * 100, 1, 1)}%, "
+            f"mean accepted length {_num(e['mean_accepted_len'], 1, 2)}, {_num(e['tokens_per_verify_step'], 1, 2)} "
+            f"tokens per verify step over {e['verify_steps']} steps")
+    cost = (f"  draft {_num(e['draft_time_ns'], 1e6, 1)} ms vs verify {_num(e['verify_time_ns'], 1e6, 1)} ms; "
+            f"verify step {_num(e['verify_step_ns'], 1e6, 1)} ms ({_num(e['verify_flop_per_byte'], 1, 2)} FLOP/B) vs "
+            f"decode step {_num(e['decode_step_ns'], 1e6, 1)} ms ({_num(e['decode_flop_per_byte'], 1, 2)} FLOP/B)")
+    return [head, cost, f"  {found[0].title}"]
+
+
 def _request_lines(report: Report) -> list[str]:
     from perfscope.analysis.serving import request_summary
 
@@ -139,7 +155,8 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
     if p.get("profiler_overhead_ratio"):
         head += (f"\nprofiled run {_num(p['profiled_wall_s'], 1, 2)} s vs unprofiled {_num(p['unprofiled_wall_s'], 1, 2)} s "
                  f"(profiler overhead x{_num(p['profiler_overhead_ratio'], 1, 2)}; times below are from the profiled run)")
-    sections = [[head], _device_lines(report), _phase_lines(report), _request_lines(report),
+    sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report),
+                _request_lines(report),
                 _kernel_lines(report, top), _rank_lines(report)]
     if findings:
         sections.append(_finding_lines(report))

@@ -198,3 +198,78 @@ def kv_cache_share(report: Report) -> list[Finding]:
               "prefix-shared caches cap it. Larger batches stop paying off once the KV cache dominates.")
     return [ranked(report, "kv-cache-share", title, evidence, advice,
                     at_stake, ranges=("decode",))]
+
+
+SPEC_PAID_SPEEDUP = 1.0
+"""Speculative decoding pays when a generated token costs less than on a plain decode step."""
+
+
+def _intensity(report: Report, steps: pd.DataFrame) -> float:
+    """Model FLOPs per byte of a step: 2 x parameters x tokens over the weight + KV bytes it reads."""
+    n_params = report.params.get("n_params")
+    nbytes = float(_model_bytes(steps).mean()) if len(steps) else math.nan
+    if not n_params or not nbytes > 0:
+        return math.nan
+    return 2.0 * float(n_params) * float(steps["tokens"].mean()) / nbytes
+
+
+def speculation(report: Report) -> list[Finding]:
+    """Whether speculative decoding paid: tokens per verify step against the verify step's (and the
+    draft's) cost, compared with a plain decode step of the same run (or its bandwidth floor)."""
+    steps = report.steps
+    if not len(steps) or "drafted" not in steps.columns or not (steps["phase"] == "verify").any():
+        return []
+    verify, draft, decode = (_phase_steps(report, p) for p in ("verify", "draft", "decode"))
+    if not len(verify):
+        return []
+    spec = report.params.get("speculation") or {}
+    method = str(spec.get("method", "speculative")) if isinstance(spec, dict) else "speculative"
+    drafted, accepted = float(verify["drafted"].sum()), float(verify["accepted"].sum())
+    emitted = accepted + len(verify)
+    verify_ns, draft_ns = float(verify["duration_ns"].sum()), float(draft["duration_ns"].sum())
+    # the whole speculative decode: drafts, verifies and the plain steps where the draft was empty
+    per_token_ns = (verify_ns + draft_ns + float(decode["duration_ns"].sum())) / (emitted + len(decode))
+    evidence: dict[str, float | int | str] = {
+        "method": method, "verify_steps": len(verify), "drafted_tokens": int(drafted),
+        "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted if drafted else math.nan,
+        "mean_accepted_len": accepted / len(verify), "tokens_per_verify_step": emitted / len(verify),
+        "verify_step_ns": verify_ns / len(verify), "draft_ns_per_verify_step": draft_ns / len(verify),
+        "draft_time_ns": draft_ns, "verify_time_ns": verify_ns, "ns_per_token_speculative": per_token_ns,
+        "verify_flop_per_byte": _intensity(report, verify), "decode_flop_per_byte": _intensity(report, decode),
+    }
+    if len(decode):
+        step_ns = float(decode["duration_ns"].median())
+        basis = "the run's plain decode steps (median)"
+    else:
+        dev = report.device
+        bw = float(dev.peak_bandwidth("dram") or math.nan) if dev else math.nan
+        step_ns = float(_model_bytes(verify).mean()) / bw * 1e9 if bw > 0 else math.nan
+        basis = "a one-token step's DRAM floor (no plain decode step in this run)"
+    cost_ratio = verify_ns / len(verify) / step_ns
+    tokens_per_verify = emitted / len(verify)
+    speedup = step_ns / per_token_ns
+    evidence.update(decode_step_ns=step_ns, decode_basis=basis, verify_cost_vs_decode=cost_ratio,
+                    speedup_vs_decode=speedup)
+    acceptance = accepted / drafted * 100 if drafted else math.nan
+    head = (f"{tokens_per_verify:.2f} tokens per verify step (acceptance {acceptance:.0f}%) at "
+            f"{cost_ratio:.2g}x a decode step")
+    if not len(decode) and not speedup >= SPEC_PAID_SPEEDUP:
+        return [info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known "
+                     "without a plain decode step to compare", "Profile the same prompts without --speculative "
+                     "and compare decode tokens/s (perfscope compare).", **evidence)]
+    if speedup >= SPEC_PAID_SPEEDUP:
+        title = f"Speculative decoding ({method}) paid: {head}: {speedup:.2f}x plain decode's tokens/s"
+        advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
+                  "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
+        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",))]
+    at_stake = (per_token_ns - step_ns) * (emitted + len(decode))
+    title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
+    if cost_ratio > tokens_per_verify:
+        why = ("Each verify step costs more than the tokens it yields: on this device a (k+1)-token forward is not "
+               "free (the step is compute- or overhead-bound, not weight-read-bound). Shorten --draft-len, or "
+               "speculate only where the hardware reads weights far slower than it computes (a GPU at batch 1).")
+    else:
+        why = ("The draft costs too much for what it gets accepted: use a cheaper draft (ngram lookup) or one that "
+               "agrees more often (more self-draft layers), and keep speculation for prompts whose answer repeats "
+               "its input (rewrite, edit, summarise, code).")
+    return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"))]

@@ -29,6 +29,14 @@ ENGINE_STAGES = 7
 @click.option("--top-k", type=click.IntRange(min=1), default=None)
 @click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=None)
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--prompt-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Real prompts, one per line (.jsonl: one JSON string per line); needs a model with a "
+                   "tokenizer (smollm2-135m, a .gguf file). The batch is the file's prompts.")
+@click.option("--chat", is_flag=True, help="Wrap each --prompt-file prompt in the model's chat template.")
+@click.option("--ignore-eos", is_flag=True, help="Generate --gen-len tokens even past the end-of-sequence token.")
+@click.option("--speculative", default=None, help="Speculative decoding: ngram or self:N (batch 1).")
+@click.option("--draft-len", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Tokens drafted per speculative step.")
 @click.option("--collector", default="torch", show_default=True, type=click.Choice(collector_names()),
               help="Profiler to run: torch (in-process), or a registered collector that runs a COMMAND "
                    "(nsys, ncu: the tool installed; nvml: samples the GPUs while it runs).")

@@ -16,7 +16,7 @@ and its K/V copied to the other rows; the rest of each prompt then follows it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,10 +51,14 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One prefill chunk or decode step; bytes are what the step reads (KV size: in use after it)."""
+    """One prefill chunk or decode step; bytes are what the step reads (KV size: in use after it).
+
+    Speculative decoding adds ``draft`` and ``verify`` steps; a verify step records how many draft
+    tokens it checked (``drafted``) and kept (``accepted``); other steps leave them None.
+    """
 
     step: int
-    phase: str  # "prefill" | "decode"
+    phase: str  # "prefill" | "decode" | "draft" | "verify"
     batch: int
     tokens: int  # prompt or generated tokens processed, padding excluded
     context_len: int  # cache slots attended by the step (the KV length after it)
@@ -63,6 +67,8 @@ class StepRecord:
     weight_bytes: float
     kv_cache_bytes: float
     kv_cache_size_bytes: float
+    drafted: int | None = None
+    accepted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,13 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 def build_model(name_or_path: str, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                 attention: str = "sdpa", seed: int = 0) -> Transformer:
-    """A config name from ``CONFIGS`` (random weights, seeded) or a local Hugging Face checkpoint folder."""
+    """A config name from ``CONFIGS`` (random weights, seeded), a local Hugging Face checkpoint folder,
+    ``smollm2-135m`` or a GGUF file (``.gguf``; the model then carries its ``tokenizer``)."""
     dev = resolve_device(device)
+    from .gguf_model import is_gguf_name, load_gguf
+
+    if is_gguf_name(name_or_path):
+        return load_gguf(name_or_path, device=dev, dtype=dtype, attention=attention)
     if name_or_path in CONFIGS:
         return build_random(ModelArgs.from_name(name_or_path, attention=attention), device=dev, dtype=dtype,
                             seed=seed)
@@ -114,7 +125,8 @@ def build_model(name_or_path: str, *, device: str | torch.device = "cpu", dtype:
 
         return load_checkpoint(path, device=dev, dtype=dtype, attention=attention)
     raise UsageError(f"unknown model {name_or_path!r}",
-                     hint=f"use one of {', '.join(CONFIGS)} or a local Hugging Face checkpoint folder")
+                     hint=f"use one of {', '.join(CONFIGS)}, smollm2-135m, a .gguf file or a local Hugging Face "
+                     "checkpoint folder")
 
 
 def random_prompts(batch: int, prompt_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
@@ -132,17 +144,21 @@ def sample(logits: Tensor, params: SamplingParams, gen: torch.Generator | None) 
     """Next token per row from logits [B, V] -> [B]."""
     if params.temperature == 0:
         return logits.argmax(dim=-1)
+    return torch.multinomial(sampling_probs(logits, params), 1, generator=gen).squeeze(-1)
+
+
+def sampling_probs(logits: Tensor, params: SamplingParams) -> Tensor:
+    """The distribution ``sample`` draws from (temperature > 0): logits [..., V] -> probs [..., V]."""
     logits = logits.float() / params.temperature
     if params.top_k is not None and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p is not None and params.top_p < 1:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = torch.softmax(sorted_logits, dim=-1)
         outside = probs.cumsum(dim=-1) - probs >= params.top_p  # the nucleus ends where the sum reaches p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, float("-inf")))
-    probs = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return torch.softmax(logits, dim=-1)
 
 
 def prefill(model: Transformer, x: Tensor, input_pos: Tensor, pos_ids: Tensor, mask: Tensor) -> Tensor:
@@ -254,13 +270,20 @@ def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: 
 
 def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: Tensor, slots: _Slots,
                     n: int, sampling: SamplingParams, gen: torch.Generator | None, rec: _Recorder,
-                    full_mask: bool = False) -> tuple[Tensor, list[int]]:
-    """``n`` decode steps after the prompt; returns the tokens [B, n] and each step's end time."""
+                    full_mask: bool = False, stop: Tensor | None = None) -> tuple[Tensor, list[int]]:
+    """``n`` decode steps after the prompt; returns the tokens [B, n'] and each step's end time.
+
+    With ``stop`` (token ids [S]) the loop ends early once every row has produced one of them
+    (n' <= n; a finished row keeps computing until then, the caller truncates its output).
+    """
     b = token.shape[0]
     out = torch.empty(b, n, dtype=torch.long, device=token.device)
     slot_ids = torch.arange(slots.valid.shape[1], device=token.device)
-    times = []
+    times: list[int] = []
+    done = None if stop is None else torch.isin(token, stop)
     for i in range(n):
+        if done is not None and bool(done.all()):
+            return out[:, :i], times
         slot = slots.length + i
         t0 = rec.now()
         with annotate("decode"):
@@ -270,6 +293,8 @@ def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: T
             token = decode_one_token(forward, token[:, None], slot_ids[slot:slot + 1],
                                      (slots.prompt_lens + i)[:, None], mask, sampling, gen)
             out[:, i] = token
+            if done is not None:
+                done |= torch.isin(token, stop)  # type: ignore[arg-type]
         times.append(rec.record("decode", b, b, 1, b, width, t0))
     return out, times
 
@@ -296,17 +321,33 @@ def common_prefix(prompts: list[list[int]]) -> int:
     return max(n, 0)
 
 
-def request_records(prompts: list[list[int]], token_ns: list[int], start_ns: int) -> list[RequestRecord]:
-    """vLLM serving metrics per request (all rows of a batch share the token times)."""
-    t = (np.asarray(token_ns, dtype=np.int64) - start_ns) / 1e9
-    gaps = np.diff(t)
-    n = len(t)
-    itl_mean = float(gaps.mean()) if n > 1 else None
-    itl_p99 = float(np.percentile(gaps, 99)) if n > 1 else None
-    tpot = float((t[-1] - t[0]) / (n - 1)) if n > 1 else None
-    return [RequestRecord(request_id=i, prompt_tokens=len(p), output_tokens=n, ttft_s=float(t[0]), tpot_s=tpot,
-                          e2e_s=float(t[-1]), itl_mean_s=itl_mean, itl_p99_s=itl_p99)
-            for i, p in enumerate(prompts)]
+def request_records(prompts: list[list[int]], token_ns: list[int], start_ns: int,
+                    output_lens: list[int] | None = None) -> list[RequestRecord]:
+    """vLLM serving metrics per request (all rows of a batch share the token times; a row that
+    stopped early at an end-of-sequence token has ``output_lens[i]`` tokens, the first ones)."""
+    records = []
+    for i, p in enumerate(prompts):
+        n = len(token_ns) if output_lens is None else output_lens[i]
+        t = (np.asarray(token_ns[:n], dtype=np.int64) - start_ns) / 1e9
+        gaps = np.diff(t)
+        records.append(RequestRecord(
+            request_id=i, prompt_tokens=len(p), output_tokens=n, ttft_s=float(t[0]),
+            tpot_s=float((t[-1] - t[0]) / (n - 1)) if n > 1 else None, e2e_s=float(t[-1]),
+            itl_mean_s=float(gaps.mean()) if n > 1 else None,
+            itl_p99_s=float(np.percentile(gaps, 99)) if n > 1 else None))
+    return records
+
+
+def truncate_at_stop(rows: list[list[int]], stop_ids: Sequence[int] | None) -> list[list[int]]:
+    """Each row up to and including its first stop id (unchanged without stop ids)."""
+    if not stop_ids:
+        return rows
+    stops = set(stop_ids)
+    out = []
+    for row in rows:
+        end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        out.append(row[:end])
+    return out
 
 
 def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
@@ -332,8 +373,22 @@ def run_params(model: Transformer, prompts: list[list[int]], max_new_tokens: int
 @torch.inference_mode()
 def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
              sampling: SamplingParams = SamplingParams(), *, chunked_prefill: int | None = None,
-             prefix_cache: bool = False, compile: bool = False) -> GenerationResult:
-    """Generate ``max_new_tokens`` for every prompt (one batch); tokens, step and request records."""
+             prefix_cache: bool = False, compile: bool = False, stop_ids: Sequence[int] | None = None,
+             speculative: str | None = None, draft_len: int = 4) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` for every prompt (one batch); tokens, step and request records.
+
+    ``stop_ids``: a row ends at the first of these ids (kept in its output); generation ends when
+    every row has. ``speculative`` (``ngram`` or ``self:N``) drafts ``draft_len`` tokens per step and
+    verifies them in one forward (:mod:`perfscope.engine.speculative`).
+    """
+    if speculative:
+        from .speculative import generate_speculative
+
+        if compile:
+            raise UsageError("speculative decoding runs eagerly", hint="drop --compile or --speculative")
+
+        return generate_speculative(model, prompts, max_new_tokens, sampling, method=speculative,
+                                    draft_len=draft_len, stop_ids=stop_ids, chunked_prefill=chunked_prefill)
     _check_prompts(prompts, model.args.vocab_size, max_new_tokens, chunked_prefill)
     rec = _Recorder(model)
     prefix = common_prefix(prompts) if prefix_cache and len(prompts) > 1 else 0
@@ -345,14 +400,17 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
     try:
         forward = _decode_forward(model, compile)
         first, t_first = run_prefill(model, slots, chunked_prefill, sampling, gen, rec)
+        stop = torch.tensor(list(stop_ids), dtype=torch.long, device=model.device) if stop_ids else None
         rest, times = decode_n_tokens(model, forward, first, slots, max_new_tokens - 1, sampling, gen, rec,
-                                      full_mask=compile)
+                                      full_mask=compile, stop=stop)
     finally:
         model.ranges = ranges
-    generated = torch.cat([first[:, None], rest], dim=1).tolist()
+    generated = truncate_at_stop(torch.cat([first[:, None], rest], dim=1).tolist(), stop_ids)
     wall_s = (time.perf_counter_ns() - rec.start_ns) / 1e9
     params = run_params(model, prompts, max_new_tokens, sampling, chunked_prefill=chunked_prefill,
-                        prefix_cache=prefix_cache, prefix_tokens=prefix, compile=compile)
+                        prefix_cache=prefix_cache, prefix_tokens=prefix, compile=compile,
+                        stop_ids=list(stop_ids) if stop_ids else None)
     return GenerationResult(prompt_ids=[list(p) for p in prompts], generated_ids=generated, steps=rec.steps,
-                            requests=request_records(prompts, [t_first, *times], rec.start_ns), wall_s=wall_s,
-                            params=params)
+                            requests=request_records(prompts, [t_first, *times], rec.start_ns,
+                                                     [len(g) for g in generated]),
+                            wall_s=wall_s, params=params)

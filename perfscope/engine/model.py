@@ -267,6 +267,7 @@ class Transformer(nn.Module):
         self.rope_cos: Tensor | None = None
         self.rope_sin: Tensor | None = None
         self._param_bytes: int | None = None
+        self.tokenizer: Any = None  # a GGUF model's tokenizer (gguf_model.GGUFTokenizer); None otherwise
 
     def attentions(self) -> list[Attention]:
         return [layer.attention for layer in self.layers]  # type: ignore[union-attr,misc]
@@ -300,9 +301,10 @@ class Transformer(nn.Module):
         self.rope_cos, self.rope_sin = rope_tables(a, max_seq_len, dev, dt)
 
     def forward(self, idx: Tensor, input_pos: Tensor, pos_ids: Tensor | None = None,
-                mask: Tensor | None = None, last_only: bool = False) -> Tensor:
+                mask: Tensor | None = None, last_only: bool = False, n_layers: int | None = None) -> Tensor:
         # idx: [B, S] token ids; input_pos: [S] cache slots; pos_ids: [B, S] rope positions
-        # (default: the slots); mask: [B, 1, S, T] (default: causal over slots 0..input_pos[-1])
+        # (default: the slots); mask: [B, 1, S, T] (default: causal over slots 0..input_pos[-1]);
+        # n_layers: run only the first n layers, then the norm and head (a self-speculative draft)
         assert self.rope_cos is not None and self.rope_sin is not None, "call setup_caches() first"
         if pos_ids is None:
             pos_ids = input_pos.unsqueeze(0).expand(idx.shape[0], -1)
@@ -310,7 +312,7 @@ class Transformer(nn.Module):
             mask = causal_mask(input_pos, int(input_pos[-1]) + 1).expand(idx.shape[0], 1, -1, -1)
         cos, sin = self.rope_cos[pos_ids].unsqueeze(2), self.rope_sin[pos_ids].unsqueeze(2)
         x = self.tok_embeddings(idx)  # [B, S, E]
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers if n_layers is None else self.layers[:n_layers]):
             with annotate(f"layer.{i}") if self.ranges else nullcontext():
                 x = layer(x, cos, sin, input_pos, mask, self.ranges)
         if last_only:
