@@ -26,6 +26,9 @@ ENGINE_STAGES = 7
 @click.option("--top-k", type=click.IntRange(min=1), default=None)
 @click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=None)
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--compile/--no-compile", "compile", default=None,
+              help="Compile decode with torch.compile (on CUDA: CUDA graphs, mode reduce-overhead). Default: "
+                   "on for CUDA, off (eager) on the CPU. Compile time is reported apart (compile_s), never in TTFT.")
 @click.option("--collector", default="torch", show_default=True, type=click.Choice(["torch", "nsys", "ncu"]),
               help="Profiler to run (nsys/ncu need a COMMAND and the tool installed).")
 @click.option("--nvml", is_flag=True, help="Also sample GPU utilisation, clocks, power and memory with NVML.")
