@@ -54,6 +54,8 @@ def test_small_model_prefill_mfu_and_decode_mbu_are_plausible(gpu_roofs):
 def test_compiled_decode_on_cuda_matches_eager_and_is_the_default(gpu_roofs):
     """Decode compiled into CUDA graphs by default: same greedy tokens as eager, compile time apart,
     steps timed with CUDA events (headline from the warm unprofiled run)."""
+    import itertools
+
     import torch
 
     from perfscope.analysis.serving import phase_summary
@@ -67,7 +69,7 @@ def test_compiled_decode_on_cuda_matches_eager_and_is_the_default(gpu_roofs):
     compiled = [generate(model, prompts, 8, compile=True) for _ in range(3)]
     assert all(c.generated_ids == eager.generated_ids for c in compiled)
     steps = compiled[-1].steps
-    assert all(a.end_ns <= b.start_ns for a, b in zip(steps, steps[1:])) and all(s.end_ns > s.start_ns for s in steps)
+    assert all(a.end_ns <= b.start_ns for a, b in itertools.pairwise(steps)) and all(s.end_ns > s.start_ns for s in steps)
     r = profile_engine(EngineRun(model="tiny", batch=1, prompt_len=32, gen_len=8, device="cuda"), roofs=gpu_roofs)
     p = r.params
     assert p["compile"] is True and p["compile_s"] is not None and p["compile_s"] > 0
