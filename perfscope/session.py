@@ -117,9 +117,9 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
     The run order is: an identical warm-up run (so every shape the measured runs meet, and any
     torch.compile / CUDA-graph capture, has run before), ``baseline`` warm unprofiled passes
     (the headline: the fastest pass; while the two fastest disagree by more than 10% another is
-    run, up to four, and a disagreement left makes a warning), then the profiled run; while the
-    profiled run is faster than every unprofiled pass, up to three more passes follow (the kernel breakdown; its own step and request records are kept
-    beside the unprofiled ones, labelled).
+    run, up to four, and a disagreement left makes a warning), then the profiled run (the kernel
+    breakdown; its own step and request records are kept beside the unprofiled ones, labelled).
+    While the profiled run is faster than every unprofiled pass, up to three more passes follow.
 
     Args:
         run: the workload; keyword ``overrides`` replace its fields.
