@@ -143,9 +143,12 @@ def test_compile_defaults_to_cuda_only_and_is_one_flag_away():
     assert EngineRun(compile=True).resolved_compile("cpu") is True
     from click.testing import CliRunner
 
+    from perfscope.cli.generate import generate
     from perfscope.cli.profile import profile
+    from perfscope.cli.sweep import sweep
 
-    assert "--compile / --no-compile" in CliRunner().invoke(profile, ["--help"]).output
+    for command in (profile, generate, sweep):
+        assert "--compile / --no-compile" in CliRunner().invoke(command, ["--help"]).output
 
 
 def test_text_summary_labels_headline_and_profiled(tiny_report):
