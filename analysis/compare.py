@@ -75,7 +75,7 @@ class Comparison:
 
 # ---------------------------------------------------------------------------- per phase
 def _phases(report: Report) -> pd.DataFrame:
-    p = phase_summary(report)
+    p = phase_summary(report, profiled=True)  # the profiled run's: consistent with the kernel times compared
     total = {"phase": "total", "wall_s": profile_span_ns(report) / 1e9,
              "kernel_time_s": float(report.kernels["duration_ns"].sum()) / 1e9,
              "tokens": int(p["tokens"].sum()) if len(p) else 0}

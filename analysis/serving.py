@@ -7,6 +7,13 @@
   MFU = achieved FLOP/s ÷ the compute roof of the phase's dominant precision, MBU = bytes per
   second ÷ the DRAM roof. For engine reports the bytes are the model's (weights + KV cache read
   per step, ``mbu_source = "model"``); otherwise the kernels' compulsory bytes (``"kernels"``).
+
+Headline and profiled: an engine report holds two runs of one workload. The headline figures
+(``profiled=False``, the default) come from the warm unprofiled run (``steps_unprofiled``,
+``requests_unprofiled``): its wall times, with the FLOPs of the profiled run's kernels (the same
+work). ``profiled=True`` gives the profiled run's figures, inflated by the profiler's per-launch
+cost. Reports without an unprofiled run (imports, older reports) give the same figures both ways;
+the ``timing`` column says which run a row's times come from.
 """
 
 from __future__ import annotations
@@ -22,7 +29,22 @@ from .tree import PHASES
 
 PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
                  "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
-                 "precision", "mfu", "mbu", "mbu_source"]
+                 "precision", "mfu", "mbu", "mbu_source", "timing"]
+
+
+def has_unprofiled(report: Report) -> bool:
+    """True when the report holds a warm unprofiled run (the headline) beside the profiled one."""
+    return bool(len(report.steps_unprofiled) or len(report.requests_unprofiled))
+
+
+def run_steps(report: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """The engine steps of the headline run (unprofiled when recorded) or of the profiled run."""
+    return report.steps if profiled or not len(report.steps_unprofiled) else report.steps_unprofiled
+
+
+def run_requests(report: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """The requests of the headline run (unprofiled when recorded) or of the profiled run."""
+    return report.requests if profiled or not len(report.requests_unprofiled) else report.requests_unprofiled
 
 
 def _dominant_precision(kernels: pd.DataFrame) -> str | None:
@@ -32,8 +54,9 @@ def _dominant_precision(kernels: pd.DataFrame) -> str | None:
     return str(k.groupby("precision")["flops"].sum().idxmax())
 
 
-def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame) -> tuple[float, int, int]:
-    steps = report.steps[report.steps["phase"] == phase]
+def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
+                  all_steps: pd.DataFrame) -> tuple[float, int, int]:
+    steps = all_steps[all_steps["phase"] == phase]
     if len(steps):
         return float(steps["duration_ns"].sum()) / 1e9, len(steps), int(steps["tokens"].sum())
     ranges = report.ranges[report.ranges["name"] == phase]
@@ -44,24 +67,31 @@ def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame) -> tuple[fl
     return float("nan"), 0, 0
 
 
-def phase_summary(report: Report) -> pd.DataFrame:
-    """One row per phase present (prefill, decode; ``all`` when the report has no phases)."""
+def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """One row per phase present (prefill, decode; ``all`` when the report has no phases).
+
+    Times from the headline (warm unprofiled) run unless ``profiled``; see the module docstring.
+    """
     k = report.kernels
-    phases = [p for p in PHASES if (k["phase"] == p).any() or (report.steps["phase"] == p).any()]
-    rows = [_phase_row(report, p, k[k["phase"] == p]) for p in phases]
+    steps = run_steps(report, profiled=profiled)
+    timing = "unprofiled" if steps is report.steps_unprofiled and len(steps) else "profiled"
+    phases = [p for p in PHASES if (k["phase"] == p).any() or (steps["phase"] == p).any()]
+    rows = [_phase_row(report, p, k[k["phase"] == p], steps) for p in phases]
     if not phases:
-        rows = [_phase_row(report, "all", k)]
+        rows = [_phase_row(report, "all", k, steps)]
+    for r in rows:
+        r["timing"] = timing
     return pd.DataFrame(rows, columns=PHASE_COLUMNS)
 
 
-def _phase_row(report: Report, phase: str, k: pd.DataFrame) -> dict[str, Any]:
+def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFrame) -> dict[str, Any]:
     device = report.device
-    wall_s, n_steps, tokens = _phase_wall_s(report, phase, k)
+    wall_s, n_steps, tokens = _phase_wall_s(report, phase, k, all_steps)
     if phase == "all":
         wall_s = float(k["end_ns"].max() - k["start_ns"].min()) / 1e9 if len(k) else float("nan")
     flops = float(k["flops"].sum(min_count=1)) if len(k) else float("nan")
     nbytes = float(k["dram_bytes"].sum(min_count=1)) if len(k) else float("nan")
-    steps = report.steps[report.steps["phase"] == phase]
+    steps = all_steps[all_steps["phase"] == phase]
     model_bytes = float((steps["weight_bytes"] + steps["kv_cache_bytes"]).sum(min_count=1)) if len(steps) else float("nan")
     precision = _dominant_precision(k) if len(k) else None
     peak = device.peak_flops(precision) if device else None
@@ -91,9 +121,11 @@ def _stats(values: pd.Series, prefix: str) -> dict[str, float]:
             f"{prefix}_p99": float(v.quantile(0.99))}
 
 
-def request_summary(report: Report) -> dict[str, float]:
-    """TTFT/TPOT/ITL/E2E statistics and throughputs over the report's requests (empty: {})."""
-    r = report.requests
+def request_summary(report: Report, *, profiled: bool = False) -> dict[str, float]:
+    """TTFT/TPOT/ITL/E2E statistics and throughputs over the report's requests (empty: {}).
+
+    The headline (warm unprofiled) run's requests unless ``profiled``."""
+    r = run_requests(report, profiled=profiled)
     if not len(r):
         return {}
     out: dict[str, float] = {"requests": float(len(r)),

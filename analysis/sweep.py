@@ -33,7 +33,8 @@ def split_runs(report: Report) -> dict[str, Report]:
         label = run["run"]
         tables = {name: report.table(name)[report.table(name)["run"] == label]
                   if "run" in report.table(name).columns else report.table(name).iloc[0:0]
-                  for name in ("kernels", "ranges", "transfers", "api", "counters", "requests", "steps")}
+                  for name in ("kernels", "ranges", "transfers", "api", "counters", "requests", "steps",
+                               "requests_unprofiled", "steps_unprofiled")}
         out[label] = Report.build(tables, {"device": report.manifest.get("device"),
                                            "params": {"batch": run["batch"], "prompt_len": run["prompt_len"]}})
     return out

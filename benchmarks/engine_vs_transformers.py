@@ -6,7 +6,7 @@ transformers and through perfscope's engine (the tokens must be identical), and 
 both, their ratio, and perfscope's decode MBU = (weight + KV bytes read per decode token) x decode
 tokens/s / memory bandwidth measured here by a large streaming copy (bytes = read + write).
 
-Run: ``python benchmarks/engine_vs_transformers.py [--repeats 4] [--threads N]``; last line
+Run: ``python benchmarks/engine_vs_transformers.py [--repeats 4] [--threads N] [--compile]``; last line
 ``tokens_per_s_ratio=R mbu=M``, both from decode tokens/s. Bandwidth, transformers and perfscope
 runs alternate; the best bandwidth counts, and decode speed is 1 / the 10th percentile of the
 inter-token gaps of all runs, which damps noise from other processes on a shared machine (each
@@ -91,9 +91,9 @@ def run_transformers(model: torch.nn.Module, prompt: list[int]) -> Run:
     return Run(out[0, len(prompt):].tolist(), wall, token_times[0] - t0, gaps)
 
 
-def run_perfscope(model: torch.nn.Module, prompt: list[int]) -> tuple[Run, float]:
+def run_perfscope(model: torch.nn.Module, prompt: list[int], compile: bool = False) -> tuple[Run, float]:
     """One generation; also the mean bytes read per decode step (weights + KV cache)."""
-    result = generate(model, [prompt], NEW_TOKENS)
+    result = generate(model, [prompt], NEW_TOKENS, compile=compile)
     req = result.requests[0]
     decode = [s for s in result.steps if s.phase == "decode"]
     bytes_per_token = sum(s.weight_bytes + s.kv_cache_bytes for s in decode) / len(decode)
@@ -106,6 +106,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--compile", action="store_true",
+                        help="perfscope decodes through torch.compile (inductor; compiled in the warm-up)")
     opts = parser.parse_args()
     if opts.threads:
         torch.set_num_threads(opts.threads)
@@ -123,12 +125,15 @@ def main() -> None:
     print(f"model: Llama {n_params / 1e6:.1f}M params, {n_params * 4 / 1e6:.0f} MB float32; batch 1, "
           f"prompt {PROMPT_LEN}, {NEW_TOKENS} new tokens, greedy")
     run_transformers(hf, prompt[:16])  # warm-up both
-    run_perfscope(engine, prompt[:16])
+    t0 = time.perf_counter()
+    run_perfscope(engine, prompt if opts.compile else prompt[:16], opts.compile)  # compiles the decode shapes
+    if opts.compile:
+        print(f"perfscope compile=True: warm-up (compilation) {time.perf_counter() - t0:.1f} s")
     hf_runs, ps_runs, per_token, bandwidth = [], [], 0.0, 0.0
     for _ in range(opts.repeats):  # interleaved, so that every measurement sees the same conditions
         bandwidth = max(bandwidth, copy_bandwidth())
         hf_runs.append(run_transformers(hf, prompt))
-        run, per_token = run_perfscope(engine, prompt)
+        run, per_token = run_perfscope(engine, prompt, opts.compile)
         ps_runs.append(run)
     assert all(r.tokens == hf_runs[0].tokens for r in hf_runs + ps_runs), "engines produced different tokens"
     hf_tps, ps_tps = decode_tokens_per_s(hf_runs), decode_tokens_per_s(ps_runs)

@@ -84,11 +84,16 @@ def overview_facts(report: Report) -> list[tuple[str, str]]:
 
 
 def phase_metrics(report: Report) -> pd.DataFrame | None:
-    """Per-phase metrics (time, MFU, MBU, ...) from ``perfscope.analysis.serving``, if present."""
+    """Per-phase metrics (time, MFU, MBU, ...) from ``perfscope.analysis.serving``, if present.
+
+    An engine report's headline rows (``timing`` = unprofiled: the warm run without the profiler)
+    come first, then the profiled run's rows, labelled ``profiled``."""
     fn = optional("perfscope.analysis.serving", "phase_summary")
     if fn is None:
         return None
     out = fn(report)
+    if len(report.steps_unprofiled) and isinstance(out, pd.DataFrame):
+        out = pd.concat([out, fn(report, profiled=True)], ignore_index=True)
     return out if isinstance(out, pd.DataFrame) and len(out) else None
 
 
@@ -98,6 +103,10 @@ def request_metrics(report: Report) -> dict[str, Any] | None:
         return None
     fn = optional("perfscope.analysis.serving", "request_summary")
     out = fn(report) if fn is not None else None
+    if out and len(report.requests_unprofiled):  # headline: the warm unprofiled run; the profiled beside
+        prof = fn(report, profiled=True)
+        out = {**out, **{f"profiled_{k}": prof[k] for k in ("ttft_s_mean", "tpot_s_mean", "e2e_s_mean",
+                                                             "throughput_tokens_per_s") if k in prof}}
     return dict(out) if out else None
 
 

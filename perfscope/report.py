@@ -10,7 +10,9 @@ Folder layout (see DESIGN.md)::
       api.parquet          CUDA runtime / driver calls
       counters.parquet     NVML samples
       requests.parquet     engine requests (TTFT, TPOT, ...)
-      steps.parquet        engine steps (prefill / decode)
+      steps.parquet        engine steps (prefill / decode) of the profiled run
+      requests_unprofiled.parquet, steps_unprofiled.parquet
+                           the same workload run warm without the profiler (headline metrics)
       raw/                 the raw capture it was built from, when kept
       report.html          the standalone HTML report, when rendered
 
@@ -86,6 +88,8 @@ class Report:
     counters: pd.DataFrame = field(default_factory=lambda: empty_table("counters"))
     requests: pd.DataFrame = field(default_factory=lambda: empty_table("requests"))
     steps: pd.DataFrame = field(default_factory=lambda: empty_table("steps"))
+    requests_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("requests_unprofiled"))
+    steps_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("steps_unprofiled"))
     path: Path | None = None
 
     # ---------------------------------------------------------------- construction

@@ -187,8 +187,15 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "counters": COUNTER_COLUMNS,
     "requests": REQUEST_COLUMNS,
     "steps": STEP_COLUMNS,
+    "requests_unprofiled": REQUEST_COLUMNS,
+    "steps_unprofiled": STEP_COLUMNS,
 }
-"""Every table of a Report; each is stored as ``<name>.parquet`` (or a ``<name>/`` dataset)."""
+"""Every table of a Report; each is stored as ``<name>.parquet`` (or a ``<name>/`` dataset).
+
+``steps`` and ``requests`` are the profiled run's (on the trace's timeline); an engine report also
+holds ``steps_unprofiled`` and ``requests_unprofiled``: the same workload run warm without the
+profiler (times from that run's start), the source of the headline serving metrics. Reports
+written before these tables existed load with them empty."""
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 BOUNDS = ("memory", "compute", "unknown")

@@ -2,9 +2,10 @@
 
 This is the one place (with the CLI) that crosses layers: engine -> collectors -> analysis.
 
-- :func:`profile_engine` runs the built-in reference engine (an unprofiled baseline run, then a
-  profiled one, so the profiler's overhead is measured), and adds the engine's step and
-  request records to the report.
+- :func:`profile_engine` runs the built-in reference engine: an identical warm-up run (every
+  shape, and any compilation, is seen before anything is measured), warm unprofiled passes (the
+  headline serving metrics: TTFT, TPOT, MFU, MBU), then the profiled run (the kernel breakdown
+  and the profiler's overhead), and adds both runs' step and request records to the report.
 - :func:`profile_script` runs a Python script in-process under torch.profiler.
 """
 
@@ -46,12 +47,19 @@ class EngineRun:
     top_k: int | None = None
     top_p: float | None = None
     seed: int = 0
-    compile: bool = False
+    compile: bool | None = None  # None: compile decode on CUDA (CUDA graphs), eager on the CPU
     prompt_file: str | None = None  # real prompts (a model with a tokenizer): one per line, or .jsonl
     chat: bool = False  # wrap each prompt of prompt_file in the model's chat template
     ignore_eos: bool = False  # generate gen_len tokens even past the end-of-sequence token
     speculative: str | None = None  # "ngram" or "self:N" (perfscope.engine.speculative)
     draft_len: int = 4
+
+    def resolved_compile(self, device: str) -> bool:
+        """Whether decode is compiled on ``device``: the flag, or by default only on CUDA (speculative
+        decoding runs eagerly)."""
+        if self.compile is not None:
+            return self.compile
+        return device.startswith("cuda") and not self.speculative
 
     def check(self) -> None:
         """Raise UsageError for out-of-range options (one clear line each)."""
@@ -132,10 +140,31 @@ def engine_prompts(run: EngineRun, vocab_size: int, tokenizer: Any = None) -> li
     return prompts
 
 
+NOISY_BASELINE = 0.10
+"""The two fastest warm unprofiled passes further apart than this (relative to the faster) are a
+noisy baseline: another pass is run (up to :data:`MAX_PASSES`), and if they still disagree, a warning."""
+MAX_PASSES = 4
+RECHECK_PASSES = 3
+"""Unprofiled passes run again after the profiled run while it was the faster (a disturbed baseline)."""
+
+
+def pass_spread(walls: Sequence[float]) -> float | None:
+    """How far apart the two fastest passes are: second fastest / fastest - 1 (None with one pass)."""
+    fast = sorted(walls)[:2]
+    return fast[1] / fast[0] - 1.0 if len(fast) == 2 and fast[0] > 0 else None
+
+
 def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
                    roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
-                   model: Any = None, baseline: bool = True, **overrides: Any) -> Report:
+                   model: Any = None, baseline: int | bool = True, **overrides: Any) -> Report:
     """Profile the reference engine and return its Report (not saved).
+
+    The run order is: an identical warm-up run (so every shape the measured runs meet, and any
+    torch.compile / CUDA-graph capture, has run before), ``baseline`` warm unprofiled passes
+    (the headline: the fastest pass; while the two fastest disagree by more than 10% another is
+    run, up to four, and a disagreement left makes a warning), then the profiled run (the kernel
+    breakdown; its own step and request records are kept beside the unprofiled ones, labelled).
+    While the profiled run is faster than every unprofiled pass, up to three more passes follow.
 
     Args:
         run: the workload; keyword ``overrides`` replace its fields.
@@ -143,9 +172,11 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         roofs: device roofs to classify against (default: measured once per machine, cached).
         keep_trace_dir: where to leave the raw trace (``trace.json.gz``); a temp dir by default.
         model: an already built engine model to reuse (a sweep builds it once).
-        baseline: also run unprofiled first, to measure the profiler's overhead; without it the
-            warm-up is a short run.
+        baseline: how many warm unprofiled passes to run (True: 2, False: 0; without one the
+            headline falls back to the profiled run's figures).
     """
+    import time
+
     import torch
 
     from perfscope.collectors.roofs import device_roofs
@@ -154,8 +185,10 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
 
     run = dataclasses.replace(run or EngineRun(), **overrides)
     run.check()
+    passes = 2 if baseline is True else int(baseline)
     say = progress or _noop
     device = resolve_device(run.device)
+    run = dataclasses.replace(run, compile=run.resolved_compile(device), device=device)
     say("measuring device roofs (once per machine)")
     spec = roofs or device_roofs(device)
     say(f"building model {run.model}")
@@ -173,27 +206,81 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         options["stop_ids"] = tokenizer.stop_ids
     if run.speculative:
         options.update(speculative=run.speculative, draft_len=run.draft_len)
-    say("warm-up")
-    warm = prompts if baseline else [p[: min(len(p), 16)] for p in prompts[:1]]
-    generate(model, warm, min(2, run.gen_len), sampling, **{**options, "prefix_cache": False})
-    say("unprofiled baseline run")
-    base = generate(model, prompts, run.gen_len, sampling, **options) if baseline else None
+
+    def once() -> Any:
+        return generate(model, prompts, run.gen_len, sampling, **options)
+
+    say("warm-up (compiling decode)" if run.compile else "warm-up")
+    if run.compile:
+        torch._dynamo.reset()  # a fresh compile per workload: a sweep's shapes never hit the recompile limit
+    t0 = time.perf_counter()
+    once()
+    warmup_s = time.perf_counter() - t0
+    say("unprofiled runs")
+    unprofiled = [once() for _ in range(passes)]
+    while passes > 1 and len(unprofiled) < MAX_PASSES and \
+            (pass_spread([r.wall_s for r in unprofiled]) or 0) > NOISY_BASELINE:
+        unprofiled.append(once())  # the two fastest passes disagree: measure again
     say("profiled run")
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
-    result, capture = profile_callable(lambda: generate(model, prompts, run.gen_len, sampling, **options),
-                                       trace_dir, cuda=device.startswith("cuda"))
+    result, capture = profile_callable(once, trace_dir, cuda=device.startswith("cuda"))
+    extra = 0
+    while result is not None and unprofiled and extra < RECHECK_PASSES and \
+            result.wall_s < min(r.wall_s for r in unprofiled):
+        unprofiled.append(once())  # faster with the profiler than without: the baseline was disturbed; recheck
+        extra += 1
     say("analysing the trace")
+    base = min(unprofiled, key=lambda r: r.wall_s) if unprofiled else None
     if result is None and base is None:
         from perfscope.errors import PerfscopeError
 
         raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
-    report = _engine_report(run, spec, capture, result or base, base.wall_s if base else None)
+    report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s)
     if capture.interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
 
 
-def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, baseline_s: float | None) -> Report:
+def baseline_params(profiled_s: float, passes_s: Sequence[float], warmup_s: float,
+                    compiled: bool) -> tuple[dict[str, Any], list[str]]:
+    """Manifest params comparing the profiled run with the warm unprofiled passes, and warnings.
+
+    ``profiler_overhead_ratio`` is profiled wall / the faster unprofiled pass, as measured; a
+    ratio below 1 or two passes that disagree by more than :data:`NOISY_BASELINE` is a disturbed
+    baseline (a loaded machine, a cold shape) and makes a warning, never an "overhead below 1".
+    ``compile_s`` is the warm-up's extra time over a warm run (compilation and CUDA-graph capture).
+    """
+    warnings: list[str] = []
+    base_s = min(passes_s) if passes_s else None
+    ratio = profiled_s / base_s if base_s else None
+    spread = pass_spread(passes_s)
+    if spread is not None and spread > NOISY_BASELINE:
+        warnings.append(f"noisy unprofiled baseline: warm passes took {', '.join(f'{s:.3g}' for s in passes_s)} s "
+                        f"(the two fastest {spread * 100:.0f}% apart, limit {NOISY_BASELINE * 100:.0f}%); the headline "
+                        "figures come from the fastest; rerun on a quieter machine to trust them")
+    if ratio is not None and ratio < 1.0:
+        warnings.append(f"the profiled run ({profiled_s:.3g} s) was faster than the warm unprofiled baseline "
+                        f"({base_s:.3g} s): the baseline was disturbed (machine load or a cold shape), so the "
+                        "profiler's overhead could not be measured in this run")
+    extra = warmup_s - base_s if base_s is not None else None
+    params = {"profiled_wall_s": profiled_s, "unprofiled_wall_s": base_s, "unprofiled_wall_s_passes": list(passes_s),
+              "profiler_overhead_ratio": ratio, "baseline_spread": spread, "warmup_s": warmup_s,
+              "compile_s": (extra if extra is not None and extra > 0 else None) if compiled else None}
+    return params, warnings
+
+
+def _relative_steps(steps: Sequence[Any]) -> pd.DataFrame:
+    """An unprofiled run's step records with times from its first step's start."""
+    df = pd.DataFrame([dataclasses.asdict(s) for s in steps])
+    if len(df):
+        t0 = int(df["start_ns"].min())
+        df["start_ns"], df["end_ns"] = df["start_ns"] - t0, df["end_ns"] - t0
+        df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return df
+
+
+def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
+                   passes_s: Sequence[float], warmup_s: float) -> Report:
     from perfscope.analysis.kineto import build_tables
     from perfscope.analysis.kineto_parse import parse_trace
     from perfscope.analysis.roofline import classify
@@ -203,14 +290,17 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     tables, _ = build_tables(trace)
     warnings = list(trace.warnings) + list(capture.warnings)
     tables["kernels"] = classify(conform(tables["kernels"], "kernels", source=str(capture.trace_path)), spec)
-    steps, note = align_steps(result.steps, tables["ranges"])
+    steps, note = align_steps(result.steps, tables["ranges"], own_clock=run.device.startswith("cuda"))
     if note:
         warnings.append(note)
     tables["steps"] = steps
     tables["requests"] = pd.DataFrame([dataclasses.asdict(r) for r in result.requests])
-    params = {**result.params, **dataclasses.asdict(run),
-              "profiled_wall_s": result.wall_s, "unprofiled_wall_s": baseline_s,
-              "profiler_overhead_ratio": result.wall_s / baseline_s if baseline_s else None}
+    if base is not None:
+        tables["steps_unprofiled"] = _relative_steps(base.steps)
+        tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
+    timing, notes = baseline_params(result.wall_s, passes_s, warmup_s, bool(run.compile))
+    warnings += notes
+    params = {**result.params, **dataclasses.asdict(run), **timing}
     manifest = {
         "name": (f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
                  else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
@@ -225,19 +315,23 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     return Report.build(tables, manifest, source=str(capture.trace_path))
 
 
-def align_steps(steps: Sequence[Any], ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
+                own_clock: bool = False) -> tuple[pd.DataFrame, str | None]:
     """The engine's step records on the trace's timeline.
 
     The i-th ``prefill``/``decode`` range of the trace is the i-th step (the engine emits one
-    range per step, in order). When the counts differ (a partial trace), steps keep their own
-    clock shifted onto the trace's first phase range, and a note says so.
+    range per step, in order). With ``own_clock`` (CUDA: the steps were timed with CUDA events,
+    while the ranges are the host's launch intervals, which run ahead of the GPU) or when the
+    counts differ (a partial trace), steps keep their own clock shifted onto the trace's first
+    phase range; a note says so in the second case.
     """
     rows = [dataclasses.asdict(s) for s in steps]
     df = pd.DataFrame(rows)
     if not len(df):
         return df, None
     marks = ranges[ranges["name"].isin(["prefill", "decode", "draft", "verify"])].sort_values("start_ns")
-    if len(marks) == len(df) and (marks["name"].to_numpy() == df["phase"].to_numpy()).all():
+    matched = len(marks) == len(df) and (marks["name"].to_numpy() == df["phase"].to_numpy()).all()
+    if matched and not own_clock:
         df["start_ns"] = marks["start_ns"].to_numpy()
         df["end_ns"] = marks["end_ns"].to_numpy()
         note = None
@@ -245,7 +339,7 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame) -> tuple[pd.DataFram
         shift = int(marks["start_ns"].iloc[0]) - int(df["start_ns"].iloc[0]) if len(marks) else 0
         df["start_ns"] = df["start_ns"] + shift
         df["end_ns"] = df["end_ns"] + shift
-        note = (f"the trace has {len(marks)} prefill/decode/draft/verify ranges for {len(df)} engine steps; "
+        note = None if matched else (f"the trace has {len(marks)} prefill/decode/draft/verify ranges for {len(df)} engine steps; "
                 "step times come from the engine's own clock")
     df["duration_ns"] = df["end_ns"] - df["start_ns"]
     return df, note
@@ -344,7 +438,7 @@ def profile_sweep(base: EngineRun, batches: Sequence[int], prompt_lens: Sequence
     """Profile every (batch, prompt length) combination into one report.
 
     Every table gains ``run`` (``b4-p512``), ``batch`` and ``prompt_len`` columns; the model is
-    built once; each run has a short warm-up and no unprofiled baseline.
+    built once; each run has an identical warm-up and one warm unprofiled pass (its headline).
     """
     import torch
 
@@ -364,7 +458,7 @@ def profile_sweep(base: EngineRun, batches: Sequence[int], prompt_lens: Sequence
         for p in prompt_lens:
             say(f"batch {b}, prompt {p}")
             parts.append(profile_engine(dataclasses.replace(base, batch=b, prompt_len=p, device=device),
-                                        roofs=spec, model=model, baseline=False))
+                                        roofs=spec, model=model, baseline=1))
     return _combine_sweep(parts, base, list(batches), list(prompt_lens), spec)
 
 

@@ -50,7 +50,7 @@ def _device_lines(report: Report) -> list[str]:
 
 
 def _phase_lines(report: Report) -> list[str]:
-    from perfscope.analysis.serving import phase_summary
+    from perfscope.analysis.serving import has_unprofiled, phase_summary
 
     ph = phase_summary(report)
     if not len(ph):
@@ -59,7 +59,15 @@ def _phase_lines(report: Report) -> list[str]:
              _num(r["tokens_per_s"], 1, 1), si(r["achieved_flops_per_s"], "FLOP/s"), _num(r["mfu"] * 100, 1, 1),
              si(r["achieved_bytes_per_s"], "B/s"), _num(r["mbu"] * 100, 1, 1)] for _, r in ph.iterrows()]
     head = ["phase", "steps", "tokens", "wall ms", "tok/s", "achieved", "MFU %", "bytes/s", "MBU %"]
-    return ["phases:", table(head, rows)]
+    if not has_unprofiled(report):
+        return ["phases:", table(head, rows)]
+    prof = phase_summary(report, profiled=True).set_index("phase")
+    for row, (_, r) in zip(rows, ph.iterrows()):
+        p = prof.loc[r["phase"]] if r["phase"] in prof.index else {}
+        row += ["|", _num(p.get("wall_s"), 1e-3, 1), _num(p.get("tokens_per_s"), 1, 1),
+                _num(p.get("mfu", float("nan")) * 100, 1, 1), _num(p.get("mbu", float("nan")) * 100, 1, 1)]
+    head += ["|", "prof. wall ms", "prof. tok/s", "prof. MFU %", "prof. MBU %"]
+    return ["phases (headline: warm unprofiled run | the profiled run, inflated by the profiler):", table(head, rows)]
 
 
 def _speculation_lines(report: Report) -> list[str]:
@@ -79,19 +87,44 @@ def _speculation_lines(report: Report) -> list[str]:
 
 
 def _request_lines(report: Report) -> list[str]:
-    from perfscope.analysis.serving import request_summary
+    from perfscope.analysis.serving import has_unprofiled, request_summary
 
     s = request_summary(report)
     if not s:
         return []
-    return [
-        f"requests: {int(s['requests'])}, {int(s['prompt_tokens'])} prompt + {int(s['output_tokens'])} output tokens",
+    lines = [
+        f"requests: {int(s['requests'])}, {int(s['prompt_tokens'])} prompt + {int(s['output_tokens'])} output tokens"
+        + (" (warm unprofiled run)" if has_unprofiled(report) else ""),
         f"  TTFT mean {_num(s['ttft_s_mean'], 1e-3)} ms (p99 {_num(s['ttft_s_p99'], 1e-3)})   "
         f"TPOT mean {_num(s['tpot_s_mean'], 1e-3)} ms (p99 {_num(s['tpot_s_p99'], 1e-3)})   "
         f"ITL mean {_num(s['itl_s_mean'], 1e-3)} ms   E2E mean {_num(s['e2e_s_mean'], 1, 3)} s",
         f"  throughput {_num(s['throughput_tokens_per_s'])} tok/s (system), "
         f"{_num(s['user_tokens_per_s'])} tok/s per user",
     ]
+    if has_unprofiled(report):
+        p = request_summary(report, profiled=True)
+        if p:
+            lines.append(f"  profiled run: TTFT {_num(p['ttft_s_mean'], 1e-3)} ms   TPOT {_num(p['tpot_s_mean'], 1e-3)} ms   "
+                         f"E2E {_num(p['e2e_s_mean'], 1, 3)} s   {_num(p['throughput_tokens_per_s'])} tok/s")
+    return lines
+
+
+def _timing_line(report: Report) -> str | None:
+    """Unprofiled vs profiled wall time, the profiler's overhead and the compile time."""
+    p = report.params
+    prof, base, ratio = _finite(p.get("profiled_wall_s")), _finite(p.get("unprofiled_wall_s")), \
+        _finite(p.get("profiler_overhead_ratio"))
+    if prof is None or base is None or ratio is None:
+        return None
+    n = len(p.get("unprofiled_wall_s_passes") or [1])
+    line = (f"timing: warm unprofiled run {_num(base, 1, 3)} s (headline; best of {n}), "
+            f"profiled run {_num(prof, 1, 3)} s")
+    line += f" (profiler overhead x{_num(ratio, 1, 2)})" if ratio >= 1 else " (no measurable profiler overhead: see warnings)"
+    if p.get("compile"):
+        comp = _finite(p.get("compile_s"))
+        line += f"; decode compiled, compile {_num(comp, 1, 1)} s in the warm-up (not in TTFT)" if comp is not None \
+            else "; decode compiled"
+    return line
 
 
 def _kernel_lines(report: Report, n: int) -> list[str]:
@@ -151,10 +184,9 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         head += f"   (source: {src.get('kind')}, {src.get('tool') or '?'} {src.get('tool_version') or ''})".rstrip()
     if report.manifest.get("partial"):
         head += "   [PARTIAL]"
-    p = report.params
-    if p.get("profiler_overhead_ratio"):
-        head += (f"\nprofiled run {_num(p['profiled_wall_s'], 1, 2)} s vs unprofiled {_num(p['unprofiled_wall_s'], 1, 2)} s "
-                 f"(profiler overhead x{_num(p['profiler_overhead_ratio'], 1, 2)}; times below are from the profiled run)")
+    timing = _timing_line(report)
+    if timing:
+        head += "\n" + timing
     sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report),
                 _request_lines(report),
                 _kernel_lines(report, top), _rank_lines(report)]

@@ -12,7 +12,13 @@ from ._common import echo_json, records
 
 
 def analysis_payload(report: Report, top: int) -> dict[str, Any]:
-    """The ``--json`` document: device, phases, top_kernels, requests, findings, warnings."""
+    """The ``--json`` document: device, phases, top_kernels, requests, findings, warnings.
+
+    ``phases`` and ``requests`` are the headline: an engine report's warm unprofiled run;
+    ``phases_profiled`` and ``requests_profiled`` are the profiled run's (the same figures when
+    the report holds only one run); ``params`` is the manifest's (``profiler_overhead_ratio``,
+    ``profiled_wall_s``, ``unprofiled_wall_s``, ``compile_s``, ...).
+    """
     from perfscope.analysis.serving import phase_summary, request_summary
     from perfscope.analysis.summary import roofs_table, top_kernels
 
@@ -23,7 +29,10 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
         "device": None if dev is None else {"name": dev.name, "kind": dev.kind,
                                              "roofs": records(roofs_table(dev))},
         "phases": records(phase_summary(report)),
+        "phases_profiled": records(phase_summary(report, profiled=True)),
         "requests": request_summary(report),
+        "requests_profiled": request_summary(report, profiled=True),
+        "params": report.params,
         "top_kernels": records(top_kernels(report, top)),
         "warnings": report.warnings,
         "unavailable_metrics": report.unavailable_metrics,

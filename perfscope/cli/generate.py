@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
@@ -42,12 +43,15 @@ def parse_ids(text: str) -> list[int]:
 @click.option("--attention", type=click.Choice(["sdpa", "naive"]), default="sdpa", show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
+@click.option("--compile/--no-compile", "compile", default=None,
+              help="Compile decode with torch.compile (CUDA graphs on CUDA). Default: on for CUDA, eager on the "
+                   "CPU. A compiled run is preceded by an identical warm-up that compiles (compile_s).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print prompt_ids, generated_ids, text, ttft_s, tpot_s (and acceptance when speculating) as JSON.")
 def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: bool, max_new_tokens: int,
              ignore_eos: bool, temperature: float, top_k: int | None, top_p: float | None, seed: int,
              speculative: str | None, draft_len: int, attention: str, dtype: str, device: str,
-             as_json: bool) -> None:
+             compile: bool | None, as_json: bool) -> None:
     """Generate with the reference engine (greedy unless --temperature > 0).
 
     Give the prompt as token ids (--prompt-ids) or, for a model with a tokenizer (smollm2-135m,
@@ -76,14 +80,22 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
     else:
         ids = parse_ids(prompt_ids or "")
     stop_ids = None if ignore_eos or tok is None else tok.stop_ids
-    result = run_generate(model, [ids], max_new_tokens, sampling, stop_ids=stop_ids, speculative=speculative,
-                          draft_len=draft_len)
+    compiled = compile if compile is not None else (model.device.type == "cuda" and not speculative)
+    options = {"stop_ids": stop_ids, "speculative": speculative, "draft_len": draft_len, "compile": compiled}
+    warmup_s = None
+    if compiled:  # compile (and capture CUDA graphs) in an identical warm-up, so TTFT/TPOT exclude it
+        t0 = time.perf_counter()
+        run_generate(model, [ids], max_new_tokens, sampling, **options)
+        warmup_s = time.perf_counter() - t0
+    result = run_generate(model, [ids], max_new_tokens, sampling, **options)
     req = result.requests[0]
+    # the warm-up's extra time over the warm run: compilation and graph capture (None if not measurable)
+    compile_s = warmup_s - result.wall_s if warmup_s is not None and warmup_s > result.wall_s else None
     out = result.generated_ids[0]
     text = tok.decode(out) if tok is not None else None
     if as_json:
         payload = {"prompt_ids": ids, "generated_ids": out, "text": text, "output_tokens": req.output_tokens,
-                   "ttft_s": req.ttft_s, "tpot_s": req.tpot_s}
+                   "ttft_s": req.ttft_s, "tpot_s": req.tpot_s, "compile": compiled, "compile_s": compile_s}
         spec = result.params.get("speculation")
         if spec:
             payload.update({"speculative": spec["method"], "draft_len": spec["draft_len"],

@@ -29,6 +29,9 @@ ENGINE_STAGES = 7
 @click.option("--top-k", type=click.IntRange(min=1), default=None)
 @click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=None)
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--compile/--no-compile", "compile", default=None,
+              help="Compile decode with torch.compile (on CUDA: CUDA graphs, mode reduce-overhead). Default: "
+                   "on for CUDA, off (eager) on the CPU. Compile time is reported apart (compile_s), never in TTFT.")
 @click.option("--prompt-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Real prompts, one per line (.jsonl: one JSON string per line); needs a model with a "
                    "tokenizer (smollm2-135m, a .gguf file). The batch is the file's prompts.")

@@ -27,12 +27,14 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[in
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--attention", default="sdpa", show_default=True, type=click.Choice(["sdpa", "naive"]))
+@click.option("--compile/--no-compile", "compile", default=None,
+              help="Compile decode (torch.compile; CUDA graphs on CUDA). Default: on for CUDA, eager on the CPU.")
 @click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-sweep.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-run summary as JSON.")
 def sweep(model: str, batches: list[int], prompt_lens: list[int], gen_len: int, device: str, dtype: str,
-          attention: str, out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
+          attention: str, compile: bool | None, out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
     """Profile every (batch, prompt length) combination: decode's roofline trajectory as batch grows,
     TTFT against prompt length, and the throughput-latency curve."""
     from perfscope.analysis.sweep import sweep_summary
@@ -41,7 +43,7 @@ def sweep(model: str, batches: list[int], prompt_lens: list[int], gen_len: int, 
     from perfscope.session import EngineRun, profile_sweep, resolve_device
     from perfscope.text_report import table
 
-    base = EngineRun(model=model, gen_len=gen_len, device=device, dtype=dtype, attention=attention)
+    base = EngineRun(model=model, gen_len=gen_len, device=device, dtype=dtype, attention=attention, compile=compile)
     base.check()
     resolve_device(device)
     target = as_report_path(out) if out else default_run_dir("sweep")

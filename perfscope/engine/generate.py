@@ -3,8 +3,9 @@
 ``prefill``, ``decode_one_token``, ``decode_n_tokens`` and ``generate`` are separate top-level
 functions. Each prefill chunk and each decode step is one :class:`StepRecord` and one
 ``annotate("prefill")`` / ``annotate("decode")`` range, in that order, so a profiler can match the
-records to the ranges of a trace. Timestamps are ``time.perf_counter_ns()`` taken after a device
-sync. Serving metrics follow vLLM: TTFT from the call's start to a request's first token, TPOT =
+records to the ranges of a trace. Timestamps are ``time.perf_counter_ns()`` on the CPU; on CUDA
+they are CUDA events recorded between steps and read after the run (no sync per step), placed on
+the host clock of a sync taken at the call's start. Serving metrics follow vLLM: TTFT from the call's start to a request's first token, TPOT =
 (e2e - ttft) / (output_tokens - 1), ITL = gaps between consecutive tokens.
 
 Prompts of different lengths are left-padded into shared cache slots: a per-row ``valid`` table
@@ -219,33 +220,63 @@ def prefill_chunks(slots: _Slots, chunk: int | None) -> list[tuple[int, int, int
 
 
 class _Recorder:
-    """Timestamps (after a device sync) and the step records of one generate() call."""
+    """Step timestamps and records of one generate() call, read once after the run.
+
+    On CUDA each step boundary is a CUDA event recorded on the stream (no device sync inside the
+    run); after the run one sync reads every event's offset from a start event taken right after
+    a sync, on the host clock of that moment. On the CPU a boundary is ``perf_counter_ns()``.
+    """
 
     def __init__(self, model: Transformer) -> None:
         self.model, self.device = model, model.device
-        self.steps: list[StepRecord] = []
+        self.events = self.device.type == "cuda"
+        self._marks: list[Any] = []
+        self._pending: list[tuple[int, int, dict[str, Any]]] = []
         device_sync(self.device)
         self.start_ns = time.perf_counter_ns()
+        if self.events:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
 
     def now(self) -> int:
-        device_sync(self.device)
-        return time.perf_counter_ns()
+        """A mark for this point of the run (an index; :meth:`finish` turns it into ns)."""
+        if self.events:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._marks.append(ev)
+        else:
+            self._marks.append(time.perf_counter_ns())
+        return len(self._marks) - 1
 
     def record(self, phase: str, batch: int, tokens: int, width: int, rows_in_use: int, ctx: int,
-               start_ns: int) -> int:
-        """Close a step of ``batch`` rows x ``width`` slots (``tokens`` real ones) begun at ``start_ns``."""
-        end_ns = self.now()
+               start: int) -> int:
+        """Close a step of ``batch`` rows x ``width`` slots (``tokens`` real ones) begun at mark ``start``."""
         m = self.model
-        self.steps.append(StepRecord(
-            step=len(self.steps), phase=phase, batch=batch, tokens=tokens, context_len=ctx,
-            start_ns=start_ns, end_ns=end_ns, weight_bytes=m.weight_bytes_read(batch * width),
-            kv_cache_bytes=m.kv_bytes(batch, ctx), kv_cache_size_bytes=m.kv_bytes(rows_in_use, ctx)))
-        return end_ns
+        return self.add(start, phase=phase, batch=batch, tokens=tokens, context_len=ctx,
+                        weight_bytes=m.weight_bytes_read(batch * width), kv_cache_bytes=m.kv_bytes(batch, ctx),
+                        kv_cache_size_bytes=m.kv_bytes(rows_in_use, ctx))
+
+    def add(self, start: int, **fields: Any) -> int:
+        """Close a step begun at mark ``start`` with these :class:`StepRecord` fields; its end mark."""
+        end = self.now()
+        self._pending.append((start, end, fields))
+        return end
+
+    def finish(self) -> tuple[list[StepRecord], list[int]]:
+        """Sync once; the step records and the ns time of every mark."""
+        device_sync(self.device)
+        if self.events:
+            times = [self.start_ns + round(self._start.elapsed_time(ev) * 1e6) for ev in self._marks]
+        else:
+            times = list(self._marks)
+        steps = [StepRecord(step=i, start_ns=times[t0], end_ns=times[t1], **fields)
+                 for i, (t0, t1, fields) in enumerate(self._pending)]
+        return steps, times
 
 
 def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: SamplingParams,
                 gen: torch.Generator | None, rec: _Recorder) -> tuple[Tensor, int]:
-    """All prefill steps; returns the first generated token per row [B] and its timestamp."""
+    """All prefill steps; returns the first generated token per row [B] and its time mark."""
     n_rows = slots.tokens.shape[0]
     spans = prefill_chunks(slots, chunk)
     token, t_end = None, 0
@@ -268,13 +299,19 @@ def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: 
     return token, t_end
 
 
+STOP_CHECK_EVERY = 8
+"""Decode steps between two reads of the "every row has stopped" flag on CUDA."""
+
+
 def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: Tensor, slots: _Slots,
                     n: int, sampling: SamplingParams, gen: torch.Generator | None, rec: _Recorder,
                     full_mask: bool = False, stop: Tensor | None = None) -> tuple[Tensor, list[int]]:
-    """``n`` decode steps after the prompt; returns the tokens [B, n'] and each step's end time.
+    """``n`` decode steps after the prompt; returns the tokens [B, n'] and each step's end mark.
 
     With ``stop`` (token ids [S]) the loop ends early once every row has produced one of them
-    (n' <= n; a finished row keeps computing until then, the caller truncates its output).
+    (n' <= n; a finished row keeps computing until then, the caller truncates its output). On
+    CUDA that check reads the device every :data:`STOP_CHECK_EVERY` steps only, so it does not
+    stall the GPU each step.
     """
     b = token.shape[0]
     out = torch.empty(b, n, dtype=torch.long, device=token.device)
@@ -282,7 +319,7 @@ def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: T
     times: list[int] = []
     done = None if stop is None else torch.isin(token, stop)
     for i in range(n):
-        if done is not None and bool(done.all()):
+        if done is not None and (i % STOP_CHECK_EVERY == 0 or not rec.events) and bool(done.all()):
             return out[:, :i], times
         slot = slots.length + i
         t0 = rec.now()
@@ -406,11 +443,12 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
     finally:
         model.ranges = ranges
     generated = truncate_at_stop(torch.cat([first[:, None], rest], dim=1).tolist(), stop_ids)
+    steps, mark_ns = rec.finish()
     wall_s = (time.perf_counter_ns() - rec.start_ns) / 1e9
     params = run_params(model, prompts, max_new_tokens, sampling, chunked_prefill=chunked_prefill,
                         prefix_cache=prefix_cache, prefix_tokens=prefix, compile=compile,
                         stop_ids=list(stop_ids) if stop_ids else None)
-    return GenerationResult(prompt_ids=[list(p) for p in prompts], generated_ids=generated, steps=rec.steps,
-                            requests=request_records(prompts, [t_first, *times], rec.start_ns,
-                                                     [len(g) for g in generated]),
+    return GenerationResult(prompt_ids=[list(p) for p in prompts], generated_ids=generated, steps=steps,
+                            requests=request_records(prompts, [mark_ns[t] for t in (t_first, *times)],
+                                                     rec.start_ns, [len(g) for g in generated]),
                             wall_s=wall_s, params=params)

@@ -25,6 +25,7 @@ One request at a time (batch 1).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,7 +141,6 @@ def generate_speculative(model: Transformer, prompts: list[list[int]], max_new_t
     """:func:`perfscope.engine.generate` with speculative decoding (one request)."""
     from .generate import (
         GenerationResult,
-        StepRecord,
         _check_prompts,
         _Recorder,
         plan_slots,
@@ -174,12 +174,9 @@ def generate_speculative(model: Transformer, prompts: list[list[int]], max_new_t
 
     def record(phase: str, tokens: int, width: int, ctx: int, weight_bytes: float, kv_bytes: float, t0: int,
                drafted: int | None = None, accepted: int | None = None) -> int:
-        end = rec.now()
-        rec.steps.append(StepRecord(step=len(rec.steps), phase=phase, batch=1, tokens=tokens, context_len=ctx,
-                                    start_ns=t0, end_ns=end, weight_bytes=weight_bytes, kv_cache_bytes=kv_bytes,
-                                    kv_cache_size_bytes=model.kv_bytes(1, ctx), drafted=drafted,
-                                    accepted=accepted))
-        return end
+        return rec.add(t0, phase=phase, batch=1, tokens=tokens, context_len=ctx, weight_bytes=weight_bytes,
+                       kv_cache_bytes=kv_bytes, kv_cache_size_bytes=model.kv_bytes(1, ctx), drafted=drafted,
+                       accepted=accepted)
 
     def forward(tokens: list[int], start: int, n_layers: int | None = None) -> Tensor:
         x = torch.tensor([tokens], dtype=torch.long, device=device)
@@ -226,14 +223,16 @@ def generate_speculative(model: Transformer, prompts: list[list[int]], max_new_t
             if t in stops or len(out) >= max_new_tokens:
                 break
         pos += n_ok + 1
-    wall_s = (rec.now() - rec.start_ns) / 1e9
-    stats = speculative_stats(rec.steps)
+    steps, mark_ns = rec.finish()
+    wall_s = (time.perf_counter_ns() - rec.start_ns) / 1e9
+    stats = speculative_stats(steps)
     params = run_params(model, prompts, max_new_tokens, sampling, chunked_prefill=chunked_prefill,
                         prefix_cache=False, prefix_tokens=0, compile=False,
                         stop_ids=list(stop_ids) if stop_ids else None,
                         speculation={"method": spec.label, "draft_len": draft_len, **stats})
-    return GenerationResult(prompt_ids=[prompt], generated_ids=[out], steps=rec.steps,
-                            requests=request_records(prompts, times, rec.start_ns, [len(out)]), wall_s=wall_s,
+    return GenerationResult(prompt_ids=[prompt], generated_ids=[out], steps=steps,
+                            requests=request_records(prompts, [mark_ns[t] for t in times], rec.start_ns, [len(out)]),
+                            wall_s=wall_s,
                             params=params)
 
 

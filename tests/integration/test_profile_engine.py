@@ -84,6 +84,82 @@ def test_profiler_overhead_is_measured(tiny_report):
     assert p["profiler_overhead_ratio"] == pytest.approx(p["profiled_wall_s"] / p["unprofiled_wall_s"])
 
 
+def test_headline_comes_from_a_warm_unprofiled_run(tiny_report):
+    r, p = tiny_report, tiny_report.params
+    # the unprofiled run did the same work as the profiled one, step for step
+    assert r.steps_unprofiled["phase"].tolist() == r.steps["phase"].tolist()
+    assert r.steps_unprofiled["tokens"].tolist() == r.steps["tokens"].tolist()
+    assert r.steps_unprofiled["weight_bytes"].tolist() == r.steps["weight_bytes"].tolist()
+    assert r.steps_unprofiled["start_ns"].iloc[0] == 0 and (r.steps_unprofiled["duration_ns"] > 0).all()
+    assert len(r.requests_unprofiled) == 2 and (r.requests_unprofiled["output_tokens"] == 6).all()
+    from perfscope.session import MAX_PASSES, RECHECK_PASSES, pass_spread
+
+    passes = p["unprofiled_wall_s_passes"]  # two, more while the two fastest disagree (a loaded machine)
+    assert 2 <= len(passes) <= MAX_PASSES + RECHECK_PASSES and p["unprofiled_wall_s"] == min(passes)
+    assert p["baseline_spread"] == pytest.approx(pass_spread(passes))
+    assert len(passes) == 2 or pass_spread(passes[:-1]) > 0.10 or p["profiled_wall_s"] < min(passes[:-1])
+    assert p["warmup_s"] > 0 and p["compile"] is False and p["compile_s"] is None
+    head, prof = phase_summary(r).set_index("phase"), phase_summary(r, profiled=True).set_index("phase")
+    assert set(head["timing"]) == {"unprofiled"} and set(prof["timing"]) == {"profiled"}
+    decode = r.steps_unprofiled[r.steps_unprofiled["phase"] == "decode"]
+    assert head.loc["decode", "wall_s"] == pytest.approx(decode["duration_ns"].sum() / 1e9)
+    assert head.loc["decode", "flops"] == prof.loc["decode", "flops"]  # FLOPs: the profiled kernels', same work
+    tpot = r.requests_unprofiled["tpot_s"].mean()
+    assert request_summary(r)["tpot_s_mean"] == pytest.approx(tpot)
+    assert request_summary(r, profiled=True)["tpot_s_mean"] == pytest.approx(r.requests["tpot_s"].mean())
+
+
+def test_headline_tables_survive_save_and_old_reports_load_without_them(tmp_path, tiny_report):
+    back = Report.load(tiny_report.save(tmp_path / "t.perfscope"))
+    assert len(back.steps_unprofiled) == len(tiny_report.steps_unprofiled)
+    (tmp_path / "t.perfscope" / "steps_unprofiled.parquet").unlink()  # a report from before these tables
+    (tmp_path / "t.perfscope" / "requests_unprofiled.parquet").unlink()
+    old = Report.load(tmp_path / "t.perfscope")
+    assert not len(old.steps_unprofiled)
+    assert set(phase_summary(old)["timing"]) == {"profiled"}
+    assert request_summary(old) == request_summary(old, profiled=True)
+
+
+def test_baseline_params_flag_noise_and_never_report_overhead_below_one():
+    from perfscope.session import baseline_params
+
+    p, warn = baseline_params(1.3, [1.0, 1.02], 5.0, compiled=True)
+    assert p["profiler_overhead_ratio"] == pytest.approx(1.3) and p["unprofiled_wall_s"] == 1.0
+    assert p["compile_s"] == pytest.approx(4.0) and not warn
+    p, warn = baseline_params(1.3, [1.0, 1.2], 1.1, compiled=False)
+    assert p["compile_s"] is None and len(warn) == 1 and "noisy unprofiled baseline" in warn[0]
+    p, warn = baseline_params(0.9, [1.0, 1.05], 1.1, compiled=False)
+    assert p["profiler_overhead_ratio"] == pytest.approx(0.9)
+    assert any("faster than the warm unprofiled baseline" in w for w in warn)
+    p, warn = baseline_params(1.3, [1.5, 1.0, 1.05], 1.1, compiled=False)  # the two fastest agree
+    assert p["baseline_spread"] == pytest.approx(0.05) and not warn
+    p, warn = baseline_params(0.9, [], 1.1, compiled=False)
+    assert p["profiler_overhead_ratio"] is None and not warn
+
+
+def test_compile_defaults_to_cuda_only_and_is_one_flag_away():
+    assert EngineRun().resolved_compile("cuda") is True and EngineRun().resolved_compile("cpu") is False
+    assert EngineRun(compile=False).resolved_compile("cuda") is False
+    assert EngineRun(compile=True).resolved_compile("cpu") is True
+    from click.testing import CliRunner
+
+    from perfscope.cli.generate import generate
+    from perfscope.cli.profile import profile
+    from perfscope.cli.sweep import sweep
+
+    for command in (profile, generate, sweep):
+        assert "--compile / --no-compile" in CliRunner().invoke(command, ["--help"]).output
+
+
+def test_text_summary_labels_headline_and_profiled(tiny_report):
+    from perfscope.text_report import render_text
+
+    text = render_text(tiny_report)
+    assert "timing: warm unprofiled run" in text and "headline" in text
+    assert "prof. MBU %" in text and "profiled run: TTFT" in text
+    assert "(profiler overhead x" in text or "no measurable profiler overhead" in text
+
+
 def test_align_steps_falls_back_to_the_engine_clock_when_counts_differ(tiny_report):
     from perfscope.engine.generate import StepRecord
 
@@ -130,7 +206,11 @@ def test_cli_analyze_json(tmp_path, tiny_report):
     proc = run_cli("analyze", str(path), "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert {"device", "phases", "top_kernels"} <= set(doc)
+    assert {"device", "phases", "phases_profiled", "requests", "requests_profiled", "top_kernels"} <= set(doc)
+    assert doc["params"]["profiler_overhead_ratio"] > 0
+    assert {p["timing"] for p in doc["phases"]} == {"unprofiled"}
+    assert {p["timing"] for p in doc["phases_profiled"]} == {"profiled"}
+    assert doc["requests"]["tpot_s_mean"] == pytest.approx(tiny_report.requests_unprofiled["tpot_s"].mean())
     assert doc["device"]["roofs"][0]["provenance"] == "measured"
     assert {p["phase"] for p in doc["phases"]} == {"prefill", "decode"}
     text = run_cli("analyze", str(path), cwd=tmp_path)

@@ -30,8 +30,10 @@ def test_json_output_with_sampling(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(args, capsys)
     assert code == 0
     data = json.loads(out)
-    assert set(data) == {"prompt_ids", "generated_ids", "text", "output_tokens", "ttft_s", "tpot_s"}
+    assert set(data) == {"prompt_ids", "generated_ids", "text", "output_tokens", "ttft_s", "tpot_s", "compile",
+                         "compile_s"}
     assert data["text"] is None and data["output_tokens"] == 4
+    assert data["compile"] is False and data["compile_s"] is None  # eager by default on the CPU
     assert data["prompt_ids"] == [4, 5, 6]
     sampling = SamplingParams(temperature=0.9, top_k=20, top_p=0.9, seed=3)
     want = generate(build_model("tiny", attention="naive", seed=3), [[4, 5, 6]], 4, sampling).generated_ids[0]

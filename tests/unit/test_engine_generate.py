@@ -130,3 +130,23 @@ def test_common_prefix() -> None:
     assert common_prefix([[1, 2, 3, 4], [1, 2, 5]]) == 2
     assert common_prefix([[1, 2], [1, 2]]) == 1
     assert common_prefix([[9], [1, 2]]) == 0
+
+
+@pytest.mark.slow
+def test_compiled_decode_matches_eager_and_compiles_once(tiny, prompts) -> None:
+    """--compile on the CPU (inductor, needs a C++ compiler): the same greedy tokens as eager, one
+    graph for every decode step (a fixed-size cache attended with a mask), none added by a rerun."""
+    from torch._dynamo.utils import counters
+
+    eager = generate(tiny, prompts, 8)
+    torch._dynamo.reset()
+    counters.clear()
+    first = generate(tiny, prompts, 8, compile=True)
+    graphs = counters["stats"]["unique_graphs"]
+    again = generate(tiny, prompts, 8, compile=True)
+    assert first.generated_ids == eager.generated_ids == again.generated_ids
+    assert graphs == 1 and counters["stats"]["unique_graphs"] == 1
+    assert first.params["compile"] is True and tiny.ranges  # ranges restored after the compiled run
+    assert [s.phase for s in again.steps] == [s.phase for s in eager.steps]
+    decode = [s for s in again.steps if s.phase == "decode"]
+    assert {s.context_len for s in decode} == {max(len(p) for p in prompts) + 8 - 1}  # the whole fixed cache
