@@ -287,8 +287,8 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     from perfscope.schema import conform
 
     trace = parse_trace(capture.trace_path)
-    tables, _ = build_tables(trace)
-    warnings = list(trace.warnings) + list(capture.warnings)
+    tables, table_warnings = build_tables(trace)
+    warnings = list(trace.warnings) + list(capture.warnings) + list(table_warnings)
     tables["kernels"] = classify(conform(tables["kernels"], "kernels", source=str(capture.trace_path)), spec)
     steps, note = align_steps(result.steps, tables["ranges"], own_clock=run.device.startswith("cuda"))
     if note:
