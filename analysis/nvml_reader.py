@@ -21,7 +21,6 @@ from perfscope.report import Report, source_info
 from perfscope.schema import NVML_PARAMS_KEY, column_names
 
 
-
 def is_nvml_parquet(path: Path) -> bool:
     """True when ``path`` is a Parquet file whose columns are a counters table (``t_ns``, ``device``, metrics)."""
     try:

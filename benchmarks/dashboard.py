@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from plotly.io.json import to_json_plotly
+
 from perfscope.analysis.importers import import_file
 from perfscope.dashboard import callbacks as cb
 from perfscope.dashboard import ids
 from perfscope.dashboard.store import ReportStore
-from plotly.io.json import to_json_plotly
-
 from perfscope.report import Report
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"

@@ -81,8 +81,8 @@ def main() -> int:
     opts = parser.parse_args()
 
     import torch
-    from perfscope.collectors.roofs import device_roofs
 
+    from perfscope.collectors.roofs import device_roofs
     from perfscope.engine import build_model
     from perfscope.session import resolve_device
 

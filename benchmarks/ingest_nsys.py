@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
 from perfscope.analysis.nsys_reader import read_nsys_sqlite
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "nvfuser_h100_matmul.sqlite"

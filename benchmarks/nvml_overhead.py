@@ -27,7 +27,6 @@ import time
 from collections.abc import Sequence
 
 from perfscope.collectors.nvml import METRICS, NvmlSampler, NvmlSource, SampleSource
-
 from perfscope.errors import ToolNotFoundError
 
 GOAL_PCT = 1.0

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from perfscope.analysis.loadtest import is_loadtest, itl_values, rate_summary, run_tables, runs
 from plotly.subplots import make_subplots
 
+from perfscope.analysis.loadtest import is_loadtest, itl_values, rate_summary, run_tables, runs
 from perfscope.report import Report
 
 from . import roofline_data as rd

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+
 from perfscope.analysis.ranks import RankTables, category_matrix, format_ranks, stragglers
 from perfscope.analysis.ranks import kernel_spread as spread_table
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from perfscope.analysis.sweep import sweep_summary
 
+from perfscope.analysis.sweep import sweep_summary
 from perfscope.report import Report
 
 from . import roofline_data as rd

@@ -18,7 +18,7 @@ from perfscope.format import by_column
 from perfscope.report import Report
 
 from .memo import memo
-from .text import MISSING, duration, is_missing, pct, seconds, si
+from .text import MISSING, duration, is_missing, pct, si
 from .timeline_data import busy_share, timeline_index
 
 
@@ -103,7 +103,7 @@ def request_metrics(report: Report) -> dict[str, Any] | None:
         return None
     fn = optional("perfscope.analysis.serving", "request_summary")
     out = fn(report) if fn is not None else None
-    if out and len(report.requests_unprofiled):  # headline: the warm unprofiled run; the profiled beside
+    if out and fn is not None and len(report.requests_unprofiled):  # headline: the warm unprofiled run; the profiled beside
         prof = fn(report, profiled=True)
         out = {**out, **{f"profiled_{k}": prof[k] for k in ("ttft_s_mean", "tpot_s_mean", "e2e_s_mean",
                                                              "throughput_tokens_per_s") if k in prof}}

@@ -64,6 +64,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
         True
     """
     import torch
+
     from perfscope.analysis.kineto import read_kineto
     from perfscope.collectors.roofs import device_roofs
     from perfscope.collectors.torch_profiler import _export, start_profiler, stop_profiler

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from .format import MISSING, si
 from .format import clip as _clip
+from .format import finite as _finite
 from .format import number as _num
 from .report import Report
 

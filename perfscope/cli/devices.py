@@ -15,8 +15,8 @@ def devices(device: str, refresh: bool, as_json: bool) -> None:
     """Measure (or read the cached) compute and memory roofs of this machine."""
     from perfscope.analysis.summary import roofs_table
     from perfscope.collectors.roofs import device_roofs
-    from perfscope.session import resolve_device
     from perfscope.format import number, si
+    from perfscope.session import resolve_device
     from perfscope.text_report import table
 
     targets = ["cpu"]

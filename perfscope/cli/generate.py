@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
@@ -81,7 +82,8 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
         ids = parse_ids(prompt_ids or "")
     stop_ids = None if ignore_eos or tok is None else tok.stop_ids
     compiled = compile if compile is not None else (model.device.type == "cuda" and not speculative)
-    options = {"stop_ids": stop_ids, "speculative": speculative, "draft_len": draft_len, "compile": compiled}
+    options: dict[str, Any] = {"stop_ids": stop_ids, "speculative": speculative, "draft_len": draft_len,
+                               "compile": compiled}
     warmup_s = None
     if compiled:  # compile (and capture CUDA graphs) in an identical warm-up, so TTFT/TPOT exclude it
         t0 = time.perf_counter()

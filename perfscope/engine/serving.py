@@ -295,7 +295,7 @@ class SlotEngine:
         self._linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, Linear))
         self._head = model.output.weight.numel()
 
-    def __enter__(self) -> SlotEngine:  # noqa: PYI034
+    def __enter__(self) -> SlotEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:

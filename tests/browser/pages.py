@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perfscope.analysis.importers import import_file
-
 from perfscope.report import Report
 from tests.conftest import REPO, _fixtures_dir
 

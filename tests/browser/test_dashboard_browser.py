@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from perfscope.dashboard.app import create_app
 from perfscope.dashboard.html_report import write_html
-
 from tests.browser.conftest import SHOTS, WAIT_S
 from tests.unit.dashboard_reports import XSS, engine, hostile
 

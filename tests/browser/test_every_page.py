@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from perfscope.dashboard import views
 from perfscope.dashboard.html_report import MAX_TABLE_ROWS, TOP_ROWS, write_html
-
 from tests.browser.conftest import SHOTS, WAIT_S, severe_messages
 from tests.browser.pages import PAGES, page_report
 
@@ -99,8 +99,9 @@ VIEW_READY = {
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: object) -> Iterator[dict[str, str]]:
     """One Dash app per report (each the app's only report, so it is the one shown)."""
-    from perfscope.dashboard.app import create_app
     from werkzeug.serving import make_server
+
+    from perfscope.dashboard.app import create_app
 
     urls, servers = {}, []
     for name in DASHBOARD_PAGES:

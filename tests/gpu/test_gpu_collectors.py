@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from perfscope.collectors import (
     NcuCollector,
     NcuOptions,
@@ -20,7 +21,6 @@ from perfscope.collectors import (
 )
 from perfscope.collectors.ncu import function_base_name
 from perfscope.collectors.nvml import METRICS, NvmlSource
-
 from perfscope.errors import CollectorError, ToolNotFoundError
 
 pytestmark = pytest.mark.gpu

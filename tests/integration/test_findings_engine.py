@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from perfscope.analysis import findings as F
 from perfscope.analysis.compare import compare
 from perfscope.analysis.rules import llm
-
 from perfscope.cli import main
 from perfscope.report import Report
 from perfscope.session import EngineRun, profile_engine

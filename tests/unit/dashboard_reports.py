@@ -7,8 +7,8 @@ import functools
 from pathlib import Path
 
 import numpy as np
-from perfscope.analysis.importers import import_file
 
+from perfscope.analysis.importers import import_file
 from perfscope.device import DeviceSpec, Roof
 from perfscope.report import Report
 from tests.conftest import _fixtures_dir

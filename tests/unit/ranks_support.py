@@ -107,8 +107,8 @@ def build_rank_set(fixtures: Path, folder: Path, plan: list[tuple[str, float]], 
 def multi_rank_report(files: list[Path], world_size: int | None = None) -> Any:
     """The files read one by one and stacked with a ``rank`` column (what ``import_ranks`` stores)."""
     import pandas as pd
-    from perfscope.analysis.kineto import read_kineto
 
+    from perfscope.analysis.kineto import read_kineto
     from perfscope.report import Report
     from perfscope.schema import TABLES
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from perfscope.collectors import COLLECTORS, NcuCollector, NcuOptions
 from perfscope.collectors.ncu import (
     choose_first_pass,
@@ -24,7 +25,6 @@ from perfscope.collectors.ncu import (
     timing_pass_command,
     top_kernels,
 )
-
 from perfscope.errors import InputFormatError, ToolNotFoundError, UsageError
 
 TARGET = ["python", "bench.py", "--steps", "4"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from perfscope.collectors import COLLECTORS, NsysCollector, NsysOptions
 from perfscope.collectors.nsys import export_command, profile_command, report_path
-
 from perfscope.errors import ToolNotFoundError, UsageError
 
 TARGET = ["python", "serve.py", "--batch", "8"]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from perfscope.collectors._proc import (
     CompletedRun,
     fresh_file,
@@ -19,7 +20,6 @@ from perfscope.collectors._proc import (
     run_profiler,
     run_tool,
 )
-
 from perfscope.errors import CollectorError, ToolNotFoundError
 
 

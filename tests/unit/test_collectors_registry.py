@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from perfscope.collectors import (
     COLLECTORS,
     CaptureInterrupted,
@@ -17,7 +18,6 @@ from perfscope.collectors import (
     RawCapture,
     get_collector,
 )
-
 from perfscope.errors import UsageError
 
 COLLECTORS_DIR = Path(__file__).resolve().parents[2] / "collectors"

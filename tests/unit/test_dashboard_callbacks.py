@@ -9,11 +9,11 @@ import dash
 import numpy as np
 import pandas as pd
 import pytest
+
 from perfscope.dashboard import callbacks as cb
 from perfscope.dashboard import ids
 from perfscope.dashboard.app import create_app
 from perfscope.dashboard.store import ReportStore
-
 from tests.unit.dashboard_reports import HTA, QWEN, XSS, engine, hostile, imported
 
 

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from perfscope.dashboard.app import is_loopback
 from perfscope.dashboard.store import ReportStore
-
 from perfscope.errors import UsageError
 from tests.unit.dashboard_reports import engine
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from perfscope.analysis.compare import compare
 from perfscope.dashboard import figures
 from perfscope.dashboard import roofline_data as rd
 from perfscope.dashboard import timeline_data as td
-
 from perfscope.report import Report
 from tests.unit.dashboard_reports import HTA, NSYS, QWEN, engine, imported
 

@@ -8,9 +8,9 @@ import json
 import math
 
 import pytest
+
 from perfscope.analysis.findings import RULES, Finding, run_rules
 from perfscope.analysis.rules import timeline
-
 from perfscope.errors import UsageError
 from perfscope.report import Report
 from tests.unit.ranks_support import union as union_sweep

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from perfscope.analysis.importers import import_file
 
+from perfscope.analysis.importers import import_file
 from perfscope.errors import InputFormatError, PerfscopeError
 from perfscope.report import Report
 

@@ -8,14 +8,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
 from perfscope.dashboard.html_report import (
     render_compare_html,
     render_html,
     script_safe,
     write_html,
 )
-from plotly.offline import get_plotlyjs, get_plotlyjs_version
-
 from perfscope.errors import OutputExistsError
 from perfscope.report import Report
 from tests.unit.dashboard_reports import QWEN, XSS, engine, hostile, imported

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+
 from perfscope.analysis.kineto import read_kineto
 from perfscope.analysis.kineto_graphs import kernel_role
 

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+
 from perfscope.analysis import kineto_json
 from perfscope.analysis.kineto import read_kineto
 from perfscope.analysis.kineto_parse import parse_trace
 from perfscope.analysis.tree import nest
-
 from perfscope.report import Report
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perfscope.analysis.loadtest import knee, load_metrics, parse_slo
 
+from perfscope.analysis.loadtest import knee, load_metrics, parse_slo
 from perfscope.engine.serving import LoadRequest, ServeConfig, SimClock, StepCost, serve
 from perfscope.errors import InputFormatError, UsageError
 from perfscope.loadtest_session import (
@@ -277,7 +277,6 @@ def test_report_round_trip_and_figures(sweep_report):
     from perfscope.analysis.loadtest import is_loadtest, rate_summary
     from perfscope.dashboard.figures_load import decode_points, load_figures
     from perfscope.dashboard.html_report import render_html
-
     from perfscope.engine.serving import kv_bytes_per_position
     from perfscope.report import Report
 
@@ -303,6 +302,7 @@ def test_report_round_trip_and_figures(sweep_report):
 
 def test_dashboard_phases_tab_shows_load_figures(sweep_report):
     import dash
+
     from perfscope.dashboard import callbacks as cb
     from perfscope.dashboard.store import ReportStore
 

@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from perfscope.analysis.ncu_csv import nvtx_ranges
 from perfscope.analysis.ncu_metrics import Launch, flops_by_precision, tensor_flops
-
 from perfscope.report import Report
 
 pytest.importorskip("ncu_report")

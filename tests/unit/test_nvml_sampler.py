@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 import pynvml
 import pytest
+
 from perfscope.collectors import CaptureInterrupted, NvmlCollector, NvmlOptions, NvmlSampler, nvml
 from perfscope.collectors.nvml import METRICS, NvmlSource, counters_frame, visible_devices
-
 from perfscope.errors import ToolNotFoundError, UsageError
 from perfscope.schema import column_names
 

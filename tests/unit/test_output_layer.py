@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+
 from perfscope import format as fmt
 from perfscope.analysis.compare import compare, name_view, phase_view
 from perfscope.cli import cli as perfscope_cli

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from perfscope.analysis.kineto import read_kineto
 from perfscope.analysis.ranks import (
     find_stragglers,
@@ -35,7 +36,6 @@ from perfscope.analysis.ranks_job import (
     trace_meta,
 )
 from perfscope.analysis.ranks_tiling import TileSpec, load_trace, tile_trace
-
 from perfscope.errors import InputFormatError, UsageError
 from perfscope.report import Report
 from perfscope.schema import TABLES

@@ -6,6 +6,7 @@ import statistics
 
 import numpy as np
 import pytest
+
 from perfscope.analysis.ranks import RankTables, empty_rank_tables, rank_tables
 from perfscope.dashboard.figures_ranks import (
     category_heatmap,
@@ -16,7 +17,6 @@ from perfscope.dashboard.figures_ranks import (
     rank_view_html,
     step_times,
 )
-
 from tests.unit.ranks_support import (
     RANK0,
     RANK1,

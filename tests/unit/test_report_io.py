@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from perfscope.analysis.ranks_io import rank_summary_at
 from perfscope.errors import ReportFormatError
 
