@@ -302,7 +302,7 @@ def report_roofs(launches: Sequence[Launch]) -> tuple[dict[str, Roof], dict[str,
                 compute[precision] = Roof(
                     2.0 * peak * sm_clock, "report",
                     method=f"2 x {metric} ({peak:g} inst/cycle) x SM clock",
-                    clock=f"SM clock while profiling, {sm_clock / 1e9:.3f} GHz (ncu locks clocks to base by default)")
+                    clock=f"SM clock while profiling, {sm_clock / 1e9:.3f} GHz (the clock ncu ran at: base when it locked clocks, the running clock with --clock-control none)")
         tensor = tensor_roofs(launches, sm_clock)
         for precision, renamed in FMA_PIPE_RENAMED.items():
             if precision in tensor and precision in compute:
@@ -339,7 +339,7 @@ def tensor_roofs(launches: Sequence[Launch], sm_clock: float) -> dict[str, Roof]
         if key not in peaks or candidate[:2] > peaks[key][:2]:
             peaks[key] = candidate
     roofs: dict[str, Roof] = {}
-    clock = f"SM clock while profiling, {sm_clock / 1e9:.3f} GHz (ncu locks clocks to base by default)"
+    clock = f"SM clock while profiling, {sm_clock / 1e9:.3f} GHz (the clock ncu ran at: base when it locked clocks, the running clock with --clock-control none)"
     for (precision, sparsity), (_, peak, name) in sorted(peaks.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         if sparsity is None and any(p == precision and s for p, s in peaks):
             continue  # a total whose dense and sparse paths are known

@@ -55,16 +55,17 @@ def _dominant_precision(kernels: pd.DataFrame) -> str | None:
 
 
 def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
-                  all_steps: pd.DataFrame) -> tuple[float, int, int]:
+                  all_steps: pd.DataFrame) -> tuple[float, int, float]:
+    """Wall time, steps and tokens of a phase; tokens are NaN (unknown, not 0) without engine steps."""
     steps = all_steps[all_steps["phase"] == phase]
     if len(steps):
         return float(steps["duration_ns"].sum()) / 1e9, len(steps), int(steps["tokens"].sum())
     ranges = report.ranges[report.ranges["name"] == phase]
     if len(ranges):
-        return float((ranges["end_ns"] - ranges["start_ns"]).sum()) / 1e9, len(ranges), 0
+        return float((ranges["end_ns"] - ranges["start_ns"]).sum()) / 1e9, len(ranges), float("nan")
     if len(kernels):
-        return float(kernels["end_ns"].max() - kernels["start_ns"].min()) / 1e9, 0, 0
-    return float("nan"), 0, 0
+        return float(kernels["end_ns"].max() - kernels["start_ns"].min()) / 1e9, 0, float("nan")
+    return float("nan"), 0, float("nan")
 
 
 def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:

@@ -28,6 +28,10 @@ kernels someone chose to profile, so anything above that is worth a line."""
 ACHIEVED_VS_THEORETICAL = 0.6
 """Achieved below 60% of theoretical occupancy points at the grid (too few blocks, tail effect)
 rather than at the per-block resource limits."""
+ROOF_OK_PCT = 50.0
+"""A kernel group at or above half of its roof is not slowed by its occupancy: Hopper's
+warp-specialized wgmma kernels (cuBLAS ``nvjet``, cuDNN flash) run at 10-20% occupancy by design
+and still reach 50-80% of the tensor roof. Such a group's finding is ``info``, not a fix to make."""
 STALL_RANKS = 3
 """The ncu reader keeps the top three stall reasons per launch."""
 STALL_ADVICE = {
@@ -113,9 +117,26 @@ def _occupancy_finding(group: str, g: pd.DataFrame, occ: float, time_ns: float, 
                         for name, _ in stalls)
     title = (f"{group[:60]} runs at {occ:.0f}% achieved occupancy ({duration(time_ns)}, "
              f"{pct(time_ns, kernel_ns):.3g}% of kernel time)" + (f"; top stall: {stalls[0][0]}" if stalls else ""))
+    roof = _roof_pct(g)
+    if not math.isnan(roof):
+        evidence["pct_of_roof"] = roof
+    if roof >= ROOF_OK_PCT:
+        advice = (f"It already runs at {roof:.0f}% of its roof, so its occupancy is not what limits it (warp-"
+                  "specialized tensor-core kernels keep few warps resident by design); look at other kernels "
+                  "first." + (f" Dominant stalls - {reasons}." if reasons else ""))
+        return Finding("occupancy-stalls", "info", title, evidence, advice, math.nan, kernels=(group,))
     advice = _limiter(evidence, occ) + (f" Dominant stalls - {reasons}." if reasons else "")
     return Finding("occupancy-stalls", severity_for(time_ns, kernel_ns), title, evidence, advice, math.nan,
                    kernels=(group,))
+
+
+def _roof_pct(g: pd.DataFrame) -> float:
+    """Time-weighted % of roof of a kernel group (NaN when no launch has one)."""
+    if "pct_of_roof" not in g:
+        return math.nan
+    roof = pd.to_numeric(g["pct_of_roof"], errors="coerce").astype("float64")
+    ok = roof.notna().to_numpy()
+    return float(np.average(roof[ok], weights=_weights(g)[ok])) if ok.any() else math.nan
 
 
 def _limiter(ev: dict[str, float | int | str], occ: float) -> str:
