@@ -100,9 +100,12 @@ def test_engine_ctrl_c_during_the_profiled_run(tmp_path, cpu_roofs, monkeypatch)
     real, calls = gen.generate, []
 
     def generate(*args, **kwargs):
-        calls.append(1)
+        import torch
+
+        profiled = torch.autograd.profiler._is_profiler_enabled  # the warm-up and unprofiled passes run first
+        calls.append(profiled)
         out = real(*args, **kwargs)
-        if len(calls) == 3:  # warm-up, unprofiled baseline, then the profiled run
+        if profiled:
             raise KeyboardInterrupt
         return out
 
@@ -112,7 +115,7 @@ def test_engine_ctrl_c_during_the_profiled_run(tmp_path, cpu_roofs, monkeypatch)
         main(["profile", "--model", "tiny", "--prompt-len", "8", "--gen-len", "3", "--device", "cpu",
               "--out", str(out), "--no-html", "-q"])
     report = _interrupted(out, exc)
-    assert len(report.kernels) and len(calls) == 3
+    assert len(report.kernels) and calls[-1] and not any(calls[:-1]) and len(calls) >= 3
 
 
 def test_script_ctrl_c_in_process(tmp_path, cpu_roofs):
