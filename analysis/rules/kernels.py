@@ -71,6 +71,10 @@ LOW_PRECISION_ADVICE = (
     "Move the matmuls to tensor cores: this device's tensor cores run {target}, not FP32, so autocast the "
     "forward pass (torch.autocast('cuda', dtype=torch.float16 / torch.bfloat16)) or convert the model, keeping "
     "FP32 accumulation and loss scaling where training needs it. Check the accuracy after the change.")
+CPU_LOW_PRECISION_ADVICE = (
+    "This CPU's measured {target} matmul roof is {speedup:.1f}x its FP32 roof (its matrix units run {target}): run "
+    "the model in {target} (model.to(torch.bfloat16), or torch.autocast('cpu', dtype=torch.bfloat16)), which "
+    "also halves the bytes each decode step reads. Check the accuracy after the change.")
 
 ADVICE: dict[tuple[str, bool], str] = {
     ("memory-below-roof", False): (
@@ -257,9 +261,14 @@ def fp32_matmul(report: Report) -> list[Finding]:
         "target_roof_flops_per_s": float(dev.compute[target].value), "roof_ratio": speedup,
         "time_at_target_roof_ns": float(floor_ns.sum()),
     }
-    title = (f"{len(mm)} matmul kernels run in FP32 off the tensor cores ({duration(time_ns)}, "
-             f"{pct(time_ns, kernel_ns):.3g}% of kernel time); the {target} roof is {speedup:.0f}x the FP32 roof")
-    advice = TF32_ADVICE if target == "tf32" else LOW_PRECISION_ADVICE.format(target=target)
+    if dev.kind == "cpu":
+        title = (f"{len(mm)} matmul operators run in FP32 ({duration(time_ns)}, {pct(time_ns, kernel_ns):.3g}% of "
+                 f"operator time); this CPU's {target} roof is {speedup:.1f}x its FP32 roof")
+        advice = CPU_LOW_PRECISION_ADVICE.format(target=target, speedup=speedup)
+    else:
+        title = (f"{len(mm)} matmul kernels run in FP32 off the tensor cores ({duration(time_ns)}, "
+                 f"{pct(time_ns, kernel_ns):.3g}% of kernel time); the {target} roof is {speedup:.0f}x the FP32 roof")
+        advice = TF32_ADVICE if target == "tf32" else LOW_PRECISION_ADVICE.format(target=target)
     kernels = tuple(_top_by_time(mm))[:TOP_GROUPS]
     if math.isnan(at_stake):
         return [Finding("fp32-matmul", severity_for(time_ns, kernel_ns), title, evidence, advice, at_stake, kernels)]

@@ -349,3 +349,18 @@ def test_every_rule_degrades_and_serialises(load, name: str) -> None:
         assert d["id"] == f.id and d["severity"] in ("high", "medium", "low", "info")
         assert f.title and f.recommendation
         assert all(isinstance(v, (int, float, str)) or v is None for v in d["evidence"].values())
+
+
+def test_fp32_matmul_on_a_cpu_speaks_of_the_cpu_not_tensor_cores(sample_reports_dir) -> None:
+    """The committed CPU engine report: this CPU measured bf16 matmuls faster than fp32, so the FP32
+    finding points at bf16, in CPU terms (no CUDA autocast, no tensor cores)."""
+    from perfscope.report import Report
+
+    r = Report.load(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope")
+    found = RULES["fp32-matmul"](r)
+    if r.device.compute["bf16"].value <= r.device.compute["fp32"].value:
+        assert found == []
+        return
+    f = only(found, "fp32-matmul")
+    assert "CPU" in f.title and "tensor cores" not in f.title + f.recommendation
+    assert "autocast('cpu'" in f.recommendation or "model.to(torch.bfloat16)" in f.recommendation
