@@ -61,7 +61,8 @@ def _phase_lines(report: Report) -> list[str]:
              si(r["achieved_bytes_per_s"], "B/s"), _num(r["mbu"] * 100, 1, 1)] for _, r in ph.iterrows()]
     head = ["phase", "steps", "tokens", "wall ms", "tok/s", "achieved", "MFU %", "bytes/s", "MBU %"]
     if not has_unprofiled(report):
-        return ["phases:", table(head, rows)]
+        engine = report.manifest.get("source", {}).get("kind") == "engine"
+        return ["phases (the profiled run):" if engine else "phases:", table(head, rows)]
     prof = phase_summary(report, profiled=True).set_index("phase")
     for row, (_, r) in zip(rows, ph.iterrows()):
         p = prof.loc[r["phase"]] if r["phase"] in prof.index else {}
@@ -117,6 +118,12 @@ def _timing_line(report: Report) -> str | None:
         _finite(p.get("profiler_overhead_ratio"))
     if prof is None or base is None or ratio is None:
         return None
+    from perfscope.analysis.serving import has_unprofiled
+
+    if not has_unprofiled(report):  # a report from before the warm headline: its baseline may have been cold
+        return (f"timing: unprofiled run {_num(base, 1, 3)} s, profiled run {_num(prof, 1, 3)} s (a report "
+                "without the warm unprofiled run's records: the figures below are the profiled run's, "
+                "inflated by the profiler; profile again for warm unprofiled headline figures)")
     n = len(p.get("unprofiled_wall_s_passes") or [1])
     line = (f"timing: warm unprofiled run {_num(base, 1, 3)} s (headline; best of {n}), "
             f"profiled run {_num(prof, 1, 3)} s")

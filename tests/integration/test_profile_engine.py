@@ -265,3 +265,15 @@ def test_notebook_profile_context(cpu_roofs):
     k = run.report.kernels
     assert (k["name"] == "aten::matmul").sum() == 1
     assert k.loc[k["name"] == "aten::matmul", "flops"].iloc[0] == 2 * 32 * 64 * 16
+
+
+def test_an_older_engine_report_says_its_figures_are_the_profiled_runs(fixtures_dir) -> None:
+    """The H200 report was made before the warm headline (a cold 2-token warm-up, overhead x0.31):
+    the summary must not call its unprofiled time a warm headline, and labels the phases profiled."""
+    from perfscope.report import Report
+    from perfscope.text_report import render_text
+
+    text = render_text(Report.load(fixtures_dir / "h200" / "h200_llama1b_b1_p2048_g64.perfscope"), top=3)
+    assert "timing: unprofiled run" in text and "(headline" not in text
+    assert "the figures below are the profiled run's" in text and "phases (the profiled run):" in text
+    assert "overhead x0.3" not in text
