@@ -120,7 +120,8 @@ def test_script_safe_neutralises_closing_tags() -> None:
 def test_engine_report_has_phase_and_request_sections() -> None:
     html = render_html(engine())
     assert 'id="phases"' in html and "<h3>Requests</h3>" in html and "<h3>Phases</h3>" in html
-    assert re.search(r"ttft_s_p50</th><td>[0-9.]+ ms", html)
+    # the tiny engine's TTFT is a few hundred µs on a quiet machine, a few ms on a loaded one
+    assert re.search(r"ttft_s_p50</th><td>[0-9.]+ (ns|µs|ms|s)<", html)
 
 
 def test_write_html_is_atomic_and_refuses_when_asked(tmp_path: Path, fixtures_dir: object) -> None:
