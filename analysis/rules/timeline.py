@@ -96,7 +96,13 @@ class GraphMode:
 
 
 def graph_launched(report: Report) -> pd.Series:
-    """Per kernel row: launched by a CUDA graph replay (its launch call is ``*GraphLaunch*``)."""
+    """Per kernel row: launched by a CUDA graph replay (its launch call is ``*GraphLaunch*``).
+
+    Computed once per report (several rules ask, and it scans every API call's name)."""
+    return memo(report, "graph_launched", lambda: _graph_launched(report)).copy()
+
+
+def _graph_launched(report: Report) -> pd.Series:
     k = report.kernels
     out = pd.Series(False, index=k.index)
     api = report.api
@@ -110,6 +116,11 @@ def graph_launched(report: Report) -> pd.Series:
 
 
 def graph_mode(report: Report) -> GraphMode:
+    """How the report's kernels were launched (graph replays or one by one); once per report."""
+    return memo(report, "graph_mode", lambda: _graph_mode(report))
+
+
+def _graph_mode(report: Report) -> GraphMode:
     k = report.kernels
     graph = graph_launched(report)
     g = k[graph]
