@@ -57,9 +57,11 @@ class EngineRun:
     def resolved_compile(self, device: str) -> bool:
         """Whether decode is compiled on ``device``: the flag, or by default only on CUDA (speculative
         decoding runs eagerly)."""
+        from perfscope.engine.generate import default_compile
+
         if self.compile is not None:
             return self.compile
-        return device.startswith("cuda") and not self.speculative
+        return default_compile(device.split(":")[0], self.speculative)
 
     def check(self) -> None:
         """Raise UsageError for out-of-range options (one clear line each)."""
@@ -250,6 +252,8 @@ def baseline_params(profiled_s: float, passes_s: Sequence[float], warmup_s: floa
     baseline (a loaded machine, a cold shape) and makes a warning, never an "overhead below 1".
     ``compile_s`` is the warm-up's extra time over a warm run (compilation and CUDA-graph capture).
     """
+    from perfscope.engine.generate import compile_seconds
+
     warnings: list[str] = []
     base_s = min(passes_s) if passes_s else None
     ratio = profiled_s / base_s if base_s else None
@@ -262,10 +266,9 @@ def baseline_params(profiled_s: float, passes_s: Sequence[float], warmup_s: floa
         warnings.append(f"the profiled run ({profiled_s:.3g} s) was faster than the warm unprofiled baseline "
                         f"({base_s:.3g} s): the baseline was disturbed (machine load or a cold shape), so the "
                         "profiler's overhead could not be measured in this run")
-    extra = warmup_s - base_s if base_s is not None else None
     params = {"profiled_wall_s": profiled_s, "unprofiled_wall_s": base_s, "unprofiled_wall_s_passes": list(passes_s),
               "profiler_overhead_ratio": ratio, "baseline_spread": spread, "warmup_s": warmup_s,
-              "compile_s": (extra if extra is not None and extra > 0 else None) if compiled else None}
+              "compile_s": compile_seconds(warmup_s, base_s) if compiled else None}
     return params, warnings
 
 

@@ -63,6 +63,7 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
 
         from perfscope.engine import SamplingParams, build_model
         from perfscope.engine import generate as run_generate
+        from perfscope.engine.generate import compile_seconds, default_compile
     except ImportError as exc:
         raise ToolNotFoundError("torch", hint="install the engine extra: pip install -e '.[engine]'") from exc
     if (prompt_ids is None) == (prompt is None):
@@ -81,7 +82,7 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
     else:
         ids = parse_ids(prompt_ids or "")
     stop_ids = None if ignore_eos or tok is None else tok.stop_ids
-    compiled = compile if compile is not None else (model.device.type == "cuda" and not speculative)
+    compiled = compile if compile is not None else default_compile(model.device.type, speculative)
     options: dict[str, Any] = {"stop_ids": stop_ids, "speculative": speculative, "draft_len": draft_len,
                                "compile": compiled}
     warmup_s = None
@@ -92,7 +93,7 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
     result = run_generate(model, [ids], max_new_tokens, sampling, **options)
     req = result.requests[0]
     # the warm-up's extra time over the warm run: compilation and graph capture (None if not measurable)
-    compile_s = warmup_s - result.wall_s if warmup_s is not None and warmup_s > result.wall_s else None
+    compile_s = compile_seconds(warmup_s, result.wall_s)
     out = result.generated_ids[0]
     text = tok.decode(out) if tok is not None else None
     if as_json:

@@ -387,6 +387,20 @@ def truncate_at_stop(rows: list[list[int]], stop_ids: Sequence[int] | None) -> l
     return out
 
 
+def default_compile(device_type: str, speculative: str | None = None) -> bool:
+    """Whether decode is compiled when the user did not say: on CUDA (CUDA graphs), eager on the
+    CPU; speculative decoding always runs eagerly."""
+    return device_type == "cuda" and not speculative
+
+
+def compile_seconds(warmup_s: float | None, warm_s: float | None) -> float | None:
+    """Compile (and CUDA-graph capture) time: the identical warm-up's extra time over a warm run;
+    None when it cannot be measured (no warm-up, or the warm-up was not slower)."""
+    if warmup_s is None or warm_s is None or warmup_s <= warm_s:
+        return None
+    return warmup_s - warm_s
+
+
 def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
     if not compile:
         return model
