@@ -30,6 +30,7 @@ from perfscope.report import Report
 from .intervals import profile_span_ns
 from .serving import phase_summary
 from .summary import aggregate_by_name, group_key
+from .tree import PHASES
 
 KEYS = ("short_name", "name", "op")
 SAME_PCT = 3.0
@@ -90,7 +91,7 @@ def _phases(report: Report) -> pd.DataFrame:
 def phase_table(a: Report, b: Report) -> pd.DataFrame:
     """Wall time, kernel time, tokens, MFU and MBU per phase for A and B, with the time delta."""
     pa, pb = _phases(a), _phases(b)
-    order = [p for p in ("prefill", "decode", "draft", "verify", "total") if p in pa.index or p in pb.index]
+    order = [p for p in (*PHASES, "total") if p in pa.index or p in pb.index]
     pa, pb = pa.reindex(order), pb.reindex(order)
     out = pd.DataFrame({
         "phase": order,

@@ -332,7 +332,9 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
     df = pd.DataFrame(rows)
     if not len(df):
         return df, None
-    marks = ranges[ranges["name"].isin(["prefill", "decode", "draft", "verify"])].sort_values("start_ns")
+    from perfscope.analysis.tree import PHASES
+
+    marks = ranges[ranges["name"].isin(PHASES)].sort_values("start_ns")
     matched = len(marks) == len(df) and (marks["name"].to_numpy() == df["phase"].to_numpy()).all()
     if matched and not own_clock:
         df["start_ns"] = marks["start_ns"].to_numpy()
