@@ -30,7 +30,8 @@ import pandas as pd
 from perfscope.errors import UsageError
 from perfscope.report import Report
 
-STATS = ("p50", "p90", "p99", "mean")
+from .serving import stats
+
 LATENCIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 SLO_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
 KNEE_FACTOR = 1.5
@@ -54,16 +55,6 @@ def parse_slo(text: str | None) -> dict[str, float]:
             raise UsageError(f"--slo {key} must be a positive number of seconds, got {value!r}")
         out[SLO_KEYS[key]] = seconds
     return out
-
-
-def stats(values: Any) -> dict[str, float]:
-    """p50, p90, p99 and mean of ``values`` (NaN when there are none)."""
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    if not len(v):
-        return {k: float("nan") for k in STATS}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean())}
 
 
 def token_times(requests: pd.DataFrame) -> list[np.ndarray]:

@@ -114,12 +114,24 @@ def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFr
     }
 
 
-def _stats(values: pd.Series, prefix: str) -> dict[str, float]:
-    v = pd.to_numeric(values, errors="coerce").dropna()
+STATS = ("p50", "p90", "p99", "mean")
+
+
+def stats(values: Any) -> dict[str, float]:
+    """p50, p90, p99 (linear interpolation) and mean of ``values``, missing ones dropped (NaN when
+    none is left)."""
+    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
+    v = v[~np.isnan(v)]
     if not len(v):
-        return {f"{prefix}_mean": float("nan"), f"{prefix}_p50": float("nan"), f"{prefix}_p99": float("nan")}
-    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_p50": float(v.quantile(0.5)),
-            f"{prefix}_p99": float(v.quantile(0.99))}
+        return {k: float("nan") for k in STATS}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean())}
+
+
+def _stats(values: pd.Series, prefix: str) -> dict[str, float]:
+    """``{prefix}_mean``, ``_p50`` and ``_p99`` of :func:`stats`."""
+    s = stats(values)
+    return {f"{prefix}_{k}": s[k] for k in ("mean", "p50", "p99")}
 
 
 def request_summary(report: Report, *, profiled: bool = False) -> dict[str, float]:
