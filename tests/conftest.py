@@ -30,6 +30,20 @@ def _drop_repo_root_from_path() -> None:
 _drop_repo_root_from_path()
 
 
+def _restore_terminal_ctrl_c() -> None:
+    """A shell that starts jobs without job control (as CI runners do) starts them with SIGINT
+    ignored, and Python then installs no KeyboardInterrupt handler: Ctrl-C tests would see their
+    SIGINT dropped, in this process and in the `perfscope` processes they start. Restore what a
+    terminal gives: Python's handler here, so children start with the default disposition."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_restore_terminal_ctrl_c()
+
+
 def _fixtures_dir() -> Path:
     env = os.environ.get("PERFSCOPE_FIXTURES")
     if env:
