@@ -29,6 +29,7 @@ from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name
+from .finish import Imported, finish
 from .kineto_graphs import Kernels, graph_costs
 from .kineto_ops import (
     ANN,
@@ -47,7 +48,6 @@ from .kineto_ops import (
     times_ns,
 )
 from .kineto_parse import ParsedTrace, _text, clean_text, parse_trace
-from .roofline import classify
 from .tree import PHASES
 
 BASE_LIMIT_NS = 1 << 62
@@ -62,6 +62,12 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
         device: roofs to classify against; by default the trace's GPU from a datasheet table
             (CPU traces have no roofs unless given, so their bound stays ``unknown``).
     """
+    return finish(import_kineto(path, device=device))
+
+
+def import_kineto(path: str | Path, *, device: DeviceSpec | None = None) -> Imported:
+    """A Kineto trace parsed into raw tables (the reader half of :func:`read_kineto`; the engine
+    and load-test sessions add their own tables before :func:`.finish.finish`)."""
     trace = parse_trace(Path(path))
     tables, warnings = build_tables(trace)
     n_kernels, n_ops = trace.count("kernel"), trace.count("op")
@@ -70,7 +76,7 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
                 "params": {"events": trace.n_events}}
     del trace  # its columns are no longer needed: free them before the tables are checked
     spec = device or device_from_meta(meta, has_gpu=n_kernels > 0)
-    kernels = classify(tables["kernels"], spec)  # classify conforms the table itself
+    kernels = tables["kernels"]
     missing = missing_formulas(kernels)
     if missing:
         warnings.append("no cost formula (FLOPs/bytes left missing) for: " + ", ".join(missing))
@@ -78,14 +84,14 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
         warnings.append("no GPU kernel events in this trace: rows are CPU operators")
     if spec is None or not spec.compute:
         warnings.append("no device roofs known for this trace: bound is 'unknown' (pass device roofs to classify)")
+    flops = kernels["flops"] if "flops" in kernels else pd.Series(dtype="float64")
     manifest.update({
         "source": source_info("kineto", path, "torch.profiler", _tool_version(meta)),
         "device": spec.to_dict() if spec else None,
         "warnings": notes + warnings,
-        "unavailable_metrics": [] if kernels["flops"].notna().any() else ["flops", "dram_bytes"],
+        "unavailable_metrics": [] if pd.to_numeric(flops, errors="coerce").notna().any() else ["flops", "dram_bytes"],
     })
-    tables["kernels"] = kernels
-    return Report.build(tables, manifest, source=str(path))
+    return Imported(tables, manifest, spec, origin=str(path))
 
 
 read = read_kineto

@@ -27,8 +27,8 @@ from perfscope.datasheets import datasheet_spec
 from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, ToolNotFoundError
 from perfscope.report import Report, source_info
-from perfscope.schema import conform
 
+from .finish import Imported, finish
 from .ncu_csv import read_csv_launches, unit_scale
 from .ncu_metrics import (
     EXTRA_METRICS,
@@ -39,7 +39,6 @@ from .ncu_metrics import (
     roofs_spec,
     short_name_of,
 )
-from .roofline import classify
 
 REP_HINT = "re-open it in Nsight Compute to check it, or re-profile; ncu writes .ncu-rep with --export"
 NUMERIC_EXTRAS = (*EXTRA_METRICS, "flops_fp64", "flops_fp32", "flops_fp16",
@@ -183,7 +182,6 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
     name = device_name(launches)
     spec, roof_warnings = (device, []) if device else roofs_spec(name, launches, datasheet_spec(name))
     warnings += roof_warnings
-    kernels = classify(conform(kernels, "kernels", source=str(path)), spec)
     ranges = ranges_on_timeline(kernels)
     params: dict[str, Any] = {**tool, "flop_convention": FLOP_CONVENTION, "launches": len(launches),
                               "timeline": "serialized: ncu profiles each launch alone; start_ns is the sum "
@@ -201,7 +199,7 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
         "unavailable_metrics": _unavailable(rows),
         "partial": bool(dropped),
     }
-    return Report.build({"kernels": kernels, "ranges": ranges}, manifest, source=str(path))
+    return finish(Imported({"kernels": kernels, "ranges": ranges}, manifest, spec, origin=str(path)))
 
 
 def ranges_on_timeline(kernels: pd.DataFrame) -> pd.DataFrame:

@@ -25,11 +25,10 @@ from perfscope.datasheets import gpu_spec
 from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import CollectorError, InputFormatError, ToolNotFoundError
 from perfscope.report import Report, source_info
-from perfscope.schema import conform
 
+from .finish import Imported, finish
 from .nsys_db import EXPORT_HINT, NsysDb, lookup_strings, pid_of, process_key, tid_of
 from .nsys_nvtx import innermost_range, range_columns, read_ranges
-from .roofline import classify
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -95,7 +94,7 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
     if len(kernels):
         warnings.append(NO_COUNTERS)
     tables = {
-        "kernels": classify(conform(kernels, "kernels", source=str(path)), spec),
+        "kernels": kernels,
         "transfers": transfers,
         "api": _api_table(runtime),
         "ranges": ranges.drop(columns=["global_tid", "push_pop"], errors="ignore"),
@@ -108,7 +107,7 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
         "warnings": warnings,
         "unavailable_metrics": ["flops", "dram_bytes"] if len(kernels) else [],
     }
-    return Report.build(tables, manifest, source=str(path))
+    return finish(Imported(tables, manifest, spec, origin=str(path)))
 
 
 def read_nsys_rep(path: str | Path, *, device: DeviceSpec | None = None,

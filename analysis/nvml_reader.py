@@ -20,6 +20,8 @@ from perfscope.errors import InputFormatError
 from perfscope.report import Report, source_info
 from perfscope.schema import NVML_PARAMS_KEY, column_names
 
+from .finish import Imported, finish
+
 
 def is_nvml_parquet(path: Path) -> bool:
     """True when ``path`` is a Parquet file whose columns are a counters table (``t_ns``, ``device``, metrics)."""
@@ -53,4 +55,4 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
         "params": {**params, "sampled_devices": devices},
         "warnings": [] if len(samples) else ["the NVML file holds no samples"],
     }
-    return Report.build({"counters": samples}, manifest, source=str(p))
+    return finish(Imported({"counters": samples}, manifest, device, origin=str(p)))

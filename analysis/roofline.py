@@ -63,7 +63,13 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
     """
     from perfscope.schema import conform
 
-    df = conform(kernels, "kernels", source="<classify>")
+    return classify_conformed(conform(kernels, "kernels", source="<classify>"), device)
+
+
+def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
+    """:func:`classify` of a table already conformed to the kernel contract (the import
+    pipeline's finishing step conforms once, then classifies); fills ``df``'s roofline columns
+    in place and returns it."""
     flops = pd.to_numeric(df["flops"], errors="coerce").astype("float64")
     nbytes = pd.to_numeric(df["dram_bytes"], errors="coerce").astype("float64")
     seconds = pd.to_numeric(df["duration_ns"], errors="coerce").astype("float64") * 1e-9

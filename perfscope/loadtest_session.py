@@ -258,16 +258,13 @@ def _warm_up(model: Any, kv_dtype: str) -> None:
 
 
 def _trace_tables(capture: Any, spec: DeviceSpec, steps: Sequence[Any]) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    from perfscope.analysis.kineto import build_tables
-    from perfscope.analysis.kineto_parse import parse_trace
-    from perfscope.analysis.roofline import classify
-    from perfscope.schema import conform
+    """One rate's trace as raw tables (classified once, with the other rates', when the report is finished)."""
+    from perfscope.analysis.kineto import import_kineto
     from perfscope.session import align_steps
 
-    trace = parse_trace(capture.trace_path)
-    tables, _ = build_tables(trace)
-    warnings = list(trace.warnings) + list(capture.warnings)
-    tables["kernels"] = classify(conform(tables["kernels"], "kernels", source=str(capture.trace_path)), spec)
+    imported = import_kineto(capture.trace_path, device=spec)
+    tables = dict(imported.tables)
+    warnings = imported.warnings + list(capture.warnings)
     # the i-th prefill/decode range is the i-th step: step times move onto the trace's timeline
     tables["steps"], note = align_steps(steps, tables["ranges"])
     if note:
@@ -426,7 +423,9 @@ def _build_report(run: LoadRun, spec: DeviceSpec, model: Any, parts: list[dict[s
     }
     if not run.profile:
         manifest["unavailable_metrics"] = ["kernels (run with the profiler: drop --no-profile)"]
-    return Report.build(frames, manifest, source="loadtest")
+    from perfscope.analysis.finish import Imported, finish
+
+    return finish(Imported(frames, manifest, spec, origin="loadtest"))
 
 
 def cli_payload(report: Report) -> dict[str, Any]:

@@ -106,18 +106,27 @@ class Report:
         Every table is checked with :func:`perfscope.schema.conform`; unknown table names
         are rejected so a typo cannot silently drop data.
         """
-        unknown = set(tables) - set(TABLES)
-        if unknown:
-            raise ValueError(f"unknown table(s): {sorted(unknown)}")
+        cls._check_names(tables)
+        return cls.assemble({name: conform(df, name, source=source) for name, df in tables.items()}, manifest)
+
+    @classmethod
+    def assemble(cls, conformed: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any] | None = None) -> Report:
+        """A Report from tables already conformed to their contracts (the import pipeline's
+        finishing step, :func:`perfscope.analysis.finish.finish`, conforms each once); missing
+        tables become empty and the manifest gets the defaults and the table sizes."""
+        cls._check_names(conformed)
         merged = default_manifest()
         for key, value in (manifest or {}).items():
             merged[key] = value
-        conformed = {
-            name: conform(tables[name], name, source=source) if name in tables else empty_table(name)
-            for name in TABLES
-        }
-        merged["tables"] = {name: len(df) for name, df in conformed.items()}
-        return cls(manifest=merged, **conformed)
+        tables = {name: conformed[name] if name in conformed else empty_table(name) for name in TABLES}
+        merged["tables"] = {name: len(df) for name, df in tables.items()}
+        return cls(manifest=merged, **tables)
+
+    @staticmethod
+    def _check_names(tables: Mapping[str, pd.DataFrame]) -> None:
+        unknown = set(tables) - set(TABLES)
+        if unknown:
+            raise ValueError(f"unknown table(s): {sorted(unknown)}")
 
     def replace(self, **changes: Any) -> Report:
         """A new Report with some fields replaced (tables are re-checked)."""

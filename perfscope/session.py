@@ -284,38 +284,31 @@ def _relative_steps(steps: Sequence[Any]) -> pd.DataFrame:
 
 def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
                    passes_s: Sequence[float], warmup_s: float) -> Report:
-    from perfscope.analysis.kineto import build_tables
-    from perfscope.analysis.kineto_parse import parse_trace
-    from perfscope.analysis.roofline import classify
-    from perfscope.schema import conform
+    from perfscope.analysis.finish import finish
+    from perfscope.analysis.kineto import import_kineto
 
-    trace = parse_trace(capture.trace_path)
-    tables, table_warnings = build_tables(trace)
-    warnings = list(trace.warnings) + list(capture.warnings) + list(table_warnings)
-    tables["kernels"] = classify(conform(tables["kernels"], "kernels", source=str(capture.trace_path)), spec)
-    steps, note = align_steps(result.steps, tables["ranges"], own_clock=run.device.startswith("cuda"))
+    imported = import_kineto(capture.trace_path, device=spec)
+    warnings = imported.warnings + list(capture.warnings)
+    steps, note = align_steps(result.steps, imported.tables["ranges"], own_clock=run.device.startswith("cuda"))
     if note:
         warnings.append(note)
-    tables["steps"] = steps
-    tables["requests"] = pd.DataFrame([dataclasses.asdict(r) for r in result.requests])
+    tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests])}
     if base is not None:
         tables["steps_unprofiled"] = _relative_steps(base.steps)
         tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
     timing, notes = baseline_params(result.wall_s, passes_s, warmup_s, bool(run.compile))
     warnings += notes
-    params = {**result.params, **dataclasses.asdict(run), **timing}
-    manifest = {
-        "name": (f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
-                 else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
+    return finish(imported.with_tables(**tables).with_manifest(
+        name=(f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
+              else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
         + (f"-{run.speculative}" if run.speculative else ""),
-        "source": source_info("engine", None, "torch.profiler", capture.torch_version),
-        "command": list(sys.argv),
-        "device": spec.to_dict(),
-        "params": params,
-        "warnings": warnings,
-        "partial": capture.partial or trace.partial,
-    }
-    return Report.build(tables, manifest, source=str(capture.trace_path))
+        source=source_info("engine", None, "torch.profiler", capture.torch_version),
+        command=list(sys.argv),
+        device=spec.to_dict(),
+        params={**imported.params, **result.params, **dataclasses.asdict(run), **timing},
+        warnings=warnings,
+        partial=bool(capture.partial or imported.manifest.get("partial")),
+    ))
 
 
 def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
