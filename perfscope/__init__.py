@@ -12,7 +12,15 @@ Public API (imported lazily, so ``import perfscope`` stays cheap)::
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_root = os.path.dirname(_here)
+if not os.path.isdir(os.path.join(_here, "analysis")) and os.path.isdir(os.path.join(_root, "analysis")):
+    # A source checkout (`python -m perfscope` in the repository root imports this folder, not the
+    # install): collectors/, analysis/ and dashboard/ sit beside it, as the install maps them.
+    __path__.append(_root)
 
 from ._version import __version__
 from .annotate import annotate  # eager: the submodule of the same name must not shadow the function

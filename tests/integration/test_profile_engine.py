@@ -277,3 +277,15 @@ def test_an_older_engine_report_says_its_figures_are_the_profiled_runs(fixtures_
     assert "timing: unprofiled run" in text and "(headline" not in text
     assert "the figures below are the profiled run's" in text and "phases (the profiled run):" in text
     assert "overhead x0.3" not in text
+
+
+def test_python_m_perfscope_from_the_repository_root(tmp_path):
+    """`python -m perfscope` in a source checkout imports ./perfscope, not the install: the
+    subpackages kept beside it (collectors/, analysis/, dashboard/) must still be found."""
+    repo = Path(__file__).resolve().parents[2]
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}))
+    proc = run_cli("import", str(trace), "--out", str(tmp_path / "t.perfscope"), "--no-html", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert Report.load(tmp_path / "t.perfscope").kernels["name"].tolist() == ["aten::relu"]
