@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from perfscope.memo import memo
 from perfscope.report import Report
 
 
@@ -69,7 +70,12 @@ def activity(report: Report) -> pd.DataFrame:
     ``what`` is ``kernel`` or the copy kind (``HtoD``, ``memset``, ...). Kernel rows come first and
     keep the kernel table's index. Copies whose device is not recorded go to the report's only
     device, or are dropped when there are several.
+    Computed once per Report object (the timeline rules share it); do not modify it.
     """
+    return memo(report, "intervals:activity", lambda: _activity(report))
+
+
+def _activity(report: Report) -> pd.DataFrame:
     cols = ["device", "stream", "start_ns", "end_ns", "correlation"]
     k = report.kernels[cols + ["name"]].assign(what="kernel")
     t = report.transfers

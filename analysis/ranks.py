@@ -187,7 +187,7 @@ def _times(kernels: pd.DataFrame, transfers: pd.DataFrame) -> dict[str, float]:
     # per device on positions: no copy of the kernel table, one collective mask for all devices
     comm = comm_mask(kernels)
     starts, ends = kernels["start_ns"].to_numpy("int64"), kernels["end_ns"].to_numpy("int64")
-    codes, uniques = pd.factorize(kernels["device"].astype("object"), sort=True)
+    codes, uniques = pd.factorize(kernels["device"], sort=True)
     for code, device in enumerate(uniques):
         rows = np.flatnonzero(codes == code)
         for key, value in _device_times(starts[rows], ends[rows], comm[rows],

@@ -48,7 +48,7 @@ def run_requests(report: Report, *, profiled: bool = False) -> pd.DataFrame:
 
 
 def _dominant_precision(kernels: pd.DataFrame) -> str | None:
-    k = kernels[kernels["precision"].notna() & kernels["flops"].notna()]
+    k = kernels.loc[kernels["precision"].notna() & kernels["flops"].notna(), ["precision", "flops"]]
     if not len(k):
         return None
     return str(k.groupby("precision")["flops"].sum().idxmax())

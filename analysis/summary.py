@@ -14,7 +14,6 @@ import pandas as pd
 from perfscope.device import DeviceSpec
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import map_distinct
 
 from .roofline import classify
 
@@ -135,17 +134,31 @@ def group_key(kernels: pd.DataFrame) -> pd.Series:
 
 
 def _group_key(kernels: pd.DataFrame) -> pd.Series:
-    short = kernels["short_name"].astype("object")
+    # Per distinct value through codes: a 1M-kernel report has a few hundred names, and turning
+    # 1M Arrow-backed strings into Python objects one by one is what made this slow.
     degenerate = re.compile(DEGENERATE_SHORT_NAME)
-    # once per distinct short name: a 1M-kernel report has a few hundred
-    usable = map_distinct(short, lambda v: v is not None and degenerate.fullmatch(str(v)) is None)
-    return short.where(usable.astype(bool), kernels["name"].astype("object"))
+    codes, uniques = pd.factorize(kernels["short_name"])
+    names = np.asarray(uniques, dtype=object)
+    usable_name = np.fromiter((degenerate.fullmatch(str(v)) is None for v in names), bool, len(names))
+    usable = (codes >= 0) & usable_name[np.maximum(codes, 0)] if len(names) else np.zeros(len(codes), bool)
+    out = np.full(len(kernels), None, dtype=object)
+    out[usable] = names[codes[usable]]
+    if not usable.all():
+        rest = np.flatnonzero(~usable)
+        full_codes, full_uniques = pd.factorize(kernels["name"].take(rest))
+        full = np.append(np.asarray(full_uniques, dtype=object), None)  # code -1 (missing) -> None
+        out[rest] = full[full_codes]
+    return pd.Series(out, index=kernels.index, name="short_name", dtype="object")
 
 
 def is_cpu_report(report: Report) -> bool:
     """True when the rows are CPU operators (a CPU run, or a trace without GPU kernels)."""
+    return memo(report, "is_cpu_report", lambda: _is_cpu_report(report))
+
+
+def _is_cpu_report(report: Report) -> bool:
     dev = report.device
     if dev is not None and dev.kind == "cpu":
         return True
     k = report.kernels
-    return bool(len(k)) and bool((k["device"].astype("object") == "cpu").all())
+    return bool(len(k)) and bool((k["device"] == "cpu").all())

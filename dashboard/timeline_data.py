@@ -94,7 +94,15 @@ def _lane(label: str, kind: str, start: pd.Series, end: pd.Series, names: pd.Ser
     e = np.maximum(end.to_numpy(dtype="int64") - origin, s)
     order = np.argsort(s, kind="stable")
     return Lane(label, kind, s[order], e[order], start.index.to_numpy()[order],
-                names.astype("object").to_numpy()[order], groups.astype("object").to_numpy()[order])
+                _objects(names)[order], _objects(groups)[order])
+
+
+def _objects(values: pd.Series) -> np.ndarray:
+    """``values`` as an object array, built per distinct value (a 1M-row Arrow string column has a
+    few hundred names; converting it row by row is what took the time)."""
+    if values.dtype == object:
+        return values.to_numpy()
+    return map_distinct(values, lambda v: v).to_numpy()
 
 
 def _origin(report: Report) -> tuple[int, int]:
@@ -126,7 +134,9 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     labels = [f"{device.iloc[i]} " + (f"thread {thread.iloc[j]}" if cpu[i] else f"stream {stream.iloc[j]}")
               for j, i in enumerate(first)]
     busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64), minlength=len(labels))
-    groups = k["category"].astype("object").where(k["category"].notna(), "other")
+    groups = pd.Series(_objects(k["category"]), index=k.index, dtype="object")
+    groups = groups.where(groups.notna(), "other")
+    names = pd.Series(_objects(k["name"]), index=k.index, dtype="object")
     members = np.argsort(lane_of, kind="stable")
     bounds = np.searchsorted(lane_of[members], np.arange(len(labels) + 1))
     order = sorted(range(len(labels)), key=lambda c: (labels[c].split(" ")[0], -busy[c]))
@@ -134,7 +144,7 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     for c in order:
         rows = members[bounds[c]:bounds[c + 1]]
         out.append(_lane(labels[c], "kernel", k["start_ns"].iloc[rows], k["end_ns"].iloc[rows],
-                         k["name"].iloc[rows], groups.iloc[rows], origin))
+                         names.iloc[rows], groups.iloc[rows], origin))
     return out
 
 
@@ -166,7 +176,7 @@ def _range_lanes(r: pd.DataFrame, origin: int) -> list[Lane]:
 
 def _kernel_phase_runs(k: pd.DataFrame) -> pd.DataFrame:
     """Spans of consecutive kernels (by start) that share a phase."""
-    sel = k[k["phase"].notna()].sort_values("start_ns", kind="stable")
+    sel = k.loc[k["phase"].notna(), ["phase", "start_ns", "end_ns"]].sort_values("start_ns", kind="stable")
     if not len(sel):
         return pd.DataFrame(columns=["phase", "start_ns", "end_ns"])
     phase = text_of(sel["phase"])

@@ -77,7 +77,7 @@ def overview_facts(report: Report) -> list[tuple[str, str]]:
     for lane, share in busy_share(report).items():
         rows.append((f"busy: {lane}", pct(share)))
     if len(k):
-        bound = k.groupby(k["bound"].astype("object").fillna("unknown"))["duration_ns"].sum()
+        bound = k["duration_ns"].groupby(k["bound"].fillna("unknown")).sum()
         for name, ns in bound.sort_values(ascending=False).items():
             rows.append((f"time {name}-bound", f"{duration(ns)} ({pct(ns / max(kernel_ns, 1) * 100)})"))
     return rows

@@ -17,6 +17,7 @@ import pandas as pd
 
 from perfscope.device import DeviceSpec
 from perfscope.format import duration
+from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import text_of
 
@@ -102,7 +103,12 @@ ADVICE: dict[tuple[str, bool], str] = {
 
 # ---------------------------------------------------------------------------- helpers
 def effective_kernels(report: Report) -> pd.DataFrame:
-    """The kernel table with TF32 tensor-core GEMMs re-classified against the TF32 roof."""
+    """The kernel table with TF32 tensor-core GEMMs re-classified against the TF32 roof (computed
+    once per Report object: several rules read it; do not modify it)."""
+    return memo(report, "rules:effective_kernels", lambda: _effective_kernels(report))
+
+
+def _effective_kernels(report: Report) -> pd.DataFrame:
     k = report.kernels
     dev = report.device
     if dev is None or "tf32" not in dev.compute or not len(k):

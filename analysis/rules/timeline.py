@@ -184,7 +184,8 @@ class DeviceIdle:
     first_ns: int
     span_ns: float
     busy_ns: float
-    gaps: pd.DataFrame  # gap_ns, gap_start_ns (int64), next_name, launch_end_ns (Int64, <NA> when unknown)
+    gaps: pd.DataFrame  # gap_ns, gap_start_ns (int64), next_row (the work after it: a row of
+    # intervals.activity(report)), launch_end_ns (Int64, <NA> when unknown)
 
     @property
     def idle_ns(self) -> float:
@@ -217,17 +218,21 @@ def _device_idle(report: Report) -> list[DeviceIdle]:
     acts = activity(report)
     ends = launch_ends(report)
     out = []
-    for device, a in acts.groupby("device", sort=True):
-        a = a.sort_values("start_ns", kind="stable")
-        s, e = a["start_ns"].to_numpy(), a["end_ns"].to_numpy()
+    codes, devices = pd.factorize(acts["device"], sort=True)
+    starts, stops = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
+    correlation = acts["correlation"].astype("Int64").to_numpy()
+    for i, device in enumerate(devices):
+        rows = np.flatnonzero(codes == i)  # numeric columns only: sorting the text columns of 1M rows costs seconds
+        rows = rows[np.argsort(starts[rows], kind="stable")]
+        s, e = starts[rows], stops[rows]
         ms, me = merge_intervals(s, e)
         gap = gaps_before(s, e)
         has_gap = gap > 0
-        corr = pd.Series(a["correlation"].astype("Int64").to_numpy()[has_gap])
+        corr = pd.Series(correlation[rows[has_gap]])
         gaps = pd.DataFrame({
             "gap_ns": gap[has_gap],
             "gap_start_ns": s[has_gap] - gap[has_gap],
-            "next_name": pd.Series(a["name"].to_numpy()[has_gap], dtype="object"),
+            "next_row": rows[has_gap],
             "launch_end_ns": corr.map(ends).astype("Int64"),
         })
         out.append(DeviceIdle(str(device), int(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
@@ -249,12 +254,13 @@ def _range_at(report: Report, t_ns: float) -> str | None:
 
 def _largest_gaps(report: Report, idle: DeviceIdle, origin_ns: int) -> tuple[dict[str, float | int | str], tuple[str, ...]]:
     top = idle.gaps.nlargest(LARGEST_GAPS, "gap_ns")
+    names = activity(report)["name"]
     evidence: dict[str, float | int | str] = {}
     ranges: list[str] = []
     for i, row in enumerate(top.itertuples(index=False), start=1):
         evidence[f"gap{i}_ns"] = float(row.gap_ns)
         evidence[f"gap{i}_at_ms"] = (row.gap_start_ns - origin_ns) / 1e6
-        evidence[f"gap{i}_before"] = str(row.next_name)[:80]
+        evidence[f"gap{i}_before"] = str(names.iloc[int(row.next_row)])[:80]
         where = _range_at(report, row.gap_start_ns + row.gap_ns / 2)
         if where and where not in ranges:
             ranges.append(where)
@@ -321,30 +327,39 @@ def short_kernels(report: Report) -> list[Finding]:
     mode = graph_mode(report)
     in_graph = graph_launched(report)
     findings = []
-    for device, k in report.kernels.groupby(report.kernels["device"].astype("object"), sort=True):
-        dur = k["duration_ns"].astype("float64")
+    kernels = report.kernels
+    keys = group_key(kernels)  # once for the table (memoized), then taken per device
+    codes, devices = pd.factorize(kernels["device"], sort=True)
+    act_raw, act_devices = pd.factorize(acts["device"])
+    act_codes = np.append(pd.Index(devices).get_indexer(act_devices), -1)[act_raw]  # -1: no device
+    all_dur = kernels["duration_ns"].to_numpy("float64")
+    replayed_all = in_graph.to_numpy(bool)
+    starts, ends = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
+    for i, device in enumerate(devices):
+        rows = np.flatnonzero(codes == i)  # positions, numeric columns only: no copy of the text columns
+        dur = pd.Series(all_dur[rows], index=rows)
         short = (dur < SHORT_KERNEL_NS).to_numpy()
-        share = pct(float(short.sum()), float(len(k)))
+        share = pct(float(short.sum()), float(len(rows)))
         if short.sum() < SHORT_KERNEL_MIN_COUNT or not share >= SHORT_KERNEL_MIN_PCT:
             continue
-        on_device = acts[acts["device"].astype("object") == device]
-        gap_all = pd.Series(gaps_before(on_device["start_ns"].to_numpy(), on_device["end_ns"].to_numpy()),
-                            index=on_device.index)
-        gap = gap_all.loc[k.index].to_numpy()
-        replayed = in_graph.loc[k.index].to_numpy(bool)
+        on_device = np.flatnonzero(act_codes == i)  # kernel rows of activity() keep the kernel positions
+        gap_all = np.zeros(len(acts), np.int64)
+        gap_all[on_device] = gaps_before(starts[on_device], ends[on_device])
+        gap = gap_all[rows]
+        replayed = replayed_all[rows]
         # a kernel replayed from a graph has no CPU launch of its own: its gap is not launch overhead
         at_stake = float(np.minimum(gap[short & ~replayed], LAUNCH_GAP_CAP_NS).sum())
-        names = group_key(k)[short]
+        names = keys.iloc[rows[short]]
         short_time = float(dur[short].sum())
         unit = "operators" if cpu else "kernels"
         evidence: dict[str, float | int | str] = {
-            "device": str(device), unit: len(k), f"short_{unit}": int(short.sum()),
+            "device": str(device), unit: len(rows), f"short_{unit}": int(short.sum()),
             f"short_{unit}_pct": share, "short_time_ns": short_time,
             "short_time_pct": pct(short_time, float(dur.sum())),
             "launch_gaps_before_short_ns": at_stake, "short_threshold_ns": SHORT_KERNEL_NS,
         }
         title = (f"{share:.0f}% of the {unit} on {device} run under {SHORT_KERNEL_NS / 1000:.0f} µs "
-                 f"({int(short.sum())} of {len(k)}, {float(evidence['short_time_pct']):.3g}% of {unit[:-1]} time)")
+                 f"({int(short.sum())} of {len(rows)}, {float(evidence['short_time_pct']):.3g}% of {unit[:-1]} time)")
         advice = ("Operators this short are mostly dispatch overhead: fuse chains of them with torch.compile and "
                   "avoid per-element tensor work in Python." if cpu else
                   "Kernels this short cost more to launch (5-20 µs of CPU each) than to run. Fuse them "
@@ -374,7 +389,7 @@ def launch_overhead(report: Report) -> list[Finding]:
     launch = api.set_index(api["correlation"].astype("int64"))
     corr = k["correlation"].astype("Float64")
     # only the columns the finding reads: copying all of a 1M-row kernel table costs a second
-    matched = k.loc[corr.notna(), ["device", "start_ns", "duration_ns", "name", "short_name"]].copy()
+    matched = k.loc[corr.notna(), ["device", "start_ns", "duration_ns"]].copy()
     matched["corr"] = corr[corr.notna()].astype("int64")
     matched = matched[matched["corr"].isin(launch.index)]
     mode = graph_mode(report)
@@ -384,7 +399,7 @@ def launch_overhead(report: Report) -> list[Finding]:
         return []
     findings = []
     idle = {i.device: i for i in device_idle(report)}
-    for device, m in matched.groupby(matched["device"].astype("object"), sort=True):
+    for device, m in matched.groupby(matched["device"], sort=True):
         finding = _launch_finding(report, str(device), m, launch, idle.get(str(device)),
                                   mode if mode.is_graph_run else None)
         if finding is not None:
@@ -424,7 +439,7 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.Dat
         advice = (f"These {len(m)} kernels are launched one by one outside the CUDA graphs (input preparation, "
                   "sampling, copies): move that work into the compiled step or onto the device. "
                   + graph_advice(report, mode))
-    names = group_key(m)
+    names = group_key(report.kernels).loc[m.index]  # memoized for the table; m has no text columns
     return ranked(report, "launch-overhead", title, evidence, advice,
                    at_stake, kernels=top_names(names, pd.Series(1, index=m.index)))
 
@@ -441,7 +456,7 @@ def serialized_streams(report: Report) -> list[Finding]:
         return []
     k = k[~comm_mask(k)]
     findings = []
-    for device, kd in k[k["stream"].notna()].groupby(k["device"].astype("object"), sort=True):
+    for device, kd in k[k["stream"].notna()].groupby(k["device"], sort=True):
         finding = _stream_finding(report, str(device), kd)
         if finding is not None:
             findings.append(finding)

@@ -43,7 +43,7 @@ def host_copies(report: Report) -> pd.DataFrame:
         t["device"] = t["device"].where(t["device"].notna(), devices[0])
     t["exposed_ns"] = t["duration_ns"].astype("float64")
     for device, idx in t.groupby(t["device"].astype("object"), sort=False).groups.items():
-        k = report.kernels[report.kernels["device"].astype("object") == device]
+        k = report.kernels.loc[report.kernels["device"] == device, ["start_ns", "end_ns"]]
         merged = merge_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
         rows = t.loc[idx]
         cover = covered_ns(merged, rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy())
