@@ -46,12 +46,18 @@ def phase_breakdown(report: Report) -> go.Figure:
     k = report.kernels
     if not len(k):
         return message_figure("no kernels in this report", "phase_breakdown")
-    frame = pd.DataFrame({
-        "phase": _phase_labels(k["phase"]),
-        "category": k["category"].astype("object").where(k["category"].notna(), "other").astype(str),
-        "ms": k["duration_ns"].astype("float64") / 1e6,
-    })
-    table = frame.pivot_table(index="phase", columns="category", values="ms", aggfunc="sum", fill_value=0.0)
+    # summed on integer codes (a 1M-kernel table has a few phases and categories)
+    p_codes, phases = pd.factorize(k["phase"])
+    c_codes, cats = pd.factorize(k["category"])
+    p_labels = [str(p) for p in phases] + ["none"]  # code -1 (missing) -> the last label
+    c_labels = [str(c) for c in cats] + ["other"]
+    cell = np.where(p_codes < 0, len(phases), p_codes) * len(c_labels) + np.where(c_codes < 0, len(cats), c_codes)
+    shape = (len(p_labels), len(c_labels))
+    ms = np.bincount(cell, weights=k["duration_ns"].to_numpy(np.float64) / 1e6, minlength=shape[0] * shape[1])
+    seen = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
+    table = pd.DataFrame(ms.reshape(shape), index=p_labels, columns=c_labels)
+    table = table.loc[seen.any(axis=1), seen.any(axis=0)]
+    table = table.T.groupby(level=0, sort=False).sum().T.groupby(level=0, sort=False).sum()  # a phase named "none"
     order = [p for p in PHASE_ORDER if p in table.index] + [p for p in table.index if p not in PHASE_ORDER]
     table = table.reindex(order)
     fig = go.Figure()

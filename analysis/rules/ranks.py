@@ -17,7 +17,7 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.report import Report
 
-from ..ranks import RankTables, comm_mask, format_ranks, rank_tables, stragglers
+from ..ranks import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
 from ._base import Evidence, Finding, group_key, ranked, top_names
 
 EXPOSED_COMM_MIN_PCT = 10.0
@@ -106,6 +106,8 @@ def rank_findings(report: Report) -> list[Finding]:
     """``rank-imbalance`` (stragglers) and ``exposed-comm`` (collectives not hidden by compute)."""
     if not len(report.kernels):
         return []
+    if len(report_ranks(report)) < 2 and not comm_mask(report.kernels).any():
+        return []  # one rank and no collectives: neither finding can apply (skip the per-rank tables)
     t = rank_tables(report)
     if not len(t.per_rank) or pd.isna(t.per_rank["span_ns"]).all() or not math.isfinite(
             float(t.per_rank["span_ns"].astype("float64").max())):
