@@ -30,7 +30,7 @@ import pandas as pd
 
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import map_distinct, text_of
+from perfscope.schema import column_codes, text_of
 
 from .costs import category_of
 from .intervals import covered_ns, merge_intervals
@@ -148,9 +148,10 @@ def _comm_mask(kernels: pd.DataFrame) -> np.ndarray:
     out = np.array((cat == "comm").to_numpy(dtype=bool), dtype=bool)  # a writable copy
     missing = cat.isna().to_numpy()
     if missing.any():
-        names = kernels["name"][missing]
         # once per distinct name (hashing 1M long names twice, as unique() + map() do, costs seconds)
-        out[missing] = map_distinct(names, lambda n: category_of(None, str(n)) == "comm").to_numpy(dtype=bool)
+        codes, names = column_codes(kernels, "name")
+        comm = np.append([category_of(None, str(n)) == "comm" for n in names], category_of(None, "None") == "comm")
+        out[missing] = comm[codes[missing]].astype(bool)
     return out
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 from perfscope.device import DeviceSpec
 from perfscope.memo import memo
 from perfscope.report import Report
+from perfscope.schema import column_codes
 
 from .roofline import classify
 
@@ -24,7 +25,7 @@ def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Seri
     Ties go to the (key, value) pair seen first. Computed on integer codes (one factorize of
     ``col``, one sort of the distinct pairs), so a 1M-kernel table costs milliseconds.
     """
-    col_codes, col_uniques = pd.factorize(kernels[col], use_na_sentinel=True)
+    col_codes, col_uniques = column_codes(kernels, col)
     valid = col_codes >= 0
     if not valid.any():
         return pd.Series(dtype="object")
@@ -53,7 +54,10 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     work = pd.DataFrame({"duration_ns": kernels["duration_ns"], "known_ns": kernels["duration_ns"].where(known, 0),
                          "flops": kernels["flops"].where(known), "dram_bytes": kernels["dram_bytes"].where(known)})
     # the key (long C++ names) is hashed once; every grouping below runs on its integer codes
-    key_codes, key_values = pd.factorize(kernels[key], use_na_sentinel=False)
+    key_codes, key_values = column_codes(kernels, key)
+    if (key_codes < 0).any():  # missing names form their own group, as factorize(use_na_sentinel=False) does
+        key_codes = np.where(key_codes < 0, len(key_values), key_codes)
+        key_values = np.append(key_values, None)
     grouped = work.groupby(key_codes, sort=False)
     agg = pd.DataFrame({
         "count": grouped.size(),
@@ -137,17 +141,15 @@ def _group_key(kernels: pd.DataFrame) -> pd.Series:
     # Per distinct value through codes: a 1M-kernel report has a few hundred names, and turning
     # 1M Arrow-backed strings into Python objects one by one is what made this slow.
     degenerate = re.compile(DEGENERATE_SHORT_NAME)
-    codes, uniques = pd.factorize(kernels["short_name"])
-    names = np.asarray(uniques, dtype=object)
+    codes, names = column_codes(kernels, "short_name")
     usable_name = np.fromiter((degenerate.fullmatch(str(v)) is None for v in names), bool, len(names))
     usable = (codes >= 0) & usable_name[np.maximum(codes, 0)] if len(names) else np.zeros(len(codes), bool)
     out = np.full(len(kernels), None, dtype=object)
     out[usable] = names[codes[usable]]
     if not usable.all():
         rest = np.flatnonzero(~usable)
-        full_codes, full_uniques = pd.factorize(kernels["name"].take(rest))
-        full = np.append(np.asarray(full_uniques, dtype=object), None)  # code -1 (missing) -> None
-        out[rest] = full[full_codes]
+        full_codes, full_names = column_codes(kernels, "name")
+        out[rest] = np.append(full_names, None)[full_codes[rest]]  # code -1 (missing) -> None
     return pd.Series(out, index=kernels.index, name="short_name", dtype="object")
 
 

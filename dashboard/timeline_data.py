@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.report import Report
-from perfscope.schema import map_distinct, text_of
+from perfscope.schema import column_codes, map_distinct, text_of
 
 from .memo import memo
 
@@ -136,7 +136,8 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64), minlength=len(labels))
     groups = pd.Series(_objects(k["category"]), index=k.index, dtype="object")
     groups = groups.where(groups.notna(), "other")
-    names = pd.Series(_objects(k["name"]), index=k.index, dtype="object")
+    codes, distinct = column_codes(k, "name")
+    names = pd.Series(np.append(distinct, None)[codes], index=k.index, dtype="object")
     members = np.argsort(lane_of, kind="stable")
     bounds = np.searchsorted(lane_of[members], np.arange(len(labels) + 1))
     order = sorted(range(len(labels)), key=lambda c: (labels[c].split(" ")[0], -busy[c]))

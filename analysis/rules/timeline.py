@@ -454,9 +454,10 @@ def serialized_streams(report: Report) -> list[Finding]:
     k = report.kernels
     if not len(k) or is_cpu_report(report) or k["stream"].notna().sum() == 0:
         return []
-    k = k[~comm_mask(k)]
+    keep = ~comm_mask(k) & k["stream"].notna().to_numpy()
+    k = k.loc[keep, ["device", "stream", "start_ns", "end_ns", "duration_ns"]]  # no copy of the text columns
     findings = []
-    for device, kd in k[k["stream"].notna()].groupby(k["device"], sort=True):
+    for device, kd in k.groupby(k["device"], sort=True):
         finding = _stream_finding(report, str(device), kd)
         if finding is not None:
             findings.append(finding)
@@ -494,4 +495,4 @@ def _stream_finding(report: Report, device: str, k: pd.DataFrame) -> Finding | N
               "(cudaStreamWaitEvent, torch.cuda.synchronize), and overlap collectives with the next layer's "
               "compute (async ops, bucketing/prefetch in DDP/FSDP).")
     return ranked(report, "serialized-streams", title, evidence, advice,
-                   outside, kernels=top_names(group_key(others), others["duration_ns"]))
+                   outside, kernels=top_names(group_key(report.kernels).loc[others.index], others["duration_ns"]))
