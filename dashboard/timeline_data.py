@@ -121,9 +121,11 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
         return []
     # one lane per (device, stream) or, on a CPU, (device, thread): grouped on integer codes, the
     # label text built once per lane (a 1M-kernel table has a handful of lanes)
-    device = text_of(k["device"], "?")
-    cpu = map_distinct(device, lambda d: str(d).startswith("cpu")).to_numpy(dtype=bool)
-    dev_codes = pd.factorize(device)[0]
+    # text columns through their per-table codes (hashed once per report, shared with the rules)
+    raw_dev, dev_names = column_codes(k, "device")
+    dev_labels = [str(d) for d in dev_names] + ["?"]
+    dev_codes = np.where(raw_dev < 0, len(dev_names), raw_dev)
+    cpu = np.array([d.startswith("cpu") for d in dev_labels], dtype=bool)[dev_codes]
     stream_codes = pd.factorize(k["stream"], use_na_sentinel=False)[0]
     thread_codes = pd.factorize(k["thread"], use_na_sentinel=False)[0]
     sub_codes = np.where(cpu, thread_codes, stream_codes)
@@ -131,11 +133,11 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     lane_of = pd.factorize(combined)[0]
     first = np.unique(lane_of, return_index=True)[1]
     thread, stream = text_of(k["thread"].iloc[first], "?"), text_of(k["stream"].iloc[first], "?")
-    labels = [f"{device.iloc[i]} " + (f"thread {thread.iloc[j]}" if cpu[i] else f"stream {stream.iloc[j]}")
+    labels = [f"{dev_labels[dev_codes[i]]} " + (f"thread {thread.iloc[j]}" if cpu[i] else f"stream {stream.iloc[j]}")
               for j, i in enumerate(first)]
     busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64), minlength=len(labels))
-    groups = pd.Series(_objects(k["category"]), index=k.index, dtype="object")
-    groups = groups.where(groups.notna(), "other")
+    cat_codes, cats = column_codes(k, "category")
+    groups = pd.Series(np.append(cats, "other")[cat_codes], index=k.index, dtype="object")
     codes, distinct = column_codes(k, "name")
     names = pd.Series(np.append(distinct, None)[codes], index=k.index, dtype="object")
     members = np.argsort(lane_of, kind="stable")

@@ -16,6 +16,7 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.report import Report
+from perfscope.schema import map_distinct
 
 from ..ranks import comm_mask
 from ._base import (
@@ -108,10 +109,11 @@ def _graph_launched(report: Report) -> pd.Series:
     api = report.api
     if len(k) and len(api) and "correlation" in k:
         calls = api[api["correlation"].notna()].drop_duplicates("correlation")
-        graph_corr = calls.loc[calls["name"].astype(str).str.contains("GraphLaunch", regex=False), "correlation"]
+        is_graph = map_distinct(calls["name"], lambda n: n is not None and "GraphLaunch" in str(n)).to_numpy(bool)
+        graph_corr = calls.loc[is_graph, "correlation"]
         out |= k["correlation"].isin(graph_corr.to_numpy()).fillna(False).astype(bool)
     if "flops_source" in k:
-        out |= k["flops_source"].astype("object").fillna("").astype(str).str.startswith("graph-")
+        out |= map_distinct(k["flops_source"], lambda s: isinstance(s, str) and s.startswith("graph-")).to_numpy(bool)
     return out
 
 
@@ -123,7 +125,7 @@ def graph_mode(report: Report) -> GraphMode:
 def _graph_mode(report: Report) -> GraphMode:
     k = report.kernels
     graph = graph_launched(report)
-    g = k[graph]
+    g = k.loc[graph, ["correlation", "start_ns", "end_ns", "device"]]
     between = idle = math.nan
     replays = int(g["correlation"].nunique()) if len(g) else 0
     if replays > 1:
@@ -146,10 +148,10 @@ def largest_below_roof(report: Report, n: int = 3) -> str:
     k = report.kernels
     if not len(k) or "pct_of_roof" not in k:
         return ""
-    rows = k[k["pct_of_roof"].notna() & (k["duration_ns"] > 0)]
+    rows = k.loc[k["pct_of_roof"].notna() & (k["duration_ns"] > 0), ["duration_ns", "pct_of_roof"]]
     if not len(rows):
         return ""
-    key = group_key(rows)
+    key = group_key(k).loc[rows.index]
     time = rows["duration_ns"].astype("float64")
     g = pd.DataFrame({"time": time, "w": time * rows["pct_of_roof"].astype("float64"), "key": key})
     tot = g.groupby("key", sort=False)[["time", "w"]].sum().sort_values("time", ascending=False).head(n)
