@@ -25,6 +25,8 @@ def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Seri
     Ties go to the (key, value) pair seen first. Computed on integer codes (one factorize of
     ``col``, one sort of the distinct pairs), so a 1M-kernel table costs milliseconds.
     """
+    if not kernels[col].notna().any():  # an unrecorded column (no ops in an nsys import): nothing to hash
+        return pd.Series(dtype="object")
     col_codes, col_uniques = column_codes(kernels, col)
     valid = col_codes >= 0
     if not valid.any():
