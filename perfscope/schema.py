@@ -206,11 +206,40 @@ def column_names(table: str) -> list[str]:
     return [c.name for c in TABLES[table]]
 
 
+FACTORIZE_BY_IDENTITY_MIN_ROWS = 100_000
+"""From this many rows, an object column whose rows share a few string objects (names looked up
+from a string table) is factorized by object identity first (see :func:`factorize`)."""
+
+
+def factorize(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values)`` (codes, -1 where missing; distinct values as an object array, in
+    order of first appearance), fast for long repeated names.
+
+    pandas hashes the UTF-8 bytes of every text element again; for 1M long C++ kernel names that
+    are a few dozen shared Python objects (a reader maps name ids through its string table) that
+    costs a third of a second per column. Such columns are factorized on the objects' identities
+    (integers), then the few distinct objects on their values, which gives the same result.
+    """
+    n = len(values)
+    if values.dtype == object and n >= FACTORIZE_BY_IDENTITY_MIN_ROWS:
+        array = values.to_numpy()
+        sample = array[:: max(1, n // 2000)]
+        if len({id(v) for v in sample}) <= 200:  # rows share objects: identity first
+            ids = np.fromiter(map(id, array), dtype=np.int64, count=n)
+            id_codes = pd.factorize(ids)[0]
+            # codes number objects by first appearance: the first occurrences, in order, are one per code
+            first = np.flatnonzero(~pd.Series(id_codes).duplicated().to_numpy())
+            codes, uniques = pd.factorize(array[first], use_na_sentinel=True)
+            return codes[id_codes], np.asarray(uniques, dtype=object)
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    return codes, np.asarray(uniques, dtype=object)
+
+
 def map_distinct(values: pd.Series, fn: Callable[[object], object]) -> pd.Series:
     """``values.map(fn)`` calling ``fn`` once per distinct value (missing ones as None), as an
     object Series: the same on every pandas version, whatever dtype ``values`` has (object,
     ``str``/``string``, Arrow, nullable integer)."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    codes, uniques = factorize(values)
     mapped = np.array([*(fn(u) for u in uniques), fn(None)], dtype=object)
     return pd.Series(mapped[codes], index=values.index, dtype="object")
 
@@ -221,11 +250,7 @@ def column_codes(table: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarr
     second; the rules, tables and figures of one report ask for the same few columns."""
     from .memo import memo
 
-    def build() -> tuple[np.ndarray, np.ndarray]:
-        codes, uniques = pd.factorize(table[column], use_na_sentinel=True)
-        return codes, np.asarray(uniques, dtype=object)
-
-    return memo(table, f"schema:codes:{column}", build)
+    return memo(table, f"schema:codes:{column}", lambda: factorize(table[column]))
 
 
 def text_of(values: pd.Series, missing: str = "") -> pd.Series:

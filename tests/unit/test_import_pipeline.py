@@ -111,3 +111,23 @@ def test_report_build_still_conforms_tables_from_outside():
     assert report.kernels["duration_ns"].dtype == "int64" and "bound" in report.kernels
     with pytest.raises(ValueError, match="unknown table"):
         Report.assemble({"kernel": pd.DataFrame()})
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_factorize_equals_pandas_on_shared_and_distinct_objects(shared):
+    """schema.factorize (identity first for shared name objects) gives pd.factorize's answer:
+    equal strings in different objects merge, None and NaN are missing, order of first appearance."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    pool = ["void gemm<128, 64>(float*)", "ncclKernel_AllReduce", "elementwise", None, float("nan")]
+    picks = rng.integers(0, len(pool), schema.FACTORIZE_BY_IDENTITY_MIN_ROWS + 7)
+    values = [pool[i] for i in picks]  # rows share a few objects, as a reader's string table gives
+    if shared:
+        values[5] = "".join(list("elementwise"))  # equal text in another object
+    else:
+        values = ["".join(list(v)) if isinstance(v, str) else v for v in values]  # an object per row
+    series = pd.Series(values, dtype="object")
+    codes, uniques = schema.factorize(series)
+    want_codes, want_uniques = pd.factorize(series, use_na_sentinel=True)
+    assert np.array_equal(codes, want_codes) and list(uniques) == list(want_uniques)
