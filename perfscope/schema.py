@@ -211,6 +211,10 @@ FACTORIZE_BY_IDENTITY_MIN_ROWS = 100_000
 from a string table) is factorized by object identity first (see :func:`factorize`)."""
 
 
+FACTORIZE_BY_IDENTITY_MIN_CHARS = 40
+"""... and when its text is this long on average (shorter text hashes faster than the detour)."""
+
+
 def factorize(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """``pd.factorize(values)`` (codes, -1 where missing; distinct values as an object array, in
     order of first appearance), fast for long repeated names.
@@ -224,7 +228,8 @@ def factorize(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     if values.dtype == object and n >= FACTORIZE_BY_IDENTITY_MIN_ROWS:
         array = values.to_numpy()
         sample = array[:: max(1, n // 2000)]
-        if len({id(v) for v in sample}) <= 200:  # rows share objects: identity first
+        long_text = sum(len(v) for v in sample if isinstance(v, str)) >= FACTORIZE_BY_IDENTITY_MIN_CHARS * len(sample)
+        if long_text and len({id(v) for v in sample}) <= 200:  # long names in shared objects: identity first
             ids = np.fromiter(map(id, array), dtype=np.int64, count=n)
             id_codes = pd.factorize(ids)[0]
             # codes number objects by first appearance: the first occurrences, in order, are one per code

@@ -120,11 +120,12 @@ def test_factorize_equals_pandas_on_shared_and_distinct_objects(shared):
     import numpy as np
 
     rng = np.random.default_rng(3)
-    pool = ["void gemm<128, 64>(float*)", "ncclKernel_AllReduce", "elementwise", None, float("nan")]
+    long = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>"
+    pool = [long, long.replace("64x64", "128x64"), "elementwise" * 6, None, float("nan")]
     picks = rng.integers(0, len(pool), schema.FACTORIZE_BY_IDENTITY_MIN_ROWS + 7)
     values = [pool[i] for i in picks]  # rows share a few objects, as a reader's string table gives
     if shared:
-        values[5] = "".join(list("elementwise"))  # equal text in another object
+        values[5] = "".join(list("elementwise" * 6))  # equal text in another object
     else:
         values = ["".join(list(v)) if isinstance(v, str) else v for v in values]  # an object per row
     series = pd.Series(values, dtype="object")
