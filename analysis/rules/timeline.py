@@ -108,7 +108,7 @@ def _graph_launched(report: Report) -> pd.Series:
     out = pd.Series(False, index=k.index)
     api = report.api
     if len(k) and len(api) and "correlation" in k:
-        calls = api[api["correlation"].notna()].drop_duplicates("correlation")
+        calls = launch_calls(report)
         is_graph = map_distinct(calls["name"], lambda n: n is not None and "GraphLaunch" in str(n)).to_numpy(bool)
         graph_corr = calls.loc[is_graph, "correlation"]
         out |= k["correlation"].isin(graph_corr.to_numpy()).fillna(False).astype(bool)
@@ -203,10 +203,18 @@ class DeviceIdle:
         return float(self.gaps.loc[late, "gap_ns"].sum())
 
 
+def launch_calls(report: Report) -> pd.DataFrame:
+    """The API calls with a correlation id, one per id (name, start_ns, end_ns, correlation):
+    computed once per Report object, as three rules ask; do not modify it."""
+    def build() -> pd.DataFrame:
+        api = report.api[["name", "start_ns", "end_ns", "correlation"]]
+        return api[api["correlation"].notna()].drop_duplicates("correlation")
+    return memo(report, "rules:launch_calls", build)
+
+
 def launch_ends(report: Report) -> pd.Series:
     """End time of the API call behind each correlation id (the launch of a kernel or copy)."""
-    api = report.api
-    api = api[api["correlation"].notna()].drop_duplicates("correlation")
+    api = launch_calls(report)
     return pd.Series(api["end_ns"].astype("int64").to_numpy(), index=api["correlation"].astype("int64").to_numpy())
 
 
@@ -387,7 +395,7 @@ def launch_overhead(report: Report) -> list[Finding]:
     k = report.kernels
     if not len(api) or not len(k) or is_cpu_report(report):
         return []
-    api = api[api["correlation"].notna()].drop_duplicates("correlation")
+    api = launch_calls(report)
     launch = api.set_index(api["correlation"].astype("int64"))
     corr = k["correlation"].astype("Float64")
     # only the columns the finding reads: copying all of a 1M-row kernel table costs a second
