@@ -212,6 +212,23 @@ def launch_calls(report: Report) -> pd.DataFrame:
     return memo(report, "rules:launch_calls", build)
 
 
+def launch_positions(report: Report, correlation: np.ndarray) -> np.ndarray:
+    """Row of :func:`launch_calls` for each correlation id (float, NaN for none), -1 where no call has it.
+
+    A binary search in the ids sorted once per report: hashing 1M ids into an index per lookup
+    (``Series.map``, ``.loc``, ``isin``) cost a tenth of a second each."""
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        ids = launch_calls(report)["correlation"].to_numpy(np.float64)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], order
+    ids, order = memo(report, "rules:launch_ids", build)
+    values = np.asarray(correlation, dtype=np.float64)
+    if not len(ids):
+        return np.full(len(values), -1, dtype=np.int64)
+    at = np.clip(np.searchsorted(ids, values), 0, len(ids) - 1)
+    return np.where(ids[at] == values, order[at], -1)  # NaN equals nothing
+
+
 def launch_ends(report: Report) -> pd.Series:
     """End time of the API call behind each correlation id (the launch of a kernel or copy)."""
     api = launch_calls(report)
@@ -226,11 +243,11 @@ def device_idle(report: Report) -> list[DeviceIdle]:
 
 def _device_idle(report: Report) -> list[DeviceIdle]:
     acts = activity(report)
-    ends = launch_ends(report)
+    call_ends = np.append(launch_calls(report)["end_ns"].to_numpy(np.int64), 0)  # the last: for "no call" (-1)
     out = []
     codes, devices = pd.factorize(acts["device"], sort=True)
     starts, stops = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
-    correlation = acts["correlation"].astype("Int64").to_numpy()
+    correlation = acts["correlation"].to_numpy(np.float64, na_value=np.nan)
     for i, device in enumerate(devices):
         rows = np.flatnonzero(codes == i)  # numeric columns only: sorting the text columns of 1M rows costs seconds
         rows = rows[np.argsort(starts[rows], kind="stable")]
@@ -238,12 +255,13 @@ def _device_idle(report: Report) -> list[DeviceIdle]:
         ms, me = merge_intervals(s, e)
         gap = gaps_before(s, e)
         has_gap = gap > 0
-        corr = pd.Series(correlation[rows[has_gap]])
+        call = launch_positions(report, correlation[rows[has_gap]])
+        launch_end = pd.arrays.IntegerArray(call_ends[call], call < 0)
         gaps = pd.DataFrame({
             "gap_ns": gap[has_gap],
             "gap_start_ns": s[has_gap] - gap[has_gap],
             "next_row": rows[has_gap],
-            "launch_end_ns": corr.map(ends).astype("Int64"),
+            "launch_end_ns": launch_end,
         })
         out.append(DeviceIdle(str(device), int(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
     return out
@@ -395,16 +413,14 @@ def launch_overhead(report: Report) -> list[Finding]:
     k = report.kernels
     if not len(api) or not len(k) or is_cpu_report(report):
         return []
-    api = launch_calls(report)
-    launch = api.set_index(api["correlation"].astype("int64"))
-    corr = k["correlation"].astype("Float64")
-    # only the columns the finding reads: copying all of a 1M-row kernel table costs a second
-    matched = k.loc[corr.notna(), ["device", "start_ns", "duration_ns"]].copy()
-    matched["corr"] = corr[corr.notna()].astype("int64")
-    matched = matched[matched["corr"].isin(launch.index)]
-    mode = graph_mode(report)
+    calls = launch_calls(report)
+    launch = (calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64))
+    call = launch_positions(report, k["correlation"].to_numpy(np.float64, na_value=np.nan))
     # kernels replayed from a graph share one launch call: only kernels launched one by one count
-    matched = matched[~graph_launched(report).loc[matched.index].to_numpy(bool)]
+    keep = (call >= 0) & ~graph_launched(report).to_numpy(bool)
+    # only the columns the finding reads: copying all of a 1M-row kernel table costs a second
+    matched = k.loc[keep, ["device", "start_ns", "duration_ns"]].assign(call=call[keep])
+    mode = graph_mode(report)
     if not len(matched):
         return []
     findings = []
@@ -417,12 +433,15 @@ def launch_overhead(report: Report) -> list[Finding]:
     return findings
 
 
-def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.DataFrame,
+def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[np.ndarray, np.ndarray],
                     idle: DeviceIdle | None, mode: GraphMode | None = None) -> Finding | None:
-    calls = launch.loc[m["corr"].to_numpy()]
-    api_ns = float((calls["end_ns"] - calls["start_ns"]).sum())
+    """``m``: the device's kernels launched one by one, with ``call`` (a row of ``launch``: the
+    launch calls' start and end ns)."""
+    row = m["call"].to_numpy(np.int64)
+    call_start, call_end = launch[0][row], launch[1][row]
+    api_ns = float((call_end - call_start).sum())
     kernel_ns = float(m["duration_ns"].sum())
-    delay = (m["start_ns"].to_numpy(np.int64) - calls["end_ns"].to_numpy(np.int64)).astype(np.float64)
+    delay = (m["start_ns"].to_numpy(np.int64) - call_end).astype(np.float64)
     starved = pct(float((delay < STARVED_NS).sum()), float(len(m)))
     api_pct = pct(api_ns, kernel_ns)
     if len(m) < LAUNCH_MIN_KERNELS or not (starved >= STARVED_MIN_PCT and api_pct >= LAUNCH_API_MIN_PCT):
@@ -431,7 +450,7 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: pd.Dat
     evidence: dict[str, float | int | str] = {
         "device": device, "launches": len(m), "launch_api_ns": api_ns, "kernel_ns": kernel_ns,
         "launch_api_vs_kernel_pct": api_pct,
-        "median_launch_api_ns": float(np.median((calls["end_ns"] - calls["start_ns"]).to_numpy())),
+        "median_launch_api_ns": float(np.median(call_end - call_start)),
         "median_queue_delay_ns": float(np.median(np.clip(delay, 0, None))),
         "started_within_10us_of_launch_pct": starved,
         "idle_waiting_for_launch_ns": at_stake,

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import duration, nbytes
+from perfscope.memo import memo
 from perfscope.report import Report
 
 from ._base import (
@@ -33,7 +34,12 @@ even a small share is worth the one-line fix."""
 
 
 def host_copies(report: Report) -> pd.DataFrame:
-    """The HtoD / DtoH copies, each with the ns of it that no kernel on its device overlaps."""
+    """The HtoD / DtoH copies, each with the ns of it that no kernel on its device overlaps
+    (computed once per Report object: two rules read it)."""
+    return memo(report, "rules:host_copies", lambda: _host_copies(report)).copy()
+
+
+def _host_copies(report: Report) -> pd.DataFrame:
     t = report.transfers
     t = t[t["kind"].isin(HOST_COPY_KINDS)].copy()
     if not len(t):
