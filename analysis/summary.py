@@ -59,7 +59,7 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     key_codes, key_values = column_codes(kernels, key)
     if (key_codes < 0).any():  # missing names form their own group, as factorize(use_na_sentinel=False) does
         key_codes = np.where(key_codes < 0, len(key_values), key_codes)
-        key_values = np.append(key_values, None)
+        key_values = np.concatenate([key_values, np.array([None], dtype=object)])
     grouped = work.groupby(key_codes, sort=False)
     agg = pd.DataFrame({
         "count": grouped.size(),
@@ -151,7 +151,7 @@ def _group_key(kernels: pd.DataFrame) -> pd.Series:
     if not usable.all():
         rest = np.flatnonzero(~usable)
         full_codes, full_names = column_codes(kernels, "name")
-        out[rest] = np.append(full_names, None)[full_codes[rest]]  # code -1 (missing) -> None
+        out[rest] = np.concatenate([full_names, np.array([None], dtype=object)])[full_codes[rest]]  # code -1 (missing) -> None
     return pd.Series(out, index=kernels.index, name="short_name", dtype="object")
 
 

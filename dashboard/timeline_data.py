@@ -139,7 +139,7 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     cat_codes, cats = column_codes(k, "category")
     groups = pd.Series(np.append(cats, "other")[cat_codes], index=k.index, dtype="object")
     codes, distinct = column_codes(k, "name")
-    names = pd.Series(np.append(distinct, None)[codes], index=k.index, dtype="object")
+    names = pd.Series(np.concatenate([distinct, np.array([None], dtype=object)])[codes], index=k.index, dtype="object")
     members = np.argsort(lane_of, kind="stable")
     bounds = np.searchsorted(lane_of[members], np.arange(len(labels) + 1))
     order = sorted(range(len(labels)), key=lambda c: (labels[c].split(" ")[0], -busy[c]))
