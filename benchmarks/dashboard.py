@@ -80,7 +80,7 @@ def scenarios(store: ReportStore, key: str) -> dict[str, Callable[[], object]]:
     def zoom(frac: float) -> Callable[[], object]:
         start = lo + span * 0.37
         window = {"xaxis.range[0]": start, "xaxis.range[1]": start + span * frac}
-        return lambda: cb.on_timeline(store, key, "timeline", window, ids.TIMELINE)
+        return lambda: cb.on_timeline(store, key, "timeline", window, ids.TIMELINE_ZOOM)
 
     def roof(per: str, phase: str = "all", name: str | None = None) -> Callable[[], object]:
         return lambda: cb.on_roofline(store, key, "roofline", per, "bound", phase, None, name)

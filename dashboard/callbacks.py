@@ -3,7 +3,7 @@
 Each callback is a plain module-level function (``on_*``) taking the store first, so tests call
 them directly; :func:`register_callbacks` binds them to component ids. A view's callback does
 its work only while its tab is shown (``tab`` input), so the first page load draws the overview
-alone.
+alone. One callback runs in the browser: the timeline's zoom filter (``TIMELINE_ZOOM_JS``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,27 @@ def window_from_relayout(relayout: dict[str, Any] | None) -> tuple[int | None, i
     return int(float(lo) * 1e6), int(float(hi) * 1e6)
 
 
+def _is_zoom(relayout: dict[str, Any]) -> bool:
+    return any(k.startswith("xaxis") for k in relayout)
+
+
+TIMELINE_ZOOM_JS = """function(relayout) {
+    const zoom = relayout && Object.keys(relayout).some(function(k) { return k.startsWith('xaxis'); });
+    return zoom ? relayout : window.dash_clientside.no_update;
+}"""
+"""A clientside callback: the timeline's relayout into the ``TIMELINE_ZOOM`` store when it is a
+zoom (an x key, as ``_is_zoom``), else no update.
+
+The figure callback listens to this store, not to ``relayoutData``: plotly reports
+``{"autosize": True}`` when a graph is first drawn, i.e. just after the Timeline tab opens and
+while the figure that tab asked for may still be on its way. Dash drops a callback's pending
+response when a newer call of the same callback starts, so had that relayout called the figure
+callback again, its no-update would have won and the timeline stayed empty. The filter runs in
+the browser so that it has no pending call of its own for the autosize to supersede (a zoom
+right after the first drawing would be lost the same way on its way to a server-side filter).
+"""
+
+
 def on_timeline(store: ReportStore, key: str | None, tab: str, relayout: dict[str, Any] | None,
                 trigger: str | None = None) -> Any:
     """The timeline for the zoom window (level of detail re-chosen on every zoom)."""
@@ -56,7 +77,7 @@ def on_timeline(store: ReportStore, key: str | None, tab: str, relayout: dict[st
         return NO
     if trigger in (ids.REPORT, ids.TIMELINE_RESET, ids.TABS):
         relayout = None
-    elif relayout is not None and not any(k.startswith("xaxis") for k in relayout):
+    elif relayout is not None and not _is_zoom(relayout):
         return NO  # a relayout that is not a zoom (legend click, y pan): keep the figure
     t0, t1 = window_from_relayout(relayout)
     return figures.timeline(store.load(key), t0_ns=t0, t1_ns=t1)
@@ -176,8 +197,9 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
     cb = app.callback
     cb(Output(ids.OVERVIEW, "children"), Output(ids.STATUS, "children"), Input(ids.REPORT, "value"))(
         _guard(lambda key: on_overview(store, key), "text", "-"))
+    app.clientside_callback(TIMELINE_ZOOM_JS, Output(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE, "relayoutData"))
     cb(Output(ids.TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
-       Input(ids.TIMELINE, "relayoutData"), Input(ids.TIMELINE_RESET, "n_clicks"))(
+       Input(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE_RESET, "n_clicks"))(
         _guard(lambda key, tab, relayout, _n: on_timeline(store, key, tab, relayout, dash.ctx.triggered_id), "figure"))
     cb(Output(ids.ROOFLINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
        Input(ids.ROOF_PER, "value"), Input(ids.ROOF_COLOR, "value"), Input(ids.ROOF_PHASE, "value"),

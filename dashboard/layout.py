@@ -202,4 +202,6 @@ def build_layout(entries: list[Entry]) -> html.Div:
                        dcc.Dropdown(id=ids.REPORT, options=options, value=options[0]["value"] if options else None,
                                     clearable=False, placeholder="no reports found", style={"width": "520px"}),
                        html.Span(id=ids.STATUS, className="muted")], className="topbar")
-    return html.Div([header, dcc.Tabs(id=ids.TABS, value="overview", children=tabs)], className="page")
+    # The zoom store lies outside the tabs, which unmount the views that are not shown.
+    return html.Div([header, dcc.Tabs(id=ids.TABS, value="overview", children=tabs), dcc.Store(id=ids.TIMELINE_ZOOM)],
+                    className="page")

@@ -115,6 +115,30 @@ def test_every_view_loads(driver: Any, served: str) -> None:
     _no_alert(driver)
 
 
+def test_timeline_zoom_redraws_the_window(driver: Any, served: str) -> None:
+    """A zoom (a relayout of the x range) reaches the figure callback through the zoom store and
+    comes back as the timeline of that window; Reset zoom brings the whole run back."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(served)
+    _wait(driver, "#headline")
+    _tab(driver, "timeline")
+    _wait(driver, "#timeline-graph .barlayer .point, #timeline-graph .heatmaplayer image")
+    meta = "return document.querySelector('#timeline-graph .js-plotly-plot').layout.meta;"
+    full = driver.execute_script(meta)
+    lo, hi = full["t0_ns"] / 1e6, full["t1_ns"] / 1e6
+    a, b = lo + (hi - lo) / 4, lo + (hi - lo) / 2
+    driver.execute_script("Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'),"
+                          " {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});", a, b)
+    zoomed = WebDriverWait(driver, WAIT_S).until(lambda d: (m := d.execute_script(meta))["t0_ns"] != full["t0_ns"] and m)
+    assert (zoomed["t0_ns"], zoomed["t1_ns"]) == (int(a * 1e6), int(b * 1e6))
+    driver.find_element(By.ID, "timeline-reset").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(meta)["t0_ns"] == full["t0_ns"])
+    assert driver.execute_script(meta)["t1_ns"] == full["t1_ns"]
+    driver.save_screenshot(str(SHOTS / "timeline-zoom.png"))
+
+
 def test_roofline_filter_and_click_shows_details(driver: Any, served: str) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

@@ -97,12 +97,12 @@ def test_timeline_zoom_rerenders_at_finer_detail(served: tuple[ReportStore, dict
     lo, hi = full.layout.xaxis.range
     mid = (lo + hi) / 2
     zoom = {"xaxis.range[0]": mid, "xaxis.range[1]": mid + 1.0}
-    fine = cb.on_timeline(store, keys["hta"], "timeline", zoom, ids.TIMELINE)
+    fine = cb.on_timeline(store, keys["hta"], "timeline", zoom, ids.TIMELINE_ZOOM)
     assert fine.layout.meta["binned"] is False
     assert fine.layout.meta["t0_ns"] == int(mid * 1e6) and fine.layout.meta["t1_ns"] == int((mid + 1.0) * 1e6)
     reset = cb.on_timeline(store, keys["hta"], "timeline", zoom, ids.TIMELINE_RESET)
     assert reset.layout.meta["binned"] is True
-    assert cb.on_timeline(store, keys["hta"], "timeline", {"legend": 1}, ids.TIMELINE) is dash.no_update
+    assert cb.on_timeline(store, keys["hta"], "timeline", {"legend": 1}, ids.TIMELINE_ZOOM) is dash.no_update
     assert cb.window_from_relayout({"xaxis.autorange": True}) == (None, None)
 
 
