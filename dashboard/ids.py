@@ -10,7 +10,7 @@ OVERVIEW = "overview-body"
 
 TIMELINE = "timeline-graph"
 TIMELINE_RESET = "timeline-reset"
-TIMELINE_ZOOM = "timeline-zoom"  # dcc.Store: the last zoom relayout of the timeline (callbacks.on_timeline_zoom)
+TIMELINE_ZOOM = "timeline-zoom"  # dcc.Store: the last zoom relayout of the timeline (callbacks.TIMELINE_ZOOM_JS fills it)
 
 ROOFLINE = "roofline-graph"
 ROOF_PER = "roofline-per"
