@@ -29,7 +29,7 @@ from .figures_more import (
     phase_breakdown,
     step_times,
 )
-from .style import BOUND_COLORS, CATEGORY_COLORS, PHASE_COLORS, PHASE_SYMBOLS, template
+from .style import BOUND_COLORS, CATEGORY_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from .text import MISSING, duration, esc, pct, si
 
 __all__ = [
@@ -182,7 +182,7 @@ def roofline(
     fig.update_layout(
         title={"text": title}, xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)",
                                       "range": [np.log10(x_min), np.log10(x_max)]},
-        yaxis={"type": "log", "title": "performance (FLOP/s)"}, template=template(),
+        yaxis={"type": "log", "title": "performance (FLOP/s)"}, template="plotly_white",
         legend={"groupclick": "toggleitem"}, margin={"t": 90}, height=560, clickmode="event",
         meta={"kind": "roofline", "per": per, "points": len(data.points)},
     )
@@ -300,7 +300,7 @@ def timeline(
     fig.update_xaxes(range=[view.t0_ns / 1e6, view.t1_ns / 1e6], row=rows, col=1,
                      title_text="time since first event (ms)")
     fig.update_layout(
-        title={"text": f"Timeline: {esc(report.name)}"}, barmode="overlay", template=template(),
+        title={"text": f"Timeline: {esc(report.name)}"}, barmode="overlay", template="plotly_white",
         height=max(160 + 30 * len(labels), 380) + (120 if rows == 2 else 0), bargap=0.25,
         margin={"l": 160, "t": 80},
         meta={"kind": "timeline", "binned": view.binned, "t0_ns": view.t0_ns, "t1_ns": view.t1_ns,

@@ -21,7 +21,6 @@ from perfscope.report import Report
 from . import roofline_data as rd
 from .figures import _roof_traces
 from .figures_more import message_figure
-from .style import template
 from .text import esc
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -54,7 +53,7 @@ def latency_cdf(report: Report) -> go.Figure:
                           row=1, col=col)
             fig.update_xaxes(title_text="ms", type="log", row=1, col=col)
     fig.update_yaxes(title_text="fraction of values", row=1, col=1)
-    fig.update_layout(template=template(), title="Latency distributions (TTFT and E2E from arrival)",
+    fig.update_layout(template="plotly_white", title="Latency distributions (TTFT and E2E from arrival)",
                       height=380, meta={"kind": "load_latency_cdf"})
     return fig
 
@@ -78,7 +77,7 @@ def load_over_time(report: Report) -> go.Figure:
                                      hovertemplate="t=%{x:.3f} s: %{y}<extra>" + esc(title) + "</extra>"),
                           row=r, col=1)
     fig.update_xaxes(title_text="time since the run's start (s)", row=4, col=1)
-    fig.update_layout(template=template(), title="Batch size, KV cache and queue over time", height=720,
+    fig.update_layout(template="plotly_white", title="Batch size, KV cache and queue over time", height=720,
                       meta={"kind": "load_over_time"})
     return fig
 
@@ -121,7 +120,7 @@ def decode_roofline(report: Report) -> go.Figure:
         hovertemplate="batch %{customdata[0]}: %{customdata[1]} steps, %{customdata[2]:.3f} ms each<br>"
                       "%{x:.3g} FLOP/B, %{y:.3s}FLOP/s, %{customdata[3]:.2f} GB/s<extra></extra>"))
     kv = esc(str(report.params.get("kv_dtype", "auto")))
-    fig.update_layout(template=template(), height=440, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+    fig.update_layout(template="plotly_white", height=440, margin={"l": 60, "r": 20, "t": 50, "b": 50},
                       title=f"Decode steps on the roofline, by batch size (model FLOPs; weights + KV bytes, KV {kv})",
                       legend={"orientation": "h", "y": -0.2}, meta={"kind": "load_decode_roofline"})
     fig.update_xaxes(title="arithmetic intensity (FLOP/byte)", type="log")
@@ -148,7 +147,7 @@ def rate_curve(report: Report, summary: pd.DataFrame | None = None) -> go.Figure
                                  marker={"symbol": "star", "size": 18, "color": "#000"},
                                  name=f"knee: {float(k['rate_per_s'].iloc[0]):g} req/s offered",
                                  hovertemplate="p99 E2E leaves its floor beyond this rate<extra>knee</extra>"))
-    fig.update_layout(template=template(), height=420, title="Throughput against latency, by offered rate",
+    fig.update_layout(template="plotly_white", height=420, title="Throughput against latency, by offered rate",
                       legend={"orientation": "h", "y": -0.2}, meta={"kind": "load_rate_curve"})
     fig.update_xaxes(title="achieved request throughput (requests/s)")
     fig.update_yaxes(title="latency (ms)", type="log")

@@ -15,7 +15,7 @@ from perfscope.analysis.compare import compare as compare_reports
 from perfscope.format import MISSING, seconds, signed
 from perfscope.report import Report
 
-from .style import CATEGORY_COLORS, template
+from .style import CATEGORY_COLORS
 from .text import esc
 
 PHASE_ORDER = ("prefill", "decode", "none")
@@ -32,7 +32,7 @@ def message_figure(text: str, kind: str = "message") -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=esc(text), xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
                        font={"size": 14, "color": "#555"})
-    fig.update_layout(template=template(), xaxis={"visible": False}, yaxis={"visible": False},
+    fig.update_layout(template="plotly_white", xaxis={"visible": False}, yaxis={"visible": False},
                       height=260, meta={"kind": kind, "empty": True})
     return fig
 
@@ -65,7 +65,7 @@ def phase_breakdown(report: Report) -> go.Figure:
         fig.add_trace(go.Bar(y=[esc(p) for p in table.index], x=table[cat].to_numpy(), name=esc(cat),
                              marker={"color": CATEGORY_COLORS.get(str(cat), "#8c564b")},
                              orientation="h", hovertemplate="%{y}: %{x:.3f} ms<extra>" + esc(cat) + "</extra>"))
-    fig.update_layout(barmode="stack", template=template(), title={"text": "Kernel time per phase"},
+    fig.update_layout(barmode="stack", template="plotly_white", title={"text": "Kernel time per phase"},
                       xaxis={"title": "kernel time (ms)"}, height=200 + 50 * len(table),
                       meta={"kind": "phase_breakdown"})
     return fig
@@ -87,7 +87,7 @@ def step_times(report: Report) -> go.Figure:
             hovertemplate="step %{x}: %{y:.3f} ms<br>batch %{customdata[0]}, tokens %{customdata[1]}, "
                           "context %{customdata[2]}<extra>" + esc(phase) + "</extra>",
         ))
-    fig.update_layout(template=template(), title={"text": "Step times"}, xaxis={"title": "step"},
+    fig.update_layout(template="plotly_white", title={"text": "Step times"}, xaxis={"title": "step"},
                       yaxis={"title": "duration (ms)"}, height=360, meta={"kind": "step_times"})
     return fig
 
@@ -107,7 +107,7 @@ def latency_distributions(report: Report) -> go.Figure:
                              jitter=0.4, showlegend=False, hovertemplate="%{y:.3f} ms<extra>" + title + "</extra>"),
                       row=1, col=i)
         fig.update_yaxes(title_text="ms", row=1, col=i)
-    fig.update_layout(template=template(), title={"text": f"Request latencies ({len(r)} requests)"},
+    fig.update_layout(template="plotly_white", title={"text": f"Request latencies ({len(r)} requests)"},
                       height=380, meta={"kind": "latency_distributions"})
     return fig
 
@@ -133,7 +133,7 @@ def counters(report: Report) -> go.Figure:
                                      name=f"{esc(dev)} {metric}", showlegend=len(devices.unique()) > 1),
                           row=i, col=1)
     fig.update_xaxes(title_text="time since first event (ms)", row=len(metrics), col=1)
-    fig.update_layout(template=template(), title={"text": "Counters"}, height=150 + 140 * len(metrics),
+    fig.update_layout(template="plotly_white", title={"text": "Counters"}, height=150 + 140 * len(metrics),
                       meta={"kind": "counters"})
     return fig
 
@@ -157,7 +157,7 @@ def compare(a: Report, b: Report, top: int = COMPARE_TOP, comparison: Comparison
             name=f"{side.upper()}: {esc(report.name)}", marker={"color": colr}, customdata=data,
             hovertemplate="%{y}<br>%{x:.3f} ms<br>delta B-A %{customdata[1]}<br>bound %{customdata[0]}<extra></extra>",
         ))
-    fig.update_layout(barmode="group", template=template(), height=220 + 26 * len(table),
+    fig.update_layout(barmode="group", template="plotly_white", height=220 + 26 * len(table),
                       title={"text": f"Kernel time per {esc(c.key)}, largest change first: "
                                      f"{esc(a.name)} (A) vs {esc(b.name)} (B)"},
                       xaxis={"title": "total kernel time (ms)"}, margin={"l": 360}, meta={"kind": "compare"})

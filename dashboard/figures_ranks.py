@@ -25,7 +25,6 @@ from perfscope.analysis.ranks import RankTables, category_matrix, format_ranks, 
 from perfscope.analysis.ranks import kernel_spread as spread_table
 
 from .figures import message_figure
-from .style import template
 from .text import duration, esc, pct
 
 STRAGGLER_COLOR = "#d62728"
@@ -51,7 +50,7 @@ def category_heatmap(t: RankTables) -> go.Figure:
         z=share.to_numpy(), x=[esc(c) for c in wide.columns], y=_rank_axis(wide.index.to_series()),
         customdata=hover, colorscale="Blues", colorbar={"title": "% of rank"},
         hovertemplate="%{y}, %{x}: %{customdata} (%{z:.1f}% of the rank's kernel time)<extra></extra>"))
-    fig.update_layout(template=template(), title="Kernel time by category per rank",
+    fig.update_layout(template="plotly_white", title="Kernel time by category per rank",
                       height=max(260, 24 * len(wide) + 120), yaxis={"autorange": "reversed"},
                       meta={"kind": "rank_categories"})
     return fig
@@ -81,7 +80,7 @@ def step_times(t: RankTables) -> go.Figure:
     for rank, row in flagged.iterrows():
         fig.add_annotation(x=f"rank {int(rank)}", y=float(row["value_ns"]) / 1e6, text=f"+{row['margin_pct']:.1f}%",
                            showarrow=False, yshift=14, font={"color": STRAGGLER_COLOR})
-    fig.update_layout(template=template(), title="Step time per rank (stragglers in red)",
+    fig.update_layout(template="plotly_white", title="Step time per rank (stragglers in red)",
                       yaxis_title="ms", height=360, meta={"kind": "rank_steps", "stragglers": [int(r) for r in flagged.index]})
     return fig
 
@@ -117,7 +116,7 @@ def overlap(t: RankTables) -> go.Figure:
             name=name, x=_rank_axis(pd.Series(parts.index)), y=100.0 * ns / np.where(span > 0, span, np.nan),
             marker_color=color, customdata=[duration(v) for v in ns],
             hovertemplate=f"%{{x}}: {esc(name)} %{{customdata}} (%{{y:.1f}}% of the span)<extra></extra>"))
-    fig.update_layout(template=template(), barmode="stack", title="Communication vs computation per rank",
+    fig.update_layout(template="plotly_white", barmode="stack", title="Communication vs computation per rank",
                       yaxis_title="% of the rank's active span", height=380, meta={"kind": "rank_overlap"})
     return fig
 
@@ -137,7 +136,7 @@ def kernel_spread(t: RankTables, top: int = 15) -> go.Figure:
         customdata=np.vectorize(duration, otypes=[object])(wide.to_numpy()), colorscale="RdBu_r", zmid=1.0,
         colorbar={"title": "x median"},
         hovertemplate="%{y}<br>%{x}: %{customdata} (%{z:.2f} x the median rank)<extra></extra>"))
-    fig.update_layout(template=template(), title="Kernels whose time differs most across ranks",
+    fig.update_layout(template="plotly_white", title="Kernels whose time differs most across ranks",
                       height=max(300, 22 * len(wide) + 140), yaxis={"autorange": "reversed"}, meta={"kind": "rank_kernels"})
     return fig
 

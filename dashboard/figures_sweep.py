@@ -15,12 +15,11 @@ from perfscope.report import Report
 
 from . import roofline_data as rd
 from .figures import _roof_traces
-from .style import template
 from .text import esc
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, *, log: bool = False) -> go.Figure:
-    fig.update_layout(title=title, template=template(), height=420, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+    fig.update_layout(title=title, template="plotly_white", height=420, margin={"l": 60, "r": 20, "t": 50, "b": 50},
                       legend={"orientation": "h", "y": -0.2})
     fig.update_xaxes(title=x, type="log" if log else "linear")
     fig.update_yaxes(title=y, type="log" if log else "linear")

@@ -10,11 +10,3 @@ CATEGORY_COLORS = {
     "memory": "#7f7f7f", "comm": "#e377c2", "view": "#bcbd22", "other": "#8c564b",
     "range": "#c7c7c7", "prefill": PHASE_COLORS["prefill"], "decode": PHASE_COLORS["decode"],
 }
-
-
-def template() -> object:
-    """The figures' plotly template (``plotly_white``), as the object: naming it by string makes
-    plotly look it up and deep-copy it for every figure (50 ms each), the object costs a fifth."""
-    import plotly.io as pio
-
-    return pio.templates["plotly_white"]
