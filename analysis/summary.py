@@ -14,7 +14,7 @@ import pandas as pd
 from perfscope.device import DeviceSpec
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import column_codes
+from perfscope.schema import column_codes, factorize
 
 from .roofline import classify
 
@@ -33,10 +33,10 @@ def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Seri
         return pd.Series(dtype="object")
     width = len(col_uniques)
     pair = key_codes[valid].astype(np.int64) * width + col_codes[valid]
-    pairs, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
-    time_ns = np.bincount(inverse.reshape(-1), weights=kernels["duration_ns"].to_numpy(np.float64)[valid])
+    inverse, pairs = pd.factorize(pair)  # hashed, not sorted; pairs in order of first appearance
+    time_ns = np.bincount(inverse, weights=kernels["duration_ns"].to_numpy(np.float64)[valid])
     keys, cols = pairs // width, pairs % width
-    order = np.lexsort((first, -time_ns, keys))  # per key: most time, then first seen
+    order = np.lexsort((np.arange(len(pairs)), -time_ns, keys))  # per key: most time, then first seen
     best = order[np.r_[True, keys[order][1:] != keys[order][:-1]]]
     return pd.Series(np.asarray(col_uniques, dtype=object)[cols[best]], index=keys[best], dtype="object")
 
@@ -123,8 +123,12 @@ def roofs_table(device: DeviceSpec | None) -> pd.DataFrame:
 
 def top_names(names: pd.Series, weights: pd.Series, n: int = 3) -> tuple[str, ...]:
     """The ``n`` names carrying the most weight (time), heaviest first."""
-    totals = weights.groupby(names.astype("object"), sort=False).sum().sort_values(ascending=False, kind="stable")
-    return tuple(str(name) for name in totals.index[:n])
+    codes, distinct = factorize(names)  # on integer codes: 1M names hash once
+    known = codes >= 0
+    w = np.nan_to_num(pd.to_numeric(weights, errors="coerce").to_numpy(np.float64)[known])
+    totals = np.bincount(codes[known], weights=w, minlength=len(distinct))
+    order = np.argsort(-totals, kind="stable")  # ties: the name seen first
+    return tuple(str(distinct[i]) for i in order[:n])
 
 
 DEGENERATE_SHORT_NAME = r"void|\d*|std"

@@ -14,6 +14,7 @@ import pandas as pd
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
 from perfscope.report import Report
+from perfscope.schema import column_codes
 
 from ._base import (
     HOST_COPY_KINDS,
@@ -44,13 +45,15 @@ def _host_copies(report: Report) -> pd.DataFrame:
     t = t[t["kind"].isin(HOST_COPY_KINDS)].copy()
     if not len(t):
         return t.assign(exposed_ns=pd.Series(dtype="float64"))
-    devices = report.kernels["device"].dropna().unique()
+    codes, devices = column_codes(report.kernels, "device")  # per device on positions: no 1M-row compares
     if len(devices) == 1:
         t["device"] = t["device"].where(t["device"].notna(), devices[0])
     t["exposed_ns"] = t["duration_ns"].astype("float64")
+    starts, ends = report.kernels["start_ns"].to_numpy(np.int64), report.kernels["end_ns"].to_numpy(np.int64)
+    code_of = {d: i for i, d in enumerate(devices)}
     for device, idx in t.groupby(t["device"].astype("object"), sort=False).groups.items():
-        k = report.kernels.loc[report.kernels["device"] == device, ["start_ns", "end_ns"]]
-        merged = merge_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
+        rows = np.flatnonzero(codes == code_of.get(device, -2))
+        merged = merge_intervals(starts[rows], ends[rows])
         rows = t.loc[idx]
         cover = covered_ns(merged, rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy())
         t.loc[idx, "exposed_ns"] = rows["duration_ns"].to_numpy(np.float64) - cover
