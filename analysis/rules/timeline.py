@@ -238,11 +238,18 @@ def launch_ends(report: Report) -> pd.Series:
 def device_idle(report: Report) -> list[DeviceIdle]:
     """Idle time and gaps per device, each gap tied to the work that ended it (computed once per
     Report object: ``gpu-idle`` and ``launch-overhead`` both read it)."""
-    return memo(report, "rules:device_idle", lambda: _device_idle(report))
+    return memo(report, "rules:device_idle", lambda: _device_idle(report))[0]
 
 
-def _device_idle(report: Report) -> list[DeviceIdle]:
+def activity_gaps(report: Report) -> np.ndarray:
+    """Per row of :func:`..intervals.activity`: the idle ns on its device just before it started
+    (0 when it overlaps earlier work), computed with :func:`device_idle`; do not modify it."""
+    return memo(report, "rules:device_idle", lambda: _device_idle(report))[1]
+
+
+def _device_idle(report: Report) -> tuple[list[DeviceIdle], np.ndarray]:
     acts = activity(report)
+    gap_all = np.zeros(len(acts), np.int64)
     call_ends = np.append(launch_calls(report)["end_ns"].to_numpy(np.int64), 0)  # the last: for "no call" (-1)
     out = []
     codes, devices = pd.factorize(acts["device"], sort=True)
@@ -254,6 +261,7 @@ def _device_idle(report: Report) -> list[DeviceIdle]:
         s, e = starts[rows], stops[rows]
         ms, me = merge_intervals(s, e)
         gap = gaps_before(s, e)
+        gap_all[rows] = gap
         has_gap = gap > 0
         call = launch_positions(report, correlation[rows[has_gap]])
         launch_end = pd.arrays.IntegerArray(call_ends[call], call < 0)
@@ -264,7 +272,7 @@ def _device_idle(report: Report) -> list[DeviceIdle]:
             "launch_end_ns": launch_end,
         })
         out.append(DeviceIdle(str(device), int(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
-    return out
+    return out, gap_all
 
 
 def _range_at(report: Report, t_ns: float) -> str | None:
@@ -351,18 +359,15 @@ def gpu_idle(report: Report) -> list[Finding]:
 def short_kernels(report: Report) -> list[Finding]:
     """Many kernels (or CPU operators) under 5 µs, and the launch gaps in front of them."""
     cpu = is_cpu_report(report)
-    acts = activity(report)  # kernel rows first, with the kernel table's own index
     mode = graph_mode(report)
     in_graph = graph_launched(report)
     findings = []
     kernels = report.kernels
     keys = group_key(kernels)  # once for the table (memoized), then taken per device
     codes, devices = pd.factorize(kernels["device"], sort=True)
-    act_raw, act_devices = pd.factorize(acts["device"])
-    act_codes = np.append(pd.Index(devices).get_indexer(act_devices), -1)[act_raw]  # -1: no device
     all_dur = kernels["duration_ns"].to_numpy("float64")
     replayed_all = in_graph.to_numpy(bool)
-    starts, ends = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
+    gap_all = activity_gaps(report)  # kernel rows of activity() keep the kernel positions
     for i, device in enumerate(devices):
         rows = np.flatnonzero(codes == i)  # positions, numeric columns only: no copy of the text columns
         dur = pd.Series(all_dur[rows], index=rows)
@@ -370,9 +375,6 @@ def short_kernels(report: Report) -> list[Finding]:
         share = pct(float(short.sum()), float(len(rows)))
         if short.sum() < SHORT_KERNEL_MIN_COUNT or not share >= SHORT_KERNEL_MIN_PCT:
             continue
-        on_device = np.flatnonzero(act_codes == i)  # kernel rows of activity() keep the kernel positions
-        gap_all = np.zeros(len(acts), np.int64)
-        gap_all[on_device] = gaps_before(starts[on_device], ends[on_device])
         gap = gap_all[rows]
         replayed = replayed_all[rows]
         # a kernel replayed from a graph has no CPU launch of its own: its gap is not launch overhead
