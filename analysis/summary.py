@@ -131,6 +131,18 @@ def top_names(names: pd.Series, weights: pd.Series, n: int = 3) -> tuple[str, ..
     return tuple(str(distinct[i]) for i in order[:n])
 
 
+def top_groups(kernels: pd.DataFrame, rows: np.ndarray, weights: np.ndarray | float = 1.0, n: int = 3) -> tuple[str, ...]:
+    """:func:`top_names` of the :func:`group_key` of the kernel rows at positions ``rows`` (a
+    rule's subset of the report's table), on the table's group codes, computed once."""
+    codes, names = memo(kernels, "group_codes", lambda: factorize(group_key(kernels)))
+    sub = codes[np.asarray(rows, dtype=np.int64)]
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), sub.shape)
+    known = sub >= 0
+    local, seen = pd.factorize(sub[known])  # in the order the subset meets them: ties go to the first
+    totals = np.bincount(local, weights=np.nan_to_num(w[known]), minlength=len(seen))
+    return tuple(str(names[seen[i]]) for i in np.argsort(-totals, kind="stable")[:n])
+
+
 DEGENERATE_SHORT_NAME = r"void|\d*|std"
 """Short names that are a C++ keyword or a number are a short-name parser's slip on names such as
 ``void (anonymous namespace)::kernel<...>(...)``; the full name is used instead."""

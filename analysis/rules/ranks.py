@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
 from perfscope.report import Report
 
 from ..ranks import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
-from ._base import Evidence, Finding, group_key, ranked, top_names
+from ._base import Evidence, Finding, ranked, top_groups
 
 EXPOSED_COMM_MIN_PCT = 10.0
 """Exposed collective time (no compute beside it) worth a finding, as a share of the ranks' mean
@@ -72,8 +73,8 @@ def _comm_kernel_names(report: Report) -> tuple[str, ...]:
     mask = comm_mask(k)
     if not mask.any():
         return ()
-    comm = k[mask]
-    return top_names(group_key(comm), comm["duration_ns"].astype("float64"))
+    rows = np.flatnonzero(mask)
+    return top_groups(k, rows, k["duration_ns"].to_numpy(np.float64)[rows])
 
 
 def _exposed(report: Report, t: RankTables) -> list[Finding]:

@@ -30,7 +30,7 @@ from ._base import (
     pct,
     ranked,
     severity_for,
-    top_names,
+    top_groups,
 )
 
 IDLE_MIN_PCT = 10.0
@@ -363,7 +363,6 @@ def short_kernels(report: Report) -> list[Finding]:
     in_graph = graph_launched(report)
     findings = []
     kernels = report.kernels
-    keys = group_key(kernels)  # once for the table (memoized), then taken per device
     codes, devices = pd.factorize(kernels["device"], sort=True)
     all_dur = kernels["duration_ns"].to_numpy("float64")
     replayed_all = in_graph.to_numpy(bool)
@@ -379,7 +378,6 @@ def short_kernels(report: Report) -> list[Finding]:
         replayed = replayed_all[rows]
         # a kernel replayed from a graph has no CPU launch of its own: its gap is not launch overhead
         at_stake = float(np.minimum(gap[short & ~replayed], LAUNCH_GAP_CAP_NS).sum())
-        names = keys.iloc[rows[short]]
         short_time = float(dur[short].sum())
         unit = "operators" if cpu else "kernels"
         evidence: dict[str, float | int | str] = {
@@ -404,7 +402,7 @@ def short_kernels(report: Report) -> list[Finding]:
                       "that work into the compiled step). Fusing further (fewer, larger kernels) still shortens "
                       "the step. " + graph_advice(report, mode))
         findings.append(ranked(report, "short-kernels", title, evidence, advice,
-                                at_stake, kernels=top_names(names, pd.Series(1, index=names.index))))
+                                at_stake, kernels=top_groups(kernels, rows[short])))
     return findings
 
 
@@ -470,9 +468,8 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
         advice = (f"These {len(m)} kernels are launched one by one outside the CUDA graphs (input preparation, "
                   "sampling, copies): move that work into the compiled step or onto the device. "
                   + graph_advice(report, mode))
-    names = group_key(report.kernels).loc[m.index]  # memoized for the table; m has no text columns
-    return ranked(report, "launch-overhead", title, evidence, advice,
-                   at_stake, kernels=top_names(names, pd.Series(1, index=m.index)))
+    return ranked(report, "launch-overhead", title, evidence, advice,  # m's index: kernel positions
+                   at_stake, kernels=top_groups(report.kernels, m.index.to_numpy()))
 
 
 # ---------------------------------------------------------------------------- streams
@@ -526,4 +523,5 @@ def _stream_finding(report: Report, device: str, k: pd.DataFrame) -> Finding | N
               "(cudaStreamWaitEvent, torch.cuda.synchronize), and overlap collectives with the next layer's "
               "compute (async ops, bucketing/prefetch in DDP/FSDP).")
     return ranked(report, "serialized-streams", title, evidence, advice,
-                   outside, kernels=top_names(group_key(report.kernels).loc[others.index], others["duration_ns"]))
+                   outside, kernels=top_groups(report.kernels, others.index.to_numpy(),
+                                               others["duration_ns"].to_numpy(np.float64)))
