@@ -37,6 +37,7 @@ RULES: dict[str, Rule] = {
     "pageable-copies": transfers.pageable_copies,
     "memory-below-roof": kernels.memory_below_roof,
     "compute-below-roof": kernels.compute_below_roof,
+    "roof-exceeded": kernels.roof_exceeded,
     "fp32-matmul": kernels.fp32_matmul,
     "flops-mismatch": kernels.flops_mismatch,
     "excess-work": kernels.excess_work,

@@ -167,6 +167,11 @@ def _no_work_info(report: Report, rule: str) -> list[Finding]:
 
 
 # ---------------------------------------------------------------------------- far below the roof
+ROOF_EXCEEDED_PCT = 110.0
+"""A compute-bound kernel group above this share of its roof means the roof is too low: timing and
+FLOP counts are good to well within a tenth, so more than that is not the kernel being fast."""
+
+
 def memory_below_roof(report: Report) -> list[Finding]:
     """Memory-bound kernel groups far below the DRAM roof (time-weighted, on their totals)."""
     dev = report.device
@@ -217,6 +222,48 @@ def _below_roof(report: Report, groups: pd.DataFrame, rule: str, roof: str, low_
              f"({duration(time_ns)}); worst: {str(top['group'])[:60]} at {top['pct_of_roof']:.2g}%")
     return [ranked(report, rule, title, evidence, advice, at_stake,
                     kernels=tuple(str(g) for g in below["group"].head(TOP_GROUPS)))]
+
+
+# ---------------------------------------------------------------------------- above the roof
+def roof_exceeded(report: Report) -> list[Finding]:
+    """Compute-bound kernel groups above their compute roof: the roofs are too low, not the kernels fast.
+
+    Only compute-bound groups: FLOPs are FLOPs, while a memory-bound kernel may beat the DRAM roof
+    legitimately when its data sits in a cache (analytic bytes count every access)."""
+    dev = report.device
+    k = effective_kernels(report)
+    if dev is None or not dev.compute or not k["flops"].notna().any():
+        return []
+    groups = _group_totals(k[k["bound"] == "compute"])
+    peaks = groups["precision"].map(lambda p: dev.peak_flops(p if isinstance(p, str) else None))
+    groups["pct_of_roof"] = groups["flops"] / (groups["time_ns"] * 1e-9) / pd.to_numeric(peaks) * 100.0
+    over = groups[groups["pct_of_roof"] > ROOF_EXCEEDED_PCT].sort_values("pct_of_roof", ascending=False, kind="stable")
+    if not len(over):
+        return []
+    top = over.iloc[0]
+    precision = top["precision"] if isinstance(top["precision"], str) else None
+    roof = dev.compute.get(precision or "fp32")
+    evidence: dict[str, float | int | str] = {
+        "kernel_groups_above_roof": len(over), "time_ns": float(over["time_ns"].sum()),
+        "threshold_pct_of_roof": ROOF_EXCEEDED_PCT, "worst_pct_of_roof": float(top["pct_of_roof"]),
+        "worst_precision": precision or "unknown",
+        "worst_roof_flops_per_s": float(roof.value) if roof else math.nan,
+        "worst_roof_provenance": roof.provenance if roof else "unknown",
+        "worst_roof_method": (roof.method or "")[:120] if roof else "",
+    }
+    measured_at = dev.properties.get("measured_at")
+    if measured_at:
+        evidence["roofs_measured_at"] = str(measured_at)
+    evidence.update(_top_evidence(over, "pct_of_roof"))
+    title = (f"{len(over)} compute-bound kernel group(s) run above their roof (up to {top['pct_of_roof']:.0f}%): "
+             f"the {precision or 'compute'} roof of {dev.name} is too low")
+    advice = ("No kernel runs faster than the hardware's peak, so these roofs understate the device, and every bound "
+              "and % of roof in this report is suspect. Roofs measured while other work was running (perfscope "
+              "caches them per machine), a throttled clock during the measurement, or another device's roofs do "
+              "this. Measure again on an idle machine with `perfscope devices --refresh` and profile again, or "
+              "classify against the right roofs (`perfscope import FILE --roofs cuda|REPORT`).")
+    return [Finding("roof-exceeded", "medium", title, evidence, advice, math.nan,
+                    tuple(str(g) for g in over["group"].head(TOP_GROUPS)))]
 
 
 # ---------------------------------------------------------------------------- FP32 matmuls

@@ -364,3 +364,42 @@ def test_fp32_matmul_on_a_cpu_speaks_of_the_cpu_not_tensor_cores(sample_reports_
     f = only(found, "fp32-matmul")
     assert "CPU" in f.title and "tensor cores" not in f.title + f.recommendation
     assert "autocast('cpu'" in f.recommendation or "model.to(torch.bfloat16)" in f.recommendation
+
+
+# ---------------------------------------------------------------------------- roof-exceeded
+def _gemm_report(achieved_flops_per_s: float, roof_flops_per_s: float) -> Report:
+    """Ten fp32 GEMMs of 2*512^3 FLOPs at a given speed, classified against an fp32 roof."""
+    import pandas as pd
+
+    from perfscope.analysis.finish import Imported, finish
+    from perfscope.device import DeviceSpec, Roof
+
+    flops = 2.0 * 512**3
+    dur = int(flops / achieved_flops_per_s * 1e9)
+    n = 10
+    kernels = pd.DataFrame({
+        "name": ["aten::mm"] * n, "short_name": ["aten::mm"] * n, "device": ["cpu"] * n,
+        "start_ns": [i * 2 * dur for i in range(n)], "end_ns": [i * 2 * dur + dur for i in range(n)],
+        "duration_ns": [dur] * n, "category": ["gemm"] * n, "dtype": ["float32"] * n,
+        "flops": [flops] * n, "dram_bytes": [3 * 512 * 512 * 4.0] * n,
+    })
+    device = DeviceSpec("test cpu", "cpu", compute={"fp32": Roof(roof_flops_per_s, "measured", "torch.mm, busy machine")},
+                        memory={"dram": Roof(10e9, "measured", "sum")}, properties={"measured_at": "2026-11-30T17:59:00"})
+    return finish(Imported({"kernels": kernels}, {"name": "gemms"}, device))
+
+
+def test_roof_exceeded_says_the_roof_is_too_low() -> None:
+    """The README run on a fresh machine showed a linear at 223% of a CPU roof measured while the
+    machine was busy: a kernel above its compute roof means the roof is wrong."""
+    report = _gemm_report(achieved_flops_per_s=81e9, roof_flops_per_s=36.3e9)
+    assert (report.kernels["bound"] == "compute").all()
+    f = only(run_rules(report), "roof-exceeded")
+    assert f.severity == "medium" and f.kernels == ("aten::mm",)
+    assert f.evidence["worst_pct_of_roof"] == pytest.approx(81e9 / 36.3e9 * 100, rel=1e-3)
+    assert f.evidence["roofs_measured_at"] == "2026-11-30T17:59:00"
+    assert "perfscope devices --refresh" in f.recommendation
+
+
+def test_roof_exceeded_silent_at_or_below_the_roof() -> None:
+    report = _gemm_report(achieved_flops_per_s=36e9, roof_flops_per_s=36.3e9)
+    assert not [f for f in run_rules(report) if f.id == "roof-exceeded"]
