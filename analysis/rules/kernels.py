@@ -186,15 +186,24 @@ def memory_below_roof(report: Report) -> list[Finding]:
         ADVICE["memory-below-roof", is_cpu_report(report)])
 
 
-def compute_below_roof(report: Report) -> list[Finding]:
-    """Compute-bound kernel groups far below the compute roof of their precision."""
+def _compute_groups(report: Report) -> pd.DataFrame | None:
+    """The compute-bound kernel groups' totals with their % of their precision's roof; None when
+    the report has no compute roofs or no FLOPs."""
     dev = report.device
     k = effective_kernels(report)
     if dev is None or not dev.compute or not k["flops"].notna().any():
-        return []
+        return None
     groups = _group_totals(k[k["bound"] == "compute"])
     peaks = groups["precision"].map(lambda p: dev.peak_flops(p if isinstance(p, str) else None))
     groups["pct_of_roof"] = groups["flops"] / (groups["time_ns"] * 1e-9) / pd.to_numeric(peaks) * 100.0
+    return groups
+
+
+def compute_below_roof(report: Report) -> list[Finding]:
+    """Compute-bound kernel groups far below the compute roof of their precision."""
+    groups = _compute_groups(report)
+    if groups is None:
+        return []
     return _below_roof(report, groups, "compute-below-roof", "compute roof", COMPUTE_ROOF_LOW_PCT, {},
                        ADVICE["compute-below-roof", is_cpu_report(report)])
 
@@ -230,13 +239,10 @@ def roof_exceeded(report: Report) -> list[Finding]:
 
     Only compute-bound groups: FLOPs are FLOPs, while a memory-bound kernel may beat the DRAM roof
     legitimately when its data sits in a cache (analytic bytes count every access)."""
+    groups = _compute_groups(report)
     dev = report.device
-    k = effective_kernels(report)
-    if dev is None or not dev.compute or not k["flops"].notna().any():
+    if groups is None or dev is None:
         return []
-    groups = _group_totals(k[k["bound"] == "compute"])
-    peaks = groups["precision"].map(lambda p: dev.peak_flops(p if isinstance(p, str) else None))
-    groups["pct_of_roof"] = groups["flops"] / (groups["time_ns"] * 1e-9) / pd.to_numeric(peaks) * 100.0
     over = groups[groups["pct_of_roof"] > ROOF_EXCEEDED_PCT].sort_values("pct_of_roof", ascending=False, kind="stable")
     if not len(over):
         return []
