@@ -35,7 +35,7 @@ class Imported:
     Attributes:
         tables: report tables by name (``kernels``, ``ranges``, ...), not yet conformed.
         manifest: manifest keys (``name``, ``source`` from :func:`perfscope.report.source_info`,
-            ``params``, ``warnings``, ...). ``device`` is set from ``device`` when absent.
+            ``params``, ``warnings``, ...); its ``device`` is always ``device``'s.
         device: the roofs the kernels are classified against (None: every bound ``unknown``).
         origin: the file or run the tables came from, named in errors.
     """
@@ -67,7 +67,6 @@ def finish(imported: Imported) -> Report:
     tables = {name: conform(df, name, source=imported.origin) for name, df in imported.tables.items()}
     if "kernels" in tables:
         tables["kernels"] = classify_conformed(tables["kernels"], imported.device)
-    manifest = dict(imported.manifest)
-    if "device" not in manifest:
-        manifest["device"] = imported.device.to_dict() if imported.device else None
+    # the roofs the kernels were classified against are the report's device, by construction
+    manifest = {**imported.manifest, "device": imported.device.to_dict() if imported.device else None}
     return Report.assemble(tables, manifest)

@@ -87,7 +87,6 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None) -> Impo
     flops = kernels["flops"] if "flops" in kernels else pd.Series(dtype="float64")
     manifest.update({
         "source": source_info("kineto", path, "torch.profiler", _tool_version(meta)),
-        "device": spec.to_dict() if spec else None,
         "warnings": notes + warnings,
         "unavailable_metrics": [] if pd.to_numeric(flops, errors="coerce").notna().any() else ["flops", "dram_bytes"],
     })

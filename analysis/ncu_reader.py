@@ -193,7 +193,6 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
     manifest = {
         "name": Path(path).stem,
         "source": source_info(tool.pop("kind"), path, tool.pop("tool"), tool.pop("tool_version")),
-        "device": spec.to_dict() if spec else None,
         "params": params,
         "warnings": warnings,
         "unavailable_metrics": _unavailable(rows),

@@ -102,7 +102,6 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
     manifest = {
         "name": Path(path).stem,
         "source": source_info("nsys-sqlite", path, "nsys", meta.get("EXPORT_PRODUCT_VERSION")),
-        "device": spec.to_dict() if spec else None,
         "params": {"export_schema_version": meta.get("EXPORT_SCHEMA_VERSION")},
         "warnings": warnings,
         "unavailable_metrics": ["flops", "dram_bytes"] if len(kernels) else [],

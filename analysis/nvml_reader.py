@@ -51,7 +51,6 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
     manifest = {
         "name": p.stem,
         "source": source_info("nvml", p, "nvml"),
-        "device": device.to_dict() if device else None,
         "params": {**params, "sampled_devices": devices},
         "warnings": [] if len(samples) else ["the NVML file holds no samples"],
     }

@@ -29,7 +29,7 @@ import pandas as pd
 
 from .device import DeviceSpec
 from .errors import InputFormatError, UsageError
-from .report import Report
+from .report import Report, source_info
 
 Progress = Callable[[str], None]
 MAX_REQUESTS = 100_000
@@ -416,9 +416,8 @@ def _build_report(run: LoadRun, spec: DeviceSpec, model: Any, parts: list[dict[s
     name = f"loadtest-{model.args.name}-" + ("arrivals" if run.arrivals else "r" + "_".join(f"{r:g}" for r in run.rates))
     manifest = {
         "name": name,
-        "source": {"kind": "engine-loadtest", "path": None,
-                   "tool": "torch.profiler" if run.profile else None, "tool_version": tool_version},
-        "command": list(sys.argv), "device": spec.to_dict(), "params": params,
+        "source": source_info("engine-loadtest", None, "torch.profiler" if run.profile else None, tool_version),
+        "command": list(sys.argv), "params": params,
         "warnings": sorted(set(warnings)), "partial": partial,
     }
     if not run.profile:
