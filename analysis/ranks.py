@@ -30,7 +30,7 @@ import pandas as pd
 
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import column_codes, text_of
+from perfscope.schema import column_codes, map_codes, text_of
 
 from .costs import category_of
 from .intervals import covered_ns, merge_intervals
@@ -150,8 +150,7 @@ def _comm_mask(kernels: pd.DataFrame) -> np.ndarray:
     if missing.any():
         # once per distinct name (hashing 1M long names twice, as unique() + map() do, costs seconds)
         codes, names = column_codes(kernels, "name")
-        comm = np.append([category_of(None, str(n)) == "comm" for n in names], category_of(None, "None") == "comm")
-        out[missing] = comm[codes[missing]].astype(bool)
+        out[missing] = map_codes(codes[missing], names, lambda n: category_of(None, str(n)) == "comm").astype(bool)
     return out
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec
-from perfscope.schema import map_distinct
+from perfscope.schema import conform, map_distinct
 
 DTYPE_TO_PRECISION = {
     "float64": "fp64", "double": "fp64",
@@ -61,8 +61,6 @@ def classify(kernels: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFrame:
     Returns:
         A new table with the roofline columns filled.
     """
-    from perfscope.schema import conform
-
     return classify_conformed(conform(kernels, "kernels", source="<classify>"), device)
 
 

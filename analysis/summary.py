@@ -14,7 +14,7 @@ import pandas as pd
 from perfscope.device import DeviceSpec
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import column_codes, factorize
+from perfscope.schema import column_codes, decode, factorize, map_codes
 
 from .roofline import classify
 
@@ -22,15 +22,13 @@ from .roofline import classify
 def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Series:
     """Per key code, the value of ``col`` that covers the most time (absent when always missing).
 
-    Ties go to the (key, value) pair seen first. Computed on integer codes (one factorize of
-    ``col``, one sort of the distinct pairs), so a 1M-kernel table costs milliseconds.
+    Ties go to the (key, value) pair seen first. Computed on integer codes (the table's codes of
+    ``col``, the (key, value) pairs hashed once), so a 1M-kernel table costs milliseconds.
     """
     if not kernels[col].notna().any():  # an unrecorded column (no ops in an nsys import): nothing to hash
         return pd.Series(dtype="object")
     col_codes, col_uniques = column_codes(kernels, col)
     valid = col_codes >= 0
-    if not valid.any():
-        return pd.Series(dtype="object")
     width = len(col_uniques)
     pair = key_codes[valid].astype(np.int64) * width + col_codes[valid]
     inverse, pairs = pd.factorize(pair)  # hashed, not sorted; pairs in order of first appearance
@@ -121,19 +119,10 @@ def roofs_table(device: DeviceSpec | None) -> pd.DataFrame:
                                        "provenance", "method", "clock", "dense"])
 
 
-def top_names(names: pd.Series, weights: pd.Series, n: int = 3) -> tuple[str, ...]:
-    """The ``n`` names carrying the most weight (time), heaviest first."""
-    codes, distinct = factorize(names)  # on integer codes: 1M names hash once
-    known = codes >= 0
-    w = np.nan_to_num(pd.to_numeric(weights, errors="coerce").to_numpy(np.float64)[known])
-    totals = np.bincount(codes[known], weights=w, minlength=len(distinct))
-    order = np.argsort(-totals, kind="stable")  # ties: the name seen first
-    return tuple(str(distinct[i]) for i in order[:n])
-
-
 def top_groups(kernels: pd.DataFrame, rows: np.ndarray, weights: np.ndarray | float = 1.0, n: int = 3) -> tuple[str, ...]:
-    """:func:`top_names` of the :func:`group_key` of the kernel rows at positions ``rows`` (a
-    rule's subset of the report's table), on the table's group codes, computed once."""
+    """The ``n`` :func:`group_key` names carrying the most weight (time, or 1 each) among the kernel
+    rows at positions ``rows`` (a rule's subset of the report's table), heaviest first; ties go to
+    the name the subset meets first. On the table's group codes, computed once."""
     codes, names = memo(kernels, "group_codes", lambda: factorize(group_key(kernels)))
     sub = codes[np.asarray(rows, dtype=np.int64)]
     w = np.broadcast_to(np.asarray(weights, dtype=np.float64), sub.shape)
@@ -160,14 +149,13 @@ def _group_key(kernels: pd.DataFrame) -> pd.Series:
     # 1M Arrow-backed strings into Python objects one by one is what made this slow.
     degenerate = re.compile(DEGENERATE_SHORT_NAME)
     codes, names = column_codes(kernels, "short_name")
-    usable_name = np.fromiter((degenerate.fullmatch(str(v)) is None for v in names), bool, len(names))
-    usable = (codes >= 0) & usable_name[np.maximum(codes, 0)] if len(names) else np.zeros(len(codes), bool)
+    usable = map_codes(codes, names, lambda v: v is not None and degenerate.fullmatch(str(v)) is None).astype(bool)
     out = np.full(len(kernels), None, dtype=object)
     out[usable] = names[codes[usable]]
     if not usable.all():
         rest = np.flatnonzero(~usable)
         full_codes, full_names = column_codes(kernels, "name")
-        out[rest] = np.concatenate([full_names, np.array([None], dtype=object)])[full_codes[rest]]  # code -1 (missing) -> None
+        out[rest] = decode(full_codes[rest], full_names)
     return pd.Series(out, index=kernels.index, name="short_name", dtype="object")
 
 

@@ -14,6 +14,7 @@ from perfscope.analysis.compare import Comparison
 from perfscope.analysis.compare import compare as compare_reports
 from perfscope.format import MISSING, seconds, signed
 from perfscope.report import Report
+from perfscope.schema import column_codes
 
 from .style import CATEGORY_COLORS
 from .text import esc
@@ -47,9 +48,9 @@ def phase_breakdown(report: Report) -> go.Figure:
     k = report.kernels
     if not len(k):
         return message_figure("no kernels in this report", "phase_breakdown")
-    # summed on integer codes (a 1M-kernel table has a few phases and categories)
-    p_codes, phases = pd.factorize(k["phase"])
-    c_codes, cats = pd.factorize(k["category"])
+    # summed on the table's integer codes (a 1M-kernel table has a few phases and categories)
+    p_codes, phases = column_codes(k, "phase")
+    c_codes, cats = column_codes(k, "category")
     p_labels = [str(p) for p in phases] + ["none"]  # code -1 (missing) -> the last label
     c_labels = [str(c) for c in cats] + ["other"]
     cell = np.where(p_codes < 0, len(phases), p_codes) * len(c_labels) + np.where(c_codes < 0, len(cats), c_codes)

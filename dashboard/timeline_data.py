@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.report import Report
-from perfscope.schema import column_codes, map_distinct, text_of
+from perfscope.schema import column_codes, decode, map_distinct, text_of
 
 from .memo import memo
 
@@ -119,9 +119,8 @@ def _origin(report: Report) -> tuple[int, int]:
 def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     if not len(k):
         return []
-    # one lane per (device, stream) or, on a CPU, (device, thread): grouped on integer codes, the
-    # label text built once per lane (a 1M-kernel table has a handful of lanes)
-    # text columns through their per-table codes (hashed once per report, shared with the rules)
+    # one lane per (device, stream) or, on a CPU, (device, thread): grouped on integer codes (the
+    # text columns' per-table codes, shared with the rules), the label text built once per lane
     raw_dev, dev_names = column_codes(k, "device")
     dev_labels = [str(d) for d in dev_names] + ["?"]
     dev_codes = np.where(raw_dev < 0, len(dev_names), raw_dev)
@@ -137,9 +136,8 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
               for j, i in enumerate(first)]
     busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64), minlength=len(labels))
     cat_codes, cats = column_codes(k, "category")
-    groups = pd.Series(np.append(cats, "other")[cat_codes], index=k.index, dtype="object")
-    codes, distinct = column_codes(k, "name")
-    names = pd.Series(np.concatenate([distinct, np.array([None], dtype=object)])[codes], index=k.index, dtype="object")
+    groups = pd.Series(decode(cat_codes, cats, "other"), index=k.index, dtype="object")
+    names = pd.Series(decode(*column_codes(k, "name")), index=k.index, dtype="object")
     members = np.argsort(lane_of, kind="stable")
     bounds = np.searchsorted(lane_of[members], np.arange(len(labels) + 1))
     order = sorted(range(len(labels)), key=lambda c: (labels[c].split(" ")[0], -busy[c]))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ReportFormatError
+from .memo import memo
 
 SCHEMA_VERSION = "1.1"
 """On-disk format version (major.minor): a minor bump only adds optional columns or keys."""
@@ -244,18 +245,26 @@ def map_distinct(values: pd.Series, fn: Callable[[object], object]) -> pd.Series
     """``values.map(fn)`` calling ``fn`` once per distinct value (missing ones as None), as an
     object Series: the same on every pandas version, whatever dtype ``values`` has (object,
     ``str``/``string``, Arrow, nullable integer)."""
-    codes, uniques = factorize(values)
-    mapped = np.array([*(fn(u) for u in uniques), fn(None)], dtype=object)
-    return pd.Series(mapped[codes], index=values.index, dtype="object")
+    return pd.Series(map_codes(*factorize(values), fn), index=values.index, dtype="object")
+
+
+def map_codes(codes: np.ndarray, distinct: np.ndarray, fn: Callable[[object], object]) -> np.ndarray:
+    """``fn`` of each value that :func:`factorize` codes stand for, as an object array, calling
+    ``fn`` once per distinct value (and once with None for the missing, code -1)."""
+    return decode(codes, np.array([fn(u) for u in distinct], dtype=object), fn(None))
 
 
 def column_codes(table: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
     """``pd.factorize(table[column])`` computed once per table object: (codes, -1 where missing;
     the distinct values as an object array). Hashing a 1M-row text column costs a quarter of a
     second; the rules, tables and figures of one report ask for the same few columns."""
-    from .memo import memo
-
     return memo(table, f"schema:codes:{column}", lambda: factorize(table[column]))
+
+
+def decode(codes: np.ndarray, distinct: np.ndarray, missing: object = None) -> np.ndarray:
+    """The object array of the values that :func:`factorize` codes stand for; ``missing`` where the
+    code is -1."""
+    return np.concatenate([distinct, np.array([missing], dtype=object)])[codes]
 
 
 def text_of(values: pd.Series, missing: str = "") -> pd.Series:

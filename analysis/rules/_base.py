@@ -17,12 +17,12 @@ from perfscope.format import jsonable
 from perfscope.report import Report
 
 from ..intervals import activity, covered_ns, gaps_before, merge_intervals, profile_span_ns
-from ..summary import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups, top_names
+from ..summary import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups
 
 __all__ = [
     "DEGENERATE_SHORT_NAME", "HOST_COPY_KINDS", "SEVERITIES", "Evidence", "Finding", "activity", "covered_ns",
     "gaps_before", "group_key", "info", "is_cpu_report", "merge_intervals", "pct", "profile_span_ns", "ranked",
-    "severity_for", "top_groups", "top_names",
+    "severity_for", "top_groups",
 ]
 
 SEVERITIES = ("high", "medium", "low", "info")

@@ -229,12 +229,6 @@ def launch_positions(report: Report, correlation: np.ndarray) -> np.ndarray:
     return np.where(ids[at] == values, order[at], -1)  # NaN equals nothing
 
 
-def launch_ends(report: Report) -> pd.Series:
-    """End time of the API call behind each correlation id (the launch of a kernel or copy)."""
-    api = launch_calls(report)
-    return pd.Series(api["end_ns"].astype("int64").to_numpy(), index=api["correlation"].astype("int64").to_numpy())
-
-
 def device_idle(report: Report) -> list[DeviceIdle]:
     """Idle time and gaps per device, each gap tied to the work that ended it (computed once per
     Report object: ``gpu-idle`` and ``launch-overhead`` both read it)."""

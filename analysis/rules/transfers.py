@@ -52,8 +52,8 @@ def _host_copies(report: Report) -> pd.DataFrame:
     starts, ends = report.kernels["start_ns"].to_numpy(np.int64), report.kernels["end_ns"].to_numpy(np.int64)
     code_of = {d: i for i, d in enumerate(devices)}
     for device, idx in t.groupby(t["device"].astype("object"), sort=False).groups.items():
-        rows = np.flatnonzero(codes == code_of.get(device, -2))
-        merged = merge_intervals(starts[rows], ends[rows])
+        on_device = np.flatnonzero(codes == code_of.get(device, -2))
+        merged = merge_intervals(starts[on_device], ends[on_device])
         rows = t.loc[idx]
         cover = covered_ns(merged, rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy())
         t.loc[idx, "exposed_ns"] = rows["duration_ns"].to_numpy(np.float64) - cover
