@@ -6,28 +6,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _drop_repo_root_from_path() -> None:
-    """`python -m pytest` puts the repo root first on ``sys.path``, where ``./perfscope`` (core
-    only: collectors/, analysis/ and dashboard/ are mapped in by the install) shadows the
-    installed package. Drop that entry, and any perfscope module imported through it, so the
-    install is used as with plain `pytest`."""
-    root = str(REPO)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != root]
-    for name in [m for m in sys.modules if m == "perfscope" or m.startswith("perfscope.")]:
-        origin = getattr(sys.modules[name], "__file__", None) or ""
-        if origin.startswith(str(REPO / "perfscope")):
-            del sys.modules[name]
-
-
-_drop_repo_root_from_path()
 
 
 def _restore_terminal_ctrl_c() -> None:
