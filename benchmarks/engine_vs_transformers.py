@@ -9,16 +9,20 @@ write) and a large streaming read (``sum``), since a copy's write-allocate traff
 what reads alone reach (against the copy alone MBU came out above 1).
 
 Run: ``python benchmarks/engine_vs_transformers.py [--repeats 4] [--threads N] [--compile]``; last line
-``tokens_per_s_ratio=R mbu=M``, both from decode tokens/s. Bandwidth, transformers and perfscope
-runs alternate; the best bandwidth counts, and decode speed is 1 / the 10th percentile of the
-inter-token gaps of all runs, which damps noise from other processes on a shared machine (each
-engine's best whole run is printed too).
+``tokens_per_s_ratio=R mbu=M mbu_paired=P``, all from decode tokens/s. Bandwidth, transformers and
+perfscope runs alternate; for ``mbu`` the best bandwidth counts, and decode speed is 1 / the 10th
+percentile of the inter-token gaps of all runs, which damps noise from other processes on a shared
+machine (each engine's best whole run is printed too). ``mbu_paired`` is robust to the memory
+bandwidth itself drifting (on the shared development VM a 405 MB read ran at 28-55 GB/s within
+minutes): each perfscope run is divided by the read bandwidth measured right before and right
+after it, at its median inter-token gap, and the median over runs is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -82,9 +86,12 @@ def read_bandwidth(mb: int = 512, repeats: int = 4) -> float:
 
 def median_gap_tokens_per_s(runs: list[Run]) -> float:
     """1 / the median inter-token gap of the fastest run: the typical decode speed, noise and all."""
-    best = min(runs, key=lambda r: r.wall_s)
-    gaps = sorted(best.gaps_s)
-    return 1.0 / gaps[len(gaps) // 2]
+    return median_gap(min(runs, key=lambda r: r.wall_s))
+
+
+def median_gap(run: Run) -> float:
+    """1 / the median inter-token gap of one run."""
+    return 1.0 / statistics.median(run.gaps_s)
 
 
 class _Clock:
@@ -151,12 +158,16 @@ def main() -> None:
     run_perfscope(engine, prompt if opts.compile else prompt[:16], opts.compile)  # compiles the decode shapes
     if opts.compile:
         print(f"perfscope compile=True: warm-up (compilation) {time.perf_counter() - t0:.1f} s")
-    hf_runs, ps_runs, per_token, copy_bw, read_bw = [], [], 0.0, 0.0, 0.0
+    hf_runs, ps_runs, per_token, copy_bw, read_bw, paired = [], [], 0.0, 0.0, 0.0, []
     for _ in range(opts.repeats):  # interleaved, so that every measurement sees the same conditions
-        copy_bw, read_bw = max(copy_bw, copy_bandwidth()), max(read_bw, read_bandwidth())
+        copy_bw = max(copy_bw, copy_bandwidth())
         hf_runs.append(run_transformers(hf, prompt))
+        before = read_bandwidth()
         run, per_token = run_perfscope(engine, prompt, opts.compile)
+        after = read_bandwidth()
+        read_bw = max(read_bw, before, after)
         ps_runs.append(run)
+        paired.append(per_token * median_gap(run) / ((before + after) / 2))
     assert all(r.tokens == hf_runs[0].tokens for r in hf_runs + ps_runs), "engines produced different tokens"
     hf_tps, ps_tps = decode_tokens_per_s(hf_runs), decode_tokens_per_s(ps_runs)
     for name, runs, tps in (("transformers", hf_runs, hf_tps), ("perfscope", ps_runs, ps_tps)):
@@ -171,7 +182,10 @@ def main() -> None:
     print(f"perfscope decode: {per_token / 1e6:.1f} MB read per token (weights + KV cache) -> "
           f"{per_token * ps_tps / 1e9:.2f} GB/s achieved at the p10 gap, {per_token * typical / 1e9:.2f} GB/s at the "
           f"fastest run's median gap (mbu_median_gap={per_token * typical / bandwidth:.2f})")
-    print(f"tokens_per_s_ratio={ps_tps / hf_tps:.2f} mbu={per_token * ps_tps / bandwidth:.2f}")
+    print(f"paired with the read bandwidth around each run (median inter-token gap): MBU "
+          f"{', '.join(f'{p:.2f}' for p in paired)}")
+    print(f"tokens_per_s_ratio={ps_tps / hf_tps:.2f} mbu={per_token * ps_tps / bandwidth:.2f} "
+          f"mbu_paired={statistics.median(paired):.2f}")
 
 if __name__ == "__main__":
     main()
