@@ -13,6 +13,7 @@ import pandas as pd
 
 from perfscope.memo import memo
 from perfscope.report import Report
+from perfscope.schema import column_codes
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +80,7 @@ def _activity(report: Report) -> pd.DataFrame:
     cols = ["device", "stream", "start_ns", "end_ns", "correlation"]
     k = report.kernels[cols + ["name"]].assign(what="kernel")
     t = report.transfers
-    devices = k["device"].dropna().unique()
+    devices = column_codes(report.kernels, "device")[1]  # the distinct recorded devices
     if len(t):
         t = t[cols[1:] + ["kind"]].assign(device=t["device"], name=t["kind"]).rename(columns={"kind": "what"})
         if len(devices) == 1:

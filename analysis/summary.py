@@ -14,7 +14,7 @@ import pandas as pd
 from perfscope.device import DeviceSpec
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import column_codes, decode, factorize, map_codes
+from perfscope.schema import column_codes, decode, value_mask
 
 from .roofline import classify
 
@@ -25,9 +25,9 @@ def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Seri
     Ties go to the (key, value) pair seen first. Computed on integer codes (the table's codes of
     ``col``, the (key, value) pairs hashed once), so a 1M-kernel table costs milliseconds.
     """
-    if not kernels[col].notna().any():  # an unrecorded column (no ops in an nsys import): nothing to hash
-        return pd.Series(dtype="object")
     col_codes, col_uniques = column_codes(kernels, col)
+    if not len(col_uniques):  # an unrecorded column (no ops in an nsys import)
+        return pd.Series(dtype="object")
     valid = col_codes >= 0
     width = len(col_uniques)
     pair = key_codes[valid].astype(np.int64) * width + col_codes[valid]
@@ -123,7 +123,7 @@ def top_groups(kernels: pd.DataFrame, rows: np.ndarray, weights: np.ndarray | fl
     """The ``n`` :func:`group_key` names carrying the most weight (time, or 1 each) among the kernel
     rows at positions ``rows`` (a rule's subset of the report's table), heaviest first; ties go to
     the name the subset meets first. On the table's group codes, computed once."""
-    codes, names = memo(kernels, "group_codes", lambda: factorize(group_key(kernels)))
+    codes, names = group_codes(kernels)
     sub = codes[np.asarray(rows, dtype=np.int64)]
     w = np.broadcast_to(np.asarray(weights, dtype=np.float64), sub.shape)
     known = sub >= 0
@@ -141,22 +141,35 @@ def group_key(kernels: pd.DataFrame) -> pd.Series:
     """The name rules group kernels by: ``short_name`` (no template arguments), else ``name``.
 
     Computed once per table object (several rules group the report's kernels)."""
-    return memo(kernels, "group_key", lambda: _group_key(kernels)).copy()
+    codes, names = group_codes(kernels)
+    return pd.Series(decode(codes, names), index=kernels.index, name="short_name", dtype="object")
 
 
-def _group_key(kernels: pd.DataFrame) -> pd.Series:
-    # Per distinct value through codes: a 1M-kernel report has a few hundred names, and turning
-    # 1M Arrow-backed strings into Python objects one by one is what made this slow.
+def group_codes(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`group_key` as (codes, -1 where missing; the distinct names), computed once per table
+    object from the table's codes of ``short_name`` and ``name``, never hashing 1M strings."""
+    return memo(kernels, "group_codes", lambda: _group_codes(kernels))
+
+
+def _group_codes(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     degenerate = re.compile(DEGENERATE_SHORT_NAME)
     codes, names = column_codes(kernels, "short_name")
-    usable = map_codes(codes, names, lambda v: v is not None and degenerate.fullmatch(str(v)) is None).astype(bool)
-    out = np.full(len(kernels), None, dtype=object)
-    out[usable] = names[codes[usable]]
-    if not usable.all():
-        rest = np.flatnonzero(~usable)
-        full_codes, full_names = column_codes(kernels, "name")
-        out[rest] = decode(full_codes[rest], full_names)
-    return pd.Series(out, index=kernels.index, name="short_name", dtype="object")
+    usable = value_mask(kernels, "short_name", lambda v: v is not None and degenerate.fullmatch(str(v)) is None)
+    if usable.all():
+        return codes, names
+    full_codes, full_names = column_codes(kernels, "name")
+    # short names keep their codes; a full name takes the code of an equal short name, else a new one
+    offset = {name: i for i, name in enumerate(names)}
+    extra: list[object] = []
+    remap = np.empty(len(full_names) + 1, dtype=np.int64)
+    for j, name in enumerate(full_names):
+        if name not in offset:
+            offset[name] = len(names) + len(extra)
+            extra.append(name)
+        remap[j] = offset[name]
+    remap[-1] = -1  # a missing full name stays missing
+    combined = np.where(usable, codes, remap[full_codes])
+    return combined, np.concatenate([names, np.array(extra, dtype=object)])
 
 
 def is_cpu_report(report: Report) -> bool:
@@ -169,4 +182,4 @@ def _is_cpu_report(report: Report) -> bool:
     if dev is not None and dev.kind == "cpu":
         return True
     k = report.kernels
-    return bool(len(k)) and bool((k["device"] == "cpu").all())
+    return bool(len(k)) and bool(value_mask(k, "device", lambda d: d == "cpu").all())

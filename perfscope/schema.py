@@ -261,6 +261,23 @@ def column_codes(table: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarr
     return memo(table, f"schema:codes:{column}", lambda: factorize(table[column]))
 
 
+def value_mask(table: pd.DataFrame, column: str, predicate: Callable[[object], object]) -> np.ndarray:
+    """Per row of ``table``, ``bool(predicate(value))`` (None for a missing value), as a bool array:
+    ``predicate`` runs once per distinct value, on the table's memoized :func:`column_codes`, so
+    ``table[column] == x`` or ``.isin(...)`` over a 1M-row text column costs no hashing."""
+    codes, distinct = column_codes(table, column)
+    flags = np.array([bool(predicate(v)) for v in distinct] + [bool(predicate(None))], dtype=bool)
+    return flags[codes]  # code -1 (missing) takes the last flag
+
+
+def value_positions(table: pd.DataFrame, column: str) -> list[tuple[object, np.ndarray]]:
+    """(value, row positions) for each distinct non-missing value of ``table[column]``, values
+    sorted: ``groupby(column, sort=True)`` on the memoized :func:`column_codes`."""
+    codes, distinct = column_codes(table, column)
+    order = sorted(range(len(distinct)), key=lambda i: distinct[i])
+    return [(distinct[i], np.flatnonzero(codes == i)) for i in order]
+
+
 def decode(codes: np.ndarray, distinct: np.ndarray, missing: object = None) -> np.ndarray:
     """The object array of the values that :func:`factorize` codes stand for; ``missing`` where the
     code is -1."""

@@ -16,7 +16,7 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import map_distinct
+from perfscope.schema import column_codes, map_distinct, value_mask, value_positions
 
 from ..ranks import comm_mask
 from ._base import (
@@ -113,7 +113,7 @@ def _graph_launched(report: Report) -> pd.Series:
         graph_corr = calls.loc[is_graph, "correlation"]
         out |= k["correlation"].isin(graph_corr.to_numpy()).fillna(False).astype(bool)
     if "flops_source" in k:
-        out |= map_distinct(k["flops_source"], lambda s: isinstance(s, str) and s.startswith("graph-")).to_numpy(bool)
+        out |= value_mask(k, "flops_source", lambda s: isinstance(s, str) and s.startswith("graph-"))
     return out
 
 
@@ -246,11 +246,10 @@ def _device_idle(report: Report) -> tuple[list[DeviceIdle], np.ndarray]:
     gap_all = np.zeros(len(acts), np.int64)
     call_ends = np.append(launch_calls(report)["end_ns"].to_numpy(np.int64), 0)  # the last: for "no call" (-1)
     out = []
-    codes, devices = pd.factorize(acts["device"], sort=True)
     starts, stops = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
     correlation = acts["correlation"].to_numpy(np.float64, na_value=np.nan)
-    for i, device in enumerate(devices):
-        rows = np.flatnonzero(codes == i)  # numeric columns only: sorting the text columns of 1M rows costs seconds
+    for device, rows in value_positions(acts, "device"):
+        # numeric columns only: sorting the text columns of 1M rows costs seconds
         rows = rows[np.argsort(starts[rows], kind="stable")]
         s, e = starts[rows], stops[rows]
         ms, me = merge_intervals(s, e)
@@ -357,12 +356,10 @@ def short_kernels(report: Report) -> list[Finding]:
     in_graph = graph_launched(report)
     findings = []
     kernels = report.kernels
-    codes, devices = pd.factorize(kernels["device"], sort=True)
     all_dur = kernels["duration_ns"].to_numpy("float64")
     replayed_all = in_graph.to_numpy(bool)
     gap_all = activity_gaps(report)  # kernel rows of activity() keep the kernel positions
-    for i, device in enumerate(devices):
-        rows = np.flatnonzero(codes == i)  # positions, numeric columns only: no copy of the text columns
+    for device, rows in value_positions(kernels, "device"):  # positions: no copy of the text columns
         dur = pd.Series(all_dur[rows], index=rows)
         short = (dur < SHORT_KERNEL_NS).to_numpy()
         share = pct(float(short.sum()), float(len(rows)))
@@ -413,13 +410,13 @@ def launch_overhead(report: Report) -> list[Finding]:
     # kernels replayed from a graph share one launch call: only kernels launched one by one count
     keep = (call >= 0) & ~graph_launched(report).to_numpy(bool)
     # only the columns the finding reads: copying all of a 1M-row kernel table costs a second
-    matched = k.loc[keep, ["device", "start_ns", "duration_ns"]].assign(call=call[keep])
+    matched = k.loc[keep, ["start_ns", "duration_ns"]].assign(call=call[keep])
     mode = graph_mode(report)
     if not len(matched):
         return []
     findings = []
     idle = {i.device: i for i in device_idle(report)}
-    for device, m in matched.groupby(matched["device"], sort=True):
+    for device, m in _by_device(k, keep, matched):
         finding = _launch_finding(report, str(device), m, launch, idle.get(str(device)),
                                   mode if mode.is_graph_run else None)
         if finding is not None:
@@ -466,6 +463,15 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
                    at_stake, kernels=top_groups(report.kernels, m.index.to_numpy()))
 
 
+def _by_device(kernels: pd.DataFrame, keep: np.ndarray, kept: pd.DataFrame) -> list[tuple[object, pd.DataFrame]]:
+    """``kept`` (the rows of ``kernels`` where ``keep``) split by device, devices sorted, on the
+    kernel table's memoized device codes (grouping by 1M device strings hashes them again)."""
+    codes, devices = column_codes(kernels, "device")
+    sub = codes[keep]
+    parts = [(devices[i], kept[sub == i]) for i in sorted(range(len(devices)), key=lambda i: devices[i])]
+    return [(device, part) for device, part in parts if len(part)]
+
+
 # ---------------------------------------------------------------------------- streams
 def serialized_streams(report: Report) -> list[Finding]:
     """Kernels on several streams that mostly take turns instead of overlapping.
@@ -477,9 +483,9 @@ def serialized_streams(report: Report) -> list[Finding]:
     if not len(k) or is_cpu_report(report) or k["stream"].notna().sum() == 0:
         return []
     keep = ~comm_mask(k) & k["stream"].notna().to_numpy()
-    k = k.loc[keep, ["device", "stream", "start_ns", "end_ns", "duration_ns"]]  # no copy of the text columns
+    kept = k.loc[keep, ["stream", "start_ns", "end_ns", "duration_ns"]]  # no copy of the text columns
     findings = []
-    for device, kd in k.groupby(k["device"], sort=True):
+    for device, kd in _by_device(k, keep, kept):
         finding = _stream_finding(report, str(device), kd)
         if finding is not None:
             findings.append(finding)
