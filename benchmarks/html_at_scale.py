@@ -10,7 +10,8 @@ runs, in fresh processes, interleaved round by round:
 
 Prints the median wall time and CPU time (user + system of the child) of each and the share
 the HTML adds (goal: at most 20%), then the same share from the fastest run of each and the
-per-round shares. CPU time is the steadier figure on a shared machine.
+per-round shares. CPU time is the steadier figure on a shared machine. The two commands alternate
+which runs first from round to round, so that drift within a round cancels out.
 
 Usage::
 
@@ -59,8 +60,11 @@ def main() -> None:
             n = build(args.fixture, export, args.kernels)
             print(f"built {export}: {n:,} kernels from {args.fixture.name} ({export.stat().st_size / 2**20:.0f} MiB)")
         runs: dict[str, list[tuple[float, float]]] = {"no-html": [], "html": []}
-        for _ in range(args.repeat):
-            for mode, results in runs.items():
+        for i in range(args.repeat):
+            # the order alternates round by round, so that a machine slowing down or speeding up
+            # over a round (other tenants come and go) does not always land on the same side
+            for mode in ("no-html", "html") if i % 2 == 0 else ("html", "no-html"):
+                results = runs[mode]
                 out = work / f"{mode}.perfscope"
                 flag = ["--no-html"] if mode == "no-html" else []
                 results.append(_run(["import", str(export), "--out", str(out), "--force", *flag]))
