@@ -18,6 +18,8 @@ the ``timing`` column says which run a row's times come from.
 
 from __future__ import annotations
 
+import operator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -79,7 +81,7 @@ def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
     k = kernels[["start_ns", "end_ns", "duration_ns", "flops", "dram_bytes", "precision"]]
     steps = run_steps(report, profiled=profiled)
     timing = "unprofiled" if steps is report.steps_unprofiled and len(steps) else "profiled"
-    in_phase = {p: value_mask(kernels, "phase", lambda v, p=p: v == p) for p in PHASES}
+    in_phase = {p: value_mask(kernels, "phase", partial(operator.eq, p)) for p in PHASES}
     phases = [p for p in PHASES if in_phase[p].any() or (steps["phase"] == p).any()]
     rows = [_phase_row(report, p, k[in_phase[p]], steps) for p in phases]
     if not phases:

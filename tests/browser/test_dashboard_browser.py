@@ -73,7 +73,10 @@ def _pick_report(drv: Any, label_part: str) -> None:
     from selenium.webdriver.common.by import By
 
     drv.find_element(By.CSS_SELECTOR, "#report-picker").click()
-    option = _wait(drv, "#report-picker [role=option], .dash-dropdown-option, .Select-option", text=label_part)[0]
+    # dash 3+ renders options as [role=option] / .dash-dropdown-option; dash 2 (react-virtualized-select)
+    # as .VirtualizedSelectOption
+    option = _wait(drv, "#report-picker [role=option], .dash-dropdown-option, .Select-option, "
+                        ".VirtualizedSelectOption", text=label_part)[0]
     option.click()
 
 
