@@ -254,12 +254,13 @@ def _read_blocks(src: _Source, text: bytes, decode: Decode, take: Take) -> tuple
 
 
 def _open(path: Path) -> IO[bytes]:
-    fh = open(path, "rb")  # noqa: SIM115 -- the caller closes what this returns
-    if fh.read(2) == b"\x1f\x8b":
-        fh.seek(0)
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
-    fh.seek(0)
-    return fh
+    """``path`` for reading, gunzipped when it is gzip; the caller closes it (which closes the file
+    too: a ``GzipFile`` wrapped around an open file object would leave that file open)."""
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+    if gzipped:
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")  # noqa: SIM115 -- the caller closes what this returns
 
 
 def _read_head(src: _Source) -> bytes:
