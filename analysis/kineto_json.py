@@ -260,7 +260,7 @@ def _open(path: Path) -> IO[bytes]:
         gzipped = fh.read(2) == b"\x1f\x8b"
     if gzipped:
         return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")  # noqa: SIM115 -- the caller closes what this returns
+    return open(path, "rb")
 
 
 def _read_head(src: _Source) -> bytes:
