@@ -50,6 +50,29 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
+CPU_SIGNATURE_FIELDS = ("vendor_id", "cpu family", "model", "stepping", "flags")
+"""``/proc/cpuinfo`` fields that tell one CPU from another where the model name does not: a cloud VM
+reports ``AMD EPYC`` on Zen 3 and Zen 4 hosts alike, and moves between them."""
+
+
+def cpu_signature() -> str:
+    """What identifies this CPU beyond its model name (its family, model, stepping and feature
+    flags, and the CPUs the OS shows), so that cached roofs are measured again after a VM moves to
+    another host; the platform's processor string where ``/proc/cpuinfo`` is absent."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break  # the first processor's block describes them all
+            key, _, value = line.partition(":")
+            if key.strip() in CPU_SIGNATURE_FIELDS:
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    parts = [fields.get(k, "") for k in CPU_SIGNATURE_FIELDS] if fields else [platform.processor()]
+    return "|".join([*parts, str(os.cpu_count())])
+
+
 def _best_seconds(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:
     fn()
     sync()
@@ -154,6 +177,8 @@ def _cache_key(kind: str, name: str) -> str:
 
     threads = torch.get_num_threads() if kind == "cpu" else 0
     raw = f"{kind}|{name}|{threads}|{torch.__version__}|{platform.node()}"
+    if kind == "cpu":
+        raw += f"|{cpu_signature()}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

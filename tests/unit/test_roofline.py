@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -79,3 +81,27 @@ def test_aggregate_by_short_name():
                           dram_bytes=[1.0, 1.0, 1.0], duration_ns=[10, 20, 30], dtype=["float32"] * 3), DEV)
     agg = aggregate_by_name(df, DEV, key="short_name").set_index("name")
     assert agg.loc["a", "count"] == 2 and agg.loc["a", "flops"] == 3.0 and agg.loc["a", "duration_ns"] == 30
+
+
+def test_cached_cpu_roofs_are_measured_again_on_another_cpu(tmp_path, monkeypatch) -> None:
+    """A VM that moves to a host with another CPU keeps its model name ("AMD EPYC") and hostname;
+    its cached roofs must not be reused there."""
+    from perfscope.collectors import roofs
+
+    monkeypatch.setenv("PERFSCOPE_CACHE_DIR", str(tmp_path))
+    measured: list[str] = []
+
+    def measure() -> DeviceSpec:
+        measured.append(roofs.cpu_signature())
+        return DeviceSpec("AMD EPYC", "cpu", {"fp32": Roof(1e11, "measured", "test")},
+                          {"dram": Roof(3e10, "measured", "test")})
+
+    first = roofs.device_roofs("cpu", measure=measure)
+    assert "cached" not in first.properties
+    assert "cached" in roofs.device_roofs("cpu", measure=measure).properties  # same CPU: the cache
+    assert len(measured) == 1
+    signature = roofs.cpu_signature()
+    assert signature.endswith(f"|{os.cpu_count()}")
+    monkeypatch.setattr(roofs, "cpu_signature", lambda: signature.replace("|", "|other ", 1))
+    again = roofs.device_roofs("cpu", measure=measure)  # another host's CPU: measured again
+    assert "cached" not in again.properties and len(measured) == 2
