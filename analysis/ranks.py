@@ -30,7 +30,7 @@ import pandas as pd
 
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import column_codes, map_codes, text_of
+from perfscope.schema import column_codes, map_codes, text_of, value_mask
 
 from .costs import category_of
 from .intervals import covered_ns, merge_intervals
@@ -144,9 +144,8 @@ def comm_mask(kernels: pd.DataFrame) -> np.ndarray:
 def _comm_mask(kernels: pd.DataFrame) -> np.ndarray:
     if "category" not in kernels.columns:
         kernels = kernels.assign(category=None)
-    cat = kernels["category"].astype("object")
-    out = np.array((cat == "comm").to_numpy(dtype=bool), dtype=bool)  # a writable copy
-    missing = cat.isna().to_numpy()
+    out = value_mask(kernels, "category", lambda c: c == "comm")  # a fresh array: writable
+    missing = value_mask(kernels, "category", lambda c: c is None)
     if missing.any():
         # once per distinct name (hashing 1M long names twice, as unique() + map() do, costs seconds)
         codes, names = column_codes(kernels, "name")
