@@ -30,7 +30,7 @@ import pandas as pd
 
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import column_codes, map_codes, text_of, value_mask
+from perfscope.schema import column_codes, map_codes, text_of, value_mask, value_positions
 
 from .costs import category_of
 from .intervals import covered_ns, merge_intervals
@@ -179,16 +179,16 @@ def _copies_by_device(transfers: pd.DataFrame, devices: Sequence[str]) -> dict[s
 
 
 def _times(kernels: pd.DataFrame, transfers: pd.DataFrame) -> dict[str, float]:
-    devices = [str(d) for d in kernels["device"].dropna().unique()]
+    # per device on positions (the table's device codes): no copy of the kernel table, one
+    # collective mask for all devices
+    by_device = value_positions(kernels, "device")
+    devices = [str(d) for d, _ in by_device]
     copies = _copies_by_device(transfers, devices)
     empty = transfers.iloc[:0][["start_ns", "end_ns"]]
     totals = dict.fromkeys(("compute_ns", "comm_ns", "overlap_ns", "busy_ns", "span_ns"), 0.0)
-    # per device on positions: no copy of the kernel table, one collective mask for all devices
     comm = comm_mask(kernels)
     starts, ends = kernels["start_ns"].to_numpy("int64"), kernels["end_ns"].to_numpy("int64")
-    codes, uniques = pd.factorize(kernels["device"], sort=True)
-    for code, device in enumerate(uniques):
-        rows = np.flatnonzero(codes == code)
+    for device, rows in by_device:
         for key, value in _device_times(starts[rows], ends[rows], comm[rows],
                                         copies.get(str(device), empty)).items():
             totals[key] += value
