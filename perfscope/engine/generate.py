@@ -401,12 +401,29 @@ def compile_seconds(warmup_s: float | None, warm_s: float | None) -> float | Non
     return warmup_s - warm_s
 
 
+def cpu_inductor_options() -> dict[str, Any]:
+    """Inductor settings for compiled decode on the CPU.
+
+    By default inductor inlines the residual add and RMSNorm that feed a matrix-vector product into
+    the product's inner loop, so the normalised activation is recomputed once per weight row (4,096
+    times per layer for ``w13``, 32,000 times for the output head): four extra loads and three
+    multiplies per 16 weights. While memory is slow that work hides behind the weight stream; when
+    it is fast the kernel, not the memory, sets the pace. ``realize_opcount_threshold=0`` stores
+    such activations once (a few KB) so every product's loop is a load, a multiply and an add.
+    Measured in ``benchmarks/RESULTS.md`` (CPU compiled decode).
+    """
+    import torch._inductor.config as inductor_config
+
+    return {"realize_opcount_threshold": 0} if hasattr(inductor_config, "realize_opcount_threshold") else {}
+
+
 def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
     if not compile:
         return model
     model.ranges = False  # NVTX pushes would break the graph
-    mode = "reduce-overhead" if model.device.type == "cuda" else "default"
-    return torch.compile(model, mode=mode, fullgraph=True, dynamic=False)
+    if model.device.type == "cuda":
+        return torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    return torch.compile(model, fullgraph=True, dynamic=False, options=cpu_inductor_options())
 
 
 def run_params(model: Transformer, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingParams,

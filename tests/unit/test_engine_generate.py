@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from collections import Counter
 
@@ -150,3 +151,54 @@ def test_compiled_decode_matches_eager_and_compiles_once(tiny, prompts) -> None:
     assert [s.phase for s in again.steps] == [s.phase for s in eager.steps]
     decode = [s for s in again.steps if s.phase == "decode"]
     assert {s.context_len for s in decode} == {max(len(p) for p in prompts) + 8 - 1}  # the whole fixed cache
+
+
+def _row_product_loops(code: str) -> list[str]:
+    """Inner loops of inductor's C++ reductions that stream a weight row (``x1 + K*x0``): their bodies."""
+    bodies = []
+    for chunk in code.split("for(int64_t x1=")[1:]:
+        body = chunk.split("tmp_acc0_vec = tmp_acc0_vec +")[0]
+        if "tmp_acc0_vec" not in chunk or len(body) == len(chunk):
+            continue
+        if any(load.split(")")[0].endswith("*x0") for load in body.split("loadu(")[1:]):
+            bodies.append(body)
+    return bodies
+
+
+@pytest.mark.slow
+def test_compiled_cpu_decode_streams_each_weight_row_with_two_loads(monkeypatch) -> None:
+    """Compiled CPU decode: every matrix-vector loop loads a weight row and a stored activation,
+    nothing else. Inductor's default inlines the RMSNorm feeding wqkv, w13 and the head into that
+    loop (recomputed per weight row), which held decode to ~70% of a fast memory's bandwidth."""
+    from torch._inductor.utils import run_and_get_code
+
+    from perfscope.engine.model import SPLIT_MIN_WEIGHTS, ModelArgs, build_random
+
+    gen_mod = importlib.import_module("perfscope.engine.generate")  # the package exports a function of that name
+    # every matrix large enough for the engine's threaded matrix-vector path (the one inductor compiles)
+    args = ModelArgs.from_name("tiny", n_layer=1, dim=512, n_head=8, n_kv_head=4, head_dim=64,
+                               intermediate_size=1024, vocab_size=512)
+    model = build_random(args, seed=1)
+    assert min(p.numel() for p in model.parameters() if p.dim() == 2) >= SPLIT_MIN_WEIGHTS
+    n_slots = 16
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # the split path needs 2 threads; CI may have 1 core
+    model.setup_caches(1, n_slots)
+    inputs = (torch.tensor([[3]]), torch.tensor([7]), torch.tensor([[7]]),
+              (torch.arange(n_slots) <= 7).view(1, 1, 1, -1))
+
+    def product_loops(options: dict) -> list[str]:
+        monkeypatch.setattr(gen_mod, "cpu_inductor_options", lambda: options)
+        torch._dynamo.reset()
+        try:
+            with torch.inference_mode():
+                _, codes = run_and_get_code(gen_mod._decode_forward(model, True), *inputs)
+        finally:
+            torch._dynamo.reset()
+        return _row_product_loops("\n".join(codes))
+
+    n_matrices = 5  # wqkv, wo, w13, w2 and the output head
+    fixed = product_loops(gen_mod.cpu_inductor_options())
+    assert len(fixed) == n_matrices
+    assert all(body.count("loadu(") == 2 for body in fixed)
+    default = product_loops({})  # the check sees the problem it guards against
+    assert len(default) == n_matrices and max(body.count("loadu(") for body in default) > 2
