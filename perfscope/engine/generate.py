@@ -29,7 +29,7 @@ from torch import Tensor
 from perfscope.annotate import annotate
 from perfscope.errors import UnsupportedDeviceError, UsageError
 
-from .model import CONFIGS, ModelArgs, Transformer, build_random
+from .model import CONFIGS, ModelArgs, Transformer, build_random, out_of_vocab
 
 
 @dataclass(frozen=True)
@@ -339,7 +339,7 @@ def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: T
 def _check_prompts(prompts: list[list[int]], vocab: int, max_new_tokens: int, chunk: int | None) -> None:
     if not prompts or any(len(p) == 0 for p in prompts):
         raise UsageError("every request needs a prompt of at least one token")
-    bad = sorted({t for p in prompts for t in p if not 0 <= t < vocab})
+    bad = out_of_vocab(prompts, vocab)
     if bad:
         raise UsageError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
     if max_new_tokens < 1:

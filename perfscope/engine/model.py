@@ -13,6 +13,7 @@ a shared prefix are handled. Rope positions are per row ([B, S]) for the same re
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -333,6 +334,11 @@ class Transformer(nn.Module):
         """Bytes of K and V over all layers for ``batch`` rows of ``slots`` cache slots."""
         a = self.args
         return float(2 * a.n_layer * batch * a.n_kv_head * slots * a.head_dim * self.dtype.itemsize)
+
+
+def out_of_vocab(prompts: Iterable[Sequence[int]], vocab_size: int) -> list[int]:
+    """The token ids of ``prompts`` outside [0, vocab_size), sorted, each once."""
+    return sorted({t for p in prompts for t in p if not 0 <= t < vocab_size})
 
 
 def causal_mask(input_pos: Tensor, n_slots: int) -> Tensor:

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from perfscope.annotate import annotate
 from perfscope.errors import UsageError
 
-from .model import Linear, Transformer
+from .model import Linear, Transformer, out_of_vocab
 
 KV_DTYPES = ("auto", "int8", "fp8")
 POLICIES = ("continuous", "static")
@@ -397,8 +397,9 @@ def check_requests(requests: Sequence[LoadRequest], vocab_size: int) -> None:
             raise UsageError(f"request {r.request_id} needs a prompt and at least one output token")
         if not (math.isfinite(r.arrival_s) and r.arrival_s >= 0):
             raise UsageError(f"request {r.request_id} has arrival time {r.arrival_s}; arrivals must be >= 0")
-        if min(r.prompt) < 0 or max(r.prompt) >= vocab_size:
-            raise UsageError(f"request {r.request_id} has token ids outside the vocabulary [0, {vocab_size})")
+        bad = out_of_vocab([r.prompt], vocab_size)
+        if bad:
+            raise UsageError(f"request {r.request_id} has token ids {bad[:5]} outside the vocabulary [0, {vocab_size})")
 
 
 def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConfig = ServeConfig(),

@@ -319,3 +319,15 @@ def test_model_eos_from_checkpoint_config(tmp_path, tiny):
     assert model_eos("tiny", tiny) is None  # random weights: no EOS stop
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [2, 7]}')
     assert model_eos(str(tmp_path), tiny) == 2
+
+
+def test_bad_requests_are_refused_with_what_is_wrong():
+    from perfscope.engine.serving import check_requests
+
+    check_requests([LoadRequest(0, 0.0, (1, 2), 3)], vocab_size=10)
+    for reqs, message in (([], "no requests"),
+                          ([LoadRequest(4, 0.0, (1, 12, -1), 3)], r"request 4 has token ids \[-1, 12\] outside"),
+                          ([LoadRequest(5, 0.0, (), 3)], "request 5 needs a prompt"),
+                          ([LoadRequest(6, -1.0, (1,), 3)], "arrivals must be >= 0")):
+        with pytest.raises(UsageError, match=message):
+            check_requests(reqs, vocab_size=10)
