@@ -402,19 +402,20 @@ def compile_seconds(warmup_s: float | None, warm_s: float | None) -> float | Non
 
 
 def cpu_inductor_options() -> dict[str, Any]:
-    """Inductor settings for compiled decode on the CPU.
+    """Inductor settings for compiled decode on the CPU (A/B in ``benchmarks/RESULTS.md``).
 
-    By default inductor inlines the residual add and RMSNorm that feed a matrix-vector product into
-    the product's inner loop, so the normalised activation is recomputed once per weight row (4,096
-    times per layer for ``w13``, 32,000 times for the output head): four extra loads and three
-    multiplies per 16 weights. While memory is slow that work hides behind the weight stream; when
-    it is fast the kernel, not the memory, sets the pace. ``realize_opcount_threshold=0`` stores
-    such activations once (a few KB) so every product's loop is a load, a multiply and an add.
-    Measured in ``benchmarks/RESULTS.md`` (CPU compiled decode).
+    - ``realize_opcount_threshold=0``: by default inductor inlines pointwise producers into their
+      consumers' loops, e.g. the RMSNorm feeding ``w13`` into the product's inner loop (recomputed
+      once per weight row, 4,096 times) and the attention's scaling and masking into its
+      reductions. Storing each such activation once (a few KB) costs nothing measurable; without it
+      the explicitly written attention (see ``sdpa_attention``) made a step 24% slower.
+    - ``cpp_wrapper=True``: the per-step host code that launches the kernels is C++ instead of
+      Python (~5% of a step when memory is fast; a longer first compile).
     """
     import torch._inductor.config as inductor_config
 
-    return {"realize_opcount_threshold": 0} if hasattr(inductor_config, "realize_opcount_threshold") else {}
+    wanted = {"realize_opcount_threshold": 0, "cpp_wrapper": True}
+    return {key: value for key, value in wanted.items() if hasattr(inductor_config, key)}
 
 
 def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
