@@ -296,10 +296,16 @@ def _largest_gaps(report: Report, idle: DeviceIdle, origin_ns: int) -> tuple[dic
     return evidence, tuple(ranges)
 
 
-def _idle_advice(cpu: bool, host_wait_pct: float, graph: str | None = None) -> str:
+def _idle_advice(cpu: bool, host_wait_pct: float, graph: str | None = None, compiled: bool = False) -> str:
     if graph and not cpu and host_wait_pct >= HOST_WAIT_MAJORITY_PCT:
         return (f"The GPU waits for the CPU: in {host_wait_pct:.0f}% of the idle time the next launch call had "
                 "not returned when the GPU ran dry. " + graph)
+    if cpu and compiled:
+        return ("Decode is compiled (compile=True): its kernels run inside one compiled call per step, so the "
+                "time between operators is the host work around those calls: the guard check and launch code of "
+                "the compiled graph, per-token Python (sampling, bookkeeping) and the eager prefill's dispatch. "
+                "Move per-token work into the compiled step and keep the step's inputs static so that no guard "
+                "fails and nothing recompiles; the largest gaps below say where the rest is.")
     if cpu:
         return ("Time between operators is Python and framework overhead (dispatch, tensor bookkeeping, "
                 "the profiler's own cost). Fuse operator chains with torch.compile, give each operator more "
@@ -321,6 +327,7 @@ def gpu_idle(report: Report) -> list[Finding]:
     cpu = is_cpu_report(report)
     mode = graph_mode(report)
     graph = graph_advice(report, mode) if mode.is_graph_run else None
+    compiled_cpu = cpu and bool((report.params or {}).get("compile"))
     findings = []
     for idle in device_idle(report):
         share = pct(idle.idle_ns, idle.span_ns)
@@ -344,7 +351,7 @@ def gpu_idle(report: Report) -> list[Finding]:
                  f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
-            evidence, _idle_advice(cpu, host_pct, graph), idle.idle_ns, ranges=ranges))
+            evidence, _idle_advice(cpu, host_pct, graph, compiled_cpu), idle.idle_ns, ranges=ranges))
     return findings
 
 

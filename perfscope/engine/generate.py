@@ -414,8 +414,13 @@ def cpu_inductor_options() -> dict[str, Any]:
     """
     import torch._inductor.config as inductor_config
 
-    wanted = {"realize_opcount_threshold": 0, "cpp_wrapper": True}
-    return {key: value for key, value in wanted.items() if hasattr(inductor_config, key)}
+    wanted = {"realize_opcount_threshold": 0, "cpp_wrapper": True, "cpp.enable_kernel_profile": True}
+    return {key: value for key, value in wanted.items() if _has_setting(inductor_config, key)}
+
+
+def _has_setting(config: Any, dotted: str) -> bool:
+    head, _, rest = dotted.partition(".")
+    return hasattr(config, head) and (not rest or _has_setting(getattr(config, head), rest))
 
 
 def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:

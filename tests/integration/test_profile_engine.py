@@ -182,6 +182,26 @@ def test_small_model_decode_is_memory_bound_and_512_token_prefill_compute_bound(
     assert len(big) and (big["arith_intensity"] > ridge).all() and (big["bound"] == "compute").all()
 
 
+@pytest.mark.slow
+def test_compiled_cpu_decode_is_visible_in_the_profile(cpu_roofs):
+    """--compile on the CPU: the compiled decode step's kernels are operators of the profile (inductor's
+    kernel profiling), not time between operators, and the advice does not say to compile."""
+    r = profile_engine(EngineRun(model="tiny", batch=1, prompt_len=8, gen_len=6, device="cpu", compile=True),
+                       roofs=cpu_roofs)
+    assert r.params["compile"] is True
+    k = r.kernels
+    decode = k[k["phase"] == "decode"]
+    compiled = decode[decode["name"].str.contains("cpp_fused", regex=False)]
+    n_steps = int((r.steps["phase"] == "decode").sum())
+    assert n_steps == 5 and len(compiled) >= n_steps  # one compiled call (at least one kernel) per decode step
+    step_ns = float(r.steps.loc[r.steps["phase"] == "decode", "duration_ns"].sum())
+    assert 0 < compiled["duration_ns"].sum() < step_ns  # inside the steps
+    from perfscope.analysis.findings import run_rules
+
+    advice = [f.recommendation for f in run_rules(r) if f.id in ("time-outside-ops", "short-kernels")]
+    assert not any("Fuse operator chains with torch.compile" in a for a in advice)
+
+
 # --------------------------------------------------------------------------- CLI
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "perfscope", *args], cwd=cwd, capture_output=True, check=False,

@@ -83,6 +83,10 @@ def test_cpu_report_reports_time_outside_operators(load) -> None:
     span = merged[-1][1] - merged[0][0]
     assert f.evidence["idle_ns"] == span - sum(e - s for s, e in merged)
     assert "idle_waiting_for_launch_ns" not in f.evidence and "torch.compile" in f.recommendation
+    # a compiled run is not told to compile: the advice names the host work around the compiled calls
+    compiled = only(RULES["gpu-idle"](r.with_manifest(params={"compile": True})), "time-outside-ops")
+    assert compiled.evidence == f.evidence
+    assert "torch.compile" not in compiled.recommendation and "guard check" in compiled.recommendation
 
 
 # ---------------------------------------------------------------------------- short kernels
