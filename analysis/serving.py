@@ -3,8 +3,10 @@
 - TTFT: request arrival to its first token; TPOT: (E2E − TTFT) / (output tokens − 1), excluding
   the first token; ITL: gaps between consecutive tokens; E2E: arrival to last token.
 - Throughput: system (output tokens / makespan), user (1 / TPOT).
-- Per phase (prefill, decode): wall time from the engine's steps, FLOPs from the kernel table,
-  MFU = achieved FLOP/s ÷ the compute roof of the phase's dominant precision, MBU = bytes per
+- Per phase (prefill, decode): wall time from the engine's steps, FLOPs from the kernel table
+  (missing, not a partial sum, when kernels with a FLOP count cover under
+  :data:`FLOPS_MIN_COVERAGE` of the phase's kernel time: e.g. a compiled CPU step's fused
+  kernels), MFU = achieved FLOP/s ÷ the compute roof of the phase's dominant precision, MBU = bytes per
   second ÷ the DRAM roof. For engine reports the bytes are the model's (weights + KV cache read
   per step, ``mbu_source = "model"``); otherwise the kernels' compulsory bytes (``"kernels"``).
 
@@ -29,6 +31,9 @@ from perfscope.report import Report
 from perfscope.schema import value_mask
 
 from .tree import PHASES
+
+FLOPS_MIN_COVERAGE = 0.9
+"""Share of a phase's kernel time that kernels with known FLOPs must cover for its FLOPs and MFU."""
 
 PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
                  "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
@@ -97,6 +102,8 @@ def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFr
     if phase == "all":
         wall_s = float(k["end_ns"].max() - k["start_ns"].min()) / 1e9 if len(k) else float("nan")
     flops = float(k["flops"].sum(min_count=1)) if len(k) else float("nan")
+    if flops_coverage(k) < FLOPS_MIN_COVERAGE:
+        flops = float("nan")  # a partial sum would understate the phase's FLOPs without saying so
     nbytes = float(k["dram_bytes"].sum(min_count=1)) if len(k) else float("nan")
     steps = all_steps[all_steps["phase"] == phase]
     model_bytes = float((steps["weight_bytes"] + steps["kv_cache_bytes"]).sum(min_count=1)) if len(steps) else float("nan")
@@ -118,6 +125,15 @@ def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFr
         "mbu": achieved_b / bw if bw else float("nan"),
         "mbu_source": "model" if use_model else "kernels",
     }
+
+
+def flops_coverage(k: pd.DataFrame) -> float:
+    """Share of the kernel time of ``k`` spent in kernels whose FLOPs are known (NaN without time)."""
+    dur = k["duration_ns"].to_numpy("float64")
+    total = float(np.nansum(dur))
+    if not total > 0:
+        return float("nan")
+    return float(np.nansum(dur[k["flops"].notna().to_numpy()])) / total
 
 
 STATS = ("p50", "p90", "p99", "mean")

@@ -31,3 +31,27 @@ def test_imported_samples_name_their_fixture_not_a_local_path(sample_reports_dir
     for name in NAMES[1:]:
         src = Report.load(sample_reports_dir / name).manifest["source"]
         assert src["path"].startswith("shared/fixtures/")
+
+
+def test_phase_flops_are_missing_when_most_kernel_time_has_no_flop_count(sample_reports_dir):
+    """MFU is never a sum over part of a phase's kernels: under 90% of kernel time costed -> missing."""
+    import numpy as np
+
+    from perfscope.analysis.serving import FLOPS_MIN_COVERAGE, flops_coverage
+
+    r = Report.load(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope")
+    k = r.kernels
+    decode = (k["phase"] == "decode").to_numpy()
+    before = phase_summary(r).set_index("phase")
+    assert flops_coverage(k[decode]) >= FLOPS_MIN_COVERAGE and before.loc["decode", "mfu"] > 0
+    # drop the FLOP counts of the longest decode kernels until 20% of decode kernel time is uncosted
+    order = k.index[decode][np.argsort(-k.loc[decode, "duration_ns"].to_numpy())]
+    share = k.loc[order, "duration_ns"].cumsum() / k.loc[decode, "duration_ns"].sum()
+    dropped = order[: int((share < 0.2).sum()) + 1]
+    flops = k["flops"].copy()
+    flops[dropped] = np.nan
+    after = phase_summary(r.replace(kernels=k.assign(flops=flops))).set_index("phase")
+    assert flops_coverage(k[decode].assign(flops=flops[decode])) < FLOPS_MIN_COVERAGE
+    assert np.isnan(after.loc["decode", "flops"]) and np.isnan(after.loc["decode", "mfu"])
+    assert after.loc["decode", "mbu"] == before.loc["decode", "mbu"]  # the engine's bytes still count
+    assert after.loc["prefill", "mfu"] == before.loc["prefill", "mfu"]
