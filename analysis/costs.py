@@ -104,6 +104,9 @@ ATTENTION = frozenset({
     "_efficient_attention_forward", "_flash_attention_forward",
 })
 
+CATEGORIES = ("gemm", "attention", "comm", "memory", "view", "reduction", "norm", "softmax", "elementwise", "other")
+"""Every category :func:`category_of` returns (each has its own colour in the figures)."""
+
 CATEGORY_OF = {"gemm": ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv",
                         "dot", "_scaled_mm", "einsum", "conv2d", "convolution")}
 """Ops that run as GEMM kernels, priced or not (``_scaled_mm``, convolutions have no formula yet)."""

@@ -8,5 +8,6 @@ PHASE_SYMBOLS = {"prefill": "circle", "decode": "diamond", "draft": "triangle-up
 CATEGORY_COLORS = {
     "gemm": "#d62728", "attention": "#ff7f0e", "elementwise": "#1f77b4", "norm": "#17becf",
     "memory": "#7f7f7f", "comm": "#e377c2", "view": "#bcbd22", "other": "#8c564b",
+    "reduction": "#393b79", "softmax": "#ffbb78",
     "range": "#c7c7c7", "prefill": PHASE_COLORS["prefill"], "decode": PHASE_COLORS["decode"],
 }

@@ -207,3 +207,16 @@ def test_merged_points_respect_filters_exactly(hta: Report) -> None:
     uncapped = rd.roofline_points(hta, name_filter="elementwise", max_points=int(want.sum()) - 1)
     assert uncapped.points["count"].sum() == int(want.sum())
     assert uncapped.points["duration_ns"].sum() == pytest.approx(k.loc[want, "duration_ns"].sum())
+
+
+def test_every_kernel_category_has_its_own_colour() -> None:
+    """reduction and softmax once fell back to the colour of 'other' (three browns in one legend)."""
+    from perfscope.analysis.costs import CATEGORIES, category_of
+    from perfscope.dashboard.style import CATEGORY_COLORS
+
+    samples = [("mm", None), ("scaled_dot_product_attention", None), (None, "ncclKernel_AllReduce"),
+               ("copy_", None), ("view", None), ("sum", None), ("layer_norm", None), ("_softmax", None),
+               ("add", None), (None, "some_kernel")]
+    assert {category_of(op, name) for op, name in samples} == set(CATEGORIES)
+    colours = [CATEGORY_COLORS[c] for c in CATEGORIES]
+    assert len(set(colours)) == len(colours)
