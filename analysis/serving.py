@@ -3,12 +3,12 @@
 - TTFT: request arrival to its first token; TPOT: (E2E − TTFT) / (output tokens − 1), excluding
   the first token; ITL: gaps between consecutive tokens; E2E: arrival to last token.
 - Throughput: system (output tokens / makespan), user (1 / TPOT).
-- Per phase (prefill, decode): wall time from the engine's steps, FLOPs from the kernel table
-  (missing, not a partial sum, when kernels with a FLOP count cover under
-  :data:`FLOPS_MIN_COVERAGE` of the phase's kernel time: e.g. a compiled CPU step's fused
-  kernels), MFU = achieved FLOP/s ÷ the compute roof of the phase's dominant precision, MBU = bytes per
-  second ÷ the DRAM roof. For engine reports the bytes are the model's (weights + KV cache read
-  per step, ``mbu_source = "model"``); otherwise the kernels' compulsory bytes (``"kernels"``).
+- Per phase (prefill, decode): wall time from the engine's steps, MFU = achieved FLOP/s ÷ the
+  compute roof of the phase's dominant precision, MBU = bytes per second ÷ the DRAM roof. For
+  engine reports FLOPs and bytes are the model's, from its steps (matmuls and attention, analytic;
+  weights + KV cache read: ``mfu_source`` / ``mbu_source = "model"``); otherwise the kernels'
+  (``"kernels"``): their FLOPs are left missing, not summed from part of them, when kernels with a
+  FLOP count cover under :data:`FLOPS_MIN_COVERAGE` of the phase's kernel time.
 
 Headline and profiled: an engine report holds two runs of one workload. The headline figures
 (``profiled=False``, the default) come from the warm unprofiled run (``steps_unprofiled``,
@@ -36,8 +36,8 @@ FLOPS_MIN_COVERAGE = 0.9
 """Share of a phase's kernel time that kernels with known FLOPs must cover for its FLOPs and MFU."""
 
 PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
-                 "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
-                 "precision", "mfu", "mbu", "mbu_source", "timing"]
+                 "model_flops", "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
+                 "precision", "mfu", "mbu", "mfu_source", "mbu_source", "timing"]
 
 
 def has_unprofiled(report: Report) -> bool:
@@ -107,24 +107,36 @@ def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFr
     nbytes = float(k["dram_bytes"].sum(min_count=1)) if len(k) else float("nan")
     steps = all_steps[all_steps["phase"] == phase]
     model_bytes = float((steps["weight_bytes"] + steps["kv_cache_bytes"]).sum(min_count=1)) if len(steps) else float("nan")
+    model_flops = _model_flops(steps)
     precision = _dominant_precision(k) if len(k) else None
     peak = device.peak_flops(precision) if device else None
     bw = device.peak_bandwidth("dram") if device else None
-    achieved_f = flops / wall_s if wall_s and wall_s > 0 else float("nan")
+    use_model_flops = not np.isnan(model_flops)
+    achieved_f = (model_flops if use_model_flops else flops) / wall_s if wall_s and wall_s > 0 else float("nan")
     use_model = not np.isnan(model_bytes)
     moved = model_bytes if use_model else nbytes
     achieved_b = moved / wall_s if wall_s and wall_s > 0 else float("nan")
     return {
         "phase": phase, "steps": n_steps, "tokens": tokens, "wall_s": wall_s,
         "kernel_time_s": float(k["duration_ns"].sum()) / 1e9 if len(k) else 0.0,
-        "flops": flops, "dram_bytes": nbytes, "model_bytes": model_bytes,
+        "flops": flops, "dram_bytes": nbytes, "model_flops": model_flops, "model_bytes": model_bytes,
         "achieved_flops_per_s": achieved_f, "achieved_bytes_per_s": achieved_b,
         "tokens_per_s": tokens / wall_s if tokens and wall_s > 0 else float("nan"),
         "precision": precision,
         "mfu": achieved_f / peak if peak else float("nan"),
         "mbu": achieved_b / bw if bw else float("nan"),
+        "mfu_source": "model" if use_model_flops else "kernels",
         "mbu_source": "model" if use_model else "kernels",
     }
+
+
+def _model_flops(steps: pd.DataFrame) -> float:
+    """The phase's model FLOPs from its engine steps; NaN unless every step has them (older
+    reports, imports, speculative steps have none)."""
+    if not len(steps) or "flops" not in steps:
+        return float("nan")
+    values = pd.to_numeric(steps["flops"], errors="coerce")
+    return float(values.sum()) if values.notna().all() else float("nan")
 
 
 def flops_coverage(k: pd.DataFrame) -> float:

@@ -70,6 +70,7 @@ class StepRecord:
     kv_cache_size_bytes: float
     drafted: int | None = None
     accepted: int | None = None
+    flops: float | None = None  # model FLOPs of the step (Transformer.step_flops); None where not derived
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ class _Recorder:
         m = self.model
         return self.add(start, phase=phase, batch=batch, tokens=tokens, context_len=ctx,
                         weight_bytes=m.weight_bytes_read(batch * width), kv_cache_bytes=m.kv_bytes(batch, ctx),
-                        kv_cache_size_bytes=m.kv_bytes(rows_in_use, ctx))
+                        kv_cache_size_bytes=m.kv_bytes(rows_in_use, ctx), flops=m.step_flops(batch, width, ctx))
 
     def add(self, start: int, **fields: Any) -> int:
         """Close a step begun at mark ``start`` with these :class:`StepRecord` fields; its end mark."""

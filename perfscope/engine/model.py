@@ -273,6 +273,7 @@ class Transformer(nn.Module):
         self.rope_cos: Tensor | None = None
         self.rope_sin: Tensor | None = None
         self._param_bytes: int | None = None
+        self._linear_weights: int | None = None
         self.tokenizer: Any = None  # a GGUF model's tokenizer (gguf_model.GGUFTokenizer); None otherwise
 
     def attentions(self) -> list[Attention]:
@@ -334,6 +335,17 @@ class Transformer(nn.Module):
         table = emb.numel() * emb.element_size()
         read_table = table if self.args.tie_embeddings else 0  # the tied table is read by the output head
         return float(total - table + read_table + n_tokens * emb.shape[1] * emb.element_size())
+
+    def step_flops(self, rows: int, width: int, context: int, last_only: bool = True) -> float:
+        """Model FLOPs of one forward over ``rows`` x ``width`` token slots attending ``context`` slots:
+        every linear's 2 x weights per token (the output head only for each row's last token when
+        ``last_only``), and attention's QK^T and PV over the mask's width."""
+        if self._linear_weights is None:
+            self._linear_weights = sum(m.weight.numel() for m in self.modules() if isinstance(m, Linear))
+        a, head = self.args, self.output.weight.numel()
+        tokens = rows * width
+        matmul = 2.0 * ((self._linear_weights - head) * tokens + head * (rows if last_only else tokens))
+        return matmul + 4.0 * a.n_layer * a.n_head * a.head_dim * tokens * context
 
     def kv_bytes(self, batch: int, slots: int) -> float:
         """Bytes of K and V over all layers for ``batch`` rows of ``slots`` cache slots."""

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from perfscope.annotate import annotate
 from perfscope.errors import UsageError
 
-from .model import Linear, Transformer, out_of_vocab
+from .model import Transformer, out_of_vocab
 
 KV_DTYPES = ("auto", "int8", "fp8")
 POLICIES = ("continuous", "static")
@@ -292,8 +292,6 @@ class SlotEngine:
         for attn, cache in zip(model.attentions(), self.caches):
             attn.kv_cache = cache  # type: ignore[assignment]
         self._per_pos = kv_bytes_per_position(model, kv_dtype)
-        self._linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, Linear))
-        self._head = model.output.weight.numel()
 
     def __enter__(self) -> SlotEngine:
         return self
@@ -310,13 +308,9 @@ class SlotEngine:
         return self._per_pos * positions
 
     def cost(self, rows: int, width: int, context: int, last_only: bool) -> StepCost:
-        a = self.model.args
-        tokens = rows * width
-        head_rows = rows if last_only else tokens
-        matmul = 2.0 * ((self._linear - self._head) * tokens + self._head * head_rows)
-        attention = 4.0 * a.n_layer * a.n_head * a.head_dim * tokens * context  # QK^T and PV over the mask's width
-        return StepCost(weight_bytes=self.model.weight_bytes_read(tokens),
-                        kv_cache_bytes=self.kv_bytes(rows * context), flops=matmul + attention)
+        return StepCost(weight_bytes=self.model.weight_bytes_read(rows * width),
+                        kv_cache_bytes=self.kv_bytes(rows * context),
+                        flops=self.model.step_flops(rows, width, context, last_only))
 
     def move(self, src: int, dst: int, length: int) -> None:
         for cache in self.caches:

@@ -65,6 +65,14 @@ def test_requests_and_serving_metrics(tiny_report):
     assert phases.loc["prefill", "tokens"] == 32 and phases.loc["decode", "tokens"] == 10
     assert phases.loc["decode", "mbu_source"] == "model"
     assert 0 < phases.loc["decode", "mbu"] and 0 < phases.loc["prefill", "mfu"]
+    # MFU from the model's FLOPs (the steps'), like MBU from its bytes
+    steps = tiny_report.steps_unprofiled
+    for phase in ("prefill", "decode"):
+        row = phases.loc[phase]
+        assert row["mfu_source"] == "model"
+        assert row["model_flops"] == steps.loc[steps["phase"] == phase, "flops"].sum() > 0
+        peak = tiny_report.device.peak_flops(row["precision"])
+        assert row["mfu"] == pytest.approx(row["model_flops"] / row["wall_s"] / peak)
     summary = request_summary(tiny_report)
     assert summary["requests"] == 2 and summary["output_tokens"] == 12
 
@@ -200,6 +208,8 @@ def test_compiled_cpu_decode_is_visible_in_the_profile(cpu_roofs):
 
     advice = [f.recommendation for f in run_rules(r) if f.id in ("time-outside-ops", "short-kernels")]
     assert not any("Fuse operator chains with torch.compile" in a for a in advice)
+    decode_phase = phase_summary(r).set_index("phase").loc["decode"]  # the fused kernels carry no FLOPs ...
+    assert decode_phase["mfu_source"] == "model" and decode_phase["mfu"] > 0  # ... the engine's steps do
 
 
 # --------------------------------------------------------------------------- CLI

@@ -208,3 +208,23 @@ def test_compiled_cpu_decode_streams_each_weight_row_with_two_loads(monkeypatch)
     assert "scaled_dot_product" not in code
     default = _row_product_loops(generated({}), widths)  # the check sees the problem it guards against
     assert len(default) == n_matrices and max(body.count("loadu(") for body in default) > 2
+
+
+def test_step_flops_equal_2mnk_of_every_matrix_plus_attention(tiny, prompts) -> None:
+    """Each step's model FLOPs, checked against the tiny model's shapes written out by hand."""
+    a = tiny.args
+    assert (a.dim, a.n_head, a.n_kv_head, a.head_dim, a.intermediate_size, a.vocab_size, a.n_layer) == \
+        (64, 4, 2, 16, 128, 512, 2)
+    per_layer = 2 * (64 * (4 + 2 * 2) * 16 + 64 * 64 + 64 * 2 * 128 + 128 * 64)  # wqkv, wo, w13, w2
+    head = 2 * 64 * 512
+
+    def expected(rows: int, width: int, ctx: int) -> float:
+        tokens = rows * width
+        return a.n_layer * per_layer * tokens + head * rows + 4 * a.n_layer * 4 * 16 * tokens * ctx
+
+    result = generate(tiny, prompts, 5)
+    decode = [s for s in result.steps if s.phase == "decode"]
+    prefill = [s for s in result.steps if s.phase == "prefill"]
+    assert decode and all(s.flops == expected(2, 1, s.context_len) for s in decode)
+    width = max(len(p) for p in prompts)  # one prefill step over the left-padded prompts
+    assert len(prefill) == 1 and prefill[0].flops == expected(2, width, width)
