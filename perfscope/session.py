@@ -284,15 +284,19 @@ def _relative_steps(steps: Sequence[Any]) -> pd.DataFrame:
 
 def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
                    passes_s: Sequence[float], warmup_s: float) -> Report:
+    from perfscope.analysis.compiled_steps import cost_compiled_steps
     from perfscope.analysis.finish import finish
     from perfscope.analysis.kineto import import_kineto
+    from perfscope.analysis.roofline import precision_of
 
     imported = import_kineto(capture.trace_path, device=spec)
     warnings = imported.warnings + list(capture.warnings)
     steps, note = align_steps(result.steps, imported.tables["ranges"], own_clock=run.device.startswith("cuda"))
     if note:
         warnings.append(note)
-    tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests])}
+    tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests]),
+              "kernels": (cost_compiled_steps(imported.tables["kernels"], steps, precision_of(result.params.get("dtype")))
+                          if result.params.get("decode_matmuls_in_kernels") else imported.tables["kernels"])}
     if base is not None:
         tables["steps_unprofiled"] = _relative_steps(base.steps)
         tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])

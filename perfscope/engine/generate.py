@@ -29,7 +29,7 @@ from torch import Tensor
 from perfscope.annotate import annotate
 from perfscope.errors import UnsupportedDeviceError, UsageError
 
-from .model import CONFIGS, ModelArgs, Transformer, build_random, out_of_vocab
+from .model import CONFIGS, Linear, ModelArgs, Transformer, build_random, out_of_vocab
 
 
 @dataclass(frozen=True)
@@ -424,6 +424,14 @@ def _has_setting(config: Any, dotted: str) -> bool:
     return hasattr(config, head) and (not rest or _has_setting(getattr(config, head), rest))
 
 
+def decode_matmuls_in_kernels(model: Transformer, batch: int) -> bool:
+    """Whether compiled decode runs every matrix product of a step inside inductor's generated CPU
+    code (all linears take the threaded split, which inductor lowers to its own loops), so that the
+    profiled kernels of a step hold all of its model work (see ``analysis.compiled_steps``)."""
+    return model.device.type == "cpu" and all(
+        m.threaded(batch, model.device.type) for m in model.modules() if isinstance(m, Linear))
+
+
 def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
     if not compile:
         return model
@@ -485,7 +493,8 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
     wall_s = (time.perf_counter_ns() - rec.start_ns) / 1e9
     params = run_params(model, prompts, max_new_tokens, sampling, chunked_prefill=chunked_prefill,
                         prefix_cache=prefix_cache, prefix_tokens=prefix, compile=compile,
-                        stop_ids=list(stop_ids) if stop_ids else None)
+                        stop_ids=list(stop_ids) if stop_ids else None,
+                        decode_matmuls_in_kernels=compile and decode_matmuls_in_kernels(model, len(prompts)))
     return GenerationResult(prompt_ids=[list(p) for p in prompts], generated_ids=generated, steps=steps,
                             requests=request_records(prompts, [mark_ns[t] for t in (t_first, *times)],
                                                      rec.start_ns, [len(g) for g in generated]),

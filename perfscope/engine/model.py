@@ -135,12 +135,18 @@ class Linear(nn.Linear):
 
     n_split: int = 1
 
+    def threaded(self, rows: int, device_type: str) -> bool:
+        """Whether ``rows`` rows take the per-thread split (else ``F.linear``: BLAS, an extern call
+        under inductor; the split's ``bmm`` is decomposed into inductor's own loops)."""
+        n_split = self.n_split
+        return (n_split >= 2 and rows <= SPLIT_MAX_ROWS and not self.out_features % n_split
+                and self.weight.numel() >= SPLIT_MIN_WEIGHTS and device_type == "cpu")
+
     def forward(self, x: Tensor) -> Tensor:
         rows = x.numel() // self.in_features
-        n_split = self.n_split
-        if (n_split < 2 or rows > SPLIT_MAX_ROWS or self.out_features % n_split
-                or self.weight.numel() < SPLIT_MIN_WEIGHTS or x.device.type != "cpu"):
+        if not self.threaded(rows, x.device.type):
             return F.linear(x, self.weight, self.bias)
+        n_split = self.n_split
         w = self.weight.view(n_split, self.out_features // n_split, self.in_features).transpose(1, 2)
         y = torch.matmul(x.reshape(rows, self.in_features), w)  # [P, rows, out/P] (broadcast bmm)
         y = y.transpose(0, 1).reshape(*x.shape[:-1], self.out_features)  # a view when rows == 1

@@ -210,6 +210,35 @@ def test_compiled_cpu_decode_is_visible_in_the_profile(cpu_roofs):
     assert not any("Fuse operator chains with torch.compile" in a for a in advice)
     decode_phase = phase_summary(r).set_index("phase").loc["decode"]  # the fused kernels carry no FLOPs ...
     assert decode_phase["mfu_source"] == "model" and decode_phase["mfu"] > 0  # ... the engine's steps do
+    # the tiny model's matrices take inductor's extern BLAS calls between several kernels per step:
+    # the step's work is not all in its kernels, so they stay uncosted
+    assert compiled["flops"].isna().all()
+
+
+@pytest.mark.slow
+def test_a_step_compiled_into_one_kernel_takes_the_steps_model_cost(cpu_roofs, monkeypatch):
+    """Matrices large enough for the engine's threaded matrix-vector path compile, with the rest of
+    the step, into one inductor kernel per decode step: that kernel gets the step's 2·M·N·K-based
+    FLOPs and weight + KV bytes (flops_source engine-step) and a place on the roofline."""
+    import torch
+
+    from perfscope.engine.model import ModelArgs, build_random
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # the threaded path needs 2 threads
+    args = ModelArgs.from_name("tiny", n_layer=1, dim=512, n_head=8, n_kv_head=4, head_dim=64,
+                               intermediate_size=1024, vocab_size=512)
+    r = profile_engine(EngineRun(model="tiny", batch=1, prompt_len=8, gen_len=6, device="cpu", compile=True),
+                       roofs=cpu_roofs, model=build_random(args, seed=1))
+    steps = r.steps[r.steps["phase"] == "decode"]
+    k = r.kernels
+    costed = k[k["flops_source"] == "engine-step"].sort_values("start_ns")
+    assert len(costed) == len(steps) == 5  # one kernel per decode step, each costed
+    assert costed["flops"].tolist() == steps["flops"].tolist()
+    assert costed["dram_bytes"].tolist() == (steps["weight_bytes"] + steps["kv_cache_bytes"]).tolist()
+    assert (costed["bytes_source"] == "engine-step").all() and (costed["precision"] == "fp32").all()
+    assert (costed["bound"] == "memory").all() and (costed["pct_of_roof"] > 0).all()
+    per_token = 2 * (512 * 1024 + 512 * 512 + 512 * 2048 + 1024 * 512 + 512 * 512)  # wqkv, wo, w13, w2, head
+    assert (costed["flops"] == per_token + 4 * 8 * 64 * steps["context_len"].to_numpy()).all()
 
 
 # --------------------------------------------------------------------------- CLI
