@@ -16,7 +16,7 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import column_codes, map_distinct, value_mask, value_positions
+from perfscope.schema import map_distinct, value_mask, value_positions
 
 from ..ranks import comm_mask
 from ._base import (
@@ -471,12 +471,11 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
 
 
 def _by_device(kernels: pd.DataFrame, keep: np.ndarray, kept: pd.DataFrame) -> list[tuple[object, pd.DataFrame]]:
-    """``kept`` (the rows of ``kernels`` where ``keep``) split by device, devices sorted, on the
-    kernel table's memoized device codes (grouping by 1M device strings hashes them again)."""
-    codes, devices = column_codes(kernels, "device")
-    sub = codes[keep]
-    parts = [(devices[i], kept[sub == i]) for i in sorted(range(len(devices)), key=lambda i: devices[i])]
-    return [(device, part) for device, part in parts if len(part)]
+    """``kept`` (the rows of ``kernels`` where ``keep``) split by device, devices sorted, through
+    :func:`value_positions` (grouping by 1M device strings hashes them again)."""
+    kept_at = np.cumsum(keep) - 1  # each kernel row's position in ``kept``
+    parts = [(device, rows[keep[rows]]) for device, rows in value_positions(kernels, "device")]
+    return [(device, kept.iloc[kept_at[rows]]) for device, rows in parts if len(rows)]
 
 
 # ---------------------------------------------------------------------------- streams
