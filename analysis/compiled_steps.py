@@ -45,20 +45,23 @@ def cost_compiled_steps(kernels: pd.DataFrame, steps: pd.DataFrame, precision: s
     compiled = compiled_kernels(kernels["name"]) & kernels["flops"].isna().to_numpy()
     if not compiled.any():
         return kernels
+    steps = steps.sort_values("start_ns", kind="stable")
+    step_start, step_end = steps["start_ns"].to_numpy("int64"), steps["end_ns"].to_numpy("int64")
     start = kernels["start_ns"].to_numpy("int64")
+    step_of = np.searchsorted(step_start, start, side="right") - 1  # the step a kernel starts in (-1: none)
+    step_of[(step_of < 0) | (start >= step_end[np.maximum(step_of, 0)])] = -1
+    in_step = step_of >= 0
     gemm = (kernels["category"].astype("string") == "gemm").fillna(False).to_numpy(bool)
-    rows, flops, nbytes = [], [], []
-    for step in steps.itertuples(index=False):
-        in_step = (start >= step.start_ns) & (start < step.end_ns)
-        mine = np.flatnonzero(in_step & compiled)
-        cost = float(step.flops) if step.flops is not None else float("nan")
-        moved = float(step.weight_bytes) + float(step.kv_cache_bytes)
-        if len(mine) != 1 or gemm[in_step].any() or not np.isfinite(cost) or not np.isfinite(moved):
-            continue
-        rows.append(int(mine[0]))
-        flops.append(cost)
-        nbytes.append(moved)
-    if not rows:
+    n = len(steps)
+    cost = pd.to_numeric(steps["flops"], errors="coerce").to_numpy("float64")
+    moved = (pd.to_numeric(steps["weight_bytes"], errors="coerce")
+             + pd.to_numeric(steps["kv_cache_bytes"], errors="coerce")).to_numpy("float64")
+    # a step qualifies with exactly one compiled kernel, no GEMM operator beside it, and a known cost
+    qualifies = ((np.bincount(step_of[compiled & in_step], minlength=n) == 1)
+                 & (np.bincount(step_of[gemm & in_step], minlength=n) == 0) & np.isfinite(cost) & np.isfinite(moved))
+    rows = np.flatnonzero(compiled & in_step & qualifies[np.maximum(step_of, 0)])
+    flops, nbytes = cost[step_of[rows]], moved[step_of[rows]]
+    if not len(rows):
         return kernels
     out = kernels.copy()
     at = out.index[rows]

@@ -412,6 +412,8 @@ def cpu_inductor_options() -> dict[str, Any]:
       the explicitly written attention (see ``sdpa_attention``) made a step 24% slower.
     - ``cpp_wrapper=True``: the per-step host code that launches the kernels is C++ instead of
       Python (~5% of a step when memory is fast; a longer first compile).
+    - ``cpp.enable_kernel_profile=True``: each kernel is a range in torch.profiler traces, so a
+      profile shows the compiled step's kernels instead of time between operators.
     """
     import torch._inductor.config as inductor_config
 
@@ -428,8 +430,7 @@ def decode_matmuls_in_kernels(model: Transformer, batch: int) -> bool:
     """Whether compiled decode runs every matrix product of a step inside inductor's generated CPU
     code (all linears take the threaded split, which inductor lowers to its own loops), so that the
     profiled kernels of a step hold all of its model work (see ``analysis.compiled_steps``)."""
-    return model.device.type == "cpu" and all(
-        m.threaded(batch, model.device.type) for m in model.modules() if isinstance(m, Linear))
+    return all(m.threaded(batch, model.device.type) for m in model.modules() if isinstance(m, Linear))
 
 
 def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
