@@ -20,7 +20,7 @@ from perfscope.report import Report
 
 from ..serving import run_steps
 from ._base import Finding, info, merge_intervals, pct, ranked
-from .timeline import SHORT_KERNEL_NS, graph_advice, graph_mode
+from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 
 DECODE_MBU_LOW_PCT = 50.0
 """Decode MBU that makes a finding. Serving engines reach 60-90% of HBM bandwidth on decode
@@ -107,12 +107,22 @@ def decode_mbu(report: Report) -> list[Finding]:
     graph = graph_advice(report, mode) if mode.is_graph_run else None
     if graph:
         evidence.update(mode.evidence())
-    return [ranked(report, "decode-mbu", title, evidence,
-                    _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph), at_stake, ranges=("decode",))]
+    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, compiled_cpu_run(report))
+    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",))]
 
 
-def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None) -> str:
-    if graph is not None:
+def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None,
+                   compiled_cpu: bool = False) -> str:
+    if compiled_cpu and floor_ns < ops_per_step * SHORT_KERNEL_NS:
+        head = (f"Decode is already compiled (compile=True), and the step's bandwidth floor ({duration(floor_ns)}) "
+                "is still shorter than the fixed host cost of a step (the compiled call's guard check and launch "
+                "code, per-token Python such as sampling): the model is too small for this CPU and that overhead "
+                "sets the step time. Keep per-token work inside the compiled step.")
+    elif compiled_cpu:
+        head = ("Decode is already compiled (compile=True): its kernels read the weights below the bandwidth "
+                "roof. Check that every core works (torch.get_num_threads(), no other busy process) and the "
+                "compiled kernels against the roof (memory-below-roof).")
+    elif graph is not None:
         head = ((f"Kernels run only {cover:.0f}% of each decode step. " if cover < KERNEL_COVER_LOW_PCT else
                  "The decode kernels themselves read memory slowly: use fused decode attention and GEMV "
                  "kernels tuned for small batches. ") + graph)

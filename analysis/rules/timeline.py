@@ -160,6 +160,12 @@ def largest_below_roof(report: Report, n: int = 3) -> str:
                      for name, r in tot.iterrows())
 
 
+def compiled_cpu_run(report: Report) -> bool:
+    """A CPU run whose decode step is compiled (compile=True): its kernels run inside one compiled call
+    per step, so advice to compile does not apply."""
+    return is_cpu_report(report) and bool((report.params or {}).get("compile"))
+
+
 def graph_advice(report: Report, mode: GraphMode) -> str:
     """What to do about overhead in a run that already replays CUDA graphs."""
     gaps = ""
@@ -327,7 +333,7 @@ def gpu_idle(report: Report) -> list[Finding]:
     cpu = is_cpu_report(report)
     mode = graph_mode(report)
     graph = graph_advice(report, mode) if mode.is_graph_run else None
-    compiled_cpu = cpu and bool((report.params or {}).get("compile"))
+    compiled_cpu = compiled_cpu_run(report)
     findings = []
     for idle in device_idle(report):
         share = pct(idle.idle_ns, idle.span_ns)

@@ -69,6 +69,18 @@ def test_decode_mbu_equals_steps_over_the_dram_roof(runs, run: str) -> None:
         assert f.evidence["batch"] == int(run[1:]) and f.ranges == ("decode",)
 
 
+def test_decode_mbu_advice_knows_a_compiled_cpu_run(runs) -> None:
+    """The tiny model's decode is launch-bound (its floor is microseconds): eager runs are told to compile;
+    the same run marked compiled is told it already is, and what is left."""
+    r = runs["b1"]
+    eager = F.RULES["decode-mbu"](r)
+    assert len(eager) == 1 and "compile it (torch.compile)" in eager[0].recommendation
+    compiled = F.RULES["decode-mbu"](r.with_manifest(params={**r.params, "compile": True}))
+    assert len(compiled) == 1 and compiled[0].evidence == eager[0].evidence
+    advice = compiled[0].recommendation
+    assert "already compiled" in advice and "compile it" not in advice and "CUDA graph" not in advice
+
+
 def test_batch_16_reads_more_per_step_for_sixteen_times_the_tokens(runs) -> None:
     b1, b16 = decode(runs["b1"]), decode(runs["b16"])
     per_step = lambda s: float((s["weight_bytes"] + s["kv_cache_bytes"]).mean())
