@@ -211,8 +211,15 @@ def test_compiled_cpu_decode_is_visible_in_the_profile(cpu_roofs):
     decode_phase = phase_summary(r).set_index("phase").loc["decode"]  # the fused kernels carry no FLOPs ...
     assert decode_phase["mfu_source"] == "model" and decode_phase["mfu"] > 0  # ... the engine's steps do
     # the tiny model's matrices take inductor's extern BLAS calls between several kernels per step:
-    # the step's work is not all in its kernels, so they stay uncosted
+    # the step's work is not all in its kernels, so they stay uncosted ...
     assert compiled["flops"].isna().all()
+    # ... and each BLAS call is an aten::mm with its shapes (the Python wrapper: no cpp_wrapper on this
+    # path), costed 2·M·N·K: per step, the 9 products of 2 layers (wqkv, wo, w13, w2) and the head
+    mm = decode[decode["name"] == "aten::mm"]
+    assert len(mm) >= 9 * n_steps and (mm["flops_source"] == "analytic").all()
+    per_token = 2 * 2 * (64 * (4 + 2 * 2) * 16 + 64 * 64 + 64 * 2 * 128 + 128 * 64) + 2 * 64 * 512
+    in_steps = mm[mm["start_ns"] >= r.steps.loc[r.steps["phase"] == "decode", "start_ns"].min()]
+    assert in_steps["flops"].sum() == pytest.approx(per_token * n_steps)
 
 
 @pytest.mark.slow
