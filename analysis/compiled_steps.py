@@ -11,8 +11,9 @@ step's model FLOPs (``steps.flops``: every matrix's 2·M·N·K per token plus at
 model's precision.
 
 Otherwise the kernels keep NaN costs: when some products take the BLAS path, inductor calls them
-as extern functions the profiler does not show, between several kernels, so the step's work is not
-all in its kernels, and splitting it among them by time would only restate their durations.
+between several kernels (each an ``aten::mm`` operator with shapes, costed like an eager one), so
+the step's work is not all in its kernels, and splitting the rest among them by time would only
+restate their durations.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Compiled CPU decode with and without inductor's C++ wrapper (``cpp_wrapper``), in one process.
 
-``cpu_inductor_options`` turns the C++ wrapper on only where inductor's own loops do the matrix
-products (the engine's threaded matrix-vector split, batch <= 16 with large matrices); where the
-products are extern BLAS calls it stays off. This measures that choice: two copies of the same
-model, one compiled each way, called alternately (median of ``--calls`` calls per variant per
+``cpu_inductor_options`` leaves the C++ wrapper off; this measures that choice, both where
+inductor's own loops do the matrix products (``path=threaded``: the engine's matrix-vector split,
+batch <= 16 with large matrices) and where they are extern BLAS calls (``path=blas``). Two copies
+of the same model, one compiled each way, called alternately (median of ``--calls`` calls per variant per
 round, the order reversed every other round, the weight copies exchanged every round so that where
 a copy lies in memory cancels out). It also prints which op names a profile sees for the products:
 ``aten::mm`` (with shapes, costed 2·M·N·K) or ``aoti_torch_cpu_mm_out`` (no shapes).
@@ -56,9 +56,10 @@ def main() -> None:
         model.ranges = False
     path = "threaded" if decode_matmuls_in_kernels(with_cw, opts.batch) else "blas"
     steps = {
-        "with": torch.compile(with_cw, fullgraph=True, dynamic=False, options=cpu_inductor_options(cpp_wrapper=True)),
+        "with": torch.compile(with_cw, fullgraph=True, dynamic=False,
+                              options={**cpu_inductor_options(), "cpp_wrapper": True}),
         "without": torch.compile(without, fullgraph=True, dynamic=False,
-                                 options=cpu_inductor_options(cpp_wrapper=False)),
+                                 options=cpu_inductor_options()),
     }
     b = opts.batch
     inputs = (torch.full((b, 1), 5), torch.tensor([150]), torch.full((b, 1), 150),

@@ -18,6 +18,7 @@ from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import map_distinct, value_mask, value_positions
 
+from ..compiled_steps import compiled_kernels
 from ..ranks import comm_mask
 from ._base import (
     Finding,
@@ -397,7 +398,9 @@ def short_kernels(report: Report) -> list[Finding]:
                   "Kernels this short cost more to launch (5-20 µs of CPU each) than to run. Fuse them "
                   "(torch.compile, fused norms/activations, foreach ops), capture repeated sequences in CUDA "
                   "graphs, and avoid tiny tensor ops (scalar math, per-element indexing) in the loop.")
-        if mode.is_graph_run and not cpu:
+        if compiled_cpu_run(report):
+            advice = _compiled_cpu_short_advice(kernels, rows[short], evidence)
+        elif mode.is_graph_run and not cpu:
             evidence["graph_launched_short_kernels"] = int((short & replayed).sum())
             evidence.update(mode.evidence())
             advice = (f"{int((short & replayed).sum())} of the short kernels are replayed from CUDA graphs, where a "
@@ -408,6 +411,26 @@ def short_kernels(report: Report) -> list[Finding]:
         findings.append(ranked(report, "short-kernels", title, evidence, advice,
                                 at_stake, kernels=top_groups(kernels, rows[short])))
     return findings
+
+
+def _compiled_cpu_short_advice(kernels: pd.DataFrame, short_rows: np.ndarray,
+                               evidence: dict[str, float | int | str]) -> str:
+    """Where the short operators of a compiled CPU run are: the compiled step's work (inductor's
+    kernels and the BLAS products it calls), the rest of decode (views, Dynamo's guard check and
+    wrappers, sampling), or the eager phases (prefill)."""
+    short = kernels.iloc[short_rows]
+    decode = (short["phase"].astype("object") == "decode").to_numpy(bool)
+    step_work = decode & (compiled_kernels(short["name"]) | (short["category"].astype("object") == "gemm").to_numpy(bool))
+    counts = {"short_compiled_step_work": int(step_work.sum()),
+              "short_other_decode": int((decode & ~step_work).sum()),
+              "short_other_phases": int((~decode).sum())}
+    evidence.update(counts)
+    return (f"Decode is already compiled (compile=True). Of the short operators, {counts['short_compiled_step_work']} "
+            "are the compiled step's own work (inductor's fused kernels and the matrix products it calls): short "
+            f"because the model is small, and a larger batch gives each more; {counts['short_other_decode']} are "
+            "other decode operators (views, Dynamo's guard check and wrappers, sampling: move per-token work into "
+            f"the compiled step); {counts['short_other_phases']} run in the eager phases (prefill and setup: "
+            "longer prompts or larger batches give each operator more work).")
 
 
 # ---------------------------------------------------------------------------- launch overhead

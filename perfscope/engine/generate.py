@@ -402,7 +402,7 @@ def compile_seconds(warmup_s: float | None, warm_s: float | None) -> float | Non
     return warmup_s - warm_s
 
 
-def cpu_inductor_options(cpp_wrapper: bool = True) -> dict[str, Any]:
+def cpu_inductor_options() -> dict[str, Any]:
     """Inductor settings for compiled decode on the CPU (A/B in ``benchmarks/RESULTS.md``).
 
     - ``realize_opcount_threshold=0``: by default inductor inlines pointwise producers into their
@@ -410,19 +410,18 @@ def cpu_inductor_options(cpp_wrapper: bool = True) -> dict[str, Any]:
       once per weight row, 4,096 times) and the attention's scaling and masking into its
       reductions. Storing each such activation once (a few KB) costs nothing measurable; without it
       the explicitly written attention (see ``sdpa_attention``) made a step 24% slower.
-    - ``cpp_wrapper``: the per-step host code that launches the kernels is C++ instead of Python
-      (~5% of a step when memory is fast; a longer first compile). Only when inductor's own loops do
-      the matrix products (:func:`decode_matmuls_in_kernels`): where they are extern BLAS calls it
-      was no faster (the step without it took 0.89x the time for the tiny model at batch 1, 0.99x for
-      ``small`` at batch 32: ``benchmarks/cpu_wrapper_ab.py``), and the C++ wrapper calls BLAS through
-      ``aoti_torch_cpu_mm_out``, a profiler range with no shapes, where the Python wrapper's
-      ``aten::mm`` carries them, so a profile costs each product (2·M·N·K).
     - ``cpp.enable_kernel_profile=True``: each kernel is a range in torch.profiler traces, so a
       profile shows the compiled step's kernels instead of time between operators.
+
+    Not ``cpp_wrapper`` (C++ launch code instead of Python): in a paired A/B
+    (``benchmarks/cpu_wrapper_ab.py``) a step without it took 0.96-0.98x the time with it for
+    ``small`` at batch 1 (slow and fast memory), 0.99x at batch 32 and 0.89x for ``tiny``; and it
+    calls BLAS through ``aoti_torch_cpu_mm_out``, a profiler range with no shapes, where the Python
+    wrapper's ``aten::mm`` carries them, so a profile costs each product (2·M·N·K).
     """
     import torch._inductor.config as inductor_config
 
-    wanted = {"realize_opcount_threshold": 0, "cpp_wrapper": cpp_wrapper, "cpp.enable_kernel_profile": True}
+    wanted = {"realize_opcount_threshold": 0, "cpp.enable_kernel_profile": True}
     return {key: value for key, value in wanted.items() if _has_setting(inductor_config, key)}
 
 
@@ -438,14 +437,13 @@ def decode_matmuls_in_kernels(model: Transformer, batch: int) -> bool:
     return all(m.threaded(batch, model.device.type) for m in model.modules() if isinstance(m, Linear))
 
 
-def _decode_forward(model: Transformer, compile: bool, batch: int) -> Callable[..., Tensor]:
+def _decode_forward(model: Transformer, compile: bool) -> Callable[..., Tensor]:
     if not compile:
         return model
     model.ranges = False  # NVTX pushes would break the graph
     if model.device.type == "cuda":
         return torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
-    options = cpu_inductor_options(cpp_wrapper=decode_matmuls_in_kernels(model, batch))
-    return torch.compile(model, fullgraph=True, dynamic=False, options=options)
+    return torch.compile(model, fullgraph=True, dynamic=False, options=cpu_inductor_options())
 
 
 def run_params(model: Transformer, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingParams,
@@ -488,7 +486,7 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
     gen = torch.Generator(device=model.device).manual_seed(sampling.seed) if sampling.temperature > 0 else None
     ranges = model.ranges
     try:
-        forward = _decode_forward(model, compile, len(prompts))
+        forward = _decode_forward(model, compile)
         first, t_first = run_prefill(model, slots, chunked_prefill, sampling, gen, rec)
         stop = torch.tensor(list(stop_ids), dtype=torch.long, device=model.device) if stop_ids else None
         rest, times = decode_n_tokens(model, forward, first, slots, max_new_tokens - 1, sampling, gen, rec,

@@ -191,11 +191,11 @@ def test_compiled_cpu_decode_streams_each_weight_row_with_two_loads(monkeypatch)
               (torch.arange(n_slots) <= 7).view(1, 1, 1, -1))
 
     def generated(options: dict) -> str:
-        monkeypatch.setattr(gen_mod, "cpu_inductor_options", lambda **_: options)
+        monkeypatch.setattr(gen_mod, "cpu_inductor_options", lambda: options)
         torch._dynamo.reset()
         try:
             with torch.inference_mode():
-                _, codes = run_and_get_code(gen_mod._decode_forward(model, True, 1), *inputs)
+                _, codes = run_and_get_code(gen_mod._decode_forward(model, True), *inputs)
         finally:
             torch._dynamo.reset()
         return "\n".join(codes)
