@@ -77,9 +77,7 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None) -> Impo
     del trace  # its columns are no longer needed: free them before the tables are checked
     spec = device or device_from_meta(meta, has_gpu=n_kernels > 0)
     kernels = tables["kernels"]
-    missing = missing_formulas(kernels)
-    if missing:
-        warnings.append("no cost formula (FLOPs/bytes left missing) for: " + ", ".join(missing))
+    warnings += missing_formulas_warning(kernels)
     if n_kernels == 0 and n_ops:
         warnings.append("no GPU kernel events in this trace: rows are CPU operators")
     if spec is None or not spec.compute:
@@ -373,6 +371,15 @@ def device_from_meta(meta: Mapping[str, Any], *, has_gpu: bool) -> DeviceSpec | 
     properties = {k: p.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor") if k in p}
     properties["gpus_in_trace"] = len(props)
     return gpu_spec(_text(p.get("name", "GPU")), kind=kind, properties=properties)
+
+
+NO_FORMULA = "no cost formula (FLOPs/bytes left missing) for: "
+
+
+def missing_formulas_warning(kernels: pd.DataFrame) -> list[str]:
+    """The warning naming the uncosted ops (none when every row with an op name is costed)."""
+    missing = missing_formulas(kernels)
+    return [NO_FORMULA + ", ".join(missing)] if missing else []
 
 
 def missing_formulas(kernels: pd.DataFrame, limit: int = 12) -> list[str]:

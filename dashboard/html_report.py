@@ -80,7 +80,7 @@ def _dict_rows(rows: list[dict[str, str]]) -> str:
         return '<p class="muted">none</p>'
     head = "".join(f"<th>{esc(k)}</th>" for k in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scrollx"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:

@@ -37,7 +37,9 @@ def source_facts(report: Report) -> list[tuple[str, str]]:
     """Where the report came from: name, source, tool, command, created."""
     src = report.manifest.get("source") or {}
     tool = " ".join(str(x) for x in (src.get("tool"), src.get("tool_version")) if x)
-    rows = [("report", report.name), ("source", f"{src.get('kind') or MISSING}: {src.get('path') or MISSING}"),
+    model = (report.params or {}).get("model")
+    where = src.get("path") or (f"perfscope's engine, model {model}" if src.get("kind") == "engine" and model else None)
+    rows = [("report", report.name), ("source", f"{src.get('kind') or MISSING}: {where or MISSING}"),
             ("tool", tool or MISSING), ("created", str(report.manifest.get("created") or MISSING))]
     if report.manifest.get("command"):
         rows.append(("command", str(report.manifest["command"])))

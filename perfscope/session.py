@@ -286,7 +286,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
                    passes_s: Sequence[float], warmup_s: float) -> Report:
     from perfscope.analysis.compiled_steps import cost_compiled_steps
     from perfscope.analysis.finish import finish
-    from perfscope.analysis.kineto import import_kineto
+    from perfscope.analysis.kineto import NO_FORMULA, import_kineto, missing_formulas_warning
     from perfscope.analysis.roofline import precision_of
 
     imported = import_kineto(capture.trace_path, device=spec)
@@ -294,9 +294,12 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     steps, note = align_steps(result.steps, imported.tables["ranges"], own_clock=run.device.startswith("cuda"))
     if note:
         warnings.append(note)
+    kernels = imported.tables["kernels"]
+    if result.params.get("decode_matmuls_in_kernels"):  # the compiled steps' kernels take the step costs
+        kernels = cost_compiled_steps(kernels, steps, precision_of(result.params.get("dtype")))
+        warnings = [w for w in warnings if not w.startswith(NO_FORMULA)] + missing_formulas_warning(kernels)
     tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests]),
-              "kernels": (cost_compiled_steps(imported.tables["kernels"], steps, precision_of(result.params.get("dtype")))
-                          if result.params.get("decode_matmuls_in_kernels") else imported.tables["kernels"])}
+              "kernels": kernels}
     if base is not None:
         tables["steps_unprofiled"] = _relative_steps(base.steps)
         tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])

@@ -44,6 +44,8 @@ for (const sec of document.querySelectorAll('section')) {
   const body = sec.innerText.length - (h ? h.innerText.length : 0);
   if (body < 1 && !sec.querySelector('.main-svg')) problems.push('empty section: ' + sec.id);
 }
+const wide = document.documentElement.scrollWidth - document.documentElement.clientWidth;
+if (wide > 1) problems.push('page ' + wide + ' px wider than the window (text that does not wrap?)');
 return {problems: problems, tables: tables, ready: document.body.getAttribute('data-ready'),
         sections: Array.from(document.querySelectorAll('section')).map(s => s.id)};
 """
@@ -132,6 +134,7 @@ def test_every_dashboard_view_renders(driver: Any, dashboard: dict[str, str], na
     driver.get(dashboard[name])
     _wait_ready(driver, VIEW_READY["overview"])
     report = page_report(name)
+    too_wide = {}
     for view, css in VIEW_READY.items():
         driver.find_element(By.ID, f"tab-{view}").click()
         if view == "kernels" and not len(report.kernels):
@@ -141,7 +144,12 @@ def test_every_dashboard_view_renders(driver: Any, dashboard: dict[str, str], na
             graph = css.split()[0].lstrip("#")
             if view not in ("overview", "kernels"):
                 WebDriverWait(driver, WAIT_S).until(lambda d, g=graph: _graph_drawn(d, g))
+            wide = driver.execute_script(
+                "return document.documentElement.scrollWidth - document.documentElement.clientWidth;")
+            if wide > 1:
+                too_wide[view] = wide
         finally:
             driver.save_screenshot(str(SHOTS / f"dash-{name}-{view}.png"))
     messages = severe_messages(driver)
     assert not messages, messages
+    assert too_wide == {}, f"views wider than the window (px): {too_wide}"

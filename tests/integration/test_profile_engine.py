@@ -256,6 +256,7 @@ def test_a_step_compiled_into_one_kernel_takes_the_steps_model_cost(cpu_roofs, m
     assert (costed["bound"] == "memory").all() and (costed["pct_of_roof"] > 0).all()
     per_token = 2 * (512 * 1024 + 512 * 512 + 512 * 2048 + 1024 * 512 + 512 * 512)  # wqkv, wo, w13, w2, head
     assert (costed["flops"] == per_token + 4 * 8 * 64 * steps["context_len"].to_numpy()).all()
+    assert not any(name in w for w in r.warnings for name in set(costed["name"]))  # not listed as uncosted
 
 
 # --------------------------------------------------------------------------- CLI

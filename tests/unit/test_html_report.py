@@ -119,6 +119,8 @@ def test_script_safe_neutralises_closing_tags() -> None:
 
 def test_engine_report_has_phase_and_request_sections() -> None:
     html = render_html(engine())
+    # the source names the engine's model (an engine run has no input file to name)
+    assert "<th>source</th><td>engine: perfscope&#x27;s engine, model tiny</td>" in html
     assert 'id="phases"' in html and "<h3>Requests</h3>" in html and "<h3>Phases</h3>" in html
     # the tiny engine's TTFT is a few hundred µs on a quiet machine, a few ms on a loaded one
     assert re.search(r"ttft_s_p50</th><td>[0-9.]+ (ns|µs|ms|s)<", html)

@@ -8,7 +8,7 @@ from perfscope.analysis.serving import phase_summary
 from perfscope.report import Report
 
 NAMES = ["cpu-small-b1-p128-g32.perfscope", "h100-nvfuser-matmul-nsys.perfscope",
-         "h100-qwen1.5-0.5b-kineto.perfscope"]
+         "h100-qwen1.5-0.5b-kineto.perfscope", "cpu-small-compiled-b1-p128-g32.perfscope"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -27,8 +27,22 @@ def test_cpu_sample_is_an_engine_run_with_phases(sample_reports_dir):
     assert (gemm[gemm["phase"] == "decode"]["bound"] == "memory").all()
 
 
+def test_compiled_cpu_sample_costs_each_decode_step_as_one_kernel(sample_reports_dir):
+    """--compile on the CPU, the small model: each decode step is one inductor kernel carrying the
+    step's model FLOPs and weight + KV bytes, memory-bound, and not listed as uncosted."""
+    r = Report.load(sample_reports_dir / "cpu-small-compiled-b1-p128-g32.perfscope")
+    assert r.params["compile"] is True and r.params["decode_matmuls_in_kernels"] is True
+    steps = r.steps[r.steps["phase"] == "decode"].sort_values("start_ns")
+    step_kernels = r.kernels[r.kernels["flops_source"] == "engine-step"].sort_values("start_ns")
+    assert len(step_kernels) == len(steps) == 31
+    assert step_kernels["flops"].tolist() == steps["flops"].tolist()
+    assert step_kernels["dram_bytes"].tolist() == (steps["weight_bytes"] + steps["kv_cache_bytes"]).tolist()
+    assert (step_kernels["bound"] == "memory").all()
+    assert not any(name in w for w in r.warnings for name in set(step_kernels["name"]))
+
+
 def test_imported_samples_name_their_fixture_not_a_local_path(sample_reports_dir):
-    for name in NAMES[1:]:
+    for name in NAMES[1:3]:
         src = Report.load(sample_reports_dir / name).manifest["source"]
         assert src["path"].startswith("shared/fixtures/")
 
