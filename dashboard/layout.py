@@ -39,13 +39,15 @@ def facts_table(rows: list[tuple[str, str]], table_id: str | None = None) -> htm
     return html.Table(html.Tbody(body), className="facts")
 
 
-def dict_table(rows: list[dict[str, str]], table_id: str | None = None) -> html.Table | html.P:
-    """Rows of equal keys as a table (header from the first row)."""
+def dict_table(rows: list[dict[str, str]], table_id: str | None = None) -> html.Div | html.P:
+    """Rows of equal keys as a table (header from the first row), in a box that scrolls sideways
+    when the table is wider than the page (the phases table has 14 columns)."""
     if not rows:
         return html.P("none", className="muted")
     head = html.Thead(html.Tr([html.Th(k) for k in rows[0]]))
     body = html.Tbody([html.Tr([html.Td(v) for v in row.values()]) for row in rows])
-    return html.Table([head, body], id=table_id) if table_id else html.Table([head, body])
+    table = html.Table([head, body], id=table_id) if table_id else html.Table([head, body])
+    return html.Div(table, className="scrollx")
 
 
 def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
@@ -62,7 +64,7 @@ def compare_tables(c: Comparison, top: int) -> html.Div:
     ])
 
 
-def _top_kernels(report: Report, n: int = 10) -> html.Table | html.P:
+def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
     from perfscope.analysis.summary import top_kernels
 
     top = top_kernels(report, n)
