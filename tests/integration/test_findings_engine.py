@@ -70,11 +70,13 @@ def test_decode_mbu_equals_steps_over_the_dram_roof(runs, run: str) -> None:
 
 
 def test_decode_mbu_advice_knows_a_compiled_cpu_run(runs) -> None:
-    """The tiny model's decode is launch-bound (its floor is microseconds): eager runs are told to compile;
-    the same run marked compiled is told it already is, and what is left."""
+    """The tiny model's decode is launch-bound (its floor is microseconds): an eager CPU run is told to
+    compile (not to capture CUDA graphs); the same run marked compiled is told it already is, and
+    what is left."""
     r = runs["b1"]
     eager = F.RULES["decode-mbu"](r)
-    assert len(eager) == 1 and "compile it (torch.compile)" in eager[0].recommendation
+    assert len(eager) == 1 and "perfscope profile --compile" in eager[0].recommendation
+    assert "CUDA graph" not in eager[0].recommendation  # a CPU run is not told to capture CUDA graphs
     compiled = F.RULES["decode-mbu"](r.with_manifest(params={**r.params, "compile": True}))
     assert len(compiled) == 1 and compiled[0].evidence == eager[0].evidence
     advice = compiled[0].recommendation
