@@ -135,7 +135,7 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
                  if cover < KERNEL_COVER_LOW_PCT else "The decode operators read the weights slowly. ")
                 + "Compile the decode step (perfscope profile --compile, or torch.compile): inductor fuses each "
                 "layer's matrix-vector products into loops that stream the weights (this engine's 125M model "
-                "decodes at 0.79-0.86 of a streaming read compiled against 0.56 eager on a 2-vCPU VM, "
+                "decodes at about 0.8 of a streaming read compiled against 0.56 eager on a 2-vCPU VM, "
                 "benchmarks/RESULTS.md).")
     elif graph is not None:
         head = ((f"Kernels run only {cover:.0f}% of each decode step. " if cover < KERNEL_COVER_LOW_PCT else
