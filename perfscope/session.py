@@ -284,7 +284,7 @@ def _relative_steps(steps: Sequence[Any]) -> pd.DataFrame:
 
 def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
                    passes_s: Sequence[float], warmup_s: float) -> Report:
-    from perfscope.analysis.compiled_steps import cost_compiled_steps
+    from perfscope.analysis.compiled_steps import cost_compiled_attention, cost_compiled_steps
     from perfscope.analysis.finish import finish
     from perfscope.analysis.kineto import NO_FORMULA, import_kineto, missing_formulas_warning
     from perfscope.analysis.roofline import precision_of
@@ -295,8 +295,9 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     if note:
         warnings.append(note)
     kernels = imported.tables["kernels"]
-    if result.params.get("decode_matmuls_in_kernels"):  # the compiled steps' kernels take the step costs
-        kernels = cost_compiled_steps(kernels, steps, precision_of(result.params.get("dtype")))
+    if result.params.get("compile") and not run.device.startswith("cuda"):  # inductor's CPU kernels: costs
+        cost = cost_compiled_steps if result.params.get("decode_matmuls_in_kernels") else cost_compiled_attention
+        kernels = cost(kernels, steps, precision_of(result.params.get("dtype")))
         warnings = [w for w in warnings if not w.startswith(NO_FORMULA)] + missing_formulas_warning(kernels)
     tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests]),
               "kernels": kernels}

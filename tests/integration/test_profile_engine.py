@@ -217,19 +217,24 @@ def test_compiled_cpu_decode_is_visible_in_the_profile(cpu_roofs):
     assert ev["short_compiled_step_work"] == int(step_work.sum()) > 0
     assert ev["short_other_decode"] == int((in_decode & ~step_work).sum())
     assert ev["short_other_phases"] == int((~in_decode).sum())
-    decode_phase = phase_summary(r).set_index("phase").loc["decode"]  # the fused kernels carry no FLOPs ...
-    assert decode_phase["mfu_source"] == "model" and decode_phase["mfu"] > 0  # ... the engine's steps do
-    # the tiny model's matrices take inductor's extern BLAS calls between several kernels per step:
-    # the step's work is not all in its kernels, so they stay uncosted ...
-    assert compiled["flops"].isna().all()
-    # ... and each BLAS call is an aten::mm with its shapes (inductor's Python launch code; the C++
-    # wrapper's aoti_torch_cpu_mm_out has none), costed 2·M·N·K: per step, the 9 products of 2 layers
-    # (wqkv, wo, w13, w2) and the head
-    mm = decode[decode["name"] == "aten::mm"]
-    assert len(mm) >= 9 * n_steps and (mm["flops_source"] == "analytic").all()
+    decode_phase = phase_summary(r).set_index("phase").loc["decode"]
+    assert decode_phase["mfu_source"] == "model" and decode_phase["mfu"] > 0  # from the engine's steps
+    # the tiny model's matrices take inductor's extern BLAS calls between several kernels per step, each
+    # an aten::mm with its shapes (inductor's Python launch code; the C++ wrapper's aoti_torch_cpu_mm_out
+    # has none), costed 2·M·N·K: per step, the 9 products of 2 layers (wqkv, wo, w13, w2) and the head
+    steps = r.steps[r.steps["phase"] == "decode"]
+    mm = decode[(decode["name"] == "aten::mm") & (decode["start_ns"] >= steps["start_ns"].min())]
+    assert len(mm) == 9 * n_steps and (mm["flops_source"] == "analytic").all()
     per_token = 2 * 2 * (64 * (4 + 2 * 2) * 16 + 64 * 64 + 64 * 2 * 128 + 128 * 64) + 2 * 64 * 512
-    in_steps = mm[mm["start_ns"] >= r.steps.loc[r.steps["phase"] == "decode", "start_ns"].min()]
-    assert in_steps["flops"].sum() == pytest.approx(per_token * n_steps)
+    assert mm["flops"].sum() == pytest.approx(per_token * n_steps)
+    # what is left of each step's model FLOPs is attention's QK^T and PV (4 x heads x head_dim x context
+    # per layer and token): it goes, with the KV cache's bytes, to the 2 kernels per step (one per layer)
+    # that fuse the bmm; the other fused kernels (norms, activations) stay uncosted
+    att = decode[decode["flops_source"] == "engine-attention"]
+    assert len(att) == 2 * n_steps and att["name"].str.contains("_bmm_", regex=False).all()
+    assert att["flops"].sum() == pytest.approx(float((4 * 2 * 4 * 16 * steps["context_len"]).sum()))
+    assert att["dram_bytes"].sum() == pytest.approx(float(steps["kv_cache_bytes"].sum()))
+    assert compiled.loc[~compiled.index.isin(att.index), "flops"].isna().all()
 
 
 @pytest.mark.slow
