@@ -50,6 +50,11 @@ def _step_of(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     return step_of
 
 
+def _gemm_rows(kernels: pd.DataFrame) -> np.ndarray:
+    """True for the matrix-product operators (category ``gemm``)."""
+    return (kernels["category"].astype("string") == "gemm").fillna(False).to_numpy(bool)
+
+
 def _with_costs(kernels: pd.DataFrame, rows: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, source: str,
                 precision: str | None) -> pd.DataFrame:
     out = kernels.copy()
@@ -82,7 +87,7 @@ def cost_compiled_attention(kernels: pd.DataFrame, steps: pd.DataFrame, precisio
     if not attention.any():
         return kernels
     n = len(steps)
-    gemm = (kernels["category"].astype("string") == "gemm").fillna(False).to_numpy(bool) & in_step
+    gemm = _gemm_rows(kernels) & in_step
     gemm_flops = kernels["flops"].to_numpy("float64")
     products = np.bincount(step_of[gemm], weights=np.nan_to_num(gemm_flops[gemm]), minlength=n)
     uncosted = np.bincount(step_of[gemm & np.isnan(gemm_flops)], minlength=n)
@@ -113,7 +118,7 @@ def cost_compiled_steps(kernels: pd.DataFrame, steps: pd.DataFrame, precision: s
     steps = steps.sort_values("start_ns", kind="stable")
     step_of = _step_of(kernels, steps)  # the step a kernel starts in (-1: none)
     in_step = step_of >= 0
-    gemm = (kernels["category"].astype("string") == "gemm").fillna(False).to_numpy(bool)
+    gemm = _gemm_rows(kernels)
     n = len(steps)
     cost = pd.to_numeric(steps["flops"], errors="coerce").to_numpy("float64")
     moved = (pd.to_numeric(steps["weight_bytes"], errors="coerce")

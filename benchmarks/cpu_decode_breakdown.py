@@ -27,7 +27,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,28 @@ def median_s(fn: Callable[[], object], calls: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def add_round_options(parser: argparse.ArgumentParser) -> None:
+    """``--min-roof`` and ``--wait``: which rounds run, by the read bandwidth when they start."""
+    parser.add_argument("--min-roof", type=float, default=0.0, help="GB/s; skip rounds that start below it")
+    parser.add_argument("--wait", type=float, default=600.0, help="give up waiting for fast rounds after this many s")
+
+
+def fast_rounds(big: torch.Tensor, rounds: int, opts: argparse.Namespace) -> Iterator[float]:
+    """Up to ``rounds`` rounds, each yielded the read bandwidth (GB/s, ``big.sum``) it starts at, only
+    when that is at least ``opts.min_roof``; gives up ``opts.wait`` seconds after the first call and
+    then says so when no round ran."""
+    done, deadline = 0, time.time() + opts.wait
+    while done < rounds and time.time() < deadline:
+        roof = big.numel() * big.element_size() / median_s(big.sum, 3) / 1e9
+        if roof < opts.min_roof:
+            time.sleep(0.3)
+            continue
+        done += 1
+        yield roof
+    if not done:
+        print(f"no round started with the read roof at or above {opts.min_roof} GB/s within {opts.wait:.0f} s")
 
 
 class Products(torch.nn.Module):
@@ -74,8 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--calls", type=int, default=11)
-    parser.add_argument("--min-roof", type=float, default=0.0, help="GB/s; skip rounds that start below it")
-    parser.add_argument("--wait", type=float, default=600.0, help="give up waiting for fast rounds after this many s")
+    add_round_options(parser)
     opts = parser.parse_args()
     import transformers
 
@@ -117,12 +138,7 @@ def main() -> None:
         print(f"device: {torch.get_num_threads()} threads, torch {torch.__version__}; "
               f"{matrix_bytes / 1e6:.0f} MB of matrices, {step_bytes / 1e6:.0f} MB read per step")
         rows: list[dict[str, float]] = []
-        deadline = time.time() + opts.wait
-        while len(rows) < opts.rounds and time.time() < deadline:
-            start = big.numel() * 4 / median_s(big.sum, 3) / 1e9
-            if start < opts.min_roof:
-                time.sleep(0.3)
-                continue
+        for _ in fast_rounds(big, opts.rounds, opts):
             order = list(timed.items()) if len(rows) % 2 == 0 else list(timed.items())[::-1]  # cancel drift
             gbps = {name: nbytes / median_s(fn, opts.calls) / 1e9 for name, (fn, nbytes) in order}
             gbps = {name: gbps[name] for name in timed}
@@ -130,7 +146,6 @@ def main() -> None:
             swap_weights(fixed, before)
             print(f"round {len(rows)}: " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in gbps.items()), flush=True)
     if not rows:
-        print(f"no round started with the read roof at or above {opts.min_roof} GB/s within {opts.wait:.0f} s")
         return
     fractions = {k: statistics.median(r[k] / r["roof"] for r in rows) for k in timed if k != "roof"}
     print("fraction of the streaming read, median over rounds: "

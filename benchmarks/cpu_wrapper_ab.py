@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
-from cpu_decode_breakdown import ROOF_MB, median_s, swap_weights
+from cpu_decode_breakdown import ROOF_MB, add_round_options, fast_rounds, median_s, swap_weights
 
 from perfscope.engine import build_model
 from perfscope.engine.generate import cpu_inductor_options, decode_matmuls_in_kernels
@@ -46,8 +45,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=11)
-    parser.add_argument("--min-roof", type=float, default=0.0, help="GB/s; skip rounds that start below it")
-    parser.add_argument("--wait", type=float, default=600.0, help="give up waiting for fast rounds after this many s")
+    add_round_options(parser)
     opts = parser.parse_args()
     with_cw, without = build_model(opts.model), build_model(opts.model)
     without.load_state_dict(with_cw.state_dict())
@@ -73,12 +71,7 @@ def main() -> None:
             print(f"{name} cpp_wrapper, the products in a profile: {product_ops(step, inputs)}")
         big = torch.rand(ROOF_MB * 2**20 // 4)
         ratios: list[float] = []
-        deadline = time.time() + opts.wait
-        while len(ratios) < opts.rounds and time.time() < deadline:
-            roof = big.numel() * 4 / median_s(big.sum, 3) / 1e9
-            if roof < opts.min_roof:
-                time.sleep(0.3)
-                continue
+        for roof in fast_rounds(big, opts.rounds, opts):
             order = list(steps.items()) if len(ratios) % 2 == 0 else list(steps.items())[::-1]
             t = {name: median_s(lambda s=step: s(*inputs), opts.calls) for name, step in order}
             ratios.append(t["without"] / t["with"])
@@ -86,7 +79,6 @@ def main() -> None:
             print(f"round {len(ratios)} (read {roof:.0f} GB/s): with {t['with'] * 1e3:.3f} ms, "
                   f"without {t['without'] * 1e3:.3f} ms, ratio {ratios[-1]:.3f}", flush=True)
     if not ratios:
-        print(f"no round started with the read roof at or above {opts.min_roof} GB/s within {opts.wait:.0f} s")
         return
     print(f"{opts.model} {b} path={path} step_ratio_without_over_with={statistics.median(ratios):.3f}")
 
