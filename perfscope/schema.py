@@ -19,7 +19,7 @@ import pandas as pd
 from .errors import ReportFormatError
 from .memo import memo
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """On-disk format version (major.minor): a minor bump only adds optional columns or keys."""
 
 
@@ -64,7 +64,8 @@ KERNEL_COLUMNS = _cols(
     ("registers_per_thread", "int", False, "registers per thread"),
     ("shared_mem_bytes", "int", False, "static + dynamic shared memory per block"),
     ("range", "str", False, "innermost NVTX / record_function path, '/'-joined"),
-    ("phase", "str", False, "prefill, decode or None"),
+    ("phase", "str", False, "prefill, decode, mixed (a step with both), draft, verify or None"),
+    ("step", "int", False, "the step (steps.parquet ``step``) the kernel ran in, or None outside steps"),
     ("flops", "float", False, "floating-point (or integer tensor) operations"),
     ("dram_bytes", "float", False, "bytes moved to/from DRAM (measured) or compulsory (analytic)"),
     ("flops_source", "str", False, "ncu, analytic, graph-* (CUDA graph replays), engine-step / engine-attention (compiled CPU decode) or None"),
@@ -158,7 +159,7 @@ REQUEST_COLUMNS = _cols(
 
 STEP_COLUMNS = _cols(
     ("step", "int", True, "step index"),
-    ("phase", "str", True, "prefill, decode, or speculative draft / verify"),
+    ("phase", "str", True, "prefill, decode, mixed (prefill and decode tokens in one step), or speculative draft / verify"),
     ("batch", "int", True, "sequences in the step"),
     ("tokens", "int", True, "tokens processed in the step"),
     ("context_len", "int", False, "context length after the step, tokens"),
@@ -178,6 +179,15 @@ STEP_COLUMNS = _cols(
     ("flops", "float", False, "model FLOPs of the step (matmuls and attention, analytic)"),
     ("drafted", "int", False, "speculative verify step: draft tokens checked"),
     ("accepted", "int", False, "speculative verify step: draft tokens accepted"),
+    # steps of any framework (schema 1.2): vLLM / SGLang annotations, transformers generate(), by hand
+    ("framework", "str", False, "who marked the step: engine, vllm, sglang, hf (transformers generate()), user"),
+    ("label", "str", False, "the step's annotation as the trace has it (range name)"),
+    ("prefill_seqs", "int", False, "sequences prefilling (new tokens > 1) in the step"),
+    ("context_tokens", "int", False, "sum over the step's sequences of their context (KV) length, tokens"),
+    ("kernel_time_ns", "int", False, "sum of the durations of the kernels that ran in the step, ns"),
+    ("kernel_flops", "float", False, "sum of those kernels' FLOPs (missing when under 90% of their time is costed)"),
+    ("kernel_dram_bytes", "float", False, "sum of those kernels' DRAM bytes (same rule)"),
+    ("outlier", "str", False, "why the step is kept out of the headline numbers (first step, host stall, ...) or None"),
 )
 
 TABLES: dict[str, tuple[Column, ...]] = {
