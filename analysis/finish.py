@@ -6,6 +6,8 @@ and the load test. A reader parses its format into an :class:`Imported` (raw tab
 manifest keys it knows, the roofs to classify against); :func:`finish` then
 
 1. conforms each table to its contract, once;
+1b. reads the frameworks' step annotations among the ranges into ``steps`` and gives each kernel
+   its step and phase (:func:`.framework_steps.with_framework_steps`);
 2. classifies the kernels against the roofs (:func:`.roofline.classify_conformed`);
 3. assembles the immutable Report, with the roofs as its ``device``.
 
@@ -25,6 +27,7 @@ from perfscope.device import DeviceSpec
 from perfscope.report import Report
 from perfscope.schema import conform
 
+from .framework_steps import with_framework_steps
 from .roofline import classify_conformed
 
 
@@ -65,8 +68,13 @@ class Imported:
 def finish(imported: Imported) -> Report:
     """Conform each table once, classify the kernels, and build the Report."""
     tables = {name: conform(df, name, source=imported.origin) for name, df in imported.tables.items()}
+    tables, notes = with_framework_steps(tables)
+    if "steps" in tables and "steps" not in imported.tables:
+        tables["steps"] = conform(tables["steps"], "steps", source=imported.origin)
     if "kernels" in tables:
         tables["kernels"] = classify_conformed(tables["kernels"], imported.device)
     # the roofs the kernels were classified against are the report's device, by construction
     manifest = {**imported.manifest, "device": imported.device.to_dict() if imported.device else None}
+    if notes:
+        manifest["warnings"] = [*imported.warnings, *notes]
     return Report.assemble(tables, manifest)

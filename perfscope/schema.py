@@ -161,7 +161,7 @@ STEP_COLUMNS = _cols(
     ("step", "int", True, "step index"),
     ("phase", "str", True, "prefill, decode, mixed (prefill and decode tokens in one step), or speculative draft / verify"),
     ("batch", "int", True, "sequences in the step"),
-    ("tokens", "int", True, "tokens processed in the step"),
+    ("tokens", "int", False, "tokens processed in the step (None when the step's label does not say)"),
     ("context_len", "int", False, "context length after the step, tokens"),
     ("start_ns", "int", True, "start on the report's timeline, ns"),
     ("end_ns", "int", True, "end, ns"),
@@ -188,6 +188,8 @@ STEP_COLUMNS = _cols(
     ("kernel_flops", "float", False, "sum of those kernels' FLOPs (missing when under 90% of their time is costed)"),
     ("kernel_dram_bytes", "float", False, "sum of those kernels' DRAM bytes (same rule)"),
     ("outlier", "str", False, "why the step is kept out of the headline numbers (first step, host stall, ...) or None"),
+    ("attention_prefill_share", "float", False, "share of the step's attention work (sum over requests of new "
+     "tokens x context) in its prefilling requests, from a label with per-request lengths (vLLM), else None"),
 )
 
 TABLES: dict[str, tuple[Column, ...]] = {

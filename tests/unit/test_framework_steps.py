@@ -1,0 +1,212 @@
+"""Steps of vLLM, SGLang and hand-marked ranges (analysis/framework_steps.py), on the real traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.finish import Imported, finish
+from perfscope.analysis.framework_steps import (
+    UNKNOWN,
+    assign_kernels_to_steps,
+    parse_step_label,
+    steps_from_ranges,
+)
+from perfscope.analysis.kineto import read_kineto
+
+B200 = "kineto/tracelens_b200__eager_trace.json.gz"
+VLLM_GRAPH = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
+SGLANG = "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+STEP_NAME = re.compile(r"execute_|step\[")
+
+
+def _cpu_annotations(path: Path) -> list[dict]:
+    """The file's CPU-side record_function events whose name is a step annotation (independent of
+    perfscope's reader: a plain JSON scan)."""
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"
+            and STEP_NAME.match(e.get("name", ""))]
+
+
+def _outermost(events: list[dict]) -> int:
+    """Annotations not inside another one of the same thread (one step each)."""
+    n = 0
+    for e in events:
+        inside = any(o is not e and o["tid"] == e["tid"] and o["ts"] <= e["ts"]
+                     and o["ts"] + o["dur"] >= e["ts"] + e["dur"] for o in events)
+        n += not inside
+    return n
+
+
+# ---------------------------------------------------------------------------- labels
+def test_vllm_compact_label_of_the_b200_trace() -> None:
+    s = parse_step_label("execute_context_1(888_788544)_generation_0(0)")
+    assert s is not None and s is not UNKNOWN
+    assert (s.framework, s.phase, s.batch, s.tokens, s.prefill_tokens, s.prefill_seqs, s.decode_seqs) == \
+        ("vllm", "prefill", 1, 888, 888, 1, 0)
+    assert s.context_tokens == 888  # one request: its context is 788544 / 888
+    assert s.attention_prefill_share == 1.0
+
+
+def test_vllm_compact_mixed_step_splits_attention_by_q_times_k() -> None:
+    # one prefill of 100 new tokens on a 300-token context (q*k = 30000), 4 decodes on 1000 tokens in all
+    s = parse_step_label("execute_context_1(100_30000)_generation_4(4_1000)")
+    assert s.phase == "mixed" and s.tokens == 104 and s.prefill_tokens == 100 and s.decode_seqs == 4
+    assert s.context_tokens == 300 + 1000
+    assert s.attention_prefill_share == pytest.approx(30000 / 31000)
+
+
+def test_vllm_detailed_label() -> None:
+    s = parse_step_label("execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk55086sqsq32sqsk55086)")
+    assert (s.phase, s.batch, s.tokens, s.decode_seqs, s.prefill_seqs, s.context_tokens) == \
+        ("decode", 32, 32, 32, 0, 55086)
+    assert s.attention_prefill_share == 0.0
+    mixed = parse_step_label("execute_40_context_1(sq8sk8sqsq64sqsk64)_generation_32(sq32sk5000sqsq32sqsk5000)")
+    assert mixed.phase == "mixed" and mixed.prefill_tokens == 8 and mixed.context_tokens == 5008
+    assert mixed.attention_prefill_share == pytest.approx(64 / 5064)
+
+
+def test_vllm_older_label() -> None:
+    s = parse_step_label("execute_new_2_cached_6")
+    assert (s.phase, s.batch, s.prefill_seqs, s.decode_seqs, s.tokens) == ("mixed", 8, 2, 6, None)
+    assert parse_step_label("execute_new_0_cached_6").phase == "decode"
+    assert parse_step_label("execute_new_3_cached_0").phase == "prefill"
+
+
+@pytest.mark.parametrize(("name", "phase", "batch", "tokens"), [
+    ("step[EXTEND bs=4 toks=2048]", "prefill", 4, 2048),
+    ("step[DECODE bs=32]", "decode", 32, 32),
+    ("step[MIXED bs=9 toks=520]", "mixed", 9, 520),
+    ("step[TARGET_VERIFY bs=8 toks=32]", "verify", 8, 32),
+    ("step[DRAFT_EXTEND bs=8 toks=16]", "draft", 8, 16),
+    ("step[IDLE bs=0]", "idle", 0, 0),
+])
+def test_sglang_labels(name: str, phase: str, batch: int, tokens: int) -> None:
+    s = parse_step_label(name)
+    assert (s.framework, s.phase, s.batch, s.tokens) == ("sglang", phase, batch, tokens)
+
+
+def test_hand_marked_label() -> None:
+    s = parse_step_label("perfscope.step[decode bs=8 toks=8 ctx=4096]")
+    assert (s.framework, s.phase, s.batch, s.tokens, s.context_tokens, s.decode_seqs) == ("user", "decode", 8, 8, 4096, 8)
+    assert parse_step_label("perfscope.step[prefill bs=1 toks=17]").prefill_tokens == 17
+
+
+@pytest.mark.parametrize("name", [
+    "execute_context_1(888_78",                     # truncated
+    "execute_3_context_1(sq1sk1)_generation_2(sq2)",  # a new detailed form
+    "execute_context_x(1)_generation_0(0)",
+    "step[WARMUP bs=4]",                            # an unknown SGLang mode
+    "step[DECODE bs=3",                              # truncated
+    "perfscope.step[sample bs=1]",
+    "execute_new_1_cached_" + "9" * 5000,          # huge number: still a step, no crash
+])
+def test_unknown_or_truncated_labels_are_recognised_as_such(name: str) -> None:
+    s = parse_step_label(name)
+    assert s is UNKNOWN or (s is not None and s.framework == "vllm")
+
+
+@pytest.mark.parametrize("name", ["prefill", "decode", "layer.3", "ProfilerStep#4", "execute_model", "", None, 3.5,
+                                  "## Call CompiledFxGraph abc ##", "nccl:_all_gather_base"])
+def test_other_ranges_are_not_steps(name: object) -> None:
+    assert parse_step_label(name) is None
+
+
+def test_fuzzed_names_never_raise() -> None:
+    rng = np.random.default_rng(7)
+    alphabet = list("execut_contxgnrainw()[]sqk0123456789 =bsDECOdeEXTNDpfr.")
+    for _ in range(3000):
+        parse_step_label("".join(rng.choice(alphabet, size=int(rng.integers(0, 60)))))
+    for base in ("execute_context_1(888_788544)_generation_0(0)", "step[EXTEND bs=4 toks=2048]",
+                 "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk55086sqsq32sqsk55086)"):
+        for cut in range(len(base) + 1):
+            parse_step_label(base[:cut])
+
+
+# ---------------------------------------------------------------------------- real traces
+@pytest.mark.parametrize(("rel", "framework", "phase"), [
+    (B200, "vllm", "prefill"), (VLLM_GRAPH, "vllm", "decode"), (SGLANG, "sglang", "decode")])
+def test_step_count_equals_the_annotations_in_the_file(fixtures_dir: Path, rel: str, framework: str,
+                                                       phase: str) -> None:
+    path = fixtures_dir / rel
+    annotations = _cpu_annotations(path)
+    r = read_kineto(path)
+    assert len(r.steps) == _outermost(annotations) >= 1
+    assert set(r.steps["framework"]) == {framework} and set(r.steps["phase"]) == {phase}
+    # every kernel launched inside a step has its step and that step's phase
+    k = r.kernels
+    assert k["step"].notna().all() and set(k["phase"]) == {phase}
+    assert int(r.steps["kernel_time_ns"].sum()) == int(k["duration_ns"].sum())
+
+
+def test_sglang_two_annotations_are_one_step(fixtures_dir: Path) -> None:
+    path = fixtures_dir / SGLANG
+    names = [e["name"] for e in _cpu_annotations(path)]
+    assert len(names) == 2 and sum(n.startswith("step[") for n in names) == 1
+    r = read_kineto(path)
+    s = r.steps.iloc[0]
+    assert s["batch"] == 32 and s["decode_seqs"] == 32 and s["context_tokens"] == 32785  # sk of the execute_ range
+    assert "step[DECODE bs=32]" in s["label"] and s["label"].startswith("execute_32_")
+    outer = min(_cpu_annotations(path), key=lambda e: e["ts"])
+    assert s["duration_ns"] == pytest.approx(outer["dur"] * 1000, abs=1000)
+
+
+def test_graph_replayed_kernels_belong_to_the_step_of_their_graph_launch(fixtures_dir: Path) -> None:
+    r = read_kineto(fixtures_dir / VLLM_GRAPH)
+    s = r.steps.iloc[0]
+    # the replayed kernels run on the GPU after the step's CPU window closed, and still are its kernels
+    late = r.kernels["start_ns"] > s["end_ns"]
+    assert late.sum() > 100 and r.kernels.loc[late, "step"].eq(0).all()
+
+
+def test_engine_style_reports_keep_their_range_phases() -> None:
+    ranges = pd.DataFrame({"id": [0, 1], "name": ["prefill", "decode"], "start_ns": [0, 100], "end_ns": [90, 200]})
+    kernels = pd.DataFrame({"name": ["a", "b"], "device": "cuda:0", "start_ns": [10, 110], "end_ns": [20, 120],
+                            "duration_ns": [10, 10], "phase": ["prefill", "decode"]})
+    r = finish(Imported({"kernels": kernels, "ranges": ranges}))
+    assert len(r.steps) == 0 and list(r.kernels["phase"]) == ["prefill", "decode"]
+
+
+def _synthetic(names: list[str]) -> Imported:
+    n = len(names)
+    ranges = pd.DataFrame({"id": range(n), "name": names, "start_ns": [i * 1000 for i in range(n)],
+                           "end_ns": [i * 1000 + 900 for i in range(n)], "thread": 1, "source": "nvtx"})
+    kernels = pd.DataFrame({"name": [f"k{i}" for i in range(2 * n)], "device": "cuda:0",
+                            "start_ns": [i * 500 + 50 for i in range(2 * n)],
+                            "end_ns": [i * 500 + 450 for i in range(2 * n)], "duration_ns": 400,
+                            "correlation": range(2 * n), "flops": 1e6, "dram_bytes": 1e3})
+    api = pd.DataFrame({"name": "cudaLaunchKernel", "start_ns": [i * 500 + 10 for i in range(2 * n)],
+                        "end_ns": [i * 500 + 20 for i in range(2 * n)], "correlation": range(2 * n)})
+    return Imported({"kernels": kernels, "ranges": ranges, "api": api}, origin="synthetic.sqlite")
+
+
+def test_nvtx_steps_through_the_pipeline() -> None:
+    r = finish(_synthetic(["step[EXTEND bs=2 toks=64]", "step[DECODE bs=2]", "step[DECODE bs=2]"]))
+    assert list(r.steps["phase"]) == ["prefill", "decode", "decode"]
+    assert list(r.kernels["step"]) == [0, 0, 1, 1, 2, 2]
+    assert list(r.steps["kernel_time_ns"]) == [800, 800, 800]
+    assert list(r.steps["kernel_flops"]) == [2e6] * 3
+
+
+def test_unknown_labels_warn_once_quoting_one_and_leave_kernels_without_phase() -> None:
+    r = finish(_synthetic(["step[DECODE bs=2]", "execute_new_1_cach", "step[WARP bs=1]"]))
+    notes = [w for w in r.warnings if "look like step annotations" in w]
+    assert len(notes) == 1 and "'execute_new_1_cach'" in notes[0] and notes[0].startswith("2 range(s)")
+    assert len(r.steps) == 1
+    assert list(r.kernels["phase"].isna()) == [False, False, True, True, True, True]
+
+
+def test_step_flops_missing_when_under_90_percent_is_costed() -> None:
+    steps = steps_from_ranges(pd.DataFrame({"name": ["step[DECODE bs=1]"], "start_ns": [0], "end_ns": [1000],
+                                            "thread": [1]})).steps
+    kernels = pd.DataFrame({"start_ns": [10, 20], "duration_ns": [850, 150], "flops": [5.0, np.nan],
+                            "dram_bytes": [1.0, 2.0]})
+    _, s = assign_kernels_to_steps(kernels, steps)
+    assert np.isnan(s["kernel_flops"].iloc[0]) and s["kernel_dram_bytes"].iloc[0] == 3.0
