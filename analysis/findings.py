@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from perfscope.errors import UsageError
 from perfscope.report import Report
 
-from .rules import kernels, llm, occupancy, timeline, transfers
+from .rules import kernels, llm, occupancy, steps, timeline, transfers
 from .rules._base import SEVERITIES, Finding
 from .rules.ranks import rank_findings
 
@@ -46,6 +46,11 @@ RULES: dict[str, Rule] = {
     "prefill-mfu": llm.prefill_mfu,
     "kv-cache-share": llm.kv_cache_share,
     "speculation": llm.speculation,
+    "inference-window": steps.inference_window,
+    "step-outliers": steps.step_outliers,
+    "steady-state": steps.steady_state,
+    "step-idle": steps.step_idle,
+    "mixed-steps": steps.mixed_steps,
     "ranks": rank_findings,
 }
 """Rule name -> rule. A rule may emit findings under a more specific id (``gpu-idle`` emits

@@ -298,17 +298,18 @@ def step_of(launch_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(inside, pos, -1)
 
 
-def assign_kernels_to_steps(kernels: pd.DataFrame, steps: pd.DataFrame,
-                            api: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def assign_kernels_to_steps(kernels: pd.DataFrame, steps: pd.DataFrame, api: pd.DataFrame | None = None, *,
+                            launch_ns: np.ndarray | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Kernels with the ``step`` and ``phase`` of the step they were launched in, and steps with
     ``kernel_time_ns``, ``kernel_flops`` and ``kernel_dram_bytes`` summed from their kernels.
 
     Inputs are not modified. A kernel launched in no step keeps its phase (e.g. the reference
     engine's range-path phase) and has no step. FLOPs (bytes) of a step are missing when kernels
     with known FLOPs (bytes) cover under :data:`FLOPS_MIN_COVERAGE` of its kernel time.
-    Any source with a steps table (HF ``generate()``, hand-marked) can call this.
+    Any source with a steps table (HF ``generate()``, hand-marked) can call this; ``launch_ns``
+    (from :func:`launch_times_ns`) saves finding the launch calls again.
     """
-    pos = step_of(launch_times_ns(kernels, api), steps)
+    pos = step_of(launch_times_ns(kernels, api) if launch_ns is None else launch_ns, steps)
     out_k = kernels.copy()
     hit = pos >= 0
     step_ids = steps["step"].to_numpy(np.int64)
@@ -352,11 +353,210 @@ def with_framework_steps(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[str, 
     kernels = out.get("kernels")
     steps = found.steps
     if kernels is not None and len(kernels):
-        kernels, steps = assign_kernels_to_steps(kernels, steps, out.get("api"))
+        launch_ns = launch_times_ns(kernels, out.get("api"))
+        kernels, steps = assign_kernels_to_steps(kernels, steps, launch_ns=launch_ns)
+        steps = flag_outliers(steps, kernels, launch_ns)
         out["kernels"] = kernels
     out["steps"] = steps
     return out, found.warnings
 
 
-__all__ = ["UNKNOWN", "FrameworkSteps", "StepLabel", "assign_kernels_to_steps", "launch_times_ns",
-           "parse_step_label", "step_of", "steps_from_ranges", "with_framework_steps"]
+# ---------------------------------------------------------------------------- outliers
+HOST_STALL_SHARE = 0.5
+"""A step stalled on the host when its longest stretch without a launch call is at least half its
+wall time (and its kernels' time is under half of it)..."""
+HOST_STALL_MIN_NS = 1_000_000
+"""...and at least 1 ms (shorter pauses are Python between launches, the steady state of eager code)."""
+STEADY_MIN_STEPS = 3
+"""Steps of one phase and batch size needed to call one of them slow against the others."""
+FIRST_STEP_SLOW = 1.5
+"""The first step is the profiler's lead-in when it takes 1.5x the median of its phase and batch..."""
+SLOW_STEP = 3.0
+"""...and any step is an outlier at 3x that median."""
+
+
+def host_gaps(steps: pd.DataFrame, step_pos: np.ndarray, launch_ns: np.ndarray) -> pd.DataFrame:
+    """Per step: the longest stretch of its window without a launch of one of its kernels
+    (``gap_ns``, ``gap_start_ns``; the window's start and end bound the first and last stretch)."""
+    n = len(steps)
+    inside = step_pos >= 0
+    t = np.concatenate([launch_ns[inside], steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)])
+    g = np.concatenate([step_pos[inside], np.arange(n), np.arange(n)])
+    order = np.lexsort((t, g))
+    t, g = t[order], g[order]
+    same = g[1:] == g[:-1]
+    gap = np.where(same, np.diff(t), -1)
+    if not len(gap):
+        return pd.DataFrame({"gap_ns": np.zeros(n, np.int64), "gap_start_ns": steps["start_ns"].to_numpy(np.int64)})
+    best = pd.Series(gap).groupby(g[:-1]).idxmax().reindex(range(n))
+    at = best.to_numpy()
+    ok = ~np.isnan(at)
+    idx = np.where(ok, at, 0).astype(np.int64)
+    return pd.DataFrame({"gap_ns": np.where(ok, gap[idx], 0).clip(0), "gap_start_ns": np.where(ok, t[idx], 0)})
+
+
+def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndarray) -> pd.DataFrame:
+    """Steps with ``outlier`` set where a step is kept out of the headline numbers, and why:
+
+    - ``host stall``: the host launched nothing for most of the step (the longest launch-free
+      stretch is >= :data:`HOST_STALL_SHARE` of the wall time and >= 1 ms) and the kernels ran for
+      under half of it; with :data:`STEADY_MIN_STEPS` or more steps of its phase and batch, only
+      when the step is also slow against them (a host-bound steady state is not an outlier);
+    - ``first step after the profiler started``: step 0, >= 1.5x the median of its phase and batch;
+    - ``slow step``: >= 3x that median.
+    """
+    out = steps.copy()
+    if not len(out):
+        return out
+    pos = step_of(launch_ns, steps)
+    gaps = host_gaps(steps, pos, launch_ns)
+    wall = out["duration_ns"].to_numpy(np.float64)
+    ktime = pd.to_numeric(out["kernel_time_ns"], errors="coerce").to_numpy(np.float64)
+    key = out["phase"].astype("object").astype(str) + "/" + out["batch"].astype("object").astype(str)
+    size = key.map(key.value_counts()).to_numpy()
+    median = out.groupby(key)["duration_ns"].transform("median").to_numpy(np.float64)
+    ratio = np.where(median > 0, wall / median, np.nan)
+    names = kernels["name"].astype("object").to_numpy() if "name" in kernels else None
+    reasons: list[str | None] = []
+    for i in range(len(out)):
+        gap = float(gaps["gap_ns"].iloc[i])
+        stall = (gap >= HOST_STALL_SHARE * wall[i] and gap >= HOST_STALL_MIN_NS
+                 and not (np.nan_to_num(ktime[i]) >= 0.5 * wall[i]))
+        steady = size[i] >= STEADY_MIN_STEPS
+        why = None
+        if stall and (not steady or ratio[i] >= FIRST_STEP_SLOW):
+            before = _launched_before(pos, i, launch_ns, int(gaps["gap_start_ns"].iloc[i]), names)
+            why = (f"host stall: no launch for {gap / 1e6:.3g} ms ({100 * gap / wall[i]:.0f}% of the step)"
+                   + (f" after launching {before}" if before else " from the step's start"))
+        elif steady and i == 0 and ratio[i] >= FIRST_STEP_SLOW:
+            why = f"first step after the profiler started ({ratio[i]:.1f}x the median of its phase and batch)"
+        elif steady and ratio[i] >= SLOW_STEP:
+            why = f"slow step ({ratio[i]:.1f}x the median of its phase and batch)"
+        reasons.append(why)
+    out["outlier"] = pd.Series(reasons, index=out.index, dtype="object")
+    return out
+
+
+def _launched_before(pos: np.ndarray, step: int, launch_ns: np.ndarray, t_ns: int,
+                     names: np.ndarray | None) -> str | None:
+    """The kernel of ``step`` whose launch opens the stretch starting at ``t_ns`` (short name)."""
+    if names is None:
+        return None
+    hit = np.flatnonzero((pos == step) & (launch_ns == t_ns))
+    if not len(hit):
+        return None
+    return str(names[hit[-1]])[:60]
+
+
+
+# ---------------------------------------------------------------------------- the inference window
+def has_framework_steps(steps: pd.DataFrame) -> bool:
+    """True when ``steps`` came from a framework's annotations (vLLM, SGLang, HF, by hand), not
+    from perfscope's engine (whose reports keep their own measured span)."""
+    if not len(steps) or "framework" not in steps:
+        return False
+    fw = steps["framework"]
+    return bool((fw.notna() & (fw.astype("object") != "engine")).any())
+
+
+def headline_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps headline numbers are measured on: those without an ``outlier`` reason (none when
+    every step is an outlier: then nothing is steady, and the ``step-outliers`` finding says why)."""
+    if "outlier" not in steps or not len(steps):
+        return steps
+    return steps[steps["outlier"].isna()]
+
+
+def step_windows(steps: pd.DataFrame, kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The merged time windows of ``steps``: each from its start to its end or to the end of the
+    last kernel launched in it, whichever is later (the GPU finishes a step's work after the CPU
+    range closes). The earliest step's window starts at its first kernel when that is later: what
+    the GPU ran before it (the previous, unprofiled step) is not in the trace, so that lead is not
+    known to be idle (the leading-gap rule of ``nsys analyze``'s gpu_gaps)."""
+    start = steps["start_ns"].to_numpy(np.int64).copy()
+    end = steps["end_ns"].to_numpy(np.int64).copy()
+    if len(kernels) and "step" in kernels and len(start):
+        k = kernels[kernels["step"].notna()]
+        if len(k):
+            by_step = k.groupby(k["step"].astype("int64")).agg(first=("start_ns", "min"), last=("end_ns", "max"))
+            ids = steps["step"].astype("int64").to_numpy()
+            last = by_step["last"].reindex(ids).to_numpy(np.float64)
+            end = np.where(np.isnan(last), end, np.maximum(end, np.nan_to_num(last).astype(np.int64)))
+            first_k = by_step["first"].reindex(ids).to_numpy(np.float64)
+            i = int(np.argmin(start))
+            if not np.isnan(first_k[i]):
+                start[i] = min(max(start[i], int(first_k[i])), end[i])
+    if not len(start):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    first = np.ones(len(s), bool)
+    first[1:] = s[1:] > np.maximum.accumulate(e)[:-1]
+    idx = np.flatnonzero(first)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def inference_windows(steps: pd.DataFrame, kernels: pd.DataFrame,
+                      transfers: pd.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The inference window as merged (starts, ends): from the first step's start to the last
+    step's end (the GPU's last kernel of it when later), the outlier steps' windows cut out.
+
+    Its ends follow the leading/trailing-gap rule of ``nsys analyze``'s gpu_gaps: it starts at the
+    first GPU work (kernel launched in a step, or copy) from the first step's start on, and ends at
+    the last such work's end (what the GPU did before, or after, is not the steps' work). Empty
+    when every step is an outlier."""
+    if not len(steps):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ws, we = step_windows(steps, kernels.iloc[:0])
+    lo0, hi0 = int(ws[0]), int(we[-1])
+    starts_w, ends_w = [], []
+    if len(kernels) and "step" in kernels and kernels["step"].notna().any():
+        k = kernels[kernels["step"].notna()]
+        starts_w.append(int(k["start_ns"].min()))
+        ends_w.append(int(k["end_ns"].max()))
+    if transfers is not None and len(transfers):
+        t = transfers[(transfers["start_ns"] >= lo0) & (transfers["start_ns"] <= hi0)]
+        if len(t):
+            starts_w.append(int(t["start_ns"].min()))
+            ends_w.append(int(t["end_ns"].max()))
+    lo = max(lo0, min(starts_w)) if starts_w else lo0
+    hi = max(ends_w) if ends_w else hi0
+    bad = steps[steps["outlier"].notna()] if "outlier" in steps else steps.iloc[:0]
+    if len(bad) == len(steps):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if not len(bad):
+        return np.array([lo], np.int64), np.array([max(hi, lo)], np.int64)
+    os_, oe = step_windows(bad, kernels.iloc[:0])
+    os_, oe = np.concatenate([os_, np.array([lo])]), np.concatenate([oe, np.array([lo])])
+    order = np.argsort(os_, kind="stable")
+    cuts_s, cuts_e = os_[order], oe[order]
+    starts, ends, at = [], [], lo
+    for s_, e_ in zip(cuts_s.tolist(), cuts_e.tolist()):
+        if s_ > at:
+            starts.append(at)
+            ends.append(min(s_, hi))
+        at = max(at, e_)
+    if at < hi:
+        starts.append(at)
+        ends.append(hi)
+    keep = [k for k in range(len(starts)) if ends[k] > starts[k]]
+    return np.array([starts[k] for k in keep], np.int64), np.array([ends[k] for k in keep], np.int64)
+
+
+__all__ = [
+    "UNKNOWN",
+    "FrameworkSteps",
+    "StepLabel",
+    "assign_kernels_to_steps",
+    "flag_outliers",
+    "has_framework_steps",
+    "headline_steps",
+    "host_gaps",
+    "inference_windows",
+    "launch_times_ns",
+    "parse_step_label",
+    "step_of",
+    "step_windows",
+    "steps_from_ranges",
+    "with_framework_steps",
+]

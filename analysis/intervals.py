@@ -15,6 +15,8 @@ from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import column_codes
 
+from .framework_steps import has_framework_steps, inference_windows
+
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ``[start, end)`` intervals as sorted, disjoint ``(starts, ends)`` arrays."""
@@ -96,7 +98,18 @@ def _activity(report: Report) -> pd.DataFrame:
 
 
 def profile_span_ns(report: Report) -> float:
-    """Wall time the profile covers: first start to last end of any kernel, copy or step."""
+    """Wall time the profile covers: first start to last end of any kernel, copy or step; with a
+    framework's steps (vLLM, SGLang, ...), the inference window's length
+    (:func:`.framework_steps.inference_windows`), so loading and the profiler's lead-in do not count."""
+    if has_framework_steps(report.steps):
+        ws, we = inference_windows(report.steps, report.kernels, report.transfers)
+        if len(ws):
+            return float((we - ws).sum())
+    return trace_span_ns(report)
+
+
+def trace_span_ns(report: Report) -> float:
+    """First start to last end of any kernel, copy or step: the whole trace."""
     starts = [df["start_ns"].min() for df in (report.kernels, report.transfers, report.steps) if len(df)]
     ends = [df["end_ns"].max() for df in (report.kernels, report.transfers, report.steps) if len(df)]
     if not starts:

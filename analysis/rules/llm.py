@@ -18,6 +18,7 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.report import Report
 
+from ..framework_steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
 from ..serving import run_steps
 from ._base import Finding, info, is_cpu_report, merge_intervals, pct, ranked
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
@@ -37,12 +38,19 @@ the cache (GQA, FP8 KV) cuts decode time by that share when decode is bandwidth-
 
 
 def _phase_steps(report: Report, phase: str, *, profiled: bool = False) -> pd.DataFrame:
-    s = run_steps(report, profiled=profiled)
+    """The phase's steps of the headline run, outlier steps (host stalls, the profiler's first
+    step) left out: they are reported apart (``step-outliers``)."""
+    s = headline_steps(run_steps(report, profiled=profiled))
     return s[(s["phase"] == phase) & (s["end_ns"] > s["start_ns"])]
 
 
 def _model_bytes(steps: pd.DataFrame) -> pd.Series:
-    return steps["weight_bytes"] + steps["kv_cache_bytes"]
+    """Bytes each step must read: the model's weights + KV cache (engine steps), else the summed
+    DRAM bytes of the step's kernels (framework steps: from the kernels' costs)."""
+    model = steps["weight_bytes"] + steps["kv_cache_bytes"]
+    if "kernel_dram_bytes" in steps:
+        model = model.where(model.notna(), steps["kernel_dram_bytes"])
+    return model
 
 
 def _kernel_cover_pct(report: Report, steps: pd.DataFrame, phase: str) -> float:
@@ -65,6 +73,12 @@ def _checked_steps(report: Report, phase: str, rule: str, what: str) -> tuple[pd
 def _missing_inputs(report: Report, steps: pd.DataFrame, rule: str, what: str) -> list[Finding] | None:
     """An info finding when the steps or roofs a rule needs are absent; None when all is there."""
     if _model_bytes(steps).isna().all():
+        if has_framework_steps(steps):
+            return [info(rule, f"{what} not computed: the kernels of these {len(steps)} step(s) have DRAM bytes "
+                         f"for under {100 * FLOPS_MIN_COVERAGE:.0f}% of their time",
+                         "Profile with operator shapes (torch.profiler record_shapes=True) and an eager step beside "
+                         "CUDA-graph replays (their costs come from the eager twin), or measure the kernels with "
+                         "Nsight Compute.")]
         return [info(rule, f"{what} not computed: the engine steps carry no weight/KV-cache bytes",
                      "Profile with perfscope's engine (perfscope profile) so each step records the bytes it reads.")]
     dev = report.device

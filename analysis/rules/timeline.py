@@ -2,7 +2,11 @@
 
 Each works per device on the busy timeline (kernels and copies merged). Leading and trailing idle
 (before the first and after the last piece of work) is not counted, as in ``nsys analyze``'s
-``gpu_gaps`` rule. On a CPU report the rows are operators, so "idle" is the time outside them.
+``gpu_gaps`` rule. When the report has a framework's steps (vLLM, SGLang, HF, hand-marked), idle
+time is measured inside the inference window only: the first step's start to the last step's end,
+outlier steps cut out (:func:`..framework_steps.inference_windows`), so model loading, profiler lead-in and
+teardown are not idle time (``inference-window`` reports them once). On a CPU report the rows are
+operators, so "idle" is the time outside them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from perfscope.report import Report
 from perfscope.schema import map_distinct, value_mask, value_positions
 
 from ..compiled_steps import compiled_kernels
+from ..framework_steps import has_framework_steps
+from ..framework_steps import inference_windows as step_inference_windows
 from ..ranks import comm_mask
 from ._base import (
     Finding,
@@ -248,8 +254,19 @@ def activity_gaps(report: Report) -> np.ndarray:
     return memo(report, "rules:device_idle", lambda: _device_idle(report))[1]
 
 
+def inference_windows(report: Report) -> tuple[np.ndarray, np.ndarray] | None:
+    """The merged windows of the headline framework steps, or None when the report has none
+    (engine reports and traces without step annotations: the whole active span counts)."""
+    def build() -> tuple[np.ndarray, np.ndarray] | None:
+        if not has_framework_steps(report.steps):
+            return None
+        return step_inference_windows(report.steps, report.kernels, report.transfers)
+    return memo(report, "rules:inference_windows", build)
+
+
 def _device_idle(report: Report) -> tuple[list[DeviceIdle], np.ndarray]:
     acts = activity(report)
+    windows = inference_windows(report)
     gap_all = np.zeros(len(acts), np.int64)
     call_ends = np.append(launch_calls(report)["end_ns"].to_numpy(np.int64), 0)  # the last: for "no call" (-1)
     out = []
@@ -271,6 +288,15 @@ def _device_idle(report: Report) -> tuple[list[DeviceIdle], np.ndarray]:
             "next_row": rows[has_gap],
             "launch_end_ns": launch_end,
         })
+        if windows is not None:
+            span = float((windows[1] - windows[0]).sum())
+            busy = float(covered_ns(windows, ms, me).sum())
+            inside = covered_ns(windows, gaps["gap_start_ns"].to_numpy(np.int64),
+                                (gaps["gap_start_ns"] + gaps["gap_ns"]).to_numpy(np.int64))
+            gaps = gaps.assign(gap_ns=inside.astype(np.int64))[inside > 0].reset_index(drop=True)
+            if span > 0:
+                out.append(DeviceIdle(str(device), int(windows[0][0]), span, busy, gaps))
+            continue
         out.append(DeviceIdle(str(device), int(ms[0]), float(me[-1] - ms[0]), float((me - ms).sum()), gaps))
     return out, gap_all
 
@@ -330,11 +356,13 @@ def _idle_advice(cpu: bool, host_wait_pct: float, graph: str | None = None, comp
 
 
 def gpu_idle(report: Report) -> list[Finding]:
-    """Idle share and the largest gaps per device (CPU reports: time outside operators)."""
+    """Idle share and the largest gaps per device (CPU reports: time outside operators). A report
+    with a framework's steps has it measured inside its inference window."""
     cpu = is_cpu_report(report)
     mode = graph_mode(report)
     graph = graph_advice(report, mode) if mode.is_graph_run else None
     compiled_cpu = compiled_cpu_run(report)
+    windows = inference_windows(report)
     findings = []
     for idle in device_idle(report):
         share = pct(idle.idle_ns, idle.span_ns)
@@ -356,9 +384,19 @@ def gpu_idle(report: Report) -> list[Finding]:
         what = "is outside operators" if cpu else f"{idle.device} is idle"
         title = (f"{share:.0f}% of the active span {what} ({duration(idle.idle_ns)} in {len(idle.gaps)} gaps "
                  f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
+        advice = _idle_advice(cpu, host_pct, graph, compiled_cpu)
+        if windows is not None:
+            from .steps import framework_of, knob  # steps imports this module
+
+            fw = framework_of(report.steps)
+            evidence["framework"] = fw
+            evidence["measured_in"] = "inference window (first step to last, outlier steps cut out)"
+            title = title.replace("of the active span", "of the inference window", 1)
+            advice += knob(fw, "graphs", graphs=mode.is_graph_run,
+                           tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").max()))
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
-            evidence, _idle_advice(cpu, host_pct, graph, compiled_cpu), idle.idle_ns, ranges=ranges))
+            evidence, advice, idle.idle_ns, ranges=ranges))
     return findings
 
 

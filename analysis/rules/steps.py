@@ -1,0 +1,277 @@
+"""Rules over the steps table of a framework's trace (vLLM, SGLang, HF generate(), hand-marked).
+
+- ``inference-window``: time of the trace outside the first step's start .. last step's end
+  (model loading, profiler lead-in, teardown), said once; it is not idle time anywhere else;
+- ``step-outliers``: steps kept out of the headline numbers (a host stall, the profiler's first
+  step, a slow step), each with its cause;
+- ``steady-state``: the distribution of step times per phase and batch size, or, with one step,
+  that the trace cannot show a steady state and which profiler setting records more steps;
+- ``step-idle``: the GPU idle inside the headline steps (launch-bound decode), with CUDA graphs
+  present or not and the framework's own knob;
+- ``mixed-steps``: share and cost of steps that carry prefill and decode tokens together.
+
+They read the steps table and the kernels' ``step`` column only, never a source's own shape.
+Engine reports (perfscope's own steps) are left to :mod:`.llm`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from perfscope.format import duration
+from perfscope.report import Report
+
+from ..framework_steps import has_framework_steps, headline_steps, step_windows
+from ..intervals import trace_span_ns
+from ._base import Finding, activity, covered_ns, info, merge_intervals, pct, ranked
+from .timeline import graph_launched
+
+STEP_IDLE_MIN_PCT = 30.0
+"""GPU idle share of the headline steps' windows that makes a ``step-idle`` finding: beyond a
+third, the host (launches, Python, scheduling) and not the kernels sets the step time."""
+OUTSIDE_MIN_PCT = 5.0
+"""Share of the trace outside the inference window worth saying."""
+MIXED_MIN_PCT = 5.0
+"""Share of step time in mixed steps worth a finding."""
+
+PROFILER_SETTING = {
+    "vllm": ("vLLM records one step per engine iteration while its torch profiler runs (VLLM_TORCH_PROFILER_DIR "
+             "set, then POST /start_profile and /stop_profile around the requests): start it before, and stop it "
+             "after, several iterations of the load you want to see"),
+    "sglang": ("SGLang records the steps between /start_profile and its stop: pass num_steps (e.g. "
+               '{"num_steps": 20}) to POST /start_profile, or start it after warm-up and stop it later'),
+    "hf": "profile several generate() calls or more new tokens (max_new_tokens)",
+    "user": "mark more steps (perfscope.annotate.step) inside the profiled region",
+}
+"""How each framework records more steps, for a trace that holds one."""
+
+
+def _steps(report: Report) -> pd.DataFrame | None:
+    s = report.steps
+    return s if has_framework_steps(s) else None
+
+
+def framework_of(steps: pd.DataFrame) -> str:
+    fw = steps["framework"].dropna().astype("object")
+    return str(fw.mode().iloc[0]) if len(fw) else "user"
+
+
+def _graph_share_by_step(report: Report) -> pd.Series:
+    """Per step: the share of its kernels launched by a graph replay (NaN for a step without kernels)."""
+    k = report.kernels
+    if not len(k) or "step" not in k:
+        return pd.Series(dtype="float64")
+    graph = graph_launched(report).to_numpy(bool)
+    has = k["step"].notna().to_numpy()
+    steps = k["step"].to_numpy(dtype="float64", na_value=np.nan)[has].astype(np.int64)
+    return pd.Series(graph[has].astype(float)).groupby(steps).mean()
+
+
+def knob(framework: str, topic: str, *, graphs: bool | None = None, tokens: float = math.nan) -> str:
+    """The framework's own setting for ``topic`` (``graphs``, ``batch_tokens``), true for the versions
+    whose step annotations perfscope reads (vLLM V1, SGLang); empty when there is none to name."""
+    if framework == "vllm" and topic == "graphs":
+        if graphs:
+            return (" vLLM replays CUDA graphs here: a batch size above the largest captured size runs eager, so "
+                    "cover the batch sizes you serve with the compilation config's cudagraph_capture_sizes.")
+        many = f" (these steps have up to {tokens:.0f} tokens)" if not math.isnan(tokens) else ""
+        return (" vLLM ran these steps without graph replays: if --enforce-eager (enforce_eager=True) is set, drop it; "
+                "a step with more tokens than the largest of the compilation config's cudagraph_capture_sizes runs "
+                f"eager anyway{many}, so add capture sizes up to the step sizes you serve.")
+    if framework == "sglang" and topic == "graphs":
+        if graphs:
+            return (" SGLang replays CUDA graphs here: batch sizes above --cuda-graph-max-bs run eager, so raise it "
+                    "to the largest decode batch you serve.")
+        return (" SGLang ran these steps eagerly: remove --disable-cuda-graph, and raise --cuda-graph-max-bs to "
+                "the decode batch sizes you serve.")
+    if framework == "vllm" and topic == "batch_tokens":
+        return (" In vLLM the token budget of a step is --max-num-batched-tokens: a smaller one bounds how much "
+                "prefill rides with the decodes (lower decode latency spikes), a larger one prefills in fewer steps.")
+    if framework == "sglang" and topic == "batch_tokens":
+        return (" In SGLang the prefill chunk of a step is --chunked-prefill-size: a smaller chunk bounds how much "
+                "prefill rides with the decodes, a larger one prefills in fewer steps.")
+    return ""
+
+
+def inference_window(report: Report) -> list[Finding]:
+    """Time of the trace before the first step and after the last, said once."""
+    steps = _steps(report)
+    if steps is None:
+        return []
+    span = trace_span_ns(report)
+    ws, we = step_windows(steps, report.kernels)
+    starts = [df["start_ns"].min() for df in (report.kernels, report.transfers) if len(df)]
+    ends = [df["end_ns"].max() for df in (report.kernels, report.transfers) if len(df)]
+    if not starts or not len(ws):
+        return []
+    first, last = float(min(min(starts), ws[0])), float(max(max(ends), we[-1]))
+    before, after = max(float(ws[0]) - first, 0.0), max(last - float(we[-1]), 0.0)
+    outside = before + after
+    if not pct(outside, span) >= OUTSIDE_MIN_PCT:
+        return []
+    evidence: dict[str, float | int | str] = {
+        "steps": len(steps), "window_ns": float(we[-1] - ws[0]), "before_first_step_ns": before,
+        "after_last_step_ns": after, "outside_ns": outside, "outside_pct": pct(outside, span),
+        "trace_span_ns": span,
+    }
+    title = (f"{duration(outside)} of the trace ({pct(outside, span):.0f}%) is outside the inference window "
+             f"({duration(before)} before the first step, {duration(after)} after the last)")
+    return [info("inference-window", title,
+                 "Model loading, warm-up, the profiler's lead-in and teardown are not part of inference: idle time "
+                 "and every other finding are measured inside the steps. Start the profiler after warm-up to keep "
+                 "the trace small.", **evidence)]
+
+
+def step_outliers(report: Report) -> list[Finding]:
+    """Steps kept out of the headline numbers, with their cause."""
+    steps = _steps(report)
+    if steps is None or "outlier" not in steps:
+        return []
+    out = steps[steps["outlier"].notna()]
+    if not len(out):
+        return []
+    kernel_ns = pd.to_numeric(out["kernel_time_ns"], errors="coerce").fillna(0).to_numpy(np.float64)
+    wall = out["duration_ns"].to_numpy(np.float64)
+    at_stake = float(np.clip(wall - kernel_ns, 0, None).sum())
+    first = out.iloc[0]
+    evidence: dict[str, float | int | str] = {"outlier_steps": len(out), "steps": len(steps)}
+    for i, row in enumerate(out.head(3).itertuples(index=False), start=1):
+        evidence[f"step{i}"] = int(row.step)
+        evidence[f"step{i}_phase"] = str(row.phase)
+        evidence[f"step{i}_wall_ns"] = float(row.duration_ns)
+        evidence[f"step{i}_kernel_time_ns"] = float(pd.to_numeric(row.kernel_time_ns, errors="coerce"))
+        evidence[f"step{i}_cause"] = str(row.outlier)
+    what = f"step {int(first['step'])} ({first['phase']}, batch {first['batch']})"
+    more = f" and {len(out) - 1} more" if len(out) > 1 else ""
+    title = (f"{what}{more} kept out of the headline numbers: {first['outlier']}; its kernels ran "
+             f"{duration(float(kernel_ns[0]))} of its {duration(float(wall[0]))}")
+    stall = str(first["outlier"]).startswith("host stall")
+    advice = ("The host stopped launching work inside this step: the GPU had nothing queued, so the step's wall time "
+              "is the stall, not the model. A stall at the start of profiling is often the profiler itself or the "
+              "scheduler waiting (for requests, for the previous batch's results, for other ranks); one that "
+              "recurs in a longer trace is the serving loop's. Profile more steps to see whether it recurs."
+              if stall else
+              "These steps are slower than the others of their phase and batch size (warm-up, the profiler's start, "
+              "a recompilation or allocation); the phase table and findings use the other steps.")
+    return [ranked(report, "step-outliers", title, evidence, advice, at_stake,
+                   ranges=tuple(dict.fromkeys(str(x) for x in out["label"].head(3))))]
+
+
+def steady_state(report: Report) -> list[Finding]:
+    """Step times per phase and batch size; a one-step trace says it cannot show a steady state."""
+    steps = _steps(report)
+    if steps is None:
+        return []
+    fw = framework_of(steps)
+    if len(steps) == 1:
+        s = steps.iloc[0]
+        return [info("steady-state", f"One {s['phase']} step in this trace: it cannot show a steady state (nor "
+                     "tell a stall of the first profiled step from the serving loop's)",
+                     f"Record more steps: {PROFILER_SETTING.get(fw, PROFILER_SETTING['user'])}.",
+                     framework=fw, steps=1, step_wall_ns=float(s["duration_ns"]))]
+    head = headline_steps(steps)
+    if not len(head):
+        return []
+    rows = []
+    evidence: dict[str, float | int | str] = {"steps": len(steps), "headline_steps": len(head)}
+    groups = head.groupby([head["phase"].astype("object"), head["batch"].astype("object").fillna(-1)], sort=True)
+    for i, ((phase, batch), g) in enumerate(groups, start=1):
+        d = g["duration_ns"].to_numpy(np.float64)
+        p50, p90 = np.percentile(d, [50, 90])
+        rows.append(f"{phase} bs={batch}: {len(g)} steps, p50 {duration(float(p50))}, p90 {duration(float(p90))}")
+        if i <= 6:
+            evidence.update({f"group{i}": f"{phase} bs={batch}", f"group{i}_steps": len(g),
+                             f"group{i}_p50_ns": float(p50), f"group{i}_p90_ns": float(p90),
+                             f"group{i}_max_ns": float(d.max())})
+    return [info("steady-state", "Step times: " + "; ".join(rows[:4]) + ("; ..." if len(rows) > 4 else ""),
+                 "Outlier steps are left out (step-outliers); compare a phase's p90 with its p50 to see jitter.",
+                 **evidence)]
+
+
+def step_idle(report: Report) -> list[Finding]:
+    """GPU idle inside the headline decode steps: the host sets the step time (launch-bound
+    decode), with CUDA graphs replayed or not and the framework's knob. (Idle over the whole
+    inference window is ``gpu-idle``'s.)"""
+    steps = _steps(report)
+    if steps is None:
+        return []
+    head = headline_steps(steps)
+    if not len(head) or not len(report.kernels):
+        return []
+    acts = activity(report)
+    ms, me = merge_intervals(acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64))
+    findings = []
+    shares = _graph_share_by_step(report)
+    fw = framework_of(steps)
+    for phase in ("decode",):  # idle of the whole window is gpu-idle's; decode is where launches bind
+        ph = head[head["phase"] == phase]
+        if not len(ph):
+            continue
+        ws, we = step_windows(ph, report.kernels)
+        span = float((we - ws).sum())
+        busy = float(covered_ns((ms, me), ws, we).sum())
+        idle_pct = pct(span - busy, span)
+        if not idle_pct >= STEP_IDLE_MIN_PCT:
+            continue
+        g = shares.reindex(ph["step"].astype("int64").to_numpy())
+        graphs = bool((g > 0.5).mean() >= 0.5) if g.notna().any() else False
+        n_kernels = int(report.kernels["step"].isin(ph["step"].astype("int64").to_numpy()).sum())
+        evidence: dict[str, float | int | str] = {
+            "phase": phase, "steps": len(ph), "window_ns": span, "gpu_busy_ns": busy, "gpu_idle_pct": idle_pct,
+            "kernels_per_step": n_kernels / len(ph), "cuda_graphs": "yes" if graphs else "no",
+            "graph_launched_pct": float(100 * g.mean()) if g.notna().any() else math.nan, "framework": fw,
+        }
+        title = (f"The GPU is idle {idle_pct:.0f}% of the {phase} steps' time ({duration(span - busy)} of "
+                 f"{duration(span)} over {len(ph)} step(s)); CUDA graphs {'replayed' if graphs else 'not used'}")
+        advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
+                  + ("The kernels are already replayed from graphs, so what is left is the host work around each "
+                     "replay (input preparation, sampling, scheduling)." if graphs else
+                     "Run the step from a CUDA graph so it is one launch.")
+                  + knob(fw, "graphs", graphs=graphs,
+                         tokens=float(pd.to_numeric(ph["tokens"], errors="coerce").max())))
+        findings.append(ranked(report, "step-idle", title, evidence, advice, span - busy, ranges=(phase,)))
+    return findings
+
+
+def mixed_steps(report: Report) -> list[Finding]:
+    """Share and cost of mixed steps (chunked prefill riding with decodes)."""
+    steps = _steps(report)
+    if steps is None:
+        return []
+    head = headline_steps(steps)
+    mixed = head[head["phase"] == "mixed"]
+    if not len(mixed):
+        return []
+    total = float(head["duration_ns"].sum())
+    t = float(mixed["duration_ns"].sum())
+    share = pct(t, total)
+    if not share >= MIXED_MIN_PCT:
+        return []
+    decode = head[head["phase"] == "decode"]
+    fw = framework_of(steps)
+    evidence: dict[str, float | int | str] = {
+        "mixed_steps": len(mixed), "steps": len(head), "mixed_time_ns": t, "mixed_time_pct": share,
+        "prefill_tokens": float(pd.to_numeric(mixed["prefill_tokens"], errors="coerce").sum()),
+        "decode_seqs": float(pd.to_numeric(mixed["decode_seqs"], errors="coerce").sum()),
+        "mixed_step_p50_ns": float(mixed["duration_ns"].median()),
+    }
+    cost = math.nan
+    if len(decode):
+        d50 = float(decode["duration_ns"].median())
+        evidence["decode_step_p50_ns"] = d50
+        cost = float(np.clip(mixed["duration_ns"].to_numpy(np.float64) - d50, 0, None).sum())
+        evidence["extra_over_decode_ns"] = cost
+    share_attn = pd.to_numeric(mixed.get("attention_prefill_share"), errors="coerce")
+    if share_attn is not None and share_attn.notna().any():
+        evidence["attention_prefill_share_mean"] = float(share_attn.mean())
+    title = (f"{len(mixed)} mixed step(s) (prefill and decode together) take {share:.0f}% of step time"
+             + (f"; each {duration(float(mixed['duration_ns'].median()))} vs {duration(evidence['decode_step_p50_ns'])} "
+                "for a decode step" if len(decode) else ""))
+    advice = ("In a mixed step every decoding sequence waits for the prefill riding with it, so its inter-token "
+              "latency is the mixed step's time." + knob(fw, "batch_tokens"))
+    if math.isnan(cost):
+        return [info("mixed-steps", title, advice, **evidence)]
+    return [ranked(report, "mixed-steps", title, evidence, advice, cost, ranges=("mixed",))]

@@ -1,0 +1,94 @@
+"""What reading framework steps costs the Kineto import of a 1.09M-event trace (issue #21: <= 5%).
+
+The trace is :mod:`ingest`'s (the A100 HTA fixture tiled 10 times, 1.09M events), in two forms:
+
+- ``plain``: as built, no framework step annotations (the step reader only scans range names);
+- ``stepped``: its ``ProfilerStep#N`` annotations renamed ``step[DECODE bs=8]``, so every one of
+  its 50 steps is read and each of its kernels is assigned to one (the full cost of the step).
+
+Each file is imported (``perfscope.analysis.importers.import_file``, the whole pipeline) in a fresh
+interpreter with the step reader on and off (off: :func:`perfscope.analysis.finish.with_framework_steps`
+replaced by a pass-through inside that child only), interleaved round by round; medians over the
+repeats. The last line is ``steps_overhead_plain=X steps_overhead_stepped=Y`` (on / off - 1).
+
+Usage::
+
+    python benchmarks/ingest_steps.py [--copies 10] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ingest import FIXTURE, build
+
+
+def child(mode: str, path: Path) -> None:
+    import perfscope.analysis.finish as fin
+    from perfscope.analysis.importers import import_file
+
+    if mode == "off":
+        fin.with_framework_steps = lambda tables: (dict(tables), [])  # type: ignore[assignment]
+    t0 = time.perf_counter()
+    report = import_file(path)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "kernels": len(report.kernels), "steps": len(report.steps),
+                      "in_steps": int(report.kernels["step"].notna().sum())}))
+
+
+def run_child(mode: str, path: Path) -> dict[str, float]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} failed on {path}:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def stepped_copy(plain: Path, out: Path) -> Path:
+    text = plain.read_text()
+    import re
+    out.write_text(re.sub(r'"ProfilerStep#\d+"', '"step[DECODE bs=8]"', text))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--copies", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], Path(args.child[1]))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, _, n = build(FIXTURE, Path(tmp), args.copies)
+        files = {"plain": plain, "stepped": stepped_copy(plain, Path(tmp) / "stepped.json")}
+        print(f"{n:,} events; {args.repeat} fresh runs per file and mode, interleaved", flush=True)
+        runs: dict[tuple[str, str], list[dict[str, float]]] = {(f, m): [] for f in files for m in ("off", "on")}
+        for _ in range(args.repeat):
+            for f, path in files.items():
+                for m in ("off", "on"):
+                    runs[(f, m)].append(run_child(m, path))
+        ratios = {}
+        for f in files:
+            off = statistics.median(r["seconds"] for r in runs[(f, "off")])
+            on = statistics.median(r["seconds"] for r in runs[(f, "on")])
+            last = runs[(f, "on")][-1]
+            ratios[f] = on / off - 1
+            print(f"  {f:<8} off {off:6.2f} s  on {on:6.2f} s  ({100 * ratios[f]:+.1f}%)  "
+                  f"kernels={int(last['kernels']):,} steps={int(last['steps'])} kernels in steps={int(last['in_steps']):,}  "
+                  f"runs off {[round(r['seconds'], 2) for r in runs[(f, 'off')]]} on {[round(r['seconds'], 2) for r in runs[(f, 'on')]]}")
+    print(f"steps_overhead_plain={ratios['plain']:.3f} steps_overhead_stepped={ratios['stepped']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
