@@ -30,14 +30,23 @@ import pandas as pd
 from perfscope.report import Report
 from perfscope.schema import value_mask
 
+from .framework_steps import has_framework_steps, headline_steps, step_windows
 from .tree import PHASES
+
+SUMMARY_PHASES = ("prefill", "decode", "mixed", *PHASES[2:])
+"""Phases of the phase table, in order: ``mixed`` is a step with prefill and decode tokens
+(chunked prefill riding with decodes), a phase of framework steps only."""
 
 FLOPS_MIN_COVERAGE = 0.9
 """Share of a phase's kernel time that kernels with known FLOPs must cover for its FLOPs and MFU."""
 
 PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
                  "model_flops", "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
-                 "precision", "mfu", "mbu", "mfu_source", "mbu_source", "timing"]
+                 "precision", "mfu", "mbu", "mfu_source", "mbu_source", "timing",
+                 "prefill_tokens", "decode_tokens", "outlier_steps", "framework"]
+"""Columns of :func:`phase_summary`. The last four are framework steps' (vLLM, SGLang, ...; missing
+on engine reports): a mixed row's prefill and decode tokens, the steps kept out as outliers, and
+who marked the steps."""
 
 
 def has_unprofiled(report: Report) -> bool:
@@ -64,16 +73,35 @@ def _dominant_precision(kernels: pd.DataFrame) -> str | None:
 
 def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
                   all_steps: pd.DataFrame) -> tuple[float, int, float]:
-    """Wall time, steps and tokens of a phase; tokens are NaN (unknown, not 0) without engine steps."""
+    """Wall time, steps and tokens of a phase; tokens are NaN (unknown, not 0) without engine steps.
+
+    Framework steps' wall time is that of their windows (:func:`.framework_steps.step_windows`):
+    from each step's start to its end or its last kernel's, whichever is later (CUDA-graph replays
+    run after the CPU range closes), the first step's lead before its first kernel left out."""
     steps = all_steps[all_steps["phase"] == phase]
     if len(steps):
-        return float(steps["duration_ns"].sum()) / 1e9, len(steps), int(steps["tokens"].sum())
+        tokens = pd.to_numeric(steps["tokens"], errors="coerce")
+        n_tokens = float(tokens.sum()) if tokens.notna().any() else float("nan")
+        if has_framework_steps(steps):
+            ws, we = step_windows(steps, report.kernels)
+            return float((we - ws).sum()) / 1e9, len(steps), n_tokens
+        return float(steps["duration_ns"].sum()) / 1e9, len(steps), n_tokens
     ranges = report.ranges[report.ranges["name"] == phase]
     if len(ranges):
         return float((ranges["end_ns"] - ranges["start_ns"]).sum()) / 1e9, len(ranges), float("nan")
     if len(kernels):
         return float(kernels["end_ns"].max() - kernels["start_ns"].min()) / 1e9, 0, float("nan")
     return float("nan"), 0, float("nan")
+
+
+def _headline(steps: pd.DataFrame, phase: str) -> tuple[pd.DataFrame, int]:
+    """A phase's steps without its outliers (all of them when every one is an outlier: the row
+    then shows them, and ``outlier_steps`` says so), and the number left out."""
+    ph = steps[steps["phase"] == phase]
+    head = headline_steps(ph)
+    if not len(head):
+        return ph, 0
+    return head, len(ph) - len(head)
 
 
 def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
@@ -86,14 +114,40 @@ def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
     k = kernels[["start_ns", "end_ns", "duration_ns", "flops", "dram_bytes", "precision"]]
     steps = run_steps(report, profiled=profiled)
     timing = "unprofiled" if steps is report.steps_unprofiled and len(steps) else "profiled"
-    in_phase = {p: value_mask(kernels, "phase", partial(operator.eq, p)) for p in PHASES}
-    phases = [p for p in PHASES if in_phase[p].any() or (steps["phase"] == p).any()]
-    rows = [_phase_row(report, p, k[in_phase[p]], steps) for p in phases]
+    framework = has_framework_steps(steps)
+    in_phase = {p: value_mask(kernels, "phase", partial(operator.eq, p)) for p in SUMMARY_PHASES}
+    phases = [p for p in SUMMARY_PHASES if in_phase[p].any() or (steps["phase"] == p).any()]
+    rows = []
+    for p in phases:
+        if not framework:
+            rows.append(_phase_row(report, p, k[in_phase[p]], steps))
+            continue
+        head, dropped = _headline(steps, p)
+        mask = in_phase[p]
+        if dropped:  # the outliers' kernels leave with them
+            out_ids = steps.loc[(steps["phase"] == p) & steps["outlier"].notna(), "step"].to_numpy()
+            mask = mask & ~kernels["step"].isin(out_ids).to_numpy(bool)
+        row = _phase_row(report, p, k[mask], head)
+        kept_outliers = int(head["outlier"].notna().sum())  # > 0 only when every step of the phase is one
+        row.update(_token_split(head), outlier_steps=dropped + kept_outliers,
+                   framework=", ".join(sorted(set(head["framework"].dropna().astype(str)))) or None)
+        rows.append(row)
     if not phases:
         rows = [_phase_row(report, "all", k, steps)]
     for r in rows:
         r["timing"] = timing
     return pd.DataFrame(rows, columns=PHASE_COLUMNS)
+
+
+def _token_split(steps: pd.DataFrame) -> dict[str, float]:
+    """Prefill and decode tokens of framework steps (a mixed step has both): prefill tokens from the
+    label, decode tokens the rest of its tokens (else one per decoding sequence); NaN when unknown."""
+    pre = pd.to_numeric(steps["prefill_tokens"], errors="coerce")
+    tok = pd.to_numeric(steps["tokens"], errors="coerce")
+    seqs = pd.to_numeric(steps["decode_seqs"], errors="coerce")
+    dec = (tok - pre).where(tok.notna() & pre.notna(), seqs)
+    return {"prefill_tokens": float(pre.sum()) if pre.notna().any() else float("nan"),
+            "decode_tokens": float(dec.sum()) if dec.notna().any() else float("nan")}
 
 
 def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFrame) -> dict[str, Any]:

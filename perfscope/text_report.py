@@ -60,6 +60,14 @@ def _phase_lines(report: Report) -> list[str]:
              _num(r["tokens_per_s"], 1, 1), si(r["achieved_flops_per_s"], "FLOP/s"), _num(r["mfu"] * 100, 1, 1),
              si(r["achieved_bytes_per_s"], "B/s"), _num(r["mbu"] * 100, 1, 1)] for _, r in ph.iterrows()]
     head = ["phase", "steps", "tokens", "wall ms", "tok/s", "achieved", "MFU %", "bytes/s", "MBU %"]
+    framework = ph["framework"].dropna() if "framework" in ph else ph.iloc[:0, 0]
+    if len(framework):  # a framework's steps: a mixed row's prefill and decode tokens, the outliers left out
+        for row, (_, r) in zip(rows, ph.iterrows()):
+            row[2] = _num(r["tokens"], 1, 0)
+            row += [_num(r["prefill_tokens"], 1, 0), _num(r["decode_tokens"], 1, 0), _num(r["outlier_steps"], 1, 0)]
+        head += ["prefill tok", "decode tok", "outliers"]
+        who = ", ".join(sorted(set(framework.astype(str))))
+        return [f"phases ({who} steps; outlier steps left out unless all are):", table(head, rows)]
     if not has_unprofiled(report):
         engine = report.manifest.get("source", {}).get("kind") == "engine"
         return ["phases (the profiled run):" if engine else "phases:", table(head, rows)]

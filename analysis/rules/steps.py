@@ -149,8 +149,8 @@ def step_outliers(report: Report) -> list[Finding]:
     title = (f"{what}{more} kept out of the headline numbers: {first['outlier']}; its kernels ran "
              f"{duration(float(kernel_ns[0]))} of its {duration(float(wall[0]))}")
     stall = str(first["outlier"]).startswith("host stall")
-    advice = ("The host stopped launching work inside this step: the GPU had nothing queued, so the step's wall time "
-              "is the stall, not the model. A stall at the start of profiling is often the profiler itself or the "
+    advice = ("The host made no launch call for most of this step, so the step's wall time is that pause, not the "
+              "model's work (its kernels' time is). A stall at the start of profiling is often the profiler itself or the "
               "scheduler waiting (for requests, for the previous batch's results, for other ranks); one that "
               "recurs in a longer trace is the serving loop's. Profile more steps to see whether it recurs."
               if stall else

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 from pathlib import Path
@@ -210,3 +211,133 @@ def test_step_flops_missing_when_under_90_percent_is_costed() -> None:
                             "dram_bytes": [1.0, 2.0]})
     _, s = assign_kernels_to_steps(kernels, steps)
     assert np.isnan(s["kernel_flops"].iloc[0]) and s["kernel_dram_bytes"].iloc[0] == 3.0
+
+
+# ---------------------------------------------------------------------------- window, outliers, findings
+def _serving(step_ns: list[int], *, lead_ns: int = 2_000_000_000, stall_in: int | None = None,
+             spacing_ns: dict[int, int] | None = None) -> Imported:
+    """A loading phase (kernels of no step) then decode steps of ``step_ns`` each, 10 kernels of
+    20 µs per step launched 30 µs apart (``spacing_ns``: other spacings per step); step ``stall_in``
+    stalls after its 3rd launch."""
+    names, starts, ends, ks, ke, launch = [], [], [], [], [], []
+    t = lead_ns
+    for i, d in enumerate(step_ns):
+        names.append("step[DECODE bs=8]")
+        starts.append(t)
+        ends.append(t + d)
+        at = t + 10_000
+        for j in range(10):
+            if stall_in == i and j == 3:
+                at = t + d - 10 * 30_000  # the host pauses, then launches the rest at the step's end
+            launch.append(at)
+            ks.append(at + 5_000)
+            ke.append(at + 25_000)
+            at += (spacing_ns or {}).get(i, 30_000)
+        t += d + 50_000
+    # model loading: 3 kernels early in the trace, no step around them
+    ks, ke, launch = [1_000, 500_000_000, 900_000_000, *ks], [2_000_000, 600_000_000, 950_000_000, *ke], \
+        [500, 499_000_000, 899_000_000, *launch]
+    n = len(ks)
+    kernels = pd.DataFrame({"name": [f"k{i}" for i in range(n)], "device": "cuda:0", "start_ns": ks, "end_ns": ke,
+                            "duration_ns": np.subtract(ke, ks), "correlation": range(n), "stream": 7,
+                            "flops": 1e6, "dram_bytes": 4e5})
+    api = pd.DataFrame({"name": "cudaLaunchKernel", "start_ns": launch, "end_ns": np.add(launch, 4_000),
+                        "correlation": range(n), "thread": 1})
+    ranges = pd.DataFrame({"id": range(len(names)), "name": names, "start_ns": starts, "end_ns": ends,
+                           "thread": 1, "source": "nvtx"})
+    return Imported({"kernels": kernels, "api": api, "ranges": ranges}, origin="serving.sqlite")
+
+
+def test_loading_is_outside_the_inference_window() -> None:
+    from perfscope.analysis.findings import RULES
+
+    r = finish(_serving([1_000_000] * 6))
+    assert r.steps["outlier"].isna().all() and r.kernels["step"].isna().sum() == 3
+    window = RULES["inference-window"](r)
+    assert len(window) == 1 and window[0].id == "inference-window"
+    first_step_kernel = int(r.kernels.loc[r.kernels["step"] == 0, "start_ns"].min())
+    assert window[0].evidence["before_first_step_ns"] == first_step_kernel - 1_000
+    idle = RULES["gpu-idle"](r)
+    assert len(idle) == 1
+    e = idle[0].evidence
+    in_steps = r.kernels[r.kernels["step"].notna()]
+    span = int(in_steps["end_ns"].max() - in_steps["start_ns"].min())
+    assert e["span_ns"] == span  # the 2 s of loading are not idle time
+    assert e["busy_ns"] == float(in_steps["duration_ns"].sum())
+    assert "inference window" in idle[0].title
+
+
+def test_a_host_stall_among_steady_steps_is_an_outlier_and_out_of_the_phase_table() -> None:
+    from perfscope.analysis.findings import RULES
+    from perfscope.analysis.serving import phase_summary
+
+    r = finish(_serving([1_000_000] * 3 + [20_000_000] + [1_000_000] * 3, stall_in=3))
+    out = r.steps["outlier"]
+    assert out.notna().sum() == 1 and out.iloc[3].startswith("host stall") and "k" in out.iloc[3]
+    ph = phase_summary(r).set_index("phase").loc["decode"]
+    assert ph["steps"] == 6 and ph["outlier_steps"] == 1 and ph["tokens"] == 48
+    assert ph["kernel_time_s"] == pytest.approx(6 * 10 * 20_000 / 1e9)
+    f = RULES["step-outliers"](r)
+    assert len(f) == 1 and f[0].evidence["step1"] == 3 and f[0].evidence["step1_cause"].startswith("host stall")
+    steady = RULES["steady-state"](r)
+    assert steady[0].evidence["group1_steps"] == 6 and steady[0].evidence["group1_p50_ns"] == 1_000_000
+
+
+def test_a_slow_first_step_is_the_profilers_lead_in() -> None:
+    r = finish(_serving([2_000_000] + [1_000_000] * 4, spacing_ns={0: 190_000}))  # slow launches, no pause
+    assert r.steps["outlier"].iloc[0].startswith("first step after the profiler started")
+    assert r.steps["outlier"].iloc[1:].isna().all()
+
+
+def test_sglang_host_stall_is_the_steps_stall_not_decodes_bottleneck(fixtures_dir: Path) -> None:
+    from perfscope.analysis.findings import run_rules
+
+    r = read_kineto(fixtures_dir / SGLANG)
+    findings = run_rules(r)
+    ids = [f.id for f in findings]
+    assert ids[0] == "step-outliers" and "gpu-idle" not in ids and "decode-mbu" not in ids
+    stall = findings[0]
+    # the stall: the longest stretch of the step with no launch call, from the trace's own events
+    with gzip.open(fixtures_dir / SGLANG) as fh:
+        events = json.load(fh)["traceEvents"]
+    step = next(e for e in events if e.get("name") == "step[DECODE bs=32]")
+    outer = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("execute_"))
+    kernel_corr = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel"}
+    launches = sorted(e["ts"] for e in events if e.get("cat") == "cuda_runtime"
+                      and e.get("args", {}).get("correlation") in kernel_corr
+                      and outer["ts"] <= e["ts"] <= outer["ts"] + outer["dur"])
+    points = [outer["ts"], *launches, outer["ts"] + outer["dur"]]
+    longest_us = max(b - a for a, b in itertools.pairwise(points))
+    assert longest_us > 0.9 * step["dur"]
+    assert f"{longest_us / 1000:.3g} ms" in stall.title and "host stall" in stall.title
+    assert stall.evidence["step1_kernel_time_ns"] == pytest.approx(
+        sum(e["dur"] for e in events if e.get("cat") == "kernel") * 1000, rel=1e-6)
+    one = next(f for f in findings if f.id == "steady-state")
+    assert one.title.startswith("One decode step") and "num_steps" in one.recommendation
+
+
+def test_mixed_steps_show_their_prefill_and_decode_tokens() -> None:
+    from perfscope.analysis.findings import RULES
+    from perfscope.analysis.serving import phase_summary
+
+    imp = _serving([1_000_000] * 6)
+    names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
+    imp = imp.with_tables(ranges=imp.tables["ranges"].assign(name=names))
+    r = finish(imp)
+    ph = phase_summary(r).set_index("phase")
+    assert list(ph.index) == ["decode", "mixed"]
+    assert ph.loc["mixed", "prefill_tokens"] == 1024 and ph.loc["mixed", "decode_tokens"] == 16
+    assert ph.loc["decode", "tokens"] == 32 and ph.loc["mixed", "framework"] == "vllm"
+    mixed = RULES["mixed-steps"](r)
+    assert mixed and mixed[0].evidence["mixed_steps"] == 2 and "--max-num-batched-tokens" in mixed[0].recommendation
+    assert mixed[0].evidence["attention_prefill_share_mean"] == pytest.approx(262144 / (262144 + 8000))
+
+
+def test_launch_bound_decode_names_the_frameworks_knob() -> None:
+    from perfscope.analysis.findings import RULES
+
+    r = finish(_serving([1_000_000] * 5))  # 10 x 20 µs of kernels in 1 ms steps: the GPU idles 80%
+    f = RULES["step-idle"](r)
+    assert len(f) == 1 and f[0].evidence["cuda_graphs"] == "no"
+    assert f[0].evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 1_000_000), abs=3)
+    assert "--cuda-graph-max-bs" in f[0].recommendation and "--enforce-eager" not in f[0].recommendation
