@@ -3,7 +3,9 @@ from its speed of light (MFU), and the KV cache's share of decode traffic as the
 
 A decode step must read every weight once and the KV cache of every sequence, so its floor is
 ``(weight_bytes + kv_cache_bytes) / DRAM roof``; MBU is that floor over the measured step time.
-Imported traces have no steps, so these rules stay silent on them. Step times come from the
+Imported traces without step annotations have no steps, so these rules stay silent on them; a
+framework's steps (vLLM, SGLang, ...) have no model bytes, so their bytes are their kernels'
+(``kernel_dram_bytes``), and outlier steps are left out. Step times come from the
 headline run (the warm unprofiled one when the report holds it: the profiler inflates every
 launch); kernel coverage compares the profiled run's kernels with the profiled run's steps.
 """
@@ -115,14 +117,24 @@ def decode_mbu(report: Report) -> list[Finding]:
     }
     if not math.isnan(cover):
         evidence["kernel_cover_pct"] = cover
+    if has_framework_steps(steps):  # per decode step: the kernels' bytes over the step's time
+        per_step = nbytes / (dur * 1e-9) / bw * 100.0
+        evidence.update(mbu_source="kernels", framework=str(steps["framework"].dropna().iloc[0]),
+                        mbu_pct_per_step_p50=float(np.median(per_step)), mbu_pct_per_step_min=float(per_step.min()),
+                        mbu_pct_per_step_max=float(per_step.max()))
+    what = "of its kernels' DRAM traffic" if has_framework_steps(steps) else "of weights + KV cache"
     title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {duration(float(dur.mean()))} per step vs a "
-             f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB of weights + KV cache")
+             f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB {what}")
     mode = graph_mode(report)
     graph = graph_advice(report, mode) if mode.is_graph_run else None
     if graph:
         evidence.update(mode.evidence())
     mode_of_run = "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
     advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run)
+    if has_framework_steps(steps):
+        from .steps import framework_of, knob
+
+        advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
     return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",))]
 
 

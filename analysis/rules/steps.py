@@ -236,6 +236,24 @@ def step_idle(report: Report) -> list[Finding]:
     return findings
 
 
+def _attention_split(report: Report, steps: pd.DataFrame) -> dict[str, float]:
+    """The attention kernels' time of ``steps`` split between their prefilling and decoding
+    requests by each step's ``attention_prefill_share`` (its label's sum of new tokens x context
+    of the prefilling requests over that of all): attention work grows with q x k per request."""
+    k = report.kernels
+    if "category" not in k or not len(k):
+        return {}
+    share = pd.to_numeric(steps["attention_prefill_share"], errors="coerce")
+    share.index = steps["step"].astype("int64").to_numpy()
+    attn = k[(k["category"] == "attention") & k["step"].isin(share.index[share.notna()])]
+    if not len(attn):
+        return {}
+    per_step = attn.groupby(attn["step"].astype("int64"))["duration_ns"].sum()
+    pre = float((per_step * share.reindex(per_step.index)).sum())
+    total = float(per_step.sum())
+    return {"attention_ns": total, "attention_prefill_ns": pre, "attention_decode_ns": total - pre}
+
+
 def mixed_steps(report: Report) -> list[Finding]:
     """Share and cost of mixed steps (chunked prefill riding with decodes)."""
     steps = _steps(report)
@@ -264,9 +282,10 @@ def mixed_steps(report: Report) -> list[Finding]:
         evidence["decode_step_p50_ns"] = d50
         cost = float(np.clip(mixed["duration_ns"].to_numpy(np.float64) - d50, 0, None).sum())
         evidence["extra_over_decode_ns"] = cost
-    share_attn = pd.to_numeric(mixed.get("attention_prefill_share"), errors="coerce")
-    if share_attn is not None and share_attn.notna().any():
+    share_attn = pd.to_numeric(mixed["attention_prefill_share"], errors="coerce")
+    if share_attn.notna().any():
         evidence["attention_prefill_share_mean"] = float(share_attn.mean())
+        evidence.update(_attention_split(report, mixed))
     title = (f"{len(mixed)} mixed step(s) (prefill and decode together) take {share:.0f}% of step time"
              + (f"; each {duration(float(mixed['duration_ns'].median()))} vs {duration(evidence['decode_step_p50_ns'])} "
                 "for a decode step" if len(decode) else ""))

@@ -341,3 +341,35 @@ def test_launch_bound_decode_names_the_frameworks_knob() -> None:
     assert len(f) == 1 and f[0].evidence["cuda_graphs"] == "no"
     assert f[0].evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 1_000_000), abs=3)
     assert "--cuda-graph-max-bs" in f[0].recommendation and "--enforce-eager" not in f[0].recommendation
+
+
+def test_decode_mbu_per_decode_step_from_the_kernels_bytes() -> None:
+    from perfscope.analysis.findings import RULES
+    from perfscope.datasheets import gpu_spec
+
+    dev = gpu_spec("NVIDIA H100 80GB HBM3")
+    imp = _serving([1_000_000] * 5)
+    r = finish(Imported(imp.tables, imp.manifest, dev, origin=imp.origin))
+    f = RULES["decode-mbu"](r)
+    assert len(f) == 1
+    e = f[0].evidence
+    bw = dev.peak_bandwidth("dram")
+    # 10 kernels x 4e5 bytes per 1 ms step
+    assert e["mbu_pct_per_step_p50"] == pytest.approx(100 * 4e6 / 1e-3 / bw)
+    assert e["mbu_pct"] == pytest.approx(100 * 4e6 / 1e-3 / bw) and e["mbu_source"] == "kernels"
+    assert "kernels' DRAM traffic" in f[0].title and "--cuda-graph-max-bs" in f[0].recommendation
+
+
+def test_mixed_steps_split_attention_by_the_labels_q_times_k() -> None:
+    from perfscope.analysis.findings import RULES
+
+    imp = _serving([1_000_000] * 6)
+    names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
+    k = imp.tables["kernels"].copy()
+    k["category"] = ["attention" if i % 2 else "gemm" for i in range(len(k))]
+    r = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names), kernels=k))
+    e = RULES["mixed-steps"](r)[0].evidence
+    attn = r.kernels[(r.kernels["category"] == "attention") & r.kernels["step"].isin([4, 5])]
+    total = float(attn["duration_ns"].sum())
+    assert e["attention_ns"] == total
+    assert e["attention_prefill_ns"] == pytest.approx(total * 262144 / (262144 + 8000))
