@@ -269,10 +269,11 @@ def launch_times_ns(kernels: pd.DataFrame, api: pd.DataFrame | None) -> np.ndarr
     own = kernels["start_ns"].to_numpy(np.int64)
     if api is None or not len(api) or "correlation" not in kernels or "correlation" not in api:
         return own.copy()
-    calls = api[api["correlation"].notna()]
-    ids = calls["correlation"].to_numpy(np.float64)
+    ids = pd.to_numeric(api["correlation"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    known = ~np.isnan(ids)  # numeric columns only: slicing the api table would copy its names
+    ids, call_start = ids[known], api["start_ns"].to_numpy(np.int64)[known]
     order = np.argsort(ids, kind="stable")
-    ids, call_start = ids[order], calls["start_ns"].to_numpy(np.int64)[order]
+    ids, call_start = ids[order], call_start[order]
     corr = pd.to_numeric(kernels["correlation"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
     if not len(ids):
         return own.copy()
@@ -310,16 +311,17 @@ def assign_kernels_to_steps(kernels: pd.DataFrame, steps: pd.DataFrame, api: pd.
     (from :func:`launch_times_ns`) saves finding the launch calls again.
     """
     pos = step_of(launch_times_ns(kernels, api) if launch_ns is None else launch_ns, steps)
-    out_k = kernels.copy()
     hit = pos >= 0
     step_ids = steps["step"].to_numpy(np.int64)
-    step_col = pd.array(np.where(hit, step_ids[np.maximum(pos, 0)], 0), dtype="Int64")
-    step_col[~hit] = pd.NA
-    out_k["step"] = step_col
+    step_col = pd.arrays.IntegerArray(np.where(hit, step_ids[np.maximum(pos, 0)], 0), ~hit)
     phase = (kernels["phase"].astype("object").to_numpy(copy=True) if "phase" in kernels
              else np.full(len(kernels), None, dtype=object))
     phase[hit] = steps["phase"].astype("object").to_numpy()[pos[hit]]
-    out_k["phase"] = phase
+    # a new frame over the same columns (no copy of the other columns' data), two of them new
+    cols = {c: kernels[c] for c in kernels.columns}
+    cols["step"] = pd.Series(step_col, index=kernels.index)
+    cols["phase"] = pd.Series(phase, index=kernels.index, dtype="object")
+    out_k = pd.DataFrame(cols, index=kernels.index, copy=False)
     out_s = steps.copy()
     n = len(steps)
     dur = kernels["duration_ns"].to_numpy(np.float64)
@@ -416,7 +418,7 @@ def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndar
     size = key.map(key.value_counts()).to_numpy()
     median = out.groupby(key)["duration_ns"].transform("median").to_numpy(np.float64)
     ratio = np.where(median > 0, wall / median, np.nan)
-    names = kernels["name"].astype("object").to_numpy() if "name" in kernels else None
+    names = kernels["name"] if "name" in kernels else None
     reasons: list[str | None] = []
     for i in range(len(out)):
         gap = float(gaps["gap_ns"].iloc[i])
@@ -438,14 +440,14 @@ def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndar
 
 
 def _launched_before(pos: np.ndarray, step: int, launch_ns: np.ndarray, t_ns: int,
-                     names: np.ndarray | None) -> str | None:
-    """The kernel of ``step`` whose launch opens the stretch starting at ``t_ns`` (short name)."""
+                     names: pd.Series | None) -> str | None:
+    """The kernel of ``step`` whose launch opens the stretch starting at ``t_ns`` (first 60 characters)."""
     if names is None:
         return None
     hit = np.flatnonzero((pos == step) & (launch_ns == t_ns))
     if not len(hit):
         return None
-    return str(names[hit[-1]])[:60]
+    return str(names.iloc[int(hit[-1])])[:60]
 
 
 
