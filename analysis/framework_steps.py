@@ -418,7 +418,7 @@ def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndar
     size = key.map(key.value_counts()).to_numpy()
     median = out.groupby(key)["duration_ns"].transform("median").to_numpy(np.float64)
     ratio = np.where(median > 0, wall / median, np.nan)
-    names = kernels["name"] if "name" in kernels else None
+    names = kernels.get("name")
     reasons: list[str | None] = []
     for i in range(len(out)):
         gap = float(gaps["gap_ns"].iloc[i])
