@@ -28,9 +28,8 @@ from perfscope.format import MISSING, clip, duration, finite, jsonable, signed
 from perfscope.report import Report
 
 from .intervals import profile_span_ns
-from .serving import phase_summary
+from .serving import SUMMARY_PHASES, phase_summary
 from .summary import aggregate_by_name, group_key
-from .tree import PHASES
 
 KEYS = ("short_name", "name", "op")
 SAME_PCT = 3.0
@@ -91,7 +90,7 @@ def _phases(report: Report) -> pd.DataFrame:
 def phase_table(a: Report, b: Report) -> pd.DataFrame:
     """Wall time, kernel time, tokens, MFU and MBU per phase for A and B, with the time delta."""
     pa, pb = _phases(a), _phases(b)
-    order = [p for p in (*PHASES, "total") if p in pa.index or p in pb.index]
+    order = [p for p in (*SUMMARY_PHASES, "total") if p in pa.index or p in pb.index]
     pa, pb = pa.reindex(order), pb.reindex(order)
     out = pd.DataFrame({
         "phase": order,
@@ -213,6 +212,20 @@ def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def _outlier_note(report: Report, which: str) -> list[str]:
+    """A caveat when a report's framework steps of some phase are all outliers (a host stall, the
+    profiler's first step): that phase's times then are not a steady state."""
+    s = report.steps
+    if not len(s) or "outlier" not in s or not s["outlier"].notna().any():
+        return []
+    notes = []
+    for phase, g in s.groupby(s["phase"].astype("object")):
+        if g["outlier"].notna().all():
+            notes.append(f"{which}: every {phase} step is an outlier ({g['outlier'].dropna().iloc[0]}): its {phase} "
+                         "time is not a steady state; compare traces of more steps")
+    return notes
+
+
 def _device_note(a: Report, b: Report) -> list[str]:
     da, db = a.device, b.device
     if da is None or db is None or da.name == db.name:
@@ -279,5 +292,6 @@ def compare(a: Report, b: Report, *, key: str = "short_name") -> Comparison:
         raise UsageError(f"cannot match names by {key!r}", hint=f"use one of {', '.join(KEYS)}")
     by_phase = phase_table(a, b)
     by_name = name_table(a, b, key)
-    verdict = _device_note(a, b) + _overall(by_phase) + _movers(by_name, key) + _bound_shifts(by_name)
+    verdict = (_device_note(a, b) + _outlier_note(a, "A") + _outlier_note(b, "B") + _overall(by_phase)
+               + _movers(by_name, key) + _bound_shifts(by_name))
     return Comparison(a.name, b.name, key, by_phase, by_name, verdict)

@@ -166,17 +166,23 @@ def steady_state(report: Report) -> list[Finding]:
     if steps is None:
         return []
     fw = framework_of(steps)
+    graphs = _graph_share_by_step(report)
+    graph_pct = float(100 * graphs.mean()) if len(graphs) else math.nan
+    seen = "no kernel in steps" if math.isnan(graph_pct) else (
+        "CUDA graphs replayed" if graph_pct >= 50 else "kernels launched one by one (no CUDA graphs)"
+        if graph_pct == 0 else "CUDA graphs in part of the steps")
     if len(steps) == 1:
         s = steps.iloc[0]
-        return [info("steady-state", f"One {s['phase']} step in this trace: it cannot show a steady state (nor "
-                     "tell a stall of the first profiled step from the serving loop's)",
+        return [info("steady-state", f"One {s['phase']} step in this trace ({seen}): it cannot show a steady state "
+                     "(nor tell a stall of the first profiled step from the serving loop's)",
                      f"Record more steps: {PROFILER_SETTING.get(fw, PROFILER_SETTING['user'])}.",
-                     framework=fw, steps=1, step_wall_ns=float(s["duration_ns"]))]
+                     framework=fw, steps=1, step_wall_ns=float(s["duration_ns"]), graph_launched_pct=graph_pct)]
     head = headline_steps(steps)
     if not len(head):
         return []
     rows = []
-    evidence: dict[str, float | int | str] = {"steps": len(steps), "headline_steps": len(head)}
+    evidence: dict[str, float | int | str] = {"steps": len(steps), "headline_steps": len(head),
+                                              "graph_launched_pct": graph_pct, "cuda_graphs": seen}
     groups = head.groupby([head["phase"].astype("object"), head["batch"].astype("object").fillna(-1)], sort=True)
     for i, ((phase, batch), g) in enumerate(groups, start=1):
         d = g["duration_ns"].to_numpy(np.float64)
@@ -186,7 +192,7 @@ def steady_state(report: Report) -> list[Finding]:
             evidence.update({f"group{i}": f"{phase} bs={batch}", f"group{i}_steps": len(g),
                              f"group{i}_p50_ns": float(p50), f"group{i}_p90_ns": float(p90),
                              f"group{i}_max_ns": float(d.max())})
-    return [info("steady-state", "Step times: " + "; ".join(rows[:4]) + ("; ..." if len(rows) > 4 else ""),
+    return [info("steady-state", f"Step times ({seen}): " + "; ".join(rows[:4]) + ("; ..." if len(rows) > 4 else ""),
                  "Outlier steps are left out (step-outliers); compare a phase's p90 with its p50 to see jitter.",
                  **evidence)]
 

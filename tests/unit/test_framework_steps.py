@@ -373,3 +373,25 @@ def test_mixed_steps_split_attention_by_the_labels_q_times_k() -> None:
     total = float(attn["duration_ns"].sum())
     assert e["attention_ns"] == total
     assert e["attention_prefill_ns"] == pytest.approx(total * 262144 / (262144 + 8000))
+
+
+def test_compare_shows_mixed_steps_and_warns_of_an_all_outlier_phase(fixtures_dir: Path) -> None:
+    from perfscope.analysis.compare import compare
+
+    imp = _serving([1_000_000] * 6)
+    names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
+    a = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names)))
+    b = read_kineto(fixtures_dir / SGLANG)
+    c = compare(a, b)
+    assert list(c.by_phase["phase"]) == ["decode", "mixed", "total"]
+    assert c.by_phase.set_index("phase").loc["mixed", "tokens_a"] == 1024 + 16
+    assert any(v.startswith("B: every decode step is an outlier (host stall") for v in c.verdict)
+
+
+@pytest.mark.parametrize(("rel", "graphs"), [(VLLM_GRAPH, "CUDA graphs replayed"),
+                                              (B200, "kernels launched one by one (no CUDA graphs)")])
+def test_one_step_trace_says_whether_cuda_graphs_ran(fixtures_dir: Path, rel: str, graphs: str) -> None:
+    from perfscope.analysis.findings import RULES
+
+    f = RULES["steady-state"](read_kineto(fixtures_dir / rel))
+    assert len(f) == 1 and f"({graphs})" in f[0].title and "VLLM_TORCH_PROFILER_DIR" in f[0].recommendation
