@@ -395,3 +395,32 @@ def test_one_step_trace_says_whether_cuda_graphs_ran(fixtures_dir: Path, rel: st
 
     f = RULES["steady-state"](read_kineto(fixtures_dir / rel))
     assert len(f) == 1 and f"({graphs})" in f[0].title and "VLLM_TORCH_PROFILER_DIR" in f[0].recommendation
+
+
+def test_nsys_nvtx_step_ranges_through_the_one_pipeline(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The real nsys export with vLLM-style NVTX ranges added around its launch calls."""
+    import shutil
+    import sqlite3
+
+    from perfscope.analysis.importers import import_file
+
+    db = tmp_path / "steps.sqlite"
+    shutil.copy(fixtures_dir / "nsys" / "nvfuser_h100_matmul.sqlite", db)
+    con = sqlite3.connect(db)
+    calls = con.execute("SELECT r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
+                        "CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId ORDER BY r.start").fetchall()
+    half = len(calls) // 2
+    groups = [calls[:half], calls[half:]]
+    labels = ["execute_context_1(64_4096)_generation_0(0)", "execute_new_0_cached_4"]
+    for label, g in zip(labels, groups):
+        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                    (g[0][0] - 100, g[-1][1] + 100, label, g[0][2]))
+    con.commit()
+    n_ranges = con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'execute_%'").fetchone()[0]
+    con.close()
+    r = import_file(db)
+    assert len(r.steps) == n_ranges == 2
+    assert list(r.steps["phase"]) == ["prefill", "decode"] and list(r.steps["framework"]) == ["vllm", "vllm"]
+    k = r.kernels
+    assert k["step"].notna().all() and list(k.groupby("step").size()) == [half, len(calls) - half]
+    assert set(k.loc[k["step"] == 1, "phase"]) == {"decode"}
