@@ -220,6 +220,12 @@ def prefill_mfu(report: Report) -> list[Finding]:
     advice = ("Prefill should be compute-bound GEMM work. Give it larger GEMMs (batch prompts together, longer "
               "chunks in chunked prefill), a fused attention kernel (SDPA/flash) instead of materialised scores, "
               "and a tensor-core precision (bf16); CUDA graphs do not help much here, kernel efficiency does.")
+    if has_framework_steps(steps):
+        from .steps import framework_of, knob
+
+        fw = framework_of(steps)
+        evidence["framework"] = fw
+        advice += knob(fw, "batch_tokens")
     return [ranked(report, "prefill-mfu", title, evidence, advice,
                     at_stake, ranges=("prefill",))]
 

@@ -424,3 +424,19 @@ def test_nsys_nvtx_step_ranges_through_the_one_pipeline(fixtures_dir: Path, tmp_
     k = r.kernels
     assert k["step"].notna().all() and list(k.groupby("step").size()) == [half, len(calls) - half]
     assert set(k.loc[k["step"] == 1, "phase"]) == {"decode"}
+
+
+def test_prefill_mfu_of_vllm_steps_names_the_token_budget() -> None:
+    from perfscope.analysis.findings import RULES
+    from perfscope.datasheets import gpu_spec
+
+    dev = gpu_spec("NVIDIA H100 80GB HBM3")
+    imp = _serving([1_000_000] * 4)
+    k = imp.tables["kernels"].assign(precision="bf16")
+    names = ["execute_context_2(1024_524288)_generation_0(0)"] * 4
+    r = finish(Imported(imp.with_tables(kernels=k, ranges=imp.tables["ranges"].assign(name=names)).tables,
+                        imp.manifest, dev, origin=imp.origin))
+    f = RULES["prefill-mfu"](r)
+    assert len(f) == 1 and f[0].evidence["prefill_tokens"] == 4 * 1024 and f[0].evidence["framework"] == "vllm"
+    assert f[0].evidence["flops"] == 4 * 10 * 1e6  # the steps' kernels only, not the loading ones
+    assert "--max-num-batched-tokens" in f[0].recommendation
