@@ -81,7 +81,8 @@ def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
     steps = all_steps[all_steps["phase"] == phase]
     if len(steps):
         tokens = pd.to_numeric(steps["tokens"], errors="coerce")
-        n_tokens = float(tokens.sum()) if tokens.notna().any() else float("nan")
+        n_tokens: float = (int(tokens.sum()) if tokens.notna().all()  # engine steps: an int, as before
+                           else float(tokens.sum()) if tokens.notna().any() else float("nan"))
         if has_framework_steps(steps):
             ws, we = step_windows(steps, report.kernels)
             return float((we - ws).sum()) / 1e9, len(steps), n_tokens

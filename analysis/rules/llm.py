@@ -280,7 +280,7 @@ def speculation(report: Report) -> list[Finding]:
     if not len(steps) or "drafted" not in steps.columns or not (steps["phase"] == "verify").any():
         return []
     verify, draft, decode = (_phase_steps(report, p) for p in ("verify", "draft", "decode"))
-    if not len(verify):
+    if not len(verify) or verify["drafted"].isna().all():  # SGLang's TARGET_VERIFY steps say no draft counts
         return []
     spec = report.params.get("speculation") or {}
     method = str(spec.get("method", "speculative")) if isinstance(spec, dict) else "speculative"

@@ -440,3 +440,13 @@ def test_prefill_mfu_of_vllm_steps_names_the_token_budget() -> None:
     assert len(f) == 1 and f[0].evidence["prefill_tokens"] == 4 * 1024 and f[0].evidence["framework"] == "vllm"
     assert f[0].evidence["flops"] == 4 * 10 * 1e6  # the steps' kernels only, not the loading ones
     assert "--max-num-batched-tokens" in f[0].recommendation
+
+
+def test_sglang_verify_steps_without_draft_counts_make_no_speculation_claim() -> None:
+    from perfscope.analysis.findings import RULES
+
+    imp = _serving([1_000_000] * 4)
+    names = ["step[TARGET_VERIFY bs=8 toks=32]", "step[DRAFT_EXTEND bs=8 toks=16]"] * 2
+    r = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names)))
+    assert list(r.steps["phase"]) == ["verify", "draft", "verify", "draft"]
+    assert RULES["speculation"](r) == []
