@@ -219,7 +219,8 @@ def steps_from_ranges(ranges: pd.DataFrame) -> FrameworkSteps:
         gpu = ranges["source"].isin(GPU_RANGE_SOURCES).to_numpy()
         kind = np.where(gpu, 0, kind)
     unknown = tuple(dict.fromkeys(str(distinct[c]) for c in codes[kind == 2]))
-    rows = np.flatnonzero(kind == 1)
+    backwards = ranges["end_ns"].to_numpy(np.float64) < ranges["start_ns"].to_numpy(np.float64)
+    rows = np.flatnonzero((kind == 1) & ~backwards)  # a range ending before it starts is damage, not a step
     if not len(rows):
         return FrameworkSteps(pd.DataFrame(), unknown)
     labels = [parsed[c] for c in codes[rows]]

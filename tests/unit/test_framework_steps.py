@@ -450,3 +450,28 @@ def test_sglang_verify_steps_without_draft_counts_make_no_speculation_claim() ->
     r = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names)))
     assert list(r.steps["phase"]) == ["verify", "draft", "verify", "draft"]
     assert RULES["speculation"](r) == []
+
+
+def test_fuzzed_step_ranges_never_crash_the_pipeline() -> None:
+    from perfscope.analysis.findings import run_rules
+    from perfscope.analysis.serving import phase_summary
+
+    rng = np.random.default_rng(21)
+    forms = ["step[DECODE bs={a}]", "step[EXTEND bs={a} toks={b}]", "step[MIXED bs={a} toks={b}]", "step[IDLE bs=0]",
+             "execute_context_{a}({b}_{c})_generation_{a}({a}_{c})", "execute_new_{a}_cached_{b}",
+             "execute_{b}_context_{a}(sq{b}sk{c}sqsq{b}sqsk{c})_generation_0(sq0sk0sqsq0sqsk0)",
+             "perfscope.step[mixed bs={a} toks={b} ctx={c}]", "execute_context_{a}(", "step[NEW bs={a}]", "decode"]
+    for trial in range(25):
+        n = int(rng.integers(1, 12))
+        names = [forms[int(rng.integers(len(forms)))].format(a=int(rng.integers(0, 9)), b=int(rng.integers(0, 4096)),
+                                                            c=int(rng.integers(0, 10**7))) for _ in range(n)]
+        starts = rng.integers(0, 5_000_000, n)
+        ends = starts + rng.integers(-1000, 3_000_000, n)  # zero-length, reversed and overlapping ranges too
+        imp = _serving([1_000_000] * 3, lead_ns=int(rng.integers(0, 10**6)))
+        ranges = pd.DataFrame({"id": range(n), "name": names, "start_ns": starts, "end_ns": ends,
+                               "thread": rng.integers(1, 3, n), "source": "nvtx"})
+        r = finish(imp.with_tables(ranges=ranges))
+        phase_summary(r)
+        run_rules(r)
+        assert r.kernels["step"].dropna().isin(r.steps["step"]).all()
+        assert (r.steps["end_ns"] >= r.steps["start_ns"]).all()
