@@ -369,21 +369,114 @@ sizes the trace does not record are GPT-OSS's (config.json of openai/gpt-oss-20b
 ``moe_forward`` model in perfscope's fixtures; TraceLens assumes the same."""
 
 
+def is_gpt_oss(hidden: int, experts: int) -> bool:
+    """GPT-OSS's MoE layer: hidden 2880 (3072 padded), 32 (20b) or 128 (120b) experts. Another
+    model's ``moe_forward`` is left uncosted rather than priced with GPT-OSS's sizes."""
+    return hidden in (2880, 3072) and experts in (32, 128)
+
+
 def moe_forward(name: str, ins: OpInputs) -> OpCost | None:
     """``vllm::moe_forward(hidden_states [T, H], router_logits [T, E], layer_name)``
     (vllm/model_executor/layers/fused_moe/layer.py) by :func:`moe_cost`, with the sizes of
     :data:`GPT_OSS_MOE`: intermediate = the (padded) hidden size split over the job's ranks
-    (tensor-parallel experts), every expert's weights read (routing is not in the trace)."""
+    (tensor-parallel experts), every expert's weights read (routing is not in the trace).
+    Only for GPT-OSS's shapes (:func:`is_gpt_oss`); other models' stay missing."""
     t = _need(ins, 0, 1)
     if t is None:
         return None
     (x, dx), (logits, _) = t
-    if len(x) != 2 or len(logits) != 2:
+    if len(x) != 2 or len(logits) != 2 or not is_gpt_oss(x[1], logits[1]):
         return None
     ranks = ins.context.world_size or 1
     inter = max(x[1] // ranks, 1)
     return moe_cost(x[0], x[1], inter, logits[1], int(GPT_OSS_MOE["topk"]), gated=True,
                     act_dtype=dx, weight_format=str(GPT_OSS_MOE["weight_format"]))
+
+
+def routing_topk(name: str, ins: OpInputs) -> OpCost | None:
+    """``TopK(logits [T, E], k, apply_softmax, dim, return_bitmatrix, ...)``, the
+    ``record_function`` of triton_kernels' routing (triton_kernels/topk.py, vLLM's GPT-OSS
+    path): one comparison per logit (the reductions' convention) and a softmax over the ``k``
+    kept (5 each); bytes: the logits read, ``k`` values (the logits' width) and int16 indices
+    written a token, and the token x expert bitmatrix (one bit each, in 32-bit words)."""
+    t = _need(ins, 0)
+    k = _int(ins, 1)
+    if t is None or k is None or len(t[0][0]) != 2:
+        return None
+    (shape, dtype), = t
+    tokens, experts = shape
+    written = tokens * k * (itemsize(dtype) + 2) + tokens * -(-experts // 32) * 4
+    return OpCost(float(tokens * experts + 5 * tokens * k), _bytes(shape, dtype) + written, "reduction")
+
+
+def routing_sort(name: str, ins: OpInputs) -> OpCost | None:
+    """``SortTokens(expt_scal [T, k], expt_indx [T, k], n_expts_tot)`` (triton_kernels/routing.py):
+    the expert histogram and the gather/scatter permutation. One operation per (token,
+    expert) pair; bytes: both inputs read, the two int32 permutations written and the
+    ``n_expts_tot + 1`` int32 offsets."""
+    t = _need(ins, 0, 1)
+    experts = _int(ins, 2)
+    if t is None or experts is None:
+        return None
+    (scal, ds), (indx, di) = t
+    pairs = numel(indx)
+    return OpCost(float(pairs), _bytes(scal, ds) + _bytes(indx, di) + 2 * pairs * 4 + (experts + 1) * 4, "reduction")
+
+
+def _int(ins: OpInputs, pos: int) -> int | None:
+    text = ins.concrete[pos] if pos < len(ins.concrete) else None
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+INDUCTOR_FREE = frozenset({"to_copy", "_to_copy", "copy", "clone", "constant_pad_nd", "view", "unsafe_view",
+                           "_unsafe_view", "cat", "slice", "select", "permute", "transpose", "expand", "squeeze",
+                           "unsqueeze", "t", "reshape", "lift_fresh", "alias", "split", "split_with_sizes"})
+"""Ops an Inductor kernel name may list that move data without arithmetic."""
+
+
+def inductor_pointwise(name: str, ins: OpInputs) -> OpCost | None:
+    """An Inductor pointwise Triton kernel (``triton_poi_fused_<ops>_<n>(in_ptr..., out_ptr...,
+    xnumel)``; torch/_inductor/codegen/triton.py): every pointer argument is one tensor read
+    or written once (bytes: their sum), over ``xnumel`` elements (the last integer argument);
+    FLOPs per element: one per arithmetic op its name lists (:data:`.costs.FLOPS_PER_ELEMENT`
+    where named), none for the data-movement ones (:data:`INDUCTOR_FREE`). A kernel whose
+    name lists no op, or a gather (``embedding``, ``index``: its table is not read whole),
+    stays missing."""
+    from .costs import ELEMENTWISE, FLOPS_PER_ELEMENT
+
+    ops = _fused_ops(name.split("::")[-1], ELEMENTWISE | INDUCTOR_FREE)
+    xnumel = next((_int(ins, i) for i in range(len(ins.concrete) - 1, -1, -1) if _int(ins, i) is not None), None)
+    tensors = [(s, d) for s, d in zip(ins.shapes, ins.dtypes) if s is not None]
+    if not ops or xnumel is None or not tensors:
+        return None
+    per = sum(0 if op in INDUCTOR_FREE else FLOPS_PER_ELEMENT.get(op, 1) for op in ops)
+    return OpCost(float(per * xnumel), sum(_bytes(s, d) for s, d in tensors), "elementwise")
+
+
+def _fused_ops(kernel: str, vocabulary: frozenset[str]) -> list[str] | None:
+    """The aten ops of ``triton_poi_fused_add_mul_0``'s name (``[add, mul]``), matched greedily
+    against ``vocabulary`` (op names hold underscores: ``bitwise_and``), or None when a part
+    of the name is not an op."""
+    match = re.fullmatch(r"triton_poi_fused_(.+?)_\d+", kernel)
+    if match is None:
+        return None
+    words, ops, i = match.group(1).split("_"), [], 0
+    while i < len(words):
+        for j in range(len(words), i, -1):
+            piece = "_".join(words[i:j])
+            if piece in vocabulary or piece.lstrip("_") in vocabulary:
+                ops.append(piece.lstrip("_"))
+                i = j
+                break
+        else:
+            if words[i] == "":
+                i += 1
+                continue
+            return None
+    return ops or None
 
 
 # ---------------------------------------------------------------------------- collectives
@@ -433,11 +526,14 @@ FORMULAS: dict[str, FrameworkFormula] = {
     "vllm::all_reduce": all_reduce,
     "symm_mem::multimem_all_reduce_": all_reduce,
     "vllm::all_gather": all_gather,
+    "TopK": routing_topk,
+    "SortTokens": routing_sort,
 }
 """Qualified op name (overload dropped) -> formula."""
 
 PATTERNS: tuple[tuple[re.Pattern[str], FrameworkFormula], ...] = (
     (re.compile(r"paged_attention_ragged"), paged_attention_ragged),
+    (re.compile(r"^triton_poi_fused_"), inductor_pointwise),
 )
 """Ops named with a varying prefix or suffix (SGLang's ``sglang_profiler::attention_paged_attention_ragged_100``)."""
 
@@ -454,7 +550,7 @@ def framework_formula(op: str) -> FrameworkFormula | None:
     found = FORMULAS.get(name)
     if found is not None:
         return found
-    if "::" in name and not name.startswith("aten::"):
+    if not name.startswith("aten::"):
         for pattern, formula in PATTERNS:
             if pattern.search(name):
                 return formula
@@ -474,7 +570,8 @@ CATEGORY = {
     vllm_unified_attention: "attention", paged_attention_ragged: "attention", framework_rms_norm: "norm",
     rotary_embedding: "elementwise", act_and_mul: "elementwise", scaled_quant: "elementwise",
     reshape_and_cache: "memory", store_cache: "memory", scaled_mm: "gemm", linear_wrapper: "gemm", cutlass_scaled_mm: "gemm",
-    moe_forward: "gemm", all_reduce: "comm", all_gather: "comm",
+    moe_forward: "gemm", all_reduce: "comm", all_gather: "comm", routing_topk: "reduction",
+    routing_sort: "reduction", inductor_pointwise: "elementwise",
 }
 """Formula -> the category of its op (also when its cost is missing)."""
 
@@ -483,3 +580,34 @@ def framework_category(op: str) -> str | None:
     """The category of a framework op with a formula, else None."""
     formula = framework_formula(op)
     return CATEGORY.get(formula) if formula is not None else None
+
+
+TRTLLM_BMM = re.compile(r"^bmm_[A-Za-z0-9]+_((?:(?:Mx)?E\dm\d|Bfloat16|Fp16|Fp32)+)_")
+OGS_MATMUL = re.compile(r"^_matmul_ogs_[A-Z]+_([a-z0-9]+(?:x[a-z0-9]+)+)_\d")
+OGS_FORMATS = r"mxfp4|nvfp4|mxfp8|bf16|fp16|fp32|fp8|e4m3|e5m2|e2m1"
+KERNEL_FORMAT = {"e2m1": "fp4", "mxfp4": "fp4", "nvfp4": "fp4", "e4m3": "fp8", "e5m2": "fp8", "mxfp8": "fp8",
+                 "fp8": "fp8", "bfloat16": "bf16", "bf16": "bf16", "fp16": "fp16", "f16": "fp16", "fp32": "fp32"}
+
+
+def kernel_precision(kernel: str | None) -> str | None:
+    """The math precision a block-scaled MoE GEMM kernel's own name states, else None.
+
+    TensorRT-LLM's batched GEMMs (``bmm_<out>_<weights><activations>_<acc>_...``, the
+    trtllm-gen kernels flashinfer runs for vLLM on Blackwell) and triton_kernels'
+    ``_matmul_ogs_<layout>_<out>x<act>x<weights>_...`` name their operand formats; the product
+    runs at the wider operand's (:func:`_gemm_precision`): ``MxE4m3 x MxE2m1`` at fp8,
+    ``bf16 x mxfp4`` at bf16. The op's dtypes cannot say it (the quantization is inside the op)."""
+    if not kernel:
+        return None
+    trt = TRTLLM_BMM.match(kernel)
+    if trt is not None:
+        parts = re.findall(r"(?:Mx)?E\dm\d|Bfloat16|Fp16|Fp32", trt.group(1))
+        formats = [KERNEL_FORMAT.get(p.lower().removeprefix("mx")) for p in parts]
+    else:
+        ogs = OGS_MATMUL.match(kernel)
+        if ogs is None:
+            return None
+        formats = [KERNEL_FORMAT.get(p) for p in re.findall(OGS_FORMATS, ogs.group(1))[1:]]
+    if not formats or any(f is None for f in formats):
+        return None
+    return max(formats, key=lambda p: PRECISION_WIDTH.get(p or "", 3))  # type: ignore[arg-type]

@@ -22,12 +22,21 @@ import numpy as np
 import pandas as pd
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name, category_of, has_formula, op_cost
-from .costs_framework import OpContext, needs_step, step_attention
+from .costs_framework import OpContext, kernel_precision, needs_step, step_attention
 from .kineto_parse import ParsedTrace, clean_text
 from .tree import Nesting, nest
 
 ANN, OP, API = 0, 1, 2
 """Node kinds: the index of ``ann``, ``op``, ``api`` in ``kineto_parse.CPU_KINDS``."""
+
+
+def per_distinct_text(values: np.ndarray, fn: Any) -> np.ndarray:
+    """``fn(v)`` for each value of an object array, computed once per distinct value."""
+    if not len(values):
+        return np.empty(0, dtype=object)
+    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    table = np.array([fn(u) for u in uniq] + [None], dtype=object)
+    return table[codes]
 
 
 def times_ns(cols: Mapping[str, np.ndarray], base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -272,6 +281,8 @@ def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
         flops[has] = costs["flops"][inverse] * frac
         nbytes[has] = costs["dram_bytes"][inverse] * frac
         cols["precision"][has] = costs["precision"][inverse]
+    stated = per_distinct_text(names, kernel_precision)
+    cols["precision"] = np.where(has & pd.notna(stated), stated, cols["precision"])
     known = ~np.isnan(flops)
     moved = ~np.isnan(nbytes)
     memo: dict[tuple[Any, Any], str] = {}

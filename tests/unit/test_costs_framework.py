@@ -228,3 +228,42 @@ def test_no_shapes_recorded_says_how_to_record_them(fixtures_dir: Path, tmp_path
     assert len(shapes) == 1 and "record_shapes=True" in shapes[0]
     assert "aten::argmax" in shapes[0]  # priced when its shapes are recorded (the original trace)
     assert not any(w.startswith(MISSING_COST[0]) and "aten::argmax" in w for w in report.warnings)
+
+
+# ---------------------------------------------------------------------------- vLLM's GPT-OSS capture (MI300X)
+def test_triton_routing_and_inductor_pointwise() -> None:
+    """Shapes of the vLLM capture trace's TopK, SortTokens and Inductor kernels."""
+    topk = op_cost("TopK", [[32, 32], [], [], [], [], [], []],
+                   ["c10::BFloat16", "Scalar", "Scalar", "Scalar", "Scalar", "", ""], ["", "4", "True", "1", "True", "", ""])
+    assert topk is not None and topk.flops == 32 * 32 + 5 * 32 * 4
+    assert topk.bytes == 32 * 32 * 2 + 32 * 4 * (2 + 2) + 32 * 1 * 4
+    sort = op_cost("SortTokens", [[32, 4], [32, 4], []], ["c10::BFloat16", "short int", "Scalar"], ["", "", "32"])
+    assert sort is not None and sort.bytes == 32 * 4 * 2 * 2 + 2 * 128 * 4 + 33 * 4
+    cast = op_cost("triton_poi_fused__to_copy_1", [[131072, 64], [131072, 64], []],
+                   ["float", "c10::BFloat16", "Scalar"], ["", "", "8388608"])
+    assert cast is not None and cast.flops == 0 and cast.bytes == 131072 * 64 * (4 + 2)
+    mask = op_cost("triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0",
+                   [[888], [888], [888], [], [], [], [], [], []],
+                   ["int", "long int", "bool", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
+                   ["", "", "", "0", "25136", "201088", "201088", "0", "888"])
+    assert mask is not None and mask.flops == 8 * 888 and mask.bytes == 888 * (4 + 8 + 1)
+    # a fused gather (the embedding table is an argument, read only at 32 rows): left missing
+    assert op_cost("triton_poi_fused_0", [[32], [201088, 2880], [131072, 64], [32, 2880], [131072, 64]],
+                   ["int", "c10::BFloat16", "float", "c10::BFloat16", "c10::BFloat16"], ["", "", "", "", ""]) is None
+
+
+def test_moe_forward_of_another_model_stays_missing() -> None:
+    # Qwen3-30B-A3B's shapes (hidden 2048, 128 experts): GPT-OSS's sizes would be wrong
+    assert op_cost("vllm::moe_forward", [[32, 2048], [32, 128], []], ["c10::BFloat16", "c10::BFloat16", ""]) is None
+
+
+def test_kernel_names_state_the_moe_precision(fixtures_dir: Path) -> None:
+    from perfscope.analysis.costs_framework import kernel_precision
+
+    assert kernel_precision("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32") == "fp8"
+    assert kernel_precision("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16") == "fp8"
+    assert kernel_precision("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1_swiglu") == "bf16"
+    assert kernel_precision("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT") is None
+    k = read_kineto(fixtures_dir / "kineto" / "tracelens_b200__eager_trace.json.gz").kernels
+    bmm = k[k["name"].str.startswith("bmm_")]
+    assert len(bmm) == 72 and bmm["precision"].eq("fp8").all() and bmm["flops"].notna().all()
