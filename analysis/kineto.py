@@ -378,7 +378,7 @@ NO_SHAPES = ("no shapes recorded (FLOPs/bytes left missing; profile with "
              "torch.profiler.profile(record_shapes=True) to record them) for: ")
 NO_STEP = ("no step annotation with the sequence lengths around the call (FLOPs/bytes left missing; "
            "vLLM writes it in its execute_..._context_..._generation_... range) for: ")
-NO_FIT = "recorded shapes do not fit the op's cost formula (FLOPs/bytes left missing) for: "
+NO_FIT = "no cost formula fits the recorded inputs (FLOPs/bytes left missing) for: "
 MISSING_COST = (NO_FORMULA, NO_SHAPES, NO_STEP, NO_FIT)
 """The openings of the uncosted-op warnings (``str.startswith`` takes the tuple)."""
 
