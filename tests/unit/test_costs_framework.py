@@ -267,3 +267,36 @@ def test_kernel_names_state_the_moe_precision(fixtures_dir: Path) -> None:
     k = read_kineto(fixtures_dir / "kineto" / "tracelens_b200__eager_trace.json.gz").kernels
     bmm = k[k["name"].str.startswith("bmm_")]
     assert len(bmm) == 72 and bmm["precision"].eq("fp8").all() and bmm["flops"].notna().all()
+
+
+@pytest.mark.parametrize(("trace", "capture", "uncosted"), [
+    (VLLM, "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz",
+     {"triton_poi_fused_0", "triton_poi_fused_constant_pad_nd_moe_forward_0", "aten::index"}),
+    (SGLANG, "bs_32_rank0.json.gz", set()),
+])
+def test_capture_trace_ops_are_costed(fixtures_dir: Path, trace: str, capture: str, uncosted: set[str]) -> None:
+    """Every op a capture trace launches kernels from (the ops the replays will take) is priced
+    with the replay step's annotation, but for the named fused gather and pad and the
+    ``aten::index`` whose tensor-list indices are recorded without shapes."""
+    from perfscope.analysis.costs import has_formula
+
+    with gzip.open(fixtures_dir / "thirdparty" / trace / "capture_traces" / capture, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    ctx = _context(fixtures_dir, trace, "")
+    ops: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X":
+            ops.setdefault((e["pid"], e["tid"]), []).append(e)
+    calls = [e for e in events if e.get("cat") == "cuda_runtime" and "kernel" in e.get("args", {})]
+    assert len(calls) > 300
+    missing = set()
+    for call in calls:
+        chain = [o for o in ops.get((call["pid"], call["tid"]), []) if o["ts"] <= call["ts"] <= o["ts"] + o["dur"]]
+        chain.sort(key=lambda o: (o["ts"], -o["dur"]))
+        op = next((o for o in reversed(chain) if has_formula(o["name"])), chain[-1] if chain else None)
+        assert op is not None
+        a = op["args"]
+        cost = op_cost(op["name"], a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"), ctx)
+        if cost is None or cost.bytes != cost.bytes:
+            missing.add(op["name"])
+    assert missing == uncosted
