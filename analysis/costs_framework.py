@@ -29,6 +29,7 @@ from .costs_args import (
 )
 from .costs_quantized import (
     GPT_OSS_MOE,
+    cutlass_scaled_fp4_mm,
     cutlass_scaled_mm,
     is_gpt_oss,
     kernel_precision,
@@ -329,6 +330,7 @@ FORMULAS: dict[str, FrameworkFormula] = {
     "_C::dynamic_per_token_scaled_fp8_quant": scaled_quant,
     "aten::_scaled_mm": scaled_mm,
     "_C::cutlass_scaled_mm": cutlass_scaled_mm,
+    "_C::cutlass_scaled_fp4_mm": cutlass_scaled_fp4_mm,
     "vllm::moe_forward": moe_forward,
     "vllm::rocm_unquantized_gemm": linear_wrapper,
     "aiter::gemm_a16w16": linear_wrapper,
@@ -378,7 +380,7 @@ def needs_step(op: str) -> bool:
 CATEGORY = {
     vllm_unified_attention: "attention", paged_attention_ragged: "attention", framework_rms_norm: "norm",
     rotary_embedding: "elementwise", act_and_mul: "elementwise", scaled_quant: "elementwise",
-    reshape_and_cache: "memory", store_cache: "memory", scaled_mm: "gemm", linear_wrapper: "gemm", cutlass_scaled_mm: "gemm",
+    reshape_and_cache: "memory", store_cache: "memory", scaled_mm: "gemm", linear_wrapper: "gemm", cutlass_scaled_fp4_mm: "gemm", cutlass_scaled_mm: "gemm",
     moe_forward: "gemm", all_reduce: "comm", all_gather: "comm", routing_topk: "reduction",
     routing_sort: "reduction", inductor_pointwise: "elementwise",
 }

@@ -69,6 +69,23 @@ def cutlass_scaled_mm(name: str, ins: OpInputs) -> OpCost | None:
     return OpCost(2.0 * a[0] * b[1] * a[1], nbytes, "gemm", precision=_gemm_precision(da, db))
 
 
+def cutlass_scaled_fp4_mm(name: str, ins: OpInputs) -> OpCost | None:
+    """``_C::cutlass_scaled_fp4_mm(out [M,N], a [M,K/2], b [N,K/2], a_scales, b_scales, alpha)``
+    (vllm csrc/torch_bindings.cpp): NVFP4 operands packed two per byte (uint8), so K is twice
+    the recorded inner size; ``2·M·N·K`` FLOPs; bytes: the packed operands, their E4M3 block
+    scales (as recorded: swizzled, padded), alpha and the output. Placed on the fp4 roof."""
+    t = tensor_args(ins, 0, 1, 2)
+    if t is None:
+        return None
+    (out, do), (a, da), (b, db) = t
+    if len(a) != 2 or len(b) != 2 or a[1] != b[1] or itemsize(da) != 1:
+        return None
+    k = 2 * a[1]
+    scales = sum(nbytes_of(*s) for s in (tensor_arg(ins, 3), tensor_arg(ins, 4), tensor_arg(ins, 5)) if s is not None)
+    nbytes = nbytes_of(a, da) + nbytes_of(b, db) + scales + nbytes_of(out, do)
+    return OpCost(2.0 * a[0] * b[0] * k, nbytes, "gemm", precision="fp4")
+
+
 PRECISION_WIDTH = {"fp4": 0, "fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 3}
 
 

@@ -300,3 +300,20 @@ def test_capture_trace_ops_are_costed(fixtures_dir: Path, trace: str, capture: s
         if cost is None or cost.bytes != cost.bytes:
             missing.add(op["name"])
     assert missing == uncosted
+
+
+def test_nvfp4_and_block_scaled_fp8_gemms() -> None:
+    # the B200 trace's o_proj shape (M 888, K 2880, N 640) in NVFP4: operands packed 2 per byte,
+    # one E4M3 scale per 16 values (as vLLM's swizzled layout records them), fp32 alpha, bf16 out
+    dims = [[888, 640], [888, 1440], [640, 1440], [896, 180], [640, 180], []]
+    types = ["c10::BFloat16", "unsigned char", "unsigned char", "c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float"]
+    cost = op_cost("_C::cutlass_scaled_fp4_mm", dims, types)
+    assert cost is not None and cost.precision == "fp4"
+    assert cost.flops == 2 * 888 * 640 * 2880
+    assert cost.bytes == 888 * 640 * 2 + (888 + 640) * 1440 + (896 + 640) * 180 + 4
+    # fp8 with 128 x 128 block scales (DeepSeek-style): a [M, K], b [K, N], scales [M, K/128], [K/128, N/128]
+    dims = [[888, 640], [888, 2880], [2880, 640], [888, 23], [23, 5], []]
+    types = ["c10::BFloat16", "c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float", ""]
+    cost = op_cost("_C::cutlass_scaled_mm", dims, types)
+    assert cost is not None and cost.precision == "fp8" and cost.flops == 2 * 888 * 640 * 2880
+    assert cost.bytes == 888 * 640 * 2 + 888 * 2880 + 2880 * 640 + (888 * 23 + 23 * 5) * 4
