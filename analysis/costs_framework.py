@@ -67,7 +67,7 @@ def attention_cost(q: tuple[Shape, str], k: tuple[Shape, str], v: tuple[Shape, s
     flops = 2.0 * hq * d * pairs + 2.0 * hq * dv * pairs
     width = kv_itemsize if kv_itemsize is not None else itemsize(dk)
     q_bytes = float(work.sq * hq * d * itemsize(dq))
-    o_bytes = float(work.sq * hq * dv * itemsize(dk if itemsize(dq) < itemsize(dk) else dq))
+    o_bytes = float(work.sq * hq * dv * max(itemsize(dq), itemsize(dk)))  # the model's width (an fp8 query gives bf16 out)
     kv_bytes = float(work.sk) * hkv * (d + dv) * width
     return OpCost(flops, q_bytes + o_bytes + kv_bytes, "attention")
 
