@@ -119,6 +119,8 @@ class OpCost:
     flops: float
     bytes: float
     category: str
+    precision: str | None = None
+    """The math precision when the dtypes do not say it (an fp8 GEMM), else None."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ class OpInputs:
     dtypes: list[str | None]
     lists: list[list[Shape] | None]
     concrete: list[str | None]
+    context: Any = None
+    """The :class:`.costs_framework.OpContext` of the call (framework formulas read it)."""
 
     def tensors(self) -> list[tuple[Shape, str]]:
         return [(s, d or "float") for s, d in zip(self.shapes, self.dtypes) if s is not None]
@@ -143,7 +147,7 @@ def _is_tensor_type(t: Any) -> bool:
                                             "GenericList", "None", "Device", "Layout")
 
 
-def parse_inputs(dims: Any, types: Any, concrete: Any = None) -> OpInputs:
+def parse_inputs(dims: Any, types: Any, concrete: Any = None, context: Any = None) -> OpInputs:
     """Normalise the profiler's ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` lists."""
     dims = dims if isinstance(dims, list) else []
     types = types if isinstance(types, list) else []
@@ -169,7 +173,7 @@ def parse_inputs(dims: Any, types: Any, concrete: Any = None) -> OpInputs:
             dtypes.append(None)
     conc = [c if isinstance(c, str) and c != "" else None for c in concrete]
     conc += [None] * (len(dims) - len(conc))
-    return OpInputs(shapes, dtypes, lists, conc)
+    return OpInputs(shapes, dtypes, lists, conc, context)
 
 
 def numel(shape: Sequence[int]) -> int:
@@ -445,31 +449,55 @@ def base_name(op: str) -> str:
     return name.split(".", 1)[0]
 
 
+def formula_of(op: str) -> tuple[str, Formula] | None:
+    """(the name the formula is called with, the formula) of ``op``: a framework op's own
+    (:mod:`.costs_framework`, by qualified name) first, else the aten family of its base name.
+    A non-aten op takes an aten formula only when its namespace is ``aten`` or ``prims`` or it
+    has none (a framework op of the same base name has another argument order)."""
+    from .costs_framework import framework_formula, qualified
+
+    own = framework_formula(op)
+    if own is not None:
+        return qualified(op), own
+    ns = op.rpartition("::")[0]
+    if ns not in ("", "aten", "prims"):
+        return None
+    name = base_name(op)
+    formula = REGISTRY.get(name)
+    return (name, formula) if formula is not None else None
+
+
 def has_formula(op: str) -> bool:
     """True when the cost model knows ``op``."""
-    return base_name(op) in REGISTRY
+    return formula_of(op) is not None
 
 
-def op_cost(op: str, dims: Any, types: Any, concrete: Any = None) -> OpCost | None:
+def op_cost(op: str, dims: Any, types: Any, concrete: Any = None, context: Any = None) -> OpCost | None:
     """FLOPs and bytes of one operator call, or None when there is no formula or the shapes
-    don't fit it.
+    don't fit it. The one entry point for the cost of an op row (Kineto import, graph replays).
 
     Args:
-        op: operator name as recorded (``aten::addmm``).
+        op: operator name as recorded (``aten::addmm``, ``vllm::unified_attention_with_output``).
         dims: the ``Input Dims`` list.
         types: the ``Input type`` list.
         concrete: the ``Concrete Inputs`` list (scalars such as reduction dims), if recorded.
+        context: an :class:`.costs_framework.OpContext` (the step's sequence sums, the job's
+            ranks) for the framework ops that need it; aten formulas ignore it.
 
     Examples:
         >>> op_cost("aten::mm", [[4, 8], [8, 16]], ["float", "float"]).flops
         1024.0
     """
-    name = base_name(op)
-    formula = REGISTRY.get(name)
-    if formula is None:
+    found = formula_of(op)
+    if found is None:
         return None
+    name, formula = found
+    if context is None:
+        from .costs_framework import OpContext
+
+        context = OpContext()
     try:
-        return formula(name, parse_inputs(dims, types, concrete))
+        return formula(name, parse_inputs(dims, types, concrete, context))
     except (TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError):
         return None
 
@@ -481,6 +509,11 @@ def category_of(op: str | None, kernel_name: str | None = None) -> str:
                                "all_to_all", "alltoall", "sendrecv")):
         return "comm"
     if op:
+        from .costs_framework import framework_category
+
+        own = framework_category(op)
+        if own is not None:
+            return own
         name = base_name(op)
         if name in CATEGORY_OF["gemm"]:
             return "gemm"

@@ -374,28 +374,62 @@ def device_from_meta(meta: Mapping[str, Any], *, has_gpu: bool) -> DeviceSpec | 
 
 
 NO_FORMULA = "no cost formula (FLOPs/bytes left missing) for: "
+NO_SHAPES = ("no shapes recorded (FLOPs/bytes left missing; profile with "
+             "torch.profiler.profile(record_shapes=True) to record them) for: ")
+NO_STEP = ("no step annotation with the sequence lengths around the call (FLOPs/bytes left missing; "
+           "vLLM writes it in its execute_..._context_..._generation_... range) for: ")
+NO_FIT = "no cost formula fits the recorded inputs (FLOPs/bytes left missing) for: "
+MISSING_COST = (NO_FORMULA, NO_SHAPES, NO_STEP, NO_FIT)
+"""The openings of the uncosted-op warnings (``str.startswith`` takes the tuple)."""
 
 
 def missing_formulas_warning(kernels: pd.DataFrame) -> list[str]:
-    """The warning naming the uncosted ops (none when every row with an op name is costed)."""
-    missing = missing_formulas(kernels)
-    return [NO_FORMULA + ", ".join(missing)] if missing else []
+    """The warnings naming the uncosted ops, each with why: no formula, no shapes recorded
+    (``record_shapes`` off), no step annotation (attention of a framework), or shapes that do
+    not fit. Collectives costed in bytes only (FLOPs undefined) are not listed."""
+    from .costs import has_formula
+    from .costs_framework import needs_step
 
-
-def missing_formulas(kernels: pd.DataFrame, limit: int = 12) -> list[str]:
-    """Ops with rows but no cost formula, most time first (``name (N rows, x% of time)``)."""
-    if "op" not in kernels or not len(kernels):
+    groups = _uncosted(kernels)
+    if groups is None:
         return []
+    reasons: dict[str, list[str]] = {NO_FORMULA: [], NO_SHAPES: [], NO_STEP: [], NO_FIT: []}
+    for (name, shaped), text in groups:
+        key = NO_FORMULA if not has_formula(name) else NO_SHAPES if not shaped else \
+            NO_STEP if needs_step(name) else NO_FIT
+        reasons[key].append(text)
+    return [head + ", ".join(items[:12]) for head, items in reasons.items() if items]
+
+
+def _has_shapes(text: Any) -> bool:
+    return isinstance(text, str) and any(ch.isdigit() for ch in text)
+
+
+def _uncosted(kernels: pd.DataFrame) -> list[tuple[tuple[str, bool], str]] | None:
+    """((op, shapes recorded), ``name (N rows, x% of time)``) of the ops whose rows have
+    neither FLOPs nor bytes, most time first."""
+    if "op" not in kernels or not len(kernels):
+        return None
     names = kernels["op"].where(kernels["op"].notna(), None)
     if kernels["device"].eq("cpu").all():
         names = kernels["name"]
-    mask = kernels["flops"].isna() & names.notna()
+    nbytes = kernels["dram_bytes"] if "dram_bytes" in kernels else kernels["flops"]
+    mask = kernels["flops"].isna() & pd.to_numeric(nbytes, errors="coerce").isna() & names.notna()
     if not mask.any():
-        return []
+        return None
     total = float(kernels["duration_ns"].sum()) or 1.0
-    grouped = kernels[mask].groupby(names[mask])["duration_ns"].agg(["count", "sum"])
-    grouped = grouped.sort_values("sum", ascending=False).head(limit)
-    return [f"{n} ({int(r['count'])} rows, {100 * r['sum'] / total:.1f}% of time)" for n, r in grouped.iterrows()]
+    shapes = kernels["op_shapes"] if "op_shapes" in kernels else pd.Series(None, index=kernels.index)
+    shaped = shapes[mask].map(_has_shapes).astype(bool)
+    grouped = kernels[mask].groupby([names[mask], shaped])["duration_ns"].agg(["count", "sum"])
+    grouped = grouped.sort_values("sum", ascending=False)
+    return [((str(n), bool(s)), f"{n} ({int(r['count'])} rows, {100 * r['sum'] / total:.1f}% of time)")
+            for (n, s), r in grouped.iterrows()]
+
+
+def missing_formulas(kernels: pd.DataFrame, limit: int = 12) -> list[str]:
+    """Ops with rows but no FLOPs or bytes, most time first (``name (N rows, x% of time)``)."""
+    groups = _uncosted(kernels) or []
+    return [text for _, text in groups][:limit]
 
 
 __all__ = ["PHASES", "parse_copy_name", "read", "read_kineto", "short_kernel_name"]

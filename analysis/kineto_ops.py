@@ -22,11 +22,21 @@ import numpy as np
 import pandas as pd
 
 from .costs import COMPOSITE_WHEN_PARENT, base_name, category_of, has_formula, op_cost
+from .costs_framework import OpContext, kernel_precision, needs_step, step_attention
 from .kineto_parse import ParsedTrace, clean_text
 from .tree import Nesting, nest
 
 ANN, OP, API = 0, 1, 2
 """Node kinds: the index of ``ann``, ``op``, ``api`` in ``kineto_parse.CPU_KINDS``."""
+
+
+def per_distinct_text(values: np.ndarray, fn: Any) -> np.ndarray:
+    """``fn(v)`` for each value of an object array, computed once per distinct value."""
+    if not len(values):
+        return np.empty(0, dtype=object)
+    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    table = np.array([fn(u) for u in uniq] + [None], dtype=object)
+    return table[codes]
 
 
 def times_ns(cols: Mapping[str, np.ndarray], base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -56,6 +66,8 @@ class CpuNodes:
     nesting: Nesting
     sigs: list[tuple[Any, Any, Any]]
     strings: np.ndarray
+    world_size: int | None = None
+    """Ranks of the job (``distributedInfo``), for the costs of collectives and sharded layers."""
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.cols[key]
@@ -92,7 +104,36 @@ def cpu_nodes(trace: ParsedTrace, base: int) -> CpuNodes:
     nesting = nest(cols["thread"], cols["start_ns"], cols["end_ns"], cols["kind"],
                    lambda pos: texts(trace.strings, cols["name"][pos]), range_kind=ANN, op_kind=OP)
     cols["op_children"] = nesting.op_children(cols["kind"], OP)
-    return CpuNodes(cols, nesting, trace.sigs, trace.strings)
+    return CpuNodes(cols, nesting, trace.sigs, trace.strings, world_size(trace.meta))
+
+
+def world_size(meta: Mapping[str, Any]) -> int | None:
+    """``distributedInfo.world_size`` of a trace's metadata (None when absent or unusable)."""
+    info = meta.get("distributedInfo")
+    value = info.get("world_size") if isinstance(info, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def op_contexts(nodes: CpuNodes, idx: np.ndarray) -> tuple[np.ndarray, list[OpContext]]:
+    """Per op ``idx``, a code into the distinct :class:`OpContext` list: the job's ranks for
+    all, and for the ops whose formula needs it the step of the nearest enclosing step
+    annotation (:func:`.costs_framework.step_attention`)."""
+    base = OpContext(world_size=nodes.world_size)
+    contexts, codes = [base], np.zeros(len(idx), dtype="int64")
+    needs = nodes.per_name(idx, needs_step).astype(bool)
+    if needs.any():
+        paths = nodes.nesting.range_path(idx[needs])
+        memo: dict[Any, int] = {}
+        out = np.zeros(int(needs.sum()), dtype="int64")
+        for j, path in enumerate(paths.tolist()):
+            if path not in memo:
+                work = next((w for w in map(step_attention, reversed(str(path or "").split("/"))) if w), None)
+                memo[path] = 0 if work is None else len(contexts)
+                if work is not None:
+                    contexts.append(OpContext(attention=work, world_size=nodes.world_size))
+            out[j] = memo[path]
+        codes[needs] = out
+    return codes, contexts
 
 
 def _json(v: Any) -> str | None:
@@ -126,21 +167,27 @@ def op_inputs(nodes: CpuNodes, idx: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def op_costs(nodes: CpuNodes, idx: np.ndarray) -> dict[str, np.ndarray]:
-    """Analytic ``flops``, ``dram_bytes`` and ``category`` of the ops ``idx`` (one cost per
-    distinct name and recorded inputs)."""
+    """Analytic ``flops``, ``dram_bytes``, ``category`` and ``precision`` of the ops ``idx``
+    (one cost per distinct name, recorded inputs and :class:`OpContext`)."""
     name, sig = nodes["name"][idx].astype("int64"), nodes["sig"][idx].astype("int64")
+    ctx, contexts = op_contexts(nodes, idx)
     width = len(nodes.sigs) + 1
-    keys, inverse = np.unique(name * width + sig + 1, return_inverse=True)
-    flops, nbytes, cats = np.full(len(keys), np.nan), np.full(len(keys), np.nan), []
+    keys, inverse = np.unique((ctx * len(nodes.strings) + name) * width + sig + 1, return_inverse=True)
+    flops, nbytes, cats, precs = np.full(len(keys), np.nan), np.full(len(keys), np.nan), [], []
     for k, key in enumerate(keys.tolist()):
-        text, s = str(nodes.strings[key // width]), key % width - 1
-        cost = op_cost(text, *(nodes.sigs[s] if s >= 0 else (None, None, None)))
+        rest, s = divmod(key, width)
+        c, code = divmod(rest, len(nodes.strings))
+        text = str(nodes.strings[code])
+        cost = op_cost(text, *(nodes.sigs[s - 1] if s >= 1 else (None, None, None)), contexts[c])
         if cost is not None:
             flops[k], nbytes[k] = cost.flops, cost.bytes
         cats.append(cost.category if cost is not None else category_of(text))
+        precs.append(cost.precision if cost is not None else None)
     inverse = inverse.reshape(-1)
+    empty = np.empty(0, dtype=object)
     return {"flops": flops[inverse], "dram_bytes": nbytes[inverse],
-            "category": np.array(cats, dtype=object)[inverse] if len(keys) else np.empty(0, dtype=object)}
+            "category": np.array(cats, dtype=object)[inverse] if len(keys) else empty,
+            "precision": np.array(precs, dtype=object)[inverse] if len(keys) else empty}
 
 
 def select_cpu_rows(nodes: CpuNodes) -> np.ndarray:
@@ -218,7 +265,7 @@ def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
     n = len(names)
     has = cost_op >= 0
     cols: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object)
-                                   for c in ("op", "op_shapes", "op_input_types", "dtype")}
+                                   for c in ("op", "op_shapes", "op_input_types", "dtype", "precision")}
     flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
     if has.any():
         ops, inverse = np.unique(cost_op[has], return_inverse=True)
@@ -233,9 +280,13 @@ def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
             cols[name][has] = values[inverse]
         flops[has] = costs["flops"][inverse] * frac
         nbytes[has] = costs["dram_bytes"][inverse] * frac
+        cols["precision"][has] = costs["precision"][inverse]
+    stated = per_distinct_text(names, kernel_precision)
+    cols["precision"] = np.where(has & pd.notna(stated), stated, cols["precision"])
     known = ~np.isnan(flops)
+    moved = ~np.isnan(nbytes)
     memo: dict[tuple[Any, Any], str] = {}
     category = [memo[key] if key in memo else memo.setdefault(key, category_of(*key))
                 for key in zip(cols["op"].tolist(), names.tolist())]
     return {**cols, "flops": flops, "dram_bytes": nbytes, "category": np.array(category, dtype=object),
-            "flops_source": labels(known, "analytic", None), "bytes_source": labels(known, "analytic", None)}
+            "flops_source": labels(known, "analytic", None), "bytes_source": labels(moved, "analytic", None)}

@@ -286,7 +286,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
                    passes_s: Sequence[float], warmup_s: float) -> Report:
     from perfscope.analysis.compiled_steps import cost_compiled_attention, cost_compiled_steps
     from perfscope.analysis.finish import finish
-    from perfscope.analysis.kineto import NO_FORMULA, import_kineto, missing_formulas_warning
+    from perfscope.analysis.kineto import MISSING_COST, import_kineto, missing_formulas_warning
     from perfscope.analysis.roofline import precision_of
 
     imported = import_kineto(capture.trace_path, device=spec)
@@ -298,7 +298,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     if result.params.get("compile") and not run.device.startswith("cuda"):  # inductor's CPU kernels: costs
         cost = cost_compiled_steps if result.params.get("decode_matmuls_in_kernels") else cost_compiled_attention
         kernels = cost(kernels, steps, precision_of(result.params.get("dtype")))
-        warnings = [w for w in warnings if not w.startswith(NO_FORMULA)] + missing_formulas_warning(kernels)
+        warnings = [w for w in warnings if not w.startswith(MISSING_COST)] + missing_formulas_warning(kernels)
     tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests]),
               "kernels": kernels}
     if base is not None:
