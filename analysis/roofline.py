@@ -7,7 +7,10 @@
 
 Rules (honest by construction):
 - intensity needs both FLOPs and bytes; without them ``bound`` is ``unknown``, never guessed;
-- the roof of a precision the device has no figure for is unknown, so is the bound;
+- each kernel is placed against the roof of its own precision (an fp8 GEMM against the fp8 tensor
+  roof); a narrow format (fp4, fp6, fp8, int4) on a device without units for it takes the nearest
+  wider precision's roof (``DeviceSpec.roof_precision``); any other precision the device has no
+  figure for is unknown, so is the bound;
 - attainable = min(peak FLOP/s of the precision, intensity x DRAM bandwidth);
 - a kernel is ``memory``-bound when its intensity is below the ridge point, else ``compute``;
 - % of roof is achieved bytes/s / bandwidth for memory-bound kernels (defined even at zero
@@ -29,9 +32,16 @@ DTYPE_TO_PRECISION = {
     "bfloat16": "bf16", "c10::bfloat16": "bf16", "bf16": "bf16",
     "float16": "fp16", "half": "fp16", "c10::half": "fp16", "fp16": "fp16",
     "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "c10::float8_e4m3fn": "fp8",
-    "c10::float8_e5m2": "fp8",
+    "c10::float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
+    "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8", "fp8": "fp8", "mxfp8": "fp8",
+    "fp6": "fp6", "mxfp6": "fp6",
+    "float4_e2m1fn_x2": "fp4", "c10::float4_e2m1fn_x2": "fp4", "fp4": "fp4", "mxfp4": "fp4", "nvfp4": "fp4",
     "int8": "int8", "signed char": "int8", "char": "int8",
+    "int4": "int4", "quint4x2": "int4",
 }
+"""dtype name -> roofline precision. ``fp8`` covers OCP E4M3/E5M2 and AMD's FNUZ variants (MI300);
+``fp4`` torch's packed E2M1 pair and the MX/NV block formats; a precision the device has no roof
+for is placed against the nearest wider one (``perfscope.device.WIDER_PRECISIONS``)."""
 
 
 def precision_of(dtype: object) -> str | None:

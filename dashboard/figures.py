@@ -29,6 +29,7 @@ from .figures_more import (
     phase_breakdown,
     step_times,
 )
+from .memo import memo
 from .style import BOUND_COLORS, CATEGORY_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from .text import MISSING, duration, esc, pct, si
 
@@ -109,15 +110,23 @@ def _point_traces(data: rd.RooflinePoints, color: str) -> list[go.Scatter | go.S
     return traces
 
 
+ROOF_COLORS = {"fp64": "#6a3d9a", "fp64_tensor": "#6a3d9a", "fp32": "#1f4e79", "tf32": "#2c7fb8",
+               "bf16": "#222222", "fp16": "#444444", "fp8": "#b15928", "fp6": "#e31a1c", "fp4": "#d62728",
+               "int8": "#33a02c", "int4": "#1b7837"}
+"""Line colour of each precision's compute roof (memory roofs are grey)."""
+
+
 def _roof_traces(lines: list[rd.RoofLine], ridges: list[tuple[str, float, float]]) -> list[go.Scatter]:
     traces = []
     for line in lines:
+        color = ROOF_COLORS.get(line.label, "#222") if line.kind == "compute" else "#555"
         traces.append(go.Scatter(
             x=list(line.x), y=list(line.y), mode="lines", name=esc(rd.roof_label(line)), legendgroup="roofs",
-            line={"color": "#222" if line.kind == "compute" else "#555",
-                  "dash": "solid" if line.label in ("dram",) or line.kind == "compute" else "dot", "width": 2},
+            line={"color": color, "dash": "solid" if line.label in ("dram",) or line.kind == "compute" else "dot",
+                  "width": 2},
             hovertemplate=f"{esc(rd.roof_label(line))}<br>{esc(line.method, 160)}<extra></extra>",
         ))
+    traces.extend(_roof_tags(lines))
     if ridges:
         traces.append(go.Scatter(
             x=[r[1] for r in ridges], y=[r[2] for r in ridges], mode="markers+text", name="ridge points",
@@ -126,6 +135,39 @@ def _roof_traces(lines: list[rd.RoofLine], ridges: list[tuple[str, float, float]
             hovertemplate="%{text}<extra></extra>",
         ))
     return traces
+
+
+def _roof_tags(lines: list[rd.RoofLine]) -> list[go.Scatter]:
+    """Each roof's name and value written on the figure: at the right end of a compute roof, at
+    the middle (in log space) of a memory slope."""
+    if not lines:
+        return []
+    xs, ys, texts, colors = [], [], [], []
+    for line in lines:
+        if line.kind == "compute":
+            xs.append(line.x[1])
+            ys.append(line.y[1])
+        else:
+            xs.append(float(np.sqrt(line.x[0] * line.x[1])))
+            ys.append(float(np.sqrt(line.y[0] * line.y[1])))
+        texts.append(esc(rd.roof_tag(line)))
+        colors.append(ROOF_COLORS.get(line.label, "#222") if line.kind == "compute" else "#555")
+    return [go.Scatter(x=xs, y=ys, mode="text", text=texts, textposition="top left", showlegend=False,
+                       textfont={"size": 11, "color": colors}, legendgroup="roofs", hoverinfo="skip",
+                       name="roof labels")]
+
+
+def _present_precisions(report: Report, points: pd.DataFrame) -> list[str]:
+    """Precisions of the drawn points and of every kernel the roofline placed (memory or compute),
+    so that each gets its roof even when its kernels sit off the log axes (zero FLOPs)."""
+    def placed() -> set[str]:
+        k = report.kernels
+        if "bound" not in k or "precision" not in k:
+            return set()
+        return {p for p in k["precision"][k["bound"].isin(["memory", "compute"])].unique() if isinstance(p, str)}
+
+    found = {p for p in points["precision"] if isinstance(p, str)} | memo(report, "roofline:precisions", placed)
+    return sorted(found)
 
 
 def _unplaced_note(data: rd.RooflinePoints) -> str:
@@ -172,7 +214,7 @@ def roofline(
     data = rd.roofline_points(report, per=per, phase=phase, range_filter=range_filter,
                               name_filter=name_filter, max_points=max_points)
     device = report.device
-    precisions = sorted({p for p in data.points["precision"] if isinstance(p, str)})
+    precisions = _present_precisions(report, data.points)
     ridges = rd.ridge_points(device, precisions)
     x_min, x_max = rd.x_extent(data.points, ridges)
     fig = go.Figure(_roof_traces(rd.roof_lines(device, precisions, x_min, x_max), ridges)
