@@ -82,7 +82,7 @@ def _roofs(spec: str) -> DeviceSpec:
     """Device roofs named on the command line: ``cuda[:N]`` (measured here), a report folder, or a
     datasheet row's name (an unknown name is a UsageError listing close ones)."""
     from perfscope.datasheets import lookup_datasheet, sheet_spec
-    from perfscope.errors import InputFormatError
+    from perfscope.errors import InputFormatError, UsageError
     from perfscope.report import Report
 
     if spec.startswith("cuda"):
@@ -92,6 +92,9 @@ def _roofs(spec: str) -> DeviceSpec:
         resolve_device(spec)  # a clear error when there is no GPU
         return device_roofs(spec)
     if not Path(spec).is_dir():
+        if spec.endswith(".perfscope") or "/" in spec:
+            raise UsageError(f"--roofs {spec!r}: no such report folder",
+                             hint="give a .perfscope report folder, a datasheet model, or `cuda`")
         return sheet_spec(lookup_datasheet(spec))
     report = Report.load(spec)
     if report.device is None or not report.device.compute:
