@@ -128,7 +128,7 @@ def by_column(column: str, value: Any) -> str:
 
 COLUMN_LABELS: dict[str, str] = {
     "phase": "phase", "steps": "steps", "tokens": "tokens", "wall_s": "wall time", "kernel_time_s": "GPU kernel time",
-    "flops": "FLOPs (measured)", "dram_bytes": "DRAM bytes (measured)", "model_flops": "model FLOPs",
+    "flops": "kernel FLOPs", "dram_bytes": "kernel DRAM bytes", "model_flops": "model FLOPs",
     "model_bytes": "model bytes", "achieved_flops_per_s": "achieved FLOP/s", "achieved_bytes_per_s": "achieved DRAM B/s",
     "tokens_per_s": "tokens/s", "precision": "precision", "mfu": "MFU (% of peak FLOP/s)",
     "mbu": "MBU (% of DRAM bandwidth)", "mfu_source": "MFU from", "mbu_source": "MBU from", "timing": "timing",

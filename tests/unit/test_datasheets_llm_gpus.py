@@ -264,3 +264,12 @@ def test_the_roofline_draws_and_labels_the_roof_of_every_precision_present(fixtu
     h100 = sheet_spec(_row("H100 SXM5 80 GB"))
     line = next(x for x in rd.roof_lines(h100, ["bf16", "fp4", "fp8"], 0.1, 1e4) if x.label == "fp8")
     assert line.serves == ("fp4",) and "also for fp4 kernels" in rd.roof_label(line)
+
+
+def test_tables_people_read_show_labels_not_column_names() -> None:
+    from perfscope.format import column_label, labelled_rows
+
+    assert column_label("achieved_flops_per_s") == "achieved FLOP/s" and column_label("wall_s") == "wall time"
+    assert column_label("mfu") == "MFU (% of peak FLOP/s)" and column_label("ttft_s_p99") == "TTFT p99"
+    assert column_label("profiled_throughput_tokens_per_s") == "profiled throughput (tokens/s)"
+    assert labelled_rows([{"wall_s": "1 s", "mbu": "2%"}]) == [{"wall time": "1 s", "MBU (% of DRAM bandwidth)": "2%"}]
