@@ -84,6 +84,8 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
     seconds = seconds.where(seconds > 0)
 
     precision = df["precision"].astype("object")
+    if precision.notna().any():  # a cost model's own spelling (``mxfp4``, ``float8_e4m3fn``) -> the roof's name
+        precision = map_distinct(precision, lambda p: precision_of(p) or p).where(precision.notna())
     derived = map_distinct(df["dtype"], precision_of) if "dtype" in df else pd.Series(None, index=df.index)
     tf32 = (derived == "fp32") & map_distinct(df["name"], runs_tf32).astype(bool)
     derived = derived.where(~tf32, "tf32")

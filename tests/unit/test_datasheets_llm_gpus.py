@@ -273,3 +273,10 @@ def test_tables_people_read_show_labels_not_column_names() -> None:
     assert column_label("mfu") == "MFU (% of peak FLOP/s)" and column_label("ttft_s_p99") == "TTFT p99"
     assert column_label("profiled_throughput_tokens_per_s") == "profiled throughput (tokens/s)"
     assert labelled_rows([{"wall_s": "1 s", "mbu": "2%"}]) == [{"wall time": "1 s", "MBU (% of DRAM bandwidth)": "2%"}]
+
+
+def test_a_cost_models_own_precision_spelling_is_placed_against_the_matching_roof() -> None:
+    k = _kernels(["uint8", "uint8", "bfloat16"]).assign(precision=["mxfp4", "fp8", None])
+    out = classify(k, sheet_spec(_row("MI355X")))
+    assert out["precision"].tolist() == ["fp4", "fp8", "bf16"]
+    assert out["roof_flops_per_s"].tolist() == pytest.approx([10066.3e12, 5033.2e12, 2516.6e12])
