@@ -29,7 +29,6 @@ from .figures_more import (
     phase_breakdown,
     step_times,
 )
-from .memo import memo
 from .style import BOUND_COLORS, CATEGORY_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from .text import MISSING, duration, esc, pct, si
 
@@ -157,19 +156,6 @@ def _roof_tags(lines: list[rd.RoofLine]) -> list[go.Scatter]:
                        name="roof labels")]
 
 
-def _present_precisions(report: Report, points: pd.DataFrame) -> list[str]:
-    """Precisions of the drawn points and of every kernel the roofline placed (memory or compute),
-    so that each gets its roof even when its kernels sit off the log axes (zero FLOPs)."""
-    def placed() -> set[str]:
-        k = report.kernels
-        if "bound" not in k or "precision" not in k:
-            return set()
-        return {p for p in k["precision"][k["bound"].isin(["memory", "compute"])].unique() if isinstance(p, str)}
-
-    found = {p for p in points["precision"] if isinstance(p, str)} | memo(report, "roofline:precisions", placed)
-    return sorted(found)
-
-
 def _unplaced_note(data: rd.RooflinePoints) -> str:
     u, total = data.unplaced, max(data.total_ns, 1)
     parts = []
@@ -214,7 +200,7 @@ def roofline(
     data = rd.roofline_points(report, per=per, phase=phase, range_filter=range_filter,
                               name_filter=name_filter, max_points=max_points)
     device = report.device
-    precisions = _present_precisions(report, data.points)
+    precisions = sorted({p for p in data.points["precision"] if isinstance(p, str)})  # one roof each
     ridges = rd.ridge_points(device, precisions)
     x_min, x_max = rd.x_extent(data.points, ridges)
     fig = go.Figure(_roof_traces(rd.roof_lines(device, precisions, x_min, x_max), ridges)
