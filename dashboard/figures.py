@@ -125,20 +125,23 @@ def _roof_traces(lines: list[rd.RoofLine], ridges: list[tuple[str, float, float]
                   "width": 2},
             hovertemplate=f"{esc(rd.roof_label(line))}<br>{esc(line.method, 160)}<extra></extra>",
         ))
-    traces.extend(_roof_tags(lines))
+    tags = {line.label: rd.roof_tag(line) for line in lines if line.kind == "compute"}
+    traces.extend(_roof_tags([x for x in lines if x.kind == "memory" or x.label not in {r[0] for r in ridges}]))
     if ridges:
         traces.append(go.Scatter(
             x=[r[1] for r in ridges], y=[r[2] for r in ridges], mode="markers+text", name="ridge points",
-            text=[f"ridge {esc(p)}: {r:.3g} FLOP/B" for p, r, _ in ridges], textposition="bottom right",
-            marker={"symbol": "x", "size": 10, "color": "#000"}, legendgroup="roofs",
+            text=[f"{esc(tags.get(p, p))}, ridge {r:,.0f} FLOP/B" if r >= 100 else f"{esc(tags.get(p, p))}, ridge "
+                  f"{r:.3g} FLOP/B" for p, r, _ in ridges], textposition="middle left",
+            textfont={"size": 10}, marker={"symbol": "x", "size": 10, "color": "#000"}, legendgroup="roofs",
             hovertemplate="%{text}<extra></extra>",
         ))
     return traces
 
 
 def _roof_tags(lines: list[rd.RoofLine]) -> list[go.Scatter]:
-    """Each roof's name and value written on the figure: at the right end of a compute roof, at
-    the middle (in log space) of a memory slope."""
+    """Roof names and values written on the figure where no ridge point carries them: at the
+    middle (in log space) of a memory slope, at the right end of a compute roof without a ridge
+    (no DRAM bandwidth). A compute roof's name and value are the text of its ridge point."""
     if not lines:
         return []
     xs, ys, texts, colors = [], [], [], []

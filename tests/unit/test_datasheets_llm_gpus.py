@@ -258,8 +258,11 @@ def test_the_roofline_draws_and_labels_the_roof_of_every_precision_present(fixtu
     lines = {t.name.split()[0]: t for t in fig.data if t.mode == "lines"}
     for precision, tflops in (("bf16", 2250), ("fp8", 4500), ("fp4", 9000)):
         assert lines[precision].y[0] == pytest.approx(tflops * 1e12)
-    tags = next(t for t in fig.data if t.name == "roof labels")
-    assert {"bf16 2.25 PFLOP/s", "fp8 4.5 PFLOP/s", "fp4 9 PFLOP/s", "DRAM 7.7 TB/s"} <= set(tags.text)
+    tags = next(t for t in fig.data if t.name == "roof labels")  # on the memory slope
+    ridges = next(t for t in fig.data if t.name == "ridge points")  # each compute roof's name at its ridge
+    assert list(tags.text) == ["DRAM 7.7 TB/s"]
+    assert sorted(ridges.text) == ["bf16 2.25 PFLOP/s, ridge 292 FLOP/B", "fp4 9 PFLOP/s, ridge 1,169 FLOP/B",
+                                   "fp8 4.5 PFLOP/s, ridge 584 FLOP/B"]
     # fp4 kernels on an H100 sit under its fp8 roof, and the figure says so
     h100 = sheet_spec(_row("H100 SXM5 80 GB"))
     line = next(x for x in rd.roof_lines(h100, ["bf16", "fp4", "fp8"], 0.1, 1e4) if x.label == "fp8")
