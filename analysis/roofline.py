@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec
-from perfscope.schema import conform, map_distinct
+from perfscope.schema import conform, decode, factorize, map_codes, map_distinct
 
 DTYPE_TO_PRECISION = {
     "float64": "fp64", "double": "fp64",
@@ -56,6 +56,12 @@ TF32_KERNEL_MARKERS = ("tf32", "tensorop_s1688", "tensorop_s16816", "tensorop_s1
 """Kernel-name parts that say an FP32 GEMM runs on TF32 tensor cores (cuBLAS/cutlass name them so)."""
 
 
+def _canonical(precision: object) -> object:
+    """A precision as the roofs name it: a dtype or block-format spelling mapped (``mxfp4`` -> ``fp4``),
+    any other value kept."""
+    return (precision_of(precision) or precision) if isinstance(precision, str) else precision
+
+
 def runs_tf32(name: object) -> bool:
     """True when a kernel's own name states TF32 tensor-core math (an FP32 op's precision is then tf32)."""
     return isinstance(name, str) and any(m in name.lower() for m in TF32_KERNEL_MARKERS)
@@ -84,12 +90,14 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
     seconds = seconds.where(seconds > 0)
 
     precision = df["precision"].astype("object")
-    if precision.notna().any():  # a cost model's own spelling (``mxfp4``, ``float8_e4m3fn``) -> the roof's name
-        precision = map_distinct(precision, lambda p: precision_of(p) or p).where(precision.notna())
     derived = map_distinct(df["dtype"], precision_of) if "dtype" in df else pd.Series(None, index=df.index)
     tf32 = (derived == "fp32") & map_distinct(df["name"], runs_tf32).astype(bool)
     derived = derived.where(~tf32, "tf32")
-    precision = precision.where(precision.notna(), derived)
+    # one factorization gives both the precision's roof name (a cost model's own spelling, ``mxfp4``
+    # or ``float8_e4m3fn``, becomes ``fp4`` / ``fp8``) and, below, its peak
+    codes, distinct = factorize(precision.where(precision.notna(), derived))
+    distinct = np.array([_canonical(p) for p in distinct], dtype=object)
+    precision = pd.Series(decode(codes, distinct), index=df.index, dtype="object")
     df["precision"] = precision
 
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -104,8 +112,8 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
         df["bound"] = "unknown"
         return df
 
-    peaks = map_distinct(precision, lambda p: device.peak_flops(p if isinstance(p, str) else None))
-    peak = pd.to_numeric(peaks, errors="coerce").astype("float64")
+    peaks = map_codes(codes, distinct, lambda p: device.peak_flops(p if isinstance(p, str) else None))
+    peak = pd.to_numeric(pd.Series(peaks, index=df.index), errors="coerce").astype("float64")
     bw = device.peak_bandwidth("dram")
     bw_value = float(bw) if bw else np.nan
 
