@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfscope.datasheets import gpu_spec
+from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note
 from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
 
@@ -80,8 +80,9 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None) -> Impo
     warnings += missing_formulas_warning(kernels)
     if n_kernels == 0 and n_ops:
         warnings.append("no GPU kernel events in this trace: rows are CPU operators")
-    if spec is None or not spec.compute:
-        warnings.append("no device roofs known for this trace: bound is 'unknown' (pass device roofs to classify)")
+    note = roofs_note(spec) if device is None else None
+    if note or spec is None or not spec.compute:
+        warnings.append(note or f"no device roofs known for this trace: bound is 'unknown'; {ROOFS_FLAG}")
     flops = kernels["flops"] if "flops" in kernels else pd.Series(dtype="float64")
     manifest.update({
         "source": source_info("kineto", path, "torch.profiler", _tool_version(meta)),

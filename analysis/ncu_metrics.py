@@ -401,12 +401,16 @@ def roofs_spec(name: str | None, launches: Sequence[Launch],
         if theoretical:
             memory["dram"] = theoretical
     if not compute:
-        if datasheet is not None:
+        if datasheet is not None and "dram" not in memory and "dram" in datasheet.memory:
+            memory["dram"] = datasheet.memory["dram"]
+        if datasheet is not None and datasheet.compute:
             compute = dict(datasheet.compute)
-            if "dram" not in memory and "dram" in datasheet.memory:
-                memory["dram"] = datasheet.memory["dram"]
             warnings.append(f"the report has no peak_sustained metrics: compute roofs are datasheet "
                             f"figures for {datasheet.properties.get('datasheet')} (boost clock)")
+        elif datasheet is not None:
+            warnings.append(f"the report has no peak_sustained metrics and the datasheet row "
+                            f"{datasheet.properties.get('datasheet')} lists no compute figures: compute roofs unknown "
+                            "(profile with --set roofline, or pass a device)")
         else:
             warnings.append(f"the report has no peak_sustained metrics and no datasheet lists "
                             f"{name or 'this device (the source names none)'}: compute roofs unknown "

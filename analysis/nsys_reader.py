@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfscope.datasheets import gpu_spec
+from perfscope.datasheets import ROOFS_FLAG, gpu_spec
 from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import CollectorError, InputFormatError, ToolNotFoundError
 from perfscope.report import Report, source_info
@@ -378,7 +378,7 @@ def _device_from(gpus: pd.DataFrame, kernels: pd.DataFrame, warnings: list[str])
                                 "(theoretical, as the driver reports it)", clock="max")} if bandwidth else {}
     spec = gpu_spec(str(row["name"]), properties=props, fallback_memory=theoretical)
     if "datasheet" not in spec.properties:
-        warnings.append(f"no datasheet roofs for {row['name']!r}; compute roofs unknown")
+        warnings.append(f"no datasheet roofs for {row['name']!r}; compute roofs unknown; {ROOFS_FLAG}")
     return spec
 
 

@@ -7,7 +7,10 @@
 
 Rules (honest by construction):
 - intensity needs both FLOPs and bytes; without them ``bound`` is ``unknown``, never guessed;
-- the roof of a precision the device has no figure for is unknown, so is the bound;
+- each kernel is placed against the roof of its own precision (an fp8 GEMM against the fp8 tensor
+  roof); a narrow format (fp4, fp6, fp8, int4) on a device without units for it takes the nearest
+  wider precision's roof (``DeviceSpec.roof_precision``); any other precision the device has no
+  figure for is unknown, so is the bound;
 - attainable = min(peak FLOP/s of the precision, intensity x DRAM bandwidth);
 - a kernel is ``memory``-bound when its intensity is below the ridge point, else ``compute``;
 - % of roof is achieved bytes/s / bandwidth for memory-bound kernels (defined even at zero
@@ -20,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec
-from perfscope.schema import conform, map_distinct
+from perfscope.schema import conform, decode, factorize, map_codes, map_distinct
 
 DTYPE_TO_PRECISION = {
     "float64": "fp64", "double": "fp64",
@@ -29,9 +32,16 @@ DTYPE_TO_PRECISION = {
     "bfloat16": "bf16", "c10::bfloat16": "bf16", "bf16": "bf16",
     "float16": "fp16", "half": "fp16", "c10::half": "fp16", "fp16": "fp16",
     "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "c10::float8_e4m3fn": "fp8",
-    "c10::float8_e5m2": "fp8",
+    "c10::float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
+    "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8", "fp8": "fp8", "mxfp8": "fp8",
+    "fp6": "fp6", "mxfp6": "fp6",
+    "float4_e2m1fn_x2": "fp4", "c10::float4_e2m1fn_x2": "fp4", "fp4": "fp4", "mxfp4": "fp4", "nvfp4": "fp4",
     "int8": "int8", "signed char": "int8", "char": "int8",
+    "int4": "int4", "quint4x2": "int4",
 }
+"""dtype name -> roofline precision. ``fp8`` covers OCP E4M3/E5M2 and AMD's FNUZ variants (MI300);
+``fp4`` torch's packed E2M1 pair and the MX/NV block formats; a precision the device has no roof
+for is placed against the nearest wider one (``perfscope.device.WIDER_PRECISIONS``)."""
 
 
 def precision_of(dtype: object) -> str | None:
@@ -44,6 +54,12 @@ def precision_of(dtype: object) -> str | None:
 
 TF32_KERNEL_MARKERS = ("tf32", "tensorop_s1688", "tensorop_s16816", "tensorop_s168")
 """Kernel-name parts that say an FP32 GEMM runs on TF32 tensor cores (cuBLAS/cutlass name them so)."""
+
+
+def _canonical(precision: object) -> object:
+    """A precision as the roofs name it: a dtype or block-format spelling mapped (``mxfp4`` -> ``fp4``),
+    any other value kept."""
+    return (precision_of(precision) or precision) if isinstance(precision, str) else precision
 
 
 def runs_tf32(name: object) -> bool:
@@ -77,7 +93,11 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
     derived = map_distinct(df["dtype"], precision_of) if "dtype" in df else pd.Series(None, index=df.index)
     tf32 = (derived == "fp32") & map_distinct(df["name"], runs_tf32).astype(bool)
     derived = derived.where(~tf32, "tf32")
-    precision = precision.where(precision.notna(), derived)
+    # one factorization gives both the precision's roof name (a cost model's own spelling, ``mxfp4``
+    # or ``float8_e4m3fn``, becomes ``fp4`` / ``fp8``) and, below, its peak
+    codes, distinct = factorize(precision.where(precision.notna(), derived))
+    distinct = np.array([_canonical(p) for p in distinct], dtype=object)
+    precision = pd.Series(decode(codes, distinct), index=df.index, dtype="object")
     df["precision"] = precision
 
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -92,8 +112,8 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
         df["bound"] = "unknown"
         return df
 
-    peaks = map_distinct(precision, lambda p: device.peak_flops(p if isinstance(p, str) else None))
-    peak = pd.to_numeric(peaks, errors="coerce").astype("float64")
+    peaks = map_codes(codes, distinct, lambda p: device.peak_flops(p if isinstance(p, str) else None))
+    peak = pd.to_numeric(pd.Series(peaks, index=df.index), errors="coerce").astype("float64")
     bw = device.peak_bandwidth("dram")
     bw_value = float(bw) if bw else np.nan
 

@@ -16,6 +16,7 @@ from dash import Input, Output, State, dcc, html
 
 from perfscope.analysis.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
+from perfscope.format import labelled_rows
 from perfscope.schema import text_of
 
 from . import figures, ids, layout, views
@@ -147,7 +148,7 @@ def on_phases(store: ReportStore, key: str | None, tab: str) -> Any:
         return NO, NO, NO, NO
     report = store.load(key)
     table = views.phase_metrics(report)
-    metrics = layout.dict_table(layout.frame_rows(table)) if table is not None else html.P(
+    metrics = layout.dict_table(labelled_rows(layout.frame_rows(table))) if table is not None else html.P(
         "no phase metrics for this report", className="muted")
     return (metrics, figures.phase_breakdown(report), figures.step_times(report),
             figures.latency_distributions(report))

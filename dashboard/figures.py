@@ -109,23 +109,54 @@ def _point_traces(data: rd.RooflinePoints, color: str) -> list[go.Scatter | go.S
     return traces
 
 
+ROOF_COLORS = {"fp64": "#6a3d9a", "fp64_tensor": "#6a3d9a", "fp32": "#1f4e79", "tf32": "#2c7fb8",
+               "bf16": "#222222", "fp16": "#444444", "fp8": "#b15928", "fp6": "#e31a1c", "fp4": "#d62728",
+               "int8": "#33a02c", "int4": "#1b7837"}
+"""Line colour of each precision's compute roof (memory roofs are grey)."""
+
+
 def _roof_traces(lines: list[rd.RoofLine], ridges: list[tuple[str, float, float]]) -> list[go.Scatter]:
     traces = []
     for line in lines:
+        color = ROOF_COLORS.get(line.label, "#222") if line.kind == "compute" else "#555"
         traces.append(go.Scatter(
             x=list(line.x), y=list(line.y), mode="lines", name=esc(rd.roof_label(line)), legendgroup="roofs",
-            line={"color": "#222" if line.kind == "compute" else "#555",
-                  "dash": "solid" if line.label in ("dram",) or line.kind == "compute" else "dot", "width": 2},
+            line={"color": color, "dash": "solid" if line.label in ("dram",) or line.kind == "compute" else "dot",
+                  "width": 2},
             hovertemplate=f"{esc(rd.roof_label(line))}<br>{esc(line.method, 160)}<extra></extra>",
         ))
+    tags = {line.label: rd.roof_tag(line) for line in lines if line.kind == "compute"}
+    traces.extend(_roof_tags([x for x in lines if x.kind == "memory" or x.label not in {r[0] for r in ridges}]))
     if ridges:
         traces.append(go.Scatter(
             x=[r[1] for r in ridges], y=[r[2] for r in ridges], mode="markers+text", name="ridge points",
-            text=[f"ridge {esc(p)}: {r:.3g} FLOP/B" for p, r, _ in ridges], textposition="bottom right",
-            marker={"symbol": "x", "size": 10, "color": "#000"}, legendgroup="roofs",
+            text=[f"{esc(tags.get(p, p))}, ridge {r:,.0f} FLOP/B" if r >= 100 else f"{esc(tags.get(p, p))}, ridge "
+                  f"{r:.3g} FLOP/B" for p, r, _ in ridges], textposition="middle left",
+            textfont={"size": 10}, marker={"symbol": "x", "size": 10, "color": "#000"}, legendgroup="roofs",
             hovertemplate="%{text}<extra></extra>",
         ))
     return traces
+
+
+def _roof_tags(lines: list[rd.RoofLine]) -> list[go.Scatter]:
+    """Roof names and values written on the figure where no ridge point carries them: at the
+    middle (in log space) of a memory slope, at the right end of a compute roof without a ridge
+    (no DRAM bandwidth). A compute roof's name and value are the text of its ridge point."""
+    if not lines:
+        return []
+    xs, ys, texts, colors = [], [], [], []
+    for line in lines:
+        if line.kind == "compute":
+            xs.append(line.x[1])
+            ys.append(line.y[1])
+        else:
+            xs.append(float(np.sqrt(line.x[0] * line.x[1])))
+            ys.append(float(np.sqrt(line.y[0] * line.y[1])))
+        texts.append(esc(rd.roof_tag(line)))
+        colors.append(ROOF_COLORS.get(line.label, "#222") if line.kind == "compute" else "#555")
+    return [go.Scatter(x=xs, y=ys, mode="text", text=texts, textposition="top left", showlegend=False,
+                       textfont={"size": 11, "color": colors}, legendgroup="roofs", hoverinfo="skip",
+                       name="roof labels")]
 
 
 def _unplaced_note(data: rd.RooflinePoints) -> str:
@@ -172,7 +203,7 @@ def roofline(
     data = rd.roofline_points(report, per=per, phase=phase, range_filter=range_filter,
                               name_filter=name_filter, max_points=max_points)
     device = report.device
-    precisions = sorted({p for p in data.points["precision"] if isinstance(p, str)})
+    precisions = sorted({p for p in data.points["precision"] if isinstance(p, str)})  # one roof each
     ridges = rd.ridge_points(device, precisions)
     x_min, x_max = rd.x_extent(data.points, ridges)
     fig = go.Figure(_roof_traces(rd.roof_lines(device, precisions, x_min, x_max), ridges)

@@ -28,7 +28,7 @@ from perfscope._version import __version__
 from perfscope.analysis.compare import compare as compare_reports
 from perfscope.analysis.compare import name_view, phase_view
 from perfscope.errors import OutputExistsError
-from perfscope.format import dumps, evidence_rows
+from perfscope.format import column_label, dumps, evidence_rows, labelled_rows
 from perfscope.report import Report
 
 from . import figures, views
@@ -110,10 +110,11 @@ def _metrics(report: Report) -> str:
     parts = [_facts(views.overview_facts(report))]
     phases = views.phase_metrics(report)
     if phases is not None:
-        parts.append("<h3>Phases</h3>" + _dict_rows(_frame_rows(phases)))
+        parts.append("<h3>Phases</h3>" + _dict_rows(labelled_rows(_frame_rows(phases))))
     requests = views.request_metrics(report)
     if requests:
-        parts.append("<h3>Requests</h3>" + _facts([(k, views.format_value(k, v)) for k, v in requests.items()]))
+        parts.append("<h3>Requests</h3>" + _facts([(column_label(k), views.format_value(k, v))
+                                                   for k, v in requests.items()]))
     return _section("Metrics", "".join(parts), "metrics")
 
 

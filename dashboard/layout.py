@@ -13,7 +13,7 @@ import pandas as pd
 from dash import dcc, html
 
 from perfscope.analysis.compare import Comparison, name_view, phase_view
-from perfscope.format import evidence_rows
+from perfscope.format import column_label, evidence_rows, labelled_rows
 from perfscope.report import Report
 
 from . import ids, views
@@ -91,10 +91,11 @@ def overview_children(report: Report) -> list[Any]:
                       html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
     phases = views.phase_metrics(report)
     if phases is not None:
-        out += [html.H3("Phases"), dict_table(frame_rows(phases), "phase-summary")]
+        out += [html.H3("Phases"), dict_table(labelled_rows(frame_rows(phases)), "phase-summary")]
     requests = views.request_metrics(report)
     if requests:
-        out += [html.H3("Requests"), facts_table([(k, views.format_value(k, v)) for k, v in requests.items()])]
+        out += [html.H3("Requests"), facts_table([(column_label(k), views.format_value(k, v))
+                                                  for k, v in requests.items()])]
     out += [html.H3("Top kernels"), _top_kernels(report)]
     found = views.findings(report)
     if found is not None:

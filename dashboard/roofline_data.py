@@ -73,6 +73,9 @@ class RoofLine:
     method: str
     clock: str | None
     dense: bool | None
+    serves: tuple[str, ...] = ()
+    """Kernel precisions placed against this roof that are not its own (fp4 kernels on an H100
+    are placed against its fp8 roof: ``perfscope.device.DeviceSpec.roof_precision``)."""
 
 
 # ------------------------------------------------------------------ filters
@@ -280,7 +283,8 @@ def roof_lines(device: DeviceSpec | None, precisions: list[str], x_min: float, x
     """
     if device is None:
         return []
-    wanted = [p for p in precisions if p in device.compute] or list(device.compute)
+    served = _served(device, precisions)
+    wanted = list(served) or list(device.compute)
     lines: list[RoofLine] = []
     dram = device.peak_bandwidth("dram")
     top = max((device.compute[p].value for p in wanted), default=None)
@@ -288,7 +292,8 @@ def roof_lines(device: DeviceSpec | None, precisions: list[str], x_min: float, x
         roof = device.compute[prec]
         start = roof.value / dram if dram else x_min
         lines.append(RoofLine("compute", prec, roof.value, (max(start, x_min), x_max), (roof.value, roof.value),
-                              roof.provenance, roof.method, roof.clock, roof.dense))
+                              roof.provenance, roof.method, roof.clock, roof.dense,
+                              tuple(p for p in served.get(prec, ()) if p != prec)))
     for level, roof in device.memory.items():
         end = (top / roof.value) if top else x_max
         end = min(max(end, x_min), x_max)
@@ -297,16 +302,37 @@ def roof_lines(device: DeviceSpec | None, precisions: list[str], x_min: float, x
     return lines
 
 
+def _served(device: DeviceSpec, precisions: list[str]) -> dict[str, list[str]]:
+    """Roof precision -> the kernel ``precisions`` placed against it, in the order met (a narrow
+    format without a roof of its own goes to the nearest wider one; precisions with no roof at
+    all are left out)."""
+    out: dict[str, list[str]] = {}
+    for prec in precisions:
+        roof = device.roof_precision(prec)
+        if roof is not None:
+            out.setdefault(roof, []).append(prec)
+    return out
+
+
 def roof_label(line: RoofLine) -> str:
     """Legend text of a roof: label, value, provenance, dense/sparse and clock."""
-    return _roof_text(line.kind, line.label, line.value, line.provenance, line.clock, line.dense)
+    text = _roof_text(line.kind, line.label, line.value, line.provenance, line.clock, line.dense)
+    return text + (f", also for {', '.join(line.serves)} kernels" if line.serves else "")
+
+
+def roof_tag(line: RoofLine) -> str:
+    """The short text drawn on the figure beside a roof: ``bf16 989 TFLOP/s``, ``DRAM 3.35 TB/s``."""
+    unit = "FLOP/s" if line.kind == "compute" else "B/s"
+    name = line.label.upper() if line.kind == "memory" else line.label
+    serves = f" (+{', '.join(line.serves)})" if line.serves else ""
+    return f"{name}{serves} {si(line.value, unit)}"
 
 
 def ridge_points(device: DeviceSpec | None, precisions: list[str]) -> list[tuple[str, float, float]]:
     """(precision, ridge FLOP/byte, peak FLOP/s) of each drawn compute roof against DRAM."""
     if device is None:
         return []
-    wanted = [p for p in precisions if p in device.compute] or list(device.compute)
+    wanted = list(_served(device, precisions)) or list(device.compute)
     out = []
     for prec in wanted:
         ridge = device.ridge(prec)

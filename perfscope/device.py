@@ -13,6 +13,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PROVENANCES = ("measured", "report", "datasheet")
+WIDER_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "fp4": ("fp6", "fp8", "bf16", "fp16"),
+    "fp6": ("fp8", "bf16", "fp16"),
+    "fp8": ("bf16", "fp16"),
+    "int4": ("int8",),
+}
+"""Where a device has no roof for a narrow format, the roof its math runs at instead: hardware
+without FP4/FP6/FP8 (or INT4) units computes such data after widening it (an MXFP4 GEMM on an
+H100 or MI300X runs FP8 or BF16 MMA), so the nearest wider precision the device lists bounds it.
+Only narrower -> wider: a device that lists only FP4 (GB10) has no BF16 roof."""
 
 
 @dataclass(frozen=True)
@@ -65,13 +75,21 @@ class DeviceSpec:
     memory: Mapping[str, Roof] = field(default_factory=dict)
     properties: Mapping[str, Any] = field(default_factory=dict)
 
-    def peak_flops(self, precision: str | None) -> float | None:
-        """Compute roof for ``precision``, falling back to fp32 for unknown precisions."""
+    def roof_precision(self, precision: str | None) -> str | None:
+        """The precision whose compute roof bounds work of ``precision`` on this device: itself
+        when listed, else the nearest wider one of :data:`WIDER_PRECISIONS` (fp4 on an H100:
+        ``fp8``), fp32 for an unknown precision; None when the device has none of them."""
         if precision and precision in self.compute:
-            return self.compute[precision].value
-        if precision in (None, "", "unknown") and "fp32" in self.compute:
-            return self.compute["fp32"].value
-        return None
+            return precision
+        if precision in (None, "", "unknown"):
+            return "fp32" if "fp32" in self.compute else None
+        return next((p for p in WIDER_PRECISIONS.get(precision, ()) if p in self.compute), None)
+
+    def peak_flops(self, precision: str | None) -> float | None:
+        """Compute roof for ``precision`` (through :meth:`roof_precision`: a narrow format without a
+        roof of its own takes the nearest wider one; an unknown precision fp32's)."""
+        roof = self.roof_precision(precision)
+        return self.compute[roof].value if roof else None
 
     def peak_bandwidth(self, level: str = "dram") -> float | None:
         """Memory roof of ``level`` in bytes/s, or None when unknown."""

@@ -126,6 +126,38 @@ def by_column(column: str, value: Any) -> str:
     return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
 
 
+COLUMN_LABELS: dict[str, str] = {
+    "phase": "phase", "steps": "steps", "tokens": "tokens", "wall_s": "wall time", "kernel_time_s": "GPU kernel time",
+    "flops": "kernel FLOPs", "dram_bytes": "kernel DRAM bytes", "model_flops": "model FLOPs",
+    "model_bytes": "model bytes", "achieved_flops_per_s": "achieved FLOP/s", "achieved_bytes_per_s": "achieved DRAM B/s",
+    "tokens_per_s": "tokens/s", "precision": "precision", "mfu": "MFU (% of peak FLOP/s)",
+    "mbu": "MBU (% of DRAM bandwidth)", "mfu_source": "MFU from", "mbu_source": "MBU from", "timing": "timing",
+    "requests": "requests", "output_tokens": "output tokens", "prompt_tokens": "prompt tokens",
+    "throughput_tokens_per_s": "throughput (tokens/s)", "user_tokens_per_s": "per-user speed (tokens/s)",
+}
+"""Human labels of metric columns, for tables people read (HTML, dashboard); a label names the unit
+where the cell's text does not (``MFU (% of peak FLOP/s)``); a time's cell carries its own unit."""
+
+_LABEL_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end", "p50": "p50", "p99": "p99",
+                "mean": "mean", "profiled": "profiled", "s": "", "per": "per"}
+
+
+def column_label(column: str) -> str:
+    """The label a reader sees for a metric column: :data:`COLUMN_LABELS`, else the name's words
+    (``ttft_s_p99`` -> ``TTFT p99``; ``profiled_tpot_s_mean`` -> ``profiled TPOT mean``)."""
+    if column in COLUMN_LABELS:
+        return COLUMN_LABELS[column]
+    if column.startswith("profiled_") and column[9:] in COLUMN_LABELS:
+        return "profiled " + COLUMN_LABELS[column[9:]]
+    words = [_LABEL_WORDS.get(w, w) for w in column.split("_")]
+    return " ".join(w for w in words if w) or column
+
+
+def labelled_rows(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows keyed by :func:`column_label` of each column instead of its internal name."""
+    return [{column_label(str(k)): v for k, v in row.items()} for row in rows]
+
+
 def evidence_rows(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
     """A finding's evidence as (key, formatted value) rows, each value formatted by its key's unit."""
     return [(str(k), by_column(str(k), v)) for k, v in evidence.items()]

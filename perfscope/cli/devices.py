@@ -1,4 +1,5 @@
-"""``perfscope devices``: this machine's roofs (measured once, cached) with their provenance."""
+"""``perfscope devices``: this machine's roofs (measured once, cached) with their provenance, or
+(``--datasheet``) the datasheet table perfscope falls back on."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from ._common import echo_json, records
 @click.command()
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto (CUDA when present, and the CPU).")
 @click.option("--refresh", is_flag=True, help="Measure again instead of using the cached result.")
+@click.option("--datasheet", is_flag=True, help="List the datasheet table instead (dense TFLOP/s per precision, "
+              "with-sparsity in parentheses, bandwidth, boost clock, source): the names `import --roofs` takes.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def devices(device: str, refresh: bool, as_json: bool) -> None:
+def devices(device: str, refresh: bool, datasheet: bool, as_json: bool) -> None:
     """Measure (or read the cached) compute and memory roofs of this machine."""
+    if datasheet:
+        _datasheet_table(as_json)
+        return
     from perfscope.analysis.summary import roofs_table
     from perfscope.collectors.roofs import device_roofs
     from perfscope.format import number, si
@@ -39,3 +45,26 @@ def devices(device: str, refresh: bool, as_json: bool) -> None:
         click.echo(table(["roof", "peak", "ridge FLOP/B", "provenance", "how"], rows))
         if spec.properties.get("cached"):
             click.echo(f"  (cached: {spec.properties['cached']}; --refresh measures again)")
+
+
+def _datasheet_table(as_json: bool) -> None:
+    from perfscope.datasheets import DATASHEETS, PRECISIONS
+    from perfscope.format import MISSING, number
+    from perfscope.text_report import table
+
+    if as_json:
+        echo_json([s.to_dict() for s in DATASHEETS])
+        return
+    shown = [p for p in PRECISIONS if any(p in s.tflops for s in DATASHEETS)]
+
+    def cell(dense: float | None, sparse: float | None) -> str:
+        text = number(dense, digits=1) if dense is not None else MISSING
+        return f"{text} ({number(sparse, digits=0)})" if sparse is not None else text
+
+    rows = [[s.model, *(cell(s.tflops.get(p), s.sparse_tflops.get(p)) for p in shown),
+             number(s.bandwidth_gb_s, digits=0), number(s.boost_clock_mhz, digits=0)] for s in DATASHEETS]
+    click.echo("dense TFLOP/s (int8/int4: TOPS), with sparsity in parentheses; memory bandwidth GB/s; boost clock MHz")
+    click.echo(table(["model", *shown, "GB/s", "MHz"], rows))
+    click.echo("sources:")
+    for s in DATASHEETS:
+        click.echo(f"  {s.model}: {s.source} {s.status}")

@@ -27,10 +27,11 @@ if TYPE_CHECKING:
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="With --ranks: local Dask workers "
               "(default: sized to this machine's CPUs and memory).")
 # -- roofs and analytic costs --
-@click.option("--roofs", "roofs", default=None, metavar="cuda|REPORT",
-              help="Classify against other roofs: `cuda` (this machine's GPU, measured and cached like "
+@click.option("--roofs", "roofs", default=None, metavar="NAME|cuda|REPORT",
+              help="Classify against other roofs: a datasheet row by name (MI300X, \"H100 SXM5\", B200: "
+              "`perfscope devices --datasheet` lists them), `cuda` (this machine's GPU, measured and cached like "
               "`perfscope devices`) or a .perfscope report folder (its device roofs). Default: the file's own "
-              "(ncu peak metrics x clock), else a datasheet.")
+              "(ncu peak metrics x clock), else the datasheet row of the trace's device name or properties.")
 @click.option("--engine", "engine_model", default=None, metavar="MODEL",
               help="The capture is of perfscope's engine with this model config (llama-3.2-1b, ...): put the "
               "useful FLOPs and bytes of each GEMM / attention kernel beside the measured ones (needs NVTX ranges).")
@@ -78,7 +79,9 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
 
 
 def _roofs(spec: str) -> DeviceSpec:
-    """Device roofs named on the command line: ``cuda[:N]`` (measured here) or a report folder."""
+    """Device roofs named on the command line: ``cuda[:N]`` (measured here), a report folder, or a
+    datasheet row's name (an unknown name is a UsageError listing close ones)."""
+    from perfscope.datasheets import lookup_datasheet, sheet_spec
     from perfscope.errors import InputFormatError, UsageError
     from perfscope.report import Report
 
@@ -88,10 +91,12 @@ def _roofs(spec: str) -> DeviceSpec:
 
         resolve_device(spec)  # a clear error when there is no GPU
         return device_roofs(spec)
-    report = Report.load(spec) if Path(spec).is_dir() else None
-    if report is None:
-        raise UsageError(f"--roofs {spec!r}: neither `cuda` nor a .perfscope report folder",
-                         hint="give --roofs cuda on the profiled machine, or a report folder whose device roofs to use")
+    if not Path(spec).is_dir():
+        if spec.endswith(".perfscope") or "/" in spec:
+            raise UsageError(f"--roofs {spec!r}: no such report folder",
+                             hint="give a .perfscope report folder, a datasheet model, or `cuda`")
+        return sheet_spec(lookup_datasheet(spec))
+    report = Report.load(spec)
     if report.device is None or not report.device.compute:
         raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
     return report.device

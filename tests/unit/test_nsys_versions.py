@@ -86,7 +86,8 @@ def test_nothing_captured_gives_empty_report_with_warnings(source: Path, tmp_pat
 
 
 def test_unknown_gpu_keeps_driver_bandwidth_as_report_roof(source: Path, tmp_path: Path) -> None:
-    report = read_nsys_sqlite(reduced(source, tmp_path, "UPDATE TARGET_INFO_GPU SET name = 'Mystery GPU'"))
+    # an unlisted name whose properties match no row either (an H100's would match H100 SXM5 by them)
+    report = read_nsys_sqlite(reduced(source, tmp_path, "UPDATE TARGET_INFO_GPU SET name = 'Mystery GPU', smCount = 7"))
     dev = report.device
     assert dev is not None and dev.compute == {}
     assert dev.memory["dram"].value == 3352320000000 and dev.memory["dram"].provenance == "report"
