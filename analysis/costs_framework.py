@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 from .costs import OpCost, OpInputs, Shape, itemsize, numel
 from .costs_args import (
@@ -252,18 +253,29 @@ def inductor_pointwise(name: str, ins: OpInputs) -> OpCost | None:
     xnumel)``; torch/_inductor/codegen/triton.py): every pointer argument is one tensor read
     or written once (bytes: their sum), over ``xnumel`` elements (the last integer argument);
     FLOPs per element: one per arithmetic op its name lists (:data:`.costs.FLOPS_PER_ELEMENT`
-    where named), none for the data-movement ones (:data:`INDUCTOR_FREE`). A kernel whose
+    where named), none for the data-movement ones (:data:`INDUCTOR_FREE`) and the custom ops
+    it prepares inputs for (:func:`custom_op_names`). A kernel whose
     name lists no op, or a gather (``embedding``, ``index``: its table is not read whole),
     stays missing."""
     from .costs import ELEMENTWISE, FLOPS_PER_ELEMENT
 
-    ops = _fused_ops(name.split("::")[-1], ELEMENTWISE | INDUCTOR_FREE)
+    ops = _fused_ops(name.split("::")[-1], ELEMENTWISE | INDUCTOR_FREE | custom_op_names())
     xnumel = next((int_arg(ins, i) for i in range(len(ins.concrete) - 1, -1, -1) if int_arg(ins, i) is not None), None)
     tensors = [(s, d) for s, d in zip(ins.shapes, ins.dtypes) if s is not None]
     if not ops or xnumel is None or not tensors:
         return None
-    per = sum(0 if op in INDUCTOR_FREE else FLOPS_PER_ELEMENT.get(op, 1) for op in ops)
+    free = INDUCTOR_FREE | custom_op_names()
+    per = sum(0 if op in free else FLOPS_PER_ELEMENT.get(op, 1) for op in ops)
     return OpCost(float(per * xnumel), sum(nbytes_of(s, d) for s, d in tensors), "elementwise")
+
+
+@lru_cache(maxsize=1)
+def custom_op_names() -> frozenset[str]:
+    """Base names of the framework ops of :data:`FORMULAS` (``moe_forward``). Inductor lists a
+    custom op among a kernel's origins when the kernel prepares its input
+    (``triton_poi_fused_constant_pad_nd_moe_forward_0`` pads ``moe_forward``'s hidden states);
+    the custom op runs on its own, so its name adds no arithmetic to the kernel."""
+    return frozenset(qualified(n).split("::")[-1] for n in FORMULAS if "::" in n)
 
 
 def _fused_ops(kernel: str, vocabulary: frozenset[str]) -> list[str] | None:

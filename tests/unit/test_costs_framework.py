@@ -247,6 +247,9 @@ def test_triton_routing_and_inductor_pointwise() -> None:
                    ["int", "long int", "bool", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
                    ["", "", "", "0", "25136", "201088", "201088", "0", "888"])
     assert mask is not None and mask.flops == 8 * 888 and mask.bytes == 888 * (4 + 8 + 1)
+    pad = op_cost("triton_poi_fused_constant_pad_nd_moe_forward_0", [[32, 2880], [32, 3072], []],
+                  ["c10::BFloat16", "c10::BFloat16", "Scalar"], ["", "", "98304"])
+    assert pad is not None and pad.flops == 0 and pad.bytes == 32 * (2880 + 3072) * 2
     # a fused gather (the embedding table is an argument, read only at 32 rows): left missing
     assert op_cost("triton_poi_fused_0", [[32], [201088, 2880], [131072, 64], [32, 2880], [131072, 64]],
                    ["int", "c10::BFloat16", "float", "c10::BFloat16", "c10::BFloat16"], ["", "", "", "", ""]) is None
@@ -271,12 +274,12 @@ def test_kernel_names_state_the_moe_precision(fixtures_dir: Path) -> None:
 
 @pytest.mark.parametrize(("trace", "capture", "uncosted"), [
     (VLLM, "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz",
-     {"triton_poi_fused_0", "triton_poi_fused_constant_pad_nd_moe_forward_0", "aten::index"}),
+     {"triton_poi_fused_0", "aten::index"}),
     (SGLANG, "bs_32_rank0.json.gz", set()),
 ])
 def test_capture_trace_ops_are_costed(fixtures_dir: Path, trace: str, capture: str, uncosted: set[str]) -> None:
     """Every op a capture trace launches kernels from (the ops the replays will take) is priced
-    with the replay step's annotation, but for the named fused gather and pad and the
+    with the replay step's annotation, but for the named fused gather and the
     ``aten::index`` whose tensor-list indices are recorded without shapes."""
     from perfscope.analysis.costs import has_formula
 
