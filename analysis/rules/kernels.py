@@ -155,9 +155,9 @@ def _no_work_info(report: Report, rule: str) -> list[Finding]:
     if not len(k) or k["flops"].notna().any():
         if report.device is None or not report.device.compute:
             return [info(rule, "Roofline rules skipped: no device roofs in this report",
-                         "The device is not in perfscope's datasheet table. Classify against known roofs: "
-                         "import_file(path, device=spec) with a DeviceSpec, or measured ones from "
-                         "`perfscope devices` when profiling on this machine.")]
+                         "The device is not in perfscope's datasheet table (or the trace does not name it). "
+                         "Classify against known roofs: re-import with `perfscope import TRACE --roofs ...` "
+                         "(`--roofs cuda` measures this machine's GPU; a report folder lends its roofs).")]
         return []
     return [info(rule, "Roofline rules skipped: no FLOPs or bytes for any kernel",
                  "This source has no hardware counters or operator shapes. Profile the top kernels with Nsight "
