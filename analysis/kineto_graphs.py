@@ -215,6 +215,8 @@ class _Context:
         self.captures: CaptureSet | None = None
         self.joined: list[int] = []  # kernels of each replay joined to a capture trace
         self.mismatch: dict[str, int] = {}  # why replays matched no captured graph -> how many
+        self.why: dict[Any, str] = {}  # memo key of a failed join -> why
+        self._step_ranges: tuple[np.ndarray, np.ndarray, list[int]] | None = None
 
     # ------------------------------------------------------------------ methods
     def cost_replay(self, idx: np.ndarray) -> bool:
@@ -224,13 +226,16 @@ class _Context:
         step = int(self.step_of[idx[0]]) if len(idx) else -1
         dur = self.k.dur[idx].astype("float64")
         todo = np.ones(len(idx), dtype=bool)
-        for method in (self._capture_trace, self._capture, self._match, self._shapes):
+        joining = self.captures is not None and bool(self.captures.graphs)
+        for method in ((self._capture_trace,) if joining else ()) + (self._capture, self._match, self._shapes):
             key = (method.__name__, names, step if method.__name__ == "_shapes" else
                    self._batch(idx) if method.__name__ == "_capture_trace" else None)
             if key not in self.memo:
                 self.memo[key] = method(idx, names, step)
             found = self.memo[key]
             if found is None:
+                if key in self.why:
+                    self.mismatch[self.why[key]] = self.mismatch.get(self.why[key], 0) + 1
                 continue
             if method.__name__ == "_capture_trace":
                 # the join gives every kernel its captured op and shapes, costed or not
@@ -255,9 +260,10 @@ class _Context:
         """The replay joined to the captured graph of its batch size whose kernel sequence holds it."""
         if self.captures is None or not self.captures.graphs:
             return None
-        found = join_graph(self.captures, names, self._batch(idx))
+        batch = self._batch(idx)
+        found = join_graph(self.captures, names, batch)
         if isinstance(found, str):
-            self.mismatch[found] = self.mismatch.get(found, 0) + 1
+            self.why[("_capture_trace", names, batch)] = found
             return None
         graph, at = found
         n = len(names)
@@ -271,7 +277,7 @@ class _Context:
         """The batch size of the step range around the replay's launch (None: no such range)."""
         if not len(idx):
             return None
-        if not hasattr(self, "_step_ranges"):
+        if self._step_ranges is None:
             ann = self.nodes.of(ANN)
             batches = [step_batch(n) for n in self.nodes.names(ann).tolist()]
             keep = np.array([b is not None for b in batches], dtype=bool)
