@@ -282,15 +282,17 @@ def _graphs(file: Path, batch: int | None, mode: str | None) -> list[Graph]:
     cols = _kernel_costs(nodes, api, cost_op, names)
     start = nodes["start_ns"][api]
     out = []
-    for b, m, lo, hi in _capture_ranges(nodes):
+    ranges = _capture_ranges(nodes)
+    sizes = {b for b, *_ in ranges}
+    for b, m, lo, hi in ranges:
         sel = np.flatnonzero((start >= lo) & (start <= hi))
         problem = None
-        if batch is not None and b != batch:
+        if batch is not None and batch not in sizes:  # a file of several ranges keeps their own sizes
             problem = (f"{file.name}: {DETAILS} says batch {batch} but its capture range is capture_{b}_{m} "
                        "(which is right is unknown, so it is not used)")
         if len(sel):
             out.append(_graph(file.name, b, mode or m, names, cols, sel, problem))
-    if not out and len(api) and not _capture_ranges(nodes):
+    if not out and len(api) and not ranges:
         out.append(_graph(file.name, batch, mode, names, cols, np.arange(len(api))))
     return out
 

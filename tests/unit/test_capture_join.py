@@ -327,3 +327,37 @@ def test_no_roofs_finding_names_the_cli_flag(fixtures_dir: Path) -> None:
     assert found
     text = " ".join(f.recommendation for f in found)
     assert "--roofs" in text and "import_file(" not in text
+
+
+def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The vLLM step replayed again inside a batch-16 step range: the capture holds only batch 32,
+    so the first replay is joined and the second is not, and the report counts both."""
+    ev = _events(fixtures_dir / VLLM / TRACES[VLLM])
+    with gzip.open(fixtures_dir / VLLM / TRACES[VLLM]) as fh:
+        doc = json.loads(fh.read())
+    (launch,) = [e for e in ev if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]]
+    (step,) = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
+    corr = launch["args"]["correlation"]
+    shift, new = step["dur"] + 1000.0, corr + 10_000_000
+    copies = [e for e in ev if e is launch or e is step
+              or (e.get("cat") in ("kernel", "ac2g") and e.get("args", {}).get("correlation") == corr)]
+    for e in copies:
+        c = json.loads(json.dumps(e))
+        c["ts"] = c["ts"] + shift
+        if "correlation" in c.get("args", {}):
+            c["args"]["correlation"] = new
+        if c.get("cat") == "user_annotation":
+            c["name"] = c["name"].replace("execute_32_", "execute_16_")
+        doc["traceEvents"].append(c)
+    path = tmp_path / "two_steps.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    r = import_file(path, capture=fixtures_dir / VLLM / "capture_traces")
+    k = r.kernels
+    first, second = k[k["correlation"] == corr], k[k["correlation"] == new]
+    assert len(first) == len(second) == REPLAYED[VLLM]
+    assert first["op"].notna().all() and second["op"].isna().all() and second["flops"].isna().all()
+    (joined,) = [w for w in r.warnings if "joined to the capture trace" in w]
+    (missed,) = [w for w in r.warnings if "match no graph" in w]
+    assert "1 of 2 replays" in joined
+    assert missed.startswith("1 of 2 graph replays") and "runs batch 16" in missed and "[32]" in missed
