@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .capture_traces import SOURCE as CAPTURE_SOURCE
 from .capture_traces import CaptureLoader, CaptureSet, join_graph, step_batch
 from .costs import ATTENTION, CATEGORY_OF, base_name, category_of, op_cost
 from .kineto_ops import ANN, CpuNodes, _first_dtype, _json, op_costs
@@ -268,9 +269,12 @@ class _Context:
         graph, at = found
         n = len(names)
         out = {c: graph.cols[c][at:at + n].copy() for c in (*COLUMNS, "flops", "dram_bytes")}
-        unit = graph.cols["unit"][at:at + n] - at
-        out["unit"] = np.where(unit >= 0, unit, np.arange(n))  # an op begun before the run: its kernels alone
-        out["source"] = np.full(n, "graph-capture-trace", dtype=object)
+        unit = graph.cols["unit"]
+        cut = np.bincount(unit[at:at + n], minlength=len(unit)) < np.bincount(unit, minlength=len(unit))
+        cut = cut[unit[at:at + n]]  # an op with kernels outside the run: its split is unknown
+        out["flops"][cut], out["dram_bytes"][cut] = np.nan, np.nan
+        out["unit"] = np.where(cut, np.arange(n), unit[at:at + n] - at)
+        out["source"] = np.full(n, CAPTURE_SOURCE, dtype=object)
         return out
 
     def _batch(self, idx: np.ndarray) -> int | None:
@@ -279,7 +283,7 @@ class _Context:
             return None
         if self._step_ranges is None:
             ann = self.nodes.of(ANN)
-            batches = [step_batch(n) for n in self.nodes.names(ann).tolist()]
+            batches = self.nodes.per_name(ann, step_batch).tolist()
             keep = np.array([b is not None for b in batches], dtype=bool)
             self._step_ranges = (self.nodes["start_ns"][ann][keep], self.nodes["end_ns"][ann][keep],
                                  [b for b in batches if b is not None])

@@ -361,3 +361,40 @@ def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_pat
     (missed,) = [w for w in r.warnings if "match no graph" in w]
     assert "1 of 2 replays" in joined
     assert missed.startswith("1 of 2 graph replays") and "runs batch 16" in missed and "[32]" in missed
+
+
+def test_pieces_of_a_graph_join_as_contiguous_runs(fixtures_dir: Path, tmp_path: Path) -> None:
+    """PIECEWISE replays launch parts of the captured sequence: the vLLM replay split into two
+    graph launches at kernel 200 joins as two runs; an op cut by the split is left uncosted."""
+    with gzip.open(fixtures_dir / VLLM / TRACES[VLLM]) as fh:
+        doc = json.loads(fh.read())
+    ev = doc["traceEvents"]
+    (launch,) = [e for e in ev if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]]
+    corr = launch["args"]["correlation"]
+    kernels = sorted((e for e in ev if e.get("cat") == "kernel" and e["args"].get("correlation") == corr),
+                     key=lambda e: e["ts"])
+    new = corr + 10_000_000
+    for e in kernels[200:]:
+        e["args"]["correlation"] = new
+    second = json.loads(json.dumps(launch))
+    second["ts"] += launch["dur"] + 1.0
+    second["args"]["correlation"] = new
+    ev.append(second)
+    path = tmp_path / "pieces.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    r = import_file(path, capture=fixtures_dir / VLLM / "capture_traces")
+    whole = _replayed(_report(fixtures_dir / VLLM / TRACES[VLLM]))
+    k = r.kernels
+    parts = pd.concat([k[k["correlation"] == corr], k[k["correlation"] == new]])
+    assert len(parts) == REPLAYED[VLLM] and parts["op"].notna().all()
+    assert parts["op"].tolist() == whole["op"].tolist() and parts["op_shapes"].tolist() == whole["op_shapes"].tolist()
+    (joined,) = [w for w in r.warnings if "joined to the capture trace" in w]
+    assert "2 of 2 replays" in joined
+    (graph,) = read_captures(fixtures_dir / VLLM / "capture_traces", found="--capture").graphs
+    unit = graph.cols["unit"]
+    cut = set(unit[:200]) & set(unit[200:])
+    in_cut = np.isin(unit, list(cut))
+    assert parts["flops"].isna().to_numpy()[in_cut].all()
+    same = ~in_cut
+    assert np.allclose(parts["flops"].to_numpy()[same], whole["flops"].to_numpy()[same], equal_nan=True)
