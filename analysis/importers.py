@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from perfscope.device import DeviceSpec
-from perfscope.errors import InputFormatError
+from perfscope.errors import InputFormatError, UsageError
 from perfscope.report import MANIFEST, Report
 
 SNIFF_BYTES = 1 << 16
@@ -97,20 +97,27 @@ def detect_format(path: str | Path) -> str:
     raise InputFormatError(p, "format not recognised from its content", hint=f"perfscope reads {SUPPORTED}")
 
 
-def import_file(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
+def import_file(path: str | Path, *, device: DeviceSpec | None = None, capture: str | Path | None = None) -> Report:
     """Read any supported profiler output (or a report folder) into a Report.
 
     Args:
         path: the file to read.
         device: roofs to classify against, overriding what the file says about its device.
+        capture: for a Kineto trace, the engine's CUDA-graph capture trace(s) to join its graph
+            replays to (a trace or a ``capture_traces/`` folder; default: such a folder beside it).
     """
     p = Path(path)
     fmt = detect_format(p)
+    if capture is not None and fmt != "kineto":
+        raise UsageError(f"capture traces join the graph replays of a Kineto trace; {p} is {fmt}",
+                         hint="give --capture with a PyTorch/Kineto trace")
     if fmt == "report":
         return Report.load(p)
     module = importlib.import_module(READERS[fmt])
     reader: Reader = getattr(module, f"read_{fmt.replace('-', '_')}", None) or module.read
     try:
+        if capture is not None:
+            return module.read_kineto(p, device=device, capture=capture)  # type: ignore[no-any-return]
         return reader(p, device=device)
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise InputFormatError(p, f"truncated or damaged compressed data ({exc})",

@@ -28,6 +28,7 @@ from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note
 from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
 
+from .capture_traces import CaptureLoader
 from .costs import COMPOSITE_WHEN_PARENT, base_name
 from .finish import Imported, finish
 from .kineto_graphs import Kernels, graph_costs
@@ -54,26 +55,32 @@ BASE_LIMIT_NS = 1 << 62
 """A ``baseTimeNanoseconds`` at or beyond this (year 2116) is damage, not a time."""
 
 
-def read_kineto(path: Path, *, device: DeviceSpec | None = None) -> Report:
+def read_kineto(path: Path, *, device: DeviceSpec | None = None, capture: str | Path | None = None) -> Report:
     """Read a torch.profiler / Kineto trace (``.json`` or ``.json.gz``) into a Report.
 
     Args:
         path: the trace file.
         device: roofs to classify against; by default the trace's GPU from a datasheet table
             (CPU traces have no roofs unless given, so their bound stays ``unknown``).
+        capture: the engine's CUDA-graph capture trace, or a folder of them, to join the
+            graph replays to (default: a ``capture_traces/`` folder beside the trace, if any).
     """
-    return finish(import_kineto(path, device=device))
+    return finish(import_kineto(path, device=device, capture=capture))
 
 
-def import_kineto(path: str | Path, *, device: DeviceSpec | None = None) -> Imported:
+def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
+                  capture: str | Path | None = None) -> Imported:
     """A Kineto trace parsed into raw tables (the reader half of :func:`read_kineto`; the engine
     and load-test sessions add their own tables before :func:`.finish.finish`)."""
     trace = parse_trace(Path(path))
-    tables, warnings = build_tables(trace)
+    captures = CaptureLoader(path, capture)
+    tables, warnings = build_tables(trace, captures)
     n_kernels, n_ops = trace.count("kernel"), trace.count("op")
     meta, notes = trace.meta, trace.warnings
     manifest = {"name": Path(path).name.split(".")[0], "partial": trace.partial,
                 "params": {"events": trace.n_events}}
+    if (record := captures.manifest()) is not None:
+        manifest["params"]["capture_traces"] = record
     del trace  # its columns are no longer needed: free them before the tables are checked
     spec = device or device_from_meta(meta, has_gpu=n_kernels > 0)
     kernels = tables["kernels"]
@@ -107,13 +114,14 @@ def _base_ns(meta: Mapping[str, Any]) -> int:
 
 
 # ---------------------------------------------------------------------------- tables
-def build_tables(trace: ParsedTrace) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """All report tables from a parsed trace, before roofline classification."""
+def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """All report tables from a parsed trace, before roofline classification (``captures``: the
+    capture traces to join its graph replays to)."""
     base = _base_ns(trace.meta)
     nodes = cpu_nodes(trace, base)
     warnings: list[str] = []
     tables = {
-        "kernels": _gpu_kernels(trace.cols["kernel"], base, nodes, warnings) if trace.count("kernel")
+        "kernels": _gpu_kernels(trace.cols["kernel"], base, nodes, warnings, captures) if trace.count("kernel")
         else _cpu_rows(nodes),
         "ranges": _ranges(nodes),
         "transfers": _transfers(trace, base, nodes),
@@ -181,7 +189,8 @@ def _device_names(device: np.ndarray) -> np.ndarray:
     return np.array([f"cuda:{d}" for d in uniq.tolist()], dtype=object)[inverse.reshape(-1)]
 
 
-def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnings: list[str]) -> pd.DataFrame:
+def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnings: list[str],
+                 captures: CaptureLoader | None = None) -> pd.DataFrame:
     """Kernel rows; those of CUDA graph replays get their costs from :mod:`.kineto_graphs`."""
     strings = nodes.strings
     corr_index, api_pos, cost_pos = launches(nodes)
@@ -200,7 +209,7 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnin
     launch_start = start.copy()
     launch_start[linked] = nodes["start_ns"][api_idx[linked]]
     warnings += graph_costs(Kernels(names, grid, block, start, dur, k["corr"], launch_name, launch_start, cost_op),
-                            costs, nodes)
+                            costs, nodes, captures)
     return _table({
         "name": names,
         "short_name": per_distinct(strings, k["name"], short_kernel_name),

@@ -10,6 +10,14 @@ their op and FLOPs/bytes here, by the first method that applies, recorded in ``f
     the same compiled code): each kernel takes the op and cost of the kernel at the same
     position. Inductor's Triton kernel names and the cuBLAS kernels chosen for the same shapes
     are the same in the capture and in the replays.
+``graph-capture-trace``
+    The replay's kernel-name sequence is (a contiguous run of) a graph in a capture trace the
+    engine wrote (``perfscope import --capture``, or a ``capture_traces/`` folder beside the
+    trace; :mod:`.capture_traces`), of the batch size of the step around the replay: each
+    kernel takes the op, shapes and cost of the captured launch at the same position (an op's
+    cost split over its kernels by replay time). A replay that matches no graph exactly is left
+    to the methods below, and one warning names the mismatch: kernel names alone do not tell
+    a graph of another batch size or model apart kernel by kernel, so there is no partial join.
 ``graph-match``
     Every kernel of the replay has an eager twin with the same name, grid and block (the
     grid encodes the problem size), and all the twins carry one cost: that cost.
@@ -44,6 +52,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .capture_traces import SOURCE as CAPTURE_SOURCE
+from .capture_traces import CaptureLoader, CaptureSet, join_graph, step_batch
 from .costs import ATTENTION, CATEGORY_OF, base_name, category_of, op_cost
 from .kineto_ops import ANN, CpuNodes, _first_dtype, _json, op_costs
 from .tree import PHASES
@@ -52,7 +62,7 @@ GRAPH_LAUNCH = "GraphLaunch"
 """Substring of the launch calls that replay a graph (``cudaGraphLaunch``, ``cuGraphLaunch``,
 ``hipGraphLaunch`` and their ``_v``/``_ptsz`` variants)."""
 
-SOURCES = ("graph-capture", "graph-match", "graph-shapes", "graph-scaled")
+SOURCES = ("graph-capture", "graph-capture-trace", "graph-match", "graph-shapes", "graph-scaled")
 """The ``flops_source`` values this module writes."""
 
 GEMM_OPS = frozenset(CATEGORY_OF["gemm"])
@@ -109,9 +119,11 @@ class Step:
     end: int
 
 
-def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes) -> list[str]:
+def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes,
+                captures: CaptureLoader | None = None) -> list[str]:
     """Fill the op, cost and source columns of ``cols`` (from :func:`~.kineto_ops.attributed_costs`,
-    aligned with ``k``) for every graph-launched kernel. Returns warnings."""
+    aligned with ``k``) for every graph-launched kernel; ``captures`` reads the capture traces
+    to join the replays to (when there are replays). Returns warnings."""
     graph = pd.Series(k.launch_name, dtype=object).str.contains(GRAPH_LAUNCH, regex=False, na=False).to_numpy(bool)
     if not graph.any():
         return []
@@ -126,6 +138,7 @@ def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes) -> lis
     steps = _steps(nodes)
     step_of = _step_index(steps, k.launch_start)
     ctx = _Context(k, cols, nodes, eager, steps, step_of)
+    ctx.captures = captures() if captures is not None else None
     replayed = order[graph[order]]
     corr = k.corr[replayed]
     corr = np.where(np.isnan(corr), -1.0 - np.arange(len(corr)), corr)  # no correlation: a replay each
@@ -136,11 +149,13 @@ def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes) -> lis
         src = cols[c]
         src[graph & ~known] = None
         src[graph & known] = ctx.source[graph & known]
-    if failed:
+    notes = ctx.capture_notes(len(replays)) if ctx.captures is not None else []
+    if failed and not ctx.mismatch:
         note = (f"{failed} of {len(replays)} CUDA graph replays have no eager twin or reference step in the "
-                "trace: their kernels' FLOPs/bytes are left missing (profile a warm-up or an eager step too)")
-        return [note]
-    return []
+                "trace: their kernels' FLOPs/bytes are left missing (profile a warm-up or an eager step too, "
+                "or give the engine's capture traces: --capture)")
+        return notes + [note]
+    return notes
 
 
 def _steps(nodes: CpuNodes) -> list[Step]:
@@ -198,6 +213,11 @@ class _Context:
         self._by_anchors: dict[tuple[str, ...], list[int]] | None = None
         self._roles: dict[tuple[str, ...], list[str]] = {}
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.captures: CaptureSet | None = None
+        self.joined: list[int] = []  # kernels of each replay joined to a capture trace
+        self.mismatch: dict[str, int] = {}  # why replays matched no captured graph -> how many
+        self.why: dict[Any, str] = {}  # memo key of a failed join -> why
+        self._step_ranges: tuple[np.ndarray, np.ndarray, list[int]] | None = None
 
     # ------------------------------------------------------------------ methods
     def cost_replay(self, idx: np.ndarray) -> bool:
@@ -207,13 +227,22 @@ class _Context:
         step = int(self.step_of[idx[0]]) if len(idx) else -1
         dur = self.k.dur[idx].astype("float64")
         todo = np.ones(len(idx), dtype=bool)
-        for method in (self._capture, self._match, self._shapes):
-            key = (method.__name__, names, step if method.__name__ == "_shapes" else None)
+        joining = self.captures is not None and bool(self.captures.graphs)
+        for method in ((self._capture_trace,) if joining else ()) + (self._capture, self._match, self._shapes):
+            key = (method.__name__, names, step if method.__name__ == "_shapes" else
+                   self._batch(idx) if method.__name__ == "_capture_trace" else None)
             if key not in self.memo:
                 self.memo[key] = method(idx, names, step)
             found = self.memo[key]
             if found is None:
+                if key in self.why:
+                    self.mismatch[self.why[key]] = self.mismatch.get(self.why[key], 0) + 1
                 continue
+            if method.__name__ == "_capture_trace":
+                # the join gives every kernel its captured op and shapes, costed or not
+                for c in COLUMNS:
+                    self.cols[c][idx[todo]] = found[c][todo]
+                self.joined.append(len(idx))
             flops = _split(found["flops"], found["unit"], dur)
             nbytes = _split(found["dram_bytes"], found["unit"], dur)
             # a unit (a GEMM and its reduction, the fused kernels of one segment) is priced whole
@@ -227,6 +256,64 @@ class _Context:
             if not todo.any():
                 break
         return not todo.all()
+
+    def _capture_trace(self, idx: np.ndarray, names: tuple[str, ...], step: int) -> dict[str, np.ndarray] | None:
+        """The replay joined to the captured graph of its batch size whose kernel sequence holds it."""
+        if self.captures is None or not self.captures.graphs:
+            return None
+        batch = self._batch(idx)
+        found = join_graph(self.captures, names, batch)
+        if isinstance(found, str):
+            self.why[("_capture_trace", names, batch)] = found
+            return None
+        graph, at = found
+        n = len(names)
+        out = {c: graph.cols[c][at:at + n].copy() for c in (*COLUMNS, "flops", "dram_bytes")}
+        unit = graph.cols["unit"]
+        cut = np.bincount(unit[at:at + n], minlength=len(unit)) < np.bincount(unit, minlength=len(unit))
+        cut = cut[unit[at:at + n]]  # an op with kernels outside the run: its split is unknown
+        out["flops"][cut], out["dram_bytes"][cut] = np.nan, np.nan
+        out["unit"] = np.where(cut, np.arange(n), unit[at:at + n] - at)
+        out["source"] = np.full(n, CAPTURE_SOURCE, dtype=object)
+        return out
+
+    def _batch(self, idx: np.ndarray) -> int | None:
+        """The batch size of the step range around the replay's launch (None: no such range)."""
+        if not len(idx):
+            return None
+        if self._step_ranges is None:
+            ann = self.nodes.of(ANN)
+            batches = self.nodes.per_name(ann, step_batch).tolist()
+            keep = np.array([b is not None for b in batches], dtype=bool)
+            self._step_ranges = (self.nodes["start_ns"][ann][keep], self.nodes["end_ns"][ann][keep],
+                                 [b for b in batches if b is not None])
+        starts, ends, batches = self._step_ranges
+        t = self.k.launch_start[idx[0]]
+        inside = np.flatnonzero((starts <= t) & (t <= ends))
+        if not len(inside):
+            return None
+        return batches[int(inside[np.argmax(starts[inside])])]  # the innermost
+
+    def capture_notes(self, n_replays: int) -> list[str]:
+        """The report's lines on the capture traces: what was found and joined, and why not."""
+        cs = self.captures
+        assert cs is not None
+        where = f"{cs.path}" + (" (found beside the trace)" if cs.found != "--capture" else "")
+        notes = list(cs.warnings)
+        graphs = ", ".join(g.label() for g in cs.graphs[:4]) + (f" + {len(cs.graphs) - 4} more" if len(cs.graphs) > 4
+                                                               else "")
+        if self.joined:
+            notes.append(f"graph replays joined to the capture trace(s) {where}: {len(self.joined)} of {n_replays} "
+                         f"replays, {sum(self.joined)} kernels take their captured op, shapes and cost "
+                         f"(flops_source graph-capture-trace; graphs: {graphs or 'none'})")
+        if self.mismatch:
+            why = max(self.mismatch.items(), key=lambda kv: kv[1])[0]
+            notes.append(f"{sum(self.mismatch.values())} of {n_replays} graph replays match no graph of the capture "
+                         f"trace(s) {where}: {why}; their kernels stay uncosted (a capture of another model, "
+                         "batch size or engine build?)")
+        elif not self.joined and not cs.graphs:
+            notes.append(f"the capture trace(s) {where} hold no captured graph: the replays were not joined")
+        return notes
 
     def _capture(self, idx: np.ndarray, names: tuple[str, ...], step: int) -> dict[str, np.ndarray] | None:
         seq, n = self.eager_names, len(names)

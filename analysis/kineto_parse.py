@@ -48,7 +48,7 @@ KIND_OF_CAT = {
 CPU_KINDS = ("ann", "op", "api")
 """Kinds kept together in :attr:`ParsedTrace.cpu`; its ``kind`` column indexes this."""
 
-STRING_FIELDS = ("name", "thread", "grid", "block")
+STRING_FIELDS = ("name", "thread", "grid", "block", "kernel")
 """Fields holding codes into :attr:`ParsedTrace.strings` (-1: none)."""
 
 TS_LIMIT = 9.0e15
@@ -64,11 +64,13 @@ FIELDS = {
                "regs", "smem", "occupancy"),
     "memcpy": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "memset": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
-    "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver"),
+    "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver", "kernel"),
 }
 """Columns kept per kind: ``ts``/``dur`` in microseconds (float64), ids and sizes as float64
 (NaN when absent or not an exact integer), names, thread keys (``pid:tid``), grid and block as
-int32 codes into :attr:`ParsedTrace.strings`, ``sig`` an index into :attr:`ParsedTrace.sigs`
+int32 codes into :attr:`ParsedTrace.strings`, ``kernel`` the kernel a launch call names in its
+``args`` (ROCm traces; a CUDA-graph capture trace's only record of the kernels it captured),
+``sig`` an index into :attr:`ParsedTrace.sigs`
 (-1 when the op recorded no inputs)."""
 
 
@@ -90,6 +92,7 @@ class Args(msgspec.Struct, gc=False):
     smem: Any = msgspec.field(default=None, name="shared memory")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     nbytes: Any = msgspec.field(default=None, name="bytes")
+    kernel: Any = None
 
 
 class Event(msgspec.Struct, gc=False):
@@ -248,6 +251,12 @@ class _Interner:
             self.codes[value] = code
         return code
 
+    def optional(self, values: Iterable[Any]) -> np.ndarray:
+        """Codes of ``values`` (-1 for None)."""
+        get = self.codes.get
+        return np.array([-1 if v is None else c if v.__class__ is str and (c := get(v, -1)) >= 0 else self._new(v)
+                         for v in values], dtype="int32")
+
     def dims3(self, values: Iterable[Any]) -> np.ndarray:
         texts = [_dims3(v) if isinstance(v, list) and v else None for v in values]
         return np.array([-1 if t is None else self._new(t) for t in texts], dtype="int32")
@@ -375,7 +384,8 @@ def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
         cols.add(kind, ext=ext, sig=_signatures(args, cols), **common)
         return
     driver = np.array([_text(e.cat).lower() == "cuda_driver" for e in evs], dtype=bool)
-    cols.add(kind, corr=_ids([a.corr for a in args]), ext=ext, driver=driver, **common)
+    cols.add(kind, corr=_ids([a.corr for a in args]), ext=ext, driver=driver,
+             kernel=cols.strings.optional(a.kernel for a in args), **common)
 
 
 def _external_ids(args: list[Args]) -> list[Any]:

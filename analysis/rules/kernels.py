@@ -158,7 +158,7 @@ def _no_work_info(report: Report, rule: str) -> list[Finding]:
                          "The device is not in perfscope's datasheet table (by its name or its properties). "
                          "Classify against known roofs: `perfscope import TRACE --roofs NAME` with a model of "
                          "`perfscope devices --datasheet`, or `--roofs cuda` (measured) on the profiled machine; "
-                         "in Python, import_file(path, device=spec).")]
+                         "a report folder lends its roofs.")]
         return []
     return [info(rule, "Roofline rules skipped: no FLOPs or bytes for any kernel",
                  "This source has no hardware counters or operator shapes. Profile the top kernels with Nsight "

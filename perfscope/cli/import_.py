@@ -32,6 +32,10 @@ if TYPE_CHECKING:
               "`perfscope devices --datasheet` lists them), `cuda` (this machine's GPU, measured and cached like "
               "`perfscope devices`) or a .perfscope report folder (its device roofs). Default: the file's own "
               "(ncu peak metrics x clock), else the datasheet row of the trace's device name or properties.")
+@click.option("--capture", "capture", default=None, type=click.Path(), metavar="PATH",
+              help="The engine's CUDA-graph capture trace, or a folder of them (vLLM/SGLang capture_traces/ with "
+              "execution_details.json): graph replays take the op, shapes and cost of their captured kernels. "
+              "Default: a capture_traces/ folder beside the trace.")
 @click.option("--engine", "engine_model", default=None, metavar="MODEL",
               help="The capture is of perfscope's engine with this model config (llama-3.2-1b, ...): put the "
               "useful FLOPs and bytes of each GEMM / attention kernel beside the measured ones (needs NVTX ranges).")
@@ -45,7 +49,7 @@ if TYPE_CHECKING:
               help="A Kineto trace (or report) of the same program: its analytic FLOPs and bytes go beside the "
               "measured ones, matched by range path, kernel name and launch order.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
-            workers: int | None, roofs: str | None, engine_model: str | None, batch: int | None,
+            workers: int | None, roofs: str | None, capture: str | None, engine_model: str | None, batch: int | None,
             prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, or an ncu report / CSV."""
     if ranks or scheduler or workers:
@@ -58,7 +62,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     from perfscope.analysis.importers import import_file
     from perfscope.api import save_with_html
 
-    report = import_file(path, device=_roofs(roofs) if roofs else None)
+    report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
     if engine_model and analytic_trace:
         raise click.UsageError("give either --engine or --analytic, not both")
     if engine_model:
