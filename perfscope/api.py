@@ -65,10 +65,10 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     """
     import torch
 
-    from perfscope.analysis.kineto import read_kineto
+    from perfscope.collectors.hf_generate import GenerateRecorder
     from perfscope.collectors.roofs import device_roofs
     from perfscope.collectors.torch_profiler import _export, start_profiler, stop_profiler
-    from perfscope.session import resolve_device
+    from perfscope.session import hf_report, resolve_device
 
     unknown = set(collectors) - {"torch", "nvml"}
     if unknown or "torch" not in collectors:
@@ -79,9 +79,11 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     sampler = _nvml_sampler() if "nvml" in collectors else None
     if sampler is not None:
         sampler.__enter__()
+    recorder = GenerateRecorder()
     prof = start_profiler(dev.startswith("cuda"))
     try:
-        yield run
+        with recorder:
+            yield run
     finally:
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
@@ -90,7 +92,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
             sampler.__exit__(None, None, None)
         run.trace_dir = Path(tempfile.mkdtemp(prefix="perfscope-"))
         trace = _export(prof, run.trace_dir)
-        report = read_kineto(trace, device=spec).with_manifest(name=name)
+        report = hf_report(trace, spec, recorder.recording, cuda=dev.startswith("cuda")).with_manifest(name=name)
         if sampler is not None:
             report = attach_counters(report, sampler)
         run.report = report
