@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .device import DeviceSpec
@@ -430,17 +431,38 @@ def hf_report(trace_path: Path, spec: DeviceSpec, profiled: Any, base: Any = Non
     tables, notes = hf_tables(profiled, base, imported.tables["ranges"], cuda=cuda)
     params: dict[str, Any] = imported.params
     if profiled.steps:
-        passes = [base.generate_s] if base is not None and base.steps else []
-        timing, timing_notes = baseline_params(profiled.generate_s, passes, float("nan"), False)
-        timing.update(profiled_wall_s=profiled.generate_s, warmup_s=None)
-        params.update(profiled.params(), **timing)
-        notes += timing_notes
-        if not passes:
+        params.update(profiled.params(), **hf_timing(profiled, base, notes))
+        if not params.get("unprofiled_wall_s_passes"):
             notes.append("no unprofiled run of this generate() work (--no-baseline, perfscope.profile(), or a failed "
                          "second run): TTFT/TPOT are the profiled run's, slowed by torch.profiler")
     return finish(imported.with_tables(**tables).with_manifest(
         params=params, warnings=imported.warnings + notes,
         partial=bool(partial or imported.manifest.get("partial"))))
+
+
+def _median_decode_s(recording: Any) -> float | None:
+    durations = [s.end_ns - s.start_ns for s in recording.steps if s.phase == "decode"]
+    return float(np.median(durations)) / 1e9 if durations else None
+
+
+def hf_timing(profiled: Any, base: Any, notes: list[str]) -> dict[str, Any]:
+    """Manifest params comparing the profiled and the unprofiled ``generate()`` runs (notes appended).
+
+    ``profiled_wall_s`` / ``unprofiled_wall_s`` are the runs' summed ``generate()`` times; the
+    ``profiler_overhead_ratio`` is their median decode steps' ratio when both have decode steps
+    (the profiled run goes first, so its whole-call time also holds the first call's one-time
+    costs: lazy initialisation, the first forward's allocations), else the ``generate()`` time ratio.
+    """
+    passes = [base.generate_s] if base is not None and base.steps else []
+    prof_s, base_s = _median_decode_s(profiled), _median_decode_s(base) if passes else None
+    steady = prof_s is not None and base_s is not None
+    timing, timing_notes = baseline_params(prof_s if steady else profiled.generate_s,  # type: ignore[arg-type]
+                                           [base_s] if steady else passes, float("nan"), False)
+    timing.update(profiled_wall_s=profiled.generate_s, unprofiled_wall_s=passes[0] if passes else None,
+                  unprofiled_wall_s_passes=passes, warmup_s=None,
+                  profiler_overhead_basis="median decode step" if steady else "generate() time")
+    notes += timing_notes
+    return timing
 
 
 def _script_report(argv: Sequence[str], spec: DeviceSpec, capture: Any, profiled: Any, base: Any,
