@@ -140,6 +140,31 @@ def test_every_call_is_recorded_and_nothing_stays_patched() -> None:
     assert idle.recording.steps == [] and len(rec.recording.steps) == 5
 
 
+def test_beams_are_rows_of_the_step_and_a_failed_call_keeps_its_steps() -> None:
+    model = tiny("llama")
+    with GenerateRecorder() as rec:
+        _generate(model, new=3, min_new_tokens=3, num_beams=2)
+    assert [(s.phase, s.batch, s.tokens) for s in rec.recording.steps] == [("prefill", 4, 16), ("decode", 4, 4),
+                                                                            ("decode", 4, 4)]
+    assert rec.recording.requests == [] and "beam search" in rec.recording.warnings[0]
+
+    seen = []
+
+    def boom(module, args, output):
+        seen.append(1)
+        if len(seen) == 3:
+            raise RuntimeError("third forward fails")
+
+    handle = model.register_forward_hook(boom)
+    try:
+        with GenerateRecorder() as rec, pytest.raises(RuntimeError, match="third forward"):
+            _generate(model, new=6, min_new_tokens=6)
+    finally:
+        handle.remove()
+    assert [s.phase for s in rec.recording.steps] == ["prefill", "decode", "decode"]
+    assert rec.recording.requests == [] and not model._forward_hooks and not model._forward_pre_hooks
+
+
 def test_kv_shape_from_any_config() -> None:
     assert kv_layer_shape(transformers.GPT2Config(n_embd=64, n_layer=3, n_head=4)) == (3, 4, 16)
     assert kv_layer_shape(transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
@@ -194,6 +219,10 @@ def test_cli_profile_script_baseline_and_phases(tmp_path: Path) -> None:
     assert ph.loc["decode", "wall_s"] == pytest.approx(r.steps_unprofiled.query("phase == 'decode'")["duration_ns"].sum() / 1e9)
     s = request_summary(r)
     assert s["ttft_s_mean"] == pytest.approx(r.requests_unprofiled["ttft_s"].mean())
+    from perfscope.text_report import render_text
+
+    text = render_text(r)
+    assert "requests: 2, 8 prompt + 16 output tokens (warm unprofiled run)" in text and "TPOT mean" in text
 
     assert main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--force", "--no-html",
                  "-q", "--no-baseline", "--", "python", str(script), "gpt2"]) == 0
