@@ -50,6 +50,10 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
             roofs: DeviceSpec | None = None, name: str = "notebook") -> Iterator[ProfileRun]:
     """Profile the code in the ``with`` block and put the analysed Report on ``run.report``.
 
+    Every transformers ``generate()`` call in the block becomes steps (one per forward: prefill,
+    decode) and requests (one per sequence) of the report (docs/huggingface.md). The block runs
+    once, so its TTFT/TPOT are the profiled run's.
+
     Args:
         collectors: ``torch`` (torch.profiler, shapes recorded) and optionally ``nvml``
             (GPU counters sampled in the background).

