@@ -57,6 +57,11 @@ class ModelFacts:
         kv_layer_bytes: per attention layer, the K and V bytes of one token
             (2 x kv heads x head dim x dtype size); empty when the config does not say.
         kv_windows: per layer, its sliding window (tokens) or None (full attention).
+        linear_weights: ``in x out`` summed over the linear layers (``nn.Linear``, GPT-2's
+            ``Conv1D``) other than the output head; None for a mixture of experts (not every
+            expert runs per token) or a model without linear layers.
+        head_weights: ``in x out`` of the output head (None: no head found).
+        attn_width: layers x query heads x head dim (attention's FLOPs per token and context slot / 4).
     """
 
     name: str
@@ -67,6 +72,9 @@ class ModelFacts:
     kv_layer_bytes: tuple[int, ...]
     kv_windows: tuple[int | None, ...]
     transformers_version: str
+    linear_weights: int | None = None
+    head_weights: int | None = None
+    attn_width: int | None = None
 
     @property
     def kv_bytes_per_token(self) -> float | None:
@@ -80,6 +88,18 @@ class ModelFacts:
             return float("nan")
         return float(batch * sum(b * (context if w is None else min(context, w))
                                  for b, w in zip(self.kv_layer_bytes, self.kv_windows)))
+
+    def step_flops(self, rows: int, width: int, context: int, logit_rows: int) -> float | None:
+        """Model FLOPs of one forward over ``rows`` x ``width`` token slots attending ``context``
+        slots, as the engine's ``step_flops`` and ``torch.utils.flop_counter`` count them: 2 x each
+        linear's weights per token (the head only for the ``logit_rows`` positions per row whose
+        logits are computed), plus attention's QK^T and PV (4 x width x heads x head dim per
+        token and slot). None when the model's linear layers or attention shape are unknown."""
+        if self.linear_weights is None or self.head_weights is None or self.attn_width is None:
+            return None
+        tokens = rows * width
+        return float(2 * (self.linear_weights * tokens + self.head_weights * rows * logit_rows)
+                     + 4 * self.attn_width * tokens * context)
 
     def params(self) -> dict[str, Any]:
         """The manifest params of the profiled model."""
@@ -141,6 +161,32 @@ def kv_windows(config: Any, layers: int) -> tuple[int | None, ...]:
     return tuple(int(window) if t == "sliding_attention" else None for t in types)
 
 
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def _linear_sizes(model: Any) -> tuple[int | None, int | None]:
+    """(``in x out`` of the linear layers but the head, of the head); None where unknown."""
+    import torch
+    from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers (4.40 to 5.x)
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    body, head_size = 0, None
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            size = int(m.in_features) * int(m.out_features)  # quantized Linear subclasses keep the logical shape
+        elif isinstance(m, Conv1D):
+            size = int(m.weight.shape[0]) * int(m.nf)
+        else:
+            continue
+        if m is head:
+            head_size = size
+        else:
+            body += size
+    if head is not None and head_size is None and getattr(head, "weight", None) is not None:
+        head_size = int(head.weight.numel())
+    return body or None, head_size
+
+
 def model_facts(model: Any) -> ModelFacts:
     """The :class:`ModelFacts` of a transformers model."""
     import torch
@@ -158,12 +204,18 @@ def model_facts(model: Any) -> ModelFacts:
     except ImportError:  # pragma: no cover - a model object without transformers cannot exist
         version = ""
     archs = getattr(config, "architectures", None) or [type(model).__name__]
+    text = _text_config(config)
+    moe = any(getattr(text, k, None) for k in MOE_KEYS)
+    body, head = _linear_sizes(model)
+    heads = _first(text, ("num_attention_heads", "n_head", "num_heads", "n_heads"))
     return ModelFacts(
         name=str(getattr(config, "_name_or_path", "") or getattr(config, "model_type", "") or type(model).__name__),
         architecture=str(archs[0]), n_params=sum(p.numel() for p in params),
         weight_bytes=float(sum(p.numel() * p.element_size() for p in params)),
         dtype=str(dtype).removeprefix("torch."), kv_layer_bytes=layer_bytes,
-        kv_windows=kv_windows(config, shape[0]) if shape else (), transformers_version=version)
+        kv_windows=kv_windows(config, shape[0]) if shape else (), transformers_version=version,
+        linear_weights=None if moe else body, head_weights=head,
+        attn_width=shape[0] * int(heads) * shape[2] if shape and heads else None)
 
 
 @dataclass(frozen=True)
@@ -242,6 +294,7 @@ class _Forward:
     new: int
     context_len: int
     start: int
+    logit_rows: int = 0
     end: int = -1
 
 
@@ -274,7 +327,7 @@ class _Call:
         before = self.forwards[-1].context_len if self.forwards else 0
         ctx = int(mask.shape[-1]) if mask is not None and mask.dim() in (2, 4) else before + new
         phase = "prefill" if first or new > 1 else "decode"
-        self._open = _Forward(phase, batch, new, ctx, self.clock.mark())
+        self._open = _Forward(phase, batch, new, ctx, self.clock.mark(), logit_rows=_logit_rows(kwargs, new))
         self._range = annotate(phase)
         self._range.__enter__()
 
@@ -290,6 +343,17 @@ class _Call:
             self._open.end = self.clock.mark()
             self.forwards.append(self._open)
             self._open = None
+
+
+def _logit_rows(kwargs: dict[str, Any], new: int) -> int:
+    """Positions per row whose logits the forward computes: ``logits_to_keep`` (5.x; 4.45+:
+    ``num_logits_to_keep``) when generate() passes it, else all ``new`` (0 also means all)."""
+    keep = kwargs.get("logits_to_keep", kwargs.get("num_logits_to_keep"))
+    if isinstance(keep, int) and not isinstance(keep, bool):
+        return min(keep, new) if keep > 0 else new
+    if keep is not None and hasattr(keep, "numel"):
+        return int(keep.numel())  # a tensor of positions
+    return new
 
 
 def _eos_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
@@ -359,7 +423,8 @@ class Recording:
                 context_tokens=sum(real_ctx) + f.batch * added if f.batch == batch else f.batch * f.context_len,
                 start_ns=times[f.start], end_ns=times[f.end], weight_bytes=facts.weight_bytes,
                 kv_cache_bytes=facts.kv_bytes(f.batch, f.context_len),
-                kv_cache_size_bytes=facts.kv_bytes(f.batch, f.context_len), label=f.phase, generate_call=index))
+                kv_cache_size_bytes=facts.kv_bytes(f.batch, f.context_len), label=f.phase, generate_call=index,
+                flops=facts.step_flops(f.batch, f.new, f.context_len, f.logit_rows)))
         if result is not None:
             self._add_requests(call, result, args, kwargs, [times[f.end] for f in fw], start, real_ctx, index)
 

@@ -38,7 +38,7 @@ KV = {"llama": (2, 2, 16), "qwen2": (2, 1, 16), "gpt2": (2, 4, 16)}
 
 
 
-def tiny(arch: str):
+def tiny(arch: str, **kwargs):
     """A tiny random model of ``arch`` (GQA Llama, MQA Qwen2, multi-head GPT-2), seeded."""
     import torch
     import transformers as T
@@ -53,7 +53,7 @@ def tiny(arch: str):
     else:
         cfg = T.GPT2Config(vocab_size=96, n_embd=64, n_layer=2, n_head=4, n_positions=64,
                            bos_token_id=0, eos_token_id=0)
-    return T.AutoModelForCausalLM.from_config(cfg).eval()
+    return T.AutoModelForCausalLM.from_config(cfg, **kwargs).eval()
 
 
 def batch():
@@ -109,6 +109,26 @@ def test_each_forward_is_a_step_with_the_models_own_bytes(arch: str) -> None:
         assert r["tpot_s"] == pytest.approx(span_s / (NEW - 1)) == pytest.approx(r["itl_mean_s"])
         assert 0 < r["ttft_s"] and r["finish_reason"] == "length"
     assert rec.recording.facts.kv_bytes_per_token == layers * 2 * kv * hd * 4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_step_flops_equal_torch_flop_counter(arch: str) -> None:
+    """Every linear's 2 x weights per token (the head on the kept logits only) and attention's
+    4 x heads x head dim x context per token, against torch.utils.flop_counter over the same
+    generate() (eager attention: its matmuls are counted; the CPU SDPA kernel is not)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = tiny(arch, attn_implementation="eager")
+    counter = FlopCounterMode(display=False)
+    with GenerateRecorder() as rec, counter:
+        _generate(model, min_new_tokens=NEW)
+    steps = rec.recording.steps
+    assert sum(s.flops for s in steps) == counter.get_total_flops()
+    layers, _, hd = KV[arch]
+    facts = rec.recording.facts
+    assert facts.attn_width == layers * 4 * hd  # 4 query heads
+    decode = steps[1]  # 2 rows x 1 token attending 6 slots, one logit row each
+    assert decode.flops == 2 * (facts.linear_weights * 2 + facts.head_weights * 2) + 4 * facts.attn_width * 2 * 6
 
 
 def test_a_row_that_meets_eos_ends_there_and_the_call_when_all_have() -> None:
