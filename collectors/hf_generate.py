@@ -260,7 +260,7 @@ class _Clock:
         self.marks: list[Any] = []
         if self.events:
             self._start = torch.cuda.Event(enable_timing=True)
-            self._start.record()
+            self._start.record(torch.cuda.current_stream(self.device))
 
     def _sync(self) -> None:
         if self.events:
@@ -271,7 +271,7 @@ class _Clock:
     def mark(self) -> int:
         if self.events:
             ev = self.torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(self.torch.cuda.current_stream(self.device))  # the model's device, not the current one
             self.marks.append(ev)
         else:
             if self.sync_each:
@@ -321,6 +321,7 @@ class _Call:
             return  # not a generation forward we can read
         batch, new = int(x.shape[0]), int(x.shape[1])
         mask = kwargs.get(f"{prefix}attention_mask")
+        mask = mask if hasattr(mask, "dim") else None  # a dict of masks per layer type: not read
         first = not self.forwards
         if first and mask is not None and mask.dim() == 2:
             self.mask0 = mask
