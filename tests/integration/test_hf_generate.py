@@ -333,3 +333,12 @@ def test_smollm2_gguf_generate_script(tmp_path: Path) -> None:
     loading = k["end_ns"] < steps["start_ns"].min()
     assert k.loc[loading, "duration_ns"].sum() > 0 and k.loc[loading, "phase"].isna().all()
     assert r.params["script_wall_s"] > r.params["hf_generate_s"]
+
+
+@pytest.mark.slow
+def test_no_baseline_also_skips_the_engines_unprofiled_passes(tmp_path: Path) -> None:
+    out = tmp_path / "e.perfscope"
+    assert main(["profile", "--model", "tiny", "--device", "cpu", "--prompt-len", "8", "--gen-len", "4",
+                 "--no-baseline", "--no-html", "-q", "--out", str(out)]) == 0
+    r = perfscope.load(out)
+    assert len(r.steps) == 4 and len(r.steps_unprofiled) == 0 and r.params["profiler_overhead_ratio"] is None
