@@ -6,7 +6,9 @@ This is the one place (with the CLI) that crosses layers: engine -> collectors -
   shape, and any compilation, is seen before anything is measured), warm unprofiled passes (the
   headline serving metrics: TTFT, TPOT, MFU, MBU), then the profiled run (the kernel breakdown
   and the profiler's overhead), and adds both runs' step and request records to the report.
-- :func:`profile_script` runs a Python script in-process under torch.profiler.
+- :func:`profile_script` runs a Python script in-process under torch.profiler, with every
+  transformers ``generate()`` call recorded as steps and requests; when it has some, the script
+  runs again with the step timing only (the headline TTFT/TPOT).
 """
 
 from __future__ import annotations
