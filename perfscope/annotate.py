@@ -4,6 +4,10 @@
 It costs next to nothing when no profiler is attached: the torch range is entered only while
 torch's profiler is enabled, and NVTX ranges go through the ``nvtx`` package (a no-op domain
 when no NVTX tool is injected) or, without it, ``torch.cuda.nvtx`` when CUDA is initialised.
+
+``perfscope.annotate.step(phase, batch=, tokens=, context=)`` marks one inference step by hand,
+for a framework perfscope does not hook: a range named ``perfscope.step[PHASE bs=B toks=T ctx=C]``
+(``ctx=`` left out when the context is unknown), read back as a step like vLLM's and SGLang's.
 """
 
 from __future__ import annotations
@@ -17,6 +21,40 @@ from typing import Any, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 DOMAIN = "perfscope"
+STEP_PHASES = ("prefill", "decode", "mixed")
+"""Phases a hand-marked step may have (``mixed``: prefill and decode tokens in one step)."""
+
+
+def step_label(phase: str, batch: int, tokens: int, context: int | None = None) -> str:
+    """The range name of a hand-marked step: ``perfscope.step[PHASE bs=B toks=T ctx=C]``.
+
+    Args:
+        phase: ``prefill``, ``decode`` or ``mixed``.
+        batch: sequences in the step.
+        tokens: new tokens the step processes (all sequences together).
+        context: context (KV) tokens the step attends, over all sequences; None when unknown.
+
+    Raises:
+        UsageError: an unknown phase, or a count that is not a non-negative integer.
+
+    Examples:
+        >>> step_label("decode", 8, 8, 4096)
+        'perfscope.step[decode bs=8 toks=8 ctx=4096]'
+        >>> step_label("prefill", batch=1, tokens=512)
+        'perfscope.step[prefill bs=1 toks=512]'
+    """
+    from .errors import UsageError
+
+    if phase not in STEP_PHASES:
+        raise UsageError(f"a step's phase is one of {', '.join(STEP_PHASES)}, got {phase!r}")
+    counts = {"batch": batch, "tokens": tokens, "context": context}
+    for name, value in counts.items():
+        if value is None and name == "context":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UsageError(f"perfscope.annotate.step: {name} must be a non-negative integer, got {value!r}")
+    ctx = "" if context is None else f" ctx={context}"
+    return f"perfscope.step[{phase} bs={batch} toks={tokens}{ctx}]"
 
 
 def _nvtx_domain() -> Any:
@@ -106,6 +144,17 @@ class annotate:  # lower case: reads like nvtx.annotate / record_function
             else:
                 self._nvtx.range_pop()
             self._nvtx = None
+
+    @staticmethod
+    def step(phase: str, *, batch: int, tokens: int, context: int | None = None) -> annotate:
+        """A range marking one inference step: ``perfscope.step[PHASE bs=B toks=T ctx=C]``
+        (see :func:`step_label`).
+
+        Examples:
+            >>> with annotate.step("decode", batch=4, tokens=4, context=1024):
+            ...     pass
+        """
+        return annotate(step_label(phase, batch, tokens, context))
 
     def __call__(self, func: F) -> F:
         name = self.name

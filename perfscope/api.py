@@ -50,6 +50,10 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
             roofs: DeviceSpec | None = None, name: str = "notebook") -> Iterator[ProfileRun]:
     """Profile the code in the ``with`` block and put the analysed Report on ``run.report``.
 
+    Every transformers ``generate()`` call in the block becomes steps (one per forward: prefill,
+    decode) and requests (one per sequence) of the report (docs/huggingface.md). The block runs
+    once, so its TTFT/TPOT are the profiled run's.
+
     Args:
         collectors: ``torch`` (torch.profiler, shapes recorded) and optionally ``nvml``
             (GPU counters sampled in the background).
@@ -65,10 +69,10 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     """
     import torch
 
-    from perfscope.analysis.kineto import read_kineto
+    from perfscope.collectors.hf_generate import GenerateRecorder
     from perfscope.collectors.roofs import device_roofs
     from perfscope.collectors.torch_profiler import _export, start_profiler, stop_profiler
-    from perfscope.session import resolve_device
+    from perfscope.session import hf_report, resolve_device
 
     unknown = set(collectors) - {"torch", "nvml"}
     if unknown or "torch" not in collectors:
@@ -79,9 +83,11 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     sampler = _nvml_sampler() if "nvml" in collectors else None
     if sampler is not None:
         sampler.__enter__()
+    recorder = GenerateRecorder()
     prof = start_profiler(dev.startswith("cuda"))
     try:
-        yield run
+        with recorder:
+            yield run
     finally:
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
@@ -90,7 +96,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
             sampler.__exit__(None, None, None)
         run.trace_dir = Path(tempfile.mkdtemp(prefix="perfscope-"))
         trace = _export(prof, run.trace_dir)
-        report = read_kineto(trace, device=spec).with_manifest(name=name)
+        report = hf_report(trace, spec, recorder.recording, cuda=dev.startswith("cuda")).with_manifest(name=name)
         if sampler is not None:
             report = attach_counters(report, sampler)
         run.report = report

@@ -6,7 +6,9 @@ This is the one place (with the CLI) that crosses layers: engine -> collectors -
   shape, and any compilation, is seen before anything is measured), warm unprofiled passes (the
   headline serving metrics: TTFT, TPOT, MFU, MBU), then the profiled run (the kernel breakdown
   and the profiler's overhead), and adds both runs' step and request records to the report.
-- :func:`profile_script` runs a Python script in-process under torch.profiler.
+- :func:`profile_script` runs a Python script in-process under torch.profiler, with every
+  transformers ``generate()`` call recorded as steps and requests; when it has some, the script
+  runs again with the step timing only (the headline TTFT/TPOT).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .device import DeviceSpec
@@ -351,9 +354,20 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
 
 
 def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progress | None = None,
-                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None) -> Report:
-    """Run a Python script in-process under torch.profiler and return its Report."""
-    from perfscope.analysis.kineto import read_kineto
+                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
+                   baseline: bool = True) -> Report:
+    """Run a Python script in-process under torch.profiler and return its Report.
+
+    Every transformers ``generate()`` call of the script is recorded step by step
+    (:mod:`perfscope.collectors.hf_generate`): its forwards become the ``steps`` and its sequences
+    the ``requests``. When the profiled run recorded steps and ``baseline`` is set, the script is
+    run once more without torch.profiler, with the step timing only: that run's steps and requests
+    (``steps_unprofiled``, ``requests_unprofiled``) are the headline TTFT/TPOT, and the profiled
+    run's ``generate()`` time over that run's is ``profiler_overhead_ratio``. The profiled run goes
+    first: the baseline then sees every shape warm (the ratio includes the first run's one-time
+    costs), and a script without ``generate()`` runs once.
+    """
+    from perfscope.collectors.hf_generate import GenerateRecorder
     from perfscope.collectors.roofs import device_roofs
     from perfscope.collectors.torch_profiler import profile_callable, run_script, script_target
 
@@ -364,15 +378,104 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
     spec = roofs or device_roofs(dev)
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
     say("running the script under torch.profiler")
-    _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"))
+    with GenerateRecorder() as recorder:
+        _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"))
+    profiled, base = recorder.recording, None
+    interrupted = capture.interrupted
+    if baseline and profiled.steps and not capture.partial:
+        say("running the script again without the profiler (headline TTFT/TPOT)")
+        base, interrupted = _unprofiled_script_run(argv)
     say("analysing the trace")
-    report = read_kineto(capture.trace_path, device=spec)
+    return _script_report(argv, spec, capture, profiled, base, interrupted, dev.startswith("cuda"))
+
+
+def _unprofiled_script_run(argv: Sequence[str]) -> tuple[Any, bool]:
+    """The script run again with the ``generate()`` step timing only: (its recording, or None when
+    the run failed; interrupted)."""
+    from perfscope.collectors.hf_generate import GenerateRecorder
+    from perfscope.collectors.torch_profiler import run_script
+
+    with GenerateRecorder() as recorder:
+        try:
+            run_script(argv)
+        except KeyboardInterrupt:
+            return None, True
+        except Exception as exc:  # noqa: BLE001 - the second run failing must not lose the profiled one
+            recorder.recording.warnings.append(f"the unprofiled run of the script failed ({type(exc).__name__}: "
+                                               f"{exc}); the headline figures come from the profiled run")
+            recorder.recording.steps.clear()
+    return recorder.recording, False
+
+
+def hf_tables(profiled: Any, base: Any, ranges: pd.DataFrame, *, cuda: bool) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """The steps and requests tables of transformers ``generate()`` recordings (the profiled run's on
+    the trace's timeline; the unprofiled run's from its first step), and notes."""
+    notes = list(profiled.warnings)
+    tables: dict[str, pd.DataFrame] = {}
+    if profiled.steps:
+        steps, note = align_steps(profiled.steps, ranges, own_clock=cuda)
+        tables.update(steps=steps, requests=pd.DataFrame(profiled.requests))
+        notes += [note] if note else []
+    if base is not None and base.steps:
+        tables.update(steps_unprofiled=_relative_steps(base.steps), requests_unprofiled=pd.DataFrame(base.requests))
+        notes += [w for w in base.warnings if w not in notes]
+    return tables, notes
+
+
+def hf_report(trace_path: Path, spec: DeviceSpec, profiled: Any, base: Any = None, *, cuda: bool,
+              partial: bool = False) -> Report:
+    """The Report of a torch.profiler trace with the transformers ``generate()`` recordings of the
+    profiled run (``profiled``) and of an unprofiled run of the same work (``base``, or None)."""
+    from perfscope.analysis.finish import finish
+    from perfscope.analysis.kineto import import_kineto
+
+    imported = import_kineto(trace_path, device=spec)
+    tables, notes = hf_tables(profiled, base, imported.tables["ranges"], cuda=cuda)
+    params: dict[str, Any] = imported.params
+    if profiled.steps:
+        params.update(profiled.params(), **hf_timing(profiled, base, notes))
+        if not params.get("unprofiled_wall_s_passes"):
+            notes.append("no unprofiled run of this generate() work (--no-baseline, perfscope.profile(), or a failed "
+                         "second run): TTFT/TPOT are the profiled run's, slowed by torch.profiler")
+    return finish(imported.with_tables(**tables).with_manifest(
+        params=params, warnings=imported.warnings + notes,
+        partial=bool(partial or imported.manifest.get("partial"))))
+
+
+def _median_decode_s(recording: Any) -> float | None:
+    durations = [s.end_ns - s.start_ns for s in recording.steps if s.phase == "decode"]
+    return float(np.median(durations)) / 1e9 if durations else None
+
+
+def hf_timing(profiled: Any, base: Any, notes: list[str]) -> dict[str, Any]:
+    """Manifest params comparing the profiled and the unprofiled ``generate()`` runs (notes appended).
+
+    ``profiled_wall_s`` / ``unprofiled_wall_s`` are the runs' summed ``generate()`` times; the
+    ``profiler_overhead_ratio`` is their median decode steps' ratio when both have decode steps
+    (the profiled run goes first, so its whole-call time also holds the first call's one-time
+    costs: lazy initialisation, the first forward's allocations), else the ``generate()`` time ratio.
+    """
+    passes = [base.generate_s] if base is not None and base.steps else []
+    prof_s, base_s = _median_decode_s(profiled), _median_decode_s(base) if passes else None
+    steady = prof_s is not None and base_s is not None
+    timing, timing_notes = baseline_params(prof_s if steady else profiled.generate_s,  # type: ignore[arg-type]
+                                           [base_s] if steady else passes, float("nan"), False)
+    timing.update(profiled_wall_s=profiled.generate_s, unprofiled_wall_s=passes[0] if passes else None,
+                  unprofiled_wall_s_passes=passes, warmup_s=None,
+                  profiler_overhead_basis="median decode step" if steady else "generate() time")
+    notes += timing_notes
+    return timing
+
+
+def _script_report(argv: Sequence[str], spec: DeviceSpec, capture: Any, profiled: Any, base: Any,
+                   interrupted: bool, cuda: bool) -> Report:
+    report = hf_report(capture.trace_path, spec, profiled, base, cuda=cuda, partial=capture.partial)
     return report.with_manifest(
         name=Path(list(argv)[-1] if argv else "script").stem,
         source=source_info("torch-script", None, "torch.profiler", capture.torch_version),
-        command=list(argv), partial=capture.partial,
-        warnings=report.warnings + capture.warnings,
-        params={**report.params, "profiled_wall_s": capture.wall_s, "interrupted": capture.interrupted},
+        command=list(argv), warnings=report.warnings + capture.warnings,
+        params={"profiled_wall_s": capture.wall_s, **report.params, "script_wall_s": capture.wall_s,
+                "interrupted": interrupted},
     )
 
 

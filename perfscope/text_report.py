@@ -135,7 +135,8 @@ def _timing_line(report: Report) -> str | None:
     n = len(p.get("unprofiled_wall_s_passes") or [1])
     line = (f"timing: warm unprofiled run {_num(base, 1, 3)} s (headline; best of {n}), "
             f"profiled run {_num(prof, 1, 3)} s")
-    line += f" (profiler overhead x{_num(ratio, 1, 2)})" if ratio >= 1 else " (no measurable profiler overhead: see warnings)"
+    basis = f", {p['profiler_overhead_basis']}" if p.get("profiler_overhead_basis") else ""
+    line += f" (profiler overhead x{_num(ratio, 1, 2)}{basis})" if ratio >= 1 else " (no measurable profiler overhead: see warnings)"
     if p.get("compile"):
         comp = _finite(p.get("compile_s"))
         line += f"; decode compiled, compile {_num(comp, 1, 1)} s in the warm-up (not in TTFT)" if comp is not None \

@@ -60,6 +60,9 @@ ENGINE_STAGES = 7
               "then one profiled run per kernel).")
 @click.option("--top-n-launches", type=click.IntRange(min=1), default=1, show_default=True,
               help="ncu --top-n: launches profiled per top kernel.")
+@click.option("--no-baseline", is_flag=True,
+              help="Skip the unprofiled run (the engine's warm passes; a script's second run with transformers "
+                   "generate() step timing only) that gives the headline TTFT/TPOT and the profiler overhead ratio.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop the profiled command after this many seconds.")
 @click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-<model>.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
@@ -71,7 +74,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
             as_json: bool, quiet: bool, nvml: bool, nvml_rate: float, ncu_set: str, clock_control: str,
             kernel_name: str | None, launch_skip: int | None, launch_count: int | None,
             nvtx_include: tuple[str, ...], top_n: int | None, top_n_launches: int, timeout: float | None,
-            **engine: object) -> None:
+            no_baseline: bool, **engine: object) -> None:
     """Profile the built-in LLM engine (no COMMAND) or a Python script (-- python train.py ...).
 
     With no arguments it profiles the `small` model on the best available device and writes
@@ -114,8 +117,8 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
         else:
             sampler = nvml_sampler(nvml_rate) if nvml else None
             with sampler if sampler is not None else nullcontext():
-                report = (profile_script(command, device=run.device, progress=advance) if command
-                          else profile_engine(run, progress=advance))
+                report = (profile_script(command, device=run.device, progress=advance, baseline=not no_baseline)
+                          if command else profile_engine(run, progress=advance, baseline=not no_baseline))
             if sampler is not None:
                 report = attach_counters(report, sampler)
         advance("writing the report")
