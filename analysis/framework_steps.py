@@ -348,7 +348,10 @@ def with_framework_steps(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[str, 
     step and phase, plus warnings. Tables that already hold steps (the reference engine's, a load
     test's) or have no ranges are returned as they are."""
     out = dict(tables)
-    if len(out.get("steps", ())) or not len(out.get("ranges", ())):
+    given = out.get("steps")
+    if given is not None and len(given):
+        return _with_given_steps(out), []
+    if not len(out.get("ranges", ())):
         return out, []
     found = steps_from_ranges(out["ranges"])
     if not len(found.steps):
@@ -362,6 +365,23 @@ def with_framework_steps(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[str, 
         out["kernels"] = kernels
     out["steps"] = steps
     return out, found.warnings
+
+
+RECORDED_FRAMEWORKS = ("hf",)
+"""Steps recorded in-process on the trace's timeline (transformers ``generate()``'s hooks) whose kernels are put in their steps here; the reference engine's and a
+load test's steps keep their own phase assignment (range paths) unchanged."""
+
+
+def _with_given_steps(out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    steps, kernels = out["steps"], out.get("kernels")
+    if ("framework" not in steps or not steps["framework"].isin(RECORDED_FRAMEWORKS).all()
+            or kernels is None or not len(kernels)
+            or ("step" in kernels and kernels["step"].notna().any())):
+        return out
+    launch_ns = launch_times_ns(kernels, out.get("api"))
+    kernels, steps = assign_kernels_to_steps(kernels, steps, launch_ns=launch_ns)
+    out["kernels"], out["steps"] = kernels, flag_outliers(steps, kernels, launch_ns)
+    return out
 
 
 # ---------------------------------------------------------------------------- outliers

@@ -30,7 +30,7 @@ import pandas as pd
 from perfscope.report import Report
 from perfscope.schema import value_mask
 
-from .framework_steps import has_framework_steps, headline_steps, step_windows
+from .framework_steps import RECORDED_FRAMEWORKS, has_framework_steps, headline_steps, step_windows
 from .tree import PHASES
 
 SUMMARY_PHASES = ("prefill", "decode", "mixed", *PHASES[2:])
@@ -75,7 +75,9 @@ def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
                   all_steps: pd.DataFrame) -> tuple[float, int, float]:
     """Wall time, steps and tokens of a phase; tokens are NaN (unknown, not 0) without engine steps.
 
-    Framework steps' wall time is that of their windows (:func:`.framework_steps.step_windows`):
+    Framework steps read from a trace (not those timed in-process, :data:`RECORDED_FRAMEWORKS`,
+    whose headline steps come from an unprofiled run) take the wall time of their windows
+    (:func:`.framework_steps.step_windows`):
     from each step's start to its end or its last kernel's, whichever is later (CUDA-graph replays
     run after the CPU range closes), the first step's lead before its first kernel left out."""
     steps = all_steps[all_steps["phase"] == phase]
@@ -83,7 +85,7 @@ def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
         tokens = pd.to_numeric(steps["tokens"], errors="coerce")
         n_tokens: float = (int(tokens.sum()) if tokens.notna().all()  # engine steps: an int, as before
                            else float(tokens.sum()) if tokens.notna().any() else float("nan"))
-        if has_framework_steps(steps):
+        if has_framework_steps(steps) and not steps["framework"].isin(RECORDED_FRAMEWORKS).all():
             ws, we = step_windows(steps, report.kernels)
             return float((we - ws).sum()) / 1e9, len(steps), n_tokens
         return float(steps["duration_ns"].sum()) / 1e9, len(steps), n_tokens

@@ -231,6 +231,14 @@ def test_cli_profile_script_baseline_and_phases(tmp_path: Path) -> None:
     assert set(k.loc[inside & k["phase"].notna(), "phase"]) == {"prefill", "decode"}
     before = k["end_ns"] < r.steps["start_ns"].min()
     assert before.any() and k.loc[before, "phase"].isna().all()  # building the model: no phase
+    # each CPU operator run inside a step carries that step (framework_steps.assign_kernels_to_steps)
+    stepped = k[k["step"].notna()]
+    assert len(stepped) and k.loc[before, "step"].isna().all()
+    for step, rows in stepped.groupby("step"):
+        s = r.steps.set_index("step").loc[int(step)]
+        assert (rows["start_ns"] >= s["start_ns"]).all() and (rows["start_ns"] <= s["end_ns"]).all()
+        assert set(rows["phase"]) == {s["phase"]}
+    assert r.steps["kernel_time_ns"].notna().all()
     p = r.params
     assert p["hf_generate_calls"] == 1 and p["profiler_overhead_basis"] == "median decode step"
     assert p["profiler_overhead_ratio"] > 0 and p["unprofiled_wall_s"] > 0
@@ -280,6 +288,12 @@ def test_annotate_step_range_has_the_exact_name_in_the_trace(tmp_path: Path) -> 
     assert names.count("perfscope.step[prefill bs=1 toks=512]") == 1
     ranges = read_kineto(trace).ranges
     assert {"perfscope.step[decode bs=4 toks=4 ctx=1024]", "perfscope.step[prefill bs=1 toks=512]"} <= set(ranges["name"])
+    # the import pipeline reads them back as hand-marked steps (framework_steps), in order
+    from perfscope.analysis.importers import import_file
+
+    steps = import_file(trace).steps
+    assert list(steps["phase"]) == ["decode", "prefill"] and set(steps["framework"]) == {"user"}
+    assert list(steps["batch"]) == [4, 1] and list(steps["tokens"]) == [4, 512]
     for phase, bs, toks in [("extend", 1, 1), ("decode", -1, 1), ("mixed", 2, 1.5)]:
         with pytest.raises(UsageError):
             perfscope.annotate.step(phase, batch=bs, tokens=toks)  # type: ignore[arg-type]
