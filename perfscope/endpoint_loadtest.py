@@ -520,13 +520,17 @@ def _report(run: EndpointRun, url: Url, model: str, requests: pd.DataFrame, runs
                                   "tokenizer": tokenizer.name if tokenizer else None,
                                   "token_counts": {str(k): int(v) for k, v in sources.items()},
                                   "requests_with_multi_token_chunks": several},
-                     "server_profile": {k: v for k, v in (profile or {}).items() if k != "tables"} or None},
+                     "server_profile": {k: v for k, v in (profile or {}).items() if k not in ("tables", "warnings")} or None},
     }
     name = f"loadtest-endpoint-{model.replace('/', '_')}-" + (
         "arrivals" if run.arrivals else "r" + "_".join(f"{r:g}" for r in run.rates))
     tables: dict[str, pd.DataFrame] = {"requests": requests}
     if profile and profile.get("tables"):
+        from perfscope.analysis.server_timeline import ttft_steps
+
         tables.update(profile["tables"])
+        if "steps" in tables:
+            tables["requests"] = ttft_steps(requests, tables["steps"])
     manifest = {
         "name": name,
         "source": source_info("endpoint-loadtest", str(url), "perfscope-http-client"),
