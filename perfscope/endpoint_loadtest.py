@@ -318,9 +318,10 @@ async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: d
             rec["http_status"] = exc.status
         except BrokenStream as exc:
             status, error = "broken_stream", str(exc)
-        except (ConnectionError, OSError) as exc:
-            status, error = ("broken_stream" if rec.get("first_token_s") is not None or times else "connection_error"), \
-                f"{exc.__class__.__name__}: {exc}"
+        except (ConnectionRefusedError, socket.gaierror) as exc:  # never connected
+            status, error = "connection_error", f"{exc.__class__.__name__}: {exc}"
+        except OSError as exc:  # connected, then cut (ConnectionResetError, BrokenPipeError, ...)
+            status, error = "broken_stream", f"{exc.__class__.__name__}: {exc}"
         end = since(time.perf_counter_ns())
         rec.update(status=status, error=error, chunks=len(times),
                    token_times_s=json.dumps([round(x, 9) for x in times]))
