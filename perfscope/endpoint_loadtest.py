@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputFormatError, PerfscopeError, UsageError
-from .http_stream import BrokenStream, HttpError, Url, request_json, stream_events
+from .http_stream import BrokenStream, EndedWithoutDone, HttpError, Url, request_json, stream_events
 from .loadtest_session import (
     MAX_REQUESTS,
     arrival_times,
@@ -311,6 +311,13 @@ async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: d
                     if event.get("usage"):
                         usage = event["usage"]
             status, error = ("ok", None) if times else ("empty_output", "the stream ended without any text")
+            rec["done_marker"] = True
+        except EndedWithoutDone as exc:
+            if rec.get("finish_reason"):  # a clean end after the last choice: complete, no [DONE] sent
+                status, error = ("ok", None) if times else ("empty_output", "the stream ended without any text")
+                rec["done_marker"] = False
+            else:
+                status, error = "broken_stream", str(exc)
         except TimeoutError:
             status, error = "timeout", f"no complete answer within --timeout {run.timeout_s:g} s"
         except HttpError as exc:
@@ -358,7 +365,7 @@ def _new_record(spec: RequestSpec, tokenizer: TextTokenizer | None) -> dict[str,
             "first_token_s": math.nan, "end_s": math.nan, "prompt_tokens": prompt_tokens if prompt_tokens is not None else -1,
             "output_tokens": 0, "max_output_tokens": spec.max_tokens, "finish_reason": None, "status": "not_sent",
             "error": None, "http_status": None, "chunks": 0, "token_times_s": "[]", "token_source": None,
-            "output_chars": 0}
+            "output_chars": 0, "done_marker": None}
 
 
 async def _run_rate(run: EndpointRun, url: Url, model: str, specs: Sequence[RequestSpec],
@@ -505,6 +512,10 @@ def _report(run: EndpointRun, url: Url, model: str, requests: pd.DataFrame, runs
     if several:
         warnings.append(f"{several} request(s) streamed chunks of several tokens: ITL is the gap between chunks "
                         "(vLLM's definition); TPOT divides by the token count")
+    no_done = int((ok["done_marker"] == False).sum())
+    if no_done:
+        warnings.append(f"{no_done} stream(s) ended cleanly after their finish_reason without data: [DONE]: "
+                        "counted complete")
     failed = requests[requests["status"] != "ok"]
     if len(failed):
         kinds = failed["status"].value_counts().to_dict()

@@ -33,6 +33,11 @@ class BrokenStream(Exception):
     """The connection ended (or sent garbage) before the response was complete."""
 
 
+class EndedWithoutDone(BrokenStream):
+    """The body ended cleanly but without ``data: [DONE]`` (transformers serve's completions do):
+    complete when the last event had a ``finish_reason``, the caller decides."""
+
+
 @dataclass(frozen=True)
 class Url:
     scheme: str
@@ -207,9 +212,9 @@ async def stream_events(url: Url, path: str, payload: Any,
                 yield now, text
         if buf.strip():
             raise BrokenStream("the stream ended inside an event")
-        raise BrokenStream("the stream ended without data: [DONE]")
+        raise EndedWithoutDone("the stream ended without data: [DONE]")
     finally:
         resp.close()
 
 
-__all__ = ["BrokenStream", "HttpError", "Url", "error_message", "request_json", "stream_events"]
+__all__ = ["BrokenStream", "EndedWithoutDone", "HttpError", "Url", "error_message", "request_json", "stream_events"]

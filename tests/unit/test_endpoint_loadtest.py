@@ -80,6 +80,8 @@ class _Fault(BaseHTTPRequestHandler):
                 self.connection.shutdown(2)
                 return
         event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
+        if kind == "nodone":  # transformers serve's completions: usage in the last choice, no [DONE]
+            return
         if kind != "nousage":
             n = 8 if kind == "multi" else len(pieces)
             event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}})
@@ -175,6 +177,21 @@ def test_tokens_counted_from_chunks_without_usage_nor_tokenizer(tmp_path: Path, 
     payload = json.loads(captured.out)
     assert payload["endpoint"]["token_counts"] == {"chunks": 3}
     assert payload["output_tokens"] == 12
+
+
+def test_a_clean_end_after_the_finish_reason_without_done_is_complete(
+        tmp_path: Path, fault_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _dataset(tmp_path, ["nodone", "break"])
+    code = main(["loadtest", "--endpoint", fault_server, "--dataset", str(data), "--rate", "50", "--requests", "4",
+                 "--json", "--no-html", "--out", str(tmp_path / "lt")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    payload = json.loads(captured.out)
+    assert payload["requests"] == 2 and payload["failures"] == {"broken_stream": 2}
+    req = pd.read_parquet(Path(payload["report_path"]) / "requests.parquet")
+    assert req.loc[req["status"] == "ok", "done_marker"].eq(False).all()
+    manifest = json.loads((Path(payload["report_path"]) / "manifest.json").read_text())
+    assert any("without data: [DONE]" in w for w in manifest["warnings"])
 
 
 def test_wrong_url_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
