@@ -83,6 +83,14 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
                   slo=slo, timeout_s=timeout_s, ignore_eos=ignore_eos, profile=server_profile,
                   trace_dir=server_trace_dir, out=out, force=force, no_html=no_html, as_json=as_json)
         return
+    only = {"--dataset": dataset, "--tokenizer": tokenizer, "--max-concurrency": max_concurrency,
+            "--profile": server_profile or None, "--server-trace-dir": server_trace_dir}
+    given = [k for k, v in only.items() if v is not None]
+    if given:
+        from perfscope.errors import UsageError
+
+        raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} with --endpoint URL only",
+                         hint="the engine's load test is profiled unless --no-profile")
     from perfscope.analysis.loadtest import parse_slo
     from perfscope.api import save_with_html
     from perfscope.errors import OutputExistsError

@@ -246,3 +246,77 @@ def test_host_other_than_loopback_warns(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)  # before or just after it binds: nothing is sent to it
         proc.communicate(timeout=30)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _smollm2_hf_folder(out: Path) -> Path:
+    """SmolLM2's GGUF as a Hugging Face folder (transformers dequantizes it; its GGUF path does not serve)."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from perfscope.engine.gguf_model import smollm2_path
+
+    gguf = smollm2_path()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    cfg = model.config
+    cfg.architectures = [type(model).__name__]
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    out.mkdir(parents=True)
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_transformers_serve_a_server_no_one_here_wrote(tmp_path: Path) -> None:
+    """`transformers serve` (transformers' own OpenAI-compatible server) with SmolLM2, on loopback."""
+    for module in ("fastapi", "uvicorn", "openai", "accelerate", "gguf"):
+        pytest.importorskip(module, reason="transformers serve needs pip install 'perfscope[peer]'")
+    folder = _smollm2_hf_folder(tmp_path / "smollm2-hf")
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", str(folder), "--host",
+                             "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"], cwd=tmp_path,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "transformers serve did not start in time"
+                time.sleep(1)
+        res = _loadtest("--endpoint", url, "--rate", "1", "--requests", "4", "--prompt-len", "16", "--output-len", "4",
+                        "--tokenizer", str(folder), "--json", "--no-html", "--out", str(tmp_path / "lt"), cwd=tmp_path,
+                        timeout=300)
+        assert res.returncode == 0, res.stderr
+        payload = json.loads(res.stdout)
+        assert payload["requests"] == payload["requests_sent"] == 4, payload["failures"]
+        assert payload["endpoint"]["model"] == str(folder)  # the first of its /v1/models
+        assert payload["endpoint"]["token_counts"] == {"usage": 4}
+        assert payload["output_tokens"] == 16  # max_tokens honoured (4 each)
+        manifest = json.loads((Path(payload["report_path"]) / "manifest.json").read_text())
+        # its /v1/completions stream ends without data: [DONE]: complete, and said
+        assert any("without data: [DONE]" in w for w in manifest["warnings"])
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

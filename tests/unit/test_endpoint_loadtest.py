@@ -285,3 +285,8 @@ def test_load_metrics_counts_failures_and_scheduled_latency() -> None:
     assert m["dispatch_delay_s"]["mean"] == pytest.approx((0.5 + 0 + 0 + 0.1) / 4)
     assert m["good_requests"] == 1 and m["goodput_per_s"] == pytest.approx(0.25)
     assert m["request_throughput_per_s"] == pytest.approx(0.5)
+
+
+def test_endpoint_options_need_an_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["loadtest", "--dataset", "prompts.jsonl", "--max-concurrency", "2"]) == 2
+    assert "--dataset, --max-concurrency apply with --endpoint URL only" in capsys.readouterr().err
