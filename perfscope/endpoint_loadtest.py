@@ -57,6 +57,12 @@ class EndpointError(PerfscopeError):
     exit_code = 6
 
 
+class Interrupted(PerfscopeError):
+    """Ctrl-C during the load test: the partial report was written."""
+
+    exit_code = 130
+
+
 @dataclass(frozen=True)
 class EndpointRun:
     """What ``perfscope loadtest --endpoint`` runs."""
@@ -566,5 +572,5 @@ def cli_payload(report: Report) -> dict[str, Any]:
     return {"runs": metrics, "knee_rate_per_s": lt["knee_rate_per_s"], **extra}
 
 
-__all__ = ["EndpointError", "EndpointRun", "Prompt", "build_requests", "cli_payload", "load_tokenizer",
+__all__ = ["EndpointError", "EndpointRun", "Interrupted", "Prompt", "build_requests", "cli_payload", "load_tokenizer",
            "parse_endpoint", "read_dataset", "request_frame", "run_endpoint_loadtest"]

@@ -167,7 +167,9 @@ def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_reque
         if not no_html:
             click.echo(f"html:   {written / 'report.html'}")
     if payload.get("partial"):
-        raise click.exceptions.Exit(130)
+        from perfscope.endpoint_loadtest import Interrupted
+
+        raise Interrupted(f"interrupted: the partial report (every request, the unsent ones as not_sent) is {written}")
 
 
 def _ms(v: Any) -> str:

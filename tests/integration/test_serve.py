@@ -28,6 +28,16 @@ PERFSCOPE = str(Path(sys.executable).parent / "perfscope")
 START_TIMEOUT_S = 120
 
 
+_SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def _cmd(*args: str) -> list[str]:
+    """``args`` run with Ctrl-C's default action, even when this test runs in a background job (where
+    SIGINT is inherited ignored): the exec keeps it."""
+    return [sys.executable, "-c", _SIGINT_DEFAULT, *args]
+
+
 def _readline(stream: object, proc: subprocess.Popen[str], timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -41,7 +51,7 @@ def _readline(stream: object, proc: subprocess.Popen[str], timeout: float) -> st
 
 @contextmanager
 def served(*args: str, cwd: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen([PERFSCOPE, "serve", "--port", "0", *args], cwd=cwd, text=True,
+    proc = subprocess.Popen(_cmd(PERFSCOPE, "serve", "--port", "0", *args), cwd=cwd, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         line = _readline(proc.stdout, proc, START_TIMEOUT_S)
@@ -212,6 +222,27 @@ def test_server_killed_mid_run_keeps_every_request(tmp_path: Path) -> None:
     assert metrics["failures"] == {k: v for k, v in sorted(counts.items()) if k != "ok"}
 
 
+def test_ctrl_c_writes_the_partial_report(tmp_path: Path) -> None:
+    out = tmp_path / "lt"
+    with served("--model", "tiny", cwd=tmp_path) as (url, proc):
+        lt = subprocess.Popen(_cmd(PERFSCOPE, "loadtest", "--endpoint", url, "--rate", "10", "--requests", "300",
+                                   "--output-len", "16", "--no-html", "--out", str(out)), cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(10)  # start-up, then some of the 300 requests (30 s of arrivals) are sent
+        assert lt.poll() is None
+        lt.send_signal(signal.SIGINT)
+        _, err = lt.communicate(timeout=60)
+        _stopped_cleanly(proc)
+    assert lt.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("perfscope: error: interrupted: the partial report")
+    folder = next(p for p in (out, out.with_suffix(".perfscope")) if p.exists())
+    req = pd.read_parquet(folder / "requests.parquet")
+    counts = req["status"].value_counts().to_dict()
+    assert len(req) == 300 and counts.get("not_sent", 0) > 0 and counts.get("ok", 0) > 0
+    assert set(counts) <= {"ok", "not_sent", "cancelled"}
+    assert json.loads((folder / "manifest.json").read_text())["partial"] is True
+
+
 def test_profile_puts_the_server_steps_on_the_client_clock(tmp_path: Path) -> None:
     with served("--model", "tiny", "--max-batch", "4", "--profile-dir", str(tmp_path / "traces"),
                 cwd=tmp_path) as (url, proc):
@@ -238,7 +269,7 @@ def test_profile_puts_the_server_steps_on_the_client_clock(tmp_path: Path) -> No
 
 
 def test_host_other_than_loopback_warns(tmp_path: Path) -> None:
-    proc = subprocess.Popen([PERFSCOPE, "serve", "--model", "tiny", "--host", "0.0.0.0", "--port", "0"], cwd=tmp_path,
+    proc = subprocess.Popen(_cmd(PERFSCOPE, "serve", "--model", "tiny", "--host", "0.0.0.0", "--port", "0"), cwd=tmp_path,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = _readline(proc.stderr, proc, START_TIMEOUT_S)
@@ -287,8 +318,9 @@ def test_transformers_serve_a_server_no_one_here_wrote(tmp_path: Path) -> None:
     folder = _smollm2_hf_folder(tmp_path / "smollm2-hf")
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", str(folder), "--host",
-                             "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"], cwd=tmp_path,
+    proc = subprocess.Popen(_cmd(sys.executable, "-m", "transformers.cli.transformers", "serve", str(folder),
+                                 "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"),
+                            cwd=tmp_path,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
