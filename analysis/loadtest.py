@@ -10,6 +10,15 @@ arrival); ``request_throughput_per_s`` = completed requests / duration; ``output
 output tokens / duration; ``goodput_per_s`` = requests meeting every SLO / duration, where a
 request with one output token has TPOT 0 for the SLO check (as vLLM does).
 
+Requests sent to an HTTP endpoint (``perfscope loadtest --endpoint``) also carry ``status``
+(``ok`` or the failure's kind: ``http_error``, ``timeout``, ``broken_stream``, ``empty_output``,
+``connection_error``), ``scheduled_s`` (the intended send time) and ``arrival_s`` (the actual
+send). Every request is counted (``requests_sent``, ``failures`` by kind); only ``ok`` ones enter
+the latencies, throughputs and goodput (``requests`` is then the completed count). Their
+**scheduled latencies** ``scheduled_ttft_s`` / ``scheduled_e2e_s`` are measured from the intended
+send time, so a queue in the client does not hide the server's delay; ``dispatch_delay_s`` =
+actual - intended send.
+
 Statistics are ``p50``, ``p90``, ``p99`` (``numpy.percentile``, linear interpolation) and ``mean``;
 an empty set gives NaN (null in JSON), never 0.
 
@@ -73,7 +82,12 @@ def itl_values(requests: pd.DataFrame) -> np.ndarray:
 def load_metrics(requests: pd.DataFrame, slo: Mapping[str, float] | None = None,
                  duration_s: float | None = None) -> dict[str, Any]:
     """The ``--json`` payload of one run: counts, throughputs, latency statistics, goodput."""
-    r = requests
+    failures: dict[str, int] | None = None
+    r = sent = requests
+    if "status" in r.columns:
+        status = r["status"].astype(str)
+        failures = {str(k): int(v) for k, v in status[status != "ok"].value_counts().sort_index().items()}
+        r = r[status == "ok"]
     n = len(r)
     dur = float(r["end_s"].max()) if duration_s is None and n else (duration_s if duration_s is not None else float("nan"))
     out_tokens = int(r["output_tokens"].sum()) if n else 0
@@ -89,6 +103,18 @@ def load_metrics(requests: pd.DataFrame, slo: Mapping[str, float] | None = None,
         "output_tokens_per_s": per_s(out_tokens),
         "ttft_s": stats(ttft), "tpot_s": stats(tpot[multi]), "itl_s": stats(itl_values(r)), "e2e_s": stats(e2e),
     }
+    if failures is not None:
+        payload["requests_sent"] = len(sent)
+        payload["failed_requests"] = int(sum(failures.values()))
+        payload["failures"] = failures
+    if "scheduled_s" in r.columns:
+        sched = r["scheduled_s"].to_numpy(dtype=float) if n else np.zeros(0)
+        first = r["first_token_s"].to_numpy(dtype=float) if n else np.zeros(0)
+        end = r["end_s"].to_numpy(dtype=float) if n else np.zeros(0)
+        payload["scheduled_ttft_s"] = stats(first - sched)
+        payload["scheduled_e2e_s"] = stats(end - sched)
+        payload["dispatch_delay_s"] = stats(sent["arrival_s"].to_numpy(dtype=float)
+                                            - sent["scheduled_s"].to_numpy(dtype=float))
     if slo:
         good = np.ones(n, dtype=bool)
         values = {"ttft_s": ttft, "tpot_s": np.where(multi, tpot, 0.0), "e2e_s": e2e}

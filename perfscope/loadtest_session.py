@@ -155,6 +155,7 @@ class LoadRun:
     eos_id: int | None = None  # None: the model's own (checkpoints), or no EOS stop (random models)
     ignore_eos: bool = False
     policy: str = "continuous"
+    burstiness: float = 1.0  # gamma shape of the arrival gaps (1: Poisson)
 
     def check(self) -> None:
         from perfscope.engine.serving import ServeConfig, check_kv_dtype
@@ -166,6 +167,7 @@ class LoadRun:
             raise UsageError(f"--requests must be between 1 and {MAX_REQUESTS}, got {self.requests}")
         if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
             raise UsageError(f"--duration must be > 0 seconds, got {self.duration_s}")
+        check_burstiness(self.burstiness)
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         check_kv_dtype(self.kv_dtype)
@@ -174,12 +176,21 @@ class LoadRun:
         parse_dist(self.output_len, "--output-len")
 
 
-def build_workload(run: LoadRun, rate: float | None, vocab_size: int, max_seq_len: int) -> list[Any]:
-    """The run's requests at ``rate`` (None with ``--arrivals``): same prompts and lengths at every rate."""
-    from perfscope.engine.serving import LoadRequest
+def check_burstiness(burstiness: float) -> None:
+    if not (math.isfinite(burstiness) and burstiness > 0):
+        raise UsageError(f"--burstiness must be > 0 (1: Poisson; < 1 burstier, > 1 steadier), got {burstiness}")
 
+
+def arrival_times(run: Any, rate: float | None) -> np.ndarray:
+    """Arrival times (s from the run's start) of ``run`` (a :class:`LoadRun` or an endpoint run) at ``rate``.
+
+    Gaps are one seeded draw of unit-mean gaps scaled by 1/rate: exponential (Poisson arrivals) or,
+    with ``burstiness`` b != 1, gamma of shape b and scale 1/b (vLLM's ``--burstiness``); ``arrivals``
+    replays a file. Cut to ``duration_s`` and ``requests`` (default :data:`DEFAULT_REQUESTS`).
+    """
     rng = np.random.default_rng(run.seed)
-    unit_gaps = rng.exponential(1.0, size=MAX_REQUESTS)
+    b = float(getattr(run, "burstiness", 1.0))
+    unit_gaps = rng.exponential(1.0, size=MAX_REQUESTS) if b == 1.0 else rng.gamma(b, 1.0 / b, size=MAX_REQUESTS)
     if run.arrivals:
         arrivals = np.asarray(read_arrivals(run.arrivals), dtype=float)
     else:
@@ -192,19 +203,37 @@ def build_workload(run: LoadRun, rate: float | None, vocab_size: int, max_seq_le
     arrivals = arrivals[:n]
     if not len(arrivals):
         raise UsageError("no request arrives within --duration", hint="use a longer --duration or a higher --rate")
-    n = len(arrivals)
+    return arrivals
+
+
+def sample_lengths(run: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of ``n`` requests (the same at every rate)."""
     prompt_d, output_d = parse_dist(run.prompt_len, "--prompt-len"), parse_dist(run.output_len, "--output-len")
     lens_rng = np.random.default_rng([run.seed, 1])
-    prompt_lens, output_lens = prompt_d.sample(n, lens_rng), output_d.sample(n, lens_rng)
+    return prompt_d.sample(n, lens_rng), output_d.sample(n, lens_rng)
+
+
+def random_prompt_ids(seed: int, lengths: Sequence[int], vocab_size: int) -> list[tuple[int, ...]]:
+    """Seeded random token ids, one prompt per length."""
+    tok_rng = np.random.default_rng([seed, 2])
+    return [tuple(int(t) for t in tok_rng.integers(0, vocab_size, int(n))) for n in lengths]
+
+
+def build_workload(run: LoadRun, rate: float | None, vocab_size: int, max_seq_len: int) -> list[Any]:
+    """The run's requests at ``rate`` (None with ``--arrivals``): same prompts and lengths at every rate."""
+    from perfscope.engine.serving import LoadRequest
+
+    arrivals = arrival_times(run, rate)
+    n = len(arrivals)
+    prompt_lens, output_lens = sample_lengths(run, n)
     longest = int((prompt_lens + output_lens).max())
     if longest > max_seq_len:
         i = int((prompt_lens + output_lens).argmax())
         raise UsageError(f"request {i} needs {prompt_lens[i]} prompt + {output_lens[i]} output tokens = {longest}, "
                          f"beyond the model's context of {max_seq_len} tokens",
                          hint="use shorter --prompt-len/--output-len")
-    tok_rng = np.random.default_rng([run.seed, 2])
-    return [LoadRequest(i, float(arrivals[i]), tuple(int(t) for t in tok_rng.integers(0, vocab_size, int(prompt_lens[i]))),
-                        int(output_lens[i])) for i in range(n)]
+    prompts = random_prompt_ids(run.seed, prompt_lens, vocab_size)
+    return [LoadRequest(i, float(arrivals[i]), prompts[i], int(output_lens[i])) for i in range(n)]
 
 
 def _check_context(run: LoadRun, max_seq_len: int) -> None:

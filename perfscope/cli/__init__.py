@@ -26,6 +26,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.import_", "import_"),
     ("perfscope.cli.sweep", "sweep"),
     ("perfscope.cli.loadtest", "loadtest"),
+    ("perfscope.cli.serve", "serve"),
     ("perfscope.cli.doctor", "doctor"),
     ("perfscope.cli.generate", "generate"),
     ("perfscope.cli.compare", "compare"),

@@ -11,7 +11,28 @@ from ._common import as_report_path, default_run_dir, echo_json, stage_progress
 
 
 @click.command()
-@click.option("--model", default="tiny", show_default=True, help="Engine config or a local HF checkpoint folder.")
+@click.option("--endpoint", default=None,
+              help="Load-test this OpenAI-compatible server instead of the engine (e.g. http://127.0.0.1:8000/v1).")
+@click.option("--api", default="completions", show_default=True, type=click.Choice(["completions", "chat"]),
+              help="With --endpoint: /v1/completions or /v1/chat/completions.")
+@click.option("--dataset", type=click.Path(dir_okay=False), default=None,
+              help="With --endpoint: prompts (JSON lines with prompt or messages, or text one a line).")
+@click.option("--tokenizer", default=None,
+              help="With --endpoint: counts tokens without usage and makes text prompts (smollm2-135m, .gguf, "
+                   "a folder with tokenizer.json; default: the served model's when it is one).")
+@click.option("--max-concurrency", type=int, default=None, help="With --endpoint: at most this many requests in flight.")
+@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
+              help="With --endpoint: a request's time limit, s.")
+@click.option("--profile", "server_profile", is_flag=True,
+              help="With --endpoint: profile the server (/start_profile, /stop_profile) and import its trace.")
+@click.option("--server-trace-dir", type=click.Path(file_okay=False), default=None,
+              help="With --endpoint --profile: where the server writes traces (vLLM's VLLM_TORCH_PROFILER_DIR); "
+                   "perfscope serve says it itself.")
+@click.option("--burstiness", type=float, default=1.0, show_default=True,
+              help="Gamma shape of the arrival gaps (1: Poisson; below 1 burstier).")
+@click.option("--model", default="tiny", show_default=True,
+              help="Engine config or a local HF checkpoint folder; with --endpoint, the served model's name "
+                   "(default: the first of /v1/models).")
 @click.option("--rate", default="10", show_default=True,
               help="Poisson arrival rate, requests/s; a comma-separated list (1,2,4,8) sweeps the rates.")
 @click.option("--requests", "n_requests", type=int, default=None,
@@ -44,9 +65,32 @@ from ._common import as_report_path, default_run_dir, echo_json, stage_progress
 def loadtest(model: str, rate: str, n_requests: int | None, duration: float | None, prompt_len: str,
              output_len: str, max_batch: int, max_batched_tokens: int | None, seed: int, arrivals: str | None,
              slo: str | None, kv_dtype: str, eos_id: int | None, ignore_eos: bool, policy: str, device: str,
-             dtype: str, no_profile: bool, out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
+             dtype: str, no_profile: bool, out: str | None, force: bool, no_html: bool, as_json: bool,
+             endpoint: str | None = None, api: str = "completions", dataset: str | None = None,
+             tokenizer: str | None = None, max_concurrency: int | None = None, timeout_s: float = 120.0,
+             server_profile: bool = False, server_trace_dir: str | None = None, burstiness: float = 1.0) -> None:
     """Serve a stream of requests with continuous batching and report TTFT, TPOT, ITL, E2E
-    percentiles, throughput and goodput, next to the roofline of the same run."""
+    percentiles, throughput and goodput, next to the roofline of the same run.
+
+    With --endpoint URL, send the same workload to an OpenAI-compatible server (vLLM, SGLang,
+    llama.cpp, transformers serve, perfscope serve) and report the same metrics."""
+    if endpoint is not None:
+        ctx = click.get_current_context()
+        given = ctx.get_parameter_source("model") == click.core.ParameterSource.COMMANDLINE
+        _endpoint(endpoint=endpoint, api=api, served=model if given else None, rate=rate, n_requests=n_requests,
+                  duration=duration, prompt_len=prompt_len, output_len=output_len, seed=seed, arrivals=arrivals,
+                  burstiness=burstiness, max_concurrency=max_concurrency, dataset=dataset, tokenizer=tokenizer,
+                  slo=slo, timeout_s=timeout_s, ignore_eos=ignore_eos, profile=server_profile,
+                  trace_dir=server_trace_dir, out=out, force=force, no_html=no_html, as_json=as_json)
+        return
+    only = {"--dataset": dataset, "--tokenizer": tokenizer, "--max-concurrency": max_concurrency,
+            "--profile": server_profile or None, "--server-trace-dir": server_trace_dir}
+    given = [k for k, v in only.items() if v is not None]
+    if given:
+        from perfscope.errors import UsageError
+
+        raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} with --endpoint URL only",
+                         hint="the engine's load test is profiled unless --no-profile")
     from perfscope.analysis.loadtest import parse_slo
     from perfscope.api import save_with_html
     from perfscope.errors import OutputExistsError
@@ -62,7 +106,7 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
     rates = parse_rates(rate)
     if arrivals:
         read_arrivals(arrivals)  # fail early on a bad file
-    run = LoadRun(model=model, rates=tuple(rates), requests=n_requests, duration_s=duration, prompt_len=prompt_len,
+    run = LoadRun(model=model, rates=tuple(rates), burstiness=burstiness, requests=n_requests, duration_s=duration, prompt_len=prompt_len,
                   output_len=output_len, max_batch=max_batch, max_batched_tokens=max_batched_tokens, seed=seed,
                   arrivals=arrivals, slo=parse_slo(slo), profile=not no_profile, kv_dtype=kv_dtype, device=device,
                   dtype=dtype, eos_id=eos_id, ignore_eos=ignore_eos, policy=policy)
@@ -83,6 +127,49 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
     click.echo(f"report: {written}")
     if not no_html:
         click.echo(f"html:   {written / 'report.html'}")
+
+
+def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_requests: int | None,
+              duration: float | None, prompt_len: str, output_len: str, seed: int, arrivals: str | None,
+              burstiness: float, max_concurrency: int | None, dataset: str | None, tokenizer: str | None,
+              slo: str | None, timeout_s: float, ignore_eos: bool, profile: bool, trace_dir: str | None,
+              out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
+    import os
+
+    from perfscope.analysis.loadtest import parse_slo
+    from perfscope.api import save_with_html
+    from perfscope.endpoint_loadtest import EndpointRun, cli_payload, run_endpoint_loadtest
+    from perfscope.errors import OutputExistsError
+    from perfscope.loadtest_session import parse_rates, read_arrivals
+
+    rates = parse_rates(rate)
+    if arrivals:
+        read_arrivals(arrivals)
+    run = EndpointRun(endpoint=endpoint, api=api, model=served, rates=tuple(rates), requests=n_requests,
+                      duration_s=duration, prompt_len=prompt_len, output_len=output_len, seed=seed, arrivals=arrivals,
+                      burstiness=burstiness, max_concurrency=max_concurrency, dataset=dataset, tokenizer=tokenizer,
+                      slo=parse_slo(slo), timeout_s=timeout_s, ignore_eos=ignore_eos,
+                      api_key=os.environ.get("OPENAI_API_KEY"), profile=profile, profile_dir=trace_dir)
+    run.check()
+    target = as_report_path(out) if out else default_run_dir("loadtest")
+    if target.exists() and not force:
+        raise OutputExistsError(target)
+    with stage_progress(3 + len(rates), enabled=not as_json) as advance:
+        report = run_endpoint_loadtest(run, progress=advance)
+        advance("writing the report")
+        written = save_with_html(report, target, force=force, html=not no_html)
+    payload = cli_payload(report)
+    if as_json:
+        echo_json({"report_path": str(written), **payload})
+    else:
+        click.echo(render_load_text(payload))
+        click.echo(f"report: {written}")
+        if not no_html:
+            click.echo(f"html:   {written / 'report.html'}")
+    if payload.get("partial"):
+        from perfscope.endpoint_loadtest import Interrupted
+
+        raise Interrupted(f"interrupted: the partial report (every request, the unsent ones as not_sent) is {written}")
 
 
 def _ms(v: Any) -> str:
@@ -114,6 +201,13 @@ def render_load_text(payload: dict[str, Any]) -> str:
             row.append(_num(r.get("goodput_per_s")))
         rows.append(row)
     lines = ["latencies in ms; TTFT and E2E from arrival (queueing included)", table(head, rows)]
+    for r in runs:
+        if "requests_sent" in r:
+            fails = ", ".join(f"{k} {v}" for k, v in r.get("failures", {}).items()) or "none"
+            lines.append(f"{r.get('run')}: {r['requests']} of {r['requests_sent']} requests completed (failed: {fails}); "
+                         f"scheduled TTFT p50 {_ms(r['scheduled_ttft_s']['p50'])} ms, p99 "
+                         f"{_ms(r['scheduled_ttft_s']['p99'])} ms; client dispatch delay p99 "
+                         f"{_ms(r['dispatch_delay_s']['p99'])} ms")
     err = payload.get("kv_logit_error")
     if err:
         lines.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference')} cache: logit max abs error "

@@ -166,6 +166,24 @@ class StepCost:
     flops: float = math.nan
 
 
+class RequestSource(Protocol):
+    """Live arrivals for :func:`serve` (an HTTP server): called on the scheduler's thread."""
+
+    stopped: bool  # True: stop now (requests in flight are dropped by the caller)
+
+    def take(self, now: float) -> list[LoadRequest]:
+        """Requests that arrived since the last call (``arrival_s`` on the scheduler's clock)."""
+        ...
+
+    def wait(self) -> bool:
+        """Block while there is nothing to do; False: stop serving."""
+        ...
+
+
+TokenHook = Callable[["RequestTrace", int, float], "str | None"]
+"""Called with each new token of a request; a returned finish reason (``stop``, ``abort``) ends it."""
+
+
 class Executor(Protocol):
     """What the scheduler needs from an engine; :class:`SlotEngine` is the real one."""
 
@@ -397,8 +415,13 @@ def check_requests(requests: Sequence[LoadRequest], vocab_size: int) -> None:
 
 
 def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConfig = ServeConfig(),
-          clock: Clock | None = None, *, on_step: Callable[[LoadStep], None] | None = None) -> LoadResult:
-    """Serve ``requests`` as they arrive on ``clock`` (a real clock by default) until all are done."""
+          clock: Clock | None = None, *, on_step: Callable[[LoadStep], None] | None = None,
+          source: RequestSource | None = None, on_token: TokenHook | None = None) -> LoadResult:
+    """Serve ``requests`` as they arrive on ``clock`` (a real clock by default) until all are done.
+
+    With a ``source`` (live arrivals), serve until its :meth:`RequestSource.wait` returns False;
+    ``on_token`` sees every token as it is made and may end its request.
+    """
     config.check()
     if config.max_batch > executor.n_slots:
         raise UsageError(f"max_batch {config.max_batch} exceeds the engine's {executor.n_slots} slots")
@@ -436,7 +459,10 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
             return  # a finished row of a static batch: its token is discarded
         a.trace.output_ids.append(token)
         a.trace.token_times_s.append(t)
-        if config.eos_id is not None and token == config.eos_id:
+        reason = on_token(a.trace, token, t) if on_token is not None else None
+        if reason is not None:
+            a.trace.finish_reason, a.done = reason, True
+        elif config.eos_id is not None and token == config.eos_id:
             a.trace.finish_reason, a.done = "eos", True
         elif a.trace.output_tokens >= a.req.max_output_tokens:
             a.trace.finish_reason, a.done = "length", True
@@ -461,12 +487,20 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
         for a in sorted((a for a in live if a.done), key=lambda a: -a.slot):
             free(a)
 
-    while pending or queue or any(s is not None for s in slots):
+    while pending or queue or any(s is not None for s in slots) or source is not None:
         now = clk.now()
         while pending and pending[0].arrival_s <= now:
             queue.append(pending.popleft())
+        if source is not None:
+            if source.stopped:
+                break
+            queue.extend(source.take(now))
         live = active()
         if not queue and not live:
+            if source is not None and not pending:
+                if not source.wait():
+                    break
+                continue
             clk.wait_until(pending[0].arrival_s)
             continue
         if not static or not live:

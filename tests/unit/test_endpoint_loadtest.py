@@ -1,0 +1,292 @@
+"""``perfscope loadtest --endpoint``: workload, metrics, and every failure kind against a real
+fault-injecting HTTP server on 127.0.0.1 (an OS-assigned port, bounded requests and time).
+
+The fault server streams OpenAI completions whose behaviour the prompt names: ``ok``, ``e500``
+(an HTTP 500 with the OpenAI error body), ``break`` (the connection dropped mid-stream),
+``empty`` (no text), ``slow`` (longer than the client's --timeout), ``multi`` (two tokens a
+chunk: usage says 8 tokens for 4 chunks), ``nousage`` (no usage chunk).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.loadtest import load_metrics
+from perfscope.cli import main
+from perfscope.endpoint_loadtest import (
+    EndpointRun,
+    Prompt,
+    build_requests,
+    read_dataset,
+    request_body,
+)
+from perfscope.errors import InputFormatError, UsageError
+from perfscope.loadtest_session import LoadRun, build_workload
+
+KINDS = ["ok", "e500", "break", "empty", "slow", "multi", "nousage"]
+CHUNK_GAP_S = 0.004
+
+
+class _Fault(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        return None
+
+    def _json(self, status: int, obj: object) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": "fault", "object": "model"}]})
+        else:
+            self._json(404, {"error": {"message": "no route", "type": "NotFoundError", "code": 404}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        kind = body["prompt"]
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        if kind == "e500":
+            self._json(500, {"error": {"message": "injected failure", "type": "InternalServerError", "code": 500}})
+            return
+        if kind == "slow":
+            time.sleep(2.5)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+
+        def event(obj: object) -> None:
+            self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            self.wfile.flush()
+
+        pieces = {"empty": [], "multi": [" a b"] * 4}.get(kind, [" hello"] * 4)
+        for i, p in enumerate(pieces):
+            time.sleep(CHUNK_GAP_S)
+            event({"choices": [{"index": 0, "text": p, "finish_reason": None}]})
+            if kind == "break" and i == 1:
+                self.wfile.flush()
+                self.connection.shutdown(2)
+                return
+        event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
+        if kind == "nodone":  # transformers serve's completions: usage in the last choice, no [DONE]
+            return
+        if kind != "nousage":
+            n = 8 if kind == "multi" else len(pieces)
+            event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.fixture
+def fault_server() -> Iterator[str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Fault)
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _dataset(tmp_path: Path, kinds: list[str]) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": k}) + "\n" for k in kinds), encoding="utf-8")
+    return path
+
+
+def _independent(req: pd.DataFrame) -> dict:
+    """The run's metrics recomputed with numpy from requests.parquet alone (vLLM's definitions)."""
+    ok = req[req["status"] == "ok"]
+    times = [np.asarray(json.loads(t), dtype=float) for t in ok["token_times_s"]]
+    sent = ok["arrival_s"].to_numpy(dtype=float)
+    first = np.array([t[0] for t in times])
+    last = np.array([t[-1] for t in times])
+    n = ok["output_tokens"].to_numpy(dtype=float)
+    duration = req["end_s"].max()
+
+    def s(v: np.ndarray) -> dict:
+        return {"p50": np.percentile(v, 50), "p90": np.percentile(v, 90), "p99": np.percentile(v, 99), "mean": v.mean()}
+
+    return {"requests": len(ok), "request_throughput_per_s": len(ok) / duration,
+            "output_tokens_per_s": n.sum() / duration, "ttft_s": s(first - sent), "e2e_s": s(last - sent),
+            "tpot_s": s(((last - first) / (n - 1))[n > 1]),
+            "itl_s": s(np.concatenate([np.diff(t) for t in times if len(t) > 1])),
+            "scheduled_ttft_s": s(first - ok["scheduled_s"].to_numpy(dtype=float))}
+
+
+def test_every_failure_is_kept_and_counted_by_kind(tmp_path: Path, fault_server: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    data = _dataset(tmp_path, KINDS)
+    out = tmp_path / "lt"
+    code = main(["loadtest", "--endpoint", fault_server, "--dataset", str(data), "--rate", "40", "--requests", "14",
+                 "--timeout", "1", "--json", "--no-html", "--out", str(out), "--tokenizer", "smollm2-135m"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    payload = json.loads(captured.out)
+    assert payload["requests_sent"] == 14
+    assert payload["failures"] == {"broken_stream": 2, "empty_output": 2, "http_error": 2, "timeout": 2}
+    assert payload["requests"] == 6 and payload["failed_requests"] == 8
+    req = pd.read_parquet(Path(payload["report_path"]) / "requests.parquet")
+    assert len(req) == 14  # nothing dropped
+    by_kind = dict(zip(req["request_id"] % len(KINDS), req["status"]))
+    assert by_kind == {0: "ok", 1: "http_error", 2: "broken_stream", 3: "empty_output", 4: "timeout", 5: "ok", 6: "ok"}
+    e500 = req[req["status"] == "http_error"]
+    assert (e500["http_status"] == 500).all() and (e500["error"] == "injected failure").all()
+    assert req.loc[req["status"] != "ok", "ttft_s"].isna().all()  # failures stay out of the latencies
+    multi = req[req["request_id"] % len(KINDS) == 5]
+    assert (multi["output_tokens"] == 8).all() and (multi["chunks"] == 4).all()
+    assert (multi["token_source"] == "usage").all()
+    nousage = req[req["request_id"] % len(KINDS) == 6]
+    from perfscope.endpoint_loadtest import load_tokenizer
+
+    assert (nousage["token_source"] == "tokenizer").all()
+    assert (nousage["output_tokens"] == len(load_tokenizer("smollm2-135m").encode(" hello" * 4))).all()
+    expected = _independent(req)
+    for key in ("requests", "request_throughput_per_s", "output_tokens_per_s"):
+        assert payload[key] == pytest.approx(expected[key], rel=1e-9), key
+    for key in ("ttft_s", "e2e_s", "tpot_s", "itl_s", "scheduled_ttft_s"):
+        for stat in ("p50", "p90", "p99", "mean"):
+            assert payload[key][stat] == pytest.approx(expected[key][stat], rel=1e-9, abs=1e-12), (key, stat)
+    # ITL pools the gaps between chunks: the server sleeps CHUNK_GAP_S between them
+    assert payload["itl_s"]["p50"] >= CHUNK_GAP_S * 0.9
+    manifest = json.loads((Path(payload["report_path"]) / "manifest.json").read_text())
+    assert any("8 of 14 request(s) failed" in w for w in manifest["warnings"])
+    assert any("chunks of several tokens" in w for w in manifest["warnings"])
+
+
+def test_tokens_counted_from_chunks_without_usage_nor_tokenizer(tmp_path: Path, fault_server: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    data = _dataset(tmp_path, ["nousage"])
+    code = main(["loadtest", "--endpoint", fault_server, "--dataset", str(data), "--rate", "50", "--requests", "3",
+                 "--json", "--no-html", "--out", str(tmp_path / "lt")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    payload = json.loads(captured.out)
+    assert payload["endpoint"]["token_counts"] == {"chunks": 3}
+    assert payload["output_tokens"] == 12
+
+
+def test_a_clean_end_after_the_finish_reason_without_done_is_complete(
+        tmp_path: Path, fault_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _dataset(tmp_path, ["nodone", "break"])
+    code = main(["loadtest", "--endpoint", fault_server, "--dataset", str(data), "--rate", "50", "--requests", "4",
+                 "--json", "--no-html", "--out", str(tmp_path / "lt")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    payload = json.loads(captured.out)
+    assert payload["requests"] == 2 and payload["failures"] == {"broken_stream": 2}
+    req = pd.read_parquet(Path(payload["report_path"]) / "requests.parquet")
+    assert req.loc[req["status"] == "ok", "done_marker"].eq(False).all()
+    manifest = json.loads((Path(payload["report_path"]) / "manifest.json").read_text())
+    assert any("without data: [DONE]" in w for w in manifest["warnings"])
+
+
+def test_wrong_url_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "lt"
+    code = main(["loadtest", "--endpoint", f"http://127.0.0.1:{port}/v1", "--requests", "2", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 6
+    assert len(err) == 1 and err[0].startswith("perfscope: error: cannot connect to http://127.0.0.1:")
+    assert not out.with_suffix(".perfscope").exists() and not out.exists()
+
+
+def test_wrong_path_says_what_the_url_should_be(fault_server: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["loadtest", "--endpoint", fault_server.replace("/v1", "/v2"), "--requests", "2",
+                 "--out", str(tmp_path / "lt")])
+    err = capsys.readouterr().err
+    assert code == 6 and "HTTP 404" in err and "base URL" in err
+
+
+def test_same_arrivals_and_lengths_as_the_engine_load_test() -> None:
+    engine = build_workload(LoadRun(rates=(7.0,), requests=40, prompt_len="uniform:4,20", output_len="normal:9,3",
+                                    seed=3), 7.0, 512, 4096)
+    run = EndpointRun("http://127.0.0.1:1/v1", rates=(7.0,), requests=40, prompt_len="uniform:4,20",
+                      output_len="normal:9,3", seed=3)
+    specs = build_requests(run, 7.0, None, vocab_size=512)
+    assert [s.scheduled_s for s in specs] == [r.arrival_s for r in engine]
+    assert [s.max_tokens for s in specs] == [r.max_output_tokens for r in engine]
+    assert [s.prompt.ids for s in specs] == [r.prompt for r in engine]  # token ids when no tokenizer
+    body = request_body(run, "m", specs[0])
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["prompt"] == list(engine[0].prompt) and body["max_tokens"] == engine[0].max_output_tokens
+
+
+def test_burstiness_gamma_gaps() -> None:
+    rate = 5.0
+    calm = build_requests(EndpointRun("http://x/v1", requests=4000, burstiness=4.0), rate, None)
+    bursty = build_requests(EndpointRun("http://x/v1", requests=4000, burstiness=0.25), rate, None)
+    for specs, shape in ((calm, 4.0), (bursty, 0.25)):
+        gaps = np.diff([0.0] + [s.scheduled_s for s in specs])
+        assert gaps.mean() == pytest.approx(1 / rate, rel=0.1)
+        # a gamma of shape k has a coefficient of variation 1/sqrt(k)
+        assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(shape), rel=0.15)
+    with pytest.raises(UsageError, match="burstiness"):
+        EndpointRun("http://x/v1", burstiness=0).check()
+
+
+def test_read_dataset_formats(tmp_path: Path) -> None:
+    jl = tmp_path / "a.jsonl"
+    jl.write_text('{"prompt": "hi", "max_tokens": 5}\n\n{"messages": [{"role": "user", "content": "yo"}]}\n'
+                  '{"prompt": [1, 2, 3]}\n', encoding="utf-8")
+    assert read_dataset(jl) == [Prompt(text="hi", output_len=5),
+                                Prompt(messages=({"role": "user", "content": "yo"},)), Prompt(ids=(1, 2, 3))]
+    txt = tmp_path / "b.txt"
+    txt.write_text("one\n\ntwo\n", encoding="utf-8")
+    assert read_dataset(txt) == [Prompt(text="one"), Prompt(text="two")]
+    js = tmp_path / "c.json"
+    js.write_text('["x", {"text": "y"}]', encoding="utf-8")
+    assert read_dataset(js) == [Prompt(text="x"), Prompt(text="y")]
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"prompt": "a"}\n{oops\n', encoding="utf-8")
+    with pytest.raises(InputFormatError, match="line 2"):
+        read_dataset(bad)
+    empty = tmp_path / "e.txt"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(InputFormatError, match="no prompts"):
+        read_dataset(empty)
+
+
+def test_chat_needs_text() -> None:
+    with pytest.raises(UsageError, match="text prompts"):
+        build_requests(EndpointRun("http://x/v1", api="chat", requests=2), 1.0, None)
+
+
+def test_load_metrics_counts_failures_and_scheduled_latency() -> None:
+    req = pd.DataFrame({
+        "status": ["ok", "ok", "timeout", "http_error"], "scheduled_s": [0.0, 1.0, 2.0, 3.0],
+        "arrival_s": [0.5, 1.0, 2.0, 3.1], "first_token_s": [1.0, 1.2, np.nan, np.nan],
+        "end_s": [2.0, 1.6, 4.0, 3.2], "ttft_s": [0.5, 0.2, np.nan, np.nan], "e2e_s": [1.5, 0.6, np.nan, np.nan],
+        "output_tokens": [3, 5, 0, 0], "prompt_tokens": [4, 4, 4, 4],
+        "token_times_s": ["[1.0, 1.5, 2.0]", "[1.2, 1.3, 1.4, 1.5, 1.6]", "[]", "[]"]})
+    m = load_metrics(req, {"ttft_s": 0.3}, 4.0)
+    assert m["requests"] == 2 and m["requests_sent"] == 4
+    assert m["failures"] == {"http_error": 1, "timeout": 1}
+    assert m["ttft_s"]["mean"] == pytest.approx(0.35)
+    assert m["scheduled_ttft_s"]["p50"] == pytest.approx((1.0 + 0.2) / 2)  # 1.0 - 0 and 1.2 - 1.0
+    assert m["dispatch_delay_s"]["mean"] == pytest.approx((0.5 + 0 + 0 + 0.1) / 4)
+    assert m["good_requests"] == 1 and m["goodput_per_s"] == pytest.approx(0.25)
+    assert m["request_throughput_per_s"] == pytest.approx(0.5)
+
+
+def test_endpoint_options_need_an_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["loadtest", "--dataset", "prompts.jsonl", "--max-concurrency", "2"]) == 2
+    assert "--dataset, --max-concurrency apply with --endpoint URL only" in capsys.readouterr().err
