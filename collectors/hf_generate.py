@@ -431,7 +431,7 @@ class Recording:
 
     def _add_requests(self, call: _Call, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                       token_ns: list[int], start_ns: int, prompt_lens: list[int], index: int) -> None:
-        from perfscope.engine.generate import request_records
+        from perfscope.request_metrics import request_records
 
         seqs = result if hasattr(result, "shape") else getattr(result, "sequences", None)
         width = 1 if call.encdec else _input_width(args, kwargs)
