@@ -348,9 +348,10 @@ def test_no_roofs_finding_names_the_cli_flag(fixtures_dir: Path) -> None:
     assert "--roofs" in text and "import_file(" not in text
 
 
-def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_path: Path) -> None:
-    """The vLLM step replayed again inside a batch-16 step range: the capture holds only batch 32,
-    so the first replay is joined and the second is not, and the report counts both."""
+def _replayed_again(fixtures_dir: Path, tmp_path: Path, step_name: Any) -> tuple[Path, int, int]:
+    """The vLLM trace with its graph replay (launch, kernels) repeated after its step, inside a
+    copy of the step range renamed by ``step_name(name)`` (None: no step range around it).
+    Returns (the trace, the first replay's correlation id, the second's)."""
     ev = _events(fixtures_dir / VLLM / TRACES[VLLM])
     with gzip.open(fixtures_dir / VLLM / TRACES[VLLM]) as fh:
         doc = json.loads(fh.read())
@@ -358,7 +359,7 @@ def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_pat
     (step,) = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
     corr = launch["args"]["correlation"]
     shift, new = step["dur"] + 1000.0, corr + 10_000_000
-    copies = [e for e in ev if e is launch or e is step
+    copies = [e for e in ev if e is launch or (e is step and step_name(step["name"]) is not None)
               or (e.get("cat") in ("kernel", "ac2g") and e.get("args", {}).get("correlation") == corr)]
     for e in copies:
         c = json.loads(json.dumps(e))
@@ -366,11 +367,18 @@ def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_pat
         if "correlation" in c.get("args", {}):
             c["args"]["correlation"] = new
         if c.get("cat") == "user_annotation":
-            c["name"] = c["name"].replace("execute_32_", "execute_16_")
+            c["name"] = step_name(c["name"])
         doc["traceEvents"].append(c)
     path = tmp_path / "two_steps.json.gz"
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)
+    return path, corr, new
+
+
+def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The vLLM step replayed again inside a batch-16 step range: the capture holds only batch 32,
+    so the first replay is joined and the second is not, and the report counts both."""
+    path, corr, new = _replayed_again(fixtures_dir, tmp_path, lambda n: n.replace("execute_32_", "execute_16_"))
     r = import_file(path, capture=fixtures_dir / VLLM / "capture_traces")
     k = r.kernels
     first, second = k[k["correlation"] == corr], k[k["correlation"] == new]
@@ -380,6 +388,35 @@ def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_pat
     (missed,) = [w for w in r.warnings if "match no graph" in w]
     assert "1 of 2 replays" in joined
     assert missed.startswith("1 of 2 graph replays") and "runs batch 16" in missed and "[32]" in missed
+
+
+def test_each_replay_prices_its_attention_with_its_own_step(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The vLLM step replayed again at twice the context (generation sk 55,086 -> 110,172):
+    the same graph, so every op but attention costs the same; attention's FLOPs double (one query
+    a sequence: pairs = sum sk) and its KV bytes double. Replayed with no step range around it,
+    attention stays missing and the rest is still joined."""
+    def doubled(name: str) -> str:
+        return name.replace("sk55086sqsq32sqsk55086", "sk110172sqsq32sqsk110172")
+
+    path, corr, new = _replayed_again(fixtures_dir, tmp_path, doubled)
+    k = import_file(path, capture=fixtures_dir / VLLM / "capture_traces").kernels
+    first, second = k[k["correlation"] == corr], k[k["correlation"] == new]
+    attn = first["op"].eq("vllm::unified_attention_with_output").to_numpy()
+    assert attn.sum() == 36 and (second["op"].to_numpy() == first["op"].to_numpy()).all()
+    f1, f2 = first["flops"].to_numpy(), second["flops"].to_numpy()
+    b1, b2 = first["dram_bytes"].to_numpy(), second["dram_bytes"].to_numpy()
+    assert f1[~attn] == pytest.approx(f2[~attn], nan_ok=True)
+    assert f1[attn].sum() == pytest.approx(24 * 4 * 64 * 64 * 55086, rel=1e-12)  # 24 layers, 4 Hq D sum(sk)
+    assert f2[attn].sum() == pytest.approx(2 * f1[attn].sum(), rel=1e-12)
+    q_and_o = 24 * 2 * 32 * 64 * 64 * 2
+    assert b2[attn].sum() - q_and_o == pytest.approx(2 * (b1[attn].sum() - q_and_o), rel=1e-12)
+
+    path, corr, new = _replayed_again(fixtures_dir, tmp_path, lambda n: None)
+    k = import_file(path, capture=fixtures_dir / VLLM / "capture_traces").kernels
+    first, second = k[k["correlation"] == corr], k[k["correlation"] == new]
+    assert second["op"].notna().all()  # one captured batch size: joined without the step's batch
+    assert np.isnan(second["flops"].to_numpy()[attn]).all() and not np.isnan(first["flops"].to_numpy()[attn]).any()
+    assert second["flops"].to_numpy()[~attn] == pytest.approx(first["flops"].to_numpy()[~attn], nan_ok=True)
 
 
 def test_pieces_of_a_graph_join_as_contiguous_runs(fixtures_dir: Path, tmp_path: Path) -> None:
