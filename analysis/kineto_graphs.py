@@ -15,7 +15,10 @@ their op and FLOPs/bytes here, by the first method that applies, recorded in ``f
     engine wrote (``perfscope import --capture``, or a ``capture_traces/`` folder beside the
     trace; :mod:`.capture_traces`), of the batch size of the step around the replay: each
     kernel takes the op, shapes and cost of the captured launch at the same position (an op's
-    cost split over its kernels by replay time). A replay that matches no graph exactly is left
+    cost split over its kernels by replay time). An op whose formula needs the step's sequence
+    sums (attention), which the capture range lacks, is priced with its captured inputs and the
+    step annotation around the replay's launch (:meth:`_Context._step_costs`, the same
+    :func:`.costs.op_cost`), else left missing. A replay that matches no graph exactly is left
     to the methods below, and one warning names the mismatch: kernel names alone do not tell
     a graph of another batch size or model apart kernel by kernel, so there is no partial join.
 ``graph-match``
