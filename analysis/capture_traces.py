@@ -61,8 +61,11 @@ class Graph:
         mode: ``FULL``, ``PIECEWISE``, ``DECODE``, ... (None: not recorded).
         names: kernel names, in launch order.
         cols: per kernel, the :data:`COLUMNS` of its op, the op's whole ``flops`` and
-            ``dram_bytes`` (NaN: no formula or no shapes), and ``unit``: the position of the
-            first kernel of the same op (an op's cost is split over its kernels by replay time).
+            ``dram_bytes`` (NaN: no formula or no shapes), ``inputs``: the op's recorded
+            ``(Input Dims, Input type, Concrete Inputs)`` (a replay re-prices an op whose
+            formula needs the step, attention, with them and the replay's step), and ``unit``:
+            the position of the first kernel of the same op (an op's cost is split over its
+            kernels by replay time).
         problem: why the graph must not be joined (its index and its capture range disagree
             on the batch size), else None.
     """
@@ -334,7 +337,7 @@ def _kernel_costs(nodes: CpuNodes, api: np.ndarray, cost_op: np.ndarray, names: 
     launcher = np.where(launcher >= 0, launcher, nodes.nesting.op_ancestor[api])
     owner = np.where(cost_op >= 0, cost_op, launcher).astype("int64")
     n = len(api)
-    out: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object) for c in COLUMNS}
+    out: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object) for c in (*COLUMNS, "inputs")}
     out["flops"], out["dram_bytes"] = np.full(n, np.nan), np.full(n, np.nan)
     has = owner >= 0
     if has.any():
@@ -343,6 +346,10 @@ def _kernel_costs(nodes: CpuNodes, api: np.ndarray, cost_op: np.ndarray, names: 
         out["op"][has] = nodes.names(uniq)[inverse]
         for c, values in op_inputs(nodes, uniq).items():
             out[c][has] = values[inverse]
+        sigs = nodes["sig"][uniq].tolist()
+        recorded = np.empty(len(uniq), dtype=object)
+        recorded[:] = [nodes.sigs[s] if s >= 0 else None for s in sigs]
+        out["inputs"][has] = recorded[inverse]
         costs = op_costs(nodes, uniq)
         priced = np.isin(uniq, cost_op[cost_op >= 0])[inverse]
         flops, nbytes = costs["flops"][inverse], costs["dram_bytes"][inverse]

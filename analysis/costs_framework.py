@@ -92,10 +92,12 @@ def vllm_unified_attention(name: str, ins: OpInputs) -> OpCost | None:
 
 def paged_attention_ragged(name: str, ins: OpInputs) -> OpCost | None:
     """aiter's ``paged_attention_ragged(out [T,Hq,D], workspace, query [T,Hq,D],
-    key_cache [blocks, page, Hkv, D], value_cache [blocks, page, Hkv, Dv], kv_indptr,
-    kv_page_indices, kv_last_page_lens, ...)`` as SGLang's aiter backend calls it (decode: one
-    query token per sequence, causal is moot). The context lengths are device data: the
-    step annotation gives them; without one the cost stays missing."""
+    key_cache [blocks, page, Hkv, D], value_cache [blocks, page, Hkv, Dv], ...)``
+    (aiter/ops/attention.py) as SGLang's aiter backend calls it, recorded by SGLang's shape
+    profiler as ``sglang_profiler::attention_paged_attention_ragged_<n>`` (the counter is
+    dropped by :func:`qualified`). Decode: one query token per sequence, causal is moot. The
+    context lengths are device data (``kv_indptr``): the step annotation gives them; without
+    one the cost stays missing."""
     work = ins.context.attention
     t = tensor_args(ins, 2, 3, 4)
     if work is None or t is None:
@@ -330,6 +332,8 @@ FrameworkFormula = Callable[[str, OpInputs], "OpCost | None"]
 FORMULAS: dict[str, FrameworkFormula] = {
     "vllm::unified_attention_with_output": vllm_unified_attention,
     "vllm::unified_attention": vllm_unified_attention,
+    "sglang_profiler::attention_paged_attention_ragged": paged_attention_ragged,
+    "aiter::paged_attention_ragged": paged_attention_ragged,
     **{name: framework_rms_norm for name in NORM_ROLES},
     "_C::rotary_embedding": rotary_embedding,
     "sgl_kernel::rotary_embedding": rotary_embedding,
@@ -355,16 +359,32 @@ FORMULAS: dict[str, FrameworkFormula] = {
 """Qualified op name (overload dropped) -> formula."""
 
 PATTERNS: tuple[tuple[re.Pattern[str], FrameworkFormula], ...] = (
-    (re.compile(r"paged_attention_ragged"), paged_attention_ragged),
     (re.compile(r"^triton_poi_fused_"), inductor_pointwise),
 )
-"""Ops named with a varying prefix or suffix (SGLang's ``sglang_profiler::attention_paged_attention_ragged_100``)."""
+"""Ops named with a varying suffix (Inductor's ``triton_poi_fused_add_mul_0``)."""
+
+COUNTED_NAMESPACES = frozenset({"sglang_profiler"})
+"""Namespaces whose op names end in a per-call-site counter: SGLang's kernel shape profiler
+registers each wrapped launcher as the custom op ``sglang_profiler::<module>_<function>_<n>``
+(``attention_paged_attention_ragged_100``), ``n`` numbering the wrappers of one run, so the same
+function gets another ``n`` in another build or run. TraceLens strips it the same way
+(``normalize_sglang_profiler_op_names``: ``^(sglang_profiler::.+?)_\\d+$``)."""
+
+_COUNTER = re.compile(r"_\d+$")
 
 
 def qualified(op: str) -> str:
-    """``_C::rms_norm.default`` -> ``_C::rms_norm``."""
+    """The name a framework op's formula is keyed by: the overload dropped
+    (``_C::rms_norm.default`` -> ``_C::rms_norm``) and, in :data:`COUNTED_NAMESPACES`, the
+    trailing call-site counter (``sglang_profiler::attention_paged_attention_ragged_100`` ->
+    ``sglang_profiler::attention_paged_attention_ragged``)."""
     ns, _, rest = op.rpartition("::")
-    return f"{ns}::{rest.split('.', 1)[0]}" if ns else rest.split(".", 1)[0]
+    if not ns:
+        return rest.split(".", 1)[0]
+    base = rest.split(".", 1)[0]
+    if ns in COUNTED_NAMESPACES:
+        base = _COUNTER.sub("", base)
+    return f"{ns}::{base}"
 
 
 def framework_formula(op: str) -> FrameworkFormula | None:

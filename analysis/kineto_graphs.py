@@ -15,7 +15,10 @@ their op and FLOPs/bytes here, by the first method that applies, recorded in ``f
     engine wrote (``perfscope import --capture``, or a ``capture_traces/`` folder beside the
     trace; :mod:`.capture_traces`), of the batch size of the step around the replay: each
     kernel takes the op, shapes and cost of the captured launch at the same position (an op's
-    cost split over its kernels by replay time). A replay that matches no graph exactly is left
+    cost split over its kernels by replay time). An op whose formula needs the step's sequence
+    sums (attention), which the capture range lacks, is priced with its captured inputs and the
+    step annotation around the replay's launch (:meth:`_Context._step_costs`, the same
+    :func:`.costs.op_cost`), else left missing. A replay that matches no graph exactly is left
     to the methods below, and one warning names the mismatch: kernel names alone do not tell
     a graph of another batch size or model apart kernel by kernel, so there is no partial join.
 ``graph-match``
@@ -55,6 +58,8 @@ import pandas as pd
 from .capture_traces import SOURCE as CAPTURE_SOURCE
 from .capture_traces import CaptureLoader, CaptureSet, join_graph, step_batch
 from .costs import ATTENTION, CATEGORY_OF, base_name, category_of, op_cost
+from .costs_args import OpContext, StepAttention, step_attention
+from .costs_framework import needs_step
 from .kineto_ops import ANN, CpuNodes, _first_dtype, _json, op_costs
 from .tree import PHASES
 
@@ -217,7 +222,7 @@ class _Context:
         self.joined: list[int] = []  # kernels of each replay joined to a capture trace
         self.mismatch: dict[str, int] = {}  # why replays matched no captured graph -> how many
         self.why: dict[Any, str] = {}  # memo key of a failed join -> why
-        self._step_ranges: tuple[np.ndarray, np.ndarray, list[int]] | None = None
+        self._step_ranges: dict[str, tuple[np.ndarray, np.ndarray, list[Any]]] = {}
 
     # ------------------------------------------------------------------ methods
     def cost_replay(self, idx: np.ndarray) -> bool:
@@ -230,7 +235,7 @@ class _Context:
         joining = self.captures is not None and bool(self.captures.graphs)
         for method in ((self._capture_trace,) if joining else ()) + (self._capture, self._match, self._shapes):
             key = (method.__name__, names, step if method.__name__ == "_shapes" else
-                   self._batch(idx) if method.__name__ == "_capture_trace" else None)
+                   self._join_key(idx) if method.__name__ == "_capture_trace" else None)
             if key not in self.memo:
                 self.memo[key] = method(idx, names, step)
             found = self.memo[key]
@@ -261,14 +266,16 @@ class _Context:
         """The replay joined to the captured graph of its batch size whose kernel sequence holds it."""
         if self.captures is None or not self.captures.graphs:
             return None
-        batch = self._batch(idx)
+        key = self._join_key(idx)
+        batch, work = key
         found = join_graph(self.captures, names, batch)
         if isinstance(found, str):
-            self.why[("_capture_trace", names, batch)] = found
+            self.why[("_capture_trace", names, key)] = found
             return None
         graph, at = found
         n = len(names)
         out = {c: graph.cols[c][at:at + n].copy() for c in (*COLUMNS, "flops", "dram_bytes")}
+        self._step_costs(out, graph.cols["inputs"][at:at + n], work)
         unit = graph.cols["unit"]
         cut = np.bincount(unit[at:at + n], minlength=len(unit)) < np.bincount(unit, minlength=len(unit))
         cut = cut[unit[at:at + n]]  # an op with kernels outside the run: its split is unknown
@@ -277,22 +284,48 @@ class _Context:
         out["source"] = np.full(n, CAPTURE_SOURCE, dtype=object)
         return out
 
-    def _batch(self, idx: np.ndarray) -> int | None:
-        """The batch size of the step range around the replay's launch (None: no such range)."""
+    def _join_key(self, idx: np.ndarray) -> tuple[int | None, StepAttention | None]:
+        """What a replay's join depends on beyond its kernel names: the batch size of the step
+        range around its launch (which graph) and the step's attention sums (its attention ops'
+        cost); None where no range around the launch gives it."""
+        return self._around(idx, "batch", step_batch), self._around(idx, "attention", step_attention)
+
+    def _around(self, idx: np.ndarray, what: str, parse: Any) -> Any:
+        """``parse(name)`` of the innermost annotation around the replay's launch for which it is
+        not None (the step ranges: ``step_batch``, ``step_attention``), else None."""
         if not len(idx):
             return None
-        if self._step_ranges is None:
+        if what not in self._step_ranges:
             ann = self.nodes.of(ANN)
-            batches = self.nodes.per_name(ann, step_batch).tolist()
-            keep = np.array([b is not None for b in batches], dtype=bool)
-            self._step_ranges = (self.nodes["start_ns"][ann][keep], self.nodes["end_ns"][ann][keep],
-                                 [b for b in batches if b is not None])
-        starts, ends, batches = self._step_ranges
+            values = self.nodes.per_name(ann, parse).tolist()
+            keep = np.array([v is not None for v in values], dtype=bool)
+            self._step_ranges[what] = (self.nodes["start_ns"][ann][keep], self.nodes["end_ns"][ann][keep],
+                                       [v for v in values if v is not None])
+        starts, ends, found = self._step_ranges[what]
         t = self.k.launch_start[idx[0]]
         inside = np.flatnonzero((starts <= t) & (t <= ends))
         if not len(inside):
             return None
-        return batches[int(inside[np.argmax(starts[inside])])]  # the innermost
+        return found[int(inside[np.argmax(starts[inside])])]  # the innermost
+
+    def _step_costs(self, out: dict[str, np.ndarray], inputs: np.ndarray, work: StepAttention | None) -> None:
+        """Price the joined ops whose formula needs the step (attention: the capture range gives
+        no sequence lengths, so the capture left them missing) with their captured inputs and the
+        replay's step sums, through the one :func:`.costs.op_cost`. Without a step annotation
+        around the replay they stay missing."""
+        if work is None:
+            return
+        ops = out["op"]
+        todo = [i for i, o in enumerate(ops.tolist()) if o is not None and np.isnan(out["flops"][i])
+                and inputs[i] is not None and needs_step(str(o))]
+        context = OpContext(attention=work, world_size=self.nodes.world_size)
+        for i in todo:
+            dims, types, concrete = inputs[i]
+            key = ("step", ops[i], _json(dims), _json(types), repr(concrete), work)
+            if key not in self._costs:
+                cost = op_cost(str(ops[i]), dims, types, concrete, context)
+                self._costs[key] = (np.nan, np.nan) if cost is None else (cost.flops, cost.bytes)
+            out["flops"][i], out["dram_bytes"][i] = self._costs[key]
 
     def capture_notes(self, n_replays: int) -> list[str]:
         """The report's lines on the capture traces: what was found and joined, and why not."""

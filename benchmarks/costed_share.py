@@ -2,7 +2,8 @@
 
 ``costed`` = share of kernel time with both FLOPs and bytes; ``bytes only`` = collectives
 (bytes moved, FLOPs undefined); ``placed`` = classified memory or compute (needs the device's
-roofs). Each trace is imported alone (``import_file``).
+roofs). Each trace is imported as ``perfscope import`` does (``import_file``: a
+``capture_traces/`` folder beside a graph trace is joined to its replays).
 
 With ``--capture CAPTURE REPLAY``, the eager ops of a CUDA-graph capture trace are priced as
 the replays would be: each launch call of the capture is costed by its op (or its nearest

@@ -23,6 +23,8 @@ import pandas as pd
 import pytest
 
 from perfscope.analysis.capture_traces import read_captures, step_batch
+from perfscope.analysis.costs import op_cost
+from perfscope.analysis.costs_framework import OpContext, needs_step, step_attention
 from perfscope.analysis.importers import import_file
 from perfscope.analysis.kineto_parse import CPU_KINDS, parse_trace
 from perfscope.errors import InputFormatError, UsageError
@@ -107,11 +109,23 @@ def test_replay_costs_are_the_captured_ops_costs(case: tuple[str, Path]) -> None
     name, folder = case
     (graph,) = read_captures(folder / "capture_traces", found="--capture").graphs
     assert (graph.batch, graph.mode, len(graph.names)) == (32, "FULL", REPLAYED[name])
-    k = _replayed(_report(folder / TRACES[name]))
+    r = _report(folder / TRACES[name])
+    k = _replayed(r)
     costed = k["flops"].notna().to_numpy()
-    # a replayed kernel is costed exactly where its captured op is, and by the join
-    assert (costed == ~np.isnan(graph.cols["flops"])).all()
-    assert costed.any()
+    # attention needs the step's sequence lengths, which the capture range lacks: the capture
+    # leaves it missing and the replay prices it with the replay's step (the same formula)
+    step = np.array([needs_step(op) for op in graph.cols["op"]])
+    assert step.any() and np.isnan(graph.cols["flops"][step]).all()
+    (annotation,) = [n for n in r.ranges["name"] if str(n).startswith("execute_")]
+    context = OpContext(attention=step_attention(annotation), world_size=None)
+    want_flops, want_bytes = graph.cols["flops"].copy(), graph.cols["dram_bytes"].copy()
+    for i in np.flatnonzero(step):
+        cost = op_cost(graph.cols["op"][i], *graph.cols["inputs"][i], context)
+        assert cost is not None
+        want_flops[i], want_bytes[i] = cost.flops, cost.bytes
+    # a replayed kernel is costed exactly where its captured op is (or the step prices it), by the join
+    assert (costed == ~np.isnan(want_flops)).all()
+    assert costed.all() or name == VLLM  # vLLM: one Inductor kernel, triton_poi_fused_0, names no op
     assert set(k.loc[costed, "flops_source"]) == {"graph-capture-trace"}
     assert set(k.loc[costed, "bytes_source"]) == {"graph-capture-trace"}
     assert k.loc[~costed, "flops_source"].isna().all()
@@ -119,8 +133,8 @@ def test_replay_costs_are_the_captured_ops_costs(case: tuple[str, Path]) -> None
     unit = graph.cols["unit"]
     for head in np.unique(unit[costed]):
         mine = unit == head
-        assert k["flops"].to_numpy()[mine].sum() == pytest.approx(graph.cols["flops"][head], rel=1e-9)
-        assert k["dram_bytes"].to_numpy()[mine].sum() == pytest.approx(graph.cols["dram_bytes"][head], rel=1e-9)
+        assert k["flops"].to_numpy()[mine].sum() == pytest.approx(want_flops[head], rel=1e-9)
+        assert k["dram_bytes"].to_numpy()[mine].sum() == pytest.approx(want_bytes[head], rel=1e-9)
 
 
 def test_kernels_per_op_agree_with_tracelens(case: tuple[str, Path]) -> None:
@@ -320,9 +334,9 @@ def test_cli_capture_flag_and_messages(fixtures_dir: Path, tmp_path: Path, capsy
 
 
 def test_no_roofs_finding_names_the_cli_flag(fixtures_dir: Path) -> None:
-    from perfscope.analysis.findings import run_rules
-
     import dataclasses
+
+    from perfscope.analysis.findings import run_rules
 
     # the trace's device is now matched to MI300X by its properties; without roofs the finding names the flag
     r0 = _report(fixtures_dir / VLLM / TRACES[VLLM])
@@ -334,9 +348,10 @@ def test_no_roofs_finding_names_the_cli_flag(fixtures_dir: Path) -> None:
     assert "--roofs" in text and "import_file(" not in text
 
 
-def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_path: Path) -> None:
-    """The vLLM step replayed again inside a batch-16 step range: the capture holds only batch 32,
-    so the first replay is joined and the second is not, and the report counts both."""
+def _replayed_again(fixtures_dir: Path, tmp_path: Path, step_name: Any) -> tuple[Path, int, int]:
+    """The vLLM trace with its graph replay (launch, kernels) repeated after its step, inside a
+    copy of the step range renamed by ``step_name(name)`` (None: no step range around it).
+    Returns (the trace, the first replay's correlation id, the second's)."""
     ev = _events(fixtures_dir / VLLM / TRACES[VLLM])
     with gzip.open(fixtures_dir / VLLM / TRACES[VLLM]) as fh:
         doc = json.loads(fh.read())
@@ -344,7 +359,7 @@ def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_pat
     (step,) = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
     corr = launch["args"]["correlation"]
     shift, new = step["dur"] + 1000.0, corr + 10_000_000
-    copies = [e for e in ev if e is launch or e is step
+    copies = [e for e in ev if e is launch or (e is step and step_name(step["name"]) is not None)
               or (e.get("cat") in ("kernel", "ac2g") and e.get("args", {}).get("correlation") == corr)]
     for e in copies:
         c = json.loads(json.dumps(e))
@@ -352,11 +367,18 @@ def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_pat
         if "correlation" in c.get("args", {}):
             c["args"]["correlation"] = new
         if c.get("cat") == "user_annotation":
-            c["name"] = c["name"].replace("execute_32_", "execute_16_")
+            c["name"] = step_name(c["name"])
         doc["traceEvents"].append(c)
     path = tmp_path / "two_steps.json.gz"
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)
+    return path, corr, new
+
+
+def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The vLLM step replayed again inside a batch-16 step range: the capture holds only batch 32,
+    so the first replay is joined and the second is not, and the report counts both."""
+    path, corr, new = _replayed_again(fixtures_dir, tmp_path, lambda n: n.replace("execute_32_", "execute_16_"))
     r = import_file(path, capture=fixtures_dir / VLLM / "capture_traces")
     k = r.kernels
     first, second = k[k["correlation"] == corr], k[k["correlation"] == new]
@@ -366,6 +388,35 @@ def test_each_replay_is_joined_at_its_own_batch_size(fixtures_dir: Path, tmp_pat
     (missed,) = [w for w in r.warnings if "match no graph" in w]
     assert "1 of 2 replays" in joined
     assert missed.startswith("1 of 2 graph replays") and "runs batch 16" in missed and "[32]" in missed
+
+
+def test_each_replay_prices_its_attention_with_its_own_step(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The vLLM step replayed again at twice the context (generation sk 55,086 -> 110,172):
+    the same graph, so every op but attention costs the same; attention's FLOPs double (one query
+    a sequence: pairs = sum sk) and its KV bytes double. Replayed with no step range around it,
+    attention stays missing and the rest is still joined."""
+    def doubled(name: str) -> str:
+        return name.replace("sk55086sqsq32sqsk55086", "sk110172sqsq32sqsk110172")
+
+    path, corr, new = _replayed_again(fixtures_dir, tmp_path, doubled)
+    k = import_file(path, capture=fixtures_dir / VLLM / "capture_traces").kernels
+    first, second = k[k["correlation"] == corr], k[k["correlation"] == new]
+    attn = first["op"].eq("vllm::unified_attention_with_output").to_numpy()
+    assert attn.sum() == 36 and (second["op"].to_numpy() == first["op"].to_numpy()).all()
+    f1, f2 = first["flops"].to_numpy(), second["flops"].to_numpy()
+    b1, b2 = first["dram_bytes"].to_numpy(), second["dram_bytes"].to_numpy()
+    assert f1[~attn] == pytest.approx(f2[~attn], nan_ok=True)
+    assert f1[attn].sum() == pytest.approx(24 * 4 * 64 * 64 * 55086, rel=1e-12)  # 24 layers, 4 Hq D sum(sk)
+    assert f2[attn].sum() == pytest.approx(2 * f1[attn].sum(), rel=1e-12)
+    q_and_o = 24 * 2 * 32 * 64 * 64 * 2
+    assert b2[attn].sum() - q_and_o == pytest.approx(2 * (b1[attn].sum() - q_and_o), rel=1e-12)
+
+    path, corr, new = _replayed_again(fixtures_dir, tmp_path, lambda n: None)
+    k = import_file(path, capture=fixtures_dir / VLLM / "capture_traces").kernels
+    first, second = k[k["correlation"] == corr], k[k["correlation"] == new]
+    assert second["op"].notna().all()  # one captured batch size: joined without the step's batch
+    assert np.isnan(second["flops"].to_numpy()[attn]).all() and not np.isnan(first["flops"].to_numpy()[attn]).any()
+    assert second["flops"].to_numpy()[~attn] == pytest.approx(first["flops"].to_numpy()[~attn], nan_ok=True)
 
 
 def test_pieces_of_a_graph_join_as_contiguous_runs(fixtures_dir: Path, tmp_path: Path) -> None:

@@ -320,3 +320,37 @@ def test_nvfp4_and_block_scaled_fp8_gemms() -> None:
     cost = op_cost("_C::cutlass_scaled_mm", dims, types)
     assert cost is not None and cost.precision == "fp8" and cost.flops == 2 * 888 * 640 * 2880
     assert cost.bytes == 888 * 640 * 2 + 888 * 2880 + 2880 * 640 + (888 * 23 + 23 * 5) * 4
+
+
+def test_sglang_profiler_counter_is_dropped_where_names_meet_formulas(fixtures_dir: Path) -> None:
+    """SGLang's shape profiler names each wrapped launcher ``sglang_profiler::<module>_<fn>_<n>``;
+    the counter ``n`` differs between runs. Formulas are keyed without it, as TraceLens keys
+    its perf models (its CSVs name the op ``sglang_profiler::attention_paged_attention_ragged``)."""
+    from perfscope.analysis.costs import formula_of
+    from perfscope.analysis.costs_framework import (
+        framework_formula,
+        paged_attention_ragged,
+        qualified,
+    )
+
+    path = fixtures_dir / "thirdparty" / SGLANG / "capture_traces" / "bs_32_rank0.json.gz"
+    with gzip.open(path, "rt") as f:
+        names = {e["name"] for e in json.load(f)["traceEvents"]
+                 if e.get("cat") == "cpu_op" and e["name"].startswith("sglang_profiler::")}
+    assert "sglang_profiler::attention_paged_attention_ragged_100" in names and len(names) == 6
+    stripped = {qualified(n) for n in names}
+    assert len(stripped) == len(names) and not any(n[-1].isdigit() for n in stripped)
+    theirs = {r["name"] for r in _csv(fixtures_dir, SGLANG, "ops_unique_args.csv")}
+    assert qualified("sglang_profiler::attention_paged_attention_ragged_100") in theirs
+    row = next(r for r in _csv(fixtures_dir, SGLANG, "InferenceAttention_fwd.csv") if "paged" in r["name"])
+    ctx = _context(fixtures_dir, SGLANG, row["name"])
+    for counter in ("_100", "_7", ""):  # another run's counter, TraceLens's stripped name
+        op = f"sglang_profiler::attention_paged_attention_ragged{counter}"
+        assert framework_formula(op) is paged_attention_ragged
+        assert formula_of(op) == ("sglang_profiler::attention_paged_attention_ragged", paged_attention_ragged)
+        cost = op_cost(op, *_args(row), ctx)
+        assert cost is not None and cost.flops == pytest.approx(float(row["GFLOPS_first"]) * 1e9, rel=1e-9)
+    # only that namespace carries a counter: other names keep their digits
+    assert qualified("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
+    assert qualified("_C::rms_norm_2.default") == "_C::rms_norm_2"
+    assert framework_formula("sglang_profiler::other_paged_attention_ragged_like_3") is None
