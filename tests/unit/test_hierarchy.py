@@ -1,0 +1,188 @@
+"""The module -> op -> kernel hierarchy (analysis/hierarchy.py), checked against truth:
+the engine's analytic per-layer FLOPs, a brute-force walk of a with_stack trace's own events,
+TraceLens's ops_summary.csv, and a trace without module events."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.hierarchy import hierarchy, instance_class, kernel_paths, modules_at
+from perfscope.analysis.kineto import read_kineto
+from perfscope.engine.model import ModelArgs
+from perfscope.report import Report
+
+ENGINE = "cpu-small-b1-p128-g32.perfscope"
+B200 = "kineto/tracelens_b200__eager_trace.json.gz"
+SGLANG = "thirdparty/tracelens_sglang_decode"
+
+
+@pytest.fixture(scope="module")
+def engine(sample_reports_dir: Path) -> Report:
+    return Report.load(sample_reports_dir / ENGINE)
+
+
+@pytest.fixture(scope="module")
+def b200(fixtures_dir: Path) -> Report:
+    return read_kineto(fixtures_dir / B200)
+
+
+def _layer_flops(args: ModelArgs, steps: pd.DataFrame) -> float:
+    """Analytic FLOPs of one decoder layer over ``steps``: 2 x weights per token, plus attention's
+    QK^T and PV (4 x heads x head_dim per token and context slot)."""
+    a = args
+    weights = (a.dim * (a.n_head + 2 * a.n_kv_head) * a.head_dim + a.n_head * a.head_dim * a.dim
+               + a.dim * 2 * a.intermediate_size + a.intermediate_size * a.dim)
+    return float(sum(2 * weights * t + 4 * a.n_head * a.head_dim * t * c
+                     for t, c in zip(steps["tokens"], steps["context_len"])))
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_engine_layers_collapse_and_carry_the_analytic_flops(engine: Report, phase: str) -> None:
+    args = ModelArgs.from_name(engine.params["model"])
+    k = engine.kernels
+    model_work = engine.replace(kernels=k[k["category"].isin(["gemm", "attention"])])
+    tree = hierarchy(model_work, phase=phase)
+    assert tree.source == "range" and tree.note is None
+    top = tree.nodes[tree.nodes["depth"] == 0]
+    layers = top[top["name"].str.startswith("layer")]
+    assert len(layers) == 1  # layer.0 .. layer.11 are one row
+    row = layers.iloc[0]
+    assert row["name"] == f"layer ×{args.n_layer}" and row["instances"] == args.n_layer
+    expected = _layer_flops(args, engine.steps[engine.steps["phase"] == phase])
+    assert row["flops"] / row["instances"] == pytest.approx(expected, rel=1e-9)
+    # attn and mlp under it, once per layer
+    kids = tree.nodes[tree.nodes["parent"] == row["node"]]
+    assert set(kids["name"]) == {"attn", "mlp"} and set(kids["instances"]) == {args.n_layer}
+    assert row["instance_min_ns"] <= row["instance_mean_ns"] <= row["instance_max_ns"]
+    assert row["slowest"].startswith("layer.")
+
+
+def test_engine_tree_time_adds_up_per_node(engine: Report) -> None:
+    tree = hierarchy(engine, phase="decode")
+    k = engine.kernels
+    decode_ns = float(k.loc[k["phase"] == "decode", "duration_ns"].sum())
+    assert tree.nodes.loc[tree.nodes["depth"] == 0, "time_ns"].sum() == pytest.approx(decode_ns)
+    for node in tree.nodes.sample(40, random_state=0)["node"]:
+        mask = tree.kernel_mask(int(node), len(k))
+        got = float(tree.nodes.loc[tree.nodes["node"] == node, "time_ns"].iloc[0])
+        assert got == pytest.approx(float(k.loc[mask, "duration_ns"].sum()))
+        assert (k.loc[mask, "phase"] == "decode").all()
+    # the expanded tree has one node per layer
+    expanded = hierarchy(engine, phase="decode", collapse=False).nodes
+    top = expanded.loc[expanded["depth"] == 0, "name"]
+    assert sorted(top[top.str.match(r"layer\.\d+$")]) == sorted(f"layer.{i}" for i in range(12))
+
+
+def _oracle_modules(path: Path) -> dict[int, str]:
+    """Per kernel correlation id: the innermost ``nn.Module`` around its launching cpu_op, found by
+    a plain walk of the trace's own events (External id, then time containment on the thread)."""
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    mods: dict[object, list[tuple[float, float, str]]] = {}
+    ops_by_ext: dict[int, dict] = {}
+    launch_ext: dict[int, int] = {}
+    for e in events:
+        cat, a = e.get("cat"), e.get("args") or {}
+        if cat == "python_function" and str(e.get("name", "")).startswith("nn.Module: "):
+            mods.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"], e["name"][len("nn.Module: "):]))
+        elif cat == "cpu_op" and "External id" in a:
+            ops_by_ext.setdefault(a["External id"], e)
+        elif cat == "kernel" and "External id" in a:
+            launch_ext[a["correlation"]] = a["External id"]
+    out = {}
+    for corr, ext in launch_ext.items():
+        op = ops_by_ext.get(ext)
+        if op is None:
+            continue
+        around = [m for m in mods.get(op["tid"], []) if m[0] <= op["ts"] and op["ts"] + op["dur"] <= m[1]]
+        if around:
+            out[corr] = min(around, key=lambda m: m[1] - m[0])[2]
+    return out
+
+
+def test_b200_each_gemm_sits_in_its_module(fixtures_dir: Path, b200: Report) -> None:
+    truth = _oracle_modules(fixtures_dir / B200)
+    paths, source, note = kernel_paths(b200)
+    assert source == "module" and note is None
+    k = b200.kernels
+    gemm = np.flatnonzero(k["op"].isin(["aten::mm", "aten::addmm", "aten::matmul", "aten::linear"]).to_numpy())
+    assert len(gemm) >= 100
+    checked = 0
+    for i in gemm.tolist():
+        corr = int(k["correlation"].iat[i])
+        if corr in truth:
+            assert paths[i][-1] == truth[corr], k["op"].iat[i]
+            checked += 1
+    assert checked == len(gemm)
+    # per-module kernel time is the sum over its kernels, in the expanded tree
+    tree = hierarchy(b200, collapse=False)
+    for node in tree.nodes[tree.nodes["level"] == "module"]["node"].head(60):
+        mask = tree.kernel_mask(int(node), len(k))
+        assert float(tree.nodes.loc[tree.nodes["node"] == node, "time_ns"].iloc[0]) == pytest.approx(
+            float(k.loc[mask, "duration_ns"].sum()))
+
+
+def test_b200_layers_collapse_with_their_spread(b200: Report) -> None:
+    nodes = hierarchy(b200).nodes
+    blocks = nodes[nodes["name"] == "TransformerBlock ×36"]
+    assert len(blocks) == 1 and blocks["instances"].iat[0] == 36
+    row = blocks.iloc[0]
+    assert row["instance_min_ns"] < row["instance_mean_ns"] < row["instance_max_ns"]
+    assert row["instance_mean_ns"] * 36 == pytest.approx(row["time_ns"])
+    # the slowest block is named, and is that block's time
+    expanded = hierarchy(b200, collapse=False).nodes
+    slowest = expanded[expanded["path"].str.endswith(row["slowest"].split("/")[-1])
+                       & (expanded["level"] == "module")]
+    assert slowest["time_ns"].max() == pytest.approx(row["instance_max_ns"])
+
+
+def test_sglang_gemm_launches_sit_in_tracelens_parent_modules(fixtures_dir: Path) -> None:
+    """The graph-capture trace holds the launches of the decode step's ops: the GEMM modules'
+    launches, by innermost module class, are TraceLens's aten::mm counts per parent_module."""
+    folder = fixtures_dir / SGLANG
+    summary = pd.read_csv(folder / "perf_csvs" / "ops_summary.csv")
+    gemm = summary[summary["name"] == "aten::mm"]
+    expected = {str(m).removeprefix("nn.Module: "): int(c) for m, c in zip(gemm["parent_module"], gemm["Count"])}
+    report = read_kineto(folder / "capture_traces" / "bs_32_rank0.json.gz")
+    mods = report.ranges[report.ranges["source"] == "module"]
+    launches = report.api[report.api["name"].str.contains("LaunchKernel")]
+    at = modules_at(mods, launches["thread"].to_numpy("float64"), launches["start_ns"].to_numpy("int64"))
+    counts = Counter(instance_class(p[-1]) for p in at if p)
+    for module in ("MergedColumnParallelLinear", "RowParallelLinear", "QKVParallelLinear"):
+        assert counts[module] == expected[module], module
+    # every launch in a linear layer sits under Qwen3Model / Qwen3DecoderLayer_N
+    assert all(p[0] == "Qwen3Model_0" and instance_class(p[1]) == "Qwen3DecoderLayer"
+               for p in at if p and instance_class(p[-1]) in expected and instance_class(p[-1]) != "LogitsProcessor")
+    # the module ranges keep the trace's parent links: 36 decoder layers under the model
+    layers = mods[mods["name"].str.startswith("Qwen3DecoderLayer_")]
+    assert len(layers) == 36 and set(layers["path"].str.split("/").str[0]) == {"Qwen3Model_0"}
+
+
+def test_trace_without_module_events_or_ranges_is_op_then_kernel(fixtures_dir: Path) -> None:
+    report = read_kineto(fixtures_dir / "kineto" / "kineto_docs_h100_before_fix.json")
+    assert not (report.ranges.get("source", pd.Series(dtype=object)) == "module").any()
+    tree = hierarchy(report)
+    assert tree.source == "op" and "with_stack" in str(tree.note)
+    assert set(tree.nodes.loc[tree.nodes["depth"] == 0, "level"]) == {"op"}
+    assert set(tree.nodes.loc[tree.nodes["depth"] == 1, "level"]) == {"kernel"}
+    assert tree.nodes.loc[tree.nodes["depth"] == 0, "time_ns"].sum() == pytest.approx(
+        float(report.kernels["duration_ns"].sum()))
+
+
+def test_missing_costs_stay_missing(b200: Report) -> None:
+    nodes = hierarchy(b200).nodes
+    low = nodes[nodes["flops_coverage_pct"] < 90]
+    assert len(low) and low["flops"].isna().all() and low["dram_bytes"].isna().all()
+
+
+def test_instance_class() -> None:
+    assert instance_class("Qwen3DecoderLayer_35") == "Qwen3DecoderLayer"
+    assert instance_class("layer.7") == "layer"
+    assert instance_class("Qwen3") == "Qwen3" and instance_class("attn") == "attn"
