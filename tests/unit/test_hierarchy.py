@@ -186,3 +186,33 @@ def test_instance_class() -> None:
     assert instance_class("Qwen3DecoderLayer_35") == "Qwen3DecoderLayer"
     assert instance_class("layer.7") == "layer"
     assert instance_class("Qwen3") == "Qwen3" and instance_class("attn") == "attn"
+
+
+def test_cli_tree_text_and_json(sample_reports_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perfscope.cli import main
+
+    path = str(sample_reports_dir / ENGINE)
+    assert main(["analyze", path, "--tree", "--depth", "2", "--phase", "decode"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Where the time goes (decode): range -> op -> kernel")
+    layer = next(line for line in lines if "layer ×12" in line)
+    assert "layer." in layer  # the slowest layer is named
+    assert not any(line.startswith("      ") and "aten::" in line for line in lines)  # depth 2: no ops under attn
+    assert main(["analyze", path, "--json", "--depth", "1"]) == 0
+    tree = json.loads(capsys.readouterr().out)["tree"]
+    assert tree["source"] == "range" and set(tree["phases"]) == {"prefill", "decode"}
+    top = tree["phases"]["decode"]
+    assert {n["depth"] for n in top} == {0}
+    layer_node = next(n for n in top if n["name"] == "layer ×12")
+    assert layer_node["instances"] == 12 and layer_node["flops"] > 0
+    assert main(["analyze", path, "--tree", "--phase", "nope"]) != 0
+    err = capsys.readouterr().err
+    assert "no kernels of phase 'nope'" in err and "Traceback" not in err
+
+
+def test_notebook_methods(engine: Report) -> None:
+    df = engine.hierarchy(phase="prefill")
+    assert list(df.columns)[:3] == ["node", "parent", "depth"]
+    fig = engine.hierarchy_figure(phase="prefill")
+    assert fig.data[0].type == "icicle" and len(fig.data[0].ids) == len(df)
+    assert float(fig.data[0].values[0]) == pytest.approx(float(df["time_ns"].iat[0]))
