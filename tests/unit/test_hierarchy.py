@@ -216,3 +216,17 @@ def test_notebook_methods(engine: Report) -> None:
     fig = engine.hierarchy_figure(phase="prefill")
     assert fig.data[0].type == "icicle" and len(fig.data[0].ids) == len(df)
     assert float(fig.data[0].values[0]) == pytest.approx(float(df["time_ns"].iat[0]))
+
+
+def test_compare_by_module_names_the_slower_layer(engine: Report) -> None:
+    from perfscope.analysis.compare import compare
+
+    k = engine.kernels
+    slow = k["range"].fillna("").str.contains("/layer.3/").to_numpy()
+    dur = k["duration_ns"].to_numpy() * np.where(slow, 2, 1)
+    b = engine.replace(kernels=k.assign(duration_ns=dur, end_ns=k["start_ns"].to_numpy() + dur))
+    c = compare(engine, b, key="module")
+    top = c.by_name.head(2)
+    assert set(top["name"]) == {"layer.3/attn", "layer.3/mlp"}
+    assert float(top["delta_s"].sum()) == pytest.approx(float(k.loc[slow, "duration_ns"].sum()) * 1e-9)
+    assert (c.by_name["delta_s"].iloc[2:].abs() < 1e-12).all()
