@@ -17,6 +17,8 @@ from __future__ import annotations
 import struct
 from functools import cache
 
+import numpy as np
+
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 """TrackEvent.Type values."""
 
@@ -30,7 +32,7 @@ def varint(n: int) -> bytes:
     """``n`` (>= 0; a negative int64 as its 64-bit two's complement) as a protobuf varint."""
     if n < 0:
         n += 1 << 64
-    if n < 0x80:
+    if n < _TABLE:
         return _SMALL[n]
     out = bytearray()
     while n > 0x7F:
@@ -40,7 +42,9 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
-_SMALL = [bytes([i]) for i in range(0x80)]
+_TABLE = 1 << 14
+_SMALL = [bytes([i]) if i < 0x80 else bytes([(i & 0x7F) | 0x80, i >> 7]) for i in range(_TABLE)]
+"""The varints of 0 .. 2**14 - 1 (lengths and small ids), ready-made."""
 
 
 @cache
@@ -90,6 +94,50 @@ def annotation_int(name: str, value: int) -> bytes:
 
 def annotation_double(name: str, value: float) -> bytes:
     return f_bytes(4, f_string(10, name) + f_double(5, value))
+
+
+def varints(values: np.ndarray) -> list[bytes]:
+    """The varint of each value of a non-negative int64 array, encoded with numpy (one bytes per value)."""
+    v = np.asarray(values, dtype="uint64")
+    n = len(v)
+    if not n:
+        return []
+    shifts = (np.arange(10, dtype="uint64") * np.uint64(7))
+    groups = (v[:, None] >> shifts[None, :]) & np.uint64(0x7F)
+    length = np.ones(n, dtype="int64")
+    for k in range(1, 10):
+        length += (v >> np.uint64(7 * k)) > 0
+    more = np.arange(10)[None, :] < (length[:, None] - 1)
+    mat = (groups | np.where(more, np.uint64(0x80), np.uint64(0))).astype("uint8")
+    blob = mat.tobytes()
+    return [blob[i * 10: i * 10 + int(m)] for i, m in enumerate(length.tolist())]
+
+
+def int_annotations(name: str, values: np.ndarray) -> list[bytes]:
+    """DebugAnnotation(name, int_value) fields for each value (>= 0; NaN: empty bytes)."""
+    vals = np.asarray(values, dtype="float64")
+    ok = ~np.isnan(vals)
+    name_field = f_string(10, name)
+    out = [b""] * len(vals)
+    encoded = varints(vals[ok].astype("int64"))
+    for i, vb in zip(np.flatnonzero(ok).tolist(), encoded):
+        inner_len = len(name_field) + 1 + len(vb)
+        out[i] = b"".join((b"\x22", _SMALL[inner_len], name_field, b"\x20", vb))
+    return out
+
+
+def double_annotations(name: str, values: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """DebugAnnotation(name, double_value) fields (``track_event.debug_annotations``) for each
+    value, NaN left out: (one blob, per-value end offsets into it, NaN values empty)."""
+    inner = f_string(10, name) + tag(5, 1)
+    prefix = tag(4, 2) + varint(len(inner) + 8) + inner
+    vals = np.asarray(values, dtype="<f8")
+    ok = ~np.isnan(vals)
+    width = len(prefix) + 8
+    mat = np.empty((int(ok.sum()), width), dtype="uint8")
+    mat[:, : len(prefix)] = np.frombuffer(prefix, dtype="uint8")
+    mat[:, len(prefix):] = vals[ok].view("uint8").reshape(-1, 8)
+    return mat.tobytes(), np.cumsum(np.where(ok, width, 0))
 
 
 def interned_names(pairs: list[tuple[int, str]]) -> bytes:

@@ -17,7 +17,6 @@ the file: no manifest block, no source path, no environment.
 
 from __future__ import annotations
 
-import math
 import os
 import uuid as _uuid
 from collections.abc import Callable
@@ -83,9 +82,14 @@ def _num(df: pd.DataFrame, col: str) -> np.ndarray:
     return pd.to_numeric(df[col], errors="coerce").to_numpy("float64", na_value=np.nan)
 
 
-def _tracks(group: str, keys: pd.Series, label: Callable[[Any], str]) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    codes, distinct = _codes(keys)
-    return codes, [(group, label(d)) for d in distinct]
+def _tracks(group: str, keys: list[np.ndarray], label: Callable[..., str]) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Track index per row from the key columns ``keys`` (factorized together) and each track's name."""
+    codes, distinct = pd.MultiIndex.from_arrays(keys).factorize()
+    return codes.astype("int64"), [(group, label(*d)) for d in distinct]
+
+
+def _int_text(x: Any) -> str:
+    return "?" if pd.isna(x) else str(int(x))
 
 
 def _kernel_slices(report: Report) -> _Slices:
@@ -93,12 +97,9 @@ def _kernel_slices(report: Report) -> _Slices:
 
     k = report.kernels
     cpu = k["device"].astype("object").fillna("").astype(str).str.startswith("cpu").to_numpy()
-    stream = pd.Series(_num(k, "stream"))
-    thread = pd.Series(_num(k, "thread"))
-    where = np.where(cpu, "thread " + thread.map(lambda t: "?" if math.isnan(t) else str(int(t))),
-                     "stream " + stream.map(lambda s: "?" if math.isnan(s) else str(int(s))))
-    keys = k["device"].astype("object").fillna("?").astype(str) + "\x1f" + pd.Series(where, index=k.index)
-    track, names = _tracks("kernels", keys, lambda d: str(d).replace("\x1f", " "))
+    lane = np.where(cpu, _num(k, "thread"), _num(k, "stream"))
+    track, names = _tracks("kernels", [k["device"].astype("object").fillna("?").to_numpy(object), cpu, lane],
+                           lambda d, c, x: f"{d} {'thread' if c else 'stream'} {_int_text(x)}")
     name_codes, distinct = _codes(k["name"])
     paths, _, _ = kernel_paths(report)
     pcodes, pdistinct = pd.factorize(pd.Series(paths, dtype=object))
@@ -122,9 +123,8 @@ def _range_slices(report: Report) -> _Slices | None:
     if not len(r):
         return None
     source = r["source"].astype("object").fillna("ranges") if "source" in r else pd.Series("ranges", index=r.index)
-    thread = pd.Series(_num(r, "thread"), index=r.index).map(lambda t: "?" if math.isnan(t) else str(int(t)))
-    label = source.map(lambda s: "nn.Module calls" if s == "module" else f"{s} ranges")
-    track, names = _tracks("host", label + " (thread " + thread + ")", str)
+    track, names = _tracks("host", [source.to_numpy(object), _num(r, "thread")],
+                           lambda s, t: f"{'nn.Module calls' if s == 'module' else f'{s} ranges'} (thread {_int_text(t)})")
     codes, distinct = _codes(r["name"])
     s = _Slices("range", r["start_ns"].to_numpy("int64"), r["end_ns"].to_numpy("int64"), track, names, codes, distinct)
     if "path" in r:
@@ -136,8 +136,7 @@ def _api_slices(report: Report) -> _Slices | None:
     a = report.api
     if not len(a):
         return None
-    thread = pd.Series(_num(a, "thread"), index=a.index).map(lambda t: "?" if math.isnan(t) else str(int(t)))
-    track, names = _tracks("host", "launch calls (thread " + thread + ")", str)
+    track, names = _tracks("host", [_num(a, "thread")], lambda t: f"launch calls (thread {_int_text(t)})")
     codes, distinct = _codes(a["name"])
     s = _Slices("api", a["start_ns"].to_numpy("int64"), a["end_ns"].to_numpy("int64"), track, names, codes, distinct)
     if "correlation" in a:
@@ -233,51 +232,70 @@ class _ProtoWriter:
     def slices(self, s: _Slices) -> int:
         uuids = [self.track(g, n) for g, n in s.track_names]
         track_bytes = [pb.f_varint(11, u) for u in uuids]
-        name_iid = np.full(len(s.names) + 1, -1, dtype="int64")
-        arg_cache: dict[str, dict[int, bytes]] = {a: {} for a in s.args}
+        name_iid: list[bytes | None] = [None] * (len(s.names) + 1)  # the last answers code -1
+        str_cache: dict[str, dict[int, bytes]] = {a: {} for a in s.args}
         seq = pb.f_varint(10, SEQ)
         begin_t, end_t = pb.f_varint(9, pb.SLICE_BEGIN), pb.f_varint(9, pb.SLICE_END)
+        ts_tag, ev_tag = pb.tag(8, 0), pb.tag(11, 2)
+        varint = pb.varint
+        first = self.first  # the first packet of the sequence clears the incremental state
+        self.first = False
+        flags = pb.f_varint(13, pb.SEQ_NEEDS_INCREMENTAL_STATE)
+        first_flags = pb.f_varint(13, pb.SEQ_INCREMENTAL_STATE_CLEARED | pb.SEQ_NEEDS_INCREMENTAL_STATE)
+        strs = [(a, vals, distinct) for a, (kind, vals, distinct) in s.args.items() if kind == "str"]
+        ints = [(a, vals) for a, (kind, vals, _) in s.args.items() if kind == "int"]
+        dbls = [(a, vals) for a, (kind, vals, _) in s.args.items() if kind == "double"]
+        small, limit = pb._SMALL, len(pb._SMALL)
+        end_tails = []
+        for tb in track_bytes:
+            end_ev = end_t + tb
+            end_tails.append(seq + ev_tag + pb.varint(len(end_ev)) + end_ev + flags)
         written = 0
         for lo in range(0, len(s.start), CHUNK):
             hi = min(lo + CHUNK, len(s.start))
-            chunk_args = {a: (kind, vals[lo:hi], distinct) for a, (kind, vals, distinct) in s.args.items()}
+            t0s = pb.varints(s.start[lo:hi])
+            t1s = pb.varints(np.maximum(s.end[lo:hi], s.start[lo:hi]))
+            dblobs = [pb.double_annotations(a, v[lo:hi]) for a, v in dbls]
+            str_codes = [(a, vals[lo:hi].tolist(), distinct, str_cache[a]) for a, vals, distinct in strs]
+            int_anns = [pb.int_annotations(a, v[lo:hi]) for a, v in ints]
             buf = []
-            for j, (t0, t1, tr, nc) in enumerate(zip(s.start[lo:hi].tolist(), s.end[lo:hi].tolist(),
-                                                     s.track[lo:hi].tolist(), s.name_codes[lo:hi].tolist())):
+            for j, (tr, nc) in enumerate(zip(s.track[lo:hi].tolist(), s.name_codes[lo:hi].tolist())):
                 intern = b""
-                iid = int(name_iid[nc])
-                if iid < 0:
+                iid_b = name_iid[nc]
+                if iid_b is None:
                     name = "?" if nc < 0 else str(s.names[nc])
                     iid = self.iids.get(name, 0)
                     if not iid:
                         iid = self.iids[name] = len(self.iids) + 1
                         intern = pb.interned_names([(iid, name)])
-                    name_iid[nc] = iid
-                ann = self._args(chunk_args, j, arg_cache)
-                tb = track_bytes[tr]
-                ev = begin_t + tb + pb.f_varint(10, iid) + ann
-                buf.append(pb.packet(pb.f_varint(8, t0) + seq + intern + pb.f_bytes(11, ev) + self.flags()))
-                buf.append(pb.packet(pb.f_varint(8, max(t1, t0)) + seq + pb.f_bytes(11, end_t + tb) + self.flags()))
+                    iid_b = name_iid[nc] = pb.f_varint(10, iid)
+                parts = [begin_t, track_bytes[tr], iid_b]
+                for a, codes, distinct, cache in str_codes:
+                    code = codes[j]
+                    if code >= 0:
+                        b = cache.get(code)
+                        if b is None:
+                            value = distinct[code]
+                            b = cache[code] = b"" if value is None else pb.annotation_str(a, str(value))
+                        parts.append(b)
+                for anns in int_anns:
+                    parts.append(anns[j])
+                for blob, ends in dblobs:
+                    e0 = int(ends[j - 1]) if j else 0
+                    e1 = int(ends[j])
+                    if e1 > e0:
+                        parts.append(blob[e0:e1])
+                ev = b"".join(parts)
+                head = first_flags if first and not written else flags
+                p1 = b"".join((ts_tag, t0s[j], seq, intern, ev_tag, small[len(ev)] if len(ev) < limit else varint(len(ev)),
+                               ev, head))
+                t1 = t1s[j]
+                tail = end_tails[tr]
+                buf.append(b"\x0a" + (small[len(p1)] if len(p1) < limit else varint(len(p1))) + p1)
+                buf.append(b"".join((b"\x0a", small[1 + len(t1) + len(tail)], ts_tag, t1, tail)))
                 written += 1
             self.out.write(b"".join(buf))
         return written
-
-    @staticmethod
-    def _args(chunk_args: dict[str, tuple[str, np.ndarray, Any]], j: int, cache: dict[str, dict[int, bytes]]) -> bytes:
-        parts = []
-        for name, (kind, vals, distinct) in chunk_args.items():
-            v = vals[j]
-            if kind == "str":
-                code = int(v)
-                if code < 0 or distinct[code] is None:
-                    continue
-                b = cache[name].get(code)
-                if b is None:
-                    b = cache[name][code] = pb.annotation_str(name, str(distinct[code]))
-                parts.append(b)
-            elif not math.isnan(v):
-                parts.append(pb.annotation_int(name, int(v)) if kind == "int" else pb.annotation_double(name, float(v)))
-        return b"".join(parts)
 
     def counters(self, name: str, t: np.ndarray, v: np.ndarray) -> int:
         u = self.track("counters", name, counter=True)
@@ -321,27 +339,30 @@ class _ChromeWriter:
 
     def slices(self, s: _Slices) -> int:
         ids = [self.track(g, n) for g, n in s.track_names]
-        names = [str(n) for n in s.names] + ["?"]
+        names = np.array([str(n) for n in s.names] + ["?"], dtype=object)
+        arg_names = list(s.args)
         for lo in range(0, len(s.start), CHUNK):
             hi = min(lo + CHUNK, len(s.start))
-            ts = (s.start[lo:hi] - self.origin) / 1000.0
-            dur = np.maximum(s.end[lo:hi] - s.start[lo:hi], 0) / 1000.0
-            cols = {a: (kind, vals[lo:hi], distinct) for a, (kind, vals, distinct) in s.args.items()}
-            events = []
-            for j, (t, d, tr, nc) in enumerate(zip(ts.tolist(), dur.tolist(), s.track[lo:hi].tolist(),
-                                                   s.name_codes[lo:hi].tolist())):
-                args: dict[str, Any] = {}
-                for a, (kind, vals, distinct) in cols.items():
-                    v = vals[j]
-                    if kind == "str":
-                        if v >= 0 and distinct[v] is not None:
-                            args[a] = str(distinct[v])
-                    elif not math.isnan(v):
-                        args[a] = int(v) if kind == "int" else float(v)
-                pid, tid = ids[tr]
-                events.append({"ph": "X", "cat": s.kind, "name": names[nc], "pid": pid, "tid": tid,
-                               "ts": t, "dur": d, "args": args})
-            self.emit(events)
+            ts = ((s.start[lo:hi] - self.origin) / 1000.0).tolist()
+            dur = (np.maximum(s.end[lo:hi] - s.start[lo:hi], 0) / 1000.0).tolist()
+            columns = []
+            for kind, vals, distinct in s.args.values():
+                v = vals[lo:hi]
+                if kind == "str":
+                    table = np.array(list(distinct) + [None], dtype=object)
+                    columns.append(table[v].tolist())
+                else:
+                    nan = np.isnan(v)
+                    obj = np.full(len(v), None, dtype=object)
+                    obj[~nan] = v[~nan].astype("int64") if kind == "int" else v[~nan]
+                    columns.append(obj.tolist())
+            rows = zip(*columns) if columns else ((),) * (hi - lo)
+            track = s.track[lo:hi].tolist()
+            label = names[s.name_codes[lo:hi]].tolist()
+            kind = s.kind
+            self.emit([{"ph": "X", "cat": kind, "name": n, "pid": ids[tr][0], "tid": ids[tr][1], "ts": t, "dur": d,
+                        "args": {a: x for a, x in zip(arg_names, row) if x is not None}}
+                       for n, tr, t, d, row in zip(label, track, ts, dur, rows)])
         return len(s.start)
 
     def counters(self, name: str, t: np.ndarray, v: np.ndarray) -> int:
