@@ -41,4 +41,10 @@ COMPARE_B = "compare-b"
 COMPARE_FIGURE = "compare-graph"
 COMPARE_TABLE = "compare-table"
 
-VIEWS = ("overview", "timeline", "roofline", "kernels", "phases", "counters", "compare")
+TREE_FIGURE = "tree-graph"  # the hierarchy tab (figures_tree.tree_figure); click a node to filter
+TREE_PHASE = "tree-phase"
+TREE_ROOFLINE = "tree-roofline"
+TREE_GRID = "tree-kernels"
+TREE_NOTE = "tree-note"
+
+VIEWS = ("overview", "timeline", "roofline", "kernels", "tree", "phases", "counters", "compare")

@@ -171,6 +171,24 @@ def _kernels_panel() -> html.Div:
     ])
 
 
+def _tree_panel() -> html.Div:
+    """The hierarchy tab: the icicle of module -> op -> kernel; a click on a node filters the
+    roofline (per kernel name) and the kernel table below it to that node's kernels."""
+    return html.Div([
+        _controls(html.Label(["phase ", dcc.Dropdown(id=ids.TREE_PHASE, value="all", clearable=False, options=[
+            {"label": "all", "value": "all"}], style={"width": "140px"})]),
+            html.Span("click a box to filter the roofline and the table to it; click the top bar to go back up",
+                      className="muted")),
+        _graph(ids.TREE_FIGURE),
+        html.P(id=ids.TREE_NOTE, className="muted"),
+        html.Div([html.Div(_graph(ids.TREE_ROOFLINE), className="main"),
+                  html.Div(dag.AgGrid(id=ids.TREE_GRID, rowData=[], columnDefs=[],
+                                      defaultColDef={"sortable": True, "filter": True, "resizable": True},
+                                      dashGridOptions={"pagination": True, "paginationPageSize": 20},
+                                      style={"height": "560px"}), className="details")], className="split"),
+    ])
+
+
 def _compare_panel(options: list[dict[str, str]]) -> html.Div:
     first = options[0]["value"] if options else None
     second = options[1]["value"] if len(options) > 1 else first
@@ -193,6 +211,7 @@ def build_layout(entries: list[Entry]) -> html.Div:
                                                   className="muted")), _graph(ids.TIMELINE)]),
         "roofline": _roofline_panel(),
         "kernels": _kernels_panel(),
+        "tree": _tree_panel(),
         "phases": html.Div([html.Div(id=ids.PHASE_TABLE), _graph(ids.PHASE_FIGURE), _graph(ids.STEP_FIGURE),
                             _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES)]),
         "counters": _graph(ids.COUNTERS),

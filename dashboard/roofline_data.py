@@ -230,6 +230,7 @@ def roofline_points(
     range_filter: str | None = None,
     name_filter: str | None = None,
     max_points: int = MAX_POINTS,
+    rows: np.ndarray | None = None,
 ) -> RooflinePoints:
     """The markers of a roofline: one per kernel (``per="kernel"``) or per name (``"name"``).
 
@@ -241,11 +242,23 @@ def roofline_points(
         range_filter: keep kernels whose range path contains this text.
         name_filter: keep kernels whose name contains this text.
         max_points: above this, markers on the same screen cell merge.
+        rows: a boolean mask over ``report.kernels`` to keep as well (the tree tab's node); with
+            it, a per-kernel roofline shows the ``max_points`` longest kernels, unmerged.
     """
     if per not in ("kernel", "name"):
         raise ValueError(f"per must be 'kernel' or 'name', not {per!r}")
     mask = filter_mask(report, phase=phase, range_filter=range_filter, name_filter=name_filter)
+    if rows is not None:
+        mask &= rows
     total, unplaced = _total_ns(report), unplaced_in(report, mask)
+    if rows is not None:
+        if per == "name":
+            return RooflinePoints(_name_points(report, mask), unplaced, total)
+        frame, at = _kernel_points(report)
+        chosen = frame.take(np.flatnonzero(mask[at]))
+        hidden = max(len(chosen) - max_points, 0)
+        chosen = chosen.nlargest(max_points, "duration_ns") if hidden else chosen
+        return RooflinePoints(chosen.reset_index(drop=True), unplaced, total, False, hidden)
     if per == "name":
         points = memo(report, f"roofline:name:{phase}|{range_filter}|{name_filter}",
                       lambda: _name_points(report, mask))

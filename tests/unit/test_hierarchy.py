@@ -230,3 +230,33 @@ def test_compare_by_module_names_the_slower_layer(engine: Report) -> None:
     assert set(top["name"]) == {"layer.3/attn", "layer.3/mlp"}
     assert float(top["delta_s"].sum()) == pytest.approx(float(k.loc[slow, "duration_ns"].sum()) * 1e-9)
     assert (c.by_name["delta_s"].iloc[2:].abs() < 1e-12).all()
+
+
+def test_dashboard_tree_tab_filters_roofline_and_table(tmp_path: Path, engine: Report) -> None:
+    from perfscope.dashboard import callbacks as cb
+    from perfscope.dashboard import ids
+    from perfscope.dashboard.store import ReportStore
+
+    engine.save(tmp_path / "e.perfscope")
+    store = ReportStore([tmp_path])
+    key = store.entries()[0].key
+    options, value = cb.on_tree_phases(store, key)
+    assert [o["value"] for o in options] == ["all", "prefill", "decode"] and value == "all"
+    fig = cb.on_tree(store, key, "tree", "decode")
+    assert fig.data[0].type == "icicle"
+    assert cb.on_tree(store, key, "overview", "decode") is cb.NO  # only while the tab is shown
+    tree = hierarchy(engine, phase="decode")
+    mlp = tree.nodes[(tree.nodes["name"] == "mlp")].iloc[0]
+    click = {"points": [{"customdata": int(mlp["node"])}]}
+    roof, rows, columns, note = cb.on_tree_select(store, key, "tree", "decode", click, ids.TREE_FIGURE)
+    mask = tree.kernel_mask(int(mlp["node"]), len(engine.kernels))
+    assert note.startswith("layer ×12 / mlp") and f"{int(mask.sum()):,} kernels" in note
+    assert len(rows) == min(int(mask.sum()), cb.TREE_GRID_ROWS) and {c["field"] for c in columns} >= {"name", "key"}
+    keys = [int(r["key"]) for r in rows]  # row indexes into report.kernels
+    assert all(str(engine.kernels["range"].iat[i]).endswith("/mlp") for i in keys)
+    assert min(engine.kernels["duration_ns"].iloc[keys]) >= np.sort(engine.kernels.loc[mask, "duration_ns"])[-len(keys)]
+    names = {str(n) for trace in roof.data if trace.customdata is not None for n in np.asarray(trace.customdata)[:, 0]}
+    assert names and names <= set(engine.kernels.loc[mask, "name"].astype(str))
+    # a change of phase forgets the click: the whole tree of that phase
+    _, _, _, note = cb.on_tree_select(store, key, "tree", "prefill", click, ids.TREE_PHASE)
+    assert note.startswith("the whole tree (prefill)")
