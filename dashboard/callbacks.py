@@ -207,9 +207,11 @@ def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[
     report = store.load(key)
     tree = hierarchy(report, phase=_tree_phase(phase))
     points = (click or {}).get("points") or []
-    node = points[0].get("customdata") if points else None
+    node = points[0].get("id", points[0].get("customdata")) if points else None  # the icicle's ids are node numbers
     if isinstance(node, list):
         node = node[0] if node else None
+    if isinstance(node, str):
+        node = int(node) if node.isdigit() else None
     if node is None or int(node) not in set(tree.nodes["node"].tolist()):
         mask = None
         if tree.phase is not None:

@@ -41,7 +41,7 @@ def tree_figure(report: Report, *, phase: str | None = None, depth: int | None =
     fig = go.Figure(go.Icicle(
         ids=nodes["node"].astype(str), parents=[("" if p < 0 else str(p)) for p in nodes["parent"]],
         labels=[esc(n) for n in nodes["name"]], values=nodes["time_ns"].astype(float),
-        branchvalues="total", customdata=nodes["node"].to_numpy(),
+        branchvalues="total", customdata=nodes["node"].astype(int).tolist(),
         marker={"colors": [BOUND_COLORS.get(str(b), BOUND_COLORS["unknown"]) for b in nodes["bound"]]},
         hovertext=hover, hoverinfo="text", tiling={"orientation": "v"}, maxdepth=4,
     ))

@@ -181,11 +181,11 @@ def _tree_panel() -> html.Div:
                       className="muted")),
         _graph(ids.TREE_FIGURE),
         html.P(id=ids.TREE_NOTE, className="muted"),
-        html.Div([html.Div(_graph(ids.TREE_ROOFLINE), className="main"),
-                  html.Div(dag.AgGrid(id=ids.TREE_GRID, rowData=[], columnDefs=[],
-                                      defaultColDef={"sortable": True, "filter": True, "resizable": True},
-                                      dashGridOptions={"pagination": True, "paginationPageSize": 20},
-                                      style={"height": "560px"}), className="details")], className="split"),
+        _graph(ids.TREE_ROOFLINE),
+        dag.AgGrid(id=ids.TREE_GRID, rowData=[], columnDefs=[],
+                   defaultColDef={"sortable": True, "filter": True, "resizable": True},
+                   dashGridOptions={"pagination": True, "paginationPageSize": 20, "tooltipShowDelay": 300},
+                   style={"height": "560px"}),
     ])
 
 

@@ -64,3 +64,60 @@ def test_tree_section_renders(driver: Any, tmp_path: Path, sample_reports_dir: P
         assert "TransformerBlock ×36" in result["text"]
     if name == "engine":
         assert "layer ×12" in result["text"]
+
+
+@pytest.fixture(scope="module")
+def tree_dashboards(tmp_path_factory: pytest.TempPathFactory, sample_reports_dir: Path,
+                    fixtures_dir: Path) -> Any:
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from perfscope.dashboard.app import create_app
+
+    urls, servers = {}, []
+    for name, report in _reports(sample_reports_dir, fixtures_dir).items():
+        root = tmp_path_factory.mktemp(f"tree-{name}")
+        report.save(root / f"{name}.perfscope")
+        server = make_server("127.0.0.1", 0, create_app([root]).server, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        urls[name] = f"http://127.0.0.1:{server.server_port}/"
+    yield urls
+    for server in servers:
+        server.shutdown()
+
+
+SECOND_BOX = """
+const boxes = document.querySelectorAll('#tree-graph g.slice');
+return boxes.length > 1 ? boxes[1].querySelector('path.surface') : null;
+"""
+
+
+@pytest.mark.parametrize("name", ["engine", "h200", "b200-vllm"])
+def test_tree_tab_click_filters_the_roofline_and_table(driver: Any, tree_dashboards: dict[str, str], name: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    severe_messages(driver)
+    driver.get(tree_dashboards[name])
+    wait = WebDriverWait(driver, WAIT_S)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#headline"))
+    driver.find_element(By.ID, "tab-tree").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#tree-graph g.slice"))
+    wait.until(lambda d: d.find_element(By.ID, "tree-note").text.startswith("the whole tree"))
+    whole = driver.find_element(By.ID, "tree-note").text
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    box = driver.execute_script(SECOND_BOX)
+    assert box is not None
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
+    ActionChains(driver).move_to_element(box).click().perform()
+    wait.until(lambda d: not d.find_element(By.ID, "tree-note").text.startswith("the whole tree"))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#tree-kernels .ag-row"))
+    note = driver.find_element(By.ID, "tree-note").text
+    driver.save_screenshot(str(SHOTS / f"dash-tree-{name}.png"))
+    assert note != whole and " kernels" in note
+    assert driver.execute_script(
+        "const g = document.querySelector('#tree-roofline .js-plotly-plot'); return !!g && (g._fullData || []).length")
+    assert severe_messages(driver) == []

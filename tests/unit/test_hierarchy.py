@@ -247,7 +247,7 @@ def test_dashboard_tree_tab_filters_roofline_and_table(tmp_path: Path, engine: R
     assert cb.on_tree(store, key, "overview", "decode") is cb.NO  # only while the tab is shown
     tree = hierarchy(engine, phase="decode")
     mlp = tree.nodes[(tree.nodes["name"] == "mlp")].iloc[0]
-    click = {"points": [{"customdata": int(mlp["node"])}]}
+    click = {"points": [{"id": str(int(mlp["node"])), "pointNumber": 3, "currentPath": "/"}]}  # as Dash sends it
     roof, rows, columns, note = cb.on_tree_select(store, key, "tree", "decode", click, ids.TREE_FIGURE)
     mask = tree.kernel_mask(int(mlp["node"]), len(engine.kernels))
     assert note.startswith("layer ×12 / mlp") and f"{int(mask.sum()):,} kernels" in note
