@@ -5,7 +5,8 @@ shifted timestamps, fresh correlation ids, launch calls copied with their kernel
 once into a report folder, then, in fresh processes, interleaved round by round:
 
 - import: ``import_file(EXPORT)`` (read, link, cost, classify) -> a Report in memory;
-- export perfetto: ``Report.load(FOLDER)`` then ``export_trace(report, OUT)`` (protobuf);
+- export perfetto: ``lean_report(FOLDER)`` (what ``perfscope export FOLDER`` reads: the columns
+  it needs, text as Arrow dictionaries) then ``export_trace(report, OUT)`` (protobuf);
 - export chrome: the same with ``format="chrome"``.
 
 Wall time is measured inside the child around the one call (imports and, for the exports, the
@@ -48,10 +49,9 @@ def child(task: str, source: Path, folder: Path, out: Path) -> None:
         result["seconds"] = time.perf_counter() - t0
         result["kernels"] = len(report.kernels)
     else:
-        from perfscope.report import Report
-        from perfscope.trace_export import export_trace
+        from perfscope.trace_export import export_trace, lean_report
 
-        report = Report.load(folder)
+        report = lean_report(folder)  # what `perfscope export FOLDER` reads
         result["loaded_rss_mib"] = _rss_mib()
         t0 = time.perf_counter()
         stats = export_trace(report, out, format=task, force=True)

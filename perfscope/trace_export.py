@@ -377,6 +377,79 @@ class _ChromeWriter:
         return len(t)
 
 
+# ---------------------------------------------------------------- a report folder, read lean
+@dataclass(frozen=True, eq=False)
+class LeanReport:
+    """The tables an export reads, straight from a report folder: only the columns it uses,
+    text as Arrow dictionaries (pandas categoricals: one copy of each distinct string), so a
+    1M-kernel report takes a fraction of a loaded :class:`~perfscope.report.Report`'s memory.
+    Same attribute names as a Report for what the export and the hierarchy read."""
+
+    name: str
+    device: Any
+    kernels: pd.DataFrame
+    ranges: pd.DataFrame
+    api: pd.DataFrame
+    steps: pd.DataFrame
+    counters: pd.DataFrame
+
+
+LEAN_COLUMNS = {
+    "kernels": ("name", "device", "stream", "thread", "start_ns", "end_ns", "duration_ns", "correlation", "op",
+                "range", "phase", "step", "precision", "bound", "flops", "dram_bytes", "arith_intensity",
+                "pct_of_roof"),
+    "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
+    "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
+    "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label"),
+    "counters": ("t_ns", "device", *COUNTER_METRICS),
+}
+
+
+def _lean_table(folder: Path, name: str) -> pd.DataFrame:
+    import pyarrow.dataset as ds
+
+    from .errors import ReportFormatError
+
+    file, dataset = folder / f"{name}.parquet", folder / name
+    source = file if file.exists() else dataset
+    if not source.exists():
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in LEAN_COLUMNS[name]})
+    try:
+        data = ds.dataset(source, format="parquet", partitioning="hive" if source.is_dir() else None)
+        cols = [c for c in LEAN_COLUMNS[name] if c in data.schema.names]
+        table = data.to_table(columns=cols)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
+        raise ReportFormatError(source, f"damaged table ({str(exc).splitlines()[0] if str(exc) else exc})",
+                                hint="re-create the report") from None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrays = {}
+    for col in table.column_names:
+        arr = table.column(col)
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            arr = pc.dictionary_encode(arr)
+        arrays[col] = arr
+    del table
+    return pa.table(arrays).to_pandas(split_blocks=True, self_destruct=True)
+
+
+def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
+    """The tables of the report folder ``folder`` that an export needs, read lean.
+
+    Raises:
+        ReportFormatError: not a report folder, or a damaged table.
+    """
+    from .device import DeviceSpec
+    from .report import read_manifest
+
+    path = Path(folder)
+    manifest = read_manifest(path)
+    device = DeviceSpec.from_dict(manifest["device"]) if manifest.get("device") else None
+    name = str(manifest.get("name") or path.name.removesuffix(".perfscope"))
+    return LeanReport(name, device, *(_lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters")))
+
+
 # ---------------------------------------------------------------- entry point
 def _origin(report: Report) -> int:
     starts = [int(df["start_ns"].min()) for df in (report.kernels, report.ranges, report.api, report.steps)
@@ -395,7 +468,7 @@ def _stream(report: Report, writer: Any, stats: ExportStats) -> None:
         stats.counter_samples += writer.counters(name, t, v)
 
 
-def export_trace(report: Report, path: str | os.PathLike[str], *, format: str = "perfetto",
+def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, format: str = "perfetto",
                  force: bool = False) -> ExportStats:
     """Write ``report``'s timeline to ``path`` as a Perfetto trace (``perfetto``) or Chrome trace
     JSON (``chrome``), atomically (a temp file renamed into place).

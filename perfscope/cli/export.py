@@ -15,10 +15,15 @@ from perfscope.format import duration
 @click.option("--force", is_flag=True, help="Replace an existing file.")
 def export(path: str, out: str, fmt: str, force: bool) -> None:
     """Export a report (or any trace perfscope imports) as a Perfetto or Chrome trace."""
-    from perfscope.api import load
-    from perfscope.trace_export import export_trace
+    from pathlib import Path
 
-    stats = export_trace(load(path), out, format=fmt, force=force)
+    from perfscope.api import load
+    from perfscope.report import MANIFEST
+    from perfscope.trace_export import export_trace, lean_report
+
+    folder = Path(path)
+    report = lean_report(folder) if (folder / MANIFEST).is_file() else load(path)  # a report folder: read lean
+    stats = export_trace(report, out, format=fmt, force=force)
     kinds = ", ".join(f"{n:,} {k} slices" for k, n in stats.slices.items())
     click.echo(f"wrote {stats.path} ({fmt}): {kinds}; {stats.counter_samples:,} counter samples; "
                f"{stats.tracks} tracks; {duration(stats.kernel_time_ns)} of kernel time")

@@ -165,3 +165,16 @@ def test_secrets_in_trace_metadata_reach_no_report_and_no_export(fixtures_dir: P
         for secret in SECRETS:
             assert secret.encode() not in data, f"{secret} reached {path.name}"
     assert len(report.kernels) == 60 and np.isfinite(report.kernels["duration_ns"]).all()
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_lean_folder_read_writes_the_same_trace(fixtures_dir: Path, tmp_path: Path, fmt: str) -> None:
+    """``perfscope export FOLDER`` reads the folder lean (lean_report); the file is the one the
+    loaded Report gives."""
+    from perfscope.trace_export import lean_report
+
+    folder = fixtures_dir / "h200" / "h200_llama1b_b1_p2048_g64.perfscope"
+    a = export_trace(Report.load(folder), tmp_path / "a", format=fmt)
+    b = export_trace(lean_report(folder), tmp_path / "b", format=fmt)
+    assert a.slices == b.slices and a.kernel_time_ns == b.kernel_time_ns
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
