@@ -36,7 +36,16 @@ def on_overview(store: ReportStore, key: str | None) -> tuple[list[Any], str]:
     if not key:
         return [html.P("No reports found under the served folders.")], "no report"
     report = store.load(key)
-    return layout.overview_children(report), f"{len(report.kernels):,} kernels"
+    return layout.overview_children(report, findings=False), f"{len(report.kernels):,} kernels"
+
+
+def on_findings(store: ReportStore, key: str | None) -> list[Any]:
+    """The overview's findings, drawn after the rest of the overview: the app binds this to the
+    status line the overview sets, so the first page shows before the rules have run (they are
+    most of the overview's time on a 1M-kernel report) and the report is loaded once."""
+    if not key:
+        return []
+    return layout.findings_children(store.load(key))
 
 
 def window_from_relayout(relayout: dict[str, Any] | None) -> tuple[int | None, int | None]:
@@ -273,6 +282,8 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
     cb = app.callback
     cb(Output(ids.OVERVIEW, "children"), Output(ids.STATUS, "children"), Input(ids.REPORT, "value"))(
         _guard(lambda key: on_overview(store, key), "text", "-"))
+    cb(Output(ids.FINDINGS, "children"), Input(ids.STATUS, "children"), State(ids.REPORT, "value"))(
+        _guard(lambda _status, key: on_findings(store, key), "text"))
     app.clientside_callback(TIMELINE_ZOOM_JS, Output(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE, "relayoutData"))
     cb(Output(ids.TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
        Input(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE_RESET, "n_clicks"))(

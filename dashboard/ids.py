@@ -7,6 +7,7 @@ TABS = "view-tabs"
 STATUS = "status-line"
 
 OVERVIEW = "overview-body"
+FINDINGS = "overview-findings"  # filled after the overview (the rules are the slow part on a big report)
 
 TIMELINE = "timeline-graph"
 TIMELINE_RESET = "timeline-reset"
