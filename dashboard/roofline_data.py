@@ -16,6 +16,7 @@ import pandas as pd
 
 from perfscope.device import DeviceSpec
 from perfscope.report import Report
+from perfscope.schema import column_codes
 
 from .memo import memo
 from .text import si
@@ -199,12 +200,33 @@ def _kernel_points(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
     return memo(report, "roofline:kernels", build)
 
 
+NAME_AGG_COLUMNS = ("name", "duration_ns", "flops", "dram_bytes", "precision", "phase", "category", "device", "op",
+                    "short_name")
+"""The kernel columns the per-name aggregate reads."""
+
+
+def _selected(report: Report, mask: np.ndarray) -> pd.DataFrame:
+    """The rows ``mask`` of the columns the per-name aggregate reads: numbers taken as arrays,
+    text as categoricals of the table's memoized codes (no copy of a million strings)."""
+    k = report.kernels
+    out: dict[str, object] = {}
+    for col in NAME_AGG_COLUMNS:
+        if col not in k:
+            continue
+        if pd.api.types.is_numeric_dtype(k[col].dtype):
+            out[col] = k[col].to_numpy()[mask]
+        else:
+            codes, uniques = column_codes(k, col)
+            out[col] = pd.Categorical.from_codes(codes[mask], categories=pd.Index(uniques, dtype=object))
+    return pd.DataFrame(out)
+
+
 def _name_points(report: Report, mask: np.ndarray) -> pd.DataFrame:
     from perfscope.analysis.summary import aggregate_by_name
 
     from .views import name_aggregate
 
-    agg = name_aggregate(report) if mask.all() else aggregate_by_name(report.kernels[mask], report.device)
+    agg = name_aggregate(report) if mask.all() else aggregate_by_name(_selected(report, mask), report.device)
     if not len(agg):
         return _kernel_frame(report.kernels.iloc[:0], 1)
     frame = agg[_placeable(agg)]
