@@ -35,7 +35,7 @@ def tree_figure(report: Report, *, phase: str | None = None, depth: int | None =
         f"{MISSING if not np.isfinite(r.arith_intensity) else f'{r.arith_intensity:.2f}'}"
         f"<br>{esc(r.bound)} bound · {pct(r.pct_of_roof)} of roof"
         + (f"<br>per instance {duration(r.instance_mean_ns)} ({duration(r.instance_min_ns)}–"
-           f"{duration(r.instance_max_ns)}), slowest {esc(str(r.slowest).split('/')[-1])}" if r.instances > 1 else "")
+           f"{duration(r.instance_max_ns)}), slowest {esc(r.slowest, 80)}" if r.instances > 1 else "")
         for r in nodes.itertuples(index=False)
     ]
     fig = go.Figure(go.Icicle(

@@ -39,7 +39,7 @@ def _cells(r: Any) -> str:
     ai = MISSING if not np.isfinite(r.arith_intensity) else number(r.arith_intensity, digits=2)
     spread = (f"{duration(r.instance_mean_ns)} ({duration(r.instance_min_ns)}–{duration(r.instance_max_ns)})"
               if r.instances > 1 else "")
-    slowest = f"slowest: {str(r.slowest).split('/')[-1]}" if r.instances > 1 and r.per_parent > 1 else ""
+    slowest = f"slowest: {r.slowest}" if r.instances > 1 else ""
     values = (duration(r.time_ns), pct(r.share_pct), f"{int(r.calls):,}", si(r.flops), ai, str(r.bound),
               pct(r.pct_of_roof))
     name = f'<span title="{esc(r.path)}{(" — " + esc(slowest)) if slowest else ""}">{esc(r.name)}</span>'
