@@ -47,7 +47,7 @@ class ProfileRun:
 
 @contextmanager
 def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
-            roofs: DeviceSpec | None = None, name: str = "notebook") -> Iterator[ProfileRun]:
+            roofs: DeviceSpec | None = None, name: str = "notebook", stack: bool = False) -> Iterator[ProfileRun]:
     """Profile the code in the ``with`` block and put the analysed Report on ``run.report``.
 
     Args:
@@ -55,6 +55,8 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
             (GPU counters sampled in the background).
         device: ``auto``, ``cpu`` or ``cuda``: which device's roofs classify the kernels.
         roofs: roofs to use instead of measuring this machine's (cached) roofs.
+        stack: record Python stacks (torch.profiler ``with_stack``): the report then has the
+            nn.Module hierarchy (``report.hierarchy()``), at the cost of a slower profiled run.
 
     Examples:
         >>> import torch, perfscope
@@ -79,7 +81,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     sampler = _nvml_sampler() if "nvml" in collectors else None
     if sampler is not None:
         sampler.__enter__()
-    prof = start_profiler(dev.startswith("cuda"))
+    prof = start_profiler(dev.startswith("cuda"), with_stack=stack)
     try:
         yield run
     finally:

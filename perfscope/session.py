@@ -351,8 +351,10 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
 
 
 def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progress | None = None,
-                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None) -> Report:
-    """Run a Python script in-process under torch.profiler and return its Report."""
+                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
+                   stack: bool = False) -> Report:
+    """Run a Python script in-process under torch.profiler and return its Report (``stack``:
+    record Python stacks, whose nn.Module calls give the report its module hierarchy)."""
     from perfscope.analysis.kineto import read_kineto
     from perfscope.collectors.roofs import device_roofs
     from perfscope.collectors.torch_profiler import profile_callable, run_script, script_target
@@ -364,7 +366,7 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
     spec = roofs or device_roofs(dev)
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
     say("running the script under torch.profiler")
-    _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"))
+    _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"), with_stack=stack)
     say("analysing the trace")
     report = read_kineto(capture.trace_path, device=spec)
     return report.with_manifest(

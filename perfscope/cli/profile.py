@@ -60,6 +60,8 @@ ENGINE_STAGES = 7
               "then one profiled run per kernel).")
 @click.option("--top-n-launches", type=click.IntRange(min=1), default=1, show_default=True,
               help="ncu --top-n: launches profiled per top kernel.")
+@click.option("--stack", is_flag=True, help="With -- python SCRIPT: record Python stacks (torch.profiler with_stack), "
+              "so the report has the nn.Module hierarchy (analyze --tree).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop the profiled command after this many seconds.")
 @click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-<model>.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
@@ -71,7 +73,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
             as_json: bool, quiet: bool, nvml: bool, nvml_rate: float, ncu_set: str, clock_control: str,
             kernel_name: str | None, launch_skip: int | None, launch_count: int | None,
             nvtx_include: tuple[str, ...], top_n: int | None, top_n_launches: int, timeout: float | None,
-            **engine: object) -> None:
+            stack: bool = False, **engine: object) -> None:
     """Profile the built-in LLM engine (no COMMAND) or a Python script (-- python train.py ...).
 
     With no arguments it profiles the `small` model on the best available device and writes
@@ -94,6 +96,9 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     if collector != "torch" and not command:
         raise UsageError(f"--collector {collector} profiles a command",
                          hint=f"perfscope profile --collector {collector} -- python run.py")
+    if stack and (collector != "torch" or not command):
+        raise UsageError("--stack records a Python script's module calls",
+                         hint="perfscope profile --stack -- python run.py (the engine's hierarchy comes from its ranges)")
     if collector == "torch":
         resolve_device(run.device)  # fail before any work when the device is absent
     stem = Path(command[0] if collector != "torch" else command[-1]).stem if command else \
@@ -114,7 +119,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
         else:
             sampler = nvml_sampler(nvml_rate) if nvml else None
             with sampler if sampler is not None else nullcontext():
-                report = (profile_script(command, device=run.device, progress=advance) if command
+                report = (profile_script(command, device=run.device, progress=advance, stack=stack) if command
                           else profile_engine(run, progress=advance))
             if sampler is not None:
                 report = attach_counters(report, sampler)
