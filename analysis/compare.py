@@ -8,7 +8,8 @@ Names are matched by ``short_name`` by default (the full name where the short on
 parser slip such as ``void``): the kernel name without template arguments or namespace, so ``elementwise_kernel<float>`` in A meets ``elementwise_kernel<bf16>`` in B after a
 dtype change, and a kernel whose launch configuration changed stays one row. Operator names
 (CPU reports) have no template arguments, so their short name is the name. ``key="name"``
-matches exact names; ``key="op"`` groups by the launching framework operator.
+matches exact names; ``key="op"`` groups by the launching framework operator; ``key="module"`` by
+the module or range path the kernel ran in (:mod:`.hierarchy`: what got slower in which layer).
 
 Times are totals over each report, not normalised: when A and B ran different amounts of work
 (batch, tokens, steps), read the per-phase tokens per second rather than the time deltas.
@@ -31,7 +32,7 @@ from .intervals import profile_span_ns
 from .serving import SUMMARY_PHASES, phase_summary
 from .summary import aggregate_by_name, group_key
 
-KEYS = ("short_name", "name", "op")
+KEYS = ("short_name", "name", "op", "module")
 SAME_PCT = 3.0
 """Changes within ±3% are reported as "about the same": run-to-run noise of a profiled run."""
 TOP_MOVERS = 3
@@ -119,11 +120,27 @@ def _names(report: Report, key: str) -> pd.DataFrame:
         return pd.DataFrame(columns=["name", "count", "duration_ns", "arith_intensity", "bound", "pct_of_roof"])
     if key == "short_name":
         group = group_key(k)
+    elif key == "module":
+        group = module_key(report)
     else:
         group = k[key].astype("object") if key in k else pd.Series(None, index=k.index, dtype="object")
         group = group.where(group.notna(), k["name"])
     agg = aggregate_by_name(k.assign(match_key=group), report.device, key="match_key")
     return agg.set_index("name")
+
+
+def module_key(report: Report) -> pd.Series:
+    """Per kernel: its module or range path (``layer.3/attn``, ``Qwen3Model_0/Qwen3DecoderLayer_3/...``;
+    see :mod:`.hierarchy`), or its launching op where it sits in none."""
+    from .hierarchy import kernel_paths
+
+    paths, _, _ = kernel_paths(report)
+    codes, distinct = pd.factorize(pd.Series(paths, dtype=object))
+    text = np.array(["/".join(p) if p else None for p in distinct] + [None], dtype=object)
+    k = report.kernels
+    group = pd.Series(text[codes], index=k.index, dtype="object")
+    fallback = k["op"].astype("object") if "op" in k else k["name"].astype("object")
+    return group.where(group.notna(), "(no module) " + fallback.where(fallback.notna(), k["name"]).astype(str))
 
 
 def name_table(a: Report, b: Report, key: str = "short_name") -> pd.DataFrame:

@@ -42,6 +42,7 @@ KIND_OF_CAT = {
     "gpu_memset": "memset", "memset": "memset",
     "cuda_runtime": "api", "runtime": "api",
     "cuda_driver": "api",
+    "python_function": "py",
 }
 """Lower-cased ``cat`` -> the kind of row it feeds."""
 
@@ -65,13 +66,16 @@ FIELDS = {
     "memcpy": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "memset": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver", "kernel"),
+    "py": ("name", "thread", "tid", "ts", "dur", "pyid", "pyparent"),
 }
 """Columns kept per kind: ``ts``/``dur`` in microseconds (float64), ids and sizes as float64
 (NaN when absent or not an exact integer), names, thread keys (``pid:tid``), grid and block as
 int32 codes into :attr:`ParsedTrace.strings`, ``kernel`` the kernel a launch call names in its
 ``args`` (ROCm traces; a CUDA-graph capture trace's only record of the kernels it captured),
-``sig`` an index into :attr:`ParsedTrace.sigs`
-(-1 when the op recorded no inputs)."""
+``sig`` an index into :attr:`ParsedTrace.sigs` (-1 when the op recorded no inputs). ``py`` holds
+the ``python_function`` events of traces recorded ``with_stack`` (``pyid``/``pyparent``: their
+``Python id`` / ``Python parent id`` links), kept apart from the CPU nesting; the reader makes
+module ranges of them."""
 
 
 class Args(msgspec.Struct, gc=False):
@@ -93,6 +97,8 @@ class Args(msgspec.Struct, gc=False):
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     nbytes: Any = msgspec.field(default=None, name="bytes")
     kernel: Any = None
+    pyid: Any = msgspec.field(default=None, name="Python id")
+    pyparent: Any = msgspec.field(default=None, name="Python parent id")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -140,7 +146,7 @@ class ParsedTrace:
     """Columns per kind (arrays of equal length), the top-level metadata and parse notes.
 
     Attributes:
-        cols: GPU kind (kernel, memcpy, memset) -> column -> numpy array (see :data:`FIELDS`).
+        cols: GPU kind (kernel, memcpy, memset) and ``py`` -> column -> numpy array (see :data:`FIELDS`).
         meta: the trace's top-level keys other than ``traceEvents``.
         sigs: distinct ``(Input Dims, Input type, Concrete Inputs)`` of the ops.
         strings: the text of every string code (``name``, ``thread``, ``grid``, ``block``).
@@ -277,7 +283,7 @@ class _Columns:
     def __init__(self) -> None:
         cpu_fields = sorted({f for k in CPU_KINDS for f in FIELDS[k]}) + ["kind"]
         self.cpu = {f: array(_TYPECODE[_dtype(f)]) for f in cpu_fields}
-        self.gpu = {k: {f: array(_TYPECODE[_dtype(f)]) for f in FIELDS[k]} for k in ("kernel", "memcpy", "memset")}
+        self.gpu = {k: {f: array(_TYPECODE[_dtype(f)]) for f in FIELDS[k]} for k in ("kernel", "memcpy", "memset", "py")}
         self.strings = _Interner()
         self.sig_index: dict[Any, int] = {}
         self.sigs: list[tuple[Any, Any, Any]] = []
@@ -366,7 +372,11 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
         return
     args = [e.args or NO_ARGS for e in evs]
     names = cols.strings.names(e.name for e in evs)
-    if kind in ("op", "ann", "api"):
+    if kind == "py":
+        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads([e.pid for e in evs], [e.tid for e in evs]),
+                 tid=_ids([e.tid for e in evs]), pyid=_ids([a.pyid for a in args]),
+                 pyparent=_ids([a.pyparent for a in args]))
+    elif kind in ("op", "ann", "api"):
         _route_cpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
     else:
         _route_gpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)

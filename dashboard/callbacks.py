@@ -37,7 +37,16 @@ def on_overview(store: ReportStore, key: str | None) -> tuple[list[Any], str]:
     if not key:
         return [html.P("No reports found under the served folders.")], "no report"
     report = store.load(key)
-    return layout.overview_children(report), f"{len(report.kernels):,} kernels"
+    return layout.overview_children(report, findings=False), f"{len(report.kernels):,} kernels"
+
+
+def on_findings(store: ReportStore, key: str | None) -> list[Any]:
+    """The overview's findings, drawn after the rest of the overview: the app binds this to the
+    status line the overview sets, so the first page shows before the rules have run (they are
+    most of the overview's time on a 1M-kernel report) and the report is loaded once."""
+    if not key:
+        return []
+    return layout.findings_children(store.load(key))
 
 
 def window_from_relayout(relayout: dict[str, Any] | None) -> tuple[int | None, int | None]:
@@ -177,6 +186,82 @@ def on_compare(store: ReportStore, a: str | None, b: str | None, tab: str) -> An
     return figures.compare(ra, rb, comparison=c), layout.compare_tables(c, figures.COMPARE_TOP)
 
 
+TREE_GRID_ROWS = 500
+
+
+def _tree_phase(phase: str | None) -> str | None:
+    return None if phase in (None, "all") else phase
+
+
+def on_tree(store: ReportStore, key: str | None, tab: str, phase: str | None) -> Any:
+    """The icicle of the report's module -> op -> kernel tree (for one phase, or all kernels)."""
+    if _skip(tab, "tree") or not key:
+        return NO
+    from .figures_tree import tree_figure
+
+    return tree_figure(store.load(key), phase=_tree_phase(phase))
+
+
+def on_tree_phases(store: ReportStore, key: str | None) -> tuple[list[dict[str, str]], str]:
+    """The tree's phase choices: all, then each phase with kernels."""
+    from perfscope.analysis.hierarchy import phases_of
+
+    values = ["all", *(phases_of(store.load(key)) if key else [])]
+    return [{"label": v, "value": v} for v in values], "all"
+
+
+def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[str, Any] | None) -> tuple[Any, str]:
+    """(mask over the kernels or None, label) of the clicked node (None: the whole tree)."""
+    from perfscope.analysis.hierarchy import hierarchy
+
+    report = store.load(key)
+    tree = hierarchy(report, phase=_tree_phase(phase))
+    points = (click or {}).get("points") or []
+    node = points[0].get("id", points[0].get("customdata")) if points else None  # the icicle's ids are node numbers
+    if isinstance(node, list):
+        node = node[0] if node else None
+    if isinstance(node, str):
+        node = int(node) if node.isdigit() else None
+    if node is None or int(node) not in set(tree.nodes["node"].tolist()):
+        mask = None
+        if tree.phase is not None:
+            mask = (report.kernels["phase"] == tree.phase).fillna(False).to_numpy()
+        return mask, "the whole tree" + (f" ({tree.phase})" if tree.phase else "")
+    row = tree.nodes[tree.nodes["node"] == int(node)].iloc[0]
+    return tree.kernel_mask(int(node), len(report.kernels)), str(row["path"])
+
+
+def _longest(report: Any, mask: Any, n: int) -> Any:
+    """A mask of the ``n`` longest kernels within ``mask`` (all kernels when None)."""
+    import numpy as np
+
+    dur = report.kernels["duration_ns"].to_numpy("float64")
+    pos = np.flatnonzero(mask) if mask is not None else np.arange(len(dur))
+    if len(pos) > n:
+        pos = pos[np.argpartition(-dur[pos], n - 1)[:n]]
+    out = np.zeros(len(dur), dtype=bool)
+    out[pos] = True
+    return out
+
+
+def on_tree_select(store: ReportStore, key: str | None, tab: str, phase: str | None,
+                   click: dict[str, Any] | None, trigger: str | None = None) -> Any:
+    """The roofline (per kernel name) and the longest kernels of the clicked node (the whole
+    tree after a change of report or phase)."""
+    if _skip(tab, "tree") or not key:
+        return NO, NO, NO, NO
+    if trigger in (ids.REPORT, ids.TREE_PHASE):
+        click = None
+    report = store.load(key)
+    mask, label = tree_selection(store, key, phase, click)
+    fig = figures.roofline(report, per="name", rows=mask if mask is not None else None)
+    frame = views.kernel_rows(report, _longest(report, mask, TREE_GRID_ROWS))
+    n = int(mask.sum()) if mask is not None else len(report.kernels)
+    note = f"{label}: {n:,} kernels" + (f"; the table lists the {len(frame):,} longest" if n > len(frame) else "")
+    records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    return fig, records, layout.grid_columns(frame), note
+
+
 def _guard(fn: Any, *kinds: str) -> Any:
     """Wrap a callback so a PerfscopeError (bad key, unreadable report) is shown, not raised.
 
@@ -198,6 +283,8 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
     cb = app.callback
     cb(Output(ids.OVERVIEW, "children"), Output(ids.STATUS, "children"), Input(ids.REPORT, "value"))(
         _guard(lambda key: on_overview(store, key), "text", "-"))
+    cb(Output(ids.FINDINGS, "children"), Input(ids.STATUS, "children"), State(ids.REPORT, "value"))(
+        _guard(lambda _status, key: on_findings(store, key), "text"))
     app.clientside_callback(TIMELINE_ZOOM_JS, Output(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE, "relayoutData"))
     cb(Output(ids.TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
        Input(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE_RESET, "n_clicks"))(
@@ -225,5 +312,13 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
         _guard(lambda *a: on_load(store, *a), "text"))
     cb(Output(ids.COUNTERS, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_counters(store, *a), "figure"))
+    cb(Output(ids.TREE_PHASE, "options"), Output(ids.TREE_PHASE, "value"), Input(ids.REPORT, "value"))(
+        _guard(lambda key: on_tree_phases(store, key), "-", "-"))
+    cb(Output(ids.TREE_FIGURE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
+       Input(ids.TREE_PHASE, "value"))(_guard(lambda *a: on_tree(store, *a), "figure"))
+    cb(Output(ids.TREE_ROOFLINE, "figure"), Output(ids.TREE_GRID, "rowData"), Output(ids.TREE_GRID, "columnDefs"),
+       Output(ids.TREE_NOTE, "children"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
+       Input(ids.TREE_PHASE, "value"), Input(ids.TREE_FIGURE, "clickData"))(
+        _guard(lambda *a: on_tree_select(store, *a, dash.ctx.triggered_id), "figure", "-", "-", "text"))
     cb(Output(ids.COMPARE_FIGURE, "figure"), Output(ids.COMPARE_TABLE, "children"), Input(ids.COMPARE_A, "value"),
        Input(ids.COMPARE_B, "value"), Input(ids.TABS, "value"))(_guard(lambda *a: on_compare(store, *a), "figure", "text"))

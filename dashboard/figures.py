@@ -184,6 +184,7 @@ def roofline(
     range_filter: str | None = None,
     name_filter: str | None = None,
     max_points: int = rd.MAX_POINTS,
+    rows: np.ndarray | None = None,
 ) -> go.Figure:
     """Log-log roofline: compute roofs per precision, memory roofs per level, ridge points and
     one marker per kernel (or per name), sized by time, coloured by bound or phase, with the
@@ -193,7 +194,7 @@ def roofline(
         report: the report to draw.
         per: ``kernel`` or ``name`` (aggregated per kernel name).
         color: ``bound`` or ``phase``.
-        phase, range_filter, name_filter: see :func:`.roofline_data.roofline_points`.
+        phase, range_filter, name_filter, rows: see :func:`.roofline_data.roofline_points`.
         max_points: markers above this merge per screen cell.
 
     Each marker's ``customdata[0]`` is its key (kernel row index, or name) for click-through.
@@ -201,7 +202,7 @@ def roofline(
     if color not in ("bound", "phase"):
         raise ValueError(f"color must be 'bound' or 'phase', not {color!r}")
     data = rd.roofline_points(report, per=per, phase=phase, range_filter=range_filter,
-                              name_filter=name_filter, max_points=max_points)
+                              name_filter=name_filter, max_points=max_points, rows=rows)
     device = report.device
     precisions = sorted({p for p in data.points["precision"] if isinstance(p, str)})  # one roof each
     ridges = rd.ridge_points(device, precisions)

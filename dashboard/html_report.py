@@ -32,6 +32,7 @@ from perfscope.format import column_label, dumps, evidence_rows, labelled_rows
 from perfscope.report import Report
 
 from . import figures, views
+from .html_tree import tree_section
 from .text import duration, esc, is_missing
 
 MAX_TABLE_ROWS = 1000
@@ -256,7 +257,8 @@ def render_html(
     """
     page = _Page()
     body = (_header(report) + _metrics(report) + _findings(report)
-            + _figures(page, report, timeline_max_items) + _kernel_tables(page, report, max_table_rows, top_rows))
+            + _figures(page, report, timeline_max_items) + tree_section(page, report)
+            + _kernel_tables(page, report, max_table_rows, top_rows))
     return _page(f"perfscope: {report.name}", body, page, cdn)
 
 

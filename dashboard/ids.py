@@ -7,6 +7,7 @@ TABS = "view-tabs"
 STATUS = "status-line"
 
 OVERVIEW = "overview-body"
+FINDINGS = "overview-findings"  # filled after the overview (the rules are the slow part on a big report)
 
 TIMELINE = "timeline-graph"
 TIMELINE_RESET = "timeline-reset"
@@ -41,4 +42,10 @@ COMPARE_B = "compare-b"
 COMPARE_FIGURE = "compare-graph"
 COMPARE_TABLE = "compare-table"
 
-VIEWS = ("overview", "timeline", "roofline", "kernels", "phases", "counters", "compare")
+TREE_FIGURE = "tree-graph"  # the hierarchy tab (figures_tree.tree_figure); click a node to filter
+TREE_PHASE = "tree-phase"
+TREE_ROOFLINE = "tree-roofline"
+TREE_GRID = "tree-kernels"
+TREE_NOTE = "tree-note"
+
+VIEWS = ("overview", "timeline", "roofline", "kernels", "tree", "phases", "counters", "compare")

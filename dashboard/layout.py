@@ -84,8 +84,9 @@ def _finding(f: Any) -> html.Div:
                     className=f"finding {getattr(f, 'severity', '')}")
 
 
-def overview_children(report: Report) -> list[Any]:
-    """Source, device roofs, headline metrics, phases, requests, top kernels, findings, warnings."""
+def overview_children(report: Report, findings: bool = True) -> list[Any]:
+    """Source, device roofs, headline metrics, phases, requests, top kernels, findings (unless
+    ``findings`` is false: the app fills them in apart, see :func:`findings_children`), warnings."""
     out: list[Any] = [html.H3("Report"), facts_table(views.source_facts(report)),
                       html.H3("Device roofs"), dict_table(views.roofs_rows(report), "roofs"),
                       html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
@@ -97,14 +98,21 @@ def overview_children(report: Report) -> list[Any]:
         out += [html.H3("Requests"), facts_table([(column_label(k), views.format_value(k, v))
                                                   for k, v in requests.items()])]
     out += [html.H3("Top kernels"), _top_kernels(report)]
-    found = views.findings(report)
-    if found is not None:
-        items: list[Any] = [_finding(f) for f in found] or [html.P("No rule fired.", className="muted")]
-        out += [html.H3("Findings"), *items]
+    if findings:
+        out += findings_children(report)
     notes = report.warnings + [f"unavailable metric: {m}" for m in report.unavailable_metrics]
     if notes:
         out += [html.H3("Warnings"), html.Ul([html.Li(w) for w in notes], className="warnings")]
     return out
+
+
+def findings_children(report: Report) -> list[Any]:
+    """The findings section of the overview (empty when the rules are not installed)."""
+    found = views.findings(report)
+    if found is None:
+        return []
+    items: list[Any] = [_finding(f) for f in found] or [html.P("No rule fired.", className="muted")]
+    return [html.H3("Findings"), *items]
 
 
 def details_children(rows: list[tuple[str, str]]) -> list[Any]:
@@ -172,6 +180,24 @@ def _kernels_panel() -> html.Div:
     ])
 
 
+def _tree_panel() -> html.Div:
+    """The hierarchy tab: the icicle of module -> op -> kernel; a click on a node filters the
+    roofline (per kernel name) and the kernel table below it to that node's kernels."""
+    return html.Div([
+        _controls(html.Label(["phase ", dcc.Dropdown(id=ids.TREE_PHASE, value="all", clearable=False, options=[
+            {"label": "all", "value": "all"}], style={"width": "140px"})]),
+            html.Span("click a box to filter the roofline and the table to it; click the top bar to go back up",
+                      className="muted")),
+        _graph(ids.TREE_FIGURE),
+        html.P(id=ids.TREE_NOTE, className="muted"),
+        _graph(ids.TREE_ROOFLINE),
+        dag.AgGrid(id=ids.TREE_GRID, rowData=[], columnDefs=[],
+                   defaultColDef={"sortable": True, "filter": True, "resizable": True},
+                   dashGridOptions={"pagination": True, "paginationPageSize": 20, "tooltipShowDelay": 300},
+                   style={"height": "560px"}),
+    ])
+
+
 def _compare_panel(options: list[dict[str, str]]) -> html.Div:
     first = options[0]["value"] if options else None
     second = options[1]["value"] if len(options) > 1 else first
@@ -188,12 +214,13 @@ def build_layout(entries: list[Entry]) -> html.Div:
     """The whole page: title, report picker, and one tab per view."""
     options = [{"label": e.label, "value": e.key} for e in entries]
     panels = {
-        "overview": html.Div(id=ids.OVERVIEW),
+        "overview": html.Div([html.Div(id=ids.OVERVIEW), html.Div(id=ids.FINDINGS)]),
         "timeline": html.Div([_controls(html.Button("Reset zoom", id=ids.TIMELINE_RESET, n_clicks=0),
                                         html.Span("drag to zoom; zoomed in far enough, individual kernels appear",
                                                   className="muted")), _graph(ids.TIMELINE)]),
         "roofline": _roofline_panel(),
         "kernels": _kernels_panel(),
+        "tree": _tree_panel(),
         "phases": html.Div([html.Div(id=ids.PHASE_TABLE), _graph(ids.PHASE_FIGURE), _graph(ids.STEP_FIGURE),
                             _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES)]),
         "counters": _graph(ids.COUNTERS),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from perfscope.device import DeviceSpec
 from perfscope.report import Report
+from perfscope.schema import column_codes
 
 from .memo import memo
 from .text import si
@@ -202,12 +203,33 @@ def _kernel_points(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
     return memo(report, "roofline:kernels", build)
 
 
+NAME_AGG_COLUMNS = ("name", "duration_ns", "flops", "dram_bytes", "precision", "phase", "category", "device", "op",
+                    "short_name")
+"""The kernel columns the per-name aggregate reads."""
+
+
+def _selected(report: Report, mask: np.ndarray) -> pd.DataFrame:
+    """The rows ``mask`` of the columns the per-name aggregate reads: numbers taken as arrays,
+    text as categoricals of the table's memoized codes (no copy of a million strings)."""
+    k = report.kernels
+    out: dict[str, object] = {}
+    for col in NAME_AGG_COLUMNS:
+        if col not in k:
+            continue
+        if pd.api.types.is_numeric_dtype(k[col].dtype):
+            out[col] = k[col].to_numpy()[mask]
+        else:
+            codes, uniques = column_codes(k, col)
+            out[col] = pd.Categorical.from_codes(codes[mask], categories=pd.Index(uniques, dtype=object))
+    return pd.DataFrame(out)
+
+
 def _name_points(report: Report, mask: np.ndarray) -> pd.DataFrame:
     from perfscope.analysis.summary import aggregate_by_name
 
     from .views import name_aggregate
 
-    agg = name_aggregate(report) if mask.all() else aggregate_by_name(report.kernels[mask], report.device)
+    agg = name_aggregate(report) if mask.all() else aggregate_by_name(_selected(report, mask), report.device)
     if not len(agg):
         return _kernel_frame(report.kernels.iloc[:0], 1)
     frame = agg[_placeable(agg)]
@@ -233,6 +255,7 @@ def roofline_points(
     range_filter: str | None = None,
     name_filter: str | None = None,
     max_points: int = MAX_POINTS,
+    rows: np.ndarray | None = None,
 ) -> RooflinePoints:
     """The markers of a roofline: one per kernel (``per="kernel"``) or per name (``"name"``).
 
@@ -244,11 +267,23 @@ def roofline_points(
         range_filter: keep kernels whose range path contains this text.
         name_filter: keep kernels whose name contains this text.
         max_points: above this, markers on the same screen cell merge.
+        rows: a boolean mask over ``report.kernels`` to keep as well (the tree tab's node); with
+            it, a per-kernel roofline shows the ``max_points`` longest kernels, unmerged.
     """
     if per not in ("kernel", "name"):
         raise ValueError(f"per must be 'kernel' or 'name', not {per!r}")
     mask = filter_mask(report, phase=phase, range_filter=range_filter, name_filter=name_filter)
+    if rows is not None:
+        mask &= rows
     total, unplaced = _total_ns(report), unplaced_in(report, mask)
+    if rows is not None:
+        if per == "name":
+            return RooflinePoints(_name_points(report, mask), unplaced, total)
+        frame, at = _kernel_points(report)
+        chosen = frame.take(np.flatnonzero(mask[at]))
+        hidden = max(len(chosen) - max_points, 0)
+        chosen = chosen.nlargest(max_points, "duration_ns") if hidden else chosen
+        return RooflinePoints(chosen.reset_index(drop=True), unplaced, total, False, hidden)
     if per == "name":
         points = memo(report, f"roofline:name:{phase}|{range_filter}|{name_filter}",
                       lambda: _name_points(report, mask))

@@ -47,7 +47,7 @@ class ProfileRun:
 
 @contextmanager
 def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
-            roofs: DeviceSpec | None = None, name: str = "notebook") -> Iterator[ProfileRun]:
+            roofs: DeviceSpec | None = None, name: str = "notebook", stack: bool = False) -> Iterator[ProfileRun]:
     """Profile the code in the ``with`` block and put the analysed Report on ``run.report``.
 
     Every transformers ``generate()`` call in the block becomes steps (one per forward: prefill,
@@ -59,6 +59,8 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
             (GPU counters sampled in the background).
         device: ``auto``, ``cpu`` or ``cuda``: which device's roofs classify the kernels.
         roofs: roofs to use instead of measuring this machine's (cached) roofs.
+        stack: record Python stacks (torch.profiler ``with_stack``): the report then has the
+            nn.Module hierarchy (``report.hierarchy()``), at the cost of a slower profiled run.
 
     Examples:
         >>> import torch, perfscope
@@ -84,7 +86,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     if sampler is not None:
         sampler.__enter__()
     recorder = GenerateRecorder()
-    prof = start_profiler(dev.startswith("cuda"))
+    prof = start_profiler(dev.startswith("cuda"), with_stack=stack)
     try:
         with recorder:
             yield run

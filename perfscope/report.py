@@ -261,6 +261,20 @@ class Report:
 
         return figures.timeline(self, **options)
 
+    def hierarchy(self, *, phase: str | None = None, collapse: bool = True) -> pd.DataFrame:
+        """Where the time goes: the module -> op -> kernel tree's nodes (see
+        ``perfscope.analysis.hierarchy``), for ``phase`` or all kernels; ``collapse=False`` lists
+        every instance of repeated layers."""
+        from perfscope.analysis.hierarchy import hierarchy
+
+        return hierarchy(self, phase=phase, collapse=collapse).nodes.copy()
+
+    def hierarchy_figure(self, *, phase: str | None = None, depth: int | None = None) -> go.Figure:
+        """The tree as a plotly icicle (width: kernel time; colour: bound)."""
+        from perfscope.dashboard.figures_tree import tree_figure
+
+        return tree_figure(self, phase=phase, depth=depth)
+
     def to_html(self, path: str | os.PathLike[str], **options: Any) -> Path:
         """Write the standalone, offline HTML report to ``path``."""
         from perfscope.dashboard.html_report import write_html

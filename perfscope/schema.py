@@ -95,7 +95,7 @@ RANGE_COLUMNS = _cols(
     ("path", "str", False, "'/'-joined names from the outermost range"),
     ("domain", "str", False, "NVTX domain (None = default)"),
     ("thread", "int", False, "thread id"),
-    ("source", "str", False, "nvtx, record_function, gpu_annotation"),
+    ("source", "str", False, "nvtx, record_function, gpu_annotation, module (nn.Module calls of a with_stack trace)"),
 )
 
 TRANSFER_COLUMNS = _cols(

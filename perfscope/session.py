@@ -355,7 +355,7 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
 
 def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progress | None = None,
                    roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
-                   baseline: bool = True) -> Report:
+                   baseline: bool = True, stack: bool = False) -> Report:
     """Run a Python script in-process under torch.profiler and return its Report.
 
     Every transformers ``generate()`` call of the script is recorded step by step
@@ -365,7 +365,8 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
     (``steps_unprofiled``, ``requests_unprofiled``) are the headline TTFT/TPOT, and the profiled
     run's ``generate()`` time over that run's is ``profiler_overhead_ratio``. The profiled run goes
     first: the baseline then sees every shape warm (the ratio includes the first run's one-time
-    costs), and a script without ``generate()`` runs once.
+    costs), and a script without ``generate()`` runs once. ``stack``: record Python stacks in the
+    profiled run, whose nn.Module calls give the report its module hierarchy.
     """
     from perfscope.collectors.hf_generate import GenerateRecorder
     from perfscope.collectors.roofs import device_roofs
@@ -379,7 +380,8 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
     say("running the script under torch.profiler")
     with GenerateRecorder() as recorder:
-        _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"))
+        _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"),
+                                      with_stack=stack)
     profiled, base = recorder.recording, None
     interrupted = capture.interrupted
     if baseline and profiled.steps and not capture.partial:

@@ -31,6 +31,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.generate", "generate"),
     ("perfscope.cli.compare", "compare"),
     ("perfscope.cli.dashboard", "dashboard"),
+    ("perfscope.cli.export", "export"),
 )
 
 

@@ -52,13 +52,26 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
 @click.argument("path", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (keys: device, phases, top_kernels, findings, ...).")
 @click.option("--top", default=12, show_default=True, type=click.IntRange(min=1), help="How many kernels to list.")
-def analyze(path: str, as_json: bool, top: int) -> None:
+@click.option("--tree", "show_tree", is_flag=True, help="Print where the time goes: the module -> op -> kernel tree.")
+@click.option("--depth", type=click.IntRange(min=1), default=None, help="Levels of the tree to show (default: all).")
+@click.option("--phase", default=None, help="The tree of one phase (prefill, decode, ...; default: each phase).")
+def analyze(path: str, as_json: bool, top: int, show_tree: bool, depth: int | None, phase: str | None) -> None:
     """Summarise a report folder, or any trace/export perfscope can import."""
     from perfscope.api import load
     from perfscope.text_report import render_text
+    from perfscope.text_tree import render_tree, tree_payload
 
     report = load(path)
+    if phase is not None and phase not in set(report.kernels["phase"].dropna().astype(str)):
+        from perfscope.errors import UsageError
+
+        have = sorted(set(report.kernels["phase"].dropna().astype(str))) or ["none"]
+        raise UsageError(f"{path}: no kernels of phase {phase!r}", hint=f"use --phase {' or '.join(have)}")
     if as_json:
-        echo_json(analysis_payload(report, top))
+        payload = analysis_payload(report, top)
+        payload["tree"] = tree_payload(report, phase=phase, depth=depth)
+        echo_json(payload)
+    elif show_tree:
+        click.echo(render_tree(report, phase=phase, depth=depth), nl=False)
     else:
         click.echo(render_text(report, top=top), nl=False)

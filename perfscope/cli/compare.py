@@ -33,7 +33,7 @@ def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | N
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (by_phase, by_name, verdict).")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), help="How many movers to list.")
 @click.option("--by", "key", default="short_name", show_default=True, type=click.Choice(KEYS),
-              help="Match kernels by short name (template arguments dropped), exact name, or launching op.")
+              help="Match kernels by short name (template arguments dropped), exact name, launching op, or module path.")
 def compare(a: str, b: str, as_json: bool, top: int, key: str) -> None:
     """Compare report A (before) with report B (after): phases, biggest movers, bound shifts.
 

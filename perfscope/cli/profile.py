@@ -63,6 +63,8 @@ ENGINE_STAGES = 7
 @click.option("--no-baseline", is_flag=True,
               help="Skip the unprofiled run (the engine's warm passes; a script's second run with transformers "
                    "generate() step timing only) that gives the headline TTFT/TPOT and the profiler overhead ratio.")
+@click.option("--stack", is_flag=True, help="With -- python SCRIPT: record Python stacks (torch.profiler with_stack), "
+              "so the report has the nn.Module hierarchy (analyze --tree).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop the profiled command after this many seconds.")
 @click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-<model>.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
@@ -74,7 +76,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
             as_json: bool, quiet: bool, nvml: bool, nvml_rate: float, ncu_set: str, clock_control: str,
             kernel_name: str | None, launch_skip: int | None, launch_count: int | None,
             nvtx_include: tuple[str, ...], top_n: int | None, top_n_launches: int, timeout: float | None,
-            no_baseline: bool, **engine: object) -> None:
+            no_baseline: bool, stack: bool = False, **engine: object) -> None:
     """Profile the built-in LLM engine (no COMMAND) or a Python script (-- python train.py ...).
 
     With no arguments it profiles the `small` model on the best available device and writes
@@ -97,6 +99,9 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     if collector != "torch" and not command:
         raise UsageError(f"--collector {collector} profiles a command",
                          hint=f"perfscope profile --collector {collector} -- python run.py")
+    if stack and (collector != "torch" or not command):
+        raise UsageError("--stack records a Python script's module calls",
+                         hint="perfscope profile --stack -- python run.py (the engine's hierarchy comes from its ranges)")
     if collector == "torch":
         resolve_device(run.device)  # fail before any work when the device is absent
     stem = Path(command[0] if collector != "torch" else command[-1]).stem if command else \
@@ -117,7 +122,8 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
         else:
             sampler = nvml_sampler(nvml_rate) if nvml else None
             with sampler if sampler is not None else nullcontext():
-                report = (profile_script(command, device=run.device, progress=advance, baseline=not no_baseline)
+                report = (profile_script(command, device=run.device, progress=advance, baseline=not no_baseline,
+                                         stack=stack)
                           if command else profile_engine(run, progress=advance, baseline=not no_baseline))
             if sampler is not None:
                 report = attach_counters(report, sampler)

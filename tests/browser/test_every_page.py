@@ -92,6 +92,7 @@ VIEW_READY = {
     "timeline": "#timeline-graph .main-svg",
     "roofline": "#roofline-graph .main-svg",
     "kernels": "#kernel-grid .ag-row",
+    "tree": "#tree-graph .main-svg",
     "phases": "#phase-breakdown .main-svg",
     "counters": "#counters-graph .main-svg",
     "compare": "#compare-graph .main-svg",

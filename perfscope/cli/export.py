@@ -1,0 +1,29 @@
+"""``perfscope export REPORT -o trace.pftrace``: the report's timeline for Perfetto or Chrome tracing."""
+
+from __future__ import annotations
+
+import click
+
+from perfscope.format import duration
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="File to write (trace.pftrace, trace.json).")
+@click.option("--format", "fmt", default="perfetto", show_default=True, type=click.Choice(["perfetto", "chrome"]),
+              help="perfetto: protobuf TrackEvent (ui.perfetto.dev); chrome: Chrome trace JSON.")
+@click.option("--force", is_flag=True, help="Replace an existing file.")
+def export(path: str, out: str, fmt: str, force: bool) -> None:
+    """Export a report (or any trace perfscope imports) as a Perfetto or Chrome trace."""
+    from pathlib import Path
+
+    from perfscope.api import load
+    from perfscope.report import MANIFEST
+    from perfscope.trace_export import export_trace, lean_report
+
+    folder = Path(path)
+    report = lean_report(folder) if (folder / MANIFEST).is_file() else load(path)  # a report folder: read lean
+    stats = export_trace(report, out, format=fmt, force=force)
+    kinds = ", ".join(f"{n:,} {k} slices" for k, n in stats.slices.items())
+    click.echo(f"wrote {stats.path} ({fmt}): {kinds}; {stats.counter_samples:,} counter samples; "
+               f"{stats.tracks} tracks; {duration(stats.kernel_time_ns)} of kernel time")
