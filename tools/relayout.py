@@ -112,7 +112,7 @@ SPLITS: list[Split] = [
                                     "lines and ridges.\n\nThe points and lines come from "
                                     ":mod:`.roofline_data` (a view-model tested on its own).",
            f"{D}.figures.timeline": "The timeline figure: lanes of GPU and CPU work at a level of detail "
-                                    "that fits the window, counters below.\n\nThe lanes come from "
+                                    "that fits\nthe window, counters below.\n\nThe lanes come from "
                                     ":mod:`.timeline_data` (a view-model tested on its own)."}),
     Split(f"{D}.figures_more", f"{D}.figures.messages",
           {"PHASE_ORDER": f"{D}.figures.phases", "_phase_labels": f"{D}.figures.phases",
@@ -355,7 +355,8 @@ def do_splits(dry: bool, log: list[str]) -> dict[Path, str]:
             for name in sorted(used - mine):
                 if name in defined:
                     cross.setdefault(defined[name], []).append(name)
-            extra = "".join(f"from .{t.rsplit('.', 1)[-1]} import {', '.join(ns)}\n" for t, ns in cross.items())
+            # written from the old module's place: the import rewrite below resolves it from there
+            extra = "".join(_fmt_from(*_relative(split.old, False, t), ns) + "\n" for t, ns in cross.items())
             doc = split.docs.get(target, target.rsplit(".", 1)[-1])
             body = "".join(text for _, text in ss)
             text = f'"""{doc}\n"""\n' + imports.rstrip("\n") + "\n" + extra + body
@@ -364,11 +365,12 @@ def do_splits(dry: bool, log: list[str]) -> dict[Path, str]:
             dst.write_text(text, encoding="utf-8")
             git("add", str(dst.relative_to(REPO)))
             made[dst] = split.old
-        ensure_package(split.old, dry, log)
         if facade is not None:
+            ensure_package(split.old, dry, log)
             init = module_path(split.old, package=True)
             init.write_text(facade, encoding="utf-8")
             git("add", str(init.relative_to(REPO)))
+            made[init] = split.old + ".__init__"  # resolved as the package itself: see rewrite_imports
     return made
 
 
