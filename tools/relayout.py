@@ -225,6 +225,14 @@ def _new_modules() -> set[str]:
 SPLIT_OF = {s.old: s for s in SPLITS}
 
 
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is a module or package of the tree as it is now."""
+    try:
+        return module_path(name).exists() or module_path(name, package=True).exists()
+    except ValueError:
+        return False
+
+
 def split_target(module: str, name: str) -> str | None:
     split = SPLIT_OF.get(module)
     if split is None:
@@ -479,7 +487,7 @@ def rewrite_imports(path: Path, old_module: str | None) -> bool:
                     pkg, leaf = target.rsplit(".", 1)
                     local = a.asname or a.name
                     groups.setdefault(pkg, []).append(leaf if leaf == local else f"{leaf} as {local}")
-                elif stem in SPLIT_OF:
+                elif stem in SPLIT_OF and not _is_module(full):
                     groups.setdefault(split_target(stem, a.name) or stem, []).append(_alias(a))
                 else:
                     groups.setdefault(new_name(stem), []).append(_alias(a))
