@@ -489,6 +489,8 @@ def rewrite_imports(path: Path, old_module: str | None) -> bool:
                     groups.setdefault(pkg, []).append(leaf if leaf == local else f"{leaf} as {local}")
                 elif stem in SPLIT_OF and not _is_module(full):
                     groups.setdefault(split_target(stem, a.name) or stem, []).append(_alias(a))
+                elif _is_module(full):
+                    groups.setdefault(stem, []).append(_alias(a))  # a module of a package that exists
                 else:
                     groups.setdefault(new_name(stem), []).append(_alias(a))
             if list(groups) == [stem] and (not relative or old_module is None):
