@@ -167,6 +167,8 @@ KEEP: set[str] = {
 }
 """Flat modules that stay where they are (shared by the rooms; the app and the HTML writer)."""
 
+NO_TEXT = {"tools/relayout.py", "tests/unit/test_layers.py", "pyproject.toml"}
+"""Files that name the new rooms on purpose (step 4 writes pyproject's packages)."""
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".sh", ".txt", ".cfg", ".ini", ".yml", ".yaml"}
 SKIP_DIRS = {".git", ".venv", ".venv-lower-bounds", "venv", "build", "dist", "__pycache__",
              "tests/fixtures", "sample_reports", ".ci-cache", ".mypy_cache", ".ruff_cache",
@@ -534,12 +536,16 @@ def rewrite_imports(path: Path, old_module: str | None) -> bool:
 
 # ---- step 3: dotted names and paths in any text ------------------------------------------------
 
-def _name_patterns() -> list[tuple[re.Pattern[str], str]]:
+def _name_patterns(pending: set[str]) -> list[tuple[re.Pattern[str], str]]:
+    """Regexes for old dotted names and paths. An old module whose name is now a package's
+    (``costs`` -> ``costs.operators``) is rewritten alone only while its move is ``pending``;
+    afterwards the name alone means the package, and only ``costs.attr`` still means the module."""
     pats = []
     for old, new in sorted(MOVES.items(), key=lambda kv: -len(kv[0])):
         children = sorted({n[len(old) + 1:].split(".")[0] for n in _new_modules() if n.startswith(old + ".")})
         guard = rf"(?!\.(?:{'|'.join(map(re.escape, children))})\b)" if children else ""
-        pats.append((re.compile(rf"(?<![\w.]){re.escape(old)}(?![\w]){guard}"), new))
+        alone = "" if not children or old in pending else r"(?=\.\w)"
+        pats.append((re.compile(rf"(?<![\w.]){re.escape(old)}(?![\w]){guard}{alone}"), new))
         # the same module written as a source path (docs, comments)
         pats.append((re.compile(rf"(?<![\w/.]){re.escape(src_rel(old))}(?![\w])"), src_rel(new)))
     for split in SPLITS:
@@ -580,7 +586,7 @@ def tree_files() -> list[Path]:
     for rel in out:
         if not rel or any(rel == d or rel.startswith(d + "/") for d in SKIP_DIRS):
             continue
-        if rel == "tools/relayout.py":
+        if rel in NO_TEXT:
             continue
         p = REPO / rel
         if p.is_file() and (p.suffix in TEXT_SUFFIXES or rel.startswith(".ci/")):
@@ -633,13 +639,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     args = ap.parse_args(argv)
     log: list[str] = []
+    pending = {old for old in MOVES if module_path(old).exists()} | {
+        s.old for s in SPLITS if module_path(s.old).exists()}
     moved = do_moves(args.dry_run, log)
     moved.update(do_splits(args.dry_run, log))
     for room in ROOMS:
         ensure_package(room, args.dry_run, log)
     changed: set[Path] = set()
     if not args.dry_run:
-        pats = _name_patterns()
+        pats = _name_patterns(pending)
         for path in tree_files():
             if path.suffix == ".py" and rewrite_imports(path, moved.get(path)):
                 changed.add(path)
