@@ -252,6 +252,12 @@ def git(*args: str) -> str:
 _CREATED: set[str] = set()
 
 
+def _docstring(doc: str) -> str:
+    """A module docstring: on one line when it fits one, else closed on its own line."""
+    return f'"""{doc}"""\n' if "\n" not in doc else f'"""{doc}\n"""\n'
+
+
+
 def ensure_package(module: str, dry: bool, log: list[str]) -> None:
     """Create ``__init__.py`` for ``module`` and its parents up to the mapped folder."""
     parts = module.split(".")
@@ -263,8 +269,7 @@ def ensure_package(module: str, dry: bool, log: list[str]) -> None:
         if init.exists() or pkg in _CREATED or not any(pkg.startswith(f + ".") for f in FOLDERS.values()):
             continue
         _CREATED.add(pkg)
-        doc = ROOMS.get(pkg, FACADES.get(pkg, f"{pkg.rsplit('.', 1)[-1]}."))
-        text = f'"""{doc}\n"""\n'
+        text = _docstring(ROOMS.get(pkg, FACADES.get(pkg, f"{pkg.rsplit('.', 1)[-1]}.")))
         log.append(f"create {init.relative_to(REPO)}")
         if not dry:
             init.parent.mkdir(parents=True, exist_ok=True)
@@ -370,7 +375,7 @@ def do_splits(dry: bool, log: list[str]) -> dict[Path, str]:
             extra = "".join(_fmt_from(*_relative(split.old, False, t), ns) + "\n" for t, ns in cross.items())
             doc = split.docs.get(target, target.rsplit(".", 1)[-1])
             body = "".join(text for _, text in ss)
-            text = f'"""{doc}\n"""\n' + imports.rstrip("\n") + "\n" + extra + body
+            text = _docstring(doc) + imports.rstrip("\n") + "\n" + extra + body
             dst = module_path(target)
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_text(text, encoding="utf-8")
@@ -410,9 +415,9 @@ def _facade(split: Split, tree: ast.Module, head: str, defined: dict[str, str],
     for module in sorted(by_module):
         level, mod = _relative(split.old, True, module)
         lines.append(_fmt_from(level, mod, sorted(by_module[module])))
-    doc = FACADES[split.old]
     all_ = "__all__ = [\n" + "".join(f'    "{n}",\n' for n in names) + "]\n"
-    return f'"""{doc}\n"""\n\nfrom __future__ import annotations\n\n' + "\n".join(lines) + "\n\n" + all_
+    return (_docstring(FACADES[split.old]) + "\nfrom __future__ import annotations\n\n" + "\n".join(lines)
+            + "\n\n" + all_)
 
 
 def _dedent_block(text: str) -> str:
