@@ -1,7 +1,7 @@
 """Build a rank set from one real Kineto trace: tile it in time, give it a rank, make it slower.
 
 Tests and benchmarks need jobs of many ranks and large traces, and only real traces may be used
-(../shared/fixtures). So a rank file here is a real trace, written ``copies`` times one after the
+(tests/fixtures). So a rank file here is a real trace, written ``copies`` times one after the
 other (timestamps shifted by the trace's span, correlation / External ids and flow ids offset so
 they stay unique, ``ProfilerStep#N`` renumbered so steps keep counting), with its
 ``distributedInfo`` rank and world size rewritten, and optionally stretched in time (every

@@ -33,7 +33,7 @@ from perfscope.dashboard import ids
 from perfscope.dashboard.store import ReportStore
 from perfscope.report import Report
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 
 def tile(report: Report, n_kernels: int) -> Report:

@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-FIXTURE = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
+FIXTURE = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "kineto"
            / "hta_negative_queue_length_values_check__rank0.json.gz")
 ARG_IDS = ("correlation", "External id", "external id", "Ev Idx")
 HTA_BACKENDS = ("json", "ijson_batch_and_compress")

@@ -29,7 +29,7 @@ import pandas as pd
 
 from perfscope.analysis.nsys_reader import read_nsys_sqlite
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "nvfuser_h100_matmul.sqlite"
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nsys" / "nvfuser_h100_matmul.sqlite"
 BASELINE_SQL = (
     "SELECT k.*, s.value AS name FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
     "JOIN StringIds AS s ON s.id = k.demangledName"

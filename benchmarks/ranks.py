@@ -2,7 +2,7 @@
 HolisticTraceAnalysis on the same folder of per-rank traces.
 
 Builds a job of ``--ranks`` rank files of about ``--events`` events each by tiling a real trace
-(default: the A100 rank of a 16-rank job in ../shared/fixtures, 108,936 events) with
+(default: the A100 rank of a 16-rank job in tests/fixtures, 108,936 events) with
 :mod:`perfscope.analysis.ranks_tiling`; one rank (``--slow-rank``) runs 10% slower. The files go to
 a temporary folder (gzipped), which is removed at the end unless ``--keep``.
 
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-FIXTURE = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
+FIXTURE = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "kineto"
            / "hta_negative_queue_length_values_check__rank0.json.gz")
 GZIP_BYTES_PER_EVENT = 15
 """Disk per tiled event at gzip level 1 (measured on the default fixture), for the space check."""

@@ -1,5 +1,5 @@
-"""Shared test fixtures: the real profiler outputs in ../shared/fixtures, temp report folders,
-and the gpu / browser markers (skipped when the hardware or browser is absent)."""
+"""Shared test fixtures: the real profiler outputs in tests/fixtures (or $PERFSCOPE_FIXTURES),
+temp report folders, and the gpu / browser markers (skipped when the hardware or browser is absent)."""
 
 from __future__ import annotations
 
@@ -27,14 +27,14 @@ def _restore_terminal_ctrl_c() -> None:
 _restore_terminal_ctrl_c()
 
 
+FIXTURES = REPO / "tests" / "fixtures"
+
+
 def _fixtures_dir() -> Path:
+    """The real profiler outputs the tests read: tests/fixtures, committed with the repository
+    (tests/fixtures/README.md lists their sources and licences); $PERFSCOPE_FIXTURES overrides it."""
     env = os.environ.get("PERFSCOPE_FIXTURES")
-    if env:
-        return Path(env)
-    for candidate in (REPO.parent / "shared" / "fixtures", REPO / "shared" / "fixtures"):
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "fixtures"
+    return Path(env) if env else FIXTURES
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,10 +70,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    """The shared real profiler outputs (read in place, never copied into the repo)."""
+    """The real profiler outputs (read in place). A missing folder fails the test: the fixtures are
+    part of the repository, so their absence is a broken checkout, not a reason to skip."""
     path = _fixtures_dir()
     if not path.is_dir():
-        pytest.skip(f"fixtures not found at {path}: set PERFSCOPE_FIXTURES to the shared/fixtures folder")
+        pytest.fail(f"fixtures not found at {path}: they are committed under tests/fixtures "
+                    "(is the checkout complete?) or PERFSCOPE_FIXTURES names a missing folder",
+                    pytrace=False)
     return path
 
 

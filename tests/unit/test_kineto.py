@@ -13,6 +13,7 @@ from perfscope.analysis.importers import detect_format, import_file
 from perfscope.analysis.kineto import parse_copy_name, read_kineto, short_kernel_name
 from perfscope.errors import InputFormatError
 from perfscope.report import Report
+from tests.conftest import _fixtures_dir
 
 K = "kineto"
 QWEN = f"{K}/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -33,15 +34,8 @@ def events(doc, *cats):
 
 
 def _kineto_fixtures() -> list[str]:
-    import os
-
-    roots = [Path(os.environ["PERFSCOPE_FIXTURES"])] if os.environ.get("PERFSCOPE_FIXTURES") else []
-    here = Path(__file__).resolve().parents[2]
-    roots += [here.parent / "shared" / "fixtures", here / "shared" / "fixtures"]
-    for root in roots:
-        if (root / K).is_dir():
-            return sorted(f"{K}/{p.name}" for p in (root / K).iterdir())
-    return [QWEN]
+    """Every kineto fixture, listed at collection (a missing folder is a collection error)."""
+    return sorted(f"{K}/{p.name}" for p in (_fixtures_dir() / K).iterdir())
 
 
 @pytest.mark.parametrize("rel", _kineto_fixtures())

@@ -1,7 +1,7 @@
 """CUDA-graph replays in Kineto traces: every replayed kernel gets an op and FLOPs/bytes.
 
 Checked on the real H200 captures of the reference engine (llama-3.2-1b, batch 2, prompt 256,
-8 new tokens; ../shared/fixtures/h200/README.md) against the analytic cost of the model.
+8 new tokens; tests/fixtures/h200/README.md) against the analytic cost of the model.
 """
 
 from __future__ import annotations

@@ -5,6 +5,15 @@
 - the engine never imports analysis; collectors and analysis never import each other
   (a collector hands raw files to analysis through the session, not directly);
 - click is used only by the CLI.
+
+Inside analysis/ the rooms follow the pipeline (ROOMS, named by folder):
+
+- readers (a file in, a Report out) use the cost model, never the summaries, rules or ranks;
+- the cost model knows operators and roofs, not file formats or summaries;
+- summaries are computed from a finished Report: they never parse a file;
+- ranks may read files (their parallel import) and use summaries, never the rules;
+- figures are pure functions of a Report: they never import the Dash app;
+- sessions run captures; the core below them (Report, schema, format) never imports a session.
 """
 
 from __future__ import annotations
@@ -35,6 +44,38 @@ RULES: list[tuple[str, str, str]] = [
     ("perfscope.engine", "perfscope.cli", "the CLI sits above the engine"),
     ("perfscope", "click", "click is used only by the CLI"),
 ]
+ROOM_FOLDERS = ("analysis/readers", "analysis/costs", "analysis/summaries", "analysis/ranks",
+                "analysis/rules", "dashboard/figures", "perfscope/sessions")
+"""The rooms of the pipeline, as folders: tools/relayout.py rewrites dotted module names wherever
+they are written, and an old module's name can be a room's (``costs``), so rooms are not spelled
+as dotted names here."""
+ROOMS: dict[str, str] = {
+    folder: ".".join([FOLDERS[folder.split("/")[0]], *folder.split("/")[1:]]) for folder in ROOM_FOLDERS
+}
+R = {folder.split("/")[-1]: package for folder, package in ROOMS.items()}
+
+RULES += [
+    (R["readers"], R["summaries"], "readers build a Report; summaries are computed from one"),
+    (R["readers"], R["rules"], "readers never run the rules"),
+    (R["readers"], R["ranks"], "a reader reads one file; ranks join many"),
+    (R["costs"], R["readers"], "the cost model knows operators, not file formats"),
+    (R["costs"], R["summaries"], "the cost model never reads a summary"),
+    (R["costs"], R["rules"], "the cost model never runs the rules"),
+    (R["summaries"], R["readers"], "summaries read a finished Report, never a file"),
+    (R["summaries"], R["rules"], "summaries never run the rules"),
+    (R["ranks"], R["rules"], "the rank statistics never run the rules"),
+    (R["figures"], "perfscope.dashboard.app", "figures are pure: they never import the Dash app"),
+    (R["figures"], "perfscope.dashboard.callbacks", "figures are pure: they never import the Dash app"),
+    (R["figures"], "perfscope.dashboard.layout", "figures are pure: they never import the Dash app"),
+    (R["figures"], "dash", "figures are plotly only: dash is the app's"),
+    ("perfscope.report", R["sessions"], "the Report never runs a capture"),
+    ("perfscope.schema", R["sessions"], "the schema never runs a capture"),
+    ("perfscope.format", R["sessions"], "the format layer never runs a capture"),
+    ("perfscope.analysis", R["sessions"], "analysis never runs a capture"),
+    ("perfscope.collectors", R["sessions"], "collectors are run by sessions, not the reverse"),
+    ("perfscope.dashboard", R["sessions"], "the dashboard shows reports, never runs a capture"),
+]
+
 ALLOWED = {
     ("perfscope.__main__", "perfscope.cli"),  # `python -m perfscope` is the CLI's entry point
 }
@@ -90,16 +131,31 @@ def _violations() -> list[str]:
 
 def test_every_source_file_is_seen() -> None:
     modules = dict(_modules())
-    assert {"perfscope.cli", "perfscope.engine.generate", "perfscope.analysis.compare",
+    assert {"perfscope.cli", "perfscope.engine.generate", "perfscope.analysis.summaries.compare",
             "perfscope.collectors.nvml", "perfscope.dashboard.figures"} <= set(modules)
 
 
 def test_relative_imports_resolve_to_the_installed_names() -> None:
     modules = dict(_modules())
-    names = {n for n, _ in _imports("perfscope.analysis.compare", modules["perfscope.analysis.compare"])}
-    assert "perfscope.analysis.summary" in names and "perfscope.report" in names
+    names = {n for n, _ in _imports("perfscope.analysis.summaries.compare", modules["perfscope.analysis.summaries.compare"])}
+    assert "perfscope.analysis.summaries.kernels" in names and "perfscope.report" in names
     init = {n for n, _ in _imports("perfscope.collectors", modules["perfscope.collectors"])}
     assert "perfscope.collectors.nvml" in init
+
+
+def test_every_room_exists_and_holds_modules() -> None:
+    """A room renamed or emptied would make its rules hold vacuously."""
+    modules = dict(_modules())
+    for folder, package in ROOMS.items():
+        assert (REPO / folder / "__init__.py").is_file(), f"{folder}/ is not a package"
+        assert any(m.startswith(package + ".") for m in modules), f"{folder}/ holds no module"
+
+
+def test_analysis_has_no_flat_prefixed_modules() -> None:
+    """analysis/ reads as the pipeline: no flat kineto_*, nsys_*, ncu_* or ranks_* files."""
+    flat = sorted(p.name for p in (REPO / "analysis").glob("*.py")
+                  if p.name.split("_")[0] in {"kineto", "nsys", "ncu", "nvml", "ranks", "figures"})
+    assert flat == []
 
 
 def test_layer_rules_hold() -> None:
@@ -110,6 +166,11 @@ def test_layer_rules_hold() -> None:
     ("perfscope.analysis.x", "from perfscope.dashboard import figures\n", "analysis never imports the dashboard"),
     ("perfscope.engine.x", "def f():\n    from ..analysis import costs\n", "the engine never imports analysis"),
     ("perfscope.collectors.x", "import click\n", "click is used only by the CLI"),
+    ("perfscope.analysis.readers.kineto.x", "from ...summaries.kernels import top_kernels\n",
+     "readers build a Report; summaries are computed from one"),
+    (ROOMS["analysis/costs"] + ".x", "def f():\n    from ..readers.detect import import_file\n",
+     "the cost model knows operators, not file formats"),
+    ("perfscope.dashboard.figures.x", "import dash\n", "figures are plotly only: dash is the app's"),
 ])
 def test_a_violation_is_reported(tmp_path: Path, module: str, source: str, want: str) -> None:
     path = tmp_path / "x.py"

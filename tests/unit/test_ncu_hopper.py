@@ -1,4 +1,4 @@
-"""Nsight Compute on Hopper: the real H200 captures of the engine (../shared/fixtures/h200/).
+"""Nsight Compute on Hopper: the real H200 captures of the engine (tests/fixtures/h200/).
 
 The GEMM shapes behind each kernel are the fixture README's; FLOPs of a GEMM are 2 x M x N x K.
 The A10G numbers at the end were recorded before the Hopper changes: older GPUs must import

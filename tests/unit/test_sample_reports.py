@@ -41,10 +41,13 @@ def test_compiled_cpu_sample_costs_each_decode_step_as_one_kernel(sample_reports
     assert not any(name in w for w in r.warnings for name in set(step_kernels["name"]))
 
 
-def test_imported_samples_name_their_fixture_not_a_local_path(sample_reports_dir):
+def test_imported_samples_name_their_fixture_not_a_local_path(sample_reports_dir, fixtures_dir):
+    """The manifests name the file as it was imported (``shared/fixtures/...``, the project's shared
+    copy, kept as written): a path relative to the fixtures folder, which tests/fixtures holds."""
     for name in NAMES[1:3]:
         src = Report.load(sample_reports_dir / name).manifest["source"]
         assert src["path"].startswith("shared/fixtures/")
+        assert (fixtures_dir / src["path"].removeprefix("shared/fixtures/")).is_file()
 
 
 def test_phase_flops_are_missing_when_most_kernel_time_has_no_flop_count(sample_reports_dir):
