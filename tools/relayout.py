@@ -51,6 +51,7 @@ MOVES: dict[str, str] = {
     f"{A}.kineto_parse": f"{A}.readers.kineto.parse",
     f"{A}.kineto_ops": f"{A}.readers.kineto.ops",
     f"{A}.kineto_graphs": f"{A}.readers.kineto.graphs",
+    f"{A}.capture_traces": f"{A}.readers.kineto.capture",
     f"{A}.nsys_reader": f"{A}.readers.nsys.reader",
     f"{A}.nsys_db": f"{A}.readers.nsys.sqlite",
     f"{A}.nsys_nvtx": f"{A}.readers.nsys.nvtx",
@@ -63,6 +64,12 @@ MOVES: dict[str, str] = {
     f"{A}.analytic": f"{A}.costs.analytic",
     f"{A}.compiled_steps": f"{A}.costs.compiled_steps",
     f"{A}.roofline": f"{A}.costs.roofline",
+    f"{A}.costs_framework": f"{A}.costs.framework",
+    f"{A}.costs_quantized": f"{A}.costs.quantized",
+    f"{A}.costs_args": f"{A}.costs.args",
+    # the steps table of any source (engine, vLLM, SGLang, HF generate(), by hand): read by the
+    # readers' finish step, the summaries and the rules, so it sits beside intervals and findings
+    f"{A}.framework_steps": f"{A}.steps",
     # ranks: many ranks of one distributed job
     f"{A}.ranks": f"{A}.ranks.stats",
     f"{A}.ranks_dask": f"{A}.ranks.dask_import",
@@ -75,15 +82,25 @@ MOVES: dict[str, str] = {
     f"{A}.compare": f"{A}.summaries.compare",
     f"{A}.sweep": f"{A}.summaries.sweep",
     f"{A}.loadtest": f"{A}.summaries.loadtest",
+    f"{A}.hierarchy": f"{A}.summaries.hierarchy",
+    f"{A}.server_timeline": f"{A}.summaries.server_timeline",
     # dashboard figures, one module per subject (figures.py and figures_more.py: SPLITS)
     f"{D}.figures_load": f"{D}.figures.loadtest",
     f"{D}.figures_ranks": f"{D}.figures.ranks",
     f"{D}.figures_sweep": f"{D}.figures.sweep",
     f"{D}.roofline_data": f"{D}.figures.roofline_data",
     f"{D}.timeline_data": f"{D}.figures.timeline_data",
+    f"{D}.figures_tree": f"{D}.figures.tree",
+    # exports of a Report to other viewers (Perfetto, Chrome trace JSON)
+    f"{P}.trace_export": f"{D}.export.perfetto",
+    f"{P}.perfetto_proto": f"{D}.export.protobuf",
     # sessions: what runs a capture (collectors, engine, analysis) apart from the Report
     f"{P}.session": f"{P}.sessions.profile",
     f"{P}.loadtest_session": f"{P}.sessions.loadtest",
+    f"{P}.endpoint_loadtest": f"{P}.sessions.endpoint",
+    f"{P}.http_stream": f"{P}.sessions.http_stream",
+    f"{P}.server_profile": f"{P}.sessions.server_profile",
+    f"{P}.openai_server": f"{P}.sessions.openai_server",
 }
 """Old module -> new module. Imports of old names are rewritten wherever they are."""
 
@@ -155,6 +172,7 @@ ROOMS: dict[str, str] = {
                   "parallel import on Dask and partial reads of a multi-rank report.",
     f"{A}.summaries": "Summaries: tables computed from a finished Report (kernels, serving, compare, "
                       "sweep,\nload test). They read a Report and never parse a file.",
+    f"{D}.export": "Exports of a Report to other viewers: the Perfetto TrackEvent protobuf and Chrome trace JSON.",
     f"{P}.sessions": "Sessions: run a workload under collectors (the engine, a script, a load test), "
                      "analyse\nthe capture and return a Report.",
 }
@@ -163,7 +181,7 @@ ROOMS: dict[str, str] = {
 KEEP: set[str] = {
     f"{A}.findings", f"{A}.intervals", f"{A}.tree",
     f"{D}.app", f"{D}.callbacks", f"{D}.details", f"{D}.html_report", f"{D}.ids", f"{D}.layout",
-    f"{D}.memo", f"{D}.store", f"{D}.style", f"{D}.text", f"{D}.views",
+    f"{D}.memo", f"{D}.store", f"{D}.style", f"{D}.text", f"{D}.views", f"{D}.html_tree",
 }
 """Flat modules that stay where they are (shared by the rooms; the app and the HTML writer)."""
 
