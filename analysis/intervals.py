@@ -15,7 +15,7 @@ from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import column_codes
 
-from .framework_steps import has_framework_steps, inference_windows
+from .steps import has_framework_steps, inference_windows
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,7 @@ from typing import Any
 
 
 def eager_share(path: Path) -> str:
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     k = import_file(path).kernels
     t = k["duration_ns"].astype(float)
@@ -48,8 +48,8 @@ def _events(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def capture_share(capture: Path, replay: Path) -> str:
-    from perfscope.analysis.costs import has_formula, op_cost
-    from perfscope.analysis.costs_framework import OpContext, step_attention
+    from perfscope.analysis.costs.framework import OpContext, step_attention
+    from perfscope.analysis.costs.operators import has_formula, op_cost
 
     rev, _ = _events(replay)
     ktime: Counter[str] = Counter()

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from plotly.io.json import to_json_plotly
 
-from perfscope.analysis.importers import import_file
+from perfscope.analysis.readers.detect import import_file
 from perfscope.dashboard import callbacks as cb
 from perfscope.dashboard import ids
 from perfscope.dashboard.store import ReportStore
@@ -85,7 +85,7 @@ def scenarios(store: ReportStore, key: str) -> dict[str, Callable[[], object]]:
     def roof(per: str, phase: str = "all", name: str | None = None) -> Callable[[], object]:
         return lambda: cb.on_roofline(store, key, "roofline", per, "bound", phase, None, name)
 
-    from perfscope.analysis.hierarchy import hierarchy
+    from perfscope.analysis.summaries.hierarchy import hierarchy
 
     top = hierarchy(store.load(key)).nodes
     biggest = {"points": [{"customdata": int(top["node"].iat[0])}]}

@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=8, help="streamed chunks per answer")
     args = ap.parse_args()
 
-    from perfscope.endpoint_loadtest import EndpointRun, run_endpoint_loadtest
+    from perfscope.sessions.endpoint import EndpointRun, run_endpoint_loadtest
 
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.tokens)], stdout=subprocess.PIPE, text=True)
     try:

@@ -84,7 +84,7 @@ def main() -> int:
 
     from perfscope.collectors.roofs import device_roofs
     from perfscope.engine import build_model
-    from perfscope.session import resolve_device
+    from perfscope.sessions.profile import resolve_device
 
     start = time.perf_counter()
     device = resolve_device(opts.device)

@@ -42,14 +42,14 @@ def child(task: str, source: Path, folder: Path, out: Path) -> None:
     """Run one measured task in this (fresh) process and print its JSON result."""
     result: dict[str, Any] = {}
     if task == "import":
-        from perfscope.analysis.importers import import_file
+        from perfscope.analysis.readers.detect import import_file
 
         t0 = time.perf_counter()
         report = import_file(source)
         result["seconds"] = time.perf_counter() - t0
         result["kernels"] = len(report.kernels)
     else:
-        from perfscope.trace_export import export_trace, lean_report
+        from perfscope.dashboard.export.perfetto import export_trace, lean_report
 
         report = lean_report(folder)  # what `perfscope export FOLDER` reads
         result["loaded_rss_mib"] = _rss_mib()
@@ -86,7 +86,7 @@ def main() -> None:
         if not source.exists():
             print(f"built {build(FIXTURE, source, args.kernels):,} kernels in {source}", flush=True)
         if not folder.exists():
-            from perfscope.analysis.importers import import_file
+            from perfscope.analysis.readers.detect import import_file
 
             import_file(source).save(folder)
         runs: dict[str, list[dict[str, Any]]] = {"import": [], "perfetto": [], "chrome": []}

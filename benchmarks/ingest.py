@@ -8,7 +8,7 @@ events (``ph == "M"``) are written once. The trace goes to a temp dir (plain and
 
 Then, in ONE run, each reader loads each file in a fresh subprocess, several times:
 
-- perfscope: ``perfscope.analysis.importers.import_file(path)``, the whole import (format
+- perfscope: ``perfscope.analysis.readers.detect.import_file(path)``, the whole import (format
   detection, streaming parse, CPU op tree, kernel -> launch -> op links, analytic costs,
   transfers, api, roofline classification, schema checks) -> a ``Report`` in memory;
 - HTA: ``hta.trace_analysis.TraceAnalysis(trace_dir=DIR)`` on a dir holding only that file,
@@ -146,7 +146,7 @@ def _rss_mib() -> float:
 
 
 def _load_perfscope(path: Path) -> dict[str, Any]:
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     rss0 = _rss_mib()
     t0 = time.perf_counter()

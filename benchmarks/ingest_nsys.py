@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfscope.analysis.nsys_reader import read_nsys_sqlite
+from perfscope.analysis.readers.nsys.reader import read_nsys_sqlite
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nsys" / "nvfuser_h100_matmul.sqlite"
 BASELINE_SQL = (

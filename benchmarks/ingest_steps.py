@@ -6,8 +6,8 @@ The trace is :mod:`ingest`'s (the A100 HTA fixture tiled 10 times, 1.09M events)
 - ``stepped``: its ``ProfilerStep#N`` annotations renamed ``step[DECODE bs=8]``, so every one of
   its 50 steps is read and each of its kernels is assigned to one (the full cost of the step).
 
-Each file is imported (``perfscope.analysis.importers.import_file``, the whole pipeline) in a fresh
-interpreter with the step reader on and off (off: :func:`perfscope.analysis.finish.with_framework_steps`
+Each file is imported (``perfscope.analysis.readers.detect.import_file``, the whole pipeline) in a fresh
+interpreter with the step reader on and off (off: :func:`perfscope.analysis.readers.finish.with_framework_steps`
 replaced by a pass-through inside that child only), interleaved round by round. Two measures, because the machine may be shared: the step reader's own time inside each
 "on" import over the rest of that same import (``steps_share_*``: immune to load changes between
 runs), and the best "on" run over the best "off" run (``best_on_off_*``, minus 1).
@@ -34,8 +34,8 @@ from ingest import FIXTURE, build
 
 
 def child(mode: str, path: Path) -> None:
-    import perfscope.analysis.finish as fin
-    from perfscope.analysis.importers import import_file
+    import perfscope.analysis.readers.finish as fin
+    from perfscope.analysis.readers.detect import import_file
 
     spent = [0.0]
     real = fin.with_framework_steps

@@ -46,8 +46,8 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     from perfscope.engine.generate import build_model
-    from perfscope.loadtest_session import LoadRun, cli_payload, run_loadtest
-    from perfscope.session import resolve_device
+    from perfscope.sessions.loadtest import LoadRun, cli_payload, run_loadtest
+    from perfscope.sessions.profile import resolve_device
 
     device = resolve_device(args.device)
     model = build_model(args.model, device=device, dtype=getattr(torch, args.dtype), seed=args.seed)

@@ -30,7 +30,7 @@ NOISE_PCT = 2.0
 
 def check(path: str) -> list[str]:
     """The failures of the report at ``path`` (empty when it passes); prints its kernels."""
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     report = import_file(path)
     k = report.kernels

@@ -3,7 +3,7 @@ HolisticTraceAnalysis on the same folder of per-rank traces.
 
 Builds a job of ``--ranks`` rank files of about ``--events`` events each by tiling a real trace
 (default: the A100 rank of a 16-rank job in tests/fixtures, 108,936 events) with
-:mod:`perfscope.analysis.ranks_tiling`; one rank (``--slow-rank``) runs 10% slower. The files go to
+:mod:`perfscope.analysis.ranks.tiling`; one rank (``--slow-rank``) runs 10% slower. The files go to
 a temporary folder (gzipped), which is removed at the end unless ``--keep``.
 
 Each contender runs in its own Python process, whose process tree (client, Dask nanny and worker
@@ -48,7 +48,7 @@ GZIP_BYTES_PER_EVENT = 15
 # ---------------------------------------------------------------------------- the job
 def build_job(fixture: Path, folder: Path, ranks: int, events: int, slow_rank: int) -> dict[str, Any]:
     """Write the rank files; returns events per rank and the sizes."""
-    from perfscope.analysis.ranks_tiling import TileSpec, load_trace, tile_trace
+    from perfscope.analysis.ranks.tiling import TileSpec, load_trace, tile_trace
 
     doc = load_trace(fixture)
     copies = max(1, math.ceil(events / len(doc["traceEvents"])))
@@ -57,7 +57,7 @@ def build_job(fixture: Path, folder: Path, ranks: int, events: int, slow_rank: i
         stretch = 1.1 if rank == slow_rank else 1.0
         dst = folder / f"rank-{rank}.pt.trace.json.gz"
         written.append(tile_trace(doc, dst, TileSpec(rank, ranks, copies=copies, stretch=stretch)))
-    from perfscope.analysis.ranks_dask import uncompressed_size
+    from perfscope.analysis.ranks.dask_import import uncompressed_size
 
     files = sorted(folder.iterdir())
     return {"events_per_rank": written[0], "copies": copies,
@@ -67,8 +67,8 @@ def build_job(fixture: Path, folder: Path, ranks: int, events: int, slow_rank: i
 
 # ---------------------------------------------------------------------------- contenders
 def run_perfscope(folder: Path, out: Path, workers: int) -> dict[str, Any]:
-    from perfscope.analysis.ranks_dask import import_ranks
-    from perfscope.analysis.ranks_io import rank_summary_at
+    from perfscope.analysis.ranks.dask_import import import_ranks
+    from perfscope.analysis.ranks.partial_read import rank_summary_at
 
     t0 = time.perf_counter()
     res = import_ranks(folder, out, workers=workers, force=True)

@@ -4,7 +4,7 @@ A collector wraps one profiler. Building its command line is a pure function
 (:meth:`Collector.command`), so every flag can be unit-tested without a GPU; running it
 (:meth:`Collector.collect`) writes raw files into a folder and describes them in a
 :class:`RawCapture`. Turning those files into a Report is analysis's job
-(``perfscope.analysis.importers.import_file``), never the collector's.
+(``perfscope.analysis.readers.detect.import_file``), never the collector's.
 """
 
 from __future__ import annotations

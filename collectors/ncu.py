@@ -24,7 +24,7 @@ whatever else runs before it::
 One run per kernel costs N+1 runs of the program, but a single run with the names' regex union
 and ``--launch-count N*K`` profiles the first N*K launches matching any name (start-up kernels
 that share a name), and ncu's ``--filter-mode per-launch-config`` counts per grid/block shape,
-not per name. The N reports are imported as one (:func:`perfscope.analysis.ncu_reader.read_ncu_reps`).
+not per name. The N reports are imported as one (:func:`perfscope.analysis.readers.ncu.reader.read_ncu_reps`).
 """
 
 from __future__ import annotations

@@ -14,14 +14,14 @@ import dash
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 
-from perfscope.analysis.compare import compare as compare_reports
+from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
 from perfscope.format import labelled_rows
 from perfscope.schema import text_of
 
 from . import figures, ids, layout, views
 from .details import point_details
-from .roofline_data import filter_mask
+from .figures.roofline_data import filter_mask
 from .store import ReportStore
 
 MAX_GRID_ROWS = 5000
@@ -167,7 +167,7 @@ def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
     """Load-test figures (latency CDFs, load over time, decode roofline, rate curve); none for other reports."""
     if _skip(tab, "phases") or not key:
         return NO
-    from .figures_load import load_figures
+    from .figures.loadtest import load_figures
 
     return [dcc.Graph(figure=fig, config=layout.GRAPH_CONFIG) for fig in load_figures(store.load(key)).values()]
 
@@ -197,14 +197,14 @@ def on_tree(store: ReportStore, key: str | None, tab: str, phase: str | None) ->
     """The icicle of the report's module -> op -> kernel tree (for one phase, or all kernels)."""
     if _skip(tab, "tree") or not key:
         return NO
-    from .figures_tree import tree_figure
+    from .figures.tree import tree_figure
 
     return tree_figure(store.load(key), phase=_tree_phase(phase))
 
 
 def on_tree_phases(store: ReportStore, key: str | None) -> tuple[list[dict[str, str]], str]:
     """The tree's phase choices: all, then each phase with kernels."""
-    from perfscope.analysis.hierarchy import phases_of
+    from perfscope.analysis.summaries.hierarchy import phases_of
 
     values = ["all", *(phases_of(store.load(key)) if key else [])]
     return [{"label": v, "value": v} for v in values], "all"
@@ -212,7 +212,7 @@ def on_tree_phases(store: ReportStore, key: str | None) -> tuple[list[dict[str, 
 
 def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[str, Any] | None) -> tuple[Any, str]:
     """(mask over the kernels or None, label) of the clicked node (None: the whole tree)."""
-    from perfscope.analysis.hierarchy import hierarchy
+    from perfscope.analysis.summaries.hierarchy import hierarchy
 
     report = store.load(key)
     tree = hierarchy(report, phase=_tree_phase(phase))

@@ -70,7 +70,7 @@ def _top_values(sub: pd.DataFrame, column: str, n: int = 3) -> str:
 
 def name_details(report: Report, name: str) -> list[tuple[str, str]]:
     """Facts about every execution of kernel ``name``, with totals re-classified on the roofline."""
-    from perfscope.analysis.summary import aggregate_by_name
+    from perfscope.analysis.summaries.kernels import aggregate_by_name
 
     k = report.kernels
     sub = k[k["name"].astype("object") == name]

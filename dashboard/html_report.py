@@ -25,8 +25,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from perfscope._version import __version__
-from perfscope.analysis.compare import compare as compare_reports
-from perfscope.analysis.compare import name_view, phase_view
+from perfscope.analysis.summaries.compare import compare as compare_reports
+from perfscope.analysis.summaries.compare import name_view, phase_view
 from perfscope.errors import OutputExistsError
 from perfscope.format import column_label, dumps, evidence_rows, labelled_rows
 from perfscope.report import Report
@@ -185,9 +185,9 @@ def _ranks(page: _Page, report: Report) -> str:
     """The rank view (steps, comm/compute overlap, rank x category heatmap, kernel spread)."""
     if "rank" not in report.kernels.columns:
         return ""
-    from perfscope.analysis.ranks import rank_tables
+    from perfscope.analysis.ranks.stats import rank_tables
 
-    from .figures_ranks import rank_figures
+    from .figures.ranks import rank_figures
 
     figs = rank_figures(rank_tables(report))
     return _section("Ranks", "".join(page.figure(f, f"ranks {name}") for name, f in figs.items()), "ranks")
@@ -195,9 +195,9 @@ def _ranks(page: _Page, report: Report) -> str:
 
 def _loadtest(page: _Page, report: Report) -> str:
     """Latency distributions, load over time, decode roofline and the rate table (``perfscope loadtest``)."""
-    from perfscope.analysis.loadtest import rate_summary
+    from perfscope.analysis.summaries.loadtest import rate_summary
 
-    from .figures_load import load_figures, load_notes
+    from .figures.loadtest import load_figures, load_notes
 
     figs = load_figures(report)
     if not figs:
@@ -209,9 +209,9 @@ def _loadtest(page: _Page, report: Report) -> str:
 
 def _sweep(page: _Page, report: Report) -> str:
     """The sweep plots and per-run table, for reports written by ``perfscope sweep``."""
-    from perfscope.analysis.sweep import is_sweep, sweep_summary
+    from perfscope.analysis.summaries.sweep import is_sweep, sweep_summary
 
-    from .figures_sweep import sweep_roofline, throughput_latency, ttft_vs_prompt
+    from .figures.sweep import sweep_roofline, throughput_latency, ttft_vs_prompt
 
     if not is_sweep(report):
         return ""

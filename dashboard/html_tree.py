@@ -12,7 +12,7 @@ import pandas as pd
 from perfscope.format import number
 from perfscope.report import Report
 
-from .figures_tree import tree_figure
+from .figures.tree import tree_figure
 from .text import MISSING, duration, esc, pct, si
 
 MAX_TABLE_NODES = 1500
@@ -48,7 +48,7 @@ def _cells(r: Any) -> str:
 
 
 def tree_table(nodes: pd.DataFrame) -> str:
-    """The nodes (depth-first, as :func:`perfscope.analysis.hierarchy.hierarchy` orders them) as
+    """The nodes (depth-first, as :func:`perfscope.analysis.summaries.hierarchy.hierarchy` orders them) as
     nested ``<details>``: a node with children is a ``<details>`` whose summary holds its numbers."""
     while len(nodes) > MAX_TABLE_NODES and nodes["depth"].max() > 0:
         nodes = nodes[nodes["depth"] < nodes["depth"].max()]
@@ -72,7 +72,7 @@ def tree_table(nodes: pd.DataFrame) -> str:
 
 def tree_section(page: Any, report: Report) -> str:
     """The section (empty string when the report has no kernels)."""
-    from perfscope.analysis.hierarchy import by_phase
+    from perfscope.analysis.summaries.hierarchy import by_phase
 
     if not len(report.kernels):
         return ""

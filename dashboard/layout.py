@@ -12,7 +12,7 @@ import dash_ag_grid as dag
 import pandas as pd
 from dash import dcc, html
 
-from perfscope.analysis.compare import Comparison, name_view, phase_view
+from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
 from perfscope.format import column_label, evidence_rows, labelled_rows
 from perfscope.report import Report
 
@@ -65,7 +65,7 @@ def compare_tables(c: Comparison, top: int) -> html.Div:
 
 
 def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
-    from perfscope.analysis.summary import top_kernels
+    from perfscope.analysis.summaries.kernels import top_kernels
 
     top = top_kernels(report, n)
     rows = [{"name": str(r["name"]), "calls": f"{int(r['count']):,}", "time": duration(r["duration_ns"]),

@@ -1,7 +1,7 @@
 """View-models shared by the HTML report and the Dash app: facts, roofs, metrics, tables.
 
 Everything here returns plain data (lists of label/value pairs, DataFrames, dicts). Metrics
-that other modules own (``perfscope.analysis.summary``, ``.serving``, ``.findings``) are taken
+that other modules own (``perfscope.analysis.summaries.kernels``, ``.serving``, ``.findings``) are taken
 from them when they are installed; nothing here re-derives them.
 """
 
@@ -17,9 +17,9 @@ import pandas as pd
 from perfscope.format import by_column
 from perfscope.report import Report
 
+from .figures.timeline_data import busy_share, timeline_index
 from .memo import memo
 from .text import MISSING, duration, is_missing, pct, si
-from .timeline_data import busy_share, timeline_index
 
 
 def optional(module: str, attr: str) -> Callable[..., Any] | None:
@@ -86,11 +86,11 @@ def overview_facts(report: Report) -> list[tuple[str, str]]:
 
 
 def phase_metrics(report: Report) -> pd.DataFrame | None:
-    """Per-phase metrics (time, MFU, MBU, ...) from ``perfscope.analysis.serving``, if present.
+    """Per-phase metrics (time, MFU, MBU, ...) from ``perfscope.analysis.summaries.serving``, if present.
 
     An engine report's headline rows (``timing`` = unprofiled: the warm run without the profiler)
     come first, then the profiled run's rows, labelled ``profiled``."""
-    fn = optional("perfscope.analysis.serving", "phase_summary")
+    fn = optional("perfscope.analysis.summaries.serving", "phase_summary")
     if fn is None:
         return None
     out = fn(report)
@@ -100,10 +100,10 @@ def phase_metrics(report: Report) -> pd.DataFrame | None:
 
 
 def request_metrics(report: Report) -> dict[str, Any] | None:
-    """Request metrics (TTFT, TPOT, ITL, E2E, tokens/s) from ``perfscope.analysis.serving``."""
+    """Request metrics (TTFT, TPOT, ITL, E2E, tokens/s) from ``perfscope.analysis.summaries.serving``."""
     if not len(report.requests):
         return None
-    fn = optional("perfscope.analysis.serving", "request_summary")
+    fn = optional("perfscope.analysis.summaries.serving", "request_summary")
     out = fn(report) if fn is not None else None
     if out and fn is not None and len(report.requests_unprofiled):  # headline: the warm unprofiled run; the profiled beside
         prof = fn(report, profiled=True)
@@ -146,13 +146,13 @@ ROW_COLUMNS = ["name", "duration_ns", "share_pct", "start_ms", "device", "stream
 def name_aggregate(report: Report) -> pd.DataFrame:
     """Every column of ``aggregate_by_name`` over all kernels, computed once per Report object
     (the per-name roofline, the per-name table and the compare view share it)."""
-    from perfscope.analysis.summary import aggregate_by_name
+    from perfscope.analysis.summaries.kernels import aggregate_by_name
 
     return memo(report, "kernels:by_name", lambda: aggregate_by_name(report.kernels, report.device))
 
 
 def kernels_by_name(report: Report) -> pd.DataFrame:
-    """Kernel time aggregated per name (``perfscope.analysis.summary.aggregate_by_name``)."""
+    """Kernel time aggregated per name (``perfscope.analysis.summaries.kernels.aggregate_by_name``)."""
     agg = name_aggregate(report)
     return agg[[c for c in BY_NAME_COLUMNS if c in agg.columns]]
 

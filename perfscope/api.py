@@ -18,7 +18,7 @@ from .report import Report
 def load(path: str | os.PathLike[str]) -> Report:
     """A Report from a ``.perfscope`` folder, or from any profiler output perfscope imports
     (Kineto trace, nsys SQLite / .nsys-rep, ncu report / CSV), detected from its content."""
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     return import_file(Path(path))
 
@@ -74,7 +74,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     from perfscope.collectors.hf_generate import GenerateRecorder
     from perfscope.collectors.roofs import device_roofs
     from perfscope.collectors.torch_profiler import _export, start_profiler, stop_profiler
-    from perfscope.session import hf_report, resolve_device
+    from perfscope.sessions.profile import hf_report, resolve_device
 
     unknown = set(collectors) - {"torch", "nvml"}
     if unknown or "torch" not in collectors:

@@ -112,7 +112,7 @@ class Report:
     @classmethod
     def assemble(cls, conformed: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any] | None = None) -> Report:
         """A Report from tables already conformed to their contracts (the import pipeline's
-        finishing step, :func:`perfscope.analysis.finish.finish`, conforms each once); missing
+        finishing step, :func:`perfscope.analysis.readers.finish.finish`, conforms each once); missing
         tables become empty and the manifest gets the defaults and the table sizes."""
         cls._check_names(conformed)
         merged = default_manifest()
@@ -263,15 +263,15 @@ class Report:
 
     def hierarchy(self, *, phase: str | None = None, collapse: bool = True) -> pd.DataFrame:
         """Where the time goes: the module -> op -> kernel tree's nodes (see
-        ``perfscope.analysis.hierarchy``), for ``phase`` or all kernels; ``collapse=False`` lists
+        ``perfscope.analysis.summaries.hierarchy``), for ``phase`` or all kernels; ``collapse=False`` lists
         every instance of repeated layers."""
-        from perfscope.analysis.hierarchy import hierarchy
+        from perfscope.analysis.summaries.hierarchy import hierarchy
 
         return hierarchy(self, phase=phase, collapse=collapse).nodes.copy()
 
     def hierarchy_figure(self, *, phase: str | None = None, depth: int | None = None) -> go.Figure:
         """The tree as a plotly icicle (width: kernel time; colour: bound)."""
-        from perfscope.dashboard.figures_tree import tree_figure
+        from perfscope.dashboard.figures.tree import tree_figure
 
         return tree_figure(self, phase=phase, depth=depth)
 

@@ -33,7 +33,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str 
 
 
 def _device_lines(report: Report) -> list[str]:
-    from perfscope.analysis.summary import roofs_table
+    from perfscope.analysis.summaries.kernels import roofs_table
 
     dev = report.device
     if dev is None:
@@ -51,7 +51,7 @@ def _device_lines(report: Report) -> list[str]:
 
 
 def _phase_lines(report: Report) -> list[str]:
-    from perfscope.analysis.serving import has_unprofiled, phase_summary
+    from perfscope.analysis.summaries.serving import has_unprofiled, phase_summary
 
     ph = phase_summary(report)
     if not len(ph):
@@ -97,7 +97,7 @@ def _speculation_lines(report: Report) -> list[str]:
 
 
 def _request_lines(report: Report) -> list[str]:
-    from perfscope.analysis.serving import has_unprofiled, request_summary
+    from perfscope.analysis.summaries.serving import has_unprofiled, request_summary
 
     s = request_summary(report)
     if not s:
@@ -126,7 +126,7 @@ def _timing_line(report: Report) -> str | None:
         _finite(p.get("profiler_overhead_ratio"))
     if prof is None or base is None or ratio is None:
         return None
-    from perfscope.analysis.serving import has_unprofiled
+    from perfscope.analysis.summaries.serving import has_unprofiled
 
     if not has_unprofiled(report):  # a report from before the warm headline: its baseline may have been cold
         return (f"timing: unprofiled run {_num(base, 1, 3)} s, profiled run {_num(prof, 1, 3)} s (a report "
@@ -145,7 +145,7 @@ def _timing_line(report: Report) -> str | None:
 
 
 def _kernel_lines(report: Report, n: int) -> list[str]:
-    from perfscope.analysis.summary import top_kernels
+    from perfscope.analysis.summaries.kernels import top_kernels
 
     top = top_kernels(report, n)
     if not len(top):
@@ -162,7 +162,7 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
 def _rank_lines(report: Report) -> list[str]:
     if "rank" not in report.kernels.columns:
         return []
-    from perfscope.analysis.ranks import rank_tables, stragglers
+    from perfscope.analysis.ranks.stats import rank_tables, stragglers
 
     t = rank_tables(report)
     pr = t.per_rank

@@ -1,7 +1,7 @@
 """The hierarchy (module -> op -> kernel) as an indented text tree, for ``perfscope analyze --tree``.
 
 Formatting goes through :mod:`perfscope.format`; the numbers come from
-:func:`perfscope.analysis.hierarchy.hierarchy`.
+:func:`perfscope.analysis.summaries.hierarchy.hierarchy`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def tree_rows(nodes: Any, depth: int | None = None, name_width: int = 60) -> lis
 
 def render_tree(report: Report, *, phase: str | None = None, depth: int | None = None) -> str:
     """The tree of every phase (or of ``phase``), as text."""
-    from perfscope.analysis.hierarchy import by_phase, hierarchy
+    from perfscope.analysis.summaries.hierarchy import by_phase, hierarchy
     from perfscope.text_report import table
 
     trees = {phase: hierarchy(report, phase=phase)} if phase else by_phase(report)
@@ -52,7 +52,7 @@ def render_tree(report: Report, *, phase: str | None = None, depth: int | None =
 
 def tree_payload(report: Report, *, phase: str | None = None, depth: int | None = None) -> dict[str, Any]:
     """The ``tree`` key of ``perfscope analyze --json``: source, note and the nodes per phase."""
-    from perfscope.analysis.hierarchy import by_phase, hierarchy
+    from perfscope.analysis.summaries.hierarchy import by_phase, hierarchy
 
     trees = {phase: hierarchy(report, phase=phase)} if phase else by_phase(report)
     first = next(iter(trees.values()))

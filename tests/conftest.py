@@ -92,7 +92,7 @@ _IMPORTED: dict[str, object] = {}
 @pytest.fixture(scope="session")
 def load(fixtures_dir: Path):
     """``load("kineto/x.json.gz")``: a fixture imported once per test session (reports are immutable)."""
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     def get(name: str):
         if name not in _IMPORTED:

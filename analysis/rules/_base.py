@@ -2,7 +2,7 @@
 
 The rules' other helpers live where they belong and are re-exported here for the rule modules
 only: interval algebra and the profile's span in :mod:`perfscope.analysis.intervals`, kernel
-grouping in :mod:`perfscope.analysis.summary`, number formats in :mod:`perfscope.format`.
+grouping in :mod:`perfscope.analysis.summaries.kernels`, number formats in :mod:`perfscope.format`.
 Code outside ``rules/`` imports them from those modules, not from here.
 """
 
@@ -17,7 +17,7 @@ from perfscope.format import jsonable
 from perfscope.report import Report
 
 from ..intervals import activity, covered_ns, gaps_before, merge_intervals, profile_span_ns
-from ..summary import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups
+from ..summaries.kernels import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups
 
 __all__ = [
     "DEGENERATE_SHORT_NAME", "HOST_COPY_KINDS", "SEVERITIES", "Evidence", "Finding", "activity", "covered_ns",

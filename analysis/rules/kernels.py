@@ -21,7 +21,7 @@ from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import text_of
 
-from ..roofline import classify
+from ..costs.roofline import classify
 from ._base import Finding, group_key, info, is_cpu_report, pct, ranked, severity_for
 from .timeline import SHORT_KERNEL_NS
 

@@ -20,8 +20,8 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.report import Report
 
-from ..framework_steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
-from ..serving import run_steps
+from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
+from ..summaries.serving import run_steps
 from ._base import Finding, info, is_cpu_report, merge_intervals, pct, ranked
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 

@@ -1,6 +1,6 @@
 """Distributed-job rules: ranks that hold the others back, and communication that compute does not hide.
 
-Both work on the per-rank analysis of :mod:`perfscope.analysis.ranks` and say which ranks they
+Both work on the per-rank analysis of :mod:`perfscope.analysis.ranks.stats` and say which ranks they
 cover. ``rank-imbalance`` needs two ranks or more; ``exposed-comm`` also fires on a single rank's
 trace that has collective kernels.
 
@@ -18,7 +18,7 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.report import Report
 
-from ..ranks import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
+from ..ranks.stats import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
 from ._base import Evidence, Finding, ranked, top_groups
 
 EXPOSED_COMM_MIN_PCT = 10.0

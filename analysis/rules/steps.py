@@ -24,8 +24,8 @@ import pandas as pd
 from perfscope.format import duration
 from perfscope.report import Report
 
-from ..framework_steps import has_framework_steps, headline_steps, step_windows
 from ..intervals import trace_span_ns
+from ..steps import has_framework_steps, headline_steps, step_windows
 from ._base import Finding, activity, covered_ns, info, merge_intervals, pct, ranked
 from .timeline import graph_launched
 

@@ -22,10 +22,10 @@ from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import map_distinct, value_mask, value_positions
 
-from ..compiled_steps import compiled_kernels
-from ..framework_steps import has_framework_steps
-from ..framework_steps import inference_windows as step_inference_windows
-from ..ranks import comm_mask
+from ..costs.compiled_steps import compiled_kernels
+from ..ranks.stats import comm_mask
+from ..steps import has_framework_steps
+from ..steps import inference_windows as step_inference_windows
 from ._base import (
     Finding,
     activity,

@@ -1,6 +1,6 @@
 """``perfscope import PATH_OR_GLOB --ranks``: the multi-rank import behind ``perfscope import``.
 
-The work is :func:`perfscope.analysis.ranks_dask.import_ranks`; this module picks the output
+The work is :func:`perfscope.analysis.ranks.dask_import.import_ranks`; this module picks the output
 name, shows progress per rank, adds the rank-view HTML page and prints what was kept and skipped.
 """
 
@@ -29,7 +29,7 @@ def default_out(source: str) -> Path:
 
 
 def _render(tables: Any, manifest: Mapping[str, Any]) -> dict[str, str]:
-    from perfscope.dashboard.figures_ranks import rank_view_html
+    from perfscope.dashboard.figures.ranks import rank_view_html
 
     return {"ranks.html": rank_view_html(tables, manifest)}
 
@@ -39,8 +39,8 @@ def run_rank_import(path: str, *, out: str | None, force: bool, html: bool, sche
     """Import the per-rank traces of ``path`` and print a summary (errors are PerfscopeErrors)."""
     from tqdm import tqdm
 
-    from perfscope.analysis.ranks import format_ranks, stragglers
-    from perfscope.analysis.ranks_dask import import_ranks
+    from perfscope.analysis.ranks.dask_import import import_ranks
+    from perfscope.analysis.ranks.stats import format_ranks, stragglers
 
     target = as_report_path(out) if out else default_out(path)
     bar = tqdm(total=None, unit="rank", file=sys.stderr, leave=False, disable=None, desc="ranks")

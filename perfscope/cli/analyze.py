@@ -19,8 +19,8 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
     the report holds only one run); ``params`` is the manifest's (``profiler_overhead_ratio``,
     ``profiled_wall_s``, ``unprofiled_wall_s``, ``compile_s``, ...).
     """
-    from perfscope.analysis.serving import phase_summary, request_summary
-    from perfscope.analysis.summary import roofs_table, top_kernels
+    from perfscope.analysis.summaries.kernels import roofs_table, top_kernels
+    from perfscope.analysis.summaries.serving import phase_summary, request_summary
 
     dev = report.device
     payload: dict[str, Any] = {
@@ -39,7 +39,7 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
         "partial": bool(report.manifest.get("partial")),
     }
     if "rank" in report.kernels.columns:
-        from perfscope.analysis.ranks import rank_summary
+        from perfscope.analysis.ranks.stats import rank_summary
 
         payload["ranks"] = rank_summary(report)
     from perfscope.analysis.findings import run_rules

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import pandas as pd
 
-from perfscope.analysis.compare import KEYS, Comparison, name_view, phase_view
+from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, phase_view
 from perfscope.text_report import table
 
 from ._common import echo_json
@@ -39,7 +39,7 @@ def compare(a: str, b: str, as_json: bool, top: int, key: str) -> None:
 
     A and B are report folders or any profiler output perfscope imports.
     """
-    from perfscope.analysis.compare import compare as compare_reports
+    from perfscope.analysis.summaries.compare import compare as compare_reports
     from perfscope.api import load
 
     result = compare_reports(load(a), load(b), key=key)

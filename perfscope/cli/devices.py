@@ -19,10 +19,10 @@ def devices(device: str, refresh: bool, datasheet: bool, as_json: bool) -> None:
     if datasheet:
         _datasheet_table(as_json)
         return
-    from perfscope.analysis.summary import roofs_table
+    from perfscope.analysis.summaries.kernels import roofs_table
     from perfscope.collectors.roofs import device_roofs
     from perfscope.format import number, si
-    from perfscope.session import resolve_device
+    from perfscope.sessions.profile import resolve_device
     from perfscope.text_report import table
 
     targets = ["cpu"]

@@ -18,8 +18,8 @@ def export(path: str, out: str, fmt: str, force: bool) -> None:
     from pathlib import Path
 
     from perfscope.api import load
+    from perfscope.dashboard.export.perfetto import export_trace, lean_report
     from perfscope.report import MANIFEST
-    from perfscope.trace_export import export_trace, lean_report
 
     folder = Path(path)
     report = lean_report(folder) if (folder / MANIFEST).is_file() else load(path)  # a report folder: read lean

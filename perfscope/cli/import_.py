@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 @click.option("--out", type=click.Path(), default=None, help="Report folder to write (default: ./NAME.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--html/--no-html", default=True, show_default=True, help="Also write report.html inside the folder.")
-# -- multi-rank import (logic in perfscope/cli/_ranks.py and perfscope.analysis.ranks_dask) --
+# -- multi-rank import (logic in perfscope/cli/_ranks.py and perfscope.analysis.ranks.dask_import) --
 @click.option("--ranks", is_flag=True, help="PATH is a folder or quoted glob of per-rank traces: import them in "
               "parallel on Dask into one multi-rank report.")
 @click.option("--scheduler", default=None, metavar="ADDRESS", help="With --ranks: run on this Dask scheduler "
@@ -59,7 +59,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
             raise click.UsageError("--scheduler and --workers go with --ranks")
         run_rank_import(path, out=out, force=force, html=html, scheduler=scheduler, workers=workers)
         return
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
     from perfscope.api import save_with_html
 
     report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
@@ -70,7 +70,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     elif batch or prompt_len or decode_context:
         raise click.UsageError("--batch, --prompt-len and --decode-context go with --engine MODEL")
     if analytic_trace:
-        from perfscope.analysis.analytic import with_trace_costs
+        from perfscope.analysis.costs.analytic import with_trace_costs
 
         report = with_trace_costs(report, import_file(analytic_trace))
     target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
@@ -108,7 +108,7 @@ def _roofs(spec: str) -> DeviceSpec:
 
 def _with_engine(report: Report, model: str, batch: int | None, prompt_len: int | None,
                  decode_context: int | None, itemsize: int) -> Report:
-    from perfscope.analysis.analytic import EngineShape, with_engine_costs
+    from perfscope.analysis.costs.analytic import EngineShape, with_engine_costs
     from perfscope.engine.model import ModelArgs
 
     if batch is None or prompt_len is None:

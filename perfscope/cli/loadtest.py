@@ -91,17 +91,17 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
 
         raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} with --endpoint URL only",
                          hint="the engine's load test is profiled unless --no-profile")
-    from perfscope.analysis.loadtest import parse_slo
+    from perfscope.analysis.summaries.loadtest import parse_slo
     from perfscope.api import save_with_html
     from perfscope.errors import OutputExistsError
-    from perfscope.loadtest_session import (
+    from perfscope.sessions.loadtest import (
         LoadRun,
         cli_payload,
         parse_rates,
         read_arrivals,
         run_loadtest,
     )
-    from perfscope.session import resolve_device
+    from perfscope.sessions.profile import resolve_device
 
     rates = parse_rates(rate)
     if arrivals:
@@ -136,11 +136,11 @@ def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_reque
               out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
     import os
 
-    from perfscope.analysis.loadtest import parse_slo
+    from perfscope.analysis.summaries.loadtest import parse_slo
     from perfscope.api import save_with_html
-    from perfscope.endpoint_loadtest import EndpointRun, cli_payload, run_endpoint_loadtest
     from perfscope.errors import OutputExistsError
-    from perfscope.loadtest_session import parse_rates, read_arrivals
+    from perfscope.sessions.endpoint import EndpointRun, cli_payload, run_endpoint_loadtest
+    from perfscope.sessions.loadtest import parse_rates, read_arrivals
 
     rates = parse_rates(rate)
     if arrivals:
@@ -167,7 +167,7 @@ def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_reque
         if not no_html:
             click.echo(f"html:   {written / 'report.html'}")
     if payload.get("partial"):
-        from perfscope.endpoint_loadtest import Interrupted
+        from perfscope.sessions.endpoint import Interrupted
 
         raise Interrupted(f"interrupted: the partial report (every request, the unsent ones as not_sent) is {written}")
 

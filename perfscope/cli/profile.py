@@ -84,7 +84,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     """
     from perfscope.api import attach_counters, save_with_html
     from perfscope.errors import UsageError
-    from perfscope.session import (
+    from perfscope.sessions.profile import (
         EngineRun,
         nvml_sampler,
         profile_engine,

@@ -30,9 +30,14 @@ def serve(model: str, host: str, port: int, served_model_name: str | None, max_b
 
     from perfscope.engine.generate import build_model
     from perfscope.errors import UsageError
-    from perfscope.loadtest_session import _warm_up
-    from perfscope.openai_server import EngineServer, is_loopback, model_name_for, serve_http
-    from perfscope.session import resolve_device
+    from perfscope.sessions.loadtest import _warm_up
+    from perfscope.sessions.openai_server import (
+        EngineServer,
+        is_loopback,
+        model_name_for,
+        serve_http,
+    )
+    from perfscope.sessions.profile import resolve_device
 
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be 0..65535, got {port}")

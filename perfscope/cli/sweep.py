@@ -37,10 +37,10 @@ def sweep(model: str, batches: list[int], prompt_lens: list[int], gen_len: int, 
           attention: str, compile: bool | None, out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
     """Profile every (batch, prompt length) combination: decode's roofline trajectory as batch grows,
     TTFT against prompt length, and the throughput-latency curve."""
-    from perfscope.analysis.sweep import sweep_summary
+    from perfscope.analysis.summaries.sweep import sweep_summary
     from perfscope.api import save_with_html
     from perfscope.errors import OutputExistsError
-    from perfscope.session import EngineRun, profile_sweep, resolve_device
+    from perfscope.sessions.profile import EngineRun, profile_sweep, resolve_device
     from perfscope.text_report import table
 
     base = EngineRun(model=model, gen_len=gen_len, device=device, dtype=dtype, attention=attention, compile=compile)

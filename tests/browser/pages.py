@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from perfscope.analysis.importers import import_file
+from perfscope.analysis.readers.detect import import_file
 from perfscope.report import Report
 from tests.conftest import REPO, _fixtures_dir
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from perfscope.analysis.hierarchy import by_phase
-from perfscope.analysis.kineto import read_kineto
+from perfscope.analysis.readers.kineto.reader import read_kineto
+from perfscope.analysis.summaries.hierarchy import by_phase
 from perfscope.dashboard.html_report import write_html
 from perfscope.report import Report
 from tests.browser.conftest import SHOTS, WAIT_S, severe_messages

@@ -27,7 +27,7 @@ def test_cuda_roofs_are_measured_with_datasheet_fallback(gpu_roofs):
 
 
 def test_engine_on_cuda_links_kernels_to_ops(gpu_roofs):
-    from perfscope.session import EngineRun, profile_engine
+    from perfscope.sessions.profile import EngineRun, profile_engine
 
     r = profile_engine(EngineRun(model="tiny", batch=2, prompt_len=32, gen_len=8, device="cuda",
                                  dtype="bfloat16", compile=False), roofs=gpu_roofs)  # eager: ops on every kernel
@@ -41,8 +41,8 @@ def test_engine_on_cuda_links_kernels_to_ops(gpu_roofs):
 
 
 def test_small_model_prefill_mfu_and_decode_mbu_are_plausible(gpu_roofs):
-    from perfscope.analysis.serving import phase_summary
-    from perfscope.session import EngineRun, profile_engine
+    from perfscope.analysis.summaries.serving import phase_summary
+    from perfscope.sessions.profile import EngineRun, profile_engine
 
     r = profile_engine(EngineRun(model="small", batch=1, prompt_len=512, gen_len=16, device="cuda",
                                  dtype="bfloat16"), roofs=gpu_roofs)
@@ -58,9 +58,9 @@ def test_compiled_decode_on_cuda_matches_eager_and_is_the_default(gpu_roofs):
 
     import torch
 
-    from perfscope.analysis.serving import phase_summary
+    from perfscope.analysis.summaries.serving import phase_summary
     from perfscope.engine import build_model, generate, random_prompts
-    from perfscope.session import EngineRun, profile_engine
+    from perfscope.sessions.profile import EngineRun, profile_engine
 
     model = build_model("tiny", device="cuda", dtype=torch.float32)
     prompts = random_prompts(2, 16, model.args.vocab_size)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from perfscope.analysis import findings as F
-from perfscope.analysis.compare import compare
 from perfscope.analysis.rules import llm
+from perfscope.analysis.summaries.compare import compare
 from perfscope.cli import main
 from perfscope.report import Report
-from perfscope.session import EngineRun, profile_engine
+from perfscope.sessions.profile import EngineRun, profile_engine
 
 COMMON = {"model": "tiny", "prompt_len": 32, "gen_len": 6, "device": "cpu"}
 

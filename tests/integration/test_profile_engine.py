@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import perfscope
-from perfscope.analysis.serving import phase_summary, request_summary
+from perfscope.analysis.summaries.serving import phase_summary, request_summary
 from perfscope.cli import main
 from perfscope.report import Report
-from perfscope.session import EngineRun, align_steps, profile_engine
+from perfscope.sessions.profile import EngineRun, align_steps, profile_engine
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +100,7 @@ def test_headline_comes_from_a_warm_unprofiled_run(tiny_report):
     assert r.steps_unprofiled["weight_bytes"].tolist() == r.steps["weight_bytes"].tolist()
     assert r.steps_unprofiled["start_ns"].iloc[0] == 0 and (r.steps_unprofiled["duration_ns"] > 0).all()
     assert len(r.requests_unprofiled) == 2 and (r.requests_unprofiled["output_tokens"] == 6).all()
-    from perfscope.session import MAX_PASSES, RECHECK_PASSES, pass_spread
+    from perfscope.sessions.profile import MAX_PASSES, RECHECK_PASSES, pass_spread
 
     passes = p["unprofiled_wall_s_passes"]  # two, more while the two fastest disagree (a loaded machine)
     assert 2 <= len(passes) <= MAX_PASSES + RECHECK_PASSES and p["unprofiled_wall_s"] == min(passes)
@@ -129,7 +129,7 @@ def test_headline_tables_survive_save_and_old_reports_load_without_them(tmp_path
 
 
 def test_baseline_params_flag_noise_and_never_report_overhead_below_one():
-    from perfscope.session import baseline_params
+    from perfscope.sessions.profile import baseline_params
 
     p, warn = baseline_params(1.3, [1.0, 1.02], 5.0, compiled=True)
     assert p["profiler_overhead_ratio"] == pytest.approx(1.3) and p["unprofiled_wall_s"] == 1.0

@@ -201,7 +201,7 @@ def test_ncu_ctrl_c_keeps_the_partial_capture(tmp_path, fixtures_dir, monkeypatc
 def stand_in_nvml(monkeypatch):
     """NVML collector and sampler reading a scripted source instead of the driver."""
     monkeypatch.setitem(COLLECTORS, "nvml", NvmlCollector(source_factory=lambda: ScriptedSource(labels=("cuda:0",))))
-    monkeypatch.setattr("perfscope.session.nvml_sampler",
+    monkeypatch.setattr("perfscope.sessions.profile.nvml_sampler",
                         lambda rate: NvmlSampler(rate, source=ScriptedSource(labels=("cuda:0",))))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analysis.hierarchy import hierarchy
+from perfscope.analysis.summaries.hierarchy import hierarchy
 from perfscope.cli import main
 from perfscope.report import Report
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from perfscope.analysis.findings import run_rules
-from perfscope.analysis.ranks import rank_summary
-from perfscope.analysis.ranks_dask import import_ranks
-from perfscope.analysis.ranks_io import load_ranks
+from perfscope.analysis.ranks.dask_import import import_ranks
+from perfscope.analysis.ranks.partial_read import load_ranks
+from perfscope.analysis.ranks.stats import rank_summary
 from perfscope.cli import main
 from perfscope.errors import InputFormatError, OutputExistsError, UsageError
 from perfscope.report import Report

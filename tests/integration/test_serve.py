@@ -193,7 +193,7 @@ def test_server_killed_mid_run_keeps_every_request(tmp_path: Path) -> None:
     import threading
 
     from perfscope.api import save_with_html
-    from perfscope.endpoint_loadtest import EndpointRun, run_endpoint_loadtest
+    from perfscope.sessions.endpoint import EndpointRun, run_endpoint_loadtest
 
     sending = threading.Event()
     result: dict = {}

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from perfscope.analysis.sweep import is_sweep, split_runs, sweep_summary
+from perfscope.analysis.summaries.sweep import is_sweep, split_runs, sweep_summary
 from perfscope.cli import main
 from perfscope.report import Report
-from perfscope.session import EngineRun, profile_sweep
+from perfscope.sessions.profile import EngineRun, profile_sweep
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_decode_intensity_rises_with_batch(sweep_report):
 
 
 def test_sweep_figures(sweep_report):
-    from perfscope.dashboard.figures_sweep import sweep_figures
+    from perfscope.dashboard.figures.sweep import sweep_figures
 
     roof, ttft, tput = sweep_figures(sweep_report)
     assert roof.layout.xaxis.type == "log"

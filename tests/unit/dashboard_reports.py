@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfscope.analysis.importers import import_file
+from perfscope.analysis.readers.detect import import_file
 from perfscope.device import DeviceSpec, Roof
 from perfscope.report import Report
 from tests.conftest import _fixtures_dir
@@ -35,7 +35,7 @@ def engine() -> Report:
 
     The roofs are given rather than measured, to keep the test fast and deterministic.
     """
-    from perfscope.session import EngineRun, profile_engine
+    from perfscope.sessions.profile import EngineRun, profile_engine
 
     roofs = DeviceSpec("test CPU", "cpu", compute={"fp32": Roof(2e11, "datasheet", "given by the test")},
                        memory={"dram": Roof(2e10, "datasheet", "given by the test")})

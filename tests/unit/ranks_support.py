@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from perfscope.analysis.ranks_tiling import TileSpec, load_trace, tile_trace
+from perfscope.analysis.ranks.tiling import TileSpec, load_trace, tile_trace
 
 K = "kineto"
 RANK0 = f"{K}/hta_trace_filter__sampled_rank-0.json.gz"
@@ -108,7 +108,7 @@ def multi_rank_report(files: list[Path], world_size: int | None = None) -> Any:
     """The files read one by one and stacked with a ``rank`` column (what ``import_ranks`` stores)."""
     import pandas as pd
 
-    from perfscope.analysis.kineto import read_kineto
+    from perfscope.analysis.readers.kineto.reader import read_kineto
     from perfscope.report import Report
     from perfscope.schema import TABLES
 

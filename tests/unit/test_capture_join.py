@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.capture_traces import read_captures, step_batch
-from perfscope.analysis.costs import op_cost
-from perfscope.analysis.costs_framework import OpContext, needs_step, step_attention
-from perfscope.analysis.importers import import_file
-from perfscope.analysis.kineto_parse import CPU_KINDS, parse_trace
+from perfscope.analysis.costs.framework import OpContext, needs_step, step_attention
+from perfscope.analysis.costs.operators import op_cost
+from perfscope.analysis.readers.detect import import_file
+from perfscope.analysis.readers.kineto.capture import read_captures, step_batch
+from perfscope.analysis.readers.kineto.parse import CPU_KINDS, parse_trace
 from perfscope.errors import InputFormatError, UsageError
 
 VLLM = "thirdparty/tracelens_vllm_decode_full"

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.summary import group_codes, group_key, top_groups
+from perfscope.analysis.summaries.kernels import group_codes, group_key, top_groups
 from perfscope.schema import value_mask, value_positions
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfscope.analysis.compare import SAME_PCT, compare
+from perfscope.analysis.summaries.compare import SAME_PCT, compare
 from perfscope.cli import main
 from perfscope.errors import UsageError
 from perfscope.report import Report

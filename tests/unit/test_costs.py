@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from perfscope.analysis.costs import attention_flops, has_formula, op_cost
+from perfscope.analysis.costs.operators import attention_flops, has_formula, op_cost
 
 
 def recorded_calls(fn):

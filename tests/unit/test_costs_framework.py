@@ -1,4 +1,4 @@
-"""Cost formulas of framework ops (analysis/costs_framework.py) on shapes taken from real
+"""Cost formulas of framework ops (analysis/costs/framework.py) on shapes taken from real
 traces, checked against TraceLens's own analysis of the same traces (``perf_csvs/``)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from perfscope.analysis.costs import op_cost
-from perfscope.analysis.costs_framework import OpContext, StepAttention, moe_cost, step_attention
-from perfscope.analysis.kineto import MISSING_COST, NO_SHAPES, read_kineto
+from perfscope.analysis.costs.framework import OpContext, StepAttention, moe_cost, step_attention
+from perfscope.analysis.costs.operators import op_cost
+from perfscope.analysis.readers.kineto.reader import MISSING_COST, NO_SHAPES, read_kineto
 
 MIB = 1024 * 1024
 VLLM, SGLANG = "tracelens_vllm_decode_full", "tracelens_sglang_decode"
@@ -261,7 +261,7 @@ def test_moe_forward_of_another_model_stays_missing() -> None:
 
 
 def test_kernel_names_state_the_moe_precision(fixtures_dir: Path) -> None:
-    from perfscope.analysis.costs_framework import kernel_precision
+    from perfscope.analysis.costs.framework import kernel_precision
 
     assert kernel_precision("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32") == "fp8"
     assert kernel_precision("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16") == "fp8"
@@ -281,7 +281,7 @@ def test_capture_trace_ops_are_costed(fixtures_dir: Path, trace: str, capture: s
     """Every op a capture trace launches kernels from (the ops the replays will take) is priced
     with the replay step's annotation, but for the named fused gather and the
     ``aten::index`` whose tensor-list indices are recorded without shapes."""
-    from perfscope.analysis.costs import has_formula
+    from perfscope.analysis.costs.operators import has_formula
 
     with gzip.open(fixtures_dir / "thirdparty" / trace / "capture_traces" / capture, "rt") as f:
         events = json.load(f)["traceEvents"]
@@ -326,12 +326,12 @@ def test_sglang_profiler_counter_is_dropped_where_names_meet_formulas(fixtures_d
     """SGLang's shape profiler names each wrapped launcher ``sglang_profiler::<module>_<fn>_<n>``;
     the counter ``n`` differs between runs. Formulas are keyed without it, as TraceLens keys
     its perf models (its CSVs name the op ``sglang_profiler::attention_paged_attention_ragged``)."""
-    from perfscope.analysis.costs import formula_of
-    from perfscope.analysis.costs_framework import (
+    from perfscope.analysis.costs.framework import (
         framework_formula,
         paged_attention_ragged,
         qualified,
     )
+    from perfscope.analysis.costs.operators import formula_of
 
     path = fixtures_dir / "thirdparty" / SGLANG / "capture_traces" / "bs_32_rank0.json.gz"
     with gzip.open(path, "rt") as f:

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.importers import import_file
-from perfscope.analysis.roofline import classify
+from perfscope.analysis.costs.roofline import classify
+from perfscope.analysis.readers.detect import import_file
 from perfscope.cli import main
 from perfscope.dashboard import figures
-from perfscope.dashboard import roofline_data as rd
+from perfscope.dashboard.figures import roofline_data as rd
 from perfscope.datasheets import (
     DATASHEETS,
     PRECISIONS,

@@ -20,17 +20,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.loadtest import load_metrics
+from perfscope.analysis.summaries.loadtest import load_metrics
 from perfscope.cli import main
-from perfscope.endpoint_loadtest import (
+from perfscope.errors import InputFormatError, UsageError
+from perfscope.sessions.endpoint import (
     EndpointRun,
     Prompt,
     build_requests,
     read_dataset,
     request_body,
 )
-from perfscope.errors import InputFormatError, UsageError
-from perfscope.loadtest_session import LoadRun, build_workload
+from perfscope.sessions.loadtest import LoadRun, build_workload
 
 KINDS = ["ok", "e500", "break", "empty", "slow", "multi", "nousage"]
 CHUNK_GAP_S = 0.004
@@ -150,7 +150,7 @@ def test_every_failure_is_kept_and_counted_by_kind(tmp_path: Path, fault_server:
     assert (multi["output_tokens"] == 8).all() and (multi["chunks"] == 4).all()
     assert (multi["token_source"] == "usage").all()
     nousage = req[req["request_id"] % len(KINDS) == 6]
-    from perfscope.endpoint_loadtest import load_tokenizer
+    from perfscope.sessions.endpoint import load_tokenizer
 
     assert (nousage["token_source"] == "tokenizer").all()
     assert (nousage["output_tokens"] == len(load_tokenizer("smollm2-135m").encode(" hello" * 4))).all()

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.compare import compare
+from perfscope.analysis.summaries.compare import compare
 from perfscope.dashboard import figures
-from perfscope.dashboard import roofline_data as rd
-from perfscope.dashboard import timeline_data as td
+from perfscope.dashboard.figures import roofline_data as rd
+from perfscope.dashboard.figures import timeline_data as td
 from perfscope.report import Report
 from tests.unit.dashboard_reports import HTA, NSYS, QWEN, engine, imported
 
@@ -211,7 +211,7 @@ def test_merged_points_respect_filters_exactly(hta: Report) -> None:
 
 def test_every_kernel_category_has_its_own_colour() -> None:
     """reduction and softmax once fell back to the colour of 'other' (three browns in one legend)."""
-    from perfscope.analysis.costs import CATEGORIES, category_of
+    from perfscope.analysis.costs.operators import CATEGORIES, category_of
     from perfscope.dashboard.style import CATEGORY_COLORS
 
     samples = [("mm", None), ("scaled_dot_product_attention", None), (None, "ncclKernel_AllReduce"),

@@ -375,7 +375,7 @@ def _gemm_report(achieved_flops_per_s: float, roof_flops_per_s: float) -> Report
     """Ten fp32 GEMMs of 2*512^3 FLOPs at a given speed, classified against an fp32 roof."""
     import pandas as pd
 
-    from perfscope.analysis.finish import Imported, finish
+    from perfscope.analysis.readers.finish import Imported, finish
     from perfscope.device import DeviceSpec, Roof
 
     flops = 2.0 * 512**3

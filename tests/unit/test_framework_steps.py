@@ -1,4 +1,4 @@
-"""Steps of vLLM, SGLang and hand-marked ranges (analysis/framework_steps.py), on the real traces."""
+"""Steps of vLLM, SGLang and hand-marked ranges (analysis/steps.py), on the real traces."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.finish import Imported, finish
-from perfscope.analysis.framework_steps import (
+from perfscope.analysis.readers.finish import Imported, finish
+from perfscope.analysis.readers.kineto.reader import read_kineto
+from perfscope.analysis.steps import (
     UNKNOWN,
     assign_kernels_to_steps,
     parse_step_label,
     steps_from_ranges,
 )
-from perfscope.analysis.kineto import read_kineto
 
 B200 = "kineto/tracelens_b200__eager_trace.json.gz"
 VLLM_GRAPH = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
@@ -269,7 +269,7 @@ def test_loading_is_outside_the_inference_window() -> None:
 
 def test_a_host_stall_among_steady_steps_is_an_outlier_and_out_of_the_phase_table() -> None:
     from perfscope.analysis.findings import RULES
-    from perfscope.analysis.serving import phase_summary
+    from perfscope.analysis.summaries.serving import phase_summary
 
     r = finish(_serving([1_000_000] * 3 + [20_000_000] + [1_000_000] * 3, stall_in=3))
     out = r.steps["outlier"]
@@ -318,7 +318,7 @@ def test_sglang_host_stall_is_the_steps_stall_not_decodes_bottleneck(fixtures_di
 
 def test_mixed_steps_show_their_prefill_and_decode_tokens() -> None:
     from perfscope.analysis.findings import RULES
-    from perfscope.analysis.serving import phase_summary
+    from perfscope.analysis.summaries.serving import phase_summary
 
     imp = _serving([1_000_000] * 6)
     names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
@@ -376,7 +376,7 @@ def test_mixed_steps_split_attention_by_the_labels_q_times_k() -> None:
 
 
 def test_compare_shows_mixed_steps_and_warns_of_an_all_outlier_phase(fixtures_dir: Path) -> None:
-    from perfscope.analysis.compare import compare
+    from perfscope.analysis.summaries.compare import compare
 
     imp = _serving([1_000_000] * 6)
     names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
@@ -402,7 +402,7 @@ def test_nsys_nvtx_step_ranges_through_the_one_pipeline(fixtures_dir: Path, tmp_
     import shutil
     import sqlite3
 
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     db = tmp_path / "steps.sqlite"
     shutil.copy(fixtures_dir / "nsys" / "nvfuser_h100_matmul.sqlite", db)
@@ -454,7 +454,7 @@ def test_sglang_verify_steps_without_draft_counts_make_no_speculation_claim() ->
 
 def test_fuzzed_step_ranges_never_crash_the_pipeline() -> None:
     from perfscope.analysis.findings import run_rules
-    from perfscope.analysis.serving import phase_summary
+    from perfscope.analysis.summaries.serving import phase_summary
 
     rng = np.random.default_rng(21)
     forms = ["step[DECODE bs={a}]", "step[EXTEND bs={a} toks={b}]", "step[MIXED bs={a} toks={b}]", "step[IDLE bs=0]",

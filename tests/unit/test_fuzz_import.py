@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from perfscope.analysis.importers import import_file
+from perfscope.analysis.readers.detect import import_file
 from perfscope.errors import InputFormatError, PerfscopeError
 from perfscope.report import Report
 

@@ -1,4 +1,4 @@
-"""The module -> op -> kernel hierarchy (analysis/hierarchy.py), checked against truth:
+"""The module -> op -> kernel hierarchy (analysis/summaries/hierarchy.py), checked against truth:
 the engine's analytic per-layer FLOPs, a brute-force walk of a with_stack trace's own events,
 TraceLens's ops_summary.csv, and a trace without module events."""
 
@@ -13,8 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.hierarchy import hierarchy, instance_class, kernel_paths, modules_at
-from perfscope.analysis.kineto import read_kineto
+from perfscope.analysis.readers.kineto.reader import read_kineto
+from perfscope.analysis.summaries.hierarchy import (
+    hierarchy,
+    instance_class,
+    kernel_paths,
+    modules_at,
+)
 from perfscope.engine.model import ModelArgs
 from perfscope.report import Report
 
@@ -219,7 +224,7 @@ def test_notebook_methods(engine: Report) -> None:
 
 
 def test_compare_by_module_names_the_slower_layer(engine: Report) -> None:
-    from perfscope.analysis.compare import compare
+    from perfscope.analysis.summaries.compare import compare
 
     k = engine.kernels
     slow = k["range"].fillna("").str.contains("/layer.3/").to_numpy()

@@ -1,5 +1,5 @@
 """One import pipeline: every path from a capture to a Report conforms each table once and
-classifies the kernels once (analysis/finish.py), and gives the same tables as the file reader.
+classifies the kernels once (analysis/readers/finish.py), and gives the same tables as the file reader.
 
 Counted with a profile hook on the real ``conform`` and ``classify_conformed`` code (nothing is
 patched), over real captures: the Kineto, nsys, ncu and NVML fixtures, the engine profile and a
@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from perfscope import schema
-from perfscope.analysis import roofline
-from perfscope.analysis.importers import import_file
+from perfscope.analysis.costs import roofline
+from perfscope.analysis.readers.detect import import_file
 from perfscope.device import DeviceSpec
 from perfscope.report import Report
 
@@ -73,7 +73,7 @@ def test_engine_profile_goes_through_the_one_pipeline(tmp_path):
     """`perfscope profile` of the engine: kernels from the trace, steps and requests from the
     engine, all conformed once, kernels classified once, and the kernel table equal to what
     `perfscope import` of the same trace gives."""
-    from perfscope.session import EngineRun, profile_engine
+    from perfscope.sessions.profile import EngineRun, profile_engine
 
     cpu = DeviceSpec("cpu", "cpu")  # no roofs: the comparison is about tables, not roofs
     run = EngineRun(model="tiny", batch=1, prompt_len=8, gen_len=3, device="cpu")
@@ -88,7 +88,7 @@ def test_engine_profile_goes_through_the_one_pipeline(tmp_path):
 
 
 def test_script_profile_goes_through_the_one_pipeline(tmp_path):
-    from perfscope.session import profile_script
+    from perfscope.sessions.profile import profile_script
 
     script = tmp_path / "work.py"
     script.write_text(textwrap.dedent("""

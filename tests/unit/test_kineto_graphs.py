@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from perfscope.analysis.kineto import read_kineto
-from perfscope.analysis.kineto_graphs import kernel_role
+from perfscope.analysis.readers.kineto.graphs import kernel_role
+from perfscope.analysis.readers.kineto.reader import read_kineto
 
 GRAPH = "h200/h200_llama1b_engine_cudagraph.pt.trace.json.gz"
 EAGER = "h200/h200_llama1b_engine_eager.pt.trace.json.gz"
@@ -242,8 +242,8 @@ def test_kernel_roles(name, role):
 
 def test_engine_profile_entry_point_costs_graph_replays(fixtures_dir):
     """``perfscope profile`` builds its tables with ``build_tables`` (session.py): same costs."""
-    from perfscope.analysis.kineto import build_tables
-    from perfscope.analysis.kineto_parse import parse_trace
+    from perfscope.analysis.readers.kineto.parse import parse_trace
+    from perfscope.analysis.readers.kineto.reader import build_tables
 
     tables, warnings = build_tables(parse_trace(fixtures_dir / GRAPH))
     k = tables["kernels"]

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis import kineto_json
-from perfscope.analysis.kineto import read_kineto
-from perfscope.analysis.kineto_parse import parse_trace
+from perfscope.analysis.readers.kineto import events as kineto_json
+from perfscope.analysis.readers.kineto.parse import parse_trace
+from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.analysis.tree import nest
 from perfscope.report import Report
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfscope.analysis.loadtest import knee, load_metrics, parse_slo
+from perfscope.analysis.summaries.loadtest import knee, load_metrics, parse_slo
 from perfscope.engine.serving import LoadRequest, ServeConfig, SimClock, StepCost, serve
 from perfscope.errors import InputFormatError, UsageError
-from perfscope.loadtest_session import (
+from perfscope.sessions.loadtest import (
     LoadRun,
     build_workload,
     parse_dist,
@@ -264,7 +264,7 @@ def test_knee_is_the_last_rate_on_the_latency_floor():
 # ---------------------------------------------------------------- report, HTML and dashboard
 @pytest.fixture(scope="module")
 def sweep_report(tmp_path_factory, tiny):
-    from perfscope.loadtest_session import run_loadtest
+    from perfscope.sessions.loadtest import run_loadtest
 
     run = LoadRun(model="tiny", rates=(5.0, 200.0), requests=8, prompt_len="uniform:4,16", output_len="uniform:1,6",
                   max_batch=4, profile=False, kv_dtype="int8", slo={"ttft_s": 0.5})
@@ -274,8 +274,8 @@ def sweep_report(tmp_path_factory, tiny):
 
 
 def test_report_round_trip_and_figures(sweep_report):
-    from perfscope.analysis.loadtest import is_loadtest, rate_summary
-    from perfscope.dashboard.figures_load import decode_points, load_figures
+    from perfscope.analysis.summaries.loadtest import is_loadtest, rate_summary
+    from perfscope.dashboard.figures.loadtest import decode_points, load_figures
     from perfscope.dashboard.html_report import render_html
     from perfscope.engine.serving import kv_bytes_per_position
     from perfscope.report import Report
@@ -314,7 +314,7 @@ def test_dashboard_phases_tab_shows_load_figures(sweep_report):
 
 
 def test_model_eos_from_checkpoint_config(tmp_path, tiny):
-    from perfscope.loadtest_session import model_eos
+    from perfscope.sessions.loadtest import model_eos
 
     assert model_eos("tiny", tiny) is None  # random weights: no EOS stop
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [2, 7]}')

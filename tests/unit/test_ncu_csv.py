@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analysis.importers import detect_format
-from perfscope.analysis.ncu_csv import parse_number, unit_scale
-from perfscope.analysis.ncu_reader import read_ncu_csv
+from perfscope.analysis.readers.detect import detect_format
+from perfscope.analysis.readers.ncu.csv_launches import parse_number, unit_scale
+from perfscope.analysis.readers.ncu.reader import read_ncu_csv
 from perfscope.errors import InputFormatError
 
 IDENTITY = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analysis.ncu_csv import nvtx_ranges
-from perfscope.analysis.ncu_metrics import Launch, flops_by_precision, tensor_flops
+from perfscope.analysis.readers.ncu.csv_launches import nvtx_ranges
+from perfscope.analysis.readers.ncu.metrics import Launch, flops_by_precision, tensor_flops
 from perfscope.report import Report
 
 pytest.importorskip("ncu_report")
@@ -40,7 +40,7 @@ def full(load) -> Report:
 
 @pytest.fixture(scope="module")
 def decode(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Report:
-    from perfscope.analysis.importers import import_file
+    from perfscope.analysis.readers.detect import import_file
 
     path = tmp_path_factory.mktemp("h200") / "h200_engine_decode_roofline.ncu-rep"
     with gzip.open(fixtures_dir / "h200" / "h200_engine_decode_roofline.ncu-rep.gz", "rb") as src, \
@@ -152,7 +152,7 @@ def test_csv_nvtx_cells() -> None:
 
 
 def test_wide_csv_with_an_nvtx_column_gets_range_and_phase(tmp_path: Path) -> None:
-    from perfscope.analysis.ncu_reader import read_ncu_csv
+    from perfscope.analysis.readers.ncu.reader import read_ncu_csv
 
     col = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
     nvtx = ('1  ""<default domain>:decode:none:none:none:none:none:none"" '
@@ -211,7 +211,7 @@ def test_a10g_csv_flops_as_before(load) -> None:
 
 # ------------------------------------------------------------------------------ measured vs analytic
 def _engine_shape(**kw: int):
-    from perfscope.analysis.analytic import EngineShape
+    from perfscope.analysis.costs.analytic import EngineShape
 
     # llama-3.2-1b (fixture README): dim 2048, 32 heads, 8 KV heads, head dim 64, MLP 8192
     return EngineShape(model="llama-3.2-1b", dim=2048, n_head=32, n_kv_head=8, head_dim=64,
@@ -220,7 +220,7 @@ def _engine_shape(**kw: int):
 
 @pytest.fixture(scope="module")
 def full_with_analytic(full: Report) -> Report:
-    from perfscope.analysis.analytic import with_engine_costs
+    from perfscope.analysis.costs.analytic import with_engine_costs
 
     return with_engine_costs(full, _engine_shape(batch=2, prompt_len=256))
 
@@ -255,7 +255,7 @@ def test_excess_work_flags_the_attention_kernel_not_the_gemms(full_with_analytic
 
 
 def test_decode_gemv_padding_is_excess_work(decode: Report) -> None:
-    from perfscope.analysis.analytic import with_engine_costs
+    from perfscope.analysis.costs.analytic import with_engine_costs
     from perfscope.analysis.findings import run_rules
 
     r = with_engine_costs(decode, _engine_shape(batch=2, prompt_len=256))
@@ -287,7 +287,7 @@ def test_cli_import_with_engine_and_borrowed_roofs(fixtures_dir: Path, tmp_path:
 
 
 def test_kineto_trace_of_the_same_program_prices_the_op_as_called(full: Report, load) -> None:
-    from perfscope.analysis.analytic import with_trace_costs
+    from perfscope.analysis.costs.analytic import with_trace_costs
     from perfscope.analysis.findings import run_rules
 
     r = with_trace_costs(full, load("h200/h200_llama1b_engine_eager.pt.trace.json.gz"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analysis.importers import detect_format, import_file
-from perfscope.analysis.ncu_reader import read_ncu_csv, read_ncu_rep
+from perfscope.analysis.readers.detect import detect_format, import_file
+from perfscope.analysis.readers.ncu.reader import read_ncu_csv, read_ncu_rep
 from perfscope.errors import InputFormatError, ToolNotFoundError
 from perfscope.report import Report
 

@@ -122,7 +122,7 @@ def test_each_top_kernel_is_profiled_k_times_by_its_exact_name(standin: Path, tm
 
 def test_top_n_full_set_imports_as_one_report_with_stall_findings(standin: Path, tmp_path: Path) -> None:
     from perfscope.analysis.findings import run_rules
-    from perfscope.session import profile_external
+    from perfscope.sessions.profile import profile_external
 
     options = NcuOptions(top_n=2, section_set="full", stream_stderr=False)
     report, raw = profile_external(["python", "workload.py"], collector="ncu", options=options,

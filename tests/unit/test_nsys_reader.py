@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.importers import detect_format, import_file
-from perfscope.analysis.nsys_reader import read_nsys_sqlite
+from perfscope.analysis.readers.detect import detect_format, import_file
+from perfscope.analysis.readers.nsys.reader import read_nsys_sqlite
 from perfscope.report import Report
 
 FIXTURES = ("nvfuser_h100_matmul.sqlite", "aws_t4_softmax.sqlite")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analysis.importers import import_file
-from perfscope.analysis.nsys_reader import read_nsys_rep, read_nsys_sqlite
+from perfscope.analysis.readers.detect import import_file
+from perfscope.analysis.readers.nsys.reader import read_nsys_rep, read_nsys_sqlite
 from perfscope.errors import CollectorError, InputFormatError, ToolNotFoundError
 
 KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"

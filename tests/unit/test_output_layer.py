@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfscope import format as fmt
-from perfscope.analysis.compare import compare, name_view, phase_view
+from perfscope.analysis.summaries.compare import compare, name_view, phase_view
 from perfscope.cli import cli as perfscope_cli
 from perfscope.dashboard import callbacks as cb
 from perfscope.dashboard import figures

@@ -11,8 +11,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfscope.analysis.kineto import read_kineto
-from perfscope.analysis.ranks import (
+from perfscope.analysis.ranks.dask_import import (
+    MEMORY_PER_TRACE_BYTE,
+    WORKER_BASE_BYTES,
+    default_workers,
+    discover,
+    uncompressed_size,
+)
+from perfscope.analysis.ranks.job import (
+    RankIdentity,
+    RankResult,
+    plan_job,
+    rank_identity,
+    trace_meta,
+)
+from perfscope.analysis.ranks.partial_read import load_ranks, rank_tables_at
+from perfscope.analysis.ranks.stats import (
     find_stragglers,
     format_ranks,
     one_rank,
@@ -20,22 +34,8 @@ from perfscope.analysis.ranks import (
     rank_tables,
     step_table,
 )
-from perfscope.analysis.ranks_dask import (
-    MEMORY_PER_TRACE_BYTE,
-    WORKER_BASE_BYTES,
-    default_workers,
-    discover,
-    uncompressed_size,
-)
-from perfscope.analysis.ranks_io import load_ranks, rank_tables_at
-from perfscope.analysis.ranks_job import (
-    RankIdentity,
-    RankResult,
-    plan_job,
-    rank_identity,
-    trace_meta,
-)
-from perfscope.analysis.ranks_tiling import TileSpec, load_trace, tile_trace
+from perfscope.analysis.ranks.tiling import TileSpec, load_trace, tile_trace
+from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.errors import InputFormatError, UsageError
 from perfscope.report import Report
 from perfscope.schema import TABLES

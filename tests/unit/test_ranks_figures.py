@@ -7,8 +7,8 @@ import statistics
 import numpy as np
 import pytest
 
-from perfscope.analysis.ranks import RankTables, empty_rank_tables, rank_tables
-from perfscope.dashboard.figures_ranks import (
+from perfscope.analysis.ranks.stats import RankTables, empty_rank_tables, rank_tables
+from perfscope.dashboard.figures.ranks import (
     category_heatmap,
     kernel_spread,
     overlap,

@@ -7,8 +7,8 @@ import statistics
 import pytest
 
 from perfscope.analysis.findings import RULES, run_rules
-from perfscope.analysis.kineto import read_kineto
-from perfscope.analysis.ranks import find_stragglers, rank_tables
+from perfscope.analysis.ranks.stats import find_stragglers, rank_tables
+from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.analysis.rules.ranks import EXPOSED_COMM_MIN_PCT, rank_findings
 from tests.unit.ranks_support import (
     B200,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analysis.ranks_io import rank_summary_at
+from perfscope.analysis.ranks.partial_read import rank_summary_at
 from perfscope.errors import ReportFormatError
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.roofline import classify, precision_of
+from perfscope.analysis.costs.roofline import classify, precision_of
 from perfscope.device import DeviceSpec, Roof
 
 DEV = DeviceSpec("d", "cuda", {"fp32": Roof(100e9, "measured"), "bf16": Roof(400e9, "datasheet")},
@@ -75,7 +75,7 @@ def test_fp32_ops_on_tf32_tensor_core_kernels_use_the_tf32_roof():
 
 
 def test_aggregate_by_short_name():
-    from perfscope.analysis.summary import aggregate_by_name
+    from perfscope.analysis.summaries.kernels import aggregate_by_name
 
     df = classify(kernels(name=["a<int>", "a<float>", "b"], short_name=["a", "a", "b"], flops=[1.0, 2.0, 3.0],
                           dram_bytes=[1.0, 1.0, 1.0], duration_ns=[10, 20, 30], dtype=["float32"] * 3), DEV)

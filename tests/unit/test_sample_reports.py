@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfscope.analysis.serving import phase_summary
+from perfscope.analysis.summaries.serving import phase_summary
 from perfscope.report import Report
 
 NAMES = ["cpu-small-b1-p128-g32.perfscope", "h100-nvfuser-matmul-nsys.perfscope",
@@ -54,7 +54,7 @@ def test_phase_flops_are_missing_when_most_kernel_time_has_no_flop_count(sample_
     """MFU is never a sum over part of a phase's kernels: under 90% of kernel time costed -> missing."""
     import numpy as np
 
-    from perfscope.analysis.serving import FLOPS_MIN_COVERAGE, flops_coverage
+    from perfscope.analysis.summaries.serving import FLOPS_MIN_COVERAGE, flops_coverage
 
     r = Report.load(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope")
     k = r.kernels

@@ -14,7 +14,7 @@ import pytest
 from perfscope.analysis.rules.llm import speculation
 from perfscope.errors import InputFormatError
 from perfscope.report import Report
-from perfscope.session import read_prompt_file
+from perfscope.sessions.profile import read_prompt_file
 from perfscope.text_report import render_text
 
 MS = 1_000_000

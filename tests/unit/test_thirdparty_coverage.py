@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from perfscope.analysis.costs_framework import qualified
+from perfscope.analysis.costs.framework import qualified
 
 VLLM = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
 SGLANG = "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz"

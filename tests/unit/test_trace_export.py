@@ -16,9 +16,9 @@ import pytest
 
 from perfscope.cli import main
 from perfscope.collectors.nvml import METRICS, counters_frame
+from perfscope.dashboard.export.perfetto import export_trace
 from perfscope.errors import OutputExistsError
 from perfscope.report import Report
-from perfscope.trace_export import export_trace
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 
@@ -171,7 +171,7 @@ def test_secrets_in_trace_metadata_reach_no_report_and_no_export(fixtures_dir: P
 def test_lean_folder_read_writes_the_same_trace(fixtures_dir: Path, tmp_path: Path, fmt: str) -> None:
     """``perfscope export FOLDER`` reads the folder lean (lean_report); the file is the one the
     loaded Report gives."""
-    from perfscope.trace_export import lean_report
+    from perfscope.dashboard.export.perfetto import lean_report
 
     folder = fixtures_dir / "h200" / "h200_llama1b_b1_p2048_g64.perfscope"
     a = export_trace(Report.load(folder), tmp_path / "a", format=fmt)

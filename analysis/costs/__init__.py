@@ -1,0 +1,3 @@
+"""Costs: the FLOPs and bytes of operators and compiled steps, analytic vs measured, and the
+roofline classification against the device's roofs.
+"""

@@ -1,0 +1,544 @@
+"""Analytic cost model: FLOPs and compulsory DRAM bytes of a framework operator from its input
+shapes and dtypes (as torch.profiler records them: ``Input Dims`` and ``Input type``).
+
+Conventions (the same as ``torch.utils.flop_counter`` where it has a formula):
+
+- matmul family (mm, addmm, bmm, baddbmm, matmul, linear): 2·M·N·K, bias adds not counted;
+- attention (scaled_dot_product_attention and its flash / efficient / cpu variants): its two
+  batched matmuls, 2·B·H·L·S·E + 2·B·H·L·S·Ev; a causal mask is not discounted (as
+  FlopCounterMode);
+- elementwise ops: FLOPs per output element (:data:`FLOPS_PER_ELEMENT`, 1 unless named);
+  reductions one FLOP per input element; data movement (copy, cat, embedding, index) zero FLOPs;
+- bytes are the compulsory traffic: each tensor input read once, each output written once;
+- view and metadata ops (view, transpose, expand, empty, ...) cost nothing.
+
+An operator with no formula gets ``None`` (NaN in tables) and is listed by the caller, never
+guessed. Output shapes are not recorded by the profiler, so each formula derives them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Shape = list[int]
+
+ITEMSIZE = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8,
+    "c10::half": 2, "half": 2, "float16": 2, "c10::bfloat16": 2, "bfloat16": 2,
+    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::float8_e4m3fnuz": 1,
+    "c10::float8_e5m2fnuz": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "long int": 8, "int64": 8, "long": 8, "int": 4, "int32": 4, "short int": 2, "int16": 2,
+    "signed char": 1, "int8": 1, "unsigned char": 1, "uint8": 1, "bool": 1,
+    "c10::complex<float>": 8, "c10::complex<double>": 16,
+}
+"""Bytes per element for the dtype names torch.profiler writes (``Input type``) and torch's own."""
+
+DTYPE_NAMES = {
+    "float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
+    "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
+    "unsigned char": "uint8", "bool": "bool", "c10::float8_e4m3fn": "float8_e4m3fn",
+    "c10::float8_e5m2": "float8_e5m2",
+}
+"""Profiler dtype names -> torch dtype names (``float`` -> ``float32``)."""
+
+FLOPS_PER_ELEMENT = {
+    "silu": 4, "silu_": 4,          # x * sigmoid(x): exp, add, div, mul
+    "sigmoid": 3, "gelu": 8, "tanh": 4,
+    "softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5,  # max, sub, exp, sum, div
+    "rms_norm": 4, "_fused_rms_norm": 4,   # square, mean, rsqrt, scale
+    "layer_norm": 5, "native_layer_norm": 5,
+}
+"""Named FLOPs per output element; every other elementwise op counts 1."""
+
+ZERO_COST = frozenset({
+    "view", "_unsafe_view", "t", "transpose", "permute", "expand", "expand_as", "as_strided",
+    "unsqueeze", "squeeze", "slice", "select", "narrow", "detach", "alias", "empty",
+    "empty_like", "empty_strided", "resolve_conj", "resolve_neg", "lift_fresh", "split",
+    "split_with_sizes", "chunk", "unbind", "view_as", "reshape", "flatten", "unflatten",
+    "contiguous", "result_type", "is_nonzero", "item", "_local_scalar_dense", "lift_fresh_copy",
+    "set_", "resize_", "_reshape_alias", "numpy_T", "movedim", "diagonal", "unfold",
+    "_has_compatible_shallow_copy_type", "stride", "size", "dim", "is_same_size", "record_stream",
+    "detach_", "_unsafe_view_", "requires_grad_", "_nested_tensor_from_mask_left_aligned", "to", "type_as",
+})
+"""Metadata-only ops. ``reshape``/``contiguous``/``flatten`` copy through a child op when they
+have to, and that child is costed on its own."""
+
+ELEMENTWISE = frozenset({
+    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "pow", "pow_", "neg", "neg_",
+    "rsqrt", "rsqrt_", "sqrt", "exp", "exp_", "log", "cos", "sin", "abs", "reciprocal",
+    "maximum", "minimum", "clamp", "clamp_", "clamp_min", "clamp_max", "where", "masked_fill",
+    "masked_fill_", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_not", "relu", "relu_", "silu", "silu_", "gelu",
+    "sigmoid", "tanh", "rsub", "floor_divide", "remainder", "fmod", "triu", "tril", "lerp",
+    "addcmul", "addcdiv", "softmax", "_softmax", "log_softmax", "_log_softmax", "erf",
+    "view_as_complex", "view_as_real", "sign", "round", "floor", "ceil", "isinf", "isnan",
+    "nan_to_num", "sigmoid_", "mish", "hardtanh", "leaky_relu", "square", "mul_scalar",
+})
+"""Ops whose output is the broadcast of their tensor inputs, one value per element."""
+
+REDUCTIONS = frozenset({
+    "mean", "sum", "amax", "amin", "max", "min", "argmax", "argmin", "norm", "var", "std",
+    "prod", "all", "any", "logsumexp", "cumsum", "topk", "sort", "argsort",
+})
+
+FILLS = frozenset({"fill_", "zero_", "zeros", "ones", "full", "arange", "zeros_like",
+                   "ones_like", "full_like", "normal_", "uniform_", "random_", "rand", "randn",
+                   "exponential_", "bernoulli_"})
+"""Ops that only write their output (their first tensor input, or an output we cannot size)."""
+
+COPIES = frozenset({"copy_", "clone", "_to_copy", "_copy_from"})
+
+GATHERS = frozenset({"embedding", "index_select", "gather", "index", "take"})
+SCATTERS = frozenset({"index_put_", "index_put", "index_copy_", "index_copy", "scatter_",
+                      "scatter", "index_add_", "_index_put_impl_", "slice_scatter",
+                      "select_scatter"})
+
+ATTENTION = frozenset({
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
+    "_efficient_attention_forward", "_flash_attention_forward",
+})
+
+CATEGORIES = ("gemm", "attention", "comm", "memory", "view", "reduction", "norm", "softmax", "elementwise", "other")
+"""Every category :func:`category_of` returns (each has its own colour in the figures)."""
+
+CATEGORY_OF = {"gemm": ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv",
+                        "dot", "_scaled_mm", "einsum", "conv2d", "convolution")}
+"""Ops that run as GEMM kernels, priced or not (``_scaled_mm``, convolutions have no formula yet)."""
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """FLOPs, compulsory bytes and a category for one operator call."""
+
+    flops: float
+    bytes: float
+    category: str
+    precision: str | None = None
+    """The math precision when the dtypes do not say it (an fp8 GEMM), else None."""
+
+
+@dataclass(frozen=True)
+class OpInputs:
+    """The recorded inputs of one call: shapes and dtype names aligned by position.
+
+    Non-tensor inputs (scalars, lists, None) have ``shape`` None. Tensor lists (``cat``) are a
+    list of shapes in ``lists``.
+    """
+
+    shapes: list[Shape | None]
+    dtypes: list[str | None]
+    lists: list[list[Shape] | None]
+    concrete: list[str | None]
+    context: Any = None
+    """The :class:`.costs_framework.OpContext` of the call (framework formulas read it)."""
+
+    def tensors(self) -> list[tuple[Shape, str]]:
+        return [(s, d or "float") for s, d in zip(self.shapes, self.dtypes) if s is not None]
+
+
+def _is_tensor_type(t: Any) -> bool:
+    return isinstance(t, str) and t not in ("", "Scalar", "ScalarList", "TensorList",
+                                            "GenericList", "None", "Device", "Layout")
+
+
+def parse_inputs(dims: Any, types: Any, concrete: Any = None, context: Any = None) -> OpInputs:
+    """Normalise the profiler's ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` lists."""
+    dims = dims if isinstance(dims, list) else []
+    types = types if isinstance(types, list) else []
+    concrete = concrete if isinstance(concrete, list) else []
+    shapes: list[Shape | None] = []
+    lists: list[list[Shape] | None] = []
+    dtypes: list[str | None] = []
+    for i, d in enumerate(dims):
+        t = types[i] if i < len(types) else None
+        is_list = isinstance(d, list) and bool(d) and all(isinstance(x, list) for x in d)
+        if t == "TensorList" or is_list:
+            lists.append([list(map(int, x)) for x in d if isinstance(x, list)])
+            shapes.append(None)
+            dtypes.append(None)
+            continue
+        lists.append(None)
+        tensor = _is_tensor_type(t) or (t is None and isinstance(d, list) and bool(d))
+        if tensor and isinstance(d, list) and all(isinstance(x, (int, float)) for x in d):
+            shapes.append([int(x) for x in d])
+            dtypes.append(str(t).lower() if t else None)
+        else:
+            shapes.append(None)
+            dtypes.append(None)
+    conc = [c if isinstance(c, str) and c != "" else None for c in concrete]
+    conc += [None] * (len(dims) - len(conc))
+    return OpInputs(shapes, dtypes, lists, conc, context)
+
+
+def numel(shape: Sequence[int]) -> int:
+    return int(math.prod(shape)) if shape else 1
+
+
+def itemsize(dtype: str | None) -> int:
+    return ITEMSIZE.get((dtype or "float").lower(), 4)
+
+
+def _nbytes(shape: Sequence[int], dtype: str | None) -> float:
+    return float(numel(shape) * itemsize(dtype))
+
+
+def broadcast(*shapes: Sequence[int]) -> Shape:
+    """Broadcast shape of several shapes (numpy rules)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(ndim):
+        dims = [s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0]
+        big = [d for d in dims if d != 1]
+        out.append(max(big) if big else 1)
+    return out
+
+
+def _matmul_flops_and_out(a: Shape, b: Shape) -> tuple[float, Shape] | None:
+    if not a or not b:
+        return None
+    a2 = [1] + a if len(a) == 1 else a
+    b2 = b + [1] if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        return None
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    batch = broadcast(a2[:-2], b2[:-2])
+    out = batch + [m, n]
+    if len(a) == 1:
+        out = batch + [n]
+    if len(b) == 1:
+        out = batch + [m] if len(a) > 1 else batch
+    return 2.0 * numel(batch) * m * n * k, out
+
+
+def _gemm(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if name in ("addmm", "baddbmm", "addmv"):
+        if len(t) < 3:
+            return None
+        bias, (a, da), (b, db) = t[0], t[1], t[2]
+        res = _matmul_flops_and_out(a, b)
+        if res is None:
+            return None
+        flops, out = res
+        nbytes = _nbytes(bias[0], bias[1]) + _nbytes(a, da) + _nbytes(b, db) + _nbytes(out, da)
+        return OpCost(flops, nbytes, "gemm")
+    if name == "linear":
+        if len(t) < 2:
+            return None
+        (x, dx), (w, dw) = t[0], t[1]
+        if len(w) != 2 or not x or x[-1] != w[1]:
+            return None
+        out = x[:-1] + [w[0]]
+        flops = 2.0 * numel(x[:-1]) * w[0] * w[1]
+        nbytes = _nbytes(x, dx) + _nbytes(w, dw) + _nbytes(out, dx)
+        if len(t) >= 3:
+            nbytes += _nbytes(t[2][0], t[2][1])
+        return OpCost(flops, nbytes, "gemm")
+    if len(t) < 2:
+        return None
+    (a, da), (b, db) = t[0], t[1]
+    res = _matmul_flops_and_out(a, b)
+    if res is None:
+        return None
+    flops, out = res
+    return OpCost(flops, _nbytes(a, da) + _nbytes(b, db) + _nbytes(out, da), "gemm")
+
+
+def attention_flops(q: Shape, k: Shape, v: Shape, *, layout: str = "bhle") -> float:
+    """FLOPs of softmax(QK^T)V as its two batched matmuls (FlopCounterMode's formula).
+
+    ``layout`` is ``bhle`` ([B, H, L, E], the SDPA convention) or ``blhe`` ([B, L, H, E], the
+    ``_flash_attention_forward`` convention).
+    """
+    if layout == "blhe":
+        q, k, v = ([s[0], s[2], s[1], s[3]] for s in (q, k, v))
+    b, h, lq, e = q[-4] if len(q) == 4 else 1, q[-3], q[-2], q[-1]
+    s, ev = k[-2], v[-1]
+    return 2.0 * b * h * lq * s * e + 2.0 * b * h * lq * s * ev
+
+
+def _attention(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if len(t) < 3 or any(len(s) < 3 for s, _ in t[:3]):
+        return None
+    (q, dq), (k, dk), (v, dv) = t[0], t[1], t[2]
+    layout = "blhe" if name in ("_flash_attention_forward", "_efficient_attention_forward") else "bhle"
+    if len(q) == 3:
+        q, k, v = [1] + q, [1] + k, [1] + v
+    flops = attention_flops(q, k, v, layout=layout)
+    out = q[:-1] + [v[-1]]
+    nbytes = _nbytes(q, dq) + _nbytes(k, dk) + _nbytes(v, dv) + _nbytes(out, dq)
+    return OpCost(flops, nbytes, "attention")
+
+
+def _elementwise(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if not t:
+        return None
+    out = broadcast(*[s for s, _ in t])
+    per = FLOPS_PER_ELEMENT.get(name, 1)
+    nbytes = sum(_nbytes(s, d) for s, d in t) + _nbytes(out, t[0][1])
+    if name in ("eq", "ne", "lt", "le", "gt", "ge", "isinf", "isnan"):
+        nbytes = sum(_nbytes(s, d) for s, d in t) + numel(out)
+    category = "norm" if name in ("rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm") \
+        else ("softmax" if "softmax" in name else "elementwise")
+    return OpCost(float(per * numel(out)), nbytes, category)
+
+
+def _reduced_shape(shape: Shape, ins: OpInputs) -> Shape:
+    dims_text = next((c for c in ins.concrete[1:] if c is not None), None)
+    try:
+        dims = json.loads(dims_text) if dims_text else None
+    except ValueError:
+        dims = None
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, list) or not dims:
+        return [1]
+    nd = len(shape)
+    keep = [i for i in range(nd) if i not in {d % nd for d in dims if isinstance(d, int)}]
+    return [shape[i] for i in keep] or [1]
+
+
+def _reduction(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if not t:
+        return None
+    shape, dtype = t[0]
+    out = _reduced_shape(shape, ins)
+    out_size = 8 if name in ("argmax", "argmin") else itemsize(dtype)
+    if name in ("cumsum", "sort", "argsort"):
+        out, out_size = shape, itemsize(dtype)
+    return OpCost(float(numel(shape)), _nbytes(shape, dtype) + numel(out) * out_size, "reduction")
+
+
+def _copy(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if not t:
+        return None
+    if name == "copy_" and len(t) >= 2:
+        (dst, ddst), (src, dsrc) = t[0], t[1]
+        return OpCost(0.0, _nbytes(dst, ddst) + _nbytes(src, dsrc), "memory")
+    shape, dtype = t[0]
+    return OpCost(0.0, 2 * _nbytes(shape, dtype), "memory")
+
+
+SCALAR_TYPE_ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1}
+"""c10::ScalarType code (as ``Concrete Inputs`` print it) -> bytes per element."""
+
+
+def _fill(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if t:
+        return OpCost(0.0, _nbytes(*t[0]), "memory")
+    shape = _concrete_list(ins.concrete[0] if ins.concrete else None)
+    if name == "arange":
+        values = [_concrete_number(c) for c in ins.concrete[:3]]
+        numbers = [v for v in values if v is not None]
+        if not numbers:
+            return None
+        start, end = (0.0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1])
+        shape = [max(math.ceil(end - start), 0)]
+    if shape is None:
+        return None
+    dtype_code = next((_concrete_number(c) for c in ins.concrete[1:2]), None)
+    size = SCALAR_TYPE_ITEMSIZE.get(int(dtype_code), 4) if dtype_code is not None else 4
+    return OpCost(0.0, float(numel(shape) * size), "memory")
+
+
+def _concrete_list(text: str | None) -> list[int] | None:
+    if not text or not text.startswith("["):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return [int(v) for v in value] if isinstance(value, list) and all(isinstance(v, int) for v in value) else None
+
+
+def _concrete_number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _gather(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if len(t) < 2:
+        return None
+    if name == "embedding":
+        (w, dw), (idx, di) = t[0], t[1]
+        rows = numel(idx) * (w[-1] if w else 1)
+        return OpCost(0.0, _nbytes(idx, di) + 2.0 * rows * itemsize(dw), "memory")
+    (src, ds), (idx, di) = t[0], t[-1]
+    if name == "index_select" and len(src) >= 1:
+        per_index = numel(src) // max(src[0], 1) if src else 1
+        moved = numel(idx) * per_index * itemsize(ds)
+    else:
+        moved = numel(idx) * itemsize(ds)
+    return OpCost(0.0, _nbytes(idx, di) + 2.0 * moved, "memory")
+
+
+def _scatter(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if not t:
+        return None
+    values = t[-1]
+    index_bytes = sum(_nbytes(s, d) for s, d in t[1:-1])
+    if ins.lists and any(ins.lists):
+        index_bytes += sum(numel(s) * 8 for lst in ins.lists if lst for s in lst)
+    return OpCost(0.0, 2 * _nbytes(*values) + index_bytes, "memory")
+
+
+def _cat(name: str, ins: OpInputs) -> OpCost | None:
+    shapes = next((lst for lst in ins.lists if lst), None)
+    if not shapes:
+        return None
+    dtype = next((d for d in ins.dtypes if d), "float")
+    return OpCost(0.0, 2 * sum(_nbytes(s, dtype) for s in shapes), "memory")
+
+
+def _norm(name: str, ins: OpInputs) -> OpCost | None:
+    t = ins.tensors()
+    if not t:
+        return None
+    x, dx = t[0]
+    weights = sum(_nbytes(s, d) for s, d in t[1:])
+    per = FLOPS_PER_ELEMENT.get(name, 4)
+    return OpCost(float(per * numel(x)), 2 * _nbytes(x, dx) + weights, "norm")
+
+
+def _zero(name: str, ins: OpInputs) -> OpCost:
+    return OpCost(0.0, 0.0, "view")
+
+
+Formula = Callable[[str, OpInputs], "OpCost | None"]
+
+
+GEMMS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "dot")
+NORMS = ("rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm")
+
+
+def _registry() -> dict[str, Formula]:
+    families: list[tuple[Iterable[str], Formula]] = [
+        (GEMMS, _gemm), (ATTENTION, _attention), (ELEMENTWISE, _elementwise), (REDUCTIONS, _reduction),
+        (COPIES, _copy), (FILLS, _fill), (GATHERS, _gather), (SCATTERS, _scatter), (NORMS, _norm),
+        (("cat", "stack"), _cat), (ZERO_COST, _zero),
+    ]
+    return {name: formula for names, formula in families for name in names}
+
+
+REGISTRY: dict[str, Formula] = _registry()
+"""Operator base name (without ``aten::``) -> formula."""
+
+COMPOSITE_WHEN_PARENT = frozenset({"reshape", "contiguous", "flatten", "to", "type_as"})
+"""Ops that are free views when they have no child op, and delegate to a copying child when
+they have one (so the child, not the op, is the costed row)."""
+
+
+def base_name(op: str) -> str:
+    """``aten::mm`` -> ``mm``; ``aten::add_.Tensor`` -> ``add_``."""
+    name = op.split("::", 1)[-1]
+    return name.split(".", 1)[0]
+
+
+def formula_of(op: str) -> tuple[str, Formula] | None:
+    """(the name the formula is called with, the formula) of ``op``: a framework op's own
+    (:mod:`.costs_framework`, by qualified name) first, else the aten family of its base name.
+    A non-aten op takes an aten formula only when its namespace is ``aten`` or ``prims`` or it
+    has none (a framework op of the same base name has another argument order)."""
+    from .framework import framework_formula, qualified
+
+    own = framework_formula(op)
+    if own is not None:
+        return qualified(op), own
+    ns = op.rpartition("::")[0]
+    if ns not in ("", "aten", "prims"):
+        return None
+    name = base_name(op)
+    formula = REGISTRY.get(name)
+    return (name, formula) if formula is not None else None
+
+
+def has_formula(op: str) -> bool:
+    """True when the cost model knows ``op``."""
+    return formula_of(op) is not None
+
+
+def op_cost(op: str, dims: Any, types: Any, concrete: Any = None, context: Any = None) -> OpCost | None:
+    """FLOPs and bytes of one operator call, or None when there is no formula or the shapes
+    don't fit it. The one entry point for the cost of an op row (Kineto import, graph replays).
+
+    Args:
+        op: operator name as recorded (``aten::addmm``, ``vllm::unified_attention_with_output``).
+        dims: the ``Input Dims`` list.
+        types: the ``Input type`` list.
+        concrete: the ``Concrete Inputs`` list (scalars such as reduction dims), if recorded.
+        context: an :class:`.costs_framework.OpContext` (the step's sequence sums, the job's
+            ranks) for the framework ops that need it; aten formulas ignore it.
+
+    Examples:
+        >>> op_cost("aten::mm", [[4, 8], [8, 16]], ["float", "float"]).flops
+        1024.0
+    """
+    found = formula_of(op)
+    if found is None:
+        return None
+    name, formula = found
+    if context is None:
+        from .framework import OpContext
+
+        context = OpContext()
+    try:
+        return formula(name, parse_inputs(dims, types, concrete, context))
+    except (TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def category_of(op: str | None, kernel_name: str | None = None) -> str:
+    """A coarse category for an op or kernel name: gemm, attention, comm, memory, ..."""
+    text = (kernel_name or "").lower()
+    if any(s in text for s in ("nccl", "allreduce", "all_reduce", "allgather", "reducescatter",
+                               "all_to_all", "alltoall", "sendrecv")):
+        return "comm"
+    if op:
+        from .framework import framework_category
+
+        own = framework_category(op)
+        if own is not None:
+            return own
+        name = base_name(op)
+        if name in CATEGORY_OF["gemm"]:
+            return "gemm"
+        if name in ATTENTION:
+            return "attention"
+        if name in ZERO_COST:
+            return "view"
+        if name in COPIES or name in GATHERS or name in SCATTERS or name in FILLS or name in ("cat", "stack"):
+            return "memory"
+        if name in REDUCTIONS:
+            return "reduction"
+        if "norm" in name:
+            return "norm"
+        if "softmax" in name:
+            return "softmax"
+        if name in ELEMENTWISE:
+            return "elementwise"
+    if any(s in text for s in ("flash", "fmha", "attention", "attn", "sdpa")):
+        return "attention"  # before the GEMM markers: cuDNN's flash kernels are named ..._sm90_flash_fprop_wgmma_...
+    if any(s in text for s in ("gemm", "cutlass", "cublas", "nvjet", "xmma", "sm90_", "sm80_", "wgmma", "matmul")):
+        return "gemm"
+    if "memcpy" in text or "memset" in text or "copy" in text:
+        return "memory"
+    if "elementwise" in text or "vectorized" in text:
+        return "elementwise"
+    if "reduce" in text or "norm" in text:
+        return "reduction"
+    return "other"

@@ -1,0 +1,422 @@
+"""Many ranks, one view: per-rank statistics of a distributed job and their job-level reductions.
+
+A multi-rank Report has the usual tables with a ``rank`` column (``perfscope import DIR --ranks``
+writes them as Parquet datasets partitioned by rank). This module computes, per rank:
+
+- steps: ``ProfilerStep#N`` ranges (torch.profiler's schedule), else the engine's ``steps`` table,
+  else engine step annotations (vLLM's ``execute_context_N(..)_generation_M(..)`` ranges);
+- communication vs computation: collective kernels (category ``comm``: NCCL, all-reduce, ...) and
+  the other kernels, as unions of intervals per device, and their overlap (the time a collective
+  runs while compute runs on another stream); ``exposed_comm_ns`` is the collective time with no
+  compute beside it;
+- idle time: the device's active span minus the union of its kernels and copies;
+- kernel time by category and by kernel name.
+
+Then the job-level reductions: stragglers (ranks whose step time or compute per step is an outlier,
+with their margin over the median of the other ranks), per-step spread, and the kernels whose time
+differs most across ranks. Every job-level result names the ranks it covers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.memo import memo
+from perfscope.report import Report
+from perfscope.schema import column_codes, map_codes, text_of, value_mask, value_positions
+
+from ..costs.operators import category_of
+from ..intervals import covered_ns, merge_intervals
+from ..summaries.kernels import group_key
+
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+"""torch.profiler's step annotation (``prof.step()`` with a schedule)."""
+ENGINE_STEP_NAME = re.compile(r"^execute_context_\d+\(.*\)_generation_\d+\(.*\)$")
+"""One engine step of vLLM's model runner (context and generation requests and tokens)."""
+
+STRAGGLER_MIN_MARGIN_PCT = 5.0
+"""A rank is a straggler only when it is at least 5% above the median of the other ranks:
+below that, run-to-run noise of a step on a busy node is of the same order."""
+STRAGGLER_MIN_Z = 3.5
+"""...and its modified z-score (0.6745 (x - median) / MAD, Iglewicz and Hoaglin) is 3.5 or more,
+the usual outlier cut. With fewer than 3 ranks there is no spread to judge, so the margin alone
+decides."""
+STRAGGLER_METRICS = ("step_mean_ns", "compute_per_step_ns")
+"""Per-rank quantities checked for stragglers: mean step time, and compute time per step (the
+cause: in a synchronous job every rank's step ends at the same collective, and the ranks that
+wait show it as communication time, not step time)."""
+
+PER_RANK_COLUMNS = (
+    "rank", "devices", "kernels", "span_ns", "busy_ns", "idle_ns", "idle_pct", "compute_ns", "comm_ns",
+    "overlap_ns", "exposed_comm_ns", "overlap_pct", "comm_pct", "steps", "step_mean_ns", "step_median_ns",
+    "compute_per_step_ns",
+)
+
+
+@dataclass(frozen=True)
+class RankTables:
+    """The per-rank analysis of a job, as small tables (one row per rank, step, category, kernel).
+
+    Attributes:
+        per_rank: one row per rank (:data:`PER_RANK_COLUMNS`).
+        steps: rank, step, name, start_ns, end_ns, duration_ns, source.
+        categories: rank, category, time_ns, count (kernel time by category).
+        kernels: rank, kernel, time_ns, count (kernel time by short name).
+    """
+
+    per_rank: pd.DataFrame
+    steps: pd.DataFrame
+    categories: pd.DataFrame
+    kernels: pd.DataFrame
+
+    @classmethod
+    def concat(cls, parts: Iterable[RankTables]) -> RankTables:
+        """Stack the tables of several ranks (or several groups of ranks)."""
+        parts = list(parts)
+        if not parts:
+            return empty_rank_tables()
+        return cls(**{f.name: _stack([getattr(p, f.name) for p in parts]) for f in fields(cls)})
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks covered, sorted."""
+        return sorted(int(r) for r in self.per_rank["rank"].unique())
+
+
+def _stack(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def empty_rank_tables() -> RankTables:
+    """Tables with no rank in them."""
+    return RankTables(pd.DataFrame(columns=list(PER_RANK_COLUMNS)), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+
+
+# ---------------------------------------------------------------------------- steps
+def _range_steps(ranges: pd.DataFrame) -> pd.DataFrame:
+    names = text_of(ranges["name"])
+    number = names.str.extract(STEP_NAME, expand=False)
+    hit = number.notna()
+    if hit.any():
+        out = ranges.loc[hit, ["name", "start_ns", "end_ns"]].assign(step=number[hit].astype("int64"), source="ProfilerStep")
+        return out.drop_duplicates("step", keep="first")
+    engine = names.str.match(ENGINE_STEP_NAME)
+    if engine.any():
+        out = ranges.loc[engine, ["name", "start_ns", "end_ns"]].sort_values("start_ns", kind="stable")
+        return out.assign(step=np.arange(len(out), dtype="int64"), source="engine annotation")
+    return pd.DataFrame(columns=["name", "start_ns", "end_ns", "step", "source"])
+
+
+def step_table(ranges: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps of one rank: step, name, start_ns, end_ns, duration_ns, source.
+
+    ``ProfilerStep#N`` ranges come first (their N is the step number, comparable across ranks);
+    then the engine's own ``steps`` table; then engine step annotations, numbered in time order.
+    """
+    out = _range_steps(ranges) if len(ranges) else ranges
+    if not len(out) and len(steps):
+        out = steps[["phase", "start_ns", "end_ns", "step"]].rename(columns={"phase": "name"}).assign(source="engine")
+    if not len(out):
+        return pd.DataFrame(columns=["step", "name", "start_ns", "end_ns", "duration_ns", "source"])
+    out = out.astype({"start_ns": "int64", "end_ns": "int64", "step": "int64"})
+    out["duration_ns"] = out["end_ns"] - out["start_ns"]
+    return out[["step", "name", "start_ns", "end_ns", "duration_ns", "source"]].sort_values("step").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------- one rank
+def comm_mask(kernels: pd.DataFrame) -> np.ndarray:
+    """True for collective kernels: category ``comm``, or a collective name where no category is set.
+
+    Computed once per table object (the rank view and the stream rule ask for the same one)."""
+    return memo(kernels, "comm_mask", lambda: _comm_mask(kernels)).copy()
+
+
+def _comm_mask(kernels: pd.DataFrame) -> np.ndarray:
+    if "category" not in kernels.columns:
+        kernels = kernels.assign(category=None)
+    out = value_mask(kernels, "category", lambda c: c == "comm")  # a fresh array: writable
+    missing = value_mask(kernels, "category", lambda c: c is None)
+    if missing.any():
+        # once per distinct name (hashing 1M long names twice, as unique() + map() do, costs seconds)
+        codes, names = column_codes(kernels, "name")
+        out[missing] = map_codes(codes[missing], names, lambda n: category_of(None, str(n)) == "comm").astype(bool)
+    return out
+
+
+def _union_ns(merged: tuple[np.ndarray, np.ndarray]) -> float:
+    return float((merged[1] - merged[0]).sum())
+
+
+def _device_times(s: np.ndarray, e: np.ndarray, comm: np.ndarray, t: pd.DataFrame) -> dict[str, float]:
+    """compute, comm, overlap, busy and span ns of one device's kernels (starts ``s``, ends ``e``,
+    collective or not ``comm``) and copies ``t``."""
+    comp_u = merge_intervals(s[~comm], e[~comm])
+    comm_u = merge_intervals(s[comm], e[comm])
+    overlap = float(covered_ns(comp_u, comm_u[0], comm_u[1]).sum())
+    all_s = np.concatenate([s, t["start_ns"].to_numpy("int64")])
+    all_e = np.concatenate([e, t["end_ns"].to_numpy("int64")])
+    busy = merge_intervals(all_s, all_e)
+    span = float(busy[1][-1] - busy[0][0]) if len(busy[0]) else 0.0
+    return {"compute_ns": _union_ns(comp_u), "comm_ns": _union_ns(comm_u), "overlap_ns": overlap,
+            "busy_ns": _union_ns(busy), "span_ns": span}
+
+
+def _copies_by_device(transfers: pd.DataFrame, devices: Sequence[str]) -> dict[str, pd.DataFrame]:
+    t = transfers[["device", "start_ns", "end_ns"]]
+    if len(devices) == 1:
+        t = t.assign(device=t["device"].astype("object").where(t["device"].notna(), devices[0]))
+    return {str(d): g for d, g in t.groupby(t["device"].astype("object"), sort=False)}
+
+
+def _times(kernels: pd.DataFrame, transfers: pd.DataFrame) -> dict[str, float]:
+    # per device on positions (the table's device codes): no copy of the kernel table, one
+    # collective mask for all devices
+    by_device = value_positions(kernels, "device")
+    devices = [str(d) for d, _ in by_device]
+    copies = _copies_by_device(transfers, devices)
+    empty = transfers.iloc[:0][["start_ns", "end_ns"]]
+    totals = dict.fromkeys(("compute_ns", "comm_ns", "overlap_ns", "busy_ns", "span_ns"), 0.0)
+    comm = comm_mask(kernels)
+    starts, ends = kernels["start_ns"].to_numpy("int64"), kernels["end_ns"].to_numpy("int64")
+    for device, rows in by_device:
+        for key, value in _device_times(starts[rows], ends[rows], comm[rows],
+                                        copies.get(str(device), empty)).items():
+            totals[key] += value
+    totals["devices"] = float(len(devices))
+    return totals
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else math.nan
+
+
+def per_rank_row(rank: int, kernels: pd.DataFrame, transfers: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any]:
+    """The headline numbers of one rank (the columns of :data:`PER_RANK_COLUMNS`)."""
+    t = _times(kernels, transfers)
+    n_steps = len(steps)
+    step_ns = steps["duration_ns"].astype("float64") if n_steps else pd.Series(dtype="float64")
+    has_work = len(kernels) > 0
+    row: dict[str, Any] = {
+        "rank": int(rank), "devices": int(t["devices"]), "kernels": len(kernels),
+        "span_ns": t["span_ns"] if has_work else math.nan, "busy_ns": t["busy_ns"] if has_work else math.nan,
+        "compute_ns": t["compute_ns"] if has_work else math.nan, "comm_ns": t["comm_ns"] if has_work else math.nan,
+        "overlap_ns": t["overlap_ns"] if has_work else math.nan,
+        "steps": n_steps,
+        "step_mean_ns": float(step_ns.mean()) if n_steps else math.nan,
+        "step_median_ns": float(step_ns.median()) if n_steps else math.nan,
+    }
+    row["idle_ns"] = row["span_ns"] - row["busy_ns"]
+    row["idle_pct"] = _pct(row["idle_ns"], row["span_ns"])
+    row["exposed_comm_ns"] = row["comm_ns"] - row["overlap_ns"]
+    row["overlap_pct"] = _pct(row["overlap_ns"], row["comm_ns"])
+    row["comm_pct"] = _pct(row["comm_ns"], row["span_ns"])
+    row["compute_per_step_ns"] = row["compute_ns"] / n_steps if n_steps else math.nan
+    return {c: row[c] for c in PER_RANK_COLUMNS}
+
+
+def _kernel_times(rank: int, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    dur = kernels["duration_ns"].astype("float64")
+    cat = kernels["category"].astype("object").fillna("other") if "category" in kernels else pd.Series(
+        ["other"] * len(kernels), index=kernels.index)
+    by_cat = dur.groupby(cat).agg(["sum", "count"]).reset_index()
+    by_cat.columns = ["category", "time_ns", "count"]
+    by_name = dur.groupby(text_of(group_key(kernels))).agg(["sum", "count"]).reset_index()
+    by_name.columns = ["kernel", "time_ns", "count"]
+    return by_cat.assign(rank=int(rank)), by_name.assign(rank=int(rank))
+
+
+def one_rank(rank: int, tables: Mapping[str, pd.DataFrame]) -> RankTables:
+    """The analysis of one rank from its report tables (``kernels``, ``transfers``, ``ranges``, ``steps``)."""
+    steps = step_table(tables["ranges"], tables["steps"]).assign(rank=int(rank))
+    kernels = tables["kernels"]
+    per_rank = pd.DataFrame([per_rank_row(rank, kernels, tables["transfers"], steps)])
+    categories, names = _kernel_times(rank, kernels)
+    return RankTables(per_rank, steps, categories, names)
+
+
+# ---------------------------------------------------------------------------- report -> ranks
+def report_ranks(report: Report) -> list[int]:
+    """The ranks a report holds: its ``rank`` column, else the one rank its manifest names, else [0]."""
+    if "rank" in report.kernels.columns and report.kernels["rank"].notna().any():
+        return sorted(int(r) for r in report.kernels["rank"].dropna().unique())
+    info = report.params.get("ranks") or {}
+    covered = info.get("ranks") if isinstance(info, dict) else None
+    return [int(covered[0])] if covered and len(covered) == 1 else [0]
+
+
+def _rank_slice(df: pd.DataFrame, rank: int, only: bool) -> pd.DataFrame:
+    if only or "rank" not in df.columns:
+        return df
+    return df[df["rank"] == rank]
+
+
+def rank_tables(report: Report) -> RankTables:
+    """The per-rank analysis of a report (one rank when it has no ``rank`` column)."""
+    ranks = report_ranks(report)
+    only = "rank" not in report.kernels.columns
+    names = ("kernels", "transfers", "ranges", "steps")
+    return RankTables.concat(
+        one_rank(r, {n: _rank_slice(report.table(n), r, only) for n in names}) for r in ranks)
+
+
+# ---------------------------------------------------------------------------- job level
+def find_stragglers(per_rank: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Ranks whose ``metric`` is an outlier above the others.
+
+    Returns rank, metric, value_ns, median_others_ns, margin_pct, robust_z, straggler (bool) for
+    every rank with a value (so the margins of all ranks can be shown), largest margin first.
+    """
+    v = per_rank.set_index("rank")[metric].astype("float64").dropna()
+    cols = ["rank", "metric", "value_ns", "median_others_ns", "margin_pct", "robust_z", "straggler"]
+    if len(v) < 2:
+        return pd.DataFrame(columns=cols)
+    others = np.array([np.median(np.delete(v.to_numpy(), i)) for i in range(len(v))])
+    margin = 100.0 * (v.to_numpy() - others) / np.where(others > 0, others, np.nan)
+    med = float(v.median())
+    mad = float((v - med).abs().median())
+    dev = v.to_numpy() - med
+    z = 0.6745 * dev / mad if mad > 0 else np.where(dev > 0, np.inf, 0.0)
+    flagged = margin >= STRAGGLER_MIN_MARGIN_PCT
+    if len(v) >= 3:
+        flagged &= z >= STRAGGLER_MIN_Z
+    out = pd.DataFrame({"rank": v.index.astype("int64"), "metric": metric, "value_ns": v.to_numpy(),
+                        "median_others_ns": others, "margin_pct": margin, "robust_z": z, "straggler": flagged})
+    return out.sort_values("margin_pct", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def stragglers(per_rank: pd.DataFrame, metrics: Sequence[str] = STRAGGLER_METRICS) -> pd.DataFrame:
+    """The flagged rows of :func:`find_stragglers` over ``metrics`` (rank, metric, margin, ...)."""
+    parts = [find_stragglers(per_rank, m) for m in metrics if m in per_rank.columns]
+    parts = [p[p["straggler"]] for p in parts if len(p)]
+    if not parts or not any(len(p) for p in parts):
+        return pd.DataFrame(columns=["rank", "metric", "value_ns", "median_others_ns", "margin_pct", "robust_z"])
+    return pd.concat([p for p in parts if len(p)], ignore_index=True).drop(columns="straggler")
+
+
+def step_spread(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step number: ranks, min/median/max duration across ranks, the slowest rank, spread %."""
+    if not len(steps):
+        return pd.DataFrame(columns=["step", "ranks", "min_ns", "median_ns", "max_ns", "slowest_rank", "spread_pct"])
+    g = steps.groupby("step")["duration_ns"]
+    out = g.agg(ranks="count", min_ns="min", median_ns="median", max_ns="max").reset_index()
+    slowest = steps.loc[g.idxmax().to_numpy(), ["step", "rank"]].rename(columns={"rank": "slowest_rank"})
+    out = out.merge(slowest, on="step")
+    out["spread_pct"] = 100.0 * (out["max_ns"] - out["min_ns"]) / out["median_ns"].where(out["median_ns"] > 0)
+    return out
+
+
+def kernel_spread(kernels: pd.DataFrame, ranks: Sequence[int], top: int = 20) -> pd.DataFrame:
+    """Kernels whose total time differs most across ranks (a rank without the kernel counts 0 ns).
+
+    Columns: kernel, ranks_with, total_ns, min_ns, median_ns, max_ns, cv (std/mean), slowest_rank,
+    fastest_rank; the ``top`` kernels by max - min.
+    """
+    if not len(kernels):
+        return pd.DataFrame(columns=["kernel", "ranks_with", "total_ns", "min_ns", "median_ns", "max_ns", "cv",
+                                     "slowest_rank", "fastest_rank"])
+    wide = kernels.pivot_table(index="kernel", columns="rank", values="time_ns", aggfunc="sum")
+    wide = wide.reindex(columns=list(ranks)).fillna(0.0)
+    mean = wide.mean(axis=1)
+    out = pd.DataFrame({
+        "kernel": wide.index, "ranks_with": (wide > 0).sum(axis=1).to_numpy(), "total_ns": wide.sum(axis=1).to_numpy(),
+        "min_ns": wide.min(axis=1).to_numpy(), "median_ns": wide.median(axis=1).to_numpy(),
+        "max_ns": wide.max(axis=1).to_numpy(), "cv": (wide.std(axis=1, ddof=0) / mean.where(mean > 0)).to_numpy(),
+        "slowest_rank": wide.idxmax(axis=1).to_numpy(), "fastest_rank": wide.idxmin(axis=1).to_numpy(),
+    })
+    out = out.assign(_spread=out["max_ns"] - out["min_ns"]).sort_values("_spread", ascending=False, kind="stable")
+    return out.drop(columns="_spread").head(top).reset_index(drop=True)
+
+
+def category_matrix(categories: pd.DataFrame) -> pd.DataFrame:
+    """Kernel time (ns) with one row per rank and one column per category (0 where absent)."""
+    if not len(categories):
+        return pd.DataFrame()
+    wide = categories.pivot_table(index="rank", columns="category", values="time_ns", aggfunc="sum").fillna(0.0)
+    order = wide.sum(axis=0).sort_values(ascending=False).index
+    return wide[order]
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
+    values = sorted({int(r) for r in ranks})
+    runs: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        runs.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ", ".join(runs)
+
+
+def coverage(report: Report, ranks: Sequence[int]) -> dict[str, Any]:
+    """Which ranks the results cover, of which world size, and what the import skipped."""
+    info = report.params.get("ranks")
+    info = info if isinstance(info, dict) else {}
+    world = info.get("world_size")
+    missing = sorted(set(range(int(world))) - set(ranks)) if isinstance(world, int) else []
+    return {"ranks": list(ranks), "ranks_text": format_ranks(ranks), "world_size": world,
+            "missing_ranks": format_ranks(missing), "skipped": list(info.get("skipped") or [])}
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def job_overview(per_rank: pd.DataFrame) -> dict[str, Any]:
+    """Job-level totals: mean comm/exposed/idle shares over the ranks, and the worst rank of each."""
+    def worst(col: str) -> Any:
+        v = per_rank[col].astype("float64")
+        return None if v.isna().all() else int(per_rank.loc[v.idxmax(), "rank"])
+
+    mean = {c: _plain(float(per_rank[c].astype("float64").mean())) for c in
+            ("span_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "step_mean_ns")}
+    return {**{f"mean_{k}": v for k, v in mean.items()},
+            "mean_overlap_pct": _plain(float(per_rank["overlap_pct"].astype("float64").mean())),
+            "most_exposed_comm_rank": worst("exposed_comm_ns"), "most_idle_rank": worst("idle_ns"),
+            "slowest_step_rank": worst("step_mean_ns")}
+
+
+def rank_summary(report: Report, *, tables: RankTables | None = None, top: int = 10) -> dict[str, Any]:
+    """The multi-rank section of ``perfscope analyze`` (JSON-ready).
+
+    Keys: coverage (ranks, world_size, missing_ranks, skipped), job (mean shares, worst ranks),
+    per_rank, stragglers, steps (spread per step), categories (rank x category ns), kernels (the
+    ``top`` kernels whose time differs most across ranks).
+    """
+    t = tables or rank_tables(report)
+    ranks = t.ranks
+    return {
+        "coverage": coverage(report, ranks),
+        "job": job_overview(t.per_rank) if len(t.per_rank) else {},
+        "per_rank": _records(t.per_rank),
+        "stragglers": _records(stragglers(t.per_rank)),
+        "steps": _records(step_spread(t.steps)),
+        "categories": _records(category_matrix(t.categories).reset_index()),
+        "kernels": _records(kernel_spread(t.kernels, ranks, top)),
+    }
+
+
+__all__ = [
+    "RankTables", "category_matrix", "find_stragglers", "format_ranks", "kernel_spread", "one_rank",
+    "rank_summary", "rank_tables", "report_ranks", "step_spread", "step_table", "stragglers",
+]

@@ -1,0 +1,80 @@
+"""The import pipeline's one finishing step: raw tables in, an analysed Report out.
+
+Every way a capture becomes a Report goes through here: the file readers (Kineto, nsys,
+ncu, NVML), ``perfscope profile`` of the engine or a script, the notebook ``perfscope.profile()``
+and the load test. A reader parses its format into an :class:`Imported` (raw tables, the
+manifest keys it knows, the roofs to classify against); :func:`finish` then
+
+1. conforms each table to its contract, once;
+1b. reads the frameworks' step annotations among the ranges into ``steps`` and gives each kernel
+   its step and phase (:func:`.framework_steps.with_framework_steps`);
+2. classifies the kernels against the roofs (:func:`.roofline.classify_conformed`);
+3. assembles the immutable Report, with the roofs as its ``device``.
+
+Callers that add tables (the engine's steps and requests, a load test's runs) do so on the
+:class:`Imported` before finishing, so nothing is conformed or classified twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pandas as pd
+
+from perfscope.device import DeviceSpec
+from perfscope.report import Report
+from perfscope.schema import conform
+
+from ..costs.roofline import classify_conformed
+from ..steps import with_framework_steps
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A capture parsed but not finished: raw tables, manifest keys, and the roofs.
+
+    Attributes:
+        tables: report tables by name (``kernels``, ``ranges``, ...), not yet conformed.
+        manifest: manifest keys (``name``, ``source`` from :func:`perfscope.report.source_info`,
+            ``params``, ``warnings``, ...); its ``device`` is always ``device``'s.
+        device: the roofs the kernels are classified against (None: every bound ``unknown``).
+        origin: the file or run the tables came from, named in errors.
+    """
+
+    tables: Mapping[str, pd.DataFrame]
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    device: DeviceSpec | None = None
+    origin: str = "<memory>"
+
+    def with_tables(self, **tables: pd.DataFrame) -> Imported:
+        """A copy with ``tables`` added or replaced."""
+        return replace(self, tables={**self.tables, **tables})
+
+    def with_manifest(self, **keys: Any) -> Imported:
+        """A copy with manifest ``keys`` set."""
+        return replace(self, manifest={**self.manifest, **keys})
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.manifest.get("warnings") or [])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.manifest.get("params") or {})
+
+
+def finish(imported: Imported) -> Report:
+    """Conform each table once, classify the kernels, and build the Report."""
+    tables = {name: conform(df, name, source=imported.origin) for name, df in imported.tables.items()}
+    tables, notes = with_framework_steps(tables)
+    if "steps" in tables and "steps" not in imported.tables:
+        tables["steps"] = conform(tables["steps"], "steps", source=imported.origin)
+    if "kernels" in tables:
+        tables["kernels"] = classify_conformed(tables["kernels"], imported.device)
+    # the roofs the kernels were classified against are the report's device, by construction
+    manifest = {**imported.manifest, "device": imported.device.to_dict() if imported.device else None}
+    if notes:
+        manifest["warnings"] = [*imported.warnings, *notes]
+    return Report.assemble(tables, manifest)

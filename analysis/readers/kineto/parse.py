@@ -1,0 +1,480 @@
+"""Streaming parse of a PyTorch/Kineto chrome trace into compact per-kind columns.
+
+:mod:`.kineto_json` hands over the ``traceEvents`` array block by block (about a MB of text at
+a time); each block is decoded at once by msgspec into small typed structs that keep only the
+fields the report needs (everything else in the JSON is skipped without being built), and
+reduced to numpy columns and int32 string codes. So the whole JSON object tree never sits in
+memory, and the per-event Python work is a handful of list comprehensions. Events that reach
+us as plain JSON values (the slow path over damaged or unusual text, or the ijson path) are
+converted to the same structs.
+
+Both the current categories (``cpu_op``, ``kernel``, ``cuda_runtime``, ...) and the 2021
+capitalised ones (``Operator``, ``Kernel``, ``Runtime``, ...) are understood. A trace cut
+short (truncated or damaged file) keeps the events read so far and is marked partial.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import orjson
+
+from perfscope.errors import InputFormatError
+
+from .events import HEAD_KEEP, TAIL_KEEP, _meta_from_head, _meta_from_tail, _open, read_events
+
+__all__ = ["CPU_KINDS", "FIELDS", "HEAD_KEEP", "KIND_OF_CAT", "TAIL_KEEP", "ParsedTrace", "_meta_from_head",
+           "_meta_from_tail", "_open", "kind_of", "parse_trace"]
+
+KIND_OF_CAT = {
+    "cpu_op": "op", "operator": "op",
+    "user_annotation": "ann",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+    "gpu_memset": "memset", "memset": "memset",
+    "cuda_runtime": "api", "runtime": "api",
+    "cuda_driver": "api",
+    "python_function": "py",
+}
+"""Lower-cased ``cat`` -> the kind of row it feeds."""
+
+CPU_KINDS = ("ann", "op", "api")
+"""Kinds kept together in :attr:`ParsedTrace.cpu`; its ``kind`` column indexes this."""
+
+STRING_FIELDS = ("name", "thread", "grid", "block", "kernel")
+"""Fields holding codes into :attr:`ParsedTrace.strings` (-1: none)."""
+
+TS_LIMIT = 9.0e15
+"""|ts| and |dur| bound in microseconds: beyond it nanoseconds overflow int64."""
+
+ID_LIMIT = float(2**53)
+"""Ids (correlation, External id, stream, ...) beyond this are not exact in float64."""
+
+FIELDS = {
+    "op": ("name", "thread", "tid", "ts", "dur", "ext", "sig"),
+    "ann": ("name", "thread", "tid", "ts", "dur"),
+    "kernel": ("name", "device", "stream", "ts", "dur", "corr", "ext", "grid", "block",
+               "regs", "smem", "occupancy"),
+    "memcpy": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
+    "memset": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
+    "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver", "kernel"),
+    "py": ("name", "thread", "tid", "ts", "dur", "pyid", "pyparent"),
+}
+"""Columns kept per kind: ``ts``/``dur`` in microseconds (float64), ids and sizes as float64
+(NaN when absent or not an exact integer), names, thread keys (``pid:tid``), grid and block as
+int32 codes into :attr:`ParsedTrace.strings`, ``kernel`` the kernel a launch call names in its
+``args`` (ROCm traces; a CUDA-graph capture trace's only record of the kernels it captured),
+``sig`` an index into :attr:`ParsedTrace.sigs` (-1 when the op recorded no inputs). ``py`` holds
+the ``python_function`` events of traces recorded ``with_stack`` (``pyid``/``pyparent``: their
+``Python id`` / ``Python parent id`` links), kept apart from the CPU nesting; the reader makes
+module ranges of them."""
+
+
+class Args(msgspec.Struct, gc=False):
+    """The ``args`` fields any row reads (others are skipped while decoding)."""
+
+    ext: Any = msgspec.field(default=None, name="External id")
+    ext_lower: Any = msgspec.field(default=None, name="external id")
+    corr: Any = msgspec.field(default=None, name="correlation")
+    dims: Any = msgspec.field(default=None, name="Input Dims")
+    types: Any = msgspec.field(default=None, name="Input type")
+    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    device: Any = None
+    from_device: Any = msgspec.field(default=None, name="fromDevice")
+    stream: Any = None
+    grid: Any = None
+    block: Any = None
+    regs: Any = msgspec.field(default=None, name="registers per thread")
+    smem: Any = msgspec.field(default=None, name="shared memory")
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    nbytes: Any = msgspec.field(default=None, name="bytes")
+    kernel: Any = None
+    pyid: Any = msgspec.field(default=None, name="Python id")
+    pyparent: Any = msgspec.field(default=None, name="Python parent id")
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, reduced to the fields any row reads."""
+
+    ph: Any = "X"
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: Args | None = None
+
+
+NO_ARGS = Args()
+_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
+_DECODER = msgspec.json.Decoder(list[Event])
+
+
+def decode_block(text: bytes | memoryview) -> list[Event] | None:
+    """The events of the JSON array ``text``, or None when msgspec cannot decode it."""
+    try:
+        return _DECODER.decode(text)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+
+
+def as_events(items: list[Any]) -> list[Event]:
+    """Events from plain JSON values (dicts become events; anything else is skipped)."""
+    out = []
+    for x in items:
+        if x.__class__ is Event:
+            out.append(x)
+        elif isinstance(x, dict):
+            a = x.get("args")
+            args = Args(**{k: a.get(key) for k, key in _ARG_KEYS}) if isinstance(a, dict) else None
+            out.append(Event(ph=x.get("ph", "X"), cat=x.get("cat"), name=x.get("name"), pid=x.get("pid"),
+                             tid=x.get("tid"), ts=x.get("ts"), dur=x.get("dur"), args=args))
+    return out
+
+
+@dataclass
+class ParsedTrace:
+    """Columns per kind (arrays of equal length), the top-level metadata and parse notes.
+
+    Attributes:
+        cols: GPU kind (kernel, memcpy, memset) and ``py`` -> column -> numpy array (see :data:`FIELDS`).
+        meta: the trace's top-level keys other than ``traceEvents``.
+        sigs: distinct ``(Input Dims, Input type, Concrete Inputs)`` of the ops.
+        strings: the text of every string code (``name``, ``thread``, ``grid``, ``block``).
+        cpu: the CPU kinds' events (annotations, ops, calls) in one set of columns, the union
+            of their :data:`FIELDS` (missing values where a kind has no such field), in the
+            order read, with a ``kind`` column (index in :data:`CPU_KINDS`).
+        n_events: events read (of every kind).
+        warnings: what was skipped or damaged.
+        partial: the file ended or broke before the events array did.
+    """
+
+    cols: dict[str, dict[str, np.ndarray]]
+    meta: dict[str, Any]
+    sigs: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    strings: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
+    cpu: dict[str, np.ndarray] = field(default_factory=dict)
+    n_events: int = 0
+    warnings: list[str] = field(default_factory=list)
+    partial: bool = False
+
+    def count(self, kind: str) -> int:
+        if kind in CPU_KINDS:
+            return int(np.count_nonzero(self.cpu["kind"] == CPU_KINDS.index(kind))) if self.cpu else 0
+        return len(self.cols[kind]["ts"]) if kind in self.cols else 0
+
+
+# ---------------------------------------------------------------------------- values
+def _num(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    """float64 array of ``values``; anything that is not a number becomes NaN."""
+    try:
+        arr = np.array(values, dtype="float64")
+        if arr.ndim == 1:
+            return arr
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = [_num(v) for v in values]
+    return np.array([np.nan if v is None else v for v in out], dtype="float64")
+
+
+def _text(v: Any) -> str:
+    """``str(v)``, or a placeholder for values that cannot print (huge ints, deep nesting)."""
+    if v.__class__ is str:
+        return v
+    try:
+        return str(v)
+    except (RecursionError, ValueError):
+        return f"<{type(v).__name__}>"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate (from a ``\\ud800`` escape; not storable as UTF-8)
+    replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _ids(values: list[Any]) -> np.ndarray:
+    """Like :func:`_floats`, but only exact integers below 2**53 survive (others are NaN)."""
+    arr = _floats(values)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(arr) < ID_LIMIT) | (arr != np.round(arr))
+    arr[bad] = np.nan
+    return arr
+
+
+class _Interner:
+    """Distinct strings (names, thread keys, grid and block text) and their int32 codes."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.values: list[str] = []
+        self.thread_codes: dict[tuple[Any, Any], int] = {}
+
+    def threads(self, pids: list[Any], tids: list[Any]) -> np.ndarray:
+        """Codes of the ``pid:tid`` keys."""
+        memo = self.thread_codes
+        try:
+            return np.array([memo[k] if k in memo else self._thread(k) for k in zip(pids, tids)], dtype="int32")
+        except TypeError:  # an unhashable pid or tid
+            return self.names(f"{_text(p)}:{_text(t)}" for p, t in zip(pids, tids))
+
+    def _thread(self, key: tuple[Any, Any]) -> int:
+        code = self.thread_codes[key] = self._new(f"{_text(key[0])}:{_text(key[1])}")
+        return code
+
+    def names(self, values: Iterable[Any]) -> np.ndarray:
+        get = self.codes.get
+        return np.array([c if v.__class__ is str and (c := get(v, -1)) >= 0 else self._new(v)
+                         for v in values], dtype="int32")
+
+    def _new(self, value: Any) -> int:
+        text = _text(value)
+        text = text if text.isascii() else clean_text(text)
+        code = self.codes.get(text)
+        if code is None:
+            code = self.codes[text] = len(self.values)
+            self.values.append(text)
+        if value.__class__ is str:
+            self.codes[value] = code
+        return code
+
+    def optional(self, values: Iterable[Any]) -> np.ndarray:
+        """Codes of ``values`` (-1 for None)."""
+        get = self.codes.get
+        return np.array([-1 if v is None else c if v.__class__ is str and (c := get(v, -1)) >= 0 else self._new(v)
+                         for v in values], dtype="int32")
+
+    def dims3(self, values: Iterable[Any]) -> np.ndarray:
+        texts = [_dims3(v) if isinstance(v, list) and v else None for v in values]
+        return np.array([-1 if t is None else self._new(t) for t in texts], dtype="int32")
+
+
+def _dims3(v: list[Any]) -> str | None:
+    try:
+        return "(" + ", ".join(str(int(x)) for x in v) + ")"
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+# ---------------------------------------------------------------------------- routing
+
+class _Columns:
+    """Growing columns (``array.array``: amortised growth, no per-block chunks to join)."""
+
+    def __init__(self) -> None:
+        cpu_fields = sorted({f for k in CPU_KINDS for f in FIELDS[k]}) + ["kind"]
+        self.cpu = {f: array(_TYPECODE[_dtype(f)]) for f in cpu_fields}
+        self.gpu = {k: {f: array(_TYPECODE[_dtype(f)]) for f in FIELDS[k]} for k in ("kernel", "memcpy", "memset", "py")}
+        self.strings = _Interner()
+        self.sig_index: dict[Any, int] = {}
+        self.sigs: list[tuple[Any, Any, Any]] = []
+        self.skipped = 0
+        self.kinds: dict[Any, str | None] = {}
+
+    def add(self, kind: str, **cols: np.ndarray) -> None:
+        if kind not in CPU_KINDS:
+            for name, values in cols.items():
+                self.gpu[kind][name].frombytes(_raw(values, name))
+            return
+        n = len(cols["ts"])
+        cols["kind"] = np.full(n, CPU_KINDS.index(kind), dtype="int8")
+        for name, column in self.cpu.items():
+            values = cols[name] if name in cols else _missing(name, n)
+            column.frombytes(_raw(values, name))
+
+    def finish(self, trace: ParsedTrace) -> None:
+        """The columns as numpy arrays (views of the grown buffers), into ``trace``."""
+        def view(arr: array, name: str) -> np.ndarray:
+            return np.frombuffer(arr, dtype=_dtype(name)) if len(arr) else np.empty(0, dtype=_dtype(name))
+
+        trace.cpu = {name: view(arr, name) for name, arr in self.cpu.items()}
+        trace.cols = {k: {name: view(arr, name) for name, arr in cols.items()} for k, cols in self.gpu.items()}
+        trace.strings = np.array(self.strings.values + [None], dtype=object)[:-1]
+        trace.sigs = self.sigs
+
+
+_TYPECODE = {"float64": "d", "int32": "i", "int8": "b", "bool": "b"}
+
+
+def _raw(values: np.ndarray, name: str) -> memoryview:
+    """The bytes of ``values`` as the column ``name`` stores them."""
+    return np.ascontiguousarray(values, dtype=_dtype(name)).data.cast("B")
+
+
+def _dtype(name: str) -> str:
+    if name in STRING_FIELDS or name == "sig":
+        return "int32"
+    return "bool" if name == "driver" else "int8" if name == "kind" else "float64"
+
+
+def _missing(name: str, n: int) -> np.ndarray:
+    fill = -1 if _dtype(name) == "int32" else False if name == "driver" else np.nan
+    return np.full(n, fill, dtype=_dtype(name))
+
+
+def kind_of(cat: Any) -> str | None:
+    """The row kind a ``cat`` feeds, or None."""
+    return KIND_OF_CAT.get(cat.lower()) if isinstance(cat, str) else None
+
+
+def route_block(events: list[Event], cols: _Columns) -> None:
+    """Reduce one block of events into ``cols`` (other categories are skipped)."""
+    groups: dict[str, list[Event]] = {}
+    kinds = cols.kinds
+    for e in events:
+        cat = e.cat
+        try:
+            kind = kinds[cat]
+        except KeyError:
+            kind = kinds[cat] = kind_of(cat)
+        except TypeError:  # an unhashable cat is no cat we read
+            continue
+        if kind is not None:
+            groups.setdefault(kind, []).append(e)
+    ops = groups.get("op", [])
+    if any(e.cat == "Operator" for e in ops):  # 2021 traces file ranges as Operator too
+        is_range = [e.cat == "Operator" and "::" not in _text(e.name) for e in ops]
+        groups["op"] = [e for e, r in zip(ops, is_range) if not r]
+        groups.setdefault("ann", []).extend(e for e, r in zip(ops, is_range) if r)
+    for kind, evs in groups.items():
+        _route_kind(kind, evs, cols)
+
+
+def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
+    evs = [e for e in evs if e.ph == "X"]
+    ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
+    with np.errstate(invalid="ignore"):
+        ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
+    if not ok.all():
+        cols.skipped += int((~ok).sum())
+        evs = [e for e, keep in zip(evs, ok) if keep]
+        ts, dur = ts[ok], dur[ok]
+    if not evs:
+        return
+    args = [e.args or NO_ARGS for e in evs]
+    names = cols.strings.names(e.name for e in evs)
+    if kind == "py":
+        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads([e.pid for e in evs], [e.tid for e in evs]),
+                 tid=_ids([e.tid for e in evs]), pyid=_ids([a.pyid for a in args]),
+                 pyparent=_ids([a.pyparent for a in args]))
+    elif kind in ("op", "ann", "api"):
+        _route_cpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
+    else:
+        _route_gpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
+
+
+def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
+    tids = [e.tid for e in evs]
+    common["thread"] = cols.strings.threads([e.pid for e in evs], tids)
+    common["tid"] = _ids(tids)
+    if kind == "ann":
+        cols.add(kind, **common)
+        return
+    ext = _ids(_external_ids(args))
+    if kind == "op":
+        cols.add(kind, ext=ext, sig=_signatures(args, cols), **common)
+        return
+    driver = np.array([_text(e.cat).lower() == "cuda_driver" for e in evs], dtype=bool)
+    cols.add(kind, corr=_ids([a.corr for a in args]), ext=ext, driver=driver,
+             kernel=cols.strings.optional(a.kernel for a in args), **common)
+
+
+def _external_ids(args: list[Args]) -> list[Any]:
+    ext = [a.ext for a in args]
+    if None in ext:  # some writers spell it in lower case
+        ext = [a.ext_lower if x is None else x for x, a in zip(ext, args)]
+    return ext
+
+
+def _signatures(args: list[Args], cols: _Columns) -> np.ndarray:
+    """Index of each op's (Input Dims, Input type, Concrete Inputs) in ``cols.sigs``."""
+    out = np.full(len(args), -1, dtype="int32")
+    index, sigs = cols.sig_index, cols.sigs
+    for i, a in enumerate(args):
+        sig = (a.dims, a.types, a.concrete)
+        if sig == (None, None, None):
+            continue
+        try:
+            key: Any = orjson.dumps(sig)
+        except (TypeError, orjson.JSONEncodeError):
+            key = repr(sig)
+        j = index.get(key)
+        if j is None:
+            j = index[key] = len(sigs)
+            sigs.append(sig)
+        out[i] = j
+    return out
+
+
+def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
+    if kind == "kernel":
+        device = [e.pid if a.device is None else a.device for e, a in zip(evs, args)]
+    else:
+        device = [a.device if a.device is not None else e.pid if a.from_device is None else a.from_device
+                  for e, a in zip(evs, args)]
+    common.update(device=_ids(device), stream=_ids([e.tid if a.stream is None else a.stream for e, a in zip(evs, args)]),
+                  corr=_ids([a.corr for a in args]))
+    if kind != "kernel":
+        cols.add(kind, bytes=_ids([a.nbytes for a in args]), **common)
+        return
+    cols.add(kind, ext=_ids(_external_ids(args)),
+             grid=cols.strings.dims3(a.grid for a in args),
+             block=cols.strings.dims3(a.block for a in args),
+             regs=_ids([a.regs for a in args]),
+             smem=_ids([a.smem for a in args]),
+             occupancy=_floats([a.occupancy for a in args]), **common)
+
+
+# ---------------------------------------------------------------------------- entry
+def parse_trace(path: Path) -> ParsedTrace:
+    """Stream ``path`` (JSON or gzipped JSON) into a :class:`ParsedTrace`.
+
+    Raises:
+        InputFormatError: not JSON, JSON that is not a trace, or damaged before any event.
+    """
+    path = Path(path)
+    cols = _Columns()
+    trace = ParsedTrace(cols={}, meta={})
+
+    def take(items: list[Any]) -> None:
+        trace.n_events += len(items)
+        route_block(items if all(x.__class__ is Event for x in items) else as_events(items), cols)
+
+    collecting = gc.isenabled()
+    gc.disable()  # millions of short-lived containers: the cyclic GC would only rescan them
+    try:
+        trace.meta, damage = read_events(path, decode_block, take)
+    finally:
+        if collecting:
+            gc.enable()
+    if damage is not None:
+        if trace.n_events == 0:
+            raise InputFormatError(path, f"damaged or truncated JSON ({damage})", hint="re-export the trace")
+        trace.partial = True
+        trace.warnings.append(f"trace is truncated or damaged after {trace.n_events} events ({damage}); "
+                              "the report holds what was read")
+    if cols.skipped:
+        trace.warnings.append(f"{cols.skipped} events with a missing, non-numeric or out-of-range "
+                              "ts/dur were skipped")
+    cols.finish(trace)
+    return trace
+

@@ -1,0 +1,526 @@
+"""PyTorch/Kineto trace -> Report: kernels linked to their ops, analytic costs, ranges, copies.
+
+The trace is streamed into compact columns (:mod:`.kineto_parse`, :mod:`.kineto_json`); the
+CPU annotations, ops and launch calls are nested and the kernels linked to their costed op
+through the correlation / External id links (:mod:`.kineto_ops`, FORMATS.md §4.6). The op's
+analytic FLOPs and bytes go to its kernels, split by kernel time when it launched several.
+CPU-only traces have no kernels: each outermost costed operator (or leaf operator) becomes a
+row with device ``cpu``. Kernels replayed from a CUDA graph (``cudaGraphLaunch``) link to no op;
+:mod:`.kineto_graphs` gives them one, with FLOPs and bytes, from the eager launches in the trace.
+
+Ranges are the ``user_annotation`` events (``record_function``); a row's ``range`` is the
+'/'-joined path of the ranges around it (around its launch call, for kernels) and its ``phase``
+is ``prefill`` or ``decode`` when one of those names is on the path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note
+from perfscope.device import DeviceSpec
+from perfscope.report import Report, source_info
+
+from ...costs.operators import COMPOSITE_WHEN_PARENT, base_name
+from ...tree import PHASES
+from ..finish import Imported, finish
+from .capture import CaptureLoader
+from .graphs import Kernels, graph_costs
+from .ops import (
+    ANN,
+    API,
+    CpuNodes,
+    attributed_costs,
+    cpu_nodes,
+    labels,
+    launches,
+    op_costs,
+    op_inputs,
+    per_distinct,
+    select_cpu_rows,
+    take_at,
+    texts,
+    times_ns,
+)
+from .parse import ParsedTrace, _text, clean_text, parse_trace
+
+BASE_LIMIT_NS = 1 << 62
+"""A ``baseTimeNanoseconds`` at or beyond this (year 2116) is damage, not a time."""
+
+
+def read_kineto(path: Path, *, device: DeviceSpec | None = None, capture: str | Path | None = None) -> Report:
+    """Read a torch.profiler / Kineto trace (``.json`` or ``.json.gz``) into a Report.
+
+    Args:
+        path: the trace file.
+        device: roofs to classify against; by default the trace's GPU from a datasheet table
+            (CPU traces have no roofs unless given, so their bound stays ``unknown``).
+        capture: the engine's CUDA-graph capture trace, or a folder of them, to join the
+            graph replays to (default: a ``capture_traces/`` folder beside the trace, if any).
+    """
+    return finish(import_kineto(path, device=device, capture=capture))
+
+
+def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
+                  capture: str | Path | None = None) -> Imported:
+    """A Kineto trace parsed into raw tables (the reader half of :func:`read_kineto`; the engine
+    and load-test sessions add their own tables before :func:`.finish.finish`)."""
+    trace = parse_trace(Path(path))
+    captures = CaptureLoader(path, capture)
+    tables, warnings = build_tables(trace, captures)
+    n_kernels, n_ops = trace.count("kernel"), trace.count("op")
+    meta, notes = trace.meta, trace.warnings
+    manifest = {"name": Path(path).name.split(".")[0], "partial": trace.partial,
+                "params": {"events": trace.n_events}}
+    if (record := captures.manifest()) is not None:
+        manifest["params"]["capture_traces"] = record
+    del trace  # its columns are no longer needed: free them before the tables are checked
+    spec = device or device_from_meta(meta, has_gpu=n_kernels > 0)
+    kernels = tables["kernels"]
+    warnings += missing_formulas_warning(kernels)
+    if n_kernels == 0 and n_ops:
+        warnings.append("no GPU kernel events in this trace: rows are CPU operators")
+    note = roofs_note(spec) if device is None else None
+    if note or spec is None or not spec.compute:
+        warnings.append(note or f"no device roofs known for this trace: bound is 'unknown'; {ROOFS_FLAG}")
+    flops = kernels["flops"] if "flops" in kernels else pd.Series(dtype="float64")
+    manifest.update({
+        "source": source_info("kineto", path, "torch.profiler", _tool_version(meta)),
+        "warnings": notes + warnings,
+        "unavailable_metrics": [] if pd.to_numeric(flops, errors="coerce").notna().any() else ["flops", "dram_bytes"],
+    })
+    return Imported(tables, manifest, spec, origin=str(path))
+
+
+read = read_kineto
+
+
+# ---------------------------------------------------------------------------- time
+def _base_ns(meta: Mapping[str, Any]) -> int:
+    """``baseTimeNanoseconds`` (0 when absent or unusable: absolute-us traces)."""
+    base = meta.get("baseTimeNanoseconds")
+    try:
+        value = int(base) if base is not None else 0
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return value if 0 <= value < BASE_LIMIT_NS else 0
+
+
+# ---------------------------------------------------------------------------- tables
+def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """All report tables from a parsed trace, before roofline classification (``captures``: the
+    capture traces to join its graph replays to)."""
+    base = _base_ns(trace.meta)
+    nodes = cpu_nodes(trace, base)
+    warnings: list[str] = []
+    tables = {
+        "kernels": _gpu_kernels(trace.cols["kernel"], base, nodes, warnings, captures) if trace.count("kernel")
+        else _cpu_rows(nodes),
+        "ranges": _with_modules(_ranges(nodes), trace.cols.get("py"), base, trace.strings),
+        "transfers": _transfers(trace, base, nodes),
+        "api": _api(nodes),
+    }
+    del nodes  # before the text columns take their final (larger) form
+    return {name: _text_columns(df) for name, df in tables.items()}, warnings
+
+
+def _ranges(nodes: CpuNodes) -> pd.DataFrame:
+    """The annotations; ``id`` is the row number, ``parent`` the id of the enclosing range."""
+    idx = nodes.of(ANN)
+    nst = nodes.nesting
+    parent = nst.range_parent[idx]
+    return _table(sort=False, cols={
+        "id": np.arange(len(idx), dtype="int64"),
+        "name": nodes.names(idx),
+        "start_ns": nodes["start_ns"][idx],
+        "end_ns": nodes["end_ns"][idx],
+        "duration_ns": nodes.durations(idx),
+        "depth": nst.range_depth(idx),
+        "parent": np.where(parent >= 0, np.searchsorted(idx, parent), np.nan),
+        "path": nst.range_path_self(idx),
+        "thread": nodes["tid"][idx],
+        "source": "record_function",
+    })
+
+
+MODULE_PREFIX = "nn.Module: "
+"""How torch.profiler names the ``python_function`` event of an ``nn.Module`` call (``with_stack``)."""
+
+
+def module_ranges(py: Mapping[str, np.ndarray] | None, base: int, strings: np.ndarray,
+                  first_id: int = 0) -> pd.DataFrame:
+    """The ``nn.Module:`` python events as ranges of source ``module`` (name without the prefix).
+
+    A module's parent is its nearest ancestor module along the ``Python parent id`` links
+    (through the plain python functions between them); ``path`` joins the module names from the
+    outermost, ``depth`` counts the modules above it. Ids continue from ``first_id``.
+    """
+    if py is None or not len(py["ts"]):
+        return pd.DataFrame()
+    names = texts(strings, py["name"])
+    is_mod = np.array([isinstance(n, str) and n.startswith(MODULE_PREFIX) for n in names.tolist()], dtype=bool)
+    mods = np.flatnonzero(is_mod)
+    if not len(mods):
+        return pd.DataFrame()
+    ids = py["pyid"]
+    first = np.flatnonzero(~(pd.Index(ids).duplicated() | np.isnan(ids)))
+    hit = pd.Index(ids[first]).get_indexer(py["pyparent"])
+    up = np.where(hit >= 0, first[np.maximum(hit, 0)], -1)  # python parent (position), -1 none
+    mod_parent = np.full(len(mods), -1, dtype="int64")
+    cur = up[mods].copy()
+    active = np.flatnonzero(cur >= 0)
+    for _ in range(4096):  # walk up through plain python functions to the nearest module
+        if not active.size:
+            break
+        hit = is_mod[cur[active]]
+        mod_parent[active[hit]] = cur[active[hit]]
+        active = active[~hit]
+        cur[active] = up[cur[active]]
+        active = active[cur[active] >= 0]
+    rank = np.full(len(is_mod), -1, dtype="int64")
+    rank[mods] = np.arange(len(mods))
+    parent_rank = np.where(mod_parent >= 0, rank[np.maximum(mod_parent, 0)], -1)
+    short = [str(n)[len(MODULE_PREFIX):] for n in names[mods].tolist()]
+    paths: list[str | None] = [None] * len(mods)
+    depth = np.zeros(len(mods), dtype="int64")
+
+    def path_of(r: int) -> str:
+        chain = []
+        q = r
+        while q >= 0 and paths[q] is None and len(chain) < 4096:
+            chain.append(q)
+            q = int(parent_rank[q])
+        above, d = (paths[q], int(depth[q]) + 1) if q >= 0 and paths[q] is not None else (None, 0)
+        for c in reversed(chain):
+            above = short[c] if above is None else f"{above}/{short[c]}"
+            paths[c], depth[c] = above, d
+            d += 1
+        return str(paths[r])
+
+    for r in range(len(mods)):
+        path_of(r)
+    start, end, dur = times_ns({"ts": py["ts"][mods], "dur": py["dur"][mods]}, base)
+    return pd.DataFrame({
+        "id": np.arange(first_id, first_id + len(mods), dtype="int64"),
+        "name": np.array(short, dtype=object),
+        "start_ns": start, "end_ns": end, "duration_ns": dur,
+        "depth": depth,
+        "parent": np.where(parent_rank >= 0, parent_rank + first_id, np.nan),
+        "path": np.array(paths, dtype=object),
+        "thread": py["tid"][mods],
+        "source": "module",
+    })
+
+
+def _with_modules(ranges: pd.DataFrame, py: Mapping[str, np.ndarray] | None, base: int,
+                  strings: np.ndarray) -> pd.DataFrame:
+    """The annotation ranges followed by the module ranges (:func:`module_ranges`)."""
+    first = int(ranges["id"].max()) + 1 if len(ranges) else 0
+    mods = module_ranges(py, base, strings, first)
+    if not len(mods):
+        return ranges
+    if not len(ranges):
+        return mods
+    return pd.concat([ranges, mods], ignore_index=True)
+
+
+def _cpu_rows(nodes: CpuNodes) -> pd.DataFrame:
+    idx = select_cpu_rows(nodes)
+    if not len(idx):
+        return pd.DataFrame()
+    costs = op_costs(nodes, idx)
+    names = nodes.names(idx)
+    zero_view = (costs["category"] == "view") | nodes.per_name(
+        idx, lambda n: base_name(n) in COMPOSITE_WHEN_PARENT).astype(bool)
+    costs["flops"][zero_view] = 0.0
+    costs["dram_bytes"][zero_view] = 0.0
+    costs["category"][zero_view] = "view"
+    known = ~np.isnan(costs["flops"])
+    nst = nodes.nesting
+    return _table({
+        "name": names,
+        "short_name": nodes.per_name(idx, base_name),
+        "device": "cpu",
+        "thread": nodes["tid"][idx],
+        "start_ns": nodes["start_ns"][idx],
+        "end_ns": nodes["end_ns"][idx],
+        "duration_ns": nodes.durations(idx),
+        "op": names,
+        **op_inputs(nodes, idx),
+        "category": costs["category"],
+        "range": nst.range_path(idx),
+        "phase": nst.phase(idx),
+        "flops": costs["flops"],
+        "dram_bytes": costs["dram_bytes"],
+        "flops_source": labels(known, "analytic", None),
+        "bytes_source": labels(known, "analytic", None),
+    })
+
+
+def _device_names(device: np.ndarray) -> np.ndarray:
+    dev = np.where(np.isnan(device), 0, device).astype("int64")
+    uniq, inverse = np.unique(dev, return_inverse=True)
+    return np.array([f"cuda:{d}" for d in uniq.tolist()], dtype=object)[inverse.reshape(-1)]
+
+
+def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnings: list[str],
+                 captures: CaptureLoader | None = None) -> pd.DataFrame:
+    """Kernel rows; those of CUDA graph replays get their costs from :mod:`.kineto_graphs`."""
+    strings = nodes.strings
+    corr_index, api_pos, cost_pos = launches(nodes)
+    link = corr_index.get_indexer(k["corr"]) if len(corr_index) else np.full(len(k["corr"]), -1)
+    linked = link >= 0
+    api_idx, cost_op = take_at(api_pos, link, -1), take_at(cost_pos, link, -1)
+    rng, phase = np.full(len(link), None, dtype=object), np.full(len(link), None, dtype=object)
+    rng[linked] = nodes.nesting.range_path(api_idx[linked])
+    phase[linked] = nodes.nesting.phase(api_idx[linked])
+    start, end, dur = times_ns(k, base)
+    names = texts(strings, k["name"])
+    grid, block = texts(strings, k["grid"]), texts(strings, k["block"])
+    costs = attributed_costs(names, dur, cost_op, nodes)
+    launch_name = np.full(len(link), None, dtype=object)
+    launch_name[linked] = nodes.names(api_idx[linked])
+    launch_start = start.copy()
+    launch_start[linked] = nodes["start_ns"][api_idx[linked]]
+    warnings += graph_costs(Kernels(names, grid, block, start, dur, k["corr"], launch_name, launch_start, cost_op),
+                            costs, nodes, captures)
+    return _table({
+        "name": names,
+        "short_name": per_distinct(strings, k["name"], short_kernel_name),
+        "device": _device_names(k["device"]),
+        "stream": k["stream"],
+        "start_ns": start, "end_ns": end, "duration_ns": dur,
+        "correlation": k["corr"],
+        "grid": grid, "block": block,
+        "registers_per_thread": k["regs"],
+        "shared_mem_bytes": k["smem"],
+        "est_occupancy_pct": k["occupancy"],
+        "range": rng, "phase": phase,
+        **costs,
+    })
+
+
+SMALL_TABLE = 20_000
+"""Rows below which a table is built the plain pandas way (its per-column overhead wins)."""
+
+
+def _table(cols: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
+    """A table (sorted by ``start_ns`` unless told not to). A large one is built without
+    consolidating copies, its text kept in object columns of shared strings until
+    :func:`_text_columns`."""
+    n = len(cols["start_ns"])
+    order = np.argsort(cols["start_ns"], kind="stable") if sort else None
+    data = {k: v if order is None or not isinstance(v, np.ndarray) else v[order] for k, v in cols.items()}
+    if n < SMALL_TABLE:
+        return pd.DataFrame(data, index=pd.RangeIndex(n))
+    arrays = {k: v if isinstance(v, np.ndarray) else np.full(n, v, dtype=object) for k, v in data.items()}
+    return pd.DataFrame({k: pd.Series(v, dtype=v.dtype, copy=False) for k, v in arrays.items()}, copy=False)
+
+
+def _text_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its text columns in pandas' default string dtype, as loaded from disk."""
+    if len(df) < SMALL_TABLE:
+        return df
+    return pd.DataFrame({name: _column(df[name].to_numpy()) for name in df.columns}, copy=False)
+
+
+_STR = pd.Series(["text"]).dtype
+"""pandas' default dtype for text (Arrow-backed ``str`` in pandas 3, ``object`` before)."""
+
+
+def _column(v: np.ndarray) -> pd.Series:
+    """A column of ``v``. Text goes to :data:`_STR` through an Arrow dictionary decode of its
+    distinct values: one exact-size buffer, instead of the per-row conversion of every string
+    object (about half the peak memory on a million-row table)."""
+    if v.dtype != object or _STR == object:
+        return pd.Series(v, copy=False)
+    codes, uniq = pd.factorize(v)
+    if not len(uniq) or not all(isinstance(u, str) for u in uniq):
+        return pd.Series(v)
+    pool = pa.system_memory_pool()  # exact-size buffers given back on free (mimalloc keeps ~1.6x)
+    words = pa.array([u if u.isascii() else clean_text(u) for u in uniq], type=pa.large_string(), memory_pool=pool)
+    decoded = pc.take(words, pa.array(codes, mask=codes < 0, memory_pool=pool), memory_pool=pool)
+    return pd.Series(pd.array(decoded, dtype=_STR), copy=False)
+
+
+def short_kernel_name(name: str) -> str:
+    """Base function name of a (demangled) kernel name: no return type, namespace or arguments."""
+    text = name
+    depth, cut = 0, len(text)
+    for i, ch in enumerate(text):
+        if ch in "<(":
+            if depth == 0 and ch == "(":
+                cut = i
+                break
+            depth += 1
+        elif ch in ">)":
+            depth = max(depth - 1, 0)
+    head = text[:cut].strip()
+    tokens = []
+    depth = 0
+    word = ""
+    for ch in head:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            tokens.append(word)
+            word = ""
+            continue
+        if depth == 0 and ch not in "<>":
+            word += ch
+    tokens.append(word)
+    last = tokens[-1] if tokens[-1] else head
+    return last.split("::")[-1] or name
+
+
+def _transfers(trace: ParsedTrace, base: int, nodes: CpuNodes) -> pd.DataFrame:
+    kinds = [k for k in ("memcpy", "memset") if trace.count(k)]
+    if not kinds:
+        return pd.DataFrame()
+    cols = {c: np.concatenate([trace.cols[k][c] for k in kinds])
+            for c in ("name", "device", "stream", "corr", "bytes", "ts", "dur")}
+    is_memset = np.concatenate([np.full(trace.count(k), k == "memset") for k in kinds])
+    parsed = per_distinct(trace.strings, cols["name"], parse_copy_name)
+    part = {name: np.array([p[k] for p in parsed], dtype=object)
+            for k, name in enumerate(("kind", "src_kind", "dst_kind", "pinned"))}
+    corr_index, api_pos, _ = launches(nodes, costed=False)
+    link = corr_index.get_indexer(cols["corr"]) if len(corr_index) else np.full(len(cols["corr"]), -1)
+    rng = np.full(len(link), None, dtype=object)
+    rng[link >= 0] = nodes.nesting.range_path(api_pos[link[link >= 0]])
+    start, end, dur = times_ns(cols, base)
+    return _table({
+        "kind": np.where(is_memset, labels(is_memset, "memset", None), part["kind"]).astype(object),
+        "bytes": np.where(np.isnan(cols["bytes"]), 0, cols["bytes"]).astype("int64"),
+        "start_ns": start, "end_ns": end, "duration_ns": dur,
+        "device": _device_names(cols["device"]),
+        "stream": cols["stream"],
+        "correlation": cols["corr"],
+        "src_kind": part["src_kind"], "dst_kind": part["dst_kind"], "pinned": part["pinned"],
+        "range": rng,
+    })
+
+
+def parse_copy_name(name: str) -> tuple[str, str | None, str | None, bool | None]:
+    """``Memcpy HtoD (Pageable -> Device)`` -> (HtoD, Pageable, Device, pinned=False)."""
+    kind, src, dst = "other", None, None
+    text = name.strip()
+    if text.lower().startswith("memset"):
+        inner = text[text.find("(") + 1: text.rfind(")")] if "(" in text else None
+        return "memset", None, inner, None
+    parts = text.split()
+    if len(parts) >= 2 and text.lower().startswith("memcpy"):
+        kind = parts[1]
+    if "(" in text and "->" in text:
+        inner = text[text.find("(") + 1: text.rfind(")")]
+        src, dst = (s.strip() for s in inner.split("->", 1))
+    host = src if kind.startswith("HtoD") else dst if kind.startswith("DtoH") else None
+    pinned = None if host is None else host.lower() == "pinned"
+    return kind, src, dst, pinned
+
+
+def _api(nodes: CpuNodes) -> pd.DataFrame:
+    idx = nodes.of(API)
+    return _table(sort=False, cols={
+        "name": nodes.names(idx),
+        "start_ns": nodes["start_ns"][idx],
+        "end_ns": nodes["end_ns"][idx],
+        "duration_ns": nodes.durations(idx),
+        "thread": nodes["tid"][idx],
+        "correlation": nodes["corr"][idx],
+        "kind": labels(nodes["driver"][idx], "driver", "runtime"),
+    })
+
+
+# ---------------------------------------------------------------------------- device
+def _tool_version(meta: Mapping[str, Any]) -> str | None:
+    parts = []
+    for key in ("cupti_version", "cuda_runtime_version", "roctracer_version", "hip_runtime_version"):
+        if key in meta:
+            parts.append(f"{key}={meta[key]}")
+    return ", ".join(parts) or None
+
+
+def device_from_meta(meta: Mapping[str, Any], *, has_gpu: bool) -> DeviceSpec | None:
+    """The trace's first GPU (with datasheet roofs when its name is known), or None for CPU."""
+    props = meta.get("deviceProperties") or []
+    if not has_gpu:
+        return DeviceSpec(name="CPU (host of the trace)", kind="cpu")
+    if not props or not isinstance(props, list) or not isinstance(props[0], dict):
+        return DeviceSpec(name="GPU (not recorded in the trace)",
+                          kind="rocm" if "hip_runtime_version" in meta else "cuda")
+    p = props[0]
+    kind = "rocm" if ("hip_runtime_version" in meta or "roctracer_version" in meta) else "cuda"
+    properties = {k: p.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor") if k in p}
+    properties["gpus_in_trace"] = len(props)
+    return gpu_spec(_text(p.get("name", "GPU")), kind=kind, properties=properties)
+
+
+NO_FORMULA = "no cost formula (FLOPs/bytes left missing) for: "
+NO_SHAPES = ("no shapes recorded (FLOPs/bytes left missing; profile with "
+             "torch.profiler.profile(record_shapes=True) to record them) for: ")
+NO_STEP = ("no step annotation with the sequence lengths around the call (FLOPs/bytes left missing; "
+           "vLLM writes it in its execute_..._context_..._generation_... range) for: ")
+NO_FIT = "no cost formula fits the recorded inputs (FLOPs/bytes left missing) for: "
+MISSING_COST = (NO_FORMULA, NO_SHAPES, NO_STEP, NO_FIT)
+"""The openings of the uncosted-op warnings (``str.startswith`` takes the tuple)."""
+
+
+def missing_formulas_warning(kernels: pd.DataFrame) -> list[str]:
+    """The warnings naming the uncosted ops, each with why: no formula, no shapes recorded
+    (``record_shapes`` off), no step annotation (attention of a framework), or shapes that do
+    not fit. Collectives costed in bytes only (FLOPs undefined) are not listed."""
+    from ...costs.framework import needs_step
+    from ...costs.operators import has_formula
+
+    groups = _uncosted(kernels)
+    if groups is None:
+        return []
+    reasons: dict[str, list[str]] = {NO_FORMULA: [], NO_SHAPES: [], NO_STEP: [], NO_FIT: []}
+    for (name, shaped), text in groups:
+        key = NO_FORMULA if not has_formula(name) else NO_SHAPES if not shaped else \
+            NO_STEP if needs_step(name) else NO_FIT
+        reasons[key].append(text)
+    return [head + ", ".join(items[:12]) for head, items in reasons.items() if items]
+
+
+def _has_shapes(text: Any) -> bool:
+    return isinstance(text, str) and any(ch.isdigit() for ch in text)
+
+
+def _uncosted(kernels: pd.DataFrame) -> list[tuple[tuple[str, bool], str]] | None:
+    """((op, shapes recorded), ``name (N rows, x% of time)``) of the ops whose rows have
+    neither FLOPs nor bytes, most time first."""
+    if "op" not in kernels or not len(kernels):
+        return None
+    names = kernels["op"].where(kernels["op"].notna(), None)
+    if kernels["device"].eq("cpu").all():
+        names = kernels["name"]
+    nbytes = kernels["dram_bytes"] if "dram_bytes" in kernels else kernels["flops"]
+    mask = kernels["flops"].isna() & pd.to_numeric(nbytes, errors="coerce").isna() & names.notna()
+    if not mask.any():
+        return None
+    total = float(kernels["duration_ns"].sum()) or 1.0
+    shapes = kernels["op_shapes"] if "op_shapes" in kernels else pd.Series(None, index=kernels.index)
+    shaped = shapes[mask].map(_has_shapes).astype(bool)
+    grouped = kernels[mask].groupby([names[mask], shaped])["duration_ns"].agg(["count", "sum"])
+    grouped = grouped.sort_values("sum", ascending=False)
+    return [((str(n), bool(s)), f"{n} ({int(r['count'])} rows, {100 * r['sum'] / total:.1f}% of time)")
+            for (n, s), r in grouped.iterrows()]
+
+
+def missing_formulas(kernels: pd.DataFrame, limit: int = 12) -> list[str]:
+    """Ops with rows but no FLOPs or bytes, most time first (``name (N rows, x% of time)``)."""
+    groups = _uncosted(kernels) or []
+    return [text for _, text in groups][:limit]
+
+
+__all__ = ["PHASES", "parse_copy_name", "read", "read_kineto", "short_kernel_name"]

@@ -1,0 +1,1 @@
+"""Nsight Compute results: ``.ncu-rep`` and ``ncu --csv``, and their metrics."""

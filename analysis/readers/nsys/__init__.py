@@ -1,0 +1,1 @@
+"""Nsight Systems exports: the SQLite export, its NVTX ranges, the reader."""

@@ -1,0 +1,392 @@
+"""Where in the model the time goes: the module -> op -> kernel hierarchy of a report.
+
+One pure step, :func:`hierarchy`, builds the tree from a Report's tables; every output (the
+text tree of ``perfscope analyze --tree``, ``--json``, the HTML section, the dashboard tab, the
+notebook method, ``compare``) reads the :class:`Hierarchy` it returns.
+
+Where a kernel sits, by the first source the report has:
+
+``module``
+    ``nn.Module`` calls of a trace recorded ``with_stack`` (the Kineto reader keeps them as
+    ranges of source ``module``, their paths from the events' ``Python parent id`` links). A
+    kernel's module is the innermost module around its launch call (its ``correlation`` in the
+    api table, on the launching thread), or around the CPU operator itself in a CPU trace.
+``range``
+    NVTX and ``record_function`` ranges (the reference engine's ``layer.N``, ``attn``,
+    ``mlp``): the kernel's ``range`` path, without the components that mark a phase or a step
+    (``prefill``, ``decode``, ``ProfilerStep#N``, the steps table's labels), since the tree is
+    built per phase.
+``op``
+    Neither: the tree is op -> kernel, and :attr:`Hierarchy.note` says why.
+
+Below the module or range levels come the launching op (``op``; ``(no op)`` when unknown) and the
+kernel's short name. Repeated siblings of one class (``Qwen3DecoderLayer_0`` ... ``_35``,
+``layer.0`` ... ``layer.29``: a name ending in ``_N`` or ``.N``) collapse into one node
+``Qwen3DecoderLayer ×36`` with the mean, min and max kernel time per instance and the slowest
+instance named; ``collapse=False`` gives the tree with every instance (the expanded view).
+
+Node numbers: kernel time and share of the phase's kernel time; calls (kernels); FLOPs and DRAM
+bytes summed over the kernels where both are known, and missing when those cover under
+:data:`COSTED_SHARE` of the node's time (``flops_coverage_pct`` says how much); FLOP/B; bound and
+% of roof re-classified on the node's totals (:func:`.roofline.classify`, as the by-name table).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.memo import memo
+from perfscope.report import Report
+
+from ..costs.roofline import classify
+from ..tree import PHASES, nest
+
+COSTED_SHARE = 0.9
+"""A node's FLOPs and bytes are given when the kernels whose work is known hold this share of its time."""
+
+STEP_PARTS = re.compile(r"^(ProfilerStep#\d+|perfscope\.step\[.*\]|step\[.*\]|execute_.*|capture_\d+_.*)$")
+"""Range names that mark a step (profiler steps, vLLM / SGLang / hand-marked step annotations):
+dropped from range paths like the phase names."""
+
+INSTANCE = re.compile(r"^(.+?)[._](\d+)$")
+"""A name that numbers one instance of a class: ``Qwen3DecoderLayer_3``, ``layer.3``."""
+
+NO_OP = "(no op)"
+
+NODE_COLUMNS = (
+    "node", "parent", "depth", "level", "name", "path", "instances", "per_parent", "time_ns", "share_pct",
+    "calls", "flops", "dram_bytes", "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s",
+    "bound", "pct_of_roof", "instance_mean_ns", "instance_min_ns", "instance_max_ns", "slowest",
+)
+"""Columns of :attr:`Hierarchy.nodes` (``level``: module, range, op or kernel; ``path``: the
+node's names from the root, ' / '-joined; ``slowest``: the instance with the most kernel time)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Hierarchy:
+    """The tree of one report (and phase): nodes in depth-first order, children by time.
+
+    Attributes:
+        nodes: one row per node (:data:`NODE_COLUMNS`).
+        source: ``module``, ``range`` or ``op`` (see the module docstring).
+        note: why the tree has no module or range levels (None when it has).
+        phase: the phase the tree covers (None: all kernels).
+        collapsed: repeated siblings are collapsed.
+        kernel_rows: positions (into ``report.kernels``) of the kernels the tree covers.
+        kernel_leaf: per covered kernel, its leaf node.
+    """
+
+    nodes: pd.DataFrame
+    source: str
+    note: str | None
+    phase: str | None
+    collapsed: bool
+    kernel_rows: np.ndarray = field(repr=False)
+    kernel_leaf: np.ndarray = field(repr=False)
+
+    def kernel_mask(self, node: int, n_kernels: int) -> np.ndarray:
+        """Boolean mask over ``report.kernels`` (``n_kernels`` rows): the kernels under ``node``."""
+        nodes = self.nodes
+        start = int(np.flatnonzero(nodes["node"].to_numpy() == node)[0])
+        depth = int(nodes["depth"].iat[start])
+        later = np.flatnonzero(nodes["depth"].to_numpy()[start + 1:] <= depth)
+        stop = start + 1 + (int(later[0]) if len(later) else len(nodes) - start - 1)
+        inside = np.zeros(int(nodes["node"].max()) + 1, dtype=bool)
+        inside[nodes["node"].to_numpy()[start:stop]] = True
+        mask = np.zeros(n_kernels, dtype=bool)
+        mask[self.kernel_rows[inside[self.kernel_leaf]]] = True
+        return mask
+
+    def to_records(self, depth: int | None = None) -> list[dict[str, Any]]:
+        """The nodes as plain dicts (down to ``depth`` levels; all when None)."""
+        df = self.nodes if depth is None else self.nodes[self.nodes["depth"] < depth]
+        return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return None if np.isnan(v) else float(v)
+    if v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+        return None
+    return v
+
+
+# ---------------------------------------------------------------------------- where kernels sit
+def kernel_paths(report: Report) -> tuple[np.ndarray, str, str | None]:
+    """Per kernel (positions of ``report.kernels``): its module or range path as a tuple of
+    names (empty when none), the source used, and the note when the tree degrades to op -> kernel.
+    Computed once per report."""
+    return memo(report, "hierarchy:paths", lambda: _kernel_paths(report))
+
+
+def _kernel_paths(report: Report) -> tuple[np.ndarray, str, str | None]:
+    k, r = report.kernels, report.ranges
+    n = len(k)
+    if len(r) and "source" in r and (r["source"] == "module").any():
+        return _module_paths(report), "module", None
+    has_range = "range" in k and k["range"].notna().any()
+    if has_range:
+        paths = _range_paths(report)
+        if any(len(p) for p in paths[: min(n, 1 << 20)]):
+            return paths, "range", None
+    note = ("no nn.Module events and no NVTX / record_function ranges around the kernels: the tree is "
+            "op -> kernel (record the trace with torch.profiler's with_stack=True, or `perfscope profile "
+            "--stack`, or add ranges, for module levels)")
+    return _empty_paths(n), "op", note
+
+
+def _empty_paths(n: int) -> np.ndarray:
+    out = np.empty(n, dtype=object)
+    for i in range(n):
+        out[i] = ()
+    return out
+
+
+def _range_paths(report: Report) -> np.ndarray:
+    k = report.kernels
+    codes, distinct = pd.factorize(k["range"])
+    labels = set(report.steps["label"].dropna().astype(str)) if "label" in report.steps else set()
+
+    def clean(path: Any) -> tuple[str, ...]:
+        parts = str(path).split("/")
+        return tuple(p for p in parts if p and p not in PHASES and p != "mixed" and p not in labels
+                     and not STEP_PARTS.match(p))
+
+    table = np.empty(len(distinct) + 1, dtype=object)
+    table[:] = [clean(p) for p in distinct] + [()]
+    return table[codes]
+
+
+def _module_paths(report: Report) -> np.ndarray:
+    """The innermost module around each kernel's launch point (launch call, or the CPU op)."""
+    k, r, api = report.kernels, report.ranges, report.api
+    mods = r[r["source"] == "module"]
+    n = len(k)
+    thread = np.full(n, np.nan)
+    point = np.full(n, -1, dtype="int64")
+    if "correlation" in k and len(api) and "correlation" in api:
+        a = api.dropna(subset=["correlation"]).drop_duplicates("correlation")
+        at = pd.Index(a["correlation"].astype("int64")).get_indexer(
+            pd.to_numeric(k["correlation"], errors="coerce").fillna(-1).astype("int64"))
+        ok = at >= 0
+        thread[ok] = pd.to_numeric(a["thread"], errors="coerce").to_numpy("float64")[at[ok]]
+        point[ok] = a["start_ns"].to_numpy("int64")[at[ok]]
+    if "thread" in k:  # CPU operators (and kernels with no launch call found): their own thread and start
+        own = (point < 0) & k["thread"].notna().to_numpy()
+        thread[own] = pd.to_numeric(k["thread"], errors="coerce").to_numpy("float64")[own]
+        point[own] = k["start_ns"].to_numpy("int64")[own]
+    out = _empty_paths(n)
+    has = np.flatnonzero(point >= 0)
+    out[has] = modules_at(mods, thread[has], point[has])
+    return out
+
+
+def modules_at(modules: pd.DataFrame, thread: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    """The path (tuple of module names, outermost first; empty when none) of the innermost
+    module range of ``modules`` (ranges of source ``module``) around each point: time ``t_ns``
+    on thread ``thread``. Containment is by time on the thread (:func:`.tree.nest`)."""
+    m = len(modules)
+    groups = np.concatenate([pd.to_numeric(modules["thread"], errors="coerce").fillna(-1).to_numpy("float64"),
+                             np.nan_to_num(np.asarray(thread, dtype="float64"), nan=-2.0)])
+    starts = np.concatenate([modules["start_ns"].to_numpy("int64"), np.asarray(t_ns, dtype="int64")])
+    kinds = np.concatenate([np.zeros(m, dtype="int8"), np.full(len(t_ns), 2, dtype="int8")])
+    ends = np.concatenate([modules["end_ns"].to_numpy("int64"), np.asarray(t_ns, dtype="int64")])
+    names = modules["name"].to_numpy(object)
+    nst = nest(pd.factorize(groups)[0], starts, ends, kinds, lambda pos: names[pos], range_kind=0, op_kind=1)
+    inner = nst.range_parent[m:]
+    mod_paths = _empty_paths(m + 1)
+    mod_paths[:m] = [tuple(str(p).split("/")) for p in modules["path"].fillna(modules["name"]).tolist()]
+    return mod_paths[np.where(inner >= 0, inner, m)]
+
+
+# ---------------------------------------------------------------------------- the tree
+def instance_class(name: str) -> str:
+    """``Qwen3DecoderLayer_3`` -> ``Qwen3DecoderLayer``, ``layer.3`` -> ``layer``; others unchanged."""
+    m = INSTANCE.match(name)
+    return m.group(1) if m else name
+
+
+def hierarchy(report: Report, *, phase: str | None = None, collapse: bool = True) -> Hierarchy:
+    """The module -> op -> kernel tree of ``report`` (its kernels of ``phase``, or all).
+
+    Args:
+        report: the report.
+        phase: ``prefill``, ``decode``, ... (the kernels' ``phase`` column); None for all kernels.
+        collapse: collapse repeated siblings of one class into one node (see the module docstring).
+    """
+    key = f"hierarchy:tree:{phase}:{collapse}"
+    return memo(report, key, lambda: _hierarchy(report, phase, collapse))
+
+
+def phases_of(report: Report) -> list[str]:
+    """The phases with kernels in ``report``, prefill first."""
+    if "phase" not in report.kernels:
+        return []
+    present = [str(p) for p in report.kernels["phase"].dropna().unique()]
+    order = {p: i for i, p in enumerate(("prefill", "decode", "mixed", "draft", "verify"))}
+    return sorted(present, key=lambda p: (order.get(p, 99), p))
+
+
+def _hierarchy(report: Report, phase: str | None, collapse: bool) -> Hierarchy:
+    paths, source, note = kernel_paths(report)
+    k = report.kernels
+    rows = np.arange(len(k)) if phase is None else np.flatnonzero((k["phase"] == phase).fillna(False).to_numpy())
+    sub = k.iloc[rows]
+    sub_paths = paths[rows]
+    # leaves: distinct (path, op, kernel name) of the covered kernels
+    path_codes, path_values = pd.factorize(pd.Series(sub_paths, dtype=object).map(lambda p: "\x1f".join(p)))
+    op_codes, op_values = pd.factorize(sub["op"] if "op" in sub else pd.Series([None] * len(sub)))
+    short = sub["name"]
+    if "short_name" in sub:  # the short name, unless it lost the name (``void``, a bare number)
+        good = sub["short_name"].astype("object").map(_usable_short, na_action="ignore").fillna(False).astype(bool)
+        short = sub["short_name"].where(good, sub["name"])
+    name_codes, name_values = pd.factorize(short)
+    combo = pd.MultiIndex.from_arrays([path_codes, op_codes, name_codes])
+    leaf_codes, leaf_keys = pd.factorize(combo)
+    leaves = _leaf_table(sub, leaf_codes, len(leaf_keys))
+    comps: list[tuple[tuple[str, str], ...]] = []
+    for pc, oc, nc in leaf_keys:
+        mods = tuple((source, p) for p in path_values[pc].split("\x1f") if p) if pc >= 0 else ()
+        op = str(op_values[oc]) if oc >= 0 else NO_OP
+        name = str(name_values[nc]) if nc >= 0 else "?"
+        comps.append((*mods, ("op", op), ("kernel", name)))
+    nodes, leaf_node = _build(comps, leaves, collapse, report)
+    return Hierarchy(nodes, source, note, phase, collapse, rows, leaf_node[leaf_codes] if len(leaf_codes) else
+                     np.zeros(0, dtype="int64"))
+
+
+def _usable_short(name: object) -> bool:
+    text = str(name)
+    return len(text) > 2 and text != "void" and not text.isdigit()
+
+
+def _leaf_table(sub: pd.DataFrame, codes: np.ndarray, n: int) -> pd.DataFrame:
+    dur = sub["duration_ns"].to_numpy("float64")
+    flops = pd.to_numeric(sub["flops"], errors="coerce").to_numpy("float64")
+    nbytes = pd.to_numeric(sub["dram_bytes"], errors="coerce").to_numpy("float64")
+    known = ~np.isnan(flops) & ~np.isnan(nbytes)
+    out = pd.DataFrame({
+        "calls": np.bincount(codes, minlength=n),
+        "time_ns": np.bincount(codes, weights=dur, minlength=n),
+        "known_ns": np.bincount(codes, weights=np.where(known, dur, 0.0), minlength=n),
+        "flops": np.bincount(codes, weights=np.where(known, flops, 0.0), minlength=n),
+        "dram_bytes": np.bincount(codes, weights=np.where(known, nbytes, 0.0), minlength=n),
+    })
+    prec = sub["precision"].astype("object").to_numpy() if "precision" in sub else np.full(len(sub), None)
+    first = pd.Series(prec).groupby(codes).first() if len(codes) else pd.Series(dtype=object)
+    out["precision"] = first.reindex(range(n)).to_numpy(object)
+    return out
+
+
+def _build(comps: list[tuple[tuple[str, str], ...]], leaves: pd.DataFrame, collapse: bool,
+           report: Report) -> tuple[pd.DataFrame, np.ndarray]:
+    """Nodes from the leaves' component paths; returns the node table and each leaf's node."""
+    index: dict[tuple[str, ...], int] = {}
+    level: list[str] = []
+    names: list[str] = []
+    parent: list[int] = []
+    insts: list[dict[tuple[str, ...], float]] = []
+    members: list[list[int]] = []
+    leaf_node = np.zeros(len(comps), dtype="int64")
+    t = leaves["time_ns"].to_numpy()
+    for li, path in enumerate(comps):
+        up = -1
+        for d in range(len(path)):
+            kind, name = path[d]
+            structural = kind in ("module", "range")
+            key = tuple(instance_class(n) if collapse and kd in ("module", "range") else n for kd, n in path[: d + 1])
+            node = index.get(key)
+            if node is None:
+                node = index[key] = len(level)
+                level.append(kind)
+                names.append(instance_class(name) if collapse and structural else name)
+                parent.append(up)
+                insts.append({})
+                members.append([])
+            actual = tuple(n for _, n in path[: d + 1])
+            insts[node][actual] = insts[node].get(actual, 0.0) + float(t[li])
+            members[node].append(li)
+            up = node
+        leaf_node[li] = up
+    n = len(level)
+    agg = {c: np.array([leaves[c].to_numpy()[m].sum() for m in members]) if n else np.zeros(0)
+           for c in ("calls", "time_ns", "known_ns", "flops", "dram_bytes")}
+    prec = leaves["precision"].to_numpy(object)
+    dominant = []
+    for m in members:
+        by: dict[Any, float] = {}
+        for li in m:
+            by[prec[li]] = by.get(prec[li], 0.0) + float(t[li])
+        dominant.append(max(by, key=lambda p: by[p]) if by else None)
+    total = float(leaves["time_ns"].sum())
+    counts = np.array([len(i) for i in insts], dtype="int64")
+    per_parent = np.array([counts[i] / counts[p] if p >= 0 and counts[p] else counts[i] for i, p in
+                           enumerate(parent)])
+    inst_times = [np.array(list(i.values())) for i in insts]
+    slowest = ["/".join(max(i, key=lambda a: i[a])) if i else None for i in insts]
+    known_share = np.divide(agg["known_ns"], agg["time_ns"], out=np.zeros(n), where=agg["time_ns"] > 0)
+    enough = known_share >= COSTED_SHARE
+    flops = np.where(enough, agg["flops"], np.nan)
+    nbytes = np.where(enough, agg["dram_bytes"], np.nan)
+    rates = pd.DataFrame({"name": [str(x) for x in names], "device": "", "start_ns": 0,
+                          "end_ns": agg["known_ns"].astype("int64"), "duration_ns": agg["known_ns"].astype("int64"),
+                          "flops": flops, "dram_bytes": nbytes, "precision": dominant})
+    c = classify(rates, report.device)
+    labels = []
+    for i in range(n):
+        pp = round(float(per_parent[i]))
+        collapsed = collapse and level[i] in ("module", "range") and counts[i] > 1 and pp > 1
+        labels.append(f"{names[i]} ×{pp}" if collapsed else names[i])
+    table = pd.DataFrame({
+        "node": np.arange(n), "parent": np.array(parent, dtype="int64"), "level": level, "name": labels,
+        "instances": counts, "per_parent": per_parent,
+        "time_ns": agg["time_ns"], "share_pct": agg["time_ns"] / (total or 1.0) * 100.0,
+        "calls": agg["calls"].astype("int64"), "flops": flops, "dram_bytes": nbytes,
+        "flops_coverage_pct": known_share * 100.0,
+        "arith_intensity": c["arith_intensity"].to_numpy(), "achieved_flops_per_s": c["achieved_flops_per_s"].to_numpy(),
+        "bound": c["bound"].to_numpy(object), "pct_of_roof": c["pct_of_roof"].to_numpy(),
+        "instance_mean_ns": [float(x.mean()) if len(x) else np.nan for x in inst_times],
+        "instance_min_ns": [float(x.min()) if len(x) else np.nan for x in inst_times],
+        "instance_max_ns": [float(x.max()) if len(x) else np.nan for x in inst_times],
+        "slowest": slowest,
+    })
+    order, depth, paths = _depth_first(table)
+    table["depth"] = depth
+    table["path"] = paths
+    table = table.iloc[order].reset_index(drop=True)
+    return table[list(NODE_COLUMNS)], leaf_node
+
+
+def _depth_first(table: pd.DataFrame) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Depth-first order (children by time, most first), each node's depth and ' / '-joined path."""
+    n = len(table)
+    kids: dict[int, list[int]] = {}
+    time = table["time_ns"].to_numpy()
+    for i, p in enumerate(table["parent"].tolist()):
+        kids.setdefault(p, []).append(i)
+    depth = np.zeros(n, dtype="int64")
+    paths = np.empty(n, dtype=object)
+    names = table["name"].tolist()
+    order: list[int] = []
+    stack = [(i, 0, "") for i in sorted(kids.get(-1, []), key=lambda i: -time[i])][::-1]
+    while stack:
+        i, d, above = stack.pop()
+        order.append(i)
+        depth[i] = d
+        paths[i] = f"{above} / {names[i]}" if above else names[i]
+        stack.extend((c, d + 1, paths[i]) for c in sorted(kids.get(i, []), key=lambda c: -time[c])[::-1])
+    return order, depth, paths
+
+
+def by_phase(report: Report, *, collapse: bool = True) -> dict[str | None, Hierarchy]:
+    """The tree for every phase with kernels (``None``: all kernels, when there is no phase)."""
+    phases = phases_of(report)
+    return {p: hierarchy(report, phase=p, collapse=collapse) for p in phases} if phases else \
+        {None: hierarchy(report, collapse=collapse)}

@@ -1,0 +1,248 @@
+"""Serving metrics (vLLM's definitions) and per-phase speed-of-light figures.
+
+- TTFT: request arrival to its first token; TPOT: (E2E − TTFT) / (output tokens − 1), excluding
+  the first token; ITL: gaps between consecutive tokens; E2E: arrival to last token.
+- Throughput: system (output tokens / makespan), user (1 / TPOT).
+- Per phase (prefill, decode): wall time from the engine's steps, MFU = achieved FLOP/s ÷ the
+  compute roof of the phase's dominant precision, MBU = bytes per second ÷ the DRAM roof. For
+  engine reports FLOPs and bytes are the model's, from its steps (matmuls and attention, analytic;
+  weights + KV cache read: ``mfu_source`` / ``mbu_source = "model"``); otherwise the kernels'
+  (``"kernels"``): their FLOPs are left missing, not summed from part of them, when kernels with a
+  FLOP count cover under :data:`FLOPS_MIN_COVERAGE` of the phase's kernel time.
+
+Headline and profiled: an engine report holds two runs of one workload. The headline figures
+(``profiled=False``, the default) come from the warm unprofiled run (``steps_unprofiled``,
+``requests_unprofiled``): its wall times, with the FLOPs of the profiled run's kernels (the same
+work). ``profiled=True`` gives the profiled run's figures, inflated by the profiler's per-launch
+cost. Reports without an unprofiled run (imports, older reports) give the same figures both ways;
+the ``timing`` column says which run a row's times come from.
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.report import Report
+from perfscope.schema import value_mask
+
+from ..steps import RECORDED_FRAMEWORKS, has_framework_steps, headline_steps, step_windows
+from ..tree import PHASES
+
+SUMMARY_PHASES = ("prefill", "decode", "mixed", *PHASES[2:])
+"""Phases of the phase table, in order: ``mixed`` is a step with prefill and decode tokens
+(chunked prefill riding with decodes), a phase of framework steps only."""
+
+FLOPS_MIN_COVERAGE = 0.9
+"""Share of a phase's kernel time that kernels with known FLOPs must cover for its FLOPs and MFU."""
+
+PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
+                 "model_flops", "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
+                 "precision", "mfu", "mbu", "mfu_source", "mbu_source", "timing",
+                 "prefill_tokens", "decode_tokens", "outlier_steps", "framework"]
+"""Columns of :func:`phase_summary`. The last four are framework steps' (vLLM, SGLang, ...; missing
+on engine reports): a mixed row's prefill and decode tokens, the steps kept out as outliers, and
+who marked the steps."""
+
+
+def has_unprofiled(report: Report) -> bool:
+    """True when the report holds a warm unprofiled run (the headline) beside the profiled one."""
+    return bool(len(report.steps_unprofiled) or len(report.requests_unprofiled))
+
+
+def run_steps(report: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """The engine steps of the headline run (unprofiled when recorded) or of the profiled run."""
+    return report.steps if profiled or not len(report.steps_unprofiled) else report.steps_unprofiled
+
+
+def run_requests(report: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """The requests of the headline run (unprofiled when recorded) or of the profiled run."""
+    return report.requests if profiled or not len(report.requests_unprofiled) else report.requests_unprofiled
+
+
+def _dominant_precision(kernels: pd.DataFrame) -> str | None:
+    k = kernels.loc[kernels["precision"].notna() & kernels["flops"].notna(), ["precision", "flops"]]
+    if not len(k):
+        return None
+    return str(k.groupby("precision")["flops"].sum().idxmax())
+
+
+def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
+                  all_steps: pd.DataFrame) -> tuple[float, int, float]:
+    """Wall time, steps and tokens of a phase; tokens are NaN (unknown, not 0) without engine steps.
+
+    Framework steps read from a trace (not those timed in-process, :data:`RECORDED_FRAMEWORKS`,
+    whose headline steps come from an unprofiled run) take the wall time of their windows
+    (:func:`.framework_steps.step_windows`):
+    from each step's start to its end or its last kernel's, whichever is later (CUDA-graph replays
+    run after the CPU range closes), the first step's lead before its first kernel left out."""
+    steps = all_steps[all_steps["phase"] == phase]
+    if len(steps):
+        tokens = pd.to_numeric(steps["tokens"], errors="coerce")
+        n_tokens: float = (int(tokens.sum()) if tokens.notna().all()  # engine steps: an int, as before
+                           else float(tokens.sum()) if tokens.notna().any() else float("nan"))
+        if has_framework_steps(steps) and not steps["framework"].isin(RECORDED_FRAMEWORKS).all():
+            ws, we = step_windows(steps, report.kernels)
+            return float((we - ws).sum()) / 1e9, len(steps), n_tokens
+        return float(steps["duration_ns"].sum()) / 1e9, len(steps), n_tokens
+    ranges = report.ranges[report.ranges["name"] == phase]
+    if len(ranges):
+        return float((ranges["end_ns"] - ranges["start_ns"]).sum()) / 1e9, len(ranges), float("nan")
+    if len(kernels):
+        return float(kernels["end_ns"].max() - kernels["start_ns"].min()) / 1e9, 0, float("nan")
+    return float("nan"), 0, float("nan")
+
+
+def _headline(steps: pd.DataFrame, phase: str) -> tuple[pd.DataFrame, int]:
+    """A phase's steps without its outliers (all of them when every one is an outlier: the row
+    then shows them, and ``outlier_steps`` says so), and the number left out."""
+    ph = steps[steps["phase"] == phase]
+    head = headline_steps(ph)
+    if not len(head):
+        return ph, 0
+    return head, len(ph) - len(head)
+
+
+def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """One row per phase present (prefill, decode; ``all`` when the report has no phases).
+
+    Times from the headline (warm unprofiled) run unless ``profiled``; see the module docstring.
+    """
+    kernels = report.kernels
+    # the columns a phase row reads (copying the text columns of 1M rows per phase costs seconds)
+    k = kernels[["start_ns", "end_ns", "duration_ns", "flops", "dram_bytes", "precision"]]
+    steps = run_steps(report, profiled=profiled)
+    timing = "unprofiled" if steps is report.steps_unprofiled and len(steps) else "profiled"
+    framework = has_framework_steps(steps)
+    in_phase = {p: value_mask(kernels, "phase", partial(operator.eq, p)) for p in SUMMARY_PHASES}
+    phases = [p for p in SUMMARY_PHASES if in_phase[p].any() or (steps["phase"] == p).any()]
+    rows = []
+    for p in phases:
+        if not framework:
+            rows.append(_phase_row(report, p, k[in_phase[p]], steps))
+            continue
+        head, dropped = _headline(steps, p)
+        mask = in_phase[p]
+        if dropped:  # the outliers' kernels leave with them
+            out_ids = steps.loc[(steps["phase"] == p) & steps["outlier"].notna(), "step"].to_numpy()
+            mask = mask & ~kernels["step"].isin(out_ids).to_numpy(bool)
+        row = _phase_row(report, p, k[mask], head)
+        kept_outliers = int(head["outlier"].notna().sum())  # > 0 only when every step of the phase is one
+        row.update(_token_split(head), outlier_steps=dropped + kept_outliers,
+                   framework=", ".join(sorted(set(head["framework"].dropna().astype(str)))) or None)
+        rows.append(row)
+    if not phases:
+        rows = [_phase_row(report, "all", k, steps)]
+    for r in rows:
+        r["timing"] = timing
+    return pd.DataFrame(rows, columns=PHASE_COLUMNS)
+
+
+def _token_split(steps: pd.DataFrame) -> dict[str, float]:
+    """Prefill and decode tokens of framework steps (a mixed step has both): prefill tokens from the
+    label, decode tokens the rest of its tokens (else one per decoding sequence); NaN when unknown."""
+    pre = pd.to_numeric(steps["prefill_tokens"], errors="coerce")
+    tok = pd.to_numeric(steps["tokens"], errors="coerce")
+    seqs = pd.to_numeric(steps["decode_seqs"], errors="coerce")
+    dec = (tok - pre).where(tok.notna() & pre.notna(), seqs)
+    return {"prefill_tokens": float(pre.sum()) if pre.notna().any() else float("nan"),
+            "decode_tokens": float(dec.sum()) if dec.notna().any() else float("nan")}
+
+
+def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFrame) -> dict[str, Any]:
+    device = report.device
+    wall_s, n_steps, tokens = _phase_wall_s(report, phase, k, all_steps)
+    if phase == "all":
+        wall_s = float(k["end_ns"].max() - k["start_ns"].min()) / 1e9 if len(k) else float("nan")
+    flops = float(k["flops"].sum(min_count=1)) if len(k) else float("nan")
+    if flops_coverage(k) < FLOPS_MIN_COVERAGE:
+        flops = float("nan")  # a partial sum would understate the phase's FLOPs without saying so
+    nbytes = float(k["dram_bytes"].sum(min_count=1)) if len(k) else float("nan")
+    steps = all_steps[all_steps["phase"] == phase]
+    model_bytes = float((steps["weight_bytes"] + steps["kv_cache_bytes"]).sum(min_count=1)) if len(steps) else float("nan")
+    model_flops = _model_flops(steps)
+    precision = _dominant_precision(k) if len(k) else None
+    peak = device.peak_flops(precision) if device else None
+    bw = device.peak_bandwidth("dram") if device else None
+    use_model_flops = not np.isnan(model_flops)
+    achieved_f = (model_flops if use_model_flops else flops) / wall_s if wall_s and wall_s > 0 else float("nan")
+    use_model = not np.isnan(model_bytes)
+    moved = model_bytes if use_model else nbytes
+    achieved_b = moved / wall_s if wall_s and wall_s > 0 else float("nan")
+    return {
+        "phase": phase, "steps": n_steps, "tokens": tokens, "wall_s": wall_s,
+        "kernel_time_s": float(k["duration_ns"].sum()) / 1e9 if len(k) else 0.0,
+        "flops": flops, "dram_bytes": nbytes, "model_flops": model_flops, "model_bytes": model_bytes,
+        "achieved_flops_per_s": achieved_f, "achieved_bytes_per_s": achieved_b,
+        "tokens_per_s": tokens / wall_s if tokens and wall_s > 0 else float("nan"),
+        "precision": precision,
+        "mfu": achieved_f / peak if peak else float("nan"),
+        "mbu": achieved_b / bw if bw else float("nan"),
+        "mfu_source": "model" if use_model_flops else "kernels",
+        "mbu_source": "model" if use_model else "kernels",
+    }
+
+
+def _model_flops(steps: pd.DataFrame) -> float:
+    """The phase's model FLOPs from its engine steps; NaN unless every step has them (older
+    reports, imports, speculative steps have none)."""
+    if not len(steps) or "flops" not in steps:
+        return float("nan")
+    values = pd.to_numeric(steps["flops"], errors="coerce")
+    return float(values.sum()) if values.notna().all() else float("nan")
+
+
+def flops_coverage(k: pd.DataFrame) -> float:
+    """Share of the kernel time of ``k`` spent in kernels whose FLOPs are known (NaN without time)."""
+    dur = k["duration_ns"].to_numpy("float64")
+    total = float(np.nansum(dur))
+    if not total > 0:
+        return float("nan")
+    return float(np.nansum(dur[k["flops"].notna().to_numpy()])) / total
+
+
+STATS = ("p50", "p90", "p99", "mean")
+
+
+def stats(values: Any) -> dict[str, float]:
+    """p50, p90, p99 (linear interpolation) and mean of ``values``, missing ones dropped (NaN when
+    none is left)."""
+    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return {k: float("nan") for k in STATS}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean())}
+
+
+def _stats(values: pd.Series, prefix: str) -> dict[str, float]:
+    """``{prefix}_mean``, ``_p50`` and ``_p99`` of :func:`stats`."""
+    s = stats(values)
+    return {f"{prefix}_{k}": s[k] for k in ("mean", "p50", "p99")}
+
+
+def request_summary(report: Report, *, profiled: bool = False) -> dict[str, float]:
+    """TTFT/TPOT/ITL/E2E statistics and throughputs over the report's requests (empty: {}).
+
+    The headline (warm unprofiled) run's requests unless ``profiled``."""
+    r = run_requests(report, profiled=profiled)
+    if not len(r):
+        return {}
+    out: dict[str, float] = {"requests": float(len(r)),
+                             "output_tokens": float(r["output_tokens"].sum()),
+                             "prompt_tokens": float(r["prompt_tokens"].sum())}
+    out.update(_stats(r["ttft_s"], "ttft_s"))
+    out.update(_stats(r["tpot_s"], "tpot_s"))
+    out.update(_stats(r["e2e_s"], "e2e_s"))
+    out.update(_stats(r["itl_mean_s"], "itl_s"))
+    # load tests (requests arrive over time) end at their last token's time from the run's start
+    ends = r["end_s"] if "end_s" in r.columns and r["end_s"].notna().any() else r["e2e_s"]
+    makespan = float(ends.max())
+    out["throughput_tokens_per_s"] = out["output_tokens"] / makespan if makespan > 0 else float("nan")
+    tpot = out["tpot_s_mean"]
+    out["user_tokens_per_s"] = 1.0 / tpot if tpot and tpot > 0 else float("nan")
+    return out

@@ -1,0 +1,510 @@
+"""``perfscope export``: a report's timeline as a Perfetto trace (protobuf TrackEvent) or as
+Chrome trace JSON, for ui.perfetto.dev, chrome://tracing and the tools that read those.
+
+Tracks: per device, one track per stream with the kernels as slices (on CPU reports, one track
+per thread with the operators); the host's ranges (NVTX / record_function, and nn.Module calls
+of a with_stack trace) and launch calls on their threads; the engine's phases and steps; the
+NVML samples as counter tracks (one per device and metric). Each kernel slice's args carry its
+phase, step, module path (:mod:`perfscope.analysis.summaries.hierarchy`), op, FLOPs, DRAM bytes, FLOP/B,
+bound and % of roof; a value that was not measured is left out, never written as 0.
+
+Both writers stream: tables are read in chunks of :data:`CHUNK` rows and each chunk is encoded
+and written before the next, so memory stays that of the report plus one chunk. The protobuf is
+encoded by :mod:`perfscope.dashboard.export.protobuf` (no runtime dependency); kernel names are interned
+(written once, then referred to by id). Only the report's tables and its name and device reach
+the file: no manifest block, no source path, no environment.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid as _uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from perfscope.errors import OutputExistsError, UsageError
+from perfscope.report import Report
+
+from . import protobuf as pb
+
+CHUNK = 50_000
+"""Rows encoded per chunk."""
+
+FORMATS = ("perfetto", "chrome")
+SEQ = 1
+"""The trusted_packet_sequence_id of every packet (one writer, one sequence)."""
+
+COUNTER_METRICS = ("gpu_util_pct", "mem_util_pct", "sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c",
+                   "mem_used_bytes")
+
+
+@dataclass
+class ExportStats:
+    """What was written: slices per kind, counter samples, tracks."""
+
+    path: Path
+    format: str
+    kernels: int = 0
+    kernel_time_ns: int = 0
+    slices: dict[str, int] = field(default_factory=dict)
+    counter_samples: int = 0
+    tracks: int = 0
+
+
+# ---------------------------------------------------------------- rows to write
+@dataclass
+class _Slices:
+    """One kind of slices: times, track index per row, names (codes + distinct), per-row args."""
+
+    kind: str
+    start: np.ndarray
+    end: np.ndarray
+    track: np.ndarray
+    track_names: list[tuple[str, str]]  # (group, name) per track index
+    name_codes: np.ndarray
+    names: np.ndarray
+    args: dict[str, tuple[str, np.ndarray, Any]] = field(default_factory=dict)  # name -> (kind, values, distinct)
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    codes, distinct = pd.factorize(values.astype("object"))
+    return codes.astype("int64"), np.asarray(distinct, dtype=object)
+
+
+def _num(df: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in df:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[col], errors="coerce").to_numpy("float64", na_value=np.nan)
+
+
+def _tracks(group: str, keys: list[np.ndarray], label: Callable[..., str]) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Track index per row from the key columns ``keys`` (factorized together) and each track's name."""
+    codes, distinct = pd.MultiIndex.from_arrays(keys).factorize()
+    return codes.astype("int64"), [(group, label(*d)) for d in distinct]
+
+
+def _int_text(x: Any) -> str:
+    return "?" if pd.isna(x) else str(int(x))
+
+
+def _kernel_slices(report: Report) -> _Slices:
+    from perfscope.analysis.summaries.hierarchy import kernel_paths
+
+    k = report.kernels
+    cpu = k["device"].astype("object").fillna("").astype(str).str.startswith("cpu").to_numpy()
+    lane = np.where(cpu, _num(k, "thread"), _num(k, "stream"))
+    track, names = _tracks("kernels", [k["device"].astype("object").fillna("?").to_numpy(object), cpu, lane],
+                           lambda d, c, x: f"{d} {'thread' if c else 'stream'} {_int_text(x)}")
+    name_codes, distinct = _codes(k["name"])
+    paths, _, _ = kernel_paths(report)
+    pcodes, pdistinct = pd.factorize(pd.Series(paths, dtype=object))
+    ptext = np.array(["/".join(p) if p else None for p in pdistinct], dtype=object)
+    s = _Slices("kernel", k["start_ns"].to_numpy("int64"), k["end_ns"].to_numpy("int64"), track, names,
+                name_codes, distinct)
+    for col in ("phase", "op", "bound", "precision"):
+        if col in k:
+            s.args[col] = ("str", *_codes(k[col]))
+    s.args["module"] = ("str", pcodes.astype("int64"), ptext)
+    if "step" in k:
+        s.args["step"] = ("int", _num(k, "step"), None)
+    for col, label in (("flops", "flops"), ("dram_bytes", "dram_bytes"), ("arith_intensity", "flop_per_byte"),
+                       ("pct_of_roof", "pct_of_roof")):
+        s.args[label] = ("double", _num(k, col), None)
+    return s
+
+
+def _range_slices(report: Report) -> _Slices | None:
+    r = report.ranges
+    if not len(r):
+        return None
+    source = r["source"].astype("object").fillna("ranges") if "source" in r else pd.Series("ranges", index=r.index)
+    track, names = _tracks("host", [source.to_numpy(object), _num(r, "thread")],
+                           lambda s, t: f"{'nn.Module calls' if s == 'module' else f'{s} ranges'} (thread {_int_text(t)})")
+    codes, distinct = _codes(r["name"])
+    s = _Slices("range", r["start_ns"].to_numpy("int64"), r["end_ns"].to_numpy("int64"), track, names, codes, distinct)
+    if "path" in r:
+        s.args["path"] = ("str", *_codes(r["path"]))
+    return s
+
+
+def _api_slices(report: Report) -> _Slices | None:
+    a = report.api
+    if not len(a):
+        return None
+    track, names = _tracks("host", [_num(a, "thread")], lambda t: f"launch calls (thread {_int_text(t)})")
+    codes, distinct = _codes(a["name"])
+    s = _Slices("api", a["start_ns"].to_numpy("int64"), a["end_ns"].to_numpy("int64"), track, names, codes, distinct)
+    if "correlation" in a:
+        s.args["correlation"] = ("int", _num(a, "correlation"), None)
+    return s
+
+
+def _step_slices(report: Report) -> list[_Slices]:
+    st = report.steps
+    if not len(st):
+        return []
+    st = st.sort_values("start_ns", kind="stable")
+    phase = st["phase"].astype("object").fillna("?").astype(str)
+    label = phase + " step " + st["step"].astype("object").astype(str) + " bs=" + st["batch"].astype("object").astype(str)
+    codes, distinct = _codes(label)
+    steps = _Slices("step", st["start_ns"].to_numpy("int64"), st["end_ns"].to_numpy("int64"),
+                    np.zeros(len(st), dtype="int64"), [("engine", "steps")], codes, distinct)
+    steps.args["tokens"] = ("int", _num(st, "tokens"), None)
+    steps.args["context_len"] = ("int", _num(st, "context_len"), None)
+    run = (phase != phase.shift()).cumsum().to_numpy()
+    first = np.r_[0, np.flatnonzero(np.diff(run)) + 1]
+    last = np.r_[first[1:] - 1, len(st) - 1]
+    pcodes, pdistinct = _codes(phase.iloc[first].reset_index(drop=True))
+    phases = _Slices("phase", st["start_ns"].to_numpy("int64")[first], st["end_ns"].to_numpy("int64")[last],
+                     np.zeros(len(first), dtype="int64"), [("engine", "phases")], pcodes, pdistinct)
+    phases.args["steps"] = ("int", (last - first + 1).astype("float64"), None)
+    return [phases, steps]
+
+
+def _counter_series(report: Report) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    c = report.counters
+    out = []
+    if not len(c):
+        return out
+    dev = c["device"].astype("object").fillna("gpu").astype(str) if "device" in c else pd.Series("gpu", index=c.index)
+    t = c["t_ns"].to_numpy("int64")
+    for d in sorted(dev.unique()):
+        rows = (dev == d).to_numpy()
+        for metric in COUNTER_METRICS:
+            if metric in c:
+                v = _num(c, metric)[rows]
+                ok = ~np.isnan(v)
+                if ok.any():
+                    out.append((f"{d} {metric}", t[rows][ok], v[ok]))
+    return out
+
+
+def _all_slices(report: Report) -> list[_Slices]:
+    parts: list[_Slices | None] = [_kernel_slices(report) if len(report.kernels) else None,
+                                   _range_slices(report), _api_slices(report), *_step_slices(report)]
+    return [p for p in parts if p is not None]
+
+
+# ---------------------------------------------------------------- Perfetto protobuf
+class _ProtoWriter:
+    def __init__(self, out: IO[bytes], report: Report) -> None:
+        self.out = out
+        self.next_uuid = 1
+        self.iids: dict[str, int] = {}
+        self.first = True
+        self.track_uuids: dict[tuple[str, str], int] = {}
+        self.group_uuids: dict[str, int] = {}
+        self.device = report.device.name if report.device else None
+
+    def _uuid(self) -> int:
+        self.next_uuid += 1
+        return self.next_uuid
+
+    def write(self, body: bytes) -> None:
+        self.out.write(pb.packet(body))
+
+    def group(self, name: str) -> int:
+        if name not in self.group_uuids:
+            u = self.group_uuids[name] = self._uuid()
+            title = f"{name} ({self.device})" if name == "kernels" and self.device else name
+            self.write(pb.f_varint(10, SEQ) + pb.track_descriptor(u, title))
+        return self.group_uuids[name]
+
+    def track(self, group: str, name: str, counter: bool = False) -> int:
+        key = (group, name)
+        if key not in self.track_uuids:
+            parent = self.group(group)
+            u = self.track_uuids[key] = self._uuid()
+            self.write(pb.f_varint(10, SEQ) + pb.track_descriptor(u, name, parent, counter))
+        return self.track_uuids[key]
+
+    def flags(self) -> bytes:
+        if self.first:
+            self.first = False
+            return pb.f_varint(13, pb.SEQ_INCREMENTAL_STATE_CLEARED | pb.SEQ_NEEDS_INCREMENTAL_STATE)
+        return pb.f_varint(13, pb.SEQ_NEEDS_INCREMENTAL_STATE)
+
+    def slices(self, s: _Slices) -> int:
+        uuids = [self.track(g, n) for g, n in s.track_names]
+        track_bytes = [pb.f_varint(11, u) for u in uuids]
+        name_iid: list[bytes | None] = [None] * (len(s.names) + 1)  # the last answers code -1
+        str_cache: dict[str, dict[int, bytes]] = {a: {} for a in s.args}
+        seq = pb.f_varint(10, SEQ)
+        begin_t, end_t = pb.f_varint(9, pb.SLICE_BEGIN), pb.f_varint(9, pb.SLICE_END)
+        ts_tag, ev_tag = pb.tag(8, 0), pb.tag(11, 2)
+        varint = pb.varint
+        first = self.first  # the first packet of the sequence clears the incremental state
+        self.first = False
+        flags = pb.f_varint(13, pb.SEQ_NEEDS_INCREMENTAL_STATE)
+        first_flags = pb.f_varint(13, pb.SEQ_INCREMENTAL_STATE_CLEARED | pb.SEQ_NEEDS_INCREMENTAL_STATE)
+        strs = [(a, vals, distinct) for a, (kind, vals, distinct) in s.args.items() if kind == "str"]
+        ints = [(a, vals) for a, (kind, vals, _) in s.args.items() if kind == "int"]
+        dbls = [(a, vals) for a, (kind, vals, _) in s.args.items() if kind == "double"]
+        small, limit = pb._SMALL, len(pb._SMALL)
+        end_tails = []
+        for tb in track_bytes:
+            end_ev = end_t + tb
+            end_tails.append(seq + ev_tag + pb.varint(len(end_ev)) + end_ev + flags)
+        written = 0
+        for lo in range(0, len(s.start), CHUNK):
+            hi = min(lo + CHUNK, len(s.start))
+            t0s = pb.varints(s.start[lo:hi])
+            t1s = pb.varints(np.maximum(s.end[lo:hi], s.start[lo:hi]))
+            dblobs = [pb.double_annotations(a, v[lo:hi]) for a, v in dbls]
+            str_codes = [(a, vals[lo:hi].tolist(), distinct, str_cache[a]) for a, vals, distinct in strs]
+            int_anns = [pb.int_annotations(a, v[lo:hi]) for a, v in ints]
+            buf = []
+            for j, (tr, nc) in enumerate(zip(s.track[lo:hi].tolist(), s.name_codes[lo:hi].tolist())):
+                intern = b""
+                iid_b = name_iid[nc]
+                if iid_b is None:
+                    name = "?" if nc < 0 else str(s.names[nc])
+                    iid = self.iids.get(name, 0)
+                    if not iid:
+                        iid = self.iids[name] = len(self.iids) + 1
+                        intern = pb.interned_names([(iid, name)])
+                    iid_b = name_iid[nc] = pb.f_varint(10, iid)
+                parts = [begin_t, track_bytes[tr], iid_b]
+                for a, codes, distinct, cache in str_codes:
+                    code = codes[j]
+                    if code >= 0:
+                        b = cache.get(code)
+                        if b is None:
+                            value = distinct[code]
+                            b = cache[code] = b"" if value is None else pb.annotation_str(a, str(value))
+                        parts.append(b)
+                for anns in int_anns:
+                    parts.append(anns[j])
+                for blob, ends in dblobs:
+                    e0 = int(ends[j - 1]) if j else 0
+                    e1 = int(ends[j])
+                    if e1 > e0:
+                        parts.append(blob[e0:e1])
+                ev = b"".join(parts)
+                head = first_flags if first and not written else flags
+                p1 = b"".join((ts_tag, t0s[j], seq, intern, ev_tag, small[len(ev)] if len(ev) < limit else varint(len(ev)),
+                               ev, head))
+                t1 = t1s[j]
+                tail = end_tails[tr]
+                buf.append(b"\x0a" + (small[len(p1)] if len(p1) < limit else varint(len(p1))) + p1)
+                buf.append(b"".join((b"\x0a", small[1 + len(t1) + len(tail)], ts_tag, t1, tail)))
+                written += 1
+            self.out.write(b"".join(buf))
+        return written
+
+    def counters(self, name: str, t: np.ndarray, v: np.ndarray) -> int:
+        u = self.track("counters", name, counter=True)
+        head = pb.f_bytes  # local alias
+        tb = pb.f_varint(11, u) + pb.f_varint(9, pb.COUNTER)
+        seq = pb.f_varint(10, SEQ)
+        for lo in range(0, len(t), CHUNK):
+            self.out.write(b"".join(pb.packet(pb.f_varint(8, ts) + seq + head(11, tb + pb.f_double(44, x)) + self.flags())
+                                    for ts, x in zip(t[lo:lo + CHUNK].tolist(), v[lo:lo + CHUNK].tolist())))
+        return len(t)
+
+
+# ---------------------------------------------------------------- Chrome JSON
+class _ChromeWriter:
+    def __init__(self, out: IO[bytes], report: Report, origin_ns: int) -> None:
+        self.out = out
+        self.origin = origin_ns
+        self.pids: dict[str, int] = {}
+        self.tids: dict[tuple[str, str], tuple[int, int]] = {}
+        self.first = True
+        self.device = report.device.name if report.device else None
+
+    def emit(self, events: list[dict[str, Any]]) -> None:
+        if not events:
+            return
+        text = orjson.dumps(events, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+        self.out.write((b"" if self.first else b",\n") + text)
+        self.first = False
+
+    def track(self, group: str, name: str) -> tuple[int, int]:
+        if (group, name) not in self.tids:
+            if group not in self.pids:
+                pid = self.pids[group] = len(self.pids) + 1
+                title = f"{group} ({self.device})" if group == "kernels" and self.device else group
+                self.emit([{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": title}}])
+            pid = self.pids[group]
+            tid = len([k for k in self.tids if k[0] == group]) + 1
+            self.tids[(group, name)] = (pid, tid)
+            self.emit([{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}])
+        return self.tids[(group, name)]
+
+    def slices(self, s: _Slices) -> int:
+        ids = [self.track(g, n) for g, n in s.track_names]
+        names = np.array([str(n) for n in s.names] + ["?"], dtype=object)
+        arg_names = list(s.args)
+        for lo in range(0, len(s.start), CHUNK):
+            hi = min(lo + CHUNK, len(s.start))
+            ts = ((s.start[lo:hi] - self.origin) / 1000.0).tolist()
+            dur = (np.maximum(s.end[lo:hi] - s.start[lo:hi], 0) / 1000.0).tolist()
+            columns = []
+            for kind, vals, distinct in s.args.values():
+                v = vals[lo:hi]
+                if kind == "str":
+                    table = np.array(list(distinct) + [None], dtype=object)
+                    columns.append(table[v].tolist())
+                else:
+                    nan = np.isnan(v)
+                    obj = np.full(len(v), None, dtype=object)
+                    obj[~nan] = v[~nan].astype("int64") if kind == "int" else v[~nan]
+                    columns.append(obj.tolist())
+            rows = zip(*columns) if columns else ((),) * (hi - lo)
+            track = s.track[lo:hi].tolist()
+            label = names[s.name_codes[lo:hi]].tolist()
+            kind = s.kind
+            self.emit([{"ph": "X", "cat": kind, "name": n, "pid": ids[tr][0], "tid": ids[tr][1], "ts": t, "dur": d,
+                        "args": {a: x for a, x in zip(arg_names, row) if x is not None}}
+                       for n, tr, t, d, row in zip(label, track, ts, dur, rows)])
+        return len(s.start)
+
+    def counters(self, name: str, t: np.ndarray, v: np.ndarray) -> int:
+        pid = self.pids.setdefault("counters", len(self.pids) + 1)
+        if (("counters", "")) not in self.tids:
+            self.tids[("counters", "")] = (pid, 0)
+            self.emit([{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "counters"}}])
+        for lo in range(0, len(t), CHUNK):
+            ts = ((t[lo:lo + CHUNK] - self.origin) / 1000.0).tolist()
+            self.emit([{"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": a, "args": {"value": x}}
+                       for a, x in zip(ts, v[lo:lo + CHUNK].tolist())])
+        return len(t)
+
+
+# ---------------------------------------------------------------- a report folder, read lean
+@dataclass(frozen=True, eq=False)
+class LeanReport:
+    """The tables an export reads, straight from a report folder: only the columns it uses,
+    text as Arrow dictionaries (pandas categoricals: one copy of each distinct string), so a
+    1M-kernel report takes a fraction of a loaded :class:`~perfscope.report.Report`'s memory.
+    Same attribute names as a Report for what the export and the hierarchy read."""
+
+    name: str
+    device: Any
+    kernels: pd.DataFrame
+    ranges: pd.DataFrame
+    api: pd.DataFrame
+    steps: pd.DataFrame
+    counters: pd.DataFrame
+
+
+LEAN_COLUMNS = {
+    "kernels": ("name", "device", "stream", "thread", "start_ns", "end_ns", "duration_ns", "correlation", "op",
+                "range", "phase", "step", "precision", "bound", "flops", "dram_bytes", "arith_intensity",
+                "pct_of_roof"),
+    "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
+    "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
+    "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label"),
+    "counters": ("t_ns", "device", *COUNTER_METRICS),
+}
+
+
+def _lean_table(folder: Path, name: str) -> pd.DataFrame:
+    import pyarrow.dataset as ds
+
+    from perfscope.errors import ReportFormatError
+
+    file, dataset = folder / f"{name}.parquet", folder / name
+    source = file if file.exists() else dataset
+    if not source.exists():
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in LEAN_COLUMNS[name]})
+    try:
+        data = ds.dataset(source, format="parquet", partitioning="hive" if source.is_dir() else None)
+        cols = [c for c in LEAN_COLUMNS[name] if c in data.schema.names]
+        table = data.to_table(columns=cols)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
+        raise ReportFormatError(source, f"damaged table ({str(exc).splitlines()[0] if str(exc) else exc})",
+                                hint="re-create the report") from None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrays = {}
+    for col in table.column_names:
+        arr = table.column(col)
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            arr = pc.dictionary_encode(arr)
+        arrays[col] = arr
+    del table
+    return pa.table(arrays).to_pandas(split_blocks=True, self_destruct=True)
+
+
+def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
+    """The tables of the report folder ``folder`` that an export needs, read lean.
+
+    Raises:
+        ReportFormatError: not a report folder, or a damaged table.
+    """
+    from perfscope.device import DeviceSpec
+    from perfscope.report import read_manifest
+
+    path = Path(folder)
+    manifest = read_manifest(path)
+    device = DeviceSpec.from_dict(manifest["device"]) if manifest.get("device") else None
+    name = str(manifest.get("name") or path.name.removesuffix(".perfscope"))
+    return LeanReport(name, device, *(_lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters")))
+
+
+# ---------------------------------------------------------------- entry point
+def _origin(report: Report) -> int:
+    starts = [int(df["start_ns"].min()) for df in (report.kernels, report.ranges, report.api, report.steps)
+              if len(df) and "start_ns" in df]
+    if len(report.counters):
+        starts.append(int(report.counters["t_ns"].min()))
+    return min(starts) if starts else 0
+
+
+def _stream(report: Report, writer: Any, stats: ExportStats) -> None:
+    for s in _all_slices(report):
+        n = writer.slices(s)
+        stats.slices[s.kind] = stats.slices.get(s.kind, 0) + n
+        del s
+    for name, t, v in _counter_series(report):
+        stats.counter_samples += writer.counters(name, t, v)
+
+
+def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, format: str = "perfetto",
+                 force: bool = False) -> ExportStats:
+    """Write ``report``'s timeline to ``path`` as a Perfetto trace (``perfetto``) or Chrome trace
+    JSON (``chrome``), atomically (a temp file renamed into place).
+
+    Raises:
+        UsageError: an unknown format.
+        OutputExistsError: ``path`` exists and ``force`` is false.
+    """
+    if format not in FORMATS:
+        raise UsageError(f"unknown export format {format!r}", hint=f"use one of {', '.join(FORMATS)}")
+    target = Path(path)
+    if target.exists() and not force:
+        raise OutputExistsError(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{_uuid.uuid4().hex[:8]}")
+    stats = ExportStats(target, format, kernels=len(report.kernels),
+                        kernel_time_ns=int(report.kernels["duration_ns"].sum()) if len(report.kernels) else 0)
+    try:
+        with open(tmp, "wb", buffering=1 << 20) as out:
+            if format == "perfetto":
+                w: Any = _ProtoWriter(out, report)
+                _stream(report, w, stats)
+                stats.tracks = len(w.track_uuids)
+            else:
+                origin = _origin(report)
+                out.write(b'{"displayTimeUnit": "ns", "otherData": ' + orjson.dumps(
+                    {"perfscope_report": report.name, "device": report.device.name if report.device else None,
+                     "origin_ns": origin}) + b', "traceEvents": [\n')
+                w = _ChromeWriter(out, report, origin)
+                _stream(report, w, stats)
+                stats.tracks = len(w.tids)
+                out.write(b"\n]}\n")
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return stats
+

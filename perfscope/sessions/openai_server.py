@@ -1,0 +1,498 @@
+"""``perfscope serve``: the reference engine's continuous batching behind an OpenAI-compatible API.
+
+One scheduler thread runs :func:`perfscope.engine.serving.serve` with live arrivals (this
+module's :class:`LiveSource`); an asyncio HTTP/1.1 server (standard library) takes requests and
+streams each token back as it is made. Endpoints:
+
+- ``GET /v1/models``; ``GET /health``;
+- ``POST /v1/completions`` (``prompt``: text, or token ids) and ``POST /v1/chat/completions``
+  (``messages``, rendered with the model's chat template), streamed (``stream: true``, with
+  ``stream_options.include_usage``) or not; ``max_tokens``, ``ignore_eos``, ``min_tokens``;
+  decoding is greedy whatever ``temperature`` says (the engine's continuous batching is greedy);
+- ``POST /start_profile`` and ``POST /stop_profile`` (as vLLM and SGLang): torch.profiler on the
+  scheduler thread; the stop answers ``{"trace": PATH, "steps": PATH}``: the Kineto trace and the
+  engine steps of the window (their times on ``time.perf_counter_ns``, the host's monotonic clock),
+  and every answer carries ``perf_counter_ns`` (the server's clock, to estimate the offset).
+
+Bad requests get the OpenAI error shape ``{"error": {"message", "type", "param", "code"}}`` and
+a 400 (404 for an unknown path or model, 405 for a wrong method, 413 for a body over 8 MiB).
+A model without a tokenizer (random configs) takes token-id prompts only, and streams each token
+as the text ``" <id>"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ipaddress
+import itertools
+import json
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..engine.serving import (
+    LoadRequest,
+    LoadStep,
+    RealClock,
+    RequestTrace,
+    ServeConfig,
+    SlotEngine,
+    serve,
+)
+
+MAX_BODY = 8 << 20
+DEFAULT_MAX_LEN = 2048
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` only accepts local connections (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ApiError(Exception):
+    """An error answered to the client in the OpenAI shape."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None):
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+        super().__init__(message)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+
+@dataclass
+class _Stream:
+    """One request in flight: the asyncio side's queue of (text piece or None, finish reason) events."""
+
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[tuple[int, float, str | None]]
+    max_tokens: int
+    stop_ids: frozenset[int]
+    min_tokens: int = 0
+    cancelled: bool = False
+
+
+@dataclass
+class LiveSource:
+    """Arrivals from the HTTP side and profiler commands, taken on the scheduler's thread."""
+
+    clock: RealClock
+    stopped: bool = False
+    inbox: queue.Queue[Any] = field(default_factory=queue.Queue)
+    on_control: Callable[[str, concurrent.futures.Future[Any]], None] | None = None
+    _wake: threading.Event = field(default_factory=threading.Event)
+
+    def submit(self, item: Any) -> None:
+        self.inbox.put(item)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._wake.set()
+
+    def take(self, now: float) -> list[LoadRequest]:
+        out: list[LoadRequest] = []
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return out
+            if isinstance(item, LoadRequest):
+                out.append(item)
+            elif self.on_control is not None:
+                self.on_control(*item)
+
+    def wait(self) -> bool:
+        while not self.stopped and self.inbox.empty():
+            self._wake.wait(0.5)
+            self._wake.clear()
+        return not self.stopped
+
+
+class EngineServer:
+    """The engine, its scheduler thread and the streams of the requests in flight."""
+
+    def __init__(self, model: Any, name: str, *, max_batch: int = 8, max_len: int | None = None,
+                 max_batched_tokens: int | None = None, kv_dtype: str = "auto", profile_dir: str | None = None,
+                 cuda: bool = False) -> None:
+        self.model, self.name = model, name
+        self.tokenizer = getattr(model, "tokenizer", None)
+        self.max_len = min(max_len or DEFAULT_MAX_LEN, model.args.max_seq_len)
+        self.config = ServeConfig(max_batch, max_batched_tokens, None, "continuous")
+        self.config.check()
+        self.kv_dtype = kv_dtype
+        self.cuda = cuda
+        self.profile_dir = Path(profile_dir) if profile_dir else Path(tempfile.mkdtemp(prefix="perfscope-serve-"))
+        self.stop_ids = frozenset(self.tokenizer.stop_ids) if self.tokenizer is not None else frozenset()
+        eos = model.args.extra.get("eos_token_id")
+        if isinstance(eos, int):
+            self.stop_ids |= {eos}
+        self.clock = RealClock()
+        self.source = LiveSource(self.clock, on_control=self._control)
+        self.streams: dict[int, _Stream] = {}
+        self.ids = itertools.count()
+        self.created = int(time.time())
+        self._prof: Any = None
+        self._steps: list[LoadStep] = []
+        self._profiling = False
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="perfscope-serve-engine", daemon=True)
+
+    # ------------------------------------------------------------ the scheduler thread
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.source.stop()
+        self._thread.join(timeout)
+        for s in list(self.streams.values()):
+            s.loop.call_soon_threadsafe(s.events.put_nowait, (-1, 0.0, "abort"))
+
+    def _run(self) -> None:
+        try:
+            with SlotEngine(self.model, self.config.max_batch, self.max_len, self.kv_dtype) as engine:
+                serve(engine, [], self.config, self.clock, source=self.source, on_token=self._on_token,
+                      on_step=self._on_step)
+        except Exception as exc:  # noqa: BLE001 - the server answers 500 from now on, with this reason
+            self.error = f"{type(exc).__name__}: {exc}"
+            for s in list(self.streams.values()):
+                s.loop.call_soon_threadsafe(s.events.put_nowait, (-1, 0.0, "error"))
+        finally:
+            if self._prof is not None:
+                self._stop_profiler()
+
+    def _on_step(self, step: LoadStep) -> None:
+        if self._profiling:
+            self._steps.append(step)
+
+    def _on_token(self, trace: RequestTrace, token: int, t: float) -> str | None:
+        s = self.streams.get(trace.request_id)
+        if s is None or s.cancelled:
+            return "abort"
+        n = trace.output_tokens  # the token is already appended
+        reason: str | None = None
+        if token in s.stop_ids and n > s.min_tokens:
+            reason = "stop"
+        elif n >= s.max_tokens:
+            reason = "length"
+        s.loop.call_soon_threadsafe(s.events.put_nowait, (token, t, reason))
+        return reason
+
+    def _control(self, command: str, done: concurrent.futures.Future[Any]) -> None:
+        try:
+            if command == "start":
+                if self._prof is not None:
+                    raise ApiError(400, "the profiler is already running")
+                from perfscope.collectors.torch_profiler import start_profiler
+
+                self._steps = []
+                self._prof = start_profiler(self.cuda)
+                self._profiling = True
+                done.set_result({"status": "profiling", "perf_counter_ns": time.perf_counter_ns()})
+            else:
+                if self._prof is None:
+                    raise ApiError(400, "the profiler is not running (POST /start_profile first)")
+                done.set_result(self._stop_profiler())
+        except Exception as exc:  # noqa: BLE001 - handed to the HTTP side, answered as an error
+            done.set_exception(exc)
+
+    def _stop_profiler(self) -> dict[str, Any]:
+        from perfscope.collectors.torch_profiler import _export, stop_profiler
+
+        prof, self._prof, self._profiling = self._prof, None, False
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        stop_profiler(prof)
+        folder = self.profile_dir / f"profile-{time.strftime('%Y%m%d-%H%M%S')}-{time.perf_counter_ns()}"
+        trace = _export(prof, folder)
+        steps = folder / "steps.json"
+        steps.write_text(json.dumps({"clock": "time.perf_counter_ns", "origin_ns": self.clock.origin_ns,
+                                     "steps": [asdict(s) for s in self._steps]}), encoding="utf-8")
+        return {"status": "stopped", "trace": str(trace), "steps": str(steps), "perf_counter_ns": time.perf_counter_ns()}
+
+    async def control(self, command: str) -> dict[str, Any]:
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.source.submit((command, done))
+        return await asyncio.wrap_future(done)
+
+    # ------------------------------------------------------------ requests
+    def parse(self, path: str, body: dict[str, Any]) -> tuple[list[int], int, int, bool, bool, bool]:
+        """(prompt ids, max tokens, min tokens, ignore eos, stream, include usage) of a request body."""
+        chat = path.endswith("chat/completions")
+        model = body.get("model")
+        if model is not None and model != self.name:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        if body.get("n", 1) != 1:
+            raise ApiError(400, "only n=1 is supported", param="n")
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs or not all(
+                    isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs):
+                raise ApiError(400, "messages must be a non-empty list of {role, content} with string content",
+                               param="messages")
+            if self.tokenizer is None:
+                raise ApiError(400, f"model {self.name} has no tokenizer nor chat template: use /v1/completions "
+                                    "with token-id prompts", param="messages")
+            from perfscope.errors import PerfscopeError
+
+            try:
+                text = self.tokenizer.apply_chat([{"role": str(m.get("role", "user")), "content": m["content"]}
+                                                  for m in msgs])
+            except PerfscopeError as exc:
+                raise ApiError(400, str(exc), param="messages") from None
+            ids = list(self.tokenizer.backend.encode(text, add_special_tokens=False).ids)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+                prompt = prompt[0]
+            if isinstance(prompt, str):
+                if self.tokenizer is None:
+                    raise ApiError(400, f"model {self.name} has no tokenizer: give the prompt as token ids",
+                                   param="prompt")
+                ids = self.tokenizer.encode(prompt)
+            elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                             for t in prompt):
+                ids = list(prompt)
+                vocab = self.model.args.vocab_size
+                bad = [t for t in ids if not 0 <= t < vocab]
+                if bad:
+                    raise ApiError(400, f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})", param="prompt")
+            else:
+                raise ApiError(400, "prompt must be a string or a non-empty list of token ids (one prompt a request)",
+                               param="prompt")
+        if not ids:
+            raise ApiError(400, "the prompt is empty", param="prompt")
+        key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = body.get(key, 16 if not chat else None)
+        if max_tokens is None:
+            max_tokens = self.max_len - len(ids)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ApiError(400, f"{key} must be an integer >= 1, got {max_tokens!r}", param=key)
+        if len(ids) + max_tokens > self.max_len:
+            raise ApiError(400, f"This model's maximum context length is {self.max_len} tokens. However, you "
+                                f"requested {len(ids) + max_tokens} tokens ({len(ids)} in the prompt, {max_tokens} "
+                                "for the completion). Please reduce the prompt or the completion length.",
+                           param=key)
+        min_tokens = body.get("min_tokens") or 0
+        if not isinstance(min_tokens, int) or min_tokens < 0:
+            raise ApiError(400, f"min_tokens must be an integer >= 0, got {min_tokens!r}", param="min_tokens")
+        opts = body.get("stream_options") or {}
+        if not isinstance(opts, dict):
+            raise ApiError(400, "stream_options must be an object", param="stream_options")
+        return (ids, max_tokens, min(min_tokens, max_tokens), bool(body.get("ignore_eos")), bool(body.get("stream")),
+                bool(opts.get("include_usage")))
+
+    def submit(self, ids: list[int], max_tokens: int, min_tokens: int, ignore_eos: bool) -> tuple[int, _Stream]:
+        if self.error is not None:
+            raise ApiError(500, f"the engine stopped: {self.error}", "InternalServerError")
+        rid = next(self.ids)
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), max_tokens,
+                         frozenset() if ignore_eos else self.stop_ids, min_tokens)
+        self.streams[rid] = stream
+        self.source.submit(LoadRequest(rid, self.clock.now(), tuple(ids), max_tokens))
+        return rid, stream
+
+    def text(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return "".join(f" {t}" for t in ids)
+        return str(self.tokenizer.decode(ids))
+
+
+# ---------------------------------------------------------------- HTTP
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
+            500: "Internal Server Error"}
+
+
+def _head(status: int, content_type: str, length: int | None = None) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Type: {content_type}",
+             "Connection: close", "Cache-Control: no-cache"]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _send_json(writer: asyncio.StreamWriter, status: int, obj: Any) -> None:
+    data = json.dumps(obj).encode()
+    writer.write(_head(status, "application/json", len(data)) + data)
+    await writer.drain()
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, Any] | None]:
+    line = await reader.readline()
+    parts = line.decode("latin-1").split()
+    if len(parts) < 2:
+        raise ApiError(400, "bad request line")
+    method, target = parts[0].upper(), parts[1].split("?", 1)[0]
+    headers: dict[str, str] = {}
+    while True:
+        h = await reader.readline()
+        if h in (b"\r\n", b"\n", b""):
+            break
+        k, _, v = h.decode("latin-1").partition(":")
+        headers[k.strip().lower()] = v.strip()
+    n = int(headers.get("content-length") or 0)
+    if n > MAX_BODY:
+        raise ApiError(413, f"the request body is over {MAX_BODY >> 20} MiB")
+    body = None
+    if n:
+        raw = await reader.readexactly(n)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise ApiError(400, "the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+    return method, target, body
+
+
+class HttpFront:
+    """The asyncio HTTP server in front of an :class:`EngineServer`."""
+
+    ROUTES: ClassVar[dict[str, str]] = {"/v1/models": "GET", "/health": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST",
+              "/start_profile": "POST", "/stop_profile": "POST"}
+
+    def __init__(self, server: EngineServer) -> None:
+        self.server = server
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                method, path, body = await _read_request(reader)
+                want = self.ROUTES.get(path)
+                if want is None:
+                    raise ApiError(404, f"no route {path}", "NotFoundError")
+                if method != want:
+                    raise ApiError(405, f"{path} takes {want}, not {method}")
+                await self.route(method, path, body or {}, writer)
+            except ApiError as exc:
+                await _send_json(writer, exc.status, exc.body())
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the server
+                await _send_json(writer, 500, ApiError(500, f"{type(exc).__name__}: {exc}",
+                                                       "InternalServerError").body())
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def route(self, method: str, path: str, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        srv = self.server
+        if path == "/v1/models":
+            await _send_json(writer, 200, {"object": "list", "data": [
+                {"id": srv.name, "object": "model", "created": srv.created, "owned_by": "perfscope",
+                 "max_model_len": srv.max_len, "vocab_size": srv.model.args.vocab_size}]})
+        elif path == "/health":
+            await _send_json(writer, 500 if srv.error else 200, {"status": srv.error or "ok",
+                                                                 "perf_counter_ns": time.perf_counter_ns()})
+        elif path in ("/start_profile", "/stop_profile"):
+            await _send_json(writer, 200, await srv.control("start" if path == "/start_profile" else "stop"))
+        else:
+            await self.complete(path, body, writer)
+
+    async def complete(self, path: str, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        srv = self.server
+        chat = path.endswith("chat/completions")
+        ids, max_tokens, min_tokens, ignore_eos, stream, usage = srv.parse(path, body)
+        rid, s = srv.submit(ids, max_tokens, min_tokens, ignore_eos)
+        prefix = "chatcmpl" if chat else "cmpl"
+        base = {"id": f"{prefix}-{rid}", "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": srv.name}
+        out: list[int] = []
+        sent = ""
+        reason: str | None = None
+
+        def choice(piece: str, finish: str | None) -> dict[str, Any]:
+            if chat:
+                return {"index": 0, "delta": {"content": piece} if piece or finish is None else {},
+                        "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish}
+
+        async def event(obj: Any) -> None:
+            writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            await writer.drain()
+
+        try:
+            if stream:
+                writer.write(_head(200, "text/event-stream"))
+                if chat:
+                    await event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                      "logprobs": None, "finish_reason": None}]})
+            while reason is None:
+                token, _, reason = await s.events.get()
+                if token < 0:
+                    if reason == "error":
+                        raise ApiError(500, f"the engine stopped: {srv.error}", "InternalServerError")
+                    break
+                if reason != "stop":
+                    out.append(token)
+                if stream:
+                    text = srv.text(out)
+                    if text.endswith("\ufffd") and reason is None:
+                        continue  # an incomplete UTF-8 character: wait for the next token
+                    piece, sent = text[len(sent):], text
+                    if piece:
+                        await event({**base, "choices": [choice(piece, None)]})
+            n_out = len(out) + (1 if reason == "stop" else 0)
+            counts = {"prompt_tokens": len(ids), "completion_tokens": n_out, "total_tokens": len(ids) + n_out}
+            if stream:
+                await event({**base, "choices": [choice("", reason or "abort")]})
+                if usage:
+                    await event({**base, "choices": [], "usage": counts})
+                writer.write(b"data: [DONE]\n\n")
+                await writer.drain()
+            else:
+                text = srv.text(out)
+                msg = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                        "finish_reason": reason} if chat else
+                       {"index": 0, "text": text, "logprobs": None, "finish_reason": reason})
+                await _send_json(writer, 200, {"id": base["id"], "object": "chat.completion" if chat else
+                                               "text_completion", "created": base["created"], "model": srv.name,
+                                               "choices": [msg], "usage": counts})
+        except (ConnectionError, asyncio.CancelledError):
+            s.cancelled = True
+            raise
+        finally:
+            s.cancelled = True
+            srv.streams.pop(rid, None)
+
+
+def serve_http(server: EngineServer, host: str, port: int, *, ready: Callable[[int], None] | None = None) -> None:
+    """Serve until Ctrl-C: ``ready(port)`` is called once listening (``port`` 0: the OS picks one)."""
+    front = HttpFront(server)
+
+    async def main() -> None:
+        srv = await asyncio.start_server(front.handle, host, port, reuse_address=True)
+        bound = srv.sockets[0].getsockname()[1]
+        server.start()
+        if ready is not None:
+            ready(int(bound))
+        async with srv:
+            await srv.serve_forever()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
+
+
+def model_name_for(name: str) -> str:
+    """The id ``/v1/models`` gives: the name the user passed (a path's last part for folders and files)."""
+    p = Path(name)
+    return p.name if ("/" in name or name.endswith(".gguf")) else name
+
+
+__all__ = ["ApiError", "EngineServer", "HttpFront", "LiveSource", "is_loopback", "model_name_for", "serve_http"]

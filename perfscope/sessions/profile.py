@@ -1,0 +1,608 @@
+"""Profiling sessions: run a workload under a collector, analyse the capture, return a Report.
+
+This is the one place (with the CLI) that crosses layers: engine -> collectors -> analysis.
+
+- :func:`profile_engine` runs the built-in reference engine: an identical warm-up run (every
+  shape, and any compilation, is seen before anything is measured), warm unprofiled passes (the
+  headline serving metrics: TTFT, TPOT, MFU, MBU), then the profiled run (the kernel breakdown
+  and the profiler's overhead), and adds both runs' step and request records to the report.
+- :func:`profile_script` runs a Python script in-process under torch.profiler, with every
+  transformers ``generate()`` call recorded as steps and requests; when it has some, the script
+  runs again with the step timing only (the headline TTFT/TPOT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..device import DeviceSpec
+from ..errors import UnsupportedDeviceError, UsageError
+from ..report import Report, source_info
+
+Progress = Callable[[str], None]
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """What to run: the built-in engine's model and workload options (``perfscope profile``)."""
+
+    model: str = "small"
+    batch: int = 1
+    prompt_len: int = 128
+    gen_len: int = 32
+    device: str = "auto"
+    dtype: str = "float32"
+    attention: str = "sdpa"
+    chunked_prefill: int | None = None
+    prefix_cache: bool = False
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    compile: bool | None = None  # None: compile decode on CUDA (CUDA graphs), eager on the CPU
+    prompt_file: str | None = None  # real prompts (a model with a tokenizer): one per line, or .jsonl
+    chat: bool = False  # wrap each prompt of prompt_file in the model's chat template
+    ignore_eos: bool = False  # generate gen_len tokens even past the end-of-sequence token
+    speculative: str | None = None  # "ngram" or "self:N" (perfscope.engine.speculative)
+    draft_len: int = 4
+
+    def resolved_compile(self, device: str) -> bool:
+        """Whether decode is compiled on ``device``: the flag, or by default only on CUDA (speculative
+        decoding runs eagerly)."""
+        from perfscope.engine.generate import default_compile
+
+        if self.compile is not None:
+            return self.compile
+        return default_compile(device.split(":")[0], self.speculative)
+
+    def check(self) -> None:
+        """Raise UsageError for out-of-range options (one clear line each)."""
+        for name in ("batch", "prompt_len", "gen_len"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.chunked_prefill is not None and self.chunked_prefill < 1:
+            raise UsageError(f"--chunked-prefill must be at least 1, got {self.chunked_prefill}")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.attention not in ("sdpa", "naive"):
+            raise UsageError(f"--attention must be sdpa or naive, got {self.attention!r}")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available else ``cpu``; checks that ``cuda`` exists."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UnsupportedDeviceError("--device cuda was requested but this machine has no CUDA device",
+                                     hint="use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise UsageError(f"--device must be cpu, cuda or auto, got {device!r}")
+    return device
+
+
+def _noop(_: str) -> None:
+    return None
+
+
+def read_prompt_file(path: str | Path) -> list[str]:
+    """Prompts of a text file: one per non-empty line, or for ``.jsonl`` one JSON string (or an
+    object with a ``prompt`` key) per line, so a prompt can hold newlines."""
+    import json
+
+    from ..errors import InputFormatError
+
+    p = Path(path).expanduser()
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFormatError(p, f"cannot read the prompt file ({exc})") from exc
+    prompts = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if p.suffix == ".jsonl":
+            try:
+                item = json.loads(line)
+                prompts.append(str(item["prompt"] if isinstance(item, dict) else item))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputFormatError(p, f"line {i} is not a JSON string or {{\"prompt\": ...}} ({exc})") from exc
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise InputFormatError(p, "the prompt file holds no prompt", hint="write one prompt per line")
+    return prompts
+
+
+def engine_prompts(run: EngineRun, vocab_size: int, tokenizer: Any = None) -> list[list[int]]:
+    """The run's prompts: the prompt file's, tokenized (``--chat``: with the chat template), or
+    random ones (seeded); with ``--prefix-cache`` random prompts share their first half."""
+    from perfscope.engine.generate import random_prompts
+
+    if run.prompt_file:
+        if tokenizer is None:
+            raise UsageError(f"--prompt-file needs a model with a tokenizer; {run.model!r} has none",
+                             hint="use --model smollm2-135m or a .gguf file")
+        texts = read_prompt_file(run.prompt_file)
+        return [tokenizer.chat_ids(t) if run.chat else tokenizer.encode(t) for t in texts]
+
+    prompts = random_prompts(run.batch, run.prompt_len, vocab_size, seed=run.seed)
+    if run.prefix_cache and run.batch > 1:
+        shared = max(run.prompt_len // 2, 1)
+        prompts = [prompts[0][:shared] + p[shared:] for p in prompts]
+    return prompts
+
+
+NOISY_BASELINE = 0.10
+"""The two fastest warm unprofiled passes further apart than this (relative to the faster) are a
+noisy baseline: another pass is run (up to :data:`MAX_PASSES`), and if they still disagree, a warning."""
+MAX_PASSES = 4
+RECHECK_PASSES = 3
+"""Unprofiled passes run again after the profiled run while it was the faster (a disturbed baseline)."""
+
+
+def pass_spread(walls: Sequence[float]) -> float | None:
+    """How far apart the two fastest passes are: second fastest / fastest - 1 (None with one pass)."""
+    fast = sorted(walls)[:2]
+    return fast[1] / fast[0] - 1.0 if len(fast) == 2 and fast[0] > 0 else None
+
+
+def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
+                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
+                   model: Any = None, baseline: int | bool = True, **overrides: Any) -> Report:
+    """Profile the reference engine and return its Report (not saved).
+
+    The run order is: an identical warm-up run (so every shape the measured runs meet, and any
+    torch.compile / CUDA-graph capture, has run before), ``baseline`` warm unprofiled passes
+    (the headline: the fastest pass; while the two fastest disagree by more than 10% another is
+    run, up to four, and a disagreement left makes a warning), then the profiled run (the kernel
+    breakdown; its own step and request records are kept beside the unprofiled ones, labelled).
+    While the profiled run is faster than every unprofiled pass, up to three more passes follow.
+
+    Args:
+        run: the workload; keyword ``overrides`` replace its fields.
+        progress: called with a short stage label as the run advances.
+        roofs: device roofs to classify against (default: measured once per machine, cached).
+        keep_trace_dir: where to leave the raw trace (``trace.json.gz``); a temp dir by default.
+        model: an already built engine model to reuse (a sweep builds it once).
+        baseline: how many warm unprofiled passes to run (True: 2, False: 0; without one the
+            headline falls back to the profiled run's figures).
+    """
+    import time
+
+    import torch
+
+    from perfscope.collectors.roofs import device_roofs
+    from perfscope.collectors.torch_profiler import profile_callable
+    from perfscope.engine.generate import SamplingParams, build_model, generate
+
+    run = dataclasses.replace(run or EngineRun(), **overrides)
+    run.check()
+    passes = 2 if baseline is True else int(baseline)
+    say = progress or _noop
+    device = resolve_device(run.device)
+    run = dataclasses.replace(run, compile=run.resolved_compile(device), device=device)
+    say("measuring device roofs (once per machine)")
+    spec = roofs or device_roofs(device)
+    say(f"building model {run.model}")
+    if model is None:
+        model = build_model(run.model, device=device, dtype=getattr(torch, run.dtype),
+                            attention=run.attention, seed=run.seed)
+    tokenizer = getattr(model, "tokenizer", None)
+    prompts = engine_prompts(run, model.args.vocab_size, tokenizer)
+    if run.prompt_file:  # the file sets the batch and the prompt lengths
+        run = dataclasses.replace(run, batch=len(prompts), prompt_len=max(len(p) for p in prompts))
+    sampling = SamplingParams(run.temperature, run.top_k, run.top_p, run.seed)
+    options: dict[str, Any] = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache,
+                               "compile": run.compile}
+    if tokenizer is not None and not run.ignore_eos:
+        options["stop_ids"] = tokenizer.stop_ids
+    if run.speculative:
+        options.update(speculative=run.speculative, draft_len=run.draft_len)
+
+    def once() -> Any:
+        return generate(model, prompts, run.gen_len, sampling, **options)
+
+    say("warm-up (compiling decode)" if run.compile else "warm-up")
+    if run.compile:
+        torch._dynamo.reset()  # a fresh compile per workload: a sweep's shapes never hit the recompile limit
+    t0 = time.perf_counter()
+    once()
+    warmup_s = time.perf_counter() - t0
+    say("unprofiled runs")
+    unprofiled = [once() for _ in range(passes)]
+    while passes > 1 and len(unprofiled) < MAX_PASSES and \
+            (pass_spread([r.wall_s for r in unprofiled]) or 0) > NOISY_BASELINE:
+        unprofiled.append(once())  # the two fastest passes disagree: measure again
+    say("profiled run")
+    trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
+    result, capture = profile_callable(once, trace_dir, cuda=device.startswith("cuda"))
+    extra = 0
+    while result is not None and unprofiled and extra < RECHECK_PASSES and \
+            result.wall_s < min(r.wall_s for r in unprofiled):
+        unprofiled.append(once())  # faster with the profiler than without: the baseline was disturbed; recheck
+        extra += 1
+    say("analysing the trace")
+    base = min(unprofiled, key=lambda r: r.wall_s) if unprofiled else None
+    if result is None and base is None:
+        from perfscope.errors import PerfscopeError
+
+        raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
+    report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s)
+    if capture.interrupted:
+        report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
+    return report
+
+
+def baseline_params(profiled_s: float, passes_s: Sequence[float], warmup_s: float,
+                    compiled: bool) -> tuple[dict[str, Any], list[str]]:
+    """Manifest params comparing the profiled run with the warm unprofiled passes, and warnings.
+
+    ``profiler_overhead_ratio`` is profiled wall / the faster unprofiled pass, as measured; a
+    ratio below 1 or two passes that disagree by more than :data:`NOISY_BASELINE` is a disturbed
+    baseline (a loaded machine, a cold shape) and makes a warning, never an "overhead below 1".
+    ``compile_s`` is the warm-up's extra time over a warm run (compilation and CUDA-graph capture).
+    """
+    from perfscope.engine.generate import compile_seconds
+
+    warnings: list[str] = []
+    base_s = min(passes_s) if passes_s else None
+    ratio = profiled_s / base_s if base_s else None
+    spread = pass_spread(passes_s)
+    if spread is not None and spread > NOISY_BASELINE:
+        warnings.append(f"noisy unprofiled baseline: warm passes took {', '.join(f'{s:.3g}' for s in passes_s)} s "
+                        f"(the two fastest {spread * 100:.0f}% apart, limit {NOISY_BASELINE * 100:.0f}%); the headline "
+                        "figures come from the fastest; rerun on a quieter machine to trust them")
+    if ratio is not None and ratio < 1.0:
+        warnings.append(f"the profiled run ({profiled_s:.3g} s) was faster than the warm unprofiled baseline "
+                        f"({base_s:.3g} s): the baseline was disturbed (machine load or a cold shape), so the "
+                        "profiler's overhead could not be measured in this run")
+    params = {"profiled_wall_s": profiled_s, "unprofiled_wall_s": base_s, "unprofiled_wall_s_passes": list(passes_s),
+              "profiler_overhead_ratio": ratio, "baseline_spread": spread, "warmup_s": warmup_s,
+              "compile_s": compile_seconds(warmup_s, base_s) if compiled else None}
+    return params, warnings
+
+
+def _relative_steps(steps: Sequence[Any]) -> pd.DataFrame:
+    """An unprofiled run's step records with times from its first step's start."""
+    df = pd.DataFrame([dataclasses.asdict(s) for s in steps])
+    if len(df):
+        t0 = int(df["start_ns"].min())
+        df["start_ns"], df["end_ns"] = df["start_ns"] - t0, df["end_ns"] - t0
+        df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return df
+
+
+def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
+                   passes_s: Sequence[float], warmup_s: float) -> Report:
+    from perfscope.analysis.costs.compiled_steps import cost_compiled_attention, cost_compiled_steps
+    from perfscope.analysis.costs.roofline import precision_of
+    from perfscope.analysis.readers.finish import finish
+    from perfscope.analysis.readers.kineto.reader import (
+        MISSING_COST,
+        import_kineto,
+        missing_formulas_warning,
+    )
+
+    imported = import_kineto(capture.trace_path, device=spec)
+    warnings = imported.warnings + list(capture.warnings)
+    steps, note = align_steps(result.steps, imported.tables["ranges"], own_clock=run.device.startswith("cuda"))
+    if note:
+        warnings.append(note)
+    kernels = imported.tables["kernels"]
+    if result.params.get("compile") and not run.device.startswith("cuda"):  # inductor's CPU kernels: costs
+        cost = cost_compiled_steps if result.params.get("decode_matmuls_in_kernels") else cost_compiled_attention
+        kernels = cost(kernels, steps, precision_of(result.params.get("dtype")))
+        warnings = [w for w in warnings if not w.startswith(MISSING_COST)] + missing_formulas_warning(kernels)
+    tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests]),
+              "kernels": kernels}
+    if base is not None:
+        tables["steps_unprofiled"] = _relative_steps(base.steps)
+        tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
+    timing, notes = baseline_params(result.wall_s, passes_s, warmup_s, bool(run.compile))
+    warnings += notes
+    return finish(imported.with_tables(**tables).with_manifest(
+        name=(f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
+              else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
+        + (f"-{run.speculative}" if run.speculative else ""),
+        source=source_info("engine", None, "torch.profiler", capture.torch_version),
+        command=list(sys.argv),
+        params={**imported.params, **result.params, **dataclasses.asdict(run), **timing},
+        warnings=warnings,
+        partial=bool(capture.partial or imported.manifest.get("partial")),
+    ))
+
+
+def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
+                own_clock: bool = False) -> tuple[pd.DataFrame, str | None]:
+    """The engine's step records on the trace's timeline.
+
+    The i-th ``prefill``/``decode`` range of the trace is the i-th step (the engine emits one
+    range per step, in order). With ``own_clock`` (CUDA: the steps were timed with CUDA events,
+    while the ranges are the host's launch intervals, which run ahead of the GPU) or when the
+    counts differ (a partial trace), steps keep their own clock shifted onto the trace's first
+    phase range; a note says so in the second case.
+    """
+    rows = [dataclasses.asdict(s) for s in steps]
+    df = pd.DataFrame(rows)
+    if not len(df):
+        return df, None
+    from perfscope.analysis.tree import PHASES
+
+    marks = ranges[ranges["name"].isin(PHASES)].sort_values("start_ns")
+    matched = len(marks) == len(df) and (marks["name"].to_numpy() == df["phase"].to_numpy()).all()
+    if matched and not own_clock:
+        df["start_ns"] = marks["start_ns"].to_numpy()
+        df["end_ns"] = marks["end_ns"].to_numpy()
+        note = None
+    else:
+        shift = int(marks["start_ns"].iloc[0]) - int(df["start_ns"].iloc[0]) if len(marks) else 0
+        df["start_ns"] = df["start_ns"] + shift
+        df["end_ns"] = df["end_ns"] + shift
+        note = None if matched else (f"the trace has {len(marks)} prefill/decode/draft/verify ranges for {len(df)} engine steps; "
+                "step times come from the engine's own clock")
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return df, note
+
+
+def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progress | None = None,
+                   roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
+                   baseline: bool = True, stack: bool = False) -> Report:
+    """Run a Python script in-process under torch.profiler and return its Report.
+
+    Every transformers ``generate()`` call of the script is recorded step by step
+    (:mod:`perfscope.collectors.hf_generate`): its forwards become the ``steps`` and its sequences
+    the ``requests``. When the profiled run recorded steps and ``baseline`` is set, the script is
+    run once more without torch.profiler, with the step timing only: that run's steps and requests
+    (``steps_unprofiled``, ``requests_unprofiled``) are the headline TTFT/TPOT, and the profiled
+    run's ``generate()`` time over that run's is ``profiler_overhead_ratio``. The profiled run goes
+    first: the baseline then sees every shape warm (the ratio includes the first run's one-time
+    costs), and a script without ``generate()`` runs once. ``stack``: record Python stacks in the
+    profiled run, whose nn.Module calls give the report its module hierarchy.
+    """
+    from perfscope.collectors.hf_generate import GenerateRecorder
+    from perfscope.collectors.roofs import device_roofs
+    from perfscope.collectors.torch_profiler import profile_callable, run_script, script_target
+
+    script_target(argv)  # validate before measuring anything
+    say = progress or _noop
+    dev = resolve_device(device)
+    say("measuring device roofs (once per machine)")
+    spec = roofs or device_roofs(dev)
+    trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
+    say("running the script under torch.profiler")
+    with GenerateRecorder() as recorder:
+        _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"),
+                                      with_stack=stack)
+    profiled, base = recorder.recording, None
+    interrupted = capture.interrupted
+    if baseline and profiled.steps and not capture.partial:
+        say("running the script again without the profiler (headline TTFT/TPOT)")
+        base, interrupted = _unprofiled_script_run(argv)
+    say("analysing the trace")
+    return _script_report(argv, spec, capture, profiled, base, interrupted, dev.startswith("cuda"))
+
+
+def _unprofiled_script_run(argv: Sequence[str]) -> tuple[Any, bool]:
+    """The script run again with the ``generate()`` step timing only: (its recording, or None when
+    the run failed; interrupted)."""
+    from perfscope.collectors.hf_generate import GenerateRecorder
+    from perfscope.collectors.torch_profiler import run_script
+
+    with GenerateRecorder() as recorder:
+        try:
+            run_script(argv)
+        except KeyboardInterrupt:
+            return None, True
+        except Exception as exc:  # noqa: BLE001 - the second run failing must not lose the profiled one
+            recorder.recording.warnings.append(f"the unprofiled run of the script failed ({type(exc).__name__}: "
+                                               f"{exc}); the headline figures come from the profiled run")
+            recorder.recording.steps.clear()
+    return recorder.recording, False
+
+
+def hf_tables(profiled: Any, base: Any, ranges: pd.DataFrame, *, cuda: bool) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """The steps and requests tables of transformers ``generate()`` recordings (the profiled run's on
+    the trace's timeline; the unprofiled run's from its first step), and notes."""
+    notes = list(profiled.warnings)
+    tables: dict[str, pd.DataFrame] = {}
+    if profiled.steps:
+        steps, note = align_steps(profiled.steps, ranges, own_clock=cuda)
+        tables.update(steps=steps, requests=pd.DataFrame(profiled.requests))
+        notes += [note] if note else []
+    if base is not None and base.steps:
+        tables.update(steps_unprofiled=_relative_steps(base.steps), requests_unprofiled=pd.DataFrame(base.requests))
+        notes += [w for w in base.warnings if w not in notes]
+    return tables, notes
+
+
+def hf_report(trace_path: Path, spec: DeviceSpec, profiled: Any, base: Any = None, *, cuda: bool,
+              partial: bool = False) -> Report:
+    """The Report of a torch.profiler trace with the transformers ``generate()`` recordings of the
+    profiled run (``profiled``) and of an unprofiled run of the same work (``base``, or None)."""
+    from perfscope.analysis.readers.finish import finish
+    from perfscope.analysis.readers.kineto.reader import import_kineto
+
+    imported = import_kineto(trace_path, device=spec)
+    tables, notes = hf_tables(profiled, base, imported.tables["ranges"], cuda=cuda)
+    params: dict[str, Any] = imported.params
+    if profiled.steps:
+        params.update(profiled.params(), **hf_timing(profiled, base, notes))
+        if not params.get("unprofiled_wall_s_passes"):
+            notes.append("no unprofiled run of this generate() work (--no-baseline, perfscope.profile(), or a failed "
+                         "second run): TTFT/TPOT are the profiled run's, slowed by torch.profiler")
+    return finish(imported.with_tables(**tables).with_manifest(
+        params=params, warnings=imported.warnings + notes,
+        partial=bool(partial or imported.manifest.get("partial"))))
+
+
+def _median_decode_s(recording: Any) -> float | None:
+    durations = [s.end_ns - s.start_ns for s in recording.steps if s.phase == "decode"]
+    return float(np.median(durations)) / 1e9 if durations else None
+
+
+def hf_timing(profiled: Any, base: Any, notes: list[str]) -> dict[str, Any]:
+    """Manifest params comparing the profiled and the unprofiled ``generate()`` runs (notes appended).
+
+    ``profiled_wall_s`` / ``unprofiled_wall_s`` are the runs' summed ``generate()`` times; the
+    ``profiler_overhead_ratio`` is their median decode steps' ratio when both have decode steps
+    (the profiled run goes first, so its whole-call time also holds the first call's one-time
+    costs: lazy initialisation, the first forward's allocations), else the ``generate()`` time ratio.
+    """
+    passes = [base.generate_s] if base is not None and base.steps else []
+    prof_s, base_s = _median_decode_s(profiled), _median_decode_s(base) if passes else None
+    steady = prof_s is not None and base_s is not None
+    timing, timing_notes = baseline_params(prof_s if steady else profiled.generate_s,  # type: ignore[arg-type]
+                                           [base_s] if steady else passes, float("nan"), False)
+    timing.update(profiled_wall_s=profiled.generate_s, unprofiled_wall_s=passes[0] if passes else None,
+                  unprofiled_wall_s_passes=passes, warmup_s=None,
+                  profiler_overhead_basis="median decode step" if steady else "generate() time")
+    notes += timing_notes
+    return timing
+
+
+def _script_report(argv: Sequence[str], spec: DeviceSpec, capture: Any, profiled: Any, base: Any,
+                   interrupted: bool, cuda: bool) -> Report:
+    report = hf_report(capture.trace_path, spec, profiled, base, cuda=cuda, partial=capture.partial)
+    return report.with_manifest(
+        name=Path(list(argv)[-1] if argv else "script").stem,
+        source=source_info("torch-script", None, "torch.profiler", capture.torch_version),
+        command=list(argv), warnings=report.warnings + capture.warnings,
+        params={"profiled_wall_s": capture.wall_s, **report.params, "script_wall_s": capture.wall_s,
+                "interrupted": interrupted},
+    )
+
+
+def profile_external(argv: Sequence[str], *, collector: str, options: Any = None, nvml: bool = False,
+                     nvml_rate_hz: float = 10.0, work_dir: Path | None = None,
+                     progress: Progress | None = None) -> tuple[Report, dict[str, Path]]:
+    """Run any command under ``nsys`` or ``ncu`` (optionally with NVML sampling) and import it.
+
+    Returns:
+        (the Report, raw files to keep in the report folder by relative name). When the run
+        was interrupted the report is marked partial and ``interrupted`` is set in its params.
+    """
+    from contextlib import nullcontext
+
+    from perfscope.analysis.readers.detect import import_file
+    from perfscope.collectors import CaptureInterrupted, get_collector
+    from perfscope.errors import CollectorError
+
+    say = progress or _noop
+    col = get_collector(collector)
+    opts = options if options is not None else col.options_type()  # type: ignore[attr-defined]
+    work = work_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
+    sampler = nvml_sampler(nvml_rate_hz) if nvml and collector != "nvml" else None
+    interrupted = False
+    say(f"running under {collector}")
+    with sampler if sampler is not None else nullcontext():
+        try:
+            capture = col.collect(list(argv), work, opts)
+        except CaptureInterrupted as exc:
+            capture, interrupted = exc.capture, True
+    if capture.primary is None or not capture.primary.exists():
+        raise CollectorError(collector, list(capture.commands[-1]) if capture.commands else list(argv), None,
+                             "no output file was written")
+    say("importing the capture")
+    reports = [p for p in capture.files if p.suffix == ".ncu-rep" and p.exists()]
+    if len(reports) > 1:  # ncu top-N: one report per top kernel
+        from perfscope.analysis.readers.ncu.reader import read_ncu_reps
+
+        report = read_ncu_reps(reports)
+    else:
+        report = import_file(capture.primary)
+    report = report.with_manifest(
+        name=Path(argv[0]).name if argv else collector,
+        source={**capture.source(), "path": capture.primary.name},
+        command=[list(c) for c in capture.commands],
+        partial=bool(report.manifest.get("partial") or capture.partial or interrupted),
+        warnings=report.warnings + list(capture.warnings),
+        unavailable_metrics=report.unavailable_metrics + list(capture.unavailable_metrics),
+        params={**report.params, **dict(capture.params), "collector": collector, "interrupted": interrupted},
+    )
+    if sampler is not None:
+        from perfscope.api import attach_counters
+
+        report = attach_counters(report, sampler)
+    raw = {f"raw/{p.name}": p for p in capture.files if p.exists()}
+    return report, raw
+
+
+def nvml_sampler(rate_hz: float) -> Any:
+    """An NVML sampler at ``rate_hz`` (a context manager; ``--nvml`` with any collector)."""
+    from perfscope.collectors import NvmlSampler
+
+    return NvmlSampler(rate_hz)
+
+
+def profile_sweep(base: EngineRun, batches: Sequence[int], prompt_lens: Sequence[int], *,
+                  progress: Callable[[str], None] | None = None, roofs: DeviceSpec | None = None) -> Report:
+    """Profile every (batch, prompt length) combination into one report.
+
+    Every table gains ``run`` (``b4-p512``), ``batch`` and ``prompt_len`` columns; the model is
+    built once; each run has an identical warm-up and one warm unprofiled pass (its headline).
+    """
+    import torch
+
+    from perfscope.collectors.roofs import device_roofs
+    from perfscope.engine.generate import build_model
+
+    if not batches or not prompt_lens:
+        raise UsageError("a sweep needs at least one batch size and one prompt length")
+    base.check()
+    say = progress or _noop
+    device = resolve_device(base.device)
+    spec = roofs or device_roofs(device)
+    model = build_model(base.model, device=device, dtype=getattr(torch, base.dtype),
+                        attention=base.attention, seed=base.seed)
+    parts: list[Report] = []
+    for b in batches:
+        for p in prompt_lens:
+            say(f"batch {b}, prompt {p}")
+            parts.append(profile_engine(dataclasses.replace(base, batch=b, prompt_len=p, device=device),
+                                        roofs=spec, model=model, baseline=1))
+    return _combine_sweep(parts, base, list(batches), list(prompt_lens), spec)
+
+
+def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], prompt_lens: list[int],
+                   spec: DeviceSpec) -> Report:
+    from perfscope.schema import TABLES
+
+    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    runs, id_offset = [], 0
+    for part in parts:
+        label = f"b{part.params['batch']}-p{part.params['prompt_len']}"
+        runs.append({"run": label, "batch": part.params["batch"], "prompt_len": part.params["prompt_len"],
+                     "warnings": part.warnings})
+        for name in TABLES:
+            df = part.table(name).assign(run=label, batch_size=part.params["batch"],
+                                         prompt_len=part.params["prompt_len"])
+            if name == "ranges" and len(df):
+                df = df.assign(id=df["id"] + id_offset, parent=df["parent"] + id_offset)
+            tables[name].append(df)
+        id_offset += int(part.ranges["id"].max()) + 1 if len(part.ranges) else 0
+    combined = {name: pd.concat(dfs, ignore_index=True) for name, dfs in tables.items() if dfs}
+    manifest = {
+        "name": f"sweep-{base.model}",
+        "source": source_info("engine-sweep", None, "torch.profiler",
+                              parts[0].manifest["source"]["tool_version"] if parts else None),
+        "command": list(sys.argv),
+        "device": spec.to_dict(),
+        "params": {**dataclasses.asdict(base), "sweep": {"batch": batches, "prompt_len": prompt_lens,
+                                                         "runs": runs}},
+        "warnings": sorted({w for p in parts for w in p.warnings}),
+        "partial": any(p.manifest.get("partial") for p in parts),
+    }
+    return Report.build(combined, manifest, source="sweep")

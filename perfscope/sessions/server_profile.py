@@ -1,0 +1,153 @@
+"""The server's profile of a load test's window, on the client's timeline.
+
+:class:`ProfileSession` estimates the offset between the client's clock and the server's
+(``time.perf_counter_ns``: CLOCK_MONOTONIC on Linux) from round trips to ``/health`` when the
+server says its clock there (perfscope serve), the midpoint of each round trip against the
+server's reading, the shortest round trip kept (its half is the uncertainty) as NTP does;
+then ``POST /start_profile`` before the first request and ``POST /stop_profile`` after the last.
+
+The trace is the one the stop answer names (perfscope serve: ``{"trace", "steps"}``), else the
+newest trace written into ``--server-trace-dir`` during the window (vLLM's
+``VLLM_TORCH_PROFILER_DIR``, SGLang's output dir). It is imported with the one Kineto reader;
+perfscope serve's step records (server clock) are matched to the trace's ``prefill``/``decode``
+ranges one to one (:func:`perfscope.sessions.profile.align_steps`) and given ``start_s``/``end_s`` on the
+client's run clock (s from the run's start, as the requests), so each request's arrival, first
+token and end sit next to the steps it waited for (:mod:`perfscope.analysis.summaries.server_timeline`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .http_stream import BrokenStream, Url, request_json
+
+TRACE_PATTERNS = ("*.pt.trace.json.gz", "*.pt.trace.json", "*.trace.json.gz", "*.trace.json", "*.json.gz")
+
+
+class ProfileSession:
+    """One profiled window of a load test."""
+
+    def __init__(self, url: Url, api_key: str | None, trace_dir: str | None) -> None:
+        self.url, self.trace_dir = url, Path(trace_dir).expanduser() if trace_dir else None
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.active = False
+        self.started_epoch = 0.0
+        self.offset: dict[str, Any] = {"clock_offset_ns": None, "clock_offset_uncertainty_ns": None,
+                                       "clock_offset_method": None}
+
+    def _call(self, method: str, path: str) -> tuple[int, Any]:
+        try:
+            return asyncio.run(asyncio.wait_for(request_json(self.url, method, path, {} if method == "POST" else None,
+                                                             self.headers), 120))
+        except (OSError, BrokenStream, TimeoutError) as exc:
+            return 0, {"error": str(exc)}
+
+    def _root(self, name: str) -> str:
+        base = self.url.path.removesuffix("/v1")
+        return f"{base}/{name}"
+
+    def estimate_offset(self, pings: int = 7) -> dict[str, Any]:
+        best: tuple[int, int] | None = None  # (round trip, offset)
+        for _ in range(pings):
+            t1 = time.perf_counter_ns()
+            status, body = self._call("GET", self._root("health"))
+            t2 = time.perf_counter_ns()
+            server = body.get("perf_counter_ns") if isinstance(body, dict) else None
+            if status != 200 or not isinstance(server, int):
+                break
+            rtt, off = t2 - t1, server - (t1 + t2) // 2
+            if best is None or rtt < best[0]:
+                best = (rtt, off)
+        if best is not None:
+            rtt, off = best
+            method = f"round trips to /health (server perf_counter_ns), best of {pings}: {off} ns ± {rtt // 2} ns"
+            if abs(off) <= rtt // 2:
+                off, method = 0, method + ", consistent with 0 (one host clock): 0 used"
+            return {"clock_offset_ns": off, "clock_offset_uncertainty_ns": rtt // 2, "clock_offset_method": method}
+        local = self.url.host in ("127.0.0.1", "localhost", "::1")
+        return {"clock_offset_ns": 0 if local else None, "clock_offset_uncertainty_ns": None,
+                "clock_offset_method": "assumed 0: same host, one monotonic clock" if local else
+                "unknown: the server does not say its clock"}
+
+    def start(self) -> list[str]:
+        """Estimate the clock offset and start the server's profiler; warnings when it cannot."""
+        self.offset = self.estimate_offset()
+        self.started_epoch = time.time()
+        status, body = self._call("POST", self._root("start_profile"))
+        if status != 200:
+            why = (body or {}).get("error") if isinstance(body, dict) else None
+            return [f"--profile: the server did not start its profiler (POST /start_profile: "
+                    f"{'HTTP ' + str(status) if status else 'no answer'}{': ' + str(why) if why else ''}); "
+                    "the report has no server profile"]
+        self.active = True
+        return []
+
+    def stop(self, t0_ns: int, label: str) -> dict[str, Any]:
+        """Stop the profiler and import its trace: tables (kernels, ranges, steps) and what was done."""
+        out: dict[str, Any] = {**self.offset, "warnings": []}
+        if not self.active:
+            return out
+        status, body = self._call("POST", self._root("stop_profile"))
+        if status != 200:
+            out["warnings"].append(f"--profile: POST /stop_profile answered {status or 'nothing'}; no server profile")
+            return out
+        trace = body.get("trace") if isinstance(body, dict) else None
+        steps_file = body.get("steps") if isinstance(body, dict) else None
+        if not trace:
+            trace = self._newest_trace()
+        if not trace or not Path(trace).is_file():
+            out["warnings"].append("--profile: the server stopped its profiler but perfscope found no trace: give "
+                                   "--server-trace-dir (the folder the server writes traces into)")
+            return out
+        from perfscope.analysis.readers.kineto.reader import import_kineto
+
+        imported = import_kineto(trace)
+        tables = dict(imported.tables)
+        out["warnings"] += imported.warnings
+        out["trace"] = str(trace)
+        if steps_file and Path(steps_file).is_file():
+            steps, note = self._engine_steps(Path(steps_file), tables.get("ranges", pd.DataFrame()), t0_ns)
+            if note:
+                out["warnings"].append(note)
+            tables["steps"] = steps
+            out["steps"] = len(steps)
+        tables = {k: (df.assign(run=label) if len(df) else df) for k, df in tables.items()}
+        out["tables"] = tables
+        return out
+
+    def _engine_steps(self, path: Path, ranges: pd.DataFrame, t0_ns: int) -> tuple[pd.DataFrame, str | None]:
+        from perfscope.engine.serving import LoadStep
+        from perfscope.sessions.profile import align_steps
+
+        data = json.loads(path.read_text(encoding="utf-8"))
+        steps = [LoadStep(**s) for s in data.get("steps", [])]
+        df, note = align_steps(steps, ranges)
+        if not len(df):
+            return df, note
+        off = self.offset.get("clock_offset_ns")
+        raw_start = pd.Series([s.start_ns for s in steps], dtype="int64")
+        raw_end = pd.Series([s.end_ns for s in steps], dtype="int64")
+        if off is None:
+            df["start_s"] = float("nan")
+            df["end_s"] = float("nan")
+        else:  # server clock -> client clock -> s from the run's start
+            df["start_s"] = (raw_start - off - t0_ns) / 1e9
+            df["end_s"] = (raw_end - off - t0_ns) / 1e9
+        df["framework"] = "engine"
+        return df, note
+
+    def _newest_trace(self) -> str | None:
+        if self.trace_dir is None or not self.trace_dir.is_dir():
+            return None
+        found = [p for pat in TRACE_PATTERNS for p in self.trace_dir.rglob(pat)
+                 if p.stat().st_mtime >= self.started_epoch - 1]
+        return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+
+
+__all__ = ["ProfileSession"]
