@@ -451,7 +451,7 @@ class Recording:
         max_new = getattr(kwargs.get("generation_config"), "max_new_tokens", None) or kwargs.get("max_new_tokens")
         first_id = len(self.requests)
         # request_records reads only the prompts' lengths
-        for r, reason in zip(request_records([range(p) for p in prompt_lens], token_ns, start_ns, lens), reasons):
+        for r, reason in zip(request_records([list(range(p)) for p in prompt_lens], token_ns, start_ns, lens), reasons):
             row = asdict(r)
             row.update(request_id=first_id + r.request_id, arrival_s=arrival, admitted_s=arrival,
                        first_token_s=arrival + r.ttft_s, end_s=arrival + r.e2e_s,

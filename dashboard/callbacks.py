@@ -319,6 +319,7 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
     cb(Output(ids.TREE_ROOFLINE, "figure"), Output(ids.TREE_GRID, "rowData"), Output(ids.TREE_GRID, "columnDefs"),
        Output(ids.TREE_NOTE, "children"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
        Input(ids.TREE_PHASE, "value"), Input(ids.TREE_FIGURE, "clickData"))(
-        _guard(lambda *a: on_tree_select(store, *a, dash.ctx.triggered_id), "figure", "-", "-", "text"))
+        _guard(lambda key, tab, phase, click: on_tree_select(store, key, tab, phase, click, dash.ctx.triggered_id),
+               "figure", "-", "-", "text"))
     cb(Output(ids.COMPARE_FIGURE, "figure"), Output(ids.COMPARE_TABLE, "children"), Input(ids.COMPARE_A, "value"),
        Input(ids.COMPARE_B, "value"), Input(ids.TABS, "value"))(_guard(lambda *a: on_compare(store, *a), "figure", "text"))

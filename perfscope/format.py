@@ -18,7 +18,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
@@ -153,7 +153,7 @@ def column_label(column: str) -> str:
     return " ".join(w for w in words if w) or column
 
 
-def labelled_rows(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def labelled_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rows keyed by :func:`column_label` of each column instead of its internal name."""
     return [{column_label(str(k)): v for k, v in row.items()} for row in rows]
 

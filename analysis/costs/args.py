@@ -89,7 +89,7 @@ def tensor_arg(ins: OpInputs, pos: int) -> tuple[Shape, str] | None:
 
 def tensor_args(ins: OpInputs, *pos: int) -> list[tuple[Shape, str]] | None:
     out = [tensor_arg(ins, p) for p in pos]
-    return None if any(t is None or not t[0] for t in out) else out  # type: ignore[misc]
+    return None if any(t is None or not t[0] for t in out) else out  # type: ignore[misc,return-value]
 
 
 

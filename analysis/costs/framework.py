@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from .args import (
     OpContext,
@@ -409,7 +410,7 @@ def needs_step(op: str) -> bool:
     return framework_formula(op) in NEEDS_STEP
 
 
-CATEGORY = {
+CATEGORY: dict[Any, str] = {
     vllm_unified_attention: "attention", paged_attention_ragged: "attention", framework_rms_norm: "norm",
     rotary_embedding: "elementwise", act_and_mul: "elementwise", scaled_quant: "elementwise",
     reshape_and_cache: "memory", store_cache: "memory", scaled_mm: "gemm", linear_wrapper: "gemm", cutlass_scaled_fp4_mm: "gemm", cutlass_scaled_mm: "gemm",

@@ -146,7 +146,7 @@ def moe_forward(name: str, ins: OpInputs) -> OpCost | None:
         return None
     ranks = ins.context.world_size or 1
     inter = max(x[1] // ranks, 1)
-    return moe_cost(x[0], x[1], inter, logits[1], int(GPT_OSS_MOE["topk"]), gated=True,
+    return moe_cost(x[0], x[1], inter, logits[1], int(str(GPT_OSS_MOE["topk"])), gated=True,
                     act_dtype=dx, weight_format=str(GPT_OSS_MOE["weight_format"]))
 
 

@@ -330,7 +330,7 @@ def _build(comps: list[tuple[tuple[str, str], ...]], leaves: pd.DataFrame, colla
     per_parent = np.array([counts[i] / counts[p] if p >= 0 and counts[p] else counts[i] for i, p in
                            enumerate(parent)])
     inst_times = [np.array(list(i.values())) for i in insts]
-    slowest = ["/".join(max(i, key=lambda a: i[a])) if i else None for i in insts]
+    slowest = ["/".join(max(i.items(), key=lambda kv: kv[1])[0]) if i else None for i in insts]
     known_share = np.divide(agg["known_ns"], agg["time_ns"], out=np.zeros(n), where=agg["time_ns"] > 0)
     enough = known_share >= COSTED_SHARE
     flops = np.where(enough, agg["flops"], np.nan)

@@ -93,7 +93,7 @@ def _int_text(x: Any) -> str:
     return "?" if pd.isna(x) else str(int(x))
 
 
-def _kernel_slices(report: Report) -> _Slices:
+def _kernel_slices(report: Report | LeanReport) -> _Slices:
     from perfscope.analysis.summaries.hierarchy import kernel_paths
 
     k = report.kernels
@@ -102,7 +102,7 @@ def _kernel_slices(report: Report) -> _Slices:
     track, names = _tracks("kernels", [k["device"].astype("object").fillna("?").to_numpy(object), cpu, lane],
                            lambda d, c, x: f"{d} {'thread' if c else 'stream'} {_int_text(x)}")
     name_codes, distinct = _codes(k["name"])
-    paths, _, _ = kernel_paths(report)
+    paths, _, _ = kernel_paths(report)  # type: ignore[arg-type]  # a LeanReport has the tables it reads
     pcodes, pdistinct = pd.factorize(pd.Series(paths, dtype=object))
     ptext = np.array(["/".join(p) if p else None for p in pdistinct], dtype=object)
     s = _Slices("kernel", k["start_ns"].to_numpy("int64"), k["end_ns"].to_numpy("int64"), track, names,
@@ -119,7 +119,7 @@ def _kernel_slices(report: Report) -> _Slices:
     return s
 
 
-def _range_slices(report: Report) -> _Slices | None:
+def _range_slices(report: Report | LeanReport) -> _Slices | None:
     r = report.ranges
     if not len(r):
         return None
@@ -133,7 +133,7 @@ def _range_slices(report: Report) -> _Slices | None:
     return s
 
 
-def _api_slices(report: Report) -> _Slices | None:
+def _api_slices(report: Report | LeanReport) -> _Slices | None:
     a = report.api
     if not len(a):
         return None
@@ -145,7 +145,7 @@ def _api_slices(report: Report) -> _Slices | None:
     return s
 
 
-def _step_slices(report: Report) -> list[_Slices]:
+def _step_slices(report: Report | LeanReport) -> list[_Slices]:
     st = report.steps
     if not len(st):
         return []
@@ -167,9 +167,9 @@ def _step_slices(report: Report) -> list[_Slices]:
     return [phases, steps]
 
 
-def _counter_series(report: Report) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def _counter_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, np.ndarray]]:
     c = report.counters
-    out = []
+    out: list[tuple[str, np.ndarray, np.ndarray]] = []
     if not len(c):
         return out
     dev = c["device"].astype("object").fillna("gpu").astype(str) if "device" in c else pd.Series("gpu", index=c.index)
@@ -185,7 +185,7 @@ def _counter_series(report: Report) -> list[tuple[str, np.ndarray, np.ndarray]]:
     return out
 
 
-def _all_slices(report: Report) -> list[_Slices]:
+def _all_slices(report: Report | LeanReport) -> list[_Slices]:
     parts: list[_Slices | None] = [_kernel_slices(report) if len(report.kernels) else None,
                                    _range_slices(report), _api_slices(report), *_step_slices(report)]
     return [p for p in parts if p is not None]
@@ -193,7 +193,7 @@ def _all_slices(report: Report) -> list[_Slices]:
 
 # ---------------------------------------------------------------- Perfetto protobuf
 class _ProtoWriter:
-    def __init__(self, out: IO[bytes], report: Report) -> None:
+    def __init__(self, out: IO[bytes], report: Report | LeanReport) -> None:
         self.out = out
         self.next_uuid = 1
         self.iids: dict[str, int] = {}
@@ -311,7 +311,7 @@ class _ProtoWriter:
 
 # ---------------------------------------------------------------- Chrome JSON
 class _ChromeWriter:
-    def __init__(self, out: IO[bytes], report: Report, origin_ns: int) -> None:
+    def __init__(self, out: IO[bytes], report: Report | LeanReport, origin_ns: int) -> None:
         self.out = out
         self.origin = origin_ns
         self.pids: dict[str, int] = {}
@@ -452,7 +452,7 @@ def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
 
 
 # ---------------------------------------------------------------- entry point
-def _origin(report: Report) -> int:
+def _origin(report: Report | LeanReport) -> int:
     starts = [int(df["start_ns"].min()) for df in (report.kernels, report.ranges, report.api, report.steps)
               if len(df) and "start_ns" in df]
     if len(report.counters):
@@ -460,7 +460,7 @@ def _origin(report: Report) -> int:
     return min(starts) if starts else 0
 
 
-def _stream(report: Report, writer: Any, stats: ExportStats) -> None:
+def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats) -> None:
     for s in _all_slices(report):
         n = writer.slices(s)
         stats.slices[s.kind] = stats.slices.get(s.kind, 0) + n

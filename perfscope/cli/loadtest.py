@@ -76,8 +76,8 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
     llama.cpp, transformers serve, perfscope serve) and report the same metrics."""
     if endpoint is not None:
         ctx = click.get_current_context()
-        given = ctx.get_parameter_source("model") == click.core.ParameterSource.COMMANDLINE
-        _endpoint(endpoint=endpoint, api=api, served=model if given else None, rate=rate, n_requests=n_requests,
+        model_given = ctx.get_parameter_source("model") == click.core.ParameterSource.COMMANDLINE
+        _endpoint(endpoint=endpoint, api=api, served=model if model_given else None, rate=rate, n_requests=n_requests,
                   duration=duration, prompt_len=prompt_len, output_len=output_len, seed=seed, arrivals=arrivals,
                   burstiness=burstiness, max_concurrency=max_concurrency, dataset=dataset, tokenizer=tokenizer,
                   slo=slo, timeout_s=timeout_s, ignore_eos=ignore_eos, profile=server_profile,

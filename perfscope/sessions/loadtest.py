@@ -213,7 +213,7 @@ def sample_lengths(run: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     return prompt_d.sample(n, lens_rng), output_d.sample(n, lens_rng)
 
 
-def random_prompt_ids(seed: int, lengths: Sequence[int], vocab_size: int) -> list[tuple[int, ...]]:
+def random_prompt_ids(seed: int, lengths: Sequence[int] | np.ndarray, vocab_size: int) -> list[tuple[int, ...]]:
     """Seeded random token ids, one prompt per length."""
     tok_rng = np.random.default_rng([seed, 2])
     return [tuple(int(t) for t in tok_rng.integers(0, vocab_size, int(n))) for n in lengths]

@@ -464,8 +464,9 @@ def hf_timing(profiled: Any, base: Any, notes: list[str]) -> dict[str, Any]:
     passes = [base.generate_s] if base is not None and base.steps else []
     prof_s, base_s = _median_decode_s(profiled), _median_decode_s(base) if passes else None
     steady = prof_s is not None and base_s is not None
-    timing, timing_notes = baseline_params(prof_s if steady else profiled.generate_s,  # type: ignore[arg-type]
-                                           [base_s] if steady else passes, float("nan"), False)
+    runs: list[float] = [base_s] if base_s is not None and steady else passes
+    timing, timing_notes = baseline_params(prof_s if prof_s is not None and steady else profiled.generate_s,
+                                           runs, float("nan"), False)
     timing.update(profiled_wall_s=profiled.generate_s, unprofiled_wall_s=passes[0] if passes else None,
                   unprofiled_wall_s_passes=passes, warmup_s=None,
                   profiler_overhead_basis="median decode step" if steady else "generate() time")

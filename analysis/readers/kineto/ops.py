@@ -178,7 +178,8 @@ def op_costs(nodes: CpuNodes, idx: np.ndarray) -> dict[str, np.ndarray]:
         rest, s = divmod(key, width)
         c, code = divmod(rest, len(nodes.strings))
         text = str(nodes.strings[code])
-        cost = op_cost(text, *(nodes.sigs[s - 1] if s >= 1 else (None, None, None)), contexts[c])
+        dims, types, concrete = nodes.sigs[s - 1] if s >= 1 else (None, None, None)
+        cost = op_cost(text, dims, types, concrete, contexts[c])
         if cost is not None:
             flops[k], nbytes[k] = cost.flops, cost.bytes
         cats.append(cost.category if cost is not None else category_of(text))

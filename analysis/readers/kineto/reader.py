@@ -77,8 +77,8 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
     tables, warnings = build_tables(trace, captures)
     n_kernels, n_ops = trace.count("kernel"), trace.count("op")
     meta, notes = trace.meta, trace.warnings
-    manifest = {"name": Path(path).name.split(".")[0], "partial": trace.partial,
-                "params": {"events": trace.n_events}}
+    manifest: dict[str, Any] = {"name": Path(path).name.split(".")[0], "partial": trace.partial,
+                                "params": {"events": trace.n_events}}
     if (record := captures.manifest()) is not None:
         manifest["params"]["capture_traces"] = record
     del trace  # its columns are no longer needed: free them before the tables are checked
@@ -192,7 +192,7 @@ def module_ranges(py: Mapping[str, np.ndarray] | None, base: int, strings: np.nd
     depth = np.zeros(len(mods), dtype="int64")
 
     def path_of(r: int) -> str:
-        chain = []
+        chain: list[int] = []
         q = r
         while q >= 0 and paths[q] is None and len(chain) < 4096:
             chain.append(q)
