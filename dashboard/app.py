@@ -6,7 +6,6 @@ reports found under ``paths``. ``serve`` binds 127.0.0.1 unless told otherwise.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,16 +29,6 @@ def create_app(paths: Sequence[str | os.PathLike[str]] = DEFAULT_ROOTS) -> dash.
     register_callbacks(app, store)
     app.server.config["PERFSCOPE_STORE"] = store
     return app
-
-
-def is_loopback(host: str) -> bool:
-    """True when ``host`` only accepts local connections (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(paths: Sequence[str | os.PathLike[str]], *, host: str = "127.0.0.1", port: int = 8050,

@@ -18,8 +18,9 @@ from perfscope.errors import ToolNotFoundError, UsageError
 def dashboard(paths: tuple[str, ...], port: int, host: str, debug: bool) -> None:
     """Serve the reports found under PATH folders (default: runs/ and sample_reports/)."""
     try:
-        from perfscope.dashboard.app import DEFAULT_ROOTS, is_loopback, serve
+        from perfscope.dashboard.app import DEFAULT_ROOTS, serve
         from perfscope.dashboard.store import ReportStore
+        from perfscope.hosts import is_loopback
     except ModuleNotFoundError as exc:
         raise ToolNotFoundError(exc.name or "dash", "install the dashboard extra: pip install -e '.[dashboard]'") from None
     roots = paths or DEFAULT_ROOTS

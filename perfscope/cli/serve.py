@@ -30,10 +30,10 @@ def serve(model: str, host: str, port: int, served_model_name: str | None, max_b
 
     from perfscope.engine.generate import build_model
     from perfscope.errors import UsageError
+    from perfscope.hosts import is_loopback
     from perfscope.sessions.loadtest import _warm_up
     from perfscope.sessions.openai_server import (
         EngineServer,
-        is_loopback,
         model_name_for,
         serve_http,
     )

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ipaddress
 import itertools
 import json
 import queue
@@ -48,16 +47,6 @@ from ..engine.serving import (
 
 MAX_BODY = 8 << 20
 DEFAULT_MAX_LEN = 2048
-
-
-def is_loopback(host: str) -> bool:
-    """True when ``host`` only accepts local connections (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ApiError(Exception):
@@ -495,4 +484,4 @@ def model_name_for(name: str) -> str:
     return p.name if ("/" in name or name.endswith(".gguf")) else name
 
 
-__all__ = ["ApiError", "EngineServer", "HttpFront", "LiveSource", "is_loopback", "model_name_for", "serve_http"]
+__all__ = ["ApiError", "EngineServer", "HttpFront", "LiveSource", "model_name_for", "serve_http"]

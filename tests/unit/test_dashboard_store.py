@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.dashboard.app import is_loopback
 from perfscope.dashboard.store import ReportStore
 from perfscope.errors import UsageError
+from perfscope.hosts import is_loopback
 from tests.unit.dashboard_reports import engine
 
 
