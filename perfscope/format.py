@@ -81,9 +81,15 @@ def seconds(value: Any, digits: int = 3) -> str:
 
 
 def pct(value: Any, digits: int = 1) -> str:
-    """A percentage (already in percent): ``12.3%``; :data:`MISSING` when missing."""
+    """A percentage (already in percent): ``12.3%``; :data:`MISSING` when missing. A value that is
+    not zero but would round to it keeps two significant digits (``0.016%``, not ``0.0%``: decode's
+    MFU on a big GPU is measured, small, and not zero)."""
     v = finite(value)
-    return MISSING if v is None else f"{v:.{digits}f}%"
+    if v is None:
+        return MISSING
+    if v != 0 and abs(v) < 0.5 * 10 ** -digits:
+        return f"{v:.2g}%"
+    return f"{v:.{digits}f}%"
 
 
 def nbytes(n: Any) -> str:

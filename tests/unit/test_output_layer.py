@@ -56,6 +56,8 @@ def test_numbers_percent_bytes_and_columns() -> None:
     assert fmt.nbytes(537e6) == "537 MB" and fmt.signed("1 ms", 1e-3) == "+1 ms" and fmt.signed("-1 ms", -1) == "-1 ms"
     assert fmt.clip("abcdef", 4) == "abc…" and fmt.clip(None, 4) == "n/a"
     assert fmt.by_column("gap_ns", 2_000_000) == "2 ms" and fmt.by_column("busy_pct", 50.0) == "50.0%"
+    # measured but tiny (decode MFU on an H200: 126 GFLOP/s of 788 TFLOP/s) is not shown as zero
+    assert fmt.pct(0.016) == "0.016%" and fmt.pct(0.0) == "0.0%" and fmt.pct(0.05) == "0.1%"
     assert fmt.by_column("dram_bytes", 16_400) == "16.4 kB" and fmt.by_column("kind", "HtoD") == "HtoD"
     assert fmt.evidence_rows({"idle_ns": 1500.0, "share_pct": math.nan}) == [("idle_ns", "1.5 µs"), ("share_pct", "n/a")]
 
