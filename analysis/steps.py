@@ -334,7 +334,7 @@ def assign_kernels_to_steps(kernels: pd.DataFrame, steps: pd.DataFrame, api: pd.
         if col not in kernels:
             out_s[dst] = np.nan
             continue
-        v = pd.to_numeric(kernels[col], errors="coerce").to_numpy(np.float64)[hit]
+        v = pd.to_numeric(kernels[col], errors="coerce").to_numpy(np.float64, na_value=np.nan)[hit]
         known = ~np.isnan(v)
         total = np.bincount(p[known], weights=v[known], minlength=n)
         covered = np.bincount(p[known], weights=dur[hit][known], minlength=n)
@@ -434,7 +434,7 @@ def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndar
     pos = step_of(launch_ns, steps)
     gaps = host_gaps(steps, pos, launch_ns)
     wall = out["duration_ns"].to_numpy(np.float64)
-    ktime = pd.to_numeric(out["kernel_time_ns"], errors="coerce").to_numpy(np.float64)
+    ktime = pd.to_numeric(out["kernel_time_ns"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
     key = out["phase"].astype("object").astype(str) + "/" + out["batch"].astype("object").astype(str)
     size = key.map(key.value_counts()).to_numpy()
     median = out.groupby(key)["duration_ns"].transform("median").to_numpy(np.float64)

@@ -88,12 +88,12 @@ def cost_compiled_attention(kernels: pd.DataFrame, steps: pd.DataFrame, precisio
         return kernels
     n = len(steps)
     gemm = _gemm_rows(kernels) & in_step
-    gemm_flops = kernels["flops"].to_numpy("float64")
+    gemm_flops = kernels["flops"].to_numpy("float64", na_value=np.nan)
     products = np.bincount(step_of[gemm], weights=np.nan_to_num(gemm_flops[gemm]), minlength=n)
     uncosted = np.bincount(step_of[gemm & np.isnan(gemm_flops)], minlength=n)
     per_step = np.bincount(step_of[attention], minlength=n)
-    remainder = pd.to_numeric(steps["flops"], errors="coerce").to_numpy("float64") - products
-    kv = pd.to_numeric(steps["kv_cache_bytes"], errors="coerce").to_numpy("float64")
+    remainder = pd.to_numeric(steps["flops"], errors="coerce").to_numpy("float64", na_value=np.nan) - products
+    kv = pd.to_numeric(steps["kv_cache_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)
     qualifies = ((np.bincount(step_of[gemm], minlength=n) > 0) & (uncosted == 0) & (per_step > 0)
                  & np.isfinite(remainder) & (remainder >= 0) & np.isfinite(kv))
     rows = np.flatnonzero(attention & qualifies[np.maximum(step_of, 0)])
@@ -120,9 +120,9 @@ def cost_compiled_steps(kernels: pd.DataFrame, steps: pd.DataFrame, precision: s
     in_step = step_of >= 0
     gemm = _gemm_rows(kernels)
     n = len(steps)
-    cost = pd.to_numeric(steps["flops"], errors="coerce").to_numpy("float64")
+    cost = pd.to_numeric(steps["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)
     moved = (pd.to_numeric(steps["weight_bytes"], errors="coerce")
-             + pd.to_numeric(steps["kv_cache_bytes"], errors="coerce")).to_numpy("float64")
+             + pd.to_numeric(steps["kv_cache_bytes"], errors="coerce")).to_numpy("float64", na_value=np.nan)
     # a step qualifies with exactly one compiled kernel, no GEMM operator beside it, and a known cost
     qualifies = ((np.bincount(step_of[compiled & in_step], minlength=n) == 1)
                  & (np.bincount(step_of[gemm & in_step], minlength=n) == 0) & np.isfinite(cost) & np.isfinite(moved))

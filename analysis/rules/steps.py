@@ -133,7 +133,7 @@ def step_outliers(report: Report) -> list[Finding]:
     out = steps[steps["outlier"].notna()]
     if not len(out):
         return []
-    kernel_ns = pd.to_numeric(out["kernel_time_ns"], errors="coerce").fillna(0).to_numpy(np.float64)
+    kernel_ns = pd.to_numeric(out["kernel_time_ns"], errors="coerce").fillna(0).to_numpy(np.float64, na_value=np.nan)
     wall = out["duration_ns"].to_numpy(np.float64)
     at_stake = float(np.clip(wall - kernel_ns, 0, None).sum())
     first = out.iloc[0]

@@ -110,7 +110,7 @@ def phase_table(a: Report, b: Report) -> pd.DataFrame:
 def _pct_col(p: pd.DataFrame, col: str) -> np.ndarray:
     if col not in p:
         return np.full(len(p), np.nan)
-    return pd.to_numeric(p[col], errors="coerce").to_numpy(np.float64) * 100.0
+    return pd.to_numeric(p[col], errors="coerce").to_numpy(np.float64, na_value=np.nan) * 100.0
 
 
 # ---------------------------------------------------------------------------- per name
@@ -155,11 +155,11 @@ def name_table(a: Report, b: Report, key: str = "short_name") -> pd.DataFrame:
         "count_a": na["count"].fillna(0).to_numpy(np.int64), "count_b": nb["count"].fillna(0).to_numpy(np.int64),
         "time_a_s": na["duration_ns"].fillna(0).to_numpy(np.float64) / 1e9,
         "time_b_s": nb["duration_ns"].fillna(0).to_numpy(np.float64) / 1e9,
-        "intensity_a": pd.to_numeric(na["arith_intensity"], errors="coerce").to_numpy(np.float64),
-        "intensity_b": pd.to_numeric(nb["arith_intensity"], errors="coerce").to_numpy(np.float64),
+        "intensity_a": pd.to_numeric(na["arith_intensity"], errors="coerce").to_numpy(np.float64, na_value=np.nan),
+        "intensity_b": pd.to_numeric(nb["arith_intensity"], errors="coerce").to_numpy(np.float64, na_value=np.nan),
         "bound_a": na["bound"].astype("object").to_numpy(), "bound_b": nb["bound"].astype("object").to_numpy(),
-        "pct_of_roof_a": pd.to_numeric(na["pct_of_roof"], errors="coerce").to_numpy(np.float64),
-        "pct_of_roof_b": pd.to_numeric(nb["pct_of_roof"], errors="coerce").to_numpy(np.float64),
+        "pct_of_roof_a": pd.to_numeric(na["pct_of_roof"], errors="coerce").to_numpy(np.float64, na_value=np.nan),
+        "pct_of_roof_b": pd.to_numeric(nb["pct_of_roof"], errors="coerce").to_numpy(np.float64, na_value=np.nan),
     })
     out["delta_s"] = out["time_b_s"] - out["time_a_s"]
     out["delta_pct"] = out["delta_s"] / out["time_a_s"].where(out["time_a_s"] > 0) * 100.0

@@ -176,11 +176,11 @@ def _module_paths(report: Report) -> np.ndarray:
         at = pd.Index(a["correlation"].astype("int64")).get_indexer(
             pd.to_numeric(k["correlation"], errors="coerce").fillna(-1).astype("int64"))
         ok = at >= 0
-        thread[ok] = pd.to_numeric(a["thread"], errors="coerce").to_numpy("float64")[at[ok]]
+        thread[ok] = pd.to_numeric(a["thread"], errors="coerce").to_numpy("float64", na_value=np.nan)[at[ok]]
         point[ok] = a["start_ns"].to_numpy("int64")[at[ok]]
     if "thread" in k:  # CPU operators (and kernels with no launch call found): their own thread and start
         own = (point < 0) & k["thread"].notna().to_numpy()
-        thread[own] = pd.to_numeric(k["thread"], errors="coerce").to_numpy("float64")[own]
+        thread[own] = pd.to_numeric(k["thread"], errors="coerce").to_numpy("float64", na_value=np.nan)[own]
         point[own] = k["start_ns"].to_numpy("int64")[own]
     out = _empty_paths(n)
     has = np.flatnonzero(point >= 0)
@@ -193,7 +193,7 @@ def modules_at(modules: pd.DataFrame, thread: np.ndarray, t_ns: np.ndarray) -> n
     module range of ``modules`` (ranges of source ``module``) around each point: time ``t_ns``
     on thread ``thread``. Containment is by time on the thread (:func:`.tree.nest`)."""
     m = len(modules)
-    groups = np.concatenate([pd.to_numeric(modules["thread"], errors="coerce").fillna(-1).to_numpy("float64"),
+    groups = np.concatenate([pd.to_numeric(modules["thread"], errors="coerce").fillna(-1).to_numpy("float64", na_value=np.nan),
                              np.nan_to_num(np.asarray(thread, dtype="float64"), nan=-2.0)])
     starts = np.concatenate([modules["start_ns"].to_numpy("int64"), np.asarray(t_ns, dtype="int64")])
     kinds = np.concatenate([np.zeros(m, dtype="int8"), np.full(len(t_ns), 2, dtype="int8")])
@@ -269,8 +269,8 @@ def _usable_short(name: object) -> bool:
 
 def _leaf_table(sub: pd.DataFrame, codes: np.ndarray, n: int) -> pd.DataFrame:
     dur = sub["duration_ns"].to_numpy("float64")
-    flops = pd.to_numeric(sub["flops"], errors="coerce").to_numpy("float64")
-    nbytes = pd.to_numeric(sub["dram_bytes"], errors="coerce").to_numpy("float64")
+    flops = pd.to_numeric(sub["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)
+    nbytes = pd.to_numeric(sub["dram_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)
     known = ~np.isnan(flops) & ~np.isnan(nbytes)
     out = pd.DataFrame({
         "calls": np.bincount(codes, minlength=n),

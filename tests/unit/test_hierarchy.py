@@ -158,7 +158,7 @@ def test_sglang_gemm_launches_sit_in_tracelens_parent_modules(fixtures_dir: Path
     report = read_kineto(folder / "capture_traces" / "bs_32_rank0.json.gz")
     mods = report.ranges[report.ranges["source"] == "module"]
     launches = report.api[report.api["name"].str.contains("LaunchKernel")]
-    at = modules_at(mods, launches["thread"].to_numpy("float64"), launches["start_ns"].to_numpy("int64"))
+    at = modules_at(mods, launches["thread"].to_numpy("float64", na_value=np.nan), launches["start_ns"].to_numpy("int64"))
     counts = Counter(instance_class(p[-1]) for p in at if p)
     for module in ("MergedColumnParallelLinear", "RowParallelLinear", "QKVParallelLinear"):
         assert counts[module] == expected[module], module
