@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._common import as_report_path, default_run_dir, echo_json, stage_progress
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 
 @click.command()
@@ -92,8 +97,6 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
         raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} with --endpoint URL only",
                          hint="the engine's load test is profiled unless --no-profile")
     from perfscope.analysis.summaries.loadtest import parse_slo
-    from perfscope.api import save_with_html
-    from perfscope.errors import OutputExistsError
     from perfscope.sessions.loadtest import (
         LoadRun,
         cli_payload,
@@ -112,21 +115,33 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
                   dtype=dtype, eos_id=eos_id, ignore_eos=ignore_eos, policy=policy)
     run.check()
     resolve_device(device)
+    _write_and_print(lambda advance: run_loadtest(run, progress=advance), cli_payload, 5 + len(rates),
+                     out=out, force=force, no_html=no_html, as_json=as_json)
+
+
+def _write_and_print(run: Callable[[Any], Report], payload_of: Callable[[Report], dict[str, Any]], stages: int, *,
+                     out: str | None, force: bool, no_html: bool, as_json: bool) -> tuple[Path, dict[str, Any]]:
+    """Run a load test (engine or endpoint) into its report folder and print its summary (or JSON);
+    the written folder and the payload."""
+    from perfscope.api import save_with_html
+    from perfscope.errors import OutputExistsError
+
     target = as_report_path(out) if out else default_run_dir("loadtest")
     if target.exists() and not force:
         raise OutputExistsError(target)
-    with stage_progress(5 + len(rates), enabled=not as_json) as advance:
-        report = run_loadtest(run, progress=advance)
+    with stage_progress(stages, enabled=not as_json) as advance:
+        report = run(advance)
         advance("writing the report")
         written = save_with_html(report, target, force=force, html=not no_html)
-    payload = cli_payload(report)
+    payload = payload_of(report)
     if as_json:
         echo_json({"report_path": str(written), **payload})
-        return
-    click.echo(render_load_text(payload))
-    click.echo(f"report: {written}")
-    if not no_html:
-        click.echo(f"html:   {written / 'report.html'}")
+    else:
+        click.echo(render_load_text(payload))
+        click.echo(f"report: {written}")
+        if not no_html:
+            click.echo(f"html:   {written / 'report.html'}")
+    return written, payload
 
 
 def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_requests: int | None,
@@ -137,8 +152,6 @@ def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_reque
     import os
 
     from perfscope.analysis.summaries.loadtest import parse_slo
-    from perfscope.api import save_with_html
-    from perfscope.errors import OutputExistsError
     from perfscope.sessions.endpoint import EndpointRun, cli_payload, run_endpoint_loadtest
     from perfscope.sessions.loadtest import parse_rates, read_arrivals
 
@@ -151,21 +164,8 @@ def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_reque
                       slo=parse_slo(slo), timeout_s=timeout_s, ignore_eos=ignore_eos,
                       api_key=os.environ.get("OPENAI_API_KEY"), profile=profile, profile_dir=trace_dir)
     run.check()
-    target = as_report_path(out) if out else default_run_dir("loadtest")
-    if target.exists() and not force:
-        raise OutputExistsError(target)
-    with stage_progress(3 + len(rates), enabled=not as_json) as advance:
-        report = run_endpoint_loadtest(run, progress=advance)
-        advance("writing the report")
-        written = save_with_html(report, target, force=force, html=not no_html)
-    payload = cli_payload(report)
-    if as_json:
-        echo_json({"report_path": str(written), **payload})
-    else:
-        click.echo(render_load_text(payload))
-        click.echo(f"report: {written}")
-        if not no_html:
-            click.echo(f"html:   {written / 'report.html'}")
+    written, payload = _write_and_print(lambda advance: run_endpoint_loadtest(run, progress=advance), cli_payload,
+                                        3 + len(rates), out=out, force=force, no_html=no_html, as_json=as_json)
     if payload.get("partial"):
         from perfscope.sessions.endpoint import Interrupted
 

@@ -39,6 +39,7 @@ from .loadtest import (
     MAX_REQUESTS,
     arrival_times,
     check_burstiness,
+    metrics_payload,
     parse_dist,
     random_prompt_ids,
     sample_lengths,
@@ -566,10 +567,7 @@ def cli_payload(report: Report) -> dict[str, Any]:
     extra = {"endpoint": lt["endpoint"], "partial": bool(report.manifest.get("partial"))}
     if lt.get("server_profile"):
         extra["server_profile"] = lt["server_profile"]
-    metrics = list(lt["metrics"])
-    if len(metrics) == 1:
-        return {**metrics[0], **extra}
-    return {"runs": metrics, "knee_rate_per_s": lt["knee_rate_per_s"], **extra}
+    return metrics_payload(lt, extra)
 
 
 __all__ = ["EndpointError", "EndpointRun", "Interrupted", "Prompt", "build_requests", "cli_payload", "load_tokenizer",

@@ -459,12 +459,18 @@ def _build_report(run: LoadRun, spec: DeviceSpec, model: Any, parts: list[dict[s
 def cli_payload(report: Report) -> dict[str, Any]:
     """The ``--json`` output: one run's metrics flat; a sweep's as ``runs`` with the knee."""
     lt = report.params["loadtest"]
-    metrics = [{k: v for k, v in m.items()} for m in lt["metrics"]]
     extra = {"kv_dtype": lt["kv_dtype"], **({"kv_logit_error": lt["kv_logit_error"]} if lt["kv_logit_error"] else {})}
+    return metrics_payload(lt, extra)
+
+
+def metrics_payload(lt: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """A load test's metrics (``params["loadtest"]``) as ``--json`` prints them, with ``extra`` keys:
+    one run's metrics flat, a sweep's as ``runs`` with the knee (the engine's and an endpoint's)."""
+    metrics = [dict(m) for m in lt["metrics"]]
     if len(metrics) == 1:
         return {**metrics[0], **extra}
     return {"runs": metrics, "knee_rate_per_s": lt["knee_rate_per_s"], **extra}
 
 
-__all__ = ["LengthDist", "LoadRun", "build_workload", "cli_payload", "parse_dist", "parse_rates", "read_arrivals",
+__all__ = ["LengthDist", "LoadRun", "build_workload", "cli_payload", "metrics_payload", "parse_dist", "parse_rates", "read_arrivals",
            "request_frame", "run_loadtest", "step_frame"]
