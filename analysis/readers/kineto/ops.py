@@ -233,7 +233,7 @@ def launches(nodes: CpuNodes, *, costed: bool = True) -> tuple[pd.Index, np.ndar
     has_ext = ~np.isnan(ext) & ~pd.Series(ext).duplicated().to_numpy()
     by_ext = pd.Index(ext[has_ext]).get_indexer(nodes["ext"][api])
     start = np.where(by_ext >= 0, take_at(ops[has_ext], by_ext, -1), nodes.nesting.op_ancestor[api])
-    return pd.Index(corr), api, _costed_along(start, _costed_flags(nodes), nodes.nesting.op_ancestor)
+    return pd.Index(corr), api, first_along(start, _costed_flags(nodes), nodes.nesting.op_ancestor)
 
 
 def take_at(values: np.ndarray, pos: np.ndarray, fill: Any) -> np.ndarray:
@@ -244,15 +244,16 @@ def take_at(values: np.ndarray, pos: np.ndarray, fill: Any) -> np.ndarray:
     return out
 
 
-def _costed_along(start: np.ndarray, costed: np.ndarray, ancestor: np.ndarray, limit: int = 64) -> np.ndarray:
-    """First costed node on each chain start, ancestor(start), ... (at most ``limit`` steps)."""
+def first_along(start: np.ndarray, flag: np.ndarray, ancestor: np.ndarray, limit: int = 64) -> np.ndarray:
+    """First node with ``flag`` on each chain start, ancestor(start), ... (at most ``limit`` steps;
+    -1 where none): the costed op around a launch, the module around a Python call."""
     out = np.full(len(start), -1, dtype="int64")
     cur = start.astype("int64")
     active = np.flatnonzero(cur >= 0)
     for _ in range(limit):
         if not active.size:
             break
-        hit = costed[cur[active]]
+        hit = flag[cur[active]]
         out[active[hit]] = cur[active[hit]]
         active = active[~hit]
         cur[active] = ancestor[cur[active]]

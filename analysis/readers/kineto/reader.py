@@ -39,6 +39,7 @@ from .ops import (
     CpuNodes,
     attributed_costs,
     cpu_nodes,
+    first_along,
     labels,
     launches,
     op_costs,
@@ -173,17 +174,8 @@ def module_ranges(py: Mapping[str, np.ndarray] | None, base: int, strings: np.nd
     first = np.flatnonzero(~(pd.Index(ids).duplicated() | np.isnan(ids)))
     hit = pd.Index(ids[first]).get_indexer(py["pyparent"])
     up = np.where(hit >= 0, first[np.maximum(hit, 0)], -1)  # python parent (position), -1 none
-    mod_parent = np.full(len(mods), -1, dtype="int64")
-    cur = up[mods].copy()
-    active = np.flatnonzero(cur >= 0)
-    for _ in range(4096):  # walk up through plain python functions to the nearest module
-        if not active.size:
-            break
-        hit = is_mod[cur[active]]
-        mod_parent[active[hit]] = cur[active[hit]]
-        active = active[~hit]
-        cur[active] = up[cur[active]]
-        active = active[cur[active] >= 0]
+    # walk up through plain python functions to the nearest module
+    mod_parent = first_along(up[mods], is_mod, up, limit=4096)
     rank = np.full(len(is_mod), -1, dtype="int64")
     rank[mods] = np.arange(len(mods))
     parent_rank = np.where(mod_parent >= 0, rank[np.maximum(mod_parent, 0)], -1)
