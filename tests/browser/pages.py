@@ -7,10 +7,11 @@ benchmark's tiler (``benchmarks/ingest_nsys.py``) replicates a fixture's kernels
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from perfscope.analysis.readers.detect import import_file
@@ -62,3 +63,29 @@ PAGES: dict[str, Callable[[], Report]] = {
 def page_report(name: str) -> Report:
     """The report of page ``name``, built once per session."""
     return PAGES[name]()
+
+
+@contextlib.contextmanager
+def dashboard_servers(names: Iterable[str], report: Callable[[str], Report],
+                      folder: Callable[[str], Path]) -> Iterator[dict[str, str]]:
+    """One Dash app per report on 127.0.0.1 (each the app's only report, so it is the one shown):
+    name -> URL; ``report(name)`` is saved into ``folder(name)``; the servers stop on exit."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from perfscope.dashboard.app import create_app
+
+    urls, servers = {}, []
+    try:
+        for name in names:
+            root = folder(name)
+            report(name).save(root / f"{name}.perfscope")
+            server = make_server("127.0.0.1", 0, create_app([root]).server, threaded=True)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            servers.append(server)
+            urls[name] = f"http://127.0.0.1:{server.server_port}/"
+        yield urls
+    finally:
+        for server in servers:
+            server.shutdown()

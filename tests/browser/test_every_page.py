@@ -8,7 +8,6 @@ where the report has rows.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from perfscope.dashboard import views
 from perfscope.dashboard.html_report import MAX_TABLE_ROWS, TOP_ROWS, write_html
 from tests.browser.conftest import SHOTS, WAIT_S, severe_messages
-from tests.browser.pages import PAGES, page_report
+from tests.browser.pages import PAGES, dashboard_servers, page_report
 
 pytestmark = pytest.mark.browser
 
@@ -102,21 +101,8 @@ VIEW_READY = {
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: object) -> Iterator[dict[str, str]]:
     """One Dash app per report (each the app's only report, so it is the one shown)."""
-    from werkzeug.serving import make_server
-
-    from perfscope.dashboard.app import create_app
-
-    urls, servers = {}, []
-    for name in DASHBOARD_PAGES:
-        root = tmp_path_factory.mktemp(f"dash-{name}")
-        page_report(name).save(root / f"{name}.perfscope")
-        server = make_server("127.0.0.1", 0, create_app([root]).server, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        urls[name] = f"http://127.0.0.1:{server.server_port}/"
-    yield urls
-    for server in servers:
-        server.shutdown()
+    with dashboard_servers(DASHBOARD_PAGES, page_report, lambda n: tmp_path_factory.mktemp(f"dash-{n}")) as urls:
+        yield urls
 
 
 def _graph_drawn(drv: Any, graph_id: str) -> bool:

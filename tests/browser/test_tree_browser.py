@@ -14,6 +14,7 @@ from perfscope.analysis.summaries.hierarchy import by_phase
 from perfscope.dashboard.html_report import write_html
 from perfscope.report import Report
 from tests.browser.conftest import SHOTS, WAIT_S, severe_messages
+from tests.browser.pages import dashboard_servers
 
 pytestmark = pytest.mark.browser
 
@@ -69,23 +70,9 @@ def test_tree_section_renders(driver: Any, tmp_path: Path, sample_reports_dir: P
 @pytest.fixture(scope="module")
 def tree_dashboards(tmp_path_factory: pytest.TempPathFactory, sample_reports_dir: Path,
                     fixtures_dir: Path) -> Any:
-    import threading
-
-    from werkzeug.serving import make_server
-
-    from perfscope.dashboard.app import create_app
-
-    urls, servers = {}, []
-    for name, report in _reports(sample_reports_dir, fixtures_dir).items():
-        root = tmp_path_factory.mktemp(f"tree-{name}")
-        report.save(root / f"{name}.perfscope")
-        server = make_server("127.0.0.1", 0, create_app([root]).server, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        urls[name] = f"http://127.0.0.1:{server.server_port}/"
-    yield urls
-    for server in servers:
-        server.shutdown()
+    reports = _reports(sample_reports_dir, fixtures_dir)
+    with dashboard_servers(reports, reports.__getitem__, lambda n: tmp_path_factory.mktemp(f"tree-{n}")) as urls:
+        yield urls
 
 
 SECOND_BOX = """
