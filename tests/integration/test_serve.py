@@ -32,6 +32,16 @@ _SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.
                    "os.execv(sys.argv[1], sys.argv[1:])")
 
 
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C a server, and kill it if it has not stopped within 30 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _cmd(*args: str) -> list[str]:
     """``args`` run with Ctrl-C's default action, even when this test runs in a background job (where
     SIGINT is inherited ignored): the exec keeps it."""
@@ -60,12 +70,7 @@ def served(*args: str, cwd: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]
         yield url, proc
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
 
 
 def _stopped_cleanly(proc: subprocess.Popen[str]) -> None:
@@ -346,9 +351,4 @@ def test_transformers_serve_a_server_no_one_here_wrote(tmp_path: Path) -> None:
         # its /v1/completions stream ends without data: [DONE]: complete, and said
         assert any("without data: [DONE]" in w for w in manifest["warnings"])
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
