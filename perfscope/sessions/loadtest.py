@@ -30,6 +30,7 @@ import pandas as pd
 from ..device import DeviceSpec
 from ..errors import InputFormatError, UsageError
 from ..report import Report, source_info
+from ..request_metrics import token_latencies
 
 Progress = Callable[[str], None]
 MAX_REQUESTS = 100_000
@@ -253,12 +254,11 @@ def request_frame(result: Any) -> pd.DataFrame:
         times = t.token_times_s
         n = len(times)
         first, end = (times[0], times[-1]) if n else (math.nan, math.nan)
-        gaps = np.diff(times) if n > 1 else np.zeros(0)
+        lat = token_latencies(t.arrival_s, times)
         rows.append({
             "request_id": t.request_id, "prompt_tokens": t.prompt_tokens, "output_tokens": n,
-            "ttft_s": first - t.arrival_s, "tpot_s": (end - first) / (n - 1) if n > 1 else math.nan,
-            "e2e_s": end - t.arrival_s, "itl_mean_s": float(gaps.mean()) if len(gaps) else math.nan,
-            "itl_p99_s": float(np.percentile(gaps, 99)) if len(gaps) else math.nan,
+            "ttft_s": lat["ttft_s"], "tpot_s": lat["tpot_s"], "e2e_s": lat["e2e_s"],
+            "itl_mean_s": lat["itl_mean_s"], "itl_p99_s": lat["itl_p99_s"],
             "arrival_s": t.arrival_s, "admitted_s": t.admitted_s, "first_token_s": first, "end_s": end,
             "max_output_tokens": t.max_output_tokens, "finish_reason": t.finish_reason,
             "token_times_s": json.dumps([round(x, 9) for x in times]),
