@@ -16,6 +16,7 @@ import pandas as pd
 
 from perfscope.format import by_column
 from perfscope.report import Report
+from perfscope.schema import rows_at
 
 from .figures.timeline_data import busy_share, timeline_index
 from .memo import memo
@@ -157,30 +158,12 @@ def kernels_by_name(report: Report) -> pd.DataFrame:
     return agg[[c for c in BY_NAME_COLUMNS if c in agg.columns]]
 
 
-def _rows_at(kernels: pd.DataFrame, pos: np.ndarray) -> pd.DataFrame:
-    """The rows ``pos`` of the kernel columns the row table reads (index kept): numbers taken as
-    arrays, text decoded from the table's memoized codes (no per-call copy of the text columns)."""
-    from perfscope.schema import column_codes, decode
-
-    cols = [c for c in (*ROW_COLUMNS, "start_ns") if c in kernels.columns]
-    out: dict[str, Any] = {}
-    for col in cols:
-        series = kernels[col]
-        if pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
-            out[col] = series.iloc[pos].to_numpy() if isinstance(series.dtype, pd.api.extensions.ExtensionDtype) \
-                else series.to_numpy()[pos]
-        else:
-            codes, uniques = column_codes(kernels, col)
-            out[col] = decode(codes[pos], uniques)
-    return pd.DataFrame(out, index=kernels.index[pos])
-
-
 def kernel_rows(report: Report, mask: np.ndarray | None = None, limit: int | None = None) -> pd.DataFrame:
     """Individual kernel executions, longest first (``mask`` selects rows, ``limit`` caps them).
 
     The ``key`` column is the row index in ``report.kernels`` (the roofline's click key).
     """
-    k = report.kernels if mask is None else _rows_at(report.kernels, np.flatnonzero(mask))
+    k = report.kernels if mask is None else rows_at(report.kernels, np.flatnonzero(mask), (*ROW_COLUMNS, "start_ns"))
     if limit is not None and len(k) > limit:
         k = k.nlargest(limit, "duration_ns", keep="first")
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -288,6 +289,22 @@ def value_positions(table: pd.DataFrame, column: str) -> list[tuple[object, np.n
     codes, distinct = column_codes(table, column)
     order = sorted(range(len(distinct)), key=lambda i: distinct[i])
     return [(distinct[i], np.flatnonzero(codes == i)) for i in order]
+
+
+def rows_at(table: pd.DataFrame, pos: np.ndarray, columns: Iterable[str]) -> pd.DataFrame:
+    """The rows ``pos`` of ``columns`` of ``table`` (those it has; index kept): numbers taken as
+    arrays, text decoded from the table's memoized :func:`column_codes`. ``table.iloc[pos]`` copies
+    every text column through Arrow, about 50 ms per column on a million rows."""
+    out: dict[str, Any] = {}
+    for col in (c for c in columns if c in table.columns):
+        series = table[col]
+        if pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+            out[col] = series.iloc[pos].to_numpy() if isinstance(series.dtype, pd.api.extensions.ExtensionDtype) \
+                else series.to_numpy()[pos]
+        else:
+            codes, uniques = column_codes(table, col)
+            out[col] = decode(codes[pos], uniques)
+    return pd.DataFrame(out, index=table.index[pos])
 
 
 def decode(codes: np.ndarray, distinct: np.ndarray, missing: object = None) -> np.ndarray:

@@ -42,6 +42,7 @@ import pandas as pd
 
 from perfscope.memo import memo
 from perfscope.report import Report
+from perfscope.schema import column_codes, value_mask
 
 from ..costs.roofline import classify
 from ..tree import PHASES, nest
@@ -234,29 +235,57 @@ def phases_of(report: Report) -> list[str]:
     return sorted(present, key=lambda p: (order.get(p, 99), p))
 
 
-def _hierarchy(report: Report, phase: str | None, collapse: bool) -> Hierarchy:
+Leaf = tuple[tuple[str, str], ...]
+"""A leaf's components from the root: (level, name) of each module or range, then the op, then the kernel."""
+
+
+def kernel_leaves(report: Report) -> tuple[np.ndarray, list[Leaf], str, str | None]:
+    """Per kernel (positions of ``report.kernels``), the code of its leaf: the distinct (module or
+    range path, launching op, kernel name); each code's components; the source and the note of
+    :func:`kernel_paths`. Computed once per report, on the table's memoized column codes, so the
+    tree of one phase costs a lookup of its kernels' codes."""
+    return memo(report, "hierarchy:leaves", lambda: _kernel_leaves(report))
+
+
+def _kernel_leaves(report: Report) -> tuple[np.ndarray, list[Leaf], str, str | None]:
     paths, source, note = kernel_paths(report)
     k = report.kernels
-    rows = np.arange(len(k)) if phase is None else np.flatnonzero((k["phase"] == phase).fillna(False).to_numpy())
-    sub = k.iloc[rows]
-    sub_paths = paths[rows]
-    # leaves: distinct (path, op, kernel name) of the covered kernels
-    path_codes, path_values = pd.factorize(pd.Series(sub_paths, dtype=object).map(lambda p: "\x1f".join(p)))
-    op_codes, op_values = pd.factorize(sub["op"] if "op" in sub else pd.Series([None] * len(sub)))
-    short = sub["name"]
-    if "short_name" in sub:  # the short name, unless it lost the name (``void``, a bare number)
-        good = sub["short_name"].astype("object").map(_usable_short, na_action="ignore").fillna(False).astype(bool)
-        short = sub["short_name"].where(good, sub["name"])
-    name_codes, name_values = pd.factorize(short)
-    combo = pd.MultiIndex.from_arrays([path_codes, op_codes, name_codes])
-    leaf_codes, leaf_keys = pd.factorize(combo)
-    leaves = _leaf_table(sub, leaf_codes, len(leaf_keys))
-    comps: list[tuple[tuple[str, str], ...]] = []
-    for pc, oc, nc in leaf_keys:
-        mods = tuple((source, p) for p in path_values[pc].split("\x1f") if p) if pc >= 0 else ()
-        op = str(op_values[oc]) if oc >= 0 else NO_OP
-        name = str(name_values[nc]) if nc >= 0 else "?"
+    n = len(k)
+    path_codes, path_values = pd.factorize(pd.Series(paths, dtype=object)) if n else (np.zeros(0, "int64"), [])
+    if "op" in k:
+        op_codes, op_values = column_codes(k, "op")
+    else:
+        op_codes, op_values = np.full(n, -1, dtype="int64"), np.array([], dtype=object)
+    name_codes, name_values = column_codes(k, "name")
+    label, label_values = name_codes, np.asarray(name_values, dtype=object)
+    if "short_name" in k:  # the short name, unless it lost the name (``void``, a bare number)
+        short_codes, short_values = column_codes(k, "short_name")
+        usable = np.array([_usable_short(v) for v in short_values] + [False], dtype=bool)
+        shift = len(short_values)
+        label = np.where(usable[short_codes], short_codes, np.where(name_codes >= 0, name_codes + shift, -1))
+        label_values = np.concatenate([np.asarray(short_values, dtype=object), label_values])
+    n_ops, n_labels = len(op_values) + 1, len(label_values) + 1
+    combo = (path_codes.astype("int64") * n_ops + (op_codes + 1)) * n_labels + (label + 1)
+    leaf_codes, keys = pd.factorize(combo)
+    comps: list[Leaf] = []
+    for key in keys.tolist():
+        rest, lc = divmod(int(key), n_labels)
+        pc, oc = divmod(rest, n_ops)
+        mods = tuple((source, str(p)) for p in path_values[pc] if p)
+        op = str(op_values[oc - 1]) if oc > 0 else NO_OP
+        name = str(label_values[lc - 1]) if lc > 0 else "?"
         comps.append((*mods, ("op", op), ("kernel", name)))
+    return leaf_codes.astype("int64"), comps, source, note
+
+
+def _hierarchy(report: Report, phase: str | None, collapse: bool) -> Hierarchy:
+    codes, all_comps, source, note = kernel_leaves(report)
+    k = report.kernels
+    rows = np.arange(len(k)) if phase is None else np.flatnonzero(value_mask(k, "phase", lambda v: v == phase))
+    # the phase's leaves, in the order its kernels first meet them
+    leaf_codes, used = pd.factorize(codes[rows]) if len(rows) else (np.zeros(0, "int64"), np.zeros(0, "int64"))
+    leaves = _leaf_table(k, rows, leaf_codes, len(used))
+    comps = [all_comps[u] for u in used.tolist()]
     nodes, leaf_node = _build(comps, leaves, collapse, report)
     return Hierarchy(nodes, source, note, phase, collapse, rows, leaf_node[leaf_codes] if len(leaf_codes) else
                      np.zeros(0, dtype="int64"))
@@ -267,10 +296,12 @@ def _usable_short(name: object) -> bool:
     return len(text) > 2 and text != "void" and not text.isdigit()
 
 
-def _leaf_table(sub: pd.DataFrame, codes: np.ndarray, n: int) -> pd.DataFrame:
-    dur = sub["duration_ns"].to_numpy("float64")
-    flops = pd.to_numeric(sub["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)
-    nbytes = pd.to_numeric(sub["dram_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)
+def _leaf_table(k: pd.DataFrame, rows: np.ndarray, codes: np.ndarray, n: int) -> pd.DataFrame:
+    """Per leaf: calls, kernel time, the time whose work is known, FLOPs and bytes of that work,
+    and the first precision met (``codes``: each of the kernels ``rows``' leaf)."""
+    dur = k["duration_ns"].to_numpy("float64")[rows]
+    flops = pd.to_numeric(k["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)[rows]
+    nbytes = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)[rows]
     known = ~np.isnan(flops) & ~np.isnan(nbytes)
     out = pd.DataFrame({
         "calls": np.bincount(codes, minlength=n),
@@ -279,9 +310,14 @@ def _leaf_table(sub: pd.DataFrame, codes: np.ndarray, n: int) -> pd.DataFrame:
         "flops": np.bincount(codes, weights=np.where(known, flops, 0.0), minlength=n),
         "dram_bytes": np.bincount(codes, weights=np.where(known, nbytes, 0.0), minlength=n),
     })
-    prec = sub["precision"].astype("object").to_numpy() if "precision" in sub else np.full(len(sub), None)
-    first = pd.Series(prec).groupby(codes).first() if len(codes) else pd.Series(dtype=object)
-    out["precision"] = first.reindex(range(n)).to_numpy(object)
+    precision = np.full(n, None, dtype=object)
+    if "precision" in k and n:
+        prec_codes, prec_values = column_codes(k, "precision")
+        chosen = prec_codes[rows]
+        at = np.flatnonzero(chosen >= 0)
+        leaf, first = np.unique(codes[at], return_index=True)
+        precision[leaf] = np.asarray(prec_values, dtype=object)[chosen[at[first]]]
+    out["precision"] = precision
     return out
 
 

@@ -39,8 +39,12 @@ def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Seri
     return pd.Series(np.asarray(col_uniques, dtype=object)[cols[best]], index=keys[best], dtype="object")
 
 
-def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: str = "name") -> pd.DataFrame:
+def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: str = "name",
+                      calls: np.ndarray | None = None) -> pd.DataFrame:
     """One row per kernel (or op) name with totals, re-classified on the totals.
+
+    ``calls``: per row, the kernels it stands for, when ``kernels`` is already grouped (its
+    ``duration_ns``, ``flops`` and ``dram_bytes`` then being those kernels' sums); 1 each when None.
 
     Columns: name, count, duration_ns (total), mean_ns, share_pct, flops, dram_bytes,
     precision, phase (dominant), category, and the roofline columns of ``classify``.
@@ -51,7 +55,8 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
         return pd.DataFrame(columns=["name", "count", "duration_ns", "mean_ns", "share_pct"])
     total = float(kernels["duration_ns"].sum()) or 1.0
     known = kernels["flops"].notna() & kernels["dram_bytes"].notna()
-    work = pd.DataFrame({"duration_ns": kernels["duration_ns"], "known_ns": kernels["duration_ns"].where(known, 0),
+    work = pd.DataFrame({"calls": 1 if calls is None else calls,
+                         "duration_ns": kernels["duration_ns"], "known_ns": kernels["duration_ns"].where(known, 0),
                          "flops": kernels["flops"].where(known), "dram_bytes": kernels["dram_bytes"].where(known)})
     # the key (long C++ names) is hashed once; every grouping below runs on its integer codes
     key_codes, key_values = column_codes(kernels, key)
@@ -60,7 +65,7 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
         key_values = np.concatenate([key_values, np.array([None], dtype=object)])
     grouped = work.groupby(key_codes, sort=False)
     agg = pd.DataFrame({
-        "count": grouped.size(),
+        "count": grouped["calls"].sum(),
         "duration_ns": grouped["duration_ns"].sum(),
         "known_ns": grouped["known_ns"].sum(),
         "flops": grouped["flops"].sum(min_count=1),

@@ -16,7 +16,7 @@ import pandas as pd
 
 from perfscope.device import DeviceSpec
 from perfscope.report import Report
-from perfscope.schema import column_codes
+from perfscope.schema import column_codes, decode, rows_at
 
 from ..memo import memo
 from ..text import si
@@ -81,11 +81,9 @@ class RoofLine:
 
 # ------------------------------------------------------------------ filters
 def _codes(report: Report, column: str) -> tuple[np.ndarray, pd.Index]:
-    """Factorized ``column`` of the kernel table (codes, uniques), computed once per report."""
-    def build() -> tuple[np.ndarray, pd.Index]:
-        codes, uniques = pd.factorize(report.kernels[column].astype("object"), use_na_sentinel=True)
-        return codes, pd.Index(uniques)
-    return memo(report, f"codes:{column}", build)
+    """The kernel table's memoized codes of ``column`` (:func:`perfscope.schema.column_codes`)."""
+    codes, uniques = column_codes(report.kernels, column)
+    return codes, pd.Index(uniques, dtype=object)
 
 
 def _match_codes(uniques: pd.Index, needle: str, *, exact: bool = False) -> np.ndarray:
@@ -165,21 +163,45 @@ def _kernel_frame(df: pd.DataFrame, total_ns: int) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """Merge markers that share a screen cell and every filterable attribute (time-weighted)."""
-    f = frame.assign(
-        qx=np.floor(np.log10(frame["x"]) / CELL_DECADES).astype("int64"),
-        qy=np.floor(np.log10(frame["y"]) / CELL_DECADES).astype("int64"),
-        lx=np.log10(frame["x"]), ly=np.log10(frame["y"]),
-    ).sort_values("duration_ns", ascending=False, kind="stable")
-    keys = ["qx", "qy", "name", "range", "phase", "bound", "precision"]
-    out = f.groupby(keys, sort=False, dropna=False).agg(
-        key=("key", "first"), op_shapes=("op_shapes", "first"), duration_ns=("duration_ns", "sum"),
+KERNEL_POINT_COLUMNS = ("name", "arith_intensity", "achieved_flops_per_s", "duration_ns", "bound", "phase",
+                        "precision", "op_shapes", "range", "roof_flops_per_s", "pct_of_roof")
+"""The kernel columns a per-kernel marker reads."""
+
+
+def _cells(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
+    """Merge the per-kernel markers ``frame`` (of ``report``) that share a screen cell and every
+    filterable attribute (time-weighted). Cells are grouped on the kernel table's memoized codes
+    of the text columns, not on the text itself."""
+    at = report.kernels.index.get_indexer(frame["key"].to_numpy())
+    codes = {col: (column_codes(report.kernels, col)[0][at], column_codes(report.kernels, col)[1])
+             for col in ("name", "range", "phase", "bound", "precision", "op_shapes")}
+    lx, ly = np.log10(frame["x"].to_numpy("float64")), np.log10(frame["y"].to_numpy("float64"))
+    order = np.argsort(-frame["duration_ns"].to_numpy("float64"), kind="stable")  # longest first
+    group = np.zeros(len(frame), dtype="int64")
+    keys = [np.floor(lx / CELL_DECADES).astype("int64"), np.floor(ly / CELL_DECADES).astype("int64"),
+            *(codes[c][0] for c in ("name", "range", "phase", "bound", "precision"))]
+    for key in keys:  # one integer per distinct key, folded a column at a time
+        group = pd.factorize(group * (int(key.max(initial=0)) - int(key.min(initial=0)) + 2)
+                             + (key - int(key.min(initial=0)) + 1))[0].astype("int64")
+    shapes = codes["op_shapes"][0].astype("float64")
+    f = pd.DataFrame({
+        "row": np.arange(len(frame)), "key": frame["key"].to_numpy(), "shape": np.where(shapes >= 0, shapes, np.nan),
+        "duration_ns": frame["duration_ns"].to_numpy("float64"), "count": frame["count"].to_numpy(),
+        "lx": lx, "ly": ly, "roof_flops_per_s": frame["roof_flops_per_s"].to_numpy("float64"),
+        "pct_of_roof": frame["pct_of_roof"].to_numpy("float64"), "share_pct": frame["share_pct"].to_numpy("float64"),
+    }).iloc[order]
+    out = f.groupby(group[order], sort=False).agg(
+        row=("row", "first"), key=("key", "first"), shape=("shape", "first"), duration_ns=("duration_ns", "sum"),
         count=("count", "sum"), lx=("lx", "mean"), ly=("ly", "mean"),
         roof_flops_per_s=("roof_flops_per_s", "first"), pct_of_roof=("pct_of_roof", "mean"),
-        share_pct=("share_pct", "sum")).reset_index()
+        share_pct=("share_pct", "sum")).reset_index(drop=True)
+    rows = out["row"].to_numpy()
+    for col in ("name", "range", "phase", "bound", "precision"):  # constant within a cell
+        out[col] = decode(codes[col][0][rows], codes[col][1])
+    shape = out["shape"].to_numpy("float64")
+    out["op_shapes"] = decode(np.where(np.isnan(shape), -1, np.nan_to_num(shape)).astype("int64"), codes["op_shapes"][1])
     out["x"], out["y"] = 10 ** out["lx"], 10 ** out["ly"]
-    return out.drop(columns=["qx", "qy", "lx", "ly"])
+    return out.drop(columns=["row", "shape", "lx", "ly"])
 
 
 def _filter_cells(cells: pd.DataFrame, phase: str | None, range_filter: str | None,
@@ -199,37 +221,67 @@ def _kernel_points(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
     """Every placeable kernel as a marker row, and the kernel row positions behind them."""
     def build() -> tuple[pd.DataFrame, np.ndarray]:
         rows = np.flatnonzero(_placement(report)[0])
-        return _kernel_frame(report.kernels.iloc[rows], _total_ns(report)), rows
+        return _kernel_frame(rows_at(report.kernels, rows, KERNEL_POINT_COLUMNS), _total_ns(report)), rows
     return memo(report, "roofline:kernels", build)
 
 
-NAME_AGG_COLUMNS = ("name", "duration_ns", "flops", "dram_bytes", "precision", "phase", "category", "device", "op",
-                    "short_name")
-"""The kernel columns the per-name aggregate reads."""
+NAME_AGG_TEXT = ("name", "precision", "phase", "category", "device", "op", "short_name")
+"""The kernel text columns the per-name aggregate reads (it also sums time, FLOPs and bytes)."""
 
 
-def _selected(report: Report, mask: np.ndarray) -> pd.DataFrame:
-    """The rows ``mask`` of the columns the per-name aggregate reads: numbers taken as arrays,
-    text as categoricals of the table's memoized codes (no copy of a million strings)."""
-    k = report.kernels
-    out: dict[str, object] = {}
-    for col in NAME_AGG_COLUMNS:
-        if col not in k:
-            continue
-        if pd.api.types.is_numeric_dtype(k[col].dtype):
-            out[col] = k[col].to_numpy()[mask]
-        else:
+@dataclass(frozen=True)
+class _NameGroups:
+    """The kernels grouped by every column the per-name aggregate reads, and by whether their
+    work is known: summing a selection's kernels per group first gives the same aggregate as
+    the selection itself, from a table of a few thousand rows instead of a million."""
+
+    code: np.ndarray  # per kernel, its group
+    table: pd.DataFrame  # per group, the values of NAME_AGG_TEXT
+    duration_ns: np.ndarray  # per kernel
+    flops: np.ndarray  # per kernel, 0 where its work is not known
+    dram_bytes: np.ndarray
+    known: np.ndarray  # per group
+
+
+def _name_groups(report: Report) -> _NameGroups:
+    def build() -> _NameGroups:
+        k = report.kernels
+        flops = pd.to_numeric(k["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)
+        nbytes = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)
+        known = ~np.isnan(flops) & ~np.isnan(nbytes)
+        code = known.astype("int64")
+        columns = [c for c in NAME_AGG_TEXT if c in k]
+        for col in columns:  # one integer per distinct combination, folded a column at a time
             codes, uniques = column_codes(k, col)
-            out[col] = pd.Categorical.from_codes(codes[mask], categories=pd.Index(uniques, dtype=object))
-    return pd.DataFrame(out)
+            code = pd.factorize(code * (len(uniques) + 1) + (codes + 1))[0].astype("int64")
+        _, first = np.unique(code, return_index=True)
+        table = pd.DataFrame({col: decode(column_codes(k, col)[0][first], column_codes(k, col)[1]) for col in columns})
+        return _NameGroups(code, table, k["duration_ns"].to_numpy("float64", na_value=0.0),
+                           np.where(known, flops, 0.0), np.where(known, nbytes, 0.0), known[first])
+    return memo(report, "roofline:name-groups", build)
+
+
+def _aggregate_rows(report: Report, mask: np.ndarray) -> pd.DataFrame:
+    """``aggregate_by_name`` of the kernels ``mask`` selects, summed per :class:`_NameGroups` group first."""
+    from perfscope.analysis.summaries.kernels import aggregate_by_name
+
+    g = _name_groups(report)
+    code, n = g.code[mask], len(g.table)
+    calls = np.bincount(code, minlength=n)
+    keep = np.flatnonzero(calls)
+    sums = {col: np.bincount(code, weights=w[mask], minlength=n)[keep]
+            for col, w in (("duration_ns", g.duration_ns), ("flops", g.flops), ("dram_bytes", g.dram_bytes))}
+    known = g.known[keep]
+    grouped = g.table.iloc[keep].reset_index(drop=True).assign(
+        duration_ns=np.rint(sums["duration_ns"]).astype("int64"),
+        flops=np.where(known, sums["flops"], np.nan), dram_bytes=np.where(known, sums["dram_bytes"], np.nan))
+    return aggregate_by_name(grouped, report.device, calls=calls[keep])
 
 
 def _name_points(report: Report, mask: np.ndarray) -> pd.DataFrame:
-    from perfscope.analysis.summaries.kernels import aggregate_by_name
-
     from ..views import name_aggregate
 
-    agg = name_aggregate(report) if mask.all() else aggregate_by_name(_selected(report, mask), report.device)
+    agg = name_aggregate(report) if mask.all() else _aggregate_rows(report, mask)
     if not len(agg):
         return _kernel_frame(report.kernels.iloc[:0], 1)
     frame = agg[_placeable(agg)]
@@ -292,7 +344,7 @@ def roofline_points(
     selected = mask[rows]
     if int(selected.sum()) <= max_points:
         return RooflinePoints(frame.take(np.flatnonzero(selected)).reset_index(drop=True), unplaced, total)
-    cells = _filter_cells(memo(report, "roofline:cells", lambda: _cells(frame)), phase, range_filter, name_filter)
+    cells = _filter_cells(memo(report, "roofline:cells", lambda: _cells(report, frame)), phase, range_filter, name_filter)
     cells = cells.sort_values("duration_ns", ascending=False, kind="stable")
     hidden = max(len(cells) - max_points, 0)
     return RooflinePoints(cells.head(max_points).reset_index(drop=True), unplaced, total, True, hidden)

@@ -203,7 +203,7 @@ def test_merged_points_respect_filters_exactly(hta: Report) -> None:
     merged = rd.roofline_points(hta, name_filter="elementwise", max_points=1)
     every = rd.roofline_points(hta, name_filter="elementwise", max_points=len(k))
     assert merged.merged and len(every.points) == int(want.sum())
-    assert merged.hidden + len(merged.points) == len(rd._cells(every.points))
+    assert merged.hidden + len(merged.points) == len(rd._cells(hta, every.points))
     uncapped = rd.roofline_points(hta, name_filter="elementwise", max_points=int(want.sum()) - 1)
     assert uncapped.points["count"].sum() == int(want.sum())
     assert uncapped.points["duration_ns"].sum() == pytest.approx(k.loc[want, "duration_ns"].sum())
@@ -220,3 +220,27 @@ def test_every_kernel_category_has_its_own_colour() -> None:
     assert {category_of(op, name) for op, name in samples} == set(CATEGORIES)
     colours = [CATEGORY_COLORS[c] for c in CATEGORIES]
     assert len(set(colours)) == len(colours)
+
+
+@pytest.mark.parametrize("which", ["qwen", "hta", "engine"])
+@pytest.mark.parametrize("share", [0.9, 0.3, 0.02])
+def test_per_name_points_of_a_selection_equal_the_aggregate_of_its_kernels(
+        which: str, share: float, request: pytest.FixtureRequest) -> None:
+    """The tree tab's per-name roofline sums a selection per group of alike kernels first: the
+    result equals ``aggregate_by_name`` over the selected kernels themselves, column by column."""
+    from perfscope.analysis.summaries.kernels import aggregate_by_name
+
+    report = engine() if which == "engine" else request.getfixturevalue(which)
+    mask = np.random.default_rng(7).random(len(report.kernels)) < share
+    want = aggregate_by_name(report.kernels[mask], report.device)
+    got = rd._aggregate_rows(report, mask)
+    assert list(got.columns) == list(want.columns) and len(got) == len(want) > 0
+    want, got = (d.sort_values("name", key=lambda s: s.astype(str)).reset_index(drop=True) for d in (want, got))
+    for col in want.columns:
+        a, b = want[col], got[col]
+        if a.dtype.kind in "fiu" or b.dtype.kind in "fiu":
+            np.testing.assert_allclose(pd.to_numeric(b).to_numpy("float64", na_value=np.nan),
+                                       pd.to_numeric(a).to_numpy("float64", na_value=np.nan), rtol=1e-12, err_msg=col)
+        else:
+            assert b.astype(object).where(b.notna(), None).tolist() == a.astype(object).where(a.notna(), None).tolist(), col
+    assert int(got["count"].sum()) == int(mask.sum())
