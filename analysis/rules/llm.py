@@ -194,6 +194,17 @@ def prefill_mfu(report: Report) -> list[Finding]:
     if not len(costed):
         return [info("prefill-mfu", "Prefill MFU not computed: no FLOPs for the prefill kernels",
                      "Capture with operator shapes (torch.profiler record_shapes=True) or Nsight Compute.")]
+    coverage = float(costed["duration_ns"].sum()) / float(k["duration_ns"].sum() or 1.0)
+    if coverage < FLOPS_MIN_COVERAGE:  # a partial FLOP sum would understate MFU without saying so
+        uncosted = k[k["flops"].isna()].groupby("name")["duration_ns"].sum().sort_values(ascending=False)
+        top = ", ".join(f"{str(n)[:60]} ({100 * t / float(k['duration_ns'].sum()):.0f}%)"
+                        for n, t in uncosted.head(2).items())
+        return [info("prefill-mfu", f"Prefill MFU not computed: FLOPs are known for {100 * coverage:.0f}% of the "
+                     f"prefill kernel time (under {100 * FLOPS_MIN_COVERAGE:.0f}%); without FLOPs: {top}",
+                     "The phase table leaves MFU missing for the same reason. Collectives keep their FLOPs "
+                     "missing by design; for other kernels, profile with operator shapes "
+                     "(torch.profiler record_shapes=True) or measure them with Nsight Compute.",
+                     flops_coverage_pct=100 * coverage)]
     dev = report.device
     assert dev is not None
     precision = str(costed.groupby(costed["precision"].fillna("fp32"))["flops"].sum().idxmax())

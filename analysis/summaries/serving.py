@@ -97,9 +97,13 @@ def _phase_wall_s(report: Report, phase: str, kernels: pd.DataFrame,
     return float("nan"), 0, float("nan")
 
 
+WALL_RATES = ("tokens_per_s", "achieved_flops_per_s", "achieved_bytes_per_s", "mfu", "mbu")
+"""The phase row's rates over its steps' wall time: missing when every step of the phase is an outlier."""
+
+
 def _headline(steps: pd.DataFrame, phase: str) -> tuple[pd.DataFrame, int]:
     """A phase's steps without its outliers (all of them when every one is an outlier: the row
-    then shows them, and ``outlier_steps`` says so), and the number left out."""
+    then shows their times, no rate, and ``outlier_steps`` says so), and the number left out."""
     ph = steps[steps["phase"] == phase]
     head = headline_steps(ph)
     if not len(head):
@@ -132,6 +136,8 @@ def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
             mask = mask & ~kernels["step"].isin(out_ids).to_numpy(bool)
         row = _phase_row(report, p, k[mask], head)
         kept_outliers = int(head["outlier"].notna().sum())  # > 0 only when every step of the phase is one
+        if kept_outliers:  # a stalled or cold step's wall time is not the model's: no rate from it
+            row.update({c: float("nan") for c in WALL_RATES})
         row.update(_token_split(head), outlier_steps=dropped + kept_outliers,
                    framework=", ".join(sorted(set(head["framework"].dropna().astype(str)))) or None)
         rows.append(row)
