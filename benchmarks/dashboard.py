@@ -9,7 +9,7 @@ indexes) is reported apart. Then the first page load in headless Chromium (time 
 overview is rendered), or the overview callback when Chromium is absent.
 Every figure is also measured on the untiled report, and the ratio is printed.
 
-Run: python benchmarks/dashboard.py [--kernels 1000000] [--repeats 5]
+Run: python benchmarks/dashboard.py [--kernels 1000000] [--repeats 5] [--loads 5]
 """
 
 from __future__ import annotations
@@ -102,16 +102,25 @@ def scenarios(store: ReportStore, key: str) -> dict[str, Callable[[], object]]:
     }
 
 
-def page_load_ms(root: Path) -> tuple[str, float]:
-    """Time to a rendered overview in headless Chromium (or the overview callback without it)."""
+def page_load_ms(root: Path, loads: int = 1) -> tuple[str, list[float], list[float]]:
+    """Times to a rendered overview, and to its findings (drawn after it), in headless Chromium,
+    each from a fresh app (cold server cache) and a fresh browser profile; a load ends when its
+    findings are drawn, so no rule run of one load overlaps the next. Without Chromium: the
+    overview and findings callbacks."""
     from perfscope.dashboard.app import create_app
 
     if not (shutil.which("chromium") and shutil.which("chromedriver")):
-        store = ReportStore([root])
-        key = store.entries()[0].key
-        t = time.perf_counter()
-        cb.on_overview(store, key)
-        return "overview callback (no chromium)", (time.perf_counter() - t) * 1e3
+        times, done = [], []
+        for _ in range(loads):
+            store = ReportStore([root])
+            key = store.entries()[0].key
+            t = time.perf_counter()
+            cb.on_overview(store, key)
+            times.append((time.perf_counter() - t) * 1e3)
+            cb.on_findings(store, key)
+            done.append((time.perf_counter() - t) * 1e3)
+        return "overview callback (no chromium)", times, done
+    import logging
     import threading
 
     from selenium import webdriver
@@ -120,21 +129,27 @@ def page_load_ms(root: Path) -> tuple[str, float]:
     from selenium.webdriver.support.ui import WebDriverWait
     from werkzeug.serving import make_server
 
-    server = make_server("127.0.0.1", 0, create_app([root]).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                f"--user-data-dir={tempfile.mkdtemp(prefix='perfscope-bench-chrome-')}"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
-    try:
-        t = time.perf_counter()
-        drv.get(f"http://127.0.0.1:{server.server_port}/")
-        WebDriverWait(drv, 300).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#headline"))
-        return "first page load, headless Chromium (cold server cache)", (time.perf_counter() - t) * 1e3
-    finally:
-        drv.quit()
-        server.shutdown()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no request log in the results
+    times, done = [], []
+    for _ in range(loads):
+        server = make_server("127.0.0.1", 0, create_app([root]).server, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        opts = webdriver.ChromeOptions()
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                    f"--user-data-dir={tempfile.mkdtemp(prefix='perfscope-bench-chrome-')}"):
+            opts.add_argument(arg)
+        drv = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+        try:
+            t = time.perf_counter()
+            drv.get(f"http://127.0.0.1:{server.server_port}/")
+            WebDriverWait(drv, 300).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#headline"))
+            times.append((time.perf_counter() - t) * 1e3)
+            WebDriverWait(drv, 300).until(lambda d: d.find_elements(By.CSS_SELECTOR, f"#{ids.FINDINGS} h3"))
+            done.append((time.perf_counter() - t) * 1e3)
+        finally:
+            drv.quit()
+            server.shutdown()
+    return "first page load, headless Chromium (cold server cache)", times, done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--fixture", type=Path, default=FIXTURE)
+    parser.add_argument("--loads", type=int, default=5, help="first page loads to time (each cold)")
     args = parser.parse_args(argv)
     base = import_file(args.fixture)
     t = time.perf_counter()
@@ -163,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
             ratio = med / max(results["base"][label][1], 1e-6)
             ok = "ok" if med < 300 and size < 3e6 else "MISSED"
             print(f"{label:26} {first:9.0f} {med:10.1f} {size / 1e6:8.2f} {ratio:7.1f}  {ok}")
-        what, ms = page_load_ms(roots["big"])
-        print(f"\n{what}: {ms:.0f} ms")
+        what, times, done = page_load_ms(roots["big"], args.loads)
+        worst = max(times)
+        print(f"\n{what}, {len(times)} loads:")
+        print(f"  overview drawn: min {min(times):.0f} ms, median {statistics.median(times):.0f} ms, "
+              f"max {worst:.0f} ms  goal <=3000 ms: {'ok' if worst <= 3000 else 'MISSED'}")
+        print(f"  findings drawn: min {min(done):.0f} ms, median {statistics.median(done):.0f} ms, max {max(done):.0f} ms")
     return 0
 
 

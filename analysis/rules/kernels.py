@@ -19,9 +19,10 @@ from perfscope.device import DeviceSpec
 from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.report import Report
-from perfscope.schema import text_of
+from perfscope.schema import column_codes, text_of, value_mask
 
 from ..costs.roofline import classify
+from ..summaries.kernels import group_codes
 from ._base import Finding, group_key, info, is_cpu_report, pct, ranked, severity_for
 from .timeline import SHORT_KERNEL_NS
 
@@ -125,19 +126,39 @@ def _effective_kernels(report: Report) -> pd.DataFrame:
     return out
 
 
-def _group_totals(k: pd.DataFrame) -> pd.DataFrame:
-    """Per group (short name): count, time, FLOPs and bytes over rows where both are known, precision."""
-    known = k["flops"].notna() & k["dram_bytes"].notna() & (k["duration_ns"] > 0)
-    rows = k[known].assign(group=group_key(k[known]))
+def _group_totals(k: pd.DataFrame, bound: str) -> pd.DataFrame:
+    """Per group (short name) of the ``bound``-bound kernels: count, time, FLOPs and bytes over
+    rows where both are known, and the precision with the most time (ties: the first by name).
+
+    Grouped on the table's memoized codes (a 1M-kernel table is never copied or re-hashed)."""
+    flops = pd.to_numeric(k["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)
+    nbytes = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)
+    dur = k["duration_ns"].to_numpy("float64", na_value=np.nan)
+    codes, names = group_codes(k)
+    rows = np.flatnonzero(value_mask(k, "bound", lambda v: v == bound) & ~np.isnan(flops) & ~np.isnan(nbytes)
+                          & (dur > 0) & (codes >= 0))
     if not len(rows):
         return pd.DataFrame(columns=["group", "count", "time_ns", "flops", "dram_bytes", "precision"])
-    g = rows.groupby("group", sort=False)
-    prec = rows.assign(p=rows["precision"].astype("object").fillna("")).groupby(["group", "p"])["duration_ns"].sum()
-    dominant = prec.groupby(level=0).idxmax().map(lambda t: t[1] or None)
-    out = pd.DataFrame({"count": g.size(), "time_ns": g["duration_ns"].sum().astype("float64"),
-                        "flops": g["flops"].sum(), "dram_bytes": g["dram_bytes"].sum()})
-    out["precision"] = dominant.reindex(out.index)
-    return out.reset_index()
+    group, firsts = pd.factorize(codes[rows])  # groups in order of first appearance
+    n = len(firsts)
+    # the dominant precision: most time, ties to the first name in sort order (a missing one first)
+    prec_codes, prec_names = column_codes(k, "precision")
+    by_name = np.argsort(np.asarray([str(v) for v in prec_names], dtype=object), kind="stable")
+    rank = np.empty(len(prec_names) + 1, dtype="int64")
+    rank[by_name], rank[-1] = np.arange(1, len(prec_names) + 1), 0
+    pairs, pair_of = np.unique(group * (len(prec_names) + 1) + rank[prec_codes[rows]], return_inverse=True)
+    pair_ns = np.bincount(pair_of, weights=dur[rows])
+    pair_group, pair_rank = pairs // (len(prec_names) + 1), pairs % (len(prec_names) + 1)
+    order = np.lexsort((pair_rank, -pair_ns, pair_group))
+    best = order[np.r_[True, pair_group[order][1:] != pair_group[order][:-1]]]
+    values = np.concatenate([[None], np.asarray(prec_names, dtype=object)[by_name]])
+    precision = np.full(n, None, dtype=object)
+    precision[pair_group[best]] = values[pair_rank[best]]
+    return pd.DataFrame({
+        "group": np.asarray(names, dtype=object)[firsts], "count": np.bincount(group, minlength=n),
+        "time_ns": np.bincount(group, weights=dur[rows], minlength=n),
+        "flops": np.bincount(group, weights=flops[rows], minlength=n),
+        "dram_bytes": np.bincount(group, weights=nbytes[rows], minlength=n), "precision": precision})
 
 
 def _top_evidence(top: pd.DataFrame, value: str) -> dict[str, float | int | str]:
@@ -180,7 +201,7 @@ def memory_below_roof(report: Report) -> list[Finding]:
     k = effective_kernels(report)
     if not bw or not k["flops"].notna().any():
         return _no_work_info(report, "roofline-unchecked")
-    groups = _group_totals(k[k["bound"] == "memory"])
+    groups = _group_totals(k, "memory")
     groups["pct_of_roof"] = groups["dram_bytes"] / (groups["time_ns"] * 1e-9) / bw * 100.0
     return _below_roof(report, groups, "memory-below-roof", "DRAM bandwidth", MEMORY_ROOF_LOW_PCT, {
         "dram_roof_bytes_per_s": float(bw), "dram_roof_provenance": dev.memory["dram"].provenance if dev else ""},
@@ -194,7 +215,7 @@ def _compute_groups(report: Report) -> pd.DataFrame | None:
     k = effective_kernels(report)
     if dev is None or not dev.compute or not k["flops"].notna().any():
         return None
-    groups = _group_totals(k[k["bound"] == "compute"])
+    groups = _group_totals(k, "compute")
     peaks = groups["precision"].map(lambda p: dev.peak_flops(p if isinstance(p, str) else None))
     groups["pct_of_roof"] = groups["flops"] / (groups["time_ns"] * 1e-9) / pd.to_numeric(peaks) * 100.0
     return groups
@@ -286,10 +307,13 @@ def _faster_matrix(dev: DeviceSpec) -> str | None:
 def fp32_matmuls(k: pd.DataFrame) -> pd.DataFrame:
     """GEMM/attention kernels that run FP32 off the tensor cores: precision fp32, or no precision
     but a SIMT single-precision GEMM name (``volta_sgemm``, ``implicit_convolve_sgemm``)."""
-    mm = k[k["category"].isin(MATMUL_CATEGORIES) & ((k["precision"] == "fp32") | k["precision"].isna())]
-    names = text_of(mm["name"])
-    fp32 = (mm["precision"] == "fp32") | names.str.contains(FP32_SIMT_GEMM_NAME)
-    return mm[fp32 & ~names.str.contains(TENSOR_CORE_FP32_NAME)]
+    simt, tensor_core = re.compile(FP32_SIMT_GEMM_NAME), re.compile(TENSOR_CORE_FP32_NAME)
+    fp32 = value_mask(k, "precision", lambda p: p == "fp32")
+    unknown = value_mask(k, "precision", lambda p: p is None)
+    named = value_mask(k, "name", lambda n: n is not None and simt.search(str(n)) is not None)
+    on_tensor_cores = value_mask(k, "name", lambda n: n is not None and tensor_core.search(str(n)) is not None)
+    return k[value_mask(k, "category", lambda c: c in MATMUL_CATEGORIES) & (fp32 | (unknown & named))
+             & ~on_tensor_cores]
 
 
 def fp32_matmul(report: Report) -> list[Finding]:
