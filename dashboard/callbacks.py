@@ -193,13 +193,14 @@ def _tree_phase(phase: str | None) -> str | None:
     return None if phase in (None, "all") else phase
 
 
-def on_tree(store: ReportStore, key: str | None, tab: str, phase: str | None) -> Any:
-    """The icicle of the report's module -> op -> kernel tree (for one phase, or all kernels)."""
+def on_tree(store: ReportStore, key: str | None, tab: str, phase: str | None, expand: str | None = None) -> Any:
+    """The icicle of the report's module -> op -> kernel tree (for one phase, or all kernels;
+    repeated layers collapsed unless ``expand`` is ``expanded``)."""
     if _skip(tab, "tree") or not key:
         return NO
     from .figures.tree import tree_figure
 
-    return tree_figure(store.load(key), phase=_tree_phase(phase))
+    return tree_figure(store.load(key), phase=_tree_phase(phase), collapse=expand != "expanded")
 
 
 def on_tree_phases(store: ReportStore, key: str | None) -> tuple[list[dict[str, str]], str]:
@@ -210,12 +211,14 @@ def on_tree_phases(store: ReportStore, key: str | None) -> tuple[list[dict[str, 
     return [{"label": v, "value": v} for v in values], "all"
 
 
-def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[str, Any] | None) -> tuple[Any, str]:
+def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[str, Any] | None,
+                   expand: str | None = None) -> tuple[Any, str]:
     """(mask over the kernels or None, label) of the clicked node (None: the whole tree)."""
     from perfscope.analysis.summaries.hierarchy import hierarchy
+    from perfscope.schema import value_mask
 
     report = store.load(key)
-    tree = hierarchy(report, phase=_tree_phase(phase))
+    tree = hierarchy(report, phase=_tree_phase(phase), collapse=expand != "expanded")
     points = (click or {}).get("points") or []
     node = points[0].get("id", points[0].get("customdata")) if points else None  # the icicle's ids are node numbers
     if isinstance(node, list):
@@ -225,7 +228,7 @@ def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[
     if node is None or int(node) not in set(tree.nodes["node"].tolist()):
         mask = None
         if tree.phase is not None:
-            mask = (report.kernels["phase"] == tree.phase).fillna(False).to_numpy()
+            mask = value_mask(report.kernels, "phase", lambda v: v == tree.phase)
         return mask, "the whole tree" + (f" ({tree.phase})" if tree.phase else "")
     row = tree.nodes[tree.nodes["node"] == int(node)].iloc[0]
     return tree.kernel_mask(int(node), len(report.kernels)), str(row["path"])
@@ -245,15 +248,15 @@ def _longest(report: Any, mask: Any, n: int) -> Any:
 
 
 def on_tree_select(store: ReportStore, key: str | None, tab: str, phase: str | None,
-                   click: dict[str, Any] | None, trigger: str | None = None) -> Any:
+                   click: dict[str, Any] | None, trigger: str | None = None, expand: str | None = None) -> Any:
     """The roofline (per kernel name) and the longest kernels of the clicked node (the whole
-    tree after a change of report or phase)."""
+    tree after a change of report, phase or expansion)."""
     if _skip(tab, "tree") or not key:
         return NO, NO, NO, NO
-    if trigger in (ids.REPORT, ids.TREE_PHASE):
+    if trigger in (ids.REPORT, ids.TREE_PHASE, ids.TREE_EXPAND):
         click = None
     report = store.load(key)
-    mask, label = tree_selection(store, key, phase, click)
+    mask, label = tree_selection(store, key, phase, click, expand)
     fig = figures.roofline(report, per="name", rows=mask if mask is not None else None)
     frame = views.kernel_rows(report, _longest(report, mask, TREE_GRID_ROWS))
     n = int(mask.sum()) if mask is not None else len(report.kernels)
@@ -315,11 +318,12 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
     cb(Output(ids.TREE_PHASE, "options"), Output(ids.TREE_PHASE, "value"), Input(ids.REPORT, "value"))(
         _guard(lambda key: on_tree_phases(store, key), "-", "-"))
     cb(Output(ids.TREE_FIGURE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
-       Input(ids.TREE_PHASE, "value"))(_guard(lambda *a: on_tree(store, *a), "figure"))
+       Input(ids.TREE_PHASE, "value"), Input(ids.TREE_EXPAND, "value"))(_guard(lambda *a: on_tree(store, *a), "figure"))
     cb(Output(ids.TREE_ROOFLINE, "figure"), Output(ids.TREE_GRID, "rowData"), Output(ids.TREE_GRID, "columnDefs"),
        Output(ids.TREE_NOTE, "children"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
-       Input(ids.TREE_PHASE, "value"), Input(ids.TREE_FIGURE, "clickData"))(
-        _guard(lambda key, tab, phase, click: on_tree_select(store, key, tab, phase, click, dash.ctx.triggered_id),
+       Input(ids.TREE_PHASE, "value"), Input(ids.TREE_FIGURE, "clickData"), Input(ids.TREE_EXPAND, "value"))(
+        _guard(lambda key, tab, phase, click, expand: on_tree_select(store, key, tab, phase, click,
+                                                                     dash.ctx.triggered_id, expand),
                "figure", "-", "-", "text"))
     cb(Output(ids.COMPARE_FIGURE, "figure"), Output(ids.COMPARE_TABLE, "children"), Input(ids.COMPARE_A, "value"),
        Input(ids.COMPARE_B, "value"), Input(ids.TABS, "value"))(_guard(lambda *a: on_compare(store, *a), "figure", "text"))

@@ -44,6 +44,7 @@ COMPARE_TABLE = "compare-table"
 
 TREE_FIGURE = "tree-graph"  # the hierarchy tab (figures_tree.tree_figure); click a node to filter
 TREE_PHASE = "tree-phase"
+TREE_EXPAND = "tree-expand"  # repeated layers: one collapsed box, or every instance
 TREE_ROOFLINE = "tree-roofline"
 TREE_GRID = "tree-kernels"
 TREE_NOTE = "tree-note"

@@ -186,6 +186,8 @@ def _tree_panel() -> html.Div:
     return html.Div([
         _controls(html.Label(["phase ", dcc.Dropdown(id=ids.TREE_PHASE, value="all", clearable=False, options=[
             {"label": "all", "value": "all"}], style={"width": "140px"})]),
+            html.Label(["repeated layers ", dcc.RadioItems(id=ids.TREE_EXPAND, value="collapsed", inline=True, options=[
+                {"label": "collapsed", "value": "collapsed"}, {"label": "every instance", "value": "expanded"}])]),
             html.Span("click a box to filter the roofline and the table to it; click the top bar to go back up",
                       className="muted")),
         _graph(ids.TREE_FIGURE),

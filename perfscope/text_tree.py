@@ -30,12 +30,14 @@ def tree_rows(nodes: Any, depth: int | None = None, name_width: int = 60) -> lis
     return rows
 
 
-def render_tree(report: Report, *, phase: str | None = None, depth: int | None = None) -> str:
-    """The tree of every phase (or of ``phase``), as text."""
+def render_tree(report: Report, *, phase: str | None = None, depth: int | None = None, expand: bool = False) -> str:
+    """The tree of every phase (or of ``phase``), as text; ``expand`` lists every instance of
+    repeated layers instead of one collapsed row."""
     from perfscope.analysis.summaries.hierarchy import by_phase, hierarchy
     from perfscope.text_report import table
 
-    trees = {phase: hierarchy(report, phase=phase)} if phase else by_phase(report)
+    trees = {phase: hierarchy(report, phase=phase, collapse=not expand)} if phase else \
+        by_phase(report, collapse=not expand)
     out: list[str] = []
     for ph, tree in trees.items():
         title = f"Where the time goes ({ph})" if ph else "Where the time goes"
@@ -50,11 +52,13 @@ def render_tree(report: Report, *, phase: str | None = None, depth: int | None =
     return "\n".join(out) + "\n"
 
 
-def tree_payload(report: Report, *, phase: str | None = None, depth: int | None = None) -> dict[str, Any]:
+def tree_payload(report: Report, *, phase: str | None = None, depth: int | None = None,
+                 expand: bool = False) -> dict[str, Any]:
     """The ``tree`` key of ``perfscope analyze --json``: source, note and the nodes per phase."""
     from perfscope.analysis.summaries.hierarchy import by_phase, hierarchy
 
-    trees = {phase: hierarchy(report, phase=phase)} if phase else by_phase(report)
+    trees = {phase: hierarchy(report, phase=phase, collapse=not expand)} if phase else \
+        by_phase(report, collapse=not expand)
     first = next(iter(trees.values()))
-    return {"source": first.source, "note": first.note, "collapsed": True,
+    return {"source": first.source, "note": first.note, "collapsed": not expand,
             "phases": {str(ph) if ph else "all": t.to_records(depth) for ph, t in trees.items()}}

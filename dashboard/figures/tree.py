@@ -17,11 +17,13 @@ MAX_NODES = 3000
 """Nodes drawn at most (the deepest levels are left out beyond it; the table keeps them all)."""
 
 
-def tree_figure(report: Report, *, phase: str | None = None, depth: int | None = None) -> go.Figure:
-    """The icicle of ``report``'s tree for ``phase`` (all kernels when None), ``depth`` levels deep."""
+def tree_figure(report: Report, *, phase: str | None = None, depth: int | None = None,
+                collapse: bool = True) -> go.Figure:
+    """The icicle of ``report``'s tree for ``phase`` (all kernels when None), ``depth`` levels deep;
+    ``collapse=False`` draws every instance of repeated layers."""
     from perfscope.analysis.summaries.hierarchy import hierarchy
 
-    tree = hierarchy(report, phase=phase)
+    tree = hierarchy(report, phase=phase, collapse=collapse)
     nodes = tree.nodes
     if depth is not None:
         nodes = nodes[nodes["depth"] < depth]

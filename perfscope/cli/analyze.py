@@ -55,7 +55,10 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
 @click.option("--tree", "show_tree", is_flag=True, help="Print where the time goes: the module -> op -> kernel tree.")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Levels of the tree to show (default: all).")
 @click.option("--phase", default=None, help="The tree of one phase (prefill, decode, ...; default: each phase).")
-def analyze(path: str, as_json: bool, top: int, show_tree: bool, depth: int | None, phase: str | None) -> None:
+@click.option("--expand", is_flag=True, help="In the tree, list every instance of repeated layers (Qwen3DecoderLayer_0 "
+              "... _35) instead of one collapsed row with their spread.")
+def analyze(path: str, as_json: bool, top: int, show_tree: bool, depth: int | None, phase: str | None,
+            expand: bool) -> None:
     """Summarise a report folder, or any trace/export perfscope can import."""
     from perfscope.api import load
     from perfscope.text_report import render_text
@@ -69,9 +72,9 @@ def analyze(path: str, as_json: bool, top: int, show_tree: bool, depth: int | No
         raise UsageError(f"{path}: no kernels of phase {phase!r}", hint=f"use --phase {' or '.join(have)}")
     if as_json:
         payload = analysis_payload(report, top)
-        payload["tree"] = tree_payload(report, phase=phase, depth=depth)
+        payload["tree"] = tree_payload(report, phase=phase, depth=depth, expand=expand)
         echo_json(payload)
     elif show_tree:
-        click.echo(render_tree(report, phase=phase, depth=depth), nl=False)
+        click.echo(render_tree(report, phase=phase, depth=depth, expand=expand), nl=False)
     else:
         click.echo(render_text(report, top=top), nl=False)

@@ -265,3 +265,36 @@ def test_dashboard_tree_tab_filters_roofline_and_table(tmp_path: Path, engine: R
     # a change of phase forgets the click: the whole tree of that phase
     _, _, _, note = cb.on_tree_select(store, key, "tree", "prefill", click, ids.TREE_PHASE)
     assert note.startswith("the whole tree (prefill)")
+
+
+def test_repeated_layers_expand_on_demand(tmp_path: Path, engine: Report, sample_reports_dir: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`analyze --tree --expand`, the JSON and the dashboard's "every instance" list each layer;
+    a click on one instance selects exactly that layer's kernels."""
+    from perfscope.cli import main
+    from perfscope.dashboard import callbacks as cb
+    from perfscope.dashboard import ids
+    from perfscope.dashboard.store import ReportStore
+
+    path = str(sample_reports_dir / ENGINE)
+    assert main(["analyze", path, "--tree", "--phase", "decode", "--depth", "1", "--expand"]) == 0
+    out = capsys.readouterr().out
+    assert "layer ×12" not in out and all(f"layer.{i} " in out for i in range(12))
+    assert main(["analyze", path, "--json", "--depth", "1", "--expand"]) == 0
+    tree = json.loads(capsys.readouterr().out)["tree"]
+    assert tree["collapsed"] is False
+    assert sorted(n["name"] for n in tree["phases"]["decode"] if n["name"].startswith("layer.")) == sorted(
+        f"layer.{i}" for i in range(12))
+    engine.save(tmp_path / "e.perfscope")
+    store = ReportStore([tmp_path])
+    key = store.entries()[0].key
+    fig = cb.on_tree(store, key, "tree", "decode", "expanded")
+    assert {f"layer.{i}" for i in range(12)} <= set(fig.data[0].labels)
+    expanded = hierarchy(engine, phase="decode", collapse=False).nodes
+    layer3 = expanded[(expanded["name"] == "layer.3") & (expanded["depth"] == 0)].iloc[0]
+    click = {"points": [{"id": str(int(layer3["node"]))}]}
+    _, _, _, note = cb.on_tree_select(store, key, "tree", "decode", click, ids.TREE_FIGURE, "expanded")
+    k = engine.kernels
+    want = (k["phase"] == "decode").to_numpy() & k["range"].fillna("").str.contains("/layer.3/").to_numpy()
+    assert note.startswith("layer.3") and f"{int(want.sum()):,} kernels" in note
+    assert float(layer3["time_ns"]) == pytest.approx(float(k.loc[want, "duration_ns"].sum()))
