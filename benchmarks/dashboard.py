@@ -90,11 +90,15 @@ def scenarios(store: ReportStore, key: str) -> dict[str, Callable[[], object]]:
     top = hierarchy(store.load(key)).nodes
     biggest = {"points": [{"customdata": int(top["node"].iat[0])}]}
     deeper = {"points": [{"customdata": int(top["node"].iat[min(2, len(top) - 1)])}]}
+    every = hierarchy(store.load(key), collapse=False).nodes
+    top_instance = {"points": [{"customdata": int(every["node"].iat[0])}]}
     return {
         "tree icicle": lambda: cb.on_tree(store, key, "tree", "all"),
         "tree click top node": lambda: cb.on_tree_select(store, key, "tree", "all", biggest)[0],
         "tree click deeper node": lambda: cb.on_tree_select(store, key, "tree", "all", deeper)[0],
         "tree phase=decode": lambda: cb.on_tree(store, key, "tree", "decode"),
+        "tree every instance": lambda: cb.on_tree(store, key, "tree", "all", "expanded"),
+        "tree click, every instance": lambda: cb.on_tree_select(store, key, "tree", "all", top_instance, None, "expanded")[0],
         "timeline full (bins)": lambda: cb.on_timeline(store, key, "timeline", None, ids.REPORT),
         "timeline zoom 10%": zoom(0.10), "timeline zoom 1%": zoom(0.01), "timeline zoom 0.01%": zoom(1e-4),
         "roofline per kernel": roof("kernel"), "roofline per name": roof("name"),
