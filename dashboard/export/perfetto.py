@@ -263,10 +263,12 @@ def _request_tree(report: Report | LeanReport) -> tuple[_Tree | None, list[str]]
     m, m_ok = _int64(times["admitted_ns"])
     has_time = pd.to_numeric(r.get("arrival_s", pd.Series(np.nan, index=r.index)), errors="coerce").notna().to_numpy()
     keep = a_ok & e_ok & (e >= a)
-    unplaced = int((has_time & ~keep & a_ok).sum()) + int((~has_time).sum())
-    if unplaced:
-        notes.append(f"{unplaced} request(s) without both a send and an end time on the timeline (not sent, "
-                     "cancelled, or a batch generate() without arrival times): not drawn")
+    unsent, unended = int((~has_time).sum()), int((a_ok & ~keep).sum())
+    if unsent:
+        notes.append(f"{unsent} request(s) without a send time (not sent, or a batch generate() that records "
+                     "none): not drawn")
+    if unended:
+        notes.append(f"{unended} request(s) sent but without an end (cancelled): not drawn")
     if not keep.any():
         return None, notes
     idx = np.flatnonzero(keep)
@@ -357,7 +359,10 @@ class _ProtoWriter:
             return pb.f_varint(13, pb.SEQ_INCREMENTAL_STATE_CLEARED | pb.SEQ_NEEDS_INCREMENTAL_STATE)
         return pb.f_varint(13, pb.SEQ_NEEDS_INCREMENTAL_STATE)
 
-    def slices(self, s: _Slices) -> int:
+    def slices(self, s: _Slices, depth: np.ndarray | None = None) -> int:
+        """Write ``s``: each row's begin and end packets, one after the other; with ``depth`` (rows in
+        pre-order within nested blocks), a row's end waits until the next row at its depth or above
+        begins (or the last row is written)."""
         uuids = [self.track(g, n) for g, n in s.track_names]
         track_bytes = [pb.f_varint(11, u) for u in uuids]
         name_iid: list[bytes | None] = [None] * (len(s.names) + 1)  # the last answers code -1
@@ -379,8 +384,10 @@ class _ProtoWriter:
             end_ev = end_t + tb
             end_tails.append(seq + ev_tag + pb.varint(len(end_ev)) + end_ev + flags)
         written = 0
+        stack: list[tuple[int, bytes]] = []  # with depth: the open slices' (depth, end packet)
         for lo in range(0, len(s.start), CHUNK):
             hi = min(lo + CHUNK, len(s.start))
+            depths = None if depth is None else depth[lo:hi].tolist()
             t0s = pb.varints(s.start[lo:hi])
             t1s = pb.varints(np.maximum(s.end[lo:hi], s.start[lo:hi]))
             dblobs = [pb.double_annotations(a, v[lo:hi]) for a, v in dbls]
@@ -419,53 +426,24 @@ class _ProtoWriter:
                                ev, head))
                 t1 = t1s[j]
                 tail = end_tails[tr]
+                end_packet = b"".join((b"\x0a", small[1 + len(t1) + len(tail)], ts_tag, t1, tail))
+                if depths is not None:
+                    d = depths[j]
+                    while stack and stack[-1][0] >= d:
+                        buf.append(stack.pop()[1])
+                    stack.append((d, end_packet))
+                    end_packet = b""
                 buf.append(b"\x0a" + (small[len(p1)] if len(p1) < limit else varint(len(p1))) + p1)
-                buf.append(b"".join((b"\x0a", small[1 + len(t1) + len(tail)], ts_tag, t1, tail)))
+                buf.append(end_packet)
                 written += 1
             self.out.write(b"".join(buf))
+        self.out.write(b"".join(e for _, e in reversed(stack)))
         return written
 
     def nested(self, tree: _Tree) -> int:
-        """Slices nested in blocks (a request and its parts): each begin follows the ends of the
+        """Slices nested in blocks (a request and its parts): each begin comes after the ends of the
         open slices at its depth or deeper, so every slice closes inside its parent."""
-        s = tree.slices
-        uuids = [self.track(g, n) for g, n in s.track_names]
-        seq = pb.f_varint(10, SEQ)
-        args = [(a, kind, vals, distinct) for a, (kind, vals, distinct) in s.args.items()]
-        stack: list[tuple[int, int, int]] = []  # open slices: (depth, end, track)
-        buf: list[bytes] = []
-
-        def close(depth: int) -> None:
-            while stack and stack[-1][0] >= depth:
-                _, end, tr = stack.pop()
-                ev = pb.f_varint(9, pb.SLICE_END) + pb.f_varint(11, uuids[tr])
-                buf.append(pb.packet(pb.f_varint(8, end) + seq + pb.f_bytes(11, ev) + self.flags()))
-
-        for j, (t0, t1, tr, nc, d) in enumerate(zip(s.start.tolist(), s.end.tolist(), s.track.tolist(),
-                                                    s.name_codes.tolist(), tree.depth.tolist())):
-            close(d)
-            name = "?" if nc < 0 else str(s.names[nc])
-            intern = b""
-            iid = self.iids.get(name, 0)
-            if not iid:
-                iid = self.iids[name] = len(self.iids) + 1
-                intern = pb.interned_names([(iid, name)])
-            parts = [pb.f_varint(9, pb.SLICE_BEGIN), pb.f_varint(11, uuids[tr]), pb.f_varint(10, iid)]
-            for a, kind, vals, distinct in args:
-                v = vals[j]
-                if kind == "str":
-                    if v >= 0 and distinct[v] is not None:
-                        parts.append(pb.annotation_str(a, str(distinct[v])))
-                elif not np.isnan(v):
-                    parts.append(pb.annotation_int(a, int(v)) if kind == "int" else pb.annotation_double(a, float(v)))
-            flags = self.flags()
-            buf.append(pb.packet(pb.f_varint(8, t0) + seq + intern + pb.f_bytes(11, b"".join(parts)) + flags))
-            stack.append((d, max(t1, t0), tr))
-            if len(buf) >= CHUNK:
-                self.out.write(b"".join(buf))
-                buf.clear()
-        close(0)
-        self.out.write(b"".join(buf))
+        self.slices(tree.slices, tree.depth)
         return tree.blocks
 
     def counters(self, name: str, t: np.ndarray, v: np.ndarray) -> int:
@@ -508,7 +486,10 @@ class _ChromeWriter:
             self.emit([{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}])
         return self.tids[(group, name)]
 
-    def slices(self, s: _Slices) -> int:
+    def slices(self, s: _Slices, depth: np.ndarray | None = None) -> int:
+        """Write ``s``: each row's begin and end packets, one after the other; with ``depth`` (rows in
+        pre-order within nested blocks), a row's end waits until the next row at its depth or above
+        begins (or the last row is written)."""
         ids = [self.track(g, n) for g, n in s.track_names]
         names = np.array([str(n) for n in s.names] + ["?"], dtype=object)
         arg_names = list(s.args)

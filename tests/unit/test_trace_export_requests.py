@@ -276,6 +276,16 @@ def test_endpoint_requests_only_with_failures(tmp_path: Path, fault_server: str,
     events, _ = _chrome_request_slices(tmp_path / "ep.json")
     chrome_parents = [e for e in events if e["name"].startswith("request")]
     assert sorted(e["name"] for e in chrome_parents) == sorted(p["name"] for p in parents)
+    # Ctrl-C: a request never sent and one in flight (cancelled, no end) have no interval: counted in notes
+    cut = req.copy()
+    cut.loc[0, ["arrival_s", "first_token_s", "end_s"]] = np.nan
+    cut.loc[0, "status"] = "not_sent"
+    cut.loc[1, ["end_s"]] = np.nan
+    cut.loc[1, "status"] = "cancelled"
+    stats = export_trace(report.replace(requests=cut), tmp_path / "cut.pftrace")
+    assert stats.requests == 12
+    assert stats.notes == ["1 request(s) without a send time (not sent, or a batch generate() that records none): "
+                           "not drawn", "1 request(s) sent but without an end (cancelled): not drawn"]
 
 
 # ---------------------------------------------------------------- reports without requests on the timeline
@@ -293,8 +303,8 @@ def test_no_requests_no_request_group(sample_reports_dir: Path, tmp_path: Path) 
     assert len(engine.requests) == 1 and engine.requests["arrival_s"].isna().all()
     stats = export_trace(engine, tmp_path / "b.pftrace")
     assert stats.requests == 0 and "request" not in stats.slices
-    assert stats.notes == ["1 request(s) without both a send and an end time on the timeline (not sent, cancelled, "
-                           "or a batch generate() without arrival times): not drawn"]
+    assert stats.notes == ["1 request(s) without a send time (not sent, or a batch generate() that records none): "
+                           "not drawn"]
 
 
 def test_steps_without_the_runs_clock_leave_requests_off_the_timeline() -> None:
