@@ -139,6 +139,7 @@ COLUMN_LABELS: dict[str, str] = {
     "tokens_per_s": "tokens/s", "precision": "precision", "mfu": "MFU (% of peak FLOP/s)",
     "mbu": "MBU (% of DRAM bandwidth)", "mfu_source": "MFU from", "mbu_source": "MBU from", "timing": "timing",
     "requests": "requests", "output_tokens": "output tokens", "prompt_tokens": "prompt tokens",
+    "prompt_tokens_unknown": "requests with an uncounted prompt",
     "throughput_tokens_per_s": "throughput (tokens/s)", "user_tokens_per_s": "per-user speed (tokens/s)",
 }
 """Human labels of metric columns, for tables people read (HTML, dashboard); a label names the unit

@@ -141,7 +141,8 @@ NVML_PARAMS_KEY = b"perfscope.nvml.params"
 
 REQUEST_COLUMNS = _cols(
     ("request_id", "int", True, "request index in the batch"),
-    ("prompt_tokens", "int", True, "prompt length, tokens"),
+    ("prompt_tokens", "int", False, "prompt length, tokens (missing where it could not be counted: an endpoint's "
+     "text prompt without usage in the stream nor a tokenizer)"),
     ("output_tokens", "int", True, "generated tokens"),
     ("ttft_s", "float", True, "time to first token, s"),
     ("tpot_s", "float", False, "time per output token after the first, s"),

@@ -102,8 +102,11 @@ def _request_lines(report: Report) -> list[str]:
     s = request_summary(report)
     if not s:
         return []
+    prompt = MISSING if _finite(s["prompt_tokens"]) is None else str(int(s["prompt_tokens"]))
+    unknown = int(s.get("prompt_tokens_unknown", 0))
     lines = [
-        f"requests: {int(s['requests'])}, {int(s['prompt_tokens'])} prompt + {int(s['output_tokens'])} output tokens"
+        f"requests: {int(s['requests'])}, {prompt} prompt + {int(s['output_tokens'])} output tokens"
+        + (f" (prompt not counted for {unknown})" if unknown and prompt != MISSING else "")
         + (" (warm unprofiled run)" if has_unprofiled(report) else ""),
         f"  TTFT mean {_num(s['ttft_s_mean'], 1e-3)} ms (p99 {_num(s['ttft_s_p99'], 1e-3)})   "
         f"TPOT mean {_num(s['tpot_s_mean'], 1e-3)} ms (p99 {_num(s['tpot_s_p99'], 1e-3)})   "

@@ -20,7 +20,8 @@ send time, so a queue in the client does not hide the server's delay; ``dispatch
 actual - intended send.
 
 Statistics are ``p50``, ``p90``, ``p99`` (``numpy.percentile``, linear interpolation) and ``mean``;
-an empty set gives NaN (null in JSON), never 0.
+an empty set gives NaN (null in JSON), never 0. ``prompt_tokens`` sums the completed requests whose
+prompt was counted; ``prompt_tokens_unknown`` says how many were not (null total when none was).
 
 A rate sweep (``--rate 1,2,4,8``) has one run per rate (``run`` and ``rate_per_s`` columns);
 :func:`knee` marks the highest rate whose p99 E2E latency is still within ``KNEE_FACTOR`` of its
@@ -39,7 +40,7 @@ import pandas as pd
 from perfscope.errors import UsageError
 from perfscope.report import Report
 
-from .serving import stats
+from .serving import prompt_token_total, stats
 
 LATENCIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 SLO_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
@@ -97,8 +98,9 @@ def load_metrics(requests: pd.DataFrame, slo: Mapping[str, float] | None = None,
     outs = r["output_tokens"].to_numpy(dtype=float) if n else np.zeros(0)
     multi = outs > 1
     tpot = np.where(multi, (e2e - ttft) / np.maximum(outs - 1, 1), np.nan)
+    prompt_total, prompt_unknown = prompt_token_total(r)
     payload: dict[str, Any] = {
-        "requests": n, "duration_s": dur, "prompt_tokens": int(r["prompt_tokens"].sum()) if n else 0,
+        "requests": n, "duration_s": dur, "prompt_tokens": prompt_total, "prompt_tokens_unknown": prompt_unknown,
         "output_tokens": out_tokens, "request_throughput_per_s": per_s(n),
         "output_tokens_per_s": per_s(out_tokens),
         "ttft_s": stats(ttft), "tpot_s": stats(tpot[multi]), "itl_s": stats(itl_values(r)), "e2e_s": stats(e2e),

@@ -231,6 +231,19 @@ def _stats(values: pd.Series, prefix: str) -> dict[str, float]:
     return {f"{prefix}_{k}": s[k] for k in ("mean", "p50", "p99")}
 
 
+def prompt_token_total(requests: pd.DataFrame) -> tuple[int | None, int]:
+    """The prompt tokens of ``requests`` summed over the rows that know theirs, and how many do not
+    (an endpoint's text prompt without usage nor tokenizer); the sum is None when no row knows it
+    (0 for no rows)."""
+    if "prompt_tokens" not in requests.columns:
+        return (None if len(requests) else 0), len(requests)
+    counts = pd.to_numeric(requests["prompt_tokens"], errors="coerce")
+    unknown = int(counts.isna().sum())
+    if len(requests) and unknown == len(requests):
+        return None, unknown
+    return int(counts.sum()), unknown
+
+
 def request_summary(report: Report, *, profiled: bool = False) -> dict[str, float]:
     """TTFT/TPOT/ITL/E2E statistics and throughputs over the report's requests (empty: {}).
 
@@ -238,9 +251,12 @@ def request_summary(report: Report, *, profiled: bool = False) -> dict[str, floa
     r = run_requests(report, profiled=profiled)
     if not len(r):
         return {}
+    prompt, unknown = prompt_token_total(r)
     out: dict[str, float] = {"requests": float(len(r)),
                              "output_tokens": float(r["output_tokens"].sum()),
-                             "prompt_tokens": float(r["prompt_tokens"].sum())}
+                             "prompt_tokens": float("nan") if prompt is None else float(prompt)}
+    if unknown:
+        out["prompt_tokens_unknown"] = float(unknown)
     out.update(_stats(r["ttft_s"], "ttft_s"))
     out.update(_stats(r["tpot_s"], "tpot_s"))
     out.update(_stats(r["e2e_s"], "e2e_s"))

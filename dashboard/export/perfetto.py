@@ -4,7 +4,9 @@ Chrome trace JSON, for ui.perfetto.dev, chrome://tracing and the tools that read
 Tracks: per device, one track per stream with the kernels as slices (on CPU reports, one track
 per thread with the operators); the host's ranges (NVTX / record_function, and nn.Module calls
 of a with_stack trace) and launch calls on their threads; the engine's phases and steps; the
-NVML samples as counter tracks (one per device and metric). Each kernel slice's args carry its
+NVML samples as counter tracks (one per device and metric); a load test's requests on lanes of a
+``requests`` group, each with its TTFT (queued, prefill) and decode parts, on the kernels' clock
+(:func:`perfscope.analysis.summaries.server_timeline.request_times_ns`). Each kernel slice's args carry its
 phase, step, module path (:mod:`perfscope.analysis.summaries.hierarchy`), op, FLOPs, DRAM bytes, FLOP/B,
 bound and % of roof; a value that was not measured is left out, never written as 0.
 
@@ -55,6 +57,9 @@ class ExportStats:
     slices: dict[str, int] = field(default_factory=dict)
     counter_samples: int = 0
     tracks: int = 0
+    requests: int = 0
+    request_lanes: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- rows to write
@@ -191,6 +196,130 @@ def _all_slices(report: Report | LeanReport) -> list[_Slices]:
     return [p for p in parts if p is not None]
 
 
+# ---------------------------------------------------------------- requests of a load test
+REQUEST_GROUP = "requests"
+REQUEST_PARTS = ("TTFT", "queued", "prefill", "decode")
+"""A request slice's parts: TTFT (send to first token) holding queued (send to admission) and
+prefill (admission to first token) where the engine recorded the admission; decode (first token to end)."""
+
+
+@dataclass
+class _Tree:
+    """Slices nested within blocks: rows in pre-order (a request, then its parts), ``depth`` per row."""
+
+    slices: _Slices
+    depth: np.ndarray
+    blocks: int
+    lanes: int
+
+
+def lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Interval partitioning: the lane of each interval [start, end], so that intervals on one lane
+    never overlap nor touch (a lane is free once its last interval ended strictly before the next
+    start); each interval, by start, takes the lowest free lane: as few lanes as the most intervals
+    open at once."""
+    import heapq
+
+    lane = np.empty(len(start), dtype="int64")
+    busy: list[tuple[int, int]] = []  # (end, lane)
+    free: list[int] = []
+    used = 0
+    for i in np.lexsort((end, start)).tolist():
+        s0 = int(start[i])
+        while busy and busy[0][0] < s0:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            k = heapq.heappop(free)
+        else:
+            k, used = used, used + 1
+        lane[i] = k
+        heapq.heappush(busy, (int(end[i]), k))
+    return lane
+
+
+def _run_origins(report: Report | LeanReport) -> dict[str, int]:
+    runs = (report.params.get("loadtest") or {}).get("runs") or []
+    return {str(r["run"]): int(r["t0_perf_counter_ns"]) for r in runs
+            if isinstance(r, dict) and isinstance(r.get("t0_perf_counter_ns"), int)}
+
+
+def _int64(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    ok = values.notna().to_numpy()
+    return values.to_numpy(dtype="int64", na_value=0), ok
+
+
+def _request_tree(report: Report | LeanReport) -> tuple[_Tree | None, list[str]]:
+    """The requests of a load test as nested slices on lanes (None without a placed request), and notes."""
+    from perfscope.analysis.summaries.server_timeline import request_times_ns
+
+    r = report.requests
+    if not len(r):
+        return None, []
+    alone = not any(len(df) for df in (report.kernels, report.ranges, report.api, report.steps))
+    times, notes = request_times_ns(r, report.steps, _run_origins(report), requests_only=alone)
+    a, a_ok = _int64(times["arrival_ns"])
+    e, e_ok = _int64(times["end_ns"])
+    f, f_ok = _int64(times["first_token_ns"])
+    m, m_ok = _int64(times["admitted_ns"])
+    has_time = pd.to_numeric(r.get("arrival_s", pd.Series(np.nan, index=r.index)), errors="coerce").notna().to_numpy()
+    keep = a_ok & e_ok & (e >= a)
+    unsent, unended = int((~has_time).sum()), int((a_ok & ~keep).sum())
+    if unsent:
+        notes.append(f"{unsent} request(s) without a send time (not sent, or a batch generate() that records "
+                     "none): not drawn")
+    if unended:
+        notes.append(f"{unended} request(s) sent but without an end (cancelled): not drawn")
+    if not keep.any():
+        return None, notes
+    idx = np.flatnonzero(keep)
+    idx = idx[np.lexsort((e[idx], a[idx]))]
+    a, e, f, f_ok, m, m_ok = a[idx], e[idx], f[idx], f_ok[idx], m[idx], m_ok[idx]
+    f = np.clip(f, a, e)
+    m_ok &= f_ok
+    m = np.clip(m, a, np.where(f_ok, f, e))
+    n = len(idx)
+    # candidate rows per request, in pre-order: request, TTFT, queued, prefill, decode
+    starts = np.stack([a, a, a, m, f], axis=1)
+    ends = np.stack([e, f, m, f, e], axis=1)
+    valid = np.stack([np.ones(n, dtype=bool), f_ok, m_ok & (m > a), m_ok & (f > m), f_ok & (e > f)], axis=1)
+    depth = np.broadcast_to(np.array([0, 1, 2, 2, 1]), (n, 5))
+    lane = lanes(a, e)
+    sub = r.iloc[idx].reset_index(drop=True)
+    status = (sub["status"].astype(object).where(sub["status"].notna(), "ok") if "status" in sub
+              else pd.Series("ok", index=sub.index)).astype(str)
+    parent_name = np.where(status == "ok", "request", "request: " + status)
+    names = np.empty((n, 5), dtype=object)
+    names[:, 0] = parent_name
+    names[:, 1:] = np.array(REQUEST_PARTS, dtype=object)
+    flat = valid.ravel()
+    rows = np.flatnonzero(flat)
+    owner = rows // 5  # the request of each row
+    is_parent = (rows % 5) == 0
+    codes, distinct = _codes(pd.Series(names.ravel()[flat], dtype=object))
+    s = _Slices("request", starts.ravel()[flat], ends.ravel()[flat], lane[owner],
+                [(REQUEST_GROUP, f"lane {k + 1}") for k in range(int(lane.max()) + 1)], codes, distinct)
+
+    def parent_only(values: np.ndarray) -> np.ndarray:
+        return np.where(is_parent, np.asarray(values, dtype="float64")[owner], np.nan)
+
+    def parent_str(values: pd.Series) -> tuple[str, np.ndarray, np.ndarray]:
+        c, d = _codes(values)
+        return "str", np.where(is_parent, c[owner], -1), d
+
+    s.args["request_id"] = ("int", parent_only(_num(sub, "request_id")), None)
+    for col in ("run", "status", "error", "finish_reason"):
+        if col in sub:
+            s.args[col] = parent_str(sub[col])
+    for col in ("prompt_tokens", "output_tokens", "http_status"):
+        if col in sub:
+            s.args[col] = ("int", parent_only(_num(sub, col)), None)
+    ms = {"ttft_ms": _num(sub, "ttft_s"), "tpot_ms": _num(sub, "tpot_s"), "e2e_ms": _num(sub, "e2e_s"),
+          "queue_ms": _num(sub, "admitted_s") - _num(sub, "arrival_s"), "dispatch_delay_ms": _num(sub, "dispatch_delay_s")}
+    for label, v in ms.items():
+        s.args[label] = ("double", parent_only(v * 1e3), None)
+    return _Tree(s, depth.ravel()[flat].astype("int64"), n, int(lane.max()) + 1), notes
+
+
 # ---------------------------------------------------------------- Perfetto protobuf
 class _ProtoWriter:
     def __init__(self, out: IO[bytes], report: Report | LeanReport) -> None:
@@ -230,7 +359,10 @@ class _ProtoWriter:
             return pb.f_varint(13, pb.SEQ_INCREMENTAL_STATE_CLEARED | pb.SEQ_NEEDS_INCREMENTAL_STATE)
         return pb.f_varint(13, pb.SEQ_NEEDS_INCREMENTAL_STATE)
 
-    def slices(self, s: _Slices) -> int:
+    def slices(self, s: _Slices, depth: np.ndarray | None = None) -> int:
+        """Write ``s``: each row's begin and end packets, one after the other; with ``depth`` (rows in
+        pre-order within nested blocks), a row's end waits until the next row at its depth or above
+        begins (or the last row is written)."""
         uuids = [self.track(g, n) for g, n in s.track_names]
         track_bytes = [pb.f_varint(11, u) for u in uuids]
         name_iid: list[bytes | None] = [None] * (len(s.names) + 1)  # the last answers code -1
@@ -252,8 +384,10 @@ class _ProtoWriter:
             end_ev = end_t + tb
             end_tails.append(seq + ev_tag + pb.varint(len(end_ev)) + end_ev + flags)
         written = 0
+        stack: list[tuple[int, bytes]] = []  # with depth: the open slices' (depth, end packet)
         for lo in range(0, len(s.start), CHUNK):
             hi = min(lo + CHUNK, len(s.start))
+            depths = None if depth is None else depth[lo:hi].tolist()
             t0s = pb.varints(s.start[lo:hi])
             t1s = pb.varints(np.maximum(s.end[lo:hi], s.start[lo:hi]))
             dblobs = [pb.double_annotations(a, v[lo:hi]) for a, v in dbls]
@@ -292,11 +426,25 @@ class _ProtoWriter:
                                ev, head))
                 t1 = t1s[j]
                 tail = end_tails[tr]
+                end_packet = b"".join((b"\x0a", small[1 + len(t1) + len(tail)], ts_tag, t1, tail))
+                if depths is not None:
+                    d = depths[j]
+                    while stack and stack[-1][0] >= d:
+                        buf.append(stack.pop()[1])
+                    stack.append((d, end_packet))
+                    end_packet = b""
                 buf.append(b"\x0a" + (small[len(p1)] if len(p1) < limit else varint(len(p1))) + p1)
-                buf.append(b"".join((b"\x0a", small[1 + len(t1) + len(tail)], ts_tag, t1, tail)))
+                buf.append(end_packet)
                 written += 1
             self.out.write(b"".join(buf))
+        self.out.write(b"".join(e for _, e in reversed(stack)))
         return written
+
+    def nested(self, tree: _Tree) -> int:
+        """Slices nested in blocks (a request and its parts): each begin comes after the ends of the
+        open slices at its depth or deeper, so every slice closes inside its parent."""
+        self.slices(tree.slices, tree.depth)
+        return tree.blocks
 
     def counters(self, name: str, t: np.ndarray, v: np.ndarray) -> int:
         u = self.track("counters", name, counter=True)
@@ -338,7 +486,10 @@ class _ChromeWriter:
             self.emit([{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}])
         return self.tids[(group, name)]
 
-    def slices(self, s: _Slices) -> int:
+    def slices(self, s: _Slices, depth: np.ndarray | None = None) -> int:
+        """Write ``s``: each row's begin and end packets, one after the other; with ``depth`` (rows in
+        pre-order within nested blocks), a row's end waits until the next row at its depth or above
+        begins (or the last row is written)."""
         ids = [self.track(g, n) for g, n in s.track_names]
         names = np.array([str(n) for n in s.names] + ["?"], dtype=object)
         arg_names = list(s.args)
@@ -365,6 +516,11 @@ class _ChromeWriter:
                         "args": {a: x for a, x in zip(arg_names, row) if x is not None}}
                        for n, tr, t, d, row in zip(label, track, ts, dur, rows)])
         return len(s.start)
+
+    def nested(self, tree: _Tree) -> int:
+        """Complete events nest by time on their lane: each parent is written before its parts."""
+        self.slices(tree.slices)
+        return tree.blocks
 
     def counters(self, name: str, t: np.ndarray, v: np.ndarray) -> int:
         pid = self.pids.setdefault("counters", len(self.pids) + 1)
@@ -393,6 +549,8 @@ class LeanReport:
     api: pd.DataFrame
     steps: pd.DataFrame
     counters: pd.DataFrame
+    requests: pd.DataFrame
+    params: dict[str, Any]
 
 
 LEAN_COLUMNS = {
@@ -401,8 +559,12 @@ LEAN_COLUMNS = {
                 "pct_of_roof"),
     "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
     "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
-    "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label"),
+    "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label", "start_s", "end_s", "run",
+              "generate_call"),
     "counters": ("t_ns", "device", *COUNTER_METRICS),
+    "requests": ("request_id", "run", "generate_call", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
+                 "scheduled_s", "arrival_s", "admitted_s", "first_token_s", "end_s", "dispatch_delay_s", "status",
+                 "error", "http_status", "finish_reason"),
 }
 
 
@@ -448,23 +610,33 @@ def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
     manifest = read_manifest(path)
     device = DeviceSpec.from_dict(manifest["device"]) if manifest.get("device") else None
     name = str(manifest.get("name") or path.name.removesuffix(".perfscope"))
-    return LeanReport(name, device, *(_lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters")))
+    runs = (manifest.get("params") or {}).get("loadtest", {}).get("runs") or []
+    return LeanReport(name, device, *(_lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters",
+                                                                       "requests")),
+                      params={"loadtest": {"runs": runs}} if runs else {})
 
 
 # ---------------------------------------------------------------- entry point
-def _origin(report: Report | LeanReport) -> int:
+def _origin(report: Report | LeanReport, tree: _Tree | None) -> int:
     starts = [int(df["start_ns"].min()) for df in (report.kernels, report.ranges, report.api, report.steps)
               if len(df) and "start_ns" in df]
     if len(report.counters):
         starts.append(int(report.counters["t_ns"].min()))
+    if tree is not None:
+        starts.append(int(tree.slices.start.min()))
     return min(starts) if starts else 0
 
 
-def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats) -> None:
+def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: _Tree | None) -> None:
     for s in _all_slices(report):
         n = writer.slices(s)
         stats.slices[s.kind] = stats.slices.get(s.kind, 0) + n
         del s
+    if tree is not None:
+        stats.requests = writer.nested(tree)
+        stats.request_lanes = tree.lanes
+        stats.slices["request"] = tree.blocks
+        stats.slices["request part"] = len(tree.depth) - tree.blocks
     for name, t, v in _counter_series(report):
         stats.counter_samples += writer.counters(name, t, v)
 
@@ -487,19 +659,20 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
     tmp = target.with_name(f".{target.name}.tmp-{_uuid.uuid4().hex[:8]}")
     stats = ExportStats(target, format, kernels=len(report.kernels),
                         kernel_time_ns=int(report.kernels["duration_ns"].sum()) if len(report.kernels) else 0)
+    tree, stats.notes = _request_tree(report)
     try:
         with open(tmp, "wb", buffering=1 << 20) as out:
             if format == "perfetto":
                 w: Any = _ProtoWriter(out, report)
-                _stream(report, w, stats)
+                _stream(report, w, stats, tree)
                 stats.tracks = len(w.track_uuids)
             else:
-                origin = _origin(report)
+                origin = _origin(report, tree)
                 out.write(b'{"displayTimeUnit": "ns", "otherData": ' + orjson.dumps(
                     {"perfscope_report": report.name, "device": report.device.name if report.device else None,
                      "origin_ns": origin}) + b', "traceEvents": [\n')
                 w = _ChromeWriter(out, report, origin)
-                _stream(report, w, stats)
+                _stream(report, w, stats, tree)
                 stats.tracks = len(w.tids)
                 out.write(b"\n]}\n")
         os.replace(tmp, target)

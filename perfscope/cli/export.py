@@ -27,3 +27,7 @@ def export(path: str, out: str, fmt: str, force: bool) -> None:
     kinds = ", ".join(f"{n:,} {k} slices" for k, n in stats.slices.items())
     click.echo(f"wrote {stats.path} ({fmt}): {kinds}; {stats.counter_samples:,} counter samples; "
                f"{stats.tracks} tracks; {duration(stats.kernel_time_ns)} of kernel time")
+    if stats.requests:
+        click.echo(f"requests: {stats.requests:,} on {stats.request_lanes} lane(s)")
+    for note in stats.notes:
+        click.echo(f"note: {note}")

@@ -11,7 +11,8 @@ Per request (the ``requests`` table, times in s from the run's start): ``schedul
 send), ``arrival_s`` (actual send: the request reaches the server), ``first_token_s``, ``end_s``,
 ``token_times_s`` (the arrival of each streamed chunk that carried text), ``chunks``,
 ``output_tokens`` and ``prompt_tokens`` (from the server's ``usage``, else counted with the
-model's tokenizer, else the chunks: ``token_source`` says which), ``status`` (``ok`` or the
+model's tokenizer, else the chunks: ``token_source`` says which; a prompt that neither usage nor
+a tokenizer counted has a missing ``prompt_tokens``), ``status`` (``ok`` or the
 failure's kind), ``error``, ``http_status``. The metrics are :func:`perfscope.analysis.summaries.loadtest.load_metrics`,
 the engine load test's: one definition for both.
 """
@@ -367,9 +368,9 @@ def _new_record(spec: RequestSpec, tokenizer: TextTokenizer | None) -> dict[str,
                                              else "\n".join(m["content"] for m in p.messages or ())))
     else:
         prompt_tokens = spec.intended_prompt_tokens
-    # -1: not known until the server's usage says (dataset text, no tokenizer); documented in docs/loadtest.md
+    # None: not known unless the server's usage says (dataset text, no tokenizer): missing, never a sentinel
     return {"request_id": spec.request_id, "scheduled_s": spec.scheduled_s, "arrival_s": math.nan,
-            "first_token_s": math.nan, "end_s": math.nan, "prompt_tokens": prompt_tokens if prompt_tokens is not None else -1,
+            "first_token_s": math.nan, "end_s": math.nan, "prompt_tokens": prompt_tokens,
             "output_tokens": 0, "max_output_tokens": spec.max_tokens, "finish_reason": None, "status": "not_sent",
             "error": None, "http_status": None, "chunks": 0, "token_times_s": "[]", "token_source": None,
             "output_chars": 0, "done_marker": None}
@@ -393,6 +394,7 @@ async def _run_rate(run: EndpointRun, url: Url, model: str, specs: Sequence[Requ
 def request_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The ``requests`` table: the engine load test's columns plus the endpoint's (see the module doc)."""
     df = pd.DataFrame(list(records))
+    df["prompt_tokens"] = pd.array(df["prompt_tokens"].tolist(), dtype="Int64")  # missing where not counted
     ok = df["status"] == "ok"
     first, end, arrival = df["first_token_s"].astype(float), df["end_s"].astype(float), df["arrival_s"].astype(float)
     n = df["output_tokens"].astype(float)
@@ -516,6 +518,10 @@ def _report(run: EndpointRun, url: Url, model: str, requests: pd.DataFrame, runs
     if sources.get("chunks"):
         warnings.append(f"{sources['chunks']} request(s) without usage nor a tokenizer: output tokens are the "
                         "streamed chunks (give --tokenizer to count them)")
+    uncounted = int(requests["prompt_tokens"].isna().sum())
+    if uncounted:
+        warnings.append(f"{uncounted} request(s) without a prompt token count (text prompts, no usage in the stream, "
+                        "no tokenizer): prompt_tokens missing, left out of the totals (give --tokenizer to count them)")
     if several:
         warnings.append(f"{several} request(s) streamed chunks of several tokens: ITL is the gap between chunks "
                         "(vLLM's definition); TPOT divides by the token count")

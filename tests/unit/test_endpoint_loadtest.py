@@ -10,6 +10,7 @@ chunk: usage says 8 tokens for 4 chunks), ``nousage`` (no usage chunk).
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -177,6 +178,47 @@ def test_tokens_counted_from_chunks_without_usage_nor_tokenizer(tmp_path: Path, 
     payload = json.loads(captured.out)
     assert payload["endpoint"]["token_counts"] == {"chunks": 3}
     assert payload["output_tokens"] == 12
+
+
+def test_a_prompt_without_usage_nor_tokenizer_has_a_missing_count_left_out_of_the_totals(
+        tmp_path: Path, fault_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Text prompts, no --tokenizer: the ``ok`` requests' counts come from the server's usage (3
+    tokens each), the ``nousage`` ones' from nowhere: missing (null), never -1 or 0, and the totals
+    sum the counted ones and say how many were not."""
+    from perfscope.analysis.summaries.serving import request_summary
+    from perfscope.format import by_column, dumps
+    from perfscope.report import Report
+    from perfscope.text_report import render_text
+
+    data = _dataset(tmp_path, ["ok", "nousage"])
+    code = main(["loadtest", "--endpoint", fault_server, "--dataset", str(data), "--rate", "50", "--requests", "6",
+                 "--json", "--no-html", "--out", str(tmp_path / "lt")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    payload = json.loads(captured.out)
+    folder = Path(payload["report_path"])
+    raw = pd.read_parquet(folder / "requests.parquet")
+    assert raw["prompt_tokens"].dtype == "Int64" and (raw["status"] == "ok").all()
+    nousage = raw["request_id"] % 2 == 1
+    assert raw.loc[nousage, "prompt_tokens"].isna().all() and (raw.loc[~nousage, "prompt_tokens"] == 3).all()
+    assert payload["prompt_tokens"] == 9 and payload["prompt_tokens_unknown"] == 3
+    report = Report.load(folder)
+    assert report.requests["prompt_tokens"].isna().sum() == 3
+    assert any("3 request(s) without a prompt token count" in w for w in report.warnings)
+    s = request_summary(report)
+    assert s["prompt_tokens"] == 9 and s["prompt_tokens_unknown"] == 3 and s["requests"] == 6
+    assert "requests: 6, 9 prompt + 24 output tokens (prompt not counted for 3)" in render_text(report)
+    missing = report.requests.loc[report.requests["request_id"] == 1, "prompt_tokens"].iloc[0]
+    assert by_column("prompt_tokens", missing) == "n/a" and dumps({"p": missing}, indent=None) == '{"p": null}'
+    # none counted: the total is missing too
+    data = _dataset(tmp_path, ["nousage"])
+    assert main(["loadtest", "--endpoint", fault_server, "--dataset", str(data), "--rate", "50", "--requests", "2",
+                 "--json", "--no-html", "--out", str(tmp_path / "lt2")]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["prompt_tokens"] is None and payload["prompt_tokens_unknown"] == 2
+    report = Report.load(payload["report_path"])
+    assert math.isnan(request_summary(report)["prompt_tokens"])
+    assert "requests: 2, n/a prompt + 8 output tokens" in render_text(report)
 
 
 def test_a_clean_end_after_the_finish_reason_without_done_is_complete(
