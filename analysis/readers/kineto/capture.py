@@ -31,8 +31,9 @@ import numpy as np
 from perfscope.errors import InputFormatError, PerfscopeError
 
 from ...costs.operators import category_of
+from .modules import modules_around
 from .ops import ANN, OP, CpuNodes, cpu_nodes, launches, op_costs, op_inputs, texts
-from .parse import parse_trace
+from .parse import ParsedTrace, parse_trace
 
 CAPTURE_DIR = "capture_traces"
 """The folder beside a trace where vLLM and SGLang write their capture traces."""
@@ -63,9 +64,11 @@ class Graph:
         cols: per kernel, the :data:`COLUMNS` of its op, the op's whole ``flops`` and
             ``dram_bytes`` (NaN: no formula or no shapes), ``inputs``: the op's recorded
             ``(Input Dims, Input type, Concrete Inputs)`` (a replay re-prices an op whose
-            formula needs the step, attention, with them and the replay's step), and ``unit``:
+            formula needs the step, attention, with them and the replay's step), ``unit``:
             the position of the first kernel of the same op (an op's cost is split over its
-            kernels by replay time).
+            kernels by replay time), and ``module``: the '/'-joined ``nn.Module`` calls around
+            the launch inside the capture (None: none, or a trace recorded without
+            ``with_stack``).
         problem: why the graph must not be joined (its index and its capture range disagree
             on the batch size), else None.
     """
@@ -287,8 +290,10 @@ def _graphs(file: Path, batch: int | None, mode: str | None) -> list[Graph]:
     out = []
     ranges = _capture_ranges(nodes)
     sizes = {b for b, *_ in ranges}
+    cols["module"] = np.full(len(api), None, dtype=object)
     for b, m, lo, hi in ranges:
         sel = np.flatnonzero((start >= lo) & (start <= hi))
+        cols["module"][sel] = _modules(trace, nodes, api[sel], lo, hi)
         problem = None
         if batch is not None and batch not in sizes:  # a file of several ranges keeps their own sizes
             problem = (f"{file.name}: {DETAILS} says batch {batch} but its capture range is capture_{b}_{m} "
@@ -296,8 +301,15 @@ def _graphs(file: Path, batch: int | None, mode: str | None) -> list[Graph]:
         if len(sel):
             out.append(_graph(file.name, b, mode or m, names, cols, sel, problem))
     if not out and len(api) and not ranges:
+        cols["module"] = _modules(trace, nodes, api, int(start.min()), int(nodes["end_ns"][api].max()))
         out.append(_graph(file.name, batch, mode, names, cols, np.arange(len(api))))
     return out
+
+
+def _modules(trace: ParsedTrace, nodes: CpuNodes, api: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The ``nn.Module`` path (inside the capture ``[lo, hi]``) around each captured launch call."""
+    return modules_around(trace.cols.get("py"), trace.strings, nodes["thread"][api], nodes["start_ns"][api],
+                          nodes["end_ns"][api], lo, hi)
 
 
 def _capture_ranges(nodes: CpuNodes) -> list[tuple[int, str, int, int]]:
