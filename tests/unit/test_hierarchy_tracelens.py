@@ -191,3 +191,29 @@ def test_each_module_time_is_the_sum_over_its_kernels(case: dict, collapse: bool
         assert int(mask.sum()) == row.calls
         assert row.time_ns == float(k.loc[mask, "duration_ns"].sum()), row.path
     assert tree.nodes.loc[tree.nodes["depth"] == 0, "time_ns"].sum() == float(k["duration_ns"].sum())
+
+
+def test_a_module_around_the_whole_capture_is_not_part_of_the_graph(fixtures_dir: Path, tmp_path: Path) -> None:
+    """SGLang's capture with its Qwen3Model_0 call stretched to start before the capture range
+    (as a model whose forward captures its own graph): that call runs around the graph launch
+    at a replay, not inside the graph, so the replayed kernels' modules start one level down."""
+    folder, main, replayed = FIXTURES["sglang"]
+    src = fixtures_dir / folder / "capture_traces" / "bs_32_rank0.json.gz"
+    with gzip.open(src) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"]
+    (capture,) = [e for e in events if e.get("name") == "capture_32_DECODE" and e["dur"] > 1000]
+    (model,) = [e for e in events if e.get("name") == "nn.Module: Qwen3Model_0"]
+    end = model["ts"] + model["dur"]
+    model["ts"] = capture["ts"] - 10.0
+    model["dur"] = end - model["ts"]
+    out = tmp_path / "capture_traces"
+    out.mkdir()
+    with gzip.open(out / src.name, "wt") as f:
+        json.dump(trace, f)
+    (out / "execution_details.json").write_text(json.dumps([{"file": src.name, "batch_size": 32, "mode": "FULL"}]))
+    k = read_kineto(fixtures_dir / folder / main, capture=out).kernels
+    captured = k["capture_module"].dropna()
+    assert len(captured) == replayed  # every launch is in a module below Qwen3Model_0 too
+    assert {p.split("/")[0] for p in captured} == {f"Qwen3DecoderLayer_{i}" for i in range(36)} | {
+        "VocabParallelEmbedding_0", "RMSNorm_144", "LogitsProcessor_0"}
