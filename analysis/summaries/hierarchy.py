@@ -199,11 +199,16 @@ def _module_paths(report: Report) -> np.ndarray:
     has = np.flatnonzero(point >= 0)
     if len(mods):
         out[has] = modules_at(mods, thread[has], point[has])
-    if CAPTURE_MODULE in k:
+    if CAPTURE_MODULE in k:  # a replay's captured modules go below those around its graph launch
         codes, inside = pd.factorize(k[CAPTURE_MODULE])
-        parts = [tuple(str(p).split("/")) for p in inside]
-        for i in np.flatnonzero(codes >= 0).tolist():
-            out[i] = out[i] + parts[codes[i]]
+        rows = np.flatnonzero(codes >= 0)
+        if len(rows):
+            parts = [tuple(str(p).split("/")) for p in inside]
+            around, arounds = pd.factorize(pd.Series(out[rows], dtype=object))
+            pair, pairs = pd.factorize(around.astype("int64") * len(parts) + codes[rows])
+            joined = np.empty(len(pairs), dtype=object)
+            joined[:] = [arounds[int(q) // len(parts)] + parts[int(q) % len(parts)] for q in pairs]
+            out[rows] = joined[pair]
     return out
 
 

@@ -217,3 +217,26 @@ def test_a_module_around_the_whole_capture_is_not_part_of_the_graph(fixtures_dir
     assert len(captured) == replayed  # every launch is in a module below Qwen3Model_0 too
     assert {p.split("/")[0] for p in captured} == {f"Qwen3DecoderLayer_{i}" for i in range(36)} | {
         "VocabParallelEmbedding_0", "RMSNorm_144", "LogitsProcessor_0"}
+
+
+def test_replayed_modules_go_below_the_modules_around_the_graph_launch(fixtures_dir: Path, tmp_path: Path) -> None:
+    """vLLM's main trace with the python call around its graph launch (``cuda_graph.py:
+    __call__``, vLLM's CUDAGraphWrapper) renamed into a module call: the replayed kernels sit
+    below it, then below their captured modules (TraceLens's merge hangs the capture below the
+    graph launch, so its call stacks run on through the launch's own ancestors)."""
+    folder, main, replayed = FIXTURES["vllm"]
+    with gzip.open(fixtures_dir / folder / main) as f:
+        trace = json.load(f)
+    (wrapper,) = [e for e in trace["traceEvents"] if e.get("cat") == "python_function"
+                  and str(e.get("name", "")).startswith("vllm/compilation/cuda_graph.py(208): __call__")]
+    wrapper["name"] = "nn.Module: CUDAGraphWrapper_0"
+    with gzip.open(tmp_path / main, "wt") as f:
+        json.dump(trace, f)
+    report = read_kineto(tmp_path / main, capture=fixtures_dir / folder / "capture_traces")
+    nodes = hierarchy(report, collapse=False).nodes
+    top = nodes[nodes["depth"] == 0]
+    wrapped = top[top["name"] == "CUDAGraphWrapper_0"].iloc[0]
+    assert wrapped["calls"] == replayed
+    gemm = nodes[(nodes["name"] == "aten::addmm")]
+    assert set(gemm["path"]) == {"CUDAGraphWrapper_0 / GptOssForCausalLM_0 / GraphModule_0 / aten::addmm"}
+    assert set(gemm["module"]) == {"GraphModule"} and gemm["calls"].sum() == 72
