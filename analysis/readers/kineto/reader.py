@@ -42,6 +42,7 @@ from .ops import (
     cpu_nodes,
     labels,
     launches,
+    launching_ops,
     op_costs,
     op_inputs,
     per_distinct,
@@ -210,13 +211,14 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnin
     link = corr_index.get_indexer(k["corr"]) if len(corr_index) else np.full(len(k["corr"]), -1)
     linked = link >= 0
     api_idx, cost_op = take_at(api_pos, link, -1), take_at(cost_pos, link, -1)
+    launcher = take_at(launching_ops(nodes, api_pos), link, -1)
     rng, phase = np.full(len(link), None, dtype=object), np.full(len(link), None, dtype=object)
     rng[linked] = nodes.nesting.range_path(api_idx[linked])
     phase[linked] = nodes.nesting.phase(api_idx[linked])
     start, end, dur = times_ns(k, base)
     names = texts(strings, k["name"])
     grid, block = texts(strings, k["grid"]), texts(strings, k["block"])
-    costs = attributed_costs(names, dur, cost_op, nodes)
+    costs = attributed_costs(names, dur, cost_op, nodes, launcher)
     launch_name = np.full(len(link), None, dtype=object)
     launch_name[linked] = nodes.names(api_idx[linked])
     launch_start = start.copy()
