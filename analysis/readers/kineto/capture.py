@@ -32,7 +32,7 @@ from perfscope.errors import InputFormatError, PerfscopeError
 
 from ...costs.operators import category_of
 from .modules import modules_around
-from .ops import ANN, OP, CpuNodes, cpu_nodes, launches, op_costs, op_inputs, texts
+from .ops import ANN, CpuNodes, cpu_nodes, launches, launching_ops, op_costs, op_inputs, texts
 from .parse import ParsedTrace, parse_trace
 
 CAPTURE_DIR = "capture_traces"
@@ -342,12 +342,7 @@ def _first_of(owner: np.ndarray) -> np.ndarray:
 def _kernel_costs(nodes: CpuNodes, api: np.ndarray, cost_op: np.ndarray, names: np.ndarray) -> dict[str, np.ndarray]:
     """Each captured kernel's op (the costed op, else the op that launched it), inputs and
     the op's whole FLOPs/bytes; ``owner`` is the op's node (-1: none)."""
-    ops = nodes.of(OP)
-    ext = nodes["ext"][ops]
-    by_ext = {e: o for e, o in zip(ext.tolist(), ops.tolist()) if not np.isnan(e)}
-    launcher = np.array([by_ext.get(e, -1) for e in nodes["ext"][api].tolist()], dtype="int64")
-    launcher = np.where(launcher >= 0, launcher, nodes.nesting.op_ancestor[api])
-    owner = np.where(cost_op >= 0, cost_op, launcher).astype("int64")
+    owner = np.where(cost_op >= 0, cost_op, launching_ops(nodes, api)).astype("int64")
     n = len(api)
     out: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object) for c in (*COLUMNS, "inputs")}
     out["flops"], out["dram_bytes"] = np.full(n, np.nan), np.full(n, np.nan)
