@@ -62,7 +62,9 @@ def case(request: pytest.FixtureRequest, fixtures_dir: Path) -> dict:
         last_us = max(float(e.get("ts", 0)) + float(e.get("dur", 0)) for e in json.load(f)["traceEvents"]
                       if e.get("cat") in ("kernel", "gpu_memcpy"))
     return {"name": request.param, "report": report, "summary": summary, "unique": unique,
-            "gemm": pd.read_csv(base / "perf_csvs" / "GEMM.csv"), "replayed": replayed, "last_us": last_us}
+            "gemm": pd.read_csv(base / "perf_csvs" / "GEMM.csv"), "replayed": replayed, "last_us": last_us,
+            "by_category": pd.read_csv(base / "perf_csvs" / "ops_summary_by_category.csv").assign(
+                module=lambda d: d["parent_module"].str.removeprefix("nn.Module: "))}
 
 
 def ours(tree: Hierarchy) -> pd.DataFrame:
@@ -112,6 +114,15 @@ def test_every_gemm_row_has_its_parent_module_calls_and_time(case: dict) -> None
                                           abs=tolerance_us(row.Count, row.total_direct_kernel_time_sum,
                                                            case["last_us"])), (row.name, row.module)
     assert len(gemm) == (4 if case["name"] == "sglang" else 2)
+    # ops_summary_by_category's GEMM rows: the same, summed per parent module
+    by_cat = case["by_category"]
+    assert (by_cat["op category"] == "GEMM").sum() == len(gemm)  # one GEMM op name per module here
+    for row in by_cat[by_cat["op category"] == "GEMM"].itertuples():
+        names = set(gemm.loc[gemm["module"] == row.module, "name"])
+        got = ops.loc[[(n, row.module) for n in names]]
+        assert int(got["calls"].sum()) == row.Count
+        assert got["us"].sum() == pytest.approx(row.total_direct_kernel_time_ms * 1e3,
+                                                abs=tolerance_us(row.Count, got["us"].sum(), case["last_us"]))
 
 
 def test_every_ops_summary_row_matches_but_memcpys_and_op_less_launches(case: dict) -> None:
