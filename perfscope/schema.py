@@ -65,6 +65,8 @@ KERNEL_COLUMNS = _cols(
     ("registers_per_thread", "int", False, "registers per thread"),
     ("shared_mem_bytes", "int", False, "static + dynamic shared memory per block"),
     ("range", "str", False, "innermost NVTX / record_function path, '/'-joined"),
+    ("capture_module", "str", False, "CUDA-graph replays joined to a capture trace: the nn.Module calls "
+     "around the captured launch, inside the capture, '/'-joined (None otherwise)"),
     ("phase", "str", False, "prefill, decode, mixed (a step with both), draft, verify or None"),
     ("step", "int", False, "the step (steps.parquet ``step``) the kernel ran in, or None outside steps"),
     ("flops", "float", False, "floating-point (or integer tensor) operations"),

@@ -10,7 +10,11 @@ Where a kernel sits, by the first source the report has:
     ``nn.Module`` calls of a trace recorded ``with_stack`` (the Kineto reader keeps them as
     ranges of source ``module``, their paths from the events' ``Python parent id`` links). A
     kernel's module is the innermost module around its launch call (its ``correlation`` in the
-    api table, on the launching thread), or around the CPU operator itself in a CPU trace.
+    api table, on the launching thread), or around the CPU operator itself in a CPU trace. A
+    kernel replayed from a CUDA graph was launched by one graph launch for the whole graph: when
+    the reader joined the replay to the engine's capture trace, the kernel's
+    ``capture_module`` (the modules around its captured launch, inside the capture) goes below
+    the modules around that graph launch, as TraceLens merges a capture into its replay.
 ``range``
     NVTX and ``record_function`` ranges (the reference engine's ``layer.N``, ``attn``,
     ``mlp``): the kernel's ``range`` path, without the components that mark a phase or a step
@@ -20,7 +24,8 @@ Where a kernel sits, by the first source the report has:
     Neither: the tree is op -> kernel, and :attr:`Hierarchy.note` says why.
 
 Below the module or range levels come the launching op (``op``; ``(no op)`` when unknown) and the
-kernel's short name. Repeated siblings of one class (``Qwen3DecoderLayer_0`` ... ``_35``,
+kernel's short name. Each node's ``module`` is the class of the innermost module at or above it
+(an op node's is TraceLens's ``parent_module``; None above every module and in range trees). Repeated siblings of one class (``Qwen3DecoderLayer_0`` ... ``_35``,
 ``layer.0`` ... ``layer.29``: a name ending in ``_N`` or ``.N``) collapse into one node
 ``Qwen3DecoderLayer ×36`` with the mean, min and max kernel time per instance and the slowest
 instance named; ``collapse=False`` gives the tree with every instance (the expanded view).
@@ -47,6 +52,10 @@ from perfscope.schema import column_codes, value_mask
 from ..costs.roofline import classify
 from ..tree import PHASES, nest
 
+CAPTURE_MODULE = "capture_module"
+"""The kernel column the Kineto reader fills for a CUDA-graph replay joined to a capture trace
+(its captured launch's modules, inside the capture)."""
+
 COSTED_SHARE = 0.9
 """A node's FLOPs and bytes are given when the kernels whose work is known hold this share of its time."""
 
@@ -60,12 +69,13 @@ INSTANCE = re.compile(r"^(.+?)[._](\d+)$")
 NO_OP = "(no op)"
 
 NODE_COLUMNS = (
-    "node", "parent", "depth", "level", "name", "path", "instances", "per_parent", "time_ns", "share_pct",
-    "calls", "flops", "dram_bytes", "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s",
+    "node", "parent", "depth", "level", "name", "path", "module", "instances", "per_parent", "time_ns",
+    "share_pct", "calls", "flops", "dram_bytes", "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s",
     "bound", "pct_of_roof", "instance_mean_ns", "instance_min_ns", "instance_max_ns", "slowest",
 )
 """Columns of :attr:`Hierarchy.nodes` (``level``: module, range, op or kernel; ``path``: the
-node's names from the root, ' / '-joined; ``slowest``: the instance with the most kernel time)."""
+node's names from the root, ' / '-joined; ``module``: the class of the innermost module at or
+above the node, None when none; ``slowest``: the instance with the most kernel time)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,7 +140,8 @@ def kernel_paths(report: Report) -> tuple[np.ndarray, str, str | None]:
 def _kernel_paths(report: Report) -> tuple[np.ndarray, str, str | None]:
     k, r = report.kernels, report.ranges
     n = len(k)
-    if len(r) and "source" in r and (r["source"] == "module").any():
+    captured = CAPTURE_MODULE in k and k[CAPTURE_MODULE].notna().any()
+    if captured or (len(r) and "source" in r and (r["source"] == "module").any()):
         return _module_paths(report), "module", None
     has_range = "range" in k and k["range"].notna().any()
     if has_range:
@@ -166,9 +177,11 @@ def _range_paths(report: Report) -> np.ndarray:
 
 
 def _module_paths(report: Report) -> np.ndarray:
-    """The innermost module around each kernel's launch point (launch call, or the CPU op)."""
+    """The innermost module around each kernel's launch point (launch call, or the CPU op),
+    followed by the modules of its captured launch for a replay joined to a capture trace."""
     k, r, api = report.kernels, report.ranges, report.api
-    mods = r[r["source"] == "module"]
+    mods = r[r["source"] == "module"] if len(r) and "source" in r else pd.DataFrame(
+        columns=["name", "path", "start_ns", "end_ns", "thread"])
     n = len(k)
     thread = np.full(n, np.nan)
     point = np.full(n, -1, dtype="int64")
@@ -185,7 +198,18 @@ def _module_paths(report: Report) -> np.ndarray:
         point[own] = k["start_ns"].to_numpy("int64")[own]
     out = _empty_paths(n)
     has = np.flatnonzero(point >= 0)
-    out[has] = modules_at(mods, thread[has], point[has])
+    if len(mods):
+        out[has] = modules_at(mods, thread[has], point[has])
+    if CAPTURE_MODULE in k:  # a replay's captured modules go below those around its graph launch
+        codes, inside = pd.factorize(k[CAPTURE_MODULE])
+        rows = np.flatnonzero(codes >= 0)
+        if len(rows):
+            parts = [tuple(str(p).split("/")) for p in inside]
+            around, arounds = pd.factorize(pd.Series(out[rows], dtype=object))
+            pair, pairs = pd.factorize(around.astype("int64") * len(parts) + codes[rows])
+            joined = np.empty(len(pairs), dtype=object)
+            joined[:] = [arounds[int(q) // len(parts)] + parts[int(q) % len(parts)] for q in pairs]
+            out[rows] = joined[pair]
     return out
 
 
@@ -328,6 +352,7 @@ def _build(comps: list[tuple[tuple[str, str], ...]], leaves: pd.DataFrame, colla
     level: list[str] = []
     names: list[str] = []
     parent: list[int] = []
+    module: list[str | None] = []
     insts: list[dict[tuple[str, ...], float]] = []
     members: list[list[int]] = []
     leaf_node = np.zeros(len(comps), dtype="int64")
@@ -343,6 +368,7 @@ def _build(comps: list[tuple[tuple[str, str], ...]], leaves: pd.DataFrame, colla
                 node = index[key] = len(level)
                 level.append(kind)
                 names.append(instance_class(name) if collapse and structural else name)
+                module.append(instance_class(name) if kind == "module" else module[up] if up >= 0 else None)
                 parent.append(up)
                 insts.append({})
                 members.append([])
@@ -382,6 +408,7 @@ def _build(comps: list[tuple[tuple[str, str], ...]], leaves: pd.DataFrame, colla
         labels.append(f"{names[i]} ×{pp}" if collapsed else names[i])
     table = pd.DataFrame({
         "node": np.arange(n), "parent": np.array(parent, dtype="int64"), "level": level, "name": labels,
+        "module": np.array(module, dtype=object),
         "instances": counts, "per_parent": per_parent,
         "time_ns": agg["time_ns"], "share_pct": agg["time_ns"] / (total or 1.0) * 100.0,
         "calls": agg["calls"].astype("int64"), "flops": flops, "dram_bytes": nbytes,

@@ -31,8 +31,9 @@ import numpy as np
 from perfscope.errors import InputFormatError, PerfscopeError
 
 from ...costs.operators import category_of
-from .ops import ANN, OP, CpuNodes, cpu_nodes, launches, op_costs, op_inputs, texts
-from .parse import parse_trace
+from .modules import modules_around
+from .ops import ANN, CpuNodes, cpu_nodes, launches, launching_ops, op_costs, op_inputs, texts
+from .parse import ParsedTrace, parse_trace
 
 CAPTURE_DIR = "capture_traces"
 """The folder beside a trace where vLLM and SGLang write their capture traces."""
@@ -63,9 +64,11 @@ class Graph:
         cols: per kernel, the :data:`COLUMNS` of its op, the op's whole ``flops`` and
             ``dram_bytes`` (NaN: no formula or no shapes), ``inputs``: the op's recorded
             ``(Input Dims, Input type, Concrete Inputs)`` (a replay re-prices an op whose
-            formula needs the step, attention, with them and the replay's step), and ``unit``:
+            formula needs the step, attention, with them and the replay's step), ``unit``:
             the position of the first kernel of the same op (an op's cost is split over its
-            kernels by replay time).
+            kernels by replay time), and ``module``: the '/'-joined ``nn.Module`` calls around
+            the launch inside the capture (None: none, or a trace recorded without
+            ``with_stack``).
         problem: why the graph must not be joined (its index and its capture range disagree
             on the batch size), else None.
     """
@@ -287,8 +290,10 @@ def _graphs(file: Path, batch: int | None, mode: str | None) -> list[Graph]:
     out = []
     ranges = _capture_ranges(nodes)
     sizes = {b for b, *_ in ranges}
+    cols["module"] = np.full(len(api), None, dtype=object)
     for b, m, lo, hi in ranges:
         sel = np.flatnonzero((start >= lo) & (start <= hi))
+        cols["module"][sel] = _modules(trace, nodes, api[sel], lo, hi)
         problem = None
         if batch is not None and batch not in sizes:  # a file of several ranges keeps their own sizes
             problem = (f"{file.name}: {DETAILS} says batch {batch} but its capture range is capture_{b}_{m} "
@@ -296,8 +301,15 @@ def _graphs(file: Path, batch: int | None, mode: str | None) -> list[Graph]:
         if len(sel):
             out.append(_graph(file.name, b, mode or m, names, cols, sel, problem))
     if not out and len(api) and not ranges:
+        cols["module"] = _modules(trace, nodes, api, int(start.min()), int(nodes["end_ns"][api].max()))
         out.append(_graph(file.name, batch, mode, names, cols, np.arange(len(api))))
     return out
+
+
+def _modules(trace: ParsedTrace, nodes: CpuNodes, api: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The ``nn.Module`` path (inside the capture ``[lo, hi]``) around each captured launch call."""
+    return modules_around(trace.cols.get("py"), trace.strings, nodes["thread"][api], nodes["start_ns"][api],
+                          nodes["end_ns"][api], lo, hi)
 
 
 def _capture_ranges(nodes: CpuNodes) -> list[tuple[int, str, int, int]]:
@@ -330,12 +342,7 @@ def _first_of(owner: np.ndarray) -> np.ndarray:
 def _kernel_costs(nodes: CpuNodes, api: np.ndarray, cost_op: np.ndarray, names: np.ndarray) -> dict[str, np.ndarray]:
     """Each captured kernel's op (the costed op, else the op that launched it), inputs and
     the op's whole FLOPs/bytes; ``owner`` is the op's node (-1: none)."""
-    ops = nodes.of(OP)
-    ext = nodes["ext"][ops]
-    by_ext = {e: o for e, o in zip(ext.tolist(), ops.tolist()) if not np.isnan(e)}
-    launcher = np.array([by_ext.get(e, -1) for e in nodes["ext"][api].tolist()], dtype="int64")
-    launcher = np.where(launcher >= 0, launcher, nodes.nesting.op_ancestor[api])
-    owner = np.where(cost_op >= 0, cost_op, launcher).astype("int64")
+    owner = np.where(cost_op >= 0, cost_op, launching_ops(nodes, api)).astype("int64")
     n = len(api)
     out: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object) for c in (*COLUMNS, "inputs")}
     out["flops"], out["dram_bytes"] = np.full(n, np.nan), np.full(n, np.nan)

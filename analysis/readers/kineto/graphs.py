@@ -15,7 +15,8 @@ their op and FLOPs/bytes here, by the first method that applies, recorded in ``f
     engine wrote (``perfscope import --capture``, or a ``capture_traces/`` folder beside the
     trace; :mod:`.capture_traces`), of the batch size of the step around the replay: each
     kernel takes the op, shapes and cost of the captured launch at the same position (an op's
-    cost split over its kernels by replay time). An op whose formula needs the step's sequence
+    cost split over its kernels by replay time), and the ``nn.Module`` calls around that launch
+    inside the capture (column ``capture_module``). An op whose formula needs the step's sequence
     sums (attention), which the capture range lacks, is priced with its captured inputs and the
     step annotation around the replay's launch (:meth:`_Context._step_costs`, the same
     :func:`.costs.op_cost`), else left missing. A replay that matches no graph exactly is left
@@ -75,6 +76,11 @@ ACTIVATION_ARG = {"addmm": 1, "baddbmm": 1, "addmv": 1}
 """Position of the activation (token-sized) input of a GEMM op; 0 when not listed."""
 
 COLUMNS = ("op", "op_shapes", "op_input_types", "dtype", "category")
+
+CAPTURE_MODULE = "capture_module"
+"""The kernel column a replay joined to a capture trace gets: the '/'-joined ``nn.Module`` calls
+around its captured launch, inside the capture (the hierarchy puts them below the modules around
+the replay's graph launch)."""
 
 
 def kernel_role(name: str) -> str:
@@ -244,9 +250,11 @@ class _Context:
                     self.mismatch[self.why[key]] = self.mismatch.get(self.why[key], 0) + 1
                 continue
             if method.__name__ == "_capture_trace":
-                # the join gives every kernel its captured op and shapes, costed or not
+                # the join gives every kernel its captured op, shapes and module, costed or not
                 for c in COLUMNS:
                     self.cols[c][idx[todo]] = found[c][todo]
+                modules = self.cols.setdefault(CAPTURE_MODULE, np.full(len(self.k.names), None, dtype=object))
+                modules[idx[todo]] = found["module"][todo]
                 self.joined.append(len(idx))
             flops = _split(found["flops"], found["unit"], dur)
             nbytes = _split(found["dram_bytes"], found["unit"], dur)
@@ -274,7 +282,7 @@ class _Context:
             return None
         graph, at = found
         n = len(names)
-        out = {c: graph.cols[c][at:at + n].copy() for c in (*COLUMNS, "flops", "dram_bytes")}
+        out = {c: graph.cols[c][at:at + n].copy() for c in (*COLUMNS, "flops", "dram_bytes", "module")}
         self._step_costs(out, graph.cols["inputs"][at:at + n], work)
         unit = graph.cols["unit"]
         cut = np.bincount(unit[at:at + n], minlength=len(unit)) < np.bincount(unit, minlength=len(unit))

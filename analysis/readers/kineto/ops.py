@@ -5,7 +5,8 @@ Linking (FORMATS.md §4.6): a GPU event's ``correlation`` names its launch call
 (``cuda_runtime``/``cuda_driver``); the launch sits inside the CPU operator that issued it
 (found by ``External id``, else by time containment on the launching thread). The costed op is
 that operator or its nearest enclosing op that the cost model prices (``analysis.costs``); its
-FLOPs and bytes go to its kernels, split by kernel time when it launched several.
+FLOPs and bytes go to its kernels, split by kernel time when it launched several. A kernel with
+no costed op around its launch is named after the op that launched it, its cost missing.
 
 Everything here works on arrays: names are int32 codes into the trace's string table, and
 per-name or per-input work (cost formulas, JSON text) is done once per distinct value.
@@ -228,12 +229,18 @@ def launches(nodes: CpuNodes, *, costed: bool = True) -> tuple[pd.Index, np.ndar
     api, corr = api[keep], corr[keep]
     if not costed:
         return pd.Index(corr), api, np.full(len(api), -1)
+    start = launching_ops(nodes, api)
+    return pd.Index(corr), api, first_along(start, _costed_flags(nodes), nodes.nesting.op_ancestor)
+
+
+def launching_ops(nodes: CpuNodes, api: np.ndarray) -> np.ndarray:
+    """The op that issued each launch call ``api`` (node positions): the op of the call's
+    ``External id``, else the innermost op around the call; -1 where there is none."""
     ops = nodes.of(OP)
     ext = nodes["ext"][ops]
     has_ext = ~np.isnan(ext) & ~pd.Series(ext).duplicated().to_numpy()
     by_ext = pd.Index(ext[has_ext]).get_indexer(nodes["ext"][api])
-    start = np.where(by_ext >= 0, take_at(ops[has_ext], by_ext, -1), nodes.nesting.op_ancestor[api])
-    return pd.Index(corr), api, first_along(start, _costed_flags(nodes), nodes.nesting.op_ancestor)
+    return np.where(by_ext >= 0, take_at(ops[has_ext], by_ext, -1), nodes.nesting.op_ancestor[api])
 
 
 def take_at(values: np.ndarray, pos: np.ndarray, fill: Any) -> np.ndarray:
@@ -262,9 +269,21 @@ def first_along(start: np.ndarray, flag: np.ndarray, ancestor: np.ndarray, limit
 
 
 def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
-                      nodes: CpuNodes) -> dict[str, np.ndarray]:
-    """The costed op's name, inputs and FLOPs/bytes for each kernel, split by kernel time."""
+                      nodes: CpuNodes, launcher: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The costed op's name, inputs and FLOPs/bytes for each kernel, split by kernel time; a
+    kernel with no costed op takes the name and inputs of its ``launcher`` (the op that issued
+    it, when given), its FLOPs and bytes missing."""
     n = len(names)
+    if launcher is not None:
+        uncosted = (cost_op < 0) & (launcher >= 0)
+        if uncosted.any():
+            out = attributed_costs(names, dur, np.where(uncosted, launcher, cost_op), nodes)
+            for c in ("flops", "dram_bytes"):
+                out[c][uncosted] = np.nan
+            out["precision"][uncosted] = per_distinct_text(names[uncosted], kernel_precision)
+            for c, v in (("flops_source", out["flops"]), ("bytes_source", out["dram_bytes"])):
+                out[c] = labels(~np.isnan(v), "analytic", None)
+            return out
     has = cost_op >= 0
     cols: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object)
                                    for c in ("op", "op_shapes", "op_input_types", "dtype", "precision")}

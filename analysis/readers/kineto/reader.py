@@ -33,15 +33,16 @@ from ...tree import PHASES
 from ..finish import Imported, finish
 from .capture import CaptureLoader
 from .graphs import Kernels, graph_costs
+from .modules import module_ranges
 from .ops import (
     ANN,
     API,
     CpuNodes,
     attributed_costs,
     cpu_nodes,
-    first_along,
     labels,
     launches,
+    launching_ops,
     op_costs,
     op_inputs,
     per_distinct,
@@ -151,66 +152,6 @@ def _ranges(nodes: CpuNodes) -> pd.DataFrame:
     })
 
 
-MODULE_PREFIX = "nn.Module: "
-"""How torch.profiler names the ``python_function`` event of an ``nn.Module`` call (``with_stack``)."""
-
-
-def module_ranges(py: Mapping[str, np.ndarray] | None, base: int, strings: np.ndarray,
-                  first_id: int = 0) -> pd.DataFrame:
-    """The ``nn.Module:`` python events as ranges of source ``module`` (name without the prefix).
-
-    A module's parent is its nearest ancestor module along the ``Python parent id`` links
-    (through the plain python functions between them); ``path`` joins the module names from the
-    outermost, ``depth`` counts the modules above it. Ids continue from ``first_id``.
-    """
-    if py is None or not len(py["ts"]):
-        return pd.DataFrame()
-    names = texts(strings, py["name"])
-    is_mod = np.array([isinstance(n, str) and n.startswith(MODULE_PREFIX) for n in names.tolist()], dtype=bool)
-    mods = np.flatnonzero(is_mod)
-    if not len(mods):
-        return pd.DataFrame()
-    ids = py["pyid"]
-    first = np.flatnonzero(~(pd.Index(ids).duplicated() | np.isnan(ids)))
-    hit = pd.Index(ids[first]).get_indexer(py["pyparent"])
-    up = np.where(hit >= 0, first[np.maximum(hit, 0)], -1)  # python parent (position), -1 none
-    # walk up through plain python functions to the nearest module
-    mod_parent = first_along(up[mods], is_mod, up, limit=4096)
-    rank = np.full(len(is_mod), -1, dtype="int64")
-    rank[mods] = np.arange(len(mods))
-    parent_rank = np.where(mod_parent >= 0, rank[np.maximum(mod_parent, 0)], -1)
-    short = [str(n)[len(MODULE_PREFIX):] for n in names[mods].tolist()]
-    paths: list[str | None] = [None] * len(mods)
-    depth = np.zeros(len(mods), dtype="int64")
-
-    def path_of(r: int) -> str:
-        chain: list[int] = []
-        q = r
-        while q >= 0 and paths[q] is None and len(chain) < 4096:
-            chain.append(q)
-            q = int(parent_rank[q])
-        above, d = (paths[q], int(depth[q]) + 1) if q >= 0 and paths[q] is not None else (None, 0)
-        for c in reversed(chain):
-            above = short[c] if above is None else f"{above}/{short[c]}"
-            paths[c], depth[c] = above, d
-            d += 1
-        return str(paths[r])
-
-    for r in range(len(mods)):
-        path_of(r)
-    start, end, dur = times_ns({"ts": py["ts"][mods], "dur": py["dur"][mods]}, base)
-    return pd.DataFrame({
-        "id": np.arange(first_id, first_id + len(mods), dtype="int64"),
-        "name": np.array(short, dtype=object),
-        "start_ns": start, "end_ns": end, "duration_ns": dur,
-        "depth": depth,
-        "parent": np.where(parent_rank >= 0, parent_rank + first_id, np.nan),
-        "path": np.array(paths, dtype=object),
-        "thread": py["tid"][mods],
-        "source": "module",
-    })
-
-
 def _with_modules(ranges: pd.DataFrame, py: Mapping[str, np.ndarray] | None, base: int,
                   strings: np.ndarray) -> pd.DataFrame:
     """The annotation ranges followed by the module ranges (:func:`module_ranges`)."""
@@ -270,13 +211,14 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnin
     link = corr_index.get_indexer(k["corr"]) if len(corr_index) else np.full(len(k["corr"]), -1)
     linked = link >= 0
     api_idx, cost_op = take_at(api_pos, link, -1), take_at(cost_pos, link, -1)
+    launcher = take_at(launching_ops(nodes, api_pos), link, -1)
     rng, phase = np.full(len(link), None, dtype=object), np.full(len(link), None, dtype=object)
     rng[linked] = nodes.nesting.range_path(api_idx[linked])
     phase[linked] = nodes.nesting.phase(api_idx[linked])
     start, end, dur = times_ns(k, base)
     names = texts(strings, k["name"])
     grid, block = texts(strings, k["grid"]), texts(strings, k["block"])
-    costs = attributed_costs(names, dur, cost_op, nodes)
+    costs = attributed_costs(names, dur, cost_op, nodes, launcher)
     launch_name = np.full(len(link), None, dtype=object)
     launch_name[linked] = nodes.names(api_idx[linked])
     launch_start = start.copy()
