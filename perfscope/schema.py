@@ -306,8 +306,11 @@ def rows_at(table: pd.DataFrame, pos: np.ndarray, columns: Iterable[str]) -> pd.
                 else series.to_numpy()[pos]
         else:
             codes, uniques = column_codes(table, col)
-            out[col] = decode(codes[pos], uniques)
-    return pd.DataFrame(out, index=table.index[pos])
+            # object dtype kept: pandas 3 would otherwise copy a million decoded strings into Arrow
+            out[col] = pd.Series(decode(codes[pos], uniques), dtype=object, copy=False)
+    index = table.index[pos]
+    return pd.DataFrame({c: (v.set_axis(index) if isinstance(v, pd.Series) else v) for c, v in out.items()},
+                        index=index)
 
 
 def decode(codes: np.ndarray, distinct: np.ndarray, missing: object = None) -> np.ndarray:

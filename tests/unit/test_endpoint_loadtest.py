@@ -56,6 +56,12 @@ class _Fault(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": "no route", "type": "NotFoundError", "code": 404}})
 
     def do_POST(self) -> None:
+        try:
+            self._post()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (the timeout cases): nothing left to send it
+
+    def _post(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         kind = body["prompt"]
         assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
