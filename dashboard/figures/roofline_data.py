@@ -254,7 +254,7 @@ def _name_groups(report: Report) -> _NameGroups:
         for col in columns:  # one integer per distinct combination, folded a column at a time
             codes, uniques = column_codes(k, col)
             code = pd.factorize(code * (len(uniques) + 1) + (codes + 1))[0].astype("int64")
-        _, first = np.unique(code, return_index=True)
+        first = np.flatnonzero(~pd.Series(code).duplicated().to_numpy())  # codes number groups by first row
         table = pd.DataFrame({col: decode(column_codes(k, col)[0][first], column_codes(k, col)[1]) for col in columns})
         return _NameGroups(code, table, k["duration_ns"].to_numpy("float64", na_value=0.0),
                            np.where(known, flops, 0.0), np.where(known, nbytes, 0.0), known[first])
