@@ -577,21 +577,25 @@ def _lean_table(folder: Path, name: str) -> pd.DataFrame:
     source = file if file.exists() else dataset
     if not source.exists():
         return pd.DataFrame({c: pd.Series(dtype="object") for c in LEAN_COLUMNS[name]})
-    try:
-        data = ds.dataset(source, format="parquet", partitioning="hive" if source.is_dir() else None)
-        cols = [c for c in LEAN_COLUMNS[name] if c in data.schema.names]
-        table = data.to_table(columns=cols)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
-        raise ReportFormatError(source, f"damaged table ({str(exc).splitlines()[0] if str(exc) else exc})",
-                                hint="re-create the report") from None
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    partitioning = "hive" if source.is_dir() else None
+    try:
+        schema = ds.dataset(source, format="parquet", partitioning=partitioning).schema
+        cols = [c for c in LEAN_COLUMNS[name] if c in schema.names]
+        text = [c for c in cols if pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type)]
+        # text read straight into dictionaries: a million long kernel names are never materialised
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=text))
+        table = ds.dataset(source, format=fmt, partitioning=partitioning).to_table(columns=cols)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
+        raise ReportFormatError(source, f"damaged table ({str(exc).splitlines()[0] if str(exc) else exc})",
+                                hint="re-create the report") from None
     arrays = {}
     for col in table.column_names:
         arr = table.column(col)
         if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            arr = pc.dictionary_encode(arr)
+            arr = pc.dictionary_encode(arr)  # a column the reader kept plain (one without a dictionary page)
         arrays[col] = arr
     del table
     return pa.table(arrays).to_pandas(split_blocks=True, self_destruct=True)
