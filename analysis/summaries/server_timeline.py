@@ -55,7 +55,7 @@ REQUEST_TIMES = ("scheduled", "arrival", "admitted", "first_token", "end")
 """The request times (``<name>_s`` on the run's clock) that :func:`request_times_ns` places."""
 
 
-def _ns(seconds: pd.Series) -> np.ndarray:
+def _ns(seconds: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Seconds as int64 ns (rounded) and a mask of the known ones."""
     s = pd.to_numeric(seconds, errors="coerce").to_numpy(dtype=float)
     ok = np.isfinite(s)

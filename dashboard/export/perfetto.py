@@ -615,8 +615,9 @@ def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
     device = DeviceSpec.from_dict(manifest["device"]) if manifest.get("device") else None
     name = str(manifest.get("name") or path.name.removesuffix(".perfscope"))
     runs = (manifest.get("params") or {}).get("loadtest", {}).get("runs") or []
-    return LeanReport(name, device, *(_lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters",
-                                                                       "requests")),
+    kernels, ranges, api, steps, counters, requests = (
+        _lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters", "requests"))
+    return LeanReport(name, device, kernels, ranges, api, steps, counters, requests,
                       params={"loadtest": {"runs": runs}} if runs else {})
 
 
