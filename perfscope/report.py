@@ -397,4 +397,8 @@ def _read_table(folder: Path, name: str) -> pd.DataFrame:
         raise ReportFormatError(source, f"damaged table ({first})", hint="re-create the report") from None
     if "rank" in df.columns and isinstance(df["rank"].dtype, pd.CategoricalDtype):
         df["rank"] = df["rank"].astype("int64")
-    return conform(df, name, source=str(source))
+    out = conform(df, name, source=str(source))
+    if name in ("requests", "requests_unprofiled") and len(out):
+        # endpoint reports before schema 1.2's missing counts wrote -1 for a prompt nobody counted
+        out["prompt_tokens"] = out["prompt_tokens"].mask(out["prompt_tokens"] < 0)
+    return out

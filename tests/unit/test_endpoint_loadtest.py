@@ -225,6 +225,11 @@ def test_a_prompt_without_usage_nor_tokenizer_has_a_missing_count_left_out_of_th
     report = Report.load(payload["report_path"])
     assert math.isnan(request_summary(report)["prompt_tokens"])
     assert "requests: 2, n/a prompt + 8 output tokens" in render_text(report)
+    # a report written before counts could be missing holds -1 there: it loads as missing
+    old = raw.assign(prompt_tokens=raw["prompt_tokens"].fillna(-1).astype("int64"))
+    old.to_parquet(folder / "requests.parquet", index=False)
+    legacy = Report.load(folder)
+    assert legacy.requests["prompt_tokens"].isna().sum() == 3 and request_summary(legacy)["prompt_tokens"] == 9
 
 
 def test_a_clean_end_after_the_finish_reason_without_done_is_complete(
