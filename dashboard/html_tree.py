@@ -70,6 +70,21 @@ def tree_table(nodes: pd.DataFrame) -> str:
     return "".join(out)
 
 
+def instances_table(report: Report, phase: str | None, collapsed: pd.DataFrame) -> str:
+    """The repeated layers expanded: every instance's module (or range) levels, in a closed
+    ``<details>`` (empty string when nothing repeats)."""
+    from perfscope.analysis.summaries.hierarchy import hierarchy
+
+    if not (collapsed["instances"] > 1).any():
+        return ""
+    nodes = hierarchy(report, phase=phase, collapse=False).nodes
+    nodes = nodes[nodes["level"].isin(("module", "range"))]
+    if not len(nodes):
+        return ""
+    return (f'<details class="instances"><summary>Every instance of the repeated layers ({len(nodes):,} '
+            f"module levels, without their ops and kernels)</summary>{tree_table(nodes)}</details>")
+
+
 def tree_section(page: Any, report: Report) -> str:
     """The section (empty string when the report has no kernels)."""
     from perfscope.analysis.summaries.hierarchy import by_phase
@@ -90,4 +105,5 @@ def tree_section(page: Any, report: Report) -> str:
         parts.append(f"<h3>{esc(label)}</h3>")
         parts.append(page.figure(tree_figure(report, phase=phase), f"tree {label}"))
         parts.append(tree_table(tree.nodes))
+        parts.append(instances_table(report, phase, tree.nodes))
     return f'<section id="tree"><h2>Where the time goes: module → op → kernel</h2>{"".join(parts)}</section>'

@@ -27,9 +27,14 @@ const drawn = figs.filter(f => f.querySelector('.main-svg') && (f._fullData || [
 const closed = sec.querySelector('.ptree details:not([open])');
 let opened = false;
 if (closed) { closed.open = true; opened = closed.querySelectorAll('.leaf, details').length > 0; }
+const rows = Array.from(sec.querySelectorAll('.ptree summary, .ptree .leaf'));
+const every = Array.from(sec.querySelectorAll('details.instances'));
+every.forEach(d => { d.open = true; });
+const instanceRows = rows.filter(r => r.closest('details.instances'));
 sec.scrollIntoView();
 return {missing: false, figures: figs.length, icicles: drawn.length,
-        rows: sec.querySelectorAll('.ptree summary, .ptree .leaf').length,
+        rows: rows.length - instanceRows.length, instanceTables: every.length, instanceRows: instanceRows.length,
+        instanceText: every.map(d => d.innerText).join(' ').slice(0, 4000),
         opened: opened, text: sec.innerText.slice(0, 400)};
 """
 
@@ -61,6 +66,15 @@ def test_tree_section_renders(driver: Any, tmp_path: Path, sample_reports_dir: P
     assert result["figures"] == result["icicles"] == len(trees)
     assert result["rows"] == sum(len(t.nodes) for t in trees.values())
     assert result["opened"]
+    # every instance of the repeated layers, one closed table per phase, module levels only
+    expanded = by_phase(report, collapse=False)
+    assert result["instanceTables"] == len(trees)
+    assert result["instanceRows"] == sum(int(t.nodes["level"].isin(("module", "range")).sum())
+                                         for t in expanded.values())
+    if name == "b200-vllm":
+        assert "TransformerBlock_35" in result["instanceText"]
+    if name == "engine":
+        assert "layer.11" in result["instanceText"]
     if name == "b200-vllm":
         assert "TransformerBlock ×36" in result["text"]
     if name == "engine":
