@@ -111,7 +111,8 @@ def _metrics(report: Report) -> str:
     parts = [_facts(views.overview_facts(report))]
     phases = views.phase_metrics(report)
     if phases is not None:
-        parts.append("<h3>Phases</h3>" + _dict_rows(labelled_rows(_frame_rows(phases))))
+        parts.append("<h3>Phases</h3>" + _dict_rows(labelled_rows(_frame_rows(phases)))
+                     + "".join(f'<p class="muted">{esc(n)}</p>' for n in views.phase_notes(phases)))
     requests = views.request_metrics(report)
     if requests:
         parts.append("<h3>Requests</h3>" + _facts([(column_label(k), views.format_value(k, v))

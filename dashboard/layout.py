@@ -92,7 +92,8 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
                       html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
     phases = views.phase_metrics(report)
     if phases is not None:
-        out += [html.H3("Phases"), dict_table(labelled_rows(frame_rows(phases)), "phase-summary")]
+        out += [html.H3("Phases"), dict_table(labelled_rows(frame_rows(phases)), "phase-summary"),
+                *(html.P(n, className="muted") for n in views.phase_notes(phases))]
     requests = views.request_metrics(report)
     if requests:
         out += [html.H3("Requests"), facts_table([(column_label(k), views.format_value(k, v))

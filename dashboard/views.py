@@ -86,6 +86,13 @@ def overview_facts(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
+def phase_notes(table: pd.DataFrame | None) -> list[str]:
+    """Why rows of the phase table (:func:`phase_metrics`) lack rates or MFU
+    (``perfscope.analysis.summaries.serving.phase_notes``)."""
+    fn = optional("perfscope.analysis.summaries.serving", "phase_notes")
+    return list(fn(table)) if fn is not None and table is not None else []
+
+
 def phase_metrics(report: Report) -> pd.DataFrame | None:
     """Per-phase metrics (time, MFU, MBU, ...) from ``perfscope.analysis.summaries.serving``, if present.
 

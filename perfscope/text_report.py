@@ -67,7 +67,10 @@ def _phase_lines(report: Report) -> list[str]:
             row += [_num(r["prefill_tokens"], 1, 0), _num(r["decode_tokens"], 1, 0), _num(r["outlier_steps"], 1, 0)]
         head += ["prefill tok", "decode tok", "outliers"]
         who = ", ".join(sorted(set(framework.astype(str))))
-        return [f"phases ({who} steps; outlier steps left out; a phase whose every step is one has no rates):", table(head, rows)]
+        from perfscope.analysis.summaries.serving import phase_notes
+
+        return [f"phases ({who} steps; outlier steps left out):", table(head, rows),
+                *(f"  note: {n}" for n in phase_notes(ph))]
     if not has_unprofiled(report):
         engine = report.manifest.get("source", {}).get("kind") == "engine"
         return ["phases (the profiled run):" if engine else "phases:", table(head, rows)]

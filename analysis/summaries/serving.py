@@ -148,6 +148,24 @@ def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PHASE_COLUMNS)
 
 
+def phase_notes(table: pd.DataFrame) -> list[str]:
+    """Why a row of :func:`phase_summary` has no rates or no MFU, one line per reason (empty when
+    every number is there): every step of the phase an outlier, or FLOPs known for too little of
+    its kernel time."""
+    notes = []
+    both = "timing" in table and table["timing"].nunique() > 1  # the headline run's rows and the profiled run's
+    for _, r in table.iterrows():
+        label = f"{r['phase']}" + (f" ({r['timing']})" if both else "")
+        out, steps = r.get("outlier_steps"), r.get("steps")
+        if pd.notna(out) and pd.notna(steps) and int(steps) > 0 and int(out) >= int(steps):
+            notes.append(f"{label}: every step is an outlier ({int(out)} of {int(steps)}; see the step-outliers "
+                         "finding), so its tok/s, FLOP/s, bytes/s, MFU and MBU are n/a")
+        elif pd.isna(r["flops"]) and float(r["kernel_time_s"] or 0) > 0 and r["mfu_source"] == "kernels":
+            notes.append(f"{label}: MFU n/a: kernel FLOPs are known for under {100 * FLOPS_MIN_COVERAGE:.0f}% "
+                         "of its kernel time (collectives have none; other kernels need recorded shapes)")
+    return notes
+
+
 def _token_split(steps: pd.DataFrame) -> dict[str, float]:
     """Prefill and decode tokens of framework steps (a mixed step has both): prefill tokens from the
     label, decode tokens the rest of its tokens (else one per decoding sequence); NaN when unknown."""

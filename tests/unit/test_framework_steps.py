@@ -319,24 +319,36 @@ def test_sglang_host_stall_is_the_steps_stall_not_decodes_bottleneck(fixtures_di
 def test_a_phase_whose_every_step_is_an_outlier_has_no_rates(fixtures_dir: Path) -> None:
     """SGLang's one decode step is 99% host stall: the phase row keeps the step's time and tokens
     but gives no throughput, MFU or MBU from it (67.5 tok/s and 0.8% MBU were the stall's)."""
-    from perfscope.analysis.summaries.serving import WALL_RATES, phase_summary
+    from perfscope.analysis.summaries.serving import WALL_RATES, phase_notes, phase_summary
+    from perfscope.dashboard.html_report import render_html
+    from perfscope.text_report import render_text
 
-    row = phase_summary(read_kineto(fixtures_dir / SGLANG)).set_index("phase").loc["decode"]
+    report = read_kineto(fixtures_dir / SGLANG)
+    table = phase_summary(report)
+    row = table.set_index("phase").loc["decode"]
     assert row["outlier_steps"] == 1 and row["tokens"] == 32 and row["wall_s"] > 0.45
     assert all(np.isnan(row[c]) for c in WALL_RATES)
+    (note,) = phase_notes(table)  # every output says why
+    assert note.startswith("decode: every step is an outlier (1 of 1")
+    assert f"note: {note}" in render_text(report) and note in render_html(report)
     # a phase with a steady step keeps its rates (the vLLM graph decode step is not an outlier)
-    steady = phase_summary(read_kineto(fixtures_dir / VLLM_GRAPH)).set_index("phase").loc["decode"]
+    steady_table = phase_summary(read_kineto(fixtures_dir / VLLM_GRAPH))
+    steady = steady_table.set_index("phase").loc["decode"]
     assert steady["outlier_steps"] == 0 and steady["tokens_per_s"] == pytest.approx(32 / steady["wall_s"])
+    assert phase_notes(steady_table) == []
 
 
 def test_prefill_mfu_is_not_claimed_from_a_partial_flop_sum(fixtures_dir: Path) -> None:
     """B200: 20% of the prefill kernel time is a collective without FLOPs. The phase table leaves
     MFU missing, and the prefill-mfu finding says why instead of an MFU from 80% of the FLOPs."""
     from perfscope.analysis.findings import RULES
-    from perfscope.analysis.summaries.serving import phase_summary
+    from perfscope.analysis.summaries.serving import phase_notes, phase_summary
 
     r = read_kineto(fixtures_dir / B200)
     assert np.isnan(phase_summary(r).set_index("phase").loc["prefill", "mfu"])
+    assert phase_notes(phase_summary(r)) == [
+        "prefill: MFU n/a: kernel FLOPs are known for under 90% of its kernel time (collectives have none; "
+        "other kernels need recorded shapes)"]
     k = r.kernels[r.kernels["phase"] == "prefill"]
     coverage = 100 * k.loc[k["flops"].notna(), "duration_ns"].sum() / k["duration_ns"].sum()
     (f,) = RULES["prefill-mfu"](r)
