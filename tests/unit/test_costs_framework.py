@@ -354,3 +354,15 @@ def test_sglang_profiler_counter_is_dropped_where_names_meet_formulas(fixtures_d
     assert qualified("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
     assert qualified("_C::rms_norm_2.default") == "_C::rms_norm_2"
     assert framework_formula("sglang_profiler::other_paged_attention_ragged_like_3") is None
+
+
+def test_an_op_without_a_formula_is_listed_once_shapes_or_not(fixtures_dir: Path) -> None:
+    """HTA's sampled trace has record_param_comms calls with and without recorded inputs: one
+    entry in the no-formula warning, its rows and time the sum of both."""
+    report = read_kineto(fixtures_dir / "kineto" / "hta_trace_filter__sampled_rank-0.json.gz")
+    (warning,) = [w for w in report.warnings if w.startswith(MISSING_COST[0])]
+    assert warning.count("record_param_comms (") == 1
+    k = report.kernels
+    rows = k["op"].eq("record_param_comms") & k["flops"].isna() & k["dram_bytes"].isna()
+    share = 100 * k.loc[rows, "duration_ns"].sum() / k["duration_ns"].sum()
+    assert f"record_param_comms ({int(rows.sum())} rows, {share:.1f}% of time)" in warning

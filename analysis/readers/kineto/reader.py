@@ -444,7 +444,10 @@ def _uncosted(kernels: pd.DataFrame) -> list[tuple[tuple[str, bool], str]] | Non
         return None
     total = float(kernels["duration_ns"].sum()) or 1.0
     shapes = kernels["op_shapes"] if "op_shapes" in kernels else pd.Series(None, index=kernels.index)
-    shaped = shapes[mask].map(_has_shapes).astype(bool)
+    from ...costs.operators import has_formula
+
+    # an op without a formula is one group, shapes or not (the shapes only tell the other reasons apart)
+    shaped = shapes[mask].map(_has_shapes).astype(bool) | ~names[mask].map(has_formula).astype(bool)
     grouped = kernels[mask].groupby([names[mask], shaped])["duration_ns"].agg(["count", "sum"])
     grouped = grouped.sort_values("sum", ascending=False)
     return [((str(n), bool(s)), f"{n} ({int(r['count'])} rows, {100 * r['sum'] / total:.1f}% of time)")
