@@ -90,7 +90,9 @@ FILLS = frozenset({"fill_", "zero_", "zeros", "ones", "full", "arange", "zeros_l
                    "exponential_", "bernoulli_"})
 """Ops that only write their output (their first tensor input, or an output we cannot size)."""
 
-COPIES = frozenset({"copy_", "clone", "_to_copy", "_copy_from"})
+COPIES = frozenset({"copy_", "clone", "_to_copy", "_copy_from", "roll", "flip"})
+"""Ops that read their input once and write an output of its size (``roll``, ``flip``: the same
+elements moved; the engine's RoPE rotates with ``roll``)."""
 
 GATHERS = frozenset({"embedding", "index_select", "gather", "index", "take"})
 SCATTERS = frozenset({"index_put_", "index_put", "index_copy_", "index_copy", "scatter_",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -139,3 +140,18 @@ def test_cost_model_covers_every_op_the_engine_emits():
     assert not unpriced
     assert math.isfinite(sum(op_cost(n, d, t or ["float"] * len(d), c).flops
                              for n, d, t, c in calls if n in priced and op_cost(n, d, t or ["float"] * len(d), c)))
+
+
+def test_roll_and_flip_move_their_input_once(fixtures_dir) -> None:
+    """The engine's RoPE rotates with ``x.roll``: read once, written once, no FLOPs; on the real H200
+    eager trace every aten::roll kernel carries exactly that (it was uncosted, 1.7% of the time)."""
+    from perfscope.analysis.readers.kineto.reader import read_kineto
+
+    for name in ("aten::roll", "aten::flip"):
+        cost = op_cost(name, [[2, 256, 40, 64], [], []], ["c10::BFloat16", "ScalarList", "ScalarList"])
+        assert cost is not None and cost.flops == 0 and cost.bytes == 2 * (2 * 256 * 40 * 64) * 2
+    k = read_kineto(fixtures_dir / "h200" / "h200_llama1b_engine_eager.pt.trace.json.gz").kernels
+    roll = k[k["op"] == "aten::roll"]
+    assert len(roll) == 128 and (roll["flops"] == 0).all()
+    shapes = roll["op_shapes"].map(lambda s: math.prod(json.loads(s)[0]))
+    assert (roll["dram_bytes"] == 2 * shapes * 2).all()  # bf16
