@@ -37,11 +37,9 @@ from ..errors import InputFormatError, PerfscopeError, UsageError
 from ..report import Report, source_info
 from .http_stream import BrokenStream, EndedWithoutDone, HttpError, Url, request_json, stream_events
 from .loadtest import (
-    MAX_REQUESTS,
     arrival_times,
-    check_burstiness,
+    check_workload,
     metrics_payload,
-    parse_dist,
     random_prompt_ids,
     sample_lengths,
 )
@@ -93,19 +91,11 @@ class EndpointRun:
     def check(self) -> None:
         if self.api not in APIS:
             raise UsageError(f"--api must be one of {', '.join(APIS)}, got {self.api!r}")
-        if not self.rates or any(not math.isfinite(r) or r <= 0 for r in self.rates):
-            raise UsageError(f"--rate must be > 0 requests per second, got {list(self.rates)}")
-        if self.requests is not None and not 1 <= self.requests <= MAX_REQUESTS:
-            raise UsageError(f"--requests must be between 1 and {MAX_REQUESTS}, got {self.requests}")
-        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
-            raise UsageError(f"--duration must be > 0 seconds, got {self.duration_s}")
+        check_workload(self)
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise UsageError(f"--max-concurrency must be at least 1, got {self.max_concurrency}")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
-        check_burstiness(self.burstiness)
-        parse_dist(self.prompt_len, "--prompt-len")
-        parse_dist(self.output_len, "--output-len")
         parse_endpoint(self.endpoint)
 
 

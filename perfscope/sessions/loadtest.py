@@ -162,24 +162,26 @@ class LoadRun:
         from perfscope.engine.serving import ServeConfig, check_kv_dtype
         from perfscope.sessions.profile import DTYPES
 
-        if not self.rates or any(not math.isfinite(r) or r <= 0 for r in self.rates):
-            raise UsageError(f"--rate must be > 0 requests per second, got {list(self.rates)}")
-        if self.requests is not None and not 1 <= self.requests <= MAX_REQUESTS:
-            raise UsageError(f"--requests must be between 1 and {MAX_REQUESTS}, got {self.requests}")
-        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
-            raise UsageError(f"--duration must be > 0 seconds, got {self.duration_s}")
-        check_burstiness(self.burstiness)
+        check_workload(self)
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         check_kv_dtype(self.kv_dtype)
         ServeConfig(self.max_batch, self.max_batched_tokens, None, self.policy).check()
-        parse_dist(self.prompt_len, "--prompt-len")
-        parse_dist(self.output_len, "--output-len")
 
 
-def check_burstiness(burstiness: float) -> None:
-    if not (math.isfinite(burstiness) and burstiness > 0):
-        raise UsageError(f"--burstiness must be > 0 (1: Poisson; < 1 burstier, > 1 steadier), got {burstiness}")
+def check_workload(run: Any) -> None:
+    """The workload options the engine's and the endpoint's load tests share (a :class:`LoadRun`
+    or an endpoint run): rates, request count, duration, burstiness, prompt and output lengths."""
+    if not run.rates or any(not math.isfinite(r) or r <= 0 for r in run.rates):
+        raise UsageError(f"--rate must be > 0 requests per second, got {list(run.rates)}")
+    if run.requests is not None and not 1 <= run.requests <= MAX_REQUESTS:
+        raise UsageError(f"--requests must be between 1 and {MAX_REQUESTS}, got {run.requests}")
+    if run.duration_s is not None and not (math.isfinite(run.duration_s) and run.duration_s > 0):
+        raise UsageError(f"--duration must be > 0 seconds, got {run.duration_s}")
+    if not (math.isfinite(run.burstiness) and run.burstiness > 0):
+        raise UsageError(f"--burstiness must be > 0 (1: Poisson; < 1 burstier, > 1 steadier), got {run.burstiness}")
+    parse_dist(run.prompt_len, "--prompt-len")
+    parse_dist(run.output_len, "--output-len")
 
 
 def arrival_times(run: Any, rate: float | None) -> np.ndarray:
