@@ -298,6 +298,7 @@ def rows_at(table: pd.DataFrame, pos: np.ndarray, columns: Iterable[str]) -> pd.
     """The rows ``pos`` of ``columns`` of ``table`` (those it has; index kept): numbers taken as
     arrays, text decoded from the table's memoized :func:`column_codes`. ``table.iloc[pos]`` copies
     every text column through Arrow, about 50 ms per column on a million rows."""
+    index = table.index[pos]
     out: dict[str, Any] = {}
     for col in (c for c in columns if c in table.columns):
         series = table[col]
@@ -307,10 +308,8 @@ def rows_at(table: pd.DataFrame, pos: np.ndarray, columns: Iterable[str]) -> pd.
         else:
             codes, uniques = column_codes(table, col)
             # object dtype kept: pandas 3 would otherwise copy a million decoded strings into Arrow
-            out[col] = pd.Series(decode(codes[pos], uniques), dtype=object, copy=False)
-    index = table.index[pos]
-    return pd.DataFrame({c: (v.set_axis(index) if isinstance(v, pd.Series) else v) for c, v in out.items()},
-                        index=index)
+            out[col] = pd.Series(decode(codes[pos], uniques), index=index, dtype=object, copy=False)
+    return pd.DataFrame(out, index=index)
 
 
 def decode(codes: np.ndarray, distinct: np.ndarray, missing: object = None) -> np.ndarray:
