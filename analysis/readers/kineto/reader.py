@@ -454,10 +454,4 @@ def _uncosted(kernels: pd.DataFrame) -> list[tuple[tuple[str, bool], str]] | Non
             for (n, s), r in grouped.iterrows()]
 
 
-def missing_formulas(kernels: pd.DataFrame, limit: int = 12) -> list[str]:
-    """Ops with rows but no FLOPs or bytes, most time first (``name (N rows, x% of time)``)."""
-    groups = _uncosted(kernels) or []
-    return [text for _, text in groups][:limit]
-
-
 __all__ = ["PHASES", "parse_copy_name", "read", "read_kineto", "short_kernel_name"]
