@@ -160,7 +160,11 @@ def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) ->
     note = f"the {max_rows} names with the most time" if len(by_name) > max_rows else ""
     rows = views.kernel_rows(report, limit=top_rows).drop(columns=["key"])
     top_note = f"the {top_rows} longest of {len(report.kernels):,} executions" if len(report.kernels) > top_rows else ""
-    body = (_table(page, by_name.head(max_rows), note, "Per kernel name")
+    from perfscope.analysis.summaries.kernels import roof_notes
+
+    above = "".join(f"<li>{esc(n)}</li>" for n in roof_notes(by_name.head(max_rows), report.device))
+    body = (_table(page, by_name.head(max_rows), note, "Per kernel name (one row per name and phase)")
+            + (f'<p class="muted">Above the roof:</p><ul class="roofnotes">{above}</ul>' if above else "")
             + _table(page, rows, top_note, "Longest executions"))
     return _section("Kernels", body, "kernels")
 

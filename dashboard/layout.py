@@ -72,7 +72,10 @@ def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
              "share": pct(r["share_pct"]), "bound": str(r.get("bound") or "unknown"),
              "achieved": si(r.get("achieved_flops_per_s"), "FLOP/s"), "% of roof": pct(r.get("pct_of_roof"))}
             for _, r in top.iterrows()]
-    return dict_table(rows, "top-kernels")
+    from perfscope.analysis.summaries.kernels import roof_notes
+
+    notes = [html.Li(n) for n in roof_notes(top, report.device)]
+    return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else [])])
 
 
 def _finding(f: Any) -> html.Div:

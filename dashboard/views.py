@@ -160,8 +160,11 @@ def name_aggregate(report: Report) -> pd.DataFrame:
 
 
 def kernels_by_name(report: Report) -> pd.DataFrame:
-    """Kernel time aggregated per name (``perfscope.analysis.summaries.kernels.aggregate_by_name``)."""
-    agg = name_aggregate(report)
+    """Kernel time aggregated per name and phase (``perfscope.analysis.summaries.kernels.aggregate_by_name``
+    with ``by_phase``): a row's intensity and bound are one phase's calls, never prefill and decode summed."""
+    from perfscope.analysis.summaries.kernels import aggregate_by_name
+
+    agg = memo(report, "kernels:by_name_phase", lambda: aggregate_by_name(report.kernels, report.device, by_phase=True))
     return agg[[c for c in BY_NAME_COLUMNS if c in agg.columns]]
 
 

@@ -160,9 +160,12 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
              _num(r["share_pct"], 1, 1), _num(r["arith_intensity"], 1, 2), si(r["achieved_flops_per_s"], "FLOP/s"),
              str(r["bound"]), _num(r["pct_of_roof"], 1, 1), _clip(r.get("phase"), 8)]
             for i, (_, r) in enumerate(top.iterrows())]
+    from perfscope.analysis.summaries.kernels import roof_notes
+
     kind = "CPU operators" if (report.kernels["device"] == "cpu").all() else "kernels"
     head = ["#", "name", "calls", "total ms", "% time", "FLOP/B", "achieved", "bound", "% roof", "phase"]
-    return [f"top {kind} by total time:", table(head, rows)]
+    notes = [f"  above the roof: {n}" for n in roof_notes(top, report.device)]
+    return [f"top {kind} by total time (one row per name and phase):", table(head, rows), *notes]
 
 
 def _rank_lines(report: Report) -> list[str]:

@@ -19,6 +19,9 @@ Rules (honest by construction):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -131,3 +134,44 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
     df["pct_of_roof"] = np.select([memory, compute], [pct_mem, pct_cmp], default=np.nan)
     df["pct_of_roof"] = df["pct_of_roof"].astype("float64")
     return df
+
+
+ABOVE_ROOF_PCT = 100.0
+"""A row past this share of its roof ran faster than the roof allows: the roof or its count is wrong."""
+
+
+def above_roof_note(row: Mapping[str, Any], device: DeviceSpec | None) -> str | None:
+    """Why a kernel (or an aggregate row) sits above its roof, in words; None when it does not.
+
+    Above the roof means the roof or the work count is wrong for that kernel, and which one can
+    be told from where each came from:
+    - memory-bound, bytes not measured (analytic: the compulsory bytes): the data came from cache
+      (L2 / last-level cache), so DRAM does not bind it and its DRAM bytes are not its traffic;
+    - memory-bound, bytes measured (ncu's DRAM bytes): the DRAM roof is low;
+    - compute-bound under a measured roof: the micro-benchmark's roof is below what this kernel
+      reached (re-measure it); under a datasheet roof: the FLOP count is too high.
+    """
+    pct = row.get("pct_of_roof")
+    try:
+        pct = float(pct)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if not pct > ABOVE_ROOF_PCT or device is None:
+        return None
+    bound = str(row.get("bound"))
+    if bound == "memory":
+        roof = device.memory.get("dram")
+        if str(row.get("bytes_source") or "") == "ncu":
+            return (f"{pct:.0f}% of the DRAM roof with measured DRAM bytes: the DRAM roof "
+                    f"({(roof.provenance if roof else 'unknown')}) is too low for this device")
+        return (f"{pct:.0f}% of the DRAM roof: its data came from cache, so its byte count (the compulsory "
+                "bytes, not measured) overstates its DRAM traffic and the DRAM roof does not bind it")
+    if bound == "compute":
+        name = device.roof_precision(str(row.get("precision")) if row.get("precision") else None)
+        roof = device.compute.get(name) if name else None
+        if roof is not None and roof.provenance == "measured":
+            return (f"{pct:.0f}% of the measured {name} roof: the micro-benchmark's roof is below what this "
+                    "kernel reached; re-measure it (`perfscope devices --refresh`) or compare with the datasheet")
+        return (f"{pct:.0f}% of the {name or 'compute'} roof ({roof.provenance if roof else 'unknown'}): "
+                "its FLOP count is too high for its time, or the roof is low")
+    return None

@@ -263,6 +263,10 @@ Leaf = tuple[tuple[str, str], ...]
 """A leaf's components from the root: (level, name) of each module or range, then the op, then the kernel."""
 
 
+SPANS_PHASES = "spans phases"
+"""The ``bound`` of a tree node whose kernels ran in more than one phase (pick a phase to see theirs)."""
+
+
 def kernel_leaves(report: Report) -> tuple[np.ndarray, list[Leaf], str, str | None]:
     """Per kernel (positions of ``report.kernels``), the code of its leaf: the distinct (module or
     range path, launching op, kernel name); each code's components; the source and the note of
@@ -342,6 +346,13 @@ def _leaf_table(k: pd.DataFrame, rows: np.ndarray, codes: np.ndarray, n: int) ->
         leaf, first = np.unique(codes[at], return_index=True)
         precision[leaf] = np.asarray(prec_values, dtype=object)[chosen[at[first]]]
     out["precision"] = precision
+    # the phases each leaf's kernels ran in, one bit per phase (a node spanning phases is flagged)
+    phase_bits = np.zeros(n, dtype="int64")
+    if "phase" in k and n:
+        ph_codes = column_codes(k, "phase")[0][rows]
+        at = np.flatnonzero((ph_codes >= 0) & (ph_codes < 62))
+        np.bitwise_or.at(phase_bits, codes[at], np.left_shift(1, ph_codes[at]).astype("int64"))
+    out["phase_bits"] = phase_bits
     return out
 
 
@@ -401,6 +412,13 @@ def _build(comps: list[tuple[tuple[str, str], ...]], leaves: pd.DataFrame, colla
                           "end_ns": agg["known_ns"].astype("int64"), "duration_ns": agg["known_ns"].astype("int64"),
                           "flops": flops, "dram_bytes": nbytes, "precision": dominant})
     c = classify(rates, report.device)
+    bits = leaves["phase_bits"].to_numpy()
+    spans = np.array([int(np.bitwise_or.reduce(bits[m])).bit_count() > 1 if m else False for m in members],
+                     dtype=bool)
+    # a node whose kernels ran in several phases (the tree of all kernels) has no one bound: its calls
+    # sit far apart on the roofline (a prefill and a decode attention), so it says so instead
+    c.loc[spans, "bound"] = SPANS_PHASES
+    c.loc[spans, "pct_of_roof"] = np.nan
     labels = []
     for i in range(n):
         pp = round(float(per_parent[i]))

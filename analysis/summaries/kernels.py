@@ -39,15 +39,35 @@ def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Seri
     return pd.Series(np.asarray(col_uniques, dtype=object)[cols[best]], index=keys[best], dtype="object")
 
 
+def _phases_spanned(kernels: pd.DataFrame, key_codes: np.ndarray) -> pd.Series:
+    """Per key code whose kernels ran in two or more phases, those phases joined by ``+``, most time first."""
+    phase_codes, phases = column_codes(kernels, "phase")
+    valid = phase_codes >= 0
+    if len(phases) < 2 or not valid.any():
+        return pd.Series(dtype="object")
+    width = len(phases)
+    time_ns = np.bincount(key_codes[valid].astype(np.int64) * width + phase_codes[valid],
+                          weights=kernels["duration_ns"].to_numpy(np.float64)[valid])
+    per_key = np.pad(time_ns, (0, (-len(time_ns)) % width)).reshape(-1, width)
+    spans = np.flatnonzero((per_key > 0).sum(axis=1) > 1)
+    names = np.asarray(phases, dtype=object)
+    return pd.Series(["+".join(names[np.argsort(-per_key[k], kind="stable")][: int((per_key[k] > 0).sum())])
+                      for k in spans], index=spans, dtype="object")
+
+
 def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: str = "name",
-                      calls: np.ndarray | None = None) -> pd.DataFrame:
+                      calls: np.ndarray | None = None, by_phase: bool = False) -> pd.DataFrame:
     """One row per kernel (or op) name with totals, re-classified on the totals.
 
     ``calls``: per row, the kernels it stands for, when ``kernels`` is already grouped (its
     ``duration_ns``, ``flops`` and ``dram_bytes`` then being those kernels' sums); 1 each when None.
+    ``by_phase``: one row per (name, phase), so each row's intensity and bound are those of one
+    phase's calls (a prefill and a decode call of one op are far apart on the roofline).
 
     Columns: name, count, duration_ns (total), mean_ns, share_pct, flops, dram_bytes,
-    precision, phase (dominant), category, and the roofline columns of ``classify``.
+    precision, phase, category, and the roofline columns of ``classify``. A row whose calls ran in
+    more than one phase says so: its ``phase`` joins them, most time first (``decode+prefill``), and
+    its intensity and bound are those of the calls together.
     FLOPs/bytes are summed over the calls where both are known (``flops_coverage_pct`` says
     which share of the time that is), and rates are taken over those calls' time.
     """
@@ -63,6 +83,12 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     if (key_codes < 0).any():  # missing names form their own group, as factorize(use_na_sentinel=False) does
         key_codes = np.where(key_codes < 0, len(key_values), key_codes)
         key_values = np.concatenate([key_values, np.array([None], dtype=object)])
+    if by_phase and "phase" in kernels:
+        phase_codes, _ = column_codes(kernels, "phase")
+        pair = key_codes.astype(np.int64) * (int(phase_codes.max(initial=-1)) + 2) + (phase_codes + 1)
+        pair_codes = pd.factorize(pair)[0]
+        key_values = np.asarray(key_values, dtype=object)[key_codes[np.unique(pair_codes, return_index=True)[1]]]
+        key_codes = pair_codes
     grouped = work.groupby(key_codes, sort=False)
     agg = pd.DataFrame({
         "count": grouped["calls"].sum(),
@@ -74,6 +100,8 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     for col in ("precision", "phase", "category", "device", "op", "short_name"):
         if col in kernels and col != key:
             agg[col] = _dominant(kernels, key_codes, col).reindex(agg.index)
+    if "phase" in kernels and key != "phase":
+        agg["phase"] = _phases_spanned(kernels, key_codes).reindex(agg.index).fillna(agg["phase"])
     agg.insert(0, "name", np.asarray(key_values, dtype=object)[agg.index.to_numpy()])
     agg = agg.reset_index(drop=True)
     agg["mean_ns"] = agg["duration_ns"] / agg["count"]
@@ -92,8 +120,9 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
 
 
 def top_kernels(report: Report, n: int = 15) -> pd.DataFrame:
-    """The ``n`` kernel (or CPU operator) names with the most total time, with their roofline."""
-    return aggregate_by_name(report.kernels, report.device).head(n)
+    """The ``n`` kernel (or CPU operator) names with the most total time, with their roofline: one row
+    per (name, phase), so that each row's intensity and bound are those of one phase's calls."""
+    return aggregate_by_name(report.kernels, report.device, by_phase=True).head(n)
 
 
 def time_by(report: Report, column: str) -> pd.DataFrame:
@@ -188,3 +217,18 @@ def _is_cpu_report(report: Report) -> bool:
         return True
     k = report.kernels
     return bool(len(k)) and bool(value_mask(k, "device", lambda d: d == "cpu").all())
+
+
+def roof_notes(rows: pd.DataFrame, device: DeviceSpec | None) -> list[str]:
+    """A note for every row of a kernel table that sits above its roof (``name (phase): why``), in
+    the table's order: above the roof, the roof or the count is wrong for that kernel, and the
+    note says which (:func:`perfscope.analysis.costs.roofline.above_roof_note`)."""
+    from ..costs.roofline import above_roof_note
+
+    notes = []
+    for _, r in rows.iterrows():
+        why = above_roof_note(r, device)
+        if why:
+            phase = f" ({r['phase']})" if isinstance(r.get("phase"), str) else ""
+            notes.append(f"{r['name']}{phase}: {why}")
+    return notes

@@ -1,0 +1,88 @@
+"""What the user reads is labelled and right: rows that span phases say so or are split per phase,
+and a kernel above its roof carries a note that says whether the roof or the count is off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.costs.roofline import above_roof_note
+from perfscope.analysis.summaries.hierarchy import SPANS_PHASES, hierarchy
+from perfscope.analysis.summaries.kernels import aggregate_by_name, roof_notes, top_kernels
+from perfscope.device import DeviceSpec, Roof
+from perfscope.report import Report
+from perfscope.text_report import render_text
+
+DEV = DeviceSpec("d", "cuda", {"fp32": Roof(100e9, "measured"), "bf16": Roof(400e9, "datasheet")},
+                 {"dram": Roof(10e9, "measured")})
+
+
+def _two_phase_kernels() -> pd.DataFrame:
+    """One attention op called in prefill (compute-bound: 100 FLOP/B) and in decode (memory-bound:
+    1 FLOP/B), the decode calls far more often: summed, the row would sit near the ridge."""
+    n_pre, n_dec = 2, 40
+    pre = {"flops": 100e6, "dram_bytes": 1e6, "duration_ns": 2_000_000, "phase": "prefill"}
+    dec = {"flops": 1e6, "dram_bytes": 1e6, "duration_ns": 200_000, "phase": "decode"}
+    rows = [pre] * n_pre + [dec] * n_dec
+    k = pd.DataFrame(rows)
+    k["name"] = "aten::scaled_dot_product_attention"
+    k["device"] = "cuda:0"
+    k["dtype"] = "float32"
+    k["start_ns"] = np.cumsum(k["duration_ns"]) - k["duration_ns"]
+    k["end_ns"] = k["start_ns"] + k["duration_ns"]
+    return k
+
+
+def test_a_row_spanning_phases_says_so_and_the_top_table_splits_it() -> None:
+    report = Report.build({"kernels": _two_phase_kernels()}, {"name": "two-phase", "device": DEV.to_dict()})
+    joint = aggregate_by_name(report.kernels, DEV)
+    assert len(joint) == 1
+    assert joint.loc[0, "phase"] == "decode+prefill"  # decode has the most time: 8 ms against 4 ms
+    top = top_kernels(report).set_index("phase")
+    assert sorted(top.index) == ["decode", "prefill"]
+    assert top.loc["decode", "arith_intensity"] == pytest.approx(1.0)
+    assert top.loc["decode", "bound"] == "memory"
+    assert top.loc["prefill", "arith_intensity"] == pytest.approx(100.0)
+    assert top.loc["prefill", "bound"] == "compute"
+    assert int(top["count"].sum()) == 42
+
+
+def test_the_tree_of_all_phases_gives_a_spanning_node_no_bound() -> None:
+    report = Report.build({"kernels": _two_phase_kernels()}, {"name": "two-phase", "device": DEV.to_dict()})
+    every = hierarchy(report).nodes
+    assert set(every["bound"]) == {SPANS_PHASES}
+    assert every["pct_of_roof"].isna().all()
+    decode = hierarchy(report, phase="decode").nodes
+    assert set(decode["bound"]) == {"memory"}
+
+
+def test_above_roof_note_names_what_is_off() -> None:
+    # memory-bound with compulsory (analytic) bytes: the data came from cache
+    note = above_roof_note({"pct_of_roof": 169.0, "bound": "memory", "bytes_source": "analytic"}, DEV)
+    assert note and "cache" in note and "169%" in note
+    # memory-bound with measured DRAM bytes: the roof is low
+    note = above_roof_note({"pct_of_roof": 110.0, "bound": "memory", "bytes_source": "ncu"}, DEV)
+    assert note and "roof" in note and "too low" in note
+    # compute-bound under a measured roof: re-measure
+    note = above_roof_note({"pct_of_roof": 107.0, "bound": "compute", "precision": "fp32"}, DEV)
+    assert note and "measured fp32 roof" in note and "--refresh" in note
+    # under a datasheet roof: the FLOP count is suspect
+    note = above_roof_note({"pct_of_roof": 120.0, "bound": "compute", "precision": "bf16"}, DEV)
+    assert note and "FLOP count" in note and "datasheet" in note
+    assert above_roof_note({"pct_of_roof": 99.0, "bound": "compute", "precision": "fp32"}, DEV) is None
+    assert above_roof_note({"pct_of_roof": float("nan"), "bound": "memory"}, DEV) is None
+
+
+def test_an_above_roof_row_of_a_real_report_carries_a_note(sample_reports_dir: Path) -> None:
+    report = Report.load(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope")
+    top = top_kernels(report, 200)
+    above = top[top["pct_of_roof"] > 100]
+    assert len(above), "the sample CPU report has operators above the DRAM roof (cache-resident tensors)"
+    notes = roof_notes(top, report.device)
+    assert len(notes) == len(above)
+    text = render_text(report, top=200, findings=False)
+    for name in above["name"]:
+        assert f"above the roof: {name}" in text
