@@ -95,3 +95,14 @@ def _run_one(name: str, report: Report) -> list[Finding]:
                         {"rule": name, "error": reason[:300]},
                         "This is a perfscope bug, not a problem of the profile: please report it with the report "
                         "folder. Run with PERFSCOPE_DEBUG=1 to see the traceback.", math.nan)]
+
+
+def stake_clock(report: Report) -> str:
+    """The clock every finding's time at stake is on, in words: the profiled run's (the kernels'
+    timeline; rules over the headline run's steps put their stake on it too), said with the
+    profiler's measured overhead when the report also holds a warm unprofiled run."""
+    ratio = report.params.get("profiler_overhead_ratio")
+    if len(report.steps_unprofiled) or len(report.requests_unprofiled):
+        over = f", profiler overhead x{float(ratio):.2f}" if isinstance(ratio, (int, float)) and ratio == ratio else ""
+        return f"time at stake on the profiled run's clock{over}"
+    return "time at stake on the trace's clock"

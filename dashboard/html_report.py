@@ -135,8 +135,11 @@ def _findings(report: Report) -> str:
     found = views.findings(report)
     if found is None:
         return ""
+    from perfscope.analysis.findings import stake_clock
+
     body = "".join(_finding(f) for f in found) or '<p class="muted">No rule fired on this report.</p>'
-    return _section("Findings", body, "findings")
+    clock = f'<p class="muted">Most time at stake first; {esc(stake_clock(report))}.</p>' if found else ""
+    return _section("Findings", clock + body, "findings")
 
 
 def _table_spec(frame: pd.DataFrame, note: str) -> dict[str, Any]:

@@ -115,8 +115,11 @@ def findings_children(report: Report) -> list[Any]:
     found = views.findings(report)
     if found is None:
         return []
+    from perfscope.analysis.findings import stake_clock
+
     items: list[Any] = [_finding(f) for f in found] or [html.P("No rule fired.", className="muted")]
-    return [html.H3("Findings"), *items]
+    clock = [html.P(f"Most time at stake first; {stake_clock(report)}.", className="muted")] if found else []
+    return [html.H3("Findings"), *clock, *items]
 
 
 def details_children(rows: list[tuple[str, str]]) -> list[Any]:

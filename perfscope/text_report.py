@@ -189,12 +189,12 @@ def _rank_lines(report: Report) -> list[str]:
 
 
 def _finding_lines(report: Report, n: int = 5) -> list[str]:
-    from perfscope.analysis.findings import run_rules
+    from perfscope.analysis.findings import run_rules, stake_clock
 
     found = run_rules(report)[:n]
     if not found:
         return []
-    lines = ["findings (most time at stake first):"]
+    lines = [f"findings (most time at stake first; {stake_clock(report)}):"]
     for f in found:
         stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
         lines.append(f"  [{f.severity}] {f.title}{stake}")

@@ -46,6 +46,20 @@ def _phase_steps(report: Report, phase: str, *, profiled: bool = False) -> pd.Da
     return s[(s["phase"] == phase) & (s["end_ns"] > s["start_ns"])]
 
 
+def _profiled_wall_ns(report: Report, *phases: str) -> float:
+    """Wall time of the phases' steps in the profiled run (the clock every finding's time at stake is on)."""
+    return float(sum(_phase_steps(report, p, profiled=True)["duration_ns"].sum() for p in phases))
+
+
+def _on_profiled_clock(report: Report, headline_ns: float, *phases: str) -> float:
+    """A time measured on the headline run's steps of ``phases``, put on the profiled run's clock (the
+    kernels' clock, which every other rule's time at stake is on): scaled by the phases' profiled
+    over headline wall time. The same time when the report holds one run."""
+    head = float(sum(_phase_steps(report, p)["duration_ns"].sum() for p in phases))
+    prof = _profiled_wall_ns(report, *phases)
+    return headline_ns * prof / head if head > 0 and prof > 0 else headline_ns
+
+
 def _model_bytes(steps: pd.DataFrame) -> pd.Series:
     """Bytes each step must read: the model's weights + KV cache (engine steps), else the summed
     DRAM bytes of the step's kernels (framework steps: from the kernels' costs)."""
@@ -105,7 +119,12 @@ def decode_mbu(report: Report) -> list[Finding]:
     mbu = pct(float(nbytes.sum()) / (dur.sum() * 1e-9), bw)
     if not mbu < DECODE_MBU_LOW_PCT:
         return []
-    at_stake = float(np.clip(dur - floor_ns, 0, None).sum())
+    prof = _phase_steps(report, "decode", profiled=True)
+    prof = prof[_model_bytes(prof).notna()]
+    # at stake on the profiled run's clock, like every other finding: its steps above their floor
+    at_stake = (float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
+                              / bw * 1e9, 0, None).sum()) if len(prof)
+                else _on_profiled_clock(report, float(np.clip(dur - floor_ns, 0, None).sum()), "decode"))
     cover = _kernel_cover_pct(report, _phase_steps(report, "decode", profiled=True), "decode")
     ops_per_step = float((report.kernels["phase"] == "decode").sum()) / len(steps)
     evidence: dict[str, float | int | str] = {
@@ -225,7 +244,8 @@ def prefill_mfu(report: Report) -> list[Finding]:
         "model_bytes": nbytes, "mbu_pct": pct(nbytes / (wall * 1e-9), bw),
         "bound": "compute" if compute_ns >= memory_ns else "memory", "speed_of_light_pct": sol_pct,
     }
-    at_stake = wall - max(compute_ns, memory_ns)
+    prof_wall = _profiled_wall_ns(report, "prefill")  # at stake on the profiled run's clock
+    at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
     title = (f"Prefill reaches {mfu:.2g}% MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
     advice = ("Prefill should be compute-bound GEMM work. Give it larger GEMMs (batch prompts together, longer "
@@ -333,7 +353,8 @@ def speculation(report: Report) -> list[Finding]:
         advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
                   "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
         return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",))]
-    at_stake = (per_token_ns - step_ns) * (emitted + len(decode))
+    at_stake = _on_profiled_clock(report, (per_token_ns - step_ns) * (emitted + len(decode)),
+                                  "verify", "draft", "decode")
     title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
     if cost_ratio > tokens_per_verify:
         why = ("Each verify step costs more than the tokens it yields: on this device a (k+1)-token forward is not "

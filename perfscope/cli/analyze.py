@@ -42,9 +42,10 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
         from perfscope.analysis.ranks.stats import rank_summary
 
         payload["ranks"] = rank_summary(report)
-    from perfscope.analysis.findings import run_rules
+    from perfscope.analysis.findings import run_rules, stake_clock
 
     payload["findings"] = [f.to_dict() for f in run_rules(report)]
+    payload["findings_clock"] = stake_clock(report)
     return payload
 
 
