@@ -157,7 +157,7 @@ def on_phases(store: ReportStore, key: str | None, tab: str) -> Any:
         return NO, NO, NO, NO
     report = store.load(key)
     table = views.phase_metrics(report)
-    metrics = html.Div([layout.dict_table(labelled_rows(layout.frame_rows(table))),
+    metrics = html.Div([layout.dict_table(labelled_rows(views.frame_rows(table))),
                         *(html.P(n, className="muted") for n in views.phase_notes(table))]) if table is not None \
         else html.P("no phase metrics for this report", className="muted")
     return (metrics, figures.phase_breakdown(report), figures.step_times(report),

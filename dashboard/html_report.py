@@ -28,7 +28,7 @@ from perfscope._version import __version__
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.analysis.summaries.compare import name_view, phase_view
 from perfscope.errors import OutputExistsError
-from perfscope.format import column_label, dumps, evidence_rows, labelled_rows
+from perfscope.format import column_label, dumps, evidence_rows
 from perfscope.report import Report
 
 from . import figures, views
@@ -84,11 +84,6 @@ def _dict_rows(rows: list[dict[str, str]]) -> str:
     return f'<div class="scrollx"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-def _frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
-    return [{col: views.format_value(str(col), val) for col, val in row.items()}
-            for row in frame.to_dict(orient="records")]
-
-
 def _section(title: str, body: str, anchor: str) -> str:
     return f'<section id="{anchor}"><h2>{esc(title)}</h2>{body}</section>'
 
@@ -111,7 +106,7 @@ def _metrics(report: Report) -> str:
     parts = [_facts(views.overview_facts(report))]
     phases = views.phase_metrics(report)
     if phases is not None:
-        parts.append("<h3>Phases</h3>" + _dict_rows(labelled_rows(_frame_rows(phases)))
+        parts.append("<h3>Phases</h3>" + _dict_rows(views.phase_rows(report, phases))
                      + "".join(f'<p class="muted">{esc(n)}</p>' for n in views.phase_notes(phases)))
     requests = views.request_metrics(report)
     if requests:
@@ -290,7 +285,7 @@ def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = f
 
 def _write_atomic(text: str, path: Path, overwrite: bool) -> Path:
     if path.exists() and not overwrite:
-        raise OutputExistsError(path)
+        raise OutputExistsError(path, flag="-o")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:

@@ -13,7 +13,7 @@ import pandas as pd
 from dash import dcc, html
 
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
-from perfscope.format import column_label, evidence_rows, labelled_rows
+from perfscope.format import column_label, evidence_rows
 from perfscope.report import Report
 
 from . import ids, views
@@ -48,11 +48,6 @@ def dict_table(rows: list[dict[str, str]], table_id: str | None = None) -> html.
     body = html.Tbody([html.Tr([html.Td(v) for v in row.values()]) for row in rows])
     table = html.Table([head, body], id=table_id) if table_id else html.Table([head, body])
     return html.Div(table, className="scrollx")
-
-
-def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
-    """A DataFrame's rows formatted by their columns' units."""
-    return [{str(c): views.format_value(str(c), v) for c, v in row.items()} for row in frame.to_dict("records")]
 
 
 def compare_tables(c: Comparison, top: int) -> html.Div:
@@ -95,7 +90,7 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
                       html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
     phases = views.phase_metrics(report)
     if phases is not None:
-        out += [html.H3("Phases"), dict_table(labelled_rows(frame_rows(phases)), "phase-summary"),
+        out += [html.H3("Phases"), dict_table(views.phase_rows(report, phases), "phase-summary"),
                 *(html.P(n, className="muted") for n in views.phase_notes(phases))]
     requests = views.request_metrics(report)
     if requests:

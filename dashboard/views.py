@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfscope.format import by_column
+from perfscope.format import by_column, column_label
 from perfscope.report import Report
 from perfscope.schema import rows_at
 
@@ -105,6 +105,38 @@ def phase_metrics(report: Report) -> pd.DataFrame | None:
     if len(report.steps_unprofiled) and isinstance(out, pd.DataFrame):
         out = pd.concat([out, fn(report, profiled=True)], ignore_index=True)
     return out if isinstance(out, pd.DataFrame) and len(out) else None
+
+
+PHASE_FIRST = ("phase", "timing", "steps", "tokens", "wall_s", "tokens_per_s", "achieved_flops_per_s", "mfu",
+               "achieved_bytes_per_s", "mbu", "kernel_time_s")
+"""The phase table's columns that carry the meaning, first (the others follow: a table no wider than
+the page shows these without scrolling)."""
+RUN_NAMES = {"unprofiled": "headline (warm, no profiler)", "profiled": "profiled (inflated by the profiler)"}
+"""The ``timing`` column's values as the phase table says them."""
+CPU_WORDS = {"kernel_time_s": "operator time (summed over threads)", "flops": "operator FLOPs",
+             "dram_bytes": "operator DRAM bytes"}
+"""Labels of the phase table on a CPU run: operators, and their time summed over threads (it can exceed
+the wall time when operators overlap on several threads)."""
+
+
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
+    """A DataFrame's rows formatted by their columns' units."""
+    return [{str(c): by_column(str(c), v) for c, v in row.items()} for row in frame.to_dict("records")]
+
+
+def phase_rows(report: Report, phases: pd.DataFrame) -> list[dict[str, str]]:
+    """The phase table as people read it: the run each row is of (headline or profiled) right after the
+    phase, the rates next, columns with no value in any row left out, labelled (CPU runs in operator words)."""
+    frame = phases.dropna(axis=1, how="all")
+    frame = frame[[c for c in PHASE_FIRST if c in frame] + [c for c in frame if c not in PHASE_FIRST]]
+    if "timing" in frame:
+        frame = frame.assign(timing=frame["timing"].map(lambda t: RUN_NAMES.get(str(t), t)))
+    cpu = bool(len(report.kernels)) and (report.kernels["device"] == "cpu").all()
+    rows = []
+    for row in frame_rows(frame):
+        rows.append({("run" if k == "timing" else CPU_WORDS[k] if cpu and k in CPU_WORDS else column_label(k)): v
+                     for k, v in row.items()})
+    return rows
 
 
 def request_metrics(report: Report) -> dict[str, Any] | None:

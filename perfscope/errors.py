@@ -103,9 +103,11 @@ class OutputExistsError(PerfscopeError):
 
     exit_code = 7
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, flag: str = "--out") -> None:
+        """``flag``: the option that names the output in the command that writes it (``-o`` for
+        ``perfscope report`` and ``perfscope export``), so the hint names an option the user has."""
         self.path = str(path)
         super().__init__(
             f"{self.path} already exists; nothing was overwritten",
-            hint="pass --force to replace it, or choose another --out",
+            hint=f"pass --force to replace it, or choose another {flag}",
         )

@@ -140,7 +140,8 @@ COLUMN_LABELS: dict[str, str] = {
     "mbu": "MBU (% of DRAM bandwidth)", "mfu_source": "MFU from", "mbu_source": "MBU from", "timing": "timing",
     "requests": "requests", "output_tokens": "output tokens", "prompt_tokens": "prompt tokens",
     "prompt_tokens_unknown": "requests with an uncounted prompt",
-    "throughput_tokens_per_s": "throughput (tokens/s)", "user_tokens_per_s": "per-user speed (tokens/s)",
+    "throughput_tokens_per_s": "throughput (all output tokens / run time, tokens/s)",
+    "user_tokens_per_s": "decode speed per user (1 / mean TPOT, tokens/s)",
 }
 """Human labels of metric columns, for tables people read (HTML, dashboard); a label names the unit
 where the cell's text does not (``MFU (% of peak FLOP/s)``); a time's cell carries its own unit."""
@@ -165,9 +166,29 @@ def labelled_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{column_label(str(k)): v for k, v in row.items()} for row in rows]
 
 
+_EVIDENCE_WORDS = {**_LABEL_WORDS, "mfu": "MFU", "mbu": "MBU", "dram": "DRAM", "kv": "KV", "gpu": "GPU",
+                   "cpu": "CPU", "s": "s"}
+
+
+def evidence_label(key: str) -> str:
+    """The label a reader sees for an evidence key: its unit words dropped where the formatted value
+    says the unit (``prefill_time_ns`` -> ``prefill time``: the value reads ``2.36 s``;
+    ``dram_roof_bytes_per_s`` -> ``DRAM roof``; ``mbu_pct`` -> ``MBU``), ``tokens_per_s`` as
+    ``tokens/s``, other words spelled out (``kernels_per_step`` -> ``kernels per step``)."""
+    words = key.split("_")
+    if words[-2:] == ["per", "s"] and len(words) > 2:
+        unit = words[-3]
+        words = words[:-3] + (["tokens/s"] if unit == "tokens" else [] if unit in ("bytes", "flops") else [unit, "/s"])
+    elif words[-1] == "s" and len(words) > 1:
+        words = words[:-1]
+    words = [w for w in words if w not in ("ns", "pct")]
+    return " ".join(_EVIDENCE_WORDS.get(w, w) for w in words).replace(" /s", "/s") or key
+
+
 def evidence_rows(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A finding's evidence as (key, formatted value) rows, each value formatted by its key's unit."""
-    return [(str(k), by_column(str(k), v)) for k, v in evidence.items()]
+    """A finding's evidence as (label, formatted value) rows: each value formatted by its key's unit,
+    each key shown as :func:`evidence_label` (no internal name whose unit suffix the value contradicts)."""
+    return [(evidence_label(str(k)), by_column(str(k), v)) for k, v in evidence.items()]
 
 
 # ---------------------------------------------------------------------------- JSON

@@ -114,8 +114,8 @@ def _request_lines(report: Report) -> list[str]:
         f"  TTFT mean {_num(s['ttft_s_mean'], 1e-3)} ms (p99 {_num(s['ttft_s_p99'], 1e-3)})   "
         f"TPOT mean {_num(s['tpot_s_mean'], 1e-3)} ms (p99 {_num(s['tpot_s_p99'], 1e-3)})   "
         f"ITL mean {_num(s['itl_s_mean'], 1e-3)} ms   E2E mean {_num(s['e2e_s_mean'], 1, 3)} s",
-        f"  throughput {_num(s['throughput_tokens_per_s'])} tok/s (system), "
-        f"{_num(s['user_tokens_per_s'])} tok/s per user",
+        f"  throughput {_num(s['throughput_tokens_per_s'])} tok/s (all output tokens / run start to last token), "
+        f"decode speed {_num(s['user_tokens_per_s'])} tok/s per user (1 / mean TPOT)",
     ]
     if has_unprofiled(report):
         p = request_summary(report, profiled=True)

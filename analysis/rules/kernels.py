@@ -249,7 +249,8 @@ def _below_roof(report: Report, groups: pd.DataFrame, rule: str, roof: str, low_
     }
     evidence.update(_top_evidence(below, "pct_of_roof"))
     top = below.iloc[0]
-    title = (f"{len(below)} {rule.split('-')[0]}-bound kernel group(s) run at {weighted:.2g}% of the {roof} "
+    unit = "operator" if is_cpu_report(report) else "kernel"
+    title = (f"{len(below)} {rule.split('-')[0]}-bound {unit} group(s) run at {weighted:.2g}% of the {roof} "
              f"({duration(time_ns)}); worst: {str(top['group'])[:60]} at {top['pct_of_roof']:.2g}%")
     return [ranked(report, rule, title, evidence, advice, at_stake,
                     kernels=tuple(str(g) for g in below["group"].head(TOP_GROUPS)))]
@@ -283,7 +284,8 @@ def roof_exceeded(report: Report) -> list[Finding]:
     if measured_at:
         evidence["roofs_measured_at"] = str(measured_at)
     evidence.update(_top_evidence(over, "pct_of_roof"))
-    title = (f"{len(over)} compute-bound kernel group(s) run above their roof (up to {top['pct_of_roof']:.0f}%): "
+    unit = "operator" if is_cpu_report(report) else "kernel"
+    title = (f"{len(over)} compute-bound {unit} group(s) run above their roof (up to {top['pct_of_roof']:.0f}%): "
              f"the {precision or 'compute'} roof of {dev.name} is too low")
     advice = ("No kernel runs faster than the hardware's peak, so these roofs understate the device, and every bound "
               "and % of roof in this report is suspect. Roofs measured while other work was running (perfscope "

@@ -659,7 +659,7 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
         raise UsageError(f"unknown export format {format!r}", hint=f"use one of {', '.join(FORMATS)}")
     target = Path(path)
     if target.exists() and not force:
-        raise OutputExistsError(target)
+        raise OutputExistsError(target, flag="-o")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{_uuid.uuid4().hex[:8]}")
     stats = ExportStats(target, format, kernels=len(report.kernels),

@@ -28,6 +28,6 @@ def report(path: str, output: str | None, cdn: bool, force: bool) -> None:
     else:
         target = Path(Path(path).name.split(".")[0] + ".html")
     if target.exists() and not force and not (rep.path is not None and target == rep.path / "report.html"):
-        raise OutputExistsError(target)
+        raise OutputExistsError(target, flag="-o")
     written = write_html(rep, target, cdn=cdn)
     click.echo(f"wrote {written}")

@@ -108,3 +108,17 @@ def test_every_time_at_stake_of_an_engine_report_is_on_the_profiled_clock(sample
     assert "profiled run's clock" in render_text(report)
     span = float(report.kernels["end_ns"].max() - report.kernels["start_ns"].min())
     assert all(f.time_at_stake_ns <= span for f in found.values() if f.time_at_stake_ns == f.time_at_stake_ns)
+
+
+def test_an_existing_output_names_the_commands_own_option(sample_reports_dir: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`perfscope export` and `perfscope report` write with -o: refusing to overwrite, they say -o, not --out."""
+    from perfscope.cli import main
+
+    report = str(sample_reports_dir / "h100-nvfuser-matmul-nsys.perfscope")
+    for command, out in (("export", tmp_path / "t.pftrace"), ("report", tmp_path / "r.html")):
+        out.write_text("keep me")
+        assert main([command, report, "-o", str(out)]) == 7
+        err = capsys.readouterr().err
+        assert "choose another -o" in err and "--out" not in err
+        assert out.read_text() == "keep me"

@@ -59,7 +59,12 @@ def test_numbers_percent_bytes_and_columns() -> None:
     # measured but tiny (decode MFU on an H200: 126 GFLOP/s of 788 TFLOP/s) is not shown as zero
     assert fmt.pct(0.016) == "0.016%" and fmt.pct(0.0) == "0.0%" and fmt.pct(0.05) == "0.1%"
     assert fmt.by_column("dram_bytes", 16_400) == "16.4 kB" and fmt.by_column("kind", "HtoD") == "HtoD"
-    assert fmt.evidence_rows({"idle_ns": 1500.0, "share_pct": math.nan}) == [("idle_ns", "1.5 µs"), ("share_pct", "n/a")]
+    assert fmt.evidence_rows({"idle_ns": 1500.0, "share_pct": math.nan}) == [("idle", "1.5 µs"), ("share", "n/a")]
+    # an evidence key's unit suffix is not shown against a value in another unit (prefill_time_ns 2.36 s)
+    assert fmt.evidence_rows({"prefill_time_ns": 2.36e9}) == [("prefill time", "2.36 s")]
+    assert fmt.evidence_label("dram_roof_bytes_per_s") == "DRAM roof" and fmt.evidence_label("mbu_pct") == "MBU"
+    assert fmt.evidence_label("tokens_per_s") == "tokens/s" and fmt.evidence_label("model_bytes") == "model bytes"
+    assert fmt.evidence_label("kernels_per_step") == "kernels per step"
 
 
 # ---------------------------------------------------------------------------- JSON
