@@ -92,9 +92,12 @@ def _section(title: str, body: str, anchor: str) -> str:
 def _header(report: Report) -> str:
     device = report.device
     parts = [f"<h1>perfscope report: {esc(report.name)}</h1>", _facts(views.source_facts(report))]
-    parts.append(f"<h2>Device: {esc(device.name if device else 'unknown')}</h2>")
-    parts.append(_dict_rows(views.roofs_rows(report)) if device else
-                 '<p class="muted">No roofs known for this device: every bound is unknown.</p>')
+    if device is None and not views.has_device_work(report):
+        parts.append(f'<h2>Device: none profiled</h2><p class="muted">{esc(views.no_device_why(report))}.</p>')
+    else:
+        parts.append(f"<h2>Device: {esc(device.name if device else 'unknown')}</h2>")
+        parts.append(_dict_rows(views.roofs_rows(report)) if device else
+                     '<p class="muted">No roofs known for this device: every bound is unknown.</p>')
     notes = [*report.warnings] + [f"unavailable metric: {m}" for m in report.unavailable_metrics]
     if notes:
         parts.append("<h2>Warnings</h2><ul class=\"warnings\">" + "".join(f"<li>{esc(w)}</li>" for w in notes)
@@ -103,11 +106,15 @@ def _header(report: Report) -> str:
 
 
 def _metrics(report: Report) -> str:
-    parts = [_facts(views.overview_facts(report))]
+    parts = [_facts(views.overview_facts(report))] if views.has_device_work(report) else []
     phases = views.phase_metrics(report)
     if phases is not None:
-        parts.append("<h3>Phases</h3>" + _dict_rows(views.phase_rows(report, phases))
-                     + "".join(f'<p class="muted">{esc(n)}</p>' for n in views.phase_notes(phases)))
+        detail = views.phase_rows(report, phases, detail=True)
+        runs = f'<p class="muted">{esc(views.RUN_NOTE)}</p>' if "timing" in phases and len(phases) > 1 else ""
+        parts.append("<h3>Phases</h3>" + _dict_rows(views.phase_rows(report, phases)) + runs
+                     + "".join(f'<p class="muted">{esc(n)}</p>' for n in views.phase_notes(phases))
+                     + ("<h3>Phase work (the FLOPs and bytes behind MFU and MBU)</h3>" + _dict_rows(detail)
+                        if detail else ""))
     requests = views.request_metrics(report)
     if requests:
         parts.append("<h3>Requests</h3>" + _facts([(column_label(k), views.format_value(k, v))
@@ -138,7 +145,7 @@ def _findings(report: Report) -> str:
 
 
 def _table_spec(frame: pd.DataFrame, note: str) -> dict[str, Any]:
-    cols = [views.KERNEL_TABLE_COLUMNS.get(c, (c, c, "text")) for c in frame.columns]
+    cols = [views.table_column(str(c), frame[c]) for c in frame.columns]
     return {"columns": [{"key": k, "label": label, "kind": kind} for k, label, kind in cols],
             "rows": views.table_records(frame), "note": note}
 
@@ -153,10 +160,15 @@ def _table(page: _Page, frame: pd.DataFrame, note: str, title: str) -> str:
 
 def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) -> str:
     if not len(report.kernels):
-        return _section("Kernels", '<p class="muted">No kernels in this report.</p>', "kernels")
+        return "" if not views.has_device_work(report) else _section(
+            "Kernels", '<p class="muted">No kernels in this report.</p>', "kernels")
     by_name = views.kernels_by_name(report)
     note = f"the {max_rows} names with the most time" if len(by_name) > max_rows else ""
     rows = views.kernel_rows(report, limit=top_rows).drop(columns=["key"])
+    # columns that tell executions apart, without a sideways scroll: none always missing, device and
+    # stream only when they vary, launch geometry left to the dashboard's kernel grid
+    rows = rows[[c for c in rows if rows[c].notna().any() and c not in ("grid", "block")
+                 and not (c in ("device", "stream") and rows[c].nunique() < 2)]]
     top_note = f"the {top_rows} longest of {len(report.kernels):,} executions" if len(report.kernels) > top_rows else ""
     from perfscope.analysis.summaries.kernels import roof_notes
 
@@ -168,10 +180,13 @@ def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) ->
 
 
 def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
-    parts = [_section("Roofline", page.figure(figures.roofline(report), "roofline")
-                      + page.figure(figures.roofline(report, per="name"), "roofline per name"), "roofline"),
-             _section("Timeline", page.figure(figures.timeline(report, max_items=timeline_max_items), "timeline"),
-                      "timeline")]
+    parts = []
+    if len(report.kernels):
+        parts.append(_section("Roofline", page.figure(figures.roofline(report), "roofline")
+                              + page.figure(figures.roofline(report, per="name"), "roofline per name"), "roofline"))
+    if views.has_device_work(report):
+        parts.append(_section("Timeline", page.figure(figures.timeline(report, max_items=timeline_max_items),
+                                                      "timeline"), "timeline"))
     extra = [figures.phase_breakdown(report), figures.step_times(report),
              figures.latency_distributions(report), figures.counters(report)]
     shown = [f for f in extra if not (f.layout.meta or {}).get("empty")]

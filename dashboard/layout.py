@@ -85,18 +85,26 @@ def _finding(f: Any) -> html.Div:
 def overview_children(report: Report, findings: bool = True) -> list[Any]:
     """Source, device roofs, headline metrics, phases, requests, top kernels, findings (unless
     ``findings`` is false: the app fills them in apart, see :func:`findings_children`), warnings."""
-    out: list[Any] = [html.H3("Report"), facts_table(views.source_facts(report)),
-                      html.H3("Device roofs"), dict_table(views.roofs_rows(report), "roofs"),
-                      html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
+    out: list[Any] = [html.H3("Report"), facts_table(views.source_facts(report))]
+    if views.has_device_work(report):
+        out += [html.H3("Device roofs"), dict_table(views.roofs_rows(report), "roofs"),
+                html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
+    else:
+        out += [html.H3("Device: none profiled"), html.P(views.no_device_why(report), className="muted")]
     phases = views.phase_metrics(report)
     if phases is not None:
+        detail = views.phase_rows(report, phases, detail=True)
         out += [html.H3("Phases"), dict_table(views.phase_rows(report, phases), "phase-summary"),
-                *(html.P(n, className="muted") for n in views.phase_notes(phases))]
+                *([html.P(views.RUN_NOTE, className="muted")] if "timing" in phases and len(phases) > 1 else []),
+                *(html.P(n, className="muted") for n in views.phase_notes(phases)),
+                *([html.H4("Phase work (the FLOPs and bytes behind MFU and MBU)"), dict_table(detail, "phase-work")]
+                  if detail else [])]
     requests = views.request_metrics(report)
     if requests:
         out += [html.H3("Requests"), facts_table([(column_label(k), views.format_value(k, v))
                                                   for k, v in requests.items()])]
-    out += [html.H3("Top kernels"), _top_kernels(report)]
+    if len(report.kernels):
+        out += [html.H3("Top kernels"), _top_kernels(report)]
     if findings:
         out += findings_children(report)
     notes = report.warnings + [f"unavailable metric: {m}" for m in report.unavailable_metrics]

@@ -8,6 +8,7 @@ from them when they are installed; nothing here re-derives them.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +69,22 @@ def roofs_rows(report: Report) -> list[dict[str, str]]:
     return rows
 
 
+def has_device_work(report: Report) -> bool:
+    """Whether the report holds anything that ran on a device (kernels, copies, ranges, steps): an
+    endpoint load test measures the server from outside and has none, so its pages show its requests,
+    latencies and failures, and no roofline, timeline, device or phase section it cannot fill."""
+    return bool(len(report.kernels) or len(report.transfers) or len(report.ranges) or len(report.steps)
+                or len(report.steps_unprofiled))
+
+
+def no_device_why(report: Report) -> str:
+    """Why a report without device work has none, in words."""
+    if str((report.manifest.get("source") or {}).get("kind") or "").startswith("endpoint"):
+        return ("a load test of an endpoint measures the server from outside; `perfscope loadtest --endpoint "
+                "--profile` against a server that offers /start_profile puts its steps beside the requests")
+    return "this report holds no kernels, copies, ranges or steps"
+
+
 def overview_facts(report: Report) -> list[tuple[str, str]]:
     """Headline numbers: span, kernel count and time, busy share per lane, unplaced time."""
     k = report.kernels
@@ -99,7 +116,7 @@ def phase_metrics(report: Report) -> pd.DataFrame | None:
     An engine report's headline rows (``timing`` = unprofiled: the warm run without the profiler)
     come first, then the profiled run's rows, labelled ``profiled``."""
     fn = optional("perfscope.analysis.summaries.serving", "phase_summary")
-    if fn is None:
+    if fn is None or not has_device_work(report):
         return None
     out = fn(report)
     if len(report.steps_unprofiled) and isinstance(out, pd.DataFrame):
@@ -111,8 +128,10 @@ PHASE_FIRST = ("phase", "timing", "steps", "tokens", "wall_s", "tokens_per_s", "
                "achieved_bytes_per_s", "mbu", "kernel_time_s")
 """The phase table's columns that carry the meaning, first (the others follow: a table no wider than
 the page shows these without scrolling)."""
-RUN_NAMES = {"unprofiled": "headline (warm, no profiler)", "profiled": "profiled (inflated by the profiler)"}
-"""The ``timing`` column's values as the phase table says them."""
+RUN_NAMES = {"unprofiled": "headline", "profiled": "profiled"}
+"""The ``timing`` column's values as the phase table says them (the note under it says what each is)."""
+RUN_NOTE = ("run: headline = the warm run without the profiler (the numbers to quote); profiled = the run under "
+            "the profiler, whose kernels the rest of the report shows (slower by the profiler's overhead)")
 CPU_WORDS = {"kernel_time_s": "operator time (summed over threads)", "flops": "operator FLOPs",
              "dram_bytes": "operator DRAM bytes"}
 """Labels of the phase table on a CPU run: operators, and their time summed over threads (it can exceed
@@ -124,11 +143,18 @@ def frame_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
     return [{str(c): by_column(str(c), v) for c, v in row.items()} for row in frame.to_dict("records")]
 
 
-def phase_rows(report: Report, phases: pd.DataFrame) -> list[dict[str, str]]:
+def phase_rows(report: Report, phases: pd.DataFrame, *, detail: bool = False) -> list[dict[str, str]]:
     """The phase table as people read it: the run each row is of (headline or profiled) right after the
-    phase, the rates next, columns with no value in any row left out, labelled (CPU runs in operator words)."""
+    phase, then the rates (:data:`PHASE_FIRST`); ``detail``: the work behind them instead (FLOPs, bytes,
+    precision, where MFU and MBU come from, a framework's token split). Columns with no value in any row
+    are left out; labels in words (CPU runs in operator words)."""
     frame = phases.dropna(axis=1, how="all")
-    frame = frame[[c for c in PHASE_FIRST if c in frame] + [c for c in frame if c not in PHASE_FIRST]]
+    keep = [c for c in frame if c not in PHASE_FIRST] if detail else [c for c in PHASE_FIRST if c in frame]
+    if detail:
+        keep = [c for c in ("phase", "timing") if c in frame] + keep
+        if len(keep) <= 2:
+            return []
+    frame = frame[keep]
     if "timing" in frame:
         frame = frame.assign(timing=frame["timing"].map(lambda t: RUN_NAMES.get(str(t), t)))
     cpu = bool(len(report.kernels)) and (report.kernels["device"] == "cpu").all()
@@ -176,11 +202,30 @@ KERNEL_TABLE_COLUMNS = {
     "device": ("device", "device", "text"), "stream": ("stream", "stream", "int"),
     "start_ms": ("start_ms", "start (ms)", "num"), "grid": ("grid", "grid", "text"), "block": ("block", "block", "text"),
 }
+def table_column(column: str, values: pd.Series) -> tuple[str, str, str]:
+    """(key, label, kind) of a column of a page's sortable table: the kernel tables' own labels, else
+    the label and cell format its unit suffix gives (``ttft_p99_s``: seconds; ``_ns``, ``_pct``,
+    ``_per_s``), plain numbers for other numeric columns, text for the rest."""
+    if column in KERNEL_TABLE_COLUMNS:
+        return KERNEL_TABLE_COLUMNS[column]
+    base = re.sub(r"_(mean|median|min|max|std|p\d+)$", "", column)
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    kind = "text"
+    if numeric:
+        kind = ("ns" if base.endswith("_ns") else "s" if base.endswith("_s") and not base.endswith("_per_s")
+                else "pct" if base.endswith("_pct") else "si" if base.endswith("_per_s")
+                else "int" if pd.api.types.is_integer_dtype(values) else "num")
+    label = column_label(column)
+    if kind == "si":  # the cell shows the number with its scale; the label says the unit
+        label = column_label(column.replace("_per_s", "")) + " /s"
+    return column, label, kind
+
+
 BY_NAME_COLUMNS = ["name", "count", "duration_ns", "mean_ns", "share_pct", "category", "phase", "precision",
                    "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s", "bound", "pct_of_roof"]
-ROW_COLUMNS = ["name", "duration_ns", "share_pct", "start_ms", "device", "stream", "op", "op_shapes", "grid",
-               "block", "phase", "precision", "arith_intensity", "achieved_flops_per_s", "achieved_bytes_per_s",
-               "bound", "pct_of_roof"]
+ROW_COLUMNS = ["name", "duration_ns", "share_pct", "phase", "bound", "pct_of_roof", "arith_intensity",
+               "achieved_flops_per_s", "achieved_bytes_per_s", "precision", "start_ms", "op", "op_shapes", "device",
+               "stream", "grid", "block"]
 
 
 def name_aggregate(report: Report) -> pd.DataFrame:

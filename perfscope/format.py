@@ -123,7 +123,8 @@ def by_column(column: str, value: Any) -> str:
         return str(value)
     rules = (("_ns", duration), ("_pct", pct), ("flops_per_s", lambda v: si(v, "FLOP/s")),
              ("bytes_per_s", lambda v: si(v, "B/s")), ("tokens_per_s", lambda v: si(v, "tok/s")),
-             ("_per_s", lambda v: si(v, "/s")), ("_bytes", lambda v: si(v, "B")), ("_s", seconds),
+             ("_per_s", lambda v: si(v, "/s")), ("_bytes", lambda v: si(v, "B")), ("flops", lambda v: si(v, "FLOP")),
+             ("_s", seconds),
              ("mfu", lambda v: pct(v * 100 if v <= 1 else v)), ("mbu", lambda v: pct(v * 100 if v <= 1 else v)))
     base = re.sub(r"_(mean|median|min|max|std|p\d+)$", "", column.lower())
     for suffix, fmt in rules:

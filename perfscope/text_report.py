@@ -32,10 +32,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str 
     return "\n".join([fmt(headers)] + [fmt(r) for r in rows])
 
 
+def _no_kernels_why(report: Report) -> str:
+    """Why a report has no kernels, in words (an endpoint load test measures the server from outside)."""
+    if str((report.manifest.get("source") or {}).get("kind") or "").startswith("endpoint"):
+        return ("a load test of an endpoint measures the server from outside; `perfscope loadtest --endpoint "
+                "--profile` against a profiling server puts its steps beside the requests")
+    return "this report holds no kernels"
+
+
 def _device_lines(report: Report) -> list[str]:
     from perfscope.analysis.summaries.kernels import roofs_table
 
     dev = report.device
+    if dev is None and not len(report.kernels):
+        return [f"device: none profiled ({_no_kernels_why(report)})"]
     if dev is None:
         return ["device: unknown (no roofs: every bound is 'unknown')"]
     lines = [f"device: {dev.name} ({dev.kind})"]
@@ -53,6 +63,8 @@ def _device_lines(report: Report) -> list[str]:
 def _phase_lines(report: Report) -> list[str]:
     from perfscope.analysis.summaries.serving import has_unprofiled, phase_summary
 
+    if not len(report.kernels) and not len(report.steps) and not len(report.steps_unprofiled):
+        return []  # no steps nor kernels: no phase to show (an endpoint load test's requests are shown apart)
     ph = phase_summary(report)
     if not len(ph):
         return []
@@ -155,7 +167,7 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
 
     top = top_kernels(report, n)
     if not len(top):
-        return ["kernels: none recorded"]
+        return [] if len(report.requests) else ["kernels: none recorded"]
     rows = [[str(i + 1), _clip(r["name"], 46), str(int(r["count"])), _num(r["duration_ns"], 1e6, 2),
              _num(r["share_pct"], 1, 1), _num(r["arith_intensity"], 1, 2), si(r["achieved_flops_per_s"], "FLOP/s"),
              str(r["bound"]), _num(r["pct_of_roof"], 1, 1), _clip(r.get("phase"), 8)]
@@ -207,7 +219,8 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
     src = report.manifest.get("source") or {}
     head = f"perfscope report: {report.name}"
     if src.get("kind"):
-        head += f"   (source: {src.get('kind')}, {src.get('tool') or '?'} {src.get('tool_version') or ''})".rstrip()
+        tool = " ".join(str(t) for t in (src.get("tool") or "?", src.get("tool_version")) if t)
+        head += f"   (source: {src.get('kind')}, {tool})"
     if report.manifest.get("partial"):
         head += "   [PARTIAL]"
     timing = _timing_line(report)

@@ -171,8 +171,11 @@ def _top_evidence(top: pd.DataFrame, value: str) -> dict[str, float | int | str]
 
 
 def _no_work_info(report: Report, rule: str) -> list[Finding]:
-    """Say once why the roofline rules could not judge anything, when that is the case."""
+    """Say once why the roofline rules could not judge anything, when that is the case (nothing to say
+    for a report without kernels: a load test of an endpoint measures the server from outside)."""
     k = report.kernels
+    if not len(k):
+        return []
     if not len(k) or k["flops"].notna().any():
         if report.device is None or not report.device.compute:
             return [info(rule, "Roofline rules skipped: no device roofs in this report",

@@ -21,10 +21,23 @@
     }
     return Number(ns).toPrecision(3) + " ns";
   }
+  var NAME_MAX = 160;
+  // A long kernel name: elided in the middle past NAME_MAX characters (the whole name is the cell's
+  // title, shown on hover), with break opportunities (zero-width spaces) after "::", "(", "<", ","
+  // and "_" so that it wraps between its parts, never in the middle of a word (a run of 24 characters
+  // without any of them gets one, so that no name sets the table wider than the page).
+  function readableName(v) {
+    var text = String(v);
+    if (text.length > NAME_MAX) text = text.slice(0, 100) + " \u2026 " + text.slice(text.length - 50);
+    text = text.replace(/(::|\(|<|,|_)/g, "$1\u200b");
+    // a mangled or generated name has runs with none of those: one break opportunity every 24 characters
+    return text.replace(/([^\s\u200b]{24})(?=[^\s\u200b])/g, "$1\u200b");
+  }
   function fmt(kind, v) {
     if (v === null || v === undefined) return "n/a";
     switch (kind) {
       case "ns": return dur(v);
+      case "s": return dur(v * 1e9);
       case "pct": return isFinite(v) ? Number(v).toFixed(2) + "%" : "n/a";
       case "si": return si(v, "");
       case "num": return isFinite(v) ? Number(v).toPrecision(4) : "n/a";
@@ -80,8 +93,11 @@
         var r = document.createElement("tr");
         spec.columns.forEach(function (col, idx) {
           var td = document.createElement("td");
-          td.textContent = fmt(col.kind, row[idx]);
-          td.className = col.kind === "text" ? (col.key === "name" ? "name" : "") : "num";
+          var isName = col.kind === "text" && (col.key === "name" || col.key === "op" || col.key === "op_shapes")
+            && row[idx] !== null;
+          td.textContent = isName ? readableName(row[idx]) : fmt(col.kind, row[idx]);
+          if (isName) td.title = String(row[idx]);
+          td.className = col.kind === "text" ? (isName ? "name" : "") : "num";
           r.appendChild(td);
         });
         frag.appendChild(r);

@@ -168,16 +168,28 @@ def load_figures(report: Report) -> dict[str, go.Figure]:
             "decode roofline": decode_roofline(report)}
     if len(runs(report)) > 1:
         figs["rates"] = rate_curve(report)
-    return figs
+    # a figure with nothing to draw (an endpoint load test has no engine steps for the load over time
+    # nor kernels for the decode roofline) is left out, not drawn empty
+    return {name: f for name, f in figs.items() if not (f.layout.meta or {}).get("empty")}
 
 
 def load_notes(report: Report) -> list[str]:
     """One-line facts for the section: policy, slots, token budget, KV dtype and its logit error."""
     lt = report.params.get("loadtest", {})
     p = report.params
-    budget = p.get("max_batched_tokens") or "none (whole prompts)"
-    notes = [(f"policy {lt.get('policy')}, {p.get('max_batch')} KV slots, token budget {budget}, "
-              f"KV cache {lt.get('kv_dtype')} ({p.get('kv_cache_bytes_per_token')} bytes per token)")]
+    notes = []
+    if lt.get("policy") is not None:  # the engine's own scheduler (an endpoint's is the server's, unseen)
+        budget = p.get("max_batched_tokens") or "none (whole prompts)"
+        facts = [f"policy {lt.get('policy')}", f"{p['max_batch']} KV slots" if p.get("max_batch") else None,
+                 f"token budget {budget}"]
+        if lt.get("kv_dtype"):
+            per_token = p.get("kv_cache_bytes_per_token")
+            facts.append(f"KV cache {lt['kv_dtype']}" + (f" ({per_token} bytes per token)" if per_token else ""))
+        notes.append(", ".join(f for f in facts if f))
+    if p.get("endpoint"):
+        conc = p.get("max_concurrency")
+        notes.append(f"endpoint {p['endpoint']} ({p.get('api') or 'completions'} API, model {p.get('model')}), "
+                     + (f"at most {conc} requests in flight" if conc else "open loop (no concurrency cap)"))
     err = lt.get("kv_logit_error")
     if err:
         notes.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference', p.get('dtype'))} cache on "

@@ -26,7 +26,9 @@ IMPORTED = {
     "import-nsys-copies": "nsys/aws_t4_softmax.sqlite",
     "import-ncu-rep": "ncu/esmm_a10g_all_metrics.ncu-rep",
     "import-ncu-csv": "ncu/esmm_a10g_roofline_metrics.csv",
+    "import-sglang": "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz",
 }
+ENDPOINT = "endpoint/loadtest_endpoint_tiny_r4.perfscope"
 
 
 def _sample(path: Path) -> Callable[[], Report]:
@@ -53,6 +55,7 @@ PAGES: dict[str, Callable[[], Report]] = {
     **{f"sample-{p.name.removesuffix('.perfscope')}": _sample(p)
        for p in sorted((REPO / "sample_reports").glob("*.perfscope"))},
     "h200-engine": _fixture(H200, load=True),
+    "endpoint-loadtest": _fixture(ENDPOINT, load=True),
     **{name: _fixture(rel) for name, rel in IMPORTED.items()},
     "tiled-1m": tiled_nsys,
 }
