@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
+from perfscope.format import pct as fmt_pct
 from perfscope.report import Report
 
 from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
-from ..summaries.serving import run_steps
+from ..summaries.serving import phase_summary, run_steps
 from ._base import Finding, info, is_cpu_report, merge_intervals, pct, ranked
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 
@@ -237,16 +238,21 @@ def prefill_mfu(report: Report) -> list[Finding]:
     if not sol_pct < PREFILL_SOL_LOW_PCT:
         return []
     mfu = pct(flops / (wall * 1e-9), peak)
+    # the MFU the phase table shows (one source: the same FLOPs, model or kernels, over the same wall time)
+    table = phase_summary(report).set_index("phase")
+    mfu_source = "kernels"
+    if "prefill" in table.index and math.isfinite(float(table.loc["prefill", "mfu"])):
+        mfu, mfu_source = float(table.loc["prefill", "mfu"]) * 100.0, str(table.loc["prefill", "mfu_source"])
     evidence: dict[str, float | int | str] = {
         "prefill_steps": len(steps), "prefill_tokens": int(steps["tokens"].sum()), "prefill_time_ns": wall,
         "flops": flops, "flops_coverage_pct": pct(float(costed["duration_ns"].sum()), float(k["duration_ns"].sum())),
-        "precision": precision, "compute_roof_flops_per_s": float(peak), "mfu_pct": mfu,
+        "precision": precision, "compute_roof_flops_per_s": float(peak), "mfu_pct": mfu, "mfu_from": mfu_source,
         "model_bytes": nbytes, "mbu_pct": pct(nbytes / (wall * 1e-9), bw),
         "bound": "compute" if compute_ns >= memory_ns else "memory", "speed_of_light_pct": sol_pct,
     }
     prof_wall = _profiled_wall_ns(report, "prefill")  # at stake on the profiled run's clock
     at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
-    title = (f"Prefill reaches {mfu:.2g}% MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
+    title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
     advice = ("Prefill should be compute-bound GEMM work. Give it larger GEMMs (batch prompts together, longer "
               "chunks in chunked prefill), a fused attention kernel (SDPA/flash) instead of materialised scores, "
