@@ -62,7 +62,6 @@ def test_decode_mbu_equals_steps_over_the_dram_roof(runs, run: str) -> None:
     if found:
         f = found[0]
         bw = r.device.peak_bandwidth("dram")
-        floor = (s["weight_bytes"] + s["kv_cache_bytes"]) / bw * 1e9
         assert f.evidence["mbu_pct"] == pytest.approx(mbu)
         assert f.evidence["decode_steps"] == len(s) == COMMON["gen_len"] - 1
         # time at stake on the profiled run's clock (every finding's): its decode steps above their floor
