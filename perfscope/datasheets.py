@@ -27,6 +27,7 @@ from typing import Any
 
 from .device import DeviceSpec, Roof
 from .errors import UsageError
+from .vocab import speak
 
 TERA = 1e12
 GIGA = 1e9
@@ -530,10 +531,11 @@ def lookup_datasheet(query: str) -> Datasheet:
 
 def _roof(sheet: Datasheet, precision: str, tflops: float) -> Roof:
     tensor = precision in TENSOR_PRECISIONS
+    unit = "matrix" if sheet.vendor == "amd" else "tensor"
     return Roof(
         value=tflops * TERA,
         provenance="datasheet",
-        method=f"datasheet {sheet.model}: {'dense tensor-core' if tensor else 'non-tensor'} figure"
+        method=f"datasheet {sheet.model}: {f'dense {unit}-core' if tensor else f'non-{unit}'} figure"
         f"{f' at the {sheet.boost_clock_mhz:g} MHz boost clock' if sheet.boost_clock_mhz else ''} "
         f"({sheet.status}; source: {sheet.source})",
         clock="boost",
@@ -638,6 +640,8 @@ def gpu_spec(name: str, *, kind: str = "cuda", compute: Mapping[str, Roof] | Non
         props["datasheet_match"] = how
         if not str(name).strip():
             name = sheet.model + UNNAMED
+    elif " rows match" in how:
+        props["datasheet_candidates"] = how  # more than one row fits: the note names them
     for level, roof in (fallback_memory or {}).items():
         roofs_m.setdefault(level, roof)
     return DeviceSpec(name=str(name), kind=kind, compute=roofs_c, memory=roofs_m, properties=props)
@@ -665,5 +669,7 @@ def roofs_note(spec: DeviceSpec | None) -> str | None:
                       "compute capability")) if p.get(key) is not None)
     if p.get("memory_bytes"):
         facts += f"{', ' if facts else ''}{float(p['memory_bytes']) / GIB:.1f} GiB"
-    return (f"no device roofs known for {spec.name!r}{f' ({facts})' if facts else ''}: no datasheet row matches "
-            f"its name or properties, bound is 'unknown'; {ROOFS_FLAG}")
+    why = (f"{p['datasheet_candidates']}, so none is taken" if p.get("datasheet_candidates")
+           else "no datasheet row matches its name or properties")
+    return speak(f"no device roofs known for {spec.name!r}{f' ({facts})' if facts else ''}: {why}, bound is "
+                 f"'unknown'; {ROOFS_FLAG}", spec)
