@@ -22,7 +22,7 @@ from perfscope.errors import UsageError
 from perfscope.report import Report
 from perfscope.vocab import is_amd, speak
 
-from .rules import kernels, llm, occupancy, steps, timeline, transfers
+from .rules import kernels, llm, occupancy, sources, steps, timeline, transfers
 from .rules._base import SEVERITIES, Finding
 from .rules.ranks import rank_findings
 
@@ -31,6 +31,7 @@ __all__ = ["RULES", "SEVERITIES", "Finding", "run_rules"]
 Rule = Callable[[Report], list[Finding]]
 
 RULES: dict[str, Rule] = {
+    "no-gpu-work": sources.no_gpu_work,
     "gpu-idle": timeline.gpu_idle,
     "short-kernels": timeline.short_kernels,
     "launch-overhead": timeline.launch_overhead,
@@ -81,7 +82,11 @@ def run_rules(report: Report, *, rules: Iterable[str] | None = None) -> list[Fin
     if unknown:
         raise UsageError(f"unknown rule(s): {', '.join(unknown)}", hint=f"choose from {', '.join(RULES)}")
     findings = [_in_device_words(f, report) for name in names for f in _run_one(name, report)]
-    return sorted(findings, key=_rank_key)
+    return sorted(findings, key=lambda f: (f.id not in LEADING, *_rank_key(f)))
+
+
+LEADING = ("no-gpu-work",)
+"""Findings that say what the file is (a process that ran no GPU work): they come before what to fix in it."""
 
 
 def _in_device_words(f: Finding, report: Report) -> Finding:

@@ -185,6 +185,8 @@ def _no_work_info(report: Report, rule: str) -> list[Finding]:
     """Say once why the roofline rules could not judge anything, when that is the case."""
     k = report.kernels
     if not len(k) or k["flops"].notna().any():
+        if (report.params or {}).get("gpu_work") is False:
+            return []  # nothing ran on the GPU here: the no-gpu-work finding says where it did
         if report.device is None or not report.device.compute:
             roofs = ("The device is not in perfscope's datasheet table (by its name or its properties). "
                      "Classify against known roofs: `perfscope import TRACE --roofs NAME` with a model of "

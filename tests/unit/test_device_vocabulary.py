@@ -122,6 +122,11 @@ def test_a_vllm_frontend_trace_says_what_it_is_and_where_the_gpu_work_is(tmp_pat
 
     assert "with_stack=True" not in render_tree(report)
     assert not any("no device roofs known" in w for w in report.warnings)  # nothing ran on the GPU here
+    findings = run_rules(report)
+    first = findings[0]  # what the file is comes before what to fix in it
+    assert first.id == "no-gpu-work" and "vLLM frontend" in first.title
+    assert "rank0.*.pt.trace.json.gz" in first.recommendation
+    assert not any(f.id == "roofline-unchecked" for f in findings)  # GB10 is listed; nothing ran on it here
 
 
 def test_a_cpu_trace_with_no_device_is_the_host(fixtures_dir: Path) -> None:

@@ -94,6 +94,8 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
     kernels = tables["kernels"]
     warnings += missing_formulas_warning(kernels)
     no_gpu_work = spec is not None and spec.properties.get("gpu_work") is False
+    if no_gpu_work:
+        manifest["params"].update({"gpu_work": False, "frontend": frontend[0] if frontend else None})
     if n_kernels == 0 and n_ops:
         warnings.append(no_gpu_work_warning(path, meta, spec, frontend) if no_gpu_work
                         else "no GPU kernel events in this trace: rows are CPU operators")
