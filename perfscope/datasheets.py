@@ -658,8 +658,8 @@ def roofs_note(spec: DeviceSpec | None) -> str | None:
     properties rather than its name; None when the name found the row or roofs came from elsewhere."""
     if spec is not None and spec.properties.get("datasheet_match", "name") != "name":
         who = "the trace names no device" if spec.name.endswith(UNNAMED) else f"device {spec.name!r}"
-        return (f"{who}: datasheet roofs of {spec.properties.get('datasheet')}, matched by its "
-                f"{spec.properties['datasheet_match']}; if that is the wrong part, {ROOFS_FLAG}")
+        return speak(f"{who}: datasheet roofs of {spec.properties.get('datasheet')}, matched by its "
+                     f"{spec.properties['datasheet_match']}; if that is the wrong part, {ROOFS_FLAG}", spec)
     if spec is not None and spec.compute:
         return None
     if spec is None or spec.kind == "cpu":
