@@ -410,10 +410,13 @@ def find_datasheet(name: str | None, properties: Mapping[str, Any] | None = None
 def match_datasheet(name: str | None, properties: Mapping[str, Any] | None = None) -> tuple[Datasheet | None, str]:
     """The row for a device and how it was found (``name`` or ``device properties (...)``).
 
-    By name first: the first row whose pattern matches the upper-cased ``name``. When none does
-    and ``properties`` are given (any spelling :func:`device_properties` reads), the row whose
-    compute capability, SM/CU count and memory size all match, if exactly one does; a name that
-    holds a listed family (``NVIDIA A100-PG509-200``) is matched only within that family.
+    By name first: the first row whose pattern matches the upper-cased ``name``; when several do
+    (one name, two cards: RTX 4060 Ti 8 GB / 16 GB), the first whose memory the device reports.
+    When none does and ``properties`` are given (any spelling :func:`device_properties` reads), the
+    row whose compute capability (or gfx arch, when the source gives it), SM/CU count and memory
+    size all match, if exactly one does; memory is not compared when unknown, nor for a
+    unified-memory row (its driver reports a carve-out). A name that holds a listed family
+    (``NVIDIA A100-PG509-200``) is matched only within that family.
 
     Returns:
         (row, how), or (None, why not) when no row, or more than one, matches.
