@@ -13,14 +13,16 @@ constants in the rule modules (``perfscope.analysis.rules.*``), each with its re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Iterable
 
 from perfscope.errors import UsageError
 from perfscope.report import Report
+from perfscope.vocab import is_amd, speak
 
-from .rules import kernels, llm, occupancy, steps, timeline, transfers
+from .rules import kernels, llm, occupancy, sources, steps, timeline, transfers
 from .rules._base import SEVERITIES, Finding
 from .rules.ranks import rank_findings
 
@@ -29,6 +31,7 @@ __all__ = ["RULES", "SEVERITIES", "Finding", "run_rules"]
 Rule = Callable[[Report], list[Finding]]
 
 RULES: dict[str, Rule] = {
+    "no-gpu-work": sources.no_gpu_work,
     "gpu-idle": timeline.gpu_idle,
     "short-kernels": timeline.short_kernels,
     "launch-overhead": timeline.launch_overhead,
@@ -78,8 +81,22 @@ def run_rules(report: Report, *, rules: Iterable[str] | None = None) -> list[Fin
     unknown = [n for n in names if n not in RULES]
     if unknown:
         raise UsageError(f"unknown rule(s): {', '.join(unknown)}", hint=f"choose from {', '.join(RULES)}")
-    findings = [f for name in names for f in _run_one(name, report)]
-    return sorted(findings, key=_rank_key)
+    findings = [_in_device_words(f, report) for name in names for f in _run_one(name, report)]
+    return sorted(findings, key=lambda f: (f.id not in LEADING, *_rank_key(f)))
+
+
+LEADING = ("no-gpu-work",)
+"""Findings that say what the file is (a process that ran no GPU work): they come before what to fix in it."""
+
+
+def _in_device_words(f: Finding, report: Report) -> Finding:
+    """``f`` in the words of the report's device (:func:`perfscope.vocab.speak`: CU, wavefront,
+    matrix core and ``gpu:N`` on AMD), so no rule needs to know the vendor."""
+    if not is_amd(report.device):
+        return f
+    evidence = {k: speak(v, report.device) if isinstance(v, str) else v for k, v in f.evidence.items()}
+    return dataclasses.replace(f, title=speak(f.title, report.device), evidence=evidence,
+                               recommendation=speak(f.recommendation, report.device))
 
 
 def _run_one(name: str, report: Report) -> list[Finding]:

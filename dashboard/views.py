@@ -52,6 +52,9 @@ def source_facts(report: Report) -> list[tuple[str, str]]:
 
 def roofs_rows(report: Report) -> list[dict[str, str]]:
     """One row per roof: roof, value, ridge point, provenance, method, clock, dense."""
+    from perfscope.analysis.summaries.kernels import split_note
+    from perfscope.vocab import speak
+
     device = report.device
     if device is None:
         return []
@@ -66,6 +69,14 @@ def roofs_rows(report: Report) -> list[dict[str, str]]:
         rows.append({"roof": f"memory {level}", "value": si(roof.value, "B/s"), "ridge": "",
                      "provenance": roof.provenance, "method": roof.method, "clock": roof.clock or MISSING,
                      "dense": ""})
+    said: set[str] = set()
+    for row in rows:  # a datasheet's source sentence once, on the first roof that carries it
+        head, note = split_note(row["method"])
+        if note is not None and note in said:
+            row["method"] = f"{head} (source as above)"
+        elif note is not None:
+            said.add(note)
+        row["method"] = speak(row["method"], device)
     return rows
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from .device import DeviceSpec, Roof
 from .errors import UsageError
+from .vocab import speak
 
 TERA = 1e12
 GIGA = 1e9
@@ -62,6 +63,12 @@ class Datasheet:
         compute_capability: ``major.minor`` as Kineto's ``computeMajor``/``computeMinor`` give it
             (NVIDIA compute capability; AMD gcnArch: gfx942 is ``9.4``, gfx90a ``9.0``).
         vendor: ``nvidia`` or ``amd``.
+        gfx_arch: AMD's LLVM target (``gfx942``, ``gfx90a``, ``gfx1201``) as rocprof and
+            ``rocminfo`` print it; matched by :func:`find_datasheet_by_arch`.
+        memory_type: the DRAM technology (``HBM3``, ``GDDR6X``, ``LPDDR5X``); an ``LPDDR`` part's
+            bandwidth is never Nsight Compute's ``2 x clock x bus width`` (:func:`is_lpddr`).
+        unified: the GPU shares one memory with the CPU (GB10, MI300A, Strix Halo): the memory
+            size a driver reports is a carve-out or the whole system's, so it is not matched.
     """
 
     model: str
@@ -76,11 +83,16 @@ class Datasheet:
     sm_count: int | None = None
     compute_capability: str | None = None
     vendor: str = "nvidia"
+    gfx_arch: str | None = None
+    memory_type: str | None = None
+    unified: bool = False
 
     @property
     def family(self) -> str:
-        """The model's first word (``H100``, ``MI300X``): a name that holds it is of this family."""
-        return self.model.split()[0].upper()
+        """The model's first word with a digit (``H100``, ``MI300X``, ``4090`` of ``RTX 4090``, ``R9700`` of
+        ``Radeon AI PRO R9700``): a name that holds it is of this family."""
+        words = self.model.upper().split()
+        return next((w for w in words if any(c.isdigit() for c in w)), words[0])
 
     def to_dict(self) -> dict[str, Any]:
         """The row as plain values (the ``devices --datasheet --json`` record)."""
@@ -88,6 +100,7 @@ class Datasheet:
                 "sparse_tflops": dict(self.sparse_tflops), "bandwidth_gb_s": self.bandwidth_gb_s,
                 "boost_clock_mhz": self.boost_clock_mhz, "memory_gb": self.memory_gb,
                 "sm_count": self.sm_count, "compute_capability": self.compute_capability,
+                "gfx_arch": self.gfx_arch, "memory_type": self.memory_type, "unified": self.unified,
                 "source": self.source, "status": self.status}
 
 
@@ -126,6 +139,22 @@ _L40S_SPARSE = {"tf32": 366.0, "bf16": 733.0, "fp16": 733.0, "fp8": 1466.0, "int
 _L4_SPARSE = {"tf32": 120.0, "bf16": 242.0, "fp16": 242.0, "fp8": 485.0, "int8": 485.0}
 _A10_SPARSE = {"tf32": 125.0, "bf16": 250.0, "fp16": 250.0, "int8": 500.0, "int4": 1000.0}
 _ADA_WP = "NVIDIA Ada Lovelace GPU Architecture whitepaper (v2.1), GeForce RTX 4090 column"
+_ADA_WP_V = "NVIDIA Ada Lovelace GPU Architecture whitepaper (v2.1)"
+_GA102_WP = "NVIDIA Ampere GA102 GPU Architecture whitepaper (V2.0), Appendix A"
+_NOT_LAPTOP = r"(?!.*\bLAPTOP\b)"
+_RTX3090_SPARSE = {"tf32": 71.0, "bf16": 142.0, "fp16": 142.0, "int8": 568.0, "int4": 1136.0}
+_RTX3080_SPARSE = {"tf32": 59.5, "bf16": 119.0, "fp16": 119.0, "int8": 476.0, "int4": 952.0}
+_RTX4080_SPARSE = {"tf32": 97.5, "bf16": 194.9, "fp16": 194.9, "int8": 779.8, "int4": 1559.6}
+_RTX4070TI_SPARSE = {"tf32": 80.2, "bf16": 160.4, "fp16": 160.4, "int8": 641.4, "int4": 1282.8}
+_RTX4060TI = r"\bRTX 4060 TI\b" + _NOT_LAPTOP
+_RTX4060TI_SPARSE = {"int8": 353.0, "bf16": 88.25, "fp16": 88.25}
+_RTX4060TI_DENSE = {"fp32": 22.1, **_sparse(_RTX4060TI_SPARSE)}
+_RTX4060TI_STATUS = ("[P] FP32 (4,352 CUDA cores at the 2.535 GHz boost), bandwidth (18 Gbps GDDR6 on 128 bits) and "
+                     "\"353 AI TOPS\" (INT8 with sparsity, halved) as the product page prints them; FP16/BF16 with FP32 "
+                     "accumulate are a derivation: AI TOPS / 8 with sparsity, the Ada ratio the whitepaper prints for "
+                     "the RTX 4090 (1,321.2 : 165.2); the 8 GB and 16 GB cards print the same figures")
+_RTX4060TI_SRC = "NVIDIA GeForce RTX 4060 Ti product specifications; " + _ADA_WP_V
+_A40_SPARSE = {"tf32": 149.6, "bf16": 299.4, "fp16": 299.4, "int8": 598.6, "int4": 1197.4}
 
 NVIDIA: tuple[Datasheet, ...] = (
     Datasheet("H200 NVL 141 GB", r"\bH200\b.*\bNVL\b", _NVL, 4800.0,
@@ -176,14 +205,14 @@ NVIDIA: tuple[Datasheet, ...] = (
     Datasheet("T4", r"\bT4\b", {"fp32": 8.1, "fp16": 65.0, "int8": 130.0, "int4": 260.0}, 320.0,
               "[P] TechPowerUp-derived pages; FP16 is mixed precision (FP32 accumulate)", {},
               "NVIDIA T4 Tensor Core GPU datasheet", 1590, 16, 40, "7.5"),
-    Datasheet("RTX 4090", r"\bRTX 4090\b(?! D\b)",
+    Datasheet("RTX 4090", r"\bRTX 4090\b(?! D\b)" + _NOT_LAPTOP,
               {"fp64": 1.3, "fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "int8": 660.6,
                "int4": 1321.2}, 1008.0,
               "[P] whitepaper figures as quoted by waredb/gigagpu; FP16/BF16 with FP32 accumulate (the rate "
               "torch GEMMs run at); FP8 omitted (sources disagree on its FP32-accumulate rate)",
               {"tf32": 165.2, "bf16": 330.4, "fp16": 330.4, "int8": 1321.2, "int4": 2642.4}, _ADA_WP,
               2520, 24, 128, "8.9"),
-    Datasheet("RTX 5090", r"\bRTX 5090\b(?! D\b)", {"fp32": 104.8, "fp4": 1676.0}, 1792.0,
+    Datasheet("RTX 5090", r"\bRTX 5090\b(?! D\b)" + _NOT_LAPTOP, {"fp32": 104.8, "fp4": 1676.0}, 1792.0,
               "[P] FP32, bandwidth and FP4 (\"3,352 AI TOPS\", with sparsity, halved) as NVIDIA's product page "
               "prints them; the whitepaper's FP16/BF16/FP8 rates with FP32 accumulate were not checked and are "
               "left missing", {"fp4": 3352.0},
@@ -215,7 +244,67 @@ NVIDIA: tuple[Datasheet, ...] = (
     Datasheet("GB10 (DGX Spark)", r"\bGB10\b", {"fp4": 500.0}, 273.0,
               "[P] NVIDIA prints only FP4 (1 PFLOP with sparsity, halved) and 273 GB/s LPDDR5x; other precisions "
               "are unpublished and left missing (measure them: `perfscope devices` on the machine)", {"fp4": 1000.0},
-              "NVIDIA DGX Spark datasheet (GB10 Grace Blackwell Superchip)", None, 128, 48, "12.1"),
+              "NVIDIA DGX Spark datasheet (GB10 Grace Blackwell Superchip)", None, 128, 48, "12.1",
+              memory_type="LPDDR5X", unified=True),
+    # GeForce / workstation parts people run models on at home and at work. GeForce tensor figures
+    # are FP16/BF16 with FP32 accumulate (the rate torch GEMMs run at), as the RTX 4090 row.
+    Datasheet("RTX 3090", r"\bRTX 3090\b(?! TI\b)" + _NOT_LAPTOP,
+              {"fp32": 35.6, **_sparse(_RTX3090_SPARSE)}, 936.0,
+              "[P] the whitepaper's appendix figures for GeForce RTX 3090, with-sparsity halved; FP16 with FP32 "
+              "accumulate; 24 GB GDDR6X at 19.5 Gbps on 384 bits", _RTX3090_SPARSE, _GA102_WP + ", GeForce RTX 3090",
+              1695, 24, 82, "8.6", memory_type="GDDR6X"),
+    Datasheet("RTX 3080", r"\bRTX 3080\b(?! TI\b)" + _NOT_LAPTOP,
+              {"fp32": 29.8, **_sparse(_RTX3080_SPARSE)}, 760.0,
+              "[P] the whitepaper's GeForce RTX 3080 (10 GB) column, with-sparsity halved; FP16 with FP32 accumulate; "
+              "the later 12 GB card (70 SMs, 912 GB/s) carries the same name and is not listed", _RTX3080_SPARSE,
+              _GA102_WP + ", GeForce RTX 3080", 1710, 10, 68, "8.6", memory_type="GDDR6X"),
+    Datasheet("RTX 3060", r"\bRTX 3060\b(?! TI\b)" + _NOT_LAPTOP, {"fp32": 12.7}, 360.0,
+              "[P] FP32 from the product page's 3,584 CUDA cores at the 1.78 GHz boost (x 2 FLOP per FMA); "
+              "bandwidth from its 15 Gbps GDDR6 on 192 bits; tensor rates are not printed there and left missing; "
+              "the 8 GB card (128 bits) is not listed", {},
+              "NVIDIA GeForce RTX 3060 family product specifications (12 GB)", 1777, 12, 28, "8.6",
+              memory_type="GDDR6"),
+    Datasheet("RTX 4080", r"\bRTX 4080\b(?! SUPER\b)" + _NOT_LAPTOP,
+              {"fp32": 48.7, **_sparse(_RTX4080_SPARSE)}, 716.8,
+              "[P] the whitepaper's GeForce RTX 4080 (16 GB) column, with-sparsity halved; FP16/BF16 with FP32 "
+              "accumulate; FP8 omitted as for the RTX 4090; 22.4 Gbps GDDR6X on 256 bits", _RTX4080_SPARSE,
+              _ADA_WP_V + ", GeForce RTX 4080 column", 2505, 16, 76, "8.9", memory_type="GDDR6X"),
+    Datasheet("RTX 4070 Ti", r"\bRTX 4070 TI\b(?! SUPER\b)" + _NOT_LAPTOP,
+              {"fp32": 40.1, **_sparse(_RTX4070TI_SPARSE)}, 504.0,
+              "[P] the whitepaper's GeForce RTX 4080 (12 GB) column, the configuration launched as RTX 4070 Ti "
+              "(60 SMs, 2,610 MHz; its product page prints the same 641 AI TOPS = INT8 with sparsity); "
+              "with-sparsity halved; 21 Gbps GDDR6X on 192 bits", _RTX4070TI_SPARSE,
+              _ADA_WP_V + ", GeForce RTX 4080 12 GB column; NVIDIA GeForce RTX 4070 Ti product specifications",
+              2610, 12, 60, "8.9", memory_type="GDDR6X"),
+    Datasheet("RTX 4060 Ti 16 GB", _RTX4060TI, _RTX4060TI_DENSE, 288.0, _RTX4060TI_STATUS, _RTX4060TI_SPARSE,
+              _RTX4060TI_SRC, 2535, 16, 34, "8.9", memory_type="GDDR6"),
+    Datasheet("RTX 4060 Ti 8 GB", _RTX4060TI, _RTX4060TI_DENSE, 288.0, _RTX4060TI_STATUS, _RTX4060TI_SPARSE,
+              _RTX4060TI_SRC, 2535, 8, 34, "8.9", memory_type="GDDR6"),
+    Datasheet("RTX 5080", r"\bRTX 5080\b" + _NOT_LAPTOP, {"fp32": 56.3, "fp4": 900.5}, 960.0,
+              "[P] FP32 (10,752 CUDA cores at the 2.62 GHz boost), bandwidth (30 Gbps GDDR7 on 256 bits) and FP4 "
+              "(\"1,801 AI TOPS\", with sparsity, halved) as NVIDIA's product page prints them; other tensor rates "
+              "left missing as for the RTX 5090", {"fp4": 1801.0},
+              "NVIDIA GeForce RTX 5080 product specifications", 2617, 16, 84, "12.0", memory_type="GDDR7"),
+    Datasheet("RTX 5070 Ti", r"\bRTX 5070 TI\b" + _NOT_LAPTOP, {"fp32": 43.9, "fp4": 703.0}, 896.0,
+              "[P] FP32 (8,960 CUDA cores at the 2.45 GHz boost), bandwidth (28 Gbps GDDR7 on 256 bits) and FP4 "
+              "(\"1,406 AI TOPS\", with sparsity, halved) as NVIDIA's product page prints them; other tensor rates "
+              "left missing", {"fp4": 1406.0},
+              "NVIDIA GeForce RTX 5070 Ti product specifications", 2452, 16, 70, "12.0", memory_type="GDDR7"),
+    Datasheet("RTX 6000 Ada", r"\bRTX 6000 ADA\b", {"fp32": 91.1, "fp8": 728.5, "bf16": 364.25, "fp16": 364.25},
+              960.0,
+              "[P] FP32 91.1 TFLOPS and Tensor 1,457 TFLOPS (FP8 with sparsity, halved) as the datasheet prints "
+              "them; FP16/BF16 are half the FP8 rate (the ratio the L40S datasheet prints for the same AD102 die: "
+              "733 : 1,466), a derivation", {"fp8": 1457.0},
+              "NVIDIA RTX 6000 Ada Generation datasheet", 2505, 48, 142, "8.9", memory_type="GDDR6"),
+    Datasheet("RTX A6000", r"\bRTX A6000\b", {"fp32": 38.7, "bf16": 154.85, "fp16": 154.85}, 768.0,
+              "[P] FP32 38.7 TFLOPS and Tensor 309.7 TFLOPS (FP16/BF16 with sparsity, halved) as the datasheet "
+              "prints them; TF32/INT8 left missing", {"bf16": 309.7, "fp16": 309.7},
+              "NVIDIA RTX A6000 datasheet; " + _GA102_WP + ", Appendix C (RTX A6000)", 1800, 48, 84, "8.6",
+              memory_type="GDDR6"),
+    Datasheet("A40", r"\bA40\b", {"fp32": 37.4, **_sparse(_A40_SPARSE)}, 696.0,
+              "[P] the datasheet's dense | with-sparsity figures (TF32 74.8 | 149.6, BF16/FP16 149.7 | 299.4, "
+              "INT8 299.3 | 598.6, INT4 598.7 | 1,197.4), as reproduced; with-sparsity halved", _A40_SPARSE,
+              "NVIDIA A40 datasheet; " + _GA102_WP, 1740, 48, 84, "8.6", memory_type="GDDR6"),
 )
 
 # ---------------------------------------------------------------------------- AMD
@@ -225,6 +314,13 @@ _MI300_SPARSE = {"tf32": 1307.4, "bf16": 2614.9, "fp16": 2614.9, "fp8": 5229.8, 
 _MI355 = {"fp64": 78.6, "fp64_tensor": 78.6, "fp32": 157.3, "bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2,
           "int8": 5033.2, "fp6": 10066.3, "fp4": 10066.3}
 _MI355_SPARSE = {"bf16": 5033.2, "fp16": 5033.2, "fp8": 10066.3, "int8": 10066.3}
+_MI250_OAM = {"fp64": 45.3, "fp64_tensor": 90.5, "fp32": 45.3, "bf16": 362.1, "fp16": 362.1, "int8": 362.1}
+_MI210 = {"fp64": 22.6, "fp64_tensor": 45.3, "fp32": 22.6, "bf16": 181.0, "fp16": 181.0, "int8": 181.0}
+_MI300A = {"fp64": 61.3, "fp64_tensor": 122.6, "fp32": 122.6, "tf32": 490.3, "bf16": 980.6, "fp16": 980.6,
+           "fp8": 1961.2, "int8": 1961.2}
+_MI300A_SPARSE = {"tf32": 980.6, "bf16": 1961.2, "fp16": 1961.2, "fp8": 3922.3, "int8": 3922.3}
+_R9700 = {"fp32": 47.8, "bf16": 191.4, "fp16": 191.4, "fp8": 382.7, "int8": 382.7, "int4": 765.5}
+_R9700_SPARSE = {"bf16": 382.7, "fp16": 382.7, "fp8": 765.5, "int8": 765.5, "int4": 1531.0}
 _MI250X_OAM = {"fp64": 47.9, "fp64_tensor": 95.7, "fp32": 47.9, "bf16": 383.0, "fp16": 383.0, "int8": 383.0}
 
 AMD: tuple[Datasheet, ...] = (
@@ -232,20 +328,65 @@ AMD: tuple[Datasheet, ...] = (
               "[D] peak figures as printed (dense; with-sparsity where printed); FP32 is the vector figure "
               "(matrix is the same)", _MI300_SPARSE,
               "AMD Instinct MI300X accelerator datasheet; AMD CDNA 3 architecture whitepaper", 2100, 192, 304,
-              "9.4", "amd"),
+              "9.4", "amd", gfx_arch="gfx942", memory_type="HBM3"),
     Datasheet("MI325X", r"\bMI325X\b", _MI300, 6000.0,
               "[D] compute as MI300X (same CDNA 3 die, clock and CU count), 256 GB HBM3E at 6 TB/s",
-              _MI300_SPARSE, "AMD Instinct MI325X accelerator datasheet", 2100, 256, 304, "9.4", "amd"),
+              _MI300_SPARSE, "AMD Instinct MI325X accelerator datasheet", 2100, 256, 304, "9.4", "amd",
+              gfx_arch="gfx942", memory_type="HBM3E"),
     Datasheet("MI355X", r"\bMI355X\b", _MI355, 8000.0,
               "[P] CDNA 4 peaks as AMD prints them (FP16 2.5 PF, FP8 5 PF, MXFP6/MXFP4 10 PF dense); TF32 has "
               "no matrix support on CDNA 4 and is absent", _MI355_SPARSE,
               "AMD Instinct MI355X accelerator datasheet; AMD CDNA 4 architecture whitepaper", 2400, 288, 256,
-              "9.5", "amd"),
+              "9.5", "amd", gfx_arch="gfx950", memory_type="HBM3E"),
     Datasheet("MI250X (per GCD)", r"\bMI250X\b(?!/MI250\b)", _per(2, _MI250X_OAM), 1638.4,
               "[D] the datasheet's per-OAM figures halved: a trace sees each of the package's two GCDs "
               "(110 CUs, 64 GB, 1.6384 TB/s) as one device; rocm-smi's `MI250X/MI250` is matched by CU count",
               {},
-              "AMD Instinct MI250X accelerator datasheet (per OAM module, 2 GCDs)", 1700, 64, 110, "9.0", "amd"),
+              "AMD Instinct MI250X accelerator datasheet (per OAM module, 2 GCDs)", 1700, 64, 110, "9.0", "amd",
+              gfx_arch="gfx90a", memory_type="HBM2e"),
+    Datasheet("MI250 (per GCD)", r"(?<!/)\bMI250\b(?!X)", _per(2, _MI250_OAM), 1638.4,
+              "[P] the datasheet's per-OAM figures halved: a trace sees each of the package's two GCDs (104 CUs, "
+              "64 GB, 1.6384 TB/s) as one device; per GCD it is an MI210 (same CUs, clock and memory), so an "
+              "unnamed gfx90a device with 104 CUs matches both rows: name it with `--roofs`", {},
+              "AMD Instinct MI250 accelerator datasheet (per OAM module, 2 GCDs)", 1700, 64, 104, "9.0", "amd",
+              gfx_arch="gfx90a", memory_type="HBM2e"),
+    Datasheet("MI210", r"\bMI210\b", _MI210, 1638.4,
+              "[P] peak figures as the datasheet prints them (FP64/FP32 vector 22.6, matrix 45.3; FP16/BF16/INT8 "
+              "181.0), as reproduced; 64 GB HBM2e at 1.6384 TB/s", {},
+              "AMD Instinct MI210 accelerator datasheet", 1700, 64, 104, "9.0", "amd", gfx_arch="gfx90a",
+              memory_type="HBM2e"),
+    Datasheet("MI300A", r"\bMI300A\b", _MI300A, 5300.0,
+              "[P] peak figures as the datasheet prints them (228 CUs at 2,100 MHz: FP16/BF16 980.6, FP8/INT8 "
+              "1,961.2 dense; with-sparsity doubled), as reproduced; 128 GB HBM3 shared with the CPU cores at "
+              "5.3 TB/s", _MI300A_SPARSE,
+              "AMD Instinct MI300A APU datasheet; AMD CDNA 3 architecture whitepaper", 2100, 128, 228, "9.4", "amd",
+              gfx_arch="gfx942", memory_type="HBM3", unified=True),
+    Datasheet("MI308X", r"\bMI308X\b", {}, 5300.0,
+              "[P] AMD publishes no MI308X datasheet (a CDNA 3 part for the Chinese market): 192 GB HBM3 at "
+              "5.3 TB/s and 80 CUs as the press reports them; compute figures unpublished and left missing "
+              "(measure them: `perfscope devices` on the machine)", {},
+              "AMD Instinct MI308X as reported in the press (no AMD datasheet)", None, 192, 80, "9.4", "amd",
+              gfx_arch="gfx942", memory_type="HBM3"),
+    Datasheet("Radeon RX 7900 XTX", r"\bRX 7900 XTX\b", {"fp32": 61.4, "fp16": 122.8, "bf16": 122.8}, 960.0,
+              "[P] FP32 61.4 and FP16 122.8 TFLOPS as AMD's product page prints them (96 CUs at the 2,500 MHz "
+              "boost); BF16 WMMA runs at the FP16 rate on RDNA 3 (RDNA 3 ISA), a derivation; INT8/INT4 left "
+              "missing; 24 GB GDDR6 at 20 Gbps on 384 bits", {},
+              "AMD Radeon RX 7900 XTX product specifications; AMD RDNA 3 instruction set architecture reference",
+              2500, 24, 96, "11.0", "amd", gfx_arch="gfx1100", memory_type="GDDR6"),
+    Datasheet("Radeon AI PRO R9700", r"\bR9700\b", _R9700, 640.0,
+              "[P] AMD's product-page peaks (64 CUs at the 2,920 MHz boost: FP32 47.8; FP16/BF16 matrix 191.4, "
+              "FP8/INT8 382.7, INT4 765.5 dense, doubled with sparsity: \"1,531 TOPS\" INT4), as reproduced and "
+              "checked against RDNA 4's per-CU matrix rates; 32 GB GDDR6 at 20 Gbps on 256 bits", _R9700_SPARSE,
+              "AMD Radeon AI PRO R9700 product specifications; AMD RDNA 4 architecture whitepaper", 2920, 32, 64,
+              "12.0", "amd", gfx_arch="gfx1201", memory_type="GDDR6"),
+    Datasheet("Radeon 8060S (Strix Halo, Ryzen AI Max+ 395)",
+              r"\bRADEON 8060S\b|\bSTRIX HALO\b|\bRYZEN AI MAX\+? (PRO )?395\b", {}, 256.0,
+              "[P] LPDDR5X-8000 on a 256-bit bus (8,000 MT/s x 32 bytes = 256 GB/s), shared with the CPU; 40 CUs "
+              "at 2,900 MHz; AMD prints no GPU TFLOPS for it (only platform TOPS), so compute figures are left "
+              "missing (measure them: `perfscope devices` on the machine); traces name it `AMD Radeon Graphics`: "
+              "matched by gfx1151 and its 40 CUs", {},
+              "AMD Ryzen AI Max+ 395 product specifications", 2900, 128, 40, "11.5", "amd", gfx_arch="gfx1151",
+              memory_type="LPDDR5X", unified=True),
 )
 
 DATASHEETS: tuple[Datasheet, ...] = NVIDIA + AMD
@@ -259,45 +400,106 @@ def _key(name: str) -> str:
 def find_datasheet(name: str | None, properties: Mapping[str, Any] | None = None) -> Datasheet | None:
     """The datasheet row of the device called ``name`` (else by its ``properties``), or None.
 
-    See :func:`match_datasheet`."""
+    ``properties`` may be in any spelling :func:`device_properties` reads: Kineto's ``numSms``,
+    ``totalGlobalMem``, ``computeMajor``/``computeMinor``; nsys' ``smCount``/``totalMemory``; or, for
+    AMD sources that know the arch (rocprof), ``gfx_arch`` (``gfx942``), ``cu_count`` and
+    ``memory_gb``. See :func:`match_datasheet`."""
     return match_datasheet(name, properties)[0]
 
 
 def match_datasheet(name: str | None, properties: Mapping[str, Any] | None = None) -> tuple[Datasheet | None, str]:
     """The row for a device and how it was found (``name`` or ``device properties (...)``).
 
-    By name first: the first row whose pattern matches the upper-cased ``name``. When none does
-    and ``properties`` are given (any spelling :func:`device_properties` reads), the row whose
-    compute capability, SM/CU count and memory size all match, if exactly one does; a name that
-    holds a listed family (``NVIDIA A100-PG509-200``) is matched only within that family.
+    By name first: the first row whose pattern matches the upper-cased ``name``; when several do
+    (one name, two cards: RTX 4060 Ti 8 GB / 16 GB), the first whose memory the device reports.
+    When none does and ``properties`` are given (any spelling :func:`device_properties` reads), the
+    row whose compute capability (or gfx arch, when the source gives it), SM/CU count and memory
+    size all match, if exactly one does; memory is not compared when unknown, nor for a
+    unified-memory row (its driver reports a carve-out). A name that holds a listed family
+    (``NVIDIA A100-PG509-200``) is matched only within that family.
 
     Returns:
         (row, how), or (None, why not) when no row, or more than one, matches.
     """
     key = _key(name or "")
-    if key:
-        for sheet in DATASHEETS:
-            if re.search(sheet.pattern, key):
-                return sheet, "name"
     props = device_properties(properties or {})
-    cc, sms, mem = props.get("compute_capability"), props.get("sm_count"), props.get("memory_bytes")
-    if cc is None or sms is None or mem is None:
+    mem = props.get("memory_bytes")
+    if key:
+        named = [sheet for sheet in DATASHEETS if re.search(sheet.pattern, key)]
+        if named:
+            # one name, several cards (RTX 4060 Ti 8 GB / 16 GB): the memory size tells them apart
+            sized = [s for s in named if mem is not None and _same_memory(s, float(mem))]
+            return (sized or named)[0], "name"
+    cc, sms, arch = props.get("compute_capability"), props.get("sm_count"), props.get("gfx_arch")
+    if (cc is None and arch is None) or sms is None:
         return None, "name not listed" if key else "no name"
     words = set(re.split(r"[^A-Z0-9]+", key))
     rows = [s for s in DATASHEETS if s.family in words] or list(DATASHEETS)
-    hits = [s for s in rows if _same_device(s, str(cc), int(sms), float(mem))]
+    hits = [s for s in rows if _same_device(s, None if cc is None else str(cc), int(sms),
+                                            None if mem is None else float(mem), arch)]
     if len(hits) != 1:
-        return None, f"{len(hits)} rows match its properties" if hits else "no row matches its properties"
-    gib = float(mem) / GIB
-    return hits[0], f"device properties (compute capability {cc}, {sms} SMs/CUs, {gib:.0f} GiB)"
+        return None, (f"{len(hits)} rows match its properties ({', '.join(s.model for s in hits)})" if hits
+                      else "no row matches its properties")
+    facts = [f"gfx arch {arch}" if arch else f"compute capability {cc}", f"{sms} SMs/CUs"]
+    if mem is not None:
+        facts.append(f"{float(mem) / GIB:.0f} GiB")
+    return hits[0], f"device properties ({', '.join(facts)})"
 
 
-def _same_device(sheet: Datasheet, cc: str, sms: int, memory_bytes: float) -> bool:
-    if sheet.compute_capability is None or sheet.sm_count is None or sheet.memory_gb is None:
+def _same_memory(sheet: Datasheet, memory_bytes: float) -> bool:
+    """The device's memory is the row's: in [``MEMORY_SLACK`` x GB, GB]; any size up to the row's for a
+    unified-memory part (its driver reports a carve-out or the system's memory)."""
+    if sheet.memory_gb is None:
         return False
     gib = memory_bytes / GIB
-    return (sheet.compute_capability == cc and sheet.sm_count == sms
-            and MEMORY_SLACK * sheet.memory_gb <= gib <= sheet.memory_gb * 1.001)
+    low = 0.0 if sheet.unified else MEMORY_SLACK * sheet.memory_gb
+    return low <= gib <= sheet.memory_gb * 1.001
+
+
+def _same_device(sheet: Datasheet, cc: str | None, sms: int, memory_bytes: float | None,
+                 gfx_arch: str | None = None) -> bool:
+    if sheet.sm_count != sms:
+        return False
+    if gfx_arch is not None and sheet.gfx_arch is not None:
+        if sheet.gfx_arch != gfx_arch:
+            return False
+    elif cc is None or sheet.compute_capability != cc:
+        return False
+    return memory_bytes is None or _same_memory(sheet, memory_bytes)
+
+
+def gfx_arch_name(text: str | None) -> str | None:
+    """The LLVM target in ``text`` (``gfx942`` of ``gfx942:sramecc+:xnack-``), lower-cased; None without one."""
+    found = re.search(r"gfx[0-9a-f]{3,4}", str(text or "").lower())
+    return found.group(0) if found else None
+
+
+def gfx_compute_capability(gfx_arch: str) -> str:
+    """The ``major.minor`` HIP reports for an LLVM target (Kineto's ``computeMajor``/``computeMinor``):
+    the last two hex digits are minor and stepping, the rest is major (``gfx942`` -> ``9.4``,
+    ``gfx90a`` -> ``9.0``, ``gfx1151`` -> ``11.5``, ``gfx1201`` -> ``12.0``)."""
+    digits = gfx_arch.lower().removeprefix("gfx")
+    return f"{int(digits[:-2])}.{int(digits[-2], 16)}"
+
+
+def find_datasheet_by_arch(gfx_arch: str, cu_count: int | None = None,
+                           memory_gb: float | None = None) -> Datasheet | None:
+    """The row of an AMD device known by its LLVM target (rocprof, ``rocminfo``: ``gfx942``,
+    ``gfx1151``, with or without ``:sramecc+:xnack-``), its CU count and, to tell MI300X from MI325X,
+    its memory (GiB as the driver reports it). None when no row, or more than one, fits; without
+    ``cu_count`` only an arch that one row alone carries is matched."""
+    arch = gfx_arch_name(gfx_arch)
+    if arch is None:
+        return None
+    rows = [s for s in DATASHEETS if s.gfx_arch == arch and (cu_count is None or s.sm_count == int(cu_count))
+            and (memory_gb is None or _same_memory(s, float(memory_gb) * GIB))]
+    return rows[0] if len(rows) == 1 else None
+
+
+def is_lpddr(sheet: Datasheet | None) -> bool:
+    """Whether the row's DRAM is LPDDR (GB10, Strix Halo): Nsight Compute's theoretical
+    ``2 x max_mem_frequency x bus width`` doubles such memory; the datasheet figure is the right one."""
+    return sheet is not None and str(sheet.memory_type or "").upper().startswith("LPDDR")
 
 
 def _squash(text: str) -> str:
@@ -332,10 +534,11 @@ def lookup_datasheet(query: str) -> Datasheet:
 
 def _roof(sheet: Datasheet, precision: str, tflops: float) -> Roof:
     tensor = precision in TENSOR_PRECISIONS
+    unit = "matrix" if sheet.vendor == "amd" else "tensor"
     return Roof(
         value=tflops * TERA,
         provenance="datasheet",
-        method=f"datasheet {sheet.model}: {'dense tensor-core' if tensor else 'non-tensor'} figure"
+        method=f"datasheet {sheet.model}: {f'dense {unit}-core' if tensor else f'non-{unit}'} figure"
         f"{f' at the {sheet.boost_clock_mhz:g} MHz boost clock' if sheet.boost_clock_mhz else ''} "
         f"({sheet.status}; source: {sheet.source})",
         clock="boost",
@@ -392,10 +595,25 @@ torch ``get_device_properties``) -> the one vocabulary of ``DeviceSpec.propertie
 
 def device_properties(raw: Mapping[str, Any]) -> dict[str, Any]:
     """``raw`` device facts renamed to the one vocabulary (:data:`PROPERTY_NAMES`); ``computeMajor``
-    and ``computeMinor`` become ``compute_capability`` (``"9.0"``); other keys are kept as they are."""
+    and ``computeMinor`` become ``compute_capability`` (``"9.0"``); other keys are kept as they are.
+
+    AMD sources (rocprof, ``rocminfo``, the 31amd importer) may give ``gfx_arch`` (or ``gcnArchName``:
+    ``gfx942``, ``gfx942:sramecc+:xnack-``), ``cu_count`` (compute units) and ``memory_gb`` (GiB as the
+    driver reports it): they become ``gfx_arch`` (the bare target), ``compute_capability`` (``9.4``),
+    ``sm_count`` and ``memory_bytes``."""
     out = {PROPERTY_NAMES.get(k, k): v for k, v in raw.items() if k not in ("computeMajor", "computeMinor")}
     if raw.get("computeMajor") is not None:
         out.setdefault("compute_capability", f"{raw['computeMajor']}.{raw.get('computeMinor', 0)}")
+    arch = gfx_arch_name(raw.get("gfx_arch") or raw.get("gcnArchName"))
+    if arch is not None:
+        out["gfx_arch"] = arch
+        out.setdefault("compute_capability", gfx_compute_capability(arch))
+    elif "gfx_arch" in out:
+        del out["gfx_arch"]
+    if raw.get("cu_count") is not None:
+        out.setdefault("sm_count", int(raw["cu_count"]))
+    if raw.get("memory_gb") is not None:
+        out.setdefault("memory_bytes", float(raw["memory_gb"]) * GIB)
     return out
 
 
@@ -425,6 +643,8 @@ def gpu_spec(name: str, *, kind: str = "cuda", compute: Mapping[str, Roof] | Non
         props["datasheet_match"] = how
         if not str(name).strip():
             name = sheet.model + UNNAMED
+    elif " rows match" in how:
+        props["datasheet_candidates"] = how  # more than one row fits: the note names them
     for level, roof in (fallback_memory or {}).items():
         roofs_m.setdefault(level, roof)
     return DeviceSpec(name=str(name), kind=kind, compute=roofs_c, memory=roofs_m, properties=props)
@@ -441,8 +661,8 @@ def roofs_note(spec: DeviceSpec | None) -> str | None:
     properties rather than its name; None when the name found the row or roofs came from elsewhere."""
     if spec is not None and spec.properties.get("datasheet_match", "name") != "name":
         who = "the trace names no device" if spec.name.endswith(UNNAMED) else f"device {spec.name!r}"
-        return (f"{who}: datasheet roofs of {spec.properties.get('datasheet')}, matched by its "
-                f"{spec.properties['datasheet_match']}; if that is the wrong part, {ROOFS_FLAG}")
+        return speak(f"{who}: datasheet roofs of {spec.properties.get('datasheet')}, matched by its "
+                     f"{spec.properties['datasheet_match']}; if that is the wrong part, {ROOFS_FLAG}", spec)
     if spec is not None and spec.compute:
         return None
     if spec is None or spec.kind == "cpu":
@@ -452,5 +672,7 @@ def roofs_note(spec: DeviceSpec | None) -> str | None:
                       "compute capability")) if p.get(key) is not None)
     if p.get("memory_bytes"):
         facts += f"{', ' if facts else ''}{float(p['memory_bytes']) / GIB:.1f} GiB"
-    return (f"no device roofs known for {spec.name!r}{f' ({facts})' if facts else ''}: no datasheet row matches "
-            f"its name or properties, bound is 'unknown'; {ROOFS_FLAG}")
+    why = (f"{p['datasheet_candidates']}, so none is taken" if p.get("datasheet_candidates")
+           else "no datasheet row matches its name or properties")
+    return speak(f"no device roofs known for {spec.name!r}{f' ({facts})' if facts else ''}: {why}, bound is "
+                 f"'unknown'; {ROOFS_FLAG}", spec)

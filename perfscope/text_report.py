@@ -41,23 +41,34 @@ def _no_kernels_why(report: Report) -> str:
 
 
 def _device_lines(report: Report) -> list[str]:
-    from perfscope.analysis.summaries.kernels import roofs_table
+    from perfscope.analysis.summaries.kernels import roof_methods, roofs_table
+    from perfscope.vocab import speak
 
     dev = report.device
     if dev is None and not len(report.kernels):
         return [f"device: none profiled ({_no_kernels_why(report)})"]
     if dev is None:
         return ["device: unknown (no roofs: every bound is 'unknown')"]
-    lines = [f"device: {dev.name} ({dev.kind})"]
+    lines = [f"device: {dev.name} ({dev.kind}{_units(dev)})"]
     roofs = roofs_table(dev)
     if not len(roofs):
         lines.append("  roofs: none known (bound is 'unknown' for every kernel)")
-    for _, r in roofs.iterrows():
+    methods, notes = roof_methods(list(roofs["method"]))
+    for (_, r), method in zip(roofs.iterrows(), methods):
         unit = "FLOP/s" if r["kind"] == "compute" else "B/s"
         ridge = f", ridge {r['ridge_flop_per_byte']:.1f} FLOP/B" if r["kind"] == "compute" and r["ridge_flop_per_byte"] else ""
         clock = f", clock {r['clock']}" if r["clock"] else ""
-        lines.append(f"  {r['roof']:<5} {si(r['value'], unit):>14}  {r['provenance']}: {r['method']}{clock}{ridge}")
+        lines.append(speak(f"  {r['roof']:<5} {si(r['value'], unit):>14}  {r['provenance']}: {method}{clock}{ridge}", dev))
+    lines += [f"  source of the roofs above: {speak(note, dev)}" for note in notes]
     return lines
+
+
+def _units(dev: object) -> str:
+    """``, 304 CUs`` / ``, 132 SMs``: the device's unit count in its vendor's word."""
+    from perfscope.vocab import device_words
+
+    count = getattr(dev, "properties", {}).get("sm_count") or getattr(dev, "properties", {}).get("numSms")
+    return f", {count} {device_words(dev)['units']}" if count else ""
 
 
 def _phase_lines(report: Report) -> list[str]:

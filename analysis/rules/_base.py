@@ -20,7 +20,8 @@ from ..intervals import activity, covered_ns, gaps_before, merge_intervals, prof
 from ..summaries.kernels import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups
 
 __all__ = [
-    "DEGENERATE_SHORT_NAME", "HOST_COPY_KINDS", "SEVERITIES", "Evidence", "Finding", "activity", "covered_ns",
+    "DEGENERATE_SHORT_NAME", "HOST_COPY_KINDS", "NCU_REPROFILE", "SEVERITIES", "Evidence", "Finding", "activity",
+    "collect_advice", "covered_ns", "from_ncu",
     "gaps_before", "group_key", "info", "is_cpu_report", "merge_intervals", "pct", "profile_span_ns", "ranked",
     "severity_for", "top_groups",
 ]
@@ -37,6 +38,23 @@ HOST_COPY_KINDS = ("HtoD", "DtoH")
 """Copies that cross the host link (PCIe / C2C); device-side copies (DtoD, memset) do not."""
 
 Evidence = dict[str, float | int | str]
+
+NCU_REPROFILE = ("This file already is an Nsight Compute report, collected without the roofline sections: re-profile "
+                 "with `ncu --set roofline` (or add `--section SpeedOfLight_RooflineChart`), which records the "
+                 "peak_sustained rates and the per-precision instruction counts (FLOPs) the roofline needs, then "
+                 "import the new report.")
+"""The advice for what an Nsight Compute report lacks: never 'profile with Nsight Compute'."""
+
+
+def from_ncu(report: Report) -> bool:
+    """Whether the report was imported from an Nsight Compute report (``.ncu-rep`` or its CSV)."""
+    return str((report.manifest.get("source") or {}).get("kind") or "").startswith("ncu")
+
+
+def collect_advice(report: Report, advice: str) -> str:
+    """``advice`` on what to collect, unless the file already is what it asks for: an Nsight Compute
+    report gets :data:`NCU_REPROFILE` (its missing sections), never 'profile with Nsight Compute'."""
+    return NCU_REPROFILE if from_ncu(report) else advice
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,18 @@ from perfscope.schema import column_codes, text_of, value_mask
 
 from ..costs.roofline import classify
 from ..summaries.kernels import group_codes
-from ._base import Finding, group_key, info, is_cpu_report, pct, ranked, severity_for
+from ._base import (
+    NCU_REPROFILE,
+    Finding,
+    collect_advice,
+    from_ncu,
+    group_key,
+    info,
+    is_cpu_report,
+    pct,
+    ranked,
+    severity_for,
+)
 from .timeline import SHORT_KERNEL_NS
 
 MEMORY_ROOF_LOW_PCT = 50.0
@@ -177,17 +188,20 @@ def _no_work_info(report: Report, rule: str) -> list[Finding]:
     if not len(k):
         return []
     if not len(k) or k["flops"].notna().any():
+        if (report.params or {}).get("gpu_work") is False:
+            return []  # nothing ran on the GPU here: the no-gpu-work finding says where it did
         if report.device is None or not report.device.compute:
+            roofs = ("The device is not in perfscope's datasheet table (by its name or its properties). "
+                     "Classify against known roofs: `perfscope import TRACE --roofs NAME` with a model of "
+                     "`perfscope devices --datasheet`, or `--roofs cuda` (measured) on the profiled machine; "
+                     "a report folder lends its roofs.")
             return [info(rule, "Roofline rules skipped: no device roofs in this report",
-                         "The device is not in perfscope's datasheet table (by its name or its properties). "
-                         "Classify against known roofs: `perfscope import TRACE --roofs NAME` with a model of "
-                         "`perfscope devices --datasheet`, or `--roofs cuda` (measured) on the profiled machine; "
-                         "a report folder lends its roofs.")]
+                         f"{NCU_REPROFILE} Or: {roofs[0].lower()}{roofs[1:]}" if from_ncu(report) else roofs)]
         return []
     return [info(rule, "Roofline rules skipped: no FLOPs or bytes for any kernel",
-                 "This source has no hardware counters or operator shapes. Profile the top kernels with Nsight "
-                 "Compute (perfscope profile --collector ncu -- CMD) or capture a torch.profiler trace with "
-                 "record_shapes=True.",
+                 collect_advice(report, "This source has no hardware counters or operator shapes. Profile the top "
+                                "kernels with Nsight Compute (perfscope profile --collector ncu -- CMD) or capture a "
+                                "torch.profiler trace with record_shapes=True."),
                  kernels=len(k))]
 
 

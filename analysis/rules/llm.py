@@ -23,7 +23,7 @@ from perfscope.report import Report
 
 from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
 from ..summaries.serving import phase_summary, run_steps
-from ._base import Finding, info, is_cpu_report, merge_intervals, pct, ranked
+from ._base import Finding, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 
 DECODE_MBU_LOW_PCT = 50.0
@@ -213,7 +213,8 @@ def prefill_mfu(report: Report) -> list[Finding]:
     costed = k[k["flops"].notna()]
     if not len(costed):
         return [info("prefill-mfu", "Prefill MFU not computed: no FLOPs for the prefill kernels",
-                     "Capture with operator shapes (torch.profiler record_shapes=True) or Nsight Compute.")]
+                     collect_advice(report, "Capture with operator shapes (torch.profiler record_shapes=True) or "
+                                         "Nsight Compute."))]
     coverage = float(costed["duration_ns"].sum()) / float(k["duration_ns"].sum() or 1.0)
     if coverage < FLOPS_MIN_COVERAGE:  # a partial FLOP sum would understate MFU without saying so
         uncosted = k[k["flops"].isna()].groupby("name")["duration_ns"].sum().sort_values(ascending=False)

@@ -151,6 +151,10 @@ def _kernel_paths(report: Report) -> tuple[np.ndarray, str, str | None]:
     note = ("no nn.Module events and no NVTX / record_function ranges around the kernels: the tree is "
             "op -> kernel (record the trace with torch.profiler's with_stack=True, or `perfscope profile "
             "--stack`, or add ranges, for module levels)")
+    if (report.params or {}).get("with_stack"):  # the advice would ask for what the trace already has
+        note = ("no nn.Module calls and no NVTX / record_function ranges around the rows, although the trace "
+                "was recorded with_stack (Python events present): no model's forward ran in this process, so "
+                "the tree is op -> kernel")
     return _empty_paths(n), "op", note
 
 

@@ -7,6 +7,7 @@ row "aten::mm x 240" sits on the roofline where its calls sit on average, time-w
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -151,6 +152,35 @@ def roofs_table(device: DeviceSpec | None) -> pd.DataFrame:
                          "method": roof.method, "clock": roof.clock, "dense": None})
     return pd.DataFrame(rows, columns=["roof", "kind", "value", "unit", "ridge_flop_per_byte",
                                        "provenance", "method", "clock", "dense"])
+
+
+def split_note(method: str) -> tuple[str, str | None]:
+    """A roof's method without its trailing ``(status; source: ...)`` note, and the note (None when
+    it has none): a datasheet's source sentence is the same for every roof of a row, so outputs say
+    it once (:func:`roof_methods`)."""
+    text = str(method or "").rstrip()
+    if not text.endswith(")"):
+        return text, None
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            inner = text[i + 1:-1]
+            return (text[:i].rstrip(), inner) if "source:" in inner and i > 0 else (text, None)
+    return text, None
+
+
+def roof_methods(methods: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Each method with the notes it shares with others taken out, and those shared notes once each,
+    in order. A note only one roof carries stays in its method."""
+    split = [split_note(m) for m in methods]
+    counts: dict[str, int] = {}
+    for _, note in split:
+        if note:
+            counts[note] = counts.get(note, 0) + 1
+    shared = [n for n in counts if counts[n] > 1]
+    heads = [head if note in shared else (f"{head} ({note})" if note else head) for head, note in split]
+    return heads, shared
 
 
 def top_groups(kernels: pd.DataFrame, rows: np.ndarray, weights: np.ndarray | float = 1.0, n: int = 3) -> tuple[str, ...]:

@@ -21,13 +21,15 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
     """
     from perfscope.analysis.summaries.kernels import roofs_table, top_kernels
     from perfscope.analysis.summaries.serving import phase_summary, request_summary
+    from perfscope.vocab import device_record, speak
 
     dev = report.device
     payload: dict[str, Any] = {
         "report": report.name,
         "source": report.manifest.get("source"),
         "device": None if dev is None else {"name": dev.name, "kind": dev.kind,
-                                             "roofs": records(roofs_table(dev))},
+                                             "roofs": [{**r, "method": speak(r["method"], dev)} for r in records(roofs_table(dev))],
+                                             **device_record(dev)},
         "phases": records(phase_summary(report)),
         "phases_profiled": records(phase_summary(report, profiled=True)),
         "requests": request_summary(report),

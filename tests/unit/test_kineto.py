@@ -53,7 +53,8 @@ def test_every_kineto_fixture_imports_with_exact_kernel_counts_and_times(fixture
             expected[e["name"]] += round(e["dur"] * 1000)
         got = k.groupby("name")["duration_ns"].sum().to_dict()
         assert got == dict(expected)
-        assert (k["device"].str.startswith("cuda:")).all()
+        # NVIDIA devices are cuda:N, AMD ones gpu:N (perfscope.vocab.device_label)
+        assert (k["device"].str.startswith("gpu:" if report.device.kind == "rocm" else "cuda:")).all()
     else:
         assert (k["device"] == "cpu").all()
         assert any("no GPU kernel events" in w for w in report.warnings)

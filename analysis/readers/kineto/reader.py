@@ -15,6 +15,7 @@ is ``prefill`` or ``decode`` when one of those names is on the path.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note
 from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
+from perfscope.vocab import device_label, is_amd_device
 
 from ...costs.operators import COMPOSITE_WHEN_PARENT, base_name
 from ...tree import PHASES
@@ -51,7 +53,7 @@ from .ops import (
     texts,
     times_ns,
 )
-from .parse import ParsedTrace, _text, clean_text, parse_trace
+from .parse import CPU_KINDS, ParsedTrace, _text, clean_text, parse_trace
 
 BASE_LIMIT_NS = 1 << 62
 """A ``baseTimeNanoseconds`` at or beyond this (year 2116) is damage, not a time."""
@@ -79,18 +81,28 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
     tables, warnings = build_tables(trace, captures)
     n_kernels, n_ops = trace.count("kernel"), trace.count("op")
     meta, notes = trace.meta, trace.warnings
+    n_py = trace.count("py")
+    has_gpu = n_kernels > 0 or gpu_calls(trace)
+    frontend = frontend_markers(trace) if not has_gpu else ()
     manifest: dict[str, Any] = {"name": Path(path).name.split(".")[0], "partial": trace.partial,
-                                "params": {"events": trace.n_events}}
+                                "params": {"events": trace.n_events, "python_events": n_py,
+                                           "with_stack": bool(meta.get("with_stack")) or n_py > 0}}
     if (record := captures.manifest()) is not None:
         manifest["params"]["capture_traces"] = record
     del trace  # its columns are no longer needed: free them before the tables are checked
-    spec = device or device_from_meta(meta, has_gpu=n_kernels > 0)
+    spec = device or device_from_meta(meta, has_gpu=has_gpu)
     kernels = tables["kernels"]
     warnings += missing_formulas_warning(kernels)
+    no_gpu_work = spec is not None and spec.properties.get("gpu_work") is False
+    if no_gpu_work:
+        manifest["params"].update({"gpu_work": False, "frontend": frontend[0] if frontend else None})
     if n_kernels == 0 and n_ops:
-        warnings.append("no GPU kernel events in this trace: rows are CPU operators")
-    note = roofs_note(spec) if device is None else None
-    if note or spec is None or not spec.compute:
+        warnings.append(no_gpu_work_warning(path, meta, spec, frontend) if no_gpu_work
+                        else "no GPU kernel events in this trace: rows are CPU operators")
+    note = roofs_note(spec) if device is None and not no_gpu_work else None
+    if no_gpu_work:
+        pass  # the warning above says why there are no roofs: nothing ran on the GPU in this process
+    elif note or spec is None or not spec.compute:
         warnings.append(note or f"no device roofs known for this trace: bound is 'unknown'; {ROOFS_FLAG}")
     flops = kernels["flops"] if "flops" in kernels else pd.Series(dtype="float64")
     manifest.update({
@@ -122,11 +134,12 @@ def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None) -> t
     base = _base_ns(trace.meta)
     nodes = cpu_nodes(trace, base)
     warnings: list[str] = []
+    amd = amd_trace(trace.meta)
     tables = {
-        "kernels": _gpu_kernels(trace.cols["kernel"], base, nodes, warnings, captures) if trace.count("kernel")
-        else _cpu_rows(nodes),
+        "kernels": _gpu_kernels(trace.cols["kernel"], base, nodes, warnings, captures, amd=amd)
+        if trace.count("kernel") else _cpu_rows(nodes),
         "ranges": _with_modules(_ranges(nodes), trace.cols.get("py"), base, trace.strings),
-        "transfers": _transfers(trace, base, nodes),
+        "transfers": _transfers(trace, base, nodes, amd=amd),
         "api": _api(nodes),
     }
     del nodes  # before the text columns take their final (larger) form
@@ -197,14 +210,24 @@ def _cpu_rows(nodes: CpuNodes) -> pd.DataFrame:
     })
 
 
-def _device_names(device: np.ndarray) -> np.ndarray:
+def _device_names(device: np.ndarray, *, amd: bool = False) -> np.ndarray:
+    """The ``device`` column: ``cuda:N``, or ``gpu:N`` for an AMD trace (:func:`perfscope.vocab.device_label`)."""
     dev = np.where(np.isnan(device), 0, device).astype("int64")
     uniq, inverse = np.unique(dev, return_inverse=True)
-    return np.array([f"cuda:{d}" for d in uniq.tolist()], dtype=object)[inverse.reshape(-1)]
+    return np.array([device_label(d, amd=amd) for d in uniq.tolist()], dtype=object)[inverse.reshape(-1)]
+
+
+def amd_trace(meta: Mapping[str, Any]) -> bool:
+    """Whether a Kineto trace's GPUs are AMD: its metadata names the HIP runtime or roctracer, or
+    its first device's name or 64-wide wavefront says so (:func:`perfscope.vocab.is_amd_device`;
+    HTA's MI250 trace names the device ``AMD Radeon Graphics`` and records no HIP version)."""
+    props = meta.get("deviceProperties") or []
+    first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
+    return is_amd_device(_text(first.get("name", "")) if first else None, first, meta)
 
 
 def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnings: list[str],
-                 captures: CaptureLoader | None = None) -> pd.DataFrame:
+                 captures: CaptureLoader | None = None, *, amd: bool = False) -> pd.DataFrame:
     """Kernel rows; those of CUDA graph replays get their costs from :mod:`.kineto_graphs`."""
     strings = nodes.strings
     corr_index, api_pos, cost_pos = launches(nodes)
@@ -228,7 +251,7 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnin
     return _table({
         "name": names,
         "short_name": per_distinct(strings, k["name"], short_kernel_name),
-        "device": _device_names(k["device"]),
+        "device": _device_names(k["device"], amd=amd),
         "stream": k["stream"],
         "start_ns": start, "end_ns": end, "duration_ns": dur,
         "correlation": k["corr"],
@@ -316,7 +339,7 @@ def short_kernel_name(name: str) -> str:
     return last.split("::")[-1] or name
 
 
-def _transfers(trace: ParsedTrace, base: int, nodes: CpuNodes) -> pd.DataFrame:
+def _transfers(trace: ParsedTrace, base: int, nodes: CpuNodes, *, amd: bool = False) -> pd.DataFrame:
     kinds = [k for k in ("memcpy", "memset") if trace.count(k)]
     if not kinds:
         return pd.DataFrame()
@@ -335,7 +358,7 @@ def _transfers(trace: ParsedTrace, base: int, nodes: CpuNodes) -> pd.DataFrame:
         "kind": np.where(is_memset, labels(is_memset, "memset", None), part["kind"]).astype(object),
         "bytes": np.where(np.isnan(cols["bytes"]), 0, cols["bytes"]).astype("int64"),
         "start_ns": start, "end_ns": end, "duration_ns": dur,
-        "device": _device_names(cols["device"]),
+        "device": _device_names(cols["device"], amd=amd),
         "stream": cols["stream"],
         "correlation": cols["corr"],
         "src_kind": part["src_kind"], "dst_kind": part["dst_kind"], "pinned": part["pinned"],
@@ -384,18 +407,76 @@ def _tool_version(meta: Mapping[str, Any]) -> str | None:
 
 
 def device_from_meta(meta: Mapping[str, Any], *, has_gpu: bool) -> DeviceSpec | None:
-    """The trace's first GPU (with datasheet roofs when its name is known), or None for CPU."""
+    """The trace's first GPU (with datasheet roofs when its name is known), or the CPU host.
+
+    The trace's own ``deviceProperties`` name wins whenever it is there: a process that ran no
+    GPU work (a serving frontend, a tokenizer) but saw a GPU is that GPU, without roofs (nothing
+    ran on it here) and with ``gpu_work`` False; only a trace that names no device is the CPU host.
+    ROCm traces are kind ``rocm`` (:func:`amd_trace`)."""
     props = meta.get("deviceProperties") or []
+    first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else None
+    kind = "rocm" if amd_trace(meta) else "cuda"
+    name = _text(first.get("name", "")).strip() if first is not None else ""
     if not has_gpu:
-        return DeviceSpec(name="CPU (host of the trace)", kind="cpu")
-    if not props or not isinstance(props, list) or not isinstance(props[0], dict):
-        return DeviceSpec(name="GPU (not recorded in the trace)",
-                          kind="rocm" if "hip_runtime_version" in meta else "cuda")
-    p = props[0]
-    kind = "rocm" if ("hip_runtime_version" in meta or "roctracer_version" in meta) else "cuda"
-    properties = {k: p.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor") if k in p}
+        if first is None or not name:
+            return DeviceSpec(name="CPU (host of the trace)", kind="cpu")
+        properties = {k: first.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor")
+                      if k in first}
+        return DeviceSpec(name=name, kind=kind, properties={**properties, "gpus_in_trace": len(props),
+                                                            "gpu_work": False})
+    if first is None:
+        return DeviceSpec(name="GPU (not recorded in the trace)", kind=kind)
+    properties = {k: first.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor") if k in first}
     properties["gpus_in_trace"] = len(props)
-    return gpu_spec(_text(p.get("name", "GPU")), kind=kind, properties=properties)
+    return gpu_spec(_text(first.get("name", "GPU")), kind=kind, properties=properties)
+
+
+FRONTENDS: tuple[tuple[str, str, str], ...] = (
+    ("vLLM", r"AsyncLLM|async_llm\.py|vllm/entrypoints|vllm\.entrypoints|AsyncMPClient|core_client\.py",
+     "the engine core's trace, `rank0.*.pt.trace.json.gz` (one per rank) in the same profiler folder"),
+    ("SGLang", r"TokenizerManager|tokenizer_manager\.py|sglang/srt/entrypoints",
+     "the scheduler's trace (`*-TP-0*.trace.json.gz`, one per TP rank) in the same profiler folder"),
+)
+"""Serving frontends whose process runs no GPU work: (engine, what its trace holds, where its GPU work is)."""
+
+
+def gpu_calls(trace: ParsedTrace) -> bool:
+    """Whether the process asked the GPU for work: copies, or launch / copy / set calls in its runtime
+    events (a CUPTI-profiler trace records the launches but no kernel events)."""
+    if any(trace.count(k) for k in ("kernel", "memcpy", "memset")):
+        return True
+    if not trace.cpu or not trace.count("api"):
+        return False
+    api = trace.cpu["kind"] == CPU_KINDS.index("api")
+    names = texts(trace.strings, np.unique(trace.cpu["name"][api]))
+    return any(re.search(r"Launch|Memcpy|Memset", str(n)) for n in names)
+
+
+def frontend_markers(trace: ParsedTrace) -> tuple[str, str, tuple[str, ...]] | tuple[()]:
+    """``(engine, where the GPU work is, markers seen)`` when the trace's Python or op names show a
+    serving frontend's process (vLLM's ``AsyncLLM`` API server, SGLang's ``TokenizerManager``), else ()."""
+    strings = [str(x) for x in trace.strings if isinstance(x, str)]
+    for engine, pattern, where in FRONTENDS:
+        seen = sorted({m.group(0) for text in strings for m in [re.search(pattern, text)] if m})
+        if seen:
+            return engine, where, tuple(seen[:4])
+    return ()
+
+
+def no_gpu_work_warning(path: str | Path, meta: Mapping[str, Any], spec: DeviceSpec,
+                        frontend: tuple[str, str, tuple[str, ...]] | tuple[()]) -> str:
+    """What a trace with a GPU but no GPU work is, and where its run's GPU work likely is."""
+    here = Path(path).resolve().parent
+    beside = sorted(p.name for p in here.glob("*rank*.trace.json*") if p.resolve() != Path(path).resolve())
+    found = f" (beside it: {', '.join(beside[:4])}{', ...' if len(beside) > 4 else ''})" if beside else ""
+    if frontend:
+        engine, where, seen = frontend
+        return (f"no GPU work in this trace: it is the {engine} frontend's (API server) process, which saw "
+                f"{spec.name} but launched no kernels ({', '.join(seen)} in its events); the GPU work of this run "
+                f"is in {where}{found}: import that file")
+    return (f"no GPU work in this trace: the process saw {spec.name} but launched no kernels, so rows are CPU "
+            f"operators and there are no roofs; if it served or fed a model (a frontend, tokenizer or data "
+            f"loader), the GPU work is in another process's trace{found}")
 
 
 NO_FORMULA = "no cost formula (FLOPs/bytes left missing) for: "

@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from perfscope.datasheets import find_datasheet, is_lpddr
 from perfscope.device import DeviceSpec, Roof
 
 from ...costs.operators import category_of
@@ -351,12 +352,27 @@ def tensor_roofs(launches: Sequence[Launch], sm_clock: float) -> dict[str, Roof]
     return roofs
 
 
-def attribute_bandwidth(launches: Sequence[Launch]) -> Roof | None:
-    """Theoretical DRAM bandwidth from device attributes: 2 x memory clock x bus width / 8."""
+def attribute_bandwidth(launches: Sequence[Launch], *, lpddr: bool = False) -> Roof | None:
+    """Theoretical DRAM bandwidth from device attributes: memory clock x bus width / 8, times the
+    transfers per clock the reported clock leaves out.
+
+    GDDR and HBM report the memory clock of a double-data-rate bus, hence the CUDA Best Practices
+    ``2 x clock``; an LPDDR part (GB10's LPDDR5X reports 8,533 MHz on 256 bits) reports its data
+    rate already, so the factor is 1 (273 GB/s, not 546). ``lpddr``: the device is known to be
+    LPDDR (its datasheet row); an integrated GPU (``device__attribute_integrated`` 1: Jetson, GB10)
+    is taken as LPDDR too."""
     khz = _median([x.num("device__attribute_max_mem_frequency_khz") for x in launches])
     bits = _median([x.num("device__attribute_global_memory_bus_width") for x in launches])
     if not khz or not bits:
         return None
+    integrated = _median([x.num("device__attribute_integrated") for x in launches]) == 1
+    if lpddr or integrated:
+        why = "an LPDDR part" if lpddr else "an integrated GPU (device__attribute_integrated 1): LPDDR"
+        return Roof(khz * 1e3 * bits / 8.0, "report",
+                    method=f"theoretical: device__attribute_max_mem_frequency_khz x "
+                    f"device__attribute_global_memory_bus_width / 8 ({why} reports its data rate as the "
+                    "clock, so not the 2 x of the CUDA Best Practices formula, which would double it)",
+                    clock="max memory clock")
     return Roof(2.0 * khz * 1e3 * bits / 8.0, "report",
                 method="theoretical: 2 x device__attribute_max_mem_frequency_khz x "
                 "device__attribute_global_memory_bus_width / 8 (CUDA Best Practices formula)",
@@ -396,8 +412,11 @@ def roofs_spec(name: str | None, launches: Sequence[Launch],
     """The DeviceSpec: report peaks first, then theoretical DRAM bandwidth, then the datasheet."""
     compute, memory = report_roofs(launches)
     warnings: list[str] = []
+    sheet = find_datasheet(name, device_properties(launches[0]) if launches else None)
+    if "dram" not in memory and is_lpddr(sheet) and datasheet is not None and "dram" in datasheet.memory:
+        memory["dram"] = datasheet.memory["dram"]  # an LPDDR part: its datasheet, not 2 x clock x width
     if "dram" not in memory:
-        theoretical = attribute_bandwidth(launches)
+        theoretical = attribute_bandwidth(launches, lpddr=is_lpddr(sheet))
         if theoretical:
             memory["dram"] = theoretical
     if not compute:

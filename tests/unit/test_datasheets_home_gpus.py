@@ -1,0 +1,156 @@
+"""Datasheet rows of the GPUs people run models on at home and at work (GeForce RTX 30/40/50, RTX
+workstation cards, Radeon, Strix Halo, MI210/MI250/MI300A/MI308X): the names traces carry, matching
+by properties and by gfx arch, and figures as their sources print them."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfscope.datasheets import (
+    DATASHEETS,
+    Datasheet,
+    device_properties,
+    find_datasheet,
+    find_datasheet_by_arch,
+    gfx_arch_name,
+    gfx_compute_capability,
+    is_lpddr,
+    match_datasheet,
+)
+
+GIB = 2**30
+NEW_ROWS = ("RTX 3090", "RTX 3080", "RTX 3060", "RTX 4080", "RTX 4070 Ti", "RTX 4060 Ti 16 GB", "RTX 4060 Ti 8 GB",
+            "RTX 5080", "RTX 5070 Ti", "RTX 6000 Ada", "RTX A6000", "A40", "MI250 (per GCD)", "MI210", "MI300A",
+            "MI308X", "Radeon RX 7900 XTX", "Radeon AI PRO R9700", "Radeon 8060S (Strix Halo, Ryzen AI Max+ 395)")
+
+
+def _row(model: str) -> Datasheet:
+    return next(s for s in DATASHEETS if s.model == model)
+
+
+@pytest.mark.parametrize(("name", "model"), [
+    ("NVIDIA GeForce RTX 3090", "RTX 3090"), ("NVIDIA GeForce RTX 3080", "RTX 3080"),
+    ("NVIDIA GeForce RTX 3060", "RTX 3060"), ("NVIDIA GeForce RTX 4080", "RTX 4080"),
+    ("NVIDIA GeForce RTX 4070 Ti", "RTX 4070 Ti"), ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060 Ti 16 GB"),
+    ("NVIDIA GeForce RTX 5080", "RTX 5080"), ("NVIDIA GeForce RTX 5070 Ti", "RTX 5070 Ti"),
+    ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"), ("NVIDIA RTX A6000", "RTX A6000"), ("NVIDIA A40", "A40"),
+    ("AMD Instinct MI210", "MI210"), ("AMD Instinct MI250", "MI250 (per GCD)"), ("AMD Instinct MI300A", "MI300A"),
+    ("AMD Instinct MI308X", "MI308X"), ("AMD Radeon RX 7900 XTX", "Radeon RX 7900 XTX"),
+    ("AMD Radeon AI PRO R9700", "Radeon AI PRO R9700"),
+    ("AMD Radeon 8060S Graphics", "Radeon 8060S (Strix Halo, Ryzen AI Max+ 395)"),
+    # rows that were there keep their names
+    ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("NVIDIA GeForce RTX 5090", "RTX 5090"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell"), ("NVIDIA L40S", "L40S"),
+    ("NVIDIA A10", "A10"), ("AMD Instinct MI300X", "MI300X"), ("AMD Instinct MI250X", "MI250X (per GCD)"),
+])
+def test_names_traces_carry(name: str, model: str) -> None:
+    sheet, how = match_datasheet(name)
+    assert sheet is not None and sheet.model == model and how == "name"
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 3080 Ti", "NVIDIA GeForce RTX 3060 Ti",
+    "NVIDIA GeForce RTX 4080 SUPER", "NVIDIA GeForce RTX 4070 Ti SUPER", "NVIDIA GeForce RTX 4090 Laptop GPU",
+    "NVIDIA GeForce RTX 4060 Ti Laptop GPU", "NVIDIA GeForce RTX 5080 Laptop GPU", "Quadro RTX 6000",
+    "AMD Radeon RX 7900 XT", "AMD Instinct MI300", "AMD Radeon Graphics",
+])
+def test_neighbours_are_not_taken_for_listed_parts(name: str) -> None:
+    assert find_datasheet(name) is None
+
+
+def test_one_name_two_cards_told_apart_by_memory() -> None:
+    eight = {"numSms": 34, "totalGlobalMem": int(7.99 * GIB), "computeMajor": 8, "computeMinor": 9}
+    sixteen = {**eight, "totalGlobalMem": int(15.6 * GIB)}
+    assert find_datasheet("NVIDIA GeForce RTX 4060 Ti", eight).model == "RTX 4060 Ti 8 GB"
+    assert find_datasheet("NVIDIA GeForce RTX 4060 Ti", sixteen).model == "RTX 4060 Ti 16 GB"
+    assert _row("RTX 4060 Ti 8 GB").tflops == _row("RTX 4060 Ti 16 GB").tflops  # same figures
+    assert _row("RTX 4060 Ti 8 GB").bandwidth_gb_s == 288.0
+
+
+def test_strix_halo_is_matched_by_gfx1151_and_its_cus_whatever_memory_the_bios_gave_it() -> None:
+    for carve_out_gib in (16, 64, 96, 110):
+        kineto = {"name": "AMD Radeon Graphics", "numSms": 40, "computeMajor": 11, "computeMinor": 5,
+                  "totalGlobalMem": carve_out_gib * GIB}
+        sheet, how = match_datasheet("AMD Radeon Graphics", kineto)
+        assert sheet is not None and sheet.gfx_arch == "gfx1151" and how.startswith("device properties")
+    assert find_datasheet("AMD Radeon Graphics", {"gfx_arch": "gfx1151:xnack-", "cu_count": 40}).bandwidth_gb_s == 256
+    assert find_datasheet("", {"gfx_arch": "gfx1150", "cu_count": 16}) is None  # Strix Point is another part
+
+
+def test_gfx_arch_helper_for_rocprof_sources() -> None:
+    assert gfx_arch_name("gfx942:sramecc+:xnack-") == "gfx942" and gfx_arch_name("AMD Instinct") is None
+    assert [gfx_compute_capability(a) for a in ("gfx942", "gfx90a", "gfx1151", "gfx1201", "gfx950")] == \
+        ["9.4", "9.0", "11.5", "12.0", "9.5"]
+    assert find_datasheet_by_arch("gfx942", 304, 192).model == "MI300X"
+    assert find_datasheet_by_arch("gfx942", 304, 255.98).model == "MI325X"
+    assert find_datasheet_by_arch("gfx942", 304) is None  # MI300X or MI325X: memory decides
+    assert find_datasheet_by_arch("gfx942", 228).model == "MI300A"
+    assert find_datasheet_by_arch("gfx942", 80).model == "MI308X"
+    assert find_datasheet_by_arch("gfx1201", 64).model == "Radeon AI PRO R9700"
+    assert find_datasheet_by_arch("gfx1100", 96).model == "Radeon RX 7900 XTX"
+    assert find_datasheet_by_arch("gfx950", 256).model == "MI355X"
+    assert find_datasheet_by_arch("gfx90a", 110).model == "MI250X (per GCD)"
+    # the 31amd importer's call: find_datasheet(name, properties) with the arch keys
+    props = {"gfx_arch": "gfx942", "cu_count": 304, "memory_gb": 191.98}
+    assert find_datasheet("", props).model == "MI300X"
+    assert device_properties(props)["compute_capability"] == "9.4" and device_properties(props)["sm_count"] == 304
+
+
+def test_gfx90a_with_104_cus_is_mi210_or_one_mi250_gcd_and_says_so() -> None:
+    # the HTA MI250 trace: "AMD Radeon Graphics", 104 CUs, gfx90a, 64 GiB: an MI250 GCD and an MI210 look alike
+    props = {"numSms": 104, "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 68702699520}
+    sheet, how = match_datasheet("AMD Radeon Graphics", props)
+    assert sheet is None and "MI250 (per GCD)" in how and "MI210" in how
+    assert find_datasheet("AMD Instinct MI250X/MI250", props).model == "MI250 (per GCD)"  # the family decides
+    assert find_datasheet("AMD Instinct MI210", props).model == "MI210"
+
+
+@pytest.mark.parametrize(("model", "precision", "dense", "sparse"), [
+    ("RTX 3090", "bf16", 71.0, 142.0),   # GA102 whitepaper, Appendix A: FP16/BF16 with FP32 accumulate
+    ("RTX 3090", "int8", 284.0, 568.0),
+    ("RTX 3080", "fp16", 59.5, 119.0),
+    ("RTX 4080", "bf16", 97.45, 194.9),  # Ada whitepaper RTX 4080 column
+    ("RTX 4070 Ti", "int8", 320.7, 641.4),  # product page: 641 AI TOPS
+    ("RTX 4060 Ti 16 GB", "int8", 176.5, 353.0),  # product page: 353 AI TOPS
+    ("RTX 5080", "fp4", 900.5, 1801.0),  # product page: 1,801 AI TOPS
+    ("RTX 5070 Ti", "fp4", 703.0, 1406.0),
+    ("RTX 6000 Ada", "fp8", 728.5, 1457.0),  # datasheet: Tensor 1,457 TFLOPS (FP8, with sparsity)
+    ("RTX A6000", "fp16", 154.85, 309.7),
+    ("A40", "bf16", 149.7, 299.4),
+    ("MI300A", "bf16", 980.6, 1961.2),
+    ("Radeon AI PRO R9700", "int4", 765.5, 1531.0),
+])
+def test_dense_and_sparse_as_printed(model: str, precision: str, dense: float, sparse: float) -> None:
+    sheet = _row(model)
+    assert sheet.tflops[precision] == pytest.approx(dense, rel=1e-3)
+    assert sheet.sparse_tflops[precision] == pytest.approx(sparse)
+
+
+@pytest.mark.parametrize(("model", "gb_s", "fp32"), [
+    ("RTX 3090", 936.0, 35.6), ("RTX 3080", 760.0, 29.8), ("RTX 3060", 360.0, 12.7), ("RTX 4080", 716.8, 48.7),
+    ("RTX 4070 Ti", 504.0, 40.1), ("RTX 4060 Ti 8 GB", 288.0, 22.1), ("RTX 5080", 960.0, 56.3),
+    ("RTX 5070 Ti", 896.0, 43.9), ("RTX 6000 Ada", 960.0, 91.1), ("RTX A6000", 768.0, 38.7), ("A40", 696.0, 37.4),
+    ("MI210", 1638.4, 22.6), ("MI250 (per GCD)", 1638.4, 22.65), ("MI300A", 5300.0, 122.6), ("MI308X", 5300.0, None),
+    ("Radeon RX 7900 XTX", 960.0, 61.4), ("Radeon AI PRO R9700", 640.0, 47.8),
+    ("Radeon 8060S (Strix Halo, Ryzen AI Max+ 395)", 256.0, None),  # LPDDR5X-8000 x 256 bits / 8
+])
+def test_bandwidth_and_fp32(model: str, gb_s: float, fp32: float | None) -> None:
+    sheet = _row(model)
+    assert sheet.bandwidth_gb_s == pytest.approx(gb_s)
+    assert sheet.tflops.get("fp32") == (pytest.approx(fp32) if fp32 is not None else None)
+
+
+@pytest.mark.parametrize("model", NEW_ROWS)
+def test_every_new_row_is_complete_and_sourced(model: str) -> None:
+    sheet = _row(model)
+    assert sheet.memory_gb and sheet.sm_count and sheet.compute_capability and sheet.vendor in ("nvidia", "amd")
+    assert sheet.source and sheet.status.startswith(("[D]", "[P]")) and sheet.memory_type
+    if sheet.vendor == "amd":
+        assert sheet.gfx_arch and gfx_compute_capability(sheet.gfx_arch) == sheet.compute_capability
+    # a row's own name finds it (the name a user types for --roofs works too)
+    assert find_datasheet(sheet.model) is not None
+
+
+def test_lpddr_parts_are_marked() -> None:
+    assert is_lpddr(_row("GB10 (DGX Spark)")) and is_lpddr(_row("Radeon 8060S (Strix Halo, Ryzen AI Max+ 395)"))
+    assert not is_lpddr(_row("MI300A")) and not is_lpddr(_row("RTX 4090")) and not is_lpddr(None)
