@@ -54,11 +54,13 @@ def _device_lines(report: Report) -> list[str]:
     if not len(roofs):
         lines.append("  roofs: none known (bound is 'unknown' for every kernel)")
     methods, notes = roof_methods(list(roofs["method"]))
+    width = max((len(str(x)) for x in roofs["roof"]), default=5)
     for (_, r), method in zip(roofs.iterrows(), methods):
         unit = "FLOP/s" if r["kind"] == "compute" else "B/s"
         ridge = f", ridge {r['ridge_flop_per_byte']:.1f} FLOP/B" if r["kind"] == "compute" and r["ridge_flop_per_byte"] else ""
         clock = f", clock {r['clock']}" if r["clock"] else ""
-        lines.append(speak(f"  {r['roof']:<5} {si(r['value'], unit):>14}  {r['provenance']}: {method}{clock}{ridge}", dev))
+        line = f"  {r['roof']:<{width}} {si(r['value'], unit):>14}  {r['provenance']}: {method}{clock}{ridge}"
+        lines.append(speak(line, dev))
     lines += [f"  source of the roofs above: {speak(note, dev)}" for note in notes]
     return lines
 
