@@ -118,7 +118,7 @@ def _dims(values: Any) -> pd.Series | None:
     if values is None:
         return None
     nums = pd.to_numeric(values, errors="coerce")
-    return pd.Series([f"({int(v)}, 1, 1)" if v == v else None for v in nums], dtype="object")
+    return pd.Series([f"({int(v)}, 1, 1)" if pd.notna(v) else None for v in nums], dtype="object")
 
 
 def _one_row(path: Path) -> dict[str, str] | None:

@@ -6,6 +6,7 @@ properties such as the gfx arch, CU count and memory size).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +29,7 @@ def _num(value: Any) -> float | None:
         out = float(value)
     except (TypeError, ValueError):
         return None
-    return out if out == out else None
+    return None if math.isnan(out) else out
 
 
 def agent_properties(agent: Mapping[str, Any]) -> dict[str, Any]:

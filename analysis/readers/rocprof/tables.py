@@ -24,7 +24,7 @@ NO_COUNTERS = ("a kernel trace records no hardware counters and rocprof kernel n
 
 def clean_name(name: object) -> str:
     """A rocprof kernel name without the code-object suffix (``[clone .kd]``, ``(.kd)``, ``.kd``)."""
-    text = str(name).strip() if name is not None and name == name else ""
+    text = str(name).strip() if name is not None and not pd.isna(name) else ""
     if len(text) > 1 and text[0] == text[-1] == '"':
         text = text[1:-1]
     return KD_SUFFIX.sub("", text).strip() or "(unnamed kernel)"
