@@ -1,0 +1,47 @@
+"""Hierarchical roofline on Nsight Compute captures: L2 and L1 bytes and roofs read from the
+``--set full`` / ``roofline`` sections, and the binding level of each kernel."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perfscope.analysis.readers.detect import import_file
+
+
+def test_prefill_gemm_is_compute_bound_at_every_level(fixtures_dir: Path) -> None:
+    report = import_file(fixtures_dir / "h200" / "h200_engine_gemm_attn_full.ncu-rep")
+    assert report.device is not None
+    for level in ("dram", "l2", "l1"):
+        assert report.device.memory[level].provenance == "report"
+    # L2 > HBM and L1 > L2, as the memory hierarchy is built
+    assert report.device.memory["l1"].value > report.device.memory["l2"].value > report.device.memory["dram"].value
+    k = report.kernels
+    has = k["l2_bytes"].notna() | k["l1_bytes"].notna()
+    assert has.all() and k.loc[has, "bound_level"].notna().all()
+    peak = report.device.peak_flops("bf16")
+    up = k[k["range"].eq("prefill/layer.0/mlp") & k["category"].eq("gemm")].iloc[0]  # the MLP up-projection
+    assert up["bound"] == "compute"
+    assert up["level_roof_flops_per_s"] >= peak  # even its slowest level would let it reach the compute roof
+
+
+def test_decode_gemv_is_hbm_bound(fixtures_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "decode.ncu-rep"
+    with gzip.open(fixtures_dir / "h200" / "h200_engine_decode_roofline.ncu-rep.gz") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    k = import_file(path).kernels
+    assert (k["l2_bytes"].notna() | k["l1_bytes"].notna()).all() and k["bound_level"].notna().all()
+    gemv = k[k["category"].eq("gemm")]
+    assert len(gemv) and gemv["bound"].eq("memory").all() and gemv["bound_level"].eq("dram").all()
+    # elementwise kernels that stream from L2 are bound there, not at HBM
+    assert k["bound_level"].eq("l2").any()
+
+
+@pytest.mark.parametrize("level", ["l2", "l1", "shared"])
+def test_amd_level_roofs_bind_the_vcopy_kernel_at_hbm(fixtures_dir: Path, level: str) -> None:
+    report = import_file(fixtures_dir / "rocprof" / "rocprof_compute_vcopy_MI200")
+    assert report.device is not None and report.device.peak_bandwidth(level)
+    assert report.kernels["bound_level"].eq("dram").all()  # a stream copy moves each byte once from HBM
