@@ -93,6 +93,9 @@ KERNEL_COLUMNS = _cols(
      "intensities (the one that binds); None without bytes at a level with a known roof"),
     ("level_roof_flops_per_s", "float", False, "attainable FLOP/s of the binding level (intensity there x its "
      "bandwidth); at or above the compute peak: compute-bound at every level"),
+    ("family_intensity", "float", False, "FLOP/byte implied by the kernel family's own template arguments where "
+     "FLOPs and bytes are unknown (llama.cpp mul_mat_vec_q: 2 x columns / bytes per quantized weight); bounds the "
+     "kernel on the roofline, its % of roof stays unknown"),
     ("flops_by_precision", "str", False, "JSON of measured FLOPs per unit and precision (AMD: valu_fp32, mfma_bf16, ...)"),
 )
 

@@ -102,6 +102,8 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
 
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = (flops / nbytes).where((nbytes > 0) & flops.notna())
+        if "family_intensity" in df:  # a kernel family's intensity where its FLOPs and bytes are unknown
+            intensity = intensity.fillna(pd.to_numeric(df["family_intensity"], errors="coerce").astype("float64"))
         df["arith_intensity"] = intensity
         df["achieved_flops_per_s"] = flops / seconds
         df["achieved_bytes_per_s"] = nbytes / seconds

@@ -74,7 +74,7 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     for col in ("l2_bytes", "l1_bytes", "shared_bytes"):  # hierarchical roofline: the binding level of the totals
         if col in kernels and kernels[col].notna().any():
             agg[col] = pd.to_numeric(kernels[col], errors="coerce").where(known).groupby(key_codes, sort=False).sum(min_count=1)
-    for col in ("precision", "phase", "category", "device", "op", "short_name"):
+    for col in ("precision", "phase", "category", "device", "op", "short_name", "family_intensity"):
         if col in kernels and col != key:
             agg[col] = _dominant(kernels, key_codes, col).reindex(agg.index)
     agg.insert(0, "name", np.asarray(key_values, dtype=object)[agg.index.to_numpy()])

@@ -45,3 +45,21 @@ def test_amd_level_roofs_bind_the_vcopy_kernel_at_hbm(fixtures_dir: Path, level:
     report = import_file(fixtures_dir / "rocprof" / "rocprof_compute_vcopy_MI200")
     assert report.device is not None and report.device.peak_bandwidth(level)
     assert report.kernels["bound_level"].eq("dram").all()  # a stream copy moves each byte once from HBM
+
+
+def test_finding_names_the_binding_level(fixtures_dir: Path, tmp_path: Path) -> None:
+    from perfscope.analysis.findings import RULES
+
+    full = import_file(fixtures_dir / "h200" / "h200_engine_gemm_attn_full.ncu-rep")
+    (found,) = RULES["memory-level"](full)
+    # the 128x64-tile GEMMs' L2 roof lies below the bf16 peak at their intensity: L2 binds them
+    assert "L2" in found.title and found.severity != "info"
+    assert all("128x64" in k for k in found.kernels)
+    path = tmp_path / "decode.ncu-rep"
+    with gzip.open(fixtures_dir / "h200" / "h200_engine_decode_roofline.ncu-rep.gz") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    (decode,) = RULES["memory-level"](import_file(path))
+    # a decode step's small kernels move a few KB: no level is busy, so none is blamed
+    assert decode.severity == "info" and decode.evidence["below_every_roof_kernels"] >= 1
+    (vcopy,) = RULES["memory-level"](import_file(fixtures_dir / "rocprof" / "rocprof_compute_vcopy_MI200"))
+    assert "HBM" in vcopy.title

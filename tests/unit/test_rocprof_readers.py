@@ -228,3 +228,25 @@ def test_folder_with_two_runs_asks_for_one_file(fixtures_dir: Path, tmp_path: Pa
     single.mkdir()
     shutil.copy(src / "decode_kernel_trace.csv", single / "decode_kernel_trace.csv")
     assert len(import_file(single).kernels) == len(pd.read_csv(single / "decode_kernel_trace.csv"))
+
+
+# ---------------------------------------------------------------------------- kernel families without counters
+def test_llamacpp_decode_gemv_intensity_from_its_template(fixtures_dir: Path) -> None:
+    report = import_file(fixtures_dir / "rocprof/llamacpp_r9700_rocpd/32432_results.db")
+    k = report.kernels
+    q4 = k[k["name"].str.startswith("void mul_mat_vec_q<(ggml_type)2, 1,")]
+    q6 = k[k["name"].str.startswith("void mul_mat_vec_q<(ggml_type)14, 1,")]
+    assert len(q4) and len(q6)
+    # Q4_0: 18 bytes per 32 weights, 2 FLOPs per weight; Q6_K: 210 bytes per 256 weights
+    assert q4["arith_intensity"].eq(2 / (18 / 32)).all() and q6["arith_intensity"].eq(2 / (210 / 256)).all()
+    assert q4["flops"].isna().all() and q4["dram_bytes"].isna().all()  # never invented
+    others = k[~k["name"].str.contains("mul_mat_vec_q")]
+    assert others["arith_intensity"].isna().all()
+
+
+def test_llamacpp_decode_gemv_is_memory_bound(fixtures_dir: Path) -> None:
+    if find_datasheet("AMD Radeon AI PRO R9700", {"compute_capability": "12.0", "sm_count": 64}) is None:
+        pytest.skip("datasheet row from the devices branch")
+    report = import_file(fixtures_dir / "rocprof/llamacpp_r9700_rocpd/32432_results.db")
+    k = report.kernels
+    assert k.loc[k["name"].str.contains("mul_mat_vec_q"), "bound"].eq("memory").all()

@@ -17,7 +17,7 @@ from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import InputFormatError
 
 from .counters import SOURCE, costs_from_counters
-from .device import sysinfo_spec
+from .device import note_sheet, sysinfo_spec
 from .tables import gpu_label, kernel_table
 
 PMC = "pmc_perf.csv"
@@ -88,6 +88,8 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     elif spec is not None:
         warnings.append(f"{folder}: no roofline.csv (rocprof-compute ran without its roofline benchmark): roofs are "
                         "the datasheet's where a row matches; L2, L1 and LDS roofs unknown")
+    if spec is not None and not spec.compute:
+        note_sheet(spec, warnings)
     params["cost_formulas"] = SOURCE
     return {"kernels": kernels}, spec, params
 

@@ -72,11 +72,11 @@ def agent_spec(agent: Mapping[str, Any] | None, warnings: list[str]) -> DeviceSp
         return None
     name = agent_name(agent)
     spec = gpu_spec(name, kind="rocm", properties=agent_properties(agent))
-    _note_sheet(spec, warnings)
+    note_sheet(spec, warnings)
     return spec
 
 
-def _note_sheet(spec: DeviceSpec, warnings: list[str]) -> None:
+def note_sheet(spec: DeviceSpec, warnings: list[str]) -> None:
     if "datasheet" not in spec.properties:
         arch = spec.properties.get("gfx_arch")
         warnings.append(f"no datasheet roofs for {spec.name!r}{f' ({arch})' if arch else ''}; compute roofs "
@@ -112,10 +112,8 @@ def sysinfo_spec(sysinfo: Mapping[str, Any], warnings: list[str]) -> DeviceSpec:
     hbm = _num(sysinfo.get("hbm_bw"))
     fallback = {"dram": Roof(hbm * 1e9, "report", method="rocprof-compute sysinfo.csv hbm_bw (theoretical, "
                              "from the memory clock and bus width as the tool computes it)", clock="max")} if hbm else {}
-    spec = gpu_spec(name, kind="rocm", properties={k: v for k, v in props.items() if v is not None},
+    return gpu_spec(name, kind="rocm", properties={k: v for k, v in props.items() if v is not None},
                     fallback_memory=fallback)
-    _note_sheet(spec, warnings)
-    return spec
 
 
 def rocminfo_agents(text: str) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from perfscope.report import Report, source_info
 from ..finish import Imported, finish
 from .compute import PMC, read_compute
 from .device import agent_spec, rocminfo_agents
+from .families import with_family_intensity
 from .flat import flat_kernels, has_kernel_columns, no_counter_note
 from .jsons import read_v1_json, read_v3_json
 from .rocpd import read_rocpd as parse_rocpd
@@ -94,6 +95,9 @@ def _finish(fmt: str, path: Path, parse: Callable[[Path, list[str]], Parsed], de
         raise InputFormatError(path, f"holds a value no {TOOLS[fmt]} output has ({type(exc).__name__}: {first})",
                                hint="re-export the capture; a file cut short imports with what it has") from None
     kernels = tables.get("kernels", pd.DataFrame())
+    if len(kernels):
+        kernels = with_family_intensity(kernels, warnings)
+        tables = {**tables, "kernels": kernels}
     dropped = any("dropped" in w for w in warnings)
     manifest = {
         "name": path.name.split(".")[0] if path.is_file() else path.name,
