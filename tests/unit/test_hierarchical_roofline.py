@@ -63,3 +63,17 @@ def test_finding_names_the_binding_level(fixtures_dir: Path, tmp_path: Path) -> 
     assert decode.severity == "info" and decode.evidence["below_every_roof_kernels"] >= 1
     (vcopy,) = RULES["memory-level"](import_file(fixtures_dir / "rocprof" / "rocprof_compute_vcopy_MI200"))
     assert "HBM" in vcopy.title
+
+
+def test_roofline_figure_draws_one_roof_and_one_point_set_per_level(fixtures_dir: Path) -> None:
+    from perfscope.dashboard.figures.roofline import roofline
+
+    report = import_file(fixtures_dir / "h200" / "h200_engine_gemm_attn_full.ncu-rep")
+    names = [t.name for t in roofline(report).data]
+    for level in ("dram", "l2", "l1"):
+        assert any(n.startswith(f"{level} ") and "B/s" in n for n in names)  # the level's roof
+    levels = {t.name: t for t in roofline(report).data if t.legendgroup == "levels"}
+    assert {"L2 intensity", "L1 intensity"} <= set(levels)
+    k = report.kernels
+    l2 = levels["L2 intensity"]
+    assert sorted(l2.x) == pytest.approx(sorted((k["flops"] / k["l2_bytes"]).dropna()))
