@@ -121,8 +121,9 @@ def test_vcopy_costs_equal_rocprof_computes_formulas(fixtures_dir: Path) -> None
         assert k.at[i, "l2_bytes"] == l2
         assert k.at[i, "l1_bytes"] == 64 * c["TCP_TOTAL_CACHE_ACCESSES_sum"]
         assert k.at[i, "shared_bytes"] == (c["SQ_LDS_IDX_ACTIVE"] - c["SQ_LDS_BANK_CONFLICT"]) * 4 * banks
-    # a copy kernel: no FLOPs, its bytes at HBM are what it reads and writes (3 x 2^20 doubles touched)
-    assert (k["flops"] == 0).all() and (k["dram_bytes"] > 8 * 2**20).all()
+    # known truth: `vcopy -n 1048576` reads and writes 2^20 doubles, 16 MiB through L2, no FLOPs
+    assert (k["flops"] == 0).all() and (k["l2_bytes"] == 2 * 8 * 2**20).all()
+    assert (k["dram_bytes"] > 8 * 2**20).all()
     assert (k["bound"] == "memory").all()
     assert k["bound_level"].notna().all()
 
