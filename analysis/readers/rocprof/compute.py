@@ -10,7 +10,6 @@ import csv
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from perfscope.device import DeviceSpec, Roof
@@ -18,7 +17,7 @@ from perfscope.errors import InputFormatError
 
 from .counters import SOURCE, costs_from_counters
 from .device import note_sheet, sysinfo_spec
-from .tables import gpu_label, kernel_table
+from .tables import gpu_label, kernel_table, tagged
 
 PMC = "pmc_perf.csv"
 HINT = "give the workload folder rocprof-compute wrote (the one holding pmc_perf.csv and sysinfo.csv)"
@@ -76,8 +75,8 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
         shared_mem_bytes=pd.to_numeric(pmc.get("LDS_Per_Workgroup"), errors="coerce").astype("Int64"),
         **{c: costs[c] for c in costs.columns})
     counted = kernels["flops"].notna() | kernels["dram_bytes"].notna()
-    kernels["flops_source"] = np.where(kernels["flops"].notna(), "rocprof-compute", None)
-    kernels["bytes_source"] = np.where(kernels["dram_bytes"].notna(), "rocprof-compute", None)
+    kernels["flops_source"] = tagged(kernels["flops"], "rocprof-compute")
+    kernels["bytes_source"] = tagged(kernels["dram_bytes"], "rocprof-compute")
     if (~counted).any():
         warnings.append(f"{int((~counted).sum())} of {len(kernels)} dispatches lack the counters rocprof-compute's "
                         "roofline formulas need (VALU/MFMA instruction and TCC/TCP request counts): their cost is "

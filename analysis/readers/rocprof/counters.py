@@ -47,7 +47,10 @@ def _sum(df: pd.DataFrame, names: list[str], weights: list[float]) -> pd.Series:
     cols = [_col(df, n) for n in names]
     if any(c is None for c in cols):
         return pd.Series(np.nan, index=df.index)
-    return sum(w * c for w, c in zip(weights, cols))  # type: ignore[return-value, operator]
+    total = pd.Series(0.0, index=df.index)
+    for w, c in zip(weights, cols):
+        total = total + w * c  # type: ignore[operator]
+    return total
 
 
 def costs_from_counters(df: pd.DataFrame, lds_banks_per_cu: float | None = None) -> pd.DataFrame:

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from .counters import costs_from_counters, has_cost_counters
-from .tables import NO_COUNTERS, dims_column, gpu_label, kernel_table
+from .tables import NO_COUNTERS, dims_column, gpu_label, kernel_table, tagged
 
 ALIASES: dict[str, tuple[str, ...]] = {
     "name": ("Kernel_Name", "KernelName", "kernel_name", "Name"),
@@ -75,8 +74,8 @@ def flat_kernels(df: pd.DataFrame, warnings: list[str], *, source: str, lds_bank
         costs = costs_from_counters(df, lds_banks)
         for col in costs.columns:
             out[col] = costs[col].to_numpy()
-        out["flops_source"] = np.where(out["flops"].notna(), source, None)
-        out["bytes_source"] = np.where(out["dram_bytes"].notna(), source, None)
+        out["flops_source"] = tagged(out["flops"], source)
+        out["bytes_source"] = tagged(out["dram_bytes"], source)
     return out
 
 

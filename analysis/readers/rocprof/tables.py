@@ -83,6 +83,11 @@ def kernel_table(name: Sequence[Any] | pd.Series, device: Sequence[Any] | pd.Ser
     return out
 
 
+def tagged(values: pd.Series, tag: str) -> pd.Series:
+    """``tag`` where ``values`` is known, None elsewhere (a cost's source)."""
+    return pd.Series(tag, index=values.index, dtype="object").where(values.notna(), None)
+
+
 def gpu_label(agent: object) -> str:
     """``Agent 1`` / 1 / ``2`` -> ``gpu:1``: the rocprof agent's number, as the capture names it."""
     text = str(agent).strip()
@@ -113,7 +118,9 @@ def range_table(name: Any, start: Any, end: Any, thread: Any = None) -> pd.DataF
         return pd.DataFrame()
     df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
     df["id"] = np.arange(len(df), dtype=np.int64)
-    depth, parent, path = [0] * len(df), [None] * len(df), [""] * len(df)
+    depth: list[int] = [0] * len(df)
+    parent: list[int | None] = [None] * len(df)
+    path: list[str] = [""] * len(df)
     stacks: dict[Any, list[int]] = {}
     for i, (st, en, th, nm) in enumerate(zip(df["start_ns"], df["end_ns"], df["thread"], df["name"])):
         stack = stacks.setdefault(None if th is pd.NA else th, [])
