@@ -251,3 +251,36 @@ def test_llamacpp_decode_gemv_is_memory_bound(fixtures_dir: Path) -> None:
     report = import_file(fixtures_dir / "rocprof/llamacpp_r9700_rocpd/32432_results.db")
     k = report.kernels
     assert k.loc[k["name"].str.contains("mul_mat_vec_q"), "bound"].eq("memory").all()
+
+
+def test_marker_and_memory_copy_siblings(fixtures_dir: Path, tmp_path: Path) -> None:
+    """roctx ranges and copies of a run, in rocprofv3's CSV layout (the headers its own tests check:
+    rocprofiler-sdk tests/rocprofv3/tracing/validate.py), beside a real kernel trace."""
+    src = fixtures_dir / "rocprof/rocprofv3_llamacpp_gfx1151_trimmed"
+    shutil.copy(src / "decode_kernel_trace.csv", tmp_path / "run_kernel_trace.csv")
+    shutil.copy(src / "decode_hip_api_trace.csv", tmp_path / "run_hip_api_trace.csv")
+    kernels = pd.read_csv(tmp_path / "run_kernel_trace.csv")
+    t0, t1 = int(kernels["Start_Timestamp"].min()), int(kernels["End_Timestamp"].max())
+    mid = (t0 + t1) // 2
+    (tmp_path / "run_marker_api_trace.csv").write_text(
+        '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+        f'"MARKER_CORE_API","generate","1","2684120","1","{t0 - 10**9}","{t1 + 1}"\n'
+        f'"MARKER_CORE_API","token 0","1","2684120","2","{t0 - 10**9}","{mid}"\n')
+    (tmp_path / "run_memory_copy_trace.csv").write_text(
+        '"Kind","Direction","Stream_Id","Source_Agent_Id","Destination_Agent_Id","Correlation_Id",'
+        '"Start_Timestamp","End_Timestamp"\n'
+        f'"MEMORY_COPY","MEMORY_COPY_HOST_TO_DEVICE",0,"Agent 0","Agent 1",7,{t0},{t0 + 500}\n')
+    report = import_file(tmp_path / "run_kernel_trace.csv")
+    assert len(report.ranges) == 2 and set(report.ranges["depth"]) == {0, 1}
+    ranges = report.kernels["range"].dropna()
+    assert len(ranges) == len(report.kernels)  # every kernel's launch lies inside "generate"
+    assert ranges.str.startswith("generate").all() and ranges.eq("generate/token 0").any()
+    # this layout records no copy sizes: the copies are counted, not imported with invented bytes
+    assert len(report.transfers) == 0
+    assert any("no size column" in w and "1 copies" in w for w in report.manifest["warnings"])
+    (tmp_path / "run_memory_copy_trace.csv").write_text(
+        '"Kind","Direction","Stream_Id","Source_Agent_Id","Destination_Agent_Id","Correlation_Id",'
+        '"Start_Timestamp","End_Timestamp","Size"\n'
+        f'"MEMORY_COPY","MEMORY_COPY_DEVICE_TO_HOST",0,"Agent 1","Agent 0",7,{t0},{t0 + 500},4096\n')
+    t = import_file(tmp_path).transfers
+    assert list(t["kind"]) == ["DtoH"] and list(t["bytes"]) == [4096]

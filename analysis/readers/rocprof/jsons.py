@@ -126,10 +126,14 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
         direction = [op_name(c).replace("MEMORY_COPY_", "") for c in copies]
         s = pd.to_numeric(pd.Series([c.get("start_timestamp") for c in copies]), errors="coerce").astype("Int64")
         e = pd.to_numeric(pd.Series([c.get("end_timestamp") for c in copies]), errors="coerce").astype("Int64")
-        tables["transfers"] = pd.DataFrame({
+        moved = pd.DataFrame({
             "kind": [DIRECTION.get(d, "other") for d in direction],
             "bytes": pd.to_numeric(pd.Series([c.get("bytes", c.get("size")) for c in copies]), errors="coerce").astype("Int64"),
             "start_ns": s, "end_ns": e, "duration_ns": e - s})
+        sized = moved["bytes"].notna() & s.notna() & e.notna()
+        if not sized.all():
+            warnings.append(f"{int((~sized).sum())} of {len(moved)} memory copies without a size or times: not imported")
+        tables["transfers"] = moved[sized].reset_index(drop=True)
     gpus = [a for a in agents.values() if a.get("type") in (2, "GPU")]
     busy = kernels["device"].value_counts().index[0] if len(kernels) else None
     chosen = next((a for a in gpus if gpu_label(a.get("logical_node_id", a.get("node_id"))) == busy), None)

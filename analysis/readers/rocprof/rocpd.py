@@ -82,9 +82,10 @@ def read_rocpd(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame]
             if len(m):
                 s, e = ints(m["start"]), ints(m["end"])
                 kind = m["name"].astype(str).str.replace("MEMORY_COPY_", "", regex=False).map(DIRECTION).fillna("other")
-                tables["transfers"] = pd.DataFrame({"kind": kind, "bytes": ints(m["size"]), "start_ns": s, "end_ns": e,
-                                                    "duration_ns": e - s, "correlation": ints(m["corr_id"]),
-                                                    "stream": ints(m["stream_id"])})
+                moved = pd.DataFrame({"kind": kind, "bytes": ints(m["size"]), "start_ns": s, "end_ns": e,
+                                      "duration_ns": e - s, "correlation": ints(m["corr_id"]),
+                                      "stream": ints(m["stream_id"])})
+                tables["transfers"] = moved[moved["bytes"].notna() & s.notna() & e.notna()].reset_index(drop=True)
         agents = _frame(db, "SELECT absolute_index, type, name, product_name, extdata FROM rocpd_info_agent") \
             if "rocpd_info_agent" in names else pd.DataFrame()
     except sqlite3.DatabaseError as exc:
