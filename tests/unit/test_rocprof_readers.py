@@ -284,3 +284,45 @@ def test_marker_and_memory_copy_siblings(fixtures_dir: Path, tmp_path: Path) -> 
         f'"MEMORY_COPY","MEMORY_COPY_DEVICE_TO_HOST",0,"Agent 1","Agent 0",7,{t0},{t0 + 500},4096\n')
     t = import_file(tmp_path).transfers
     assert list(t["kind"]) == ["DtoH"] and list(t["bytes"]) == [4096]
+
+
+# ---------------------------------------------------------------------------- mutated input
+FUZZ_SOURCES = ("llamacpp_r9700_rocprof_v1/results.csv", "llamacpp_r9700_rocprof_v1/results.json",
+                "llamacpp_r9700_rocpd/32432_results.db", "rocprofv3_llamacpp_gfx1151_trimmed/decode_kernel_trace.csv",
+                "rocprofv3_llamacpp_gfx1151_trimmed/decode_stall_counter_collection.csv",
+                "aiter_fmla_MI308X_rocprof_compute/pmc_perf.csv")
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_mutated_rocprof_files_give_a_report_or_one_error_line(fixtures_dir: Path, tmp_path: Path, case: int) -> None:
+    """Flipped bytes and cuts in real rocprof files: a Report, or a PerfscopeError of one line naming the file."""
+    import random
+
+    from perfscope.errors import PerfscopeError
+
+    rng = random.Random(f"rocprof:{case}")
+    rel = FUZZ_SOURCES[case % len(FUZZ_SOURCES)]
+    src = fixtures_dir / "rocprof" / rel
+    if src.name == "pmc_perf.csv":  # a workload folder: mutate its pmc_perf.csv beside the real sysinfo
+        for name in ("sysinfo.csv", "timestamps.csv"):
+            shutil.copy(src.parent / name, tmp_path / name)
+    data = bytearray(src.read_bytes())
+    if case % 3 == 0:
+        data = data[: rng.randrange(len(data) // 10, len(data))]
+    else:
+        for _ in range(rng.randrange(1, 40)):
+            data[rng.randrange(64, len(data))] = rng.randrange(256)
+    path = tmp_path / src.name
+    path.write_bytes(bytes(data))
+    try:
+        report = import_file(path)
+    except PerfscopeError as exc:
+        message = str(exc)
+        assert message and "\n" not in message.strip() and "Traceback" not in message
+        return
+    assert report.manifest["source"]["kind"] in ("rocprof-csv", "rocprof-json", "rocpd", "rocprofv3-csv",
+                                                 "rocprof-compute")
+    from perfscope.report import Report
+
+    loaded = Report.load(report.save(tmp_path / "case.perfscope", force=True))  # what it imported, it keeps
+    assert len(loaded.kernels) == len(report.kernels) and loaded.manifest["partial"] == report.manifest["partial"]

@@ -77,7 +77,7 @@ def costs_from_counters(df: pd.DataFrame, lds_banks_per_cu: float | None = None)
                                   for p in ("fp16", "bf16", "fp32", "fp64", "int8")}).fillna(0)
     out["precision"] = per_precision.idxmax(axis=1).where(per_precision.max(axis=1) > 0)
     out["flops_by_precision"] = [
-        json.dumps({k: float(v) for k, v in r.items() if pd.notna(v) and v}) if any(pd.notna(v) for v in r.values()) else None
+        json.dumps({k: float(v) for k, v in r.items() if pd.notna(v)}) if any(pd.notna(v) for v in r.values()) else None
         for r in flops_cols.to_dict("records")]
     out["dram_bytes"] = hbm_bytes(df)
     out["l2_bytes"] = 64 * _sum(df, ["TCP_TCC_READ_REQ_sum", "TCP_TCC_WRITE_REQ_sum",

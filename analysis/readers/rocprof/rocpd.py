@@ -29,7 +29,7 @@ def table_names(path: Path) -> set[str]:
     try:
         with connect(path) as db:
             return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, UnicodeDecodeError, ValueError):  # damaged: the nsys reader's error names it
         return set()
 
 
@@ -88,8 +88,9 @@ def read_rocpd(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame]
                 tables["transfers"] = moved[moved["bytes"].notna() & s.notna() & e.notna()].reset_index(drop=True)
         agents = _frame(db, "SELECT absolute_index, type, name, product_name, extdata FROM rocpd_info_agent") \
             if "rocpd_info_agent" in names else pd.DataFrame()
-    except sqlite3.DatabaseError as exc:
-        raise InputFormatError(path, f"damaged SQLite database ({exc})", hint=HINT) from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise InputFormatError(path, f"damaged SQLite database ({type(exc).__name__}: {str(exc)[:120]})",
+                               hint=HINT) from None
     spec = agent_spec(_agent(agents, kernels), warnings)
     return tables, spec, {"rocpd_schema_version": meta.get("schema_version")}
 
@@ -114,8 +115,9 @@ def read_v1_db(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame]
     try:
         with connect(path) as db:
             k = _frame(db, "SELECT * FROM KERN")
-    except sqlite3.DatabaseError as exc:
-        raise InputFormatError(path, f"damaged SQLite database ({exc})", hint=HINT) from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise InputFormatError(path, f"damaged SQLite database ({type(exc).__name__}: {str(exc)[:120]})",
+                               hint=HINT) from None
     kernels = flat_kernels(k, warnings, source="rocprof")
     no_counter_note(kernels, warnings)
     return {"kernels": kernels}, None, {}
