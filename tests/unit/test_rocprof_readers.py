@@ -326,3 +326,37 @@ def test_mutated_rocprof_files_give_a_report_or_one_error_line(fixtures_dir: Pat
 
     loaded = Report.load(report.save(tmp_path / "case.perfscope", force=True))  # what it imported, it keeps
     assert len(loaded.kernels) == len(report.kernels) and loaded.manifest["partial"] == report.manifest["partial"]
+
+
+AGENT_INFO_HEADER = (
+    '"Node_Id","Logical_Node_Id","Agent_Type","Cpu_Cores_Count","Simd_Count","Cpu_Core_Id_Base","Simd_Id_Base",'
+    '"Max_Waves_Per_Simd","Lds_Size_In_Kb","Gds_Size_In_Kb","Num_Gws","Wave_Front_Size","Num_Xcc","Cu_Count",'
+    '"Array_Count","Num_Shader_Banks","Simd_Arrays_Per_Engine","Cu_Per_Simd_Array","Simd_Per_Cu",'
+    '"Max_Slots_Scratch_Cu","Gfx_Target_Version","Vendor_Id","Device_Id","Location_Id","Domain","Drm_Render_Minor",'
+    '"Num_Sdma_Engines","Num_Sdma_Xgmi_Engines","Num_Sdma_Queues_Per_Engine","Num_Cp_Queues",'
+    '"Max_Engine_Clk_Ccompute","Max_Engine_Clk_Fcompute","Sdma_Fw_Version","Fw_Version","Capability",'
+    '"Cu_Per_Engine","Max_Waves_Per_Cu","Family_Id","Workgroup_Max_Size","Grid_Max_Size","Local_Mem_Size",'
+    '"Hive_Id","Gpu_Id","Workgroup_Max_Dim_X","Workgroup_Max_Dim_Y","Workgroup_Max_Dim_Z","Grid_Max_Dim_X",'
+    '"Grid_Max_Dim_Y","Grid_Max_Dim_Z","Name","Vendor_Name","Product_Name","Model_Name"')
+"""rocprofv3's agent_info.csv header as its documentation prints it (rocprofiler-sdk docs, using-rocprofv3)."""
+
+
+def test_agent_info_sibling_gives_the_device(fixtures_dir: Path, tmp_path: Path) -> None:
+    """A GPU row in rocprofv3's agent_info layout beside a real kernel trace: its name, arch and CUs
+    make the device, matched to a datasheet row; the hive id above 2^63 is no reason to fail."""
+    shutil.copy(fixtures_dir / "rocprof/rocprofv3_llamacpp_gfx1151_trimmed/decode_kernel_trace.csv",
+                tmp_path / "9_kernel_trace.csv")
+    cols = AGENT_INFO_HEADER.replace('"', "").split(",")
+    cpu = dict.fromkeys(cols, "0") | {"Agent_Type": "CPU", "Name": "AMD EPYC 9654", "Product_Name": "AMD EPYC 9654"}
+    gpu = dict.fromkeys(cols, "0") | {"Node_Id": "1", "Logical_Node_Id": "1", "Agent_Type": "GPU", "Cu_Count": "304",
+                                      "Max_Engine_Clk_Fcompute": "2100", "Hive_Id": "17332996360099338395",
+                                      "Name": "gfx942", "Product_Name": "AMD Instinct MI300X"}
+    rows = [",".join(f'"{r[c]}"' for c in cols) for r in (cpu, gpu)]
+    (tmp_path / "9_agent_info.csv").write_text("\n".join([AGENT_INFO_HEADER, *rows]) + "\n")
+    report = import_file(tmp_path / "9_kernel_trace.csv")
+    spec = report.device
+    assert spec is not None and spec.name == "AMD Instinct MI300X"
+    assert spec.properties["gfx_arch"] == "gfx942" and spec.properties["sm_count"] == 304
+    assert spec.properties["max_clock_hz"] == 2.1e9 and spec.properties.get("datasheet") == "MI300X"
+    gemv = report.kernels[report.kernels["name"].str.contains("mul_mat_vec_q")]
+    assert len(gemv) and gemv["bound"].eq("memory").all()  # Q5_K GEMV: 2.9 FLOP/B against a ridge of ~250

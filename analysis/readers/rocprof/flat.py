@@ -21,7 +21,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "stream": ("Stream_Id", "Queue_Id", "Queue_ID", "queue-id", "stream_id"),
     "pid": ("Process_Id", "PID", "pid"),
     "vgpr": ("VGPR_Count", "Arch_VGPR", "arch_vgpr", "vgpr_count"),
-    "lds": ("LDS_Block_Size", "LDS_Per_Workgroup", "lds", "lds_size"),
+    "lds": ("LDS_Block_Size", "Group_Segment_Size", "LDS_Per_Workgroup", "lds", "lds_size"),
 }
 START_END = ("start", "end")
 
