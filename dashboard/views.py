@@ -140,15 +140,16 @@ KERNEL_TABLE_COLUMNS = {
     "achieved_flops_per_s": ("achieved_flops_per_s", "FLOP/s", "si"),
     "achieved_bytes_per_s": ("achieved_bytes_per_s", "B/s", "si"),
     "bound": ("bound", "bound", "text"), "pct_of_roof": ("pct_of_roof", "% of roof", "pct"),
+    "bound_level": ("bound_level", "binding level", "text"),
     "op": ("op", "operator", "text"), "op_shapes": ("op_shapes", "shapes", "text"),
     "device": ("device", "device", "text"), "stream": ("stream", "stream", "int"),
     "start_ms": ("start_ms", "start (ms)", "num"), "grid": ("grid", "grid", "text"), "block": ("block", "block", "text"),
 }
 BY_NAME_COLUMNS = ["name", "count", "duration_ns", "mean_ns", "share_pct", "category", "phase", "precision",
-                   "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s", "bound", "pct_of_roof"]
+                   "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s", "bound", "pct_of_roof", "bound_level"]
 ROW_COLUMNS = ["name", "duration_ns", "share_pct", "start_ms", "device", "stream", "op", "op_shapes", "grid",
                "block", "phase", "precision", "arith_intensity", "achieved_flops_per_s", "achieved_bytes_per_s",
-               "bound", "pct_of_roof"]
+               "bound", "pct_of_roof", "bound_level"]
 
 
 def name_aggregate(report: Report) -> pd.DataFrame:
