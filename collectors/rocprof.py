@@ -24,6 +24,7 @@ from ._proc import fresh_file, run_profiler, run_tool
 from .base import CaptureInterrupted, RawCapture
 
 FORMATS = ("rocpd", "csv", "json")
+WORKLOAD_FILES = ("sysinfo.csv", "roofline.csv", "timestamps.csv", "pmc_dispatch_info.csv", "pmc_kernel_top.csv")
 RESULT = {"rocpd": "{base}_results.db", "csv": "{base}_kernel_trace.csv", "json": "{base}_results.json"}
 INSTALL = {"rocprofv3": "install ROCm (rocprofiler-sdk provides /opt/rocm/bin/rocprofv3) and add /opt/rocm/bin to PATH",
            "rocprof-compute": "install ROCm's rocprofiler-compute (apt install rocprofiler-compute, then "
@@ -86,7 +87,10 @@ class Rocprofv3Collector:
         cmd = rocprofv3_command(target, options, out_dir)
         result = out_dir / RESULT[options.output_format].format(base=Path(options.output_base).name)
         outcome = run_profiler(cmd, result, timeout_s=options.timeout_s)
-        capture = RawCapture(collector=self.name, files=(result,), commands=(tuple(cmd),), partial=outcome.partial,
+        # a CSV run is several files of one prefix; the kernel trace (imported first) picks up the others
+        siblings = sorted(p for p in out_dir.glob(f"{Path(options.output_base).name}_*") if p.is_file() and p != result)
+        capture = RawCapture(collector=self.name, files=(result, *siblings), commands=(tuple(cmd),),
+                             partial=outcome.partial,
                              warnings=outcome.warnings, params={"output_format": options.output_format,
                                                                 "pmc": list(options.pmc)})
         if outcome.interrupted:
@@ -130,8 +134,10 @@ class RocprofComputeCollector:
         cmd = rocprof_compute_command(target, options, out_dir)
         since = time.time()
         run_tool(cmd, timeout_s=options.timeout_s)
-        found = [p.parent for p in (out_dir / "workload").rglob("pmc_perf.csv") if fresh_file(p, since)]
+        found = [p for p in (out_dir / "workload").rglob("pmc_perf.csv") if fresh_file(p, since)]
         if not found:
             raise CollectorError("rocprof-compute", cmd, 0, "rocprof-compute wrote no pmc_perf.csv")
-        return RawCapture(collector=self.name, files=(found[0],), commands=(tuple(cmd),),
+        # pmc_perf.csv first (its folder is the workload the importer reads), then the files it needs beside it
+        beside = [found[0].parent / n for n in WORKLOAD_FILES if (found[0].parent / n).is_file()]
+        return RawCapture(collector=self.name, files=(found[0], *beside), commands=(tuple(cmd),),
                           params={"workload": options.name})
