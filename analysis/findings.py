@@ -22,7 +22,7 @@ from perfscope.errors import UsageError
 from perfscope.report import Report
 from perfscope.vocab import is_amd, speak
 
-from .rules import kernels, llm, occupancy, sources, steps, timeline, transfers
+from .rules import kernels, levels, llm, occupancy, sources, steps, timeline, transfers
 from .rules._base import SEVERITIES, Finding
 from .rules.ranks import rank_findings
 
@@ -41,6 +41,7 @@ RULES: dict[str, Rule] = {
     "memory-below-roof": kernels.memory_below_roof,
     "compute-below-roof": kernels.compute_below_roof,
     "roof-exceeded": kernels.roof_exceeded,
+    "memory-level": levels.memory_level,
     "fp32-matmul": kernels.fp32_matmul,
     "flops-mismatch": kernels.flops_mismatch,
     "excess-work": kernels.excess_work,

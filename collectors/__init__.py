@@ -12,11 +12,19 @@ from .base import CaptureInterrupted, Collector, RawCapture
 from .ncu import NcuCollector, NcuOptions
 from .nsys import NsysCollector, NsysOptions
 from .nvml import NvmlCollector, NvmlOptions, NvmlSampler
+from .rocprof import (
+    RocprofComputeCollector,
+    RocprofComputeOptions,
+    RocprofOptions,
+    Rocprofv3Collector,
+)
 
 COLLECTORS: dict[str, Collector] = {
     "nsys": NsysCollector(),
     "ncu": NcuCollector(),
     "nvml": NvmlCollector(),
+    "rocprofv3": Rocprofv3Collector(),
+    "rocprof-compute": RocprofComputeCollector(),
 }
 """Registry name -> collector instance: each runs a command under its profiler."""
 
@@ -56,6 +64,8 @@ __all__ = [
     "NvmlOptions",
     "NvmlSampler",
     "RawCapture",
+    "RocprofComputeOptions",
+    "RocprofOptions",
     "collector_names",
     "get_collector",
 ]

@@ -32,7 +32,18 @@ def _achieved_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:
         ("% of roof", pct(row.get("pct_of_roof"))),
         ("bound", _text(row.get("bound"))),
         ("precision", _text(row.get("precision"))),
+        *_level_rows(row),
     ]
+
+
+def _level_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:
+    """Hierarchical roofline facts, where the kernel has bytes per level."""
+    if is_missing(row.get("bound_level")):
+        return []
+    return [("L2 bytes", si(row.get("l2_bytes"), "B")), ("L1 bytes", si(row.get("l1_bytes"), "B")),
+            ("shared/LDS bytes", si(row.get("shared_bytes"), "B")),
+            ("binding memory level", _text(row.get("bound_level"))),
+            ("its roof", si(row.get("level_roof_flops_per_s"), "FLOP/s"))]
 
 
 def kernel_details(report: Report, row_index: int) -> list[tuple[str, str]]:

@@ -149,6 +149,9 @@ def probe_version(tool: str, *, timeout_s: float = 10.0) -> tuple[str, str]:
 TOOL_FIXES = {
     "nsys": "install Nsight Systems (https://developer.nvidia.com/nsight-systems) and add it to PATH",
     "ncu": "install Nsight Compute (https://developer.nvidia.com/nsight-compute) and add it to PATH",
+    "rocprofv3": "install ROCm (rocprofiler-sdk provides /opt/rocm/bin/rocprofv3) and add /opt/rocm/bin to PATH",
+    "rocprof-compute": "install rocprofiler-compute (apt install rocprofiler-compute; then pip install -r "
+                       "/opt/rocm/libexec/rocprofiler-compute/requirements.txt) and add /opt/rocm/bin to PATH",
 }
 
 
@@ -214,6 +217,8 @@ def run_checks(*, timeout_s: float = 10.0) -> list[Check]:
         check_python, check_core_packages, check_torch, check_nvml,
         lambda: check_tool("nsys", timeout_s=timeout_s),
         lambda: check_tool("ncu", timeout_s=timeout_s),
+        lambda: check_tool("rocprofv3", timeout_s=timeout_s),
+        lambda: check_tool("rocprof-compute", timeout_s=timeout_s),
         check_counters,
         *[(lambda n=n: check_package(n)) for n in OPTIONAL_PACKAGES],
     ]

@@ -85,6 +85,18 @@ KERNEL_COLUMNS = _cols(
     ("bound", "str", False, "memory, compute or unknown"),
     ("roof_flops_per_s", "float", False, "attainable FLOP/s at this intensity"),
     ("pct_of_roof", "float", False, "achieved / attainable, percent"),
+    # hierarchical roofline (schema 1.2, additive): bytes per memory level and the level whose roof binds
+    ("l2_bytes", "float", False, "bytes moved between the L1s and L2 (measured: ncu lts__t_bytes, AMD TCP-TCC requests)"),
+    ("l1_bytes", "float", False, "bytes moved through L1 / vL1D (ncu l1tex__t_bytes, AMD TCP accesses x 64)"),
+    ("shared_bytes", "float", False, "shared memory / LDS bytes (ncu shared wavefronts, AMD LDS bank activity)"),
+    ("bound_level", "str", False, "dram, l2, l1 or shared: the memory level with the lowest roof at the kernel's "
+     "intensities (the one that binds); None without bytes at a level with a known roof"),
+    ("level_roof_flops_per_s", "float", False, "attainable FLOP/s of the binding level (intensity there x its "
+     "bandwidth); at or above the compute peak: compute-bound at every level"),
+    ("family_intensity", "float", False, "FLOP/byte implied by the kernel family's own template arguments where "
+     "FLOPs and bytes are unknown (llama.cpp mul_mat_vec_q: 2 x columns / bytes per quantized weight); bounds the "
+     "kernel on the roofline, its % of roof stays unknown"),
+    ("flops_by_precision", "str", False, "JSON of measured FLOPs per unit and precision (AMD: valu_fp32, mfma_bf16, ...)"),
 )
 
 RANGE_COLUMNS = _cols(

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .format import MISSING, si
 from .format import clip as _clip
@@ -183,7 +184,7 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
         return [] if len(report.requests) else ["kernels: none recorded"]
     rows = [[str(i + 1), _clip(r["name"], 46), str(int(r["count"])), _num(r["duration_ns"], 1e6, 2),
              _num(r["share_pct"], 1, 1), _num(r["arith_intensity"], 1, 2), si(r["achieved_flops_per_s"], "FLOP/s"),
-             str(r["bound"]), _num(r["pct_of_roof"], 1, 1), _clip(r.get("phase"), 8)]
+             _bound_text(r), _num(r["pct_of_roof"], 1, 1), _clip(r.get("phase"), 8)]
             for i, (_, r) in enumerate(top.iterrows())]
     from perfscope.analysis.summaries.kernels import roof_notes
 
@@ -191,6 +192,13 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
     head = ["#", "name", "calls", "total ms", "% time", "FLOP/B", "achieved", "bound", "% roof", "phase"]
     notes = [f"  above the roof: {n}" for n in roof_notes(top, report.device)]
     return [f"top {kind} by total time (one row per name and phase):", table(head, rows), *notes]
+
+
+def _bound_text(row: Any) -> str:
+    """``memory`` / ``compute``, with the hierarchical roofline's binding level where one is known
+    (``memory, l2 binds``)."""
+    level = row.get("bound_level")
+    return f"{row['bound']}, {level} binds" if isinstance(level, str) and level else str(row["bound"])
 
 
 def _rank_lines(report: Report) -> list[str]:

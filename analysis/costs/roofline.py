@@ -105,6 +105,8 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
 
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = (flops / nbytes).where((nbytes > 0) & flops.notna())
+        if "family_intensity" in df:  # a kernel family's intensity where its FLOPs and bytes are unknown
+            intensity = intensity.fillna(pd.to_numeric(df["family_intensity"], errors="coerce").astype("float64"))
         df["arith_intensity"] = intensity
         df["achieved_flops_per_s"] = flops / seconds
         df["achieved_bytes_per_s"] = nbytes / seconds
@@ -133,6 +135,7 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
     df["bound"] = np.select([memory, compute], ["memory", "compute"], default="unknown")
     df["pct_of_roof"] = np.select([memory, compute], [pct_mem, pct_cmp], default=np.nan)
     df["pct_of_roof"] = df["pct_of_roof"].astype("float64")
+    _classify_levels(df, flops, nbytes, peak, device)
     return df
 
 
@@ -175,3 +178,30 @@ def above_roof_note(row: Mapping[str, Any], device: DeviceSpec | None) -> str | 
         return (f"{pct:.0f}% of the {name or 'compute'} roof ({roof.provenance if roof else 'unknown'}): "
                 "its FLOP count is too high for its time, or the roof is low")
     return None
+
+
+LEVELS = (("dram", "dram_bytes"), ("l2", "l2_bytes"), ("l1", "l1_bytes"), ("shared", "shared_bytes"))
+"""Memory levels of the hierarchical roofline, outermost first: (roof name, kernel bytes column)."""
+
+
+def _classify_levels(df: pd.DataFrame, flops: pd.Series, dram: pd.Series, peak: pd.Series,
+                     device: DeviceSpec) -> None:
+    """Hierarchical roofline: per level with bytes and a known bandwidth, the attainable FLOP/s is
+    intensity there x that level's bandwidth (= FLOPs / the time the level needs to move its bytes);
+    ``bound_level`` is the level where it is lowest, ``level_roof_flops_per_s`` its value. A kernel
+    with FLOPs known but zero is bound by the level whose transfers take longest."""
+    slowest = pd.Series(-np.inf, index=df.index)  # seconds the slowest level needs to move its bytes
+    level = pd.Series(None, index=df.index, dtype="object")
+    for name, col in LEVELS:
+        bw = device.peak_bandwidth(name)
+        if not bw or col not in df:
+            continue
+        nbytes = dram if col == "dram_bytes" else pd.to_numeric(df[col], errors="coerce").astype("float64")
+        seconds = (nbytes / float(bw)).where(nbytes > 0)
+        take = seconds.notna() & flops.notna() & (seconds > slowest)
+        slowest = slowest.where(~take, seconds)
+        level = level.where(~take, name)
+    known = level.notna()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df["level_roof_flops_per_s"] = (flops / slowest).where(known)
+    df["bound_level"] = level

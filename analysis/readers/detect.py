@@ -18,6 +18,8 @@ from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, UsageError
 from perfscope.report import MANIFEST, Report
 
+from .rocprof.reader import sniff as sniff_rocprof
+
 SNIFF_BYTES = 1 << 16
 
 READERS: dict[str, str] = {
@@ -27,13 +29,17 @@ READERS: dict[str, str] = {
     "ncu-rep": "perfscope.analysis.readers.ncu.reader",
     "ncu-csv": "perfscope.analysis.readers.ncu.reader",
     "nvml": "perfscope.analysis.readers.nvml",
+    **{fmt: "perfscope.analysis.readers.rocprof.reader" for fmt in (
+        "rocprofv3-csv", "rocprofv3-json", "rocpd", "rocprof-csv", "rocprof-db", "rocprof-json", "rocprof-stats",
+        "rocprof-compute")},
 }
 """Format name -> module with ``read(path, *, device=None) -> Report`` (``read_nsys_rep`` etc.
 are chosen inside the module by the format name when one module serves several)."""
 
 SUPPORTED = (
     "PyTorch/Kineto trace (.json, .json.gz), Nsight Systems SQLite export (.sqlite) or "
-    ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet)"
+    ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet), rocprofv3 output (CSV run, *_results.json, "
+    "rocpd *_results.db), rocprof v1/v2 results.csv/.db/.json, a rocprof-compute workload folder"
 )
 
 
@@ -68,6 +74,9 @@ def detect_format(path: str | Path) -> str:
     if p.is_dir():
         if (p / MANIFEST).is_file():
             return "report"
+        amd = sniff_rocprof(p, b"")
+        if amd is not None:
+            return amd
         raise InputFormatError(p, "is a folder, not a profiler output or a perfscope report",
                                hint=f"give one file: {SUPPORTED}")
     if p.stat().st_size == 0:
@@ -76,6 +85,9 @@ def detect_format(path: str | Path) -> str:
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     head = _head(p)
+    amd = sniff_rocprof(p, head)
+    if amd is not None:
+        return amd
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
     if head.startswith(b"NVR\x00"):

@@ -98,7 +98,10 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
         "flops": grouped["flops"].sum(min_count=1),
         "dram_bytes": grouped["dram_bytes"].sum(min_count=1),
     })
-    for col in ("precision", "phase", "category", "device", "op", "short_name"):
+    for col in ("l2_bytes", "l1_bytes", "shared_bytes"):  # hierarchical roofline: the binding level of the totals
+        if col in kernels and kernels[col].notna().any():
+            agg[col] = pd.to_numeric(kernels[col], errors="coerce").where(known).groupby(key_codes, sort=False).sum(min_count=1)
+    for col in ("precision", "phase", "category", "device", "op", "short_name", "family_intensity"):
         if col in kernels and col != key:
             agg[col] = _dominant(kernels, key_codes, col).reindex(agg.index)
     if "phase" in kernels and key != "phase":
@@ -115,7 +118,7 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     keep = ["name", "count", "duration_ns", "mean_ns", "share_pct", "flops", "dram_bytes",
             "flops_coverage_pct", "precision",
             "phase", "category", "device", "op", "short_name", "arith_intensity", "achieved_flops_per_s",
-            "achieved_bytes_per_s", "bound", "roof_flops_per_s", "pct_of_roof"]
+            "achieved_bytes_per_s", "bound", "roof_flops_per_s", "pct_of_roof", "bound_level"]
     out = classified[[c for c in keep if c in classified.columns]]
     return out.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
 

@@ -77,6 +77,40 @@ def _point_traces(data: rd.RooflinePoints, color: str) -> list[go.Scatter | go.S
     return traces
 
 
+LEVEL_MARKERS = {"l2": "diamond-open", "l1": "square-open", "shared": "triangle-up-open"}
+"""Hierarchical roofline: each kernel's point at a cache level's intensity (same FLOP/s, its FLOPs over
+that level's bytes), drawn hollow beside the filled DRAM point, as Nsight Compute and rocprof-compute do."""
+
+
+def _level_traces(report: Report, data: rd.RooflinePoints, per: str) -> list[go.Scatter]:
+    """One hollow marker per kernel and cache level it has bytes for (L2, L1, shared/LDS), at the
+    kernel's FLOP/s and its intensity against that level; only for per-kernel figures whose markers
+    are single kernels."""
+    k = report.kernels
+    if per != "kernel" or data.merged or not len(data.points) or "flops" not in k:
+        return []
+    rows = pd.Index(data.points["key"]).intersection(k.index)
+    flops = pd.to_numeric(k.loc[rows, "flops"], errors="coerce")
+    seconds = pd.to_numeric(k.loc[rows, "duration_ns"], errors="coerce") * 1e-9
+    traces = []
+    for level, symbol in LEVEL_MARKERS.items():
+        col = f"{level}_bytes"
+        if col not in k:
+            continue
+        nbytes = pd.to_numeric(k.loc[rows, col], errors="coerce")
+        ok = (nbytes > 0) & (flops > 0) & (seconds > 0)
+        if not ok.any():
+            continue
+        names = k.loc[rows[ok.to_numpy()], "name"].astype(str).map(lambda n: esc(n, 80))
+        traces.append(go.Scatter(
+            x=(flops[ok] / nbytes[ok]).to_numpy(), y=(flops[ok] / seconds[ok]).to_numpy(), mode="markers",
+            name=f"{level.upper()} intensity", legendgroup="levels", text=names.to_numpy(),
+            hovertemplate=f"%{{text}}<br>{level.upper()}: %{{x:.3g}} FLOP/B, %{{y:.3g}} FLOP/s<extra></extra>",
+            marker={"symbol": symbol, "size": 8, "color": "#555", "opacity": 0.7},
+        ))
+    return traces
+
+
 ROOF_COLORS = {"fp64": "#6a3d9a", "fp64_tensor": "#6a3d9a", "fp32": "#1f4e79", "tf32": "#2c7fb8",
                "bf16": "#222222", "fp16": "#444444", "fp8": "#b15928", "fp6": "#e31a1c", "fp4": "#d62728",
                "int8": "#33a02c", "int4": "#1b7837"}
@@ -176,7 +210,7 @@ def roofline(
     ridges = rd.ridge_points(device, precisions)
     x_min, x_max = rd.x_extent(data.points, ridges)
     fig = go.Figure(_roof_traces(rd.roof_lines(device, precisions, x_min, x_max), ridges)
-                    + _point_traces(data, color))
+                    + _point_traces(data, color) + _level_traces(report, data, per))
     what = "each kernel execution" if per == "kernel" else "kernel names (totals)"
     title = f"Roofline of {what}: {esc(report.name)} on {esc(device.name if device else 'unknown device (no roofs)')}"
     fig.update_layout(

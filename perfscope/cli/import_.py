@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
             workers: int | None, roofs: str | None, capture: str | None, engine_model: str | None, batch: int | None,
             prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None) -> None:
-    """Import a Kineto trace, an nsys SQLite export / .nsys-rep, or an ncu report / CSV."""
+    """Import a Kineto trace, an nsys SQLite export / .nsys-rep, an ncu report / CSV, or a rocprof output
+    (rocprofv3 CSV / JSON / rocpd, rocprof v1/v2, a rocprof-compute workload folder)."""
     if ranks or scheduler or workers:
         from ._ranks import run_rank_import
 

@@ -219,6 +219,47 @@ def dram_bytes(launch: Launch) -> float | None:
     return None
 
 
+LEVEL_METRICS = {
+    "l2": ("derived__lts__lts2xbar_bytes.sum", "lts__cycles_elapsed.avg.per_second"),
+    "l1": ("derived__l1tex__lsu_writeback_bytes_mem_lgds.sum", "l1tex__cycles_elapsed.avg.per_second"),
+}
+"""Hierarchical roofline levels as Nsight Compute's ``--set roofline`` / ``full`` sections measure
+them (SpeedOfLight_Hierarchical*RooflineChart): the level's byte metric (L2 -> L1 traffic through
+the crossbar; L1 writeback of local/global/shared loads), and the clock its ``peak_sustained``
+(bytes per cycle) runs at."""
+SHARED_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"
+SHARED_WAVEFRONT_BYTES = 128
+"""A shared-memory wavefront moves one 128-byte row of the 32 banks x 4 bytes."""
+
+
+def level_bytes(launch: Launch, level: str) -> float | None:
+    """Bytes the launch moved at ``level`` (``l2``, ``l1``): the metric itself, else its rate x duration."""
+    metric = LEVEL_METRICS[level][0]
+    direct = launch.num(metric)
+    if direct is not None:
+        return direct
+    rate, duration = launch.num(f"{metric}.per_second"), launch.num(DURATION)
+    return rate * duration * 1e-9 if rate is not None and duration is not None else None
+
+
+def shared_bytes(launch: Launch) -> float | None:
+    wavefronts = launch.num(SHARED_WAVEFRONTS)
+    return wavefronts * SHARED_WAVEFRONT_BYTES if wavefronts is not None else None
+
+
+def level_roofs(launches: Sequence[Launch]) -> dict[str, Roof]:
+    """L2 and L1 bandwidth roofs: the level's ``peak_sustained`` bytes per cycle x its clock."""
+    roofs: dict[str, Roof] = {}
+    for level, (metric, clock_metric) in LEVEL_METRICS.items():
+        peak = _median([x.num(f"{metric}.peak_sustained") for x in launches])
+        clock = _median([x.num(clock_metric) for x in launches])
+        if peak and clock:
+            roofs[level] = Roof(peak * clock, "report", method=f"{metric}.peak_sustained ({peak:g} B/cycle) x "
+                                f"{clock_metric} (Nsight Compute's hierarchical roofline)",
+                                clock=f"{level.upper()} clock while profiling, {clock / 1e9:.3f} GHz")
+    return roofs
+
+
 def top_stalls(launch: Launch, n: int = 3) -> list[tuple[str, float]]:
     """The ``n`` largest warp-stall reasons: cycles per issued instruction, or sample shares."""
     ratios = {m.group(1): v for name, v in launch.metrics.items()
@@ -263,6 +304,9 @@ def launch_row(launch: Launch) -> dict[str, object]:
         "shared_mem_bytes": static + dynamic if static is not None and dynamic is not None else None,
         "flops": flops,
         "dram_bytes": nbytes,
+        "l2_bytes": level_bytes(launch, "l2"),
+        "l1_bytes": level_bytes(launch, "l1"),
+        "shared_bytes": shared_bytes(launch),
         "flops_source": "ncu" if flops is not None else None,
         "bytes_source": "ncu" if nbytes is not None else None,
         "precision": precision,
@@ -316,6 +360,7 @@ def report_roofs(launches: Sequence[Launch]) -> tuple[dict[str, Roof], dict[str,
         memory["dram"] = Roof(peak_bytes * dram_clock, "report",
                               method=f"dram__bytes.sum.peak_sustained ({peak_bytes:g} B/cycle) x {DRAM_CLOCK}",
                               clock=f"DRAM clock while profiling, {dram_clock / 1e9:.3f} GHz")
+    memory.update(level_roofs(launches))
     return compute, memory
 
 

@@ -1,0 +1,156 @@
+"""rocprof-compute (Omniperf) workload folders: ``pmc_perf.csv`` (one row per dispatch, every counter
+of every pass), ``sysinfo.csv`` (the device), ``pmc_dispatch_info.csv`` / ``timestamps.csv`` and,
+when the roofline benchmark ran, ``roofline.csv`` (measured per-level bandwidths and per-precision
+peaks). Costs per dispatch come from :mod:`.counters` (rocprof-compute's own formulas).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perfscope.device import DeviceSpec, Roof
+from perfscope.errors import InputFormatError
+
+from .counters import SOURCE, costs_from_counters
+from .device import note_sheet, sysinfo_spec
+from .tables import gpu_label, kernel_table, tagged
+
+PMC = "pmc_perf.csv"
+HINT = "give the workload folder rocprof-compute wrote (the one holding pmc_perf.csv and sysinfo.csv)"
+ROOFLINE_MEMORY = {"HBMBw": "dram", "L2Bw": "l2", "L1Bw": "l1", "LDSBw": "shared"}
+ROOFLINE_COMPUTE = {"FP64Flops": "fp64", "FP32Flops": "fp32", "MFMAF64Flops": "fp64_tensor",
+                    "MFMAF32Flops": "fp32_matrix", "MFMAF16Flops": "fp16", "MFMABF16Flops": "bf16",
+                    "MFMAI8Ops": "int8"}
+"""roofline.csv column (GB/s, GFLOP/s, GOP/s) -> perfscope roof. FP32/FP64 are the VALU peaks (the
+roofline of a VALU kernel); the MFMA FP32/FP64 peaks are kept as ``fp32_matrix`` / ``fp64_tensor``."""
+MEASURED = "measured (rocprof-compute)"
+
+
+def workload_folder(path: Path) -> Path:
+    return path if path.is_dir() else path.parent
+
+
+def read_frame(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, low_memory=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise InputFormatError(path, f"damaged or truncated CSV ({first})", hint=HINT) from None
+
+
+def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame], DeviceSpec | None, dict[str, Any]]:
+    folder = workload_folder(path)
+    pmc_path = folder / PMC
+    if not pmc_path.is_file():
+        raise InputFormatError(folder, "no pmc_perf.csv: not a rocprof-compute workload folder", hint=HINT)
+    pmc = read_frame(pmc_path)
+    missing = [c for c in ("Kernel_Name", "Start_Timestamp", "End_Timestamp") if c not in pmc]
+    if missing:
+        raise InputFormatError(pmc_path, f"lacks column(s) {', '.join(missing)}", hint=HINT)
+    sysinfo = _one_row(folder / "sysinfo.csv")
+    params: dict[str, Any] = {}
+    if sysinfo is None:
+        warnings.append(f"{folder}: no sysinfo.csv: device unknown, LDS bytes missing")
+        spec: DeviceSpec | None = None
+    else:
+        spec = sysinfo_spec(sysinfo, warnings)
+        params = {k: sysinfo.get(k) for k in ("workload_name", "version", "rocm_version", "ip_blocks")}
+    banks = spec.properties.get("lds_banks_per_cu") if spec else None
+    bad = pmc["Start_Timestamp"].isna() | pmc["End_Timestamp"].isna()
+    if bad.any():
+        warnings.append(f"{pmc_path}: {int(bad.sum())} dispatch(es) without timestamps dropped")
+        pmc = pmc[~bad].reset_index(drop=True)
+    pmc = _timed(pmc, folder / "timestamps.csv", params, warnings)
+    costs = costs_from_counters(pmc, banks)
+    kernels = kernel_table(
+        pmc["Kernel_Name"], pmc["GPU_ID"].map(gpu_label) if "GPU_ID" in pmc else ["gpu"] * len(pmc),
+        pmc["Start_Timestamp"], pmc["End_Timestamp"],
+        correlation=pd.to_numeric(pmc.get("Dispatch_ID"), errors="coerce").astype("Int64"),
+        block=_dims(pmc.get("Workgroup_Size")), grid=_dims(pmc.get("Grid_Size")),
+        registers_per_thread=pd.to_numeric(pmc.get("Arch_VGPR"), errors="coerce").astype("Int64"),
+        shared_mem_bytes=pd.to_numeric(pmc.get("LDS_Per_Workgroup"), errors="coerce").astype("Int64"),
+        **{c: costs[c] for c in costs.columns})
+    counted = kernels["flops"].notna() | kernels["dram_bytes"].notna()
+    kernels["flops_source"] = tagged(kernels["flops"], "rocprof-compute")
+    kernels["bytes_source"] = tagged(kernels["dram_bytes"], "rocprof-compute")
+    if (~counted).any():
+        warnings.append(f"{int((~counted).sum())} of {len(kernels)} dispatches lack the counters rocprof-compute's "
+                        "roofline formulas need (VALU/MFMA instruction and TCC/TCP request counts): their cost is "
+                        "missing")
+    roofline = folder / "roofline.csv"
+    if spec is not None and roofline.is_file():
+        spec = with_roofline(spec, roofline, warnings)
+    elif spec is not None:
+        warnings.append(f"{folder}: no roofline.csv (rocprof-compute ran without its roofline benchmark): roofs are "
+                        "the datasheet's where a row matches; L2, L1 and LDS roofs unknown")
+    if spec is not None and not spec.compute:
+        note_sheet(spec, warnings)
+    params["cost_formulas"] = SOURCE
+    return {"kernels": kernels}, spec, params
+
+
+def _timed(pmc: pd.DataFrame, path: Path, params: dict[str, Any], warnings: list[str]) -> pd.DataFrame:
+    """Dispatch times from ``timestamps.csv``, the workload's own timing pass, where it has the dispatch:
+    pmc_perf.csv's timestamps are those of a counter pass, slowed or cut by counter multiplexing (the
+    MI308X FlashMLA kernel: 16 µs in pmc_perf.csv for 16 ms in timestamps.csv)."""
+    if not path.is_file() or "Dispatch_ID" not in pmc:
+        params["timing"] = "pmc_perf.csv"
+        return pmc
+    ts = read_frame(path)
+    if not {"Dispatch_ID", "Start_Timestamp", "End_Timestamp"} <= set(ts.columns):
+        warnings.append(f"{path}: no Dispatch_ID/Start_Timestamp/End_Timestamp columns; times from pmc_perf.csv")
+        return pmc
+    ts = ts.drop_duplicates("Dispatch_ID").set_index("Dispatch_ID")
+    start = pmc["Dispatch_ID"].map(ts["Start_Timestamp"])
+    end = pmc["Dispatch_ID"].map(ts["End_Timestamp"])
+    found = start.notna() & end.notna()
+    pmc = pmc.copy()
+    pmc.loc[found, "Start_Timestamp"] = start[found].astype("int64")
+    pmc.loc[found, "End_Timestamp"] = end[found].astype("int64")
+    params["timing"] = f"timestamps.csv ({int(found.sum())} of {len(pmc)} dispatches; the rest pmc_perf.csv)"
+    return pmc
+
+
+def _dims(values: Any) -> pd.Series | None:
+    if values is None:
+        return None
+    nums = pd.to_numeric(values, errors="coerce")
+    return pd.Series([f"({int(v)}, 1, 1)" if pd.notna(v) else None for v in nums], dtype="object")
+
+
+def _one_row(path: Path) -> dict[str, str] | None:
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        rows = list(csv.DictReader(fh))
+    return rows[0] if rows else None
+
+
+def roofline_roofs(path: Path, device_row: int = 0) -> tuple[dict[str, Roof], dict[str, Roof]]:
+    """(compute, memory) roofs of one device row of rocprof-compute's ``roofline.csv``."""
+    table = read_frame(path)
+    if "device" in table and (table["device"] == device_row).any():
+        row = table[table["device"] == device_row].iloc[0]
+    elif len(table):
+        row = table.iloc[0]
+    else:
+        raise InputFormatError(path, "has no rows", hint="re-run rocprof-compute's roofline benchmark")
+    method = f"rocprof-compute roofline benchmark ({path.name}, device {device_row}, column {{col}}, mean)"
+    memory = {level: Roof(float(row[col]) * 1e9, MEASURED, method=method.format(col=col))
+              for col, level in ROOFLINE_MEMORY.items() if col in row and pd.notna(row[col])}
+    compute = {p: Roof(float(row[col]) * 1e9, MEASURED, method=method.format(col=col),
+                       dense=True if col.startswith("MFMA") else None)
+               for col, p in ROOFLINE_COMPUTE.items() if col in row and pd.notna(row[col])}
+    return compute, memory
+
+
+def with_roofline(spec: DeviceSpec, path: Path, warnings: list[str]) -> DeviceSpec:
+    compute, memory = roofline_roofs(path)
+    if not memory and not compute:
+        warnings.append(f"{path}: no roofline columns read")
+        return spec
+    return spec.with_roofs(compute=compute, memory=memory)

@@ -1,0 +1,157 @@
+"""Report tables from rocprof records: kernel names cleaned, categories, device labels, ranges."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.schema import map_distinct
+
+from ...costs.operators import category_of
+from ..ncu.metrics import short_name_of
+
+KD_SUFFIX = re.compile(r"(\s*\[clone \.kd\]|\s*\(\.kd\)|\.kd)\s*$")
+AMD_GEMM = ("mul_mat", "cijk_", "gemm", "hipblaslt", "_mfma_", "wvsplitk", "matmul")
+AMD_ATTENTION = ("flash_attn", "fmha", "mla", "paged_attention", "attention", "pa_fwd")
+NO_COUNTERS = ("a kernel trace records no hardware counters and rocprof kernel names carry no shapes: FLOPs and "
+               "bytes stay missing, bound 'unknown' (profile with `rocprofv3 --pmc` or rocprof-compute for "
+               "measured costs)")
+
+
+def clean_name(name: object) -> str:
+    """A rocprof kernel name without the code-object suffix (``[clone .kd]``, ``(.kd)``, ``.kd``)."""
+    text = str(name).strip() if name is not None and not pd.isna(name) else ""
+    if len(text) > 1 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    return KD_SUFFIX.sub("", text).strip() or "(unnamed kernel)"
+
+
+def amd_category(name: object) -> str:
+    """category_of, plus AMD's library kernel families (llama.cpp mul_mat*, Tensile Cijk_, aiter MLA)."""
+    base = category_of(None, str(name))
+    if base != "other":
+        return base
+    low = str(name).lower()
+    if any(s in low for s in AMD_ATTENTION):
+        return "attention"
+    if any(s in low for s in AMD_GEMM):
+        return "gemm"
+    return base
+
+
+def dims(x: Any, y: Any = 1, z: Any = 1) -> str | None:
+    try:
+        return f"({int(x)}, {int(y)}, {int(z)})"
+    except (TypeError, ValueError):
+        return None
+
+
+def dims_column(x: pd.Series, y: pd.Series | None = None, z: pd.Series | None = None) -> pd.Series:
+    xs = pd.to_numeric(x, errors="coerce")
+    ys = pd.to_numeric(y, errors="coerce") if y is not None else pd.Series(1, index=x.index)
+    zs = pd.to_numeric(z, errors="coerce") if z is not None else pd.Series(1, index=x.index)
+    ok = xs.notna() & ys.notna() & zs.notna()
+    out = pd.Series(None, index=x.index, dtype="object")
+    out[ok] = ["(" + f"{int(a)}, {int(b)}, {int(c)}" + ")" for a, b, c in zip(xs[ok], ys[ok], zs[ok])]
+    return out
+
+
+def ints(values: Any) -> pd.Series:
+    return pd.to_numeric(pd.Series(values), errors="coerce").astype("Int64")
+
+
+def kernel_table(name: Sequence[Any] | pd.Series, device: Sequence[Any] | pd.Series,
+                 start: Any, end: Any, **columns: Any) -> pd.DataFrame:
+    """A kernel table: names cleaned, short names, categories, ns times; ``columns`` added as given."""
+    names = map_distinct(pd.Series(list(name) if not isinstance(name, pd.Series) else name.to_numpy(), dtype="object"),
+                         lambda n: clean_name(n) if n is not None else None)
+    start_ns = ints(start).reset_index(drop=True)
+    end_ns = ints(end).reset_index(drop=True)
+    out = pd.DataFrame({
+        "name": names.reset_index(drop=True),
+        "short_name": map_distinct(names, lambda n: short_name_of(n) if isinstance(n, str) else None).reset_index(drop=True),
+        "device": pd.Series(list(device), dtype="object"),
+        "start_ns": start_ns, "end_ns": end_ns, "duration_ns": end_ns - start_ns,
+        "category": map_distinct(names, lambda n: amd_category(n) if isinstance(n, str) else None).reset_index(drop=True),
+    })
+    for key, value in columns.items():
+        out[key] = value.reset_index(drop=True) if isinstance(value, pd.Series) else value
+    return out
+
+
+def tagged(values: pd.Series, tag: str) -> pd.Series:
+    """``tag`` where ``values`` is known, None elsewhere (a cost's source)."""
+    return pd.Series(tag, index=values.index, dtype="object").where(values.notna(), None)
+
+
+def gpu_label(agent: object) -> str:
+    """``Agent 1`` / 1 / ``2`` -> ``gpu:1``: the rocprof agent's number, as the capture names it."""
+    text = str(agent).strip()
+    m = re.search(r"(\d+)$", text)
+    return f"gpu:{m.group(1)}" if m else f"gpu:{text or '?'}"
+
+
+def api_table(name: Any, start: Any, end: Any, *, thread: Any = None, correlation: Any = None,
+              kind: Any = "runtime", pid: Any = None) -> pd.DataFrame:
+    s, e = ints(start).reset_index(drop=True), ints(end).reset_index(drop=True)
+    out = pd.DataFrame({"name": pd.Series(list(name), dtype="object"), "start_ns": s, "end_ns": e,
+                        "duration_ns": e - s})
+    out["thread"] = ints(thread).reset_index(drop=True) if thread is not None else pd.NA
+    out["correlation"] = ints(correlation).reset_index(drop=True) if correlation is not None else pd.NA
+    out["kind"] = kind.reset_index(drop=True) if isinstance(kind, pd.Series) else kind
+    if pid is not None:
+        out["pid"] = ints(pid).reset_index(drop=True)
+    return out
+
+
+def range_table(name: Any, start: Any, end: Any, thread: Any = None) -> pd.DataFrame:
+    """roctx ranges -> the ranges table (ids, depth, parent and path from nesting per thread)."""
+    s, e = ints(start).reset_index(drop=True), ints(end).reset_index(drop=True)
+    df = pd.DataFrame({"name": pd.Series(list(name), dtype="object"), "start_ns": s, "end_ns": e})
+    df["thread"] = ints(thread).reset_index(drop=True) if thread is not None else pd.NA
+    df = df[df["start_ns"].notna() & df["end_ns"].notna()].reset_index(drop=True)
+    if df.empty:
+        return pd.DataFrame()
+    df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    df["id"] = np.arange(len(df), dtype=np.int64)
+    depth: list[int] = [0] * len(df)
+    parent: list[int | None] = [None] * len(df)
+    path: list[str] = [""] * len(df)
+    stacks: dict[Any, list[int]] = {}
+    for i, (st, en, th, nm) in enumerate(zip(df["start_ns"], df["end_ns"], df["thread"], df["name"])):
+        stack = stacks.setdefault(None if th is pd.NA else th, [])
+        while stack and int(df.at[stack[-1], "end_ns"]) < int(en):
+            stack.pop()
+        depth[i] = len(stack)
+        parent[i] = stack[-1] if stack else None
+        path[i] = f"{path[stack[-1]]}/{nm}" if stack else str(nm)
+        stack.append(i)
+    df["depth"], df["parent"], df["path"] = depth, pd.array(parent, dtype="Int64"), path
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    df["source"] = "roctx"
+    return df
+
+
+def innermost_range(kernels: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFrame) -> None:
+    """Give each kernel the innermost roctx range around its launch call (by correlation), else
+    around the kernel itself on the host timeline; in place."""
+    if ranges.empty or kernels.empty:
+        return
+    when = kernels["start_ns"].astype("float64")
+    if len(api) and "correlation" in kernels and api["correlation"].notna().any():
+        calls = api.dropna(subset=["correlation"]).drop_duplicates("correlation").set_index("correlation")
+        launch = kernels["correlation"].map(calls["start_ns"]).astype("float64")
+        when = launch.where(launch.notna(), when)
+    order = ranges.sort_values("depth", ascending=False)
+    starts, ends = order["start_ns"].to_numpy("float64"), order["end_ns"].to_numpy("float64")
+    paths = order["path"].to_numpy(object)
+    t = when.to_numpy("float64")
+    found = np.full(len(t), None, dtype=object)
+    for s, e, p in zip(starts, ends, paths):
+        inside = (t >= s) & (t <= e) & pd.isna(found)
+        found[inside] = p
+    kernels["range"] = found
