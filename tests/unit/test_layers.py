@@ -46,9 +46,8 @@ RULES: list[tuple[str, str, str]] = [
 ]
 ROOM_FOLDERS = ("analysis/readers", "analysis/costs", "analysis/summaries", "analysis/ranks",
                 "analysis/rules", "dashboard/figures", "perfscope/sessions")
-"""The rooms of the pipeline, as folders: tools/relayout.py rewrites dotted module names wherever
-they are written, and an old module's name can be a room's (``costs``), so rooms are not spelled
-as dotted names here."""
+"""The rooms of the pipeline, as folders (a room's last name, ``costs``, is also spelled as a word in
+module names, so rooms are named by their folders here)."""
 ROOMS: dict[str, str] = {
     folder: ".".join([FOLDERS[folder.split("/")[0]], *folder.split("/")[1:]]) for folder in ROOM_FOLDERS
 }
@@ -179,3 +178,83 @@ def test_a_violation_is_reported(tmp_path: Path, module: str, source: str, want:
     hits = [why for importer, forbidden, why in RULES
             if _within(module, importer) and any(_within(n, forbidden) for n in names)]
     assert want in hits
+
+
+# ---------------------------------------------------------------------------- import cycles
+def _type_checking_lines(path: Path) -> set[int]:
+    """Lines inside ``if TYPE_CHECKING:`` blocks: imports for annotations only, never run."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines.update(n.lineno for n in ast.walk(node) if hasattr(n, "lineno"))
+    return lines
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports when run (module level or inside a function; imports
+    for annotations only are left out). A name resolves to the deepest project module it names, and a
+    module's import of its own package (``from . import x`` in a package's child) is no edge."""
+    modules = dict(_modules())
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        skip = _type_checking_lines(path)
+        for name, line in _imports(module, path):
+            target = name
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if line not in skip and target and target != module and not _within(module, target):
+                graph[module].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    for root, children_of_root in graph.items():
+        if root in index:
+            continue
+        work = [(root, iter(sorted(children_of_root)))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    comp.append(m)
+                    if m == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """Modules import down the pipeline, never in a circle: shared pieces live a floor below the
+    modules that share them (a cycle makes import order matter and the layers meaningless)."""
+    assert cycles(import_graph()) == []
+
+
+def test_a_cycle_is_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
