@@ -196,6 +196,21 @@ STEP_COLUMNS = _cols(
      "tokens x context) in its prefilling requests, from a label with per-request lengths (vLLM), else None"),
 )
 
+IDLE_COLUMNS = _cols(
+    ("device", "str", True, "the device that was idle (cuda:0, cpu, ...)"),
+    ("start_ns", "int", True, "start of the idle slice on the report's timeline, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", True, "end_ns - start_ns"),
+    ("cause", "str", True, "what the host was doing: launch, host, sync, copy, profiler or unknown (docs/idle.md)"),
+    ("range", "str", False, "innermost NVTX / record_function / nn.Module range around the slice on the host"),
+    ("api", "str", False, "the host call the slice fell in (copies: the copy call)"),
+    ("correlation", "int", False, "the copy call's correlation id"),
+    ("bytes", "float", False, "bytes of the copy the call made (copies)"),
+    ("pinned", "bool", False, "the copy's host memory is pinned (None when unknown)"),
+    ("window_ns", "float", False, "length of the device's window (inference window, or first to last work), ns"),
+    ("window_pct", "float", False, "the slice's share of that window, percent"),
+)
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "kernels": KERNEL_COLUMNS,
     "ranges": RANGE_COLUMNS,
@@ -206,6 +221,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "steps": STEP_COLUMNS,
     "requests_unprofiled": REQUEST_COLUMNS,
     "steps_unprofiled": STEP_COLUMNS,
+    "idle": IDLE_COLUMNS,
 }
 """Every table of a Report; each is stored as ``<name>.parquet`` (or a ``<name>/`` dataset).
 

@@ -9,7 +9,8 @@ manifest keys it knows, the roofs to classify against); :func:`finish` then
 1b. reads the frameworks' step annotations among the ranges into ``steps`` and gives each kernel
    its step and phase (:func:`.framework_steps.with_framework_steps`);
 2. classifies the kernels against the roofs (:func:`.roofline.classify_conformed`);
-3. assembles the immutable Report, with the roofs as its ``device``.
+3. assembles the immutable Report, with the roofs as its ``device``;
+4. gives every idle slice of the device its cause (:func:`..idle.idle_slices`, the ``idle`` table).
 
 Callers that add tables (the engine's steps and requests, a load test's runs) do so on the
 :class:`Imported` before finishing, so nothing is conformed or classified twice.
@@ -28,6 +29,7 @@ from perfscope.report import Report
 from perfscope.schema import conform
 
 from ..costs.roofline import classify_conformed
+from ..idle import idle_slices
 from ..steps import with_framework_steps
 
 
@@ -77,4 +79,8 @@ def finish(imported: Imported) -> Report:
     manifest = {**imported.manifest, "device": imported.device.to_dict() if imported.device else None}
     if notes:
         manifest["warnings"] = [*imported.warnings, *notes]
-    return Report.assemble(tables, manifest)
+    report = Report.assemble(tables, manifest)
+    if "idle" in tables:  # given by the caller (a combined report): kept
+        return report
+    # 4. every idle slice of the device with its cause (analysis/idle.py)
+    return report.replace(idle=idle_slices(report))
