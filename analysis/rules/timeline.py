@@ -403,6 +403,8 @@ def gpu_idle(report: Report) -> list[Finding]:
             title += f"; mostly {cause}" + (f" in {', '.join(cause_ranges)}" if cause_ranges and cause != "launch" else "")
             if not (cpu and cause == "host"):
                 advice = _cause_advice(cause, evidence, cause_ranges, graph, host_pct)
+            elif cause_ranges:
+                advice = f"The time outside operators is mostly in {', '.join(cause_ranges)}. " + advice
             ranges = tuple(dict.fromkeys([*cause_ranges, *ranges]))
         if windows is not None:
             from .steps import framework_of, knob  # steps imports this module
