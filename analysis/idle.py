@@ -162,7 +162,7 @@ def idle_slices(report: Report) -> pd.DataFrame:
     host range around it), api (the host call it fell in: launch, sync, copy or profiler),
     correlation and bytes / pinned (copies: the copy the call made), window_ns (the device's
     window) and window_pct (the slice's share of it)."""
-    return conform(_idle_slices(report), IDLE_TABLE, source="<idle>")
+    return conform(idle_rows(report), IDLE_TABLE, source="<idle>")
 
 
 def idle_of(report: Report) -> pd.DataFrame:
@@ -219,7 +219,8 @@ def _windows(report: Report) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
-def _idle_slices(report: Report) -> pd.DataFrame:
+def idle_rows(report: Report) -> pd.DataFrame:
+    """The rows of :func:`idle_slices`, not yet conformed (``Report.replace(idle=...)`` conforms them)."""
     acts = activity(report)
     if not len(acts):
         return pd.DataFrame()
@@ -389,4 +390,4 @@ def cause_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, flo
     return {c: float(by.get(c, 0.0)) for c in CAUSES}
 
 
-__all__ = ["CAUSES", "cause_totals", "idle_intervals", "idle_of", "idle_slices", "idle_summary", "innermost_ranges"]
+__all__ = ["CAUSES", "cause_totals", "idle_intervals", "idle_of", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges"]

@@ -164,7 +164,7 @@ REQUEST_COLUMNS = _cols(
 STEP_COLUMNS = _cols(
     ("step", "int", True, "step index"),
     ("phase", "str", True, "prefill, decode, mixed (prefill and decode tokens in one step), or speculative draft / verify"),
-    ("batch", "int", True, "sequences in the step"),
+    ("batch", "int", False, "sequences in the step (missing for a --steps range whose name does not say)"),
     ("tokens", "int", False, "tokens processed in the step (None when the step's label does not say)"),
     ("context_len", "int", False, "context length after the step, tokens"),
     ("start_ns", "int", True, "start on the report's timeline, ns"),

@@ -414,7 +414,7 @@ def gpu_idle(report: Report) -> list[Finding]:
             evidence["measured_in"] = "inference window (first step to last, outlier steps cut out)"
             title = title.replace("of the active span", "of the inference window", 1)
             advice += knob(fw, "graphs", graphs=mode.is_graph_run,
-                           tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").max()))
+                           tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").astype("float64").max()))
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
             evidence, advice, idle.idle_ns, ranges=ranges))
@@ -438,7 +438,11 @@ def _cause_evidence(report: Report, device: str,
     cause = max(known, key=lambda c: known[c]) if known else "unknown"
     evidence["idle_cause"] = cause
     summary = idle_summary(idle)
-    mine = summary[(summary["cause"] == cause) & summary["range"].notna()].head(TOP_CAUSE_RANGES)
+    mine = summary[(summary["cause"] == cause) & summary["range"].notna()]
+    # ranges numbered per layer / token (ensure_layer_3_weights) are one family: ensure_layer_N_weights
+    family = mine["range"].astype(str).str.replace(r"\d+", "N", regex=True)
+    mine = (mine.assign(range=family).groupby("range", sort=False)[["duration_ns", "idle_pct"]].sum()
+            .sort_values("duration_ns", ascending=False, kind="stable").head(TOP_CAUSE_RANGES).reset_index())
     names = []
     for i, row in enumerate(mine.itertuples(index=False), start=1):
         evidence[f"{cause}_range{i}"] = str(row.range)
