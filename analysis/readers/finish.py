@@ -80,9 +80,10 @@ def finish(imported: Imported, steps: StepRule | None = None) -> Report:
     manifest = {**imported.manifest, "device": imported.device.to_dict() if imported.device else None}
     if notes:
         manifest["warnings"] = [*imported.warnings, *notes]
-    report = Report.assemble(tables, manifest)
     if "idle" in tables:  # given by the caller (a combined report): kept
-        return report
+        return Report.assemble(tables, manifest)
+    # a placeholder idle table while the report is read to make the real one (conformed once, below)
+    report = Report.assemble({**tables, "idle": pd.DataFrame()}, manifest)
     # 4. every idle slice of the device with its cause (analysis/idle.py)
     return report.replace(idle=idle_rows(report))
 
