@@ -390,4 +390,25 @@ def cause_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, flo
     return {c: float(by.get(c, 0.0)) for c in CAUSES}
 
 
-__all__ = ["CAUSES", "cause_totals", "idle_intervals", "idle_of", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges"]
+def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
+    """Per device: its window and idle ns, the idle ns and share per cause (every cause listed), and
+    the ``top`` rows of :func:`idle_summary` (the ``--json`` key ``idle``, the text and HTML sections)."""
+    out: list[dict[str, object]] = []
+    if not len(idle):
+        return out
+    summary = idle_summary(idle)
+    for device, rows in idle.groupby("device", sort=True):
+        total = float(rows["duration_ns"].sum())
+        window = float(rows["window_ns"].iloc[0])
+        totals = cause_totals(rows)
+        out.append({
+            "device": device, "window_ns": window, "idle_ns": total,
+            "idle_pct": total / window * 100 if window > 0 else None,
+            "causes": [{"cause": c, "duration_ns": ns, "idle_pct": ns / total * 100 if total > 0 else None}
+                       for c, ns in sorted(totals.items(), key=lambda kv: -kv[1])],
+            "ranges": summary[summary["device"] == device].head(top).drop(columns="device").to_dict(orient="records"),
+        })
+    return out
+
+
+__all__ = ["CAUSES", "cause_totals", "idle_intervals", "idle_of", "idle_overview", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges"]

@@ -212,3 +212,23 @@ def test_engine_on_cpu_planted_sleep_and_item(monkeypatch) -> None:
     (f,) = RULES["gpu-idle"](r)
     assert "planted_host_work" in f.title and f.evidence["idle_cause"] == "host"
     assert np.isfinite(f.evidence["idle_sync_ns"]) and f.evidence["idle_sync_ns"] > 0
+
+
+# ---------------------------------------------------------------------------- outputs
+def test_analyze_shows_the_split_in_text_and_json(tmp_path: Path, capsys) -> None:
+    import json
+
+    from perfscope.cli import main
+
+    trace = weight_streaming().write(tmp_path / "t.json")
+    assert main(["import", str(trace), "--out", str(tmp_path / "r.perfscope"), "--no-html"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "r.perfscope"), "--json"]) == 0
+    (dev,) = json.loads(capsys.readouterr().out)["idle"]
+    truth = weight_streaming().truth()
+    causes = {c["cause"]: c["duration_ns"] for c in dev["causes"]}
+    assert causes["copy"] == sum(ns for (c, _), ns in truth.items() if c == "copy")
+    assert dev["idle_ns"] == sum(truth.values()) and set(causes) == set(CAUSES)
+    assert main(["analyze", str(tmp_path / "r.perfscope")]) == 0
+    text = capsys.readouterr().out
+    assert "idle on cuda:0" in text and "copy 81%" in text and "ensure_layer_1_weights" in text
