@@ -232,3 +232,24 @@ def test_analyze_shows_the_split_in_text_and_json(tmp_path: Path, capsys) -> Non
     assert main(["analyze", str(tmp_path / "r.perfscope")]) == 0
     text = capsys.readouterr().out
     assert "idle on cuda:0" in text and "copy 81%" in text and "ensure_layer_1_weights" in text
+
+
+def test_perfetto_and_chrome_exports_have_an_idle_track_with_each_slice(tmp_path: Path) -> None:
+    import json
+
+    from perfscope.dashboard.export.perfetto import export_trace, lean_report
+    from tests.unit.test_trace_export import _read_pftrace
+
+    r = read_kineto(weight_streaming().write(tmp_path / "t.json"))
+    export_trace(r, tmp_path / "t.pftrace")
+    got = _read_pftrace(tmp_path / "t.pftrace")
+    assert got["slices"]["idle"] == len(r.idle) and got["durations"]["idle"] == int(r.idle["duration_ns"].sum())
+    assert {n for n, p in got["tracks"].values() if p and got["tracks"][p][0] == "idle"} == {"cuda:0 idle causes"}
+    copies = [a for a in got["args"] if a["_name"] == "copy"]
+    assert len(copies) == int((r.idle["cause"] == "copy").sum())
+    assert all(a["range"].startswith("ensure_layer_") and a["bytes"] == 4 << 20 for a in copies)
+    # the chrome JSON of the saved folder, read lean, holds the same slices
+    folder = r.save(tmp_path / "r.perfscope")
+    export_trace(lean_report(folder), tmp_path / "t.json.out", format="chrome")
+    events = [e for e in json.loads((tmp_path / "t.json.out").read_text())["traceEvents"] if e.get("cat") == "idle"]
+    assert Counter(e["name"] for e in events) == Counter(r.idle["cause"])
