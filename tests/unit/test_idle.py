@@ -253,3 +253,41 @@ def test_perfetto_and_chrome_exports_have_an_idle_track_with_each_slice(tmp_path
     export_trace(lean_report(folder), tmp_path / "t.json.out", format="chrome")
     events = [e for e in json.loads((tmp_path / "t.json.out").read_text())["traceEvents"] if e.get("cat") == "idle"]
     assert Counter(e["name"] for e in events) == Counter(r.idle["cause"])
+
+
+def test_html_report_and_dashboard_show_a_bar_per_cause_and_click_lists_the_gaps(tmp_path: Path) -> None:
+    from perfscope.dashboard import callbacks as cb
+    from perfscope.dashboard import figures
+    from perfscope.dashboard.html_report import render_html
+    from perfscope.dashboard.store import ReportStore
+
+    r = read_kineto(weight_streaming().write(tmp_path / "t.json"))
+    fig = figures.idle_causes(r)
+    bars = {t.customdata[0][1]: t.x[0] for t in fig.data}
+    assert set(bars) == set(CAUSES)
+    assert bars["copy"] * 1e6 == pytest.approx(cause_totals(r.idle)["copy"])
+    assert "Why the GPU waits" in render_html(r)
+    r.save(tmp_path / "runs" / "ws.perfscope")
+    store = ReportStore([tmp_path / "runs"])
+    (key,) = [e.key for e in store.entries()]
+    assert cb.on_idle(store, key, "timeline").data  # the figure, on the timeline tab
+    click = {"points": [{"customdata": ["cuda:0", "copy"]}]}
+    listed = cb.on_idle_click(store, key, click)
+    text = " ".join(str(t) for t in _strings(listed))
+    n = int((r.idle["cause"] == "copy").sum())
+    assert f"{n} copy gaps on cuda:0" in text and "ensure_layer_" in text and "cudaMemcpyAsync" in text
+
+
+def _strings(component: object) -> list[str]:
+    if isinstance(component, str):
+        return [component]
+    if isinstance(component, (list, tuple)):
+        return [t for c in component for t in _strings(c)]
+    if isinstance(component, dict):
+        return [t for v in component.values() for t in _strings(v)]
+    out = []
+    for attr in ("children", "data", "rowData"):
+        value = getattr(component, attr, None)
+        if value is not None:
+            out += _strings(value)
+    return out
