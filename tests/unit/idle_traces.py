@@ -153,3 +153,61 @@ def sync_bound(steps: int = 3) -> HostTrace:
         t.range("postprocess", post, now)
         t.range(f"iteration {step}", start, now)
     return t
+
+
+# ---------------------------------------------------------------------------- the same trace as an nsys export
+NSYS_TEMPLATE = "nsys/nvfuser_h100_matmul.sqlite"
+"""A real nsys SQLite export whose schema (tables, enums, string table) the synthetic rows are written into."""
+NSYS_NAMES = {"cudaLaunchKernel": "cudaLaunchKernel_v7000", "cudaMemcpyAsync": "cudaMemcpyAsync_v3020",
+              "cudaStreamSynchronize": "cudaStreamSynchronize_v3020"}
+COPY_KIND_ID = {"HtoD": 1, "DtoH": 2, "DtoD": 8}
+MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE = 0, 1, 2
+
+
+def write_nsys(trace: HostTrace, template: Path, out: Path) -> Path:
+    """``trace`` written into a copy of a real nsys export: its kernel, runtime, memcpy and NVTX rows
+    replaced by the trace's (times in ns, the export's own string ids and process / thread keys)."""
+    import shutil
+    import sqlite3
+
+    shutil.copyfile(template, out)
+    with sqlite3.connect(out) as db:
+        ids = {v: i for i, v in db.execute("SELECT id, value FROM StringIds")}
+        pid = db.execute("SELECT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+        tid, event_class = db.execute("SELECT globalTid, eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                                      "LIMIT 1").fetchone()
+        templates = {}
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                      "NVTX_EVENTS"):
+            cur = db.execute(f"SELECT * FROM {table} LIMIT 1")
+            templates[table] = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+            db.execute(f"DELETE FROM {table}")
+        for table in ("CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
+            db.execute(f"DELETE FROM {table}")
+
+        def insert(table: str, **values: object) -> None:
+            row = {**templates[table], **values}
+            db.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                       tuple(row.values()))
+
+        base = 1_000_000_000
+        for e in trace.events:
+            ts, te = base + e["ts"] * 1000, base + (e["ts"] + e["dur"]) * 1000
+            corr = (e.get("args") or {}).get("correlation")
+            if e["cat"] == "cuda_runtime":
+                insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=ts, end=te, eventClass=event_class, globalTid=tid,
+                       correlationId=corr, nameId=ids[NSYS_NAMES[e["name"]]], returnValue=0, callchainId=None)
+            elif e["cat"] == "kernel":
+                insert("CUPTI_ACTIVITY_KIND_KERNEL", start=ts, end=te, streamId=STREAM, correlationId=corr,
+                       globalPid=pid, graphNodeId=None)
+            elif e["cat"] == "gpu_memcpy":
+                kind = e["name"].split()[1]
+                host = MEM_PINNED if "Pinned" in e["name"] else MEM_PAGEABLE
+                src, dst = (host, MEM_DEVICE) if kind == "HtoD" else (MEM_DEVICE, host)
+                insert("CUPTI_ACTIVITY_KIND_MEMCPY", start=ts, end=te, streamId=STREAM, correlationId=corr,
+                       globalPid=pid, bytes=e["args"]["bytes"], copyKind=COPY_KIND_ID[kind], srcKind=src, dstKind=dst,
+                       graphNodeId=None)
+            elif e["cat"] == "user_annotation":
+                insert("NVTX_EVENTS", start=ts, end=te, eventType=59, text=e["name"], textId=None, globalTid=tid,
+                       endGlobalTid=None, domainId=0)
+    return out

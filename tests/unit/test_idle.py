@@ -23,7 +23,13 @@ from perfscope.analysis.idle import CAUSES, cause_totals, idle_of, idle_summary
 from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.analysis.rules import timeline
 from perfscope.report import Report
-from tests.unit.idle_traces import launch_bound, sync_bound, weight_streaming
+from tests.unit.idle_traces import (
+    NSYS_TEMPLATE,
+    launch_bound,
+    sync_bound,
+    weight_streaming,
+    write_nsys,
+)
 from tests.unit.ranks_support import union
 
 FIXTURES = sorted([
@@ -49,9 +55,14 @@ def by_cause_and_range(report: Report) -> Counter[tuple[str, str | None]]:
 
 # ---------------------------------------------------------------------------- synthetic truth
 @pytest.mark.parametrize("build", [weight_streaming, launch_bound, sync_bound])
-def test_causes_and_ranges_equal_the_oracle(tmp_path: Path, build) -> None:
+@pytest.mark.parametrize("fmt", ["kineto", "nsys"])
+def test_causes_and_ranges_equal_the_oracle(tmp_path: Path, fixtures_dir: Path, build, fmt: str) -> None:
+    """The same host timeline written as a Kineto trace and into a real nsys export's schema."""
+    from perfscope.analysis.readers.nsys.reader import read_nsys_sqlite
+
     trace = build()
-    r = read_kineto(trace.write(tmp_path / "t.json"))
+    r = read_kineto(trace.write(tmp_path / "t.json")) if fmt == "kineto" else \
+        read_nsys_sqlite(write_nsys(trace, fixtures_dir / NSYS_TEMPLATE, tmp_path / "t.sqlite"))
     assert by_cause_and_range(r) == trace.truth()
     assert set(r.idle["cause"]) <= set(CAUSES)
 

@@ -109,3 +109,16 @@ def test_propose_steps_needs_repeats_around_the_gpu_work() -> None:
                            "end_ns": [90, 190, 400], "depth": [0, 0, 0], "source": "record_function"})
     assert propose_steps(ranges, np.array([10, 20, 110, 120])) == ("^forward$", "forward", 2)
     assert propose_steps(ranges, np.array([310, 320, 330, 10])) is None  # most launches are in setup, once
+
+
+def test_nsys_export_with_steps(tmp_path: Path, fixtures_dir: Path) -> None:
+    """The issue's trace is an nsys export: NVTX ranges take the same path."""
+    from perfscope.analysis.readers.nsys.reader import read_nsys_sqlite
+    from tests.unit.idle_traces import NSYS_TEMPLATE, write_nsys
+
+    r = read_nsys_sqlite(write_nsys(weight_streaming(), fixtures_dir / NSYS_TEMPLATE, tmp_path / "t.sqlite"))
+    (note,) = _note(r)
+    assert r"--steps '^token_\d+_processing$'" in note
+    s = with_steps(r, StepRule.parse(r"^token_\d+_processing$", ["token_0_=prefill", "token=decode"]))
+    assert list(s.steps["phase"]) == ["prefill", "decode", "decode", "decode"]
+    assert s.kernels.groupby("step").size().tolist() == [24] * 4
