@@ -416,7 +416,7 @@ PROPOSE_SKIP = re.compile(r"^ProfilerStep#")
 def _template(name: str) -> str:
     """The regex of a range name with each digit run made ``\\d+``: ``^token_\\d+_processing$``."""
     parts = re.split(r"(\d+)", name)
-    return "^" + "".join(r"\d+" if p.isdigit() else re.escape(p).replace("\\ ", " ") for p in parts) + "$"
+    return "^" + "".join(r"\d+" if p.isdigit() else re.escape(p).replace("\\ ", " ").replace("\\#", "#") for p in parts) + "$"
 
 
 def propose_steps(ranges: pd.DataFrame, launch_ns: np.ndarray) -> tuple[str, str, int] | None:

@@ -122,3 +122,26 @@ def test_nsys_export_with_steps(tmp_path: Path, fixtures_dir: Path) -> None:
     s = with_steps(r, StepRule.parse(r"^token_\d+_processing$", ["token_0_=prefill", "token=decode"]))
     assert list(s.steps["phase"]) == ["prefill", "decode", "decode", "decode"]
     assert s.kernels.groupby("step").size().tolist() == [24] * 4
+
+
+def test_cli_profile_of_a_script_with_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import textwrap
+
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        x, w = torch.randn(16, 32), torch.randn(32, 32)
+        for i in range(3):
+            with torch.profiler.record_function(f"iteration {i}"):
+                y = (x @ w).relu().sum()
+    """))
+    out = tmp_path / "p.perfscope"
+    code = main(["profile", "--steps", r"^iteration \d+$", "--phase-of", "iteration 0=prefill", "--no-baseline",
+                 "--no-html", "-q", "--out", str(out), "--", "python", str(script)])
+    assert code == 0, capsys.readouterr().err
+    r = Report.load(out)
+    assert list(r.steps["label"]) == ["iteration 0", "iteration 1", "iteration 2"]
+    assert list(r.steps["phase"].astype(object).where(r.steps["phase"].notna(), None)) == ["prefill", None, None]
+    assert r.kernels["step"].notna().sum() >= 3  # the operators run inside the steps
+    assert main(["profile", "--steps", "x", "--no-baseline", "-q"]) != 0  # the engine marks its own steps
+    assert "--steps names the steps of a profiled command" in capsys.readouterr().err
