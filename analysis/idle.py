@@ -55,7 +55,7 @@ PRIORITY = ("profiler", "sync", "copy", "launch")
 """The host-call causes, first wins where calls overlap (a sync inside a profiler flush is the profiler's)."""
 
 PROFILER_API = re.compile(r"cupti|profiler|roctracer|rocprof|activity ?buffer", re.IGNORECASE)
-PROFILER_RANGE = re.compile(r"^\s*\[?(cupti|kineto|profiler overhead|activity buffer|lazy function loading)", re.IGNORECASE)
+PROFILER_RANGE = re.compile(r"^\s*\[?(cupti|kineto|profiler overhead|activity buffer)", re.IGNORECASE)
 SYNC_API = re.compile(r"synchroni[sz]e", re.IGNORECASE)
 SYNC_OPS = re.compile(r"^aten::(item|_local_scalar_dense)$")
 COPY_API = re.compile(r"memcpy", re.IGNORECASE)

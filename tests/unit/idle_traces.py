@@ -11,7 +11,7 @@ from pathlib import Path
 
 PID, TID, STREAM = 100, 100, 7
 CALL_CAUSE = {"cudaLaunchKernel": "launch", "cudaMemcpyAsync": "copy", "cudaStreamSynchronize": "sync",
-              "cudaEventSynchronize": "sync", "cudaDeviceSynchronize": "sync"}
+              "cudaEventSynchronize": "sync", "cudaDeviceSynchronize": "sync", "cuptiActivityFlushAll": "profiler"}
 
 
 @dataclass
@@ -155,6 +155,23 @@ def sync_bound(steps: int = 3) -> HostTrace:
     return t
 
 
+def profiler_flush(steps: int = 3) -> HostTrace:
+    """``step N`` ranges of 5 launches, then the profiler flushing its buffers (a 700 µs
+    ``cuptiActivityFlushAll`` call) while the GPU has drained."""
+    t = HostTrace()
+    now = 0
+    for step in range(steps):
+        start = now
+        for _ in range(5):
+            t.launch(now, 10, now + 12, 30)
+            now += 10
+        now += 40
+        t.range(f"step {step}", start, now)
+        t._call("cuptiActivityFlushAll", now, 700)
+        now += 720
+    return t
+
+
 # ---------------------------------------------------------------------------- the same trace as an nsys export
 NSYS_TEMPLATE = "nsys/nvfuser_h100_matmul.sqlite"
 """A real nsys SQLite export whose schema (tables, enums, string table) the synthetic rows are written into."""
@@ -190,13 +207,20 @@ def write_nsys(trace: HostTrace, template: Path, out: Path) -> Path:
             db.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                        tuple(row.values()))
 
+        def name_id(name: str) -> int:  # a name the export's string table lacks is added to it
+            if name not in ids:
+                ids[name] = max(ids.values()) + 1
+                db.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (ids[name], name))
+            return ids[name]
+
         base = 1_000_000_000
         for e in trace.events:
             ts, te = base + e["ts"] * 1000, base + (e["ts"] + e["dur"]) * 1000
             corr = (e.get("args") or {}).get("correlation")
             if e["cat"] == "cuda_runtime":
                 insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=ts, end=te, eventClass=event_class, globalTid=tid,
-                       correlationId=corr, nameId=ids[NSYS_NAMES[e["name"]]], returnValue=0, callchainId=None)
+                       correlationId=corr, nameId=name_id(NSYS_NAMES.get(e["name"], e["name"])), returnValue=0,
+                       callchainId=None)
             elif e["cat"] == "kernel":
                 insert("CUPTI_ACTIVITY_KIND_KERNEL", start=ts, end=te, streamId=STREAM, correlationId=corr,
                        globalPid=pid, graphNodeId=None)

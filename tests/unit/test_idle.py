@@ -26,6 +26,7 @@ from perfscope.report import Report
 from tests.unit.idle_traces import (
     NSYS_TEMPLATE,
     launch_bound,
+    profiler_flush,
     sync_bound,
     weight_streaming,
     write_nsys,
@@ -54,7 +55,7 @@ def by_cause_and_range(report: Report) -> Counter[tuple[str, str | None]]:
 
 
 # ---------------------------------------------------------------------------- synthetic truth
-@pytest.mark.parametrize("build", [weight_streaming, launch_bound, sync_bound])
+@pytest.mark.parametrize("build", [weight_streaming, launch_bound, sync_bound, profiler_flush])
 @pytest.mark.parametrize("fmt", ["kineto", "nsys"])
 def test_causes_and_ranges_equal_the_oracle(tmp_path: Path, fixtures_dir: Path, build, fmt: str) -> None:
     """The same host timeline written as a Kineto trace and into a real nsys export's schema."""
@@ -120,6 +121,15 @@ def test_sync_bound_trace_names_the_sync_and_its_range(tmp_path: Path) -> None:
     # every slice is inside the window and the slices do not overlap
     s = r.idle.sort_values("start_ns")
     assert (s["start_ns"].to_numpy()[1:] >= s["end_ns"].to_numpy()[:-1]).all()
+
+
+def test_profiler_flush_is_the_profilers_own_time(tmp_path: Path) -> None:
+    trace = profiler_flush()
+    r = read_kineto(trace.write(tmp_path / "t.json"))
+    (f,) = [g for g in RULES["gpu-idle"](r) if g.id == "gpu-idle"]
+    assert f.evidence["idle_cause"] == "profiler"
+    assert f.evidence["idle_profiler_ns"] == sum(ns for (c, _), ns in trace.truth().items() if c == "profiler")
+    assert "measurement overhead" in f.recommendation
 
 
 def test_a_trace_without_its_host_side_is_unknown(tmp_path: Path) -> None:
