@@ -499,6 +499,9 @@ def _cause_advice(cause: str, evidence: dict[str, float | int | str], ranges: li
                 "read the other causes.")
     if cause == "host":
         median = float(evidence.get("host_median_slice_ns", math.nan))
+        if graph:
+            return (f"For {share:.0f}% of the idle time the host was in its own code{where}, not in launch calls "
+                    f"(gaps of {duration(median)}, median). " + graph)
         if median < DISPATCH_GAP_NS:
             return (f"For {share:.0f}% of the idle time the host was in its own code between launches{where}, in "
                     f"gaps of {duration(median)} (median): the framework's per-operator work (Python, dispatch, "

@@ -204,7 +204,7 @@ def test_engine_on_cpu_planted_sleep_and_item(monkeypatch) -> None:
     gen = importlib.import_module("perfscope.engine.generate")
     from perfscope.sessions.profile import EngineRun, profile_engine
 
-    sleep_s, sampled = 0.004, []
+    sleep_s, sampled = 0.01, []
     original = gen.sample
 
     def planted(logits, params, g):
@@ -230,6 +230,7 @@ def test_engine_on_cpu_planted_sleep_and_item(monkeypatch) -> None:
     items = r.kernels[(r.kernels["name"] == "aten::item") & (r.kernels["range"].astype(str).str.endswith("planted_sync"))]
     sync = idle[(idle["cause"] == "sync") & (idle["range"] == "planted_sync")]
     assert len(items) and 0 < sync["duration_ns"].sum() <= items["duration_ns"].sum()
+    monkeypatch.setattr(timeline, "IDLE_MIN_PCT", 0.0)  # the finding however small the idle share is on this machine
     (f,) = RULES["gpu-idle"](r)
     assert "planted_host_work" in f.title and f.evidence["idle_cause"] == "host"
     assert np.isfinite(f.evidence["idle_sync_ns"]) and f.evidence["idle_sync_ns"] > 0
