@@ -343,18 +343,160 @@ def assign_kernels_to_steps(kernels: pd.DataFrame, steps: pd.DataFrame, api: pd.
     return out_k, out_s
 
 
-def with_framework_steps(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+# ---------------------------------------------------------------------------- steps of any engine
+@dataclass(frozen=True)
+class StepRule:
+    """Which ranges are steps when no framework marks them (``--steps REGEX``), and their phase
+    (``--phase-of REGEX=PHASE``: the first whose regex finds a match in the range's name)."""
+
+    pattern: re.Pattern[str]
+    phases: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+    @classmethod
+    def parse(cls, steps: str, phase_of: Sequence[str] = ()) -> StepRule:
+        """From the command line's text; raises UsageError naming the bad part."""
+        from perfscope.errors import UsageError
+
+        def compiled(text: str, what: str) -> re.Pattern[str]:
+            try:
+                return re.compile(text)
+            except re.error as exc:
+                raise UsageError(f"{what} {text!r} is not a regular expression ({exc})",
+                                 hint="e.g. --steps '^token_\\d+_processing$'") from None
+        phases = []
+        for item in phase_of:
+            regex, sep, phase = item.rpartition("=")
+            if not sep or not regex or not phase.strip():
+                raise UsageError(f"--phase-of {item!r}: give REGEX=PHASE", hint="e.g. --phase-of '^token_0_=prefill'")
+            phases.append((compiled(regex, "--phase-of"), phase.strip()))
+        return cls(compiled(steps, "--steps"), tuple(phases))
+
+    def label(self, name: str) -> StepLabel:
+        """The step a matching range stands for: framework ``user``, the phase --phase-of gives (None
+        when none does), and batch / tokens from named groups ``batch`` / ``tokens`` of the regex."""
+        phase = next((p for rx, p in self.phases if rx.search(name)), None)
+        m = self.pattern.search(name)
+        groups = m.groupdict() if m else {}
+
+        def num(key: str) -> int | None:
+            v = groups.get(key)
+            return int(v) if v is not None and str(v).isdigit() else None
+        return StepLabel("user", phase, batch=num("batch"), tokens=num("tokens"))  # type: ignore[arg-type]
+
+
+def user_steps_from_ranges(ranges: pd.DataFrame, rule: StepRule) -> FrameworkSteps:
+    """One ``user`` step per outermost host range (per thread) whose name ``rule`` matches."""
+    if not len(ranges):
+        return FrameworkSteps(pd.DataFrame())
+    names = ranges["name"].astype("object")
+    codes, distinct = pd.factorize(names)
+    hit = np.array([rule.pattern.search(str(n)) is not None for n in distinct] + [False])[codes]
+    if "source" in ranges:
+        hit &= ~ranges["source"].isin(GPU_RANGE_SOURCES).to_numpy()
+    hit &= ranges["end_ns"].to_numpy(np.float64) >= ranges["start_ns"].to_numpy(np.float64)
+    rows = np.flatnonzero(hit)
+    if not len(rows):
+        return FrameworkSteps(pd.DataFrame())
+    text = names.to_numpy(dtype=object)[rows]
+    labels = [rule.label(str(n)) for n in text]
+    thread = (pd.to_numeric(ranges["thread"], errors="coerce").fillna(-1).to_numpy(np.int64)[rows]
+              if "thread" in ranges else np.zeros(len(rows), np.int64))
+    return FrameworkSteps(_merge_nested(labels, ranges["start_ns"].to_numpy(np.int64)[rows],
+                                        ranges["end_ns"].to_numpy(np.int64)[rows], thread, text))
+
+
+PROPOSE_MIN_REPEATS = 2
+"""A range name (digits aside) proposed as the step must occur at least twice..."""
+PROPOSE_MIN_LAUNCH_SHARE = 0.5
+"""...and its ranges must hold at least half of the GPU work's launches."""
+PROPOSE_SKIP = re.compile(r"^ProfilerStep#")
+"""torch.profiler's own step marks: the profiler's schedule, not the engine's step."""
+
+
+def _template(name: str) -> str:
+    """The regex of a range name with each digit run made ``\\d+``: ``^token_\\d+_processing$``."""
+    parts = re.split(r"(\d+)", name)
+    return "^" + "".join(r"\d+" if p.isdigit() else re.escape(p).replace("\\ ", " ").replace("\\#", "#") for p in parts) + "$"
+
+
+def propose_steps(ranges: pd.DataFrame, launch_ns: np.ndarray) -> tuple[str, str, int] | None:
+    """A range name that repeats as the outermost range around the GPU work (``token_12_processing``,
+    ``decode_step``, ``iteration 7``, ``forward``): (the regex for ``--steps``, one example name, how
+    many ranges match), or None. ``launch_ns``: the GPU work's launch times (:func:`launch_times_ns`).
+
+    Host ranges only (not nn.Module calls, not the GPU-side copies, not ProfilerStep#N); among the
+    names whose ranges hold at least half of the launches, the outermost (least nested) one wins,
+    then the one with more ranges."""
+    if not len(ranges) or not len(launch_ns):
+        return None
+    r = ranges
+    if "source" in r:
+        src = r["source"].astype("object")
+        r = r[~src.isin([*GPU_RANGE_SOURCES, "module"]).to_numpy(bool)]
+    r = r[~r["name"].astype(str).str.match(PROPOSE_SKIP).to_numpy(bool)]
+    if not len(r):
+        return None
+    templates = r["name"].astype(str).map(_template)
+    launches = np.sort(np.asarray(launch_ns, np.int64))
+    depth = pd.to_numeric(r["depth"], errors="coerce") if "depth" in r else pd.Series(0, index=r.index)
+    best: tuple[float, int, str, str, int] | None = None
+    for template, g in r.groupby(templates, sort=False):
+        if len(g) < PROPOSE_MIN_REPEATS:
+            continue
+        ms, me = _merged_windows(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+        inside = np.searchsorted(ms, launches, side="right") - 1
+        held = int(((inside >= 0) & (launches <= me[np.maximum(inside, 0)])).sum())
+        if held < PROPOSE_MIN_LAUNCH_SHARE * len(launches):
+            continue
+        d = float(depth.loc[g.index].median()) if depth.loc[g.index].notna().any() else 0.0
+        key = (d, -len(g), str(template), str(g["name"].iloc[0]), len(g))
+        if best is None or key[:2] < best[:2]:
+            best = key
+    return None if best is None else (best[2], best[3], best[4])
+
+
+def _merged_windows(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    first = np.ones(len(s), bool)
+    first[1:] = s[1:] > np.maximum.accumulate(e)[:-1]
+    idx = np.flatnonzero(first)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+PROPOSAL_PREFIX = "no step annotations found; the range"
+
+
+def proposal_note(found: tuple[str, str, int]) -> str:
+    """The import's note proposing ``found`` (:func:`propose_steps`) as the steps."""
+    regex, example, n = found
+    return (f"{PROPOSAL_PREFIX} {example!r} repeats ({n} ranges matching {regex}) as the "
+            f"outermost range around the GPU work: import with --steps '{regex}' to make each one a step "
+            "(add --phase-of REGEX=PHASE to name their phase; none is guessed)")
+
+
+def with_framework_steps(tables: Mapping[str, pd.DataFrame],
+                         rule: StepRule | None = None) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The import pipeline's step: ``tables`` with ``steps`` read from the ranges and the kernels'
     step and phase, plus warnings. Tables that already hold steps (the reference engine's, a load
-    test's) or have no ranges are returned as they are."""
+    test's) or have no ranges are returned as they are. With ``rule`` (``--steps``), the ranges it
+    matches are the steps instead (framework ``user``). Without one, and with no framework's
+    annotation, a repeating outermost range is proposed in a note (:func:`propose_steps`)."""
     out = dict(tables)
     given = out.get("steps")
-    if given is not None and len(given):
+    if rule is None and given is not None and len(given):
         return _with_given_steps(out), []
     if not len(out.get("ranges", ())):
         return out, []
-    found = steps_from_ranges(out["ranges"])
+    found = steps_from_ranges(out["ranges"]) if rule is None else user_steps_from_ranges(out["ranges"], rule)
     if not len(found.steps):
+        kernels = out.get("kernels")
+        if rule is not None:
+            return out, [f"--steps {rule.pattern.pattern!r} matches no range: no steps"]
+        if kernels is not None and len(kernels) and not found.warnings:
+            proposal = propose_steps(out["ranges"], launch_times_ns(kernels, out.get("api")))
+            if proposal is not None:
+                return out, [proposal_note(proposal)]
         return out, found.warnings
     kernels = out.get("kernels")
     steps = found.steps
@@ -570,6 +712,7 @@ __all__ = [
     "UNKNOWN",
     "FrameworkSteps",
     "StepLabel",
+    "StepRule",
     "assign_kernels_to_steps",
     "flag_outliers",
     "has_framework_steps",
@@ -578,8 +721,10 @@ __all__ = [
     "inference_windows",
     "launch_times_ns",
     "parse_step_label",
+    "propose_steps",
     "step_of",
     "step_windows",
     "steps_from_ranges",
+    "user_steps_from_ranges",
     "with_framework_steps",
 ]

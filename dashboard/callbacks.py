@@ -16,7 +16,7 @@ from dash import Input, Output, State, dcc, html
 
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
-from perfscope.format import labelled_rows
+from perfscope.format import duration, labelled_rows
 from perfscope.schema import text_of
 
 from . import figures, ids, layout, views
@@ -91,6 +91,41 @@ def on_timeline(store: ReportStore, key: str | None, tab: str, relayout: dict[st
         return NO  # a relayout that is not a zoom (legend click, y pan): keep the figure
     t0, t1 = window_from_relayout(relayout)
     return figures.timeline(store.load(key), t0_ns=t0, t1_ns=t1)
+
+
+IDLE_GAPS_SHOWN = 20
+"""How many gaps of a clicked idle cause the timeline tab lists (the largest first)."""
+
+
+def on_idle(store: ReportStore, key: str | None, tab: str) -> Any:
+    """Idle time per cause (docs/idle.md), under the timeline."""
+    if _skip(tab, "timeline") or not key:
+        return NO
+    return figures.idle_causes(store.load(key))
+
+
+def on_idle_click(store: ReportStore, key: str | None, click: dict[str, Any] | None) -> Any:
+    """The gaps of the clicked cause bar: the largest first, each with its start (ms from the
+    timeline's origin), length, range and call; zoom the timeline there to see them."""
+    if not key or not click or not click.get("points"):
+        return html.P("click a cause's bar to list its gaps", className="muted")
+    device, cause = (click["points"][0].get("customdata") or [None, None])[:2]
+    from perfscope.analysis.idle import idle_of
+
+    from .figures.timeline_data import timeline_index
+
+    report = store.load(key)
+    idle = idle_of(report)
+    rows = idle[(idle["device"] == device) & (idle["cause"] == cause)]
+    if not len(rows):
+        return html.P(f"no {cause} gaps on {device}", className="muted")
+    origin = timeline_index(report).origin_ns
+    top = rows.nlargest(IDLE_GAPS_SHOWN, "duration_ns")
+    table = [{"start ms": f"{(int(r.start_ns) - origin) / 1e6:.3f}", "length": duration(float(r.duration_ns)),
+              "range": str(r.range) if isinstance(r.range, str) else "", "call": str(r.api) if isinstance(r.api, str) else ""}
+             for r in top.itertuples(index=False)]
+    return html.Div([html.P(f"{len(rows)} {cause} gaps on {device}, {duration(float(rows['duration_ns'].sum()))} "
+                            f"in all; the {len(top)} largest:", className="muted"), layout.dict_table(table)])
 
 
 def on_roofline(store: ReportStore, key: str | None, tab: str, per: str, color: str, phase: str,
@@ -293,6 +328,11 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
     cb(Output(ids.TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
        Input(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE_RESET, "n_clicks"))(
         _guard(lambda key, tab, relayout, _n: on_timeline(store, key, tab, relayout, dash.ctx.triggered_id), "figure"))
+    cb(Output(ids.IDLE_FIGURE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
+        _guard(lambda *a: on_idle(store, *a), "figure"))
+    cb(Output(ids.IDLE_GAPS, "children"), Input(ids.REPORT, "value"), Input(ids.IDLE_FIGURE, "clickData"))(
+        _guard(lambda key, click: on_idle_click(store, key, click if dash.ctx.triggered_id == ids.IDLE_FIGURE else None),
+               "text"))
     cb(Output(ids.ROOFLINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
        Input(ids.ROOF_PER, "value"), Input(ids.ROOF_COLOR, "value"), Input(ids.ROOF_PHASE, "value"),
        Input(ids.ROOF_RANGE, "value"), Input(ids.ROOF_NAME, "value"))(

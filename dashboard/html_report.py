@@ -199,6 +199,15 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
     return "".join(parts)
 
 
+def _idle(page: _Page, report: Report) -> str:
+    """Why the GPU waits: a bar per idle cause (docs/idle.md); nothing when the report has no idle slices."""
+    from perfscope.analysis.idle import idle_of
+
+    if not len(idle_of(report)):
+        return ""
+    return _section("Why the GPU waits", page.figure(figures.idle_causes(report), "idle causes"), "idle")
+
+
 def _ranks(page: _Page, report: Report) -> str:
     """The rank view (steps, comm/compute overlap, rank x category heatmap, kernel spread)."""
     if "rank" not in report.kernels.columns:
@@ -275,7 +284,7 @@ def render_html(
     """
     page = _Page()
     body = (_header(report) + _metrics(report) + _findings(report)
-            + _figures(page, report, timeline_max_items) + tree_section(page, report)
+            + _figures(page, report, timeline_max_items) + _idle(page, report) + tree_section(page, report)
             + _kernel_tables(page, report, max_table_rows, top_rows))
     return _page(f"perfscope: {report.name}", body, page, cdn)
 

@@ -11,6 +11,8 @@ FINDINGS = "overview-findings"  # filled after the overview (the rules are the s
 
 TIMELINE = "timeline-graph"
 TIMELINE_RESET = "timeline-reset"
+IDLE_FIGURE = "idle-causes"  # the timeline tab: idle time per cause (figures.idle_causes); click a bar for its gaps
+IDLE_GAPS = "idle-gaps"
 TIMELINE_ZOOM = "timeline-zoom"  # dcc.Store: the last zoom relayout of the timeline (callbacks.TIMELINE_ZOOM_JS fills it)
 
 ROOFLINE = "roofline-graph"

@@ -13,6 +13,7 @@ Folder layout (see DESIGN.md)::
       steps.parquet        engine steps (prefill / decode) of the profiled run
       requests_unprofiled.parquet, steps_unprofiled.parquet
                            the same workload run warm without the profiler (headline metrics)
+      idle.parquet         the device's idle slices, each with its cause (analysis/idle.py)
       raw/                 the raw capture it was built from, when kept
       report.html          the standalone HTML report, when rendered
 
@@ -90,6 +91,7 @@ class Report:
     steps: pd.DataFrame = field(default_factory=lambda: empty_table("steps"))
     requests_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("requests_unprofiled"))
     steps_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("steps_unprofiled"))
+    idle: pd.DataFrame = field(default_factory=lambda: empty_table("idle"))
     path: Path | None = None
 
     # ---------------------------------------------------------------- construction

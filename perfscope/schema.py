@@ -176,7 +176,7 @@ REQUEST_COLUMNS = _cols(
 STEP_COLUMNS = _cols(
     ("step", "int", True, "step index"),
     ("phase", "str", True, "prefill, decode, mixed (prefill and decode tokens in one step), or speculative draft / verify"),
-    ("batch", "int", True, "sequences in the step"),
+    ("batch", "int", False, "sequences in the step (missing for a --steps range whose name does not say)"),
     ("tokens", "int", False, "tokens processed in the step (None when the step's label does not say)"),
     ("context_len", "int", False, "context length after the step, tokens"),
     ("start_ns", "int", True, "start on the report's timeline, ns"),
@@ -208,6 +208,21 @@ STEP_COLUMNS = _cols(
      "tokens x context) in its prefilling requests, from a label with per-request lengths (vLLM), else None"),
 )
 
+IDLE_COLUMNS = _cols(
+    ("device", "str", True, "the device that was idle (cuda:0, cpu, ...)"),
+    ("start_ns", "int", True, "start of the idle slice on the report's timeline, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", True, "end_ns - start_ns"),
+    ("cause", "str", True, "what the host was doing: launch, host, sync, copy, profiler or unknown (docs/idle.md)"),
+    ("range", "str", False, "innermost NVTX / record_function / nn.Module range around the slice on the host"),
+    ("api", "str", False, "the host call the slice fell in (copies: the copy call)"),
+    ("correlation", "int", False, "the copy call's correlation id"),
+    ("bytes", "float", False, "bytes of the copy the call made (copies)"),
+    ("pinned", "bool", False, "the copy's host memory is pinned (None when unknown)"),
+    ("window_ns", "float", False, "length of the device's window (inference window, or first to last work), ns"),
+    ("window_pct", "float", False, "the slice's share of that window, percent"),
+)
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "kernels": KERNEL_COLUMNS,
     "ranges": RANGE_COLUMNS,
@@ -218,6 +233,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "steps": STEP_COLUMNS,
     "requests_unprofiled": REQUEST_COLUMNS,
     "steps_unprofiled": STEP_COLUMNS,
+    "idle": IDLE_COLUMNS,
 }
 """Every table of a Report; each is stored as ``<name>.parquet`` (or a ``<name>/`` dataset).
 

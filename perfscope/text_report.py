@@ -201,6 +201,22 @@ def _bound_text(row: Any) -> str:
     return f"{row['bound']}, {level} binds" if isinstance(level, str) and level else str(row["bound"])
 
 
+def _idle_lines(report: Report, n: int = 5) -> list[str]:
+    """Why the device waits: its idle time per cause and the largest (cause, range) rows (docs/idle.md)."""
+    from perfscope.analysis.idle import idle_of, idle_overview
+
+    lines = []
+    for dev in idle_overview(idle_of(report), n):
+        causes = " · ".join(f"{c['cause']} {_num(c['idle_pct'], 1, 0)}%" for c in dev["causes"]  # type: ignore[attr-defined]
+                            if c["duration_ns"])
+        lines.append(f"idle on {dev['device']}: {_num(dev['idle_ns'], 1e6, 2)} ms, {_num(dev['idle_pct'], 1, 1)}% of "
+                     f"{_num(dev['window_ns'], 1e6, 2)} ms: {causes}")
+        rows = [[str(r["cause"]), _clip(r["range"] or "(no range)", 46), _num(r["duration_ns"], 1e6, 2),
+                 _num(r["idle_pct"], 1, 1), str(r["slices"])] for r in dev["ranges"]]  # type: ignore[attr-defined]
+        lines.append(table(["cause", "range", "ms", "% idle", "gaps"], rows))
+    return lines
+
+
 def _rank_lines(report: Report) -> list[str]:
     if "rank" not in report.kernels.columns:
         return []
@@ -249,7 +265,7 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         head += "\n" + timing
     sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report),
                 _request_lines(report),
-                _kernel_lines(report, top), _rank_lines(report)]
+                _kernel_lines(report, top), _idle_lines(report), _rank_lines(report)]
     if findings:
         sections.append(_finding_lines(report))
     if report.warnings:

@@ -9,7 +9,8 @@ manifest keys it knows, the roofs to classify against); :func:`finish` then
 1b. reads the frameworks' step annotations among the ranges into ``steps`` and gives each kernel
    its step and phase (:func:`.framework_steps.with_framework_steps`);
 2. classifies the kernels against the roofs (:func:`.roofline.classify_conformed`);
-3. assembles the immutable Report, with the roofs as its ``device``.
+3. assembles the immutable Report, with the roofs as its ``device``;
+4. gives every idle slice of the device its cause (:func:`..idle.idle_rows`, the ``idle`` table).
 
 Callers that add tables (the engine's steps and requests, a load test's runs) do so on the
 :class:`Imported` before finishing, so nothing is conformed or classified twice.
@@ -28,7 +29,8 @@ from perfscope.report import Report
 from perfscope.schema import conform
 
 from ..costs.roofline import classify_conformed
-from ..steps import with_framework_steps
+from ..idle import idle_rows
+from ..steps import PROPOSAL_PREFIX, StepRule, with_framework_steps
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,11 @@ class Imported:
         return dict(self.manifest.get("params") or {})
 
 
-def finish(imported: Imported) -> Report:
-    """Conform each table once, classify the kernels, and build the Report."""
+def finish(imported: Imported, steps: StepRule | None = None) -> Report:
+    """Conform each table once, classify the kernels, and build the Report (``steps``: the ranges
+    that are steps, ``--steps``; default: the frameworks' annotations)."""
     tables = {name: conform(df, name, source=imported.origin) for name, df in imported.tables.items()}
-    tables, notes = with_framework_steps(tables)
+    tables, notes = with_framework_steps(tables, steps)
     if "steps" in tables and "steps" not in imported.tables:
         tables["steps"] = conform(tables["steps"], "steps", source=imported.origin)
     if "kernels" in tables:
@@ -77,4 +80,21 @@ def finish(imported: Imported) -> Report:
     manifest = {**imported.manifest, "device": imported.device.to_dict() if imported.device else None}
     if notes:
         manifest["warnings"] = [*imported.warnings, *notes]
-    return Report.assemble(tables, manifest)
+    if "idle" in tables:  # given by the caller (a combined report): kept
+        return Report.assemble(tables, manifest)
+    # a placeholder idle table while the report is read to make the real one (conformed once, below)
+    report = Report.assemble({**tables, "idle": pd.DataFrame()}, manifest)
+    # 4. every idle slice of the device with its cause (analysis/idle.py)
+    return report.replace(idle=idle_rows(report))
+
+
+def with_steps(report: Report, rule: StepRule) -> Report:
+    """``report`` with the ranges ``rule`` matches as its steps (``perfscope import --steps``): the
+    kernels' step and phase, the steps table and the idle table made again; a note when none matches."""
+    tables = {name: getattr(report, name) for name in ("kernels", "ranges", "api", "transfers")}
+    tables, notes = with_framework_steps(tables, rule)
+    steps = conform(tables["steps"], "steps", source="--steps") if "steps" in tables else report.steps.iloc[:0]
+    new = report.replace(kernels=tables["kernels"], steps=steps)
+    kept = [w for w in new.warnings if not w.startswith(PROPOSAL_PREFIX)]  # the proposal was taken
+    new = new.with_manifest(warnings=[*kept, *notes])
+    return new.replace(idle=idle_rows(new))

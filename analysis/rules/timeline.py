@@ -17,12 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import duration, nbytes, si
 from perfscope.memo import memo
 from perfscope.report import Report
 from perfscope.schema import map_distinct, value_mask, value_positions
 
 from ..costs.compiled_steps import compiled_kernels
+from ..idle import cause_totals, idle_of, idle_summary
 from ..ranks.stats import comm_mask
 from ..steps import has_framework_steps
 from ..steps import inference_windows as step_inference_windows
@@ -69,6 +70,17 @@ LAUNCH_API_MIN_PCT = 25.0
 """...and the CPU spends at least a quarter of the kernel time inside launch calls..."""
 LAUNCH_MIN_KERNELS = 20
 """...over at least 20 launches (one or two launches say nothing about a loop)."""
+
+LAUNCH_EXPLAINS_PCT = 50.0
+"""Launch-bound is claimed only when the host was inside launch calls for at least half of the idle
+time (the ``launch`` cause of :mod:`..idle`): a GPU that waits while the host runs Python, copies or
+synchronises is not helped by faster launches."""
+DISPATCH_GAP_NS = 50_000
+"""Host idle slices whose median is under 50 µs are the framework's per-operator work between
+launches (Python, dispatch, allocation), which capturing the step (CUDA graphs, torch.compile)
+removes; longer ones are the user's own host work in the named range."""
+TOP_CAUSE_RANGES = 3
+"""How many ranges of the dominant cause the finding names."""
 
 STREAM_OUTSIDE_MIN_PCT = 5.0
 """Multi-stream work that runs outside the busiest stream's busy time for 5% or more of the busy
@@ -385,6 +397,15 @@ def gpu_idle(report: Report) -> list[Finding]:
         title = (f"{share:.0f}% of the active span {what} ({duration(idle.idle_ns)} in {len(idle.gaps)} gaps "
                  f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
         advice = _idle_advice(cpu, host_pct, graph, compiled_cpu)
+        causes = _cause_evidence(report, idle.device, evidence)
+        if causes is not None:
+            cause, cause_ranges = causes
+            title += f"; mostly {cause}" + (f" in {', '.join(cause_ranges)}" if cause_ranges and cause != "launch" else "")
+            if not (cpu and cause == "host"):
+                advice = _cause_advice(cause, evidence, cause_ranges, graph, host_pct)
+            elif cause_ranges:
+                advice = f"The time outside operators is mostly in {', '.join(cause_ranges)}. " + advice
+            ranges = tuple(dict.fromkeys([*cause_ranges, *ranges]))
         if windows is not None:
             from .steps import framework_of, knob  # steps imports this module
 
@@ -393,11 +414,108 @@ def gpu_idle(report: Report) -> list[Finding]:
             evidence["measured_in"] = "inference window (first step to last, outlier steps cut out)"
             title = title.replace("of the active span", "of the inference window", 1)
             advice += knob(fw, "graphs", graphs=mode.is_graph_run,
-                           tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").max()))
+                           tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").astype("float64").max()))
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
             evidence, advice, idle.idle_ns, ranges=ranges))
     return findings
+
+
+def _cause_evidence(report: Report, device: str,
+                    evidence: dict[str, float | int | str]) -> tuple[str, list[str]] | None:
+    """Add the idle time per cause (analysis/idle.py) to ``evidence``; the dominant cause (the host
+    causes first: ``unknown`` only when nothing else was seen) and the ranges it fell in."""
+    idle = idle_of(report)
+    idle = idle[idle["device"] == device] if len(idle) else idle
+    if not len(idle):
+        return None
+    totals = cause_totals(idle)
+    total = sum(totals.values())
+    for cause, ns in totals.items():
+        evidence[f"idle_{cause}_ns"] = ns
+        evidence[f"idle_{cause}_pct"] = pct(ns, total)
+    known = {c: ns for c, ns in totals.items() if c != "unknown" and ns > 0}
+    cause = max(known, key=lambda c: known[c]) if known else "unknown"
+    evidence["idle_cause"] = cause
+    summary = idle_summary(idle)
+    mine = summary[(summary["cause"] == cause) & summary["range"].notna()]
+    # ranges numbered per layer / token (ensure_layer_3_weights) are one family: ensure_layer_N_weights
+    family = mine["range"].astype(str).str.replace(r"\d+", "N", regex=True)
+    mine = (mine.assign(range=family).groupby("range", sort=False)[["duration_ns", "idle_pct"]].sum()
+            .sort_values("duration_ns", ascending=False, kind="stable").head(TOP_CAUSE_RANGES).reset_index())
+    names = []
+    for i, row in enumerate(mine.itertuples(index=False), start=1):
+        evidence[f"{cause}_range{i}"] = str(row.range)
+        evidence[f"{cause}_range{i}_ns"] = float(row.duration_ns)
+        evidence[f"{cause}_range{i}_pct_of_idle"] = float(row.idle_pct)
+        names.append(f"{row.range} ({float(row.idle_pct):.0f}% of idle)")
+    rows = idle[idle["cause"] == cause]
+    evidence[f"{cause}_median_slice_ns"] = float(rows["duration_ns"].median())
+    if cause == "copy":
+        copies = rows[rows["correlation"].notna()].drop_duplicates("correlation")
+        evidence["copies"] = len(copies)
+        nbytes = float(copies["bytes"].sum()) if copies["bytes"].notna().any() else math.nan
+        evidence["copy_bytes"] = nbytes
+        evidence["copy_idle_rate_bytes_per_s"] = nbytes / (float(rows["duration_ns"].sum()) / 1e9)
+        pin = copies["pinned"].dropna().astype(bool)
+        evidence["copies_pinned"] = "unknown" if not len(pin) else "all" if pin.all() else \
+            "none" if not pin.any() else f"{int(pin.sum())} of {len(pin)}"
+    return cause, [str(r) for r in mine["range"]]
+
+
+def _cause_advice(cause: str, evidence: dict[str, float | int | str], ranges: list[str],
+                  graph: str | None, host_pct: float) -> str:
+    """What to do about idle time of ``cause`` (docs/idle.md)."""
+    share = float(evidence.get(f"idle_{cause}_pct", math.nan))
+    where = f" ({', '.join(ranges)})" if ranges else ""
+    if cause == "launch":
+        if graph:
+            return (f"The host was inside launch calls for {share:.0f}% of the idle time. " + graph)
+        return (f"The host was inside launch calls for {share:.0f}% of the idle time: the CPU cannot queue "
+                "kernels as fast as the GPU runs them. Remove launches rather than speeding them up: capture "
+                "the steady-state loop in a CUDA graph (torch.compile(mode='reduce-overhead'), torch.cuda.CUDAGraph), "
+                "fuse small ops (torch.compile, fused kernels), and put more work in each launch (larger batch).")
+    if cause == "copy":
+        pinned = evidence.get("copies_pinned")
+        rate = float(evidence.get("copy_idle_rate_bytes_per_s", math.nan))
+        moved = (f"{evidence.get('copies')} copies of {nbytes(float(evidence.get('copy_bytes', math.nan)))} "
+                 f"({si(rate, 'B/s')} over the idle time they cause; host memory pinned: {pinned})")
+        return (f"For {share:.0f}% of the idle time the host was inside host<->device copies{where}: {moved}. "
+                "The GPU waits for data, not for launches, so CUDA graphs would change nothing. Keep the data "
+                "resident on the device (load the weights once instead of per step), copy from pinned memory "
+                "(tensor.pin_memory(), non_blocking=True) so the copy is a DMA instead of a staged host copy, and "
+                "prefetch the next piece on a side stream while the GPU computes on this one.")
+    if cause == "sync":
+        return (f"For {share:.0f}% of the idle time the host was blocked in a synchronisation{where} "
+                "(cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, or the copy behind "
+                ".item(), .cpu(), .tolist()). While the host waits nothing new is queued, so the GPU drains and "
+                "idles. Remove the sync: keep the value on the device (torch.where instead of a Python if, "
+                "sampling and stop checks on the GPU), read results a step later, or copy them with "
+                "non_blocking=True into pinned memory and wait on an event only when needed.")
+    if cause == "profiler":
+        return (f"For {share:.0f}% of the idle time the profiler itself was working (buffer flushes, start-up). "
+                "This is measurement overhead, not the program's: profile more steps after a warm-up "
+                "(torch.profiler.schedule), record fewer event kinds (with_stack, record_shapes off), and "
+                "read the other causes.")
+    if cause == "host":
+        median = float(evidence.get("host_median_slice_ns", math.nan))
+        if graph:
+            return (f"For {share:.0f}% of the idle time the host was in its own code{where}, not in launch calls "
+                    f"(gaps of {duration(median)}, median). " + graph)
+        if median < DISPATCH_GAP_NS:
+            return (f"For {share:.0f}% of the idle time the host was in its own code between launches{where}, in "
+                    f"gaps of {duration(median)} (median): the framework's per-operator work (Python, dispatch, "
+                    "allocation) between kernels, and the launch calls themselves take less. Capturing the step "
+                    "removes that host work: CUDA graphs (torch.compile(mode='reduce-overhead')) replay it without "
+                    "Python; fusion (torch.compile) cuts the operator count; a larger batch gives each operator more "
+                    "GPU work to hide it behind.")
+        return (f"For {share:.0f}% of the idle time the host was running its own code{where}, with no launch, copy "
+                f"or sync in flight (gaps of {duration(median)}, median): the GPU waits for that code. Make it "
+                "faster, move it out of the loop, or overlap it with GPU work (do it for the next step while "
+                "this one runs, in another thread or process). Launch overhead is not the cause: CUDA graphs "
+                "would not remove it.")
+    return ("The host side of these gaps was not recorded, so their cause is unknown. Record the CPU side too "
+            "(torch.profiler with ProfilerActivity.CPU, nsys with --trace=cuda,nvtx,osrt) to see why the GPU waits.")
 
 
 # ---------------------------------------------------------------------------- short kernels
@@ -512,13 +630,19 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
     if len(m) < LAUNCH_MIN_KERNELS or not (starved >= STARVED_MIN_PCT and api_pct >= LAUNCH_API_MIN_PCT):
         return None
     at_stake = idle.host_wait_ns if idle is not None else math.nan
+    launch_idle, idle_ns = _launch_idle(report, device)
+    if idle_ns > 0 and not pct(launch_idle, idle_ns) >= LAUNCH_EXPLAINS_PCT:
+        return None  # the GPU waits, but not for launch calls: gpu-idle names the cause
+    if idle_ns > 0:
+        at_stake = launch_idle
     evidence: dict[str, float | int | str] = {
         "device": device, "launches": len(m), "launch_api_ns": api_ns, "kernel_ns": kernel_ns,
         "launch_api_vs_kernel_pct": api_pct,
         "median_launch_api_ns": float(np.median(call_end - call_start)),
         "median_queue_delay_ns": float(np.median(np.clip(delay, 0, None))),
         "started_within_10us_of_launch_pct": starved,
-        "idle_waiting_for_launch_ns": at_stake,
+        "idle_waiting_for_launch_ns": idle.host_wait_ns if idle is not None else math.nan,
+        "idle_in_launch_calls_ns": launch_idle, "idle_in_launch_calls_pct": pct(launch_idle, idle_ns),
     }
     title = (f"Launch-bound on {device}: {starved:.0f}% of {len(m)} kernels start within "
              f"{STARVED_NS / 1000:.0f} µs of their launch returning; launch calls take {duration(api_ns)} "
@@ -535,6 +659,15 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
                   + graph_advice(report, mode))
     return ranked(report, "launch-overhead", title, evidence, advice,  # m's index: kernel positions
                    at_stake, kernels=top_groups(report.kernels, m.index.to_numpy()))
+
+
+def _launch_idle(report: Report, device: str) -> tuple[float, float]:
+    """Idle ns of ``device`` with the host inside launch calls, and all its idle ns (analysis/idle.py)."""
+    idle = idle_of(report)
+    if not len(idle):
+        return 0.0, 0.0
+    totals = cause_totals(idle, device)
+    return totals["launch"], sum(totals.values())
 
 
 def _by_device(kernels: pd.DataFrame, keep: np.ndarray, kept: pd.DataFrame) -> list[tuple[object, pd.DataFrame]]:

@@ -190,9 +190,29 @@ def _counter_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, 
     return out
 
 
+def _idle_slices(report: Report | LeanReport) -> _Slices | None:
+    """The device's idle slices (the ``idle`` table, docs/idle.md): one ``idle causes`` track per
+    device, each slice named by its cause, with its host range, call and copy bytes as args."""
+    idle = getattr(report, "idle", None)
+    if idle is None or not len(idle):
+        return None
+    track, names = _tracks("idle", [idle["device"].astype("object").fillna("?").to_numpy(object)],
+                           lambda d: f"{d} idle causes")
+    codes, distinct = _codes(idle["cause"])
+    s = _Slices("idle", idle["start_ns"].to_numpy("int64"), idle["end_ns"].to_numpy("int64"), track, names,
+                codes, distinct)
+    for col in ("range", "api"):
+        if col in idle:
+            s.args[col] = ("str", *_codes(idle[col]))
+    if "bytes" in idle:
+        s.args["bytes"] = ("double", _num(idle, "bytes"), None)
+    return s
+
+
 def _all_slices(report: Report | LeanReport) -> list[_Slices]:
     parts: list[_Slices | None] = [_kernel_slices(report) if len(report.kernels) else None,
-                                   _range_slices(report), _api_slices(report), *_step_slices(report)]
+                                   _range_slices(report), _api_slices(report), *_step_slices(report),
+                                   _idle_slices(report)]
     return [p for p in parts if p is not None]
 
 
@@ -551,6 +571,7 @@ class LeanReport:
     counters: pd.DataFrame
     requests: pd.DataFrame
     params: dict[str, Any]
+    idle: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 LEAN_COLUMNS = {
@@ -559,6 +580,7 @@ LEAN_COLUMNS = {
                 "pct_of_roof"),
     "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
     "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
+    "idle": ("device", "start_ns", "end_ns", "cause", "range", "api", "bytes"),
     "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label", "start_s", "end_s", "run",
               "generate_call"),
     "counters": ("t_ns", "device", *COUNTER_METRICS),
@@ -618,7 +640,7 @@ def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
     kernels, ranges, api, steps, counters, requests = (
         _lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters", "requests"))
     return LeanReport(name, device, kernels, ranges, api, steps, counters, requests,
-                      params={"loadtest": {"runs": runs}} if runs else {})
+                      params={"loadtest": {"runs": runs}} if runs else {}, idle=_lean_table(path, "idle"))
 
 
 # ---------------------------------------------------------------- entry point

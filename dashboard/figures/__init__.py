@@ -15,6 +15,7 @@ from __future__ import annotations
 from ..style import BOUND_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from .compare import COMPARE_TOP, compare
 from .counters import counters
+from .idle import idle_causes
 from .latency import latency_distributions
 from .messages import message_figure
 from .phases import phase_breakdown, step_times
@@ -28,6 +29,7 @@ __all__ = [
     "PHASE_SYMBOLS",
     "compare",
     "counters",
+    "idle_causes",
     "latency_distributions",
     "message_figure",
     "phase_breakdown",

@@ -12,7 +12,7 @@ from ._common import echo_json, records
 
 
 def analysis_payload(report: Report, top: int) -> dict[str, Any]:
-    """The ``--json`` document: device, phases, top_kernels, requests, findings, warnings.
+    """The ``--json`` document: device, phases, top_kernels, requests, idle, findings, warnings.
 
     ``phases`` and ``requests`` are the headline: an engine report's warm unprofiled run;
     ``phases_profiled`` and ``requests_profiled`` are the profiled run's (the same figures when
@@ -44,6 +44,9 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
         from perfscope.analysis.ranks.stats import rank_summary
 
         payload["ranks"] = rank_summary(report)
+    from perfscope.analysis.idle import idle_of, idle_overview
+
+    payload["idle"] = idle_overview(idle_of(report))  # why the GPU waits, per device (docs/idle.md)
     from perfscope.analysis.findings import run_rules, stake_clock
 
     payload["findings"] = [f.to_dict() for f in run_rules(report)]

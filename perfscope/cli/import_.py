@@ -48,9 +48,16 @@ if TYPE_CHECKING:
 @click.option("--analytic", "analytic_trace", default=None, type=click.Path(), metavar="TRACE",
               help="A Kineto trace (or report) of the same program: its analytic FLOPs and bytes go beside the "
               "measured ones, matched by range path, kernel name and launch order.")
+# -- steps of any engine (analysis/steps.py) --
+@click.option("--steps", "steps_regex", default=None, metavar="REGEX",
+              help="Make each NVTX / record_function range whose name matches REGEX a step (framework `user`); "
+              "named groups (?P<batch>..) and (?P<tokens>..) fill the step's batch and tokens.")
+@click.option("--phase-of", "phase_of", multiple=True, metavar="REGEX=PHASE",
+              help="With --steps: steps whose range name matches REGEX have PHASE (prefill, decode, ...); repeatable.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
             workers: int | None, roofs: str | None, capture: str | None, engine_model: str | None, batch: int | None,
-            prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None) -> None:
+            prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None,
+            steps_regex: str | None = None, phase_of: tuple[str, ...] = ()) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, an ncu report / CSV, or a rocprof output
     (rocprofv3 CSV / JSON / rocpd, rocprof v1/v2, a rocprof-compute workload folder)."""
     if ranks or scheduler or workers:
@@ -61,9 +68,16 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         run_rank_import(path, out=out, force=force, html=html, scheduler=scheduler, workers=workers)
         return
     from perfscope.analysis.readers.detect import import_file
+    from perfscope.analysis.readers.finish import with_steps
+    from perfscope.analysis.steps import StepRule
     from perfscope.api import save_with_html
 
+    if phase_of and not steps_regex:
+        raise click.UsageError("--phase-of goes with --steps REGEX")
+    rule = StepRule.parse(steps_regex, phase_of) if steps_regex else None
     report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
+    if rule is not None:
+        report = with_steps(report, rule)
     if engine_model and analytic_trace:
         raise click.UsageError("give either --engine or --analytic, not both")
     if engine_model:
@@ -79,6 +93,8 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     k = report.kernels
     click.echo(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "
                f"{len(report.transfers)} transfers -> {written}")
+    if rule is not None:
+        click.echo(f"  steps: {len(report.steps)} ranges matching {rule.pattern.pattern!r}")
     for w in report.warnings:
         click.echo(f"  warning: {w}", err=True)
 

@@ -71,12 +71,17 @@ ENGINE_STAGES = 7
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary; print only the report path.")
+@click.option("--steps", "steps_regex", default=None, metavar="REGEX",
+              help="With a COMMAND: make each NVTX / record_function range matching REGEX a step (framework `user`).")
+@click.option("--phase-of", "phase_of", multiple=True, metavar="REGEX=PHASE",
+              help="With --steps: steps whose range name matches REGEX have PHASE; repeatable.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def profile(command: tuple[str, ...], collector: str, out: str | None, force: bool, no_html: bool,
             as_json: bool, quiet: bool, nvml: bool, nvml_rate: float, ncu_set: str, clock_control: str,
             kernel_name: str | None, launch_skip: int | None, launch_count: int | None,
             nvtx_include: tuple[str, ...], top_n: int | None, top_n_launches: int, timeout: float | None,
-            no_baseline: bool, stack: bool = False, **engine: object) -> None:
+            no_baseline: bool, stack: bool = False, steps_regex: str | None = None,
+            phase_of: tuple[str, ...] = (), **engine: object) -> None:
     """Profile the built-in LLM engine (no COMMAND) or a Python script (-- python train.py ...).
 
     With no arguments it profiles the `small` model on the best available device and writes
@@ -96,6 +101,14 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
 
     run = EngineRun(**engine)  # type: ignore[arg-type]
     run.check()
+    if (steps_regex or phase_of) and not command:
+        raise UsageError("--steps names the steps of a profiled command; the engine marks its own",
+                         hint="perfscope profile --steps 'decode_step' -- python run.py")
+    if phase_of and not steps_regex:
+        raise UsageError("--phase-of goes with --steps REGEX")
+    from perfscope.analysis.steps import StepRule
+
+    rule = StepRule.parse(steps_regex, phase_of) if steps_regex else None
     if collector != "torch" and not command:
         raise UsageError(f"--collector {collector} profiles a command",
                          hint=f"perfscope profile --collector {collector} -- python run.py")
@@ -127,6 +140,10 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
                           if command else profile_engine(run, progress=advance, baseline=not no_baseline))
             if sampler is not None:
                 report = attach_counters(report, sampler)
+        if rule is not None:
+            from perfscope.analysis.readers.finish import with_steps
+
+            report = with_steps(report, rule)
         advance("writing the report")
         written = save_with_html(report, target, force=force, html=not no_html, extra_files=raw)
     if as_json:

@@ -109,19 +109,31 @@ def test_short_kernels_silent_on_qwen(load) -> None:
 
 
 # ---------------------------------------------------------------------------- launch overhead
-def test_launch_overhead_fires_on_b200(load) -> None:
+def test_launch_overhead_silent_on_b200_where_launch_calls_do_not_explain_the_idle(load) -> None:
+    """Most B200 kernels start right after their launch returns, but the host spends the gaps in its own
+    code between launches, not in the launch calls (kernel launches, memsets, device-to-device copies):
+    launch-bound is not claimed (issue 29)."""
     r = load(B200)
-    f = only(RULES["launch-overhead"](r), "launch-overhead")
-    calls = {c: (s, e) for c, s, e in zip(r.api["correlation"], r.api["start_ns"], r.api["end_ns"])}
-    matched = [(s, calls[c]) for s, c in zip(r.kernels["start_ns"], r.kernels["correlation"]) if c in calls]
-    api_ns = sum(e - s for _, (s, e) in matched)
-    starved = sum(1 for start, (_, end) in matched if start - end < timeline.STARVED_NS)
-    assert f.evidence["launches"] == len(matched) == 768
-    assert f.evidence["launch_api_ns"] == api_ns
-    assert f.evidence["kernel_ns"] == r.kernels["duration_ns"].sum()
-    assert f.evidence["started_within_10us_of_launch_pct"] == pytest.approx(100 * starved / len(matched))
-    gpu_idle = only(RULES["gpu-idle"](r), "gpu-idle")
-    assert f.time_at_stake_ns == gpu_idle.evidence["idle_waiting_for_launch_ns"]
+    gaps = union_sweep(device_intervals(r))
+    gaps = [(gaps[i][1], gaps[i + 1][0]) for i in range(len(gaps) - 1) if gaps[i + 1][0] > gaps[i][1]]
+    device_copies = set(r.transfers.loc[r.transfers["kind"] == "DtoD", "correlation"])
+    calls = union_sweep([(int(s), int(e)) for n, s, e, c in zip(r.api["name"], r.api["start_ns"], r.api["end_ns"],
+                                                                r.api["correlation"])
+                         if ("Launch" in str(n) or "Memset" in str(n) or c in device_copies) and e > s])
+    inside, j = 0, 0
+    for gs, ge in gaps:  # plain sweep: launch-call time inside the gaps
+        while j < len(calls) and calls[j][1] <= gs:
+            j += 1
+        k = j
+        while k < len(calls) and calls[k][0] < ge:
+            inside += min(ge, calls[k][1]) - max(gs, calls[k][0])
+            k += 1
+    idle = sum(ge - gs for gs, ge in gaps)
+    assert inside / idle < timeline.LAUNCH_EXPLAINS_PCT / 100
+    assert RULES["launch-overhead"](r) == []
+    f = only(RULES["gpu-idle"](r), "gpu-idle")
+    assert f.evidence["idle_launch_ns"] == pytest.approx(inside, rel=1e-3)
+    assert f.evidence["idle_cause"] == "host" and f.evidence["host_median_slice_ns"] < timeline.DISPATCH_GAP_NS
 
 
 @pytest.mark.parametrize("name", [QWEN, ONE_KERNEL])

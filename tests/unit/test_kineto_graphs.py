@@ -180,7 +180,14 @@ def _advice(report) -> dict[str, str]:
 
 def test_eager_run_findings_recommend_cuda_graphs(eager):
     advice = _advice(eager)
-    assert set(advice) == set(OVERHEAD_RULES)
+    # launch calls cover a sixth of the idle time; the rest is the host's per-operator work between
+    # launches (gaps of ~8 µs), so the run is not called launch-bound (issue 29), but graphs still
+    # remove that work: gpu-idle and short-kernels recommend them
+    assert set(advice) == {"gpu-idle", "short-kernels"}
+    from perfscope.analysis.findings import RULES
+
+    (idle,) = RULES["gpu-idle"](eager)
+    assert idle.evidence["idle_cause"] == "host" and idle.evidence["idle_launch_pct"] < 50
     for text in advice.values():
         assert "CUDA graph" in text
         assert "already replays" not in text

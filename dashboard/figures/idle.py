@@ -1,0 +1,45 @@
+"""Why the GPU waits: the device's idle time split by cause (docs/idle.md), one bar per cause."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from perfscope.analysis.idle import CAUSES, idle_of, idle_overview
+from perfscope.report import Report
+
+from ..text import esc
+from .messages import message_figure
+
+CAUSE_COLORS = {"launch": "#d62728", "host": "#1f77b4", "sync": "#9467bd", "copy": "#ff7f0e",
+                "profiler": "#7f7f7f", "unknown": "#c7c7c7"}
+
+
+def idle_causes(report: Report) -> go.Figure:
+    """Per device, a horizontal bar per idle cause: its ms and share of the idle time, with the
+    largest ranges of that cause in the hover. Each bar's ``customdata`` is (device, cause), so a
+    click can select that cause's gaps (the dashboard's timeline does)."""
+    overview = idle_overview(idle_of(report), top=50)
+    if not overview:
+        return message_figure("no idle time inside the window (or no device timeline in this report)", "idle")
+    fig = go.Figure()
+    for dev in overview:
+        ranges = dev["ranges"]
+        for c in dev["causes"]:  # type: ignore[attr-defined]
+            cause = str(c["cause"])
+            mine = [r for r in ranges if r["cause"] == cause][:3]  # type: ignore[attr-defined,index]
+            where = "<br>".join(f"{esc(r['range'] or '(no range)')}: {r['duration_ns'] / 1e6:.2f} ms" for r in mine)
+            share = c["idle_pct"] if c["idle_pct"] is not None else 0.0
+            fig.add_trace(go.Bar(
+                y=[f"{esc(str(dev['device']))} {cause}"], x=[float(c["duration_ns"]) / 1e6], orientation="h",
+                name=cause, marker_color=CAUSE_COLORS.get(cause, "#333"), legendgroup=cause,
+                showlegend=dev is overview[0], customdata=[[str(dev["device"]), cause]],
+                text=[f"{share:.0f}%"], textposition="auto",
+                hovertemplate=(f"<b>{cause}</b> on {esc(str(dev['device']))}: %{{x:.2f}} ms, {share:.1f}% of the idle time"
+                               + (f"<br>{where}" if where else "") + "<extra></extra>")))
+    n = sum(len(d["causes"]) for d in overview)  # type: ignore[misc,arg-type]
+    fig.update_layout(template="plotly_white", title={"text": "Why the GPU waits: idle time per cause"},
+                      xaxis_title="idle ms inside the window", height=120 + 28 * n, barmode="overlay",
+                      yaxis={"categoryorder": "array", "categoryarray": [f"{esc(str(d['device']))} {c}"
+                                                                          for d in overview for c in reversed(CAUSES)]},
+                      meta={"kind": "idle"})
+    return fig

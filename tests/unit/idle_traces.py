@@ -1,0 +1,237 @@
+"""Kineto traces written by the idle tests, with their truth: a host timeline of ranges and calls and
+the GPU work it queues, on a whole-microsecond grid, and an oracle that walks that grid one
+microsecond at a time (independent of the interval code in analysis/idle.py)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PID, TID, STREAM = 100, 100, 7
+CALL_CAUSE = {"cudaLaunchKernel": "launch", "cudaMemcpyAsync": "copy", "cudaStreamSynchronize": "sync",
+              "cudaEventSynchronize": "sync", "cudaDeviceSynchronize": "sync", "cuptiActivityFlushAll": "profiler"}
+
+
+@dataclass
+class HostTrace:
+    """Builds a torch.profiler (Kineto) trace: ``ts``/``dur`` in whole microseconds."""
+
+    events: list[dict] = field(default_factory=list)
+    ranges: list[tuple[int, int, str]] = field(default_factory=list)
+    calls: list[tuple[int, int, str, str]] = field(default_factory=list)  # start, end, name, kind of copy
+    busy: list[tuple[int, int]] = field(default_factory=list)
+    corr: int = 0
+
+    def range(self, name: str, start: int, end: int) -> None:
+        self.ranges.append((start, end, name))
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": TID,
+                            "ts": start, "dur": end - start})
+
+    def _call(self, name: str, start: int, dur: int, kind: str = "") -> int:
+        self.corr += 1
+        self.calls.append((start, start + dur, name, kind))
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID, "ts": start,
+                            "dur": dur, "args": {"correlation": self.corr, "External id": self.corr}})
+        return self.corr
+
+    def launch(self, start: int, dur: int, kernel_start: int, kernel_dur: int, name: str = "gemm_kernel") -> None:
+        corr = self._call("cudaLaunchKernel", start, dur)
+        self.busy.append((kernel_start, kernel_start + kernel_dur))
+        self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": STREAM, "ts": kernel_start,
+                            "dur": kernel_dur, "args": {"correlation": corr, "External id": corr, "device": 0,
+                                                        "stream": STREAM, "grid": [1, 1, 1], "block": [128, 1, 1]}})
+
+    def copy(self, start: int, dur: int, copy_start: int, copy_dur: int, nbytes: int, kind: str = "HtoD",
+             pinned: bool = False) -> None:
+        corr = self._call("cudaMemcpyAsync", start, dur, kind)
+        host = "Pinned" if pinned else "Pageable"
+        what = f"Memcpy {kind} ({host} -> Device)" if kind == "HtoD" else f"Memcpy {kind} (Device -> {host})"
+        self.busy.append((copy_start, copy_start + copy_dur))
+        self.events.append({"ph": "X", "cat": "gpu_memcpy", "name": what, "pid": 0, "tid": STREAM, "ts": copy_start,
+                            "dur": copy_dur, "args": {"correlation": corr, "device": 0, "stream": STREAM,
+                                                      "bytes": nbytes}})
+
+    def sync(self, start: int, dur: int, name: str = "cudaStreamSynchronize") -> None:
+        self._call(name, start, dur)
+
+    def write(self, path: Path) -> Path:
+        doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA GeForce RTX 4060 Ti"}],
+               "traceEvents": self.events}
+        path.write_text(json.dumps(doc))
+        return path
+
+    # ------------------------------------------------------------------ the truth
+    def truth(self) -> Counter[tuple[str, str | None]]:
+        """Idle ns per (cause, innermost range) from the first GPU work to the last, one µs at a time."""
+        lo, hi = min(s for s, _ in self.busy), max(e for _, e in self.busy)
+        busy = set()
+        for s, e in self.busy:
+            busy.update(range(s, e))
+        out: Counter[tuple[str, str | None]] = Counter()
+        for us in range(lo, hi):
+            if us in busy:
+                continue
+            cause = "host"
+            for s, e, name, kind in self.calls:
+                if s <= us < e:
+                    cause = CALL_CAUSE[name]
+                    if cause == "copy" and kind == "DtoD":
+                        cause = "launch"
+            inside = [(s, e, n) for s, e, n in self.ranges if s <= us < e]
+            rng = max(inside, key=lambda r: (r[0], -r[1]))[2] if inside else None
+            out[(cause, rng)] += 1000
+        return out
+
+
+def weight_streaming(tokens: int = 4, layers: int = 4) -> HostTrace:
+    """The shape of the RTX 4060 Ti trace of issue 29: per token, per layer, ``ensure_layer_N_weights``
+    stages the layer's weights with one pageable HtoD copy (host work first, then the copy call, the
+    DMA only at the end of the call), then ``layer_N_computation`` launches its kernels."""
+    t = HostTrace()
+    now = 0
+    for tok in range(tokens):
+        tok_start = now
+        for layer in range(layers):
+            ens = now
+            now += 300  # host-side preparation (Python, allocation) before the copy
+            t.copy(now, 1500, now + 1400, 100, 4 << 20)  # 1.5 ms call, the DMA in its last 100 µs
+            now += 1500
+            t.range(f"ensure_layer_{layer}_weights", ens, now)
+            comp = now
+            gpu = now
+            for _ in range(6):  # 6 launches of 10 µs, kernels of 40 µs queue behind each other
+                gpu = max(gpu, now + 12)
+                t.launch(now, 10, gpu, 40)
+                gpu += 40
+                now += 10
+            now = max(now, gpu) + 5
+            t.range(f"layer_{layer}_computation", comp, now)
+        t.range(f"token_{tok}_processing", tok_start, now)
+        now += 20
+    return t
+
+
+def launch_bound(steps: int = 3, launches: int = 40) -> HostTrace:
+    """``decode_step`` ranges of back-to-back 20 µs launch calls of 3 µs kernels: the GPU waits
+    inside the launch calls."""
+    t = HostTrace()
+    now = 0
+    for step in range(steps):
+        start = now
+        for _ in range(launches):
+            t.launch(now, 20, now + 21, 3)
+            now += 20
+        now += 30
+        t.range(f"decode_step {step}", start, now)
+    return t
+
+
+def sync_bound(steps: int = 3) -> HostTrace:
+    """Per step a forward of 4 launches, then ``sampler``: a DtoH copy of the logits and a blocking
+    ``cudaStreamSynchronize`` that returns long after the GPU drained (the .item() pattern), then
+    400 µs of Python in ``postprocess``."""
+    t = HostTrace()
+    now = 0
+    for step in range(steps):
+        start = now
+        gpu = now
+        for _ in range(4):
+            gpu = max(gpu, now + 12)
+            t.launch(now, 10, gpu, 50)
+            gpu += 50
+            now += 10
+        samp = now
+        t.copy(now, 20, gpu, 5, 4096, kind="DtoH")
+        now += 20
+        t.sync(now, 600)
+        now += 600
+        t.range("sampler", samp, now)
+        post = now
+        now += 400
+        t.range("postprocess", post, now)
+        t.range(f"iteration {step}", start, now)
+    return t
+
+
+def profiler_flush(steps: int = 3) -> HostTrace:
+    """``step N`` ranges of 5 launches, then the profiler flushing its buffers (a 700 µs
+    ``cuptiActivityFlushAll`` call) while the GPU has drained."""
+    t = HostTrace()
+    now = 0
+    for step in range(steps):
+        start = now
+        for _ in range(5):
+            t.launch(now, 10, now + 12, 30)
+            now += 10
+        now += 40
+        t.range(f"step {step}", start, now)
+        t._call("cuptiActivityFlushAll", now, 700)
+        now += 720
+    return t
+
+
+# ---------------------------------------------------------------------------- the same trace as an nsys export
+NSYS_TEMPLATE = "nsys/nvfuser_h100_matmul.sqlite"
+"""A real nsys SQLite export whose schema (tables, enums, string table) the synthetic rows are written into."""
+NSYS_NAMES = {"cudaLaunchKernel": "cudaLaunchKernel_v7000", "cudaMemcpyAsync": "cudaMemcpyAsync_v3020",
+              "cudaStreamSynchronize": "cudaStreamSynchronize_v3020"}
+COPY_KIND_ID = {"HtoD": 1, "DtoH": 2, "DtoD": 8}
+MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE = 0, 1, 2
+
+
+def write_nsys(trace: HostTrace, template: Path, out: Path) -> Path:
+    """``trace`` written into a copy of a real nsys export: its kernel, runtime, memcpy and NVTX rows
+    replaced by the trace's (times in ns, the export's own string ids and process / thread keys)."""
+    import shutil
+    import sqlite3
+
+    shutil.copyfile(template, out)
+    with sqlite3.connect(out) as db:
+        ids = {v: i for i, v in db.execute("SELECT id, value FROM StringIds")}
+        pid = db.execute("SELECT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+        tid, event_class = db.execute("SELECT globalTid, eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                                      "LIMIT 1").fetchone()
+        templates = {}
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                      "NVTX_EVENTS"):
+            cur = db.execute(f"SELECT * FROM {table} LIMIT 1")
+            templates[table] = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+            db.execute(f"DELETE FROM {table}")
+        for table in ("CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
+            db.execute(f"DELETE FROM {table}")
+
+        def insert(table: str, **values: object) -> None:
+            row = {**templates[table], **values}
+            db.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                       tuple(row.values()))
+
+        def name_id(name: str) -> int:  # a name the export's string table lacks is added to it
+            if name not in ids:
+                ids[name] = max(ids.values()) + 1
+                db.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (ids[name], name))
+            return ids[name]
+
+        base = 1_000_000_000
+        for e in trace.events:
+            ts, te = base + e["ts"] * 1000, base + (e["ts"] + e["dur"]) * 1000
+            corr = (e.get("args") or {}).get("correlation")
+            if e["cat"] == "cuda_runtime":
+                insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=ts, end=te, eventClass=event_class, globalTid=tid,
+                       correlationId=corr, nameId=name_id(NSYS_NAMES.get(e["name"], e["name"])), returnValue=0,
+                       callchainId=None)
+            elif e["cat"] == "kernel":
+                insert("CUPTI_ACTIVITY_KIND_KERNEL", start=ts, end=te, streamId=STREAM, correlationId=corr,
+                       globalPid=pid, graphNodeId=None)
+            elif e["cat"] == "gpu_memcpy":
+                kind = e["name"].split()[1]
+                host = MEM_PINNED if "Pinned" in e["name"] else MEM_PAGEABLE
+                src, dst = (host, MEM_DEVICE) if kind == "HtoD" else (MEM_DEVICE, host)
+                insert("CUPTI_ACTIVITY_KIND_MEMCPY", start=ts, end=te, streamId=STREAM, correlationId=corr,
+                       globalPid=pid, bytes=e["args"]["bytes"], copyKind=COPY_KIND_ID[kind], srcKind=src, dstKind=dst,
+                       graphNodeId=None)
+            elif e["cat"] == "user_annotation":
+                insert("NVTX_EVENTS", start=ts, end=te, eventType=59, text=e["name"], textId=None, globalTid=tid,
+                       endGlobalTid=None, domainId=0)
+    return out
