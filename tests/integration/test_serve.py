@@ -527,3 +527,39 @@ def test_ctrl_c_with_a_stream_in_flight_exits_cleanly(tmp_path: Path) -> None:
         while b"data: {" not in first:  # a token has been streamed: the request is in flight
             first += s.recv(65536)
         _stopped_cleanly(proc)  # exit 0, "stopped", no traceback (CancelledError) on stderr
+
+
+def test_out_of_file_descriptors_is_a_few_log_lines_not_a_flood(tmp_path: Path) -> None:
+    """The server's descriptor limit lowered to what it holds + 5, then 40 connections: accept()
+    fails (EMFILE) and the log says so in one line per cause per 10 s, no traceback; once the
+    connections close and the limit is back, a normal request is served."""
+    import resource
+    import socket
+
+    with served("--model", "tiny", "--max-connections", "1000", "--read-timeout", "600", cwd=tmp_path) as (url, proc):
+        port = _port(url)
+        held_fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        old = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (held_fds + 5, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        held = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(40)]
+        logged = ""
+        for _ in range(50):  # waits for the line (no sleep); other lines before it are kept
+            logged += _readline(proc.stderr, proc, 60)
+            if "out of system resource" in logged:
+                break
+        assert "out of system resource" in logged and "errno 24" in logged, logged
+        for s in held:
+            s.close()
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, old)
+        for _ in range(200):  # bounded: accept() is retried after a second
+            try:
+                status = _raw(port, _request(b'{"prompt": [1], "max_tokens": 2}'), timeout=10)[0]
+            except OSError:
+                status = 0
+            if status == 200:
+                break
+            time.sleep(0.05)
+        assert status == 200
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert (logged + err).count("out of system resource") <= 3, err
