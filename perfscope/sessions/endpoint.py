@@ -318,8 +318,8 @@ def _checked(event: Any, api: str) -> StreamEvent:
         raise BadResponse(f"an event is a JSON {type(event).__name__}, not an object")
     if event.get("error"):
         err = event["error"]
-        code = err.get("code") if isinstance(err, dict) else None
-        raise HttpError(int(code) if str(code).isdigit() and len(str(code)) <= 3 else 0,
+        code = str(err.get("code")) if isinstance(err, dict) else ""
+        raise HttpError(int(code) if code.isascii() and code.isdigit() and len(code) <= 3 else 0,
                         str(err.get("message") if isinstance(err, dict) else err)[:500])
     choices = event.get("choices")
     if choices is None:

@@ -232,8 +232,12 @@ def test_ctrl_c_writes_the_partial_report(tmp_path: Path) -> None:
     with served("--model", "tiny", cwd=tmp_path) as (url, proc):
         lt = subprocess.Popen(_cmd(PERFSCOPE, "loadtest", "--endpoint", url, "--rate", "10", "--requests", "300",
                                    "--output-len", "16", "--no-html", "--out", str(out)), cwd=tmp_path, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(10)  # start-up, then some of the 300 requests (30 s of arrivals) are sent
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PERFSCOPE_PROGRESS": "lines"})
+        for _ in range(20):  # the start-up (imports, /v1/models) takes what it takes: wait for the stage line
+            if "perfscope: sending" in _readline(lt.stderr, lt, START_TIMEOUT_S):
+                break
+        time.sleep(3)  # some of the 300 requests (30 s of arrivals) are sent and answered
         assert lt.poll() is None
         lt.send_signal(signal.SIGINT)
         _, err = lt.communicate(timeout=60)
