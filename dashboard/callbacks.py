@@ -8,6 +8,10 @@ alone. One callback runs in the browser: the timeline's zoom filter (``TIMELINE_
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
+from collections.abc import Callable
 from typing import Any
 
 import dash
@@ -26,12 +30,63 @@ from .store import ReportStore
 
 MAX_GRID_ROWS = 5000
 NO = dash.no_update
+MAX_INPUT_CHARS = 1024
+"""The longest string a callback takes from the browser (a report key, a filter); longer is not a
+value the page sends: the callback does nothing."""
+
+
+def _text(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and len(v) <= MAX_INPUT_CHARS)
+
+
+def _choice(*values: str) -> Callable[[Any], bool]:
+    return lambda v: v is None or v in values
+
+
+def _obj(v: Any) -> bool:
+    return v is None or isinstance(v, dict)
+
+
+INPUTS: dict[str, Callable[[Any], bool]] = {
+    "key": _text, "a": _text, "b": _text, "tab": _text, "trigger": _text, "phase": _text, "needle": _text,
+    "range_filter": _text, "name_filter": _text, "per": _choice("kernel", "name"), "color": _choice("bound", "phase"),
+    "mode": _choice("name", "rows"), "expand": _choice("collapsed", "expanded"), "click": _obj, "relayout": _obj,
+    "n_clicks": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+}
+"""What each callback argument (by parameter name) may be: the values the page's components send.
+Anything else (a crafted request to ``/_dash-update-component``) is no update (HTTP 204)."""
+
+
+def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Check ``fn``'s arguments named in :data:`INPUTS` and raise ``PreventUpdate`` (no update)
+    for a value the page could not have sent, before ``fn`` runs."""
+    sig = inspect.signature(fn)
+    names = [n for n in sig.parameters if n in INPUTS]
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind_partial(*args, **kwargs).arguments
+        if not all(INPUTS[n](bound[n]) for n in names if n in bound):
+            raise dash.exceptions.PreventUpdate
+        return fn(*args, **kwargs)
+
+    return run
+
+
+def _first_point(click: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The first clicked point of a plotly ``clickData``, or None (no click, or not the shape
+    plotly sends)."""
+    points = (click or {}).get("points")
+    if isinstance(points, list) and points and isinstance(points[0], dict):
+        return points[0]
+    return None
 
 
 def _skip(tab: str, view: str) -> bool:
     return tab != view
 
 
+@checked
 def on_overview(store: ReportStore, key: str | None) -> tuple[list[Any], str]:
     """Overview children and the status line for report ``key``."""
     if not key:
@@ -40,6 +95,7 @@ def on_overview(store: ReportStore, key: str | None) -> tuple[list[Any], str]:
     return layout.overview_children(report, findings=False), f"{len(report.kernels):,} kernels"
 
 
+@checked
 def on_findings(store: ReportStore, key: str | None) -> list[Any]:
     """The overview's findings, drawn after the rest of the overview: the app binds this to the
     status line the overview sets, so the first page shows before the rules have run (they are
@@ -52,11 +108,19 @@ def on_findings(store: ReportStore, key: str | None) -> list[Any]:
 def window_from_relayout(relayout: dict[str, Any] | None) -> tuple[int | None, int | None]:
     """The x window (ns) a timeline zoom asked for; (None, None) for autorange/reset."""
     relayout = relayout or {}
-    lo = relayout.get("xaxis.range[0]", (relayout.get("xaxis.range") or [None, None])[0])
-    hi = relayout.get("xaxis.range[1]", (relayout.get("xaxis.range") or [None, None])[1])
+    pair = relayout.get("xaxis.range")
+    pair = pair if isinstance(pair, list) and len(pair) == 2 else [None, None]
+    lo = relayout.get("xaxis.range[0]", pair[0])
+    hi = relayout.get("xaxis.range[1]", pair[1])
     if lo is None or hi is None or relayout.get("xaxis.autorange"):
         return None, None
-    return int(float(lo) * 1e6), int(float(hi) * 1e6)
+    try:
+        lo_ms, hi_ms = float(lo), float(hi)
+    except (TypeError, ValueError):
+        return None, None  # not a zoom plotly sends: the whole timeline
+    if not all(math.isfinite(x) and abs(x) < 1e15 for x in (lo_ms, hi_ms)):
+        return None, None
+    return int(lo_ms * 1e6), int(hi_ms * 1e6)
 
 
 def _is_zoom(relayout: dict[str, Any]) -> bool:
@@ -80,6 +144,7 @@ right after the first drawing would be lost the same way on its way to a server-
 """
 
 
+@checked
 def on_timeline(store: ReportStore, key: str | None, tab: str, relayout: dict[str, Any] | None,
                 trigger: str | None = None) -> Any:
     """The timeline for the zoom window (level of detail re-chosen on every zoom)."""
@@ -97,6 +162,7 @@ IDLE_GAPS_SHOWN = 20
 """How many gaps of a clicked idle cause the timeline tab lists (the largest first)."""
 
 
+@checked
 def on_idle(store: ReportStore, key: str | None, tab: str) -> Any:
     """Idle time per cause (docs/idle.md), under the timeline."""
     if _skip(tab, "timeline") or not key:
@@ -104,12 +170,16 @@ def on_idle(store: ReportStore, key: str | None, tab: str) -> Any:
     return figures.idle_causes(store.load(key))
 
 
+@checked
 def on_idle_click(store: ReportStore, key: str | None, click: dict[str, Any] | None) -> Any:
     """The gaps of the clicked cause bar: the largest first, each with its start (ms from the
     timeline's origin), length, range and call; zoom the timeline there to see them."""
-    if not key or not click or not click.get("points"):
+    points = (click or {}).get("points")
+    point = points[0] if isinstance(points, list) and points and isinstance(points[0], dict) else None
+    data = point.get("customdata") if point else None
+    if not key or not isinstance(data, list) or len(data) < 2:
         return html.P("click a cause's bar to list its gaps", className="muted")
-    device, cause = (click["points"][0].get("customdata") or [None, None])[:2]
+    device, cause = data[:2]
     from perfscope.analysis.idle import idle_of
 
     from .figures.timeline_data import timeline_index
@@ -128,6 +198,7 @@ def on_idle_click(store: ReportStore, key: str | None, click: dict[str, Any] | N
                             f"in all; the {len(top)} largest:", className="muted"), layout.dict_table(table)])
 
 
+@checked
 def on_roofline(store: ReportStore, key: str | None, tab: str, per: str, color: str, phase: str,
                 range_filter: str | None, name_filter: str | None) -> Any:
     """The roofline with the chosen aggregation, colouring and filters."""
@@ -137,6 +208,7 @@ def on_roofline(store: ReportStore, key: str | None, tab: str, per: str, color: 
                             range_filter=range_filter or None, name_filter=name_filter or None)
 
 
+@checked
 def on_phase_options(store: ReportStore, key: str | None) -> tuple[list[dict[str, str]], str]:
     """Phase filter choices present in the report."""
     if not key:
@@ -146,14 +218,17 @@ def on_phase_options(store: ReportStore, key: str | None) -> tuple[list[dict[str
     return [{"label": v, "value": v} for v in values], "all"
 
 
+@checked
 def on_click(store: ReportStore, click: dict[str, Any] | None, key: str | None, per: str) -> Any:
     """Details of the clicked roofline point."""
-    points = (click or {}).get("points") or []
-    if not points or not key or "customdata" not in points[0]:
+    point = _first_point(click)
+    data = point.get("customdata") if point else None
+    if not key or not isinstance(data, list) or not data:
         return NO
-    return layout.details_children(point_details(store.load(key), points[0]["customdata"][0], per))
+    return layout.details_children(point_details(store.load(key), data[0], per))
 
 
+@checked
 def kernel_frame(store: ReportStore, key: str, mode: str, needle: str | None, limit: int | None) -> pd.DataFrame:
     """The kernel table (per name, or individual executions) filtered by name substring."""
     report = store.load(key)
@@ -166,6 +241,7 @@ def kernel_frame(store: ReportStore, key: str, mode: str, needle: str | None, li
     return views.kernel_rows(report, mask, limit)
 
 
+@checked
 def on_kernels(store: ReportStore, key: str | None, tab: str, mode: str, needle: str | None) -> Any:
     """Rows, columns and a note for the kernel grid (individual executions capped)."""
     if _skip(tab, "kernels") or not key:
@@ -178,6 +254,7 @@ def on_kernels(store: ReportStore, key: str | None, tab: str, mode: str, needle:
     return records, layout.grid_columns(frame), note + "; sort and filter in the column headers"
 
 
+@checked
 def on_download(store: ReportStore, n_clicks: int, key: str | None, mode: str, needle: str | None) -> Any:
     """The full (uncapped) filtered kernel table as a CSV download."""
     if not n_clicks or not key:
@@ -186,6 +263,7 @@ def on_download(store: ReportStore, n_clicks: int, key: str | None, mode: str, n
     return {"content": frame.to_csv(index=False), "filename": f"kernels-{mode}.csv", "type": "text/csv"}
 
 
+@checked
 def on_phases(store: ReportStore, key: str | None, tab: str) -> Any:
     """Phase metrics, phase breakdown, step times and latency distributions."""
     if _skip(tab, "phases") or not key:
@@ -199,6 +277,7 @@ def on_phases(store: ReportStore, key: str | None, tab: str) -> Any:
             figures.latency_distributions(report))
 
 
+@checked
 def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
     """Load-test figures (latency CDFs, load over time, decode roofline, rate curve); none for other reports."""
     if _skip(tab, "phases") or not key:
@@ -208,11 +287,13 @@ def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
     return [dcc.Graph(figure=fig, config=layout.GRAPH_CONFIG) for fig in load_figures(store.load(key)).values()]
 
 
+@checked
 def on_counters(store: ReportStore, key: str | None, tab: str) -> Any:
     """NVML counters."""
     return NO if _skip(tab, "counters") or not key else figures.counters(store.load(key))
 
 
+@checked
 def on_compare(store: ReportStore, a: str | None, b: str | None, tab: str) -> Any:
     """The comparison of two reports: the tables and verdict of ``perfscope compare A B``, and a chart."""
     if _skip(tab, "compare") or not a or not b:
@@ -229,6 +310,7 @@ def _tree_phase(phase: str | None) -> str | None:
     return None if phase in (None, "all") else phase
 
 
+@checked
 def on_tree(store: ReportStore, key: str | None, tab: str, phase: str | None, expand: str | None = None) -> Any:
     """The icicle of the report's module -> op -> kernel tree (for one phase, or all kernels;
     repeated layers collapsed unless ``expand`` is ``expanded``)."""
@@ -239,6 +321,7 @@ def on_tree(store: ReportStore, key: str | None, tab: str, phase: str | None, ex
     return tree_figure(store.load(key), phase=_tree_phase(phase), collapse=expand != "expanded")
 
 
+@checked
 def on_tree_phases(store: ReportStore, key: str | None) -> tuple[list[dict[str, str]], str]:
     """The tree's phase choices: all, then each phase with kernels."""
     from perfscope.analysis.summaries.hierarchy import phases_of
@@ -247,6 +330,7 @@ def on_tree_phases(store: ReportStore, key: str | None) -> tuple[list[dict[str, 
     return [{"label": v, "value": v} for v in values], "all"
 
 
+@checked
 def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[str, Any] | None,
                    expand: str | None = None) -> tuple[Any, str]:
     """(mask over the kernels or None, label) of the clicked node (None: the whole tree)."""
@@ -255,12 +339,14 @@ def tree_selection(store: ReportStore, key: str, phase: str | None, click: dict[
 
     report = store.load(key)
     tree = hierarchy(report, phase=_tree_phase(phase), collapse=expand != "expanded")
-    points = (click or {}).get("points") or []
-    node = points[0].get("id", points[0].get("customdata")) if points else None  # the icicle's ids are node numbers
+    point = _first_point(click)
+    node = point.get("id", point.get("customdata")) if point else None  # the icicle's ids are node numbers
     if isinstance(node, list):
         node = node[0] if node else None
     if isinstance(node, str):
-        node = int(node) if node.isdigit() else None
+        node = int(node) if node.isascii() and node.isdigit() and len(node) < 19 else None
+    if not isinstance(node, int) or isinstance(node, bool):
+        node = None
     if node is None or int(node) not in set(tree.nodes["node"].tolist()):
         mask = None
         if tree.phase is not None:
@@ -283,6 +369,7 @@ def _longest(report: Any, mask: Any, n: int) -> Any:
     return out
 
 
+@checked
 def on_tree_select(store: ReportStore, key: str | None, tab: str, phase: str | None,
                    click: dict[str, Any] | None, trigger: str | None = None, expand: str | None = None) -> Any:
     """The roofline (per kernel name) and the longest kernels of the clicked node (the whole

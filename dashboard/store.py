@@ -84,14 +84,18 @@ class ReportStore:
         """The folder of report ``key``; raises UsageError for anything not servable."""
         index, sep, rel = str(key).partition(":")
         if not sep or not index.isdigit() or int(index) >= len(self.roots):
-            raise UsageError(f"unknown report {key!r}")
+            raise UsageError(f"unknown report {str(key)[:200]!r}")
         pure = PurePosixPath(rel)
         if pure.is_absolute() or ".." in pure.parts or "\\" in rel or rel.startswith("~"):
             raise UsageError(f"report path {rel!r} is outside the served folders")
         root = self.roots[int(index)]
-        target = (root / pure).resolve()
-        if not _inside(target, root) or not (target / MANIFEST).is_file():
-            raise UsageError(f"report path {rel!r} is outside the served folders")
+        try:
+            target = (root / pure).resolve()
+            servable = _inside(target, root) and (target / MANIFEST).is_file()
+        except (OSError, ValueError):  # a name too long, a NUL byte: no such report
+            servable = False
+        if not servable:
+            raise UsageError(f"report path {rel[:200]!r} is outside the served folders")
         if target not in {e.path for e in self.entries() if e.key.startswith(f"{index}:")}:
             raise UsageError(f"report path {rel!r} is not a served report")
         return target

@@ -1,5 +1,3 @@
-import sys
+from perfscope.launch import run
 
-from perfscope.cli import main
-
-sys.exit(main())
+run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,9 +20,19 @@ __all__ = ["as_report_path", "default_run_dir", "echo_json", "records", "stage_p
 
 @contextmanager
 def stage_progress(total: int, *, enabled: bool = True) -> Iterator[Callable[[str], None]]:
-    """A progress bar over named stages (on stderr); yields the callback that advances it."""
+    """A progress bar over named stages (on stderr); yields the callback that advances it.
+
+    ``PERFSCOPE_PROGRESS=lines`` prints each stage as a line instead (``perfscope: <stage>``), for
+    logs and for anything waiting on a stage (the bar shows on a terminal only)."""
     if not enabled:
         yield lambda _label: None
+        return
+    if os.environ.get("PERFSCOPE_PROGRESS") == "lines":
+        def line(label: str) -> None:
+            click.echo(f"perfscope: {label}", err=True)
+            sys.stderr.flush()
+
+        yield line
         return
     from tqdm import tqdm
 

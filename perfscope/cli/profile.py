@@ -115,8 +115,8 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     if stack and (collector != "torch" or not command):
         raise UsageError("--stack records a Python script's module calls",
                          hint="perfscope profile --stack -- python run.py (the engine's hierarchy comes from its ranges)")
-    if collector == "torch":
-        resolve_device(run.device)  # fail before any work when the device is absent
+    if collector == "torch" and command:
+        resolve_device(run.device)  # fail before any work when the device is absent (the engine's first step)
     stem = Path(command[0] if collector != "torch" else command[-1]).stem if command else \
         str(run.model).rstrip("/").split("/")[-1]
     target = as_report_path(out) if out else default_run_dir(stem)

@@ -21,9 +21,13 @@ import click
 @click.option("--profile-dir", type=click.Path(file_okay=False), default=None,
               help="Where /stop_profile writes traces (default: a new temporary folder).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of random weights.")
+@click.option("--max-connections", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Connections served at once; one more is answered 503 and closed.")
+@click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a client has to send its whole request (head and body); 408 after it.")
 def serve(model: str, host: str, port: int, served_model_name: str | None, max_batch: int, max_model_len: int | None,
           max_batched_tokens: int | None, kv_dtype: str, device: str, dtype: str, profile_dir: str | None,
-          seed: int) -> None:
+          seed: int, max_connections: int = 256, read_timeout: float = 30.0) -> None:
     """Serve the engine's continuous batching as an OpenAI-compatible API (/v1/completions,
     /v1/chat/completions, /v1/models, /start_profile, /stop_profile), streaming each token."""
     import torch
@@ -59,7 +63,7 @@ def serve(model: str, host: str, port: int, served_model_name: str | None, max_b
                    f"{server.max_len}; Ctrl-C to stop)", )
 
     try:
-        serve_http(server, host, port, ready=ready)
+        serve_http(server, host, port, ready=ready, max_connections=max_connections, read_timeout_s=read_timeout)
     except KeyboardInterrupt:
         click.echo("perfscope serve: stopped")
     except OSError as exc:

@@ -35,7 +35,16 @@ import pandas as pd
 
 from ..errors import InputFormatError, PerfscopeError, UsageError
 from ..report import Report, source_info
-from .http_stream import BrokenStream, EndedWithoutDone, HttpError, Url, request_json, stream_events
+from .http_stream import (
+    BadResponse,
+    BrokenStream,
+    EndedWithoutDone,
+    HttpError,
+    Url,
+    quote,
+    request_json,
+    stream_events,
+)
 from .loadtest import (
     arrival_times,
     check_workload,
@@ -47,8 +56,10 @@ from .loadtest import (
 Progress = Callable[[str], None]
 APIS = {"completions": "completions", "chat": "chat/completions"}
 SAFE_VOCAB = 256  # token-id prompts without a tokenizer nor the server's vocabulary size: ids every vocabulary holds
-FAILURE_KINDS = ("http_error", "timeout", "broken_stream", "empty_output", "connection_error", "cancelled",
-                 "not_sent")
+FAILURE_KINDS = ("http_error", "timeout", "broken_stream", "bad_response", "empty_output", "connection_error",
+                 "client_error", "cancelled", "not_sent")
+MAX_TOKEN_COUNT = 2**31 - 1
+"""The largest token count a ``usage`` field may hold; more (or a negative one) is a bad response."""
 
 
 class EndpointError(PerfscopeError):
@@ -265,13 +276,81 @@ def request_body(run: EndpointRun, model: str, spec: RequestSpec) -> dict[str, A
 
 
 # ---------------------------------------------------------------- the client
-def _chunk_text(event: dict[str, Any], api: str) -> tuple[str, str | None]:
-    choices = event.get("choices") or []
-    if not choices:
-        return "", None
-    c = choices[0]
-    text = (c.get("delta") or {}).get("content") if api == "chat" else c.get("text")
-    return (text or ""), c.get("finish_reason")
+@dataclass(frozen=True)
+class StreamEvent:
+    """One streamed chunk, checked: its first choice's text and finish reason, and its usage."""
+
+    text: str
+    finish_reason: str | None
+    usage: dict[str, int] | None
+
+
+def _count(usage: dict[str, Any], key: str) -> int | None:
+    n = usage.get(key)
+    if n is None:
+        return None
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_TOKEN_COUNT:
+        raise BadResponse(f"usage.{key} must be a token count (an integer in 0..{MAX_TOKEN_COUNT}), got {quote(repr(n), 40)}")
+    return n
+
+
+def check_event(data: str, api: str) -> StreamEvent:
+    """The one schema check of a streamed event's ``data`` (an OpenAI completions or chat chunk).
+
+    Raises :class:`HttpError` for an ``{"error": ...}`` event, and :class:`BadResponse` naming
+    what is wrong and quoting the event (cut to 200 characters) for anything else off the schema:
+    not JSON, not an object, ``choices`` not a list of objects, a text (``choices[0].text``, or
+    ``delta.content`` for chat) or ``finish_reason`` not a string, ``usage`` not an object of
+    token counts (integers in 0..:data:`MAX_TOKEN_COUNT`).
+    """
+    try:
+        event = json.loads(data)
+    except ValueError:
+        raise BadResponse(f"an event is not JSON: {quote(data)}") from None
+    try:
+        return _checked(event, api)
+    except BadResponse as exc:
+        raise BadResponse(f"{exc}, in the event {quote(data)}") from None
+
+
+def _checked(event: Any, api: str) -> StreamEvent:
+    if not isinstance(event, dict):
+        raise BadResponse(f"an event is a JSON {type(event).__name__}, not an object")
+    if event.get("error"):
+        err = event["error"]
+        code = str(err.get("code")) if isinstance(err, dict) else ""
+        raise HttpError(int(code) if code.isascii() and code.isdigit() and len(code) <= 3 else 0,
+                        str(err.get("message") if isinstance(err, dict) else err)[:500])
+    choices = event.get("choices")
+    if choices is None:
+        choices = []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise BadResponse("choices must be a list of objects")
+    text: Any = None
+    reason: Any = None
+    if choices:
+        c = choices[0]
+        if api == "chat":
+            delta = c.get("delta")
+            if delta is not None and not isinstance(delta, dict):
+                raise BadResponse("choices[0].delta must be an object")
+            text = (delta or {}).get("content")
+            where = "choices[0].delta.content"
+        else:
+            text, where = c.get("text"), "choices[0].text"
+        if text is not None and not isinstance(text, str):
+            raise BadResponse(f"{where} must be a string")
+        reason = c.get("finish_reason")
+        if reason is not None and not isinstance(reason, str):
+            raise BadResponse("choices[0].finish_reason must be a string or null")
+    usage = event.get("usage")
+    counts: dict[str, int] | None = None
+    if usage is not None:
+        if not isinstance(usage, dict):
+            raise BadResponse("usage must be an object")
+        counts = {k: n for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                  if (n := _count(usage, k)) is not None}
+    return StreamEvent(text or "", reason or None, counts)
 
 
 async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: dict[str, Any], t0_ns: int,
@@ -288,26 +367,18 @@ async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: d
         rec["status"] = "in_flight"
         times: list[float] = []
         text: list[str] = []
-        usage: dict[str, Any] | None = None
+        usage: dict[str, int] | None = None
         try:
             async with asyncio.timeout(run.timeout_s):
                 async for ns, data in stream_events(url, url.join(APIS[run.api]), body, headers):
-                    try:
-                        event = json.loads(data)
-                    except ValueError:
-                        raise BrokenStream(f"an event is not JSON: {data[:60]!r}") from None
-                    if isinstance(event, dict) and event.get("error"):
-                        err = event["error"]
-                        raise HttpError(int(err.get("code") or 0) if isinstance(err, dict) and str(err.get("code", "")).isdigit()
-                                        else 0, str(err.get("message") if isinstance(err, dict) else err))
-                    piece, reason = _chunk_text(event, run.api)
-                    if piece:
+                    event = check_event(data, run.api)
+                    if event.text:
                         times.append(since(ns))
-                        text.append(piece)
-                    if reason:
-                        rec["finish_reason"] = reason
-                    if event.get("usage"):
-                        usage = event["usage"]
+                        text.append(event.text)
+                    if event.finish_reason:
+                        rec["finish_reason"] = event.finish_reason
+                    if event.usage:
+                        usage = event.usage
             status, error = ("ok", None) if times else ("empty_output", "the stream ended without any text")
             rec["done_marker"] = True
         except EndedWithoutDone as exc:
@@ -321,12 +392,16 @@ async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: d
         except HttpError as exc:
             status, error = "http_error", exc.message
             rec["http_status"] = exc.status
+        except BadResponse as exc:
+            status, error = "bad_response", str(exc)
         except BrokenStream as exc:
             status, error = "broken_stream", str(exc)
         except (ConnectionRefusedError, socket.gaierror) as exc:  # never connected
             status, error = "connection_error", f"{exc.__class__.__name__}: {exc}"
         except OSError as exc:  # connected, then cut (ConnectionResetError, BrokenPipeError, ...)
             status, error = "broken_stream", f"{exc.__class__.__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - one request's surprise must not lose the run's measurements
+            status, error = "client_error", f"{type(exc).__name__}: {quote(str(exc))}"
         end = since(time.perf_counter_ns())
         rec.update(status=status, error=error, chunks=len(times),
                    token_times_s=json.dumps([round(x, 9) for x in times]))
@@ -334,14 +409,14 @@ async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: d
         rec["end_s"] = times[-1] if status == "ok" else end
         out_text = "".join(text)
         rec["output_chars"] = len(out_text)
-        if usage and isinstance(usage.get("completion_tokens"), int):
-            rec["output_tokens"], rec["token_source"] = int(usage["completion_tokens"]), "usage"
+        if usage and usage.get("completion_tokens") is not None:
+            rec["output_tokens"], rec["token_source"] = usage["completion_tokens"], "usage"
         elif tokenizer is not None and status == "ok":
             rec["output_tokens"], rec["token_source"] = len(tokenizer.encode(out_text)), "tokenizer"
         else:
             rec["output_tokens"], rec["token_source"] = len(times), "chunks"
-        if usage and isinstance(usage.get("prompt_tokens"), int):
-            rec["prompt_tokens"] = int(usage["prompt_tokens"])
+        if usage and usage.get("prompt_tokens") is not None:
+            rec["prompt_tokens"] = usage["prompt_tokens"]
         if status in ("ok", "empty_output"):
             rec["http_status"] = 200
     finally:
@@ -566,5 +641,6 @@ def cli_payload(report: Report) -> dict[str, Any]:
     return metrics_payload(lt, extra)
 
 
-__all__ = ["EndpointError", "EndpointRun", "Interrupted", "Prompt", "build_requests", "cli_payload", "load_tokenizer",
+__all__ = ["EndpointError", "EndpointRun", "Interrupted", "Prompt", "StreamEvent", "build_requests", "check_event",
+           "cli_payload", "load_tokenizer",
            "parse_endpoint", "read_dataset", "request_frame", "run_endpoint_loadtest"]

@@ -4,7 +4,10 @@ Standard library only (``asyncio`` streams): one connection per request (``Conne
 bodies framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or the connection's end.
 :func:`stream_events` yields each Server-Sent Event's ``data`` with the time it arrived
 (``time.perf_counter_ns``) and tells a clean end (``data: [DONE]`` or the body's end) from a
-broken one (:class:`BrokenStream`).
+broken one (:class:`BrokenStream`), and both from a response that is not a valid stream
+(:class:`BadResponse`: a line over :data:`MAX_SSE_LINE`, a header over :data:`MAX_HEADER_LINE`).
+The SSE parser (:class:`SseParser`) scans each byte once: its work is linear in the stream's size,
+whatever the line lengths.
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 MAX_ERROR_BODY = 64 * 1024
+MAX_SSE_LINE = 8 << 20
+"""Bytes: an SSE line (or one event's data lines together) longer than this is a bad response."""
+MAX_HEADER_LINE = 64 * 1024
+"""Bytes: a response's status or header line longer than this is a bad response."""
+MAX_HEADERS = 256
+"""Header lines in one response; more is a bad response."""
+MAX_JSON_BODY = 16 << 20
+"""Bytes of a plain JSON answer (``/v1/models``) read at most."""
+READ_SIZE = 65536
 
 
 class HttpError(Exception):
@@ -31,6 +43,19 @@ class HttpError(Exception):
 
 class BrokenStream(Exception):
     """The connection ended (or sent garbage) before the response was complete."""
+
+
+class BadResponse(BrokenStream):
+    """The server answered, but not with a valid OpenAI response: an event that is not JSON or not
+    the schema's, a line over :data:`MAX_SSE_LINE`, a header over :data:`MAX_HEADER_LINE`."""
+
+
+def quote(data: str | bytes, limit: int = 200) -> str:
+    """``data`` quoted for an error message, cut to ``limit`` characters (and its full size said)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else data
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(data)} {'bytes' if isinstance(data, (bytes, bytearray)) else 'characters'})"
 
 
 class EndedWithoutDone(BrokenStream):
@@ -89,29 +114,37 @@ class _Response:
         try:
             if "chunked" in self.headers.get("transfer-encoding", "").lower():
                 while True:
-                    line = await r.readline()
+                    line = await _line(r)
                     if not line:
                         raise BrokenStream("connection closed inside a chunked body")
                     try:
                         size = int(line.split(b";", 1)[0].strip() or b"x", 16)
                     except ValueError:
-                        raise BrokenStream(f"bad chunk size line {line[:40]!r}") from None
+                        raise BadResponse(f"bad chunk size line {quote(line, 40)}") from None
                     if size == 0:
-                        await r.readline()
+                        await _line(r)
                         return
-                    data = await r.readexactly(size + 2)
-                    yield data[:-2]
+                    while size > 0:  # a chunk of any size, read in pieces as it comes
+                        data = await r.read(min(size, READ_SIZE))
+                        if not data:
+                            raise BrokenStream("connection closed inside a chunk")
+                        size -= len(data)
+                        yield data
+                    await r.readexactly(2)
             elif "content-length" in self.headers:
-                left = int(self.headers["content-length"])
+                try:
+                    left = int(self.headers["content-length"])
+                except ValueError:
+                    raise BadResponse(f"bad Content-Length {quote(self.headers['content-length'], 40)}") from None
                 while left > 0:
-                    data = await r.read(min(left, 65536))
+                    data = await r.read(min(left, READ_SIZE))
                     if not data:
                         raise BrokenStream(f"connection closed with {left} body bytes missing")
                     left -= len(data)
                     yield data
             else:
                 while True:
-                    data = await r.read(65536)
+                    data = await r.read(READ_SIZE)
                     if not data:
                         return
                     yield data
@@ -130,16 +163,35 @@ class _Response:
         self.writer.close()
 
 
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    """One line of a response's head (or a chunk size line); :class:`BadResponse` when it is over
+    :data:`MAX_HEADER_LINE` bytes."""
+    try:
+        return await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as exc:
+        return exc.partial
+    except asyncio.LimitOverrunError:
+        raise BadResponse(f"a response line over {MAX_HEADER_LINE} bytes") from None
+
+
 async def _open(url: Url, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> _Response:
     ctx = ssl.create_default_context() if url.scheme == "https" else None
-    reader, writer = await asyncio.open_connection(url.host, url.port, ssl=ctx, limit=1 << 20)
+    reader, writer = await asyncio.open_connection(url.host, url.port, ssl=ctx, limit=MAX_HEADER_LINE)
     head = [f"{method} {path} HTTP/1.1", f"Host: {url.host}:{url.port}", "Connection: close",
             "User-Agent: perfscope-loadtest", *(f"{k}: {v}" for k, v in headers.items())]
     if body is not None:
         head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b""))
     await writer.drain()
-    status_line = await reader.readline()
+    try:
+        return await _head(reader, writer)
+    except BaseException:
+        writer.close()
+        raise
+
+
+async def _head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Response:
+    status_line = await _line(reader)
     if not status_line:
         writer.close()
         raise BrokenStream("the server closed the connection without a response")
@@ -147,10 +199,10 @@ async def _open(url: Url, method: str, path: str, body: bytes | None, headers: d
         status = int(status_line.split()[1])
     except (IndexError, ValueError):
         writer.close()
-        raise BrokenStream(f"bad status line {status_line[:60]!r}") from None
+        raise BadResponse(f"bad status line {quote(status_line, 60)}") from None
     hdrs: dict[str, str] = {}
-    while True:
-        line = await reader.readline()
+    for _ in range(MAX_HEADERS + 1):
+        line = await _line(reader)
         if not line:
             writer.close()
             raise BrokenStream("connection closed inside the response headers")
@@ -158,6 +210,8 @@ async def _open(url: Url, method: str, path: str, body: bytes | None, headers: d
             break
         k, _, v = line.decode("latin-1").partition(":")
         hdrs[k.strip().lower()] = v.strip()
+    else:
+        raise BadResponse(f"more than {MAX_HEADERS} response headers")
     return _Response(reader, writer, status, hdrs)
 
 
@@ -167,13 +221,71 @@ async def request_json(url: Url, method: str, path: str, payload: Any = None,
     body = None if payload is None else json.dumps(payload).encode()
     resp = await _open(url, method, path, body, headers or {})
     try:
-        data = await resp.body()
+        data = await resp.body(MAX_JSON_BODY)
     finally:
         resp.close()
     try:
         return resp.status, json.loads(data) if data else None
     except ValueError:
         return resp.status, None
+
+
+class SseParser:
+    """Server-Sent Events from a byte stream fed in pieces: :meth:`feed` returns the ``data`` of
+    each event completed (its ``data:`` lines joined by newlines; other fields are ignored).
+
+    Each byte is scanned for a newline once (``scanned`` counts them) and the consumed part of
+    the buffer is dropped once it is the larger half, so the work is linear in the stream's size.
+    A line, or an event's data, over ``limit`` bytes raises :class:`BadResponse`, before the
+    rest of it is read.
+    """
+
+    def __init__(self, limit: int = MAX_SSE_LINE) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.pos = 0  # the start of the line being read
+        self.scan = 0  # where the search for its end goes on
+        self.data: list[str] = []
+        self.size = 0  # bytes of the event's data so far
+        self.scanned = 0
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self.buf += chunk
+        out: list[str] = []
+        while True:
+            nl = self.buf.find(b"\n", self.scan)
+            end = len(self.buf) if nl < 0 else nl + 1
+            self.scanned += end - self.scan
+            self.scan = end
+            if nl < 0:
+                if len(self.buf) - self.pos > self.limit:
+                    raise BadResponse(f"an SSE line over {self.limit} bytes (the limit): "
+                                      f"{quote(bytes(self.buf[self.pos:self.pos + 200]))}...")
+                break
+            line = bytes(self.buf[self.pos:nl]).rstrip(b"\r")
+            self.pos = end
+            if len(line) > self.limit:
+                raise BadResponse(f"an SSE line of {len(line)} bytes, over the limit of {self.limit}: "
+                                  f"{quote(line)}")
+            if not line:  # a blank line ends the event
+                if self.data:
+                    out.append("\n".join(self.data))
+                self.data, self.size = [], 0
+            elif line.startswith(b"data:"):
+                value = line[5:].lstrip()
+                self.size += len(value)
+                if self.size > self.limit:
+                    raise BadResponse(f"an SSE event over {self.limit} bytes (the limit), in several data lines")
+                self.data.append(value.decode("utf-8", "replace"))
+        if self.pos > READ_SIZE and 2 * self.pos > len(self.buf):
+            del self.buf[:self.pos]
+            self.scan -= self.pos
+            self.pos = 0
+        return out
+
+    def pending(self) -> bool:
+        """An event begun but not ended (data lines without their blank line, or a partial line)."""
+        return bool(self.data) or bool(bytes(self.buf[self.pos:]).strip())
 
 
 async def stream_events(url: Url, path: str, payload: Any,
@@ -191,30 +303,19 @@ async def stream_events(url: Url, path: str, payload: Any,
             except BrokenStream:
                 body = b""
             raise HttpError(resp.status, error_message(body))
-        buf = b""
+        parser = SseParser()
         async for chunk in resp.chunks():
             now = time.perf_counter_ns()
-            buf += chunk
-            while True:
-                # events end with a blank line (\n\n or \r\n\r\n)
-                cut = min((i for i in (buf.find(b"\n\n"), buf.find(b"\r\n\r\n")) if i >= 0), default=-1)
-                if cut < 0:
-                    break
-                sep = 4 if buf[cut:cut + 4] == b"\r\n\r\n" else 2
-                event, buf = buf[:cut], buf[cut + sep:]
-                data = [ln[5:].lstrip() for ln in event.decode("utf-8", "replace").splitlines()
-                        if ln.startswith("data:")]
-                if not data:
-                    continue
-                text = "\n".join(data)
+            for text in parser.feed(chunk):
                 if text.strip() == "[DONE]":
                     return
                 yield now, text
-        if buf.strip():
+        if parser.pending():
             raise BrokenStream("the stream ended inside an event")
         raise EndedWithoutDone("the stream ended without data: [DONE]")
     finally:
         resp.close()
 
 
-__all__ = ["BrokenStream", "EndedWithoutDone", "HttpError", "Url", "error_message", "request_json", "stream_events"]
+__all__ = ["MAX_SSE_LINE", "BadResponse", "BrokenStream", "EndedWithoutDone", "HttpError", "SseParser", "Url",
+           "error_message", "quote", "request_json", "stream_events"]

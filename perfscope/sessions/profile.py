@@ -161,7 +161,8 @@ def pass_spread(walls: Sequence[float]) -> float | None:
 
 def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
                    roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
-                   model: Any = None, baseline: int | bool = True, **overrides: Any) -> Report:
+                   model: Any = None, baseline: int | bool = True, partial_on_interrupt: bool = True,
+                   **overrides: Any) -> Report:
     """Profile the reference engine and return its Report (not saved).
 
     The run order is: an identical warm-up run (so every shape the measured runs meet, and any
@@ -179,7 +180,29 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         model: an already built engine model to reuse (a sweep builds it once).
         baseline: how many warm unprofiled passes to run (True: 2, False: 0; without one the
             headline falls back to the profiled run's figures).
+        partial_on_interrupt: Ctrl-C (KeyboardInterrupt) at any stage returns a partial Report
+            (:func:`interrupted_engine_report`: marked ``partial``, ``params["interrupted"]``)
+            instead of raising; a Ctrl-C inside the profiled run keeps its trace as far as it ran.
     """
+    run = dataclasses.replace(run or EngineRun(), **overrides)
+    run.check()
+    got: dict[str, Any] = {"stage": "starting", "run": run}
+
+    def say(label: str) -> None:
+        got["stage"] = label
+        (progress or _noop)(label)
+
+    try:
+        return _profile_engine(run, say, got, roofs, keep_trace_dir, model, baseline)
+    except KeyboardInterrupt:
+        if not partial_on_interrupt:
+            raise
+        return interrupted_engine_report(got)
+
+
+def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: DeviceSpec | None,
+                    keep_trace_dir: Path | None, model: Any, baseline: int | bool) -> Report:
+    """:func:`profile_engine`'s stages; ``got`` holds what was measured so far (for Ctrl-C)."""
     import time
 
     import torch
@@ -188,14 +211,13 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
     from perfscope.collectors.torch_profiler import profile_callable
     from perfscope.engine.generate import SamplingParams, build_model, generate
 
-    run = dataclasses.replace(run or EngineRun(), **overrides)
-    run.check()
     passes = 2 if baseline is True else int(baseline)
-    say = progress or _noop
     device = resolve_device(run.device)
     run = dataclasses.replace(run, compile=run.resolved_compile(device), device=device)
+    got["run"] = run
     say("measuring device roofs (once per machine)")
     spec = roofs or device_roofs(device)
+    got["spec"] = spec
     say(f"building model {run.model}")
     if model is None:
         model = build_model(run.model, device=device, dtype=getattr(torch, run.dtype),
@@ -204,6 +226,7 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
     prompts = engine_prompts(run, model.args.vocab_size, tokenizer)
     if run.prompt_file:  # the file sets the batch and the prompt lengths
         run = dataclasses.replace(run, batch=len(prompts), prompt_len=max(len(p) for p in prompts))
+        got["run"] = run
     sampling = SamplingParams(run.temperature, run.top_k, run.top_p, run.seed)
     options: dict[str, Any] = {"chunked_prefill": run.chunked_prefill, "prefix_cache": run.prefix_cache,
                                "compile": run.compile}
@@ -221,19 +244,27 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
     t0 = time.perf_counter()
     once()
     warmup_s = time.perf_counter() - t0
+    got["warmup_s"] = warmup_s
     say("unprofiled runs")
-    unprofiled = [once() for _ in range(passes)]
+    unprofiled: list[Any] = []
+    got["unprofiled"] = unprofiled
+    for _ in range(passes):
+        unprofiled.append(once())
     while passes > 1 and len(unprofiled) < MAX_PASSES and \
             (pass_spread([r.wall_s for r in unprofiled]) or 0) > NOISY_BASELINE:
         unprofiled.append(once())  # the two fastest passes disagree: measure again
     say("profiled run")
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
     result, capture = profile_callable(once, trace_dir, cuda=device.startswith("cuda"))
+    interrupted = bool(capture.interrupted)
     extra = 0
-    while result is not None and unprofiled and extra < RECHECK_PASSES and \
-            result.wall_s < min(r.wall_s for r in unprofiled):
-        unprofiled.append(once())  # faster with the profiler than without: the baseline was disturbed; recheck
-        extra += 1
+    try:
+        while not interrupted and result is not None and unprofiled and extra < RECHECK_PASSES and \
+                result.wall_s < min(r.wall_s for r in unprofiled):
+            unprofiled.append(once())  # faster with the profiler than without: the baseline was disturbed; recheck
+            extra += 1
+    except KeyboardInterrupt:
+        interrupted = True  # the profiled run is complete: analyse it
     say("analysing the trace")
     base = min(unprofiled, key=lambda r: r.wall_s) if unprofiled else None
     if result is None and base is None:
@@ -241,9 +272,44 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
 
         raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
     report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s)
-    if capture.interrupted:
+    if interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
+
+
+def _engine_name(run: EngineRun) -> str:
+    return ((f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
+             else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
+            + (f"-{run.speculative}" if run.speculative else ""))
+
+
+def interrupted_engine_report(got: dict[str, Any]) -> Report:
+    """The partial Report of an engine profile stopped by Ctrl-C before its profiled run ended:
+    no kernels (no trace was finished); the unprofiled passes that completed, if any (their steps
+    and requests, the headline timing); the stage it stopped in, in a warning and the params."""
+    from perfscope.analysis.readers.finish import Imported, finish
+
+    run: EngineRun = got["run"]
+    stage = str(got.get("stage", "starting"))
+    passes = [r for r in got.get("unprofiled") or [] if r is not None]
+    tables: dict[str, pd.DataFrame] = {}
+    params: dict[str, Any] = {**dataclasses.asdict(run), "interrupted": True, "interrupted_stage": stage,
+                              "warmup_s": got.get("warmup_s")}
+    if passes:
+        base = min(passes, key=lambda r: r.wall_s)
+        tables["steps_unprofiled"] = _relative_steps(base.steps)
+        tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
+        params.update(unprofiled_wall_s=base.wall_s, unprofiled_wall_s_passes=[r.wall_s for r in passes])
+        kept = (f"{len(passes)} warm unprofiled pass(es) completed and are kept (steps_unprofiled, "
+                "requests_unprofiled)")
+    else:
+        kept = "nothing was measured yet"
+    warning = (f"interrupted (Ctrl-C) during the stage '{stage}', before the profiled run ended: no trace, so no "
+               f"kernels; {kept}. Run again without interrupting for the kernel breakdown")
+    manifest = {"name": _engine_name(run), "source": source_info("engine", None, "torch.profiler"),
+                "command": list(sys.argv), "params": params, "warnings": [warning], "partial": True,
+                "unavailable_metrics": ["kernels (the run was interrupted before its profiled pass ended)"]}
+    return finish(Imported(tables, manifest, got.get("spec"), origin="the interrupted engine run"))
 
 
 def baseline_params(profiled_s: float, passes_s: Sequence[float], warmup_s: float,
@@ -314,9 +380,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     timing, notes = baseline_params(result.wall_s, passes_s, warmup_s, bool(run.compile))
     warnings += notes
     return finish(imported.with_tables(**tables).with_manifest(
-        name=(f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
-              else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
-        + (f"-{run.speculative}" if run.speculative else ""),
+        name=_engine_name(run),
         source=source_info("engine", None, "torch.profiler", capture.torch_version),
         command=list(sys.argv),
         params={**imported.params, **result.params, **dataclasses.asdict(run), **timing},
@@ -573,7 +637,7 @@ def profile_sweep(base: EngineRun, batches: Sequence[int], prompt_lens: Sequence
         for p in prompt_lens:
             say(f"batch {b}, prompt {p}")
             parts.append(profile_engine(dataclasses.replace(base, batch=b, prompt_len=p, device=device),
-                                        roofs=spec, model=model, baseline=1))
+                                        roofs=spec, model=model, baseline=1, partial_on_interrupt=False))
     return _combine_sweep(parts, base, list(batches), list(prompt_lens), spec)
 
 

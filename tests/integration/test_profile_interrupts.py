@@ -248,3 +248,71 @@ def test_a_parquet_file_that_is_not_nvml_is_refused(tmp_path, sample_reports_dir
     proc = main(["import", str(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope" / "kernels.parquet"),
                  "--out", str(tmp_path / "x.perfscope")])
     assert proc == 3
+
+
+# ---------------------------------------------------------------------------- Ctrl-C from outside, at each point
+def _sigint_at_marker(argv: list[str], marker: str, cwd: Path) -> tuple[int, str, str]:
+    """Run ``python -m perfscope ARGV`` with its stages printed as lines, Ctrl-C it once ``marker``
+    is printed (not after a sleep), and return (status, stdout, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "perfscope", *argv], cwd=cwd, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PERFSCOPE_PROGRESS": "lines",
+                                                         "PYTHONWARNINGS": "ignore"})
+    seen: list[str] = []
+    try:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            seen.append(line)
+            if marker in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert any(marker in line for line in seen), "".join(seen) + err
+    return proc.returncode, out, "".join(seen) + err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("marker", ["perfscope: building model", "perfscope: warm-up", "perfscope: unprofiled runs",
+                                    "perfscope: profiled run"])
+def test_engine_sigint_at_each_stage_writes_a_partial_report(tmp_path, cpu_roofs, marker):
+    """`perfscope profile --model tiny`, Ctrl-C once a stage has begun: exit 130 and a partial
+    report in every case (no kernels before the profiled run ends; the passes that completed)."""
+    out = tmp_path / "tiny.perfscope"
+    code, _, err = _sigint_at_marker(["profile", "--model", "tiny", "--device", "cpu", "--gen-len", "8",
+                                      "--out", str(out)], marker, tmp_path)
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err.strip().splitlines()[-1]
+    report = Report.load(out)
+    assert report.manifest["partial"] is True and report.params["interrupted"] is True
+    assert (out / "report.html").is_file()
+    if len(report.kernels) == 0:  # stopped before the profiled run ended: said, with the stage
+        stage = report.params["interrupted_stage"]
+        assert any(f"during the stage '{stage}'" in w for w in report.warnings)
+        if "unprofiled_wall_s_passes" in report.params:
+            assert len(report.table("steps_unprofiled")) > 0
+
+
+_SIGINT_ON_IMPORT = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+class _CtrlC:  # Ctrl-C at the moment this module starts importing
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, _CtrlC())
+from perfscope.launch import run
+run()
+"""
+
+
+@pytest.mark.parametrize("module", ["click", "pandas", "perfscope.cli.profile", "perfscope.cli.serve"])
+def test_ctrl_c_while_the_cli_imports_is_one_line(tmp_path, module):
+    """Ctrl-C in the first second of any command (the CLI still importing): one line, exit 130,
+    no KeyboardInterrupt traceback. The signal is sent as the named module starts importing."""
+    proc = subprocess.run([sys.executable, "-c", _SIGINT_ON_IMPORT.format(module=module), "analyze", "x"],
+                          cwd=tmp_path, text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "perfscope: interrupted\n"

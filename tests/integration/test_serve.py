@@ -78,7 +78,7 @@ def _stopped_cleanly(proc: subprocess.Popen[str]) -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "perfscope serve: stopped" in out
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "CancelledError" not in err
 
 
 def _post(url: str, body: object, raw: bytes | None = None) -> tuple[int, dict]:
@@ -232,8 +232,12 @@ def test_ctrl_c_writes_the_partial_report(tmp_path: Path) -> None:
     with served("--model", "tiny", cwd=tmp_path) as (url, proc):
         lt = subprocess.Popen(_cmd(PERFSCOPE, "loadtest", "--endpoint", url, "--rate", "10", "--requests", "300",
                                    "--output-len", "16", "--no-html", "--out", str(out)), cwd=tmp_path, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(10)  # start-up, then some of the 300 requests (30 s of arrivals) are sent
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PERFSCOPE_PROGRESS": "lines"})
+        for _ in range(20):  # the start-up (imports, /v1/models) takes what it takes: wait for the stage line
+            if "perfscope: sending" in _readline(lt.stderr, lt, START_TIMEOUT_S):
+                break
+        time.sleep(3)  # some of the 300 requests (30 s of arrivals) are sent and answered
         assert lt.poll() is None
         lt.send_signal(signal.SIGINT)
         _, err = lt.communicate(timeout=60)
@@ -381,3 +385,185 @@ def test_transformers_serve_a_server_no_one_here_wrote(tmp_path: Path) -> None:
         assert any("without data: [DONE]" in w for w in manifest["warnings"])
     finally:
         _stop(proc)
+
+
+# ---------------------------------------------------------------------------- abuse
+def _port(url: str) -> int:
+    return int(url.split("127.0.0.1:", 1)[1].split("/", 1)[0])
+
+
+def _raw(port: int, data: bytes, *, timeout: float = 60) -> tuple[int, dict]:
+    """Send raw bytes, end our side, read the answer to its end: (status, JSON body or {})."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split()[1])
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, {}
+
+
+def _request(body: bytes, *headers: str, path: str = "/v1/completions") -> bytes:
+    return ("\r\n".join([f"POST {path} HTTP/1.1", "Host: x", f"Content-Length: {len(body)}", *headers])
+            + "\r\n\r\n").encode() + body
+
+
+def test_half_open_connections_get_a_503_past_the_cap(tmp_path: Path) -> None:
+    """50 connections that send nothing against --max-connections 10: the first 10 wait (no read
+    timeout here), the 40 others are answered 503 at once, a normal request too; once they close,
+    a normal request is served."""
+    import socket
+
+    with served("--model", "tiny", "--max-connections", "10", "--read-timeout", "600", cwd=tmp_path) as (url, proc):
+        port = _port(url)
+        held = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(50)]
+        answered: dict[int, bytes] = {}
+        for _ in range(600):  # bounded: until the 40 past the cap have their answer
+            if len(answered) >= 40:
+                break
+            ready, _, _ = select.select([s for s in held if s.fileno() not in answered], [], [], 0.5)
+            for s in ready:
+                answered[s.fileno()] = s.recv(65536)
+        assert len(answered) == 40
+        assert all(a.startswith(b"HTTP/1.1 503 ") and b"its cap" in a for a in answered.values())
+        assert _raw(port, _request(b'{"prompt": [1], "max_tokens": 2}'))[0] == 503
+        for s in held:
+            s.close()
+        for _ in range(200):  # bounded: the server sees the 10 close
+            status, body = _raw(port, _request(b'{"prompt": [1], "max_tokens": 2}'))
+            if status == 200:
+                break
+            time.sleep(0.05)
+        assert status == 200 and body["usage"]["completion_tokens"] == 2
+        _stopped_cleanly(proc)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One `perfscope serve --model tiny` for the tests that only send it requests; it must stop cleanly."""
+    with served("--model", "tiny", cwd=tmp_path_factory.mktemp("serve")) as (url, proc):
+        yield url
+        _stopped_cleanly(proc)
+
+
+def test_malformed_http_is_a_4xx_and_the_server_goes_on(tiny_server: str) -> None:
+    ok = b'{"prompt": [1, 2], "max_tokens": 2}'
+    deep = b"[" * 100_000 + b"]" * 100_000
+    cases = [
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400, "Content-Length"),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "Content-Length"),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 1e3\r\n\r\n", 400, "Content-Length"),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413, "over 8 MiB"),
+        (_request(ok, "X-Big: " + "a" * 100_000), 431, "header line"),
+        (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n\r\n", 414, "request line"),
+        (_request(ok, *(f"X-H{i}: v" for i in range(1000))), 431, "headers"),
+        (_request(deep), 400, "nested too deeply"),
+        (_request(ok, "Transfer-Encoding: chunked"), 501, "Content-Length"),
+        (b"NONSENSE\r\n\r\n", 400, "request line"),
+    ]
+    port = _port(tiny_server)
+    for data, code, text in cases:
+        status, body = _raw(port, data)
+        assert status == code and text in body["error"]["message"], (data[:80], status, body)
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert _raw(port, _request(ok))[0] == 200  # still serving
+
+
+def test_wrong_types_and_unsupported_options_are_openai_400s(tiny_server: str) -> None:
+    base = {"prompt": [1, 2, 3], "max_tokens": 4}
+    cases = [
+        ({"temperature": "hot"}, "temperature"), ({"top_p": "x"}, "top_p"), ({"top_p": 0}, "top_p"),
+        ({"temperature": 9}, "temperature"), ({"seed": "x"}, "seed"), ({"stop": 5}, "stop"),
+        ({"stop": ["a", 1]}, "stop"), ({"stop": ["a"] * 5}, "stop"), ({"ignore_eos": "x"}, "ignore_eos"),
+        ({"stream": "yes"}, "stream"), ({"min_tokens": 10, "max_tokens": 2}, "min_tokens"),
+        ({"min_tokens": True}, "min_tokens"), ({"max_tokens": 2.5}, "max_tokens"),
+        ({"logprobs": 1}, "logprobs"), ({"echo": True}, "echo"), ({"best_of": 2}, "best_of"),
+        ({"suffix": "x"}, "suffix"), ({"stream_options": {"include_usage": "x"}}, "stream_options"),
+    ]
+    url = tiny_server
+    for extra, param in cases:
+        status, body = _post(url + "/completions", {**base, **extra})
+        assert status == 400, (extra, body)
+        assert body["error"]["param"] == param and body["error"]["type"] == "invalid_request_error", (extra, body)
+    # the values that ask for nothing are accepted
+    status, body = _post(url + "/completions", {**base, "logprobs": None, "echo": False, "best_of": 1,
+                                                "suffix": None, "temperature": 0.7, "top_p": 1, "seed": 3})
+    assert status == 200, body
+
+
+def test_stop_strings_end_the_text(tiny_server: str) -> None:
+    """The tiny model (no tokenizer) streams each token as " <id>": a stop string cut from an
+    unstopped answer ends the text right before it, streamed or not, with finish_reason stop."""
+    url = tiny_server
+    body = {"prompt": [5, 6, 7], "max_tokens": 12}
+    status, full = _post(url + "/completions", body)
+    assert status == 200 and full["choices"][0]["finish_reason"] == "length"
+    text = full["choices"][0]["text"]
+    ids = text.split()
+    stop = f" {ids[5]} {ids[6]}"  # two tokens' text, met first at the 6th token or before
+    cut = text.find(stop)
+    status, got = _post(url + "/completions", {**body, "stop": [" never", stop]})
+    assert status == 200 and got["choices"][0]["finish_reason"] == "stop", got
+    assert got["choices"][0]["text"] == text[:cut]
+    req = urllib.request.Request(url + "/completions", data=json.dumps({**body, "stop": stop, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        events = [json.loads(line[6:]) for line in resp.read().decode().splitlines() if line.startswith("data: {")]
+    streamed = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+    assert streamed == text[:cut]
+    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "stop"
+
+
+def test_ctrl_c_with_a_stream_in_flight_exits_cleanly(tmp_path: Path) -> None:
+    import socket
+
+    with served("--model", "tiny", cwd=tmp_path) as (url, proc), \
+            socket.create_connection(("127.0.0.1", _port(url)), timeout=60) as s:
+        s.sendall(_request(json.dumps({"prompt": [1, 2, 3], "max_tokens": 400, "stream": True}).encode()))
+        first = s.recv(65536)
+        while b"data: {" not in first:  # a token has been streamed: the request is in flight
+            first += s.recv(65536)
+        _stopped_cleanly(proc)  # exit 0, "stopped", no traceback (CancelledError) on stderr
+
+
+def test_out_of_file_descriptors_is_a_few_log_lines_not_a_flood(tmp_path: Path) -> None:
+    """The server's descriptor limit lowered to what it holds + 5, then 40 connections: accept()
+    fails (EMFILE) and the log says so in one line per cause per 10 s, no traceback; once the
+    connections close and the limit is back, a normal request is served."""
+    import resource
+    import socket
+
+    with served("--model", "tiny", "--max-connections", "1000", "--read-timeout", "600", cwd=tmp_path) as (url, proc):
+        port = _port(url)
+        held_fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        old = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (held_fds + 5, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        held = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(40)]
+        logged = ""
+        for _ in range(50):  # waits for the line (no sleep); other lines before it are kept
+            logged += _readline(proc.stderr, proc, 60)
+            if "out of system resource" in logged:
+                break
+        assert "out of system resource" in logged and "errno 24" in logged, logged
+        for s in held:
+            s.close()
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, old)
+        for _ in range(200):  # bounded: accept() is retried after a second
+            try:
+                status = _raw(port, _request(b'{"prompt": [1], "max_tokens": 2}'), timeout=10)[0]
+            except OSError:
+                status = 0
+            if status == 200:
+                break
+            time.sleep(0.05)
+        assert status == 200
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert (logged + err).count("out of system resource") <= 3, err

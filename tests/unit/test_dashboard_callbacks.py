@@ -150,3 +150,84 @@ def test_app_factory_builds_independent_apps(served: tuple[ReportStore, dict[str
     picker = layout.children[0].children[1]
     assert [o["value"] for o in picker.options] == [e.key for e in store.entries()]
     assert np.all([k in [o["value"] for o in picker.options] for k in keys.values()])
+
+
+# ---------------------------------------------------------------------------- crafted inputs
+CRAFTED = [  # (callback, its arguments after the store with one crafted value)
+    ("on_overview", lambda k: ("0:" + "a" * 100_000,)),
+    ("on_roofline", lambda k: ("0:" + "a" * 100_000, "roofline", "kernel", "bound", "all", None, None)),
+    ("on_roofline", lambda k: (k, "roofline", "kernel", "bound", "all", None, ["x"])),
+    ("on_roofline", lambda k: (k, "roofline", {"x": 1}, "bound", "all", None, None)),
+    ("on_click", lambda k: ("not a dict", k, "kernel")),
+    ("on_kernels", lambda k: (k, "kernels", "name", 123)),
+    ("on_kernels", lambda k: (k, "kernels", "name", ["x"])),
+    ("on_kernels", lambda k: (k, "kernels", "neither", None)),
+    ("on_download", lambda k: (True, k, "rows", None)),
+    ("on_timeline", lambda k: (k, "timeline", "zoom", None)),
+    ("on_tree_select", lambda k: (k, "tree", "all", 5)),
+    ("on_compare", lambda k: (k, 7, "compare")),
+]
+
+
+@pytest.mark.parametrize(("name", "args"), CRAFTED, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CRAFTED)])
+def test_crafted_inputs_are_no_update(served: tuple[ReportStore, dict[str, str]], name: str, args: object) -> None:
+    """A value the page's components cannot send (a 100 KB key, a number as a filter, a string as
+    clickData) is no update: ``PreventUpdate``, which Dash answers 204."""
+    store, keys = served
+    with pytest.raises(dash.exceptions.PreventUpdate):
+        getattr(cb, name)(store, *args(keys["hta"]))  # type: ignore[operator]
+
+
+def test_malformed_click_and_zoom_shapes_are_ignored(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    for click in ({"points": "x"}, {"points": ["x"]}, {"points": [{"customdata": "x"}]}, {"points": [{"customdata": []}]}, {}):
+        assert cb.on_click(store, click, keys["hta"], "kernel") is dash.no_update
+    assert cb._first_point({"points": [{"id": 1}]}) == {"id": 1}
+    mask, label = cb.tree_selection(store, keys["engine"], "all", {"points": [{"id": "9" * 40}]})
+    assert mask is None and label == "the whole tree"
+    for zoom in ({"xaxis.range[0]": "a", "xaxis.range[1]": 2}, {"xaxis.range": 5}, {"xaxis.range": [1]},
+                 {"xaxis.range[0]": float("inf"), "xaxis.range[1]": 1}, {"xaxis.range[0]": 1e300, "xaxis.range[1]": 2}):
+        assert cb.window_from_relayout(zoom) == (None, None)
+    assert cb.window_from_relayout({"xaxis.range": [1, 2]}) == (1_000_000, 2_000_000)
+
+
+def _update(app: dash.Dash, output_id: str, values: dict[str, object]) -> object:
+    """POST to the Dash server's ``/_dash-update-component`` as the page does, for the callback
+    whose outputs include ``output_id``; ``values`` by ``id.property`` (the rest None)."""
+    key = next(k for k in app.callback_map if f"{output_id}." in k)
+    spec = app.callback_map[key]
+
+    def props(items: list[dict[str, str]]) -> list[dict[str, object]]:
+        return [{**i, "value": values.get(f"{i['id']}.{i['property']}")} for i in items]
+
+    outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in key.strip(".").split("...")]
+    payload = {"output": key, "outputs": outputs if key.startswith("..") else outputs[0],
+               "inputs": props(spec["inputs"]), "state": props(spec["state"]),
+               "changedPropIds": list(values)}
+    return app.server.test_client().post("/_dash-update-component", json=payload)
+
+
+def test_crafted_requests_to_the_dash_server_are_not_500(served: tuple[ReportStore, dict[str, str]]) -> None:
+    store, keys = served
+    app = create_app(store.roots)
+    client = app.server.test_client()
+    assert client.get("/").status_code == 200
+    key = keys["hta"]
+    crafted = [
+        (ids.OVERVIEW, {f"{ids.REPORT}.value": "0:" + "a" * 100_000}),
+        (ids.DETAILS, {f"{ids.ROOFLINE}.clickData": "not a dict", f"{ids.REPORT}.value": key,
+                       f"{ids.ROOF_PER}.value": "kernel"}),
+        (ids.KERNEL_GRID, {f"{ids.REPORT}.value": key, f"{ids.TABS}.value": "kernels",
+                           f"{ids.KERNEL_MODE}.value": "name", f"{ids.KERNEL_FILTER}.value": 123}),
+        (ids.KERNEL_GRID, {f"{ids.REPORT}.value": key, f"{ids.TABS}.value": "kernels",
+                           f"{ids.KERNEL_MODE}.value": "name", f"{ids.KERNEL_FILTER}.value": ["x"]}),
+    ]
+    for output, values in crafted:
+        resp = _update(app, output, values)
+        assert resp.status_code == 204, (output, resp.status_code, resp.data[:300])  # no update
+    # the page still works: the same callback with what the page sends
+    resp = _update(app, ids.KERNEL_GRID, {f"{ids.REPORT}.value": key, f"{ids.TABS}.value": "kernels",
+                                          f"{ids.KERNEL_MODE}.value": "name", f"{ids.KERNEL_FILTER}.value": "elementwise"})
+    assert resp.status_code == 200
+    rows = resp.get_json()["response"][ids.KERNEL_GRID]["rowData"]
+    assert rows and all("elementwise" in r["name"].lower() for r in rows)

@@ -4,7 +4,9 @@ fault-injecting HTTP server on 127.0.0.1 (an OS-assigned port, bounded requests 
 The fault server streams OpenAI completions whose behaviour the prompt names: ``ok``, ``e500``
 (an HTTP 500 with the OpenAI error body), ``break`` (the connection dropped mid-stream),
 ``empty`` (no text), ``slow`` (longer than the client's --timeout), ``multi`` (two tokens a
-chunk: usage says 8 tokens for 4 chunks), ``nousage`` (no usage chunk).
+chunk: usage says 8 tokens for 4 chunks), ``nousage`` (no usage chunk); each of
+:data:`MALFORMED` sends two good chunks and then that event; ``huge_event`` a 20 MB event,
+``endless_line`` 64 MB without a newline, ``cut_line`` 3 MB without a newline and then closes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,18 @@ from perfscope.sessions.loadtest import LoadRun, build_workload
 
 KINDS = ["ok", "e500", "break", "empty", "slow", "multi", "nousage"]
 CHUNK_GAP_S = 0.004
+MALFORMED = {  # kind: the event's data, as a server could send it
+    "choices_str": b'{"choices": "nope"}',
+    "list": b"[1, 2, 3]",
+    "null": b"null",
+    "choice_null": b'{"choices": [null]}',
+    "text_int": b'{"choices": [{"index": 0, "text": 5, "finish_reason": null}]}',
+    "usage_str": b'{"choices": [], "usage": "lots"}',
+    "usage_huge": b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1e30, "total_tokens": 1e30}}',
+    "usage_negative": b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": -3, "total_tokens": 0}}',
+    "reason_int": b'{"choices": [{"index": 0, "text": "", "finish_reason": 7}]}',
+    "not_json": b"{oops",
+}
 
 
 class _Fault(BaseHTTPRequestHandler):
@@ -78,6 +92,16 @@ class _Fault(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
             self.wfile.flush()
 
+        if kind in ("huge_event", "endless_line", "cut_line"):
+            event({"choices": [{"index": 0, "text": " hello", "finish_reason": None}]})
+            if kind == "huge_event":
+                self.wfile.write(b'data: {"choices": [{"index": 0, "text": "' + b"A" * (20 << 20) + b'"}]}\n\n')
+            else:
+                size = 64 << 20 if kind == "endless_line" else 3 << 20
+                for _ in range(size >> 20):
+                    self.wfile.write(b"data: " + b"A" * (1 << 20))
+            self.wfile.flush()
+            return  # HTTP/1.0: closing the connection ends the body
         pieces = {"empty": [], "multi": [" a b"] * 4}.get(kind, [" hello"] * 4)
         for i, p in enumerate(pieces):
             time.sleep(CHUNK_GAP_S)
@@ -86,6 +110,8 @@ class _Fault(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 self.connection.shutdown(2)
                 return
+            if kind in MALFORMED and i == 1:
+                self.wfile.write(b"data: " + MALFORMED[kind] + b"\n\n")
         event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
         if kind == "nodone":  # transformers serve's completions: usage in the last choice, no [DONE]
             return
@@ -172,6 +198,97 @@ def test_every_failure_is_kept_and_counted_by_kind(tmp_path: Path, fault_server:
     manifest = json.loads((Path(payload["report_path"]) / "manifest.json").read_text())
     assert any("8 of 14 request(s) failed" in w for w in manifest["warnings"])
     assert any("chunks of several tokens" in w for w in manifest["warnings"])
+
+
+def _bad_run(tmp_path: Path, fault_server: str, kind: str, capsys: pytest.CaptureFixture[str],
+             *extra: str) -> pd.DataFrame:
+    data = _dataset(tmp_path, ["ok", kind])
+    code = main(["loadtest", "--endpoint", fault_server, "--dataset", str(data), "--rate", "50", "--requests", "4",
+                 "--timeout", "60", "--json", "--no-html", "--out", str(tmp_path / "lt"), *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err
+    payload = json.loads(captured.out)
+    req = pd.read_parquet(Path(payload["report_path"]) / "requests.parquet")
+    assert len(req) == 4 and payload["requests_sent"] == 4
+    assert (req.loc[req["request_id"] % 2 == 0, "status"] == "ok").all()  # the run went on
+    assert payload["requests"] == 2
+    return req[req["request_id"] % 2 == 1]
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_a_malformed_event_is_a_bad_response_and_the_run_goes_on(
+        kind: str, tmp_path: Path, fault_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _bad_run(tmp_path, fault_server, kind, capsys)
+    assert (bad["status"] == "bad_response").all(), bad[["status", "error"]]
+    quoted = MALFORMED[kind].decode()[:40]
+    assert all(quoted in e for e in bad["error"]), bad["error"].tolist()  # the event is quoted
+    assert bad["ttft_s"].isna().all() and (bad["output_tokens"] >= 0).all()
+
+
+@pytest.mark.parametrize("kind", ["huge_event", "endless_line"])
+def test_a_line_over_the_limit_is_a_bad_response(kind: str, tmp_path: Path, fault_server: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from perfscope.sessions.http_stream import MAX_SSE_LINE
+
+    bad = _bad_run(tmp_path, fault_server, kind, capsys)
+    assert (bad["status"] == "bad_response").all(), bad[["status", "error"]]
+    assert all(f"over {MAX_SSE_LINE} bytes" in e or f"over the limit of {MAX_SSE_LINE}" in e for e in bad["error"])
+    assert all(len(e) < 1000 for e in bad["error"])  # quoted, cut short
+
+
+def test_a_server_that_closes_inside_a_line_is_noticed(tmp_path: Path, fault_server: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _bad_run(tmp_path, fault_server, "cut_line", capsys)
+    assert (bad["status"] == "broken_stream").all(), bad[["status", "error"]]  # not a --timeout 60
+    assert all("ended inside an event" in e for e in bad["error"])
+
+
+def test_the_sse_parser_scans_each_byte_once() -> None:
+    """Events of any size, fed in any pieces: every byte is scanned once, and a line over the limit
+    is refused before the rest of it is read."""
+    from perfscope.sessions.http_stream import BadResponse, SseParser
+
+    big = b"data: " + b"x" * (3 << 20) + b"\n\n"
+    small = b"data: {}\r\n\r\n: a comment\nevent: e\ndata: a\ndata: b\n\n"
+    stream = small + big + small * 1000 + big
+    for piece in (1 << 10, 65536, 7):
+        parser = SseParser(limit=4 << 20)
+        events = []
+        feed = stream if piece > 1000 else stream[: 200_000]
+        for i in range(0, len(feed), piece):
+            events += parser.feed(feed[i:i + piece])
+        assert parser.scanned == len(feed)
+        if piece > 1000:
+            assert events == ["{}", "a\nb", "x" * (3 << 20), *(["{}", "a\nb"] * 1000), "x" * (3 << 20)]
+            assert not parser.pending()
+    parser = SseParser(limit=1 << 20)
+    fed = 0
+    with pytest.raises(BadResponse, match=f"over {1 << 20} bytes"):
+        for _ in range(64 << 4):
+            parser.feed(b"A" * 65536)
+            fed += 65536
+    assert fed <= (1 << 20) + 65536 and parser.scanned <= fed + 65536
+
+
+def test_event_schema_check() -> None:
+    from perfscope.sessions.endpoint import StreamEvent, check_event
+    from perfscope.sessions.http_stream import BadResponse, HttpError
+
+    ok = check_event('{"choices": [{"text": " a", "finish_reason": null}], "usage": null}', "completions")
+    assert ok == StreamEvent(" a", None, None)
+    chat = check_event('{"choices": [{"delta": {"content": "b"}, "finish_reason": "stop"}]}', "chat")
+    assert chat == StreamEvent("b", "stop", None)
+    usage = check_event('{"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 5}}', "completions")
+    assert usage.usage == {"prompt_tokens": 2, "completion_tokens": 5}
+    with pytest.raises(HttpError, match="boom"):
+        check_event('{"error": {"message": "boom", "code": 503}}', "completions")
+    for data in ('{"usage": {"completion_tokens": true}}', '{"usage": {"completion_tokens": 2147483648}}',
+                 '{"choices": [{"text": ["x"]}]}', '"text"'):
+        with pytest.raises(BadResponse, match="in the event"):
+            check_event(data, "completions")
+    with pytest.raises(BadResponse, match="delta must be an object"):
+        check_event('{"choices": [{"index": 0, "delta": "x"}]}', "chat")
 
 
 def test_tokens_counted_from_chunks_without_usage_nor_tokenizer(tmp_path: Path, fault_server: str,
