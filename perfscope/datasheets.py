@@ -332,7 +332,7 @@ _MI300_SPARSE = {"tf32": 1307.4, "bf16": 2614.9, "fp16": 2614.9, "fp8": 5229.8, 
 _MI355 = {"fp64": 78.6, "fp64_tensor": 78.6, "fp32": 157.3, "bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2,
           "int8": 5033.2, "fp6": 10066.3, "fp4": 10066.3}
 _MI355_SPARSE = {"bf16": 5033.2, "fp16": 5033.2, "fp8": 10066.3, "int8": 10066.3}
-_MI250_OAM = {"fp64": 45.3, "fp64_tensor": 90.5, "fp32": 45.3, "fp16": 362.1, "int8": 362.1}
+_MI250_OAM = {"fp64": 45.3, "fp64_tensor": 90.5, "fp32": 45.3, "bf16": 362.1, "fp16": 362.1, "int8": 362.1}
 _MI210 = {"fp64": 22.6, "fp64_tensor": 45.3, "fp32": 22.6, "fp16": 181.0, "int8": 181.0}
 _MI300A = {"fp64": 61.3, "fp64_tensor": 122.6, "fp32": 122.6}
 _R9700 = {"fp32": 47.8, "fp16": 191.0, "fp8": 383.0, "int8": 383.0, "int4": 766.0}
@@ -361,14 +361,14 @@ AMD: tuple[Datasheet, ...] = (
               "AMD Instinct MI250X accelerator datasheet (per OAM module, 2 GCDs)", 1700, 64, 110, "9.0", "amd",
               gfx_arch="gfx90a", memory_type="HBM2e"),
     Datasheet("MI250 (per GCD)", r"(?<!/)\bMI250\b(?!X)", _per(2, _MI250_OAM), 1638.4,
-              "[P] the per-OAM figures halved: a trace sees each of the package's two GCDs (104 CUs, 64 GB, "
-              "1.6384 TB/s) as one device. Confirmed per OAM: FP64/FP32 vector 45.3, FP64 matrix 90.5, FP16 matrix "
-              "362 (362.1 in AMD's datasheet), INT8 362.1, 1,700 MHz, 3.2 TB/s, 128 GB, as AnandTech reproduced "
-              "AMD's specifications; 208 CUs (104 per GCD), 128 GiB, gfx90a and GFXIP 9.0 in AMD's ROCm GPU "
-              "specifications. Removed: BF16 (not in the copy found). Per GCD it is an MI210 (same CUs, clock and "
+              "[D] confirmed: the OAM's peaks (FP64/FP32 vector 45.3, FP64/FP32 matrix 90.5, FP16/BF16/INT8 matrix "
+              "362.1), 104 CUs per GCD, the 1.7 GHz peak clock and 1.6 TB/s per GCD as AMD's ROCm \"MI250 "
+              "microarchitecture\" page prints them (1.6384 TB/s = 4,096 bits x 3.2 Gbps, which it rounds), and 208 "
+              "CUs / 128 GiB / gfx90a / GFXIP 9.0 in AMD's ROCm GPU specifications; halved here: a trace sees each of "
+              "the package's two GCDs (104 CUs, 64 GB) as one device. Per GCD it is an MI210 (same CUs, clock and "
               "memory), so an unnamed gfx90a device with 104 CUs matches both rows: name it with `--roofs`", {},
-              "AMD Instinct MI250 accelerator datasheet (per OAM module, 2 GCDs), " + "as reproduced by AnandTech; "
-              + _ROCM_SPECS, 1700, 64, 104, "9.0", "amd", gfx_arch="gfx90a", memory_type="HBM2e"),
+              "AMD ROCm documentation, \"AMD Instinct MI250 microarchitecture\" (peak-performance table of the MI250 "
+              "OAM); " + _ROCM_SPECS, 1700, 64, 104, "9.0", "amd", gfx_arch="gfx90a", memory_type="HBM2e"),
     Datasheet("MI210", r"\bMI210\b", _MI210, 1638.4,
               "[P] confirmed: FP64/FP32 vector 22.6, FP64 matrix 45.3, FP16 matrix and INT8 181, 1,700 MHz, 64 GB "
               "HBM2e at 1.6 TB/s (1.6384 in AMD's datasheet), as AnandTech reproduced AMD's specifications; 104 CUs, "
