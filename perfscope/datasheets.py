@@ -249,11 +249,13 @@ NVIDIA: tuple[Datasheet, ...] = (
     # GeForce / workstation parts people run models on at home and at work. GeForce tensor figures
     # are FP16/BF16 with FP32 accumulate (the rate torch GEMMs run at), as the RTX 4090 row; a figure
     # no document found prints is absent (docs/roofs.md, "Figures left missing").
-    Datasheet("RTX 3090", r"\bRTX 3090\b(?! TI\b)" + _NOT_LAPTOP, {"fp32": 35.6, "fp16": 71.0}, 936.0,
+    Datasheet("RTX 3090", r"\bRTX 3090\b(?! TI\b)" + _NOT_LAPTOP, {"fp32": 35.6, "bf16": 71.0, "fp16": 71.0},
+              936.0,
               "[P] confirmed: FP32 35.6, FP16 tensor with FP32 accumulate 71 (dense), 936 GB/s, 82 SMs and the "
               "1,695 MHz boost as public copies quote the GA102 whitepaper's Appendix A; 10,496 CUDA cores, 24 GB "
-              "GDDR6X on 384 bits and CUDA capability 8.6 on NVIDIA's compare page. Removed: BF16, TF32, INT8, INT4 "
-              "and every with-sparsity figure (no copy of those whitepaper lines found)", {},
+              "GDDR6X on 384 bits and CUDA capability 8.6 on NVIDIA's compare page; BF16 with FP32 accumulate 71 as "
+              "third-party tables print it. Removed: TF32, INT8, INT4 and every with-sparsity figure (no copy of those "
+              "whitepaper lines found)", {},
               _GA102_WP + ", GeForce RTX 3090 (as quoted); " + _NV_COMPARE,
               1695, 24, 82, "8.6", memory_type="GDDR6X"),
     Datasheet("RTX 3080", r"\bRTX 3080\b(?! TI\b)" + _NOT_LAPTOP, {"fp32": 29.8}, 760.0,
@@ -334,7 +336,7 @@ _MI355 = {"fp64": 78.6, "fp64_tensor": 78.6, "fp32": 157.3, "bf16": 2516.6, "fp1
 _MI355_SPARSE = {"bf16": 5033.2, "fp16": 5033.2, "fp8": 10066.3, "int8": 10066.3}
 _MI250_OAM = {"fp64": 45.3, "fp64_tensor": 90.5, "fp32": 45.3, "bf16": 362.1, "fp16": 362.1, "int8": 362.1}
 _MI210 = {"fp64": 22.6, "fp64_tensor": 45.3, "fp32": 22.6, "fp16": 181.0, "int8": 181.0}
-_MI300A = {"fp64": 61.3, "fp64_tensor": 122.6, "fp32": 122.6}
+_MI300A = {"fp64": 61.3, "fp64_tensor": 122.6, "fp32": 122.6, "bf16": 980.6, "fp16": 980.6}
 _R9700 = {"fp32": 47.8, "fp16": 191.0, "fp8": 383.0, "int8": 383.0, "int4": 766.0}
 _R9700_SPARSE = {"fp16": 383.0, "fp8": 766.0, "int8": 766.0, "int4": 1531.0}
 _MI250X_OAM = {"fp64": 47.9, "fp64_tensor": 95.7, "fp32": 47.9, "bf16": 383.0, "fp16": 383.0, "int8": 383.0}
@@ -378,9 +380,9 @@ AMD: tuple[Datasheet, ...] = (
     Datasheet("MI300A", r"\bMI300A\b", _MI300A, 5300.0,
               "[P] confirmed: 228 CUs, 128 GiB, gfx942 and GFXIP 9.4 in AMD's ROCm GPU specifications; 128 GB HBM3 "
               "at 5.3 TB/s, shared with the CPU cores, as cited from AMD's MI300A data sheet; FP64 61.3 vector and "
-              "122.6 matrix as rocprof-compute prints them; FP32 122.6 (press tables). Removed: TF32, FP16/BF16, "
-              "FP8/INT8 and their with-sparsity figures, and the boost clock (no copy of the data sheet's figures "
-              "found)", {},
+              "122.6 matrix as rocprof-compute prints them; FP32 122.6 (press tables); FP16 and BF16 980.6 dense as "
+              "third-party notes print them. Removed: TF32, FP8/INT8, every with-sparsity figure and the boost "
+              "clock (no copy of the data sheet's figures found)", {},
               "AMD Instinct MI300A APU data sheet (as cited); " + _ROCM_SPECS + "; rocprof-compute", None, 128, 228,
               "9.4", "amd", gfx_arch="gfx942", memory_type="HBM3", unified=True),
     Datasheet("MI308X", r"\bMI308X\b", {}, None,

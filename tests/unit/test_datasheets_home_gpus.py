@@ -129,7 +129,8 @@ def test_dense_and_sparse_as_printed(model: str, precision: str, dense: float, s
     ("Radeon RX 7900 XTX", "fp16", 123.0),  # AMD product page: Peak Half Precision 123 TFLOPs
     ("MI210", "fp16", 181.0), ("MI210", "fp64_tensor", 45.3),  # AMD MI200 specifications
     ("MI250 (per GCD)", "fp16", 362.1 / 2), ("MI250 (per GCD)", "bf16", 362.1 / 2),  # ROCm MI250 page, per OAM
-    ("MI300A", "fp64_tensor", 122.6), ("MI300A", "fp64", 61.3),
+    ("MI300A", "fp64_tensor", 122.6), ("MI300A", "fp64", 61.3), ("MI300A", "bf16", 980.6),
+    ("RTX 3090", "bf16", 71.0),
 ])
 def test_dense_figures_without_a_printed_sparse_one(model: str, precision: str, dense: float) -> None:
     sheet = _row(model)
@@ -138,10 +139,10 @@ def test_dense_figures_without_a_printed_sparse_one(model: str, precision: str, 
 
 @pytest.mark.parametrize(("model", "precision"), [
     # printed in no document found, or a derivation: missing, never guessed
-    ("RTX 3090", "bf16"), ("RTX 3090", "int8"), ("RTX 3080", "fp16"), ("RTX 4080", "bf16"),
+    ("RTX 3090", "tf32"), ("RTX 3090", "int8"), ("RTX 3080", "fp16"), ("RTX 4080", "bf16"),
     ("RTX 4070 Ti", "bf16"), ("RTX 4060 Ti 16 GB", "bf16"), ("RTX 4060 Ti 8 GB", "fp16"),
     ("RTX 5080", "fp32"), ("RTX 5070 Ti", "fp32"), ("RTX 6000 Ada", "bf16"), ("RTX A6000", "int8"),
-    ("MI210", "bf16"), ("MI300A", "bf16"), ("MI300A", "fp8"),
+    ("MI210", "bf16"), ("MI300A", "tf32"), ("MI300A", "fp8"),
     ("Radeon RX 7900 XTX", "bf16"), ("Radeon AI PRO R9700", "bf16"),
 ])
 def test_unconfirmed_figures_are_missing(model: str, precision: str) -> None:
