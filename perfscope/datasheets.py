@@ -142,19 +142,19 @@ _ADA_WP = "NVIDIA Ada Lovelace GPU Architecture whitepaper (v2.1), GeForce RTX 4
 _ADA_WP_V = "NVIDIA Ada Lovelace GPU Architecture whitepaper (v2.1)"
 _GA102_WP = "NVIDIA Ampere GA102 GPU Architecture whitepaper (V2.0), Appendix A"
 _NOT_LAPTOP = r"(?!.*\bLAPTOP\b)"
-_RTX3090_SPARSE = {"tf32": 71.0, "bf16": 142.0, "fp16": 142.0, "int8": 568.0, "int4": 1136.0}
-_RTX3080_SPARSE = {"tf32": 59.5, "bf16": 119.0, "fp16": 119.0, "int8": 476.0, "int4": 952.0}
-_RTX4080_SPARSE = {"tf32": 97.5, "bf16": 194.9, "fp16": 194.9, "int8": 779.8, "int4": 1559.6}
-_RTX4070TI_SPARSE = {"tf32": 80.2, "bf16": 160.4, "fp16": 160.4, "int8": 641.4, "int4": 1282.8}
+_NV_COMPARE = ("NVIDIA GeForce graphics-cards compare page (RTX 50 / 40 / 30 series tables), read in a verbatim "
+               "public replica")
 _RTX4060TI = r"\bRTX 4060 TI\b" + _NOT_LAPTOP
-_RTX4060TI_SPARSE = {"int8": 353.0, "bf16": 88.25, "fp16": 88.25}
+_RTX4060TI_SPARSE = {"int8": 353.0}
 _RTX4060TI_DENSE = {"fp32": 22.1, **_sparse(_RTX4060TI_SPARSE)}
-_RTX4060TI_STATUS = ("[P] FP32 (4,352 CUDA cores at the 2.535 GHz boost), bandwidth (18 Gbps GDDR6 on 128 bits) and "
-                     "\"353 AI TOPS\" (INT8 with sparsity, halved) as the product page prints them; FP16/BF16 with FP32 "
-                     "accumulate are a derivation: AI TOPS / 8 with sparsity, the Ada ratio the whitepaper prints for "
-                     "the RTX 4090 (1,321.2 : 165.2); the 8 GB and 16 GB cards print the same figures")
-_RTX4060TI_SRC = "NVIDIA GeForce RTX 4060 Ti product specifications; " + _ADA_WP_V
+_RTX4060TI_STATUS = ("[P] confirmed: 4,352 CUDA cores, \"22 TFLOPS\" shader (22.1 as spec tables print it), \"353 AI "
+                     "TOPS\" (INT8 with sparsity, halved), 2.54 GHz boost, 16 / 8 GB GDDR6 on 128 bits and CUDA capability "
+                     "8.9 on NVIDIA's compare page; 288 GB/s (18 Gbps) and 34 SMs as the press prints them. Removed: "
+                     "FP16/BF16 (a derivation from AI TOPS, printed in no document found); the 8 GB and 16 GB cards print "
+                     "the same figures")
+_RTX4060TI_SRC = _NV_COMPARE + "; press reviews of the GeForce RTX 4060 Ti (Guru3D, The FPS Review)"
 _A40_SPARSE = {"tf32": 149.6, "bf16": 299.4, "fp16": 299.4, "int8": 598.6, "int4": 1197.4}
+_ROCM_SPECS = "AMD ROCm documentation, \"AMD GPU specifications\" (reference/gpu-specs)"
 
 NVIDIA: tuple[Datasheet, ...] = (
     Datasheet("H200 NVL 141 GB", r"\bH200\b.*\bNVL\b", _NVL, 4800.0,
@@ -247,64 +247,84 @@ NVIDIA: tuple[Datasheet, ...] = (
               "NVIDIA DGX Spark datasheet (GB10 Grace Blackwell Superchip)", None, 128, 48, "12.1",
               memory_type="LPDDR5X", unified=True),
     # GeForce / workstation parts people run models on at home and at work. GeForce tensor figures
-    # are FP16/BF16 with FP32 accumulate (the rate torch GEMMs run at), as the RTX 4090 row.
-    Datasheet("RTX 3090", r"\bRTX 3090\b(?! TI\b)" + _NOT_LAPTOP,
-              {"fp32": 35.6, **_sparse(_RTX3090_SPARSE)}, 936.0,
-              "[P] the whitepaper's appendix figures for GeForce RTX 3090, with-sparsity halved; FP16 with FP32 "
-              "accumulate; 24 GB GDDR6X at 19.5 Gbps on 384 bits", _RTX3090_SPARSE, _GA102_WP + ", GeForce RTX 3090",
+    # are FP16/BF16 with FP32 accumulate (the rate torch GEMMs run at), as the RTX 4090 row; a figure
+    # no document found prints is absent (docs/roofs.md, "Figures left missing").
+    Datasheet("RTX 3090", r"\bRTX 3090\b(?! TI\b)" + _NOT_LAPTOP, {"fp32": 35.6, "bf16": 71.0, "fp16": 71.0},
+              936.0,
+              "[P] confirmed: FP32 35.6, FP16 tensor with FP32 accumulate 71 (dense), 936 GB/s, 82 SMs and the "
+              "1,695 MHz boost as public copies quote the GA102 whitepaper's Appendix A; 10,496 CUDA cores, 24 GB "
+              "GDDR6X on 384 bits and CUDA capability 8.6 on NVIDIA's compare page; BF16 with FP32 accumulate 71 as "
+              "third-party tables print it. Removed: TF32, INT8, INT4 and every with-sparsity figure (no copy of those "
+              "whitepaper lines found)", {},
+              _GA102_WP + ", GeForce RTX 3090 (as quoted); " + _NV_COMPARE,
               1695, 24, 82, "8.6", memory_type="GDDR6X"),
-    Datasheet("RTX 3080", r"\bRTX 3080\b(?! TI\b)" + _NOT_LAPTOP,
-              {"fp32": 29.8, **_sparse(_RTX3080_SPARSE)}, 760.0,
-              "[P] the whitepaper's GeForce RTX 3080 (10 GB) column, with-sparsity halved; FP16 with FP32 accumulate; "
-              "the later 12 GB card (70 SMs, 912 GB/s) carries the same name and is not listed", _RTX3080_SPARSE,
-              _GA102_WP + ", GeForce RTX 3080", 1710, 10, 68, "8.6", memory_type="GDDR6X"),
+    Datasheet("RTX 3080", r"\bRTX 3080\b(?! TI\b)" + _NOT_LAPTOP, {"fp32": 29.8}, 760.0,
+              "[P] confirmed: 8,704 CUDA cores, 1.71 GHz boost, 10 GB GDDR6X on 320 bits and CUDA capability 8.6 on "
+              "NVIDIA's compare page; FP32 29.8 TFLOPS, 760 GB/s (19 Gbps) and 68 SMs as the press reproduced "
+              "NVIDIA's launch specifications. Removed: every tensor figure (the GA102 whitepaper's RTX 3080 column "
+              "was not found); the later 12 GB card (70 SMs, 912 GB/s) carries the same name and is not listed", {},
+              _NV_COMPARE + "; NVIDIA launch specifications as reported (Fudzilla, IT Creations)",
+              1710, 10, 68, "8.6", memory_type="GDDR6X"),
     Datasheet("RTX 3060", r"\bRTX 3060\b(?! TI\b)" + _NOT_LAPTOP, {"fp32": 12.7}, 360.0,
-              "[P] FP32 from the product page's 3,584 CUDA cores at the 1.78 GHz boost (x 2 FLOP per FMA); "
-              "bandwidth from its 15 Gbps GDDR6 on 192 bits; tensor rates are not printed there and left missing; "
-              "the 8 GB card (128 bits) is not listed", {},
-              "NVIDIA GeForce RTX 3060 family product specifications (12 GB)", 1777, 12, 28, "8.6",
+              "[P] confirmed: 3,584 CUDA cores, 1.78 GHz boost, 12 GB GDDR6 on 192 bits and CUDA capability 8.6 on "
+              "NVIDIA's compare page; FP32 12.7 TFLOPS and 360 GB/s as press spec tables print them (Guru3D); 28 "
+              "SMs; tensor rates are printed nowhere found and left missing; the 8 GB card (128 bits) is not listed",
+              {}, _NV_COMPARE + "; Guru3D GeForce RTX 40/30 spec table", 1777, 12, 28, "8.6",
               memory_type="GDDR6"),
-    Datasheet("RTX 4080", r"\bRTX 4080\b(?! SUPER\b)" + _NOT_LAPTOP,
-              {"fp32": 48.7, **_sparse(_RTX4080_SPARSE)}, 716.8,
-              "[P] the whitepaper's GeForce RTX 4080 (16 GB) column, with-sparsity halved; FP16/BF16 with FP32 "
-              "accumulate; FP8 omitted as for the RTX 4090; 22.4 Gbps GDDR6X on 256 bits", _RTX4080_SPARSE,
-              _ADA_WP_V + ", GeForce RTX 4080 column", 2505, 16, 76, "8.9", memory_type="GDDR6X"),
-    Datasheet("RTX 4070 Ti", r"\bRTX 4070 TI\b(?! SUPER\b)" + _NOT_LAPTOP,
-              {"fp32": 40.1, **_sparse(_RTX4070TI_SPARSE)}, 504.0,
-              "[P] the whitepaper's GeForce RTX 4080 (12 GB) column, the configuration launched as RTX 4070 Ti "
-              "(60 SMs, 2,610 MHz; its product page prints the same 641 AI TOPS = INT8 with sparsity); "
-              "with-sparsity halved; 21 Gbps GDDR6X on 192 bits", _RTX4070TI_SPARSE,
-              _ADA_WP_V + ", GeForce RTX 4080 12 GB column; NVIDIA GeForce RTX 4070 Ti product specifications",
-              2610, 12, 60, "8.9", memory_type="GDDR6X"),
+    Datasheet("RTX 4080", r"\bRTX 4080\b(?! SUPER\b)" + _NOT_LAPTOP, {"fp32": 48.7, "int8": 390.0}, 716.8,
+              "[P] confirmed: 9,728 CUDA cores, 2.51 GHz boost, 16 GB GDDR6X on 256 bits, CUDA capability 8.9 and "
+              "\"780 AI TOPS\" (INT8 with sparsity, halved) on NVIDIA's compare page; FP32 48.7 (\"49\" there), "
+              "716.8 GB/s (22.4 Gbps x 256 bits) and 76 SMs as spec tables print them. Corrected: INT8 with sparsity "
+              "779.8 -> 780 (as printed). Removed: TF32, FP16/BF16 and INT4 (the Ada whitepaper's RTX 4080 column was "
+              "not found); FP8 omitted as for the RTX 4090", {"int8": 780.0},
+              _NV_COMPARE + "; " + _ADA_WP_V + " (not reached)", 2505, 16, 76, "8.9", memory_type="GDDR6X"),
+    Datasheet("RTX 4070 Ti", r"\bRTX 4070 TI\b(?! SUPER\b)" + _NOT_LAPTOP, {"fp32": 40.1, "int8": 320.5}, 504.0,
+              "[P] confirmed: 7,680 CUDA cores (60 SMs), \"40 TFLOPS\" shader (40.1 as spec tables print it), \"641 "
+              "AI TOPS\" (INT8 with sparsity, halved), 2.61 GHz boost, 12 GB GDDR6X on 192 bits and CUDA capability "
+              "8.9 on NVIDIA's compare page; 504 GB/s (21 Gbps) as the press prints it. Corrected: INT8 with sparsity "
+              "641.4 -> 641 (as printed). Removed: TF32, FP16/BF16 and INT4 (the Ada whitepaper's \"RTX 4080 12 GB\" "
+              "column was not found)", {"int8": 641.0},
+              _NV_COMPARE + "; press reviews of the GeForce RTX 4070 Ti", 2610, 12, 60, "8.9", memory_type="GDDR6X"),
     Datasheet("RTX 4060 Ti 16 GB", _RTX4060TI, _RTX4060TI_DENSE, 288.0, _RTX4060TI_STATUS, _RTX4060TI_SPARSE,
               _RTX4060TI_SRC, 2535, 16, 34, "8.9", memory_type="GDDR6"),
     Datasheet("RTX 4060 Ti 8 GB", _RTX4060TI, _RTX4060TI_DENSE, 288.0, _RTX4060TI_STATUS, _RTX4060TI_SPARSE,
               _RTX4060TI_SRC, 2535, 8, 34, "8.9", memory_type="GDDR6"),
-    Datasheet("RTX 5080", r"\bRTX 5080\b" + _NOT_LAPTOP, {"fp32": 56.3, "fp4": 900.5}, 960.0,
-              "[P] FP32 (10,752 CUDA cores at the 2.62 GHz boost), bandwidth (30 Gbps GDDR7 on 256 bits) and FP4 "
-              "(\"1,801 AI TOPS\", with sparsity, halved) as NVIDIA's product page prints them; other tensor rates "
-              "left missing as for the RTX 5090", {"fp4": 1801.0},
-              "NVIDIA GeForce RTX 5080 product specifications", 2617, 16, 84, "12.0", memory_type="GDDR7"),
-    Datasheet("RTX 5070 Ti", r"\bRTX 5070 TI\b" + _NOT_LAPTOP, {"fp32": 43.9, "fp4": 703.0}, 896.0,
-              "[P] FP32 (8,960 CUDA cores at the 2.45 GHz boost), bandwidth (28 Gbps GDDR7 on 256 bits) and FP4 "
-              "(\"1,406 AI TOPS\", with sparsity, halved) as NVIDIA's product page prints them; other tensor rates "
-              "left missing", {"fp4": 1406.0},
-              "NVIDIA GeForce RTX 5070 Ti product specifications", 2452, 16, 70, "12.0", memory_type="GDDR7"),
-    Datasheet("RTX 6000 Ada", r"\bRTX 6000 ADA\b", {"fp32": 91.1, "fp8": 728.5, "bf16": 364.25, "fp16": 364.25},
-              960.0,
-              "[P] FP32 91.1 TFLOPS and Tensor 1,457 TFLOPS (FP8 with sparsity, halved) as the datasheet prints "
-              "them; FP16/BF16 are half the FP8 rate (the ratio the L40S datasheet prints for the same AD102 die: "
-              "733 : 1,466), a derivation", {"fp8": 1457.0},
-              "NVIDIA RTX 6000 Ada Generation datasheet", 2505, 48, 142, "8.9", memory_type="GDDR6"),
-    Datasheet("RTX A6000", r"\bRTX A6000\b", {"fp32": 38.7, "bf16": 154.85, "fp16": 154.85}, 768.0,
-              "[P] FP32 38.7 TFLOPS and Tensor 309.7 TFLOPS (FP16/BF16 with sparsity, halved) as the datasheet "
-              "prints them; TF32/INT8 left missing", {"bf16": 309.7, "fp16": 309.7},
-              "NVIDIA RTX A6000 datasheet; " + _GA102_WP + ", Appendix C (RTX A6000)", 1800, 48, 84, "8.6",
-              memory_type="GDDR6"),
+    Datasheet("RTX 5080", r"\bRTX 5080\b" + _NOT_LAPTOP, {"fp4": 900.5}, 960.0,
+              "[P] confirmed: 10,752 CUDA cores, \"1,801 AI TOPS\" (FP4 with sparsity, halved), 2.62 GHz boost, 16 GB "
+              "GDDR7 on 256 bits and CUDA capability 12.0 on NVIDIA's compare page; 960 GB/s and 84 SMs as the press "
+              "prints them (Notebookcheck). Removed: FP32 56.3 (cores x clock, printed in no document found); other "
+              "tensor rates left missing as for the RTX 5090", {"fp4": 1801.0},
+              _NV_COMPARE + "; Notebookcheck GeForce RTX 5080 specifications", 2617, 16, 84, "12.0",
+              memory_type="GDDR7"),
+    Datasheet("RTX 5070 Ti", r"\bRTX 5070 TI\b" + _NOT_LAPTOP, {"fp4": 703.0}, 896.0,
+              "[P] confirmed: 8,960 CUDA cores, \"1,406 AI TOPS\" (FP4 with sparsity, halved), 2.45 GHz boost, 16 GB "
+              "GDDR7 on 256 bits and CUDA capability 12.0 on NVIDIA's compare page; 896 GB/s as a copy of NVIDIA's "
+              "product page prints it; 70 SMs (press). Removed: FP32 43.9 (cores x clock, printed in no document "
+              "found); other tensor rates left missing", {"fp4": 1406.0},
+              _NV_COMPARE + "; NVIDIA GeForce RTX 5070 Ti product specifications (as copied)", 2452, 16, 70, "12.0",
+              memory_type="GDDR7"),
+    Datasheet("RTX 6000 Ada", r"\bRTX 6000 ADA\b", {"fp32": 91.1, "fp8": 728.5}, 960.0,
+              "[P] confirmed: FP32 91.1 TFLOPS, 142 SMs (18,176 CUDA cores), 48 GB and 960 GB/s on 384 bits as the "
+              "press reproduced NVIDIA's product page; \"Tensor 1,457 TFLOPS\" (FP8 with sparsity, halved) as notes "
+              "citing NVIDIA's RTX 6000 page print it. Removed: FP16/BF16 (a derivation from the L40S ratio, printed "
+              "in no document found) and the boost clock (copies disagree: 2,505 and 2,535 MHz)", {"fp8": 1457.0},
+              "NVIDIA RTX 6000 Ada Generation product page and datasheet (as reproduced by grafikkarten.com and "
+              "others)", None, 48, 142, "8.9", memory_type="GDDR6"),
+    Datasheet("RTX A6000", r"\bRTX A6000\b", {"fp32": 38.7, "bf16": 154.8, "fp16": 154.8}, 768.0,
+              "[P] confirmed: FP32 38.7, FP16/BF16 tensor 154.8 dense and 309.7 with sparsity, 10,752 CUDA cores / 84 "
+              "SMs, 1,800 MHz boost, 48 GB GDDR6 on 384 bits at 768 GB/s, as PNY's and Microway's copies of the "
+              "datasheet print them. Corrected: FP16/BF16 dense 154.85 -> 154.8 (as printed, not half of 309.7). "
+              "TF32/INT8/INT4 left missing", {"bf16": 309.7, "fp16": 309.7},
+              "NVIDIA RTX A6000 datasheet (as reproduced by PNY and Microway); " + _GA102_WP + ", Appendix C "
+              "(not reached)", 1800, 48, 84, "8.6", memory_type="GDDR6"),
     Datasheet("A40", r"\bA40\b", {"fp32": 37.4, **_sparse(_A40_SPARSE)}, 696.0,
-              "[P] the datasheet's dense | with-sparsity figures (TF32 74.8 | 149.6, BF16/FP16 149.7 | 299.4, "
-              "INT8 299.3 | 598.6, INT4 598.7 | 1,197.4), as reproduced; with-sparsity halved", _A40_SPARSE,
-              "NVIDIA A40 datasheet; " + _GA102_WP, 1740, 48, 84, "8.6", memory_type="GDDR6"),
+              "[P] confirmed: 48 GB GDDR6 (14.5 Gbps, 384 bits) at 696 GB/s and 10,752 CUDA cores / 336 Tensor Cores "
+              "as a reseller's copy of NVIDIA's A40 specification prints them; FP32 37.4 and the 1,740 MHz boost as "
+              "spec tables print them; the tensor figures (TF32 74.8 | 149.6, BF16/FP16 149.7 | 299.4, INT8 "
+              "299.3 | 598.6, INT4 598.7 | 1,197.4) agree within rounding with a third-party table (74.83 | 149.67 "
+              "...), with-sparsity halved; NVIDIA's datasheet itself was not reached", _A40_SPARSE,
+              "NVIDIA A40 datasheet (as reproduced by resellers); " + _GA102_WP, 1740, 48, 84, "8.6",
+              memory_type="GDDR6"),
 )
 
 # ---------------------------------------------------------------------------- AMD
@@ -315,12 +335,10 @@ _MI355 = {"fp64": 78.6, "fp64_tensor": 78.6, "fp32": 157.3, "bf16": 2516.6, "fp1
           "int8": 5033.2, "fp6": 10066.3, "fp4": 10066.3}
 _MI355_SPARSE = {"bf16": 5033.2, "fp16": 5033.2, "fp8": 10066.3, "int8": 10066.3}
 _MI250_OAM = {"fp64": 45.3, "fp64_tensor": 90.5, "fp32": 45.3, "bf16": 362.1, "fp16": 362.1, "int8": 362.1}
-_MI210 = {"fp64": 22.6, "fp64_tensor": 45.3, "fp32": 22.6, "bf16": 181.0, "fp16": 181.0, "int8": 181.0}
-_MI300A = {"fp64": 61.3, "fp64_tensor": 122.6, "fp32": 122.6, "tf32": 490.3, "bf16": 980.6, "fp16": 980.6,
-           "fp8": 1961.2, "int8": 1961.2}
-_MI300A_SPARSE = {"tf32": 980.6, "bf16": 1961.2, "fp16": 1961.2, "fp8": 3922.3, "int8": 3922.3}
-_R9700 = {"fp32": 47.8, "bf16": 191.4, "fp16": 191.4, "fp8": 382.7, "int8": 382.7, "int4": 765.5}
-_R9700_SPARSE = {"bf16": 382.7, "fp16": 382.7, "fp8": 765.5, "int8": 765.5, "int4": 1531.0}
+_MI210 = {"fp64": 22.6, "fp64_tensor": 45.3, "fp32": 22.6, "fp16": 181.0, "int8": 181.0}
+_MI300A = {"fp64": 61.3, "fp64_tensor": 122.6, "fp32": 122.6, "bf16": 980.6, "fp16": 980.6}
+_R9700 = {"fp32": 47.8, "fp16": 191.0, "fp8": 383.0, "int8": 383.0, "int4": 766.0}
+_R9700_SPARSE = {"fp16": 383.0, "fp8": 766.0, "int8": 766.0, "int4": 1531.0}
 _MI250X_OAM = {"fp64": 47.9, "fp64_tensor": 95.7, "fp32": 47.9, "bf16": 383.0, "fp16": 383.0, "int8": 383.0}
 
 AMD: tuple[Datasheet, ...] = (
@@ -345,48 +363,63 @@ AMD: tuple[Datasheet, ...] = (
               "AMD Instinct MI250X accelerator datasheet (per OAM module, 2 GCDs)", 1700, 64, 110, "9.0", "amd",
               gfx_arch="gfx90a", memory_type="HBM2e"),
     Datasheet("MI250 (per GCD)", r"(?<!/)\bMI250\b(?!X)", _per(2, _MI250_OAM), 1638.4,
-              "[P] the datasheet's per-OAM figures halved: a trace sees each of the package's two GCDs (104 CUs, "
-              "64 GB, 1.6384 TB/s) as one device; per GCD it is an MI210 (same CUs, clock and memory), so an "
-              "unnamed gfx90a device with 104 CUs matches both rows: name it with `--roofs`", {},
-              "AMD Instinct MI250 accelerator datasheet (per OAM module, 2 GCDs)", 1700, 64, 104, "9.0", "amd",
-              gfx_arch="gfx90a", memory_type="HBM2e"),
+              "[D] confirmed: the OAM's peaks (FP64/FP32 vector 45.3, FP64/FP32 matrix 90.5, FP16/BF16/INT8 matrix "
+              "362.1), 104 CUs per GCD, the 1.7 GHz peak clock and 1.6 TB/s per GCD as AMD's ROCm \"MI250 "
+              "microarchitecture\" page prints them (1.6384 TB/s = 4,096 bits x 3.2 Gbps, which it rounds), and 208 "
+              "CUs / 128 GiB / gfx90a / GFXIP 9.0 in AMD's ROCm GPU specifications; halved here: a trace sees each of "
+              "the package's two GCDs (104 CUs, 64 GB) as one device. Per GCD it is an MI210 (same CUs, clock and "
+              "memory), so an unnamed gfx90a device with 104 CUs matches both rows: name it with `--roofs`", {},
+              "AMD ROCm documentation, \"AMD Instinct MI250 microarchitecture\" (peak-performance table of the MI250 "
+              "OAM); " + _ROCM_SPECS, 1700, 64, 104, "9.0", "amd", gfx_arch="gfx90a", memory_type="HBM2e"),
     Datasheet("MI210", r"\bMI210\b", _MI210, 1638.4,
-              "[P] peak figures as the datasheet prints them (FP64/FP32 vector 22.6, matrix 45.3; FP16/BF16/INT8 "
-              "181.0), as reproduced; 64 GB HBM2e at 1.6384 TB/s", {},
-              "AMD Instinct MI210 accelerator datasheet", 1700, 64, 104, "9.0", "amd", gfx_arch="gfx90a",
-              memory_type="HBM2e"),
+              "[P] confirmed: FP64/FP32 vector 22.6, FP64 matrix 45.3, FP16 matrix and INT8 181, 1,700 MHz, 64 GB "
+              "HBM2e at 1.6 TB/s (1.6384 in AMD's datasheet), as AnandTech reproduced AMD's specifications; 104 CUs, "
+              "64 GiB, gfx90a and GFXIP 9.0 in AMD's ROCm GPU specifications. Removed: BF16 (not in the copy found)",
+              {}, "AMD Instinct MI210 accelerator datasheet, as reproduced by AnandTech; " + _ROCM_SPECS, 1700, 64,
+              104, "9.0", "amd", gfx_arch="gfx90a", memory_type="HBM2e"),
     Datasheet("MI300A", r"\bMI300A\b", _MI300A, 5300.0,
-              "[P] peak figures as the datasheet prints them (228 CUs at 2,100 MHz: FP16/BF16 980.6, FP8/INT8 "
-              "1,961.2 dense; with-sparsity doubled), as reproduced; 128 GB HBM3 shared with the CPU cores at "
-              "5.3 TB/s", _MI300A_SPARSE,
-              "AMD Instinct MI300A APU datasheet; AMD CDNA 3 architecture whitepaper", 2100, 128, 228, "9.4", "amd",
-              gfx_arch="gfx942", memory_type="HBM3", unified=True),
-    Datasheet("MI308X", r"\bMI308X\b", {}, 5300.0,
-              "[P] AMD publishes no MI308X datasheet (a CDNA 3 part for the Chinese market): 192 GB HBM3 at "
-              "5.3 TB/s and 80 CUs as the press reports them; compute figures unpublished and left missing "
-              "(measure them: `perfscope devices` on the machine)", {},
-              "AMD Instinct MI308X as reported in the press (no AMD datasheet)", None, 192, 80, "9.4", "amd",
-              gfx_arch="gfx942", memory_type="HBM3"),
-    Datasheet("Radeon RX 7900 XTX", r"\bRX 7900 XTX\b", {"fp32": 61.4, "fp16": 122.8, "bf16": 122.8}, 960.0,
-              "[P] FP32 61.4 and FP16 122.8 TFLOPS as AMD's product page prints them (96 CUs at the 2,500 MHz "
-              "boost); BF16 WMMA runs at the FP16 rate on RDNA 3 (RDNA 3 ISA), a derivation; INT8/INT4 left "
-              "missing; 24 GB GDDR6 at 20 Gbps on 384 bits", {},
-              "AMD Radeon RX 7900 XTX product specifications; AMD RDNA 3 instruction set architecture reference",
+              "[P] confirmed: 228 CUs, 128 GiB, gfx942 and GFXIP 9.4 in AMD's ROCm GPU specifications; 128 GB HBM3 "
+              "at 5.3 TB/s, shared with the CPU cores, as cited from AMD's MI300A data sheet; FP64 61.3 vector and "
+              "122.6 matrix as rocprof-compute prints them; FP32 122.6 (press tables); FP16 and BF16 980.6 dense as "
+              "third-party notes print them. Removed: TF32, FP8/INT8, every with-sparsity figure and the boost "
+              "clock (no copy of the data sheet's figures found)", {},
+              "AMD Instinct MI300A APU data sheet (as cited); " + _ROCM_SPECS + "; rocprof-compute", None, 128, 228,
+              "9.4", "amd", gfx_arch="gfx942", memory_type="HBM3", unified=True),
+    Datasheet("MI308X", r"\bMI308X\b", {}, None,
+              "[P] nothing confirmed by an AMD document: AMD publishes no MI308X datasheet and its ROCm GPU "
+              "specifications do not list it; 80 CUs and gfx942 as users' ROCm logs report them; memory size, type and bandwidth (192 GB HBM3, 5.3 TB/s in "
+              "earlier press reports) were not found in any document reached and are removed; compute figures "
+              "unpublished and missing (measure them: `perfscope devices` on the machine)", {},
+              "no AMD document; users' ROCm logs (80 CUs, gfx942)", None, None, 80, "9.4", "amd",
+              gfx_arch="gfx942"),
+    Datasheet("Radeon RX 7900 XTX", r"\bRX 7900 XTX\b", {"fp32": 61.0, "fp16": 123.0}, 960.0,
+              "[P] confirmed: 96 CUs, the 2,500 MHz boost, FP16 123 and FP32 61 TFLOPS, 24 GB GDDR6 at 20 Gbps on 384 "
+              "bits and 960 GB/s as AMD's product specifications print them (read in a board maker's copy of AMD's "
+              "fields); 96 CUs, 24 GiB, gfx1100 and GFXIP 11.0 in AMD's ROCm GPU specifications. Corrected: FP32 "
+              "61.4 -> 61, FP16 122.8 -> 123 (as printed). Removed: BF16 (a derivation from the RDNA 3 ISA, printed "
+              "in no document found); INT8/INT4 not printed", {},
+              "AMD Radeon RX 7900 XTX product specifications (as copied); " + _ROCM_SPECS,
               2500, 24, 96, "11.0", "amd", gfx_arch="gfx1100", memory_type="GDDR6"),
     Datasheet("Radeon AI PRO R9700", r"\bR9700\b", _R9700, 640.0,
-              "[P] AMD's product-page peaks (64 CUs at the 2,920 MHz boost: FP32 47.8; FP16/BF16 matrix 191.4, "
-              "FP8/INT8 382.7, INT4 765.5 dense, doubled with sparsity: \"1,531 TOPS\" INT4), as reproduced and "
-              "checked against RDNA 4's per-CU matrix rates; 32 GB GDDR6 at 20 Gbps on 256 bits", _R9700_SPARSE,
-              "AMD Radeon AI PRO R9700 product specifications; AMD RDNA 4 architecture whitepaper", 2920, 32, 64,
+              "[P] confirmed: FP32 47.8; FP16 matrix 191 | 383, FP8 and INT8 383 | 766, INT4 766 | 1,531 (dense | "
+              "with sparsity) as AMD's R9700 specifications print them (read in verbatim copies of AMD's fields); "
+              "the 2,920 MHz boost and 640 GB/s on 256 bits as copies of AMD's specification print them; 64 CUs, 32 "
+              "GiB, gfx1201 and GFXIP 12.0 in AMD's ROCm GPU specifications. Corrected: FP16 191.4 -> 191, FP8/INT8 "
+              "382.7 -> 383, INT4 765.5 -> 766, with sparsity 382.7 -> 383 and 765.5 -> 766. Removed: BF16 (not "
+              "printed)", _R9700_SPARSE,
+              "AMD Radeon AI PRO R9700 product specifications (as copied); " + _ROCM_SPECS, 2920, 32, 64,
               "12.0", "amd", gfx_arch="gfx1201", memory_type="GDDR6"),
     Datasheet("Radeon 8060S (Strix Halo, Ryzen AI Max+ 395)",
               r"\bRADEON 8060S\b|\bSTRIX HALO\b|\bRYZEN AI MAX\+? (PRO )?395\b", {}, 256.0,
-              "[P] LPDDR5X-8000 on a 256-bit bus (8,000 MT/s x 32 bytes = 256 GB/s), shared with the CPU; 40 CUs "
-              "at 2,900 MHz; AMD prints no GPU TFLOPS for it (only platform TOPS), so compute figures are left "
+              "[P] confirmed: 40 CUs, gfx1151 and GFXIP 11.5 in AMD's ROCm GPU specifications (Ryzen AI Max+ 395 / "
+              "Radeon 8060S; VRAM \"dynamic + carveout\"); LPDDR5X-8000 on 256 bits (~256 GB/s, shared with the "
+              "CPU) and the 2.9 GHz graphics clock as community references print them (AMD's product page was not "
+              "reached). Removed: the memory size (128 GB found in no document reached; a unified part is not "
+              "matched by memory). AMD prints no GPU TFLOPS for it (only platform TOPS), so compute figures are "
               "missing (measure them: `perfscope devices` on the machine); traces name it `AMD Radeon Graphics`: "
               "matched by gfx1151 and its 40 CUs", {},
-              "AMD Ryzen AI Max+ 395 product specifications", 2900, 128, 40, "11.5", "amd", gfx_arch="gfx1151",
-              memory_type="LPDDR5X", unified=True),
+              _ROCM_SPECS + "; AMD Ryzen AI Max+ 395 product specifications (not reached)", 2900, None, 40, "11.5",
+              "amd", gfx_arch="gfx1151", memory_type="LPDDR5X", unified=True),
 )
 
 DATASHEETS: tuple[Datasheet, ...] = NVIDIA + AMD
@@ -450,7 +483,7 @@ def _same_memory(sheet: Datasheet, memory_bytes: float) -> bool:
     """The device's memory is the row's: in [``MEMORY_SLACK`` x GB, GB]; any size up to the row's for a
     unified-memory part (its driver reports a carve-out or the system's memory)."""
     if sheet.memory_gb is None:
-        return False
+        return sheet.unified  # a unified part's size is not compared; another row's unknown size matches nothing
     gib = memory_bytes / GIB
     low = 0.0 if sheet.unified else MEMORY_SLACK * sheet.memory_gb
     return low <= gib <= sheet.memory_gb * 1.001

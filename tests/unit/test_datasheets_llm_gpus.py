@@ -96,7 +96,9 @@ def test_dense_is_half_of_with_sparsity_wherever_both_are_printed() -> None:
                 continue  # Blackwell Ultra's FP4 dense rate is printed on its own (108 of 144 PF)
             # 2% for the sheets' own rounding (L40S prints 362.05 | 733)
             assert sheet.tflops[precision] == pytest.approx(sparse / 2, rel=0.02), (sheet.model, precision)
-        assert sheet.source and sheet.status and sheet.bandwidth_gb_s, sheet.model
+        # bandwidth is absent only where no document found prints it, and the status says so (MI308X)
+        assert sheet.source and sheet.status, sheet.model
+        assert sheet.bandwidth_gb_s or "removed" in sheet.status, sheet.model
 
 
 def test_roofs_carry_source_clock_and_density() -> None:

@@ -51,7 +51,8 @@ def test_h100_spec_values_provenance_and_ridge() -> None:
 
 def test_every_row_is_sourced_and_dense() -> None:
     for sheet in DATASHEETS:
-        assert sheet.bandwidth_gb_s and sheet.status and sheet.source, sheet.model
+        assert sheet.status and sheet.source, sheet.model
+        assert sheet.bandwidth_gb_s or "removed" in sheet.status, sheet.model  # MI308X: printed nowhere found
         fp32 = sheet.tflops.get("fp32")  # absent only where the vendor prints none (A10G, GB10)
         tensor = [v for p, v in sheet.tflops.items() if p in ("tf32", "bf16", "fp16", "fp8")]
         assert fp32 is None or all(v >= fp32 * 0.9 for v in tensor), sheet.model  # dense TC >= FP32
