@@ -281,7 +281,8 @@ def test_tables_people_read_show_labels_not_column_names() -> None:
 
     assert column_label("achieved_flops_per_s") == "achieved FLOP/s" and column_label("wall_s") == "wall time"
     assert column_label("mfu") == "MFU (% of peak FLOP/s)" and column_label("ttft_s_p99") == "TTFT p99"
-    assert column_label("profiled_throughput_tokens_per_s") == "profiled throughput (tokens/s)"
+    want = "profiled throughput (all output tokens / run time, tokens/s)"
+    assert column_label("profiled_throughput_tokens_per_s") == want
     assert labelled_rows([{"wall_s": "1 s", "mbu": "2%"}]) == [{"wall time": "1 s", "MBU (% of DRAM bandwidth)": "2%"}]
 
 
