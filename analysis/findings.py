@@ -121,7 +121,7 @@ def stake_clock(report: Report) -> str:
     profiler's measured overhead when the report also holds a warm unprofiled run."""
     ratio = report.params.get("profiler_overhead_ratio")
     if len(report.steps_unprofiled) or len(report.requests_unprofiled):
-        known = isinstance(ratio, (int, float)) and math.isfinite(ratio)
-        over = f", profiler overhead x{float(ratio):.2f}" if known else ""
+        over = (f", profiler overhead x{float(ratio):.2f}"
+                if isinstance(ratio, (int, float)) and math.isfinite(ratio) else "")
         return f"time at stake on the profiled run's clock{over}"
     return "time at stake on the trace's clock"

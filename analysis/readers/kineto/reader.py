@@ -97,7 +97,7 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
     if no_gpu_work:
         manifest["params"].update({"gpu_work": False, "frontend": frontend[0] if frontend else None})
     if n_kernels == 0 and n_ops:
-        warnings.append(no_gpu_work_warning(path, meta, spec, frontend) if no_gpu_work
+        warnings.append(no_gpu_work_warning(path, meta, spec, frontend) if no_gpu_work and spec is not None
                         else "no GPU kernel events in this trace: rows are CPU operators")
     note = roofs_note(spec) if device is None and not no_gpu_work else None
     if no_gpu_work:
