@@ -168,3 +168,34 @@ def test_qwen_sdpa_calls_are_their_triangles(load) -> None:
         b, h, s, d = (q[0], q[2], q[1], q[3]) if op == "aten::_flash_attention_forward" else q
         assert s == (kk[1] if op == "aten::_flash_attention_forward" else kk[2])
         assert flops == pytest.approx(4.0 * b * h * d * s * (s + 1) / 2, rel=1e-12), (op, shapes)
+
+
+def test_sglang_prefill_step_imported_end_to_end(tmp_path) -> None:
+    """The issue's SGLang prefill (``step[EXTEND bs=15 toks=15360]`` on MI300X) was 4.1% uncosted:
+    its ``aiter::mha_batch_prefill`` kernel. A Kineto trace of that step (the step ranges, the op
+    with its recorded arguments, its launch and its CK kernel) now prices the kernel by the formula."""
+    from perfscope.analysis.readers.detect import import_file
+
+    b, s = 15, 1024
+    dims, types, concrete = _mha_batch_prefill_args(b * s, b, 1_200_000, b * s, s, s)
+    step = f"execute_15_context_15(sq{b * s}sk{b * s}sqsq{b * s * s}sqsk{b * s * s})_generation_0(sq0sk0sqsq0sqsk0)"
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": step, "pid": 1, "tid": 1, "ts": 100, "dur": 1000, "args": {}},
+        {"ph": "X", "cat": "user_annotation", "name": f"step[EXTEND bs={b} toks={b * s}]", "pid": 1, "tid": 1,
+         "ts": 110, "dur": 980, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "aiter::mha_batch_prefill", "pid": 1, "tid": 1, "ts": 200, "dur": 50,
+         "args": {"External id": 7, "Input Dims": dims, "Input type": types, "Concrete Inputs": concrete}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 1, "tid": 1, "ts": 210, "dur": 10,
+         "args": {"correlation": 5, "External id": 7}},
+        {"ph": "X", "cat": "kernel", "name": "_ZN7ck_tile6kentryILi1ENS_36FmhaBatchPrefillWithPagedKVCacheKernelE",
+         "pid": 0, "tid": 7, "ts": 300, "dur": 400, "args": {"correlation": 5, "External id": 7, "device": 0,
+                                                              "stream": 7}},
+    ]
+    path = tmp_path / "sglang_prefill.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X"}],
+                                "traceEvents": events}))
+    k = import_file(path).kernels
+    (row,) = k.itertuples()
+    assert (row.op, row.category, row.phase) == ("aiter::mha_batch_prefill", "attention", "prefill")
+    assert row.flops == b * 4.0 * 32 * 128 * s * (s + 1) / 2
+    assert row.dram_bytes == b * s * (32 * 128 * 2 * 2 + 8 * 128 * 2 * 2)
