@@ -404,12 +404,12 @@ def _cached(kwargs: dict[str, Any], new: int, mask: Any) -> int | None:
                 return int(length())
             except (TypeError, ValueError, RuntimeError, AttributeError):
                 pass
-    position = kwargs.get("cache_position")
+    position: Any = kwargs.get("cache_position")
     if hasattr(position, "reshape") and position.numel():
         return int(position.reshape(-1)[0])
     if mask is not None and mask.dim() == 2:
         return int(mask.shape[-1]) - new
-    ids = kwargs.get("position_ids")
+    ids: Any = kwargs.get("position_ids")
     if hasattr(ids, "dim") and ids.dim() == 2 and int(ids.shape[0]) == 1 and ids.numel():
         return int(ids[0, 0])
     return None

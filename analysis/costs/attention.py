@@ -165,12 +165,10 @@ def sdpa(name: str, ins: OpInputs) -> OpCost | None:
             work = uniform_work(b, q[0], k[0], int_arg(ins, offsets[2]), int_arg(ins, offsets[3]))
         if work is None:
             return None
-        heads = Heads(q[1], k[1], q[2], v[2])
-        pairs = None
         if causal and align == "top_left":
-            return None  # a top-left mask over unequal varlen sequences: not expressible by the sums
-        return attention_cost(heads, work, causal=causal, q_itemsize=itemsize(dq), kv_itemsize=itemsize(dk),
-                              pairs=pairs)
+            return None  # a top-left mask over varlen sequences: the sums give bottom-right pairs only
+        return attention_cost(Heads(q[1], k[1], q[2], v[2]), work, causal=causal, q_itemsize=itemsize(dq),
+                              kv_itemsize=itemsize(dk))
     if len(q) == 3:
         q, k, v = [1, *q], [1, *k], [1, *v]
         if layout == "bshd":
