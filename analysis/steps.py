@@ -46,7 +46,7 @@ VLLM_DETAILED = re.compile(
     r"execute_(\d+)_context_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)"
     r"_generation_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)")
 VLLM_OLD = re.compile(r"execute_new_(\d+)_cached_(\d+)")
-SGLANG = re.compile(r"step\[([A-Z_]+)((?:\s+[a-z_]+=\d+)*)\s*\]")
+SGLANG = re.compile(r"step\[([A-Z][A-Z0-9_]*)((?:\s+[a-z_]+=\d+)*)\s*\]")
 USER = re.compile(r"perfscope\.step\[(prefill|decode|mixed)((?:\s+[a-z_]+=\d+)*)\s*\]")
 LOOKS_LIKE_STEP = re.compile(r"execute_(?:\d|context|new|generation|cached)|step\[|perfscope\.step")
 """Names that claim to be a step annotation: when no form above matches, they are reported."""
@@ -74,6 +74,8 @@ class StepLabel:
     decode_seqs: int | None = None
     context_tokens: int | None = None
     attention_prefill_share: float | None = None
+    drafted: int | None = None
+    """Speculative verify: draft tokens checked in the step (accepted ones are not in the labels)."""
 
     def filled_from(self, other: StepLabel) -> StepLabel:
         """This label with the fields it lacks taken from ``other`` (its framework and phase kept)."""
@@ -114,18 +116,24 @@ def _vllm_compact(m: re.Match[str]) -> StepLabel:
     pctx = pqk // pq if n == 1 and pq and pqk is not None else 0 if n == 0 else None
     dctx = dqk if m_gen and dq == m_gen and dqk is not None else 0 if m_gen == 0 else None
     tokens = pq + dq if pq is not None and dq is not None else None
-    return StepLabel("vllm", _phase(n, m_gen), batch=n + m_gen, tokens=tokens,
+    drafted = dq - m_gen if m_gen and dq is not None and dq > m_gen else None
+    if drafted is not None:
+        dctx = None  # decode contexts are the qk sum only for one new token per request
+    phase = _phase(n, m_gen) if drafted is None else "mixed" if n else "verify"
+    return StepLabel("vllm", phase, batch=n + m_gen, tokens=tokens,
                      prefill_tokens=pq, prefill_seqs=n, decode_seqs=m_gen,
                      context_tokens=pctx + dctx if pctx is not None and dctx is not None else None,
-                     attention_prefill_share=_share(pqk, dqk))
+                     attention_prefill_share=_share(pqk, dqk), drafted=drafted)
 
 
 def _vllm_detailed(m: re.Match[str]) -> StepLabel:
     g = [int(x) for x in m.groups()]
-    total, n, psq, psk, _, psqsk, m_gen, _dsq, dsk, _, dsqsk = g
-    return StepLabel("vllm", _phase(n, m_gen), batch=n + m_gen, tokens=total, prefill_tokens=psq,
+    total, n, psq, psk, _, psqsk, m_gen, dsq, dsk, _, dsqsk = g
+    drafted = dsq - m_gen if m_gen and dsq > m_gen else None  # decoding requests checking draft tokens
+    phase = _phase(n, m_gen) if drafted is None else "mixed" if n else "verify"
+    return StepLabel("vllm", phase, batch=n + m_gen, tokens=total, prefill_tokens=psq,
                      prefill_seqs=n, decode_seqs=m_gen, context_tokens=psk + dsk,
-                     attention_prefill_share=_share(psqsk, dsqsk))
+                     attention_prefill_share=_share(psqsk, dsqsk), drafted=drafted)
 
 
 def _vllm_old(m: re.Match[str]) -> StepLabel:
@@ -152,7 +160,8 @@ def _sglang(m: re.Match[str]) -> StepLabel:
         return StepLabel("sglang", phase, batch=bs, tokens=toks, prefill_tokens=toks, prefill_seqs=bs, decode_seqs=0)
     if phase == "idle":
         return StepLabel("sglang", phase, batch=bs if bs is not None else 0, tokens=toks if toks is not None else 0)
-    return StepLabel("sglang", phase, batch=bs, tokens=toks)
+    drafted = toks - bs if phase == "verify" and toks is not None and bs is not None and toks > bs else None
+    return StepLabel("sglang", phase, batch=bs, tokens=toks, drafted=drafted)
 
 
 def _user(m: re.Match[str]) -> StepLabel:
@@ -202,7 +211,7 @@ class FrameworkSteps:
 
 
 STEP_FIELDS = ("framework", "phase", "batch", "tokens", "prefill_tokens", "prefill_seqs", "decode_seqs",
-               "context_tokens", "attention_prefill_share")
+               "context_tokens", "attention_prefill_share", "drafted")
 
 
 def steps_from_ranges(ranges: pd.DataFrame) -> FrameworkSteps:
@@ -256,7 +265,7 @@ def _merge_nested(labels: Sequence[StepLabel], start: np.ndarray, end: np.ndarra
     steps = pd.DataFrame(rows).sort_values("start_ns", kind="stable").reset_index(drop=True)
     steps.insert(0, "step", np.arange(len(steps), dtype=np.int64))
     steps["duration_ns"] = steps["end_ns"] - steps["start_ns"]
-    for col in ("batch", "tokens", "prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens"):
+    for col in ("batch", "tokens", "prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens", "drafted"):
         steps[col] = pd.array(pd.to_numeric(steps[col], errors="coerce"), dtype="Int64")
     steps["attention_prefill_share"] = pd.to_numeric(steps["attention_prefill_share"], errors="coerce").astype("float64")
     return steps

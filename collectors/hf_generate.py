@@ -240,6 +240,8 @@ class HFStep:
     label: str | None = None
     flops: float | None = None
     generate_call: int = 0
+    drafted: int | None = None
+    accepted: int | None = None
 
 
 class _Clock:
@@ -296,21 +298,45 @@ class _Forward:
     start: int
     logit_rows: int = 0
     end: int = -1
+    draft: bool = False
+    cached: int | None = None
+    """Tokens in the model's KV cache before the forward (from its cache, ``cache_position``,
+    the 2-D mask or ``position_ids``), None when none says."""
+    ids: list[int] | None = None
+    """The input ids of a speculative call's target forward (one row), for its last check."""
 
 
 class _Call:
     """The hooks of one ``generate()`` call and what they saw."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, prompt_mask: Any = None, *, speculative: bool = False,
+                 draft_model: Any = None) -> None:
         self.model = model
+        self.speculative = speculative
+        """generate() with a draft (``assistant_model``) or prompt lookup: the target's later
+        multi-token forwards verify drafted tokens."""
+        self.draft_model = draft_model
         self.encdec = bool(getattr(model.config, "is_encoder_decoder", False))
         self.clock = _Clock(model)
         self.forwards: list[_Forward] = []
+        self.prompt_mask = prompt_mask if hasattr(prompt_mask, "dim") and prompt_mask.dim() == 2 else None
+        """The 2-D ``attention_mask`` given to ``generate()`` (1 = a prompt token, 0 = padding)."""
         self.mask0: Any = None
+        self.real0: list[int] | None = None
+        """Per row, the real tokens of the first forward read from its 4-D mask (a static cache's
+        ``[b, 1, q, cache]`` mask: the last prompt position attends every real token)."""
         self._open: _Forward | None = None
         self._range: annotate | None = None
+        self._inner = 0
 
-    def before(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def before_draft(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A forward of the draft (assistant) model: a ``draft`` step."""
+        self.before(module, args, kwargs, draft=True)
+
+    def before(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, draft: bool = False) -> None:
+        if self._open is not None:
+            self._inner += 1  # a forward inside a forward: the outer one is the step
+            return
         prefix = "decoder_" if self.encdec else ""
         x = kwargs.get(f"{prefix}input_ids")
         if x is None and not self.encdec and args:
@@ -322,17 +348,37 @@ class _Call:
         batch, new = int(x.shape[0]), int(x.shape[1])
         mask = kwargs.get(f"{prefix}attention_mask")
         mask = mask if hasattr(mask, "dim") else None  # a dict of masks per layer type: not read
-        first = not self.forwards
-        if first and mask is not None and mask.dim() == 2:
+        mine = [f for f in self.forwards if f.draft == draft]
+        first = not mine
+        if first and not draft and mask is not None and mask.dim() == 2:
             self.mask0 = mask
-        before = self.forwards[-1].context_len if self.forwards else 0
-        ctx = int(mask.shape[-1]) if mask is not None and mask.dim() in (2, 4) else before + new
-        phase = "prefill" if first or new > 1 else "decode"
-        self._open = _Forward(phase, batch, new, ctx, self.clock.mark(), logit_rows=_logit_rows(kwargs, new))
+        elif first and not draft and mask is not None and mask.dim() == 4:
+            self.real0 = _attended(mask)
+        cached = _cached(kwargs, new, mask)
+        before = mine[-1].context_len if mine else 0
+        if cached is not None:
+            ctx = cached + new
+        else:
+            ctx = int(mask.shape[-1]) if mask is not None and mask.dim() in (2, 4) else before + new
+        if draft:
+            phase = "draft"
+        elif first:
+            phase = "prefill"
+        elif new > 1:
+            phase = "verify" if self.speculative else "prefill"
+        else:
+            phase = "decode"
+        ids = x[0].tolist() if self.speculative and not draft and batch == 1 and x.dim() == 2 \
+            and not x.is_floating_point() else None
+        self._open = _Forward(phase, batch, new, ctx, self.clock.mark(), logit_rows=_logit_rows(kwargs, new),
+                              draft=draft, cached=cached, ids=ids)
         self._range = annotate(phase)
         self._range.__enter__()
 
     def after(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        if self._inner:
+            self._inner -= 1
+            return
         self.close()
 
     def close(self) -> None:
@@ -344,6 +390,41 @@ class _Call:
             self._open.end = self.clock.mark()
             self.forwards.append(self._open)
             self._open = None
+
+
+def _cached(kwargs: dict[str, Any], new: int, mask: Any) -> int | None:
+    """Tokens in the KV cache before a forward: the cache object's ``get_seq_length()``
+    (``past_key_values``; ``cache`` in transformers 5.x), else ``cache_position[0]``, else the
+    2-D mask's width less the new tokens, else the first new token's position (one row)."""
+    for key in ("past_key_values", "cache"):
+        cache = kwargs.get(key)
+        length = getattr(cache, "get_seq_length", None)
+        if callable(length):
+            try:
+                return int(length())
+            except (TypeError, ValueError, RuntimeError, AttributeError):
+                pass
+    position: Any = kwargs.get("cache_position")
+    if hasattr(position, "reshape") and position.numel():
+        return int(position.reshape(-1)[0])
+    if mask is not None and mask.dim() == 2:
+        return int(mask.shape[-1]) - new
+    ids: Any = kwargs.get("position_ids")
+    if hasattr(ids, "dim") and ids.dim() == 2 and int(ids.shape[0]) == 1 and ids.numel():
+        return int(ids[0, 0])
+    return None
+
+
+def _attended(mask: Any) -> list[int] | None:
+    """Per row, the key slots the last query position of a 4-D attention mask attends: a bool
+    mask's True, an additive mask's 0 (-inf elsewhere); None for another form."""
+    last = mask[:, 0, -1, :]
+    dtype = str(last.dtype)
+    if dtype == "torch.bool":
+        return [int(v) for v in last.sum(-1).tolist()]
+    if "float" in dtype or "bfloat" in dtype or "half" in dtype:
+        return [int(v) for v in (last == 0).sum(-1).tolist()]
+    return None
 
 
 def _logit_rows(kwargs: dict[str, Any], new: int) -> int:
@@ -374,6 +455,86 @@ def _input_width(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     return int(x.shape[-1]) if x is not None and hasattr(x, "shape") and len(x.shape) == 2 else None
 
 
+def _prompt_tokens(call: _Call, first: _Forward, batch: int, width: int | None = None) -> tuple[list[int], list[int]]:
+    """(per row, the real tokens in the cache after the first forward; the real tokens among its
+    new ones). Padding is not prompt: the rows' attention mask says which slots are real, read
+    from ``generate()``'s own 2-D ``attention_mask``, else the first forward's 2-D mask, else its
+    4-D mask (a static cache); with none, every slot of the prompt's width (``width``: the
+    ``input_ids`` given to ``generate()``; else the first forward's) counts."""
+    for mask in (call.prompt_mask, call.mask0):
+        if mask is not None and int(mask.shape[0]) == batch:
+            ctx = [int(v) for v in mask.sum(-1).tolist()]
+            new = [int(v) for v in mask[:, -first.new:].sum(-1).tolist()]
+            return ctx, new
+    if call.real0 is not None and len(call.real0) == batch:
+        return list(call.real0), list(call.real0)
+    return [width or first.new] * batch, [width or first.new] * batch
+
+
+SPECULATIVE_KEYS = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
+"""generate() arguments (or generation-config fields) that turn on speculative decoding."""
+
+
+def _is_speculative(model: Any, kwargs: dict[str, Any]) -> bool:
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    return any(kwargs.get(k) is not None or getattr(config, k, None) is not None for k in SPECULATIVE_KEYS)
+
+
+def _lookup(model: Any, kwargs: dict[str, Any]) -> bool:
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    return kwargs.get("prompt_lookup_num_tokens") is not None or \
+        getattr(config, "prompt_lookup_num_tokens", None) is not None
+
+
+def _speculation(call: _Call, target: list[_Forward], width: int | None, result: Any) -> dict[Any, Any]:
+    """Per target forward (by ``id``): (drafted, accepted) tokens, and ``emitted``: the tokens each
+    forward added to the output, in order; {} when the cache positions are not known.
+
+    A forward's input is what the cache has not seen: the prompt (first) or the last emitted token,
+    then the drafted tokens. The next forward's cache length tells how many were kept: ``accepted =
+    cached_next - cached - base`` (``base``: the prompt width, or 1). Each forward emits its accepted
+    drafts and one token of its own; the last forward's drafts are matched against the output (which
+    ends at ``max_new_tokens``, possibly before that forward's own token)."""
+    seqs = result if hasattr(result, "shape") else getattr(result, "sequences", None)
+    if width is None or any(f.cached is None for f in target) or target[0].batch != 1:
+        return {}
+    if seqs is None:
+        return {}
+    out: dict[Any, Any] = {}
+    emitted = []
+    total = int(seqs.shape[1])
+    for k, f in enumerate(target):
+        base = width if k == 0 else 1
+        drafted = max(f.new - base, 0)
+        if k + 1 < len(target):
+            kept = int(target[k + 1].cached) - int(f.cached or 0) - base  # type: ignore[arg-type]
+            accepted = min(max(kept, 0), drafted)
+            emitted.append(accepted + 1)
+        else:  # the last forward: its drafts against the output (which may end before its own token)
+            start = int(f.cached or 0) + base
+            row = seqs[0, start:start + drafted].tolist()
+            drafts = (f.ids or [])[base:]
+            accepted = next((i for i, (a, b) in enumerate(zip(drafts, row)) if a != b), min(len(drafts), len(row)))
+            emitted.append(max(total - start, 0))
+        if drafted:
+            out[id(f)] = (drafted, accepted)
+    out["emitted"] = emitted
+    return out
+
+
+def _speculative_request(row: dict[str, Any], spec: dict[Any, Any]) -> None:
+    """The request's speculative columns: drafted and accepted tokens over the target forwards that
+    checked drafts, the acceptance rate and the mean accepted drafts per such forward (the engine's
+    ``speculative_stats`` convention; a forward emits that plus one token of its own)."""
+    pairs = [v for k, v in spec.items() if k != "emitted"]
+    if not pairs:
+        return
+    drafted, accepted = sum(d for d, _ in pairs), sum(a for _, a in pairs)
+    row.update(drafted_tokens=drafted, accepted_tokens=accepted,
+               acceptance_pct=100.0 * accepted / drafted if drafted else None,
+               mean_accepted_len=accepted / len(pairs))
+
+
 @dataclass
 class Recording:
     """Everything a :class:`GenerateRecorder` saw: steps, requests, the model's facts, warnings."""
@@ -384,11 +545,15 @@ class Recording:
     calls: int = 0
     generate_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    speculation: dict[str, Any] | None = None
+    """``{"method": ...}`` when a call decoded speculatively (the speculation finding names it)."""
     _t0: int | None = None
 
     def params(self) -> dict[str, Any]:
         """Manifest params: the model's facts, how many calls and their summed wall time."""
         out: dict[str, Any] = {"hf_generate_calls": self.calls, "hf_generate_s": self.generate_s}
+        if self.speculation:
+            out["speculation"] = dict(self.speculation)
         return {**(self.facts.params() if self.facts else {}), **out}
 
     def add_call(self, call: _Call, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -403,34 +568,60 @@ class Recording:
         index = self.calls
         self.calls += 1
         fw = call.forwards
-        if not fw:
+        target = [f for f in fw if not f.draft]
+        if not target:
             return
-        batch = fw[0].batch
-        if call.mask0 is not None:
-            real_ctx = [int(v) for v in call.mask0.sum(-1).tolist()]
-            real_new = [int(v) for v in call.mask0[:, -fw[0].new:].sum(-1).tolist()]
-        else:
-            real_ctx = real_new = [fw[0].new] * batch
+        batch = target[0].batch
+        width = _input_width(args, kwargs) if not call.encdec else None
+        real_ctx, real_new = _prompt_tokens(call, target[0], batch, width)
+        spec = _speculation(call, target, width, result) if call.speculative else {}
+        if call.speculative:
+            self.speculation = {"method": "assisted generation (draft model)" if call.draft_model is not None
+                                else "prompt lookup" if _lookup(call.model, kwargs) else "speculative"}
+        draft_facts = model_facts(call.draft_model) if call.draft_model is not None and any(f.draft for f in fw) \
+            else None
         added = 0
-        for k, f in enumerate(fw):
-            if k:
+        for f in fw:
+            own = draft_facts if f.draft and draft_facts is not None else facts
+            first = f is target[0]
+            if not f.draft and not first:
                 added += f.new
+            drafted, accepted = spec.get(id(f), (None, None))
             prefill = f.phase == "prefill"
-            tokens = sum(real_new) if k == 0 else f.batch * f.new
+            tokens = sum(real_new) + f.batch * (drafted or 0) if first else f.batch * f.new
+            if f.draft or call.speculative:
+                context_tokens = f.batch * f.context_len
+            else:
+                context_tokens = sum(real_ctx) + f.batch * added if f.batch == batch else f.batch * f.context_len
             self.steps.append(HFStep(
                 step=len(self.steps), phase=f.phase, batch=f.batch, tokens=tokens,
-                prefill_tokens=tokens if prefill else 0, prefill_seqs=f.batch if prefill else 0,
+                prefill_tokens=sum(real_new) if first else (tokens if prefill else 0),
+                prefill_seqs=f.batch if prefill else 0,
                 decode_seqs=0 if prefill else f.batch, context_len=f.context_len,
-                context_tokens=sum(real_ctx) + f.batch * added if f.batch == batch else f.batch * f.context_len,
-                start_ns=times[f.start], end_ns=times[f.end], weight_bytes=facts.weight_bytes,
-                kv_cache_bytes=facts.kv_bytes(f.batch, f.context_len),
-                kv_cache_size_bytes=facts.kv_bytes(f.batch, f.context_len), label=f.phase, generate_call=index,
-                flops=facts.step_flops(f.batch, f.new, f.context_len, f.logit_rows)))
+                context_tokens=context_tokens,
+                start_ns=times[f.start], end_ns=times[f.end], weight_bytes=own.weight_bytes,
+                kv_cache_bytes=own.kv_bytes(f.batch, f.context_len),
+                kv_cache_size_bytes=own.kv_bytes(f.batch, f.context_len), label=f.phase, generate_call=index,
+                flops=own.step_flops(f.batch, f.new, f.context_len, f.logit_rows),
+                drafted=drafted, accepted=accepted))
         if result is not None:
-            self._add_requests(call, result, args, kwargs, [times[f.end] for f in fw], start, real_ctx, index)
+            padded = width if width is not None else (None if call.encdec else target[0].new)
+            if call.speculative:
+                emitted = spec.get("emitted")
+                if emitted is None:
+                    self.warnings.append(f"generate() call {index}: speculative decoding whose accepted tokens could "
+                                         "not be read from the model's cache positions: no request rows for it")
+                    return
+                token_ns = [times[f.end] for f, e in zip(target, emitted) for _ in range(e)]
+            else:
+                token_ns = [times[f.end] for f in target]
+            self._add_requests(call, result, args, kwargs, token_ns, start, real_ctx, index, padded)
+            if call.speculative and self.requests and self.requests[-1].get("generate_call") == index:
+                _speculative_request(self.requests[-1], spec)
 
     def _add_requests(self, call: _Call, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                      token_ns: list[int], start_ns: int, prompt_lens: list[int], index: int) -> None:
+                      token_ns: list[int], start_ns: int, prompt_lens: list[int], index: int,
+                      padded: int | None = None) -> None:
         from perfscope.request_metrics import request_records
 
         seqs = result if hasattr(result, "shape") else getattr(result, "sequences", None)
@@ -456,6 +647,9 @@ class Recording:
             row.update(request_id=first_id + r.request_id, arrival_s=arrival, admitted_s=arrival,
                        first_token_s=arrival + r.ttft_s, end_s=arrival + r.e2e_s,
                        max_output_tokens=max_new, finish_reason=reason, generate_call=index)
+            if padded is not None and padded >= row["prompt_tokens"] > 0:
+                row.update(prompt_padded_tokens=padded,
+                           prompt_padding_pct=100.0 * (padded - row["prompt_tokens"]) / padded)
             self.requests.append(row)
 
 
@@ -537,9 +731,14 @@ class GenerateRecorder:
         if self._depth:  # generate() inside generate() (an assistant model): the outer call's steps only
             return original(model, *args, **kwargs)
         self._depth += 1
-        call = _Call(model)
+        draft = kwargs.get("assistant_model")
+        call = _Call(model, kwargs.get("attention_mask"), speculative=_is_speculative(model, kwargs),
+                     draft_model=draft if hasattr(draft, "register_forward_pre_hook") and draft is not model else None)
         hooks = [model.register_forward_pre_hook(call.before, with_kwargs=True),
                  model.register_forward_hook(call.after, with_kwargs=True)]
+        if call.draft_model is not None:  # the draft's forwards (its own nested generate() passes through)
+            hooks += [call.draft_model.register_forward_pre_hook(call.before_draft, with_kwargs=True),
+                      call.draft_model.register_forward_hook(call.after, with_kwargs=True)]
         result = None
         try:
             result = original(model, *args, **kwargs)

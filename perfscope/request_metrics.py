@@ -46,6 +46,18 @@ class RequestRecord:
     itl_p99_s: float | None
 
 
+@dataclass(frozen=True)
+class SpeculativeRequestRecord(RequestRecord):
+    """A request decoded speculatively: its draft tokens checked and accepted over its verify
+    steps, the acceptance rate (%) and the mean accepted drafts per verify step (the same request
+    columns for the engine and transformers ``generate()``)."""
+
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+    acceptance_pct: float | None = None
+    mean_accepted_len: float | None = None
+
+
 def request_records(prompts: list[list[int]], token_ns: list[int], start_ns: int,
                     output_lens: list[int] | None = None) -> list[RequestRecord]:
     """vLLM serving metrics per request (all rows of a batch share the token times; a row that

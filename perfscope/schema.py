@@ -171,6 +171,15 @@ REQUEST_COLUMNS = _cols(
     ("max_output_tokens", "int", False, "output tokens asked for (EOS may stop earlier)"),
     ("finish_reason", "str", False, "length or eos"),
     ("token_times_s", "str", False, "JSON list of every token's time, s from the run's start"),
+    # transformers generate() and the engine: padding is not prompt; speculative decoding
+    ("prompt_padded_tokens", "int", False, "the padded prompt width the request ran at (its prompt_tokens are "
+     "the real ones, from the attention mask)"),
+    ("prompt_padding_pct", "float", False, "share of the padded prompt width that is padding, %"),
+    ("drafted_tokens", "int", False, "speculative decoding: draft tokens proposed for this request"),
+    ("accepted_tokens", "int", False, "speculative decoding: draft tokens accepted"),
+    ("acceptance_pct", "float", False, "speculative decoding: accepted / drafted, %"),
+    ("mean_accepted_len", "float", False, "speculative decoding: mean draft tokens accepted per verify step "
+     "(the step emits one more, the target's own)"),
 )
 
 STEP_COLUMNS = _cols(

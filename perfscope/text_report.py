@@ -86,6 +86,10 @@ def _phase_lines(report: Report) -> list[str]:
              _num(r["tokens_per_s"], 1, 1), si(r["achieved_flops_per_s"], "FLOP/s"), _num(r["mfu"] * 100, 1, 1),
              si(r["achieved_bytes_per_s"], "B/s"), _num(r["mbu"] * 100, 1, 1)] for _, r in ph.iterrows()]
     head = ["phase", "steps", "tokens", "wall ms", "tok/s", "achieved", "MFU %", "bytes/s", "MBU %"]
+    if ph["phase"].isin(["draft", "verify"]).any():  # speculative decoding: what drafting and verifying cost
+        for row, (_, r) in zip(rows, ph.iterrows()):
+            row.insert(4, _num(r["wall_share_pct"], 1, 1))
+        head.insert(4, "wall %")
     framework = ph["framework"].dropna() if "framework" in ph else ph.iloc[:0, 0]
     if len(framework):  # a framework's steps: a mixed row's prefill and decode tokens, the outliers left out
         for row, (_, r) in zip(rows, ph.iterrows()):
@@ -136,7 +140,9 @@ def _request_lines(report: Report) -> list[str]:
     lines = [
         f"requests: {int(s['requests'])}, {prompt} prompt + {int(s['output_tokens'])} output tokens"
         + (f" (prompt not counted for {unknown})" if unknown and prompt != MISSING else "")
-        + (" (warm unprofiled run)" if has_unprofiled(report) else ""),
+        + (" (warm unprofiled run)" if has_unprofiled(report) else "")
+        + (f"; {int(s['prompt_padding_tokens'])} padding tokens beside the prompt"
+           if s.get("prompt_padding_tokens") else ""),
         f"  TTFT mean {_num(s['ttft_s_mean'], 1e-3)} ms (p99 {_num(s['ttft_s_p99'], 1e-3)})   "
         f"TPOT mean {_num(s['tpot_s_mean'], 1e-3)} ms (p99 {_num(s['tpot_s_p99'], 1e-3)})   "
         f"ITL mean {_num(s['itl_s_mean'], 1e-3)} ms   E2E mean {_num(s['e2e_s_mean'], 1, 3)} s",

@@ -28,6 +28,8 @@ from .args import (
     tensor_arg,
     tensor_args,
 )
+from .attention import FLASHINFER_RUN, FRAMEWORK_SIGNATURES, Heads, by_name, framework_attention
+from .attention import attention_cost as shaped_attention
 from .operators import OpCost, OpInputs, Shape, itemsize, numel
 from .quantized import (
     GPT_OSS_MOE,
@@ -49,12 +51,9 @@ __all__ = ["GPT_OSS_MOE", "OpContext", "StepAttention", "attention_cost", "frame
 # ---------------------------------------------------------------------------- attention
 def attention_cost(q: tuple[Shape, str], k: tuple[Shape, str], v: tuple[Shape, str],
                    work: StepAttention, *, causal: bool, kv_itemsize: float | None = None) -> OpCost:
-    """FLOPs and bytes of varlen attention over a step's sequences (FlashAttention-2's count).
-
-    FLOPs: ``2·Hq·D·pairs`` for QKᵀ plus ``2·Hq·Dv·pairs`` for PV (Dao, FlashAttention-2, §4:
-    ``4·seqlen²·head_dim·heads``, halved when causal); softmax is not counted.
-    Bytes: Q and O once, and the K and V of every key position of every sequence once
-    (``sk`` summed over the step: the paged KV read of a decode), in the cache's width.
+    """FLOPs and bytes of varlen attention over a step's sequences, by the one attention
+    formula (:func:`.attention.attention_cost`: ``2·Hq·(D + Dv)·pairs``; Q and O once, K and V of
+    every key position once).
 
     Args:
         q, k, v: (shape, dtype) of the query ``[T, Hq, D]``, key ``[T, Hkv, D]``, value
@@ -64,31 +63,22 @@ def attention_cost(q: tuple[Shape, str], k: tuple[Shape, str], v: tuple[Shape, s
         kv_itemsize: bytes per cached K/V element (default: the key's dtype).
     """
     (qs, dq), (ks, dk), (vs, _) = q, k, v
-    hq, d, hkv, dv = qs[-2], qs[-1], ks[-2], vs[-1]
-    pairs = work.pairs(causal=causal)
-    flops = 2.0 * hq * d * pairs + 2.0 * hq * dv * pairs
     width = kv_itemsize if kv_itemsize is not None else itemsize(dk)
-    q_bytes = float(work.sq * hq * d * itemsize(dq))
-    o_bytes = float(work.sq * hq * dv * max(itemsize(dq), itemsize(dk)))  # the model's width (an fp8 query gives bf16 out)
-    kv_bytes = float(work.sk) * hkv * (d + dv) * width
-    return OpCost(flops, q_bytes + o_bytes + kv_bytes, "attention")
+    heads = Heads(qs[-2], ks[-2], qs[-1], vs[-1])
+    return shaped_attention(heads, work, causal=causal, q_itemsize=itemsize(dq), kv_itemsize=width,
+                            o_itemsize=max(itemsize(dq), itemsize(dk)))  # an fp8 query gives bf16 out
 
 
 def vllm_unified_attention(name: str, ins: OpInputs) -> OpCost | None:
     """``vllm::unified_attention_with_output(query [T,Hq,D], key [T,Hkv,D], value [T,Hkv,Dv],
     output [T,Hq,Dv], layer_name, ...)`` and ``vllm::unified_attention(query, key, value,
-    layer_name)`` (vllm/attention/layer.py). The sequence lengths are not arguments: they come
-    from the step annotation around the call (:class:`StepAttention`); without one the cost
-    stays missing. Causal: vLLM's decoder attention masks causally (``causal=True`` in every
-    backend's ``forward`` for ``AttentionType.DECODER``). The KV cache holds the query's width
-    when that is narrower (vLLM quantizes the query to the fp8 cache dtype)."""
-    work = ins.context.attention
-    t = tensor_args(ins, 0, 1, 2)
-    if work is None or t is None or any(len(s) != 3 for s, _ in t):
-        return None
-    q, k, v = t
-    width = min(itemsize(q[1]), itemsize(k[1]))
-    return attention_cost(q, k, v, work, causal=True, kv_itemsize=width)
+    layer_name)`` (vllm/attention/layer.py), through :func:`.attention.framework_attention`. The
+    sequence lengths are not arguments: they come from the step annotation around the call
+    (:class:`StepAttention`); without one the cost stays missing. Causal: vLLM's decoder
+    attention masks causally (``causal=True`` in every backend's ``forward`` for
+    ``AttentionType.DECODER``). The KV cache holds the query's width when that is narrower
+    (vLLM quantizes the query to the fp8 cache dtype)."""
+    return framework_attention(name, ins)
 
 
 def paged_attention_ragged(name: str, ins: OpInputs) -> OpCost | None:
@@ -96,17 +86,20 @@ def paged_attention_ragged(name: str, ins: OpInputs) -> OpCost | None:
     key_cache [blocks, page, Hkv, D], value_cache [blocks, page, Hkv, Dv], ...)``
     (aiter/ops/attention.py) as SGLang's aiter backend calls it, recorded by SGLang's shape
     profiler as ``sglang_profiler::attention_paged_attention_ragged_<n>`` (the counter is
-    dropped by :func:`qualified`). Decode: one query token per sequence, causal is moot. The
-    context lengths are device data (``kv_indptr``): the step annotation gives them; without
-    one the cost stays missing."""
-    work = ins.context.attention
-    t = tensor_args(ins, 2, 3, 4)
-    if work is None or t is None:
-        return None
-    q, kc, vc = t
-    k = ([kc[0][0], kc[0][-2], kc[0][-1]], kc[1])
-    v = ([vc[0][0], vc[0][-2], vc[0][-1]], vc[1])
-    return attention_cost(q, k, v, work, causal=True)
+    dropped by :func:`qualified`), through :func:`.attention.framework_attention`. Decode: one
+    query token per sequence, causal is moot. The context lengths are device data
+    (``kv_indptr``): the step annotation gives them; without one the cost stays missing."""
+    return framework_attention(name, ins)
+
+
+def batch_attention(name: str, ins: OpInputs) -> OpCost | None:
+    """The varlen and paged prefill attentions of aiter (``mha_batch_prefill``,
+    ``mha_varlen_fwd``), flash-attn (``_flash_attn_varlen_forward``), vLLM's flash-attn
+    (``varlen_fwd``) and flashinfer (``<uri>_ragged_run`` / ``<uri>_paged_run``): their
+    argument positions are in :data:`.attention.FRAMEWORK_SIGNATURES`, their cost the one
+    formula. The sequences come from the step annotation, else from the op's own totals when
+    every sequence has the same lengths; else the cost stays missing."""
+    return framework_attention(name, ins)
 
 
 # ---------------------------------------------------------------------------- norms
@@ -335,6 +328,9 @@ FORMULAS: dict[str, FrameworkFormula] = {
     "vllm::unified_attention": vllm_unified_attention,
     "sglang_profiler::attention_paged_attention_ragged": paged_attention_ragged,
     "aiter::paged_attention_ragged": paged_attention_ragged,
+    **{name: batch_attention for name in FRAMEWORK_SIGNATURES if name not in (
+        "vllm::unified_attention_with_output", "vllm::unified_attention", "aiter::paged_attention_ragged",
+        "sglang_profiler::attention_paged_attention_ragged")},
     **{name: framework_rms_norm for name in NORM_ROLES},
     "_C::rotary_embedding": rotary_embedding,
     "sgl_kernel::rotary_embedding": rotary_embedding,
@@ -361,6 +357,7 @@ FORMULAS: dict[str, FrameworkFormula] = {
 
 PATTERNS: tuple[tuple[re.Pattern[str], FrameworkFormula], ...] = (
     (re.compile(r"^triton_poi_fused_"), inductor_pointwise),
+    (FLASHINFER_RUN, batch_attention),
 )
 """Ops named with a varying suffix (Inductor's ``triton_poi_fused_add_mul_0``)."""
 
@@ -401,17 +398,24 @@ def framework_formula(op: str) -> FrameworkFormula | None:
     return None
 
 
-NEEDS_STEP = frozenset({vllm_unified_attention, paged_attention_ragged})
+NEEDS_STEP = frozenset({vllm_unified_attention, paged_attention_ragged, batch_attention})
 """Formulas that need the step's sequence sums (:attr:`OpContext.attention`)."""
 
 
 def needs_step(op: str) -> bool:
-    """True when ``op``'s formula needs the step's sequence sums."""
-    return framework_formula(op) in NEEDS_STEP
+    """True when ``op``'s formula needs the step's sequence sums (also an op priced by its
+    attention name alone: :func:`.attention.by_name` reads the step for varlen inputs)."""
+    if framework_formula(op) in NEEDS_STEP:
+        return True
+    from .operators import formula_of
+
+    found = formula_of(op)
+    return found is not None and found[1] is by_name
 
 
 CATEGORY: dict[Any, str] = {
-    vllm_unified_attention: "attention", paged_attention_ragged: "attention", framework_rms_norm: "norm",
+    vllm_unified_attention: "attention", paged_attention_ragged: "attention", batch_attention: "attention",
+    framework_rms_norm: "norm",
     rotary_embedding: "elementwise", act_and_mul: "elementwise", scaled_quant: "elementwise",
     reshape_and_cache: "memory", store_cache: "memory", scaled_mm: "gemm", linear_wrapper: "gemm", cutlass_scaled_fp4_mm: "gemm", cutlass_scaled_mm: "gemm",
     moe_forward: "gemm", all_reduce: "comm", all_gather: "comm", routing_topk: "reduction",

@@ -253,30 +253,24 @@ def _gemm(name: str, ins: OpInputs) -> OpCost | None:
 
 
 def attention_flops(q: Shape, k: Shape, v: Shape, *, layout: str = "bhle") -> float:
-    """FLOPs of softmax(QK^T)V as its two batched matmuls (FlopCounterMode's formula).
+    """FLOPs of softmax(QK^T)V without a mask, as its two batched matmuls (FlopCounterMode's
+    formula; :func:`.attention.attention_cost` is the one formula, this its unmasked dense case).
 
     ``layout`` is ``bhle`` ([B, H, L, E], the SDPA convention) or ``blhe`` ([B, L, H, E], the
     ``_flash_attention_forward`` convention).
     """
-    if layout == "blhe":
-        q, k, v = ([s[0], s[2], s[1], s[3]] for s in (q, k, v))
-    b, h, lq, e = q[-4] if len(q) == 4 else 1, q[-3], q[-2], q[-1]
-    s, ev = k[-2], v[-1]
-    return 2.0 * b * h * lq * s * e + 2.0 * b * h * lq * s * ev
+    from .attention import _dense_cost
+
+    cost = _dense_cost((q, "float"), (k, "float"), (v, "float"), "bshd" if layout == "blhe" else "bhsd",
+                       causal=False, align="top_left")
+    return cost.flops
 
 
 def _attention(name: str, ins: OpInputs) -> OpCost | None:
-    t = ins.tensors()
-    if len(t) < 3 or any(len(s) < 3 for s, _ in t[:3]):
-        return None
-    (q, dq), (k, dk), (v, dv) = t[0], t[1], t[2]
-    layout = "blhe" if name in ("_flash_attention_forward", "_efficient_attention_forward") else "bhle"
-    if len(q) == 3:
-        q, k, v = [1] + q, [1] + k, [1] + v
-    flops = attention_flops(q, k, v, layout=layout)
-    out = q[:-1] + [v[-1]]
-    nbytes = _nbytes(q, dq) + _nbytes(k, dk) + _nbytes(v, dv) + _nbytes(out, dq)
-    return OpCost(flops, nbytes, "attention")
+    """aten's attention ops, by the one shape-driven formula (:func:`.attention.sdpa`)."""
+    from .attention import sdpa
+
+    return sdpa(name, ins)
 
 
 def _elementwise(name: str, ins: OpInputs) -> OpCost | None:
@@ -463,10 +457,24 @@ def formula_of(op: str) -> tuple[str, Formula] | None:
         return qualified(op), own
     ns = op.rpartition("::")[0]
     if ns not in ("", "aten", "prims"):
-        return None
+        return _by_name(op)
     name = base_name(op)
     formula = REGISTRY.get(name)
     return (name, formula) if formula is not None else None
+
+
+def _by_name(op: str) -> tuple[str, Formula] | None:
+    """Any other op whose name says attention: :func:`.attention.by_name` (its q, k, v read
+    from its first tensors)."""
+    from .attention import by_name, says_attention
+
+    return (qualified_name(op), by_name) if says_attention(op) else None
+
+
+def qualified_name(op: str) -> str:
+    from .framework import qualified
+
+    return qualified(op)
 
 
 def has_formula(op: str) -> bool:
@@ -517,6 +525,8 @@ def category_of(op: str | None, kernel_name: str | None = None) -> str:
         if own is not None:
             return own
         name = base_name(op)
+        if _by_name(op) is not None:
+            return "attention"
         if name in CATEGORY_OF["gemm"]:
             return "gemm"
         if name in ATTENTION:

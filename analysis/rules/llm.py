@@ -311,6 +311,25 @@ def _intensity(report: Report, steps: pd.DataFrame) -> float:
     return 2.0 * float(n_params) * float(steps["tokens"].mean()) / nbytes
 
 
+def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
+    """A framework's speculative steps whose labels say no accepted counts (SGLang's TARGET_VERIFY,
+    vLLM's multi-token decodes): what drafting and verifying cost, and that acceptance is not in the
+    trace."""
+    if not len(verify):
+        return []
+    verify_ns, draft_ns = float(verify["duration_ns"].sum()), float(draft["duration_ns"].sum())
+    drafted = pd.to_numeric(verify["drafted"], errors="coerce")
+    evidence: dict[str, float | int | str] = {
+        "verify_steps": len(verify), "draft_steps": len(draft), "verify_time_ns": verify_ns, "draft_time_ns": draft_ns,
+        "drafted_tokens": int(drafted.sum()) if drafted.notna().any() else math.nan,
+        "verify_step_ns": verify_ns / len(verify), "draft_ns_per_verify_step": draft_ns / len(verify)}
+    return [info("speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and "
+                 f"{len(draft)} draft steps ({duration(draft_ns)}); the trace does not say how many drafts were "
+                 "accepted", "Acceptance decides whether speculation pays: read it from the server's metrics "
+                 "(vLLM spec_decode acceptance, SGLang accept length) and compare tokens/s with speculation off.",
+                 **evidence)]
+
+
 def speculation(report: Report) -> list[Finding]:
     """Whether speculative decoding paid: tokens per verify step against the verify step's (and the
     draft's) cost, compared with a plain decode step of the same run (or its bandwidth floor)."""
@@ -318,8 +337,9 @@ def speculation(report: Report) -> list[Finding]:
     if not len(steps) or "drafted" not in steps.columns or not (steps["phase"] == "verify").any():
         return []
     verify, draft, decode = (_phase_steps(report, p) for p in ("verify", "draft", "decode"))
-    if not len(verify) or verify["drafted"].isna().all():  # SGLang's TARGET_VERIFY steps say no draft counts
-        return []
+    known = "accepted" in verify.columns and verify["accepted"].notna().any()
+    if not len(verify) or verify["drafted"].isna().all() or not known:
+        return _verify_cost(verify, draft)
     spec = report.params.get("speculation") or {}
     method = str(spec.get("method", "speculative")) if isinstance(spec, dict) else "speculative"
     drafted, accepted = float(verify["drafted"].sum()), float(verify["accepted"].sum())

@@ -43,10 +43,11 @@ FLOPS_MIN_COVERAGE = 0.9
 PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
                  "model_flops", "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
                  "precision", "mfu", "mbu", "mfu_source", "mbu_source", "timing",
-                 "prefill_tokens", "decode_tokens", "outlier_steps", "framework"]
+                 "prefill_tokens", "decode_tokens", "outlier_steps", "framework", "wall_share_pct"]
 """Columns of :func:`phase_summary`. The last four are framework steps' (vLLM, SGLang, ...; missing
 on engine reports): a mixed row's prefill and decode tokens, the steps kept out as outliers, and
-who marked the steps."""
+who marked the steps. ``wall_share_pct``: the phase's share of the phases' summed wall time (a
+speculative run's draft and verify shares)."""
 
 
 def has_unprofiled(report: Report) -> bool:
@@ -143,8 +144,11 @@ def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
         rows.append(row)
     if not phases:
         rows = [_phase_row(report, "all", k, steps)]
+    total = sum(float(r["wall_s"]) for r in rows if pd.notna(r["wall_s"]) and r["phase"] != "all")
     for r in rows:
         r["timing"] = timing
+        r["wall_share_pct"] = 100.0 * float(r["wall_s"]) / total if total > 0 and pd.notna(r["wall_s"]) \
+            and r["phase"] != "all" else float("nan")
     return pd.DataFrame(rows, columns=PHASE_COLUMNS)
 
 
@@ -275,6 +279,10 @@ def request_summary(report: Report, *, profiled: bool = False) -> dict[str, floa
                              "prompt_tokens": float("nan") if prompt is None else float(prompt)}
     if unknown:
         out["prompt_tokens_unknown"] = float(unknown)
+    if "prompt_padded_tokens" in r.columns and r["prompt_padded_tokens"].notna().any():
+        padded = pd.to_numeric(r["prompt_padded_tokens"], errors="coerce")
+        real = pd.to_numeric(r["prompt_tokens"], errors="coerce")
+        out["prompt_padding_tokens"] = float((padded - real)[padded.notna()].sum())
     out.update(_stats(r["ttft_s"], "ttft_s"))
     out.update(_stats(r["tpot_s"], "tpot_s"))
     out.update(_stats(r["e2e_s"], "e2e_s"))

@@ -25,6 +25,7 @@ One request at a time (batch 1).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from torch import Tensor
 
 from perfscope.annotate import annotate
 from perfscope.errors import UsageError
+from perfscope.request_metrics import SpeculativeRequestRecord
 
 from .model import Transformer, causal_mask
 
@@ -230,8 +232,14 @@ def generate_speculative(model: Transformer, prompts: list[list[int]], max_new_t
                         prefix_cache=False, prefix_tokens=0, compile=False,
                         stop_ids=list(stop_ids) if stop_ids else None,
                         speculation={"method": spec.label, "draft_len": draft_len, **stats})
+    records = request_records(prompts, [mark_ns[t] for t in times], rec.start_ns, [len(out)])
+    rate = stats["acceptance_rate"]
+    requests = [SpeculativeRequestRecord(
+        **dataclasses.asdict(r), drafted_tokens=int(stats["drafted_tokens"] or 0),
+        accepted_tokens=int(stats["accepted_tokens"] or 0), acceptance_pct=None if rate is None else 100.0 * rate,
+        mean_accepted_len=stats["mean_accepted_len"]) for r in records]
     return GenerationResult(prompt_ids=[prompt], generated_ids=[out], steps=steps,
-                            requests=request_records(prompts, [mark_ns[t] for t in times], rec.start_ns, [len(out)]),
+                            requests=list(requests),
                             wall_s=wall_s,
                             params=params)
 

@@ -59,6 +59,11 @@ def test_greedy_equals_plain_greedy(model, method: str, draft_len: int) -> None:
     assert spec.requests[0].output_tokens == 40
     if method == "self:1":
         assert s["acceptance_rate"] < 1  # some rejections happened: rollback was exercised
+    # the request carries the same speculative columns as transformers generate()'s requests
+    req = spec.requests[0]
+    assert (req.drafted_tokens, req.accepted_tokens) == (s["drafted_tokens"], s["accepted_tokens"])
+    assert req.acceptance_pct == pytest.approx(100 * s["acceptance_rate"])
+    assert req.mean_accepted_len == pytest.approx(s["accepted_tokens"] / s["verify_steps"])
 
 
 def test_stop_ids_end_speculative_and_plain_runs_alike(model) -> None:

@@ -490,7 +490,9 @@ def test_sglang_verify_steps_without_draft_counts_make_no_speculation_claim() ->
     names = ["step[TARGET_VERIFY bs=8 toks=32]", "step[DRAFT_EXTEND bs=8 toks=16]"] * 2
     r = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names)))
     assert list(r.steps["phase"]) == ["verify", "draft", "verify", "draft"]
-    assert RULES["speculation"](r) == []
+    # what verifying and drafting cost (info), never an acceptance rate the labels do not give
+    found = RULES["speculation"](r)
+    assert [f.severity for f in found] == ["info"] and "acceptance_rate" not in found[0].evidence
 
 
 def test_fuzzed_step_ranges_never_crash_the_pipeline() -> None:
@@ -516,3 +518,34 @@ def test_fuzzed_step_ranges_never_crash_the_pipeline() -> None:
         run_rules(r)
         assert r.kernels["step"].dropna().isin(r.steps["step"]).all()
         assert (r.steps["end_ns"] >= r.steps["start_ns"]).all()
+
+
+def test_speculative_steps_of_sglang_and_vllm_labels() -> None:
+    """SGLang's TARGET_VERIFY / DRAFT_EXTEND and vLLM's decodes of more than one new token per
+    request are verify / draft steps with the drafts they check (accepted ones are not in labels)."""
+    v = parse_step_label("step[TARGET_VERIFY bs=8 toks=32]")
+    assert (v.phase, v.drafted) == ("verify", 24)  # 4 tokens per request: its last token + 3 drafts
+    assert parse_step_label("step[DRAFT_EXTEND bs=8 toks=16]").phase == "draft"
+    assert parse_step_label("step[DRAFT_EXTEND_V2 bs=8 toks=16]").phase == "draft"
+    d = parse_step_label("execute_12_context_0(sq0sk0sqsq0sqsk0)_generation_4(sq12sk400sqsq36sqsk1188)")
+    assert (d.phase, d.drafted, d.decode_seqs, d.tokens) == ("verify", 8, 4, 12)
+    m = parse_step_label("execute_20_context_1(sq8sk8sqsq64sqsk64)_generation_4(sq12sk400sqsq36sqsk1188)")
+    assert (m.phase, m.drafted) == ("mixed", 8)
+    c = parse_step_label("execute_context_0(0)_generation_4(12_1188)")
+    assert (c.phase, c.drafted, c.context_tokens) == ("verify", 8, None)
+    assert parse_step_label("execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk55086sqsq32sqsk55086)"
+                            ).drafted is None
+
+
+def test_framework_speculative_steps_say_their_cost_not_an_acceptance_they_cannot_know() -> None:
+    from perfscope.analysis.rules.llm import speculation
+
+    r = finish(_synthetic(["step[EXTEND bs=1 toks=64]", "step[DRAFT_EXTEND bs=1 toks=1]",
+                           "step[TARGET_VERIFY bs=1 toks=4]", "step[DRAFT_EXTEND bs=1 toks=1]",
+                           "step[TARGET_VERIFY bs=1 toks=4]"]))
+    assert list(r.steps["phase"]) == ["prefill", "draft", "verify", "draft", "verify"]
+    assert list(r.steps["drafted"].fillna(-1)) == [-1, -1, 3, -1, 3]
+    assert set(r.kernels["phase"]) == {"prefill", "draft", "verify"}
+    (found,) = speculation(r)
+    assert found.severity == "info" and "does not say how many drafts were accepted" in found.title
+    assert found.evidence["verify_steps"] == 2 and found.evidence["drafted_tokens"] == 6
