@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 from perfscope.analysis.projection.crossgpu import error_table, validate
-from perfscope.format import pct  # noqa: F401  (the format layer: numbers below are plain %)
 
 ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "crossgpu"
 

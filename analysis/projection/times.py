@@ -13,6 +13,10 @@ vectorised over a whole kernel table:
   measured, kept on the target (the per-kernel rule), so a GEMM that ran at 60% of the A100's roofs runs
   at 60% of the H100's; the latency floor makes small kernels of a family gain less than large ones;
 - **time** ``T_target = t0 + R_target / e``;
+- **new shapes** (another batch, prompt, context): the family's line ``T = t0 + c R`` fitted over its
+  kernels at other sizes in the same trace (:func:`family_fit`: where their roof times span 4x),
+  each kernel keeping its own ratio to the line, ``T_new = T * line(R_new) / line(R)``; a family
+  measured at one size keeps the rule above (efficiency kept, floor ``t0``);
 - a kernel with **unknown cost** (no FLOPs and no bytes) scales by the DRAM bandwidth ratio (the
   common case of an uncosted kernel is data movement), counted as ``rule = "unknown-cost"``.
 """
@@ -78,9 +82,48 @@ def latency_floor_s(duration_s: np.ndarray, family: pd.Series) -> np.ndarray:
     return (shortest * LATENCY_FLOOR_SHARE).fillna(0.0).to_numpy()
 
 
+FIT_MIN_SPAN = 4.0
+"""A family is fitted (:func:`family_fit`) when its kernels' roof times span at least this factor."""
+
+
+def family_fit(duration_s: np.ndarray, roof_s: np.ndarray, family: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel, its family's fitted ``T = t0 + c * R`` (``t0`` >= 0, ``c`` >= 0): a least-squares line
+    through the family's (roof time, measured time) points, weighted by 1 / T (relative error), where
+    the family holds kernels whose roof times span :data:`FIT_MIN_SPAN`; NaN elsewhere."""
+    d = np.asarray(duration_s, np.float64)
+    r = np.asarray(roof_s, np.float64)
+    codes, _ = pd.factorize(family.astype("object").fillna("?"), use_na_sentinel=False)
+    ok = (d > 0) & np.isfinite(r) & (r > 0)
+    n = int(codes.max()) + 1 if len(codes) else 0
+    w = np.where(ok, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    x, y = np.where(ok, r, 0.0), np.where(ok, d, 0.0)
+    # weighted normal equations of y/T = t0/T + c x/T, per family, by bincount
+    a11 = np.bincount(codes, (w * w), n)
+    a12 = np.bincount(codes, (w * w * x), n)
+    a22 = np.bincount(codes, (w * w * x * x), n)
+    b1 = np.bincount(codes, (w * w * y), n)
+    b2 = np.bincount(codes, (w * w * x * y), n)
+    rmin = pd.Series(np.where(ok, r, np.inf)).groupby(codes).min().reindex(range(n)).to_numpy()
+    rmax = pd.Series(np.where(ok, r, -np.inf)).groupby(codes).max().reindex(range(n)).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        det = a11 * a22 - a12 * a12
+        t0 = (b1 * a22 - a12 * b2) / det
+        c = (a11 * b2 - a12 * b1) / det
+        # a negative intercept or slope: the other term alone
+        c_only = b2 / a22
+        t0_only = b1 / a11
+        t0, c = np.where(t0 < 0, 0.0, t0), np.where(t0 < 0, c_only, c)
+        t0, c = np.where(c < 0, t0_only, t0), np.where(c < 0, 0.0, c)
+        fitted = (rmax >= FIT_MIN_SPAN * rmin) & np.isfinite(t0) & np.isfinite(c)
+    t0 = np.where(fitted, t0, np.nan)
+    c = np.where(fitted, c, np.nan)
+    return t0[codes], c[codes]
+
+
 def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
                   family: pd.Series, source: Roofs, target: Roofs, *, new_flops: np.ndarray | None = None,
-                  new_bytes: np.ndarray | None = None, new_precision: pd.Series | None = None) -> pd.DataFrame:
+                  new_bytes: np.ndarray | None = None, new_precision: pd.Series | None = None,
+                  fit: bool = False) -> pd.DataFrame:
     """Projected time of each kernel on ``target``, from its time measured on ``source``.
 
     Args:
@@ -90,6 +133,9 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
         family: the group a latency floor is fitted over (category and precision).
         source, target: the two devices' roofs (the same for a shape-only question).
         new_flops, new_bytes, new_precision: the work at the new shapes (default: unchanged).
+        fit: use the family's fitted line (:func:`family_fit`) where it has one: the rule for new
+            shapes (how time grows with work is measured from the family's other sizes); without it
+            (another device, the same shapes) each kernel's own efficiency and the latency floor.
 
     Returns:
         A frame with ``time_s``, ``efficiency``, ``t0_s``, ``roof_time_s`` (target, at the new work) and
@@ -105,6 +151,15 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         eff = r_src / (d - t0)
         time = t0 + r_tgt / eff
+        if fit:
+            # the family's line T = t0 + c R, each kernel keeping its own ratio to the line
+            ft0, fc = family_fit(d, r_src, family)
+            line_src = ft0 + fc * r_src
+            line_tgt = ft0 + fc * r_tgt
+            fitted = np.isfinite(line_src) & (line_src > 0)
+            time = np.where(fitted, line_tgt * d / line_src, time)
+            eff = np.where(fitted, r_src / (d - np.minimum(ft0 * d / line_src, d)), eff)
+            t0 = np.where(fitted, np.minimum(ft0 * d / line_src, d), t0)
     unknown = np.isnan(r_src) | np.isnan(r_tgt)
     no_roof = unknown & ~(np.isnan(np.asarray(flops, np.float64)) & np.isnan(np.asarray(nbytes, np.float64)))
     ratio = (source.bytes_per_s / target.bytes_per_s) if source.bytes_per_s and target.bytes_per_s else 1.0
