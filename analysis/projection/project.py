@@ -58,7 +58,7 @@ class Question:
     @property
     def changes_shapes(self) -> bool:
         return any(v is not None for v in (self.batch, self.prompt_len, self.context, self.gen_len,
-                                           self.weights_dtype, self.kv_dtype))
+                                           self.weights_dtype, self.kv_dtype, self.draft_len))
 
 
 def sweep(**values: Sequence[Any] | Any) -> list[Question]:
@@ -89,9 +89,10 @@ def target_device(gpu: str | None, measured: Report) -> DeviceSpec:
     try:
         sheet = lookup_datasheet(gpu)
     except UsageError as exc:
-        raise UsageError(f"--gpu {gpu}: no datasheet row for this GPU, so its roofs are missing and nothing can be "
-                         f"projected onto it ({exc.args[0].split(': ', 1)[-1]})",
-                         hint="give a report measured on it, or add its row to perfscope/datasheets.py") from None
+        reason = exc.message.split(": ", 1)[-1]
+        raise UsageError(f"--gpu {gpu}: {reason}; without the target's roofs nothing is projected",
+                         hint="name one row (`perfscope devices --datasheet`), give a report measured on that GPU, "
+                         "or add its row to perfscope/datasheets.py") from None
     return sheet_spec(sheet)
 
 
@@ -134,8 +135,9 @@ def _step_dims(steps: pd.DataFrame, batch: int, prompt: int, gen: int, q: Questi
             news.append(Dims(nb, npmt, npmt, new_cap))
         else:
             ql = max(1, int(tokens) // batch) if pd.notna(tokens) else 1
+            nql = q.draft_len + 1 if q.draft_len is not None and phase == "verify" else ql
             olds.append(Dims(batch, ql, ctx, old_cap))
-            news.append(Dims(nb, ql, base_ctx + (ctx - prompt), new_cap))
+            news.append(Dims(nb, nql, base_ctx + (ctx - prompt) + (nql - ql), new_cap))
     return olds, news
 
 
@@ -243,6 +245,14 @@ def _rebuild_requests(requests: pd.DataFrame, steps: pd.DataFrame, new_steps: pd
     dec = new_steps[new_steps["phase"] != "prefill"]
     ttft = ((float(pre["end_ns"].max()) - t0) / 1e9) if len(pre) else math.nan
     tpot = float(dec["duration_ns"].mean()) / 1e9 if len(dec) else math.nan
+    if len(requests) and len(steps):  # the measured request times, moved by what the steps gained or lost
+        old_pre = steps[steps["phase"] == "prefill"]
+        old_dec = steps[steps["phase"] != "prefill"]
+        if len(old_pre) and len(pre):
+            old_ttft = (float(old_pre["end_ns"].max()) - float(steps["start_ns"].min())) / 1e9
+            ttft = float(requests["ttft_s"].mean()) + ttft - old_ttft
+        if len(old_dec) and len(dec) and requests["tpot_s"].notna().any():
+            tpot = float(requests["tpot_s"].mean()) + tpot - float(old_dec["duration_ns"].mean()) / 1e9
     e2e = ttft + (gen - 1) * tpot if gen > 1 and not math.isnan(tpot) else ttft
     prompt = int(pre["context_len"].iloc[0]) if len(pre) and pd.notna(pre["context_len"].iloc[0]) else None
     return pd.DataFrame({"request_id": range(batch), "prompt_tokens": prompt, "output_tokens": gen,
@@ -322,7 +332,7 @@ def project(report: Report, question: Question) -> Report:
                           k["dram_bytes"].to_numpy(np.float64, na_value=np.nan), precision, family, src, tgt,
                           new_flops=new_f, new_bytes=new_b, new_precision=new_prec, fit=question.changes_shapes)
     time_s = times["time_s"].to_numpy().copy()
-    uncosted = (times["rule"] != "efficiency-kept").to_numpy() | ~recosted
+    uncosted = ~times["rule"].isin(("efficiency-kept", "memory-only")).to_numpy() | ~recosted
     if question.changes_shapes and len(steps):
         # a kernel without a cost (or whose op has no formula) scales like its step's costed bytes
         ob = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
@@ -408,11 +418,17 @@ def project(report: Report, question: Question) -> Report:
             notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {busy / new_t:.0%} of the "
                          f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
     counts = kernels["projection_rule"].value_counts().to_dict()
-    unknown = kernels["projection_rule"] != "efficiency-kept"
+    unknown = ~kernels["projection_rule"].isin(("efficiency-kept", "memory-only"))
     share = float(k["duration_ns"][unknown.to_numpy()].sum()) / float(k["duration_ns"].sum()) if len(k) else 0.0
     if unknown.any():
-        notes.append(f"{int(unknown.sum())} kernels ({share:.1%} of the measured kernel time) have no cost or no roof: "
-                     "projected by the DRAM bandwidth ratio, or their work kept (op without formula)")
+        mask = unknown.to_numpy()
+        label = k["op"].astype("object").where(k["op"].notna(), k["short_name"].astype("object")).fillna(k["name"])
+        top = pd.Series(k["duration_ns"].to_numpy(np.float64)[mask], index=label[mask].to_numpy()).groupby(level=0).sum()
+        total = float(k["duration_ns"].sum())
+        named = ", ".join(f"{str(n)[:48]} ({t / total:.1%})" for n, t in top.nlargest(3).items())
+        notes.append(f"no cost formula or no roof for {int(unknown.sum())} kernels ({share:.1%} of the measured kernel "
+                     f"time; most: {named}): their time is scaled by a stated rule (docs/whatif.md), not projected "
+                     "from their work")
 
     batch_new = question.batch or int(batch or 1)
     gen_new = question.gen_len or int(gen or 1)
@@ -521,7 +537,11 @@ def run_whatif(report: Report, *, out: Path | None = None, force: bool = False, 
     from perfscope.api import save_with_html
 
     results = []
-    for q in sweep(**values):
+    questions = sweep(**values)
+    for q in questions:  # every question checked before any is projected or written
+        _check_dtypes(q)
+        target_device(q.gpu, report)
+    for q in questions:
         projected = project(report, q)
         path = None
         if out is not None:

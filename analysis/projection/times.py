@@ -17,6 +17,8 @@ vectorised over a whole kernel table:
   kernels at other sizes in the same trace (:func:`family_fit`: where their roof times span 4x),
   each kernel keeping its own ratio to the line, ``T_new = T * line(R_new) / line(R)``; a family
   measured at one size keeps the rule above (efficiency kept, floor ``t0``);
+- a kernel whose precision has no compute roof (a boolean mask, an integer index) is timed by its
+  bytes alone (``memory-only``);
 - a kernel with **unknown cost** (no FLOPs and no bytes) scales by the DRAM bandwidth ratio (the
   common case of an uncosted kernel is data movement), counted as ``rule = "unknown-cost"``.
 """
@@ -33,7 +35,7 @@ from perfscope.device import DeviceSpec
 LATENCY_FLOOR_SHARE = 0.5
 """The share of a family's shortest kernel taken as its fixed latency ``t0``."""
 
-RULES = ("efficiency-kept", "unknown-cost", "no-roof")
+RULES = ("efficiency-kept", "memory-only", "unknown-cost", "no-roof")
 """Per kernel, how its projected time was made."""
 
 
@@ -69,7 +71,7 @@ def roof_time_s(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: flo
     b = np.asarray(nbytes, np.float64)
     bw_v = bw if bw else np.nan
     with np.errstate(divide="ignore", invalid="ignore"):
-        tf = np.where(np.isnan(f) | (f == 0), 0.0, f / peak)
+        tf = np.where(np.isnan(f) | (f == 0) | np.isnan(peak), 0.0, f / peak)  # no roof for its precision: memory only
         tb = np.where(np.isnan(b), 0.0, b / bw_v)
     unknown = np.isnan(f) & np.isnan(b)
     return np.where(unknown, np.nan, tf + tb)
@@ -165,6 +167,9 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
     ratio = (source.bytes_per_s / target.bytes_per_s) if source.bytes_per_s and target.bytes_per_s else 1.0
     time = np.where(unknown, d * ratio, time)
     time = np.where(r_src == 0, d, time)  # a kernel with no work keeps its (latency) time
-    rule = np.where(no_roof, "no-roof", np.where(unknown, "unknown-cost", "efficiency-kept"))
+    f_in = np.asarray(flops, np.float64)
+    memory_only = ~unknown & (f_in > 0) & np.isnan(source.peak(precision))
+    rule = np.where(no_roof, "no-roof", np.where(unknown, "unknown-cost",
+                                                 np.where(memory_only, "memory-only", "efficiency-kept")))
     return pd.DataFrame({"time_s": time, "efficiency": np.where(unknown, np.nan, eff), "t0_s": t0,
                          "roof_time_s": r_tgt, "rule": rule})
