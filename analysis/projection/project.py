@@ -173,12 +173,24 @@ def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: lis
     return new_f, new_b, new_prec, known
 
 
+GPU_GAP_NS = 3_000
+"""A kernel that started more than this after the GPU's previous kernel ended was waiting for its launch
+(the GPU sat idle): its measured start is when the host had it ready. A shorter gap is the GPU's own
+time between kernels, kept."""
+
+
 def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos: np.ndarray,
               new_dur: np.ndarray, *, host_ops: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """New kernel starts and ends and new step [start, end]: each kernel starts at max(its launch,
-    moved with its step; the previous kernel's end); a step ends after its last launch and its last
-    kernel, whichever is later, plus the host time that followed the later one when it was measured.
-    ``host_ops``: the rows are CPU operators, run one after another: each keeps the gap before it."""
+    """New kernel starts and ends and new step [start, end].
+
+    Each kernel starts at max(when the host had it ready, moved with its step; the previous kernel's
+    end plus the GPU's own gap before it, up to :data:`GPU_GAP_NS`). Ready is the measured start of a
+    kernel the GPU waited for (an idle gap before it), else its launch call plus the median launch
+    latency of those (never later than its measured start). Nothing changed gives the measured
+    timeline back. A step ends after its last launch and its last kernel, whichever is later, plus the
+    host time that followed the later one. ``host_ops``: the rows are CPU operators, run one after
+    another on the host: each keeps the gap before it. Vectorised per step (a max-plus recurrence
+    solved with cumulative sums and maxima), one Python iteration per step, none per kernel."""
     order = np.argsort(k["start_ns"].to_numpy(np.int64), kind="stable")
     start = k["start_ns"].to_numpy(np.int64)
     end = k["end_ns"].to_numpy(np.int64)
@@ -187,6 +199,18 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
     s_start = steps["start_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
     s_end = steps["end_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
     n_steps = len(steps)
+    # in start order: the gap since the GPU's previous kernel ended, and when each kernel was ready
+    so, eo, lo = start[order].astype(np.float64), end[order].astype(np.float64), launch[order].astype(np.float64)
+    prev_end = np.concatenate([[-np.inf], np.maximum.accumulate(eo)[:-1]]) if len(order) else eo
+    gap = np.where(np.isfinite(prev_end), np.maximum(so - prev_end, 0.0), 0.0)
+    if host_ops:
+        ready = np.full(len(order), -np.inf)
+        gpu_gap = gap
+    else:
+        idle = gap > GPU_GAP_NS
+        latency = float(np.median((so - lo)[idle])) if idle.any() else 0.0
+        ready = np.where(idle, so, np.minimum(lo + latency, so))
+        gpu_gap = np.minimum(gap, GPU_GAP_NS)
     seg = step_pos[order]
     # kernels outside every step ride with the step launched before them (or with none: shift 0)
     if n_steps:
@@ -205,32 +229,29 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
         j = int(seg[g[0]])
         if j >= 0 and j != last_step:
             for m in range(last_step + 1, j + 1):  # steps without kernels keep their length and gaps
-                prev_end = new_s_end[m - 1] if m > 0 else s_start[0]
-                gap = s_start[m] - (s_end[m - 1] if m > 0 else s_start[0])
-                new_s_start[m] = prev_end + gap
+                prev = new_s_end[m - 1] if m > 0 else s_start[0]
+                new_s_start[m] = prev + s_start[m] - (s_end[m - 1] if m > 0 else s_start[0])
                 new_s_end[m] = new_s_start[m] + (s_end[m] - s_start[m])
             shift = new_s_start[j] - s_start[j]
             last_step = j
         idx = order[g]
-        h = launch[idx].astype(np.float64) + shift
         d = new_dur[idx]
-        if host_ops:  # CPU operators run one after another on the host: each keeps the gap before it
-            gaps = np.maximum(start[idx] - np.concatenate([[start[idx][0]], end[idx][:-1]]), 0).astype(np.float64)
-            h = np.concatenate([[h[0]], np.full(len(idx) - 1, -np.inf)])
-            d = d + gaps
-        csum = np.cumsum(d)
-        before_sum = csum - d
-        ready = np.maximum.accumulate(np.maximum(h - before_sum, gpu_free - 0.0))
-        e = csum + ready
+        h = ready[g] + shift
+        if host_ops:
+            h[0] = so[g[0]] + shift
+        # E_i = max(E_{i-1} + gap_i + d_i, h_i + d_i), E_{-1} = gpu_free
+        a = np.cumsum(gpu_gap[g] + d)
+        e = a + np.maximum(np.maximum.accumulate(h + d - a), gpu_free)
         new_end[idx] = e
-        new_start[idx] = e - new_dur[idx]
+        new_start[idx] = e - d
         gpu_free = float(e[-1])
         if j >= 0:  # the step ends after its last launch and its last kernel, plus what followed the later one
-            rem = s_end[j] - max(int(end[idx].max()), int(launch[idx].max()))
-            new_s_end[j] = max(max(float(h.max()), gpu_free) + rem, new_s_start[j])
+            last_launch = float(lo[g].max())
+            rem = s_end[j] - max(float(eo[g].max()), last_launch)
+            new_s_end[j] = max(max(last_launch + shift, gpu_free) + rem, new_s_start[j])
     for m in range(last_step + 1, n_steps):
-        prev_end = new_s_end[m - 1] if m > 0 else s_start[0]
-        new_s_start[m] = prev_end + (s_start[m] - (s_end[m - 1] if m > 0 else s_start[0]))
+        prev = new_s_end[m - 1] if m > 0 else s_start[0]
+        new_s_start[m] = prev + (s_start[m] - (s_end[m - 1] if m > 0 else s_start[0]))
         new_s_end[m] = new_s_start[m] + (s_end[m] - s_start[m])
     return new_start, new_end, np.stack([new_s_start, new_s_end], axis=1) if n_steps else np.zeros((0, 2))
 
