@@ -5,7 +5,8 @@ The rules, per operator family (``docs/whatif.md``):
 
 - **GEMM with a 2-D weight** (``mm``, ``addmm``, ``linear``, ``matmul`` whose second operand is a
   matrix): the activation's rows (every dimension but the last) are the step's tokens, scaled by
-  ``tokens_new / tokens_old``; the weight keeps its shape and takes ``--weights-dtype``;
+  ``tokens_new / tokens_old``, or, when they are one per sequence (a prefill's LM head on each
+  sequence's last token), by the batch ratio; the weight keeps its shape and takes ``--weights-dtype``;
 - **attention** (SDPA and its flash / efficient / cuDNN forms): q ``[B, H, Lq, E]`` takes the new
   batch and query length, k and v ``[B, Hkv, S, E]`` the new batch and KV length (the step's context,
   or the KV cache's capacity when they were allocated at it) and ``--kv-dtype``;
@@ -13,7 +14,8 @@ The rules, per operator family (``docs/whatif.md``):
   batch when it equals it (or, at batch 1, in tensors of three or more dimensions), a 2-D tensor's
   first dimension is the step's tokens when it equals them, and any other dimension but the last that
   equals the step's query length, context or KV capacity takes the new value; the last dimension is a feature (hidden size, head size, vocabulary) and is
-  kept; 1-D tensors are kept. A 4-D tensor whose KV-length axis equals the cache capacity takes
+  kept; a 1-D tensor is kept, unless it is the op's first input and as long as the step's tokens
+  (positions, a per-token counter), when it takes the new token count. A 4-D tensor whose KV-length axis equals the cache capacity takes
   ``--kv-dtype`` (the cache itself).
 
 Each kernel keeps its share of the op's cost: its FLOPs and bytes are multiplied by the op's new /
@@ -110,7 +112,10 @@ def rewrite(op: str, shapes: list[Any], types: list[Any], old: Dims, new: Dims, 
         a, w = shapes[a_pos], shapes[w_pos]
         if len(w) == 2:
             rows = math.prod(a[:-1]) if len(a) > 1 else 1
-            new_rows = max(1, round(rows * new.tokens / max(old.tokens, 1)))
+            if rows == old.batch and rows != old.tokens:  # one row per sequence (the LM head on the last token)
+                new_rows = max(1, round(rows * new.batch / old.batch))
+            else:
+                new_rows = max(1, round(rows * new.tokens / max(old.tokens, 1)))
             shapes[a_pos] = [new_rows, a[-1]] if len(a) > 1 else a
             if wd:
                 types[w_pos] = wd
@@ -133,8 +138,11 @@ def rewrite(op: str, shapes: list[Any], types: list[Any], old: Dims, new: Dims, 
             if len(shapes[pos]) == 4:  # the mask [B, 1, Lq, S]: its last axis is the KV length
                 shapes[pos][-1] = _kv_len(shapes[pos][-1], old, new)
         return shapes, types
-    for pos in tensors:
+    for n_th, pos in enumerate(tensors):
         s = shapes[pos]
+        if n_th == 0 and len(s) == 1 and s[0] == old.tokens:  # a per-token vector as the op's first input
+            shapes[pos] = [new.tokens]
+            continue
         shapes[pos] = _generic(s, old, new)
         if kd and len(s) == 4 and s[-2] == old.capacity and old.capacity > 1:
             types[pos] = kd
