@@ -41,12 +41,35 @@ GOALS = {"gemm": 15.0, "other": 25.0}
 """The issue's goals: median absolute error (%) of GEMMs and of the other operators."""
 
 
-def roofs_for(gpu: str) -> Roofs:
-    """The datasheet roofs of a table's GPU (``a100``, ``h100``, ``a40``, ``mi210``).
+def parse_roofs(text: str) -> tuple[str, Roofs]:
+    """``a40=fp16:149.7,bf16:149.7,dram:696`` (TFLOP/s, GB/s) -> (``a40``, its roofs), for a GPU perfscope
+    has no datasheet row for yet (the benchmark labels such rows as assumed)."""
+    gpu, _, spec = text.partition("=")
+    peaks: dict[str, float] = {}
+    bw = None
+    extra: dict[str, float] = {}
+    for part in spec.split(","):
+        key, _, value = part.partition(":")
+        if key.strip() == "dram":
+            bw = float(value) * 1e9
+        elif key.strip() in ("sms", "clock"):
+            extra[key.strip()] = float(value)
+        else:
+            peaks[key.strip()] = float(value) * 1e12
+    if not gpu.strip() or bw is None or not peaks:
+        raise UsageError(f"--roofs {text!r}: give GPU=PRECISION:TFLOPS,...,dram:GB_PER_S[,sms:N,clock:MHZ]")
+    sm_mhz = extra["sms"] * extra["clock"] if "sms" in extra and "clock" in extra else None
+    return gpu.strip().lower(), Roofs(peaks, bw, f"{gpu.strip()} (assumed roofs)", sm_mhz)
+
+
+def roofs_for(gpu: str, assumed: dict[str, Roofs] | None = None) -> Roofs:
+    """The datasheet roofs of a table's GPU (``a100``, ``h100``, ``a40``, ``mi210``), else ``assumed``'s.
 
     Raises:
         UsageError: perfscope has no datasheet row for it (one line naming the GPU)."""
     name = DEVICE_NAMES[gpu]
+    if assumed and gpu in assumed and find_datasheet(name) is None:
+        return assumed[gpu]
     sheet = find_datasheet(name)
     if sheet is None:
         raise UsageError(f"no datasheet row for {name!r}: its roofs are missing from perfscope/datasheets.py, "
@@ -182,7 +205,7 @@ def project_rows(rows: pd.DataFrame, source: Roofs, target: Roofs) -> pd.DataFra
     prec = rows["precision"]
     out = rows.copy()
     proj = project_times(rows["t_src_s"].to_numpy(), rows["flops"].to_numpy(), rows["bytes"].to_numpy(), prec,
-                         family, source, target)
+                         family, source, target, tensor=(rows["kind"] == "gemm").to_numpy())
     out["pred_model_s"] = proj["time_s"].to_numpy()
     out["rule"] = proj["rule"].to_numpy()
     f, b = rows["flops"].to_numpy(np.float64), rows["bytes"].to_numpy(np.float64)
@@ -198,7 +221,7 @@ def project_rows(rows: pd.DataFrame, source: Roofs, target: Roofs) -> pd.DataFra
 
 
 def validate(root: Path, *, sources: tuple[str, ...] = tuple(SOURCES), every: int = 1,
-             missing: list[str] | None = None) -> pd.DataFrame:
+             missing: list[str] | None = None, assumed: dict[str, Roofs] | None = None) -> pd.DataFrame:
     """Every row of the tables under ``root``, projected (every ``every``-th row of each table: a
     deterministic subset for tests). GPU pairs whose roofs perfscope lacks are left out, one line each in
     ``missing``."""
@@ -206,7 +229,7 @@ def validate(root: Path, *, sources: tuple[str, ...] = tuple(SOURCES), every: in
     for name in sources:
         for src, tgt, rows in SOURCES[name](root):
             try:
-                s_roofs, t_roofs = roofs_for(src), roofs_for(tgt)
+                s_roofs, t_roofs = roofs_for(src, assumed), roofs_for(tgt, assumed)
             except UsageError as exc:
                 if missing is not None:
                     missing.append(f"{name} {src}->{tgt}: {exc}")
@@ -214,7 +237,7 @@ def validate(root: Path, *, sources: tuple[str, ...] = tuple(SOURCES), every: in
             if every > 1:
                 rows = rows[rows.groupby("table", sort=False).cumcount() % every == 0]
             out = project_rows(rows.reset_index(drop=True), s_roofs, t_roofs)
-            out.insert(0, "pair", f"{src}->{tgt}")
+            out.insert(0, "pair", f"{src}->{tgt}" + (" (assumed roofs)" if "assumed" in t_roofs.name else ""))
             frames.append(out)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

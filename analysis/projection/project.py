@@ -27,6 +27,7 @@ from perfscope.datasheets import lookup_datasheet, sheet_spec
 from perfscope.device import DeviceSpec
 from perfscope.errors import UsageError
 from perfscope.report import Report, source_info
+from perfscope.schema import column_codes
 
 from ..costs.operators import itemsize
 from ..costs.roofline import classify_conformed, precision_of
@@ -150,15 +151,22 @@ def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: lis
     prec = k["precision"].astype("object")
     if not q.changes_shapes:
         return flops, nbytes, prec, np.ones(n, bool)
-    sig = pd.DataFrame({"op": k["op"].astype("object"), "s": k["op_shapes"].astype("object"),
-                        "t": k["op_input_types"].astype("object"), "p": step_pos})
-    codes, uniq = pd.factorize(pd.MultiIndex.from_frame(sig.fillna({"op": "", "s": "", "t": ""})))
+    # one formula call per distinct (op, shapes, dtypes, step sizes): integer codes, no per-kernel Python
+    (op_c, op_u), (sh_c, sh_u), (ty_c, ty_u) = (column_codes(k, c) for c in ("op", "op_shapes", "op_input_types"))
+    dim_codes, dim_u = pd.factorize(pd.Series([(o, n) for o, n in zip(olds, news)], dtype=object)) if olds \
+        else (np.zeros(0, np.int64), np.zeros(0, dtype=object))
+    dim_c = np.where(step_pos >= 0, np.asarray(dim_codes, np.int64)[np.maximum(step_pos, 0)] if len(dim_codes) else -1, -1)
+    keys = np.stack([op_c, sh_c, ty_c, dim_c], axis=1).astype(np.int64)
+    uniq, codes = np.unique(keys, axis=0, return_inverse=True)
+    codes = codes.reshape(-1)
     rf = np.full(len(uniq), np.nan)
     rb = np.full(len(uniq), np.nan)
-    for i, (op, s, t, p) in enumerate(uniq):
-        if p < 0 or not op:
+    for i, (oc, sc, tc, dc) in enumerate(uniq):
+        if oc < 0 or sc < 0 or tc < 0 or dc < 0:
             continue
-        r = recost(op, s, t, olds[p], news[p], weights_dtype=q.weights_dtype, kv_dtype=q.kv_dtype)
+        old_dims, new_dims = dim_u[dc]
+        r = recost(op_u[oc], sh_u[sc], ty_u[tc], old_dims, new_dims, weights_dtype=q.weights_dtype,
+                   kv_dtype=q.kv_dtype)
         if r is not None:
             rf[i], rb[i] = r
     f_ratio, b_ratio = rf[codes], rb[codes]
@@ -351,7 +359,8 @@ def project(report: Report, question: Question) -> Report:
     dur_s = k["duration_ns"].to_numpy(np.float64) * 1e-9
     times = project_times(dur_s, k["flops"].to_numpy(np.float64, na_value=np.nan),
                           k["dram_bytes"].to_numpy(np.float64, na_value=np.nan), precision, family, src, tgt,
-                          new_flops=new_f, new_bytes=new_b, new_precision=new_prec, fit=question.changes_shapes)
+                          new_flops=new_f, new_bytes=new_b, new_precision=new_prec, fit=question.changes_shapes,
+                          tensor=(k["category"] == "gemm").to_numpy(bool))
     time_s = times["time_s"].to_numpy().copy()
     uncosted = ~times["rule"].isin(("efficiency-kept", "memory-only")).to_numpy() | ~recosted
     if question.changes_shapes and len(steps):

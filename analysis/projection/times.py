@@ -12,7 +12,12 @@ vectorised over a whole kernel table:
 - **efficiency** ``e = R_source / (T_source - t0)``: the kernel's own achieved share of its roof,
   measured, kept on the target (the per-kernel rule), so a GEMM that ran at 60% of the A100's roofs runs
   at 60% of the H100's; the latency floor makes small kernels of a family gain less than large ones;
-- **time** ``T_target = t0 + R_target / e``;
+- **time** ``T_target = t0 + R_target / e`` for a GEMM (tensor cores: a GEMM below its roof is still
+  bound by tensor-core throughput, tile shapes and pipeline depth, which scale with the tensor peak);
+  any other kernel ``T_target = t0 + (T_source - t0) * (e R_target / R_source + (1 - e) S_source / S_target)``
+  with ``S`` = SMs (CUs) x boost clock: the share of its time its roofs explain scales with the
+  roofs, the rest (instruction issue, latency: an embedding gather at 5% of the bandwidth) with the
+  SMs and the clock; without an SM count or clock on either side, the roofs alone;
 - **new shapes** (another batch, prompt, context): the family's line ``T = t0 + c R`` fitted over its
   kernels at other sizes in the same trace (:func:`family_fit`: where their roof times span 4x),
   each kernel keeping its own ratio to the line, ``T_new = T * line(R_new) / line(R)``; a family
@@ -46,16 +51,24 @@ class Roofs:
     flops_per_s: dict[str, float]
     bytes_per_s: float | None
     name: str
+    sm_mhz: float | None = None
+    """SMs (CUs) x boost clock, MHz: the rate of a kernel bound by neither roof (issue, latency)."""
 
     @classmethod
     def of(cls, spec: DeviceSpec) -> Roofs:
+        from perfscope.datasheets import DATASHEETS, find_datasheet
+
         peaks = {}
         for p in ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4"):
             v = spec.peak_flops(p)
             if v:
                 peaks[p] = float(v)
         bw = spec.peak_bandwidth("dram")
-        return cls(peaks, float(bw) if bw else None, spec.name)
+        model = spec.properties.get("datasheet")
+        row = next((d for d in DATASHEETS if d.model == model), None) or find_datasheet(spec.name, spec.properties)
+        sms = spec.properties.get("sm_count") or (row.sm_count if row else None)
+        clock = row.boost_clock_mhz if row else None
+        return cls(peaks, float(bw) if bw else None, spec.name, float(sms) * clock if sms and clock else None)
 
     def peak(self, precision: pd.Series) -> np.ndarray:
         """Peak FLOP/s per row's precision (NaN where the device has none)."""
@@ -125,7 +138,7 @@ def family_fit(duration_s: np.ndarray, roof_s: np.ndarray, family: pd.Series) ->
 def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
                   family: pd.Series, source: Roofs, target: Roofs, *, new_flops: np.ndarray | None = None,
                   new_bytes: np.ndarray | None = None, new_precision: pd.Series | None = None,
-                  fit: bool = False) -> pd.DataFrame:
+                  fit: bool = False, tensor: np.ndarray | None = None) -> pd.DataFrame:
     """Projected time of each kernel on ``target``, from its time measured on ``source``.
 
     Args:
@@ -135,6 +148,8 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
         family: the group a latency floor is fitted over (category and precision).
         source, target: the two devices' roofs (the same for a shape-only question).
         new_flops, new_bytes, new_precision: the work at the new shapes (default: unchanged).
+        tensor: per kernel, whether it runs on the tensor cores (GEMMs): those scale with the roofs
+            alone; the others blend the roofs and the SMs x clock by their efficiency (None: roofs alone).
         fit: use the family's fitted line (:func:`family_fit`) where it has one: the rule for new
             shapes (how time grows with work is measured from the family's other sizes); without it
             (another device, the same shapes) each kernel's own efficiency and the latency floor.
@@ -153,6 +168,12 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         eff = r_src / (d - t0)
         time = t0 + r_tgt / eff
+        if tensor is not None and source.sm_mhz and target.sm_mhz:
+            # a kernel off the tensor cores: the share of its time its roofs explain (its efficiency e)
+            # scales with the roofs, the rest (issue, latency) with the SMs x clock
+            e = np.clip(eff, 0.0, 1.0)
+            blend = t0 + (d - t0) * (e * r_tgt / r_src + (1.0 - e) * source.sm_mhz / target.sm_mhz)
+            time = np.where(np.asarray(tensor, bool), time, blend)
         if fit:
             # the family's line T = t0 + c R, each kernel keeping its own ratio to the line
             ft0, fc = family_fit(d, r_src, family)
