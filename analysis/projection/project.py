@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from perfscope.report import Report, source_info
 from perfscope.schema import column_codes
 
 from ..costs.operators import itemsize
-from ..costs.roofline import classify_conformed, precision_of
+from ..costs.roofline import classify_conformed
 from ..steps import launch_times_ns, step_of
 from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, recost
 from .times import Roofs, project_times
@@ -535,7 +535,6 @@ def projected_metrics(report: Report) -> dict[str, float]:
     return out
 
 
-__all__ = ["Question", "precision_of", "project", "projected_metrics", "replace", "sweep", "target_device", "whatif"]
 
 
 @dataclass(frozen=True)
@@ -583,3 +582,7 @@ def run_whatif(report: Report, *, out: Path | None = None, force: bool = False, 
 def measured_metrics(report: Report) -> dict[str, float]:
     """The measured report's headline numbers, as :func:`projected_metrics` gives a projection's."""
     return projected_metrics(report)
+
+
+__all__ = ["Question", "WhatifResult", "measured_metrics", "project", "projected_metrics", "run_whatif", "sweep",
+           "target_device", "whatif"]
