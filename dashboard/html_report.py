@@ -92,6 +92,11 @@ def _section(title: str, body: str, anchor: str) -> str:
 def _header(report: Report) -> str:
     device = report.device
     parts = [f"<h1>perfscope report: {esc(report.name)}</h1>", _facts(views.source_facts(report))]
+    projection = report.manifest.get("projection")
+    if projection:  # every number below is a projection: say it above them
+        parts.append(f'<p class="projected"><b>PROJECTED, not measured</b>: {esc(projection.get("measured_name"))} '
+                     f'on {esc(projection.get("source_device"))} &rarr; {esc(projection.get("question_text"))} '
+                     '(docs/whatif.md: the model and its measured error)</p>')
     if device is None and not views.has_device_work(report):
         parts.append(f'<h2>Device: none profiled</h2><p class="muted">{esc(views.no_device_why(report))}.</p>')
     else:

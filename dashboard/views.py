@@ -47,6 +47,10 @@ def source_facts(report: Report) -> list[tuple[str, str]]:
         rows.append(("command", str(report.manifest["command"])))
     if report.manifest.get("partial"):
         rows.append(("partial", "yes: the capture did not finish; tables may be incomplete"))
+    projection = report.manifest.get("projection")
+    if projection:
+        rows.append(("PROJECTED", f"not measured: {projection.get('measured_name')} on {projection.get('source_device')} "
+                                  f"-> {projection.get('question_text')} (docs/whatif.md)"))
     return rows
 
 

@@ -277,6 +277,15 @@ class Report:
 
         return tree_figure(self, phase=phase, depth=depth)
 
+    def whatif(self, **question: Any) -> Report | list[Report]:
+        """This run projected onto another GPU, batch, prompt, context or dtype (``gpu="B200"``,
+        ``batch=8``; a list of values sweeps: one Report per question). See docs/whatif.md."""
+        from perfscope.analysis.projection.project import whatif
+
+        out = whatif(self, **question)
+        lists = any(isinstance(v, (list, tuple)) for v in question.values())
+        return out if lists else out[0]
+
     def to_html(self, path: str | os.PathLike[str], **options: Any) -> Path:
         """Write the standalone, offline HTML report to ``path``."""
         from perfscope.dashboard.html_report import write_html

@@ -266,6 +266,10 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         head += f"   (source: {src.get('kind')}, {tool})"
     if report.manifest.get("partial"):
         head += "   [PARTIAL]"
+    projection = report.manifest.get("projection")
+    if projection:
+        head += (f"\nPROJECTED, not measured: {projection.get('measured_name')} on {projection.get('source_device')} "
+                 f"-> {projection.get('question_text')} (docs/whatif.md: the model and its measured error)")
     timing = _timing_line(report)
     if timing:
         head += "\n" + timing

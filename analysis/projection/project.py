@@ -1,0 +1,588 @@
+"""``perfscope whatif``: a measured Report projected onto another GPU, batch, prompt, context or dtype.
+
+The result is a Report like any other (manifest ``source.kind = "projection"``, naming the measured
+report and the question, and a ``projection`` record that every output's title reads), so the
+terminal summary, the HTML report, the dashboard, ``compare`` and the Perfetto export all work on it.
+
+Per kernel (vectorised over the kernel table): work at the new shapes (:mod:`.shapes`), time on the
+target (:mod:`.times`). Then the timeline is rebuilt step by step: each kernel starts when the host
+launched it (its launch call's time, moved with its step) or when the kernel before it ends, whichever
+is later, so the host's launches and gaps keep their measured time and a launch-bound decode stays
+launch-bound. Steps, requests and the unprofiled run's headline are rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.datasheets import lookup_datasheet, sheet_spec
+from perfscope.device import DeviceSpec
+from perfscope.errors import UsageError
+from perfscope.report import Report, source_info
+from perfscope.schema import column_codes
+
+from ..costs.operators import itemsize
+from ..costs.roofline import classify_conformed
+from ..steps import launch_times_ns, step_of
+from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, recost
+from .times import Roofs, project_times
+
+LAUNCH_BOUND_BUSY = 0.5
+"""A phase whose kernels keep the GPU busy under this share of its wall time is called launch-bound."""
+
+
+@dataclass(frozen=True)
+class Question:
+    """What changes. None keeps the measured value."""
+
+    gpu: str | None = None
+    batch: int | None = None
+    prompt_len: int | None = None
+    context: int | None = None
+    gen_len: int | None = None
+    weights_dtype: str | None = None
+    kv_dtype: str | None = None
+    draft_len: int | None = None
+
+    def text(self) -> str:
+        parts = [f"{k.replace('_', '-')}={v}" for k, v in asdict(self).items() if v is not None]
+        return ", ".join(parts) or "nothing changed"
+
+    @property
+    def changes_shapes(self) -> bool:
+        return any(v is not None for v in (self.batch, self.prompt_len, self.context, self.gen_len,
+                                           self.weights_dtype, self.kv_dtype, self.draft_len))
+
+
+def sweep(**values: Sequence[Any] | Any) -> list[Question]:
+    """Every combination of the values given per field (``batch=[1, 8, 64]``): one Question each."""
+    lists = {k: (list(v) if isinstance(v, (list, tuple)) else [v]) for k, v in values.items() if v is not None}
+    keys = list(lists)
+    return [Question(**dict(zip(keys, combo))) for combo in itertools.product(*(lists[k] for k in keys))] or [Question()]
+
+
+def target_device(gpu: str | None, measured: Report) -> DeviceSpec:
+    """The device a question names: a report folder (its measured roofs), a datasheet row, or the
+    measured report's own device.
+
+    Raises:
+        UsageError: the GPU has no datasheet row (one line naming it), or the source has no roofs.
+    """
+    if gpu is None:
+        if measured.device is None:
+            raise UsageError(f"{measured.name}: the measured report has no device roofs, so nothing can be projected",
+                             hint="re-import it with --roofs NAME")
+        return measured.device
+    path = Path(gpu)
+    if path.is_dir():
+        other = Report.load(path)
+        if other.device is None:
+            raise UsageError(f"--gpu {gpu}: that report has no device roofs", hint="give a GPU name instead")
+        return other.device
+    try:
+        sheet = lookup_datasheet(gpu)
+    except UsageError as exc:
+        reason = exc.message.split(": ", 1)[-1]
+        raise UsageError(f"--gpu {gpu}: {reason}; without the target's roofs nothing is projected",
+                         hint="name one row (`perfscope devices --datasheet`), give a report measured on that GPU, "
+                         "or add its row to perfscope/datasheets.py") from None
+    return sheet_spec(sheet)
+
+
+def _check_dtypes(q: Question) -> None:
+    for flag, value in (("--weights-dtype", q.weights_dtype), ("--kv-dtype", q.kv_dtype)):
+        if value is not None and value not in TORCH_DTYPES:
+            raise UsageError(f"{flag} {value}: not a dtype the cost model knows",
+                             hint=f"one of {', '.join(sorted(TORCH_DTYPES))}")
+
+
+def _measured_dims(report: Report) -> tuple[int, int, int]:
+    """(batch, prompt length, generated tokens) of the measured run."""
+    p = report.params
+    steps = report.steps
+    batch = p.get("batch") or (int(steps["batch"].max()) if len(steps) else None)
+    prompt = p.get("prompt_len")
+    if prompt is None and len(steps) and (steps["phase"] == "prefill").any():
+        prompt = int(steps.loc[steps["phase"] == "prefill", "context_len"].iloc[0])
+    gen = p.get("gen_len") or p.get("max_new_tokens") or int((steps["phase"] != "prefill").sum() + 1)
+    if batch is None or prompt is None:
+        raise UsageError(f"{report.name}: the report has no engine steps with batch and prompt length, so a "
+                         "batch, prompt or context question cannot be answered",
+                         hint="ask only --gpu, or profile with `perfscope profile`")
+    return int(batch), int(prompt), int(gen)
+
+
+def _step_dims(steps: pd.DataFrame, batch: int, prompt: int, gen: int, q: Question) -> tuple[list[Dims], list[Dims]]:
+    """Old and new :class:`.shapes.Dims` per step."""
+    nb = q.batch or batch
+    npmt = q.prompt_len or prompt
+    ngen = q.gen_len or gen
+    base_ctx = q.context if q.context is not None else npmt
+    old_cap = prompt + gen - 1
+    new_cap = base_ctx + ngen - 1
+    olds, news = [], []
+    for phase, ctx, tokens in zip(steps["phase"], steps["context_len"], steps["tokens"]):
+        ctx = int(ctx) if pd.notna(ctx) else prompt
+        if phase == "prefill":
+            olds.append(Dims(batch, prompt, prompt, old_cap))
+            news.append(Dims(nb, npmt, npmt, new_cap))
+        else:
+            ql = max(1, int(tokens) // batch) if pd.notna(tokens) else 1
+            nql = q.draft_len + 1 if q.draft_len is not None and phase == "verify" else ql
+            olds.append(Dims(batch, ql, ctx, old_cap))
+            news.append(Dims(nb, nql, base_ctx + (ctx - prompt) + (nql - ql), new_cap))
+    return olds, news
+
+
+def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: list[Dims], q: Question
+              ) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray]:
+    """Per kernel: new FLOPs, new bytes, new precision and whether its op had a formula (recosted)."""
+    n = len(k)
+    flops = k["flops"].to_numpy(np.float64, na_value=np.nan)
+    nbytes = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
+    prec = k["precision"].astype("object")
+    if not q.changes_shapes:
+        return flops, nbytes, prec, np.ones(n, bool)
+    # one formula call per distinct (op, shapes, dtypes, step sizes): integer codes, no per-kernel Python
+    (op_c, op_u), (sh_c, sh_u), (ty_c, ty_u) = (column_codes(k, c) for c in ("op", "op_shapes", "op_input_types"))
+    dim_codes, dim_u = pd.factorize(pd.Series([(o, n) for o, n in zip(olds, news)], dtype=object)) if olds \
+        else (np.zeros(0, np.int64), np.zeros(0, dtype=object))
+    dim_c = np.where(step_pos >= 0, np.asarray(dim_codes, np.int64)[np.maximum(step_pos, 0)] if len(dim_codes) else -1, -1)
+    keys = np.stack([op_c, sh_c, ty_c, dim_c], axis=1).astype(np.int64)
+    uniq, codes = np.unique(keys, axis=0, return_inverse=True)
+    codes = codes.reshape(-1)
+    rf = np.full(len(uniq), np.nan)
+    rb = np.full(len(uniq), np.nan)
+    for i, (oc, sc, tc, dc) in enumerate(uniq):
+        if oc < 0 or sc < 0 or tc < 0 or dc < 0:
+            continue
+        old_dims, new_dims = dim_u[dc]
+        r = recost(op_u[oc], sh_u[sc], ty_u[tc], old_dims, new_dims, weights_dtype=q.weights_dtype,
+                   kv_dtype=q.kv_dtype)
+        if r is not None:
+            rf[i], rb[i] = r
+    f_ratio, b_ratio = rf[codes], rb[codes]
+    known = ~np.isnan(f_ratio) & ~np.isnan(b_ratio)
+    new_f = np.where(known, flops * f_ratio, flops)
+    new_b = np.where(known, nbytes * b_ratio, nbytes)
+    new_prec = prec
+    low = LOW_PRECISION_GEMM.get(q.weights_dtype or "")
+    if low:
+        gemm = (k["category"] == "gemm").to_numpy(bool)
+        new_prec = prec.where(~gemm, low)
+    return new_f, new_b, new_prec, known
+
+
+GPU_GAP_NS = 3_000
+"""A kernel that started more than this after the GPU's previous kernel ended was waiting for its launch
+(the GPU sat idle): its measured start is when the host had it ready. A shorter gap is the GPU's own
+time between kernels, kept."""
+
+
+def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos: np.ndarray,
+              new_dur: np.ndarray, *, host_ops: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New kernel starts and ends and new step [start, end].
+
+    Each kernel starts at max(when the host had it ready, moved with its step; the previous kernel's
+    end plus the GPU's own gap before it, up to :data:`GPU_GAP_NS`). Ready is the measured start of a
+    kernel the GPU waited for (an idle gap before it), else its launch call plus the median launch
+    latency of those (never later than its measured start). Nothing changed gives the measured
+    timeline back. A step ends after its last launch and its last kernel, whichever is later, plus the
+    host time that followed the later one. ``host_ops``: the rows are CPU operators, run one after
+    another on the host: each keeps the gap before it. Vectorised per step (a max-plus recurrence
+    solved with cumulative sums and maxima), one Python iteration per step, none per kernel."""
+    order = np.argsort(k["start_ns"].to_numpy(np.int64), kind="stable")
+    start = k["start_ns"].to_numpy(np.int64)
+    end = k["end_ns"].to_numpy(np.int64)
+    new_start = np.zeros(len(k), np.float64)
+    new_end = np.zeros(len(k), np.float64)
+    s_start = steps["start_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
+    s_end = steps["end_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
+    n_steps = len(steps)
+    # in start order: the gap since the GPU's previous kernel ended, and when each kernel was ready
+    so, eo, lo = start[order].astype(np.float64), end[order].astype(np.float64), launch[order].astype(np.float64)
+    prev_end = np.concatenate([[-np.inf], np.maximum.accumulate(eo)[:-1]]) if len(order) else eo
+    gap = np.where(np.isfinite(prev_end), np.maximum(so - prev_end, 0.0), 0.0)
+    if host_ops:
+        ready = np.full(len(order), -np.inf)
+        gpu_gap = gap
+    else:
+        idle = gap > GPU_GAP_NS
+        latency = float(np.median((so - lo)[idle])) if idle.any() else 0.0
+        ready = np.where(idle, so, np.minimum(lo + latency, so))
+        gpu_gap = np.minimum(gap, GPU_GAP_NS)
+    seg = step_pos[order]
+    # kernels outside every step ride with the step launched before them (or with none: shift 0)
+    if n_steps:
+        before = np.searchsorted(s_start, launch[order], side="right") - 1
+        seg = np.where(seg >= 0, seg, np.where(before >= 0, before, -1))
+    new_s_start = s_start.astype(np.float64).copy()
+    new_s_end = s_end.astype(np.float64).copy()
+    gpu_free = -np.inf
+    boundaries = np.flatnonzero(np.diff(seg)) + 1
+    groups = np.split(np.arange(len(order)), boundaries)
+    shift = 0.0
+    last_step = -1
+    for g in groups:
+        if not len(g):
+            continue
+        j = int(seg[g[0]])
+        if j >= 0 and j != last_step:
+            for m in range(last_step + 1, j + 1):  # steps without kernels keep their length and gaps
+                prev = new_s_end[m - 1] if m > 0 else s_start[0]
+                new_s_start[m] = prev + s_start[m] - (s_end[m - 1] if m > 0 else s_start[0])
+                new_s_end[m] = new_s_start[m] + (s_end[m] - s_start[m])
+            shift = new_s_start[j] - s_start[j]
+            last_step = j
+        idx = order[g]
+        d = new_dur[idx]
+        h = ready[g] + shift
+        if host_ops:
+            h[0] = so[g[0]] + shift
+        # E_i = max(E_{i-1} + gap_i + d_i, h_i + d_i), E_{-1} = gpu_free
+        a = np.cumsum(gpu_gap[g] + d)
+        e = a + np.maximum(np.maximum.accumulate(h + d - a), gpu_free)
+        new_end[idx] = e
+        new_start[idx] = e - d
+        gpu_free = float(e[-1])
+        if j >= 0:  # the step ends after its last launch and its last kernel, plus what followed the later one
+            last_launch = float(lo[g].max())
+            rem = s_end[j] - max(float(eo[g].max()), last_launch)
+            new_s_end[j] = max(max(last_launch + shift, gpu_free) + rem, new_s_start[j])
+    for m in range(last_step + 1, n_steps):
+        prev = new_s_end[m - 1] if m > 0 else s_start[0]
+        new_s_start[m] = prev + (s_start[m] - (s_end[m - 1] if m > 0 else s_start[0]))
+        new_s_end[m] = new_s_start[m] + (s_end[m] - s_start[m])
+    return new_start, new_end, np.stack([new_s_start, new_s_end], axis=1) if n_steps else np.zeros((0, 2))
+
+
+def _rebuild_requests(requests: pd.DataFrame, steps: pd.DataFrame, new_steps: pd.DataFrame, batch: int,
+                      gen: int) -> pd.DataFrame:
+    """The engine's requests from the projected steps: one row per sequence of the new batch."""
+    if not len(new_steps):
+        return requests.iloc[0:0]
+    t0 = float(new_steps["start_ns"].min())
+    pre = new_steps[new_steps["phase"] == "prefill"]
+    dec = new_steps[new_steps["phase"] != "prefill"]
+    ttft = ((float(pre["end_ns"].max()) - t0) / 1e9) if len(pre) else math.nan
+    tpot = float(dec["duration_ns"].mean()) / 1e9 if len(dec) else math.nan
+    if len(requests) and len(steps):  # the measured request times, moved by what the steps gained or lost
+        old_pre = steps[steps["phase"] == "prefill"]
+        old_dec = steps[steps["phase"] != "prefill"]
+        if len(old_pre) and len(pre):
+            old_ttft = (float(old_pre["end_ns"].max()) - float(steps["start_ns"].min())) / 1e9
+            ttft = float(requests["ttft_s"].mean()) + ttft - old_ttft
+        if len(old_dec) and len(dec) and requests["tpot_s"].notna().any():
+            tpot = float(requests["tpot_s"].mean()) + tpot - float(old_dec["duration_ns"].mean()) / 1e9
+    e2e = ttft + (gen - 1) * tpot if gen > 1 and not math.isnan(tpot) else ttft
+    prompt = int(pre["context_len"].iloc[0]) if len(pre) and pd.notna(pre["context_len"].iloc[0]) else None
+    return pd.DataFrame({"request_id": range(batch), "prompt_tokens": prompt, "output_tokens": gen,
+                         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "itl_mean_s": tpot})
+
+
+def _scale_unprofiled(report: Report, ratio: Mapping[str, float], batch: int, gen: int,
+                      shape: tuple[int, int, int, int, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The unprofiled run's steps and requests, each step's time scaled by its phase's projected /
+    measured ratio of the profiled run (no kernels were recorded there)."""
+    su = report.steps_unprofiled.copy()
+    ru = report.requests_unprofiled.copy()
+    if not len(su):
+        return su, ru
+    r = su["phase"].map(lambda p: ratio.get("prefill" if p == "prefill" else "decode", 1.0)).astype(float)
+    dur = su["duration_ns"].astype(float) * r
+    start = su["start_ns"].astype(float).iloc[0] + (dur.cumsum() - dur)
+    su["start_ns"] = start.round().astype("int64")
+    su["duration_ns"] = dur.round().astype("int64")
+    su["end_ns"] = su["start_ns"] + su["duration_ns"]
+    if shape is not None:  # the new sizes: (measured batch, prompt; new batch, prompt, context)
+        ob, op_, nb, np_, nctx = shape
+        pre = (su["phase"] == "prefill").to_numpy()
+        su["batch"] = nb
+        tokens = pd.to_numeric(su["tokens"], errors="coerce").astype(float)
+        su["tokens"] = np.where(pre, nb * np_, tokens * nb / max(ob, 1)).round().astype("int64")
+        ctx = pd.to_numeric(su["context_len"], errors="coerce").astype(float)
+        su["context_len"] = np.where(pre, np_, ctx - op_ + nctx).round()
+    if len(ru):
+        pre, dec = ratio.get("prefill", 1.0), ratio.get("decode", 1.0)
+        ttft = float(ru["ttft_s"].mean()) * pre
+        tpot = float(ru["tpot_s"].mean()) * dec if ru["tpot_s"].notna().any() else math.nan
+        ru = pd.DataFrame({"request_id": range(batch), "prompt_tokens": ru["prompt_tokens"].iloc[0],
+                           "output_tokens": gen, "ttft_s": ttft, "tpot_s": tpot,
+                           "e2e_s": ttft + (gen - 1) * tpot if gen > 1 and not math.isnan(tpot) else ttft, "itl_mean_s": tpot})
+    return su, ru
+
+
+def project(report: Report, question: Question) -> Report:
+    """``report`` projected as ``question`` asks; a new Report (see the module docstring).
+
+    Raises:
+        UsageError: a question the model cannot answer (unknown GPU, unknown dtype, no steps for a shape
+            question), in one line naming what is missing.
+    """
+    _check_dtypes(question)
+    source_dev = report.device
+    if source_dev is None:
+        raise UsageError(f"{report.name}: the measured report has no device roofs, so nothing can be projected",
+                         hint="re-import it with --roofs NAME")
+    target_dev = target_device(question.gpu, report)
+    src, tgt = Roofs.of(source_dev), Roofs.of(target_dev)
+    if not tgt.bytes_per_s:
+        raise UsageError(f"{target_dev.name}: no DRAM bandwidth roof, so memory-bound kernels cannot be projected",
+                         hint="give a report measured on it, or add the bandwidth to its datasheet row")
+    k = report.kernels
+    steps = report.steps.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    launch = launch_times_ns(k, report.api)
+    step_pos = step_of(launch, steps) if len(steps) else np.full(len(k), -1, np.int64)
+    warnings: list[str] = []
+    if question.changes_shapes:
+        batch, prompt, gen = _measured_dims(report)
+        olds, news = _step_dims(steps, batch, prompt, gen, question)
+    else:
+        batch, prompt, gen = (report.params.get("batch") or 1), report.params.get("prompt_len"), \
+            (report.params.get("gen_len") or report.params.get("max_new_tokens") or 1)
+        olds = news = []
+    new_f, new_b, new_prec, recosted = _new_work(k, step_pos, olds, news, question)
+    precision = k["precision"].astype("object")
+    missing_prec = sorted({str(p) for p in pd.unique(new_prec.dropna()) if tgt.peak(pd.Series([p]))[0] != tgt.peak(pd.Series([p]))[0]})
+    for p in missing_prec:
+        warnings.append(f"{tgt.name} has no {p} roof: its {p} kernels are projected by the bandwidth ratio")
+    family = (k["op"].astype("object").fillna(k["category"].astype("object")).fillna("?") + "/"
+              + precision.fillna("?").astype(str))
+    dur_s = k["duration_ns"].to_numpy(np.float64) * 1e-9
+    times = project_times(dur_s, k["flops"].to_numpy(np.float64, na_value=np.nan),
+                          k["dram_bytes"].to_numpy(np.float64, na_value=np.nan), precision, family, src, tgt,
+                          new_flops=new_f, new_bytes=new_b, new_precision=new_prec, fit=question.changes_shapes,
+                          tensor=(k["category"] == "gemm").to_numpy(bool))
+    time_s = times["time_s"].to_numpy().copy()
+    uncosted = ~times["rule"].isin(("efficiency-kept", "memory-only")).to_numpy() | ~recosted
+    if question.changes_shapes and len(steps):
+        # a kernel without a cost (or whose op has no formula) scales like its step's costed bytes
+        ob = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
+        ok = (step_pos >= 0) & ~uncosted & ~np.isnan(ob) & ~np.isnan(new_b)
+        num = np.bincount(step_pos[ok], weights=new_b[ok], minlength=len(steps))
+        den = np.bincount(step_pos[ok], weights=ob[ok], minlength=len(steps))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step_ratio = np.where(den > 0, num / den, 1.0)
+        scale = np.where((step_pos >= 0) & uncosted, step_ratio[np.maximum(step_pos, 0)], 1.0)
+        time_s = time_s * scale
+    new_dur = np.maximum(np.round(time_s * 1e9), 1.0)
+    host_ops = source_dev.kind == "cpu"
+    new_start, _new_end, s_win = _timeline(k, steps, launch, step_pos, new_dur, host_ops=host_ops)
+
+    kernels = k.copy()
+    base = float(k["start_ns"].min()) if len(k) else 0.0
+    kernels["start_ns"] = np.round(new_start).astype(np.int64) if len(k) else k["start_ns"]
+    kernels["end_ns"] = kernels["start_ns"] + new_dur.astype(np.int64)
+    kernels["duration_ns"] = new_dur.astype(np.int64)
+    kernels["flops"] = new_f
+    kernels["dram_bytes"] = new_b
+    kernels["precision"] = new_prec
+    kernels["projection_rule"] = np.where(~recosted & question.changes_shapes & (times["rule"] == "efficiency-kept"),
+                                          "work-kept (op without formula)", times["rule"])
+    kernels["measured_duration_ns"] = k["duration_ns"].to_numpy()
+    if len(steps):
+        kernels["step"] = pd.array(np.where(step_pos >= 0, steps["step"].to_numpy()[np.maximum(step_pos, 0)], 0),
+                                   dtype="Int64")
+        kernels.loc[step_pos < 0, "step"] = pd.NA
+    kernels = classify_conformed(kernels, target_dev)
+    del base
+
+    new_steps = steps.copy()
+    if len(steps):
+        new_steps["start_ns"] = np.round(s_win[:, 0]).astype(np.int64)
+        new_steps["end_ns"] = np.round(s_win[:, 1]).astype(np.int64)
+        new_steps["duration_ns"] = new_steps["end_ns"] - new_steps["start_ns"]
+        n = len(steps)
+        hit = step_pos >= 0
+        p = step_pos[hit]
+        old_kf = np.bincount(p, weights=np.nan_to_num(k["flops"].to_numpy(np.float64, na_value=np.nan)[hit]), minlength=n)
+        new_kf = np.bincount(p, weights=np.nan_to_num(new_f[hit]), minlength=n)
+        ktime = np.bincount(p, weights=new_dur[hit], minlength=n)
+        new_steps["kernel_time_ns"] = pd.array(np.round(ktime).astype(np.int64), dtype="Int64")
+        new_steps["kernel_flops"] = np.where(new_kf > 0, new_kf, np.nan)
+        if question.changes_shapes:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                f_ratio = np.where(old_kf > 0, new_kf / old_kf, np.nan)
+            new_steps["batch"] = [d.batch for d in news]
+            new_steps["tokens"] = [d.tokens for d in news]
+            new_steps["context_len"] = [d.context for d in news]
+            w_ratio = (itemsize(TORCH_DTYPES[question.weights_dtype].lower()) / 2.0) if question.weights_dtype else 1.0
+            new_steps["weight_bytes"] = steps["weight_bytes"] * w_ratio
+            kv_old = steps["kv_cache_bytes"].astype(float)
+            kv_ratio = np.array([(n_.batch * n_.context) / max(o.batch * o.context, 1) for o, n_ in zip(olds, news)])
+            kvd = (itemsize(TORCH_DTYPES[question.kv_dtype].lower()) / 2.0) if question.kv_dtype else 1.0
+            new_steps["kv_cache_bytes"] = kv_old * kv_ratio * kvd
+            new_steps["kv_cache_size_bytes"] = steps["kv_cache_size_bytes"].astype(float) * kv_ratio * kvd
+            new_steps["flops"] = steps["flops"].astype(float) * f_ratio
+        if question.gen_len is not None and question.gen_len < gen:
+            keep = (new_steps["phase"] == "prefill") | (new_steps.groupby("phase").cumcount() < question.gen_len - 1)
+            new_steps = new_steps[keep.to_numpy()]
+        if question.gen_len is not None and question.gen_len > gen:
+            warnings.append(f"--gen-len {question.gen_len}: the measured run has {gen} tokens; the decode steps past "
+                            f"them are not in the tables, TPOT and E2E use the projected steps' mean")
+
+    # phase ratios (projected / measured), busy share and launch-bound verdicts
+    notes: list[str] = []
+    ratio: dict[str, float] = {}
+    phases: dict[str, dict[str, float]] = {}
+    for ph in ("prefill", "decode"):
+        m_old = steps["phase"] == ph if len(steps) else pd.Series(dtype=bool)
+        if not len(steps) or not m_old.any():
+            continue
+        idx = np.flatnonzero(m_old.to_numpy())
+        old_t = float(steps["duration_ns"].iloc[idx].sum())
+        new_t = float((s_win[idx, 1] - s_win[idx, 0]).sum())
+        busy = float(np.bincount(step_pos[step_pos >= 0], weights=new_dur[step_pos >= 0],
+                                 minlength=len(steps))[idx].sum())
+        ratio[ph] = new_t / old_t if old_t > 0 else 1.0
+        phases[ph] = {"measured_s": old_t / 1e9, "projected_s": new_t / 1e9, "gpu_busy_share": busy / new_t if new_t else math.nan}
+        if new_t and busy / new_t < LAUNCH_BOUND_BUSY:
+            notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {busy / new_t:.0%} of the "
+                         f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
+    counts = kernels["projection_rule"].value_counts().to_dict()
+    unknown = ~kernels["projection_rule"].isin(("efficiency-kept", "memory-only"))
+    share = float(k["duration_ns"][unknown.to_numpy()].sum()) / float(k["duration_ns"].sum()) if len(k) else 0.0
+    if unknown.any():
+        mask = unknown.to_numpy()
+        label = k["op"].astype("object").where(k["op"].notna(), k["short_name"].astype("object")).fillna(k["name"])
+        top = pd.Series(k["duration_ns"].to_numpy(np.float64)[mask], index=label[mask].to_numpy()).groupby(level=0).sum()
+        total = float(k["duration_ns"].sum())
+        named = ", ".join(f"{str(n)[:48]} ({t / total:.1%})" for n, t in top.nlargest(3).items())
+        notes.append(f"no cost formula or no roof for {int(unknown.sum())} kernels ({share:.1%} of the measured kernel "
+                     f"time; most: {named}): their time is scaled by a stated rule (docs/whatif.md), not projected "
+                     "from their work")
+
+    batch_new = question.batch or int(batch or 1)
+    gen_new = question.gen_len or int(gen or 1)
+    requests = _rebuild_requests(report.requests, steps, new_steps, batch_new, gen_new) if len(steps) else report.requests
+    shape = None
+    if question.changes_shapes:
+        np_ = question.prompt_len or int(prompt)
+        shape = (int(batch), int(prompt), batch_new, np_, question.context if question.context is not None else np_)
+    su, ru = _scale_unprofiled(report, ratio, batch_new, gen_new, shape)
+    if question.gen_len is not None and question.gen_len < gen and len(su):
+        su = su[((su["phase"] == "prefill") | (su.groupby("phase").cumcount() < question.gen_len - 1)).to_numpy()]
+
+    params = dict(report.params)
+    for key, value in (("batch", question.batch), ("prompt_len", question.prompt_len), ("gen_len", question.gen_len),
+                       ("max_new_tokens", question.gen_len), ("context", question.context),
+                       ("weights_dtype", question.weights_dtype), ("kv_dtype", question.kv_dtype)):
+        if value is not None:
+            params[key] = value
+    if question.batch is not None or question.prompt_len is not None:
+        params["prompt_lens"] = [question.prompt_len or prompt] * batch_new
+    projection = {
+        "measured_report": str(report.path) if report.path else report.name,
+        "measured_name": report.name,
+        "question": asdict(question),
+        "question_text": question.text(),
+        "source_device": source_dev.name,
+        "target_device": tgt.name,
+        "target_roofs": "report" if question.gpu and Path(question.gpu).is_dir() else
+                        ("datasheet" if question.gpu else "measured report's"),
+        "rules": {"time": "t0 + (F/P + B/BW) / e, e = the kernel's measured efficiency, t0 = half the shortest "
+                          "kernel of its family (category/precision)",
+                  "unknown_cost": "time x DRAM bandwidth ratio (another GPU) x its step's costed-bytes ratio (new shapes)", "host": "launch times and host gaps kept"},
+        "kernel_rules": {str(a): int(b) for a, b in counts.items()},
+        "unknown_time_share": share,
+        "phases": phases,
+        "notes": notes,
+    }
+    manifest = dict(report.manifest)
+    manifest.update({
+        "name": f"{report.name} [projected: {question.text()}]",
+        "source": source_info("projection", report.path, tool="perfscope whatif", tool_version=None,
+                              measured=report.name, question=question.text()),
+        "device": target_dev.to_dict(),
+        "params": params,
+        "warnings": list(report.warnings) + warnings + notes,
+        "projection": projection,
+    })
+    tables = {"kernels": kernels, "ranges": report.ranges.iloc[0:0], "transfers": report.transfers,
+              "api": report.api.iloc[0:0], "counters": report.counters.iloc[0:0], "requests": requests,
+              "steps": new_steps, "requests_unprofiled": ru, "steps_unprofiled": su}
+    return Report.build(tables, manifest, source=f"projection of {report.name}")
+
+
+def whatif(report: Report, **values: Any) -> list[Report]:
+    """Every projection a sweep asks for (``batch=[1, 8]``, ``gpu="B200"``...): one Report per question."""
+    return [project(report, q) for q in sweep(**values)]
+
+
+def projected_metrics(report: Report) -> dict[str, float]:
+    """Headline numbers of a (projected) report: TTFT, TPOT, tokens/s, and per phase MFU / MBU."""
+    from ..summaries.serving import phase_summary, request_summary
+
+    out: dict[str, float] = {}
+    rs = request_summary(report)
+    for key in ("ttft_s_mean", "tpot_s_mean", "output_tokens_per_s", "e2e_s_mean"):
+        if key in rs:
+            out[key] = float(rs[key])
+    table = phase_summary(report)
+    for row in table.itertuples(index=False):
+        out[f"{row.phase}_wall_s"] = float(row.wall_s)
+        out[f"{row.phase}_mfu"] = float(row.mfu)
+        out[f"{row.phase}_mbu"] = float(row.mbu)
+        out[f"{row.phase}_tokens_per_s"] = float(row.tokens_per_s)
+    return out
+
+
+
+
+@dataclass(frozen=True)
+class WhatifResult:
+    """One projected question: the question, its Report, where it was saved, its headline numbers."""
+
+    question: Question
+    report: Report
+    path: Path | None
+    metrics: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        proj = self.report.manifest.get("projection") or {}
+        return {"question": asdict(self.question), "question_text": self.question.text(),
+                "report": None if self.path is None else str(self.path), "target_device": proj.get("target_device"),
+                "metrics": self.metrics, "phases": proj.get("phases"), "notes": proj.get("notes"),
+                "kernel_rules": proj.get("kernel_rules"), "projected": True}
+
+
+def _slug(q: Question) -> str:
+    text = "_".join(f"{k}{v}" for k, v in asdict(q).items() if v is not None) or "same"
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
+
+
+def run_whatif(report: Report, *, out: Path | None = None, force: bool = False, html: bool = True,
+               **values: Any) -> list[WhatifResult]:
+    """``perfscope whatif``: every question of the sweep ``values`` asks, projected from ``report``, each
+    saved as ``out/<measured>__<question>.perfscope`` when ``out`` is given (with its HTML report)."""
+    from perfscope.api import save_with_html
+
+    results = []
+    questions = sweep(**values)
+    for q in questions:  # every question checked before any is projected or written
+        _check_dtypes(q)
+        target_device(q.gpu, report)
+    for q in questions:
+        projected = project(report, q)
+        path = None
+        if out is not None:
+            path = save_with_html(projected, Path(out) / f"{report.name}__{_slug(q)}.perfscope", force=force, html=html)
+        results.append(WhatifResult(q, projected, path, projected_metrics(projected)))
+    return results
+
+
+def measured_metrics(report: Report) -> dict[str, float]:
+    """The measured report's headline numbers, as :func:`projected_metrics` gives a projection's."""
+    return projected_metrics(report)
+
+
+__all__ = ["Question", "WhatifResult", "measured_metrics", "project", "projected_metrics", "run_whatif", "sweep",
+           "target_device", "whatif"]

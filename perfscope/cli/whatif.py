@@ -1,0 +1,94 @@
+"""``perfscope whatif REPORT [--gpu ...] [--batch ...]``: a measured run projected onto another GPU, batch,
+prompt, context or dtype (several values per flag make a sweep); docs/whatif.md has the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from perfscope.format import duration, pct, si
+
+from ._common import echo_json
+
+
+def _ints(flag: str):
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+        if value is None:
+            return None
+        try:
+            out = [int(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise click.BadParameter(f"{value!r}: give whole numbers, comma-separated (e.g. 1,8,64)") from None
+        if not out or any(v < 1 for v in out):
+            raise click.BadParameter(f"{value!r}: give positive whole numbers")
+        return out
+    return parse
+
+
+def _texts(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("--gpu", callback=_texts, help="Target GPU: a datasheet row (B200, H100, MI300X...) or a report "
+              "measured there (its roofs); comma-separated for a sweep.")
+@click.option("--batch", callback=_ints("--batch"), help="Sequences per step, e.g. 1,8,64.")
+@click.option("--prompt-len", callback=_ints("--prompt-len"), help="Prompt tokens per sequence.")
+@click.option("--context", callback=_ints("--context"), help="KV length the decode steps start from (default: the prompt).")
+@click.option("--gen-len", callback=_ints("--gen-len"), help="Generated tokens per sequence.")
+@click.option("--weights-dtype", callback=_texts, help="Weight dtype: bf16, fp16, fp8 (W8A8 GEMMs), int8, fp32.")
+@click.option("--kv-dtype", callback=_texts, help="KV-cache dtype: bf16, fp16, fp8.")
+@click.option("--draft-len", callback=_ints("--draft-len"),
+              help="Speculative decoding: draft tokens per step (a run with drafting: tokens/s for each K).")
+@click.option("--out", type=click.Path(), help="Folder to save each projected report in (NAME__QUESTION.perfscope).")
+@click.option("--force", is_flag=True, help="Replace existing projected reports in --out.")
+@click.option("--json", "as_json", is_flag=True, help="Print the projections as JSON.")
+def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len: list[int] | None,
+           context: list[int] | None, gen_len: list[int] | None, weights_dtype: list[str] | None,
+           kv_dtype: list[str] | None, draft_len: list[int] | None, out: str | None, force: bool,
+           as_json: bool) -> None:
+    """Project a measured REPORT: what would it do on another GPU, batch, prompt, context or precision?
+
+    Every number printed is a projection (docs/whatif.md: the model, its rules and its measured error).
+    """
+    from perfscope.analysis.projection.project import measured_metrics, run_whatif
+    from perfscope.analysis.projection.speculative import speculative_sweep
+    from perfscope.api import load
+
+    measured = load(path)
+    if draft_len is not None:
+        table = speculative_sweep(measured, draft_len, gpu=(gpu or [None])[0])
+        if as_json:
+            echo_json(table.to_dict())
+        else:
+            click.echo(table.render())
+        return
+    results = run_whatif(measured, out=Path(out) if out else None, force=force, gpu=gpu, batch=batch,
+                         prompt_len=prompt_len, context=context, gen_len=gen_len, weights_dtype=weights_dtype,
+                         kv_dtype=kv_dtype)
+    base = measured_metrics(measured)
+    if as_json:
+        echo_json({"measured": {"report": path, "metrics": base}, "projections": [r.to_dict() for r in results]})
+        return
+    click.echo(f"measured: {measured.name} on {measured.device.name if measured.device else '?'}")
+    head = f"{'question':<40} {'TTFT':>10} {'TPOT':>10} {'tok/s':>10} {'prefill MFU':>12} {'decode MBU':>11}"
+    click.echo(head)
+
+    def row(label: str, m: dict[str, float]) -> str:
+        return (f"{label:<40} {duration(m.get('ttft_s_mean', float('nan')) * 1e9):>10} "
+                f"{duration(m.get('tpot_s_mean', float('nan')) * 1e9):>10} {si(m.get('decode_tokens_per_s', float('nan'))):>10} "
+                f"{pct(m.get('prefill_mfu', float('nan')) * 100):>12} {pct(m.get('decode_mbu', float('nan')) * 100):>11}")
+
+    click.echo(row("measured", base))
+    for r in results:
+        click.echo(row(f"projected: {r.question.text()}"[:40], r.metrics))
+    seen: set[str] = set()
+    for r in results:
+        for note in (r.report.manifest.get("projection") or {}).get("notes", []):
+            if note not in seen:
+                seen.add(note)
+                click.echo(f"note: {note}")
+        if r.path is not None:
+            click.echo(f"wrote {r.path}")
