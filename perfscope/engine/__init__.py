@@ -8,9 +8,10 @@
 
 from __future__ import annotations
 
+from perfscope.request_metrics import RequestRecord
+
 from .generate import (
     GenerationResult,
-    RequestRecord,
     SamplingParams,
     StepRecord,
     build_model,

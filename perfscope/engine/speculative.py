@@ -102,7 +102,7 @@ def accept(target: Tensor, draft: Sequence[int], q: Tensor | None, sampling: Any
         (accepted, next token). Greedy: the argmax rule; sampling: rejection sampling, which
         leaves the output distribution equal to the target's.
     """
-    from .generate import sampling_probs
+    from .decoding import sampling_probs
 
     k = len(draft)
     if sampling.temperature == 0:
@@ -141,12 +141,13 @@ def generate_speculative(model: Transformer, prompts: list[list[int]], max_new_t
                          method: str, draft_len: int = 4, stop_ids: Sequence[int] | None = None,
                          chunked_prefill: int | None = None) -> Any:
     """:func:`perfscope.engine.generate` with speculative decoding (one request)."""
-    from .generate import (
+    from perfscope.request_metrics import request_records
+
+    from .decoding import (
         GenerationResult,
         _check_prompts,
         _Recorder,
         plan_slots,
-        request_records,
         run_params,
         run_prefill,
         sample,

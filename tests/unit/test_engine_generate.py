@@ -178,7 +178,7 @@ def test_compiled_cpu_decode_streams_each_weight_row_with_two_loads(monkeypatch)
 
     from perfscope.engine.model import SPLIT_MIN_WEIGHTS, ModelArgs, build_random
 
-    gen_mod = importlib.import_module("perfscope.engine.generate")  # the package exports a function of that name
+    gen_mod = importlib.import_module("perfscope.engine.decoding")  # where the compiled decode forward lives
     # every matrix large enough for the engine's threaded matrix-vector path (the one inductor compiles)
     args = ModelArgs.from_name("tiny", n_layer=1, dim=512, n_head=8, n_kv_head=4, head_dim=64,
                                intermediate_size=1024, vocab_size=512)

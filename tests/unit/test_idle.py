@@ -201,7 +201,7 @@ def test_engine_on_cpu_planted_sleep_and_item(monkeypatch) -> None:
     """On a CPU report, idle is the time no operator runs (on any thread); ``aten::item`` counts as
     sync. A sleep planted in a named range is host time of that range; a planted .item() is sync."""
     torch = pytest.importorskip("torch")
-    gen = importlib.import_module("perfscope.engine.generate")
+    gen = importlib.import_module("perfscope.engine.decoding")  # where sampling is called
     from perfscope.sessions.profile import EngineRun, profile_engine
 
     sleep_s, sampled = 0.01, []
