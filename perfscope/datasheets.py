@@ -479,7 +479,7 @@ def arch_roofs(gfx_arch: str | None, cu_count: Any, clock_hz: Any) -> dict[str, 
             method=f"{table.arch}: {rate} FLOP/CU/clk ({ref.model} {ref.tflops[precision]:g} TFLOP/s / "
             f"{ref.sm_count} CU / {ref.boost_clock_mhz:g} MHz) x {cus} CU x {hz / 1e6:g} MHz ({table.family} "
             f"{'dense matrix-core' if tensor else 'vector'} rate; source: {ref.source})",
-            clock=f"max engine clock {hz / 1e6:g} MHz", dense=True if tensor else None)
+            clock=f"max engine {hz / 1e6:g} MHz", dense=True if tensor else None)
     return out
 
 

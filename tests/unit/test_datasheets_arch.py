@@ -85,3 +85,16 @@ def test_derived_is_a_provenance_and_no_nvidia_row_is_touched() -> None:
     assert not any(s.vendor == "nvidia" for s in DATASHEETS if s.gfx_arch in ARCH_RATES)
     spec = gpu_spec("NVIDIA H100 80GB HBM3", properties={"numSms": 132, "computeMajor": 9, "computeMinor": 0})
     assert {r.provenance for r in spec.compute.values()} == {"datasheet"}
+
+
+def test_rocprofv3_agent_of_an_unlisted_part_gets_derived_roofs_and_says_so() -> None:
+    from perfscope.analysis.readers.rocprof.device import agent_spec
+
+    warnings: list[str] = []
+    # one XCD of a gfx942 part in CPX mode: 38 CUs, a CU count no row lists
+    agent = {"name": "gfx942", "cu_count": 38, "max_engine_clk_fcompute": 2100}
+    spec = agent_spec(agent, warnings)
+    assert spec is not None and "datasheet" not in spec.properties
+    assert spec.compute["bf16"].value == 38 * 2100e6 * 2048 and spec.compute["bf16"].provenance == "derived"
+    assert "dram" not in spec.memory  # bandwidth is never derived
+    assert any("derived from the architecture" in w for w in warnings)
