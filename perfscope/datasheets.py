@@ -15,6 +15,11 @@ A row is found by the device's name (:func:`find_datasheet`), or, when the name 
 no listed model exactly, by the device's properties (compute capability / gcnArch, SM or CU
 count, memory size: :func:`match_datasheet`); ``perfscope import --roofs NAME`` picks a row by
 name (:func:`lookup_datasheet`).
+
+An AMD device a source describes by its gfx arch, CU count and clock (rocprof-compute ``sysinfo.csv``,
+rocprofv3 agent info) gets, for each precision its row does not give (or when no row matches), a
+roof derived from the architecture: CUs x clock x FLOPs per CU per clock (:data:`ARCH_RATES`,
+:func:`arch_roofs`), provenance ``derived``. A datasheet figure always wins over a derived one.
 """
 
 from __future__ import annotations
@@ -426,6 +431,91 @@ DATASHEETS: tuple[Datasheet, ...] = NVIDIA + AMD
 """Rows in match order: the more specific patterns (H200 NVL, H100 PCIe, A100 80GB PCIe, A10G) come first."""
 
 
+# ---------------------------------------------------------------------------- roofs from the architecture
+@dataclass(frozen=True)
+class ArchRates:
+    """An AMD architecture's peak FLOPs (OPs for int) per CU per clock, per precision of :data:`PRECISIONS`.
+
+    Each rate is a reference product's published peak divided by its CUs x boost clock (the
+    reference is a row of :data:`DATASHEETS`, so a device of the reference's CU count and clock
+    derives the row's figures by construction; tests/unit/test_datasheets_arch.py checks every
+    rate against its row). ``fp32`` is the vector figure, as in the rows; a precision the
+    reference does not publish is absent.
+    """
+
+    arch: str
+    family: str
+    reference: str
+    rates: dict[str, int]
+
+
+ARCH_RATES: dict[str, ArchRates] = {
+    # CDNA 2, MI250X per GCD (the OAM datasheet's figures halved): 110 CU x 1700 MHz = 187.0e12 CU-cycles/s.
+    # fp64 23.95 TF / 187.0e12 = 128; fp64 matrix 47.85 -> 256; fp32 vector 23.95 -> 128 (packed FP32 and
+    # FP32 matrix run at 256, not a roof here: the row's fp32 is the vector figure); fp16/bf16/int8 191.5 -> 1024.
+    "gfx90a": ArchRates("gfx90a", "CDNA 2", "MI250X (per GCD)",
+                        {"fp64": 128, "fp64_tensor": 256, "fp32": 128, "bf16": 1024, "fp16": 1024, "int8": 1024}),
+    # CDNA 3, MI300X: 304 CU x 2100 MHz = 638.4e12 CU-cycles/s (AMD CDNA 3 whitepaper, MI300X datasheet).
+    # fp64 81.7 TF -> 128; fp64 matrix 163.4 -> 256; fp32 163.4 -> 256 (vector = matrix); tf32 653.7 -> 1024;
+    # fp16/bf16 1307.4 -> 2048; fp8/int8 2614.9 -> 4096 (dense).
+    "gfx942": ArchRates("gfx942", "CDNA 3", "MI300X",
+                        {"fp64": 128, "fp64_tensor": 256, "fp32": 256, "tf32": 1024, "bf16": 2048, "fp16": 2048,
+                         "fp8": 4096, "int8": 4096}),
+    # CDNA 4, MI355X: 256 CU x 2400 MHz = 614.4e12 CU-cycles/s (AMD CDNA 4 whitepaper, MI355X datasheet).
+    # fp64 78.6 TF -> 128 (vector = matrix); fp32 157.3 -> 256; fp16/bf16 2516.6 -> 4096; fp8/int8 5033.2
+    # -> 8192; MXFP6/MXFP4 10066.3 -> 16384 (dense). No TF32 matrix on CDNA 4.
+    "gfx950": ArchRates("gfx950", "CDNA 4", "MI355X",
+                        {"fp64": 128, "fp64_tensor": 128, "fp32": 256, "bf16": 4096, "fp16": 4096, "fp8": 8192,
+                         "int8": 8192, "fp6": 16384, "fp4": 16384}),
+    # RDNA 3, Radeon RX 7900 XTX: 96 CU x 2500 MHz = 240.0e12 CU-cycles/s (AMD product specifications).
+    # fp32 61.4 TF -> 256 (dual-issue VALU); fp16/bf16 WMMA 122.8 -> 512. FP64, INT8 unpublished: absent.
+    "gfx1100": ArchRates("gfx1100", "RDNA 3", "Radeon RX 7900 XTX", {"fp32": 256, "fp16": 512, "bf16": 512}),
+    # RDNA 4, Radeon AI PRO R9700: 64 CU x 2920 MHz = 186.88e12 CU-cycles/s (AMD product specifications).
+    # fp32 47.8 TF -> 256; fp16/bf16 191.4 -> 1024; fp8/int8 382.7 -> 2048; int4 765.5 -> 4096 (dense).
+    "gfx1201": ArchRates("gfx1201", "RDNA 4", "Radeon AI PRO R9700",
+                         {"fp32": 256, "bf16": 1024, "fp16": 1024, "fp8": 2048, "int8": 2048, "int4": 4096}),
+    # gfx1151 (RDNA 3.5, Strix Halo): AMD prints no GPU TFLOPS for any product of it: absent, not guessed.
+}
+"""FLOPs per CU per clock per gfx arch (:class:`ArchRates`): the roofs of a device a source describes by
+its arch, CU count and clock when no datasheet row gives a figure (:func:`arch_roofs`)."""
+CLOCK_RANGE_HZ = (1e8, 1e10)
+"""A device clock outside this range is a unit mistake (kHz, MHz read as Hz), never derived from."""
+
+
+def _sheet(model: str) -> Datasheet:
+    return next(s for s in DATASHEETS if s.model == model)
+
+
+def arch_roofs(gfx_arch: str | None, cu_count: Any, clock_hz: Any) -> dict[str, Roof]:
+    """Compute roofs of an AMD device from its architecture: CUs x clock x FLOPs/CU/clock of
+    :data:`ARCH_RATES`, one per precision the arch lists, provenance ``derived``. Empty when the arch
+    is not listed or the CU count or clock is unknown or implausible.
+
+    Args:
+        gfx_arch: the LLVM target (``gfx942``, ``gfx942:sramecc+:xnack-``).
+        cu_count: the device's compute units (rocprof-compute ``cu_per_gpu``, rocprofv3 ``cu_count``).
+        clock_hz: its max engine clock in Hz (``max_sclk`` x 1e6, ``max_engine_clk_fcompute`` x 1e6).
+    """
+    table = ARCH_RATES.get(gfx_arch_name(gfx_arch) or "")
+    try:
+        cus, hz = int(cu_count), float(clock_hz)
+    except (TypeError, ValueError):
+        return {}
+    if table is None or cus <= 0 or not CLOCK_RANGE_HZ[0] <= hz <= CLOCK_RANGE_HZ[1]:
+        return {}
+    ref = _sheet(table.reference)
+    out = {}
+    for precision, rate in table.rates.items():
+        tensor = precision in TENSOR_PRECISIONS
+        out[precision] = Roof(
+            value=cus * hz * rate, provenance="derived",
+            method=f"{table.arch}: {rate} FLOP/CU/clk ({ref.model} {ref.tflops[precision]:g} TFLOP/s / "
+            f"{ref.sm_count} CU / {ref.boost_clock_mhz:g} MHz) x {cus} CU x {hz / 1e6:g} MHz ({table.family} "
+            f"{'dense matrix-core' if tensor else 'vector'} rate; source: {ref.source})",
+            clock=f"max engine {hz / 1e6:g} MHz", dense=True if tensor else None)
+    return out
+
+
 def _key(name: str) -> str:
     return " ".join(name.upper().replace("_", " ").split())
 
@@ -657,7 +747,9 @@ def gpu_spec(name: str, *, kind: str = "cuda", compute: Mapping[str, Roof] | Non
 
     Roofs come first from the source (``compute``, ``memory``: measured or a report's own peaks),
     then from the datasheet row matching ``name`` (else its ``properties``: :func:`match_datasheet`)
-    for the precisions and memory levels still missing, then from ``fallback_memory`` (a driver's
+    for the precisions and memory levels still missing, then, for an AMD device whose properties give
+    ``gfx_arch``, ``sm_count`` and ``max_clock_hz``, from its architecture's per-CU rates for the
+    precisions still missing (:func:`arch_roofs`, provenance ``derived``), then from ``fallback_memory`` (a driver's
     theoretical bandwidth). Properties are renamed to one vocabulary (:func:`device_properties`);
     ``datasheet`` names the row used and ``datasheet_match`` how it was found (both absent when
     the GPU is not listed). A device with an empty name matched by its properties is named
@@ -678,6 +770,9 @@ def gpu_spec(name: str, *, kind: str = "cuda", compute: Mapping[str, Roof] | Non
             name = sheet.model + UNNAMED
     elif " rows match" in how:
         props["datasheet_candidates"] = how  # more than one row fits: the note names them
+    # a precision neither the source nor the row gives: CUs x clock x the arch's per-CU rate (AMD)
+    for precision, roof in arch_roofs(props.get("gfx_arch"), props.get("sm_count"), props.get("max_clock_hz")).items():
+        roofs_c.setdefault(precision, roof)
     for level, roof in (fallback_memory or {}).items():
         roofs_m.setdefault(level, roof)
     return DeviceSpec(name=str(name), kind=kind, compute=roofs_c, memory=roofs_m, properties=props)

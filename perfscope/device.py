@@ -2,7 +2,8 @@
 
 A roof is a peak rate (FLOP/s or bytes/s) and the story of where the number came from:
 ``measured`` by a micro-benchmark on this machine, ``report`` when read from an Nsight
-Compute report (peak_sustained x clock), or ``datasheet`` from a vendor table. The ridge
+Compute report (peak_sustained x clock), ``datasheet`` from a vendor table, or ``derived``
+from the architecture (CUs x clock x FLOPs per CU per clock, for AMD parts without a figure). The ridge
 point of a precision is its compute roof divided by the DRAM roof, in FLOP/byte.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PROVENANCES = ("measured", "report", "datasheet")
+PROVENANCES = ("measured", "report", "datasheet", "derived")
 WIDER_PRECISIONS: dict[str, tuple[str, ...]] = {
     "fp4": ("fp6", "fp8", "bf16", "fp16"),
     "fp6": ("fp8", "bf16", "fp16"),
@@ -31,7 +32,8 @@ class Roof:
 
     Attributes:
         value: FLOP/s for compute roofs, bytes/s for memory roofs.
-        provenance: ``measured``, ``report`` or ``datasheet``.
+        provenance: ``measured``, ``report``, ``datasheet`` or ``derived`` (an AMD device's CUs x clock
+            x its architecture's per-CU rate: :func:`perfscope.datasheets.arch_roofs`).
         method: how it was obtained, in words (benchmark, metrics, source table).
         clock: the clock condition (``boost``, ``base (ncu --clock-control base)``, ...).
         dense: True for dense tensor-core figures, False for with-sparsity, None when moot.

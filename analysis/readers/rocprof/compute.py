@@ -86,7 +86,8 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
         spec = with_roofline(spec, roofline, warnings)
     elif spec is not None:
         warnings.append(f"{folder}: no roofline.csv (rocprof-compute ran without its roofline benchmark): roofs are "
-                        "the datasheet's where a row matches; L2, L1 and LDS roofs unknown")
+                        "the datasheet's where a row matches (else derived from the gfx arch's per-CU rates); L2, L1 and LDS "
+                        "roofs unknown")
     if spec is not None and not spec.compute:
         note_sheet(spec, warnings)
     params["cost_formulas"] = SOURCE

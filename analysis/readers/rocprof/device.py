@@ -77,7 +77,11 @@ def agent_spec(agent: Mapping[str, Any] | None, warnings: list[str]) -> DeviceSp
 
 
 def note_sheet(spec: DeviceSpec, warnings: list[str]) -> None:
-    if "datasheet" not in spec.properties:
+    if "datasheet" not in spec.properties and spec.compute and spec.properties.get("gfx_arch"):
+        warnings.append(f"no datasheet row for {spec.name!r} ({spec.properties['gfx_arch']}): compute roofs derived "
+                        f"from the architecture (CUs x clock x FLOPs/CU/clock, provenance 'derived'); memory roofs "
+                        f"unknown; {ROOFS_FLAG}")
+    elif "datasheet" not in spec.properties:
         arch = spec.properties.get("gfx_arch")
         warnings.append(f"no datasheet roofs for {spec.name!r}{f' ({arch})' if arch else ''}; compute roofs "
                         f"unknown; {ROOFS_FLAG}")
