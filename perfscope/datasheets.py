@@ -390,13 +390,16 @@ AMD: tuple[Datasheet, ...] = (
               "clock (no copy of the data sheet's figures found)", {},
               "AMD Instinct MI300A APU data sheet (as cited); " + _ROCM_SPECS + "; rocprof-compute", None, 128, 228,
               "9.4", "amd", gfx_arch="gfx942", memory_type="HBM3", unified=True),
-    Datasheet("MI308X", r"\bMI308X\b", {}, None,
-              "[P] nothing confirmed by an AMD document: AMD publishes no MI308X datasheet and its ROCm GPU "
-              "specifications do not list it; 80 CUs and gfx942 as users' ROCm logs report them; memory size, type and bandwidth (192 GB HBM3, 5.3 TB/s in "
-              "earlier press reports) were not found in any document reached and are removed; compute figures "
-              "unpublished and missing (measure them: `perfscope devices` on the machine)", {},
-              "no AMD document; users' ROCm logs (80 CUs, gfx942)", None, None, 80, "9.4", "amd",
-              gfx_arch="gfx942"),
+    Datasheet("MI308X", r"\bMI308X\b", {}, 5324.8,
+              "[P] AMD publishes no MI308X datasheet and its ROCm GPU specifications do not list it; confirmed: 80 "
+              "CUs and gfx942 as users' ROCm logs and rocprof-compute's sysinfo report them; memory: eight HBM3 stacks "
+              "(192 GB, as press reports print it) at the per-stack rate rocprof-compute's sysinfo.csv reports "
+              "for this device (hbm_bw 665.6 GB/s = max_mclk 1300 MHz x 16 channels x 32 B; MI300X's per-stack "
+              "figure is the same 5.3 TB/s / 8), so 8 x 665.6 = 5,324.8 GB/s; compute figures unpublished: "
+              "derived from the architecture (gfx942 rates x CUs x clock) where a source gives the clock", {},
+              "no AMD document; users' ROCm logs and rocprof-compute 3.0 sysinfo.csv (80 CUs, gfx942, HBM "
+              "per-stack rate); press reports (eight stacks, 192 GB)", None, 192, 80, "9.4", "amd",
+              gfx_arch="gfx942", memory_type="HBM3"),
     Datasheet("Radeon RX 7900 XTX", r"\bRX 7900 XTX\b", {"fp32": 61.0, "fp16": 123.0}, 960.0,
               "[P] confirmed: 96 CUs, the 2,500 MHz boost, FP16 123 and FP32 61 TFLOPS, 24 GB GDDR6 at 20 Gbps on 384 "
               "bits and 960 GB/s as AMD's product specifications print them (read in a board maker's copy of AMD's "
@@ -468,12 +471,14 @@ ARCH_RATES: dict[str, ArchRates] = {
                         {"fp64": 128, "fp64_tensor": 128, "fp32": 256, "bf16": 4096, "fp16": 4096, "fp8": 8192,
                          "int8": 8192, "fp6": 16384, "fp4": 16384}),
     # RDNA 3, Radeon RX 7900 XTX: 96 CU x 2500 MHz = 240.0e12 CU-cycles/s (AMD product specifications).
-    # fp32 61.4 TF -> 256 (dual-issue VALU); fp16/bf16 WMMA 122.8 -> 512. FP64, INT8 unpublished: absent.
-    "gfx1100": ArchRates("gfx1100", "RDNA 3", "Radeon RX 7900 XTX", {"fp32": 256, "fp16": 512, "bf16": 512}),
+    # fp32 61 TF (as AMD prints it, 61.4 unrounded) -> 256 (dual-issue VALU); fp16 WMMA 123 -> 512. BF16, FP64
+    # and INT8 are not printed by the reference: absent.
+    "gfx1100": ArchRates("gfx1100", "RDNA 3", "Radeon RX 7900 XTX", {"fp32": 256, "fp16": 512}),
     # RDNA 4, Radeon AI PRO R9700: 64 CU x 2920 MHz = 186.88e12 CU-cycles/s (AMD product specifications).
-    # fp32 47.8 TF -> 256; fp16/bf16 191.4 -> 1024; fp8/int8 382.7 -> 2048; int4 765.5 -> 4096 (dense).
+    # fp32 47.8 TF -> 256; fp16 191 (191.4 unrounded) -> 1024; fp8/int8 383 -> 2048; int4 766 -> 4096 (dense);
+    # BF16 is not printed by the reference: absent.
     "gfx1201": ArchRates("gfx1201", "RDNA 4", "Radeon AI PRO R9700",
-                         {"fp32": 256, "bf16": 1024, "fp16": 1024, "fp8": 2048, "int8": 2048, "int4": 4096}),
+                         {"fp32": 256, "fp16": 1024, "fp8": 2048, "int8": 2048, "int4": 4096}),
     # gfx1151 (RDNA 3.5, Strix Halo): AMD prints no GPU TFLOPS for any product of it: absent, not guessed.
 }
 """FLOPs per CU per clock per gfx arch (:class:`ArchRates`): the roofs of a device a source describes by
@@ -506,6 +511,8 @@ def arch_roofs(gfx_arch: str | None, cu_count: Any, clock_hz: Any) -> dict[str, 
     ref = _sheet(table.reference)
     out = {}
     for precision, rate in table.rates.items():
+        if precision not in ref.tflops:  # the reference no longer prints it: nothing to derive from
+            continue
         tensor = precision in TENSOR_PRECISIONS
         out[precision] = Roof(
             value=cus * hz * rate, provenance="derived",

@@ -19,8 +19,9 @@ def test_every_rate_is_its_reference_rows_figure_over_cus_and_clock() -> None:
         assert set(table.rates) == set(ref.tflops), arch  # every figure the row prints, and no other
         for precision, rate in table.rates.items():
             exact = ref.tflops[precision] * 1e12 / cycles
-            assert rate == round(exact), (arch, precision, exact)
-            assert abs(exact - rate) / rate < 1e-3, (arch, precision, exact)  # the row's rounding only
+            # the row's rounding only: figures are printed to three or four significant digits
+            # (RX 7900 XTX: AMD prints 61 TFLOPS FP32, 256 x 96 CU x 2500 MHz = 61.44)
+            assert abs(exact - rate) / rate < 1e-2, (arch, precision, exact)
 
 
 def test_mi308x_workload_gets_derived_roofs(fixtures_dir: Path) -> None:
@@ -36,7 +37,8 @@ def test_mi308x_workload_gets_derived_roofs(fixtures_dir: Path) -> None:
     assert spec.compute["fp16"].method.startswith(
         "gfx942: 2048 FLOP/CU/clk (MI300X 1307.4 TFLOP/s / 304 CU / 2100 MHz) x 80 CU x 1420 MHz")
     assert spec.compute["fp16"].dense is True and spec.compute["fp32"].dense is None
-    assert spec.memory["dram"].value == 5300e9  # memory is never derived: the MI308X row's HBM3
+    # memory is never derived from the arch: the MI308X row's eight HBM3 stacks at the per-stack rate
+    assert spec.memory["dram"].value == 8 * 665.6e9 and spec.memory["dram"].provenance == "datasheet"
 
 
 def test_mi300x_by_properties_alone_derives_the_mi300x_row() -> None:
@@ -50,7 +52,7 @@ def test_mi300x_by_properties_alone_derives_the_mi300x_row() -> None:
         assert round(spec.compute[precision].value / 1e12, 1) == tflops  # as the datasheet prints it
 
 
-@pytest.mark.parametrize(("model", "per"), [("MI300A", 1), ("MI210", 1), ("MI250 (per GCD)", 2)])
+@pytest.mark.parametrize(("model", "per"), [("MI210", 1), ("MI250 (per GCD)", 2)])  # rows that print a clock
 def test_rows_not_used_as_references_agree_with_their_arch(model: str, per: int) -> None:
     """Rows whose figures were not used to make the rates: derived from their CUs and clock, each
     figure is the datasheet's (MI250 per GCD: the OAM figure, two GCDs, as printed)."""
@@ -65,14 +67,14 @@ def test_datasheet_figure_wins_over_derived() -> None:
     spec = gpu_spec("AMD Radeon AI PRO R9700", kind="rocm",
                     properties={"gfx_arch": "gfx1201", "cu_count": 64, "max_clock_hz": 2000e6})
     assert {r.provenance for r in spec.compute.values()} == {"datasheet"}
-    assert spec.compute["fp16"].value == 191.4e12
+    assert spec.compute["fp16"].value == 191e12  # as AMD prints it
 
 
 def test_row_gaps_are_filled_and_unknowns_stay_missing() -> None:
-    # RX 7900 XTX prints fp32/fp16/bf16; gfx1100 has no other rate, so nothing else appears
+    # RX 7900 XTX prints fp32/fp16; gfx1100 has no other rate, so nothing else appears
     spec = gpu_spec("Radeon RX 7900 XTX", kind="rocm",
                     properties={"gfx_arch": "gfx1100", "cu_count": 96, "max_clock_hz": 2500e6})
-    assert set(spec.compute) == {"fp32", "fp16", "bf16"}
+    assert set(spec.compute) == {"fp32", "fp16"}
     # no rate table for gfx1151 (AMD prints no GPU TFLOPS for it), none for an unknown clock
     assert arch_roofs("gfx1151", 40, 2900e6) == {}
     assert arch_roofs("gfx942", 80, None) == {}

@@ -155,7 +155,7 @@ def test_unconfirmed_figures_are_missing(model: str, precision: str) -> None:
     ("RTX 3090", 936.0, 35.6), ("RTX 3080", 760.0, 29.8), ("RTX 3060", 360.0, 12.7), ("RTX 4080", 716.8, 48.7),
     ("RTX 4070 Ti", 504.0, 40.1), ("RTX 4060 Ti 8 GB", 288.0, 22.1), ("RTX 5080", 960.0, None),
     ("RTX 5070 Ti", 896.0, None), ("RTX 6000 Ada", 960.0, 91.1), ("RTX A6000", 768.0, 38.7), ("A40", 696.0, 37.4),
-    ("MI210", 1638.4, 22.6), ("MI250 (per GCD)", 1638.4, 22.65), ("MI300A", 5300.0, 122.6), ("MI308X", None, None),
+    ("MI210", 1638.4, 22.6), ("MI250 (per GCD)", 1638.4, 22.65), ("MI300A", 5300.0, 122.6), ("MI308X", 5324.8, None),
     ("Radeon RX 7900 XTX", 960.0, 61.0), ("Radeon AI PRO R9700", 640.0, 47.8),
     ("Radeon 8060S (Strix Halo, Ryzen AI Max+ 395)", 256.0, None),  # LPDDR5X-8000 x 256 bits / 8
 ])

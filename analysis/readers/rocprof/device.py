@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfscope.datasheets import ROOFS_FLAG, gpu_spec
-from perfscope.device import DeviceSpec, Roof
+from perfscope.device import DeviceSpec
 
 GFX = re.compile(r"^gfx(\d{1,2})([0-9a-f])([0-9a-f])$", re.IGNORECASE)
 
@@ -113,11 +113,13 @@ def sysinfo_spec(sysinfo: Mapping[str, Any], warnings: list[str]) -> DeviceSpec:
     name = str(sysinfo.get("chip_id") or "").strip() or str(sysinfo.get("gpu_model") or "").strip()
     if sysinfo.get("gpu_model") and name != sysinfo.get("gpu_model"):
         props["gpu_model"] = sysinfo.get("gpu_model")
+    # sysinfo's hbm_bw is one HBM stack's rate (max_mclk x 16 channels x 32 B: 665.6 GB/s on an MI300X,
+    # whose eight stacks give 5.3 TB/s): without the stack count it is no device roof, so it is kept as a
+    # property only and the DRAM roof comes from the datasheet row
     hbm = _num(sysinfo.get("hbm_bw"))
-    fallback = {"dram": Roof(hbm * 1e9, "report", method="rocprof-compute sysinfo.csv hbm_bw (theoretical, "
-                             "from the memory clock and bus width as the tool computes it)", clock="max")} if hbm else {}
-    return gpu_spec(name, kind="rocm", properties={k: v for k, v in props.items() if v is not None},
-                    fallback_memory=fallback)
+    if hbm:
+        props["hbm_bw_per_stack_gb_s"] = hbm
+    return gpu_spec(name, kind="rocm", properties={k: v for k, v in props.items() if v is not None})
 
 
 def rocminfo_agents(text: str) -> list[dict[str, Any]]:
