@@ -152,7 +152,7 @@ def decode_mbu(report: Report) -> list[Finding]:
     mode_of_run = "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
     advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run)
     if has_framework_steps(steps):
-        from .steps import framework_of, knob
+        from .knobs import framework_of, knob
 
         advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
     return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",))]
@@ -259,7 +259,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
               "chunks in chunked prefill), a fused attention kernel (SDPA/flash) instead of materialised scores, "
               "and a tensor-core precision (bf16); CUDA graphs do not help much here, kernel efficiency does.")
     if has_framework_steps(steps):
-        from .steps import framework_of, knob
+        from .knobs import framework_of, knob
 
         fw = framework_of(steps)
         evidence["framework"] = fw

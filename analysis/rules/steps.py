@@ -27,6 +27,7 @@ from perfscope.report import Report
 from ..intervals import trace_span_ns
 from ..steps import has_framework_steps, headline_steps, step_windows
 from ._base import Finding, activity, covered_ns, info, merge_intervals, pct, ranked
+from .knobs import framework_of, knob
 from .timeline import graph_launched
 
 STEP_IDLE_MIN_PCT = 30.0
@@ -54,11 +55,6 @@ def _steps(report: Report) -> pd.DataFrame | None:
     return s if has_framework_steps(s) else None
 
 
-def framework_of(steps: pd.DataFrame) -> str:
-    fw = steps["framework"].dropna().astype("object")
-    return str(fw.mode().iloc[0]) if len(fw) else "user"
-
-
 def _graph_share_by_step(report: Report) -> pd.Series:
     """Per step: the share of its kernels launched by a graph replay (NaN for a step without kernels)."""
     k = report.kernels
@@ -68,32 +64,6 @@ def _graph_share_by_step(report: Report) -> pd.Series:
     has = k["step"].notna().to_numpy()
     steps = k["step"].to_numpy(dtype="float64", na_value=np.nan)[has].astype(np.int64)
     return pd.Series(graph[has].astype(float)).groupby(steps).mean()
-
-
-def knob(framework: str, topic: str, *, graphs: bool | None = None, tokens: float = math.nan) -> str:
-    """The framework's own setting for ``topic`` (``graphs``, ``batch_tokens``), true for the versions
-    whose step annotations perfscope reads (vLLM V1, SGLang); empty when there is none to name."""
-    if framework == "vllm" and topic == "graphs":
-        if graphs:
-            return (" vLLM replays CUDA graphs here: a batch size above the largest captured size runs eager, so "
-                    "cover the batch sizes you serve with the compilation config's cudagraph_capture_sizes.")
-        many = f" (these steps have up to {tokens:.0f} tokens)" if not math.isnan(tokens) else ""
-        return (" vLLM ran these steps without graph replays: if --enforce-eager (enforce_eager=True) is set, drop it; "
-                "a step with more tokens than the largest of the compilation config's cudagraph_capture_sizes runs "
-                f"eager anyway{many}, so add capture sizes up to the step sizes you serve.")
-    if framework == "sglang" and topic == "graphs":
-        if graphs:
-            return (" SGLang replays CUDA graphs here: batch sizes above --cuda-graph-max-bs run eager, so raise it "
-                    "to the largest decode batch you serve.")
-        return (" SGLang ran these steps eagerly: remove --disable-cuda-graph, and raise --cuda-graph-max-bs to "
-                "the decode batch sizes you serve.")
-    if framework == "vllm" and topic == "batch_tokens":
-        return (" In vLLM the token budget of a step is --max-num-batched-tokens: a smaller one bounds how much "
-                "prefill rides with the decodes (lower decode latency spikes), a larger one prefills in fewer steps.")
-    if framework == "sglang" and topic == "batch_tokens":
-        return (" In SGLang the prefill chunk of a step is --chunked-prefill-size: a smaller chunk bounds how much "
-                "prefill rides with the decodes, a larger one prefills in fewer steps.")
-    return ""
 
 
 def inference_window(report: Report) -> list[Finding]:

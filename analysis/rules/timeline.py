@@ -407,7 +407,7 @@ def gpu_idle(report: Report) -> list[Finding]:
                 advice = f"The time outside operators is mostly in {', '.join(cause_ranges)}. " + advice
             ranges = tuple(dict.fromkeys([*cause_ranges, *ranges]))
         if windows is not None:
-            from .steps import framework_of, knob  # steps imports this module
+            from .knobs import framework_of, knob
 
             fw = framework_of(report.steps)
             evidence["framework"] = fw
