@@ -66,6 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except OSError as exc:  # a file or folder the library did not map (it maps its outputs: OutputWriteError)
+        if os.environ.get("PERFSCOPE_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"perfscope: error: {where}{exc.strerror or exc} (check the path, its permissions and the free "
+                   "disk space)", err=True)
+        return 5
     return 0
 
 
