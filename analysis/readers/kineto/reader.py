@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note
+from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note, unusable_properties
 from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
 
@@ -85,6 +85,7 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
         manifest["params"]["capture_traces"] = record
     del trace  # its columns are no longer needed: free them before the tables are checked
     spec = device or device_from_meta(meta, has_gpu=n_kernels > 0)
+    warnings += device_properties_warning(meta)
     kernels = tables["kernels"]
     warnings += missing_formulas_warning(kernels)
     if n_kernels == 0 and n_ops:
@@ -396,6 +397,24 @@ def device_from_meta(meta: Mapping[str, Any], *, has_gpu: bool) -> DeviceSpec | 
     properties = {k: p.get(k) for k in ("numSms", "totalGlobalMem", "computeMajor", "computeMinor") if k in p}
     properties["gpus_in_trace"] = len(props)
     return gpu_spec(_text(p.get("name", "GPU")), kind=kind, properties=properties)
+
+
+def device_properties_warning(meta: Mapping[str, Any]) -> list[str]:
+    """One warning naming the ``deviceProperties`` values that are not numbers (``numSms: "lots"``,
+    ``totalGlobalMem: [1]``, NaN): :func:`device_properties` leaves them out of the device."""
+    props = meta.get("deviceProperties")
+    if not isinstance(props, list):
+        return []
+    bad = [(i, k, v) for i, p in enumerate(props) if isinstance(p, dict) for k, v in unusable_properties(p).items()]
+    if not bad:
+        return []
+    shown = ", ".join(f"GPU {i} {k}={_short(v)}" for i, k, v in bad[:6]) + (", ..." if len(bad) > 6 else "")
+    return [f"deviceProperties values that are not numbers were ignored: {shown}"]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 NO_FORMULA = "no cost formula (FLOPs/bytes left missing) for: "
