@@ -67,3 +67,57 @@ def test_the_datasheet_lookup_never_raises_on_odd_values() -> None:
     good = {"numSms": 108, "totalGlobalMem": 42_949_672_960, "computeMajor": 8.0, "computeMinor": 0}
     assert unusable_properties(good) == {}
     assert device_properties(good)["compute_capability"] == "8.0"
+
+
+def test_negative_kernel_durations_are_skipped_and_counted_with_the_other_bad_ones(
+        fixtures_dir: Path, tmp_path: Path) -> None:
+    name = "kineto/tracelens_torch_compile_triton__trace.json.gz"  # 12 kernels
+    with gzip.open(fixtures_dir / name, "rt") as f:
+        trace = json.load(f)
+    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    assert len(kernels) >= 4
+    for e, dur in zip(kernels, (-5, -0.5, None, float("inf"))):
+        e["dur"] = dur
+    whole = import_file(fixtures_dir / name)
+    r = import_file(_write(tmp_path, trace))
+    assert len(r.kernels) == len(whole.kernels) - 4
+    assert (r.kernels["duration_ns"] >= 0).all()
+    skipped = [w for w in r.warnings if "ts/dur were skipped" in w]
+    assert len(skipped) == 1 and skipped[0].startswith("4 events with a missing, non-numeric, negative")
+    assert "(2 of them with a negative dur)" in skipped[0]
+
+
+NCU_CSV = "ncu/esmm_a10g_roofline_metrics.csv"  # ncu --csv, long shape: 9 launches, 5 metric rows each
+
+
+def _cut_csv(fixtures_dir: Path, tmp_path: Path, *, nbytes: int | None = None, lines: int | None = None) -> Path:
+    data = (fixtures_dir / NCU_CSV).read_bytes()
+    cut = data[:nbytes] if nbytes is not None else b"".join(data.splitlines(keepends=True)[:lines])
+    path = tmp_path / "cut.csv"
+    path.write_bytes(cut)
+    return path
+
+
+def test_a_truncated_ncu_csv_is_named_and_marked_partial(fixtures_dir: Path, tmp_path: Path) -> None:
+    whole = import_file(fixtures_dir / NCU_CSV)
+    assert not whole.manifest["partial"] and not any("truncated" in w for w in whole.warnings)
+    size = (fixtures_dir / NCU_CSV).stat().st_size
+    for nbytes in (size * 3 // 10, size // 2, size * 9 // 10, size - 1):
+        r = import_file(_cut_csv(fixtures_dir, tmp_path, nbytes=nbytes))
+        cut = [w for w in r.warnings if w.startswith("the CSV file is truncated")]
+        assert r.manifest["partial"] is True and len(cut) == 1, (nbytes, r.warnings)
+        assert "ends in the middle of line" in cut[0]
+        assert len(r.kernels) < len(whole.kernels) or nbytes == size - 1
+    # cut at a line end inside the fourth launch: the last launch lost some of its rows
+    r = import_file(_cut_csv(fixtures_dir, tmp_path, lines=20))
+    cut = [w for w in r.warnings if w.startswith("the CSV file is truncated")]
+    assert r.manifest["partial"] is True and len(cut) == 1 and "ID 3, has 4 of 5 metric rows" in cut[0]
+
+
+def test_a_truncated_ncu_csv_through_the_cli(fixtures_dir: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = _cut_csv(fixtures_dir, tmp_path, nbytes=(fixtures_dir / NCU_CSV).stat().st_size * 3 // 10)
+    out = tmp_path / "r.perfscope"
+    assert main(["import", str(path), "--out", str(out), "--no-html"]) == 0
+    assert "warning: the CSV file is truncated" in capsys.readouterr().err
+    assert json.loads((out / "manifest.json").read_text())["partial"] is True

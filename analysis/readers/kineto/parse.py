@@ -288,6 +288,7 @@ class _Columns:
         self.sig_index: dict[Any, int] = {}
         self.sigs: list[tuple[Any, Any, Any]] = []
         self.skipped = 0
+        self.negative = 0
         self.kinds: dict[Any, str | None] = {}
 
     def add(self, kind: str, **cols: np.ndarray) -> None:
@@ -364,6 +365,10 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
+        negative = ok & (dur < 0)  # an event cannot end before it starts
+    if negative.any():
+        cols.negative += int(negative.sum())
+        ok &= ~negative
     if not ok.all():
         cols.skipped += int((~ok).sum())
         evs = [e for e, keep in zip(evs, ok) if keep]
@@ -473,8 +478,9 @@ def parse_trace(path: Path) -> ParsedTrace:
         trace.warnings.append(f"trace is truncated or damaged after {trace.n_events} events ({damage}); "
                               "the report holds what was read")
     if cols.skipped:
-        trace.warnings.append(f"{cols.skipped} events with a missing, non-numeric or out-of-range "
-                              "ts/dur were skipped")
+        negative = f" ({cols.negative} of them with a negative dur)" if cols.negative else ""
+        trace.warnings.append(f"{cols.skipped} events with a missing, non-numeric, negative or out-of-range "
+                              f"ts/dur were skipped{negative}")
     cols.finish(trace)
     return trace
 
