@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from perfscope.format import terminal_text
+
 from ._common import as_report_path
 
 if TYPE_CHECKING:
@@ -76,10 +78,10 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
     written = save_with_html(report, target, force=force, html=html)
     k = report.kernels
-    click.echo(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "
-               f"{len(report.transfers)} transfers -> {written}")
+    click.echo(terminal_text(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "
+               f"{len(report.transfers)} transfers -> {written}"))
     for w in report.warnings:
-        click.echo(f"  warning: {w}", err=True)
+        click.echo(terminal_text(f"  warning: {w}"), err=True)
 
 
 def _roofs(spec: str) -> DeviceSpec:
