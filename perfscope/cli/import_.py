@@ -50,9 +50,13 @@ if TYPE_CHECKING:
 @click.option("--analytic", "analytic_trace", default=None, type=click.Path(), metavar="TRACE",
               help="A Kineto trace (or report) of the same program: its analytic FLOPs and bytes go beside the "
               "measured ones, matched by range path, kernel name and launch order.")
+@click.option("--max-events", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Stop with an error past N trace events (a bounded import; PERFSCOPE_MAX_MEMORY bounds "
+              "its memory, e.g. 2G). Default: no limit. See docs/limits.md.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
             workers: int | None, roofs: str | None, capture: str | None, engine_model: str | None, batch: int | None,
-            prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None) -> None:
+            prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None,
+            max_events: int | None) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, or an ncu report / CSV."""
     if ranks or scheduler or workers:
         from ._ranks import run_rank_import
@@ -63,8 +67,10 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         return
     from perfscope.analysis.readers.detect import import_file
     from perfscope.api import save_with_html
+    from perfscope.limits import budget
 
-    report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
+    with budget(max_events=max_events):
+        report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
     if engine_model and analytic_trace:
         raise click.UsageError("give either --engine or --analytic, not both")
     if engine_model:
