@@ -200,7 +200,10 @@ class Report:
             UsageError: ``path`` exists and is not a perfscope report.
         """
         target = Path(path)
-        check_replaceable(target, force)
+        try:
+            check_replaceable(target, force)
+        except OSError as exc:  # a name too long, a parent that cannot be read
+            raise OutputWriteError(target, exc) from exc
         with writing(target) as tmp:
             tmp.mkdir()
             self._write_into(tmp, extra_files or {})

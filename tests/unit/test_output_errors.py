@@ -130,3 +130,11 @@ def test_an_unmapped_os_error_is_one_line(fixtures_dir: Path, tmp_path: Path, mo
     assert _import(fixtures_dir, tmp_path / "r.perfscope") == 5
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and TRACE in err and "Permission denied" in err and "Traceback" not in err
+
+
+def test_a_name_too_long(fixtures_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the fuzzer: Path.exists() raises ENAMETOOLONG before anything is written."""
+    out = tmp_path / ("x" * 300 + ".perfscope")
+    assert _import(fixtures_dir, out) == 5
+    _one_error_line(capsys.readouterr().err, out, "too long")
+    assert _listing(tmp_path) == set()
