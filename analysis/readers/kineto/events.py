@@ -431,7 +431,8 @@ def _scan_top(src: _Source, head: bytes) -> tuple[str, Any, dict[str, Any]]:
         stream ends first; ``("none", None, keys)`` when the object closes without an events
         array; ``("odd", None, {})`` for any other layout (the ijson path reads those).
     """
-    scan, meta = _Scan(src, head.lstrip(_WS)), {}
+    scan = _Scan(src, head.lstrip(_WS))
+    meta: dict[str, Any] = {}
     if scan.byte() != 0x7B:
         return "odd", None, {}
     scan.advance(1)
