@@ -13,7 +13,6 @@ script inserts table cells with ``textContent``.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -315,14 +314,11 @@ def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = f
 def _write_atomic(text: str, path: Path, overwrite: bool) -> Path:
     if path.exists() and not overwrite:
         raise OutputExistsError(path, flag="-o")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
+    from perfscope.report import writing
+
+    with writing(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

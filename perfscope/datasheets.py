@@ -723,6 +723,23 @@ torch ``get_device_properties``) -> the one vocabulary of ``DeviceSpec.propertie
 ``compute_capability``, ``chip``."""
 
 
+NUMERIC_PROPERTIES = frozenset({"sm_count", "memory_bytes", "l2_cache_bytes", "memory_bandwidth_bytes_per_s",
+                                "max_clock_hz", "computeMajor", "computeMinor"})
+"""The device facts that are counts or sizes (in :data:`PROPERTY_NAMES`'s vocabulary, and the
+compute capability's parts): a finite number >= 0, or not used."""
+
+
+def unusable_properties(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The numeric facts of ``raw`` (any spelling) whose values are not finite numbers >= 0 (a
+    string, a list, NaN, a negative count): a source's damaged field, ignored, never fatal."""
+    import math
+
+    def ok(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+    return {k: v for k, v in raw.items() if PROPERTY_NAMES.get(k, k) in NUMERIC_PROPERTIES and not ok(v)}
+
+
 def device_properties(raw: Mapping[str, Any]) -> dict[str, Any]:
     """``raw`` device facts renamed to the one vocabulary (:data:`PROPERTY_NAMES`); ``computeMajor``
     and ``computeMinor`` become ``compute_capability`` (``"9.0"``); other keys are kept as they are.
@@ -730,10 +747,15 @@ def device_properties(raw: Mapping[str, Any]) -> dict[str, Any]:
     AMD sources (rocprof, ``rocminfo``, the 31amd importer) may give ``gfx_arch`` (or ``gcnArchName``:
     ``gfx942``, ``gfx942:sramecc+:xnack-``), ``cu_count`` (compute units) and ``memory_gb`` (GiB as the
     driver reports it): they become ``gfx_arch`` (the bare target), ``compute_capability`` (``9.4``),
-    ``sm_count`` and ``memory_bytes``."""
+    ``sm_count`` and ``memory_bytes``. Numeric facts that are not numbers (:func:`unusable_properties`)
+    are left out."""
+    bad = unusable_properties(raw)
+    raw = {k: v for k, v in raw.items() if k not in bad}
     out = {PROPERTY_NAMES.get(k, k): v for k, v in raw.items() if k not in ("computeMajor", "computeMinor")}
-    if raw.get("computeMajor") is not None:
-        out.setdefault("compute_capability", f"{raw['computeMajor']}.{raw.get('computeMinor', 0)}")
+    if raw.get("computeMajor") is not None and "computeMinor" not in bad:
+        major, minor = (int(v) if isinstance(v, float) and v.is_integer() else v
+                        for v in (raw["computeMajor"], raw.get("computeMinor", 0)))
+        out.setdefault("compute_capability", f"{major}.{minor}")
     arch = gfx_arch_name(raw.get("gfx_arch") or raw.get("gcnArchName"))
     if arch is not None:
         out["gfx_arch"] = arch

@@ -241,10 +241,12 @@ def to_json(checks: list[Check]) -> dict[str, Any]:
 
 def render_text(checks: list[Check]) -> str:
     """One line per check, then an indented fix under each that is not ok."""
+    from .format import terminal_text
+
     width = max(len(c.name) for c in checks)
     lines = []
     for c in checks:
         lines.append(f"{c.status:<7}  {c.name:<{width}}  {c.detail}")
         if c.fix and c.status != OK:
             lines.append(f"{'':<7}  {'':<{width}}  fix: {c.fix}")
-    return "\n".join(lines)
+    return terminal_text("\n".join(lines))

@@ -98,6 +98,33 @@ class UnsupportedDeviceError(PerfscopeError):
     exit_code = 6
 
 
+class OutputWriteError(PerfscopeError):
+    """An output (report folder, HTML page, trace export) could not be written: the folder is
+    not writable, a parent is a file, the disk is full, or the final rename failed. Whatever was
+    partly written has been removed, and an existing report replaced with ``--force`` is kept."""
+
+    exit_code = 5
+
+    def __init__(self, path: str | Path, exc: OSError) -> None:
+        import errno
+
+        self.path = str(path)
+        self.errno = exc.errno
+        reason = exc.strerror or type(exc).__name__
+        hints = {errno.EACCES: "write elsewhere, or make the folder writable",
+                 errno.EPERM: "write elsewhere, or make the folder writable",
+                 errno.EROFS: "the disk is read-only: write on another one",
+                 errno.ENOSPC: "the disk is full: free space, or write on another disk",
+                 errno.EDQUOT: "the disk quota is exceeded: free space, or write on another disk",
+                 errno.ENOTDIR: "a parent of it is a file, not a folder: choose another output path",
+                 errno.EEXIST: "a parent of it is a file, not a folder: choose another output path",
+                 errno.ENAMETOOLONG: "the name is too long: choose a shorter one",
+                 errno.EISDIR: "it is a folder: give a file name"}
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != self.path else ""
+        super().__init__(f"cannot write {self.path}: {reason}{where}; nothing was written",
+                         hint=hints.get(exc.errno or 0, "choose another output path"))
+
+
 class OutputExistsError(PerfscopeError):
     """An output path exists and ``--force`` was not given; nothing was overwritten."""
 

@@ -115,6 +115,20 @@ def clip(text: Any, width: int) -> str:
     return s if len(s) <= width else s[: max(width - 1, 1)] + "…"
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on instead of showing: C0 controls but tab and newline (ESC starts
+``ESC]0;title BEL``, ``ESC[2J``, ``ESC]8;;url`` hyperlinks; CR overwrites the line), DEL, the C1
+controls (a one-character CSI/OSC), and the bidirectional overrides that reorder what is shown."""
+
+
+def terminal_text(text: Any) -> str:
+    """``text`` safe to print on a terminal: every control character (:data:`_CONTROL`) shown as
+    its escape (``\\x1b``, ``\\u202e``), so a trace's names cannot set the window title, clear
+    the screen or hide a link; idempotent. Every terminal output goes through it."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        str(text))
+
+
 def by_column(column: str, value: Any) -> str:
     """Format a metric by its column's unit suffix (``_ns``, ``_s``, ``_pct``, ``_per_s``, ``_bytes``)."""
     if is_missing(value):

@@ -30,7 +30,8 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ import pandas as pd
 
 from ._version import __version__
 from .device import DeviceSpec
-from .errors import OutputExistsError, ReportFormatError, UsageError
+from .errors import OutputExistsError, OutputWriteError, ReportFormatError, UsageError
 from .format import dumps
 from .schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
@@ -201,16 +202,14 @@ class Report:
             UsageError: ``path`` exists and is not a perfscope report.
         """
         target = Path(path)
-        check_replaceable(target, force)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
         try:
+            check_replaceable(target, force)
+        except OSError as exc:  # a name too long, a parent that cannot be read
+            raise OutputWriteError(target, exc) from exc
+        with writing(target) as tmp:
             tmp.mkdir()
             self._write_into(tmp, extra_files or {})
             move_into_place(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return target
 
     def _write_into(self, folder: Path, extra_files: Mapping[str, bytes | str | Path]) -> None:
@@ -316,14 +315,56 @@ def check_replaceable(target: Path, force: bool) -> None:
 
 
 def move_into_place(tmp: Path, target: Path) -> None:
-    """Rename the finished folder ``tmp`` to ``target``, swapping out an existing report whole."""
+    """Rename the finished folder ``tmp`` to ``target``, swapping out an existing report whole
+    (put back if the second rename fails)."""
     if target.exists():
         old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
         os.replace(target, old)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(old, target)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, target)
+
+
+@contextmanager
+def writing(target: Path) -> Iterator[Path]:
+    """The one way an output is written: yields a temporary sibling path of ``target`` (not created)
+    for the caller to fill and rename into place. On any failure the temporary file or folder and
+    the parent folders made for it are removed; an ``OSError`` (permissions, a parent that is a
+    file, a full disk, a failed rename) about the output becomes one :class:`OutputWriteError`
+    naming ``target``."""
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+    except BaseException as exc:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        for folder in made:  # innermost first; only the empty ones we made
+            with suppress(OSError):
+                folder.rmdir()
+        if isinstance(exc, OSError) and _is_output_error(exc, target, tmp):
+            raise OutputWriteError(target, exc) from exc
+        raise
+
+
+def _is_output_error(exc: OSError, target: Path, tmp: Path) -> bool:
+    """The OSError is about the output (no file named, as for a full disk; the target, its temporary
+    sibling or what is inside them; a parent folder), not about an input copied into it (an extra
+    file that is missing)."""
+    if not exc.filename:
+        return True
+    name = os.path.abspath(os.fsdecode(exc.filename))
+    ours = [os.path.abspath(p) for p in (target, tmp)]
+    return any(name == p or name.startswith(p + os.sep) or p.startswith(name + os.sep) for p in ours)
 
 
 def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .format import MISSING, si
+from .format import MISSING, si, terminal_text
 from .format import clip as _clip
 from .format import finite as _finite
 from .format import number as _num
@@ -18,7 +18,9 @@ __all__ = ["render_text", "si", "table"]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "  ") -> str:
-    """A plain left/right aligned text table (numbers right-aligned)."""
+    """A plain left/right aligned text table (numbers right-aligned); cells shown terminal-safe."""
+    headers = [terminal_text(h) for h in headers]
+    rows = [[terminal_text(c) for c in r] for r in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row)]
@@ -280,4 +282,4 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         sections.append(_finding_lines(report))
     if report.warnings:
         sections.append(["warnings:"] + [f"  - {w}" for w in report.warnings])
-    return "\n".join("\n".join(s) for s in sections if s) + "\n"
+    return terminal_text("\n".join("\n".join(s) for s in sections if s) + "\n")

@@ -49,7 +49,7 @@ def render_tree(report: Report, *, phase: str | None = None, depth: int | None =
             continue
         out.append(table(HEADERS, tree_rows(tree.nodes, depth)))
         out.append("")
-    return "\n".join(out) + "\n"
+    return fmt.terminal_text("\n".join(out) + "\n")
 
 
 def tree_payload(report: Report, *, phase: str | None = None, depth: int | None = None,

@@ -58,14 +58,34 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def smollm2_skip_reason() -> str | None:
+    """Why the tests of the real SmolLM2-135M model cannot run here, or None when they can.
+
+    The one check every ``smollm2``-marked test goes through: the engine's own locator
+    (``smollm2_path``), so a test skips exactly when ``--model smollm2-135m`` would fail to find
+    the GGUF file (package not installed, or its file missing)."""
+    from perfscope.engine.gguf_model import SMOLLM2_INSTALL, smollm2_path
+    from perfscope.errors import ToolNotFoundError
+
+    try:
+        smollm2_path()
+    except ToolNotFoundError as exc:
+        return f"needs {exc.tool}, not found: {SMOLLM2_INSTALL}"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     has_cuda = _cuda_available()
+    smollm2_missing = (smollm2_skip_reason() if any(item.get_closest_marker("smollm2") for item in items)
+                       else None)
     has_browser = shutil.which("chromium") is not None and shutil.which("chromedriver") is not None
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
         if "browser" in item.keywords and not has_browser and not os.environ.get("PERFSCOPE_REQUIRE_BROWSER"):
             item.add_marker(pytest.mark.skip(reason="needs chromium and chromedriver"))
+        if smollm2_missing and item.get_closest_marker("smollm2"):
+            item.add_marker(pytest.mark.skip(reason=smollm2_missing))
 
 
 @pytest.fixture(scope="session")

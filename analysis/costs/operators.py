@@ -382,6 +382,31 @@ def _gather(name: str, ins: OpInputs) -> OpCost | None:
     return OpCost(0.0, _nbytes(idx, di) + 2.0 * moved, "memory")
 
 
+def _index(name: str, ins: OpInputs) -> OpCost | None:
+    """``aten::index(self, indices)``: advanced indexing, a gather. It does no arithmetic, so its
+    FLOPs are 0 whatever the indices. What it moves depends on them: with their shapes recorded
+    (a tensor list), the output is their broadcast shape times the unindexed trailing dims, read
+    once and written once, plus the int64 indices. PyTorch's profiler records the
+    ``List[Optional[Tensor]]`` as ``[]`` (every trace seen so far), so the bytes are then missing,
+    never guessed: the row counts as costed for FLOPs (MFU's coverage) and not for the roofline."""
+    t = ins.tensors()
+    if not t:
+        return None
+    src, ds = t[0]
+    indices = next((lst for lst in ins.lists if lst), None)
+    if not indices:
+        return OpCost(0.0, math.nan, "memory")
+    width = max(len(s) for s in indices)
+    out = [1] * width
+    for s in indices:  # numpy's broadcast of the index shapes
+        for i, n in enumerate(s, start=width - len(s)):
+            if n != 1 and out[i] not in (1, n):
+                return None
+            out[i] = n if n != 1 else out[i]
+    moved = numel(out) * numel(src[len(indices):]) * itemsize(ds)
+    return OpCost(0.0, sum(numel(s) * 8 for s in indices) + 2.0 * moved, "memory")
+
+
 def _scatter(name: str, ins: OpInputs) -> OpCost | None:
     t = ins.tensors()
     if not t:
@@ -426,7 +451,7 @@ def _registry() -> dict[str, Formula]:
     families: list[tuple[Iterable[str], Formula]] = [
         (GEMMS, _gemm), (ATTENTION, _attention), (ELEMENTWISE, _elementwise), (REDUCTIONS, _reduction),
         (COPIES, _copy), (FILLS, _fill), (GATHERS, _gather), (SCATTERS, _scatter), (NORMS, _norm),
-        (("cat", "stack"), _cat), (ZERO_COST, _zero),
+        (("cat", "stack"), _cat), (ZERO_COST, _zero), (("index",), _index),
     ]
     return {name: formula for names, formula in families for name in names}
 

@@ -20,7 +20,6 @@ the file: no manifest block, no source path, no environment.
 from __future__ import annotations
 
 import os
-import uuid as _uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -682,12 +681,12 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
     target = Path(path)
     if target.exists() and not force:
         raise OutputExistsError(target, flag="-o")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{_uuid.uuid4().hex[:8]}")
     stats = ExportStats(target, format, kernels=len(report.kernels),
                         kernel_time_ns=int(report.kernels["duration_ns"].sum()) if len(report.kernels) else 0)
     tree, stats.notes = _request_tree(report)
-    try:
+    from perfscope.report import writing
+
+    with writing(target) as tmp:
         with open(tmp, "wb", buffering=1 << 20) as out:
             if format == "perfetto":
                 w: Any = _ProtoWriter(out, report)
@@ -703,8 +702,5 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
                 stats.tracks = len(w.tids)
                 out.write(b"\n]}\n")
         os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return stats
 

@@ -16,6 +16,7 @@ import click
 
 from perfscope._version import __version__
 from perfscope.errors import PerfscopeError
+from perfscope.format import terminal_text
 
 # (module, command attribute): one module per subcommand.
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PerfscopeError as exc:
         if os.environ.get("PERFSCOPE_DEBUG"):
             raise
-        click.echo(f"perfscope: error: {exc}", err=True)
+        click.echo(terminal_text(f"perfscope: error: {exc}"), err=True)
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("perfscope: interrupted", err=True)
@@ -67,6 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except OSError as exc:  # a file or folder the library did not map (it maps its outputs: OutputWriteError)
+        if os.environ.get("PERFSCOPE_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(terminal_text(f"perfscope: error: {where}{exc.strerror or exc} (check the path, its permissions and the free "
+                   "disk space)"), err=True)
+        return 5
     return 0
 
 

@@ -6,6 +6,7 @@ import click
 import pandas as pd
 
 from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, phase_view
+from perfscope.format import terminal_text
 from perfscope.text_report import table
 
 from ._common import echo_json
@@ -24,7 +25,7 @@ def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | N
     lines += ["", f"Top movers (matched by {c.key})"]
     lines.append(_table(name_view(c, top)))
     lines += ["", "Verdict"] + [f"  - {v}" for v in c.verdict]
-    return "\n".join(lines) + "\n"
+    return terminal_text("\n".join(lines) + "\n")
 
 
 @click.command()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from perfscope.format import terminal_text
+
 from ._common import echo_json, records
 
 
@@ -38,7 +40,7 @@ def devices(device: str, refresh: bool, datasheet: bool, as_json: bool) -> None:
                     "roofs": records(roofs_table(s))} for t, s in zip(targets, specs)])
         return
     for t, spec in zip(targets, specs):
-        click.echo(f"{t}: {spec.name}")
+        click.echo(terminal_text(f"{t}: {spec.name}"))
         rows = [[r["roof"], si(r["value"], "FLOP/s" if r["kind"] == "compute" else "B/s"),
                  number(r["ridge_flop_per_byte"], digits=2), r["provenance"], r["method"]]
                 for _, r in roofs_table(spec).iterrows()]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from perfscope.format import duration
+from perfscope.format import duration, terminal_text
 
 
 @click.command()
@@ -30,4 +30,4 @@ def export(path: str, out: str, fmt: str, force: bool) -> None:
     if stats.requests:
         click.echo(f"requests: {stats.requests:,} on {stats.request_lanes} lane(s)")
     for note in stats.notes:
-        click.echo(f"note: {note}")
+        click.echo(terminal_text(f"note: {note}"))

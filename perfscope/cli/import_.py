@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from perfscope.format import terminal_text
+
 from ._common import as_report_path
 
 if TYPE_CHECKING:
@@ -54,10 +56,13 @@ if TYPE_CHECKING:
               "named groups (?P<batch>..) and (?P<tokens>..) fill the step's batch and tokens.")
 @click.option("--phase-of", "phase_of", multiple=True, metavar="REGEX=PHASE",
               help="With --steps: steps whose range name matches REGEX have PHASE (prefill, decode, ...); repeatable.")
+@click.option("--max-events", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Stop with an error past N trace events (a bounded import; PERFSCOPE_MAX_MEMORY bounds "
+              "its memory, e.g. 2G). Default: no limit. See docs/limits.md.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
             workers: int | None, roofs: str | None, capture: str | None, engine_model: str | None, batch: int | None,
             prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None,
-            steps_regex: str | None = None, phase_of: tuple[str, ...] = ()) -> None:
+            steps_regex: str | None = None, phase_of: tuple[str, ...] = (), max_events: int | None = None) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, an ncu report / CSV, or a rocprof output
     (rocprofv3 CSV / JSON / rocpd, rocprof v1/v2, a rocprof-compute workload folder)."""
     if ranks or scheduler or workers:
@@ -71,11 +76,13 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     from perfscope.analysis.readers.finish import with_steps
     from perfscope.analysis.steps import StepRule
     from perfscope.api import save_with_html
+    from perfscope.limits import budget
 
     if phase_of and not steps_regex:
         raise click.UsageError("--phase-of goes with --steps REGEX")
     rule = StepRule.parse(steps_regex, phase_of) if steps_regex else None
-    report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
+    with budget(max_events=max_events):
+        report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
     if rule is not None:
         report = with_steps(report, rule)
     if engine_model and analytic_trace:
@@ -91,12 +98,12 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
     target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
     written = save_with_html(report, target, force=force, html=html)
     k = report.kernels
-    click.echo(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "
-               f"{len(report.transfers)} transfers -> {written}")
+    click.echo(terminal_text(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "
+               f"{len(report.transfers)} transfers -> {written}"))
     if rule is not None:
-        click.echo(f"  steps: {len(report.steps)} ranges matching {rule.pattern.pattern!r}")
+        click.echo(terminal_text(f"  steps: {len(report.steps)} ranges matching {rule.pattern.pattern!r}"))
     for w in report.warnings:
-        click.echo(f"  warning: {w}", err=True)
+        click.echo(terminal_text(f"  warning: {w}"), err=True)
 
 
 def _roofs(spec: str) -> DeviceSpec:

@@ -182,6 +182,7 @@ def _num(v: Any, fmt: str = ".2f") -> str:
 
 def render_load_text(payload: dict[str, Any]) -> str:
     """The terminal summary: one row per rate with throughputs and p50/p99 latencies (ms)."""
+    from perfscope.format import terminal_text
     from perfscope.text_report import table
 
     runs = payload.get("runs") or [payload]
@@ -213,4 +214,4 @@ def render_load_text(payload: dict[str, Any]) -> str:
         lines.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference')} cache: logit max abs error "
                      f"{err['max_abs']:.3g}, relative RMS {err['rel_rms']:.3g}, top-1 agreement "
                      f"{err['top1_agreement'] * 100:.1f}% ({int(err['positions'])} positions)")
-    return "\n".join(lines)
+    return terminal_text("\n".join(lines))

@@ -117,7 +117,10 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
                          hint="perfscope profile --stack -- python run.py (the engine's hierarchy comes from its ranges)")
     if collector == "torch" and command:
         resolve_device(run.device)  # fail before any work when the device is absent (the engine's first step)
-    stem = Path(command[0] if collector != "torch" else command[-1]).stem if command else \
+    from perfscope.redact import redact_text
+    from perfscope.sessions.profile import script_name
+
+    stem = (redact_text(Path(command[0]).stem) if collector != "torch" else script_name(command)) if command else \
         str(run.model).rstrip("/").split("/")[-1]
     target = as_report_path(out) if out else default_run_dir(stem)
     if target.exists() and not force:

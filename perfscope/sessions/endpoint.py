@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputFormatError, PerfscopeError, UsageError
+from ..redact import redact_argv
 from ..report import Report, source_info
 from .http_stream import (
     BadResponse,
@@ -624,7 +625,7 @@ def _report(run: EndpointRun, url: Url, model: str, requests: pd.DataFrame, runs
     manifest = {
         "name": name,
         "source": source_info("endpoint-loadtest", str(url), "perfscope-http-client"),
-        "command": list(sys.argv), "params": params, "warnings": sorted(set(warnings)), "partial": partial,
+        "command": redact_argv(sys.argv), "params": params, "warnings": sorted(set(warnings)), "partial": partial,
     }
     if not (profile and profile.get("tables")):
         manifest["unavailable_metrics"] = ["kernels and steps (the server's: run with --profile against a "

@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..device import DeviceSpec
 from ..errors import InputFormatError, UsageError
+from ..redact import redact_argv
 from ..report import Report, source_info
 from ..request_metrics import token_latencies
 
@@ -448,7 +449,7 @@ def _build_report(run: LoadRun, spec: DeviceSpec, model: Any, parts: list[dict[s
     manifest = {
         "name": name,
         "source": source_info("engine-loadtest", None, "torch.profiler" if run.profile else None, tool_version),
-        "command": list(sys.argv), "params": params,
+        "command": redact_argv(sys.argv), "params": params,
         "warnings": sorted(set(warnings)), "partial": partial,
     }
     if not run.profile:

@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..device import DeviceSpec
 from ..errors import UnsupportedDeviceError, UsageError
+from ..redact import redact_argv, redact_text
 from ..report import Report, source_info
 
 Progress = Callable[[str], None]
@@ -382,7 +383,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
     return finish(imported.with_tables(**tables).with_manifest(
         name=_engine_name(run),
         source=source_info("engine", None, "torch.profiler", capture.torch_version),
-        command=list(sys.argv),
+        command=redact_argv(sys.argv),
         params={**imported.params, **result.params, **dataclasses.asdict(run), **timing},
         warnings=warnings,
         partial=bool(capture.partial or imported.manifest.get("partial")),
@@ -538,13 +539,25 @@ def hf_timing(profiled: Any, base: Any, notes: list[str]) -> dict[str, Any]:
     return timing
 
 
+def script_name(argv: Sequence[str]) -> str:
+    """A script run's report name: the script's (or ``-m`` module's) name, never an argument after
+    it (which may be a secret or an output path)."""
+    from perfscope.collectors.torch_profiler import script_target
+
+    try:
+        kind, target, _ = script_target(argv)
+    except UsageError:
+        return "script"
+    return redact_text(target.rsplit(".", 1)[-1] if kind == "module" else Path(target).stem) or "script"
+
+
 def _script_report(argv: Sequence[str], spec: DeviceSpec, capture: Any, profiled: Any, base: Any,
                    interrupted: bool, cuda: bool) -> Report:
     report = hf_report(capture.trace_path, spec, profiled, base, cuda=cuda, partial=capture.partial)
     return report.with_manifest(
-        name=Path(list(argv)[-1] if argv else "script").stem,
+        name=script_name(argv),
         source=source_info("torch-script", None, "torch.profiler", capture.torch_version),
-        command=list(argv), warnings=report.warnings + capture.warnings,
+        command=redact_argv(argv), warnings=report.warnings + capture.warnings,
         params={"profiled_wall_s": capture.wall_s, **report.params, "script_wall_s": capture.wall_s,
                 "interrupted": interrupted},
     )
@@ -589,9 +602,9 @@ def profile_external(argv: Sequence[str], *, collector: str, options: Any = None
     else:
         report = import_file(capture.primary)
     report = report.with_manifest(
-        name=Path(argv[0]).name if argv else collector,
+        name=redact_text(Path(argv[0]).name) if argv else collector,
         source={**capture.source(), "path": capture.primary.name},
-        command=[list(c) for c in capture.commands],
+        command=[redact_argv(c) for c in capture.commands],
         partial=bool(report.manifest.get("partial") or capture.partial or interrupted),
         warnings=report.warnings + list(capture.warnings),
         unavailable_metrics=report.unavailable_metrics + list(capture.unavailable_metrics),
@@ -663,7 +676,7 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
         "name": f"sweep-{base.model}",
         "source": source_info("engine-sweep", None, "torch.profiler",
                               parts[0].manifest["source"]["tool_version"] if parts else None),
-        "command": list(sys.argv),
+        "command": redact_argv(sys.argv),
         "device": spec.to_dict(),
         "params": {**dataclasses.asdict(base), "sweep": {"batch": batches, "prompt_len": prompt_lens,
                                                          "runs": runs}},

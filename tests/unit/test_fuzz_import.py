@@ -10,7 +10,10 @@ flipped byte in a skipped field, say) give the same report.
 Mutations: truncation at random offsets, byte flips, deleted/duplicated/zeroed chunks; JSON
 structure edits (wrong types for ts/dur/args/name, missing keys, huge numbers, NaN/Infinity,
 nested garbage, odd and non-UTF-8 names, broken metadata, other top-level shapes); SQLite page
-corruption, dropped tables and columns, wrong-typed values, deleted rows; CSV broken rows.
+corruption, dropped tables and columns, wrong-typed values, deleted rows; CSV broken rows;
+deviceProperties values, kernel durations (negative, huge), string lengths (names up to 300 KB,
+5 MB before the events array); output paths (a parent that is a file, a name too long, odd
+characters, a folder that is not a report).
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ NCU_REP = ("ncu/esmm_a10g_roofline_set.ncu-rep",)
 NCU_CSV = ("ncu/esmm_a10g_roofline_metrics.csv",)
 
 COUNTS = {"kineto-json": 330, "kineto-bytes": 420, "nsys-sql": 60, "nsys-bytes": 60,
-          "ncu-csv": 70, "ncu-rep": 60}
-"""Cases per family (1000 in all; fewer where one import costs more, as for nsys exports)."""
+          "ncu-csv": 70, "ncu-rep": 60, "kineto-fields": 100, "output-path": 40}
+"""Cases per family (1140 in all; fewer where one import costs more, as for nsys exports)."""
 
 CASES = [f"{family}-{i:04d}" for family, n in COUNTS.items() for i in range(n)]
 
@@ -127,6 +130,8 @@ def run_case(case: str, fixtures_dir: Path, work: Path, verified: set[str]) -> s
     case_dir = work / case
     case_dir.mkdir(parents=True, exist_ok=True)
     try:
+        if family in CHECK:
+            return CHECK[family](random.Random(f"{SEED}:{case}"), fixtures_dir, case_dir, verified)
         path = MUTATE[family](random.Random(f"{SEED}:{case}"), fixtures_dir, case_dir)
         return check_outcome(path, case_dir, verified)
     except Exception as exc:  # noqa: BLE001 -- the failure is reported, not raised, in a worker
@@ -508,11 +513,72 @@ def mutate_ncu_rep(rng: random.Random, fixtures_dir: Path, out: Path) -> Path:
     return _write(out / "report.ncu-rep", mutate_bytes(rng, (fixtures_dir / rng.choice(NCU_REP)).read_bytes()))
 
 
+# ---------------------------------------------------------------------------- fields, lengths, outputs
+PROPERTY_KEYS = ("numSms", "totalGlobalMem", "computeMajor", "computeMinor", "name", "id", "maxThreadsPerBlock")
+ODD_DURATIONS = (-1, -1e6, -0.001, 0, 1e15, 9e15, 2**63, -(2**63), 1e308, float("nan"), float("inf"), None, "10", [5])
+
+
+def mutate_kineto_fields(rng: random.Random, fixtures_dir: Path, out: Path) -> Path:
+    """deviceProperties values, kernel durations (negative, huge) and string lengths (names, a long
+    value before the events array) of a real trace (issue 30)."""
+    rel = rng.choice(KINETO)
+    if rel not in _DOCS:
+        _DOCS[rel] = json.loads(_fixture_bytes(fixtures_dir, rel))
+    doc = dict(_DOCS[rel])
+    events = doc["traceEvents"] = [dict(e) if isinstance(e, dict) else e for e in doc["traceEvents"]]
+    props = [dict(p) for p in doc.get("deviceProperties") or [{"name": "NVIDIA H100"}] if isinstance(p, dict)]
+    for _ in range(rng.randint(0, 3)):
+        if props:
+            props[rng.randrange(len(props))][rng.choice(PROPERTY_KEYS)] = weird(rng)
+    doc["deviceProperties"] = props if rng.random() < 0.9 else weird(rng)
+    timed = [e for e in events if isinstance(e, dict) and "dur" in e]
+    for e in rng.sample(timed, min(len(timed), rng.randint(0, 6))):
+        e["dur"] = rng.choice(ODD_DURATIONS)
+    named = [e for e in events if isinstance(e, dict) and "name" in e]
+    for e in rng.sample(named, min(len(named), rng.randint(0, 3))):
+        e["name"] = rng.choice(("k" * rng.choice((1, 5000, 300_000)), "\x1b]0;t\x07" * 50, "", "\u202e" * 9))
+    if rng.random() < 0.2:  # a long value before the events array (HEAD_KEEP is 4 MB)
+        doc = {"junk": "A" * rng.choice((10, 5 << 20)), **doc}
+    gz = rng.random() < 0.5
+    return _write(out / ("trace.json.gz" if gz else "trace.json"), _dump(rng, doc), gz=gz)
+
+
+def _odd_output(rng: random.Random, out: Path) -> Path:
+    """An output folder that may not be writable: a parent that is a file, a name too long, odd
+    characters, an existing folder that is not a report, deep nesting."""
+    (out / "afile").write_text("x")
+    (out / "notreport").mkdir(exist_ok=True)
+    return rng.choice([
+        out / "afile" / "r.perfscope", out / "afile" / "a" / "b" / "r.perfscope", out / ("x" * 300 + ".perfscope"),
+        out / "new\nline\x1b[2J.perfscope", out / "名前.perfscope", out / "notreport", out / "a" / "b" / "c" / "r.perfscope",
+        out / "ok.perfscope", out / ".." / out.name / "dots.perfscope",
+    ])
+
+
+def check_output_path(rng: random.Random, fixtures_dir: Path, out: Path, verified: set[str]) -> str:
+    """Save a real report to an odd output path: a report that loads, or one PerfscopeError line,
+    and nothing left behind but what was there."""
+    if "report" not in _DOCS:
+        _DOCS["report"] = import_file(fixtures_dir / KINETO[0])
+    target = _odd_output(rng, out)
+    before = {p.name for p in out.iterdir()}
+    try:
+        saved = _DOCS["report"].save(target, force=rng.random() < 0.5)
+    except PerfscopeError as exc:
+        assert str(exc) and "\n" not in str(exc).strip()
+        assert {p.name for p in out.iterdir()} == before, "left behind"
+        return "error"
+    assert len(Report.load(saved).kernels) == len(_DOCS["report"].kernels)
+    return "report"
+
+
 MUTATE: dict[str, Callable[[random.Random, Path, Path], Path]] = {
     "kineto-json": mutate_kineto_json, "kineto-bytes": mutate_kineto_bytes,
     "nsys-sql": mutate_nsys_sql, "nsys-bytes": mutate_nsys_bytes,
-    "ncu-csv": mutate_ncu_csv, "ncu-rep": mutate_ncu_rep,
+    "ncu-csv": mutate_ncu_csv, "ncu-rep": mutate_ncu_rep, "kineto-fields": mutate_kineto_fields,
 }
+CHECK: dict[str, Callable[[random.Random, Path, Path, set[str]], str]] = {"output-path": check_output_path}
+"""Families that check something other than an import of a mutated file."""
 
 
 if __name__ == "__main__":  # a worker of run_cases: case ids on stdin, outcomes on stdout

@@ -267,7 +267,7 @@ def _read_head(src: _Source) -> bytes:
     """The first bytes, up to the events key (or HEAD_KEEP bytes, or the end)."""
     head = b""
     while len(head) < HEAD_KEEP:
-        chunk = src.read(1 << 20)
+        chunk = src.read(BLOCK)
         if not chunk:
             break
         head += chunk
@@ -291,6 +291,184 @@ def _events_start(head: bytes) -> tuple[int, dict[str, Any]] | None:
     except (_Incomplete, _Damaged):
         return None
     return (offset + m.end(), meta) if isinstance(meta, dict) else None
+
+
+# ---------------------------------------------------------------------------- top-level scan
+KEY_LIMIT = 4096
+META_VALUE_LIMIT = 1 << 20
+"""Top-level values before the events array larger than this are skipped, not kept as metadata."""
+
+_NONWS = re.compile(rb"[^ \t\r\n]")
+_ESCAPES = re.compile(rb'(?:\\.[^"\\]{0,256})+', re.DOTALL)
+_STRING = re.compile(rb'"[^"\\]{0,4096}(?:\\.[^"\\]{0,4096}){0,64}"', re.DOTALL)
+"""A short string, matched whole in one step (a long one, or one cut by the block's end, is walked)."""
+_NEST = re.compile(rb'["{}\[\]]')
+_DELIM = re.compile(rb"[,}\] \t\r\n]")
+
+
+class _Scan:
+    """A forward-only cursor over the stream: every byte is looked at once, through regular
+    expressions that skip runs of ordinary bytes in C (so a 500 MB string costs one pass), and
+    only a bounded window is held (the unread rest of one block, and a capped capture)."""
+
+    def __init__(self, src: _Source, head: bytes) -> None:
+        self.src, self.buf, self.pos = src, head, 0
+        self.capture: bytearray | None = None
+        self.limit = 0
+        self.found: dict[bytes, int] = {}
+
+    def more(self) -> bool:
+        chunk = self.src.read(BLOCK)
+        if not chunk:
+            return False
+        self.buf, self.pos, self.found = self.buf[self.pos:] + chunk, 0, {}
+        return True
+
+    def advance(self, to: int) -> None:
+        if self.capture is not None:
+            if len(self.capture) + to - self.pos > self.limit:
+                self.capture = None  # too long to keep: skipped
+            else:
+                self.capture += self.buf[self.pos:to]
+        self.pos = to
+
+    def byte(self) -> int | None:
+        while self.pos >= len(self.buf):
+            if not self.more():
+                return None
+        return self.buf[self.pos]
+
+    def find(self, pattern: re.Pattern[bytes]) -> re.Match[bytes] | None:
+        """The next match of ``pattern``, reading on as needed (None at the end of the stream)."""
+        while True:
+            m = pattern.search(self.buf, self.pos)
+            if m:
+                return m
+            self.advance(len(self.buf))
+            if not self.more():
+                return None
+
+    def ws(self) -> None:
+        m = self.find(_NONWS)
+        if m:
+            self.advance(m.start())
+
+    def next_of(self, byte: bytes) -> int:
+        """Index of the next ``byte`` at or after the cursor in this block, -1 when none: found with
+        ``bytes.find`` (memchr speed) and searched for again only once the cursor has passed it,
+        so each block is scanned once per byte looked for however many strings it holds."""
+        at = self.found.get(byte, -2)
+        if at == -2 or 0 <= at < self.pos:
+            at = self.found[byte] = self.buf.find(byte, self.pos)
+        return at
+
+    def string(self) -> bool:
+        """Past the string at the cursor (on its ``"``); False at the end of the stream."""
+        m = _STRING.match(self.buf, self.pos)
+        if m:  # whole in this block: one step
+            self.advance(m.end())
+            return True
+        self.advance(self.pos + 1)
+        while True:
+            quote, slash = self.next_of(b'"'), self.next_of(b"\\")
+            if quote < 0 and slash < 0:
+                self.advance(len(self.buf))
+                if not self.more():
+                    return False
+                continue
+            if quote >= 0 and (slash < 0 or quote < slash):
+                self.advance(quote + 1)
+                return True
+            m = _ESCAPES.match(self.buf, slash)  # a run of escapes and the short text between them
+            if m:
+                self.advance(m.end())
+                continue
+            self.advance(slash + 1)  # the block ends on the backslash
+            if self.byte() is None:
+                return False
+            self.advance(self.pos + 1)
+
+    def value(self) -> bool:
+        """Past the JSON value at the cursor; False at the end of the stream."""
+        c = self.byte()
+        if c is None:
+            return False
+        if c == 0x22:
+            return self.string()
+        if c not in (0x7B, 0x5B):  # a number, true, false, null
+            m = self.find(_DELIM)
+            if m:
+                self.advance(m.start())
+            return True
+        depth = 0
+        while True:
+            m = self.find(_NEST)
+            if m is None:
+                return False
+            if m.group() == b'"':
+                self.advance(m.start())
+                if not self.string():
+                    return False
+                continue
+            self.advance(m.end())
+            depth += 1 if m.group() in b"{[" else -1
+            if depth == 0:
+                return True
+
+    def take(self, limit: int, step: Callable[[], bool]) -> tuple[bool, bytes | None]:
+        """Run ``step`` while capturing what it passes over (None when over ``limit`` bytes)."""
+        self.capture, self.limit = bytearray(), limit
+        ok = step()
+        kept, self.capture = self.capture, None
+        return ok, None if kept is None else bytes(kept)
+
+
+def _scan_top(src: _Source, head: bytes) -> tuple[str, Any, dict[str, Any]]:
+    """Walk a top-level object, key by key, to its ``"traceEvents": [``, in one linear pass.
+
+    Returns:
+        ``("events", text after the [, keys before it)``; ``("damage", why, keys)`` when the
+        stream ends first; ``("none", None, keys)`` when the object closes without an events
+        array; ``("odd", None, {})`` for any other layout (the ijson path reads those).
+    """
+    scan = _Scan(src, head.lstrip(_WS))
+    meta: dict[str, Any] = {}
+    if scan.byte() != 0x7B:
+        return "odd", None, {}
+    scan.advance(1)
+    while True:
+        scan.ws()
+        c = scan.byte()
+        if c is None:
+            return "damage", "the file ends before its events array", meta
+        if c == 0x7D:
+            return ("odd" if "traceEvents" in meta else "none"), None, meta
+        if c != 0x22:
+            return "odd", None, {}
+        ok, key = scan.take(KEY_LIMIT, scan.string)
+        scan.ws()
+        if not ok or scan.byte() != 0x3A:
+            return ("damage", "the file ends before its events array", meta) if scan.byte() is None else ("odd", None, {})
+        scan.advance(scan.pos + 1)
+        scan.ws()
+        if key == b'"traceEvents"' and scan.byte() == 0x5B:
+            return "events", scan.buf[scan.pos + 1:], meta
+        ok, value = scan.take(META_VALUE_LIMIT, scan.value)
+        if not ok:
+            return "damage", "the file ends before its events array", meta
+        if key is not None and value is not None:
+            try:
+                name, parsed = _loads(key), _loads(value)
+            except (_Incomplete, _Damaged):
+                return "odd", None, {}
+            if isinstance(name, str):
+                meta[name] = parsed
+        scan.ws()
+        c = scan.byte()
+        if c == 0x2C:
+            scan.advance(scan.pos + 1)
+        elif c != 0x7D:
+            return ("damage", "the file ends before its events array", meta) if c is None else ("odd", None, {})
 
 
 # ---------------------------------------------------------------------------- ijson path
@@ -409,6 +587,15 @@ def read_events(path: Path, decode: Decode, take: Take) -> tuple[dict[str, Any],
                 return {}, f"damaged compressed data: {_short(src.error)}"
             raise InputFormatError(path, "not JSON", hint="give a torch.profiler / Kineto trace (.json or .json.gz)")
         start = _events_start(head)
+        if start is None and first == b"{":  # the array is not in the first MBs, or text before it fooled the search
+            kind, found, keys = _scan_top(src, head)
+            if kind == "none":
+                raise InputFormatError(path, "JSON, but not a trace (no traceEvents array)",
+                                       hint="give a torch.profiler / Kineto trace")
+            if kind == "damage":
+                return keys, f"damaged compressed data: {_short(src.error)}" if src.error is not None else found
+            if kind == "events":
+                head, start = found, (0, keys)
         if start is not None:
             tail, damage = _read_blocks(src, head[start[0]:], decode, take)
             if src.error is not None and tail is None:

@@ -288,6 +288,7 @@ class _Columns:
         self.sig_index: dict[Any, int] = {}
         self.sigs: list[tuple[Any, Any, Any]] = []
         self.skipped = 0
+        self.negative = 0
         self.kinds: dict[Any, str | None] = {}
 
     def add(self, kind: str, **cols: np.ndarray) -> None:
@@ -364,6 +365,10 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
+        negative = ok & (dur < 0)  # an event cannot end before it starts
+    if negative.any():
+        cols.negative += int(negative.sum())
+        ok &= ~negative
     if not ok.all():
         cols.skipped += int((~ok).sum())
         evs = [e for e, keep in zip(evs, ok) if keep]
@@ -451,12 +456,22 @@ def parse_trace(path: Path) -> ParsedTrace:
     Raises:
         InputFormatError: not JSON, JSON that is not a trace, or damaged before any event.
     """
+    from perfscope.limits import MEMORY_ENV, max_events, max_memory_bytes, resident_bytes
+
     path = Path(path)
     cols = _Columns()
     trace = ParsedTrace(cols={}, meta={})
+    event_cap, memory_cap = max_events(), max_memory_bytes()
 
     def take(items: list[Any]) -> None:
         trace.n_events += len(items)
+        if event_cap is not None and trace.n_events > event_cap:
+            raise InputFormatError(path, f"more than {event_cap:,} events (the --max-events budget); "
+                                   "nothing was written", hint="raise --max-events, or import a shorter trace")
+        if memory_cap is not None and (rss := resident_bytes()) is not None and rss > memory_cap:
+            raise InputFormatError(path, f"reading it took more than {MEMORY_ENV}={memory_cap:,} bytes "
+                                   f"({rss:,} resident after {trace.n_events:,} events); nothing was written",
+                                   hint=f"raise {MEMORY_ENV}, or import a shorter trace")
         route_block(items if all(x.__class__ is Event for x in items) else as_events(items), cols)
 
     collecting = gc.isenabled()
@@ -473,8 +488,9 @@ def parse_trace(path: Path) -> ParsedTrace:
         trace.warnings.append(f"trace is truncated or damaged after {trace.n_events} events ({damage}); "
                               "the report holds what was read")
     if cols.skipped:
-        trace.warnings.append(f"{cols.skipped} events with a missing, non-numeric or out-of-range "
-                              "ts/dur were skipped")
+        negative = f" ({cols.negative} of them with a negative dur)" if cols.negative else ""
+        trace.warnings.append(f"{cols.skipped} events with a missing, non-numeric, negative or out-of-range "
+                              f"ts/dur were skipped{negative}")
     cols.finish(trace)
     return trace
 

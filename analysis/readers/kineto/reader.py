@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note
+from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note, unusable_properties
 from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
 from perfscope.vocab import device_label, is_amd_device
@@ -91,6 +91,7 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
         manifest["params"]["capture_traces"] = record
     del trace  # its columns are no longer needed: free them before the tables are checked
     spec = device or device_from_meta(meta, has_gpu=has_gpu)
+    warnings += device_properties_warning(meta)
     kernels = tables["kernels"]
     warnings += missing_formulas_warning(kernels)
     no_gpu_work = spec is not None and spec.properties.get("gpu_work") is False
@@ -477,6 +478,24 @@ def no_gpu_work_warning(path: str | Path, meta: Mapping[str, Any], spec: DeviceS
     return (f"no GPU work in this trace: the process saw {spec.name} but launched no kernels, so rows are CPU "
             f"operators and there are no roofs; if it served or fed a model (a frontend, tokenizer or data "
             f"loader), the GPU work is in another process's trace{found}")
+
+
+def device_properties_warning(meta: Mapping[str, Any]) -> list[str]:
+    """One warning naming the ``deviceProperties`` values that are not numbers (``numSms: "lots"``,
+    ``totalGlobalMem: [1]``, NaN): :func:`device_properties` leaves them out of the device."""
+    props = meta.get("deviceProperties")
+    if not isinstance(props, list):
+        return []
+    bad = [(i, k, v) for i, p in enumerate(props) if isinstance(p, dict) for k, v in unusable_properties(p).items()]
+    if not bad:
+        return []
+    shown = ", ".join(f"GPU {i} {k}={_short(v)}" for i, k, v in bad[:6]) + (", ..." if len(bad) > 6 else "")
+    return [f"deviceProperties values that are not numbers were ignored: {shown}"]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 NO_FORMULA = "no cost formula (FLOPs/bytes left missing) for: "

@@ -37,6 +37,8 @@ NVTX_PAYLOAD_FIELDS = 6
 """Fields after the range name in one entry: PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg."""
 NOISE = re.compile(r"^\s*==[A-Z]+==")
 METRIC_NAME = re.compile(r"^[a-z0-9]+__[A-Za-z0-9_.]+$")
+TRUNCATED = "the CSV file is truncated: "
+"""The opening of the warning of a cut file (the report is then marked partial)."""
 CSV_HINT = "export with `ncu --import REPORT.ncu-rep --csv --page raw --print-units base > out.csv`"
 
 LABELS: dict[tuple[str, bool], str] = {
@@ -129,6 +131,10 @@ class _Table:
     rows: list[tuple[int, list[str]]]
     warnings: list[str] = field(default_factory=list)
     broken: list[int] = field(default_factory=list)
+    cut_line: int | None = None
+    """The line the file ends in the middle of (no newline after it: a truncated file), dropped."""
+    short_launch: str | None = None
+    """The last launch when it has fewer metric rows than every other (a file cut between rows)."""
 
     def col(self, name: str) -> int | None:
         return self.header.index(name) if name in self.header else None
@@ -158,7 +164,11 @@ def _read_table(path: Path) -> _Table:
     except csv.Error as exc:
         raise InputFormatError(path, f"unreadable CSV near line {kept[min(reader.line_num, len(kept)) - 1][0]} ({exc})",
                                hint=CSV_HINT) from None
-    return _Table(path, header, rows)
+    table = _Table(path, header, rows)
+    if rows and kept and not raw.endswith((b"\n", b"\r")):
+        # ncu ends every line: a last line without its newline was cut (its last value may be too)
+        table.cut_line = rows.pop()[0]
+    return table
 
 
 def _fit(table: _Table, fields: list[str], line: int, needed: int) -> list[str] | None:
@@ -222,6 +232,7 @@ def _long(table: _Table) -> list[Launch]:
     needed = max(table.header.index(c) for c in (*LONG, "ID") if c in table.header) + 1
     comma = _decimal_comma(table.cell(f, "Metric Value") for _, f in table.rows)
     launches: dict[tuple[str, str], Launch] = {}
+    rows_of: dict[tuple[str, str], int] = {}
     for line, raw in table.rows:
         fields = _fit(table, raw, line, needed)
         if fields is None:
@@ -231,10 +242,15 @@ def _long(table: _Table) -> list[Launch]:
         label, unit = table.cell(fields, "Metric Name"), table.cell(fields, "Metric Unit")
         if not label:
             continue  # a rule row: guidance text, no metric
+        rows_of[key] = rows_of.get(key, 0) + 1
         metric = label if METRIC_NAME.match(label) else LABELS.get((label, unit == "%"))
         value = _value(table.cell(fields, "Metric Value"), unit, comma)
         if metric and value is not None:
             launch.metrics.setdefault(metric, value)
+    counts = list(rows_of.values())
+    if len(counts) > 1 and counts[-1] < min(counts[:-1]):  # every launch has the same rows; the last lost some
+        last = next(reversed(rows_of))
+        table.short_launch = f"the last launch, ID {last[1]}, has {counts[-1]} of {min(counts[:-1])} metric rows"
     return list(launches.values())
 
 
@@ -273,6 +289,10 @@ def read_csv_launches(path: str | Path) -> tuple[list[Launch], list[str], str]:
     shape = "long" if all(c in table.header for c in ("Metric Name", "Metric Value")) else "wide"
     launches = _long(table) if shape == "long" else _wide(table)
     warnings = []
+    if table.cut_line is not None or table.short_launch:
+        what = "; ".join(filter(None, (f"it ends in the middle of line {table.cut_line}, dropped"
+                                       if table.cut_line is not None else None, table.short_launch)))
+        warnings.append(f"{TRUNCATED}{what}: the report holds what was read and is marked partial")
     if table.broken:
         lines = ", ".join(map(str, table.broken[:5])) + (" ..." if len(table.broken) > 5 else "")
         warnings.append(f"{len(table.broken)} malformed CSV row(s) skipped (line {lines}); "

@@ -29,7 +29,7 @@ from perfscope.errors import InputFormatError, ToolNotFoundError
 from perfscope.report import Report, source_info
 
 from ..finish import Imported, finish
-from .csv_launches import read_csv_launches, unit_scale
+from .csv_launches import TRUNCATED, read_csv_launches, unit_scale
 from .metrics import (
     EXTRA_METRICS,
     FLOP_CONVENTION,
@@ -107,7 +107,7 @@ def read_ncu_csv(path: str | Path, *, device: DeviceSpec | None = None) -> Repor
     """Read ``ncu --csv`` output (details/long or ``--page raw``/wide)."""
     launches, warnings, shape = read_csv_launches(path)
     tool = {"kind": "ncu-csv", "tool": "ncu", "tool_version": None, "csv_shape": shape}
-    return _build(path, launches, warnings, tool, device)
+    return _build(path, launches, warnings, tool, device, partial=any(w.startswith(TRUNCATED) for w in warnings))
 
 
 # ------------------------------------------------------------------------------ .ncu-rep
@@ -168,7 +168,7 @@ def _nvtx_stack(action: Any) -> list[str]:
 
 # ------------------------------------------------------------------------------ report
 def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: dict[str, Any],
-           device: DeviceSpec | None) -> Report:
+           device: DeviceSpec | None, *, partial: bool = False) -> Report:
     rows = pd.DataFrame([launch_row(x) for x in launches])
     for column in NUMERIC_EXTRAS:
         rows[column] = pd.to_numeric(rows[column], errors="coerce").astype("float64")
@@ -196,7 +196,7 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
         "params": params,
         "warnings": warnings,
         "unavailable_metrics": _unavailable(rows),
-        "partial": bool(dropped),
+        "partial": bool(dropped) or partial,
     }
     return finish(Imported({"kernels": kernels, "ranges": ranges}, manifest, spec, origin=str(path)))
 
