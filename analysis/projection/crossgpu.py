@@ -210,11 +210,13 @@ def project_rows(rows: pd.DataFrame, source: Roofs, target: Roofs) -> pd.DataFra
     out["rule"] = proj["rule"].to_numpy()
     f, b = rows["flops"].to_numpy(np.float64), rows["bytes"].to_numpy(np.float64)
     ps, pt = source.peak(prec), target.peak(prec)
+    bw_src = float(source.bytes_per_s) if source.bytes_per_s else np.nan
+    bw_tgt = float(target.bytes_per_s) if target.bytes_per_s else np.nan
     with np.errstate(divide="ignore", invalid="ignore"):
-        memory = (b / source.bytes_per_s) >= (f / ps)
-        ratio = np.where(memory, source.bytes_per_s / target.bytes_per_s, ps / pt)
+        memory = (b / bw_src) >= (f / ps)
+        ratio = np.where(memory, bw_src / bw_tgt, ps / pt)
         out["pred_ratio_s"] = rows["t_src_s"].to_numpy() * ratio
-        out["pred_roof_s"] = np.maximum(f / pt, b / target.bytes_per_s)
+        out["pred_roof_s"] = np.maximum(f / pt, b / bw_tgt)
         for m in ("model", "ratio", "roof"):
             out[f"err_{m}_pct"] = np.abs(out[f"pred_{m}_s"] - out["t_tgt_s"]) / out["t_tgt_s"] * 100.0
     return out

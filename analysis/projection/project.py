@@ -342,6 +342,7 @@ def project(report: Report, question: Question) -> Report:
     launch = launch_times_ns(k, report.api)
     step_pos = step_of(launch, steps) if len(steps) else np.full(len(k), -1, np.int64)
     warnings: list[str] = []
+    prompt: int | None
     if question.changes_shapes:
         batch, prompt, gen = _measured_dims(report)
         olds, news = _step_dims(steps, batch, prompt, gen, question)
@@ -402,10 +403,10 @@ def project(report: Report, question: Question) -> Report:
         new_steps["duration_ns"] = new_steps["end_ns"] - new_steps["start_ns"]
         n = len(steps)
         hit = step_pos >= 0
-        p = step_pos[hit]
-        old_kf = np.bincount(p, weights=np.nan_to_num(k["flops"].to_numpy(np.float64, na_value=np.nan)[hit]), minlength=n)
-        new_kf = np.bincount(p, weights=np.nan_to_num(new_f[hit]), minlength=n)
-        ktime = np.bincount(p, weights=new_dur[hit], minlength=n)
+        pos = step_pos[hit]
+        old_kf = np.bincount(pos, weights=np.nan_to_num(k["flops"].to_numpy(np.float64, na_value=np.nan)[hit]), minlength=n)
+        new_kf = np.bincount(pos, weights=np.nan_to_num(new_f[hit]), minlength=n)
+        ktime = np.bincount(pos, weights=new_dur[hit], minlength=n)
         new_steps["kernel_time_ns"] = pd.array(np.round(ktime).astype(np.int64), dtype="Int64")
         new_steps["kernel_flops"] = np.where(new_kf > 0, new_kf, np.nan)
         if question.changes_shapes:
@@ -464,7 +465,7 @@ def project(report: Report, question: Question) -> Report:
     gen_new = question.gen_len or int(gen or 1)
     requests = _rebuild_requests(report.requests, steps, new_steps, batch_new, gen_new) if len(steps) else report.requests
     shape = None
-    if question.changes_shapes:
+    if question.changes_shapes and prompt is not None:  # _measured_dims gave the prompt (or raised)
         np_ = question.prompt_len or int(prompt)
         shape = (int(batch), int(prompt), batch_new, np_, question.context if question.context is not None else np_)
     su, ru = _scale_unprofiled(report, ratio, batch_new, gen_new, shape)

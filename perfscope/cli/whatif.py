@@ -3,6 +3,7 @@ prompt, context or dtype (several values per flag make a sweep); docs/whatif.md 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -12,7 +13,7 @@ from perfscope.format import duration, pct, si
 from ._common import echo_json
 
 
-def _ints(flag: str):
+def _ints(flag: str) -> Callable[[click.Context, click.Parameter, str | None], list[int] | None]:
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
         if value is None:
             return None
@@ -59,7 +60,7 @@ def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len
 
     measured = load(path)
     if draft_len is not None:
-        table = speculative_sweep(measured, draft_len, gpu=(gpu or [None])[0])
+        table = speculative_sweep(measured, draft_len, gpu=gpu[0] if gpu else None)
         if as_json:
             echo_json(table.to_dict())
         else:
