@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .operators import OpInputs, Shape, itemsize, numel
+from .base import OpInputs, Shape, itemsize, numel
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .args import StepAttention, int_arg
-from .operators import OpCost, OpInputs, Shape, itemsize
+from .base import OpCost, OpInputs, Shape, itemsize
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from .args import (
     tensor_arg,
     tensor_args,
 )
-from .attention import FLASHINFER_RUN, FRAMEWORK_SIGNATURES, Heads, by_name, framework_attention
+from .attention import FLASHINFER_RUN, FRAMEWORK_SIGNATURES, Heads, framework_attention
 from .attention import attention_cost as shaped_attention
-from .operators import OpCost, OpInputs, Shape, itemsize, numel
+from .base import OpCost, OpInputs, Shape, itemsize, numel
 from .quantized import (
     GPT_OSS_MOE,
     cutlass_scaled_fp4_mm,
@@ -45,7 +45,7 @@ from .quantized import (
 )
 
 __all__ = ["GPT_OSS_MOE", "OpContext", "StepAttention", "attention_cost", "framework_category", "framework_formula",
-           "is_gpt_oss", "kernel_precision", "moe_cost", "needs_step", "step_attention", "storage_bytes"]
+           "is_gpt_oss", "kernel_precision", "moe_cost", "step_attention", "storage_bytes"]
 
 
 # ---------------------------------------------------------------------------- attention
@@ -253,7 +253,7 @@ def inductor_pointwise(name: str, ins: OpInputs) -> OpCost | None:
     it prepares inputs for (:func:`custom_op_names`). A kernel whose
     name lists no op, or a gather (``embedding``, ``index``: its table is not read whole),
     stays missing."""
-    from .operators import ELEMENTWISE, FLOPS_PER_ELEMENT
+    from .base import ELEMENTWISE, FLOPS_PER_ELEMENT
 
     ops = _fused_ops(name.split("::")[-1], ELEMENTWISE | INDUCTOR_FREE | custom_op_names())
     xnumel = next((int_arg(ins, i) for i in range(len(ins.concrete) - 1, -1, -1) if int_arg(ins, i) is not None), None)
@@ -400,17 +400,6 @@ def framework_formula(op: str) -> FrameworkFormula | None:
 
 NEEDS_STEP = frozenset({vllm_unified_attention, paged_attention_ragged, batch_attention})
 """Formulas that need the step's sequence sums (:attr:`OpContext.attention`)."""
-
-
-def needs_step(op: str) -> bool:
-    """True when ``op``'s formula needs the step's sequence sums (also an op priced by its
-    attention name alone: :func:`.attention.by_name` reads the step for varlen inputs)."""
-    if framework_formula(op) in NEEDS_STEP:
-        return True
-    from .operators import formula_of
-
-    found = formula_of(op)
-    return found is not None and found[1] is by_name
 
 
 CATEGORY: dict[Any, str] = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from .args import nbytes_of, tensor_arg, tensor_args
-from .operators import OpCost, OpInputs, itemsize
+from .base import OpCost, OpInputs, itemsize
 
 
 # ---------------------------------------------------------------------------- GEMMs
@@ -16,7 +16,7 @@ def linear_wrapper(name: str, ins: OpInputs) -> OpCost | None:
     ``aiter::gemm_a16w16(A [M,K], B [N,K], bias, out_dtype, ...)``: ``aten::linear``'s
     formula (``2·M·N·K``; x, weight, bias read, output written), from their schemas
     (vllm/model_executor/layers/utils.py, aiter/ops/gemm_op_a16w16.py)."""
-    from .operators import _gemm
+    from .base import _gemm
 
     return _gemm("linear", ins)
 

@@ -29,7 +29,7 @@ from perfscope.errors import UsageError
 from perfscope.report import Report, source_info
 from perfscope.schema import column_codes
 
-from ..costs.operators import itemsize
+from ..costs.base import itemsize
 from ..costs.roofline import classify_conformed
 from ..steps import launch_times_ns, step_of
 from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, recost

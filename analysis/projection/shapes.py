@@ -29,7 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..costs.operators import ATTENTION, base_name, op_cost
+from ..costs.base import ATTENTION
+from ..costs.operators import base_name, op_cost
 
 TORCH_DTYPES = {"bf16": "c10::BFloat16", "bfloat16": "c10::BFloat16", "fp16": "c10::Half", "float16": "c10::Half",
                 "half": "c10::Half", "fp32": "float", "float32": "float", "fp8": "c10::Float8_e4m3fn",

@@ -18,8 +18,7 @@ from perfscope.analysis.costs.attention import (
     pairs_of,
     says_attention,
 )
-from perfscope.analysis.costs.framework import needs_step
-from perfscope.analysis.costs.operators import category_of, has_formula, op_cost
+from perfscope.analysis.costs.operators import category_of, has_formula, needs_step, op_cost
 
 BF16 = "c10::BFloat16"
 

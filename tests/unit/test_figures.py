@@ -215,7 +215,8 @@ def test_merged_points_respect_filters_exactly(hta: Report) -> None:
 
 def test_every_kernel_category_has_its_own_colour() -> None:
     """reduction and softmax once fell back to the colour of 'other' (three browns in one legend)."""
-    from perfscope.analysis.costs.operators import CATEGORIES, category_of
+    from perfscope.analysis.costs.base import CATEGORIES
+    from perfscope.analysis.costs.operators import category_of
     from perfscope.dashboard.style import CATEGORY_COLORS
 
     samples = [("mm", None), ("scaled_dot_product_attention", None), (None, "ncclKernel_AllReduce"),

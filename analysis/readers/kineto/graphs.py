@@ -57,8 +57,8 @@ import numpy as np
 import pandas as pd
 
 from ...costs.args import OpContext, StepAttention, step_attention
-from ...costs.framework import needs_step
-from ...costs.operators import ATTENTION, CATEGORY_OF, base_name, category_of, op_cost
+from ...costs.base import ATTENTION, CATEGORY_OF
+from ...costs.operators import base_name, category_of, needs_step, op_cost
 from ...tree import PHASES
 from .capture import SOURCE as CAPTURE_SOURCE
 from .capture import CaptureLoader, CaptureSet, join_graph, step_batch

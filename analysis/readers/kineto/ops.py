@@ -22,8 +22,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...costs.framework import OpContext, kernel_precision, needs_step, step_attention
-from ...costs.operators import COMPOSITE_WHEN_PARENT, base_name, category_of, has_formula, op_cost
+from ...costs.framework import OpContext, kernel_precision, step_attention
+from ...costs.operators import (
+    COMPOSITE_WHEN_PARENT,
+    base_name,
+    category_of,
+    has_formula,
+    needs_step,
+    op_cost,
+)
 from ...tree import Nesting, nest
 from .parse import ParsedTrace, clean_text
 
@@ -147,7 +154,7 @@ def _json(v: Any) -> str | None:
 
 
 def _first_dtype(types: Any) -> str | None:
-    from ...costs.operators import DTYPE_NAMES
+    from ...costs.base import DTYPE_NAMES
 
     if isinstance(types, list):
         for t in types:

@@ -512,8 +512,7 @@ def missing_formulas_warning(kernels: pd.DataFrame) -> list[str]:
     """The warnings naming the uncosted ops, each with why: no formula, no shapes recorded
     (``record_shapes`` off), no step annotation (attention of a framework), or shapes that do
     not fit. Collectives costed in bytes only (FLOPs undefined) are not listed."""
-    from ...costs.framework import needs_step
-    from ...costs.operators import has_formula
+    from ...costs.operators import has_formula, needs_step
 
     groups = _uncosted(kernels)
     if groups is None:
