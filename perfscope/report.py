@@ -13,6 +13,8 @@ Folder layout (see DESIGN.md)::
       steps.parquet        engine steps (prefill / decode) of the profiled run
       requests_unprofiled.parquet, steps_unprofiled.parquet
                            the same workload run warm without the profiler (headline metrics)
+      memory.parquet       allocations and frees over time (docs/memory.md)
+      gauges.parquet       a load test's server gauges scraped from /metrics
       raw/                 the raw capture it was built from, when kept
       report.html          the standalone HTML report, when rendered
 
@@ -90,6 +92,8 @@ class Report:
     steps: pd.DataFrame = field(default_factory=lambda: empty_table("steps"))
     requests_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("requests_unprofiled"))
     steps_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("steps_unprofiled"))
+    memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
+    gauges: pd.DataFrame = field(default_factory=lambda: empty_table("gauges"))
     path: Path | None = None
 
     # ---------------------------------------------------------------- construction

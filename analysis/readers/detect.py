@@ -27,13 +27,16 @@ READERS: dict[str, str] = {
     "ncu-rep": "perfscope.analysis.readers.ncu.reader",
     "ncu-csv": "perfscope.analysis.readers.ncu.reader",
     "nvml": "perfscope.analysis.readers.nvml",
+    "memory-snapshot": "perfscope.analysis.readers.snapshot",
+    "memory-timeline": "perfscope.analysis.readers.memory_timeline",
 }
 """Format name -> module with ``read(path, *, device=None) -> Report`` (``read_nsys_rep`` etc.
 are chosen inside the module by the format name when one module serves several)."""
 
 SUPPORTED = (
     "PyTorch/Kineto trace (.json, .json.gz), Nsight Systems SQLite export (.sqlite) or "
-    ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet)"
+    ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet), CUDA memory snapshot (.pickle), "
+    "torch.profiler export_memory_timeline (.json)"
 )
 
 
@@ -87,7 +90,13 @@ def detect_format(path: str | Path) -> str:
             return "nvml"
         raise InputFormatError(p, "is a Parquet file but not NVML samples (no t_ns, device and metric columns)",
                                hint="report tables are read as a folder: give the NAME.perfscope folder")
+    from .snapshot import looks_like_pickle
+
+    if looks_like_pickle(head):
+        return "memory-snapshot"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"[" and text[1:].lstrip()[:1] == b"[":
+        return "memory-timeline"
     if text[:1] in (b"{", b"["):
         return "kineto"
     if b'"ID","Process ID"' in head or b"==PROF==" in head or b'"Kernel Name"' in head:

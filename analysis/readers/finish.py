@@ -28,6 +28,7 @@ from perfscope.report import Report
 from perfscope.schema import conform
 
 from ..costs.roofline import classify_conformed
+from ..memory import with_steps
 from ..steps import with_framework_steps
 
 
@@ -71,6 +72,8 @@ def finish(imported: Imported) -> Report:
     tables, notes = with_framework_steps(tables)
     if "steps" in tables and "steps" not in imported.tables:
         tables["steps"] = conform(tables["steps"], "steps", source=imported.origin)
+    if "memory" in tables and "steps" in tables:
+        tables["memory"] = with_steps(tables["memory"], tables["steps"])
     if "kernels" in tables:
         tables["kernels"] = classify_conformed(tables["kernels"], imported.device)
     # the roofs the kernels were classified against are the report's device, by construction

@@ -33,6 +33,7 @@ from ...tree import PHASES
 from ..finish import Imported, finish
 from .capture import CaptureLoader
 from .graphs import Kernels, graph_costs
+from .memory_events import memory_table
 from .modules import module_ranges
 from .ops import (
     ANN,
@@ -129,6 +130,8 @@ def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None) -> t
         "transfers": _transfers(trace, base, nodes),
         "api": _api(nodes),
     }
+    if trace.count("mem"):
+        tables["memory"] = memory_table(trace.cols.get("mem"), base, nodes, tables["ranges"])
     del nodes  # before the text columns take their final (larger) form
     return {name: _text_columns(df) for name, df in tables.items()}, warnings
 
