@@ -32,6 +32,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.compare", "compare"),
     ("perfscope.cli.dashboard", "dashboard"),
     ("perfscope.cli.export", "export"),
+    ("perfscope.cli.capacity", "capacity"),
 )
 
 
