@@ -384,3 +384,11 @@ def render_capacity(doc: dict[str, Any]) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows] + ["", doc["finding"]] + list(c["notes"])
     return "\n".join(lines) + "\n"
+
+
+
+def replace_source(c: Capacity, text: str) -> Capacity:
+    """``c`` with its activation source said."""
+    from dataclasses import replace
+
+    return replace(c, activation_source=text)

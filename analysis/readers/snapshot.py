@@ -355,7 +355,8 @@ def _device_table(dev_index: int, cols: list[list[Any]], segs: list[dict[str, An
                    reserved_start=reserved_end - seg_net)
     df = timeline(ev, "snapshot")
     live_end = set(df.loc[(df["action"] == "alloc") & df["free_t_ns"].isna(), "addr"].tolist())
-    dumped = {b[0] for b in live_blocks}
+    dumped = {_num(b.get("address")) for sg in segs for b in sg.get("blocks") or []
+              if isinstance(b, dict) and b.get("state") == "active_allocated"}
     if not windowed and live_end != dumped:
         warnings.append(f"cuda:{dev_index}: {len(live_end ^ dumped)} block(s) live at the end of the replay and "
                         "live at the dump differ: the record lost events")
