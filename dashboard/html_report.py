@@ -28,7 +28,7 @@ from perfscope._version import __version__
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.analysis.summaries.compare import name_view, phase_view
 from perfscope.errors import OutputExistsError
-from perfscope.format import column_label, dumps, evidence_rows, labelled_rows
+from perfscope.format import column_label, dumps, evidence_rows, labelled_rows, nbytes
 from perfscope.report import Report
 
 from . import figures, views
@@ -170,6 +170,7 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
                       + page.figure(figures.roofline(report, per="name"), "roofline per name"), "roofline"),
              _section("Timeline", page.figure(figures.timeline(report, max_items=timeline_max_items), "timeline"),
                       "timeline")]
+    parts.append(_memory(page, report))
     extra = [figures.phase_breakdown(report), figures.step_times(report),
              figures.latency_distributions(report), figures.counters(report)]
     shown = [f for f in extra if not (f.layout.meta or {}).get("empty")]
@@ -180,6 +181,26 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
     parts.append(_loadtest(page, report))
     parts.append(_ranks(page, report))
     return "".join(parts)
+
+
+def _memory(page: _Page, report: Report) -> str:
+    """The memory track (under the timeline), the peak and what held it, the capacity section and
+    the server's gauges beside the latencies."""
+    from perfscope.analysis.summaries.memory import capacity_section, peaks
+
+    body = ""
+    if len(report.memory):
+        body += page.figure(figures.memory_timeline(report), "memory")
+        rows = [{"device": p["device"], "peak": nbytes(p["peak_allocated_bytes"]),
+                 **{k: nbytes(v) for k, v in p["by_category"].items()}} for p in peaks(report)]
+        body += _table(page, pd.DataFrame(rows), "held at the peak, by category (fragmentation: reserved "
+                       "but unallocated)", "Memory peak")
+    sec = capacity_section(report)
+    if sec is not None:
+        body += f"<p>{esc(sec['finding'])}</p>"
+    if len(report.gauges):
+        body += page.figure(figures.gauges_beside_latency(report), "gauges")
+    return _section("Memory", body, "memory") if body else ""
 
 
 def _ranks(page: _Page, report: Report) -> str:

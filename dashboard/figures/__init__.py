@@ -16,6 +16,7 @@ from ..style import BOUND_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from .compare import COMPARE_TOP, compare
 from .counters import counters
 from .latency import latency_distributions
+from .memory import gauges_beside_latency, memory_timeline
 from .messages import message_figure
 from .phases import phase_breakdown, step_times
 from .roofline import roofline
@@ -28,7 +29,9 @@ __all__ = [
     "PHASE_SYMBOLS",
     "compare",
     "counters",
+    "gauges_beside_latency",
     "latency_distributions",
+    "memory_timeline",
     "message_figure",
     "phase_breakdown",
     "roofline",

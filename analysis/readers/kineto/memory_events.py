@@ -57,7 +57,9 @@ def memory_table(mem: Mapping[str, np.ndarray] | None, base: int, nodes: CpuNode
         nbytes = cols["mbytes"][sel]
         ev = MemEvents(device=dev, t_ns=t_ns[sel], action=np.where(nbytes >= 0, ALLOC, FREE).astype("int8"),
                        size=np.abs(nbytes), addr=cols["addr"][sel], op=ops[sel], module=modules[sel], hint=hints[sel],
-                       total_allocated=cols["total_alloc"][sel], total_reserved=cols["total_res"][sel],
+                       total_allocated=cols["total_alloc"][sel],
+                       # torch's CPU allocator reserves nothing of its own: its Total Reserved is always 0
+                       total_reserved=None if dev == "cpu" else cols["total_res"][sel],
                        preexisting=[k[:6] for k in known if k[6] == dev], known_in_totals=known_in_totals)
         out.append(timeline(ev, "kineto"))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
