@@ -4,6 +4,8 @@ and the server's gauges beside the requests' TTFT (a load test with ``--metrics`
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -43,7 +45,7 @@ def _thin(n: int, values: np.ndarray) -> np.ndarray:
     if n <= MAX_POINTS:
         return np.arange(n)
     bins = np.linspace(0, n, MAX_POINTS + 1).astype(int)
-    keep = [lo + int(np.nanargmax(values[lo:hi])) for lo, hi in zip(bins[:-1], bins[1:], strict=True) if hi > lo]
+    keep = [lo + int(np.nanargmax(values[lo:hi])) for lo, hi in itertools.pairwise(bins) if hi > lo]
     return np.unique(np.concatenate([keep, [0, n - 1]]))
 
 
