@@ -191,10 +191,12 @@ def _memory(page: _Page, report: Report) -> str:
     body = ""
     if len(report.memory):
         body += page.figure(figures.memory_timeline(report), "memory")
+        cats = [c for p in peaks(report) for c in p["by_category"]]
         rows = [{"device": p["device"], "peak": nbytes(p["peak_allocated_bytes"]),
-                 **{k: nbytes(v) for k, v in p["by_category"].items()}} for p in peaks(report)]
-        body += _table(page, pd.DataFrame(rows), "held at the peak, by category (fragmentation: reserved "
-                       "but unallocated)", "Memory peak")
+                 **{c: nbytes(p["by_category"][c]) if c in p["by_category"] else "" for c in dict.fromkeys(cats)}}
+                for p in peaks(report)]
+        body += ("<h3>Memory peak</h3><p class=\"muted\">held at the peak, by category (fragmentation: reserved "
+                 "but unallocated)</p>" + _dict_rows(rows))
     sec = capacity_section(report)
     if sec is not None:
         body += f"<p>{esc(sec['finding'])}</p>"

@@ -4,6 +4,7 @@ summary beside the latencies."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,9 @@ def by_category(report: Report, device: str, t_ns: int) -> dict[str, float]:
     dev = mem[(mem["device"] == device) & (mem["t_ns"] <= t_ns)]
     if len(dev):
         row = dev.iloc[-1]
-        reserved, allocated = float(row["reserved_bytes"]), float(row["allocated_bytes"])
-        if np.isfinite(reserved) and reserved > 0:
+        reserved = float(row["reserved_bytes"]) if pd.notna(row["reserved_bytes"]) else math.nan
+        allocated = float(row["allocated_bytes"]) if pd.notna(row["allocated_bytes"]) else math.nan
+        if np.isfinite(reserved) and np.isfinite(allocated) and reserved > 0:
             out["fragmentation"] = reserved - allocated
     return out
 
