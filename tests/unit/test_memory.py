@@ -112,8 +112,11 @@ def test_mi300x_kineto_memory_equals_total_allocated(fixtures_dir: Path) -> None
         got = mem[mem["device"] == device]
         np.testing.assert_array_equal(got["allocated_bytes"].to_numpy("float64"),
                                       np.array([w[2] for w in want], dtype="float64"))
-        assert got["reserved_bytes"].max() == max(e["args"]["Total Reserved"] for e in raw
-                                                  if e["args"]["Device Type"] == dev_type)
+        if device == "cpu":  # torch's CPU allocator reserves nothing: its Total Reserved is 0, kept missing
+            assert got["reserved_bytes"].isna().all()
+        else:
+            assert got["reserved_bytes"].max() == max(e["args"]["Total Reserved"] for e in raw
+                                                      if e["args"]["Device Type"] == dev_type)
     gpu = mem[mem["device"] == "cuda:0"]
     allocs = gpu[gpu["action"] == "alloc"]
     assert allocs["op"].notna().mean() > 0.9 and allocs["module"].notna().any()
