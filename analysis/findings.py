@@ -22,7 +22,7 @@ from perfscope.errors import UsageError
 from perfscope.report import Report
 from perfscope.vocab import is_amd, speak
 
-from .rules import kernels, levels, llm, occupancy, sources, steps, timeline, transfers
+from .rules import kernels, levels, llm, memory, occupancy, sources, steps, timeline, transfers
 from .rules._base import SEVERITIES, Finding
 from .rules.ranks import rank_findings
 
@@ -56,6 +56,9 @@ RULES: dict[str, Rule] = {
     "step-idle": steps.step_idle,
     "mixed-steps": steps.mixed_steps,
     "ranks": rank_findings,
+    "memory-peak": memory.memory_peak,
+    "ttft-gauges": memory.server_gauges,
+    "kv-capacity": memory.kv_capacity,
 }
 """Rule name -> rule. A rule may emit findings under a more specific id (``gpu-idle`` emits
 ``time-outside-ops`` on CPU reports)."""

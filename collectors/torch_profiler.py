@@ -44,11 +44,18 @@ class TorchCapture:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     torch_version: str = ""
+    memory_snapshot: Path | None = None  # CUDA memory snapshot of the run (profile --memory on CUDA)
+    torch_peak_allocated_bytes: float | None = None  # torch.cuda.max_memory_allocated() of the run
 
     @property
     def interrupted(self) -> bool:
         """Ctrl-C (KeyboardInterrupt) stopped the profiled work."""
         return self.error == INTERRUPTED
+
+
+MEMORY_HISTORY_ENTRIES = 1_000_000
+"""Allocator events a CUDA memory history keeps (a ring: older ones drop out); about 0.3 KB each
+without stacks beyond Python's."""
 
 
 def _activities(cuda: bool) -> list[Any]:
@@ -79,11 +86,12 @@ def quiet_native_stderr() -> Iterator[None]:
         os.close(devnull)
 
 
-def start_profiler(cuda: bool, *, with_stack: bool = False) -> Any:
-    """An entered torch.profiler session (shapes recorded); stop it with :func:`stop_profiler`."""
+def start_profiler(cuda: bool, *, with_stack: bool = False, memory: bool = False) -> Any:
+    """An entered torch.profiler session (shapes recorded; ``memory``: ``profile_memory``, every
+    allocation and free as a ``[memory]`` event); stop it with :func:`stop_profiler`."""
     from torch.profiler import profile
 
-    prof = profile(activities=_activities(cuda), record_shapes=True, with_stack=with_stack)
+    prof = profile(activities=_activities(cuda), record_shapes=True, with_stack=with_stack, profile_memory=memory)
     with quiet_native_stderr():
         prof.__enter__()
     return prof
@@ -106,7 +114,7 @@ def _export(prof: Any, out_dir: Path) -> Path:
 
 
 def profile_callable(fn: Callable[[], T], out_dir: Path, *, cuda: bool = False,
-                     with_stack: bool = False) -> tuple[T | None, TorchCapture]:
+                     with_stack: bool = False, memory: bool = False) -> tuple[T | None, TorchCapture]:
     """Run ``fn`` under torch.profiler and export its trace into ``out_dir``.
 
     Returns:
@@ -119,7 +127,12 @@ def profile_callable(fn: Callable[[], T], out_dir: Path, *, cuda: bool = False,
     result: T | None = None
     error: str | None = None
     t0 = time.perf_counter()
-    prof = start_profiler(cuda, with_stack=with_stack)
+    history = memory and cuda
+    if history:  # the allocator's own peak, and its event history for a snapshot
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.memory._record_memory_history(max_entries=MEMORY_HISTORY_ENTRIES)
+    prof = start_profiler(cuda, with_stack=with_stack, memory=memory)
     try:
         result = fn()
     except KeyboardInterrupt:
@@ -131,10 +144,18 @@ def profile_callable(fn: Callable[[], T], out_dir: Path, *, cuda: bool = False,
             torch.cuda.synchronize()
         stop_profiler(prof)
     wall = time.perf_counter() - t0
+    snapshot, peak = None, None
+    if history:
+        peak = float(torch.cuda.max_memory_allocated())
+        out_dir.mkdir(parents=True, exist_ok=True)
+        snapshot = out_dir / "memory_snapshot.pickle"
+        torch.cuda.memory._dump_snapshot(str(snapshot))
+        torch.cuda.memory._record_memory_history(enabled=None)
     path = _export(prof, out_dir)
     warnings = [f"the profiled work stopped early: {error}; the report holds what ran"] if error else []
     return result, TorchCapture(path, wall, cuda, partial=error is not None, error=error,
-                                warnings=warnings, torch_version=torch.__version__)
+                                warnings=warnings, torch_version=torch.__version__, memory_snapshot=snapshot,
+                                torch_peak_allocated_bytes=peak)
 
 
 def script_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:

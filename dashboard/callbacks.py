@@ -288,6 +288,31 @@ def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
 
 
 @checked
+def on_memory(store: ReportStore, key: str | None, tab: str) -> Any:
+    """The memory track under the timeline."""
+    return NO if _skip(tab, "timeline") or not key else figures.memory_timeline(store.load(key))
+
+
+@checked
+def on_memory_click(store: ReportStore, key: str | None, click: Any) -> Any:
+    """What was live at the clicked point of the memory track (largest first)."""
+    from perfscope.analysis.summaries.memory import live_at
+    from perfscope.format import nbytes
+
+    point = ((click or {}).get("points") or [{}])[0]
+    custom = point.get("customdata")
+    if not key or not custom:
+        return "click a point of the memory track to list what was live"
+    device, t_ns = str(custom[0]), int(custom[1])
+    live = live_at(store.load(key), device, t_ns)
+    head = f"{len(live)} allocation(s) live on {device}, {nbytes(float(live['size_bytes'].sum()))}"
+    rows = [html.Tr([html.Td(nbytes(float(r.size_bytes))), html.Td(str(r.category)), html.Td(str(r.op or "")),
+                     html.Td(str(r.module or r.source or ""))]) for r in live.head(25).itertuples()]
+    return html.Div([html.P(head), html.Table([html.Tr([html.Th(h) for h in ("bytes", "category", "op",
+                                                                             "module / source")]), *rows])])
+
+
+@checked
 def on_counters(store: ReportStore, key: str | None, tab: str) -> Any:
     """NVML counters."""
     return NO if _skip(tab, "counters") or not key else figures.counters(store.load(key))
@@ -443,6 +468,10 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
         _guard(lambda *a: on_load(store, *a), "text"))
     cb(Output(ids.COUNTERS, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_counters(store, *a), "figure"))
+    cb(Output(ids.MEMORY, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
+        _guard(lambda *a: on_memory(store, *a), "figure"))
+    cb(Output(ids.MEMORY_LIVE, "children"), Input(ids.REPORT, "value"), Input(ids.MEMORY, "clickData"))(
+        _guard(lambda *a: on_memory_click(store, *a), "text"))
     cb(Output(ids.TREE_PHASE, "options"), Output(ids.TREE_PHASE, "value"), Input(ids.REPORT, "value"))(
         _guard(lambda key: on_tree_phases(store, key), "-", "-"))
     cb(Output(ids.TREE_FIGURE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),

@@ -27,7 +27,7 @@ from perfscope._version import __version__
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.analysis.summaries.compare import name_view, phase_view
 from perfscope.errors import OutputExistsError
-from perfscope.format import column_label, dumps, evidence_rows
+from perfscope.format import column_label, dumps, evidence_rows, nbytes
 from perfscope.report import Report
 
 from . import figures, views
@@ -191,6 +191,7 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
     if views.has_device_work(report):
         parts.append(_section("Timeline", page.figure(figures.timeline(report, max_items=timeline_max_items),
                                                       "timeline"), "timeline"))
+    parts.append(_memory(page, report))
     extra = [figures.phase_breakdown(report), figures.step_times(report),
              figures.latency_distributions(report), figures.counters(report)]
     shown = [f for f in extra if not (f.layout.meta or {}).get("empty")]
@@ -210,6 +211,28 @@ def _idle(page: _Page, report: Report) -> str:
     if not len(idle_of(report)):
         return ""
     return _section("Why the GPU waits", page.figure(figures.idle_causes(report), "idle causes"), "idle")
+
+
+def _memory(page: _Page, report: Report) -> str:
+    """The memory track (under the timeline), the peak and what held it, the capacity section and
+    the server's gauges beside the latencies."""
+    from perfscope.analysis.summaries.memory import capacity_section, peaks
+
+    body = ""
+    if len(report.memory):
+        body += page.figure(figures.memory_timeline(report), "memory")
+        cats = [c for p in peaks(report) for c in p["by_category"]]
+        rows = [{"device": p["device"], "peak": nbytes(p["peak_allocated_bytes"]),
+                 **{c: nbytes(p["by_category"][c]) if c in p["by_category"] else "" for c in dict.fromkeys(cats)}}
+                for p in peaks(report)]
+        body += ("<h3>Memory peak</h3><p class=\"muted\">held at the peak, by category (fragmentation: reserved "
+                 "but unallocated)</p>" + _dict_rows(rows))
+    sec = capacity_section(report)
+    if sec is not None:
+        body += f"<p>{esc(sec['finding'])}</p>"
+    if len(report.gauges):
+        body += page.figure(figures.gauges_beside_latency(report), "gauges")
+    return _section("Memory", body, "memory") if body else ""
 
 
 def _ranks(page: _Page, report: Report) -> str:

@@ -38,6 +38,8 @@ LOAD_FIGURES = "load-figures"  # perfscope loadtest reports: figures_load.load_f
 PHASE_TABLE = "phase-metrics"
 
 COUNTERS = "counters-graph"
+MEMORY = "memory-graph"
+MEMORY_LIVE = "memory-live"
 
 COMPARE_A = "compare-a"
 COMPARE_B = "compare-b"

@@ -14,6 +14,8 @@ Folder layout (see DESIGN.md)::
       requests_unprofiled.parquet, steps_unprofiled.parquet
                            the same workload run warm without the profiler (headline metrics)
       idle.parquet         the device's idle slices, each with its cause (analysis/idle.py)
+      memory.parquet       allocations and frees over time (docs/memory.md)
+      gauges.parquet       a load test's server gauges scraped from /metrics
       raw/                 the raw capture it was built from, when kept
       report.html          the standalone HTML report, when rendered
 
@@ -93,6 +95,8 @@ class Report:
     requests_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("requests_unprofiled"))
     steps_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("steps_unprofiled"))
     idle: pd.DataFrame = field(default_factory=lambda: empty_table("idle"))
+    memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
+    gauges: pd.DataFrame = field(default_factory=lambda: empty_table("gauges"))
     path: Path | None = None
 
     # ---------------------------------------------------------------- construction

@@ -232,6 +232,43 @@ IDLE_COLUMNS = _cols(
     ("window_pct", "float", False, "the slice's share of that window, percent"),
 )
 
+MEMORY_COLUMNS = _cols(
+    ("t_ns", "int", True, "event time on the report's timeline, ns"),
+    ("device", "str", True, "cuda:N or cpu"),
+    ("action", "str", True, "alloc, free (torch's allocated bytes drop), free_completed (the block is reusable), "
+     "segment_alloc / segment_free (reserved memory), oom; a pre-existing allocation is an alloc row at the first "
+     "event with preexisting true"),
+    ("size_bytes", "int", False, "bytes of the allocation (or segment), positive"),
+    ("delta_bytes", "int", False, "change of allocated bytes made by the event (+ alloc, - free, 0 otherwise)"),
+    ("allocated_bytes", "int", False, "bytes allocated on the device after the event"),
+    ("reserved_bytes", "int", False, "bytes reserved by the caching allocator after the event (None: not recorded)"),
+    ("addr", "int", False, "address of the block"),
+    ("stream", "int", False, "CUDA stream of the block"),
+    ("alloc_id", "int", False, "the allocation an alloc and its free rows share"),
+    ("alloc_t_ns", "int", False, "free rows: when the allocation was made (None: before the record)"),
+    ("free_t_ns", "int", False, "alloc rows: when it was freed (None: still live at the end)"),
+    ("preexisting", "bool", False, "allocated before the record began (from the snapshot's segments or a free "
+     "without its alloc)"),
+    ("op", "str", False, "operator that made the allocation (aten::mm, ...)"),
+    ("module", "str", False, "nn.Module path around it"),
+    ("source", "str", False, "innermost user source line, 'file.py:line function' (snapshot frames)"),
+    ("category", "str", False, "weights, kv_cache, activations, workspace, optimizer, gradient, cuda_graph_pool, "
+     "unknown (docs/memory.md: the rules)"),
+    ("category_rule", "str", False, "the rule that gave the category"),
+    ("phase", "str", False, "prefill, decode, ... of the step around the event"),
+    ("step", "int", False, "the step (steps.parquet) around the event"),
+    ("memory_source", "str", False, "kineto, snapshot, memory_timeline (torch.profiler export_memory_timeline)"),
+)
+
+GAUGE_COLUMNS = _cols(
+    ("t_s", "float", True, "scrape time, s from the load test's start (the requests' clock)"),
+    ("metric", "str", True, "canonical gauge: kv_cache_usage_pct, requests_running, requests_waiting, "
+     "preemptions_total, prefix_cache_hit_pct, spec_decode_acceptance_pct, ..."),
+    ("value", "float", False, "the value (percentages 0-100; counters cumulative)"),
+    ("server_name", "str", False, "the server's own metric name (vllm:gpu_cache_usage_perc, sglang:token_usage, ...)"),
+    ("labels", "str", False, "the sample's labels as JSON"),
+)
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "kernels": KERNEL_COLUMNS,
     "ranges": RANGE_COLUMNS,
@@ -243,6 +280,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "requests_unprofiled": REQUEST_COLUMNS,
     "steps_unprofiled": STEP_COLUMNS,
     "idle": IDLE_COLUMNS,
+    "memory": MEMORY_COLUMNS,
+    "gauges": GAUGE_COLUMNS,
 }
 """Every table of a Report; each is stored as ``<name>.parquet`` (or a ``<name>/`` dataset).
 

@@ -32,6 +32,8 @@ READERS: dict[str, str] = {
     **{fmt: "perfscope.analysis.readers.rocprof.reader" for fmt in (
         "rocprofv3-csv", "rocprofv3-json", "rocpd", "rocprof-csv", "rocprof-db", "rocprof-json", "rocprof-stats",
         "rocprof-compute")},
+    "memory-snapshot": "perfscope.analysis.readers.snapshot",
+    "memory-timeline": "perfscope.analysis.readers.memory_timeline",
 }
 """Format name -> module with ``read(path, *, device=None) -> Report`` (``read_nsys_rep`` etc.
 are chosen inside the module by the format name when one module serves several)."""
@@ -39,7 +41,8 @@ are chosen inside the module by the format name when one module serves several).
 SUPPORTED = (
     "PyTorch/Kineto trace (.json, .json.gz), Nsight Systems SQLite export (.sqlite) or "
     ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet), rocprofv3 output (CSV run, *_results.json, "
-    "rocpd *_results.db), rocprof v1/v2 results.csv/.db/.json, a rocprof-compute workload folder"
+    "rocpd *_results.db), rocprof v1/v2 results.csv/.db/.json, a rocprof-compute workload folder, CUDA memory snapshot (.pickle), "
+    "torch.profiler export_memory_timeline (.json)"
 )
 
 
@@ -99,7 +102,13 @@ def detect_format(path: str | Path) -> str:
             return "nvml"
         raise InputFormatError(p, "is a Parquet file but not NVML samples (no t_ns, device and metric columns)",
                                hint="report tables are read as a folder: give the NAME.perfscope folder")
+    from .snapshot import looks_like_pickle
+
+    if looks_like_pickle(head):
+        return "memory-snapshot"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"[" and text[1:].lstrip()[:1] == b"[":
+        return "memory-timeline"
     if text[:1] in (b"{", b"["):
         return "kineto"
     if b'"ID","Process ID"' in head or b"==PROF==" in head or b'"Kernel Name"' in head:

@@ -30,6 +30,7 @@ from perfscope.schema import conform
 
 from ..costs.roofline import classify_conformed
 from ..idle import idle_rows
+from ..memory import with_steps as memory_with_steps
 from ..steps import PROPOSAL_PREFIX, StepRule, with_framework_steps
 
 
@@ -74,6 +75,8 @@ def finish(imported: Imported, steps: StepRule | None = None) -> Report:
     tables, notes = with_framework_steps(tables, steps)
     if "steps" in tables and "steps" not in imported.tables:
         tables["steps"] = conform(tables["steps"], "steps", source=imported.origin)
+    if "memory" in tables and "steps" in tables:
+        tables["memory"] = memory_with_steps(tables["memory"], tables["steps"])
     if "kernels" in tables:
         tables["kernels"] = classify_conformed(tables["kernels"], imported.device)
     # the roofs the kernels were classified against are the report's device, by construction

@@ -208,6 +208,25 @@ def _idle_slices(report: Report | LeanReport) -> _Slices | None:
     return s
 
 
+def _memory_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The memory timeline as counter tracks: allocated and reserved bytes per device."""
+    m = getattr(report, "memory", None)
+    out: list[tuple[str, np.ndarray, np.ndarray]] = []
+    if m is None or not len(m) or "allocated_bytes" not in m:
+        return out
+    dev = m["device"].astype("object").fillna("?").astype(str)
+    t = m["t_ns"].to_numpy("int64")
+    for d in sorted(dev.unique()):
+        rows = (dev == d).to_numpy()
+        for col in ("allocated_bytes", "reserved_bytes"):
+            if col in m:
+                v = _num(m, col)[rows]
+                ok = ~np.isnan(v)
+                if ok.any():
+                    out.append((f"{d} memory {col}", t[rows][ok], v[ok]))
+    return out
+
+
 def _all_slices(report: Report | LeanReport) -> list[_Slices]:
     parts: list[_Slices | None] = [_kernel_slices(report) if len(report.kernels) else None,
                                    _range_slices(report), _api_slices(report), *_step_slices(report),
@@ -571,6 +590,7 @@ class LeanReport:
     requests: pd.DataFrame
     params: dict[str, Any]
     idle: pd.DataFrame = field(default_factory=pd.DataFrame)
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 LEAN_COLUMNS = {
@@ -583,6 +603,7 @@ LEAN_COLUMNS = {
     "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label", "start_s", "end_s", "run",
               "generate_call"),
     "counters": ("t_ns", "device", *COUNTER_METRICS),
+    "memory": ("t_ns", "device", "allocated_bytes", "reserved_bytes"),
     "requests": ("request_id", "run", "generate_call", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
                  "scheduled_s", "arrival_s", "admitted_s", "first_token_s", "end_s", "dispatch_delay_s", "status",
                  "error", "http_status", "finish_reason"),
@@ -639,7 +660,8 @@ def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
     kernels, ranges, api, steps, counters, requests = (
         _lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters", "requests"))
     return LeanReport(name, device, kernels, ranges, api, steps, counters, requests,
-                      params={"loadtest": {"runs": runs}} if runs else {}, idle=_lean_table(path, "idle"))
+                      params={"loadtest": {"runs": runs}} if runs else {}, idle=_lean_table(path, "idle"),
+                      memory=_lean_table(path, "memory"))
 
 
 # ---------------------------------------------------------------- entry point
@@ -648,6 +670,9 @@ def _origin(report: Report | LeanReport, tree: _Tree | None) -> int:
               if len(df) and "start_ns" in df]
     if len(report.counters):
         starts.append(int(report.counters["t_ns"].min()))
+    mem = getattr(report, "memory", None)
+    if mem is not None and len(mem) and "t_ns" in mem:
+        starts.append(int(mem["t_ns"].min()))
     if tree is not None:
         starts.append(int(tree.slices.start.min()))
     return min(starts) if starts else 0
@@ -663,7 +688,7 @@ def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: 
         stats.request_lanes = tree.lanes
         stats.slices["request"] = tree.blocks
         stats.slices["request part"] = len(tree.depth) - tree.blocks
-    for name, t, v in _counter_series(report):
+    for name, t, v in [*_counter_series(report), *_memory_series(report)]:
         stats.counter_samples += writer.counters(name, t, v)
 
 

@@ -17,6 +17,7 @@ from .compare import COMPARE_TOP, compare
 from .counters import counters
 from .idle import idle_causes
 from .latency import latency_distributions
+from .memory import gauges_beside_latency, memory_timeline
 from .messages import message_figure
 from .phases import phase_breakdown, step_times
 from .roofline import roofline
@@ -29,8 +30,10 @@ __all__ = [
     "PHASE_SYMBOLS",
     "compare",
     "counters",
+    "gauges_beside_latency",
     "idle_causes",
     "latency_distributions",
+    "memory_timeline",
     "message_figure",
     "phase_breakdown",
     "roofline",

@@ -34,6 +34,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("perfscope.cli.dashboard", "dashboard"),
     ("perfscope.cli.export", "export"),
     ("perfscope.cli.whatif", "whatif"),
+    ("perfscope.cli.capacity", "capacity"),
 )
 
 

@@ -44,6 +44,10 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
         from perfscope.analysis.ranks.stats import rank_summary
 
         payload["ranks"] = rank_summary(report)
+    from perfscope.analysis.summaries.memory import capacity_section, memory_payload
+
+    payload["memory"] = memory_payload(report)
+    payload["capacity"] = capacity_section(report)
     from perfscope.analysis.idle import idle_of, idle_overview
 
     payload["idle"] = idle_overview(idle_of(report))  # why the GPU waits, per device (docs/idle.md)
@@ -61,10 +65,12 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
 @click.option("--tree", "show_tree", is_flag=True, help="Print where the time goes: the module -> op -> kernel tree.")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Levels of the tree to show (default: all).")
 @click.option("--phase", default=None, help="The tree of one phase (prefill, decode, ...; default: each phase).")
+@click.option("--memory", "show_memory", is_flag=True, help="Print the memory timeline's summary: the peak per "
+              "device and what held it (category, op, source line), the peak per phase and step, the server's gauges.")
 @click.option("--expand", is_flag=True, help="In the tree, list every instance of repeated layers (Qwen3DecoderLayer_0 "
               "... _35) instead of one collapsed row with their spread.")
 def analyze(path: str, as_json: bool, top: int, show_tree: bool, depth: int | None, phase: str | None,
-            expand: bool) -> None:
+            expand: bool, show_memory: bool = False) -> None:
     """Summarise a report folder, or any trace/export perfscope can import."""
     from perfscope.api import load
     from perfscope.text_report import render_text
@@ -80,6 +86,10 @@ def analyze(path: str, as_json: bool, top: int, show_tree: bool, depth: int | No
         payload = analysis_payload(report, top)
         payload["tree"] = tree_payload(report, phase=phase, depth=depth, expand=expand)
         echo_json(payload)
+    elif show_memory:
+        from perfscope.text_memory import render_memory
+
+        click.echo(render_memory(report), nl=False)
     elif show_tree:
         click.echo(render_tree(report, phase=phase, depth=depth, expand=expand), nl=False)
     else:

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 @click.option("--server-trace-dir", type=click.Path(file_okay=False), default=None,
               help="With --endpoint --profile: where the server writes traces (vLLM's VLLM_TORCH_PROFILER_DIR); "
                    "perfscope serve says it itself.")
+@click.option("--metrics", "scrape_metrics", is_flag=True,
+              help="With --endpoint: scrape the server's Prometheus /metrics (vLLM, SGLang: KV-cache usage, running and "
+                   "waiting requests, preemptions, ...) during the run, into the report's gauges table.")
+@click.option("--metrics-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="With --metrics: seconds between scrapes.")
 @click.option("--burstiness", type=float, default=1.0, show_default=True,
               help="Gamma shape of the arrival gaps (1: Poisson; below 1 burstier).")
 @click.option("--model", default="tiny", show_default=True,
@@ -73,7 +78,8 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
              dtype: str, no_profile: bool, out: str | None, force: bool, no_html: bool, as_json: bool,
              endpoint: str | None = None, api: str = "completions", dataset: str | None = None,
              tokenizer: str | None = None, max_concurrency: int | None = None, timeout_s: float = 120.0,
-             server_profile: bool = False, server_trace_dir: str | None = None, burstiness: float = 1.0) -> None:
+             server_profile: bool = False, server_trace_dir: str | None = None, burstiness: float = 1.0,
+             scrape_metrics: bool = False, metrics_interval: float = 1.0) -> None:
     """Serve a stream of requests with continuous batching and report TTFT, TPOT, ITL, E2E
     percentiles, throughput and goodput, next to the roofline of the same run.
 
@@ -86,10 +92,12 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
                   duration=duration, prompt_len=prompt_len, output_len=output_len, seed=seed, arrivals=arrivals,
                   burstiness=burstiness, max_concurrency=max_concurrency, dataset=dataset, tokenizer=tokenizer,
                   slo=slo, timeout_s=timeout_s, ignore_eos=ignore_eos, profile=server_profile,
-                  trace_dir=server_trace_dir, out=out, force=force, no_html=no_html, as_json=as_json)
+                  trace_dir=server_trace_dir, out=out, force=force, no_html=no_html, as_json=as_json,
+                  metrics=scrape_metrics, metrics_interval=metrics_interval)
         return
     only = {"--dataset": dataset, "--tokenizer": tokenizer, "--max-concurrency": max_concurrency,
-            "--profile": server_profile or None, "--server-trace-dir": server_trace_dir}
+            "--profile": server_profile or None, "--server-trace-dir": server_trace_dir,
+            "--metrics": scrape_metrics or None}
     given = [k for k, v in only.items() if v is not None]
     if given:
         from perfscope.errors import UsageError
@@ -148,7 +156,8 @@ def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_reque
               duration: float | None, prompt_len: str, output_len: str, seed: int, arrivals: str | None,
               burstiness: float, max_concurrency: int | None, dataset: str | None, tokenizer: str | None,
               slo: str | None, timeout_s: float, ignore_eos: bool, profile: bool, trace_dir: str | None,
-              out: str | None, force: bool, no_html: bool, as_json: bool) -> None:
+              out: str | None, force: bool, no_html: bool, as_json: bool, metrics: bool = False,
+              metrics_interval: float = 1.0) -> None:
     import os
 
     from perfscope.analysis.summaries.loadtest import parse_slo
@@ -162,7 +171,8 @@ def _endpoint(*, endpoint: str, api: str, served: str | None, rate: str, n_reque
                       duration_s=duration, prompt_len=prompt_len, output_len=output_len, seed=seed, arrivals=arrivals,
                       burstiness=burstiness, max_concurrency=max_concurrency, dataset=dataset, tokenizer=tokenizer,
                       slo=parse_slo(slo), timeout_s=timeout_s, ignore_eos=ignore_eos,
-                      api_key=os.environ.get("OPENAI_API_KEY"), profile=profile, profile_dir=trace_dir)
+                      api_key=os.environ.get("OPENAI_API_KEY"), profile=profile, profile_dir=trace_dir,
+                      metrics=metrics, metrics_interval_s=metrics_interval)
     run.check()
     written, payload = _write_and_print(lambda advance: run_endpoint_loadtest(run, progress=advance), cli_payload,
                                         3 + len(rates), out=out, force=force, no_html=no_html, as_json=as_json)

@@ -43,6 +43,9 @@ ENGINE_STAGES = 7
 @click.option("--collector", default="torch", show_default=True, type=click.Choice(collector_names()),
               help="Profiler to run: torch (in-process), or a registered collector that runs a COMMAND "
                    "(nsys, ncu: the tool installed; nvml: samples the GPUs while it runs).")
+@click.option("--memory", is_flag=True, help="Record every allocation (torch.profiler profile_memory; on CUDA also the "
+              "allocator's history and a memory snapshot): the report's memory timeline, categories and peak "
+              "(`analyze --memory`). The engine's weights and KV cache are named exactly.")
 @click.option("--nvml", is_flag=True, help="Also sample GPU utilisation, clocks, power and memory with NVML "
               "(with any collector).")
 @click.option("--nvml-rate", default=10.0, show_default=True, type=click.FloatRange(min=0.1, max=100),
@@ -139,7 +142,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
             sampler = nvml_sampler(nvml_rate) if nvml else None
             with sampler if sampler is not None else nullcontext():
                 report = (profile_script(command, device=run.device, progress=advance, baseline=not no_baseline,
-                                         stack=stack)
+                                         stack=stack, memory=run.memory)
                           if command else profile_engine(run, progress=advance, baseline=not no_baseline))
             if sampler is not None:
                 report = attach_counters(report, sampler)

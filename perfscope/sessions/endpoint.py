@@ -53,6 +53,7 @@ from .loadtest import (
     random_prompt_ids,
     sample_lengths,
 )
+from .server_gauges import scraper_rows, start_scraper, with_gauges
 
 Progress = Callable[[str], None]
 APIS = {"completions": "completions", "chat": "chat/completions"}
@@ -99,6 +100,8 @@ class EndpointRun:
     api_key: str | None = None
     profile: bool = False
     profile_dir: str | None = None  # where the server writes its trace (vLLM / SGLang: their profiler dir)
+    metrics: bool = False  # scrape the server's /metrics during each run (server_gauges.GaugeScraper)
+    metrics_interval_s: float = 1.0
 
     def check(self) -> None:
         if self.api not in APIS:
@@ -522,6 +525,7 @@ def run_endpoint_loadtest(run: EndpointRun, *, progress: Progress | None = None)
     rates: list[float | None] = [None] if run.arrivals else list(run.rates)
     workloads = [build_requests(run, r, tokenizer, vocab) for r in rates]
     frames, runs_meta, warnings = [], [], []
+    gauge_frames: list[pd.DataFrame] = []
     partial = False
     profile: dict[str, Any] | None = None
     for rate, specs in zip(rates, workloads):
@@ -535,6 +539,7 @@ def run_endpoint_loadtest(run: EndpointRun, *, progress: Progress | None = None)
             session = ProfileSession(url, run.api_key, run.profile_dir)
             warnings += session.start()
         wall = math.nan
+        scraper = start_scraper(run, url)
         try:
             t0_ns, wall = asyncio.run(_run_rate(run, url, model, specs, records, tokenizer))
         except KeyboardInterrupt:
@@ -545,6 +550,8 @@ def run_endpoint_loadtest(run: EndpointRun, *, progress: Progress | None = None)
                     rec["status"], rec["error"] = "cancelled", "the load test was interrupted (Ctrl-C)"
                 elif rec["status"] == "not_sent":
                     rec["error"] = "the load test was interrupted (Ctrl-C) before its send time"
+        if scraper is not None:
+            gauge_frames.append(scraper_rows(scraper, t0_ns, label, warnings))
         if session is not None and not partial:
             profile = session.stop(t0_ns, label)
             warnings += profile.get("warnings", [])
@@ -558,7 +565,8 @@ def run_endpoint_loadtest(run: EndpointRun, *, progress: Progress | None = None)
         if partial:
             break
     requests = pd.concat(frames, ignore_index=True)
-    return _report(run, url, model, requests, runs_meta, warnings, partial, tokenizer, profile)
+    report = _report(run, url, model, requests, runs_meta, warnings, partial, tokenizer, profile)
+    return with_gauges(report, gauge_frames, run)
 
 
 def _report(run: EndpointRun, url: Url, model: str, requests: pd.DataFrame, runs_meta: list[dict[str, Any]],

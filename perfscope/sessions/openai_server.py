@@ -52,6 +52,7 @@ from ..engine.serving import (
     SlotEngine,
     serve,
 )
+from .server_gauges import ServeGauges
 
 MAX_BODY = 8 << 20
 DEFAULT_MAX_LEN = 2048
@@ -202,6 +203,7 @@ class EngineServer:
         self._profiling = False
         self.error: str | None = None
         self._thread = threading.Thread(target=self._run, name="perfscope-serve-engine", daemon=True)
+        self.gauges = ServeGauges(model, max_batch, self.max_len, name)
 
     # ------------------------------------------------------------ the scheduler thread
     def start(self) -> None:
@@ -227,6 +229,7 @@ class EngineServer:
                 self._stop_profiler()
 
     def _on_step(self, step: LoadStep) -> None:
+        self.gauges.on_step(step)
         if self._profiling:
             self._steps.append(step)
 
@@ -533,7 +536,7 @@ class HttpFront:
     at once (503 past it), ``read_timeout_s`` to send a request (408 past it)."""
 
     ROUTES: ClassVar[dict[str, str]] = {"/v1/models": "GET", "/health": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST",
-              "/start_profile": "POST", "/stop_profile": "POST"}
+              "/start_profile": "POST", "/stop_profile": "POST", "/metrics": "GET"}
 
     def __init__(self, server: EngineServer, *, max_connections: int = MAX_CONNECTIONS,
                  read_timeout_s: float = READ_TIMEOUT_S, log: LogLimiter | None = None) -> None:
@@ -597,6 +600,10 @@ class HttpFront:
         elif path == "/health":
             await _send_json(writer, 500 if srv.error else 200, {"status": srv.error or "ok",
                                                                  "perf_counter_ns": time.perf_counter_ns()})
+        elif path == "/metrics":
+            data = srv.gauges.text().encode()
+            writer.write(_head(200, "text/plain; version=0.0.4", len(data)) + data)
+            await writer.drain()
         elif path in ("/start_profile", "/stop_profile"):
             await _send_json(writer, 200, await srv.control("start" if path == "/start_profile" else "stop"))
         else:

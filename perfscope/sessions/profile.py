@@ -57,6 +57,7 @@ class EngineRun:
     ignore_eos: bool = False  # generate gen_len tokens even past the end-of-sequence token
     speculative: str | None = None  # "ngram" or "self:N" (perfscope.engine.speculative)
     draft_len: int = 4
+    memory: bool = False  # profile_memory (and on CUDA the allocator's history and a snapshot)
 
     def resolved_compile(self, device: str) -> bool:
         """Whether decode is compiled on ``device``: the flag, or by default only on CUDA (speculative
@@ -256,7 +257,7 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
         unprofiled.append(once())  # the two fastest passes disagree: measure again
     say("profiled run")
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
-    result, capture = profile_callable(once, trace_dir, cuda=device.startswith("cuda"))
+    result, capture = profile_callable(once, trace_dir, cuda=device.startswith("cuda"), memory=run.memory)
     interrupted = bool(capture.interrupted)
     extra = 0
     try:
@@ -272,7 +273,9 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
         from perfscope.errors import PerfscopeError
 
         raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
-    report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s)
+    known = engine_tensors(model, device) if run.memory else ()
+    report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s,
+                            known)
     if interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
@@ -352,8 +355,32 @@ def _relative_steps(steps: Sequence[Any]) -> pd.DataFrame:
     return df
 
 
+def engine_tensors(model: Any, device: str) -> list[tuple[Any, ...]]:
+    """The engine's tensors made before a profiled run, for its memory timeline: each parameter
+    storage once (``weights``; tied embeddings share one), each KV-cache buffer (``kv_cache``) and
+    the other buffers (RoPE tables, ...: ``workspace``), as (addr, bytes, op, module, source,
+    category, device)."""
+    index = getattr(getattr(model, "device", None), "index", None)
+    dev = "cpu" if device == "cpu" else f"cuda:{index or 0}" if index is not None else device
+    seen: set[int] = set()
+    out: list[tuple[Any, ...]] = []
+
+    def add(t: Any, name: str, category: str) -> None:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen or t.untyped_storage().nbytes() == 0:
+            return
+        seen.add(ptr)
+        out.append((float(ptr), float(t.untyped_storage().nbytes()), None, name, None, category, dev))
+
+    for name, p in model.named_parameters():
+        add(p, name, "weights")
+    for name, b in model.named_buffers():
+        add(b, name, "kv_cache" if name.endswith(("k_cache", "v_cache")) else "workspace")
+    return out
+
+
 def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
-                   passes_s: Sequence[float], warmup_s: float) -> Report:
+                   passes_s: Sequence[float], warmup_s: float, known: Sequence[tuple[Any, ...]] = ()) -> Report:
     from perfscope.analysis.costs.compiled_steps import cost_compiled_attention, cost_compiled_steps
     from perfscope.analysis.costs.roofline import precision_of
     from perfscope.analysis.readers.finish import finish
@@ -363,7 +390,8 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
         missing_formulas_warning,
     )
 
-    imported = import_kineto(capture.trace_path, device=spec)
+    imported = import_kineto(capture.trace_path, device=spec, memory_known=known,
+                             memory_known_in_totals=run.device.startswith("cuda"))
     warnings = imported.warnings + list(capture.warnings)
     steps, note = align_steps(result.steps, imported.tables["ranges"], own_clock=run.device.startswith("cuda"))
     if note:
@@ -384,10 +412,25 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
         name=_engine_name(run),
         source=source_info("engine", None, "torch.profiler", capture.torch_version),
         command=redact_argv(sys.argv),
-        params={**imported.params, **result.params, **dataclasses.asdict(run), **timing},
+        params={**imported.params, **result.params, **dataclasses.asdict(run), **timing,
+                **memory_params(capture, known)},
         warnings=warnings,
         partial=bool(capture.partial or imported.manifest.get("partial")),
     ))
+
+
+def memory_params(capture: Any, known: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+    """Manifest params of a ``--memory`` run: torch's own peak (CUDA), the snapshot, the engine's
+    weight and KV-cache bytes as its tensors hold them."""
+    out: dict[str, Any] = {}
+    if getattr(capture, "torch_peak_allocated_bytes", None) is not None:
+        out["torch_peak_allocated_bytes"] = capture.torch_peak_allocated_bytes
+    if getattr(capture, "memory_snapshot", None) is not None:
+        out["memory_snapshot"] = str(capture.memory_snapshot)
+    if known:
+        out["engine_weight_tensor_bytes"] = sum(k[1] for k in known if k[5] == "weights")
+        out["engine_kv_cache_tensor_bytes"] = sum(k[1] for k in known if k[5] == "kv_cache")
+    return out
 
 
 def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
@@ -424,7 +467,7 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
 
 def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progress | None = None,
                    roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
-                   baseline: bool = True, stack: bool = False) -> Report:
+                   baseline: bool = True, stack: bool = False, memory: bool = False) -> Report:
     """Run a Python script in-process under torch.profiler and return its Report.
 
     Every transformers ``generate()`` call of the script is recorded step by step
@@ -450,14 +493,16 @@ def profile_script(argv: Sequence[str], *, device: str = "auto", progress: Progr
     say("running the script under torch.profiler")
     with GenerateRecorder() as recorder:
         _, capture = profile_callable(lambda: run_script(argv), trace_dir, cuda=dev.startswith("cuda"),
-                                      with_stack=stack)
+                                      with_stack=stack, memory=memory)
     profiled, base = recorder.recording, None
     interrupted = capture.interrupted
     if baseline and profiled.steps and not capture.partial:
         say("running the script again without the profiler (headline TTFT/TPOT)")
         base, interrupted = _unprofiled_script_run(argv)
     say("analysing the trace")
-    return _script_report(argv, spec, capture, profiled, base, interrupted, dev.startswith("cuda"))
+    report = _script_report(argv, spec, capture, profiled, base, interrupted, dev.startswith("cuda"))
+    extra = memory_params(capture, ())
+    return report.with_manifest(params={**report.params, **extra}) if extra else report
 
 
 def _unprofiled_script_run(argv: Sequence[str]) -> tuple[Any, bool]:

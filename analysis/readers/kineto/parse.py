@@ -43,6 +43,7 @@ KIND_OF_CAT = {
     "cuda_runtime": "api", "runtime": "api",
     "cuda_driver": "api",
     "python_function": "py",
+    "cpu_instant_event": "mem",
 }
 """Lower-cased ``cat`` -> the kind of row it feeds."""
 
@@ -67,6 +68,7 @@ FIELDS = {
     "memset": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver", "kernel"),
     "py": ("name", "thread", "tid", "ts", "dur", "pyid", "pyparent"),
+    "mem": ("tid", "ts", "mbytes", "total_alloc", "total_res", "addr", "dev_id", "dev_type"),
 }
 """Columns kept per kind: ``ts``/``dur`` in microseconds (float64), ids and sizes as float64
 (NaN when absent or not an exact integer), names, thread keys (``pid:tid``), grid and block as
@@ -99,6 +101,12 @@ class Args(msgspec.Struct, gc=False):
     kernel: Any = None
     pyid: Any = msgspec.field(default=None, name="Python id")
     pyparent: Any = msgspec.field(default=None, name="Python parent id")
+    mbytes: Any = msgspec.field(default=None, name="Bytes")
+    total_alloc: Any = msgspec.field(default=None, name="Total Allocated")
+    total_res: Any = msgspec.field(default=None, name="Total Reserved")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    dev_id: Any = msgspec.field(default=None, name="Device Id")
+    dev_type: Any = msgspec.field(default=None, name="Device Type")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -283,7 +291,7 @@ class _Columns:
     def __init__(self) -> None:
         cpu_fields = sorted({f for k in CPU_KINDS for f in FIELDS[k]}) + ["kind"]
         self.cpu = {f: array(_TYPECODE[_dtype(f)]) for f in cpu_fields}
-        self.gpu = {k: {f: array(_TYPECODE[_dtype(f)]) for f in FIELDS[k]} for k in ("kernel", "memcpy", "memset", "py")}
+        self.gpu = {k: {f: array(_TYPECODE[_dtype(f)]) for f in FIELDS[k]} for k in ("kernel", "memcpy", "memset", "py", "mem")}
         self.strings = _Interner()
         self.sig_index: dict[Any, int] = {}
         self.sigs: list[tuple[Any, Any, Any]] = []
@@ -361,6 +369,9 @@ def route_block(events: list[Event], cols: _Columns) -> None:
 
 
 def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
+    if kind == "mem":
+        _route_memory(evs, cols)
+        return
     evs = [e for e in evs if e.ph == "X"]
     ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
     with np.errstate(invalid="ignore"):
@@ -385,6 +396,28 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
         _route_cpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
     else:
         _route_gpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
+
+
+def _route_memory(evs: list[Event], cols: _Columns) -> None:
+    """``[memory]`` instant events (``profile_memory=True``): Bytes (negative for a free), the
+    allocator's Total Allocated / Total Reserved after it, Addr, Device Id / Type."""
+    evs = [e for e in evs if e.name == "[memory]" and e.ph in ("i", "I") and e.args is not None]
+    ts = _floats([e.ts for e in evs])
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(ts) < TS_LIMIT
+    if not ok.all():
+        cols.skipped += int((~ok).sum())
+        evs = [e for e, keep in zip(evs, ok) if keep]
+        ts = ts[ok]
+    if not evs:
+        return
+    args = [e.args for e in evs if e.args is not None]
+    if len(args) != len(evs):  # every [memory] event carries its args (the parser made them)
+        return
+    cols.add("mem", tid=_ids([e.tid for e in evs]), ts=ts, mbytes=_ids([a.mbytes for a in args]),
+             total_alloc=_ids([a.total_alloc for a in args]), total_res=_ids([a.total_res for a in args]),
+             addr=_ids([a.addr for a in args]), dev_id=_ids([a.dev_id for a in args]),
+             dev_type=_ids([a.dev_type for a in args]))
 
 
 def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:

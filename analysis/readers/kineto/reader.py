@@ -16,7 +16,7 @@ is ``prefill`` or ``decode`` when one of those names is on the path.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from ...tree import PHASES
 from ..finish import Imported, finish
 from .capture import CaptureLoader
 from .graphs import Kernels, graph_costs
+from .memory_events import memory_table
 from .modules import module_ranges
 from .ops import (
     ANN,
@@ -73,12 +74,14 @@ def read_kineto(path: Path, *, device: DeviceSpec | None = None, capture: str | 
 
 
 def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
-                  capture: str | Path | None = None) -> Imported:
+                  capture: str | Path | None = None, memory_known: Sequence[tuple[Any, ...]] = (),
+                  memory_known_in_totals: bool = True) -> Imported:
     """A Kineto trace parsed into raw tables (the reader half of :func:`read_kineto`; the engine
-    and load-test sessions add their own tables before :func:`.finish.finish`)."""
+    and load-test sessions add their own tables before :func:`.finish.finish`). ``memory_known``:
+    allocations made before the trace that the caller knows (:func:`.memory_events.memory_table`)."""
     trace = parse_trace(Path(path))
     captures = CaptureLoader(path, capture)
-    tables, warnings = build_tables(trace, captures)
+    tables, warnings = build_tables(trace, captures, memory_known, memory_known_in_totals)
     n_kernels, n_ops = trace.count("kernel"), trace.count("op")
     meta, notes = trace.meta, trace.warnings
     n_py = trace.count("py")
@@ -129,7 +132,8 @@ def _base_ns(meta: Mapping[str, Any]) -> int:
 
 
 # ---------------------------------------------------------------------------- tables
-def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None) -> tuple[dict[str, pd.DataFrame], list[str]]:
+def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None, memory_known: Sequence[tuple[Any, ...]] = (),
+                 memory_known_in_totals: bool = True) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """All report tables from a parsed trace, before roofline classification (``captures``: the
     capture traces to join its graph replays to)."""
     base = _base_ns(trace.meta)
@@ -143,6 +147,9 @@ def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None) -> t
         "transfers": _transfers(trace, base, nodes, amd=amd),
         "api": _api(nodes),
     }
+    if trace.count("mem") or memory_known:
+        tables["memory"] = memory_table(trace.cols.get("mem"), base, nodes, tables["ranges"], memory_known,
+                                        memory_known_in_totals)
     del nodes  # before the text columns take their final (larger) form
     return {name: _text_columns(df) for name, df in tables.items()}, warnings
 

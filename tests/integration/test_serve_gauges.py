@@ -1,0 +1,37 @@
+"""``perfscope serve`` publishes its gauges under vLLM's names; ``perfscope loadtest --endpoint
+--metrics`` scrapes them on the requests' clock, and a TTFT rise is tied to the queue they show."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import perfscope
+from perfscope.analysis.findings import run_rules
+from perfscope.cli import main
+from perfscope.gauges import canonical, parse_prometheus
+
+from .test_serve import _stopped_cleanly, served
+
+
+def test_serve_metrics_scraped_during_a_load_test(tmp_path: Path) -> None:
+    with served("--max-batch", "1", cwd=tmp_path) as (url, proc):
+        root = url.rsplit("/v1", 1)[0]
+        with urllib.request.urlopen(root + "/metrics", timeout=10) as resp:
+            first = {r["server_name"] for r in canonical(parse_prometheus(resp.read().decode()))}
+        assert {"vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting"} <= first
+        out = tmp_path / "lt.perfscope"
+        code = main(["loadtest", "--endpoint", url, "--rate", "50", "--requests", "16", "--output-len", "16",
+                     "--metrics", "--metrics-interval", "0.1", "--out", str(out), "--no-html"])
+        assert code == 0
+        _stopped_cleanly(proc)
+    report = perfscope.load(out)
+    g = report.gauges
+    assert len(g) and report.params["gauges"]["interval_s"] == 0.1
+    waiting = g[g["metric"] == "requests_waiting"]["value"]
+    running = g[g["metric"] == "requests_running"]["value"]
+    assert waiting.max() > 0 and running.max() == 1  # one slot: the rest queue
+    # on the requests' clock: scrapes span the run
+    assert g["t_s"].min() < 0.5 and g["t_s"].max() >= report.requests["end_s"].max() - 0.5
+    found = [f for f in run_rules(report, rules=["ttft-gauges"])]
+    assert found and "waited in the queue" in found[0].title
