@@ -17,18 +17,21 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from perfscope.errors import UsageError
-from perfscope.report import Report
 from perfscope.vocab import is_amd, speak
 
 from .rules import kernels, levels, llm, memory, occupancy, sources, steps, timeline, transfers
 from .rules._base import SEVERITIES, Finding
 from .rules.ranks import rank_findings
 
+if TYPE_CHECKING:
+    from perfscope.report import Report
+
 __all__ = ["RULES", "SEVERITIES", "Finding", "run_rules"]
 
-Rule = Callable[[Report], list[Finding]]
+Rule = Callable[["Report"], list[Finding]]
 
 RULES: dict[str, Rule] = {
     "no-gpu-work": sources.no_gpu_work,

@@ -36,17 +36,20 @@ Every slice also carries the innermost range around it, whatever its cause, so a
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import conform, map_distinct
 
 from .intervals import activity, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
 from .summaries.kernels import is_cpu_report
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 CAUSES = ("launch", "host", "sync", "copy", "profiler", "unknown")
 """Every cause an idle slice can have (``idle.cause``)."""

@@ -7,15 +7,18 @@ of one device's work (kernels and copies), so overlapping streams count once.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import column_codes
 
 from .steps import has_framework_steps, inference_windows
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,11 +26,14 @@ its kernels without a phase, with one warning quoting one such label.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 FLOPS_MIN_COVERAGE = 0.9
 """Share of a step's kernel time that costed kernels must cover for its FLOPs / bytes (the rule of

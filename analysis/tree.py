@@ -12,11 +12,14 @@ way along the parent chain.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PHASES = ("prefill", "decode", "draft", "verify")
 """Range names that mark an inference phase (the reference engine's ranges; ``draft`` and

@@ -26,12 +26,14 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from perfscope.errors import CollectorError, ToolNotFoundError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
 
 TAIL_LINES = 40
 """stderr lines kept for error messages."""

@@ -36,12 +36,14 @@ import importlib.abc
 import importlib.machinery
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from types import ModuleType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.annotate import annotate
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import ModuleType, TracebackType
 
 TARGET_MODULE = "transformers.generation.utils"
 FRAMEWORK = "hf"

@@ -36,15 +36,18 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfscope.errors import CollectorError, InputFormatError, UsageError
 
 from . import nsys
 from ._proc import Outcome, fresh_file, run_profiler, tool_version
 from .base import CaptureInterrupted, RawCapture
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 SETS = ("roofline", "detailed", "full", "basic")
 CLOCK_CONTROLS = ("base", "none")

@@ -18,14 +18,17 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfscope.errors import CollectorError, UsageError
 
 from ._proc import fresh_file, run_profiler, run_tool, tool_version
 from .base import CaptureInterrupted, RawCapture
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 _TRACE_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 GRAPH_TRACE = ("node", "graph")

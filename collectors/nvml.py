@@ -19,11 +19,9 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
@@ -34,6 +32,10 @@ from perfscope.schema import NVML_PARAMS_KEY, conform
 from ._proc import run_tool
 from .base import CaptureInterrupted, RawCapture
 from .nsys import stderr_echo
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from types import ModuleType, TracebackType
 
 METRICS = ("gpu_util_pct", "mem_util_pct", "sm_clock_mhz", "mem_clock_mhz", "power_w",
            "temp_c", "mem_used_bytes")

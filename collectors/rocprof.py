@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfscope.errors import CollectorError, ToolNotFoundError
 
 from ._proc import fresh_file, run_profiler, run_tool
 from .base import CaptureInterrupted, RawCapture
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 FORMATS = ("rocpd", "csv", "json")
 WORKLOAD_FILES = ("sysinfo.csv", "roofline.csv", "timestamps.csv", "pmc_dispatch_info.csv", "pmc_kernel_top.csv")

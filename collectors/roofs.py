@@ -19,12 +19,14 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.device import DeviceSpec, Roof
 from perfscope.format import dumps
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CPU_MATMUL_N = {"fp32": 2048, "fp64": 1024, "bf16": 512}
 CUDA_MATMUL_N = {"fp32": 8192, "tf32": 8192, "bf16": 8192, "fp16": 8192}

@@ -21,12 +21,14 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from perfscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
 
 T = TypeVar("T")
 INTERRUPTED = "interrupted (Ctrl-C)"

@@ -6,15 +6,18 @@ reports found under ``paths``. ``serve`` binds 127.0.0.1 unless told otherwise.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dash
 
 from .callbacks import register_callbacks
 from .layout import build_layout
 from .store import ReportStore
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Sequence
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_ROOTS = ("runs", "sample_reports")

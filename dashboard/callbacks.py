@@ -11,11 +11,9 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dash
-import pandas as pd
 from dash import Input, Output, State, dcc, html
 
 from perfscope.analysis.summaries.compare import compare as compare_reports
@@ -26,7 +24,13 @@ from perfscope.schema import text_of
 from . import figures, ids, layout, views
 from .details import point_details
 from .figures.roofline_data import filter_mask
-from .store import ReportStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pandas as pd
+
+    from .store import ReportStore
 
 MAX_GRID_ROWS = 5000
 NO = dash.no_update

@@ -7,14 +7,16 @@ points, the kernel name for per-name points.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from perfscope.report import Report
 from perfscope.schema import text_of
 
 from .text import MISSING, duration, is_missing, pct, si
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfscope.report import Report
 
 
 def _text(value: Any) -> str:

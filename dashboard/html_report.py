@@ -17,9 +17,8 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -28,11 +27,15 @@ from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.analysis.summaries.compare import name_view, phase_view
 from perfscope.errors import OutputExistsError
 from perfscope.format import column_label, dumps, evidence_rows, nbytes
-from perfscope.report import Report
 
 from . import figures, views
 from .html_tree import tree_section
 from .text import duration, esc, is_missing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfscope.report import Report
 
 MAX_TABLE_ROWS = 1000
 TOP_ROWS = 500

@@ -4,16 +4,19 @@ Every report string is escaped (:func:`.text.esc`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from perfscope.format import number
-from perfscope.report import Report
 
 from .figures.tree import tree_figure
 from .text import MISSING, duration, esc, pct, si
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfscope.report import Report
 
 MAX_TABLE_NODES = 1500
 """Nodes listed in the expandable table at most (the deepest levels go first beyond it)."""

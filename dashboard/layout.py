@@ -6,19 +6,23 @@ renders as text; nothing here builds raw HTML.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dash_ag_grid as dag
-import pandas as pd
 from dash import dcc, html
 
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
 from perfscope.format import column_label, evidence_rows
-from perfscope.report import Report
 
 from . import ids, views
-from .store import Entry
 from .text import MISSING, duration, pct, si
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfscope.report import Report
+
+    from .store import Entry
 
 GRAPH_CONFIG: Any = {"displaylogo": False, "scrollZoom": True}
 

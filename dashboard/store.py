@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from perfscope.errors import UsageError
 from perfscope.report import MANIFEST, Report
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 MAX_DEPTH = 4
 CACHE_SIZE = 8

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import by_column, column_label
-from perfscope.report import Report
 from perfscope.schema import rows_at
 
 from .figures.timeline_data import busy_share, timeline_index
 from .memo import memo
 from .text import MISSING, duration, is_missing, pct, si
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from perfscope.report import Report
 
 
 def optional(module: str, attr: str) -> Callable[..., Any] | None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .device import DeviceSpec
 from .errors import UsageError
-from .report import Report
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from perfscope.analysis.projection.project import WhatifResult
+
+    from .device import DeviceSpec
+    from .report import Report
 
 
 def load(path: str | os.PathLike[str]) -> Report:
@@ -74,7 +79,7 @@ def profile(collectors: Sequence[str] = ("torch",), *, device: str = "auto",
     from perfscope.collectors.hf_generate import GenerateRecorder
     from perfscope.collectors.roofs import device_roofs
     from perfscope.collectors.torch_profiler import _export, start_profiler, stop_profiler
-    from perfscope.sessions.profile import hf_report, resolve_device
+    from perfscope.sessions.profile import attach_counters, hf_report, resolve_device
 
     unknown = set(collectors) - {"torch", "nvml"}
     if unknown or "torch" not in collectors:
@@ -110,9 +115,31 @@ def _nvml_sampler() -> Any:
     return NvmlSampler()
 
 
-def attach_counters(report: Report, sampler: Any) -> Report:
-    """``report`` with the NVML samples of ``sampler`` as its counters table."""
-    counters = sampler.to_frame() if hasattr(sampler, "to_frame") else sampler.frame()
-    missing = list(getattr(sampler, "unavailable_metrics", []))
-    return report.replace(counters=counters).with_manifest(
-        unavailable_metrics=report.unavailable_metrics + missing)
+def _slug(q: Any) -> str:
+    text = "_".join(f"{k}{v}" for k, v in asdict(q).items() if v is not None) or "same"
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
+
+
+def run_whatif(report: Report, *, out: Path | None = None, force: bool = False, html: bool = True,
+               **values: Any) -> list[WhatifResult]:
+    """``perfscope whatif``: every question of the sweep ``values`` asks, projected from ``report``, each
+    saved as ``out/<measured>__<question>.perfscope`` when ``out`` is given (with its HTML report)."""
+    from perfscope.analysis.projection.project import (
+        WhatifResult,
+        check_question,
+        project,
+        projected_metrics,
+        sweep,
+    )
+
+    results = []
+    questions = sweep(**values)
+    for q in questions:  # every question checked before any is projected or written
+        check_question(q, report)
+    for q in questions:
+        projected = project(report, q)
+        path = None
+        if out is not None:
+            path = save_with_html(projected, Path(out) / f"{report.name}__{_slug(q)}.perfscope", force=force, html=html)
+        results.append(WhatifResult(q, projected, path, projected_metrics(projected)))
+    return results

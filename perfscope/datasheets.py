@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .device import DeviceSpec, Roof
 from .errors import UsageError
 from .vocab import speak
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 TERA = 1e12
 GIGA = 1e9

@@ -9,9 +9,11 @@ point of a precision is its compute roof divided by the DRAM roof, in FLOP/byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 PROVENANCES = ("measured", "report", "datasheet", "derived")
 WIDER_PRECISIONS: dict[str, tuple[str, ...]] = {

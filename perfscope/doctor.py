@@ -16,10 +16,12 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 OK, MISSING, ERROR = "ok", "missing", "error"
 MIN_PYTHON = (3, 10)

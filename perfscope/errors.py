@@ -6,8 +6,11 @@ Library code raises these; only ``perfscope.cli`` turns them into one line on st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
 
 
 class PerfscopeError(Exception):

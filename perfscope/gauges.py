@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 GAUGES: dict[str, tuple[tuple[str, float], ...]] = {
     "kv_cache_usage_pct": (("vllm:kv_cache_usage_perc", 100.0), ("vllm:gpu_cache_usage_perc", 100.0),

@@ -8,7 +8,10 @@ command has started, is one line (``perfscope: interrupted``) and exit status 13
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 INTERRUPTED = 130
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 MEMORY_ENV = "PERFSCOPE_MAX_MEMORY"
 _MAX_EVENTS: ContextVar[int | None] = ContextVar("perfscope_max_events", default=None)

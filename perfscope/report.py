@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,8 @@ from .format import dumps
 from .schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
     import plotly.graph_objects as go
 
 MANIFEST = "manifest.json"

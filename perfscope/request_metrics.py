@@ -6,10 +6,13 @@ definitions over its columns at once, with the unrounded first and last chunk ti
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def token_latencies(arrival_s: float, times_s: Sequence[float] | np.ndarray,

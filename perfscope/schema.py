@@ -10,15 +10,17 @@ Missing values are NaN / None / <NA>, never 0: a number that could not be measur
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from .errors import ReportFormatError
 from .memo import memo
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 SCHEMA_VERSION = "1.2"
 """On-disk format version (major.minor): a minor bump only adds optional columns or keys."""

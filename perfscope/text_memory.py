@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfscope.format import duration, nbytes, number
-from perfscope.report import Report
 from perfscope.text_report import table
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 
 def render_memory(report: Report) -> str:

@@ -5,14 +5,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .format import MISSING, si, terminal_text
 from .format import clip as _clip
 from .format import finite as _finite
 from .format import number as _num
-from .report import Report
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .report import Report
 
 __all__ = ["render_text", "si", "table"]
 

@@ -6,10 +6,12 @@ Formatting goes through :mod:`perfscope.format`; the numbers come from
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope import format as fmt
-from perfscope.report import Report
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 HEADERS = ("node", "time", "share", "calls", "FLOPs", "FLOP/B", "bound", "% roof", "per instance (min-max)", "slowest")
 

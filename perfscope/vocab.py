@@ -14,8 +14,10 @@ dashboard, ``--json``) passes it through :func:`speak`, so no rule has to know t
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["AMD_WORDS", "device_label", "device_record", "device_words", "is_amd", "is_amd_device", "speak"]
 

@@ -33,17 +33,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from perfscope.report import Report
-
 from .operators import category_of
 from .roofline import classify
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from perfscope.report import Report
 
 LAYER_BLOCK = re.compile(r"(?:^|/)layer\.(\d+)/(attn|mlp)$")
 SOURCE = "engine"

@@ -34,11 +34,14 @@ the step around the call, the cost stays missing.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .args import StepAttention, int_arg
 from .base import OpCost, OpInputs, Shape, itemsize
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,17 @@ Rules (honest by construction):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.schema import conform, decode, factorize, map_codes, map_distinct
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from perfscope.device import DeviceSpec
 
 DTYPE_TO_PRECISION = {
     "float64": "fp64", "double": "fp64",

@@ -17,8 +17,7 @@ analytic tools' answer).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -28,6 +27,10 @@ from perfscope.errors import UsageError
 
 from ..costs.operators import op_cost
 from .times import Roofs, project_times
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 AIC = "aiconfigurator_vllm0.14_gemm_attn_a100_vs_h100"
 VIDUR = "vidur_llama2_7b_mlp"

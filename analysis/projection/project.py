@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import lookup_datasheet, sheet_spec
-from perfscope.device import DeviceSpec
 from perfscope.errors import UsageError
 from perfscope.report import Report, source_info
 from perfscope.schema import column_codes
@@ -34,6 +32,11 @@ from ..costs.roofline import classify_conformed
 from ..steps import launch_times_ns, step_of
 from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, recost
 from .times import Roofs, project_times
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from perfscope.device import DeviceSpec
 
 LAUNCH_BOUND_BUSY = 0.5
 """A phase whose kernels keep the GPU busy under this share of its wall time is called launch-bound."""
@@ -555,29 +558,11 @@ class WhatifResult:
                 "kernel_rules": proj.get("kernel_rules"), "projected": True}
 
 
-def _slug(q: Question) -> str:
-    text = "_".join(f"{k}{v}" for k, v in asdict(q).items() if v is not None) or "same"
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
-
-
-def run_whatif(report: Report, *, out: Path | None = None, force: bool = False, html: bool = True,
-               **values: Any) -> list[WhatifResult]:
-    """``perfscope whatif``: every question of the sweep ``values`` asks, projected from ``report``, each
-    saved as ``out/<measured>__<question>.perfscope`` when ``out`` is given (with its HTML report)."""
-    from perfscope.api import save_with_html
-
-    results = []
-    questions = sweep(**values)
-    for q in questions:  # every question checked before any is projected or written
-        _check_dtypes(q)
-        target_device(q.gpu, report)
-    for q in questions:
-        projected = project(report, q)
-        path = None
-        if out is not None:
-            path = save_with_html(projected, Path(out) / f"{report.name}__{_slug(q)}.perfscope", force=force, html=html)
-        results.append(WhatifResult(q, projected, path, projected_metrics(projected)))
-    return results
+def check_question(q: Question, report: Report) -> None:
+    """Raise the one-line error a question the model cannot answer gets (an unknown dtype or GPU),
+    before anything is projected or written."""
+    _check_dtypes(q)
+    target_device(q.gpu, report)
 
 
 def measured_metrics(report: Report) -> dict[str, float]:
@@ -585,5 +570,5 @@ def measured_metrics(report: Report) -> dict[str, float]:
     return projected_metrics(report)
 
 
-__all__ = ["Question", "WhatifResult", "measured_metrics", "project", "projected_metrics", "run_whatif", "sweep",
+__all__ = ["Question", "WhatifResult", "check_question", "measured_metrics", "project", "projected_metrics", "sweep",
            "target_device", "whatif"]

@@ -20,17 +20,20 @@ measured ratio in the profiled run), else from the profiled one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.errors import UsageError
-from perfscope.report import Report
 
 from .project import Question, project
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from perfscope.report import Report
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,13 @@ vectorised over a whole kernel table:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from perfscope.device import DeviceSpec
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
 
 LATENCY_FLOOR_SHARE = 0.5
 """The share of a family's shortest kernel taken as its fixed latency ``t0``."""

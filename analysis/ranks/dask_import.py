@@ -28,12 +28,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, PerfscopeError, ToolNotFoundError, UsageError
 from perfscope.format import records
 from perfscope.report import (
@@ -47,6 +46,9 @@ from perfscope.schema import TABLES, empty_table
 
 from .job import JobPlan, RankResult, plan_job, rank_identity, trace_meta
 from .stats import RankTables, format_ranks, one_rank
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 """File names a rank folder is searched for (Kineto traces and nsys exports)."""

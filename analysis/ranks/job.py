@@ -17,14 +17,16 @@ from __future__ import annotations
 import gzip
 import re
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from .stats import RankTables, format_ranks
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 RANK_IN_NAME = re.compile(r"rank[-_=]?(\d+)", re.IGNORECASE)
 """``rank-3``, ``rank_3``, ``rank3``, ``rank=3`` anywhere in a file name (HTA's and PyTorch's

@@ -7,9 +7,8 @@ decodes only the columns it asks for (pyarrow dataset filters and projection).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -17,6 +16,9 @@ from perfscope.errors import ReportFormatError, UsageError
 from perfscope.report import Report, read_manifest
 
 from .stats import RankTables, one_rank, rank_summary
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def _dataset(folder: Path, table: str) -> Any:

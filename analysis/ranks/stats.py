@@ -21,20 +21,23 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import column_codes, map_codes, text_of, value_mask, value_positions
 
 from ..costs.operators import category_of
 from ..intervals import covered_ns, merge_intervals
 from ..summaries.kernels import group_key
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from perfscope.report import Report
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 """torch.profiler's step annotation (``prof.step()`` with a schedule)."""

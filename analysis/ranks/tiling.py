@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ID_ARGS = ("correlation", "External id", "Ev Idx", "Record function id", "Python id", "Python parent id")
 """Integer ``args`` that identify an event (or link two) and must stay unique across copies."""

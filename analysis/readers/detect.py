@@ -12,13 +12,15 @@ import gzip
 import importlib
 import zlib
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, UsageError
 from perfscope.report import MANIFEST, Report
 
 from .rocprof.reader import sniff as sniff_rocprof
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
 
 SNIFF_BYTES = 1 << 16
 

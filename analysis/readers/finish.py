@@ -18,13 +18,11 @@ Callers that add tables (the engine's steps and requests, a load test's runs) do
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.report import Report
 from perfscope.schema import conform
 
@@ -32,6 +30,11 @@ from ..costs.roofline import classify_conformed
 from ..idle import idle_rows
 from ..memory import with_steps as memory_with_steps
 from ..steps import PROPOSAL_PREFIX, StepRule, with_framework_steps
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from perfscope.device import DeviceSpec
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
 from perfscope.report import Report, source_info
 
 from .finish import Imported, finish
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
 
 TORCH_CATEGORIES = ("weights", "optimizer", "activations", "workspace", "activations", "gradient", "gradient",
                     "unknown")

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow.parquet as pq
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
 from perfscope.report import Report, source_info
 from perfscope.schema import NVML_PARAMS_KEY, column_names
 
 from .finish import Imported, finish
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
 
 
 def is_nvml_parquet(path: Path) -> bool:

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
 from perfscope.report import Report, source_info
 
@@ -40,6 +38,11 @@ from ..memory import (
     timeline,
 )
 from .finish import Imported, finish
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from perfscope.device import DeviceSpec
 
 ACTION_CODES = {"alloc": ALLOC, "free_requested": FREE, "free": FREE, "free_completed": FREE_COMPLETED,
                 "segment_alloc": SEGMENT_ALLOC, "segment_free": SEGMENT_FREE, "segment_map": SEGMENT_ALLOC,

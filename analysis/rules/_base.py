@@ -9,15 +9,18 @@ Code outside ``rules/`` imports them from those modules, not from here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.format import jsonable
-from perfscope.report import Report
 
 from ..intervals import activity, covered_ns, gaps_before, merge_intervals, profile_span_ns
 from ..summaries.kernels import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from perfscope.report import Report
 
 __all__ = [
     "DEGENERATE_SHORT_NAME", "HOST_COPY_KINDS", "NCU_REPROFILE", "SEVERITIES", "Evidence", "Finding", "activity",

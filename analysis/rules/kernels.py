@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.format import duration
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import column_codes, text_of, value_mask
 
 from ..costs.roofline import classify
@@ -36,6 +35,10 @@ from ._base import (
     severity_for,
 )
 from .timeline import SHORT_KERNEL_NS
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
+    from perfscope.report import Report
 
 MEMORY_ROOF_LOW_PCT = 50.0
 """A streaming kernel reaches 70-90% of the DRAM roof on current GPUs and CPUs (STREAM-like copy);

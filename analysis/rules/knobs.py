@@ -5,8 +5,10 @@ that advise with them (steps, timeline, llm), so none of them imports another fo
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def framework_of(steps: pd.DataFrame) -> str:

@@ -8,13 +8,17 @@ HBM will not speed it up; more reuse in registers or LDS (larger tiles, fused lo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
-from perfscope.report import Report
 
 from ._base import Finding, info, is_cpu_report, pct, ranked
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 LEVEL_NAMES = {"dram": "HBM/DRAM", "l2": "L2", "l1": "L1", "shared": "shared memory/LDS"}
 CACHE_BOUND_MIN_PCT = 5.0

@@ -13,18 +13,21 @@ launch); kernel coverage compares the profiled run's kernels with the profiled r
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
 from perfscope.format import pct as fmt_pct
-from perfscope.report import Report
 
 from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
 from ..summaries.serving import phase_summary, run_steps
 from ._base import Finding, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 DECODE_MBU_LOW_PCT = 50.0
 """Decode MBU that makes a finding. Serving engines reach 60-90% of HBM bandwidth on decode

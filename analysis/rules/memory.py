@@ -4,14 +4,17 @@ the server's gauges (queueing, KV-cache saturation, preemptions)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfscope.format import nbytes
-from perfscope.report import Report
 
 from ..summaries.memory import capacity_section, peaks
 from ._base import Finding
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 FRAGMENTATION_SHARE = 0.2
 """Reserved-but-unallocated above a fifth of the reserved bytes at the peak is worth a look

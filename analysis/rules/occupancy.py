@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
-from perfscope.report import Report
 
 from ._base import Finding, group_key, is_cpu_report, pct, severity_for
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 OCCUPANCY_LOW_PCT = 25.0
 """Achieved occupancy (active warps / maximum) below a quarter leaves too few warps to hide memory

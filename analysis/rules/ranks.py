@@ -11,15 +11,18 @@ includes waiting for the slowest rank: fix a straggler first, then look at overl
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
-from perfscope.report import Report
 
 from ..ranks.stats import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
 from ._base import Evidence, Finding, ranked, top_groups
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 EXPOSED_COMM_MIN_PCT = 10.0
 """Exposed collective time (no compute beside it) worth a finding, as a share of the ranks' mean

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-
-from perfscope.report import Report
+from typing import TYPE_CHECKING
 
 from ._base import Finding
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 NO_GPU_WORK = "no GPU work in this trace"
 """The opening of the Kineto reader's warning for a process that saw a GPU but asked it for nothing."""

@@ -17,18 +17,21 @@ Engine reports (perfscope's own steps) are left to :mod:`.llm`.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
-from perfscope.report import Report
 
 from ..intervals import trace_span_ns
 from ..steps import has_framework_steps, headline_steps, step_windows
 from ._base import Finding, activity, covered_ns, info, merge_intervals, pct, ranked
 from .knobs import framework_of, knob
 from .timeline import graph_launched
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 STEP_IDLE_MIN_PCT = 30.0
 """GPU idle share of the headline steps' windows that makes a ``step-idle`` finding: beyond a

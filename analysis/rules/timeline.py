@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration, nbytes, si
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import map_distinct, value_mask, value_positions
 
 from ..costs.compiled_steps import compiled_kernels
@@ -40,6 +40,9 @@ from ._base import (
     severity_for,
     top_groups,
 )
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 IDLE_MIN_PCT = 10.0
 """Idle share of a device's active span that makes a finding. Below a tenth, gaps are the normal

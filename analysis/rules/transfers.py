@@ -7,13 +7,13 @@ kernels' business. A copy is "exposed" for the part of it during which no kernel
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import column_codes
 
 from ._base import (
@@ -24,6 +24,9 @@ from ._base import (
     pct,
     ranked,
 )
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 EXPOSED_MIN_PCT = 2.0
 """Exposed copy time, as a share of the device's busy time (kernels and copies), that makes a

@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.errors import UsageError
 from perfscope.format import MISSING, clip, duration, finite, jsonable, signed
-from perfscope.report import Report
 
 from ..intervals import profile_span_ns
 from .kernels import aggregate_by_name, group_key
 from .serving import SUMMARY_PHASES, phase_summary
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 KEYS = ("short_name", "name", "op", "module")
 SAME_PCT = 3.0

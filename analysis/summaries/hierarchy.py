@@ -40,17 +40,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import column_codes, value_mask
 
 from ..costs.roofline import classify
 from ..tree import PHASES, nest
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 CAPTURE_MODULE = "capture_module"
 """The kernel column the Kineto reader fills for a CUDA-graph replay joined to a capture trace

@@ -7,17 +7,21 @@ row "aten::mm x 240" sits on the roofline where its calls sit on average, time-w
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.memo import memo
-from perfscope.report import Report
 from perfscope.schema import column_codes, decode, value_mask
 
 from ..costs.roofline import classify
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from perfscope.device import DeviceSpec
+    from perfscope.report import Report
 
 
 def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Series:

@@ -31,16 +31,19 @@ floor (the lowest rate's p99): beyond it, latency leaves its floor as queues bui
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.errors import UsageError
-from perfscope.report import Report
 
 from .serving import prompt_token_total, stats
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from perfscope.report import Report
 
 LATENCIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 SLO_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}

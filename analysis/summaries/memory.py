@@ -5,12 +5,13 @@ summary beside the latencies."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from perfscope.report import Report
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 CATEGORY_ORDER = ("weights", "kv_cache", "activations", "workspace", "optimizer", "gradient", "cuda_graph_pool",
                   "unknown")

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import operator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from perfscope.report import Report
 from perfscope.schema import value_mask
 
 from ..steps import RECORDED_FRAMEWORKS, has_framework_steps, headline_steps, step_windows
 from ..tree import PHASES
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 SUMMARY_PHASES = ("prefill", "decode", "mixed", *PHASES[2:])
 """Phases of the phase table, in order: ``mixed`` is a step with prefill and decode tokens

@@ -20,19 +20,22 @@ the file: no manifest block, no source path, no environment.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 import pandas as pd
 
 from perfscope.errors import OutputExistsError, UsageError
-from perfscope.report import Report
 
 from . import protobuf as pb
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from perfscope.report import Report
 
 CHUNK = 50_000
 """Rows encoded per chunk."""

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 
 from perfscope.analysis.summaries.compare import Comparison
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.format import MISSING, seconds, signed
-from perfscope.report import Report
 
 from ..text import esc
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 COMPARE_TOP = 25
 """How many names the compare views (dashboard, HTML) show: the top of ``perfscope compare``'s movers."""

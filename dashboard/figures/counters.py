@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from perfscope.report import Report
-
 from ..text import esc
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 COUNTER_UNITS = {
     "gpu_util_pct": "%", "mem_util_pct": "%", "sm_clock_mhz": "MHz", "mem_clock_mhz": "MHz",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import plotly.graph_objects as go
 
 from perfscope.analysis.idle import CAUSES, idle_of, idle_overview
-from perfscope.report import Report
 
 from ..text import esc
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 CAUSE_COLORS = {"launch": "#d62728", "host": "#1f77b4", "sync": "#9467bd", "copy": "#ff7f0e",
                 "profiler": "#7f7f7f", "unknown": "#c7c7c7"}

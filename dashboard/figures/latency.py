@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from perfscope.report import Report
-
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_mean_s", "ITL (mean per request)"), ("e2e_s", "E2E"))
 

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -22,12 +24,14 @@ from perfscope.analysis.summaries.loadtest import (
     run_tables,
     runs,
 )
-from perfscope.report import Report
 
 from ..text import esc
 from . import roofline_data as rd
 from .messages import message_figure
 from .roofline import _roof_traces
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 DTYPE_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

@@ -5,17 +5,21 @@ and the server's gauges beside the requests' TTFT (a load test with ``--metrics`
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from perfscope.format import nbytes
-from perfscope.report import Report
 
 from ..text import esc
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfscope.report import Report
 
 MAX_POINTS = 4000
 """Points drawn per device; beyond, each bin keeps its highest point (the peaks stay)."""

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from perfscope.report import Report
 from perfscope.schema import column_codes
 
 from ..style import CATEGORY_COLORS
 from ..text import esc
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 PHASE_ORDER = ("prefill", "decode", "none")
 

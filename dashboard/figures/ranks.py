@@ -14,8 +14,7 @@ tables ``import_ranks`` returns without loading the job), so the Dash app, the H
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +25,9 @@ from perfscope.analysis.ranks.stats import kernel_spread as spread_table
 
 from ..text import duration, esc, pct
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 STRAGGLER_COLOR = "#d62728"
 RANK_COLOR = "#1f77b4"

@@ -5,15 +5,18 @@ The points and lines come from :mod:`.roofline_data` (a view-model tested on its
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from perfscope.report import Report
-
 from ..style import BOUND_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from ..text import MISSING, duration, esc, pct, si
 from . import roofline_data as rd
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 WEBGL_ABOVE = 2000
 """Scatter traces with more points than this use WebGL."""

@@ -10,16 +10,19 @@ Large reports keep the figure small by merging kernels that land on the same scr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from perfscope.device import DeviceSpec
-from perfscope.report import Report
 from perfscope.schema import column_codes, decode, rows_at
 
 from ..memo import memo
 from ..text import si
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
+    from perfscope.report import Report
 
 CELL_DECADES = 0.01
 """Grid step (in decades of intensity and FLOP/s) under which kernels merge in large reports."""

@@ -6,16 +6,21 @@ All read :func:`perfscope.analysis.summaries.sweep.sweep_summary`, one row per (
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from perfscope.analysis.summaries.sweep import sweep_summary
-from perfscope.report import Report
 
 from ..text import esc
 from . import roofline_data as rd
 from .roofline import _roof_traces
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfscope.report import Report
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, *, log: bool = False) -> go.Figure:

@@ -6,16 +6,19 @@ The lanes come from :mod:`.timeline_data` (a view-model tested on its own).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-
-from perfscope.report import Report
 
 from ..style import CATEGORY_COLORS
 from ..text import duration, esc
 from . import timeline_data as td
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 
 # ====================================================================== timeline

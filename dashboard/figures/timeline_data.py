@@ -14,14 +14,17 @@ bins (share of each bin covered by intervals, computed exactly from prefix sums)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from perfscope.report import Report
 from perfscope.schema import column_codes, decode, map_distinct, text_of
 
 from ..memo import memo
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 MAX_RANGE_DEPTH = 4
 

@@ -4,14 +4,17 @@ tree tab and ``Report.hierarchy_figure()``."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
-
-from perfscope.report import Report
 
 from ..style import BOUND_COLORS
 from ..text import MISSING, duration, esc, pct, si
 from .messages import message_figure
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 MAX_NODES = 3000
 """Nodes drawn at most (the deepest levels are left out beyond it; the table keeps them all)."""

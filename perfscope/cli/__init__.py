@@ -10,13 +10,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from perfscope._version import __version__
 from perfscope.errors import PerfscopeError
 from perfscope.format import terminal_text
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # (module, command attribute): one module per subcommand.
 COMMANDS: tuple[tuple[str, str], ...] = (

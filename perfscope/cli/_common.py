@@ -5,15 +5,17 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from perfscope.format import dumps, records
 from perfscope.report import REPORT_SUFFIX
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 __all__ = ["as_report_path", "default_run_dir", "echo_json", "records", "stage_progress"]
 

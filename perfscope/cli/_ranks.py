@@ -7,15 +7,17 @@ name, shows progress per rank, adds the rank-view HTML page and prints what was 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from perfscope.report import REPORT_SUFFIX
 
 from ._common import as_report_path
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def default_out(source: str) -> Path:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from perfscope.report import Report
-
 from ._common import echo_json, records
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 
 def analysis_payload(report: Report, top: int) -> dict[str, Any]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-import pandas as pd
 
 from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, phase_view
 from perfscope.format import terminal_text
 from perfscope.text_report import table
 
 from ._common import echo_json
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _table(view: pd.DataFrame) -> str:

@@ -90,10 +90,11 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
     With no arguments it profiles the `small` model on the best available device and writes
     runs/<timestamp>-small.perfscope/ with report.html inside.
     """
-    from perfscope.api import attach_counters, save_with_html
+    from perfscope.api import save_with_html
     from perfscope.errors import UsageError
     from perfscope.sessions.profile import (
         EngineRun,
+        attach_counters,
         nvml_sampler,
         profile_engine,
         profile_external,

@@ -3,14 +3,17 @@ prompt, context or dtype (several values per flag make a sweep); docs/whatif.md 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from perfscope.format import duration, pct, si
 
 from ._common import echo_json
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _ints(flag: str) -> Callable[[click.Context, click.Parameter, str | None], list[int] | None]:
@@ -54,9 +57,9 @@ def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len
 
     Every number printed is a projection (docs/whatif.md: the model, its rules and its measured error).
     """
-    from perfscope.analysis.projection.project import measured_metrics, run_whatif
+    from perfscope.analysis.projection.project import measured_metrics
     from perfscope.analysis.projection.speculative import speculative_sweep
-    from perfscope.api import load
+    from perfscope.api import load, run_whatif
 
     measured = load(path)
     if draft_len is not None:

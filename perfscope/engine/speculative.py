@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -39,6 +38,9 @@ from perfscope.errors import UsageError
 from perfscope.request_metrics import SpeculativeRequestRecord
 
 from .model import Transformer, causal_mask
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 MAX_NGRAM = 3
 METHODS_HINT = "use --speculative ngram or --speculative self:N (N draft layers, fewer than the model's)"

@@ -16,10 +16,12 @@ import asyncio
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_SSE_LINE = 8 << 20

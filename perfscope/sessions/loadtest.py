@@ -22,16 +22,18 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ..device import DeviceSpec
 from ..errors import InputFormatError, UsageError
 from ..redact import redact_argv
 from ..report import Report, source_info
 from ..request_metrics import token_latencies
+
+if TYPE_CHECKING:
+    from ..device import DeviceSpec
 
 Progress = Callable[[str], None]
 MAX_REQUESTS = 100_000

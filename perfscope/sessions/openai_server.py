@@ -38,10 +38,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..engine.serving import (
     LoadRequest,
@@ -53,6 +52,9 @@ from ..engine.serving import (
     serve,
 )
 from .server_gauges import ServeGauges
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_BODY = 8 << 20
 DEFAULT_MAX_LEN = 2048

@@ -19,15 +19,17 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ..device import DeviceSpec
 from ..errors import UnsupportedDeviceError, UsageError
 from ..redact import redact_argv, redact_text
 from ..report import Report, source_info
+
+if TYPE_CHECKING:
+    from ..device import DeviceSpec
 
 Progress = Callable[[str], None]
 
@@ -656,8 +658,6 @@ def profile_external(argv: Sequence[str], *, collector: str, options: Any = None
         params={**report.params, **dict(capture.params), "collector": collector, "interrupted": interrupted},
     )
     if sampler is not None:
-        from perfscope.api import attach_counters
-
         report = attach_counters(report, sampler)
     raw = {f"raw/{p.name}": p for p in capture.files if p.exists()}
     return report, raw
@@ -729,3 +729,11 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
         "partial": any(p.manifest.get("partial") for p in parts),
     }
     return Report.build(combined, manifest, source="sweep")
+
+
+def attach_counters(report: Report, sampler: Any) -> Report:
+    """``report`` with the NVML samples of ``sampler`` as its counters table."""
+    counters = sampler.to_frame() if hasattr(sampler, "to_frame") else sampler.frame()
+    missing = list(getattr(sampler, "unavailable_metrics", []))
+    return report.replace(counters=counters).with_manifest(
+        unavailable_metrics=report.unavailable_metrics + missing)

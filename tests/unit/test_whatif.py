@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 
 from perfscope.analysis.projection.crossgpu import error_table, validate
-from perfscope.analysis.projection.project import Question, project, run_whatif, sweep
+from perfscope.analysis.projection.project import Question, project, sweep
 from perfscope.analysis.projection.shapes import Dims, rewrite
 from perfscope.analysis.projection.speculative import acceptance_per_position, speculative_sweep
 from perfscope.analysis.projection.times import Roofs, family_fit, project_times
+from perfscope.api import run_whatif
 from perfscope.cli import main
 from perfscope.errors import UsageError
 from perfscope.report import Report

@@ -21,13 +21,15 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import ijson
 import orjson
 
 from perfscope.errors import InputFormatError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HEAD_KEEP = 4 << 20
 TAIL_KEEP = 4 << 20

@@ -8,14 +8,16 @@ range around it (traces recorded ``with_stack``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from ...memory import ALLOC, FREE, MemEvents, timeline
 from .ops import OP, CpuNodes
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 DEVICE_TYPE_CPU = 0
 """c10::DeviceType of the host; CUDA is 1, and ROCm builds record HIP (6) for the GPU, named ``cuda:N`` as torch does."""

@@ -11,13 +11,16 @@ captured launch (:func:`modules_around`), since a replayed kernel's launch in th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ...tree import nest
 from .ops import first_along, texts, times_ns
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 MODULE_PREFIX = "nn.Module: "
 """How torch.profiler names the ``python_function`` event of an ``nn.Module`` call (``with_stack``)."""

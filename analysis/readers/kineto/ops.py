@@ -15,9 +15,8 @@ per-name or per-input work (cost formulas, JSON text) is done once per distinct 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +32,9 @@ from ...costs.operators import (
 )
 from ...tree import Nesting, nest
 from .parse import ParsedTrace, clean_text
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ANN, OP, API = 0, 1, 2
 """Node kinds: the index of ``ann``, ``op``, ``api`` in ``kineto_parse.CPU_KINDS``."""

@@ -18,10 +18,9 @@ from __future__ import annotations
 import gc
 import re
 from array import array
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -30,6 +29,9 @@ import orjson
 from perfscope.errors import InputFormatError
 
 from .events import HEAD_KEEP, TAIL_KEEP, _meta_from_head, _meta_from_tail, _open, read_events
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["CPU_KINDS", "FIELDS", "HEAD_KEEP", "KIND_OF_CAT", "TAIL_KEEP", "ParsedTrace", "_meta_from_head",
            "_meta_from_tail", "_open", "kind_of", "parse_trace"]

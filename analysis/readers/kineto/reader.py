@@ -16,9 +16,8 @@ is ``prefill`` or ``decode`` when one of those names is on the path.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -55,6 +54,9 @@ from .ops import (
     times_ns,
 )
 from .parse import CPU_KINDS, ParsedTrace, _text, clean_text, parse_trace
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 BASE_LIMIT_NS = 1 << 62
 """A ``baseTimeNanoseconds`` at or beyond this (year 2116) is damage, not a time."""

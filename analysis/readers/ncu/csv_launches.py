@@ -18,13 +18,16 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfscope.errors import InputFormatError
 
 from .metrics import Launch, Value, short_name_of
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
             "Stream", "Block Size", "Grid Size", "Device", "CC")

@@ -20,14 +20,17 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from perfscope.datasheets import find_datasheet, is_lpddr
 from perfscope.device import DeviceSpec, Roof
 
 from ...costs.operators import category_of
 from ...tree import phase_of
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 Value = float | str
 

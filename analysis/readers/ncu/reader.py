@@ -16,15 +16,13 @@ the warnings, ``unavailable_metrics`` and ``params["launches_without_duration"]`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import datasheet_spec
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError, ToolNotFoundError
 from perfscope.report import Report, source_info
 
@@ -39,6 +37,11 @@ from .metrics import (
     roofs_spec,
     short_name_of,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from perfscope.device import DeviceSpec
 
 REP_HINT = "re-open it in Nsight Compute to check it, or re-profile; ncu writes .ncu-rep with --export"
 NUMERIC_EXTRAS = (*EXTRA_METRICS, "flops_fp64", "flops_fp32", "flops_fp16",

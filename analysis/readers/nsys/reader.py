@@ -14,9 +14,8 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -29,6 +28,9 @@ from perfscope.report import Report, source_info
 from ..finish import Imported, finish
 from .nvtx import innermost_range, range_columns, read_ranges
 from .sqlite import EXPORT_HINT, NsysDb, lookup_strings, pid_of, process_key, tid_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"

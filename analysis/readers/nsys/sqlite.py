@@ -10,16 +10,18 @@ file is opened read-only and never written.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.request import pathname2url
 
 import numpy as np
 import pandas as pd
 
 from perfscope.errors import InputFormatError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from types import TracebackType
 
 METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 NSYS_MARKER_TABLES = ("StringIds", *METADATA_TABLES)

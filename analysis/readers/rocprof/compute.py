@@ -7,8 +7,7 @@ peaks). Costs per dispatch come from :mod:`.counters` (rocprof-compute's own for
 from __future__ import annotations
 
 import csv
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -18,6 +17,9 @@ from perfscope.errors import InputFormatError
 from .counters import SOURCE, costs_from_counters
 from .device import note_sheet, sysinfo_spec
 from .tables import gpu_label, kernel_table, tagged
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PMC = "pmc_perf.csv"
 HINT = "give the workload folder rocprof-compute wrote (the one holding pmc_perf.csv and sysinfo.csv)"

@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.datasheets import ROOFS_FLAG, gpu_spec
-from perfscope.device import DeviceSpec
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
 
 GFX = re.compile(r"^gfx(\d{1,2})([0-9a-f])([0-9a-f])$", re.IGNORECASE)
 

@@ -9,13 +9,11 @@ bound. Metadata integers are kept as they are; no value is a reason to reject th
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
 
 from .counters import costs_from_counters, has_cost_counters
@@ -23,6 +21,11 @@ from .device import agent_spec
 from .flat import no_counter_note
 from .tables import api_table, gpu_label, innermost_range, kernel_table, range_table
 from .v3csv import DIRECTION
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from perfscope.device import DeviceSpec
 
 HINT = "re-export the run (rocprofv3 --output-format json) or import its CSV / rocpd database"
 

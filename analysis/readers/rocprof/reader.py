@@ -15,9 +15,8 @@ Report's tables, finished by :func:`..finish.finish` like every other reader.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -34,6 +33,9 @@ from .jsons import read_v1_json, read_v3_json
 from .rocpd import read_rocpd as parse_rocpd
 from .rocpd import read_v1_db, table_names
 from .v3csv import RUN_FILE, read_v3_csv, stats_check
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 TOOLS = {"rocprofv3-csv": "rocprofv3", "rocprofv3-json": "rocprofv3", "rocpd": "rocprofv3",
          "rocprof-csv": "rocprof", "rocprof-db": "rocprof", "rocprof-json": "rocprof", "rocprof-stats": "rocprof",

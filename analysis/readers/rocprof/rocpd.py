@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
 
 from .flat import flat_kernels, no_counter_note, pivot_counters
 from .tables import api_table, gpu_label, innermost_range, ints, range_table
 from .v3csv import DIRECTION
+
+if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
 
 HINT = "the database is damaged or not a rocprof output; re-run rocprofv3 (--output-format rocpd)"
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -13,6 +12,9 @@ from perfscope.schema import map_distinct
 
 from ...costs.operators import category_of
 from ..ncu.metrics import short_name_of
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 KD_SUFFIX = re.compile(r"(\s*\[clone \.kd\]|\s*\(\.kd\)|\.kd)\s*$")
 AMD_GEMM = ("mul_mat", "cijk_", "gemm", "hipblaslt", "_mfma_", "wvsplitk", "matmul")

@@ -6,17 +6,20 @@ picks up its siblings."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
 
 from .device import agent_spec
 from .flat import flat_kernels, no_counter_note, pivot_counters
 from .tables import api_table, gpu_label, innermost_range, ints, range_table
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from perfscope.device import DeviceSpec
 
 KINDS = ("kernel_trace", "hip_api_trace", "memory_copy_trace", "marker_api_trace", "counter_collection",
          "kernel_stats", "agent_info")
