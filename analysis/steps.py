@@ -665,12 +665,7 @@ def step_windows(steps: pd.DataFrame, kernels: pd.DataFrame) -> tuple[np.ndarray
                 start[i] = min(max(start[i], int(first_k[i])), end[i])
     if not len(start):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    first = np.ones(len(s), bool)
-    first[1:] = s[1:] > np.maximum.accumulate(e)[:-1]
-    idx = np.flatnonzero(first)
-    return s[idx], np.maximum.reduceat(e, idx)
+    return _merged_windows(start, end)
 
 
 def inference_windows(steps: pd.DataFrame, kernels: pd.DataFrame,

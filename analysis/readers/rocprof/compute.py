@@ -16,7 +16,7 @@ from perfscope.errors import InputFormatError
 
 from .counters import SOURCE, costs_from_counters
 from .device import note_sheet, sysinfo_spec
-from .tables import gpu_label, kernel_table, tagged
+from .tables import gpu_label, kernel_table, read_csv, tagged
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -37,11 +37,7 @@ def workload_folder(path: Path) -> Path:
 
 
 def read_frame(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path, low_memory=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-        raise InputFormatError(path, f"damaged or truncated CSV ({first})", hint=HINT) from None
+    return read_csv(path, HINT)
 
 
 def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame], DeviceSpec | None, dict[str, Any]]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from perfscope.errors import InputFormatError
 from perfscope.schema import map_distinct
 
 from ...costs.operators import category_of
@@ -15,6 +16,7 @@ from ..ncu.metrics import short_name_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
 KD_SUFFIX = re.compile(r"(\s*\[clone \.kd\]|\s*\(\.kd\)|\.kd)\s*$")
 AMD_GEMM = ("mul_mat", "cijk_", "gemm", "hipblaslt", "_mfma_", "wvsplitk", "matmul")
@@ -157,3 +159,12 @@ def innermost_range(kernels: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFra
         inside = (t >= s) & (t <= e) & pd.isna(found)
         found[inside] = p
     kernels["range"] = found
+
+
+def read_csv(path: Path, hint: str) -> pd.DataFrame:
+    """A rocprof CSV as a table; a damaged or cut one is one error line naming the file, with ``hint``."""
+    try:
+        return pd.read_csv(path, low_memory=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise InputFormatError(path, f"damaged or truncated CSV ({first})", hint=hint) from None

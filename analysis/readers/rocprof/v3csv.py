@@ -14,7 +14,7 @@ from perfscope.errors import InputFormatError
 
 from .device import agent_spec
 from .flat import flat_kernels, no_counter_note, pivot_counters
-from .tables import api_table, gpu_label, innermost_range, ints, range_table
+from .tables import api_table, gpu_label, innermost_range, ints, range_table, read_csv
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,20 +48,12 @@ def run_files(path: Path) -> dict[str, Path]:
     return {kind: folder / f"{prefix}{kind}.csv" for kind in KINDS if (folder / f"{prefix}{kind}.csv").is_file()}
 
 
-def _csv(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path, low_memory=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-        raise InputFormatError(path, f"damaged or truncated CSV ({first})", hint=HINT) from None
-
-
 def read_v3_csv(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame], DeviceSpec | None, dict[str, Any]]:
     files = run_files(path)
     params: dict[str, Any] = {"files": sorted(p.name for p in files.values())}
-    counters = pivot_counters(_csv(files["counter_collection"])) if "counter_collection" in files else None
+    counters = pivot_counters(read_csv(files["counter_collection"], HINT)) if "counter_collection" in files else None
     if "kernel_trace" in files:
-        trace = _csv(files["kernel_trace"])
+        trace = read_csv(files["kernel_trace"], HINT)
         if counters is not None and "Dispatch_Id" in trace:
             extra = [c for c in counters.columns if c not in trace.columns or c == "Dispatch_Id"]
             trace = trace.merge(counters[extra], on="Dispatch_Id", how="left")
@@ -75,26 +67,26 @@ def read_v3_csv(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame
         kernels = pd.DataFrame()
         warnings.append("no kernel_trace.csv nor counter_collection.csv in the run: no kernels")
     if "kernel_stats" in files and len(kernels):
-        params["kernel_stats_check"] = stats_check(_csv(files["kernel_stats"]), kernels, warnings)
+        params["kernel_stats_check"] = stats_check(read_csv(files["kernel_stats"], HINT), kernels, warnings)
     no_counter_note(kernels, warnings)
     tables: dict[str, pd.DataFrame] = {"kernels": kernels}
     api = pd.DataFrame()
     if "hip_api_trace" in files:
-        t = _csv(files["hip_api_trace"])
+        t = read_csv(files["hip_api_trace"], HINT)
         kind = t["Domain"].astype(str).str.contains("COMPILER").map({True: "compiler", False: "runtime"})
         api = api_table(t["Function"], t["Start_Timestamp"], t["End_Timestamp"], thread=t.get("Thread_Id"),
                         correlation=t.get("Correlation_Id"), kind=kind, pid=t.get("Process_Id"))
         tables["api"] = api
     if "marker_api_trace" in files:
-        t = _csv(files["marker_api_trace"])
+        t = read_csv(files["marker_api_trace"], HINT)
         ranges = range_table(t["Function"], t["Start_Timestamp"], t["End_Timestamp"], t.get("Thread_Id"))
         tables["ranges"] = ranges
         innermost_range(kernels, api, ranges)
     if "memory_copy_trace" in files:
-        tables["transfers"] = copies(_csv(files["memory_copy_trace"]), warnings)
+        tables["transfers"] = copies(read_csv(files["memory_copy_trace"], HINT), warnings)
     spec = None
     if "agent_info" in files:
-        spec = agent_spec(_busiest(_csv(files["agent_info"]), kernels), warnings)
+        spec = agent_spec(_busiest(read_csv(files["agent_info"], HINT), kernels), warnings)
     else:
         warnings.append("no agent_info.csv beside the run: device and roofs unknown (rocprofv3 writes it "
                         "with every run; pass --roofs NAME)")
