@@ -154,7 +154,8 @@ COLUMN_LABELS: dict[str, str] = {
     "tokens_per_s": "tokens/s", "precision": "precision", "mfu": "MFU (% of peak FLOP/s)",
     "mbu": "MBU (% of DRAM bandwidth)", "mfu_source": "MFU from", "mbu_source": "MBU from", "timing": "timing",
     "requests": "requests", "output_tokens": "output tokens", "prompt_tokens": "prompt tokens",
-    "prompt_tokens_unknown": "requests with an uncounted prompt",
+    "prompt_tokens_unknown": "requests with an uncounted prompt", "wall_share_pct": "share of wall time",
+    "prefill_tokens": "prefill tokens", "decode_tokens": "decode tokens", "outlier_steps": "outlier steps",
     "throughput_tokens_per_s": "throughput (all output tokens / run time, tokens/s)",
     "user_tokens_per_s": "decode speed per user (1 / mean TPOT, tokens/s)",
 }
