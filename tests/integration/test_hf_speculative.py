@@ -170,6 +170,10 @@ def test_profiled_assisted_generation_has_draft_and_verify_phases(pair: tuple[An
     assert table["wall_share_pct"].sum() == pytest.approx(100.0)
     assert table.loc["draft", "wall_share_pct"] > 0 and table.loc["verify", "wall_share_pct"] > 0
     (found,) = speculation(r)
-    assert found.evidence["drafted_tokens"] == int(r.steps.loc[r.steps["phase"] == "verify", "drafted"].sum())
+    # the finding counts the headline verify steps (a step the machine stalled is an outlier, left out)
+    from perfscope.analysis.steps import headline_steps
+
+    head = headline_steps(r.steps)
+    assert found.evidence["drafted_tokens"] == int(head.loc[head["phase"] == "verify", "drafted"].sum())
     assert "acceptance" in found.title
     assert request_summary(r, profiled=True)["requests"] == 1
