@@ -33,7 +33,7 @@ from perfscope.errors import OutputExistsError, UsageError
 from . import protobuf as pb
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from perfscope.report import Report
 
@@ -174,22 +174,29 @@ def _step_slices(report: Report | LeanReport) -> list[_Slices]:
     return [phases, steps]
 
 
-def _counter_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    c = report.counters
+def _per_device_series(table: pd.DataFrame, columns: Sequence[str], default_device: str,
+                       label: str) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Counter tracks of ``table``'s ``columns`` over ``t_ns``, one per device and column with a value,
+    named ``<device> <label><column>``."""
     out: list[tuple[str, np.ndarray, np.ndarray]] = []
-    if not len(c):
+    if not len(table):
         return out
-    dev = c["device"].astype("object").fillna("gpu").astype(str) if "device" in c else pd.Series("gpu", index=c.index)
-    t = c["t_ns"].to_numpy("int64")
+    dev = (table["device"].astype("object").fillna(default_device).astype(str) if "device" in table
+           else pd.Series(default_device, index=table.index))
+    t = table["t_ns"].to_numpy("int64")
     for d in sorted(dev.unique()):
         rows = (dev == d).to_numpy()
-        for metric in COUNTER_METRICS:
-            if metric in c:
-                v = _num(c, metric)[rows]
+        for col in columns:
+            if col in table:
+                v = _num(table, col)[rows]
                 ok = ~np.isnan(v)
                 if ok.any():
-                    out.append((f"{d} {metric}", t[rows][ok], v[ok]))
+                    out.append((f"{d} {label}{col}", t[rows][ok], v[ok]))
     return out
+
+
+def _counter_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    return _per_device_series(report.counters, COUNTER_METRICS, "gpu", "")
 
 
 def _idle_slices(report: Report | LeanReport) -> _Slices | None:
@@ -214,20 +221,9 @@ def _idle_slices(report: Report | LeanReport) -> _Slices | None:
 def _memory_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """The memory timeline as counter tracks: allocated and reserved bytes per device."""
     m = getattr(report, "memory", None)
-    out: list[tuple[str, np.ndarray, np.ndarray]] = []
-    if m is None or not len(m) or "allocated_bytes" not in m:
-        return out
-    dev = m["device"].astype("object").fillna("?").astype(str)
-    t = m["t_ns"].to_numpy("int64")
-    for d in sorted(dev.unique()):
-        rows = (dev == d).to_numpy()
-        for col in ("allocated_bytes", "reserved_bytes"):
-            if col in m:
-                v = _num(m, col)[rows]
-                ok = ~np.isnan(v)
-                if ok.any():
-                    out.append((f"{d} memory {col}", t[rows][ok], v[ok]))
-    return out
+    if m is None or "allocated_bytes" not in m:
+        return []
+    return _per_device_series(m, ("allocated_bytes", "reserved_bytes"), "?", "memory ")
 
 
 def _all_slices(report: Report | LeanReport) -> list[_Slices]:
