@@ -87,7 +87,7 @@ def _phase_lines(report: Report) -> list[str]:
     ph = phase_summary(report)
     if not len(ph):
         return []
-    rows = [[str(r["phase"]), str(r["steps"]), str(r["tokens"]), _num(r["wall_s"], 1e-3, 1),
+    rows = [[str(r["phase"]), str(r["steps"]), _num(r["tokens"], 1, 0), _num(r["wall_s"], 1e-3, 1),
              _num(r["tokens_per_s"], 1, 1), si(r["achieved_flops_per_s"], "FLOP/s"), _num(r["mfu"] * 100, 1, 1),
              si(r["achieved_bytes_per_s"], "B/s"), _num(r["mbu"] * 100, 1, 1)] for _, r in ph.iterrows()]
     head = ["phase", "steps", "tokens", "wall ms", "tok/s", "achieved", "MFU %", "bytes/s", "MBU %"]
