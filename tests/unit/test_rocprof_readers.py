@@ -254,6 +254,62 @@ def test_llamacpp_decode_gemv_is_memory_bound(fixtures_dir: Path) -> None:
     assert k.loc[k["name"].str.contains("mul_mat_vec_q"), "bound"].eq("memory").all()
 
 
+def _gfx1151(fixtures_dir: Path, tmp_path: Path, run: str) -> Path:
+    shutil.copy(fixtures_dir / f"rocprof/rocprofv3_llamacpp_gfx1151_trimmed/{run}_kernel_trace.csv",
+                tmp_path / f"{run}_kernel_trace.csv")
+    return tmp_path / f"{run}_kernel_trace.csv"
+
+
+def test_llamacpp_prefill_gemm_shape_from_its_launch_grid(fixtures_dir: Path, tmp_path: Path) -> None:
+    """mul_mat_q's M, N, K come from its grid and the quantize_mmq_q8_1 dispatch before it; checked by
+    hand on the Q4_K GEMM of grid (4608, 4, 1) x block (32, 4, 1) after a quantize grid (16384, 5, 1)."""
+    from perfscope.analysis.readers.rocprof.families import mmq_intensity, mmq_shape
+
+    name = "void mul_mat_q<(ggml_type)12, 128, false>(char const*, int const*)"
+    # 4608 / 32 = 144 row tiles of 128 rows; 16384 / 128 = 128 tokens (one 128-column tile: 4 / 4);
+    # K padded to 5 x 512 = 2560
+    assert mmq_shape(name, "(4608, 4, 1)", "(32, 4, 1)", "(16384, 5, 1)") == (18432, 128, 2560, 12)
+    m, n, k = 18432, 128, 2560
+    expected = 2 * m * n * k / (m * k * 144 / 256 + n * k * 144 / 128 + 4 * m * n)
+    assert mmq_intensity((m, n, k, 12)) == pytest.approx(expected)
+    # a flattened (rocprof v1) grid, a column count the quantize grid contradicts, or no quantize: no shape
+    assert mmq_shape(name, "(32768, 1, 1)", "(256, 1, 1)", "(524288, 1, 1)") is None
+    assert mmq_shape(name, "(4608, 8, 1)", "(32, 4, 1)", "(16384, 5, 1)") is None
+    assert mmq_shape(name, "(4608, 4, 1)", "(32, 4, 1)", None) is None
+
+    report = import_file(_gfx1151(fixtures_dir, tmp_path, "prefill"))
+    k4 = report.kernels
+    gemm = k4[k4["name"].str.contains("mul_mat_q<")]
+    assert len(gemm) == 248 and gemm["arith_intensity"].notna().all()
+    assert gemm["precision"].eq("int8").all()
+    row = gemm[(gemm["grid"] == "(4608, 4, 1)") & gemm["name"].str.startswith("void mul_mat_q<(ggml_type)12,")]
+    assert row["arith_intensity"].round(6).eq(round(expected, 6)).all()
+    assert gemm["flops"].isna().all() and gemm["dram_bytes"].isna().all()  # never invented
+    # rocprof v1 prints the grid as one product: its prefill GEMMs stay unknown, and the warning says why
+    v1 = import_file(fixtures_dir / "rocprof/llamacpp_r9700_rocprof_v1/results.csv")
+    assert v1.kernels.loc[v1.kernels["name"].str.contains("mul_mat_q<"), "arith_intensity"].isna().all()
+    assert any("442 llama.cpp mul_mat_q dispatches without a recoverable shape" in w for w in v1.warnings)
+
+
+def test_llamacpp_prefill_gemms_sit_far_closer_to_the_compute_roof(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The done-when of issue 31 on the gfx1151 captures: against one device's roofs (the file names no
+    device, so --roofs gives one, as a user would), decode's GEMVs attain under 1% of the int8 compute
+    roof and prefill's GEMMs over a sixth of it."""
+    from perfscope.datasheets import lookup_datasheet, sheet_spec
+
+    device = sheet_spec(lookup_datasheet("Radeon AI PRO R9700"))
+    peak = device.peak_flops("int8")
+    pre = import_file(_gfx1151(fixtures_dir, tmp_path, "prefill"), device=device).kernels
+    (tmp_path / "d").mkdir()
+    dec = import_file(_gfx1151(fixtures_dir, tmp_path / "d", "decode"), device=device).kernels
+    gemm = pre[pre["name"].str.contains("mul_mat_q<")]
+    gemv = dec[dec["name"].str.contains("mul_mat_vec_q<")]
+    assert len(gemv) and len(gemm)
+    assert (gemv["roof_flops_per_s"] / peak).max() < 0.01 and gemv["bound"].eq("memory").all()
+    assert (gemm["roof_flops_per_s"] / peak).min() > 1 / 6
+    assert gemm["arith_intensity"].min() > 25 * gemv["arith_intensity"].max()
+
+
 def test_marker_and_memory_copy_siblings(fixtures_dir: Path, tmp_path: Path) -> None:
     """roctx ranges and copies of a run, in rocprofv3's CSV layout (the headers its own tests check:
     rocprofiler-sdk tests/rocprofv3/tracing/validate.py), beside a real kernel trace."""
