@@ -5,7 +5,9 @@ vectorised over a whole kernel table:
 
 - **roof time** ``R = F / P(precision) + B / BW``: the time the kernel's FLOPs and DRAM bytes take at the
   device's peaks, compute and memory added (a kernel rarely overlaps the two perfectly; the sum ranks
-  near-ridge kernels better than ``max``, measured in docs/whatif.md);
+  near-ridge kernels better than ``max``, measured in docs/whatif.md). A GEMM (tensor cores) overlaps
+  them in part, as its tiles stream the next operands while the matrix cores work: its roof time is the
+  2-norm ``sqrt((F / P)^2 + (B / BW)^2)`` (:data:`GEMM_ROOF_NORM`), between the sum and ``max``;
 - **latency floor** ``t0`` per family (category and precision): half the family's shortest measured
   kernel. It is the fixed part of a kernel's time (launch on the GPU, first wave, tail), which a
   faster device does not shorten; a family of one kernel takes half of it as well;
@@ -41,6 +43,12 @@ if TYPE_CHECKING:
 
 LATENCY_FLOOR_SHARE = 0.5
 """The share of a family's shortest kernel taken as its fixed latency ``t0``."""
+
+GEMM_ROOF_NORM = 2.0
+"""A GEMM's roof time combines its compute and memory times as their p-norm, p = this: 1 is the sum (no
+overlap), infinity ``max`` (perfect overlap). Measured on the cross-GPU tables (docs/whatif.md): the
+median GEMM error is 13.0% (sum) / 12.5% (2) / 13.0% (3) / 14.1% (max) on A100 -> H100 and 9.7 / 7.9 /
+8.0 / 7.9% on A100 -> A40; 2 is the round value in that flat optimum."""
 
 RULES = ("efficiency-kept", "memory-only", "unknown-cost", "no-roof")
 """Per kernel, how its projected time was made."""
@@ -79,9 +87,10 @@ class Roofs:
         return vals[codes]
 
 
-def roof_time_s(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: float | None) -> np.ndarray:
-    """``F / P + B / BW`` per kernel (a missing FLOP count with known bytes counts as 0 FLOPs and the
-    reverse; both missing: NaN)."""
+def roof_time_s(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: float | None,
+                gemm: np.ndarray | None = None) -> np.ndarray:
+    """``F / P + B / BW`` per kernel, and for the ``gemm`` rows their :data:`GEMM_ROOF_NORM`-norm (a missing
+    FLOP count with known bytes counts as 0 FLOPs and the reverse; both missing: NaN)."""
     f = np.asarray(flops, np.float64)
     b = np.asarray(nbytes, np.float64)
     bw_v = bw if bw else np.nan
@@ -89,7 +98,11 @@ def roof_time_s(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: flo
         tf = np.where(np.isnan(f) | (f == 0) | np.isnan(peak), 0.0, f / peak)  # no roof for its precision: memory only
         tb = np.where(np.isnan(b), 0.0, b / bw_v)
     unknown = np.isnan(f) & np.isnan(b)
-    return np.where(unknown, np.nan, tf + tb)
+    total = tf + tb
+    if gemm is not None:
+        p = GEMM_ROOF_NORM
+        total = np.where(np.asarray(gemm, bool), (tf ** p + tb ** p) ** (1.0 / p), total)
+    return np.where(unknown, np.nan, total)
 
 
 def latency_floor_s(duration_s: np.ndarray, family: pd.Series) -> np.ndarray:
@@ -151,7 +164,7 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
         source, target: the two devices' roofs (the same for a shape-only question).
         new_flops, new_bytes, new_precision: the work at the new shapes (default: unchanged).
         tensor: per kernel, whether it runs on the tensor cores (GEMMs): those scale with the roofs
-            alone; the others blend the roofs and the SMs x clock by their efficiency (None: roofs alone).
+            alone, their roof time the :data:`GEMM_ROOF_NORM`-norm; the others blend the roofs and the SMs x clock by their efficiency (None: roofs alone).
         fit: use the family's fitted line (:func:`family_fit`) where it has one: the rule for new
             shapes (how time grows with work is measured from the family's other sizes); without it
             (another device, the same shapes) each kernel's own efficiency and the latency floor.
@@ -164,8 +177,8 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
     nf = np.asarray(flops if new_flops is None else new_flops, np.float64)
     nb = np.asarray(nbytes if new_bytes is None else new_bytes, np.float64)
     nprec = precision if new_precision is None else new_precision
-    r_src = roof_time_s(flops, nbytes, source.peak(precision), source.bytes_per_s)
-    r_tgt = roof_time_s(nf, nb, target.peak(nprec), target.bytes_per_s)
+    r_src = roof_time_s(flops, nbytes, source.peak(precision), source.bytes_per_s, tensor)
+    r_tgt = roof_time_s(nf, nb, target.peak(nprec), target.bytes_per_s, tensor)
     t0 = np.minimum(latency_floor_s(d, family), d)
     with np.errstate(divide="ignore", invalid="ignore"):
         eff = r_src / (d - t0)
