@@ -78,6 +78,8 @@ class Roofs:
         row = next((d for d in DATASHEETS if d.model == model), None) or find_datasheet(spec.name, spec.properties)
         sms = spec.properties.get("sm_count") or (row.sm_count if row else None)
         clock = row.boost_clock_mhz if row else None
+        if clock is None and spec.properties.get("max_clock_hz"):  # a device the source describes itself
+            clock = float(spec.properties["max_clock_hz"]) / 1e6
         return cls(peaks, float(bw) if bw else None, spec.name, float(sms) * clock if sms and clock else None)
 
     def peak(self, precision: pd.Series) -> np.ndarray:

@@ -213,3 +213,15 @@ def test_crossgpu_error_bounds(fixtures_dir) -> None:
                 assert r["model_pct"] <= goal and r["model_pct"] < r["ratio_pct"] and r["model_pct"] < r["roof_pct"], \
                     (pair, kind, r.to_dict())
     assert math.isfinite(float(rows["pred_model_s"].median()))
+
+
+def test_target_roofs_from_a_report_that_describes_its_own_device(fixtures_dir) -> None:
+    """`--gpu REPORT` of a rocprof-compute workload (an MI210: 104 CUs, 1700 MHz, no datasheet row matched
+    by name): its measured roofs, and the SMs x clock the blend rule needs, from the report itself."""
+    from perfscope.analysis.projection.times import Roofs
+    from perfscope.analysis.readers.detect import import_file
+
+    roofs = Roofs.of(import_file(fixtures_dir / "rocprof/rocprof_compute_vcopy_MI200").device)
+    assert roofs.bytes_per_s == pytest.approx(1388.9302e9)  # roofline.csv HBMBw, row 0
+    assert roofs.flops_per_s["fp16"] == pytest.approx(164938.17e9)  # MFMAF16Flops
+    assert roofs.sm_mhz == 104 * 1700
