@@ -10,6 +10,10 @@ grows the process past any memory the machine has. Two limits, checked while the
   resident memory while it reads the events (Linux ``/proc/self/statm``; not checked elsewhere).
 
 Neither is set by default: a file is read whole, as before.
+
+Every reader counts what it reads through :func:`take`: the Kineto reader its trace events (each block),
+the nsys and rocpd readers the rows of each table they query, the rocprof CSV readers the rows of each
+file; one import's count runs across all of them (:func:`counting`, which ``import_file`` opens).
 """
 
 from __future__ import annotations
@@ -20,13 +24,15 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from .errors import UsageError
+from .errors import InputFormatError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 MEMORY_ENV = "PERFSCOPE_MAX_MEMORY"
 _MAX_EVENTS: ContextVar[int | None] = ContextVar("perfscope_max_events", default=None)
+_TAKEN: ContextVar[list[int] | None] = ContextVar("perfscope_events_taken", default=None)
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -71,4 +77,41 @@ def resident_bytes() -> int | None:
         return None
 
 
-__all__ = ["MEMORY_ENV", "budget", "max_events", "max_memory_bytes", "resident_bytes"]
+@contextmanager
+def counting() -> Iterator[None]:
+    """One import: the events :func:`take` counts inside the block add up against the budget (a block
+    inside another adds to the outer one's count)."""
+    if _TAKEN.get() is not None:
+        yield
+        return
+    token = _TAKEN.set([0])
+    try:
+        yield
+    finally:
+        _TAKEN.reset(token)
+
+
+def take(path: str | Path, n: int) -> int:
+    """Count ``n`` more events (trace events, table rows) read from ``path`` against the budget, and
+    return the import's count so far (``n`` alone outside :func:`counting`).
+
+    Raises:
+        InputFormatError: past ``--max-events``, or the process's resident memory past
+            ``PERFSCOPE_MAX_MEMORY`` (one line naming the file, the limit and how to raise it).
+    """
+    box = _TAKEN.get()
+    if box is not None:
+        box[0] += n
+    total = box[0] if box is not None else n
+    cap, memory_cap = max_events(), max_memory_bytes()
+    if cap is not None and total > cap:
+        raise InputFormatError(path, f"more than {cap:,} events (the --max-events budget); nothing was written",
+                               hint="raise --max-events, or import a shorter trace")
+    if memory_cap is not None and (rss := resident_bytes()) is not None and rss > memory_cap:
+        raise InputFormatError(path, f"reading it took more than {MEMORY_ENV}={memory_cap:,} bytes "
+                               f"({rss:,} resident after {total:,} events); nothing was written",
+                               hint=f"raise {MEMORY_ENV}, or import a shorter trace")
+    return total
+
+
+__all__ = ["MEMORY_ENV", "budget", "counting", "max_events", "max_memory_bytes", "resident_bytes", "take"]

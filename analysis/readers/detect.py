@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from perfscope.errors import InputFormatError, UsageError
+from perfscope.limits import counting
 from perfscope.report import MANIFEST, Report
 
 from .rocprof.reader import sniff as sniff_rocprof
@@ -139,9 +140,10 @@ def import_file(path: str | Path, *, device: DeviceSpec | None = None, capture: 
     module = importlib.import_module(READERS[fmt])
     reader: Reader = getattr(module, f"read_{fmt.replace('-', '_')}", None) or module.read
     try:
-        if capture is not None:
-            return module.read_kineto(p, device=device, capture=capture)  # type: ignore[no-any-return]
-        return reader(p, device=device)
+        with counting():
+            if capture is not None:
+                return module.read_kineto(p, device=device, capture=capture)  # type: ignore[no-any-return]
+            return reader(p, device=device)
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise InputFormatError(p, f"truncated or damaged compressed data ({exc})",
                                hint="re-export or re-download the file") from None

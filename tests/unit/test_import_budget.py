@@ -65,3 +65,20 @@ def test_memory_sizes_and_bad_values(monkeypatch: pytest.MonkeyPatch, bomb: Path
     _one_error(capsys.readouterr().err, "PERFSCOPE_MAX_MEMORY='lots' is not a size")
     with pytest.raises(Exception, match="at least 1"), budget(max_events=0):
         pass
+
+
+@pytest.mark.parametrize("rel", ["nsys/nvfuser_h100_matmul.sqlite",
+                                 "rocprof/llamacpp_r9700_rocpd/32432_results.db",
+                                 "rocprof/llamacpp_r9700_rocprof_v1/results.csv",
+                                 "rocprof/rocprof_compute_vcopy_MI200",
+                                 "ncu/esmm_a10g_roofline_metrics.csv"])
+def test_every_reader_keeps_the_budget(fixtures_dir: Path, rel: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`--max-events` counts what each reader reads (nsys and rocpd table rows, rocprof CSV rows, ncu
+    launches), across the files of one import; the same file imports under a budget it fits in."""
+    path = fixtures_dir / rel
+    out = tmp_path / "r.perfscope"
+    assert main(["import", str(path), "--out", str(out), "--max-events", "5"]) == 3
+    _one_error(capsys.readouterr().err, str(path.name), "more than 5 events", "--max-events")
+    assert not out.exists()
+    assert main(["import", str(path), "--out", str(out), "--max-events", "10000000", "--no-html"]) == 0

@@ -491,28 +491,23 @@ def parse_trace(path: Path) -> ParsedTrace:
     Raises:
         InputFormatError: not JSON, JSON that is not a trace, or damaged before any event.
     """
-    from perfscope.limits import MEMORY_ENV, max_events, max_memory_bytes, resident_bytes
+    from perfscope.limits import counting
+    from perfscope.limits import take as take_budget
 
     path = Path(path)
     cols = _Columns()
     trace = ParsedTrace(cols={}, meta={})
-    event_cap, memory_cap = max_events(), max_memory_bytes()
 
     def take(items: list[Any]) -> None:
         trace.n_events += len(items)
-        if event_cap is not None and trace.n_events > event_cap:
-            raise InputFormatError(path, f"more than {event_cap:,} events (the --max-events budget); "
-                                   "nothing was written", hint="raise --max-events, or import a shorter trace")
-        if memory_cap is not None and (rss := resident_bytes()) is not None and rss > memory_cap:
-            raise InputFormatError(path, f"reading it took more than {MEMORY_ENV}={memory_cap:,} bytes "
-                                   f"({rss:,} resident after {trace.n_events:,} events); nothing was written",
-                                   hint=f"raise {MEMORY_ENV}, or import a shorter trace")
+        take_budget(path, len(items))
         route_block(items if all(x.__class__ is Event for x in items) else as_events(items), cols)
 
     collecting = gc.isenabled()
     gc.disable()  # millions of short-lived containers: the cyclic GC would only rescan them
     try:
-        trace.meta, damage = read_events(path, decode_block, take)
+        with counting():
+            trace.meta, damage = read_events(path, decode_block, take)
     finally:
         if collecting:
             gc.enable()

@@ -24,6 +24,7 @@ import pandas as pd
 
 from perfscope.datasheets import datasheet_spec
 from perfscope.errors import InputFormatError, ToolNotFoundError
+from perfscope.limits import take
 from perfscope.report import Report, source_info
 
 from ..finish import Imported, finish
@@ -77,6 +78,7 @@ def read_ncu_reps(paths: Sequence[str | Path], *, device: DeviceSpec | None = No
     for path in paths:
         ctx = _load(ncu_report, path)
         found = _actions(ncu_report, ctx, start=len(launches))
+        take(path, len(found))
         if not found:
             raise InputFormatError(path, "holds no profiled kernel results (empty, truncated or not an "
                                    "Nsight Compute report)", hint=REP_HINT)
@@ -109,6 +111,7 @@ def _load(ncu_report: Any, path: str | Path) -> Any:
 def read_ncu_csv(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
     """Read ``ncu --csv`` output (details/long or ``--page raw``/wide)."""
     launches, warnings, shape = read_csv_launches(path)
+    take(path, len(launches))
     tool = {"kind": "ncu-csv", "tool": "ncu", "tool_version": None, "csv_shape": shape}
     return _build(path, launches, warnings, tool, device, partial=any(w.startswith(TRUNCATED) for w in warnings))
 

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.errors import InputFormatError
+from perfscope.limits import take
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -128,6 +129,7 @@ class NsysDb:
     def frame(self, sql: str, columns: list[str], params: Iterable[object] = ()) -> pd.DataFrame:
         """A query's rows as a DataFrame with the given column names."""
         rows = self.fetch(sql, params)
+        take(self.path, len(rows))
         if not rows:
             return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
         return pd.DataFrame.from_records(rows, columns=columns, coerce_float=False)
@@ -142,6 +144,7 @@ class NsysDb:
         names = list(exprs)
         select = ", ".join(f"COALESCE({e}, {NULL_SENTINEL})" for e in exprs.values())
         rows = self.fetch(f'SELECT {select} FROM "{table}"')
+        take(self.path, len(rows))
         try:
             block = np.array(rows, dtype="int64").reshape(len(rows), len(names))
         except (TypeError, ValueError, OverflowError):

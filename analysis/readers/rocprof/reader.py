@@ -32,6 +32,7 @@ from .flat import flat_kernels, has_kernel_columns, no_counter_note
 from .jsons import read_v1_json, read_v3_json
 from .rocpd import read_rocpd as parse_rocpd
 from .rocpd import read_v1_db, table_names
+from .tables import read_csv
 from .v3csv import RUN_FILE, read_v3_csv, stats_check
 
 if TYPE_CHECKING:
@@ -154,12 +155,7 @@ def read_rocprof_stats(path: str | Path, *, device: DeviceSpec | None = None) ->
 
 
 def _v1_csv(path: Path, warnings: list[str]) -> Parsed:
-    try:
-        df = pd.read_csv(path, low_memory=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-        raise InputFormatError(path, f"damaged or truncated CSV ({first})",
-                               hint="re-run rocprof; a trace cut short imports its complete rows") from None
+    df = read_csv(path, "re-run rocprof; a trace cut short imports its complete rows")
     if not has_kernel_columns(df):
         raise InputFormatError(path, "no kernel name and timestamp columns", hint="give rocprof's results.csv")
     kernels = flat_kernels(df, warnings, source="rocprof")

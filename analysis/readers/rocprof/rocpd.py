@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from perfscope.errors import InputFormatError
+from perfscope.limits import take
 
 from .flat import flat_kernels, no_counter_note, pivot_counters
 from .tables import api_table, gpu_label, innermost_range, ints, range_table
@@ -35,9 +36,11 @@ def table_names(path: Path) -> set[str]:
         return set()
 
 
-def _frame(db: sqlite3.Connection, sql: str) -> pd.DataFrame:
+def _frame(db: sqlite3.Connection, sql: str, path: Path | None = None) -> pd.DataFrame:
     cur = db.execute(sql)
-    return pd.DataFrame(cur.fetchall(), columns=[d[0] for d in cur.description])
+    rows = cur.fetchall()
+    take(path or "<rocpd>", len(rows))
+    return pd.DataFrame(rows, columns=[d[0] for d in cur.description])
 
 
 def read_rocpd(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame], DeviceSpec | None, dict[str, Any]]:
@@ -52,12 +55,12 @@ def read_rocpd(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame]
         meta = dict(db.execute("SELECT tag, value FROM rocpd_metadata").fetchall()) if "rocpd_metadata" in names else {}
         k = _frame(db, "SELECT name, agent_abs_index, start, end, corr_id, dispatch_id, stream_id, queue_id, "
                        "grid_x, grid_y, grid_z, workgroup_x, workgroup_y, workgroup_z, vgpr_count, lds_size, pid "
-                       "FROM kernels ORDER BY start")
+                       "FROM kernels ORDER BY start", path)
         k = k.rename(columns={"name": "kernel_name", "corr_id": "correlation_id_", "dispatch_id": "dispatch_id"})
         k["Correlation_Id"] = k.pop("correlation_id_")
         if "counters_collection" in names:
             c = _frame(db, "SELECT dispatch_id AS Dispatch_Id, counter_name AS Counter_Name, value AS Counter_Value "
-                           "FROM counters_collection")
+                           "FROM counters_collection", path)
             if len(c):
                 wide = pivot_counters(c)
                 k = k.merge(wide, left_on="dispatch_id", right_on="Dispatch_Id", how="left")
@@ -66,7 +69,7 @@ def read_rocpd(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame]
         tables: dict[str, pd.DataFrame] = {"kernels": kernels}
         api = pd.DataFrame()
         if "regions" in names:
-            r = _frame(db, "SELECT category, name, tid, start, end, corr_id FROM regions")
+            r = _frame(db, "SELECT category, name, tid, start, end, corr_id FROM regions", path)
             hip = r[r["category"].astype(str).str.startswith("HIP")]
             if len(hip):
                 api = api_table(hip["name"], hip["start"], hip["end"], thread=hip["tid"], correlation=hip["corr_id"],
@@ -80,7 +83,7 @@ def read_rocpd(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame]
                 tables["ranges"] = ranges
                 innermost_range(kernels, api, ranges)
         if "memory_copies" in names:
-            m = _frame(db, "SELECT name, start, end, size, corr_id, stream_id FROM memory_copies")
+            m = _frame(db, "SELECT name, start, end, size, corr_id, stream_id FROM memory_copies", path)
             if len(m):
                 s, e = ints(m["start"]), ints(m["end"])
                 kind = m["name"].astype(str).str.replace("MEMORY_COPY_", "", regex=False).map(DIRECTION).fillna("other")
@@ -88,7 +91,7 @@ def read_rocpd(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame]
                                       "duration_ns": e - s, "correlation": ints(m["corr_id"]),
                                       "stream": ints(m["stream_id"])})
                 tables["transfers"] = moved[moved["bytes"].notna() & s.notna() & e.notna()].reset_index(drop=True)
-        agents = _frame(db, "SELECT absolute_index, type, name, product_name, extdata FROM rocpd_info_agent") \
+        agents = _frame(db, "SELECT absolute_index, type, name, product_name, extdata FROM rocpd_info_agent", path) \
             if "rocpd_info_agent" in names else pd.DataFrame()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise InputFormatError(path, f"damaged SQLite database ({type(exc).__name__}: {str(exc)[:120]})",
@@ -116,7 +119,7 @@ def _agent(agents: pd.DataFrame, kernels: pd.DataFrame) -> dict[str, Any] | None
 def read_v1_db(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame], None, dict[str, Any]]:
     try:
         with connect(path) as db:
-            k = _frame(db, "SELECT * FROM KERN")
+            k = _frame(db, "SELECT * FROM KERN", path)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise InputFormatError(path, f"damaged SQLite database ({type(exc).__name__}: {str(exc)[:120]})",
                                hint=HINT) from None

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.errors import InputFormatError
+from perfscope.limits import take
 from perfscope.schema import map_distinct
 
 from ...costs.operators import category_of
@@ -164,7 +165,9 @@ def innermost_range(kernels: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFra
 def read_csv(path: Path, hint: str) -> pd.DataFrame:
     """A rocprof CSV as a table; a damaged or cut one is one error line naming the file, with ``hint``."""
     try:
-        return pd.read_csv(path, low_memory=False)
+        df = pd.read_csv(path, low_memory=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         raise InputFormatError(path, f"damaged or truncated CSV ({first})", hint=hint) from None
+    take(path, len(df))
+    return df
