@@ -37,6 +37,13 @@ def main() -> None:
         for key, name in (("ttft_s_mean", "TTFT"), ("tpot_s_mean", "TPOT")):
             p, m = proj[key], meas[key]
             print(f"{label:<12} {name:<6} {p * 1e3:>8.2f}ms {m * 1e3:>8.2f}ms {(p - m) / m * 100:>+7.1f}%")
+    # the machine's noise, in the same units: batch 1 measured again at the end
+    again = projected_metrics(profile_engine(EngineRun(batch=1, prompt_len=128, **run), baseline=args.passes,
+                                             roofs=base.device))
+    first = projected_metrics(base)
+    print("noise: batch 1 measured again at the end: " + ", ".join(
+        f"{name} {again[key] * 1e3:.2f}ms ({(again[key] - first[key]) / first[key] * 100:+.1f}% from the first)"
+        for key, name in (("ttft_s_mean", "TTFT"), ("tpot_s_mean", "TPOT"))))
 
 
 if __name__ == "__main__":

@@ -40,14 +40,14 @@ def main() -> None:
     print(table.render())
     model = build_model("smollm2-135m", device="cpu")
     ids = model.tokenizer.encode(model.tokenizer.apply_chat([{"role": "user", "content": PROMPT}]))
-    measured: dict[int, float] = {}
-    for k in ks:
-        rates = []
-        for _ in range(args.repeats):
+    # rounds interleave the Ks (K=1..6, then again): a drift in the machine's load moves every K alike
+    rates: dict[int, list[float]] = {k: [] for k in ks}
+    for _ in range(args.repeats):
+        for k in ks:
             r = generate(model, [ids], args.gen_len, speculative=args.method, draft_len=k)
             req = r.requests[0]
-            rates.append((req.output_tokens - 1) / (req.e2e_s - req.ttft_s))
-        measured[k] = statistics.median(rates)
+            rates[k].append((req.output_tokens - 1) / (req.e2e_s - req.ttft_s))
+    measured = {k: statistics.median(v) for k, v in rates.items()}
     print(f"{'K':>3} {'projected tok/s':>16} {'measured tok/s':>15} {'error':>8}")
     for row in table.rows.itertuples(index=False):
         m = measured[row.draft_len]
