@@ -166,7 +166,8 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
         source, target: the two devices' roofs (the same for a shape-only question).
         new_flops, new_bytes, new_precision: the work at the new shapes (default: unchanged).
         tensor: per kernel, whether it runs on the tensor cores (GEMMs): those scale with the roofs
-            alone, their roof time the :data:`GEMM_ROOF_NORM`-norm; the others blend the roofs and the SMs x clock by their efficiency (None: roofs alone).
+            alone, their roof time the :data:`GEMM_ROOF_NORM`-norm; the others blend the roofs and the
+            SMs x clock by their efficiency (None: roofs alone).
         fit: use the family's fitted line (:func:`family_fit`) where it has one: the rule for new
             shapes (how time grows with work is measured from the family's other sizes); without it
             (another device, the same shapes) each kernel's own efficiency and the latency floor.

@@ -11,9 +11,10 @@ sizes (``ggml/src/ggml.c`` type_traits: type_size / blck_size). An upper bound o
 Its prefill counterpart ``mul_mat_q<(ggml_type)T, mmq_x, need_check>`` (a tiled GEMM over many tokens) has
 no shape in its name, but its launch geometry has one: :func:`mmq_shape` reads M, N and K from its grid
 and from the ``quantize_mmq_q8_1`` dispatch that prepared its activations, and :func:`mmq_intensity` gives
-the GEMM's intensity with each operand read once (a lower bound on what caches allow). Both are upper
-and lower bounds of the same kind a roofline needs: where the intensity clears the ridge point, the
-kernel is compute-bound whatever its exact traffic.
+the GEMM's intensity with each operand read from DRAM once. That too is an upper bound: it is what the
+kernel reaches when its weights stream once (one column tile covers the tokens, as in the committed
+captures) and its activations stay in L2; weights re-read per column tile lower it. A bound that places
+a kernel below the ridge point is safe; one above it is the best case, not a measurement.
 """
 
 from __future__ import annotations
@@ -95,20 +96,25 @@ def _mmq_intensities(kernels: pd.DataFrame) -> tuple[pd.Series, int]:
     """Each mul_mat_q dispatch's intensity from its geometry (NaN where not recoverable), and how many
     mul_mat_q dispatches there were."""
     names = kernels["name"].astype("object")
-    is_mmq = names.map(lambda n: isinstance(n, str) and MMQ.search(n) is not None).astype(bool)
+    is_mmq = map_distinct(names, lambda n: isinstance(n, str) and MMQ.search(n) is not None).astype(bool)
     out = pd.Series(np.nan, index=kernels.index, dtype="float64")
     if not is_mmq.any() or "grid" not in kernels or "block" not in kernels:
         return out, int(is_mmq.sum())
-    is_quant = names.map(lambda n: isinstance(n, str) and QUANTIZE_MMQ.search(n) is not None).astype(bool)
+    is_quant = map_distinct(names, lambda n: isinstance(n, str) and QUANTIZE_MMQ.search(n) is not None).astype(bool)
     keys = [c for c in ("device", "stream") if c in kernels]
     order = kernels.sort_values([*keys, "start_ns"], kind="stable")
     quant_grid = order["grid"].where(is_quant.loc[order.index])
     last_quant = quant_grid.groupby([order[c] for c in keys], dropna=False).ffill() if keys else quant_grid.ffill()
-    for i in order.index[is_mmq.loc[order.index].to_numpy()]:
-        shape = mmq_shape(names[i], kernels.at[i, "grid"], kernels.at[i, "block"], last_quant.get(i))
+    # one shape per distinct (name, grid, block, quantize grid): a trace repeats a handful of GEMMs per layer
+    launch = pd.DataFrame({"name": names, "grid": kernels["grid"], "block": kernels["block"],
+                           "quant": last_quant.reindex(kernels.index)})[is_mmq.to_numpy()].astype("object")
+    launch = launch.where(launch.notna(), None)  # NaN is not equal to itself: no dict key
+    values: dict[tuple[object, ...], float] = {}
+    for key in set(launch.itertuples(index=False, name=None)):
+        shape = mmq_shape(*key)  # type: ignore[arg-type]
         value = mmq_intensity(shape) if shape else None
-        if value is not None:
-            out[i] = value
+        values[key] = np.nan if value is None else value
+    out[launch.index] = [values[key] for key in launch.itertuples(index=False, name=None)]
     return out, int(is_mmq.sum())
 
 
