@@ -54,10 +54,26 @@ def from_ncu(report: Report) -> bool:
     return str((report.manifest.get("source") or {}).get("kind") or "").startswith("ncu")
 
 
+COUNTER_PROFILERS = {"nvidia": "Nsight Compute (perfscope profile --collector ncu -- CMD)",
+                     "amd": "rocprof-compute or rocprofv3 --pmc (perfscope profile --collector rocprof-compute -- CMD)"}
+"""The hardware-counter profiler each vendor's advice names (``{counters}`` in :func:`collect_advice`)."""
+
+
+def from_amd(report: Report) -> bool:
+    """Whether the report is of an AMD GPU: its device, or a rocprof source (which may name no device)."""
+    from perfscope.vocab import is_amd
+
+    kind = str((report.manifest.get("source") or {}).get("kind") or "")
+    return is_amd(report.device) or kind.startswith(("rocprof", "rocpd"))
+
+
 def collect_advice(report: Report, advice: str) -> str:
-    """``advice`` on what to collect, unless the file already is what it asks for: an Nsight Compute
-    report gets :data:`NCU_REPROFILE` (its missing sections), never 'profile with Nsight Compute'."""
-    return NCU_REPROFILE if from_ncu(report) else advice
+    """``advice`` on what to collect, with ``{counters}`` naming the device vendor's counter profiler
+    (:data:`COUNTER_PROFILERS`: never Nsight Compute for an AMD GPU), unless the file already is what it
+    asks for: an Nsight Compute report gets :data:`NCU_REPROFILE` (its missing sections)."""
+    if from_ncu(report):
+        return NCU_REPROFILE
+    return advice.format(counters=COUNTER_PROFILERS["amd" if from_amd(report) else "nvidia"])
 
 
 @dataclass(frozen=True)

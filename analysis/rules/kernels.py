@@ -203,8 +203,7 @@ def _no_work_info(report: Report, rule: str) -> list[Finding]:
         return []
     return [info(rule, "Roofline rules skipped: no FLOPs or bytes for any kernel",
                  collect_advice(report, "This source has no hardware counters or operator shapes. Profile the top "
-                                "kernels with Nsight Compute (perfscope profile --collector ncu -- CMD) or capture a "
-                                "torch.profiler trace with record_shapes=True."),
+                                "kernels with {counters} or capture a torch.profiler trace with record_shapes=True."),
                  kernels=len(k))]
 
 

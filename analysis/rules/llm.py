@@ -217,7 +217,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
     if not len(costed):
         return [info("prefill-mfu", "Prefill MFU not computed: no FLOPs for the prefill kernels",
                      collect_advice(report, "Capture with operator shapes (torch.profiler record_shapes=True) or "
-                                         "Nsight Compute."))]
+                                         "with {counters}."))]
     coverage = float(costed["duration_ns"].sum()) / float(k["duration_ns"].sum() or 1.0)
     if coverage < FLOPS_MIN_COVERAGE:  # a partial FLOP sum would understate MFU without saying so
         uncosted = k[k["flops"].isna()].groupby("name")["duration_ns"].sum().sort_values(ascending=False)

@@ -417,3 +417,17 @@ def test_agent_info_sibling_gives_the_device(fixtures_dir: Path, tmp_path: Path)
     assert spec.properties["max_clock_hz"] == 2.1e9 and spec.properties.get("datasheet") == "MI300X"
     gemv = report.kernels[report.kernels["name"].str.contains("mul_mat_vec_q")]
     assert len(gemv) and gemv["bound"].eq("memory").all()  # Q5_K GEMV: 2.9 FLOP/B against a ridge of ~250
+
+
+def test_collect_advice_names_the_vendors_counter_profiler(fixtures_dir: Path) -> None:
+    """A kernel trace without counters is told to collect them with its own vendor's profiler: rocprof-compute
+    for an AMD capture (the R9700's rocprof v1 database), Nsight Compute for an NVIDIA one."""
+    from perfscope.analysis.findings import run_rules
+
+    amd = import_file(fixtures_dir / "rocprof/llamacpp_r9700_rocprof_v1/results.db")
+    skipped = [f for f in run_rules(amd) if f.title.startswith("Roofline rules skipped")]
+    assert len(skipped) == 1 and "rocprof-compute" in skipped[0].recommendation
+    assert "Nsight" not in skipped[0].recommendation
+    nvidia = import_file(fixtures_dir / "nsys/aws_t4_softmax.sqlite")
+    text = [f.recommendation for f in run_rules(nvidia) if f.title.startswith("Roofline rules skipped")]
+    assert len(text) == 1 and "Nsight Compute (perfscope profile --collector ncu" in text[0] and "rocprof" not in text[0]
