@@ -16,6 +16,7 @@ Folder layout (see DESIGN.md)::
       idle.parquet         the device's idle slices, each with its cause (analysis/idle.py)
       memory.parquet       allocations and frees over time (docs/memory.md)
       gauges.parquet       a load test's server gauges scraped from /metrics
+      gemm_curve.parquet   GEMM time against rows, measured on the device (engine profiles)
       raw/                 the raw capture it was built from, when kept
       report.html          the standalone HTML report, when rendered
 
@@ -98,6 +99,7 @@ class Report:
     idle: pd.DataFrame = field(default_factory=lambda: empty_table("idle"))
     memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
     gauges: pd.DataFrame = field(default_factory=lambda: empty_table("gauges"))
+    gemm_curve: pd.DataFrame = field(default_factory=lambda: empty_table("gemm_curve"))
     path: Path | None = None
 
     # ---------------------------------------------------------------- construction

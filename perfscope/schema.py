@@ -271,6 +271,15 @@ GAUGE_COLUMNS = _cols(
     ("labels", "str", False, "the sample's labels as JSON"),
 )
 
+GEMM_CURVE_COLUMNS = _cols(
+    ("n", "int", True, "the weight's output features (a GEMM's N)"),
+    ("k", "int", True, "the weight's input features (a GEMM's K)"),
+    ("dtype", "str", True, "the weight's dtype, as torch.profiler names it in op_input_types (float, c10::BFloat16)"),
+    ("m", "int", True, "rows of the activation (a GEMM's M: the step's tokens)"),
+    ("time_ns", "float", True, "one call's time at these sizes, measured on the report's device (best of rounds)"),
+    ("copies", "int", False, "copies of the layer the calls cycled through, so each read its weight from memory"),
+)
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "kernels": KERNEL_COLUMNS,
     "ranges": RANGE_COLUMNS,
@@ -284,13 +293,16 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "idle": IDLE_COLUMNS,
     "memory": MEMORY_COLUMNS,
     "gauges": GAUGE_COLUMNS,
+    "gemm_curve": GEMM_CURVE_COLUMNS,
 }
 """Every table of a Report; each is stored as ``<name>.parquet`` (or a ``<name>/`` dataset).
 
 ``steps`` and ``requests`` are the profiled run's (on the trace's timeline); an engine report also
 holds ``steps_unprofiled`` and ``requests_unprofiled``: the same workload run warm without the
-profiler (times from that run's start), the source of the headline serving metrics. Reports
-written before these tables existed load with them empty."""
+profiler (times from that run's start), the source of the headline serving metrics. ``gemm_curve``
+is an engine profile's GEMM size curve (:mod:`perfscope.collectors.gemm_curve`), measured on the
+report's device after the profiled run. Reports written before these tables existed load with them
+empty."""
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 BOUNDS = ("memory", "compute", "unknown")

@@ -30,8 +30,8 @@ from perfscope.schema import column_codes
 from ..costs.base import itemsize
 from ..costs.roofline import classify_conformed
 from ..steps import launch_times_ns, step_of
-from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, recost
-from .times import Roofs, project_times
+from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, gemm_rows, recost
+from .times import KNOWN_RULES, Roofs, curve_ratio, project_times
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -146,14 +146,16 @@ def _step_dims(steps: pd.DataFrame, batch: int, prompt: int, gen: int, q: Questi
 
 
 def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: list[Dims], q: Question
-              ) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray]:
-    """Per kernel: new FLOPs, new bytes, new precision and whether its op had a formula (recosted)."""
+              ) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray, pd.DataFrame]:
+    """Per kernel: new FLOPs, new bytes, new precision, whether its op had a formula (recosted), and for a
+    GEMM with a 2-D weight its rows before and after and its weight (``m_old``, ``m_new``, ``n``, ``k``,
+    ``dtype``: NaN / None for the other kernels)."""
     n = len(k)
     flops = k["flops"].to_numpy(np.float64, na_value=np.nan)
     nbytes = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
     prec = k["precision"].astype("object")
     if not q.changes_shapes:
-        return flops, nbytes, prec, np.ones(n, bool)
+        return flops, nbytes, prec, np.ones(n, bool), pd.DataFrame(index=range(n))
     # one formula call per distinct (op, shapes, dtypes, step sizes): integer codes, no per-kernel Python
     (op_c, op_u), (sh_c, sh_u), (ty_c, ty_u) = (column_codes(k, c) for c in ("op", "op_shapes", "op_input_types"))
     dim_codes, dim_u = pd.factorize(pd.Series([(o, n) for o, n in zip(olds, news)], dtype=object)) if olds \
@@ -164,6 +166,8 @@ def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: lis
     codes = codes.reshape(-1)
     rf = np.full(len(uniq), np.nan)
     rb = np.full(len(uniq), np.nan)
+    gm = np.full((len(uniq), 4), np.nan)
+    gt = np.full(len(uniq), None, dtype=object)
     for i, (oc, sc, tc, dc) in enumerate(uniq):
         if oc < 0 or sc < 0 or tc < 0 or dc < 0:
             continue
@@ -172,6 +176,11 @@ def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: lis
                    kv_dtype=q.kv_dtype)
         if r is not None:
             rf[i], rb[i] = r
+        g = gemm_rows(op_u[oc], sh_u[sc], ty_u[tc], old_dims, new_dims)
+        if g is not None:
+            gm[i], gt[i] = g[:4], g[4]
+    gemm = pd.DataFrame({"m_old": gm[codes, 0], "m_new": gm[codes, 1], "n": gm[codes, 2], "k": gm[codes, 3],
+                         "dtype": gt[codes]})
     f_ratio, b_ratio = rf[codes], rb[codes]
     known = ~np.isnan(f_ratio) & ~np.isnan(b_ratio)
     new_f = np.where(known, flops * f_ratio, flops)
@@ -179,9 +188,9 @@ def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: lis
     new_prec = prec
     low = LOW_PRECISION_GEMM.get(q.weights_dtype or "")
     if low:
-        gemm = (k["category"] == "gemm").to_numpy(bool)
-        new_prec = prec.where(~gemm, low)
-    return new_f, new_b, new_prec, known
+        is_gemm = (k["category"] == "gemm").to_numpy(bool)
+        new_prec = prec.where(~is_gemm, low)
+    return new_f, new_b, new_prec, known, gemm
 
 
 GPU_GAP_NS = 3_000
@@ -259,7 +268,10 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
         if j >= 0:  # the step ends after its last launch and its last kernel, plus what followed the later one
             last_launch = float(lo[g].max())
             rem = s_end[j] - max(float(eo[g].max()), last_launch)
-            new_s_end[j] = max(max(last_launch + shift, gpu_free) + rem, new_s_start[j])
+            # CPU operators launch nothing: the step ends after its last one (a launch time there is the
+            # op's own measured start, which would hold the step at its measured length)
+            ready_end = gpu_free if host_ops else max(last_launch + shift, gpu_free)
+            new_s_end[j] = max(ready_end + rem, new_s_start[j])
     for m in range(last_step + 1, n_steps):
         prev = new_s_end[m - 1] if m > 0 else s_start[0]
         new_s_start[m] = prev + (s_start[m] - (s_end[m - 1] if m > 0 else s_start[0]))
@@ -353,7 +365,7 @@ def project(report: Report, question: Question) -> Report:
         batch, prompt, gen = (report.params.get("batch") or 1), report.params.get("prompt_len"), \
             (report.params.get("gen_len") or report.params.get("max_new_tokens") or 1)
         olds = news = []
-    new_f, new_b, new_prec, recosted = _new_work(k, step_pos, olds, news, question)
+    new_f, new_b, new_prec, recosted, gemm = _new_work(k, step_pos, olds, news, question)
     precision = k["precision"].astype("object")
     missing_prec = sorted({str(p) for p in pd.unique(new_prec.dropna()) if tgt.peak(pd.Series([p]))[0] != tgt.peak(pd.Series([p]))[0]})
     for p in missing_prec:
@@ -366,7 +378,18 @@ def project(report: Report, question: Question) -> Report:
                           new_flops=new_f, new_bytes=new_b, new_precision=new_prec, fit=question.changes_shapes,
                           tensor=(k["category"] == "gemm").to_numpy(bool))
     time_s = times["time_s"].to_numpy().copy()
-    uncosted = ~times["rule"].isin(("efficiency-kept", "memory-only")).to_numpy() | ~recosted
+    rule = times["rule"].to_numpy(object).copy()
+    curve = report.gemm_curve
+    if question.changes_shapes and len(curve) and len(gemm.columns) and not question.weights_dtype \
+            and target_dev.name == source_dev.name:
+        # the GEMM size curve measured on this device: each weight GEMM keeps its ratio to its curve
+        r = curve_ratio(curve, gemm["n"].to_numpy(np.float64), gemm["k"].to_numpy(np.float64),
+                        gemm["dtype"].to_numpy(object), gemm["m_old"].to_numpy(np.float64),
+                        gemm["m_new"].to_numpy(np.float64))
+        on_curve = np.isfinite(r)
+        time_s = np.where(on_curve, dur_s * np.where(on_curve, r, 1.0), time_s)
+        rule[on_curve] = "size-curve"
+    uncosted = ~np.isin(rule, KNOWN_RULES) | ~recosted
     if question.changes_shapes and len(steps):
         # a kernel without a cost (or whose op has no formula) scales like its step's costed bytes
         ob = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
@@ -389,8 +412,8 @@ def project(report: Report, question: Question) -> Report:
     kernels["flops"] = new_f
     kernels["dram_bytes"] = new_b
     kernels["precision"] = new_prec
-    kernels["projection_rule"] = np.where(~recosted & question.changes_shapes & (times["rule"] == "efficiency-kept"),
-                                          "work-kept (op without formula)", times["rule"])
+    kernels["projection_rule"] = np.where(~recosted & question.changes_shapes & (rule == "efficiency-kept"),
+                                          "work-kept (op without formula)", rule)
     kernels["measured_duration_ns"] = k["duration_ns"].to_numpy()
     if len(steps):
         kernels["step"] = pd.array(np.where(step_pos >= 0, steps["step"].to_numpy()[np.maximum(step_pos, 0)], 0),
@@ -452,7 +475,12 @@ def project(report: Report, question: Question) -> Report:
             notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {busy / new_t:.0%} of the "
                          f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
     counts = kernels["projection_rule"].value_counts().to_dict()
-    unknown = ~kernels["projection_rule"].isin(("efficiency-kept", "memory-only"))
+    if counts.get("size-curve"):
+        on = (kernels["projection_rule"] == "size-curve").to_numpy()
+        notes.append(f"{int(on.sum())} weight GEMMs ({float(k['duration_ns'][on].sum()) / float(k['duration_ns'].sum()):.0%} "
+                     f"of the measured kernel time) are timed by the GEMM size curve measured on {source_dev.name} "
+                     f"(rows {int(curve['m'].min())}-{int(curve['m'].max())}): time x curve(new rows) / curve(rows)")
+    unknown = ~kernels["projection_rule"].isin(KNOWN_RULES)
     share = float(k["duration_ns"][unknown.to_numpy()].sum()) / float(k["duration_ns"].sum()) if len(k) else 0.0
     if unknown.any():
         mask = unknown.to_numpy()
@@ -494,7 +522,10 @@ def project(report: Report, question: Question) -> Report:
                         ("datasheet" if question.gpu else "measured report's"),
         "rules": {"time": "t0 + (F/P + B/BW) / e, e = the kernel's measured efficiency, t0 = half the shortest "
                           "kernel of its family (category/precision)",
-                  "unknown_cost": "time x DRAM bandwidth ratio (another GPU) x its step's costed-bytes ratio (new shapes)", "host": "launch times and host gaps kept"},
+                  "unknown_cost": "time x DRAM bandwidth ratio (another GPU) x its step's costed-bytes ratio (new shapes)",
+                  "size_curve": "a weight GEMM at new rows on the same device: time x curve(new rows) / curve(rows), "
+                                "the report's gemm_curve measured on the device, linear between its rows",
+                  "host": "launch times and host gaps kept"},
         "kernel_rules": {str(a): int(b) for a, b in counts.items()},
         "unknown_time_share": share,
         "phases": phases,

@@ -99,6 +99,50 @@ def _kv_len(s: int, old: Dims, new: Dims) -> int:
     return s
 
 
+def _weight_gemm(name: str, shapes: list[Any]) -> tuple[int, int] | None:
+    """(activation position, weight position) of a GEMM with a 2-D weight, else None."""
+    if name not in WEIGHT_GEMMS:
+        return None
+    tensors = [i for i, s in enumerate(shapes) if _is_shape(s)]
+    if len(tensors) < 2:
+        return None
+    a_pos, w_pos = (tensors[1], tensors[2]) if name == "addmm" and len(tensors) >= 3 else (tensors[0], tensors[1])
+    return (a_pos, w_pos) if len(shapes[w_pos]) == 2 else None
+
+
+def _rows(a: list[int]) -> int:
+    return math.prod(a[:-1]) if len(a) > 1 else 1
+
+
+def _new_rows(rows: int, old: Dims, new: Dims) -> int:
+    """A GEMM's activation rows at the new sizes: the step's tokens scaled, or the batch when they are one
+    row per sequence (the LM head on each sequence's last token)."""
+    if rows == old.batch and rows != old.tokens:
+        return max(1, round(rows * new.batch / old.batch))
+    return max(1, round(rows * new.tokens / max(old.tokens, 1)))
+
+
+def gemm_rows(op: Any, shapes_text: Any, types_text: Any, old: Dims, new: Dims) -> tuple[int, int, int, int, str] | None:
+    """(rows before, rows after, N, K, weight dtype) of a GEMM with a 2-D weight at the new step sizes (the
+    keys of a :mod:`perfscope.collectors.gemm_curve` row), else None. N and K are the weight's output and
+    input features whichever way it is laid out (``linear``'s [N, K], ``mm``'s [K, N])."""
+    if not isinstance(op, str):
+        return None
+    shapes, types = _parse(shapes_text), _parse(types_text)
+    if shapes is None:
+        return None
+    shapes = [list(s) if _is_shape(s) else s for s in shapes]
+    gemm = _weight_gemm(base_name(op), shapes)
+    if gemm is None:
+        return None
+    a, w = shapes[gemm[0]], shapes[gemm[1]]
+    k = int(a[-1])
+    n = int(w[1] if w[0] == k and w[1] != k else w[0])
+    wtype = types[gemm[1]] if types is not None and gemm[1] < len(types) else None
+    rows = _rows(a)
+    return int(rows), _new_rows(rows, old, new), n, k, str(wtype)
+
+
 def rewrite(op: str, shapes: list[Any], types: list[Any], old: Dims, new: Dims, *,
             weights_dtype: str | None = None, kv_dtype: str | None = None) -> tuple[list[Any], list[Any]]:
     """The op's input shapes and dtypes at the new step sizes (see the module docstring)."""
@@ -108,19 +152,14 @@ def rewrite(op: str, shapes: list[Any], types: list[Any], old: Dims, new: Dims, 
     wd = TORCH_DTYPES.get(weights_dtype or "", None)
     kd = TORCH_DTYPES.get(kv_dtype or "", None)
     tensors = [i for i, s in enumerate(shapes) if _is_shape(s)]
-    if name in WEIGHT_GEMMS and len(tensors) >= 2:
-        a_pos, w_pos = (tensors[1], tensors[2]) if name == "addmm" and len(tensors) >= 3 else (tensors[0], tensors[1])
-        a, w = shapes[a_pos], shapes[w_pos]
-        if len(w) == 2:
-            rows = math.prod(a[:-1]) if len(a) > 1 else 1
-            if rows == old.batch and rows != old.tokens:  # one row per sequence (the LM head on the last token)
-                new_rows = max(1, round(rows * new.batch / old.batch))
-            else:
-                new_rows = max(1, round(rows * new.tokens / max(old.tokens, 1)))
-            shapes[a_pos] = [new_rows, a[-1]] if len(a) > 1 else a
-            if wd:
-                types[w_pos] = wd
-            return shapes, types
+    gemm = _weight_gemm(name, shapes)
+    if gemm is not None:
+        a_pos, w_pos = gemm
+        a = shapes[a_pos]
+        shapes[a_pos] = [_new_rows(_rows(a), old, new), a[-1]] if len(a) > 1 else a
+        if wd:
+            types[w_pos] = wd
+        return shapes, types
     if name in ATTENTION and len(tensors) >= 3:
         blhe = name in ("_flash_attention_forward", "_efficient_attention_forward")
         for j, pos in enumerate(tensors[:3]):

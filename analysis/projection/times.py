@@ -50,8 +50,11 @@ overlap), infinity ``max`` (perfect overlap). Measured on the cross-GPU tables (
 median GEMM error is 13.0% (sum) / 12.5% (2) / 13.0% (3) / 14.1% (max) on A100 -> H100 and 9.7 / 7.9 /
 8.0 / 7.9% on A100 -> A40; 2 is the round value in that flat optimum."""
 
-RULES = ("efficiency-kept", "memory-only", "unknown-cost", "no-roof")
+RULES = ("efficiency-kept", "memory-only", "size-curve", "unknown-cost", "no-roof")
 """Per kernel, how its projected time was made."""
+
+KNOWN_RULES = ("efficiency-kept", "memory-only", "size-curve")
+"""The rules that project a kernel from its work (the others scale a kernel whose work is unknown)."""
 
 
 @dataclass(frozen=True)
@@ -212,3 +215,25 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
                                                  np.where(memory_only, "memory-only", "efficiency-kept")))
     return pd.DataFrame({"time_s": time, "efficiency": np.where(unknown, np.nan, eff), "t0_s": t0,
                          "roof_time_s": r_tgt, "rule": rule})
+
+
+def curve_ratio(curve: pd.DataFrame, n: np.ndarray, k: np.ndarray, dtype: np.ndarray, m_old: np.ndarray,
+                m_new: np.ndarray) -> np.ndarray:
+    """Per kernel, ``curve(m_new) / curve(m_old)`` on its weight's measured GEMM size curve (the Report's
+    ``gemm_curve``: time against rows for one weight, linear between the measured rows); NaN where the
+    kernel's weight (N, K, dtype) has no curve or either row count lies outside the measured rows (no
+    extrapolation: the family's line takes those)."""
+    out = np.full(len(n), np.nan)
+    if not len(curve) or not len(n):
+        return out
+    dtype = np.asarray(dtype, object)
+    for (cn, ck, cd), g in curve.groupby(["n", "k", "dtype"], sort=False):
+        g = g.sort_values("m")
+        ms, ts = g["m"].to_numpy(np.float64), g["time_ns"].to_numpy(np.float64)
+        if not (ts > 0).all():
+            continue
+        hit = ((n == cn) & (k == ck) & (dtype == cd) & (m_old >= ms[0]) & (m_old <= ms[-1])
+               & (m_new >= ms[0]) & (m_new <= ms[-1]))
+        if hit.any():
+            out[hit] = np.interp(m_new[hit], ms, ts) / np.interp(m_old[hit], ms, ts)
+    return out

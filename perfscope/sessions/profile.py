@@ -269,15 +269,22 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
             extra += 1
     except KeyboardInterrupt:
         interrupted = True  # the profiled run is complete: analyse it
-    say("analysing the trace")
     base = min(unprofiled, key=lambda r: r.wall_s) if unprofiled else None
+    curve = None
+    if not interrupted and not run.compile:
+        say("measuring the GEMM size curve")
+        try:
+            curve = engine_gemm_curve(model, result or base, run)
+        except KeyboardInterrupt:
+            interrupted = True  # no curve: whatif falls back to the trace's own sizes
+    say("analysing the trace")
     if result is None and base is None:
         from perfscope.errors import PerfscopeError
 
         raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
     known = engine_tensors(model, device) if run.memory else ()
     report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s,
-                            known)
+                            known, curve)
     if interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
@@ -381,8 +388,23 @@ def engine_tensors(model: Any, device: str) -> list[tuple[Any, ...]]:
     return out
 
 
+def engine_gemm_curve(model: Any, result: Any, run: EngineRun) -> tuple[pd.DataFrame, bool] | None:
+    """The engine's GEMM size curve (:mod:`perfscope.collectors.gemm_curve`): its own linear layers timed
+    from 1 row to the run's largest step (its prefill), on its device, with its threads."""
+    import torch
+
+    from perfscope.collectors.gemm_curve import measure_gemm_curve
+
+    if result is None:
+        return None
+    max_m = max([int(s.tokens) for s in result.steps] + [int(run.batch) * int(run.prompt_len)])
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return measure_gemm_curve(layers, max_m)
+
+
 def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
-                   passes_s: Sequence[float], warmup_s: float, known: Sequence[tuple[Any, ...]] = ()) -> Report:
+                   passes_s: Sequence[float], warmup_s: float, known: Sequence[tuple[Any, ...]] = (),
+                   curve: tuple[pd.DataFrame, bool] | None = None) -> Report:
     from perfscope.analysis.costs.compiled_steps import cost_compiled_attention, cost_compiled_steps
     from perfscope.analysis.costs.roofline import precision_of
     from perfscope.analysis.readers.finish import finish
@@ -410,6 +432,9 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
         tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
     timing, notes = baseline_params(result.wall_s, passes_s, warmup_s, bool(run.compile))
     warnings += notes
+    if curve is not None:
+        tables["gemm_curve"] = curve[0]
+        timing["gemm_curve_cut"] = curve[1]  # the budget stopped the ladder before the largest rows
     return finish(imported.with_tables(**tables).with_manifest(
         name=_engine_name(run),
         source=source_info("engine", None, "torch.profiler", capture.torch_version),

@@ -274,7 +274,7 @@ def _sigint_at_marker(argv: list[str], marker: str, cwd: Path) -> tuple[int, str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("marker", ["perfscope: building model", "perfscope: warm-up", "perfscope: unprofiled runs",
-                                    "perfscope: profiled run"])
+                                    "perfscope: profiled run", "perfscope: measuring the GEMM size curve"])
 def test_engine_sigint_at_each_stage_writes_a_partial_report(tmp_path, cpu_roofs, marker):
     """`perfscope profile --model tiny`, Ctrl-C once a stage has begun: exit 130 and a partial
     report in every case (no kernels before the profiled run ends; the passes that completed)."""

@@ -1,0 +1,112 @@
+"""A GEMM's time against its row count on this device: the size curve ``perfscope whatif`` reads.
+
+A profiled run records each weight GEMM at the few row counts the run had (decode's M = batch, the
+prefill's M = batch x prompt). How the time grows between them is not a line on every device: a CPU
+BLAS streams the weights at M = 1 but packs them first at 2 <= M << 128 (2-3x the time of M = 1 on
+the 2-core VM, docs/whatif.md), so another batch or draft length is not predictable from the run's own
+sizes. This measures it, right after the profiled run, in the same process (same threads, same
+library, the model's own layers): for each distinct weight (out x in features, dtype), the time of a
+call at M = 1, 2, ... up to the largest M of the run.
+
+- Each call reads its weight from memory, as in a model's step: the layer is copied until the copies
+  hold :data:`WORKING_SET_BYTES` (at most :data:`MAX_COPIES`) and the calls cycle through them, so a
+  small weight is not served from the cache it would not be in between a model's layers.
+- Time = the best of :data:`REPEATS` rounds (a round: one call per copy, divided by the copies) after a
+  warm-up round; CUDA is synchronised around each round.
+- Row counts go up together over all weights (every weight at M = 1, then M = 2, ...) until
+  :data:`BUDGET_S` is spent, so a large model on a slow device keeps its small-M points (decode, draft
+  and verify steps) and loses the large ones; the rows measured say which.
+
+The result is the Report's ``gemm_curve`` table (``n``, ``k``, ``dtype``, ``m``, ``time_ns``,
+``copies``), with the profiler's dtype names so that it joins the kernels' ``op_input_types``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
+          3072, 4096, 6144, 8192)
+"""The row counts measured (up to the run's largest; the largest is always added)."""
+
+WORKING_SET_BYTES = 256 << 20
+MAX_COPIES = 64
+REPEATS = 3
+BUDGET_S = 15.0
+
+PROFILER_DTYPES = {"float32": "float", "float64": "double", "bfloat16": "c10::BFloat16", "float16": "c10::Half"}
+"""torch dtypes -> the names torch.profiler records in ``op_input_types``."""
+
+
+def row_counts(max_m: int) -> list[int]:
+    """The row counts measured for a run whose largest GEMM had ``max_m`` rows."""
+    max_m = max(1, int(max_m))
+    return sorted({m for m in LADDER if m < max_m} | {max_m})
+
+
+def distinct_layers(modules: Iterable[Any]) -> list[Any]:
+    """One module per distinct (out, in, bias, dtype, device, class) among ``modules`` that have a 2-D weight."""
+    seen: dict[tuple[Any, ...], Any] = {}
+    for m in modules:
+        w = getattr(m, "weight", None)
+        if w is None or getattr(w, "dim", lambda: 0)() != 2:
+            continue
+        key = (tuple(w.shape), getattr(m, "bias", None) is not None, w.dtype, w.device, type(m))
+        seen.setdefault(key, m)
+    return list(seen.values())
+
+
+def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, budget_s: float = BUDGET_S, repeats: int = REPEATS,
+                       working_set_bytes: int = WORKING_SET_BYTES,
+                       clock: Callable[[], float] = time.perf_counter) -> tuple[pd.DataFrame, bool]:
+    """Time each layer (a module ``y = f(x)`` with a 2-D ``weight`` [out, in]) at each of
+    :func:`row_counts`; returns the ``gemm_curve`` rows and whether the budget cut the ladder short."""
+    import torch
+
+    layers = distinct_layers(layers)
+    rows: list[dict[str, Any]] = []
+    if not layers:
+        return pd.DataFrame(rows), False
+    copies: list[list[Any]] = []
+    for layer in layers:
+        w = layer.weight
+        c = max(1, min(MAX_COPIES, working_set_bytes // max(1, w.numel() * w.element_size())))
+        copies.append([layer] + [copy.deepcopy(layer) for _ in range(c - 1)])
+    cuda = any(layer.weight.device.type == "cuda" for layer in layers)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    start = clock()
+    cut = False
+    with torch.inference_mode():
+        for m in row_counts(max_m):
+            for layer, group in zip(layers, copies):
+                if clock() - start > budget_s:
+                    cut = True
+                    break
+                w = layer.weight
+                x = torch.randn(m, w.shape[1], dtype=w.dtype, device=w.device)
+                best = float("inf")
+                for r in range(repeats + 1):
+                    sync()
+                    t0 = clock()
+                    for mod in group:
+                        mod(x)
+                    sync()
+                    if r:  # round 0 warms up
+                        best = min(best, (clock() - t0) / len(group))
+                rows.append({"n": int(w.shape[0]), "k": int(w.shape[1]),
+                             "dtype": PROFILER_DTYPES.get(str(w.dtype).removeprefix("torch."), str(w.dtype)),
+                             "m": m, "time_ns": best * 1e9, "copies": len(group)})
+            if cut:
+                break
+    return pd.DataFrame(rows), cut
