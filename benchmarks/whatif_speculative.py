@@ -42,16 +42,24 @@ def main() -> None:
     ids = model.tokenizer.encode(model.tokenizer.apply_chat([{"role": "user", "content": PROMPT}]))
     # rounds interleave the Ks (K=1..6, then again): a drift in the machine's load moves every K alike
     rates: dict[int, list[float]] = {k: [] for k in ks}
+    per_cycle: dict[int, list[tuple[float, float]]] = {k: [] for k in ks}
     for _ in range(args.repeats):
         for k in ks:
             r = generate(model, [ids], args.gen_len, speculative=args.method, draft_len=k)
             req = r.requests[0]
             rates[k].append((req.output_tokens - 1) / (req.e2e_s - req.ttft_s))
+            cycles = sum(s.phase in ("verify", "decode") for s in r.steps)
+            per_cycle[k].append(((req.output_tokens - 1) / max(cycles, 1), (req.e2e_s - req.ttft_s) / max(cycles, 1)))
     measured = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"{'K':>3} {'projected tok/s':>16} {'measured tok/s':>15} {'error':>8}")
+    # where an error comes from: tokens per cycle (acceptance) or the cycle's time (the cost model)
+    print(f"{'K':>3} {'projected tok/s':>16} {'measured tok/s':>15} {'error':>8} {'tokens/cycle p/m':>17} "
+          f"{'cycle ms p/m':>14}")
     for row in table.rows.itertuples(index=False):
         m = measured[row.draft_len]
-        print(f"{row.draft_len:>3} {row.tokens_per_s:>16.1f} {m:>15.1f} {(row.tokens_per_s - m) / m * 100:>+7.1f}%")
+        tpc = statistics.median(t for t, _ in per_cycle[row.draft_len])
+        cyc = statistics.median(c for _, c in per_cycle[row.draft_len])
+        print(f"{row.draft_len:>3} {row.tokens_per_s:>16.1f} {m:>15.1f} {(row.tokens_per_s - m) / m * 100:>+7.1f}% "
+              f"{row.tokens_per_cycle:>8.2f}/{tpc:<8.2f} {row.cycle_s * 1e3:>6.1f}/{cyc * 1e3:<6.1f}")
     best_measured = max(measured, key=measured.get)
     picked = table.best_k
     within = measured[picked] >= 0.97 * measured[best_measured]

@@ -6,13 +6,15 @@ BLAS streams the weights at M = 1 but packs them first at 2 <= M << 128 (2-3x th
 the 2-core VM, docs/whatif.md), so another batch or draft length is not predictable from the run's own
 sizes. This measures it, right after the profiled run, in the same process (same threads, same
 library, the model's own layers): for each distinct weight (out x in features, dtype), the time of a
-call at M = 1, 2, ... up to the largest M of the run.
+call at M = 1, 2, ... up to :data:`REACH` x the largest M of the run.
 
 - Each call reads its weight from memory, as in a model's step: the layer is copied until the copies
   hold :data:`WORKING_SET_BYTES` (at most :data:`MAX_COPIES`) and the calls cycle through them, so a
   small weight is not served from the cache it would not be in between a model's layers.
 - Time = the best of :data:`REPEATS` rounds (a round: one call per copy, divided by the copies) after a
-  warm-up round; CUDA is synchronised around each round.
+  warm-up round; CUDA is synchronised around each round. Where a round took over
+  :data:`SLOW_ROUND_S` at the previous row count (a large M, compute-bound, where the cache matters
+  little), the layer cycles through fewer copies (a round of about that long) and is timed once.
 - Row counts go up together over all weights (every weight at M = 1, then M = 2, ...) until
   :data:`BUDGET_S` is spent, so a large model on a slow device keeps its small-M points (decode, draft
   and verify steps) and loses the large ones; the rows measured say which.
@@ -39,16 +41,24 @@ LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384
 WORKING_SET_BYTES = 256 << 20
 MAX_COPIES = 64
 REPEATS = 3
-BUDGET_S = 15.0
+SLOW_ROUND_S = 0.05
+"""A layer whose round (one call per copy) took longer than this at the previous row count cycles
+through fewer copies (a round of about this long) and is timed once, not :data:`REPEATS` times."""
+BUDGET_S = 8.0
+REACH = 4
+"""The curve goes on to this many times the run's largest rows (another batch or prompt is asked of
+the run: a batch of 4 at the same prompt has 4x the prefill's rows)."""
 
 PROFILER_DTYPES = {"float32": "float", "float64": "double", "bfloat16": "c10::BFloat16", "float16": "c10::Half"}
 """torch dtypes -> the names torch.profiler records in ``op_input_types``."""
 
 
-def row_counts(max_m: int) -> list[int]:
-    """The row counts measured for a run whose largest GEMM had ``max_m`` rows."""
+def row_counts(max_m: int, reach: int = 1) -> list[int]:
+    """The row counts measured for a run whose largest GEMM had ``max_m`` rows: the ladder up to
+    ``reach`` x that, with the run's own largest and the end itself."""
     max_m = max(1, int(max_m))
-    return sorted({m for m in LADDER if m < max_m} | {max_m})
+    top = max_m * max(1, int(reach))
+    return sorted({m for m in LADDER if m < top} | {max_m, top})
 
 
 def distinct_layers(modules: Iterable[Any]) -> list[Any]:
@@ -63,11 +73,12 @@ def distinct_layers(modules: Iterable[Any]) -> list[Any]:
     return list(seen.values())
 
 
-def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, budget_s: float = BUDGET_S, repeats: int = REPEATS,
-                       working_set_bytes: int = WORKING_SET_BYTES,
+def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, reach: int = REACH, budget_s: float = BUDGET_S,
+                       repeats: int = REPEATS, working_set_bytes: int = WORKING_SET_BYTES,
                        clock: Callable[[], float] = time.perf_counter) -> tuple[pd.DataFrame, bool]:
     """Time each layer (a module ``y = f(x)`` with a 2-D ``weight`` [out, in]) at each of
-    :func:`row_counts`; returns the ``gemm_curve`` rows and whether the budget cut the ladder short."""
+    :func:`row_counts` (``max_m``, ``reach``); returns the ``gemm_curve`` rows and whether the budget cut
+    the ladder short."""
     import torch
 
     layers = distinct_layers(layers)
@@ -87,16 +98,23 @@ def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, budget_s: float = B
 
     start = clock()
     cut = False
+    last = [0.0] * len(layers)  # each layer's time per call at the previous row count
     with torch.inference_mode():
-        for m in row_counts(max_m):
-            for layer, group in zip(layers, copies):
+        for m in row_counts(max_m, reach):
+            for i, (layer, group) in enumerate(zip(layers, copies)):
                 if clock() - start > budget_s:
                     cut = True
                     break
                 w = layer.weight
                 x = torch.randn(m, w.shape[1], dtype=w.dtype, device=w.device)
+                rounds = repeats
+                if last[i] * len(group) > SLOW_ROUND_S:
+                    # a long call (a large M: compute-bound, where the cache matters little): fewer copies,
+                    # one timed round, so the large rows do not spend the budget of the small ones
+                    group = group[:max(1, min(len(group), int(SLOW_ROUND_S / last[i]) + 1))]
+                    rounds = 1
                 best = float("inf")
-                for r in range(repeats + 1):
+                for r in range(rounds + 1):
                     sync()
                     t0 = clock()
                     for mod in group:
@@ -104,6 +122,7 @@ def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, budget_s: float = B
                     sync()
                     if r:  # round 0 warms up
                         best = min(best, (clock() - t0) / len(group))
+                last[i] = best
                 rows.append({"n": int(w.shape[0]), "k": int(w.shape[1]),
                              "dtype": PROFILER_DTYPES.get(str(w.dtype).removeprefix("torch."), str(w.dtype)),
                              "m": m, "time_ns": best * 1e9, "copies": len(group)})

@@ -40,6 +40,9 @@ ENGINE_STAGES = 7
 @click.option("--speculative", default=None, help="Speculative decoding: ngram or self:N (batch 1).")
 @click.option("--draft-len", default=4, show_default=True, type=click.IntRange(min=1),
               help="Tokens drafted per speculative step.")
+@click.option("--gemm-curve-s", default=8.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds for the GEMM size curve measured after the profiled run (the engine's linears from 1 row "
+                   "up, read by `whatif` for another batch, prompt or draft length on this device); 0: none.")
 @click.option("--collector", default="torch", show_default=True, type=click.Choice(collector_names()),
               help="Profiler to run: torch (in-process), or a registered collector that runs a COMMAND "
                    "(nsys, ncu: the tool installed; nvml: samples the GPUs while it runs).")

@@ -60,6 +60,7 @@ class EngineRun:
     speculative: str | None = None  # "ngram" or "self:N" (perfscope.engine.speculative)
     draft_len: int = 4
     memory: bool = False  # profile_memory (and on CUDA the allocator's history and a snapshot)
+    gemm_curve_s: float = 8.0  # budget of the GEMM size curve after the profiled run (0: none)
 
     def resolved_compile(self, device: str) -> bool:
         """Whether decode is compiled on ``device``: the flag, or by default only on CUDA (speculative
@@ -271,7 +272,7 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
         interrupted = True  # the profiled run is complete: analyse it
     base = min(unprofiled, key=lambda r: r.wall_s) if unprofiled else None
     curve = None
-    if not interrupted and not run.compile:
+    if not interrupted and not run.compile and run.gemm_curve_s > 0:
         say("measuring the GEMM size curve")
         try:
             curve = engine_gemm_curve(model, result or base, run)
@@ -399,7 +400,7 @@ def engine_gemm_curve(model: Any, result: Any, run: EngineRun) -> tuple[pd.DataF
         return None
     max_m = max([int(s.tokens) for s in result.steps] + [int(run.batch) * int(run.prompt_len)])
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    return measure_gemm_curve(layers, max_m)
+    return measure_gemm_curve(layers, max_m, budget_s=run.gemm_curve_s)
 
 
 def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,

@@ -27,11 +27,12 @@ def test_row_counts_cover_every_small_m_and_end_at_the_runs_largest() -> None:
     assert row_counts(8) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert row_counts(100) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 100]
     assert row_counts(0) == [1]
+    assert row_counts(24, reach=4) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96]
 
 
 def test_measured_curve_has_every_layer_at_every_row_count() -> None:
     layers = [torch.nn.Linear(64, 96), torch.nn.Linear(96, 64, bias=False), torch.nn.Linear(64, 96)]
-    curve, cut = measure_gemm_curve(layers, 6, repeats=1, working_set_bytes=1 << 20)
+    curve, cut = measure_gemm_curve(layers, 6, reach=1, repeats=1, working_set_bytes=1 << 20)
     assert not cut
     # two distinct layers (the third is the first's shape): 6 row counts each
     assert sorted(set(zip(curve["n"], curve["k"]))) == [(64, 96), (96, 64)]
@@ -91,7 +92,8 @@ def test_engine_profile_measures_its_own_layers(tiny: Report, tmp_path) -> None:
     gemms = tiny.kernels[tiny.kernels["op"] == "aten::linear"]
     weights = {(s[1][0], s[1][1]) for s in gemms["op_shapes"].map(json.loads)}
     assert set(zip(curve["n"], curve["k"])) == weights  # every linear the run had, none other
-    assert curve.groupby(["n", "k"])["m"].max().eq(24).all()  # up to the prefill's 24 rows
+    assert curve.groupby(["n", "k"])["m"].max().eq(4 * 24).all()  # up to 4x the prefill's 24 rows
+    assert (curve.groupby(["n", "k"])["m"].min() == 1).all()
     assert tiny.params["gemm_curve_cut"] is False
     again = Report.load(tiny.save(tmp_path / "t.perfscope"))
     pd.testing.assert_frame_equal(again.gemm_curve.reset_index(drop=True), curve.reset_index(drop=True),
@@ -100,17 +102,17 @@ def test_engine_profile_measures_its_own_layers(tiny: Report, tmp_path) -> None:
 
 def test_whatif_applies_the_curve_to_weight_gemms_on_the_same_device(tiny: Report) -> None:
     """A made-up curve (time = 10 + 5 M ns for every weight) makes the expected times exact: each decode
-    linear at batch 4 takes its measured time x (10 + 20) / (10 + 5)."""
+    linear at batch 8 takes its measured time x (10 + 40) / (10 + 5)."""
     curve = tiny.gemm_curve.copy()
     curve["time_ns"] = 10.0 + 5.0 * curve["m"]
     report = tiny.replace(gemm_curve=curve)
-    proj = project(report, Question(batch=4))
+    proj = project(report, Question(batch=8))
     k = proj.kernels
     dec = (k["op"] == "aten::linear") & (k["phase"] == "decode")
     assert dec.any() and (k.loc[dec, "projection_rule"] == "size-curve").all()
-    want = np.maximum(np.round(k.loc[dec, "measured_duration_ns"].to_numpy() * 30.0 / 15.0), 1)
+    want = np.maximum(np.round(k.loc[dec, "measured_duration_ns"].to_numpy() * 50.0 / 15.0), 1)
     np.testing.assert_allclose(k.loc[dec, "duration_ns"].to_numpy(), want, atol=1)
-    # the prefill's 96 rows are past the curve (24): the family's line, not the curve
+    # the prefill's 8 x 24 = 192 rows are past the curve (96): the family's line, not the curve
     pre = (k["op"] == "aten::linear") & k["op_shapes"].astype(str).str.startswith("[[1,24,")
     assert pre.any() and (k.loc[pre, "projection_rule"] != "size-curve").all()
     assert any("GEMM size curve" in n for n in proj.manifest["projection"]["notes"])
