@@ -6,8 +6,11 @@ From the measured run (the engine's ``--speculative``: ``draft`` and ``verify`` 
 - **acceptance per draft position**: ``a_i`` = the share of verify steps that reached position i
   (drafted at least i tokens, accepted the i - 1 before it) and accepted it. Positions past the
   measured K take the last measured ``a_K`` (stated: the acceptance of deeper drafts is not measured);
-- **tokens per cycle** at K: ``1 + p_draft * sum_{i<=K} prod_{m<=i} a_m``, ``p_draft`` the share of
-  cycles that had a draft (prompt lookup finds none in some);
+- **tokens per cycle** at K: the measured cycles replayed at K (:func:`cycles_replayed`: a draft from
+  the same context proposes the same tokens, so a cycle of another K accepts what the measured run's
+  tokens say, up to the first rejection; past a draft cut by the measured K, the last measured
+  acceptance); a run of several sequences per step: ``1 + p_draft * sum_{i<=K} prod_{m<=i} a_m``,
+  ``p_draft`` the share of cycles that had a draft (prompt lookup finds none in some);
 - **cost per cycle** at K: the draft's (a self-draft runs one forward per drafted token: K x its
   mean draft step; a prompt lookup costs its measured lookup step whatever K) plus the verify
   forward of K + 1 tokens, projected by :func:`.project.project` (``draft_len=K``: the verify steps'
@@ -86,6 +89,60 @@ def acceptance_per_position(steps: pd.DataFrame) -> list[float]:
     return out
 
 
+def cycles_replayed(steps: pd.DataFrame, ks: Sequence[int], measured_k: int, tail: float) -> dict[int, float] | None:
+    """Tokens per cycle at each K, by replaying one sequence's measured cycles (batch 1); None where the
+    run had several sequences per step or no ordered cycles.
+
+    The measured cycles cover the generated tokens: a cycle starting at token t drafted ``d`` and
+    accepted ``a`` (a decode step: ``d = a = 0``), then the target model emitted token t + a. A draft
+    from the same context proposes the same tokens (a greedy self-draft, a prompt lookup), so a cycle
+    of another K starting at a token u in [t, t + a) accepts exactly the t + a - u tokens to the
+    rejection when there was one (a < d), and a cycle starting at the rejected token t + a accepts
+    none; where the measured draft was cut by K itself (a = d = K) what follows is not measured: the
+    next token is accepted with probability ``tail`` (the last measured acceptance) and the run goes on
+    as the next measured cycle's. A lookup that found fewer than K tokens (d < K) had no more to offer.
+    Expected cycles from each token are solved backwards; tokens per cycle = tokens / cycles. At the
+    measured K it gives back the measured cycles exactly."""
+    cyc = steps[steps["phase"].isin(("verify", "decode"))].sort_values("start_ns", kind="stable")
+    if not len(cyc) or (pd.to_numeric(cyc["batch"], errors="coerce") > 1).any():
+        return None
+    d = pd.to_numeric(cyc["drafted"], errors="coerce").fillna(0).astype(int).to_numpy()
+    a = pd.to_numeric(cyc["accepted"], errors="coerce").fillna(0).astype(int).to_numpy()
+    a = np.minimum(a, d)
+    n = int((a + 1).sum())
+    kmax = max(int(max(ks)), 1)
+    # S[u, j-1] = P(a cycle starting at token u accepts at least j drafts), j = 1..kmax
+    run = np.zeros(n + 1, np.int64)  # measured accepted tokens from u to the run's end
+    cut = np.zeros(n + 1, bool)  # the run ends where the measured draft was cut by K (not measured past)
+    t = 0
+    for dc, ac in zip(d, a):
+        for u in range(t, t + ac):
+            run[u] = t + ac - u
+            cut[u] = ac == dc == measured_k
+        run[t + ac] = 0
+        cut[t + ac] = ac == dc == measured_k  # the target's token after a fully accepted draft: not measured
+        t += ac + 1
+    surv = np.zeros((n + 2, kmax), np.float64)
+    for u in range(n - 1, -1, -1):
+        r = int(run[u])
+        surv[u, :min(r, kmax)] = 1.0
+        if cut[u] and r < kmax:
+            e = u + r  # the unmeasured token: accepted with probability tail, then the next run's
+            surv[u, r] = tail
+            if r + 1 < kmax:
+                surv[u, r + 1:] = tail * surv[min(e + 1, n + 1), :kmax - r - 1]
+    out: dict[int, float] = {}
+    for k in ks:
+        k = int(k)
+        g = np.zeros(n + k + 2, np.float64)
+        for u in range(n - 1, -1, -1):
+            s_ = np.concatenate([[1.0], surv[u, :k], [0.0]])  # P(A >= 0..k+1)
+            p = s_[:-1] - s_[1:]  # P(A = 0..k)
+            g[u] = 1.0 + float(np.dot(p, g[u + 1:u + k + 2]))
+        out[k] = n / g[0] if g[0] > 0 else float("nan")
+    return out
+
+
 def _phase_mean_s(steps: pd.DataFrame, phase: str) -> float:
     s = steps[steps["phase"] == phase]
     return float(s["duration_ns"].mean()) / 1e9 if len(s) else float("nan")
@@ -118,6 +175,7 @@ def speculative_sweep(report: Report, ks: Sequence[int], *, gpu: str | None = No
         per_token = float(drafts["duration_ns"].sum()) / 1e9 / max(float(pd.to_numeric(drafts["tokens"]).sum()), 1.0)
     else:
         per_cycle = float(drafts["duration_ns"].sum()) / 1e9 / max(len(decode_like), 1) if len(drafts) else 0.0
+    replay = cycles_replayed(steps, ks, measured_k, acc[-1])
     rows = []
     for k in ks:
         proj = project(report, Question(gpu=gpu, draft_len=int(k)))
@@ -131,7 +189,7 @@ def speculative_sweep(report: Report, ks: Sequence[int], *, gpu: str | None = No
         draft_s = (k * per_token if self_draft else per_cycle) * (1.0 if np.isnan(ratio_draft) else ratio_draft)
         a = [acc[min(i, len(acc) - 1)] for i in range(k)]
         expected = float(np.sum(np.cumprod(a)))
-        tokens = 1.0 + p_draft * expected
+        tokens = replay[int(k)] if replay else 1.0 + p_draft * expected
         cycle = draft_s + p_draft * verify_s + (1.0 - p_draft) * decode_s
         rows.append({"draft_len": int(k), "tokens_per_cycle": tokens, "draft_s": draft_s, "verify_s": verify_s,
                      "cycle_s": cycle, "tokens_per_s": tokens / cycle if cycle > 0 else float("nan"),

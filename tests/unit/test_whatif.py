@@ -225,3 +225,27 @@ def test_target_roofs_from_a_report_that_describes_its_own_device(fixtures_dir) 
     assert roofs.bytes_per_s == pytest.approx(1388.9302e9)  # roofline.csv HBMBw, row 0
     assert roofs.flops_per_s["fp16"] == pytest.approx(164938.17e9)  # MFMAF16Flops
     assert roofs.sm_mhz == 104 * 1700
+
+
+def _cycles(pairs: list[tuple[int, int]]) -> pd.DataFrame:
+    return pd.DataFrame({"phase": ["verify" if d else "decode" for d, _ in pairs], "batch": 1,
+                         "drafted": [d for d, _ in pairs], "accepted": [a for _, a in pairs],
+                         "start_ns": range(len(pairs))})
+
+
+def test_speculative_replay_of_the_measured_cycles() -> None:
+    """Three cycles at K=4: all 4 drafts accepted, 1 of 4 (a rejection), a decode step: 8 tokens.
+    K=1 from the same tokens: tokens 0, 2 (inside the first run), 4 (the token after a fully accepted
+    draft: not measured, accepted with the tail probability 1.0), 6 (the rejected token: none), 7: five
+    cycles. K=6 with tail 0.5: the first cycle takes 4, then token 4 with p 0.5, then the second run's
+    token 5: 4 or 6 accepted, then 2 or 1 more cycles: 2.5 cycles expected."""
+    from perfscope.analysis.projection.speculative import cycles_replayed
+
+    steps = _cycles([(4, 4), (4, 1), (0, 0)])
+    got = cycles_replayed(steps, [1, 2, 4], 4, 1.0)
+    assert got == {1: pytest.approx(8 / 5), 2: pytest.approx(8 / 4), 4: pytest.approx(8 / 3)}  # K=4: as measured
+    assert cycles_replayed(steps, [6], 4, 0.5) == {6: pytest.approx(8 / 2.5)}
+    # a lookup that found fewer drafts than K had no more to offer: K=6 gains nothing there
+    assert cycles_replayed(_cycles([(2, 2), (0, 0)]), [6], 4, 1.0) == {6: pytest.approx(4 / 2)}
+    # several sequences per step: not replayed (the acceptance formula is used)
+    assert cycles_replayed(steps.assign(batch=2), [1], 4, 1.0) is None
