@@ -84,7 +84,7 @@ def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, reach: int = REACH,
     layers = distinct_layers(layers)
     rows: list[dict[str, Any]] = []
     if not layers:
-        return pd.DataFrame(rows), False
+        return pd.DataFrame(columns=["n", "k", "dtype", "m", "time_ns", "copies"]), False
     copies: list[list[Any]] = []
     for layer in layers:
         w = layer.weight

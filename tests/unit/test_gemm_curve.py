@@ -43,6 +43,12 @@ def test_measured_curve_has_every_layer_at_every_row_count() -> None:
     assert set(curve["copies"]) == {(1 << 20) // (96 * 64 * 4)}
 
 
+def test_no_layer_gives_an_empty_curve_a_report_accepts() -> None:
+    curve, cut = measure_gemm_curve([torch.nn.ReLU()], 8)
+    assert not cut and len(curve) == 0
+    assert len(Report.build({"kernels": pd.DataFrame(), "gemm_curve": curve}).gemm_curve) == 0
+
+
 def test_budget_keeps_the_small_rows_of_every_layer() -> None:
     """Rows go up together over all layers: a budget cut loses the large rows, never a layer's M = 1."""
     ticks = itertools.count()
