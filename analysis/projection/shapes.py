@@ -134,13 +134,27 @@ def gemm_rows(op: Any, shapes_text: Any, types_text: Any, old: Dims, new: Dims) 
     shapes = [list(s) if _is_shape(s) else s for s in shapes]
     gemm = _weight_gemm(base_name(op), shapes)
     if gemm is None:
-        return None
+        return _split_gemm_rows(base_name(op), shapes, types, old, new)
     a, w = shapes[gemm[0]], shapes[gemm[1]]
     k = int(a[-1])
     n = int(w[1] if w[0] == k and w[1] != k else w[0])
     wtype = types[gemm[1]] if types is not None and gemm[1] < len(types) else None
     rows = _rows(a)
     return int(rows), _new_rows(rows, old, new), n, k, str(wtype)
+
+
+def _split_gemm_rows(name: str, shapes: list[Any], types: list[Any] | None, old: Dims,
+                     new: Dims) -> tuple[int, int, int, int, str] | None:
+    """A weight split by rows across threads (the engine's CPU ``Linear`` at a few rows: ``matmul`` of
+    x [rows, K] by the weight viewed as [P, K, N/P]): rows before and after, N = P x N/P, K, dtype."""
+    tensors = [i for i, s in enumerate(shapes) if _is_shape(s)]
+    if name != "matmul" or len(tensors) < 2:
+        return None
+    a, w = shapes[tensors[0]], shapes[tensors[1]]
+    if len(a) != 2 or len(w) != 3 or a[-1] != w[1]:
+        return None
+    wtype = types[tensors[1]] if types is not None and tensors[1] < len(types) else None
+    return int(a[0]), _new_rows(int(a[0]), old, new), int(w[0] * w[2]), int(w[1]), str(wtype)
 
 
 def rewrite(op: str, shapes: list[Any], types: list[Any], old: Dims, new: Dims, *,

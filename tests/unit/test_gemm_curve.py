@@ -81,6 +81,9 @@ def test_curve_ratio_interpolates_between_measured_rows_and_never_extrapolates()
     ("aten::addmm", [[1280], [1, 768], [768, 1280], [], []], ["float", "float", "float", "", ""],
      (1, 4, 1280, 768, "float")),
     ("aten::bmm", [[4, 1, 768], [4, 768, 320]], ["float", "float"], None),
+    # the engine's CPU Linear at a few rows on 2 threads: x [rows, K] @ the weight viewed [P, K, N/P]
+    ("aten::matmul", [[1, 768], [2, 768, 640]], ["float", "float"], (1, 4, 1280, 768, "float")),
+    ("aten::matmul", [[1, 768], [2, 512, 640]], ["float", "float"], None),
 ])
 def test_gemm_rows_reads_m_n_k_whichever_way_the_weight_is_laid_out(op: str, shapes: list, types: list,
                                                                      expect: tuple | None) -> None:
@@ -139,6 +142,11 @@ def test_cpu_steps_shrink_and_grow_by_exactly_their_operators_change(tiny: Repor
     old = tiny.steps.set_index("step")["duration_ns"]
     new = proj.steps.set_index("step")["duration_ns"]
     dec = tiny.steps.loc[tiny.steps["phase"] == "decode", "step"]
-    assert (delta.loc[dec] < 0).all()  # the decode steps got faster
-    # to within 3%: where two recorded operators overlap (another thread), the timeline runs them in turn
-    np.testing.assert_allclose((new - old).loc[dec].to_numpy(), delta.loc[dec].to_numpy(), rtol=0.03)
+    lin = (k["op"] == "aten::linear") & (k["phase"] == "decode")
+    assert (k.loc[lin, "duration_ns"] < k.loc[lin, "measured_duration_ns"]).all()  # the curve made them faster
+    # to within 3%: where two recorded operators overlap (another thread), the timeline runs them in turn;
+    # a step whose operators lost time is shorter (how much the other operators grow at batch 4 depends
+    # on their measured times, so which steps shrink depends on the machine's load: the identity does not)
+    np.testing.assert_allclose((new - old).loc[dec].to_numpy(), delta.loc[dec].to_numpy(), rtol=0.03, atol=2)
+    shrunk = delta.loc[dec] < 0
+    assert ((new - old).loc[dec][shrunk] < 0).all()
