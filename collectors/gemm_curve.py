@@ -9,8 +9,9 @@ library, the model's own layers): for each distinct weight (out x in features, d
 call at M = 1, 2, ... up to :data:`REACH` x the largest M of the run.
 
 - Each call reads its weight from memory, as in a model's step: the layer is copied until the copies
-  hold :data:`WORKING_SET_BYTES` (at most :data:`MAX_COPIES`) and the calls cycle through them, so a
-  small weight is not served from the cache it would not be in between a model's layers.
+  hold 4x the last-level cache (64-512 MiB, :func:`working_set_bytes_of`; at most :data:`MAX_COPIES`)
+  and the calls cycle through them, so a small weight is not served from the cache it would not be in
+  between a model's layers.
 - Time = the best of :data:`REPEATS` rounds (a round: one call per copy, divided by the copies) after a
   warm-up round; CUDA is synchronised around each round. Where a round took over
   :data:`SLOW_ROUND_S` at the previous row count (a large M, compute-bound, where the cache matters
@@ -38,7 +39,12 @@ LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384
           3072, 4096, 6144, 8192)
 """The row counts measured (up to the run's largest; the largest is always added)."""
 
-WORKING_SET_BYTES = 256 << 20
+MIN_WORKING_SET_BYTES = 64 << 20
+MAX_WORKING_SET_BYTES = 512 << 20
+LAST_CACHE_MULTIPLE = 4
+"""The copies of a layer hold this many times the last-level cache (the CPU's L3, the GPU's L2), at
+least :data:`MIN_WORKING_SET_BYTES` and at most :data:`MAX_WORKING_SET_BYTES`: cycling through them in
+order, each call finds its weight evicted, as between a model's layers."""
 MAX_COPIES = 64
 REPEATS = 3
 SLOW_ROUND_S = 0.05
@@ -61,6 +67,48 @@ def row_counts(max_m: int, reach: int = 1) -> list[int]:
     return sorted({m for m in LADDER if m < top} | {max_m, top})
 
 
+def last_cache_bytes(device: Any) -> int | None:
+    """The last-level cache of ``device`` (a torch device): the GPU's L2, the CPU's L3 (else L2); None
+    where the system does not say."""
+    import os
+
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        return int(size) or None
+    from pathlib import Path
+
+    best: tuple[int, int] | None = None  # (level, bytes) of the highest level the kernel lists
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text().strip())
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit() and (best is None or level > best[0]):
+            best = (level, int(digits) * scale)
+    if best:
+        return best[1]
+    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+        try:
+            size = os.sysconf(name)
+        except (ValueError, OSError, AttributeError):
+            continue
+        if size and size > 0:
+            return int(size)
+    return None
+
+
+def working_set_bytes_of(device: Any) -> int:
+    """The bytes a layer's copies hold on ``device`` (see :data:`LAST_CACHE_MULTIPLE`)."""
+    cache = last_cache_bytes(device)
+    want = LAST_CACHE_MULTIPLE * cache if cache else MAX_WORKING_SET_BYTES
+    return max(MIN_WORKING_SET_BYTES, min(MAX_WORKING_SET_BYTES, want))
+
+
 def distinct_layers(modules: Iterable[Any]) -> list[Any]:
     """One module per distinct (out, in, bias, dtype, device, class) among ``modules`` that have a 2-D weight."""
     seen: dict[tuple[Any, ...], Any] = {}
@@ -74,7 +122,7 @@ def distinct_layers(modules: Iterable[Any]) -> list[Any]:
 
 
 def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, reach: int = REACH, budget_s: float = BUDGET_S,
-                       repeats: int = REPEATS, working_set_bytes: int = WORKING_SET_BYTES,
+                       repeats: int = REPEATS, working_set_bytes: int | None = None,
                        clock: Callable[[], float] = time.perf_counter) -> tuple[pd.DataFrame, bool]:
     """Time each layer (a module ``y = f(x)`` with a 2-D ``weight`` [out, in]) at each of
     :func:`row_counts` (``max_m``, ``reach``); returns the ``gemm_curve`` rows and whether the budget cut
@@ -88,7 +136,8 @@ def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, reach: int = REACH,
     copies: list[list[Any]] = []
     for layer in layers:
         w = layer.weight
-        c = max(1, min(MAX_COPIES, working_set_bytes // max(1, w.numel() * w.element_size())))
+        ws = working_set_bytes if working_set_bytes is not None else working_set_bytes_of(w.device)
+        c = max(1, min(MAX_COPIES, ws // max(1, w.numel() * w.element_size())))
         copies.append([layer] + [copy.deepcopy(layer) for _ in range(c - 1)])
     cuda = any(layer.weight.device.type == "cuda" for layer in layers)
 

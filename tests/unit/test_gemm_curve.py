@@ -17,7 +17,12 @@ torch = pytest.importorskip("torch")
 from perfscope.analysis.projection.project import Question, project
 from perfscope.analysis.projection.shapes import Dims, gemm_rows
 from perfscope.analysis.projection.times import curve_ratio
-from perfscope.collectors.gemm_curve import measure_gemm_curve, row_counts
+from perfscope.collectors.gemm_curve import (
+    last_cache_bytes,
+    measure_gemm_curve,
+    row_counts,
+    working_set_bytes_of,
+)
 from perfscope.report import Report
 from perfscope.sessions.profile import EngineRun, profile_engine
 
@@ -41,6 +46,17 @@ def test_measured_curve_has_every_layer_at_every_row_count() -> None:
     assert (curve["time_ns"] > 0).all() and np.isfinite(curve["time_ns"]).all()
     # copies fill the working set so each call reads its weight from memory: 1 MiB / (96*64*4 B) = 42
     assert set(curve["copies"]) == {(1 << 20) // (96 * 64 * 4)}
+
+
+def test_working_set_is_four_last_level_caches() -> None:
+    """The copies a layer cycles through hold 4x this CPU's last-level cache (64-512 MiB), so each call
+    finds its weight evicted (this VM: L3 32 MiB -> 128 MiB)."""
+    cpu = torch.device("cpu")
+    ws = working_set_bytes_of(cpu)
+    assert 64 << 20 <= ws <= 512 << 20
+    cache = last_cache_bytes(cpu)
+    if cache:
+        assert ws == min(512 << 20, max(64 << 20, 4 * cache))
 
 
 def test_no_layer_gives_an_empty_curve_a_report_accepts() -> None:
