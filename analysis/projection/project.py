@@ -303,10 +303,31 @@ def _rebuild_requests(requests: pd.DataFrame, steps: pd.DataFrame, new_steps: pd
                          "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "itl_mean_s": tpot})
 
 
+WORK_COLUMNS = ("flops", "weight_bytes", "kv_cache_bytes", "kv_cache_size_bytes")
+"""A step's work: the unprofiled run's steps take the profiled steps' projected / measured ratio of each,
+per phase (the headline's MFU and MBU read them)."""
+
+
+def _work_ratios(steps: pd.DataFrame, new_steps: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """Per (phase, work column), the projected steps' mean over the measured steps' mean."""
+    out: dict[tuple[str, str], float] = {}
+    for ph in pd.unique(steps["phase"]):
+        old = steps[steps["phase"] == ph]
+        new = new_steps[new_steps["phase"] == ph]
+        for col in WORK_COLUMNS:
+            o = pd.to_numeric(old[col], errors="coerce").mean()
+            n = pd.to_numeric(new[col], errors="coerce").mean()
+            if pd.notna(o) and pd.notna(n) and o > 0:
+                out[(str(ph), col)] = float(n / o)
+    return out
+
+
 def _scale_unprofiled(report: Report, ratio: Mapping[str, float], batch: int, gen: int,
-                      shape: tuple[int, int, int, int, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                      shape: tuple[int, int, int, int, int] | None = None,
+                      work: Mapping[tuple[str, str], float] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The unprofiled run's steps and requests, each step's time scaled by its phase's projected /
-    measured ratio of the profiled run (no kernels were recorded there)."""
+    measured ratio of the profiled run (no kernels were recorded there), and its work (FLOPs, weight and
+    KV-cache bytes) by its phase's ratio in ``work``."""
     su = report.steps_unprofiled.copy()
     ru = report.requests_unprofiled.copy()
     if not len(su):
@@ -325,6 +346,10 @@ def _scale_unprofiled(report: Report, ratio: Mapping[str, float], batch: int, ge
         su["tokens"] = np.where(pre, nb * np_, tokens * nb / max(ob, 1)).round().astype("int64")
         ctx = pd.to_numeric(su["context_len"], errors="coerce").astype(float)
         su["context_len"] = np.where(pre, np_, ctx - op_ + nctx).round()
+    for col in WORK_COLUMNS:
+        if work and col in su:
+            r_w = su["phase"].map(lambda p, c=col: work.get((str(p), c), 1.0)).astype(float)
+            su[col] = pd.to_numeric(su[col], errors="coerce").astype(float) * r_w
     if len(ru):
         pre, dec = ratio.get("prefill", 1.0), ratio.get("decode", 1.0)
         ttft = float(ru["ttft_s"].mean()) * pre
@@ -357,6 +382,7 @@ def project(report: Report, question: Question) -> Report:
     launch = launch_times_ns(k, report.api)
     step_pos = step_of(launch, steps) if len(steps) else np.full(len(k), -1, np.int64)
     warnings: list[str] = []
+    work: dict[tuple[str, str], float] = {}
     prompt: int | None
     if question.changes_shapes:
         batch, prompt, gen = _measured_dims(report)
@@ -449,6 +475,7 @@ def project(report: Report, question: Question) -> Report:
             new_steps["kv_cache_bytes"] = kv_old * kv_ratio * kvd
             new_steps["kv_cache_size_bytes"] = steps["kv_cache_size_bytes"].astype(float) * kv_ratio * kvd
             new_steps["flops"] = steps["flops"].astype(float) * f_ratio
+            work = _work_ratios(steps, new_steps)
         if question.gen_len is not None and question.gen_len < gen:
             keep = (new_steps["phase"] == "prefill") | (new_steps.groupby("phase").cumcount() < question.gen_len - 1)
             new_steps = new_steps[keep.to_numpy()]
@@ -499,7 +526,7 @@ def project(report: Report, question: Question) -> Report:
     if question.changes_shapes and prompt is not None:  # _measured_dims gave the prompt (or raised)
         np_ = question.prompt_len or int(prompt)
         shape = (int(batch), int(prompt), batch_new, np_, question.context if question.context is not None else np_)
-    su, ru = _scale_unprofiled(report, ratio, batch_new, gen_new, shape)
+    su, ru = _scale_unprofiled(report, ratio, batch_new, gen_new, shape, work)
     if question.gen_len is not None and question.gen_len < gen and len(su):
         su = su[((su["phase"] == "prefill") | (su.groupby("phase").cumcount() < question.gen_len - 1)).to_numpy()]
 

@@ -109,7 +109,10 @@ def test_gemm_rows_reads_m_n_k_whichever_way_the_weight_is_laid_out(op: str, sha
 
 @pytest.fixture(scope="module")
 def tiny() -> Report:
-    return profile_engine(EngineRun(model="tiny", batch=1, prompt_len=24, gen_len=4, device="cpu"), baseline=False)
+    # a budget no load reaches (the curve of this model takes well under a second): the test must not
+    # depend on the machine's speed
+    return profile_engine(EngineRun(model="tiny", batch=1, prompt_len=24, gen_len=4, device="cpu", gemm_curve_s=600.0),
+                          baseline=False)
 
 
 def test_engine_profile_measures_its_own_layers(tiny: Report, tmp_path) -> None:
@@ -160,9 +163,27 @@ def test_cpu_steps_shrink_and_grow_by_exactly_their_operators_change(tiny: Repor
     dec = tiny.steps.loc[tiny.steps["phase"] == "decode", "step"]
     lin = (k["op"] == "aten::linear") & (k["phase"] == "decode")
     assert (k.loc[lin, "duration_ns"] < k.loc[lin, "measured_duration_ns"]).all()  # the curve made them faster
-    # to within 3%: where two recorded operators overlap (another thread), the timeline runs them in turn;
+    # to within 10% or 5 µs: where two recorded operators overlap, the timeline runs them in turn;
     # a step whose operators lost time is shorter (how much the other operators grow at batch 4 depends
     # on their measured times, so which steps shrink depends on the machine's load: the identity does not)
-    np.testing.assert_allclose((new - old).loc[dec].to_numpy(), delta.loc[dec].to_numpy(), rtol=0.03, atol=2)
+    np.testing.assert_allclose((new - old).loc[dec].to_numpy(), delta.loc[dec].to_numpy(), rtol=0.1, atol=5000)
     shrunk = delta.loc[dec] < 0
     assert ((new - old).loc[dec][shrunk] < 0).all()
+
+
+def test_headline_work_follows_the_projected_shapes(tiny: Report) -> None:
+    """The headline (unprofiled) steps take the projected FLOPs and bytes, so MFU and MBU are of the new
+    work: at batch 4 every prefill op does 4x the FLOPs (the engine's own count, Transformer.step_flops),
+    and the headline prefill MFU is the measured one x 4 / the prefill's time ratio."""
+    from perfscope.analysis.projection.project import projected_metrics
+
+    proj = project(tiny, Question(batch=4))
+    old, new = tiny.steps_unprofiled, proj.steps_unprofiled
+    pre_old = old.loc[old["phase"] == "prefill", "flops"].astype(float).sum()
+    pre_new = new.loc[new["phase"] == "prefill", "flops"].astype(float).sum()
+    assert pre_new == pytest.approx(4 * pre_old, rel=1e-6)
+    # the projected report's own prefill FLOPs are those of a run measured at batch 4 (test_whatif_engine)
+    m_old, m_new = projected_metrics(tiny), projected_metrics(proj)
+    t_ratio = m_new["prefill_wall_s"] / m_old["prefill_wall_s"]
+    # (to 1%: where a step lacks the engine's count, MFU reads the kernels' FLOPs, whose ratio is ~4)
+    assert m_new["prefill_mfu"] == pytest.approx(m_old["prefill_mfu"] * 4 / t_ratio, rel=0.01)
