@@ -166,7 +166,8 @@ def test_cpu_steps_shrink_and_grow_by_exactly_their_operators_change(tiny: Repor
     # to within 10% or 5 µs: where two recorded operators overlap, the timeline runs them in turn;
     # a step whose operators lost time is shorter (how much the other operators grow at batch 4 depends
     # on their measured times, so which steps shrink depends on the machine's load: the identity does not)
-    np.testing.assert_allclose((new - old).loc[dec].to_numpy(), delta.loc[dec].to_numpy(), rtol=0.1, atol=5000)
+    np.testing.assert_allclose((new - old).loc[dec].to_numpy(np.float64), delta.loc[dec].to_numpy(np.float64),
+                               rtol=0.1, atol=5000)
     shrunk = delta.loc[dec] < 0
     assert ((new - old).loc[dec][shrunk] < 0).all()
 
