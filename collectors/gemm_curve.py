@@ -27,10 +27,14 @@ The result is the Report's ``gemm_curve`` table (``n``, ``k``, ``dtype``, ``m``,
 from __future__ import annotations
 
 import copy
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+from perfscope.schema import empty_table
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -70,15 +74,11 @@ def row_counts(max_m: int, reach: int = 1) -> list[int]:
 def last_cache_bytes(device: Any) -> int | None:
     """The last-level cache of ``device`` (a torch device): the GPU's L2, the CPU's L3 (else L2); None
     where the system does not say."""
-    import os
-
     if getattr(device, "type", "cpu") == "cuda":
         import torch
 
         size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
         return int(size) or None
-    from pathlib import Path
-
     best: tuple[int, int] | None = None  # (level, bytes) of the highest level the kernel lists
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
@@ -132,7 +132,7 @@ def measure_gemm_curve(layers: Iterable[Any], max_m: int, *, reach: int = REACH,
     layers = distinct_layers(layers)
     rows: list[dict[str, Any]] = []
     if not layers:
-        return pd.DataFrame(columns=["n", "k", "dtype", "m", "time_ns", "copies"]), False
+        return empty_table("gemm_curve"), False
     copies: list[list[Any]] = []
     for layer in layers:
         w = layer.weight

@@ -413,7 +413,7 @@ def project(report: Report, question: Question) -> Report:
                         gemm["dtype"].to_numpy(object), gemm["m_old"].to_numpy(np.float64),
                         gemm["m_new"].to_numpy(np.float64))
         on_curve = np.isfinite(r)
-        time_s = np.where(on_curve, dur_s * np.where(on_curve, r, 1.0), time_s)
+        time_s = np.where(on_curve, dur_s * r, time_s)
         rule[on_curve] = "size-curve"
     uncosted = ~np.isin(rule, KNOWN_RULES) | ~recosted
     if question.changes_shapes and len(steps):

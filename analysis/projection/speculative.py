@@ -187,9 +187,10 @@ def speculative_sweep(report: Report, ks: Sequence[int], *, gpu: str | None = No
         verify_s = _phase_mean_s(head, "verify") * ratio_v
         decode_s = _phase_mean_s(head, "decode") * ratio_d if (head["phase"] == "decode").any() else verify_s
         draft_s = (k * per_token if self_draft else per_cycle) * (1.0 if np.isnan(ratio_draft) else ratio_draft)
-        a = [acc[min(i, len(acc) - 1)] for i in range(k)]
-        expected = float(np.sum(np.cumprod(a)))
-        tokens = replay[int(k)] if replay else 1.0 + p_draft * expected
+        if replay:
+            tokens = replay[int(k)]
+        else:  # several sequences per step: the acceptance per position, positions past K_measured its last
+            tokens = 1.0 + p_draft * float(np.sum(np.cumprod([acc[min(i, len(acc) - 1)] for i in range(k)])))
         cycle = draft_s + p_draft * verify_s + (1.0 - p_draft) * decode_s
         rows.append({"draft_len": int(k), "tokens_per_cycle": tokens, "draft_s": draft_s, "verify_s": verify_s,
                      "cycle_s": cycle, "tokens_per_s": tokens / cycle if cycle > 0 else float("nan"),
