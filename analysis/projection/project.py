@@ -111,10 +111,15 @@ def _measured_dims(report: Report) -> tuple[int, int, int]:
     """(batch, prompt length, generated tokens) of the measured run."""
     p = report.params
     steps = report.steps
-    batch = p.get("batch") or (int(steps["batch"].max()) if len(steps) else None)
+    def first(values: pd.Series, how: str) -> int | None:  # a step column's max / first known value
+        v = pd.to_numeric(values, errors="coerce").dropna()
+        return None if not len(v) else int(v.max() if how == "max" else v.iloc[0])
+
+    batch = p.get("batch") or (first(steps["batch"], "max") if len(steps) else None)
     prompt = p.get("prompt_len")
     if prompt is None and len(steps) and (steps["phase"] == "prefill").any():
-        prompt = int(steps.loc[steps["phase"] == "prefill", "context_len"].iloc[0])
+        # a framework's steps (vLLM's ranges) may not record the context: then no prompt is known
+        prompt = first(steps.loc[steps["phase"] == "prefill", "context_len"], "first")
     gen = p.get("gen_len") or p.get("max_new_tokens") or int((steps["phase"] != "prefill").sum() + 1)
     if batch is None or prompt is None:
         raise UsageError(f"{report.name}: the report has no engine steps with batch and prompt length, so a "
@@ -521,7 +526,9 @@ def project(report: Report, question: Question) -> Report:
 
     batch_new = question.batch or int(batch or 1)
     gen_new = question.gen_len or int(gen or 1)
-    requests = _rebuild_requests(report.requests, steps, new_steps, batch_new, gen_new) if len(steps) else report.requests
+    # requests exist where the measured run had them (an imported framework trace may have steps and none)
+    requests = _rebuild_requests(report.requests, steps, new_steps, batch_new, gen_new) \
+        if len(steps) and len(report.requests) else report.requests
     shape = None
     if question.changes_shapes and prompt is not None:  # _measured_dims gave the prompt (or raised)
         np_ = question.prompt_len or int(prompt)

@@ -249,3 +249,19 @@ def test_speculative_replay_of_the_measured_cycles() -> None:
     assert cycles_replayed(_cycles([(2, 2), (0, 0)]), [6], 4, 1.0) == {6: pytest.approx(4 / 2)}
     # several sequences per step: not replayed (the acceptance formula is used)
     assert cycles_replayed(steps.assign(batch=2), [1], 4, 1.0) is None
+
+
+def test_a_framework_trace_without_a_prompt_or_requests(fixtures_dir, capsys) -> None:
+    """vLLM's own step ranges on B200 (a trace this model was not written against): its prefill step
+    records no context length and the trace no requests. A batch question is one line and exit 2 (it was
+    a TypeError traceback); a GPU question projects the steps and invents no request, so no TTFT appears
+    where the measured run has none."""
+    from perfscope.analysis.readers.detect import import_file
+
+    report = import_file(fixtures_dir / "kineto/tracelens_b200__eager_trace.json.gz")
+    assert len(report.steps) and not len(report.requests)
+    code = main(["whatif", str(fixtures_dir / "kineto/tracelens_b200__eager_trace.json.gz"), "--batch", "4"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no engine steps with batch and prompt length" in err and "Traceback" not in err
+    proj = project(report, Question(gpu="H100 SXM5"))
+    assert len(proj.steps) == len(report.steps) and not len(proj.requests)
