@@ -29,7 +29,7 @@ from perfscope.schema import column_codes
 
 from ..costs.base import itemsize
 from ..costs.roofline import classify_conformed
-from ..steps import launch_times_ns, step_of
+from ..steps import headline_steps, launch_times_ns, step_of
 from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, gemm_rows, recost
 from .times import KNOWN_RULES, Roofs, curve_ratio, project_times
 
@@ -503,8 +503,14 @@ def project(report: Report, question: Question) -> Report:
                                  minlength=len(steps))[idx].sum())
         ratio[ph] = new_t / old_t if old_t > 0 else 1.0
         phases[ph] = {"measured_s": old_t / 1e9, "projected_s": new_t / 1e9, "gpu_busy_share": busy / new_t if new_t else math.nan}
-        if new_t and busy / new_t < LAUNCH_BOUND_BUSY:
-            notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {busy / new_t:.0%} of the "
+        # the verdict is the headline steps' (an outlier step, a host stall at the profiler's start, is not
+        # the engine launching: every step an outlier, no verdict)
+        steady = headline_steps(steps.iloc[idx]).index.to_numpy()  # steps' index is its positions (reset above)
+        s_new = float((s_win[steady, 1] - s_win[steady, 0]).sum())
+        s_busy = float(np.bincount(step_pos[step_pos >= 0], weights=new_dur[step_pos >= 0],
+                                   minlength=len(steps))[steady].sum())
+        if s_new and s_busy / s_new < LAUNCH_BOUND_BUSY:
+            notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {s_busy / s_new:.0%} of the "
                          f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
     counts = kernels["projection_rule"].value_counts().to_dict()
     if counts.get("size-curve"):

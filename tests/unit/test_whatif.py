@@ -265,3 +265,18 @@ def test_a_framework_trace_without_a_prompt_or_requests(fixtures_dir, capsys) ->
     assert code == 2 and "no engine steps with batch and prompt length" in err and "Traceback" not in err
     proj = project(report, Question(gpu="H100 SXM5"))
     assert len(proj.steps) == len(report.steps) and not len(proj.requests)
+
+
+def test_launch_bound_verdict_leaves_outlier_steps_out(fixtures_dir) -> None:
+    """SGLang's one profiled decode step on MI300X is a 463 ms host stall at the profiler's start (an
+    outlier the analysis keeps out of the headline): a projection onto an H200 does not call decode
+    launch-bound from it. The B200 vLLM prefill, busy under a fifth of its steady step, still is."""
+    from perfscope.analysis.readers.detect import import_file
+
+    sglang = import_file(fixtures_dir / "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz")
+    assert sglang.steps["outlier"].notna().all()
+    notes = project(sglang, Question(gpu="H200 SXM")).manifest["projection"]["notes"]
+    assert not any("launch-bound" in n for n in notes)
+    b200 = import_file(fixtures_dir / "kineto/tracelens_b200__eager_trace.json.gz")
+    notes = project(b200, Question(gpu="H200 SXM")).manifest["projection"]["notes"]
+    assert any(n.startswith("prefill is launch-bound") for n in notes)
