@@ -23,13 +23,13 @@ from perfscope.errors import UsageError
 from perfscope.vocab import is_amd, speak
 
 from .rules import kernels, levels, llm, memory, occupancy, sources, steps, timeline, transfers
-from .rules._base import SEVERITIES, Finding
+from .rules._base import SEVERITIES, Finding, Item
 from .rules.ranks import rank_findings
 
 if TYPE_CHECKING:
     from perfscope.report import Report
 
-__all__ = ["RULES", "SEVERITIES", "Finding", "run_rules"]
+__all__ = ["RULES", "SEVERITIES", "Finding", "Item", "run_rules"]
 
 Rule = Callable[["Report"], list[Finding]]
 

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from perfscope.report import Report
 
 __all__ = [
-    "DEGENERATE_SHORT_NAME", "HOST_COPY_KINDS", "NCU_REPROFILE", "SEVERITIES", "Evidence", "Finding", "activity",
-    "collect_advice", "covered_ns", "from_ncu",
+    "DEGENERATE_SHORT_NAME", "EVIDENCE_RULE_SHARE", "HOST_COPY_KINDS", "ITEM_KINDS", "NCU_REPROFILE", "SEVERITIES",
+    "Evidence", "Finding", "Item", "activity", "collect_advice", "covered_ns", "explained_ns", "from_ncu",
     "gaps_before", "group_key", "info", "is_cpu_report", "merge_intervals", "pct", "profile_span_ns", "ranked",
     "severity_for", "top_groups",
 ]
@@ -76,6 +76,60 @@ def collect_advice(report: Report, advice: str) -> str:
     return advice.format(counters=COUNTER_PROFILERS["amd" if from_amd(report) else "nvidia"])
 
 
+ITEM_KINDS = ("gap", "gaps", "kernel", "kernels", "copy", "sync", "range", "step", "phase", "request", "tensor",
+              "rank", "metric")
+"""What an :class:`Item` can point at. ``gaps``/``kernels`` are a group of like items (one line for 1,983 gaps
+under 5 us); the others are one thing each. ``metric`` is a measured number with no place on the timeline."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One piece of evidence behind a finding's time at stake: a thing the trace shows, in its own words.
+
+    Attributes:
+        kind: what it is (:data:`ITEM_KINDS`).
+        label: one line a user reads ("10.0 ms gap in ensure_layer_3_weights: the host ran no CUDA call").
+        time_ns: the part of the finding's time at stake this item holds; NaN when it is not a time
+            (a tensor's bytes, a counter).
+        explains: whether the trace says *why* this time is lost (a known cause: the host ran
+            ``aten::bmm`` on CPU tensors, ncu measured the ALU pipe at 57%). An item whose cause is not
+            known is listed but counts towards the unexplained share.
+        start_ns, end_ns: where it lies on the report's clock (NaN: nowhere, or spread over the run),
+            so that the dashboard can select it and the Perfetto export can mark it.
+        attrs: what else identifies it (``cause``, ``host_kind``, ``limiter``, ``bytes``, ``request_id``,
+            ``rank``, ``count``, ``device``...), units in the keys.
+    """
+
+    kind: str
+    label: str
+    time_ns: float = math.nan
+    explains: bool = True
+    start_ns: float = math.nan
+    end_ns: float = math.nan
+    attrs: Mapping[str, float | int | str | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (NaN becomes None)."""
+        return jsonable({"kind": self.kind, "label": self.label, "time_ns": self.time_ns,
+                         "explains": self.explains, "start_ns": self.start_ns, "end_ns": self.end_ns,
+                         "attrs": dict(self.attrs)})
+
+
+def explained_ns(items: tuple[Item, ...] | list[Item], time_at_stake_ns: float) -> float:
+    """The time the ``items`` whose cause is known account for, at most ``time_at_stake_ns``; NaN when
+    no item carries a time (the finding then states no share)."""
+    timed = [i.time_ns for i in items if i.explains and math.isfinite(i.time_ns)]
+    if not timed:
+        return math.nan
+    total = float(sum(timed))
+    return min(total, time_at_stake_ns) if math.isfinite(time_at_stake_ns) else total
+
+
+EVIDENCE_RULE_SHARE = 0.90
+"""The evidence rule: a finding explains at least this share of its time at stake by items of known
+cause, or it states the share it leaves unexplained (docs/findings.md)."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing to fix, with the numbers behind it.
@@ -85,10 +139,17 @@ class Finding:
         severity: ``high``, ``medium``, ``low`` or ``info``.
         title: one line with the key number.
         evidence: the numbers behind it; units are in the keys (``_ns``, ``_pct``, ``_bytes``).
-        recommendation: what to change, concretely.
+        recommendation: what to change, concretely, chosen from the items (never a stock paragraph:
+            advice the items do not support is not given).
         time_at_stake_ns: the time a fix could save at best (the ranking key); NaN when unknown.
         kernels: affected kernel or operator names (the top few).
         ranges: affected NVTX / record_function ranges.
+        items: the things behind the time at stake (gaps with what the host did, kernels with their
+            limiter, tensors, requests, steps, ranks), largest first.
+        explained_ns: how much of the time at stake the items of known cause account for
+            (:func:`explained_ns`); NaN when the finding has no timed items.
+        run: the run every number of the finding (and its stake) comes from: ``headline`` (an engine
+            report's warm unprofiled run), ``profiled`` or ``trace`` (an imported trace); "" unknown.
     """
 
     id: str
@@ -99,6 +160,24 @@ class Finding:
     time_at_stake_ns: float
     kernels: tuple[str, ...] = ()
     ranges: tuple[str, ...] = field(default=())
+    items: tuple[Item, ...] = ()
+    explained_ns: float = math.nan
+    run: str = ""
+
+    @property
+    def explained_share(self) -> float:
+        """``explained_ns / time_at_stake_ns`` (0..1); NaN when either is unknown."""
+        stake = self.time_at_stake_ns
+        if not (math.isfinite(stake) and stake > 0 and math.isfinite(self.explained_ns)):
+            return math.nan
+        return min(1.0, self.explained_ns / stake)
+
+    @property
+    def unexplained_ns(self) -> float:
+        """The time at stake that no item of known cause accounts for; NaN when unknown."""
+        if not (math.isfinite(self.time_at_stake_ns) and math.isfinite(self.explained_ns)):
+            return math.nan
+        return max(0.0, self.time_at_stake_ns - self.explained_ns)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None, numpy numbers plain Python numbers)."""
@@ -111,6 +190,11 @@ class Finding:
             "time_at_stake_ns": jsonable(self.time_at_stake_ns),
             "kernels": list(self.kernels),
             "ranges": list(self.ranges),
+            "items": [i.to_dict() for i in self.items],
+            "explained_ns": jsonable(self.explained_ns),
+            "explained_share": jsonable(self.explained_share),
+            "unexplained_ns": jsonable(self.unexplained_ns),
+            "run": self.run or None,
         }
 
 
@@ -125,10 +209,14 @@ def severity_for(at_stake_ns: float, reference_ns: float) -> str:
 
 
 def ranked(report: Report, rule_id: str, title: str, evidence: Evidence, recommendation: str,
-           time_at_stake_ns: float, *, kernels: tuple[str, ...] = (), ranges: tuple[str, ...] = ()) -> Finding:
-    """A Finding whose severity is its time at stake against the profile's span."""
+           time_at_stake_ns: float, *, kernels: tuple[str, ...] = (), ranges: tuple[str, ...] = (),
+           items: tuple[Item, ...] = (), run: str = "") -> Finding:
+    """A Finding whose severity is its time at stake against the profile's span, with the share of that
+    time its ``items`` explain (:func:`explained_ns`)."""
     severity = severity_for(time_at_stake_ns, profile_span_ns(report))
-    return Finding(rule_id, severity, title, evidence, recommendation, time_at_stake_ns, kernels, ranges)
+    items = tuple(sorted(items, key=lambda i: -i.time_ns if math.isfinite(i.time_ns) else math.inf))
+    return Finding(rule_id, severity, title, evidence, recommendation, time_at_stake_ns, kernels, ranges,
+                   items, explained_ns(items, time_at_stake_ns), run)
 
 
 def info(rule_id: str, title: str, recommendation: str, **evidence: float | str) -> Finding:
