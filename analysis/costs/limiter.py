@@ -72,6 +72,42 @@ def bound_label(bound: object, limiter: object = None) -> str:
     return text
 
 
+def limiter_words(limiter: object, limiter_pct: object, pipe_pct: object = None) -> str:
+    """``the ALU pipe limits it (SM at 70% of peak, the pipe at 57%)``, ``L2 limits it (67% of peak)``,
+    ``no unit reaches 60% of its peak (busiest: DRAM at 19%)``; ``limiter not measured``."""
+    value = _float(limiter_pct)
+    if not isinstance(limiter, str) or not np.isfinite(value):
+        return "limiter not measured"
+    name = UNIT_NAMES.get(limiter, limiter)
+    if value < LATENCY_PCT:
+        return f"no unit reaches {LATENCY_PCT:.0f}% of its peak (busiest: {name} at {value:.0f}%)"
+    if limiter in MEMORY_LIMITERS or limiter == "sm" or not np.isfinite(_float(pipe_pct)):
+        return f"{name} limits it ({value:.0f}% of peak)"
+    return f"the {name} limits it (SM/CU at {value:.0f}% of peak, the pipe at {_float(pipe_pct):.0f}%)"
+
+
+def _float(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def limiter_note(row: Mapping[str, object]) -> str | None:
+    """Where the measured limiter contradicts the roofline's reading of a kernel row, the sentence that says so
+    (``the FLOPs and bytes put it memory-bound (19% of its roof); measured: compute (alu), the ALU pipe limits
+    it (...)``); None where they agree or either is unknown."""
+    roofline, bound = row.get("roofline_bound"), row.get("bound")
+    if not disagrees(roofline, bound):
+        return None
+    limiter = row.get("limiter")
+    roof = _float(row.get("pct_of_roof"))
+    at = f" ({roof:.2g}% of its roof)" if np.isfinite(roof) else ""
+    pipe = row.get(f"pipe_{limiter}_pct") if isinstance(limiter, str) else None
+    return (f"the FLOPs and bytes put it {roofline}-bound{at}; measured: {bound_label(bound, limiter)}, "
+            f"{limiter_words(limiter, row.get('limiter_pct'), pipe)}")
+
+
 def _numbers(df: pd.DataFrame, columns: Mapping[str, str]) -> tuple[list[str], np.ndarray]:
     names = [n for n, c in columns.items() if c in df]
     if not names:

@@ -175,7 +175,8 @@ def above_roof_note(row: Mapping[str, Any], device: DeviceSpec | None) -> str | 
         return None
     if not pct > ABOVE_ROOF_PCT or device is None:
         return None
-    bound = str(row.get("bound"))
+    roofline = row.get("roofline_bound")  # the % of roof is the roofline's reading, not the measured limiter's
+    bound = str(roofline if isinstance(roofline, str) and roofline else row.get("bound"))
     if bound == "memory":
         roof = device.memory.get("dram")
         if str(row.get("bytes_source") or "") == "ncu":

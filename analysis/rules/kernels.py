@@ -26,7 +26,7 @@ from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.schema import column_codes, text_of, value_mask
 
-from ..costs.limiter import LATENCY_PCT, MEMORY_LIMITERS, UNIT_COLUMNS, UNIT_NAMES, bound_label
+from ..costs.limiter import LATENCY_PCT, UNIT_COLUMNS, UNIT_NAMES, bound_label, limiter_words
 from ..costs.roofline import classify
 from ..summaries.kernels import group_codes
 from ._base import (
@@ -316,20 +316,6 @@ def limiter_advice(limiter: object, category: object = None) -> str | None:
     if limiter == "fma" and category in MATMUL_CATEGORIES:
         return LIMITER_ADVICE["fma:matmul"]
     return LIMITER_ADVICE.get(limiter)
-
-
-def limiter_words(limiter: object, limiter_pct: object, pipe_pct: object = None) -> str:
-    """``the ALU pipe limits it (SM at 70% of peak, the pipe at 57%)``, ``L2 limits it (67% of peak)``,
-    ``no unit reaches 60% of its peak (busiest: DRAM at 19%)``; ``limiter not measured``."""
-    value = _num(limiter_pct)
-    if not isinstance(limiter, str) or not np.isfinite(value):
-        return "limiter not measured"
-    name = UNIT_NAMES.get(limiter, limiter)
-    if value < LATENCY_PCT:
-        return f"no unit reaches {LATENCY_PCT:.0f}% of its peak (busiest: {name} at {value:.0f}%)"
-    if limiter in MEMORY_LIMITERS or limiter == "sm" or not np.isfinite(_num(pipe_pct)):
-        return f"{name} limits it ({value:.0f}% of peak)"
-    return f"the {name} limits it (SM/CU at {value:.0f}% of peak, the pipe at {_num(pipe_pct):.0f}%)"
 
 
 def _num(value: object) -> float:
