@@ -211,9 +211,10 @@ def _bound_text(row: Any) -> str:
     ``latency``), else ``memory`` / ``compute`` with the hierarchical roofline's binding level where one is
     known (``memory, l2 binds``)."""
     from perfscope.analysis.costs.limiter import bound_label
+    from perfscope.format import is_missing
 
     limiter, share = row.get("limiter"), row.get("limiter_pct")
-    if isinstance(limiter, str) and limiter and share is not None and share == share:
+    if isinstance(limiter, str) and limiter and not is_missing(share):
         if row["bound"] == "latency":
             return f"latency ({limiter} {share:.0f}%)"
         return f"{bound_label(row['bound'], limiter)} {share:.0f}%"

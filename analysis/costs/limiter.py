@@ -81,9 +81,10 @@ def limiter_words(limiter: object, limiter_pct: object, pipe_pct: object = None)
     name = UNIT_NAMES.get(limiter, limiter)
     if value < LATENCY_PCT:
         return f"no unit reaches {LATENCY_PCT:.0f}% of its peak (busiest: {name} at {value:.0f}%)"
-    if limiter in MEMORY_LIMITERS or limiter == "sm" or not np.isfinite(_float(pipe_pct)):
-        return f"{name} limits it ({value:.0f}% of peak)"
-    return f"the {name} limits it (SM/CU at {value:.0f}% of peak, the pipe at {_float(pipe_pct):.0f}%)"
+    pipe = _float(pipe_pct)
+    if limiter in MEMORY_LIMITERS or limiter == "sm" or not np.isfinite(pipe) or abs(pipe - value) < 0.5:
+        return f"the {name} limits it ({value:.0f}% of peak)"
+    return f"the {name} limits it (the SM at {value:.0f}% of peak, the pipe at {pipe:.0f}%)"
 
 
 def _float(value: object) -> float:
@@ -158,7 +159,8 @@ def apply_limiter(df: pd.DataFrame) -> None:
         limiter, pct = measured_limiters(df)
         measured = np.asarray([v is not None for v in limiter], dtype=bool)
         if measured.any():
-            df["limiter"] = np.where(measured, limiter, df["limiter"].to_numpy(object) if "limiter" in df else None)
+            before = df["limiter"].to_numpy(object) if "limiter" in df else np.full(len(df), None, dtype=object)
+            df["limiter"] = np.where(measured, limiter, before)
             given = (pd.to_numeric(df["limiter_pct"], errors="coerce").to_numpy("float64", na_value=np.nan)
                      if "limiter_pct" in df else np.full(len(df), np.nan))
             df["limiter_pct"] = np.where(measured, pct, given)
@@ -178,6 +180,26 @@ def apply_limiter(df: pd.DataFrame) -> None:
         at_level = has & (pct >= LATENCY_PCT) & np.asarray([v in MEMORY_LIMITERS for v in limiter], dtype=bool)
         level[at_level] = limiter[at_level]
         df["bound_level"] = level
+
+
+def group_limiter(g: pd.DataFrame) -> tuple[str | None, float, str | None]:
+    """A kernel group's measured limiter: among its launches of the bound holding most of its time, the limiter
+    holding most time, its time-weighted % of peak over the launches it limits, and that bound; (None, NaN,
+    None) where no launch was measured."""
+    if "limiter" not in g or "limiter_pct" not in g:
+        return None, float("nan"), None
+    lpct = pd.to_numeric(g["limiter_pct"], errors="coerce")
+    ok = (g["limiter"].notna() & lpct.notna()).to_numpy()
+    if not ok.any():
+        return None, float("nan"), None
+    w = g["duration_ns"].astype("float64").clip(lower=1).to_numpy()
+    bounds = g["bound"].astype(str).to_numpy()
+    bound = max(set(bounds[ok]), key=lambda b: (w[ok & (bounds == b)].sum(), b))
+    mine = ok & (bounds == bound)
+    limiters = g["limiter"].astype(str).to_numpy()
+    lead = max(set(limiters[mine]), key=lambda x: (w[mine & (limiters == x)].sum(), x))
+    rows = mine & (limiters == lead)
+    return lead, float(np.average(lpct.to_numpy()[rows], weights=w[rows])), bound
 
 
 def disagrees(roofline_bound: object, bound: object) -> bool:

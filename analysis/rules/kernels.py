@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,7 +27,14 @@ from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.schema import column_codes, text_of, value_mask
 
-from ..costs.limiter import LATENCY_PCT, UNIT_COLUMNS, UNIT_NAMES, bound_label, limiter_words
+from ..costs.limiter import (
+    LATENCY_PCT,
+    UNIT_COLUMNS,
+    UNIT_NAMES,
+    bound_label,
+    group_limiter,
+    limiter_words,
+)
 from ..costs.roofline import classify
 from ..summaries.kernels import group_codes
 from ._base import (
@@ -34,6 +42,7 @@ from ._base import (
     Finding,
     Item,
     collect_advice,
+    explained_ns,
     from_ncu,
     group_key,
     info,
@@ -284,8 +293,10 @@ LIMITER_ADVICE: dict[str, str] = {
            "(larger per-thread tiles), and keep shared-memory accesses free of bank conflicts.",
     "vmem": "Vector memory instructions (VMEM) are the busiest unit: fewer, wider loads (dwordx4), more reuse of "
             "each loaded value from registers or LDS.",
-    "valu": "The VALU is the busiest unit: cut the vector instruction mix (index arithmetic hoisted, packed math); "
-            "a matmul belongs on the MFMA units (hipBLASLt, composable kernels).",
+    "valu": "The VALU (vector integer and floating-point instructions) is the busiest unit: cut the instruction mix. "
+            "Hoist index arithmetic out of loops, replace integer division and modulo by shifts or precomputed "
+            "reciprocals, use packed math, and draw fewer random numbers (or a generator with fewer rounds) per "
+            "element; a matmul belongs on the MFMA units (hipBLASLt, composable kernels).",
     "salu": "The scalar ALU is the busiest unit: less uniform control and address work per wavefront.",
     "uniform": "The uniform datapath is the busiest unit: less warp-uniform address and control arithmetic.",
     "adu": "The ADU (branch targets, address divergence) is the busiest unit: less divergent control flow.",
@@ -351,6 +362,29 @@ def group_items(groups: pd.DataFrame, bound: str, stake: str = "stake_ns", *,
         items.append(Item("kernels" if int(row["count"]) > 1 else "kernel", label, float(row[stake]),
                           explains=measured, start_ns=_num(row.get("start_ns")), end_ns=_num(row.get("end_ns")),
                           attrs=attrs))
+    return tuple(items)
+
+
+def rows_items(k: pd.DataFrame, sub: pd.DataFrame, stake: pd.Series, detail: str, *,
+               explains: bool = True) -> tuple[Item, ...]:
+    """One ``kernel``/``kernels`` item per group of the kernel rows ``sub`` (of ``k``): the group's time at stake
+    (``stake``, per row; NaN where unknown), its first launch's place, its bound and measured limiter;
+    ``detail``: what the finding says of them (``FP32 matmul off the tensor cores``)."""
+    key = group_key(k).loc[sub.index]
+    items = []
+    for name, g in sub.groupby(key, sort=False):
+        at_stake = float(pd.to_numeric(stake.loc[g.index], errors="coerce").sum(min_count=1))
+        time_ns = float(g["duration_ns"].sum())
+        limiter, lpct, bound = group_limiter(g)
+        measured = f"; {bound_label(bound, limiter)}: {limiter_words(limiter, lpct)}" if limiter else ""
+        first = g.index[0]
+        items.append(Item("kernels" if len(g) > 1 else "kernel",
+                          f"{str(name)[:80]}: {len(g)} launch(es), {duration(time_ns)}; {detail}{measured}",
+                          at_stake, explains=explains, start_ns=float(g.at[first, "start_ns"]),
+                          end_ns=float(g.at[first, "end_ns"]),
+                          attrs={"group": str(name)[:200], "count": len(g), "group_time_ns": time_ns,
+                                 "limiter": limiter, "limiter_pct": lpct if limiter else None,
+                                 "bound": bound_label(bound, limiter) if bound else None}))
     return tuple(items)
 
 
@@ -547,7 +581,7 @@ def _latency_advice(k: pd.DataFrame, groups: pd.DataFrame) -> str:
         names = ", ".join(str(g)[:40] for g in heavy.loc[low, "group"])
         parts.append(f"{names} run(s) at {occ[low].min():.0f}% achieved occupancy: more warps per SM hide latency "
                      "(fewer registers per thread, less shared memory per block, or more blocks).")
-    codes, names = group_codes(k)
+    codes, _ = group_codes(k)
     first = int(heavy["first"].iloc[0])
     stalls = group_stalls(k.iloc[np.flatnonzero(codes == codes[first])]) if first >= 0 else []
     if stalls:
@@ -596,8 +630,10 @@ def roof_exceeded(report: Report) -> list[Finding]:
               "caches them per machine), a throttled clock during the measurement, or another device's roofs do "
               "this. Measure again on an idle machine with `perfscope devices --refresh` and profile again, or "
               "classify against the right roofs (`perfscope import FILE --roofs cuda|REPORT`).")
+    items = tuple(replace(i, explains=True) for i in group_items(over, "compute", stake="time_ns", extra="pct_of_roof"))
     return [Finding("roof-exceeded", "medium", title, evidence, advice, math.nan,
-                    tuple(str(g) for g in over["group"].head(TOP_GROUPS)))]
+                    tuple(str(g) for g in over["group"].head(TOP_GROUPS)), items=items,
+                    explained_ns=explained_ns(items, math.nan))]
 
 
 # ---------------------------------------------------------------------------- FP32 matmuls
@@ -660,9 +696,19 @@ def fp32_matmul(report: Report) -> list[Finding]:
                  f"{pct(time_ns, kernel_ns):.3g}% of kernel time); the {target} roof is {speedup:.0f}x the FP32 roof")
         advice = TF32_ADVICE if target == "tf32" else LOW_PRECISION_ADVICE.format(target=target)
     kernels = tuple(_top_by_time(mm))[:TOP_GROUPS]
+    saved = pd.Series(np.nan, index=mm.index)
+    saved.loc[known.index] = (known["duration_ns"] - floor_ns).clip(lower=0)
+    items = rows_items(effective_kernels(report), mm, saved, f"FP32 matmul off the tensor cores ({target} roof "
+                       f"{speedup:.0f}x)")
+    other = [i for i in items if isinstance(i.attrs.get("limiter"), str) and i.attrs["limiter"] not in ("fma", "fp16")]
+    if other:  # measured: what limits the heaviest of them is not the FP32 pipe, so the roof ratio overstates the gain
+        i = max(other, key=lambda x: x.attrs.get("group_time_ns") or 0)
+        advice += (f" Measured: {i.attrs['group']} is {i.attrs['bound']} ({limiter_words(i.attrs['limiter'], i.attrs['limiter_pct'])}), "
+                   "not limited by the FP32 pipe, so it gains less than the roof ratio.")
     if math.isnan(at_stake):
-        return [Finding("fp32-matmul", severity_for(time_ns, kernel_ns), title, evidence, advice, at_stake, kernels)]
-    return [ranked(report, "fp32-matmul", title, evidence, advice, at_stake, kernels=kernels)]
+        return [Finding("fp32-matmul", severity_for(time_ns, kernel_ns), title, evidence, advice, at_stake, kernels,
+                        items=items, explained_ns=explained_ns(items, at_stake))]
+    return [ranked(report, "fp32-matmul", title, evidence, advice, at_stake, kernels=kernels, items=items)]
 
 
 def _top_by_time(k: pd.DataFrame) -> list[str]:
@@ -700,8 +746,10 @@ def flops_mismatch(report: Report) -> list[Finding]:
               "ratios mean the kernel was linked to the wrong operator, the operator's formula misses work "
               "(masking, padding, recomputation), or the library ran a different algorithm.")
     severity = severity_for(off_ns, float(k["duration_ns"].sum()))
+    items = rows_items(k, off, pd.Series(np.nan, index=off.index),
+                       f"measured / analytic FLOPs {float(off_ratio.median()):.3g}x (median)", explains=False)
     return [Finding("flops-mismatch", severity, title, evidence, advice, math.nan,
-                    kernels=tuple(str(n) for n in _top_by_time(off))[:TOP_GROUPS])]
+                    kernels=tuple(str(n) for n in _top_by_time(off))[:TOP_GROUPS], items=items)]
 
 
 # ---------------------------------------------------------------------------- excess work
@@ -738,5 +786,6 @@ def excess_work(report: Report) -> list[Finding]:
              + (f" ({evidence['worst_op']})" if evidence["worst_op"] else ""))
     advice = " ".join(EXCESS_WORK_ADVICE[c] for c in sorted(kinds)) or (
         "Compare the kernel's algorithm with the op: padding, recomputation or masked work the op does not need.")
+    items = rows_items(k, over, wasted_ns, f"measured FLOPs {float(ratio.median()):.2f}x its op's (median)")
     return [ranked(report, "excess-work", title, evidence, advice, float(wasted_ns.sum()),
-                   kernels=tuple(str(n) for n in _top_by_time(over))[:TOP_GROUPS])]
+                   kernels=tuple(str(n) for n in _top_by_time(over))[:TOP_GROUPS], items=items)]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from perfscope.format import duration
 
-from ..costs.limiter import LATENCY_PCT, UNIT_NAMES, bound_label
+from ..costs.limiter import LATENCY_PCT, UNIT_NAMES, bound_label, group_limiter
 from ._base import Finding, Item, explained_ns, group_key, is_cpu_report, pct, severity_for
 
 if TYPE_CHECKING:
@@ -147,26 +147,6 @@ def _occupancy_finding(group: str, g: pd.DataFrame, occ: float, time_ns: float, 
     advice = lead + _limiter(evidence, occ) + stalls_text
     return Finding("occupancy-stalls", severity_for(time_ns, kernel_ns), title, evidence, advice, math.nan,
                    kernels=(group,), items=items, explained_ns=explained_ns(items, math.nan))
-
-
-def group_limiter(g: pd.DataFrame) -> tuple[str | None, float, str | None]:
-    """A kernel group's measured limiter: among its launches of the bound holding most of its time, the limiter
-    holding most time, its time-weighted % of peak over the launches it limits, and that bound; (None, NaN,
-    None) where no launch was measured."""
-    if "limiter" not in g or "limiter_pct" not in g:
-        return None, math.nan, None
-    lpct = pd.to_numeric(g["limiter_pct"], errors="coerce")
-    ok = (g["limiter"].notna() & lpct.notna()).to_numpy()
-    if not ok.any():
-        return None, math.nan, None
-    w = _weights(g)
-    bounds = g["bound"].astype(str).to_numpy()
-    bound = max(set(bounds[ok]), key=lambda b: (w[ok & (bounds == b)].sum(), b))
-    mine = ok & (bounds == bound)
-    limiters = g["limiter"].astype(str).to_numpy()
-    lead = max(set(limiters[mine]), key=lambda x: (w[mine & (limiters == x)].sum(), x))
-    rows = mine & (limiters == lead)
-    return lead, float(np.average(lpct.to_numpy()[rows], weights=w[rows])), bound
 
 
 def _item(group: str, g: pd.DataFrame, time_ns: float, limiter: str | None, limiter_pct: float,
