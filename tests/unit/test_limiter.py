@@ -261,3 +261,29 @@ def test_the_limiter_of_a_row_without_units_is_unknown() -> None:
 
 def test_import_file_reads_the_built_csv_like_the_reader(built: Path) -> None:
     assert import_file(built).kernels["limiter"].tolist() == ["alu", "l2"]
+
+
+def test_busiest_pipe_matches_nsight_computes_own_high_pipe_utilization_rule(fixtures_dir: Path) -> None:
+    """Nsight Compute's HighPipeUtilization rule (stored in the report) names the highest-utilized pipeline
+    "based on elapsed cycles"; the busiest ``pipe_*_pct`` of each launch has the same share (its ``Shared``
+    pipe, the sum of the FP64 and tensor pipes, equals the tensor pipe in these GEMMs)."""
+    import re
+
+    ncu_report = pytest.importorskip("ncu_report")
+    k = import_file(fixtures_dir / "h200" / "h200_engine_gemm_attn_full.ncu-rep").kernels
+    pipes = [c for c in k.columns if c.startswith("pipe_")]
+    ctx = ncu_report.load_report(str(fixtures_dir / "h200" / "h200_engine_gemm_attn_full.ncu-rep"))
+    checked = 0
+    for i in range(ctx.range_by_idx(0).num_actions()):
+        for rule in ctx.range_by_idx(0).action_by_idx(i).rule_results_as_dicts():
+            if rule.get("rule_identifier") != "HighPipeUtilization":
+                continue
+            message = rule["rule_message"]["message"]
+            stated = re.search(r"highest-utilized pipeline \(([\d.]+)%\) based on elapsed cycles", message)
+            focus = [m["value"] for m in rule.get("focus_metrics") or [] if "pipe" in m["name"]]
+            share = float(stated.group(1)) if stated else (focus[0] if focus else None)
+            if share is None:
+                continue
+            assert k.loc[i, pipes].max() == pytest.approx(share, abs=0.05)
+            checked += 1
+    assert checked == 6
