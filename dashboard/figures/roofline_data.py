@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope.analysis.costs.limiter import UNIT_COLUMNS
 from perfscope.schema import column_codes, decode, rows_at
 
 from ..memo import memo
@@ -248,6 +249,7 @@ class _NameGroups:
     flops: np.ndarray  # per kernel, 0 where its work is not known
     dram_bytes: np.ndarray
     known: np.ndarray  # per group
+    units: dict[str, tuple[np.ndarray, np.ndarray]]  # per measured unit column: per kernel, time x % and time
 
 
 def _name_groups(report: Report) -> _NameGroups:
@@ -263,8 +265,14 @@ def _name_groups(report: Report) -> _NameGroups:
             code = pd.factorize(code * (len(uniques) + 1) + (codes + 1))[0].astype("int64")
         first = np.flatnonzero(~pd.Series(code).duplicated().to_numpy())  # codes number groups by first row
         table = pd.DataFrame({col: decode(column_codes(k, col)[0][first], column_codes(k, col)[1]) for col in columns})
-        return _NameGroups(code, table, k["duration_ns"].to_numpy("float64", na_value=0.0),
-                           np.where(known, flops, 0.0), np.where(known, nbytes, 0.0), known[first])
+        dur = k["duration_ns"].to_numpy("float64", na_value=0.0)
+        units = {}
+        for col in UNIT_COLUMNS:  # each measured unit's time-weighted share, so a selection's totals get a limiter
+            if col in k:
+                v = pd.to_numeric(k[col], errors="coerce").to_numpy("float64", na_value=np.nan)
+                units[col] = (np.where(np.isnan(v), 0.0, v * dur), np.where(np.isnan(v), 0.0, dur))
+        return _NameGroups(code, table, dur, np.where(known, flops, 0.0), np.where(known, nbytes, 0.0), known[first],
+                           units)
     return memo(report, "roofline:name-groups", build)
 
 
@@ -282,6 +290,11 @@ def _aggregate_rows(report: Report, mask: np.ndarray) -> pd.DataFrame:
     grouped = g.table.iloc[keep].reset_index(drop=True).assign(
         duration_ns=np.rint(sums["duration_ns"]).astype("int64"),
         flops=np.where(known, sums["flops"], np.nan), dram_bytes=np.where(known, sums["dram_bytes"], np.nan))
+    for col, (weighted, weight) in g.units.items():
+        total = np.bincount(code, weights=weight[mask], minlength=n)[keep]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            grouped[col] = np.where(total > 0, np.bincount(code, weights=weighted[mask], minlength=n)[keep] / total,
+                                    np.nan)
     return aggregate_by_name(grouped, report.device, calls=calls[keep])
 
 
