@@ -164,14 +164,16 @@ def apply_limiter(df: pd.DataFrame) -> None:
             given = (pd.to_numeric(df["limiter_pct"], errors="coerce").to_numpy("float64", na_value=np.nan)
                      if "limiter_pct" in df else np.full(len(df), np.nan))
             df["limiter_pct"] = np.where(measured, pct, given)
-    if "limiter" not in df or not len(df):
+    if "limiter" not in df or "limiter_pct" not in df or not len(df):
         return
-    limiter = df["limiter"].to_numpy(object)
     pct = pd.to_numeric(df["limiter_pct"], errors="coerce").to_numpy("float64", na_value=np.nan)
-    kinds = np.asarray([kind_of(v) for v in limiter], dtype=object)
-    has = np.asarray([k is not None for k in kinds], dtype=bool) & ~np.isnan(pct)
+    has = df["limiter"].notna().to_numpy() & ~np.isnan(pct)  # a trace's million kernels: no limiter, no loop below
     if not has.any():
         return
+    limiter = df["limiter"].to_numpy(object)
+    kinds = np.full(len(df), None, dtype=object)
+    kinds[has] = [kind_of(v) for v in limiter[has]]
+    has &= np.asarray([k is not None for k in kinds], dtype=bool)
     bound = df["bound"].to_numpy(object).copy()
     bound[has] = np.where(pct[has] >= LATENCY_PCT, kinds[has], "latency")
     df["bound"] = bound

@@ -485,15 +485,26 @@ def compute_below_roof(report: Report) -> list[Finding]:
                        COMPUTE_ROOF_LOW_PCT, {}, ADVICE["compute-below-roof", is_cpu_report(report)])
 
 
+def _at_stake(report: Report, groups: pd.DataFrame, share: str) -> tuple[pd.DataFrame | None, float, float]:
+    """The groups of mean launch >= 5 µs (shorter ones are the short-kernels rule's), each with its time at stake
+    ``time x (1 - share/100)``, most first; the kernel time and the total at stake. None for the groups when
+    nothing is left or the stake is under :data:`ROOF_MIN_STAKE_PCT` of the kernel time."""
+    kernel_ns = float(report.kernels["duration_ns"].sum())
+    if not len(groups):
+        return None, kernel_ns, 0.0
+    kept = groups[groups["time_ns"] / groups["count"] >= SHORT_KERNEL_NS].copy()
+    kept["stake_ns"] = kept["time_ns"] * (1.0 - pd.to_numeric(kept[share], errors="coerce") / 100.0)
+    kept = kept.sort_values("stake_ns", ascending=False, kind="stable")
+    at_stake = float(kept["stake_ns"].sum())
+    if not len(kept) or not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
+        return None, kernel_ns, at_stake
+    return kept, kernel_ns, at_stake
+
+
 def _below_roof(report: Report, k: pd.DataFrame, groups: pd.DataFrame, rule: str, roof: str, low_pct: float,
                 extra: dict[str, float | int | str], advice: str) -> list[Finding]:
-    mean = groups["time_ns"] / groups["count"]
-    below = groups[(groups["pct_of_roof"] < low_pct) & (mean >= SHORT_KERNEL_NS)].copy()
-    below["stake_ns"] = below["time_ns"] * (1.0 - below["pct_of_roof"] / 100.0)
-    below = below.sort_values("stake_ns", ascending=False, kind="stable")
-    kernel_ns = float(report.kernels["duration_ns"].sum())
-    at_stake = float(below["stake_ns"].sum())
-    if not len(below) or not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
+    below, kernel_ns, at_stake = _at_stake(report, groups[groups["pct_of_roof"] < low_pct], "pct_of_roof")
+    if below is None:
         return []
     time_ns = float(below["time_ns"].sum())
     weighted = float((below["pct_of_roof"] * below["time_ns"]).sum() / time_ns)
@@ -533,16 +544,10 @@ def latency_bound(report: Report) -> list[Finding]:
     if "limiter" not in k or is_cpu_report(report):
         return []
     groups = _group_totals(k, "latency", need_work=False)
-    if not len(groups):
+    found, kernel_ns, at_stake = _at_stake(report, groups, "limiter_pct")
+    if found is None:
         return []
-    mean = groups["time_ns"] / groups["count"]
-    groups = groups[mean >= SHORT_KERNEL_NS].copy()  # shorter ones are the short-kernels rule's
-    groups["stake_ns"] = groups["time_ns"] * (1.0 - pd.to_numeric(groups["limiter_pct"], errors="coerce") / 100.0)
-    groups = groups.sort_values("stake_ns", ascending=False, kind="stable")
-    kernel_ns = float(report.kernels["duration_ns"].sum())
-    at_stake = float(groups["stake_ns"].sum())
-    if not len(groups) or not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
-        return []
+    groups = found
     time_ns = float(groups["time_ns"].sum())
     evidence: dict[str, float | int | str] = {
         "kernel_groups_latency_bound": len(groups), "time_ns": time_ns,
