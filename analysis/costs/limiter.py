@@ -173,7 +173,7 @@ def apply_limiter(df: pd.DataFrame) -> None:
     limiter = df["limiter"].to_numpy(object)
     kinds = np.full(len(df), None, dtype=object)
     kinds[has] = [kind_of(v) for v in limiter[has]]
-    has &= np.asarray([k is not None for k in kinds], dtype=bool)
+    has[has] = [k is not None for k in kinds[has]]
     bound = df["bound"].to_numpy(object).copy()
     bound[has] = np.where(pct[has] >= LATENCY_PCT, kinds[has], "latency")
     df["bound"] = bound
