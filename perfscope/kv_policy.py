@@ -171,6 +171,18 @@ def parse_kv_policy(text: str | KVPolicy | None) -> KVPolicy:
     return FULL
 
 
+def check_engine_options(policy: KVPolicy, *, compile: bool = False, speculative: str | None = None) -> None:
+    """Refuse, in one line each, what a policy cache does not run with."""
+    if policy.is_full:
+        return
+    if compile:
+        raise UsageError(f"--kv-policy {policy.text()} runs eagerly (its eviction and selection change shapes "
+                         "step by step)", hint="drop --compile, or use --kv-policy full")
+    if speculative:
+        raise UsageError(f"--kv-policy {policy.text()} does not combine with --speculative (a rejected draft "
+                         "would have to bring back evicted entries)", hint="drop one of the two")
+
+
 def kv_policy_text(text: str | KVPolicy | None) -> str:
     """The canonical spelling of a policy given in any form (``full`` for None)."""
     return parse_kv_policy(text).text()
@@ -181,5 +193,5 @@ def read_ratio(policy: KVPolicy, length: int, n_layers: int) -> float:
     return policy.read_entries(length, n_layers) / length if length > 0 else math.nan
 
 
-__all__ = ["DEFAULT_PAGE", "DEFAULT_SINK", "FULL", "KINDS", "QUEST_DENSE_LAYERS", "SYNTAX", "KVPolicy",
+__all__ = ["DEFAULT_PAGE", "DEFAULT_SINK", "FULL", "KINDS", "QUEST_DENSE_LAYERS", "SYNTAX", "KVPolicy", "check_engine_options",
            "kv_policy_text", "parse_kv_policy", "read_ratio"]

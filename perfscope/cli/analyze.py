@@ -49,6 +49,9 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
 
     payload["memory"] = memory_payload(report)
     payload["capacity"] = capacity_section(report)
+    from perfscope.analysis.summaries.kv_policy import kv_policy_summary
+
+    payload["kv_policy"] = kv_policy_summary(report)  # None for a full-cache run
     from perfscope.analysis.idle import idle_of, idle_overview
 
     payload["idle"] = idle_overview(idle_of(report))  # why the GPU waits, per device (docs/idle.md)

@@ -44,6 +44,9 @@ def _texts(ctx: click.Context, param: click.Parameter, value: str | None) -> lis
 @click.option("--gen-len", callback=_ints("--gen-len"), help="Generated tokens per sequence.")
 @click.option("--weights-dtype", callback=_texts, help="Weight dtype: bf16, fp16, fp8 (W8A8 GEMMs), int8, fp32.")
 @click.option("--kv-dtype", callback=_texts, help="KV-cache dtype: bf16, fp16, fp8.")
+@click.option("--kv-policy", "kv_policy", multiple=True,
+              help="KV-cache policy the decode steps run under: streaming:sink=S,window=W, h2o:budget=B[,recent=R], "
+                   "quest:budget=B[,page=P] (repeat the flag for a sweep; docs/kv-policies.md).")
 @click.option("--draft-len", callback=_ints("--draft-len"),
               help="Speculative decoding: draft tokens per step (a run with drafting: tokens/s for each K).")
 @click.option("--out", type=click.Path(), help="Folder to save each projected report in (NAME__QUESTION.perfscope).")
@@ -52,13 +55,14 @@ def _texts(ctx: click.Context, param: click.Parameter, value: str | None) -> lis
 def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len: list[int] | None,
            context: list[int] | None, gen_len: list[int] | None, weights_dtype: list[str] | None,
            kv_dtype: list[str] | None, draft_len: list[int] | None, out: str | None, force: bool,
-           as_json: bool) -> None:
+           as_json: bool, kv_policy: tuple[str, ...] = ()) -> None:
     """Project a measured REPORT: what would it do on another GPU, batch, prompt, context or precision?
 
     Every number printed is a projection (docs/whatif.md: the model, its rules and its measured error).
     """
     from perfscope.analysis.projection.project import measured_metrics
     from perfscope.analysis.projection.speculative import speculative_sweep
+    from perfscope.analysis.summaries.kv_policy import kv_policy_line
     from perfscope.api import load, run_whatif
 
     measured = load(path)
@@ -71,7 +75,7 @@ def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len
         return
     results = run_whatif(measured, out=Path(out) if out else None, force=force, gpu=gpu, batch=batch,
                          prompt_len=prompt_len, context=context, gen_len=gen_len, weights_dtype=weights_dtype,
-                         kv_dtype=kv_dtype)
+                         kv_dtype=kv_dtype, kv_policy=list(kv_policy) or None)
     base = measured_metrics(measured)
     if as_json:
         echo_json({"measured": {"report": path, "metrics": base}, "projections": [r.to_dict() for r in results]})
@@ -88,6 +92,10 @@ def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len
     click.echo(row("measured", base))
     for r in results:
         click.echo(row(f"projected: {r.question.text()}"[:40], r.metrics))
+    for r in results:
+        line = kv_policy_line(r.report)
+        if line:
+            click.echo(f"{r.question.text()[:40]}: {line}")
     seen: set[str] = set()
     for r in results:
         for note in (r.report.manifest.get("projection") or {}).get("notes", []):

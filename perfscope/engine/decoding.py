@@ -449,4 +449,4 @@ def run_params(model: Transformer, prompts: list[list[int]], max_new_tokens: int
             "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device),
             "attention": model.args.attention, "batch": len(prompts), "prompt_lens": [len(p) for p in prompts],
             "max_new_tokens": max_new_tokens, "sampling": asdict(sampling), "threads": torch.get_num_threads(),
-            "kv_cache_bytes_per_token": model.kv_bytes(1, 1), **options}
+            "kv_cache_bytes_per_token": model.kv_bytes(1, 1), "n_layer": model.args.n_layer, **options}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from perfscope.errors import UsageError
-from perfscope.kv_policy import KVPolicy, parse_kv_policy
+from perfscope.kv_policy import KVPolicy, check_engine_options, parse_kv_policy
 from perfscope.request_metrics import request_records
 
 from .decoding import (
@@ -43,8 +43,7 @@ from .decoding import (
     sampling_probs,
     truncate_at_stop,
 )
-
-from .kv_policies import PolicyCaches, check_engine_options
+from .kv_policies import PolicyCaches
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perfscope.annotate import annotate
@@ -164,7 +163,7 @@ class PolicyKVCache(nn.Module):
         for store, scales, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
             codes, scale = self._pack(x)
             store.index_put_(idx, codes)
-            if scales is not None:
+            if scales is not None and scale is not None:
                 scales.index_put_(idx, scale)
 
     def _prefix(self, rows: slice | Tensor, t: int) -> tuple[Tensor, Tensor]:
@@ -467,17 +466,5 @@ class PolicyCaches:
             c.move(src, dst, length)
 
 
-def check_engine_options(policy: KVPolicy, *, compile: bool = False, speculative: str | None = None) -> None:
-    """Refuse, in one line each, what a policy cache does not run with."""
-    if policy.is_full:
-        return
-    if compile:
-        raise UsageError(f"--kv-policy {policy.text()} runs eagerly (its eviction and selection change shapes "
-                         "step by step)", hint="drop --compile, or use --kv-policy full")
-    if speculative:
-        raise UsageError(f"--kv-policy {policy.text()} does not combine with --speculative (a rejected draft "
-                         "would have to bring back evicted entries)", hint="drop one of the two")
-
-
-__all__ = ["PolicyCaches", "PolicyKVCache", "PolicyStep", "check_engine_options", "dequantize", "entry_bytes",
+__all__ = ["PolicyCaches", "PolicyKVCache", "PolicyStep", "dequantize", "entry_bytes",
            "naive_attention", "quantize", "store_dtype"]

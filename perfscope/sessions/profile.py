@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UnsupportedDeviceError, UsageError
+from ..kv_policy import check_engine_options, parse_kv_policy
 from ..redact import redact_argv, redact_text
 from ..report import Report, source_info
 
@@ -61,6 +62,7 @@ class EngineRun:
     draft_len: int = 4
     memory: bool = False  # profile_memory (and on CUDA the allocator's history and a snapshot)
     gemm_curve_s: float = 8.0  # budget of the GEMM size curve after the profiled run (0: none)
+    kv_policy: str | None = None  # streaming:sink=S,window=W | h2o:budget=B[,recent=R] | quest:budget=B[,page=P]
 
     def resolved_compile(self, device: str) -> bool:
         """Whether decode is compiled on ``device``: the flag, or by default only on CUDA (speculative
@@ -69,6 +71,8 @@ class EngineRun:
 
         if self.compile is not None:
             return self.compile
+        if not parse_kv_policy(self.kv_policy).is_full:
+            return False  # a KV policy runs eagerly
         return default_compile(device.split(":")[0], self.speculative)
 
     def check(self) -> None:
@@ -82,6 +86,7 @@ class EngineRun:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.attention not in ("sdpa", "naive"):
             raise UsageError(f"--attention must be sdpa or naive, got {self.attention!r}")
+        check_engine_options(parse_kv_policy(self.kv_policy), compile=bool(self.compile), speculative=self.speculative)
 
 
 def resolve_device(device: str) -> str:
@@ -218,7 +223,9 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
 
     passes = 2 if baseline is True else int(baseline)
     device = resolve_device(run.device)
-    run = dataclasses.replace(run, compile=run.resolved_compile(device), device=device)
+    policy_text = parse_kv_policy(run.kv_policy).text()
+    run = dataclasses.replace(run, compile=run.resolved_compile(device), device=device,
+                              kv_policy=None if policy_text == "full" else policy_text)
     got["run"] = run
     say("measuring device roofs (once per machine)")
     spec = roofs or device_roofs(device)
@@ -239,9 +246,18 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
         options["stop_ids"] = tokenizer.stop_ids
     if run.speculative:
         options.update(speculative=run.speculative, draft_len=run.draft_len)
+    policy = parse_kv_policy(run.kv_policy)
+    if not policy.is_full:
+        options["kv_policy"] = policy.text()
+    # under a KV policy the full cache runs beside it, interleaved pass by pass: the saving on one clock
+    reference: list[Any] | None = [] if not policy.is_full and passes > 0 else None
+    got["reference"] = reference
 
     def once() -> Any:
         return generate(model, prompts, run.gen_len, sampling, **options)
+
+    def full_once() -> Any:
+        return generate(model, prompts, run.gen_len, sampling, **{**options, "kv_policy": None})
 
     say("warm-up (compiling decode)" if run.compile else "warm-up")
     if run.compile:
@@ -250,11 +266,15 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
     once()
     warmup_s = time.perf_counter() - t0
     got["warmup_s"] = warmup_s
-    say("unprofiled runs")
+    if reference is not None:
+        full_once()
+    say("unprofiled runs" + (" (with the full cache in turn)" if reference is not None else ""))
     unprofiled: list[Any] = []
     got["unprofiled"] = unprofiled
     for _ in range(passes):
         unprofiled.append(once())
+        if reference is not None:
+            reference.append(full_once())
     while passes > 1 and len(unprofiled) < MAX_PASSES and \
             (pass_spread([r.wall_s for r in unprofiled]) or 0) > NOISY_BASELINE:
         unprofiled.append(once())  # the two fastest passes disagree: measure again
@@ -286,15 +306,36 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
     known = engine_tensors(model, device) if run.memory else ()
     report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s,
                             known, curve)
+    if reference and not interrupted:
+        say("profiling the full cache (the policy's reference)")
+        ref = _full_cache_reference(run, spec, full_once, reference, device, keep_trace_dir)
+        report = report.with_manifest(params={**report.params, "kv_policy_reference": ref})
     if interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
 
 
+def _full_cache_reference(run: EngineRun, spec: DeviceSpec, full_once: Callable[[], Any], passes: Sequence[Any],
+                          device: str, keep_trace_dir: Path | None) -> dict[str, Any]:
+    """The full cache's decode figures beside a KV policy's: its warm unprofiled passes (run in turn with
+    the policy's) and one profiled run, summarised as the policy run is (``kv_policy_reference``)."""
+    from perfscope.analysis.summaries.kv_policy import decode_kv
+    from perfscope.collectors.torch_profiler import profile_callable
+
+    trace_dir = (keep_trace_dir / "full-cache") if keep_trace_dir else Path(tempfile.mkdtemp(prefix="perfscope-"))
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    result, capture = profile_callable(full_once, trace_dir, cuda=device.startswith("cuda"))
+    base = min(passes, key=lambda r: r.wall_s)
+    full_run = dataclasses.replace(run, kv_policy=None)
+    report = _engine_report(full_run, spec, capture, result or base, base, [r.wall_s for r in passes], float("nan"))
+    return {"kv_policy": "full", "passes_wall_s": [r.wall_s for r in passes], **decode_kv(report)}
+
+
 def _engine_name(run: EngineRun) -> str:
     return ((f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
              else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
-            + (f"-{run.speculative}" if run.speculative else ""))
+            + (f"-{run.speculative}" if run.speculative else "")
+            + (f"-{parse_kv_policy(run.kv_policy).kind}" if not parse_kv_policy(run.kv_policy).is_full else ""))
 
 
 def interrupted_engine_report(got: dict[str, Any]) -> Report:
