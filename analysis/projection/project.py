@@ -166,14 +166,20 @@ def _n_layer(report: Report) -> int | None:
 def _policy_dims(steps: pd.DataFrame, news: list[Dims], q: Question, n_layer: int | None) -> list[Dims]:
     """Under ``--kv-policy`` a decode step attends what the policy keeps or selects: its KV length is the
     policy's mean over the layers (:meth:`perfscope.kv_policy.KVPolicy.read_entries`, Quest's page
-    metadata counted as entries); prefill steps are kept (the engine's prefill attends the whole prompt)."""
+    metadata counted as entries), as is a kernel that attends the cache's whole capacity (compiled decode); the
+    cache writes cost what they write. Prefill steps are kept (the engine's prefill attends the whole prompt)."""
     policy = parse_kv_policy(q.kv_policy)
     if policy.is_full:
         return news
     layers = n_layer or 1
-    return [d if phase == "prefill" else Dims(d.batch, d.q_len, max(1, round(policy.read_entries(d.context, layers))),
-                                               d.capacity)
-            for phase, d in zip(steps["phase"], news)]
+    out = []
+    for phase, d in zip(steps["phase"], news):
+        if phase == "prefill":
+            out.append(d)
+            continue
+        n = max(1, round(policy.read_entries(d.context, layers)))
+        out.append(Dims(d.batch, d.q_len, n, n))  # a kernel attending the whole cache reads what the policy reads
+    return out
 
 
 def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: list[Dims], q: Question
