@@ -105,9 +105,10 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
     text = tok.decode(out) if tok is not None else None
     if as_json:
         payload = {"prompt_ids": ids, "generated_ids": out, "text": text, "output_tokens": req.output_tokens,
-                   "ttft_s": req.ttft_s, "tpot_s": req.tpot_s, "compile": compiled, "compile_s": compile_s,
-                   "kv_policy": policy.text()}
+                   "ttft_s": req.ttft_s, "tpot_s": req.tpot_s, "compile": compiled, "compile_s": compile_s}
         decode = [s for s in result.steps if s.phase == "decode"]
+        if not policy.is_full:
+            payload["kv_policy"] = policy.text()
         if decode and not policy.is_full:
             payload.update(kv_entries_last=decode[-1].kv_entries, kv_cache_bytes_last=decode[-1].kv_cache_bytes,
                            kv_cache_size_bytes=decode[-1].kv_cache_size_bytes)

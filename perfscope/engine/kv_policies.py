@@ -127,7 +127,8 @@ class PolicyKVCache(nn.Module):
         quest = policy.kind == "quest"
         kept = policy.kept()
         self.capacity = max_len if kept is None else min(kept, max_len)
-        slots = self.capacity + (1 if quest else 0)  # Quest: one scratch entry for pad tokens
+        # Quest: whole pages (a selected last page is read whole) and one scratch entry for pad tokens
+        slots = policy.pages(max_len) * policy.page + 1 if quest else self.capacity
         shape = (n_rows, n_kv_head, slots, head_dim)
         sd = store_dtype(kv_dtype, dtype)
         # zeros, not empty: masked entries are still multiplied, and a NaN in memory survives the mask
@@ -342,7 +343,7 @@ class PolicyKVCache(nn.Module):
         b, h, s, d = q.shape
         dev = q.device
         ri, heads = st.row_idx, self._heads(dev)
-        scratch = self.capacity
+        scratch = self.k.shape[2] - 1
         where = torch.where(st.real, st.qpos, scratch)  # [B, S] entry = position (pads: the scratch entry)
         idx = (ri[:, None, None], heads[None, :, None], where[:, None, :])
         self._put(idx, k, v)
