@@ -78,10 +78,10 @@ def speed(model, policies: list[str], batch: int, context: int, rounds: int, gen
     for p in runs:  # warm-up: every shape once
         generate(model, prompts, 3, kv_policy=None if p == "full" else p)
     for _ in range(rounds):
-        for p in runs:
+        for p, steps in runs.items():
             r = generate(model, prompts, gen, kv_policy=None if p == "full" else p)
             dec = [s for s in r.steps if s.phase == "decode"]
-            runs[p].append(statistics.median(s.end_ns - s.start_ns for s in dec))
+            steps.append(statistics.median(s.end_ns - s.start_ns for s in dec))
             kv[p] = statistics.mean(s.kv_cache_bytes for s in dec)
     return {p: {"step_ns": statistics.median(v), "step_ns_rounds": v, "kv_bytes_per_step": kv[p]} for p, v in runs.items()}
 

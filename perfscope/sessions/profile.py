@@ -172,7 +172,7 @@ def pass_spread(walls: Sequence[float]) -> float | None:
 def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
                    roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
                    model: Any = None, baseline: int | bool = True, partial_on_interrupt: bool = True,
-                   **overrides: Any) -> Report:
+                   on_reference: Callable[[Report], None] | None = None, **overrides: Any) -> Report:
     """Profile the reference engine and return its Report (not saved).
 
     The run order is: an identical warm-up run (so every shape the measured runs meet, and any
@@ -190,6 +190,8 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         model: an already built engine model to reuse (a sweep builds it once).
         baseline: how many warm unprofiled passes to run (True: 2, False: 0; without one the
             headline falls back to the profiled run's figures).
+        on_reference: with a KV policy, called with the full cache's own Report, measured beside the
+            policy (its passes in turn with the policy's, then one profiled run), e.g. to project it.
         partial_on_interrupt: Ctrl-C (KeyboardInterrupt) at any stage returns a partial Report
             (:func:`interrupted_engine_report`: marked ``partial``, ``params["interrupted"]``)
             instead of raising; a Ctrl-C inside the profiled run keeps its trace as far as it ran.
@@ -203,7 +205,10 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         (progress or _noop)(label)
 
     try:
-        return _profile_engine(run, say, got, roofs, keep_trace_dir, model, baseline)
+        report = _profile_engine(run, say, got, roofs, keep_trace_dir, model, baseline)
+        if on_reference is not None and got.get("reference_report") is not None:
+            on_reference(got["reference_report"])
+        return report
     except KeyboardInterrupt:
         if not partial_on_interrupt:
             raise
@@ -308,7 +313,7 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
                             known, curve)
     if reference and not interrupted:
         say("profiling the full cache (the policy's reference)")
-        ref = _full_cache_reference(run, spec, full_once, reference, device, keep_trace_dir)
+        ref, got["reference_report"] = _full_cache_reference(run, spec, full_once, reference, device, keep_trace_dir)
         report = report.with_manifest(params={**report.params, "kv_policy_reference": ref})
     if interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
@@ -316,7 +321,7 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
 
 
 def _full_cache_reference(run: EngineRun, spec: DeviceSpec, full_once: Callable[[], Any], passes: Sequence[Any],
-                          device: str, keep_trace_dir: Path | None) -> dict[str, Any]:
+                          device: str, keep_trace_dir: Path | None) -> tuple[dict[str, Any], Report]:
     """The full cache's decode figures beside a KV policy's: its warm unprofiled passes (run in turn with
     the policy's) and one profiled run, summarised as the policy run is (``kv_policy_reference``)."""
     from perfscope.analysis.summaries.kv_policy import decode_kv
@@ -328,7 +333,7 @@ def _full_cache_reference(run: EngineRun, spec: DeviceSpec, full_once: Callable[
     base = min(passes, key=lambda r: r.wall_s)
     full_run = dataclasses.replace(run, kv_policy=None)
     report = _engine_report(full_run, spec, capture, result or base, base, [r.wall_s for r in passes], float("nan"))
-    return {"kv_policy": "full", "passes_wall_s": [r.wall_s for r in passes], **decode_kv(report)}
+    return {"kv_policy": "full", "passes_wall_s": [r.wall_s for r in passes], **decode_kv(report)}, report
 
 
 def _engine_name(run: EngineRun) -> str:
