@@ -78,7 +78,11 @@ def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len
                          kv_dtype=kv_dtype, kv_policy=list(kv_policy) or None)
     base = measured_metrics(measured)
     if as_json:
-        echo_json({"measured": {"report": path, "metrics": base}, "projections": [r.to_dict() for r in results]})
+        from perfscope.analysis.summaries.kv_policy import kv_policy_summary
+
+        echo_json({"measured": {"report": path, "metrics": base},
+                   "projections": [{**r.to_dict(), **({"kv_policy": kv_policy_summary(r.report)}
+                                                      if r.question.kv_policy else {})} for r in results]})
         return
     click.echo(f"measured: {measured.name} on {measured.device.name if measured.device else '?'}")
     head = f"{'question':<40} {'TTFT':>10} {'TPOT':>10} {'tok/s':>10} {'prefill MFU':>12} {'decode MBU':>11}"

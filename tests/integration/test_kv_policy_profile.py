@@ -128,3 +128,4 @@ def test_profile_refuses_what_a_policy_does_not_run_with() -> None:
         EngineRun(**RUN, kv_policy=POLICY, compile=True).check()
     assert EngineRun(kv_policy=POLICY).resolved_compile("cuda") is False  # a policy runs eagerly by default
     assert parse_kv_policy(EngineRun(kv_policy="h2o:budget=8").kv_policy).recent == 4
+

@@ -49,6 +49,7 @@ def test_the_prompt_set_has_long_prompts(setup) -> None:
     assert "68274" in model.tokenizer.decode(bench.prompt_set(model.tokenizer)[4])
 
 
+@pytest.mark.slow
 def test_a_budget_over_the_prompt_is_the_full_cache(setup) -> None:
     bench, model, prompts, stop, reference = setup
     longest = max(len(p) for p in prompts) + NEW
@@ -57,6 +58,7 @@ def test_a_budget_over_the_prompt_is_the_full_cache(setup) -> None:
         assert q["top1_agreement"] == 1.0 and q["greedy_exact"] == 1.0 and q["max_abs"] < 1e-3, policy
 
 
+@pytest.mark.slow
 def test_small_budgets_measured(setup) -> None:
     bench, model, prompts, stop, reference = setup
     rows = {}
