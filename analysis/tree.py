@@ -197,3 +197,30 @@ def nest_intervals(nodes: pd.DataFrame, *, group: str, range_kind: int, op_kind:
     out["op_children"] = nst.op_children(kinds, op_kind)
     out["phase"] = nst.phase(everyone)
     return out
+
+
+def innermost_at(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per point ``x``, the position of the innermost interval ``[start, end)`` around it (-1 where none).
+
+    The intervals are one thread's, nested or disjoint (a partial overlap answers with the later-started
+    of the two); the points are distinct. One sort of intervals and points together
+    (:func:`_enclosing`), no loop over either."""
+    n, m = len(starts), len(x)
+    out = np.full(m, -1, dtype="int64")
+    if not n or not m:
+        return out
+    s = np.concatenate([np.asarray(starts, np.int64), np.asarray(x, np.int64)])
+    e = np.concatenate([np.asarray(ends, np.int64), np.asarray(x, np.int64)])
+    k = np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)])
+    order = np.lexsort((k, -e, s))
+    par = _enclosing(np.zeros(n + m, np.int64), e[order])
+    anc = _first_of(par, k[order] == 0)  # the nearest interval around each point (points never hold points)
+    found = np.full(n + m, -1, dtype="int64")
+    ok = anc >= 0
+    found[order[ok]] = order[anc[ok]]
+    res = found[n:]
+    hit = res >= 0
+    at_end = np.zeros(m, bool)
+    at_end[hit] = np.asarray(ends, np.int64)[res[hit]] <= np.asarray(x, np.int64)[hit]
+    res[at_end] = -1  # [start, end): a point at the end is outside
+    return res

@@ -24,9 +24,11 @@ import pandas as pd
 
 from perfscope.format import duration
 
+from ..idle import graphs_help, idle_of, kind_totals, largest_kind
 from ..intervals import trace_span_ns
 from ..steps import has_framework_steps, headline_steps, step_windows
 from ._base import Finding, activity, covered_ns, info, merge_intervals, pct, ranked
+from ._gaps import idle_advice, idle_items, kind_evidence
 from .knobs import framework_of, knob
 from .timeline import graph_launched
 
@@ -205,14 +207,40 @@ def step_idle(report: Report) -> list[Finding]:
         }
         title = (f"The GPU is idle {idle_pct:.0f}% of the {phase} steps' time ({duration(span - busy)} of "
                  f"{duration(span)} over {len(ph)} step(s)); CUDA graphs {'replayed' if graphs else 'not used'}")
-        advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
-                  + ("The kernels are already replayed from graphs, so what is left is the host work around each "
-                     "replay (input preparation, sampling, scheduling)." if graphs else
-                     "Run the step from a CUDA graph so it is one launch.")
-                  + knob(fw, "graphs", graphs=graphs,
-                         tokens=float(pd.to_numeric(ph["tokens"], errors="coerce").max())))
-        findings.append(ranked(report, "step-idle", title, evidence, advice, span - busy, ranges=(phase,)))
+        # what the host did in those gaps (analysis/idle.py): the slices inside the steps' windows
+        rows = _slices_in(idle_of(report), ws, we)
+        items = idle_items(rows)
+        totals = kind_totals(rows)
+        lead = largest_kind(totals)
+        evidence.update(kind_evidence(totals, rows))
+        if lead is not None:
+            title += f"; mostly {lead}"
+        tokens = float(pd.to_numeric(ph["tokens"], errors="coerce").max())
+        if graphs:
+            advice = ("The host, not the kernels, sets the step time. The kernels are already replayed from graphs, "
+                      "so what is left is the host work around each replay. "
+                      + (idle_advice(rows, items)[0] if len(rows) else "") + knob(fw, "graphs", graphs=True, tokens=tokens))
+        elif lead is None or graphs_help(totals):
+            advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
+                      "Run the step from a CUDA graph so it is one launch." + knob(fw, "graphs", graphs=False, tokens=tokens))
+        else:
+            advice = ("The host, not the kernels, sets the step time, and not by launching: "
+                      + idle_advice(rows, items)[0])
+        findings.append(ranked(report, "step-idle", title, evidence, advice, span - busy, ranges=(phase,),
+                               items=tuple(items)))
     return findings
+
+
+def _slices_in(idle: pd.DataFrame, ws: np.ndarray, we: np.ndarray) -> pd.DataFrame:
+    """The idle slices whose middle lies inside one of the sorted windows ``ws``..``we``."""
+    if not len(idle) or not len(ws):
+        return idle.iloc[:0]
+    order = np.argsort(ws, kind="stable")
+    s, e = np.asarray(ws, np.int64)[order], np.asarray(we, np.int64)[order]
+    mid = idle["start_ns"].to_numpy(np.int64) + idle["duration_ns"].to_numpy(np.int64) // 2
+    i = np.searchsorted(s, mid, side="right") - 1
+    inside = (i >= 0) & (mid < e[np.maximum(i, 0)])
+    return idle[inside]
 
 
 def _attention_split(report: Report, steps: pd.DataFrame) -> dict[str, float]:

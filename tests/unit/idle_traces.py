@@ -64,21 +64,33 @@ class HostTrace:
 
     # ------------------------------------------------------------------ the truth
     def truth(self) -> Counter[tuple[str, str | None]]:
-        """Idle ns per (cause, innermost range) from the first GPU work to the last, one µs at a time."""
+        """Idle ns per (cause, innermost range) from the first GPU work to the last, one µs at a time.
+
+        The queue model: host time in a gap that opened while the host was inside a sync call (or a copy
+        to the host) and after that call returned is the sync's."""
         lo, hi = min(s for s, _ in self.busy), max(e for _, e in self.busy)
         busy = set()
         for s, e in self.busy:
             busy.update(range(s, e))
         out: Counter[tuple[str, str | None]] = Counter()
+        opened_at = None  # the first idle µs of the current gap
         for us in range(lo, hi):
             if us in busy:
+                opened_at = None
                 continue
+            if opened_at is None:
+                opened_at = us
             cause = "host"
             for s, e, name, kind in self.calls:
                 if s <= us < e:
                     cause = CALL_CAUSE[name]
                     if cause == "copy" and kind == "DtoD":
                         cause = "launch"
+            if cause == "host":
+                for s, e, name, kind in self.calls:
+                    blocks = CALL_CAUSE[name] == "sync" or (CALL_CAUSE[name] == "copy" and kind == "DtoH")
+                    if blocks and s <= opened_at <= e <= us:
+                        cause = "sync"
             inside = [(s, e, n) for s, e, n in self.ranges if s <= us < e]
             rng = max(inside, key=lambda r: (r[0], -r[1]))[2] if inside else None
             out[(cause, rng)] += 1000

@@ -375,13 +375,32 @@ def test_mixed_steps_show_their_prefill_and_decode_tokens() -> None:
 
 
 def test_launch_bound_decode_names_the_frameworks_knob() -> None:
+    """10 x 20 µs kernels launched 45 µs apart in 460 µs steps: most of the idle time inside a step is the
+    25 µs of host dispatch between launches, so CUDA graphs are the fix and the framework's knob is named."""
     from perfscope.analysis.findings import RULES
 
-    r = finish(_serving([1_000_000] * 5))  # 10 x 20 µs of kernels in 1 ms steps: the GPU idles 80%
+    r = finish(_serving([460_000] * 5, spacing_ns=dict.fromkeys(range(5), 45_000)))
     f = RULES["step-idle"](r)
     assert len(f) == 1 and f[0].evidence["cuda_graphs"] == "no"
-    assert f[0].evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 1_000_000), abs=3)
+    assert f[0].evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 460_000), abs=3)
+    assert f[0].evidence["idle_kind"] == "dispatch"
     assert "--cuda-graph-max-bs" in f[0].recommendation and "--enforce-eager" not in f[0].recommendation
+    assert f[0].items and f[0].explained_share > 0.95
+
+
+def test_decode_idle_in_a_long_host_tail_is_not_sent_to_cuda_graphs() -> None:
+    """10 x 20 µs kernels in the first 300 µs of 1 ms steps: most of the idle time is the 700 µs the host
+    spends in the step after its last launch, code CUDA graphs do not remove: host code in the step's
+    range, and no graph advice or knob."""
+    from perfscope.analysis.findings import RULES
+
+    r = finish(_serving([1_000_000] * 5))
+    (f,) = RULES["step-idle"](r)
+    assert f.evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 1_000_000), abs=3)
+    assert f.evidence["idle_kind"] == "host code" and f.evidence["idle_host_code_pct"] > 80
+    text = f.recommendation
+    assert "--cuda-graph-max-bs" not in text and "reduce-overhead" not in text and "Move or overlap" in text
+    assert "step[DECODE bs=N]" in text  # the range the time is in
 
 
 def test_decode_mbu_per_decode_step_from_the_kernels_bytes() -> None:
