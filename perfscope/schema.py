@@ -229,8 +229,8 @@ IDLE_COLUMNS = _cols(
     ("range", "str", False, "innermost NVTX / record_function / nn.Module range around the slice on the host"),
     ("api", "str", False, "the host call the slice fell in (copies: the copy call; sync: the sync call whose return "
      "opened the gap; graph: the graph launch)"),
-    ("op", "str", False, "the CPU operator the host ran over the slice (outermost on the launching thread); sync: the "
-     "operator behind the sync call (aten::item, aten::to)"),
+    ("op", "str", False, "the CPU operator the host ran over the slice (outermost on the launching thread), or its "
+     "host math call (numpy.linalg.svd); sync: the operator behind the sync call (aten::item, aten::to)"),
     ("op_shapes", "str", False, "that operator's input shapes (JSON, record_shapes)"),
     ("function", "str", False, "the innermost Python function of the user's code around the slice (with_stack)"),
     ("wait", "str", False, "the OS-runtime call (nsys OSRT: futex, poll, nanosleep...) or blocking Python call "
@@ -246,7 +246,8 @@ IDLE_COLUMNS = _cols(
 
 HOST_COLUMNS = _cols(
     ("kind", "str", True, "op (a CPU operator, outermost on its thread), python (a function of the user's code, "
-     "recorded with_stack) or wait (an OS-runtime call, or a Python call that blocks: sleep, lock, select, read)"),
+     "recorded with_stack), wait (an OS-runtime call, or a Python call that blocks: sleep, lock, select, read) or "
+     "math (the outermost call into a host math library: numpy, scipy)"),
     ("name", "str", True, "the operator, the function ('file.py(line): name') or the call"),
     ("start_ns", "int", True, "start on the report's timeline, ns"),
     ("end_ns", "int", True, "end, ns"),

@@ -258,7 +258,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
     """The sentence of advice for ``kind`` holding ``share`` % of the idle time, naming its items (``graphs``:
     whether graphs and fusion may be advised; ``graph_run``: the advice for a run that already replays graphs)."""
     names = lead_names(items, kind)
-    where = f" ({', '.join(names)})" if names else ""
+    where = f" in {', '.join(names)}" if names else ""
     if kind == "dispatch":
         if compiled_cpu:
             return (f"{share:.0f}% is host work between operators{where}: decode is compiled (compile=True), so this "
@@ -273,8 +273,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
             return f"{share:.0f}% is per-operator dispatch between launches{where}. " + graph_run
         if not graphs:
             return f"{share:.0f}% is per-operator dispatch between launches{where}."
-        inside = f" in {', '.join(names)}" if names else ""
-        return (f"{share:.0f}% is the framework's per-operator work between launches{inside}: Python, dispatch and "
+        return (f"{share:.0f}% is the framework's per-operator work between launches{where}: Python, dispatch and "
                 f"allocation (the launch calls themselves take less). To remove it, {GRAPHS_TEXT}.")
     if kind == "launch":
         if graph_run:
@@ -295,7 +294,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
     if kind == "waiting":
         waits = _names(items, kind, ("wait",))
         inw = f" in {', '.join(waits)}" if waits else ""
-        return (f"For {share:.0f}% of the idle time the host waited{inw}{where} (sleep, a lock, I/O) with the "
+        return (f"For {share:.0f}% of the idle time the host waited{inw}{where}: sleep, a lock or I/O, with the "
                 "device's queue empty. Remove the wait from the launching thread: load or prefetch in a background "
                 "thread, queue the next device work before waiting, or use non-blocking I/O.")
     if kind == "host code":
@@ -338,7 +337,8 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                 "This is measurement overhead, not the program's: profile more steps after a warm-up "
                 "(torch.profiler.schedule), record fewer event kinds (with_stack, record_shapes off), and read the "
                 "other causes.")
-    return (f"{share:.0f}% has no host activity recorded around it, so its cause is unknown. Record the CPU side "
+    return (f"{share:.0f}% has no host activity around it: the host side was not recorded there, so its cause is "
+            "unknown. Record the CPU side "
             "too (torch.profiler with ProfilerActivity.CPU and with_stack=True, nsys with --trace=cuda,nvtx,osrt) "
             "to see why the GPU waits.")
 

@@ -12,7 +12,9 @@ Three kinds of rows (docs/idle.md), each on its thread:
   not torch's own frames, not C built-ins (``<built-in method ...>``), not ``nn.Module`` calls
   (those are ranges already).
 - ``wait``: the Python calls that block (``time.sleep``, a lock's ``acquire``, ``select``,
-  ``poll``, socket and file reads), from the same ``with_stack`` events.
+  ``poll``, socket and file reads), from the same ``with_stack`` events;
+- ``math``: the outermost calls into a host math library (numpy, scipy: ``numpy.linalg.svd``, a
+  ``numpy.ndarray`` method), math on host arrays that no CPU operator records.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ...costs.operators import category_of
-from .ops import API, OP, CpuNodes, op_inputs, per_distinct, texts, times_ns
+from .ops import API, OP, CpuNodes, op_inputs, per_distinct, per_distinct_text, texts, times_ns
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,6 +46,11 @@ LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {
 
 FRAME = re.compile(r"^(?P<path>[^()<>]+?)\((?P<line>\d+)\): (?P<func>.+)$")
 """``file.py(line): function``: how torch.profiler names a Python frame."""
+
+MATH_ROOTS = frozenset({"numpy", "scipy", "sklearn", "numba", "numexpr"})
+"""Packages whose calls are math on host arrays."""
+PY_MATH = re.compile(r"^<built-in method (?P<func>\w+) of (?P<type>numpy\.(?:ndarray|ufunc|generic|\w+)) object")
+"""A C method of a numpy object (``<built-in method sum of numpy.ndarray object at 0x...>``)."""
 
 
 def _module_root(path: str) -> str:
@@ -65,14 +72,46 @@ def _module_root(path: str) -> str:
 
 
 def python_kind(name: str) -> str | None:
-    """``python`` for a frame of the user's code, ``wait`` for a Python call that blocks, None otherwise."""
+    """``python`` for a frame of the user's code, ``wait`` for a Python call that blocks, ``math`` for a call
+    into a host math library, None otherwise."""
     text = str(name)
     if PY_WAIT.match(text):
         return "wait"
+    if PY_MATH.match(text):
+        return "math"
     m = FRAME.match(text)
     if m is None:
         return None
-    return None if _module_root(m.group("path")) in LIBRARY_ROOTS else "python"
+    root = _module_root(m.group("path"))
+    return "math" if root in MATH_ROOTS else None if root in LIBRARY_ROOTS else "python"
+
+
+def wait_name(name: str) -> str:
+    """A blocking Python call's name without its address: ``<built-in function sleep>`` -> ``sleep``,
+    ``<built-in method acquire of _thread.lock object at 0x..>`` -> ``_thread.lock.acquire``."""
+    text = str(name)
+    m = re.match(r"^<built-in method (\w+) of ([\w.]+) object", text)
+    if m:
+        return f"{m.group(2)}.{m.group(1)}"
+    m = PY_WAIT.match(text)
+    return m.group(1) if m else text
+
+
+def math_name(name: str) -> str:
+    """A math call's dotted name: ``numpy/linalg/_linalg.py(1667): svd`` -> ``numpy.linalg._linalg.svd``,
+    ``<built-in method sum of numpy.ndarray object at 0x..>`` -> ``numpy.ndarray.sum``."""
+    text = str(name)
+    m = PY_MATH.match(text)
+    if m:
+        return f"{m.group('type')}.{m.group('func')}"
+    f = FRAME.match(text)
+    if f is None:
+        return text
+    path = f.group("path").replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        path = path.rsplit(marker, 1)[-1]
+    module = path.removesuffix(".py")
+    return f"{module.replace('/', '.')}.{f.group('func')}"
 
 
 def host_rows(nodes: CpuNodes, py: Mapping[str, np.ndarray] | None, base: int, strings: np.ndarray) -> pd.DataFrame:
@@ -139,10 +178,22 @@ def _python_rows(py: Mapping[str, np.ndarray] | None, base: int, strings: np.nda
     if not len(keep):
         return pd.DataFrame()
     start, end, dur = times_ns({"ts": py["ts"][keep], "dur": py["dur"][keep]}, base)
-    return pd.DataFrame({
-        "kind": kind[keep], "name": texts(strings, py["name"][keep]),
-        "start_ns": start, "end_ns": end, "duration_ns": dur, "thread": py["tid"][keep],
-    })
+    kinds, names, thread = kind[keep], texts(strings, py["name"][keep]), py["tid"][keep]
+    rows = pd.DataFrame({"kind": kinds, "name": names, "start_ns": start, "end_ns": end, "duration_ns": dur,
+                         "thread": thread})
+    is_math = (kinds == "math")
+    if is_math.any():  # the outermost math call only (the user's np.linalg.norm, not the numpy code inside)
+        m = rows[is_math].sort_values(["thread", "start_ns", "end_ns"], ascending=[True, True, False], kind="stable")
+        t, e = m["thread"].astype("float64").fillna(-1.0).to_numpy(), m["end_ns"].to_numpy(np.int64)
+        prev_end = pd.Series(e).groupby(t).cummax().groupby(t).shift(1).to_numpy(np.float64)
+        inner = m.index[~np.isnan(prev_end) & (m["start_ns"].to_numpy(np.int64) < prev_end)]
+        rows = rows.drop(index=inner)
+        math_rows = rows["kind"] == "math"
+        rows.loc[math_rows, "name"] = per_distinct_text(rows.loc[math_rows, "name"].to_numpy(object), math_name)
+    waits = rows["kind"] == "wait"
+    if waits.any():
+        rows.loc[waits, "name"] = per_distinct_text(rows.loc[waits, "name"].to_numpy(object), wait_name)
+    return rows.reset_index(drop=True)
 
 
-__all__ = ["host_rows", "python_kind"]
+__all__ = ["host_rows", "math_name", "python_kind", "wait_name"]
