@@ -180,26 +180,72 @@ def _host_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
 def innermost_ranges(ranges: pd.DataFrame, x: np.ndarray) -> np.ndarray:
     """The name of the innermost host range around each time ``x`` (None where none is), looked up
     on the thread with the most ranges first, then the others."""
-    names = np.full(len(x), None, dtype=object)
-    r = _host_ranges(ranges)
-    if not len(r) or not len(x):
-        return names
-    r = r[(r["end_ns"] > r["start_ns"]).to_numpy(bool)]
-    todo = np.ones(len(x), bool)
-    s_all, e_all = r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)
-    name_all = r["name"].astype("object").to_numpy()
-    for _, rows in _thread_order(r):
-        at = np.flatnonzero(todo)
-        if not len(at):
-            break
-        hit = innermost_at(s_all[rows], e_all[rows], x[at])
-        found = hit >= 0
-        names[at[found]] = name_all[rows[hit[found]]]
-        todo[at[found]] = False
-    return names
+    vocab = _Vocab()
+    return vocab.text(_RangeIndex(ranges, vocab).at(np.asarray(x, np.int64)))
 
 
 # ---------------------------------------------------------------------------- the host's own activity
+class _Vocab:
+    """The text of the idle table's columns as integer codes while millions of pieces are classified and
+    joined (comparing codes, not strings); -1 is None."""
+
+    def __init__(self) -> None:
+        self.words: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def code(self, word: object) -> int:
+        if not isinstance(word, str):
+            return -1
+        if word not in self.index:
+            self.index[word] = len(self.words)
+            self.words.append(word)
+        return self.index[word]
+
+    def codes(self, words: np.ndarray | pd.Series) -> np.ndarray:
+        """Codes of an array of text, each distinct value looked up once."""
+        if not len(words):
+            return np.zeros(0, np.int64)
+        codes, uniq = pd.factorize(pd.Series(words, dtype="object"), use_na_sentinel=True)
+        table = np.array([self.code(u) for u in uniq] + [-1], dtype=np.int64)
+        return table[codes]
+
+    def text(self, codes: np.ndarray) -> np.ndarray:
+        table = np.array([*self.words, None], dtype=object)
+        return table[np.where(codes >= 0, codes, len(self.words))]
+
+
+def _take(values: np.ndarray, rows: np.ndarray, fill: int = -1) -> np.ndarray:
+    """``values[rows]`` where ``rows >= 0``, ``fill`` elsewhere."""
+    if not len(values):
+        return np.full(len(rows), fill, dtype=values.dtype if len(values) else np.int64)
+    return np.where(rows >= 0, values[np.maximum(rows, 0)], fill)
+
+
+class _RangeIndex:
+    """The host ranges per thread (the thread with the most ranges first), for the innermost one around points."""
+
+    def __init__(self, ranges: pd.DataFrame, vocab: _Vocab) -> None:
+        r = _host_ranges(ranges)
+        r = r[(r["end_ns"] > r["start_ns"]).to_numpy(bool)] if len(r) else r
+        self.s = r["start_ns"].to_numpy(np.int64) if len(r) else np.zeros(0, np.int64)
+        self.e = r["end_ns"].to_numpy(np.int64) if len(r) else np.zeros(0, np.int64)
+        self.names = vocab.codes(r["name"].astype("object").to_numpy()) if len(r) else np.zeros(0, np.int64)
+        self.threads = _thread_order(r) if len(r) else []
+
+    def at(self, x: np.ndarray) -> np.ndarray:
+        """The name code of the innermost range around each point (-1: none)."""
+        out = np.full(len(x), -1, np.int64)
+        todo = np.arange(len(x))
+        for _, rows in self.threads:
+            if not len(todo):
+                break
+            hit = innermost_at(self.s[rows], self.e[rows], x[todo])
+            found = hit >= 0
+            out[todo[found]] = self.names[rows[hit[found]]]
+            todo = todo[~found]
+        return out
+
+
 class _Track:
     """One kind of host activity on the launching thread (ops, Python functions or waits), for lookups
     of the innermost one around points."""
@@ -211,6 +257,18 @@ class _Track:
         self.e = self.rows["end_ns"].to_numpy(np.int64)
         hc = self.rows["host_compute"] if "host_compute" in self.rows else pd.Series(False, index=self.rows.index)
         self.computes = hc.astype("boolean").fillna(False).to_numpy(bool)
+        calls = self.rows["device_calls"] if "device_calls" in self.rows else pd.Series(0, index=self.rows.index)
+        self.queues = pd.to_numeric(calls, errors="coerce").fillna(0).to_numpy(np.float64) > 0
+        self.names = np.zeros(len(self.s), np.int64)
+        self.shapes = np.full(len(self.s), -1, np.int64)
+
+    def encode(self, vocab: _Vocab) -> _Track:
+        """Code the names (and operator shapes) with ``vocab``."""
+        if len(self.s):
+            self.names = vocab.codes(self.rows["name"].astype("object").to_numpy())
+            if "op_shapes" in self.rows:
+                self.shapes = vocab.codes(self.rows["op_shapes"].astype("object").to_numpy())
+        return self
 
     def __len__(self) -> int:
         return len(self.s)
@@ -221,14 +279,6 @@ class _Track:
     def at(self, x: np.ndarray) -> np.ndarray:
         """Row of the innermost one around each point (-1 where none)."""
         return innermost_at(self.s, self.e, x) if len(self) and len(x) else np.full(len(x), -1, np.int64)
-
-    def col(self, name: str, rows: np.ndarray, fill: object = None) -> np.ndarray:
-        """Column ``name`` at ``rows`` (``fill`` where a row is -1 or the column is absent)."""
-        out = np.full(len(rows), fill, dtype=object)
-        if name in self.rows and len(rows):
-            ok = rows >= 0
-            out[ok] = self.rows[name].astype("object").to_numpy()[rows[ok]]
-        return out
 
 
 def launching_thread(report: Report) -> float | None:
@@ -454,7 +504,10 @@ class _Context:
         if self.cpu:
             self.sync_op = map_distinct(acts["name"], lambda n: bool(SYNC_OPS.match(str(n)))).to_numpy(bool)
             self.host_sets["sync"] = _merged(acts, self.sync_op)
-        self.tracks = _host_tracks(report)
+        self.vocab = vocab = _Vocab()
+        self.code = {w: vocab.code(w) for w in (*CAUSES, *HOST_KINDS, "graph replay")}
+        self.tracks = {k: t.encode(vocab) for k, t in _host_tracks(report).items()}
+        self.range_index = _RangeIndex(self.ranges, vocab)
         # the span over which the host side is recorded: outside it, idle time's cause is unknown
         host = report.host
         spans = [(df["start_ns"].min(), df["end_ns"].max()) for df in (api, self.ranges, host) if len(df)]
@@ -464,7 +517,9 @@ class _Context:
                          np.array([max(int(e) for _, e in spans)], np.int64)) \
             if spans else (np.zeros(0, np.int64), np.zeros(0, np.int64))
         self.copies = _copy_calls(report, api, api_cause)
+        self.copy_names = vocab.codes(self.copies["name"].astype("object").to_numpy())
         self.calls = {c: _sorted_calls(api, api_cause == c) for c in ("profiler", "sync", "launch")}
+        self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
         # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
         to_host = (self.copies["kind"].astype("object") == "DtoH").to_numpy(bool) if len(self.copies) else np.zeros(0, bool)
         to_host_calls = self.copies.loc[to_host, list(api.columns)]
@@ -472,8 +527,9 @@ class _Context:
         opener = pd.concat([api[api_cause == "sync"], to_host_calls], ignore_index=True)
         self.openers = _sorted_calls(opener, np.ones(len(opener), bool)) if not self.cpu else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object))
+        self.opener_names = vocab.codes(self.openers[2])
         self.graph = _graph_keys(report, acts, api)
-        self.graph_call = self._graph_call_names(api)
+        self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(api).items()}
         self.acts = acts
 
     @staticmethod
@@ -510,15 +566,15 @@ class _Context:
     def classify(self, device: str, idle: tuple[np.ndarray, np.ndarray], window: tuple[np.ndarray, np.ndarray],
                  rows: np.ndarray) -> pd.DataFrame:
         """Cut the idle intervals at every host boundary, give each piece its cause, host kind and evidence,
-        and join neighbouring pieces that agree."""
+        and join neighbouring pieces that agree (text as codes of :class:`_Vocab` until the join)."""
         ist, ien = idle
         if not len(ist):
             return pd.DataFrame()
+        C = self.code
         cuts = [ist, ien]
         bounds = [*self.host_sets.values(), self.recorded]
         sources = [np.asarray(a, np.int64) for pair in bounds for a in pair]
-        if len(self.ranges):
-            sources += [self.ranges["start_ns"].to_numpy(np.int64), self.ranges["end_ns"].to_numpy(np.int64)]
+        sources += [self.range_index.s, self.range_index.e]
         for track in self.tracks.values():
             sources += track.bounds()
         sources.append(self.openers[1])
@@ -533,42 +589,46 @@ class _Context:
         n = len(a)
         gap = np.searchsorted(ist, a, side="right") - 1
         gap_len = (ien - ist)[gap]
-        cause = np.full(n, "host", dtype=object)
-        cause[~_inside(self.recorded, mid)] = "unknown"
-        done = cause == "unknown"
+        cause = np.full(n, C["host"], np.int64)
+        unknown = ~_inside(self.recorded, mid)
+        cause[unknown] = C["unknown"]
+        done = unknown.copy()
         for c in PRIORITY:
             hit = ~done & _inside(self.host_sets[c], mid)
-            cause[hit] = c
+            cause[hit] = C[c]
             done |= hit
-        api_name = np.full(n, None, dtype=object)
+        api = np.full(n, -1, np.int64)
         corr = np.full(n, np.nan)
-        # the host's own activity: the operator, the Python function, the wait
-        known = cause != "unknown"
+        # the host's own activity: the operator, the Python function, the wait, the math call
+        ops, py, waits, maths = (self.tracks[k] for k in ("op", "python", "wait", "math"))
+        known = np.flatnonzero(~unknown)
         op_row = np.full(n, -1, np.int64)
-        op_row[known] = self.tracks["op"].at(mid[known])
-        ops = self.tracks["op"]
-        op = ops.col("name", op_row)
-        op_shapes = ops.col("op_shapes", op_row)
+        op_row[known] = ops.at(mid[known])
         fn_row = np.full(n, -1, np.int64)
-        fn_row[known] = self.tracks["python"].at(mid[known])
-        function = self.tracks["python"].col("name", fn_row)
-        host = cause == "host"
+        fn_row[known] = py.at(mid[known])
+        host = cause == C["host"]
+        at_host = np.flatnonzero(host)
         wait_row = np.full(n, -1, np.int64)
-        wait_row[host] = self.tracks["wait"].at(mid[host])
-        wait = self.tracks["wait"].col("name", wait_row)
-        kind = np.full(n, None, dtype=object)
+        wait_row[at_host] = waits.at(mid[at_host])
+        math_row = np.full(n, -1, np.int64)
+        math_row[at_host] = maths.at(mid[at_host])
+        op = _take(ops.names, op_row)
+        op_shapes = _take(ops.shapes, op_row)
+        function = _take(py.names, fn_row)
+        wait = _take(waits.names, wait_row)
+        kind = np.full(n, -1, np.int64)
         waiting = host & (wait_row >= 0)
         in_op = host & (op_row >= 0)
-        math_row = np.full(n, -1, np.int64)
-        math_row[host] = self.tracks["math"].at(mid[host])
         in_math = host & ~waiting & (math_row >= 0)
         # host math: a CPU operator that queued no device work (on a GPU report: it ran on host tensors), or a
         # call into numpy / scipy (any report: math no operator records)
-        op_math = in_op & ops.computes[np.maximum(op_row, 0)] & (not self.cpu) if len(ops) else in_op
+        op_math = in_op & _take(ops.computes, op_row, False).astype(bool) & (not self.cpu)
         computes = ~waiting & (op_math | in_math)
-        op[in_math & ~op_math] = self.tracks["math"].col("name", math_row[in_math & ~op_math])
-        kind[waiting] = "waiting"
-        kind[computes] = "cpu compute"
+        by_math = in_math & ~op_math
+        op[by_math] = _take(maths.names, math_row[by_math])
+        op_shapes[by_math] = -1
+        kind[waiting] = C["waiting"]
+        kind[computes] = C["cpu compute"]
         # the queue model: the rest of a gap that opened inside a sync (or a copy to the host) is that sync's
         open_row = _call_at(self.openers, ist, closed=True)
         gap_opened = open_row[gap]
@@ -576,40 +636,40 @@ class _Context:
         queued = rest & (gap_opened >= 0)
         queued[queued] = mid[queued] >= self.openers[1][gap_opened[queued]]
         if queued.any():
-            cause[queued] = "sync"
-            api_name[queued] = self.openers[2][gap_opened[queued]]
-            behind = self.tracks["op"].at(self.openers[0][gap_opened[queued]])
-            op[queued] = ops.col("name", behind)
-            op_shapes[queued] = ops.col("op_shapes", behind)
+            opener = gap_opened[queued]
+            cause[queued] = C["sync"]
+            api[queued] = self.opener_names[opener]
+            behind = ops.at(self.openers[0][opener])
+            op[queued] = _take(ops.names, behind)
+            op_shapes[queued] = _take(ops.shapes, behind)
         rest &= ~queued
         # dispatch: inside an operator that queues device work (its host side, whatever its length: what a graph
         # replay skips), a short gap, a short operator, or a short stretch of host code between operators (the
         # Python between two eager operators); a long one is the host's own code
-        op_ns = np.where(op_row >= 0, ops.e[np.maximum(op_row, 0)] - ops.s[np.maximum(op_row, 0)], 0) if len(ops) \
-            else np.zeros(n, np.int64)
-        queues = in_op & (ops.col("device_calls", op_row, 0).astype(np.float64) > 0) if len(ops) else in_op
+        op_ns = _take(ops.e - ops.s, op_row, 0)
+        queues = in_op & _take(ops.queues, op_row, False).astype(bool)
         free = rest & ~in_op
         limit = DISPATCH_GAP_NS if len(ops) else DISPATCH_GAP_UNSEEN_NS
         short = (gap_len < limit) | queues | (in_op & (op_ns < limit)) | (free & (_run_lengths(free, a, b, gap) < limit))
-        kind[rest & short] = "dispatch"
-        kind[rest & ~short] = "host code"
+        kind[rest & short] = C["dispatch"]
+        kind[rest & ~short] = C["host code"]
         # graph replays: the device runs the graph's nodes by itself, whatever the host does meanwhile
         replay = self._graph_gaps(rows, ist, ien)[gap]
         in_graph = ~np.isnan(replay)
         if in_graph.any():
-            cause[in_graph] = "graph"
-            kind[in_graph] = None
+            cause[in_graph] = C["graph"]
             corr[in_graph] = replay[in_graph]
-            api_name[in_graph] = [self.graph_call.get(c, "graph replay") for c in replay[in_graph].tolist()]
-            for col in (op, op_shapes, function, wait):
-                col[in_graph] = None
-        names = innermost_ranges(self.ranges, mid)
-        names[(cause == "unknown") | in_graph] = None
-        wait[cause != "host"] = None
+            api[in_graph] = [self.graph_call.get(c, C["graph replay"]) for c in replay[in_graph].tolist()]
+            for col in (kind, op, op_shapes, function, wait):
+                col[in_graph] = -1
+        names = np.full(n, -1, np.int64)
+        named = np.flatnonzero(~unknown & ~in_graph)
+        names[named] = self.range_index.at(mid[named])
+        wait[cause != C["host"]] = -1
         nbytes = np.full(n, np.nan)
-        pinned = np.full(n, None, dtype=object)
+        pinned = np.full(n, -1, np.int8)  # -1 unknown, 0 pageable, 1 pinned
         copies = self.copies
-        is_copy = np.flatnonzero(cause == "copy")
+        is_copy = np.flatnonzero(cause == C["copy"])
         if len(is_copy) and len(copies):
             cs, ce = copies["start_ns"].to_numpy(np.int64), copies["end_ns"].to_numpy(np.int64)
             i = np.searchsorted(cs, mid[is_copy], side="right") - 1
@@ -617,25 +677,26 @@ class _Context:
             at, row = is_copy[ok], i[ok]
             corr[at] = copies["correlation"].to_numpy(np.float64, na_value=np.nan)[row]
             nbytes[at] = pd.to_numeric(copies["bytes"], errors="coerce").to_numpy(np.float64)[row]
-            pinned[at] = copies["pinned"].astype("object").to_numpy()[row]
-            api_name[at] = copies["name"].astype("object").to_numpy()[row]
+            pin = copies["pinned"].astype("object").to_numpy()[row]
+            pinned[at] = np.array([1 if p is True else 0 if p is False else -1 for p in pin.tolist()], np.int8)
+            api[at] = self.copy_names[row]
         for c, call_set in self.calls.items():
-            at = np.flatnonzero((cause == c) & (api_name == None))
+            at = np.flatnonzero((cause == C[c]) & (api < 0))
             row = _call_at(call_set, mid[at])
-            api_name[at[row >= 0]] = call_set[2][row[row >= 0]]
+            api[at[row >= 0]] = self.call_names[c][row[row >= 0]]
         return self._joined(device, window, a, b, gap, {
-            "cause": cause, "host_kind": kind, "range": names, "api": api_name, "op": op, "op_shapes": op_shapes,
+            "cause": cause, "host_kind": kind, "range": names, "api": api, "op": op, "op_shapes": op_shapes,
             "function": function, "wait": wait}, corr, nbytes, pinned)
 
-    @staticmethod
-    def _joined(device: str, window: tuple[np.ndarray, np.ndarray], a: np.ndarray, b: np.ndarray, gap: np.ndarray,
-                text: dict[str, np.ndarray], corr: np.ndarray, nbytes: np.ndarray, pinned: np.ndarray) -> pd.DataFrame:
+    def _joined(self, device: str, window: tuple[np.ndarray, np.ndarray], a: np.ndarray, b: np.ndarray,
+                gap: np.ndarray, codes: dict[str, np.ndarray], corr: np.ndarray, nbytes: np.ndarray,
+                pinned: np.ndarray) -> pd.DataFrame:
         """Neighbouring pieces of one gap with the same cause and evidence, joined into one slice."""
         key_change = np.ones(len(a), bool)
         if len(a) > 1:
             same = (a[1:] == b[:-1]) & (gap[1:] == gap[:-1]) & \
                 ((corr[1:] == corr[:-1]) | (np.isnan(corr[1:]) & np.isnan(corr[:-1])))
-            for values in text.values():
+            for values in codes.values():
                 same &= values[1:] == values[:-1]
             key_change[1:] = ~same
         first = np.flatnonzero(key_change)
@@ -643,12 +704,21 @@ class _Context:
         span = float((window[1] - window[0]).sum())
         start, end = a[first], b[last]
         dur = end - start
+        pin = np.array([None, False, True], dtype=object)[pinned[first] + 1]
+        table = np.array([*self.vocab.words, None], dtype=object)
+
+        def text(v: np.ndarray) -> pd.Series:  # object dtype kept: pandas 3 would infer Arrow text per row
+            c = v[first]
+            return pd.Series(table[np.where(c >= 0, c, len(table) - 1)], dtype=object, copy=False)
+
         return pd.DataFrame({
-            "device": device, "start_ns": start, "end_ns": end, "duration_ns": dur,
-            **{k: v[first] for k, v in text.items()},
-            "gap": gap[first], "correlation": corr[first], "bytes": nbytes[first], "pinned": pinned[first],
-            "window_ns": span, "window_pct": dur / span * 100.0 if span > 0 else np.nan,
-        })
+            "device": pd.Series(np.full(len(first), device, dtype=object), dtype=object, copy=False),
+            "start_ns": start, "end_ns": end, "duration_ns": dur,
+            **{k: text(v) for k, v in codes.items()},
+            "gap": gap[first], "correlation": corr[first], "bytes": nbytes[first],
+            "pinned": pd.Series(pin, dtype=object, copy=False),
+            "window_ns": np.full(len(first), span), "window_pct": dur / span * 100.0 if span > 0 else np.full(len(first), np.nan),
+        }, copy=False)
 
 
 # ---------------------------------------------------------------------------- kinds and gap sizes
