@@ -41,11 +41,11 @@ first that applies, in this order; docs/idle.md):
     (or a copy to the host) belongs to that sync. The host could not queue work ahead, so the
     device drained and stays idle until the host's next launch: the rest of the gap is ``sync``,
     its ``api`` the sync call and its ``op`` the operator behind it (``aten::item``, ``aten::to``);
-  - ``dispatch``: in a CPU operator that queues device work (its host side: what a graph replay
-    skips), in a gap under 50 µs (:data:`DISPATCH_GAP_NS`; 200 µs when the trace records no
-    operators, :data:`DISPATCH_GAP_UNSEEN_NS`), in a CPU operator shorter than that, or in a stretch
-    of host code between operators shorter than that (the framework's per-operator work: Python,
-    dispatch, allocation, the launch);
+  - ``dispatch``: in a gap under 50 µs (:data:`DISPATCH_GAP_NS`; 200 µs when the trace records no
+    operators, :data:`DISPATCH_GAP_UNSEEN_NS`), or in a stretch of host time under that inside one
+    operator or between two (the framework's per-operator work: Python, dispatch, allocation); in an
+    operator that queues device work, a stretch under 1 ms (:data:`DISPATCH_OP_NS`: its host side,
+    what a graph replay skips);
   - ``host code``: the rest: the user's own code (or one long operator's), named by its range,
     Python function and operator.
 
@@ -92,6 +92,10 @@ DISPATCH_GAP_NS = 50_000
 """A gap under 50 µs with no operator, wait or sync recorded in it is the framework's per-operator work
 between launches (Python, dispatch, allocation): the size of one eager operator's host cost."""
 
+DISPATCH_OP_NS = 1_000_000
+"""Host time inside one operator that queues device work, between its calls, is its dispatch (what a graph
+replay skips) up to 1 ms in one stretch; a longer stretch is that operator's own host code (cuDNN autotuning
+in a first conv2d, a first call's setup, a long allocation), which a graph would not remove."""
 DISPATCH_GAP_UNSEEN_NS = 200_000
 """The same when the trace does not record the host's operators (nsys, a report saved before the host table):
 99% of the dispatch time of the eager H200 engine and H100 Qwen traces, whose operators are recorded, lies in
@@ -471,14 +475,14 @@ def _call_at(calls: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray, *,
     return np.where(ok, i, -1)
 
 
-def _run_lengths(flag: np.ndarray, a: np.ndarray, b: np.ndarray, gap: np.ndarray) -> np.ndarray:
+def _run_lengths(flag: np.ndarray, a: np.ndarray, b: np.ndarray, gap: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Per piece where ``flag``: the length of the run of flagged pieces it belongs to (pieces that touch, in
-    one gap); 0 elsewhere."""
+    one gap, with the same ``key``); 0 elsewhere."""
     out = np.zeros(len(flag), np.int64)
     if not flag.any():
         return out
     joined = np.zeros(len(flag), bool)
-    joined[1:] = flag[:-1] & (gap[1:] == gap[:-1]) & (a[1:] == b[:-1])
+    joined[1:] = flag[:-1] & (gap[1:] == gap[:-1]) & (a[1:] == b[:-1]) & (key[1:] == key[:-1])
     run = np.cumsum(flag & ~joined) - 1
     lengths = np.bincount(run[flag], weights=(b - a)[flag])
     out[flag] = lengths[run[flag]].astype(np.int64)
@@ -646,11 +650,10 @@ class _Context:
         # dispatch: inside an operator that queues device work (its host side, whatever its length: what a graph
         # replay skips), a short gap, a short operator, or a short stretch of host code between operators (the
         # Python between two eager operators); a long one is the host's own code
-        op_ns = _take(ops.e - ops.s, op_row, 0)
         queues = in_op & _take(ops.queues, op_row, False).astype(bool)
-        free = rest & ~in_op
         limit = DISPATCH_GAP_NS if len(ops) else DISPATCH_GAP_UNSEEN_NS
-        short = (gap_len < limit) | queues | (in_op & (op_ns < limit)) | (free & (_run_lengths(free, a, b, gap) < limit))
+        stretch = _run_lengths(rest, a, b, gap, op_row)  # host code in one operator (or between two), in one gap
+        short = (gap_len < limit) | (stretch < np.where(queues, DISPATCH_OP_NS, limit))
         kind[rest & short] = C["dispatch"]
         kind[rest & ~short] = C["host code"]
         # graph replays: the device runs the graph's nodes by itself, whatever the host does meanwhile
@@ -867,7 +870,7 @@ def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
     return out
 
 
-__all__ = ["CAUSES", "DISPATCH_GAP_NS", "DISPATCH_GAP_UNSEEN_NS", "GRAPH_KINDS", "HOST_KINDS", "KINDS", "cause_totals", "function_label",
+__all__ = ["CAUSES", "DISPATCH_GAP_NS", "DISPATCH_GAP_UNSEEN_NS", "DISPATCH_OP_NS", "GRAPH_KINDS", "HOST_KINDS", "KINDS", "cause_totals", "function_label",
            "gap_lengths", "gap_size_buckets", "gap_sizes_text", "graphs_help", "idle_intervals", "idle_of",
            "idle_overview", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges", "kind_totals", "kinds_of",
            "largest_kind", "launching_thread"]
