@@ -269,19 +269,13 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
             return (f"{share:.0f}% is per-operator dispatch between operators{where} (Python, framework overhead, "
                     "the profiler's own cost): fuse operator chains with torch.compile, give each operator more "
                     "work (a larger batch), and move per-token Python work (sampling, logging) out of the loop.")
-        if graph_run:
-            return f"{share:.0f}% is per-operator dispatch between launches{where}. " + graph_run
-        if not graphs:
-            return f"{share:.0f}% is per-operator dispatch between launches{where}."
-        return (f"{share:.0f}% is the framework's per-operator work between launches{where}: Python, dispatch and "
-                f"allocation (the launch calls themselves take less). To remove it, {GRAPHS_TEXT}.")
+        return _overhead(f"{share:.0f}% is the framework's per-operator work between launches{where}",
+                         ": Python, dispatch and allocation (the launch calls themselves take less). To remove it, ",
+                         graphs, graph_run)
     if kind == "launch":
-        if graph_run:
-            return f"The host was inside launch calls for {share:.0f}% of the idle time. " + graph_run
-        if not graphs:
-            return f"The host was inside launch calls for {share:.0f}% of the idle time."
-        return (f"The host was inside launch calls for {share:.0f}% of the idle time: the CPU cannot queue kernels "
-                f"as fast as the GPU runs them. Remove launches rather than speeding them up: {GRAPHS_TEXT}.")
+        return _overhead(f"The host was inside launch calls for {share:.0f}% of the idle time",
+                         ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather than "
+                         "speeding them up: ", graphs, graph_run)
     if kind == "cpu compute":
         ops = _names(items, kind, ("op",))
         fns = _names(items, kind, ("function", "range"))
@@ -341,6 +335,14 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
             "unknown. Record the CPU side "
             "too (torch.profiler with ProfilerActivity.CPU and with_stack=True, nsys with --trace=cuda,nvtx,osrt) "
             "to see why the GPU waits.")
+
+
+def _overhead(head: str, why: str, graphs: bool, graph_run: str | None) -> str:
+    """Advice on dispatch or launch time: what to do in a run that already replays graphs (``graph_run``),
+    the fact alone when another kind leads (``graphs`` False), else why and :data:`GRAPHS_TEXT`."""
+    if graph_run:
+        return f"{head}. {graph_run}"
+    return f"{head}{why}{GRAPHS_TEXT}." if graphs else f"{head}."
 
 
 def idle_advice(idle: pd.DataFrame, items: Sequence[Item], *, cpu: bool = False, compiled_cpu: bool = False,
