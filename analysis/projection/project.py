@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.datasheets import lookup_datasheet, sheet_spec
+from perfscope.datasheets import lookup_datasheet, pick_datasheet, sheet_spec
 from perfscope.device_models import DeviceModels, device_models
 from perfscope.errors import UsageError
 from perfscope.report import Report, source_info
@@ -93,7 +93,7 @@ def target_device(gpu: str | None, measured: Report) -> DeviceSpec:
             raise UsageError(f"--gpu {gpu}: that report has no device roofs", hint="give a GPU name instead")
         return other.device
     try:
-        sheet = lookup_datasheet(gpu)
+        sheet = lookup_datasheet(gpu, "--gpu")
     except UsageError as exc:
         reason = exc.message.split(": ", 1)[-1]
         raise UsageError(f"--gpu {gpu}: {reason}; without the target's roofs nothing is projected",
@@ -573,6 +573,10 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
             notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {s_busy / s_new:.0%} of the "
                          f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
     notes.extend(notes_models)
+    if question.gpu and not Path(question.gpu).is_dir():
+        picked = pick_datasheet(question.gpu, "--gpu")[1]
+        if picked:
+            notes.insert(0, picked)
     counts = kernels["projection_rule"].value_counts().to_dict()
     if counts.get("size-curve"):
         on = (kernels["projection_rule"] == "size-curve").to_numpy()

@@ -3,7 +3,6 @@ prompt, context or dtype (several values per flag make a sweep); docs/whatif.md 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -49,7 +48,8 @@ def _texts(ctx: click.Context, param: click.Parameter, value: str | None) -> lis
 @click.option("--kv-dtype", callback=_texts, help="KV-cache dtype: bf16, fp16, fp8.")
 @click.option("--draft-len", callback=_ints("--draft-len"),
               help="Speculative decoding: draft tokens per step (a run with drafting: tokens/s for each K).")
-@click.option("--out", type=click.Path(), help="Folder to save each projected report in (NAME__QUESTION.perfscope).")
+@click.option("--out", type=click.Path(), help="Where to save: one question, its report (X.perfscope, X or DIR/ for "
+              "DIR/NAME__QUESTION.perfscope); several, a folder X with NAME__QUESTION.perfscope each.")
 @click.option("--force", is_flag=True, help="Replace existing projected reports in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the projections as JSON.")
 def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len: list[int] | None,
@@ -72,7 +72,7 @@ def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len
         else:
             click.echo(table.render())
         return
-    results = run_whatif(measured, out=Path(out) if out else None, force=force, gpu=gpu, batch=batch,
+    results = run_whatif(measured, out=out, force=force, gpu=gpu, batch=batch,
                          prompt_len=prompt_len, context=context, gen_len=gen_len, weights_dtype=weights_dtype,
                          kv_dtype=kv_dtype)
     base = measured_metrics(measured)
