@@ -38,7 +38,10 @@ def is_folder_target(path: str | os.PathLike[str]) -> bool:
     if text.endswith(("/", os.sep)):
         return True
     p = Path(text)
-    return p.is_dir() and not (p / MANIFEST).is_file()
+    try:
+        return p.is_dir() and not (p / MANIFEST).is_file()
+    except OSError:  # a name too long, a parent that cannot be read: not a folder; the write says why
+        return False
 
 
 def out_path(out: str | os.PathLike[str] | None, *, default: str | os.PathLike[str], suffix: str = REPORT_SUFFIX,
@@ -79,7 +82,10 @@ def single_report(folder: str | os.PathLike[str]) -> Path | None:
     Raises:
         InputFormatError: it holds several (one line naming them)."""
     p = Path(folder)
-    if not p.is_dir() or (p / MANIFEST).is_file():
+    try:
+        if not p.is_dir() or (p / MANIFEST).is_file():
+            return None
+    except OSError:
         return None
     found = sorted(c for c in p.iterdir() if c.is_dir() and (c / MANIFEST).is_file())
     if len(found) > 1:

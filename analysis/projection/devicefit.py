@@ -77,8 +77,10 @@ SOURCES: dict[str, str] = {
     "vidur": "microsoft/vidur (MIT): Llama-2-7B per-operator times, 1-4096 tokens, TP 1-8, A100 / H100 / A40",
     "llmcompass": "PrincetonUniversity/LLMCompass (BSD-3): fp16 matmul, softmax, layernorm, GELU sweeps measured "
                   "on A100-80GB and MI210",
-    "tracelens-pairs": "AMD-AGI/TraceLens @171dd747 (MIT), tests/traces/{h100,mi300}: BERT-small and TimeSformer "
-                       "inference traced with one harness on H100 and MI300X",
+    "tracelens bert-small": "AMD-AGI/TraceLens @171dd747 (MIT), tests/traces/{h100,mi300}: BERT-small inference "
+                            "traced with one harness on H100 and MI300X",
+    "tracelens timesformer": "AMD-AGI/TraceLens @171dd747 (MIT), tests/traces/{h100,mi300}: TimeSformer inference "
+                             "traced with one harness on H100 and MI300X",
     "tracelens-h100-qwen": "AMD-AGI/TraceLens (MIT): Qwen1.5-0.5B-Chat inference on H100",
     "tracelens-b200": "AMD-AGI/TraceLens (MIT): an eager training step on B200 (rank 0 of 8, NCCL)",
     "tracelens-mi300x-vllm": "AMD-AGI/TraceLens @171dd747 (MIT): vLLM V1 decode step of 32 requests on MI300X "

@@ -137,13 +137,14 @@ def busy_ns(start: np.ndarray, end: np.ndarray) -> float:
     return float(np.sum(np.clip(e - np.maximum(s, covered), 0.0, None)))
 
 
-def host_window(report_api: pd.DataFrame, ranges: pd.DataFrame) -> tuple[float, float] | None:
-    """The host's first start and last end (runtime calls, ranges); None without host events."""
+def host_window(report_api: pd.DataFrame, ranges: pd.DataFrame, origin: int = 0) -> tuple[float, float] | None:
+    """The host's first start and last end (runtime calls, ranges), in ns from ``origin``; None without
+    host events."""
     starts, ends = [], []
     for t in (report_api, ranges):
         if len(t):
-            starts.append(float(t["start_ns"].min()))
-            ends.append(float(t["end_ns"].max()))
+            starts.append(float(int(t["start_ns"].min()) - origin))
+            ends.append(float(int(t["end_ns"].max()) - origin))
     return (min(starts), max(ends)) if starts else None
 
 

@@ -208,8 +208,9 @@ time between kernels, kept."""
 
 def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos: np.ndarray,
               new_dur: np.ndarray, *, host_ops: bool = False, own_gap_ns: float | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """New kernel starts and ends and new step [start, end].
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """New kernel starts and ends and new step [start, end], in ns from ``origin`` (the first measured
+    kernel's start, returned last: epoch nanoseconds as float64 would be 256 ns apart).
 
     Each kernel starts at max(when the host had it ready, moved with its step; the previous kernel's
     end plus the GPU's own gap before it, up to :data:`GPU_GAP_NS`). Ready is the measured start of a
@@ -221,12 +222,15 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
     queued kernels (its device model's), taking the place of the measured GPU's. Vectorised per step (a max-plus recurrence
     solved with cumulative sums and maxima), one Python iteration per step, none per kernel."""
     order = np.argsort(k["start_ns"].to_numpy(np.int64), kind="stable")
-    start = k["start_ns"].to_numpy(np.int64)
-    end = k["end_ns"].to_numpy(np.int64)
+    # times from the run's first kernel: epoch nanoseconds (~1.7e18) as float64 are 256 ns apart
+    origin = int(k["start_ns"].min()) if len(k) else 0
+    start = k["start_ns"].to_numpy(np.int64) - origin
+    end = k["end_ns"].to_numpy(np.int64) - origin
+    launch = np.asarray(launch, np.int64) - origin
     new_start = np.zeros(len(k), np.float64)
     new_end = np.zeros(len(k), np.float64)
-    s_start = steps["start_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
-    s_end = steps["end_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
+    s_start = steps["start_ns"].to_numpy(np.int64) - origin if len(steps) else np.zeros(0, np.int64)
+    s_end = steps["end_ns"].to_numpy(np.int64) - origin if len(steps) else np.zeros(0, np.int64)
     n_steps = len(steps)
     # in start order: the gap since the GPU's previous kernel ended, and when each kernel was ready
     so, eo, lo = start[order].astype(np.float64), end[order].astype(np.float64), launch[order].astype(np.float64)
@@ -287,7 +291,7 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
         prev = new_s_end[m - 1] if m > 0 else s_start[0]
         new_s_start[m] = prev + (s_start[m] - (s_end[m - 1] if m > 0 else s_start[0]))
         new_s_end[m] = new_s_start[m] + (s_end[m] - s_start[m])
-    return new_start, new_end, np.stack([new_s_start, new_s_end], axis=1) if n_steps else np.zeros((0, 2))
+    return new_start, new_end, np.stack([new_s_start, new_s_end], axis=1) if n_steps else np.zeros((0, 2)), origin
 
 
 def _rebuild_requests(requests: pd.DataFrame, steps: pd.DataFrame, new_steps: pd.DataFrame, batch: int,
@@ -465,15 +469,18 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
     new_dur = np.maximum(np.round(time_s * 1e9), 1.0)
     host_ops = source_dev.kind == "cpu"
     own_gap = pair.target.model.gpu_gap_ns if pair.moves and pair.target is not None else None
-    new_start, _new_end, s_win = _timeline(k, steps, launch, step_pos, new_dur, host_ops=host_ops, own_gap_ns=own_gap)
+    new_start, _new_end, s_win, origin = _timeline(k, steps, launch, step_pos, new_dur, host_ops=host_ops,
+                                                   own_gap_ns=own_gap)
     # the band: every kernel at its low, then at its high, and the timeline rebuilt for each
     lo_s, hi_s, validated = kernel_bands(pair, kfam, rule, new_dur * 1e-9)
     lo_dur, hi_dur = np.maximum(np.round(lo_s * 1e9), 1.0), np.maximum(np.round(hi_s * 1e9), 1.0)
-    lo_start, _, lo_win = _timeline(k, steps, launch, step_pos, lo_dur, host_ops=host_ops, own_gap_ns=own_gap)
-    hi_start, _, hi_win = _timeline(k, steps, launch, step_pos, hi_dur, host_ops=host_ops, own_gap_ns=own_gap)
+    lo_start, _, lo_win, _ = _timeline(k, steps, launch, step_pos, lo_dur, host_ops=host_ops, own_gap_ns=own_gap)
+    hi_start, _, hi_win, _ = _timeline(k, steps, launch, step_pos, hi_dur, host_ops=host_ops, own_gap_ns=own_gap)
     vshare = float(new_dur[validated].sum() / new_dur.sum()) if len(k) and new_dur.sum() else 0.0
-    host = host_window(report.api, report.ranges)
-    m_start, m_end = k["start_ns"].to_numpy(np.float64), k["end_ns"].to_numpy(np.float64)
+    host = host_window(report.api, report.ranges, origin)
+    m_start = (k["start_ns"].to_numpy(np.int64) - origin).astype(np.float64)
+    m_end = (k["end_ns"].to_numpy(np.int64) - origin).astype(np.float64)
+    rel_launch = (launch.astype(np.int64) - origin).astype(np.float64)
     whole = {
         "kernels": len(k),
         "kernel_time_s": {"measured": float(k["duration_ns"].sum()) * 1e-9,
@@ -483,17 +490,17 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
                    **band_of(busy_ns(new_start, new_start + new_dur) * 1e-9,
                              busy_ns(lo_start, lo_start + lo_dur) * 1e-9, busy_ns(hi_start, hi_start + hi_dur) * 1e-9,
                              vshare)},
-        "wall_s": {"measured": wall_ns(m_start, m_end, launch.astype(np.float64), host) * 1e-9,
-                   **band_of(wall_ns(new_start, new_start + new_dur, launch.astype(np.float64), host, m_end) * 1e-9,
-                             wall_ns(lo_start, lo_start + lo_dur, launch.astype(np.float64), host, m_end) * 1e-9,
-                             wall_ns(hi_start, hi_start + hi_dur, launch.astype(np.float64), host, m_end) * 1e-9,
+        "wall_s": {"measured": wall_ns(m_start, m_end, rel_launch, host) * 1e-9,
+                   **band_of(wall_ns(new_start, new_start + new_dur, rel_launch, host, m_end) * 1e-9,
+                             wall_ns(lo_start, lo_start + lo_dur, rel_launch, host, m_end) * 1e-9,
+                             wall_ns(hi_start, hi_start + hi_dur, rel_launch, host, m_end) * 1e-9,
                              vshare)},
     }
     family_rows = family_table(kfam, k["duration_ns"].to_numpy(np.float64), new_dur, lo_dur, hi_dur, rule, validated)
 
     kernels = k.copy()
     base = float(k["start_ns"].min()) if len(k) else 0.0
-    kernels["start_ns"] = np.round(new_start).astype(np.int64) if len(k) else k["start_ns"]
+    kernels["start_ns"] = np.round(new_start).astype(np.int64) + origin if len(k) else k["start_ns"]
     kernels["end_ns"] = kernels["start_ns"] + new_dur.astype(np.int64)
     kernels["duration_ns"] = new_dur.astype(np.int64)
     kernels["flops"] = new_f
@@ -511,8 +518,8 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
 
     new_steps = steps.copy()
     if len(steps):
-        new_steps["start_ns"] = np.round(s_win[:, 0]).astype(np.int64)
-        new_steps["end_ns"] = np.round(s_win[:, 1]).astype(np.int64)
+        new_steps["start_ns"] = np.round(s_win[:, 0]).astype(np.int64) + origin
+        new_steps["end_ns"] = np.round(s_win[:, 1]).astype(np.int64) + origin
         new_steps["duration_ns"] = new_steps["end_ns"] - new_steps["start_ns"]
         n = len(steps)
         hit = step_pos >= 0

@@ -25,7 +25,8 @@ def export(path: str, out: str, fmt: str, force: bool) -> None:
 
     folder = single_report(path) or Path(path)
     report = lean_report(folder) if (folder / MANIFEST).is_file() else load(path)  # a report folder: read lean
-    suffix, also = (".pftrace", (".perfetto-trace", ".pb")) if fmt == "perfetto" else (".json", (".json.gz",))
+    suffix = ".pftrace" if fmt == "perfetto" else ".json"  # a name with any trace extension is taken as it is
+    also = (".pftrace", ".perfetto-trace", ".pb", ".json")
     stem = folder.name.removesuffix(".perfscope") if (folder / MANIFEST).is_file() else Path(path).name.split(".")[0]
     target = out_path(out, default=stem + suffix, suffix=suffix, also=also)
     stats = export_trace(report, target, format=fmt, force=force)
