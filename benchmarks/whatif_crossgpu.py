@@ -75,10 +75,9 @@ def main() -> int:
         for name in dfit.PAIR_TRACES:
             m = models if per is None else dfit.fit(obs[obs["dataset"] != name], launch)
             w = dfit.whole_model(m, args.root, [name]).iloc[0]
-            lo = f"{w.low_s * 1e3:.2f}" if w.low_s else "n/a"
-            hi = f"{w.high_s * 1e3:.2f}" if w.high_s else "n/a"
-            print(f"  {label}: {name}: H100 {w.source_s * 1e3:.2f} ms -> projected {w.projected_s * 1e3:.2f} ms "
-                  f"({lo}-{hi}), measured {w.measured_s * 1e3:.2f} ms: {w.error_pct:+.1f}%")
+            band = f" (band {w.low_s * 1e3:.2f}-{w.high_s * 1e3:.2f} ms)" if per is None else ""
+            print(f"  {label}: {name}: H100 {w.source_s * 1e3:.2f} ms -> projected {w.projected_s * 1e3:.2f} ms"
+                  f"{band}, measured {w.measured_s * 1e3:.2f} ms: {w.error_pct:+.1f}%")
     if args.csv:
         rows.to_csv(args.csv, index=False)
     if args.write:
