@@ -138,7 +138,6 @@ def run_whatif(report: Report, *, out: str | os.PathLike[str] | None = None, for
         projected_metrics,
         sweep,
     )
-
     from perfscope.errors import OutputExistsError
     from perfscope.outpaths import out_folder, out_path
 

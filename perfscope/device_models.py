@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -73,16 +74,22 @@ def family_group(family: str) -> str:
     return GROUPS.get(family.split("-")[0], "other")
 
 
+def _label(value: Any, missing: str = "") -> str:
+    """A table cell as text; ``missing`` for None, NaN and pandas' NA."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return missing
+    return str(value)
+
+
 def kernel_family(category: Sequence[Any], precision: Sequence[Any], flops: np.ndarray, nbytes: np.ndarray,
                   phase: Sequence[Any] | None = None) -> np.ndarray:
     """Each kernel's family (:data:`FAMILIES`), vectorised: a GEMM by its precision, attention by its phase
     (decode / verify steps: decode, prefill steps: prefill; no phase: its FLOPs per byte below
     :data:`DECODE_INTENSITY` is decode), norm / softmax / reduction: ``reduction``, memory and views:
     ``copy``, communication: ``collective``."""
-    cat = np.asarray([str(c) if c is not None and c == c else "other" for c in category], object)
-    prec = np.asarray([str(p) if p is not None and p == p else "" for p in precision], object)
-    ph = np.asarray([str(p) if p is not None and p == p else "" for p in phase], object) if phase is not None \
-        else np.full(len(cat), "", object)
+    cat = np.asarray([_label(c, "other") for c in category], object)
+    prec = np.asarray([_label(p) for p in precision], object)
+    ph = np.asarray([_label(p) for p in phase], object) if phase is not None else np.full(len(cat), "", object)
     f = np.asarray(flops, np.float64)
     b = np.asarray(nbytes, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):

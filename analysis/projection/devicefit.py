@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.datasheets import find_datasheet, sheet_spec
+from perfscope.datasheets import find_datasheet
 from perfscope.device_models import (
     N_BINS,
     Band,
@@ -54,13 +54,12 @@ from perfscope.device_models import (
     DeviceModels,
     family_group,
     interp_weights,
-    kernel_family,
     sheet_identity,
     spec_identity,
 )
 
 from . import crossgpu
-from .devices import datasheet_roofs, roof_times
+from .devices import datasheet_roofs, families, roof_times
 from .times import project_times
 
 if TYPE_CHECKING:
@@ -206,9 +205,7 @@ def report_observations(report: Report, dataset: str, table: str | None = None) 
     f = k["flops"].to_numpy(np.float64, na_value=np.nan)
     b = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
     ok = (np.isfinite(f) | np.isfinite(b)) & (k["duration_ns"].to_numpy(np.float64) > 0)
-    phase = k["phase"] if "phase" in k else None
-    fam = kernel_family(k["category"].astype("object").tolist(), k["precision"].astype("object").tolist(),
-                        f, b, None if phase is None else phase.astype("object").tolist())
+    fam = families(k, f, b, k["precision"].astype("object"))
     label = k["op"].astype("object").where(k["op"].notna(), k["name"].astype("object"))
     key = (label.astype(str) + "|" + k["op_shapes"].astype("object").fillna("").astype(str) + "|"
            + k["category"].astype("object").fillna("").astype(str))
@@ -371,7 +368,7 @@ def _floor_ns(s: pd.DataFrame, family_floor: float | None) -> float:
     timed = s[~s["dataset"].isin(HOST_TIMED)]
     if len(timed):
         return float(timed["time_s"].min() * 1e9)
-    if family_floor is not None and family_floor == family_floor:
+    if family_floor is not None and not np.isnan(family_floor):
         return float(family_floor)
     return float(s["time_s"].min() * 1e9)
 
@@ -405,7 +402,7 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
         floor = family_floor.get(fam)
         priors[str(fam)] = Curve(tuple(float(x) for x in fit.priors[str(fam)]),
                                  tuple(int(c) for c in np.bincount(i, minlength=N_BINS)), float(lr.min()),
-                                 float(lr.max()), float(floor) if floor == floor and floor is not None else
+                                 float(lr.max()), float(floor) if floor is not None and not np.isnan(floor) else
                                  float(s["time_s"].min() * 1e9), len(s), tuple(sorted(set(s["dataset"]))),
                                  float(lr.min()), float(lr.max()))
     return DeviceModels(devices, sources=dict(SOURCES), priors=priors)
@@ -488,11 +485,12 @@ def baselines(rows: pd.DataFrame) -> pd.DataFrame:
         prec = sub["precision_s"].astype("object").reset_index(drop=True)
         f, b = sub["flops_s"].to_numpy(np.float64), sub["bytes_s"].to_numpy(np.float64)
         ps, pt = rs.peak(prec), rt.peak(prec)
+        bws, bwt = float(rs.bytes_per_s or np.nan), float(rt.bytes_per_s or np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
             fs = np.where(f > 0, f / ps, 0.0)
-            memory = (b / rs.bytes_per_s) >= np.nan_to_num(fs)
-            ratio = np.where(memory | np.isnan(pt), rs.bytes_per_s / rt.bytes_per_s, ps / pt)
-            roof = np.maximum(np.where(f > 0, f / pt, 0.0), b / rt.bytes_per_s)
+            memory = (b / bws) >= np.nan_to_num(fs)
+            ratio = np.where(memory | np.isnan(pt), bws / bwt, ps / pt)
+            roof = np.maximum(np.where(f > 0, f / pt, 0.0), b / bwt)
         t_s = sub["time_s_s"].to_numpy()
         v1 = project_times(t_s, f, b, prec, sub["table"].reset_index(drop=True), rs, rt,
                            tensor=np.char.startswith(sub["family"].to_numpy().astype(str), "gemm"))["time_s"].to_numpy()

@@ -22,7 +22,13 @@ import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import DATASHEETS, sheet_spec
-from perfscope.device_models import DeviceModels, Resolved, family_group, kernel_family, spec_identity
+from perfscope.device_models import (
+    DeviceModels,
+    Resolved,
+    family_group,
+    kernel_family,
+    spec_identity,
+)
 
 from .times import Roofs, device_model_ratio, roof_time_s
 
@@ -178,7 +184,7 @@ def family_table(family: np.ndarray, measured_ns: np.ndarray, projected_ns: np.n
     df = pd.DataFrame({"family": family, "m": measured_ns, "p": projected_ns, "lo": low_ns, "hi": high_ns,
                        "rule": rule, "ok": validated})
     total = float(df["p"].sum()) or 1.0
-    out = []
+    out: list[dict[str, Any]] = []
     for fam, g in df.groupby("family", sort=False):
         by_rule = g.groupby("rule")["p"].sum().sort_values(ascending=False)
         vshare = float(g.loc[g["ok"], "p"].sum() / g["p"].sum()) if g["p"].sum() else 0.0

@@ -31,8 +31,19 @@ from perfscope.schema import column_codes
 from ..costs.base import itemsize
 from ..costs.roofline import classify_conformed
 from ..steps import headline_steps, launch_times_ns, step_of
+from .devices import (
+    BAND_TEXT,
+    band_of,
+    busy_ns,
+    families,
+    family_table,
+    host_window,
+    kernel_bands,
+    move,
+    resolve_pair,
+    wall_ns,
+)
 from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, gemm_rows, recost
-from .devices import BAND_TEXT, band_of, busy_ns, families, family_table, host_window, kernel_bands, move, resolve_pair, wall_ns
 from .times import KNOWN_RULES, Roofs, curve_ratio, project_times
 
 if TYPE_CHECKING:
@@ -427,13 +438,12 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
     rule = times["rule"].to_numpy(object).copy()
     pair = resolve_pair(source_dev, target_dev, models if models is not None else device_models())
     kfam = families(k, new_f, new_b, new_prec)
-    used_family = np.full(len(k), "", object)
     if pair.moves:
         # each kernel at its new work on the measured GPU (the same-device rules), then moved along its
         # family's curves to the target: the measured GPU's typical time there against the target's
         here = project_times(dur_s, flops0, bytes0, precision, family, src, src, new_flops=new_f, new_bytes=new_b,
                              new_precision=new_prec, fit=question.changes_shapes, tensor=tensor)
-        factor, used_family = move(pair, kfam, new_f, new_b, new_prec)
+        factor, _ = move(pair, kfam, new_f, new_b, new_prec)
         on = np.isfinite(factor) & np.isin(here["rule"].to_numpy(object), KNOWN_RULES)
         time_s = np.where(on, here["time_s"].to_numpy() * factor, time_s)
         rule[on] = "device-model"
@@ -554,7 +564,7 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
     # phase ratios (projected / measured), busy share and launch-bound verdicts
     notes: list[str] = []
     ratio: dict[str, float] = {}
-    phases: dict[str, dict[str, float]] = {}
+    phases: dict[str, dict[str, float | None]] = {}
     for ph in ("prefill", "decode"):
         m_old = steps["phase"] == ph if len(steps) else pd.Series(dtype=bool)
         if not len(steps) or not m_old.any():
@@ -721,7 +731,7 @@ def metric_bands(report: Report, metrics: Mapping[str, float]) -> dict[str, dict
         else:
             ph = "prefill" if key.startswith(("ttft", "prefill")) else "decode"
             lo, hi = ratio(ph, "low_s"), ratio(ph, "high_s")
-        if lo is None or hi is None or value is None or value != value:
+        if lo is None or hi is None or value is None or math.isnan(value):
             out[key] = {"low": None, "high": None}
         elif key.endswith(RATE_METRICS) or key == "output_tokens_per_s":
             out[key] = {"low": value / hi if hi else None, "high": value / lo if lo else None}

@@ -125,8 +125,7 @@ def render_results(measured: Report, base: dict[str, float], results: list[Whati
             lines.append(f"projected: {r.question.text()} (the run has no steps: the whole run)")
             lines.extend(projection_lines(proj))
     if stepped:
-        for line in dict.fromkeys(band_line(r.report.manifest.get("projection") or {}) for r in results):
-            lines.append(line)
+        lines.extend(dict.fromkeys(band_line(r.report.manifest.get("projection") or {}) for r in results))
     seen: set[str] = set()
     for r in results:
         for note in (r.report.manifest.get("projection") or {}).get("notes", []):

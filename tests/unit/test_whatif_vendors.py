@@ -21,7 +21,13 @@ from perfscope.analysis.projection import devicefit as dfit
 from perfscope.analysis.projection.project import Question, project
 from perfscope.cli import main
 from perfscope.datasheets import lookup_datasheet, pick_datasheet
-from perfscope.device_models import FAMILIES, DeviceModels, device_models, kernel_family, spec_identity
+from perfscope.device_models import (
+    FAMILIES,
+    DeviceModels,
+    device_models,
+    kernel_family,
+    spec_identity,
+)
 from perfscope.errors import UsageError
 from perfscope.report import Report
 
