@@ -243,3 +243,19 @@ def test_import_roofs_family_name(fixtures_dir, tmp_path, capsys) -> None:
 def test_spec_identity_of_a_trace_device(bert: Report) -> None:
     assert spec_identity(bert.device) == ("H100 SXM5 80 GB", "nvidia", "nvidia-9")
     assert not math.isnan(device_models().priors["gemm-bf16"].floor_ns)
+
+
+def test_html_dashboard_and_terminal_show_the_whole_run_and_its_band(bert: Report) -> None:
+    from perfscope.dashboard.html_report import render_html
+    from perfscope.dashboard.layout import overview_children
+    from perfscope.text_report import render_text
+
+    p = project(bert, Question(gpu="MI300X"))
+    page = render_html(p)
+    assert "Projection: the whole run" in page and "gemm-bf16" in page and "p10-p90" in page
+    assert "(unvalidated)" in page  # attention onto an AMD GPU
+    tree = str(overview_children(p))
+    assert "Projection: the whole run" in tree and "projection-families" in tree and "nvidia-&gt;amd" not in tree
+    assert "nvidia->amd" in tree
+    text = render_text(p)
+    assert "kernel time" in text and "busy time" in text and "wall time" in text and "device-model" in text
