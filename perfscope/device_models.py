@@ -74,38 +74,46 @@ def family_group(family: str) -> str:
     return GROUPS.get(family.split("-")[0], "other")
 
 
-def _label(value: Any, missing: str = "") -> str:
-    """A table cell as text; ``missing`` for None, NaN and pandas' NA."""
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return missing
-    return str(value)
-
-
 def kernel_family(category: Sequence[Any], precision: Sequence[Any], flops: np.ndarray, nbytes: np.ndarray,
                   phase: Sequence[Any] | None = None) -> np.ndarray:
     """Each kernel's family (:data:`FAMILIES`), vectorised: a GEMM by its precision, attention by its phase
     (decode / verify steps: decode, prefill steps: prefill; no phase: its FLOPs per byte below
     :data:`DECODE_INTENSITY` is decode), norm / softmax / reduction: ``reduction``, memory and views:
     ``copy``, communication: ``collective``."""
-    cat = np.asarray([_label(c, "other") for c in category], object)
-    prec = np.asarray([_label(p) for p in precision], object)
-    ph = np.asarray([_label(p) for p in phase], object) if phase is not None else np.full(len(cat), "", object)
     f = np.asarray(flops, np.float64)
     b = np.asarray(nbytes, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        low = np.where(b > 0, f / b, np.inf) < DECODE_INTENSITY
-    decode = np.where(np.isin(ph, ("decode", "verify", "draft")), True, np.where(ph == "prefill", False, low))
-    gemm_prec = np.where(np.isin(prec, ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")), prec, "bf16")
-    out = np.full(len(cat), "other", object)
-    out[cat == "gemm"] = np.char.add("gemm-", gemm_prec[cat == "gemm"].astype(str)).astype(object)
-    att = cat == "attention"
-    out[att & decode] = "attention-decode"
-    out[att & ~decode] = "attention-prefill"
-    out[cat == "elementwise"] = "elementwise"
-    out[np.isin(cat, ("norm", "softmax", "reduction"))] = "reduction"
-    out[np.isin(cat, ("memory", "view"))] = "copy"
-    out[cat == "comm"] = "collective"
-    return out
+        low = (np.where(b > 0, f / b, np.inf) < DECODE_INTENSITY).astype(np.int64)
+    n = len(f)
+    parts = []
+    for values, missing in ((category, "other"), (precision, ""), (phase, "")):
+        if values is None:
+            parts.append((np.zeros(n, np.int64), [missing]))
+            continue
+        codes, uniq = pd.factorize(pd.Series(np.asarray(values, object), dtype=object), use_na_sentinel=True)
+        labels = [str(u) for u in uniq] + [missing]  # code -1 (None, NaN, NA): the last
+        parts.append((np.where(codes < 0, len(uniq), codes).astype(np.int64), labels))
+    (c_cat, l_cat), (c_prec, l_prec), (c_ph, l_ph) = parts
+    # one decision per distinct (category, precision, phase, low intensity): a handful, whatever the kernels
+    key = ((c_cat * len(l_prec) + c_prec) * len(l_ph) + c_ph) * 2 + low
+    uniq_keys, inverse = np.unique(key, return_inverse=True)
+    names = []
+    for k in uniq_keys:
+        k, lo = divmod(int(k), 2)
+        k, ph = divmod(k, len(l_ph))
+        ca, pr = divmod(k, len(l_prec))
+        names.append(_family(l_cat[ca], l_prec[pr], l_ph[ph], bool(lo)))
+    return np.asarray(names, object)[inverse.reshape(-1)] if n else np.zeros(0, object)
+
+
+def _family(cat: str, prec: str, phase: str, low: bool) -> str:
+    if cat == "gemm":
+        return f"gemm-{prec if prec in ('fp32', 'tf32', 'bf16', 'fp16', 'fp8', 'int8') else 'bf16'}"
+    if cat == "attention":
+        decode = phase in ("decode", "verify", "draft") or (phase != "prefill" and bool(low))
+        return "attention-decode" if decode else "attention-prefill"
+    return {"elementwise": "elementwise", "norm": "reduction", "softmax": "reduction", "reduction": "reduction",
+            "memory": "copy", "view": "copy", "comm": "collective"}.get(cat, "other")
 
 
 def knots() -> np.ndarray:

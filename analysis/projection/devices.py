@@ -93,9 +93,8 @@ def roof_times(flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series, fami
 
 def families(kernels: pd.DataFrame, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series) -> np.ndarray:
     """Each kernel's family (:func:`perfscope.device_models.kernel_family`) at its (new) work."""
-    phase = kernels["phase"].astype("object").tolist() if "phase" in kernels else None
-    return kernel_family(kernels["category"].astype("object").tolist(), precision.astype("object").tolist(),
-                         flops, nbytes, phase)
+    phase = kernels["phase"].to_numpy(object) if "phase" in kernels else None
+    return kernel_family(kernels["category"].to_numpy(object), precision.to_numpy(object), flops, nbytes, phase)
 
 
 def move(pair: DevicePair, family: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
