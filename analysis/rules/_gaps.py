@@ -281,6 +281,9 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
         fns = _names(items, kind, ("function", "range"))
         what = f": {', '.join(ops)}" if ops else ""
         inside = f" in {', '.join(fns)}" if fns else ""
+        if cpu:
+            return (f"For {share:.0f}% of the time between operators the host computed outside torch{what}{inside}. "
+                    "Do that math with torch operators (or once, outside the loop), or overlap it in another thread.")
         return (f"For {share:.0f}% of the idle time the host computed on host tensors{what}{inside}, with no "
                 "device work queued. Move or overlap this host work: keep the tensors and the math on the GPU, or "
                 "run it for the next step while the GPU runs this one (another thread or a side stream). CUDA "
@@ -288,10 +291,17 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
     if kind == "waiting":
         waits = _names(items, kind, ("wait",))
         inw = f" in {', '.join(waits)}" if waits else ""
+        if cpu:
+            return (f"For {share:.0f}% of the time between operators the host waited{inw}{where}: sleep, a lock or "
+                    "I/O. Remove the wait from the loop: load or prefetch in a background thread, or use "
+                    "non-blocking I/O.")
         return (f"For {share:.0f}% of the idle time the host waited{inw}{where}: sleep, a lock or I/O, with the "
                 "device's queue empty. Remove the wait from the launching thread: load or prefetch in a background "
                 "thread, queue the next device work before waiting, or use non-blocking I/O.")
     if kind == "host code":
+        if cpu:
+            return (f"For {share:.0f}% of the time between operators the host ran its own code{where}. Move or "
+                    "overlap this host work: make it faster, take it out of the loop, or do it in another thread.")
         return (f"For {share:.0f}% of the idle time the host ran its own code{where}, with no launch, copy or sync "
                 "in flight. Move or overlap this host work: make it faster, take it out of the loop, or do it for "
                 "the next step while the GPU runs this one (another thread or process). Launch overhead is not "
