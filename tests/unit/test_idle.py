@@ -574,3 +574,59 @@ def test_gap_sizes_are_weighted_by_time() -> None:
     assert gap_sizes_text(lengths) == "640 ms in 64 gaps of 10 ms; 1,983 gaps under 5 µs add 1.98 ms"
     (big, small) = gap_size_buckets(lengths)
     assert big["gaps"] == 64 and big["time_ns"] == 640e6 and small["gaps"] == 1983 and small["hi_ns"] == 5_000
+
+
+# ---------------------------------------------------------------------------- the other timeline and copy findings' items
+def _kinds_of_items(f) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for i in f.items:
+        if i.attrs.get("kind"):
+            out[str(i.attrs["kind"])] = out.get(str(i.attrs["kind"]), 0.0) + i.time_ns
+    return out
+
+
+def test_copy_findings_list_their_copies_and_explain_their_time(load) -> None:
+    """copies-exposed and pageable-copies on AlexNet (16 pageable copies) and the T4 export: one item per group
+    of copies (kind, host memory), their times add up to the time at stake, each placed at its largest copy."""
+    for name in (ALEXNET, "nsys/aws_t4_softmax.sqlite"):
+        r = load(name)
+        for rule in ("copies-exposed", "pageable-copies"):
+            for f in RULES[rule](r):
+                assert f.items and sum(i.time_ns for i in f.items) == pytest.approx(f.time_at_stake_ns, rel=1e-9)
+                assert f.explained_share == pytest.approx(1.0)
+                assert all(i.kind in ("copy", "copies") and np.isfinite(i.start_ns) and i.end_ns > i.start_ns
+                           for i in f.items)
+    (page,) = RULES["pageable-copies"](load(ALEXNET))
+    assert sum(int(i.attrs["copies"]) for i in page.items) == 16 and "pageable" in page.items[0].label
+
+
+def test_serialized_streams_list_each_stream_and_name_the_event_waits(load) -> None:
+    """HTA's multi-stream event-sync trace: one item per stream other than the busiest, with its kernel time
+    while the busiest idles; the advice names the cudaStreamWaitEvent calls the trace shows."""
+    (f,) = RULES["serialized-streams"](load(EVENT_SYNC))
+    assert {i.attrs["stream"] for i in f.items} == {s for s in (20, 24, 28) if s != f.evidence["busiest_stream"]}
+    assert sum(i.time_ns for i in f.items) >= f.time_at_stake_ns and f.explained_share == pytest.approx(1.0)
+    assert "cudaStreamWaitEvent" in f.recommendation and f.evidence["cudaStreamWaitEvent_calls"] == 1
+
+
+def test_launch_bound_items_are_the_launch_slices(tmp_path: Path) -> None:
+    r = read_kineto(launch_bound().write(tmp_path / "t.json"))
+    (f,) = RULES["launch-overhead"](r)
+    assert set(_kinds_of_items(f)) == {"launch"} and f.explained_share == pytest.approx(1.0)
+    assert RECOMMENDS_GRAPHS.search(f.recommendation)
+
+
+@pytest.mark.parametrize("name, lead", [(H200_EAGER, "dispatch"), (A100, "copy")])
+def test_short_kernels_weigh_the_gaps_in_front_of_them(load, name: str, lead: str) -> None:
+    """The gaps in front of the short kernels, by kind: on the eager H200 engine they are dispatch, and the
+    advice fuses and captures graphs; on the A100 training trace they are mostly copies, and neither is
+    advised."""
+    fs = RULES["short-kernels"](load(name))
+    assert fs
+    for f in fs:
+        kinds = _kinds_of_items(f)
+        assert sum(kinds.values()) == pytest.approx(f.time_at_stake_ns)
+        top = max(kinds, key=lambda k: kinds[k])
+        assert f.evidence["gaps_before_short_kind"] == top
+        assert bool(RECOMMENDS_GRAPHS.search(f.recommendation)) == (top in ("dispatch", "launch"))
+        assert top == lead
