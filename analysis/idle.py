@@ -513,8 +513,8 @@ class _Context:
         self.tracks = {k: t.encode(vocab) for k, t in _host_tracks(report).items()}
         self.range_index = _RangeIndex(self.ranges, vocab)
         # the span over which the host side is recorded: outside it, idle time's cause is unknown
-        host = report.host
-        spans = [(df["start_ns"].min(), df["end_ns"].max()) for df in (api, self.ranges, host) if len(df)]
+        spans = [(df["start_ns"].min(), df["end_ns"].max()) for df in (api, self.ranges) if len(df)]
+        spans += [(t.s.min(), t.e.max()) for t in self.tracks.values() if len(t)]  # the launching thread's only
         if self.cpu:
             spans.append((acts["start_ns"].min(), acts["end_ns"].max()))
         self.recorded = (np.array([min(int(s) for s, _ in spans)], np.int64),
