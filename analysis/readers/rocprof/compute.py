@@ -7,12 +7,14 @@ peaks). Costs per dispatch come from :mod:`.counters` (rocprof-compute's own for
 from __future__ import annotations
 
 import csv
+import io
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import InputFormatError
+from perfscope.inputs import read_text
 
 from .counters import SOURCE, costs_from_counters
 from .device import note_sheet, sysinfo_spec
@@ -124,9 +126,8 @@ def _dims(values: Any) -> pd.Series | None:
 def _one_row(path: Path) -> dict[str, str] | None:
     if not path.is_file():
         return None
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        rows = list(csv.DictReader(fh))
-    return rows[0] if rows else None
+    rows = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    return next(rows, None)
 
 
 def roofline_roofs(path: Path, device_row: int = 0) -> tuple[dict[str, Roof], dict[str, Roof]]:

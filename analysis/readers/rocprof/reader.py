@@ -22,6 +22,7 @@ import pandas as pd
 
 from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
+from perfscope.inputs import read_text
 from perfscope.report import Report, source_info
 
 from ..finish import Imported, finish
@@ -170,7 +171,7 @@ def _stats(path: Path, warnings: list[str]) -> Parsed:
         sibling = path.with_name(stem + suffix)
         if sibling.is_file() and sibling != path:
             tables, spec, params = parse(sibling, warnings)
-            stats = pd.read_csv(path)
+            stats = read_csv(path, "give rocprof's results.stats.csv")
             params = {**params, "kernel_stats_check": stats_check(stats, tables["kernels"], warnings),
                       "trace": sibling.name}
             return tables, spec, params
@@ -183,7 +184,7 @@ def _with_sysinfo(path: Path, parsed: Parsed, warnings: list[str]) -> Parsed:
     tables, spec, params = parsed
     info = path.with_name(path.name.split(".")[0] + ".sysinfo.txt")
     if spec is None and info.is_file():
-        agents = rocminfo_agents(info.read_text(errors="replace"))
+        agents = rocminfo_agents(read_text(info))
         names = sorted({str(a.get("product_name") or a.get("name")) for a in agents})
         if len(names) > 1:
             warnings.append(f"GPUs of different models ({', '.join(names)}); roofs are the first's")

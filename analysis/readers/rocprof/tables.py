@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.errors import InputFormatError
-from perfscope.limits import take
+from perfscope import inputs
 from perfscope.schema import map_distinct
 
 from ...costs.operators import category_of
@@ -163,11 +162,6 @@ def innermost_range(kernels: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFra
 
 
 def read_csv(path: Path, hint: str) -> pd.DataFrame:
-    """A rocprof CSV as a table; a damaged or cut one is one error line naming the file, with ``hint``."""
-    try:
-        df = pd.read_csv(path, low_memory=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-        raise InputFormatError(path, f"damaged or truncated CSV ({first})", hint=hint) from None
-    take(path, len(df))
-    return df
+    """A rocprof CSV as a table (through the limits layer: decompressed by content, rows counted as read);
+    a damaged or cut one is one error line naming the file, with ``hint``."""
+    return inputs.read_csv(path, hint, low_memory=False)
