@@ -498,6 +498,84 @@ def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
     return result
 
 
+MAX_NS = 1 << 62
+"""The largest time, or span of time, in ns a table holds (146 years); past it a value is damage."""
+MAX_BYTES = 1 << 60
+"""The largest size in bytes (an exbibyte) a table holds."""
+MAX_FLOPS = 1e24
+"""The most operations one kernel is taken to do (a second of a 10^18 FLOP/s device is 10^18)."""
+SIGNED_BYTES = frozenset({"delta_bytes", "allocated_bytes"})
+"""Byte columns that may be negative (a free's change; a window's allocated bytes before its first alloc)."""
+VALIDATED = ("kernels", "transfers", "api", "ranges", "memory", "counters")
+"""Tables whose numbers come from a file, checked by :func:`validate` before a report holds them."""
+
+
+def _mask(values: pd.Series, bad: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Rows whose value is known and ``bad`` (missing values are never bad)."""
+    nums = pd.to_numeric(values, errors="coerce").astype("float64").to_numpy()
+    known = ~np.isnan(nums)
+    out = np.zeros(len(nums), dtype=bool)
+    out[known] = bad(nums[known])
+    return out
+
+
+def validate(df: pd.DataFrame, table: str) -> tuple[pd.DataFrame, list[str]]:
+    """The one check of the numbers a reader read, for a conformed ``table`` of :data:`VALIDATED`:
+    what fails is dropped, and counted in the returned notes (for the manifest's warnings).
+
+    - a row whose time is out of range (``start_ns``, ``end_ns``, ``t_ns`` beyond ±:data:`MAX_NS`), whose
+      ``duration_ns`` is negative or past :data:`MAX_NS`, or which ends before it starts, is dropped;
+    - a size (a ``*_bytes`` column but :data:`SIGNED_BYTES`, ``bytes``) that is negative, past
+      :data:`MAX_BYTES` or not finite becomes missing; a transfer without its (required) bytes is dropped;
+    - ``flops`` negative, past :data:`MAX_FLOPS` or not finite becomes missing;
+    - any other float that is not finite (±inf) becomes missing.
+    """
+    if table not in VALIDATED or not len(df):
+        return df, []
+    notes: list[str] = []
+    drop = np.zeros(len(df), dtype=bool)
+    for col in ("start_ns", "end_ns", "t_ns"):
+        if col in df:
+            drop |= _mask(df[col], lambda v: np.abs(v) > MAX_NS)
+    if "duration_ns" in df:
+        drop |= _mask(df["duration_ns"], lambda v: (v < 0) | (v > MAX_NS))
+    if "start_ns" in df and "end_ns" in df:
+        s = pd.to_numeric(df["start_ns"], errors="coerce").astype("float64").to_numpy()
+        e = pd.to_numeric(df["end_ns"], errors="coerce").astype("float64").to_numpy()
+        with np.errstate(invalid="ignore"):
+            drop |= e < s
+    out = df
+    if drop.any():
+        notes.append(f"{table}: {int(drop.sum())} row(s) with a negative, reversed or out-of-range time dropped")
+        out = df.loc[~drop].reset_index(drop=True)
+    changed: dict[str, int] = {}
+    for col in out.columns:
+        kind = out[col].dtype
+        if not (pd.api.types.is_numeric_dtype(kind) and not pd.api.types.is_bool_dtype(kind)):
+            continue
+        if col == "bytes" or (col.endswith("_bytes") and col not in SIGNED_BYTES):
+            bad = _mask(out[col], lambda v: ~np.isfinite(v) | (v < 0) | (v > MAX_BYTES))
+        elif col == "flops":
+            bad = _mask(out[col], lambda v: ~np.isfinite(v) | (v < 0) | (v > MAX_FLOPS))
+        elif pd.api.types.is_float_dtype(kind):
+            bad = np.isinf(out[col].to_numpy(dtype="float64", na_value=np.nan))
+        else:
+            continue
+        if bad.any():
+            changed[col] = int(bad.sum())
+            if out is df:
+                out = df.copy()
+            out[col] = out[col].mask(pd.Series(bad, index=out.index))
+    if table == "transfers" and "bytes" in changed:
+        keep = out["bytes"].notna().to_numpy()
+        out = out.loc[keep].reset_index(drop=True)
+    if changed:
+        what = ", ".join(f"{col} {n}" for col, n in sorted(changed.items()))
+        action = "dropped" if table == "transfers" and "bytes" in changed else "made missing"
+        notes.append(f"{table}: values that are not finite, negative where a size is, or out of range {action} ({what})")
+    return out, notes
+
+
 def check_columns(columns: Iterable[str], table: str, *, source: str) -> None:
     """Raise ReportFormatError naming ``source`` when required columns are absent."""
     have = set(columns)
