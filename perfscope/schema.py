@@ -428,6 +428,21 @@ def _missing_series(kind: str, n: int, index: pd.Index) -> pd.Series:
     return pd.Series([None] * n, index=index, dtype="object")
 
 
+def whole_numbers(values: Any) -> pd.Series:
+    """``values`` as a nullable ``Int64`` column: numbers rounded to the nearest whole number (rocprof-compute
+    writes timestamps averaged over its passes, ``3806496773226489.5``); text, NaN, ±inf and values beyond
+    int64 become missing, never an exception (pandas' own cast refuses a fraction and warns on inf)."""
+    series = values if isinstance(values, pd.Series) else pd.Series(values)
+    nums = pd.to_numeric(series, errors="coerce")
+    if pd.api.types.is_signed_integer_dtype(nums.dtype):
+        return nums.astype("Int64")
+    f = nums.to_numpy(dtype="float64", na_value=np.nan) if hasattr(nums, "to_numpy") else np.asarray(nums, "float64")
+    ok = np.isfinite(f) & (np.abs(f) < 2.0**63)
+    out = np.zeros(len(f), dtype="int64")
+    out[ok] = np.rint(f[ok]).astype("int64")
+    return pd.Series(pd.arrays.IntegerArray(out, ~ok), index=series.index)
+
+
 def _coerce(series: pd.Series, col: Column) -> pd.Series:
     dtype = series.dtype
     if (col.kind == "float" and dtype == "float64") or (col.kind == "bool" and dtype == "boolean") or \
@@ -436,10 +451,10 @@ def _coerce(series: pd.Series, col: Column) -> pd.Series:
     if col.kind == "float":
         return pd.to_numeric(series, errors="coerce").astype("float64")
     if col.kind == "int":
-        values = pd.to_numeric(series, errors="coerce")
+        values = whole_numbers(series)
         if col.required and not values.isna().any():
             return values.astype("int64")
-        return values.astype("Int64")
+        return values
     if col.kind == "bool":
         return series.astype("boolean")
     return series
@@ -508,6 +523,23 @@ SIGNED_BYTES = frozenset({"delta_bytes", "allocated_bytes"})
 """Byte columns that may be negative (a free's change; a window's allocated bytes before its first alloc)."""
 VALIDATED = ("kernels", "transfers", "api", "ranges", "memory", "counters")
 """Tables whose numbers come from a file, checked by :func:`validate` before a report holds them."""
+
+
+def untimed(df: pd.DataFrame, table: str) -> tuple[pd.DataFrame, list[str]]:
+    """Before :func:`conform`: rows of a :data:`VALIDATED` table whose required time (``start_ns``, ``end_ns``,
+    ``t_ns``) is missing or not a whole number in int64 (text, NaN, ±inf, 1e400) are dropped and counted,
+    so one damaged time costs its row, not the import."""
+    if table not in VALIDATED or not len(df):
+        return df, []
+    required = [c.name for c in TABLES[table] if c.required and c.kind == "int" and c.name.endswith("_ns")]
+    bad = np.zeros(len(df), dtype=bool)
+    for col in required:
+        if col in df:
+            bad |= whole_numbers(df[col]).isna().to_numpy()
+    if not bad.any():
+        return df, []
+    note = f"{table}: {int(bad.sum())} row(s) without a readable {'/'.join(required)} dropped"
+    return df.loc[~bad].reset_index(drop=True), [note]
 
 
 def _mask(values: pd.Series, bad: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:

@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from perfscope.errors import InputFormatError, UsageError
+from perfscope.errors import InputFormatError, PerfscopeError, UsageError
 from perfscope.inputs import DAMAGED, damaged, head_bytes, is_compressed, regular_file
 from perfscope.limits import counting
 from perfscope.report import MANIFEST, Report
@@ -142,5 +142,18 @@ def import_file(path: str | Path, *, device: DeviceSpec | None = None, capture: 
             if capture is not None:
                 return module.read_kineto(p, device=device, capture=capture)  # type: ignore[no-any-return]
             return reader(p, device=device)
+    except PerfscopeError:
+        raise
     except DAMAGED as exc:  # a decompressor's error a reader did not turn into its own line
         raise damaged(p, exc) from None
+    except MemoryError:
+        raise InputFormatError(p, "reading it needs more memory than this process could get; nothing was written",
+                               hint="set PERFSCOPE_MAX_MEMORY to stop earlier with this line, or import a shorter "
+                                    "trace") from None
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError, ArithmeticError, RecursionError) as exc:
+        # the boundary every reader is under: a value of the wrong type or size that a reader did not
+        # turn into its own line is still one line naming the file, never a traceback
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise InputFormatError(p, f"holds a value the {fmt} reader cannot read ({type(exc).__name__}: {first})",
+                               hint="re-export the capture; if the file is as the tool wrote it, please report "
+                                    "this") from None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from perfscope.report import Report
-from perfscope.schema import conform, validate
+from perfscope.schema import conform, untimed, validate
 
 from ..costs.roofline import classify_conformed
 from ..idle import idle_rows
@@ -76,8 +76,9 @@ def finish(imported: Imported, steps: StepRule | None = None) -> Report:
     that are steps, ``--steps``; default: the frameworks' annotations)."""
     tables, checks = {}, []
     for name, df in imported.tables.items():  # every number read from a file goes through the one validator
-        tables[name], dropped = validate(conform(df, name, source=imported.origin), name)
-        checks += dropped
+        timed, lost = untimed(df, name)
+        tables[name], dropped = validate(conform(timed, name, source=imported.origin), name)
+        checks += [*lost, *dropped]
     device, roof_notes = imported.device.checked() if imported.device is not None else (None, [])
     tables, notes = with_framework_steps(tables, steps)
     notes = [*checks, *roof_notes, *notes]

@@ -68,6 +68,7 @@ class NsysDb:
         self.db = SafeDb(self.path, hint=EXPORT_HINT)
         self._columns: dict[str, tuple[str, ...]] = {}
         self.tables: frozenset[str] = self.db.tables
+        self.views = sorted(self.db.views)  # an nsys export holds tables only: a view is never run
         if not any(t in self.tables for t in NSYS_MARKER_TABLES):
             self.close()
             raise InputFormatError(

@@ -19,7 +19,7 @@ from perfscope.inputs import read_text
 
 from .counters import SOURCE, costs_from_counters
 from .device import note_sheet, sysinfo_spec
-from .tables import gpu_label, kernel_table, read_csv, tagged
+from .tables import gpu_label, ints, kernel_table, read_csv, tagged
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -70,10 +70,10 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     kernels = kernel_table(
         pmc["Kernel_Name"], pmc["GPU_ID"].map(gpu_label) if "GPU_ID" in pmc else ["gpu"] * len(pmc),
         pmc["Start_Timestamp"], pmc["End_Timestamp"],
-        correlation=pd.to_numeric(pmc.get("Dispatch_ID"), errors="coerce").astype("Int64"),
+        correlation=ints(pmc.get("Dispatch_ID")),
         block=_dims(pmc.get("Workgroup_Size")), grid=_dims(pmc.get("Grid_Size")),
-        registers_per_thread=pd.to_numeric(pmc.get("Arch_VGPR"), errors="coerce").astype("Int64"),
-        shared_mem_bytes=pd.to_numeric(pmc.get("LDS_Per_Workgroup"), errors="coerce").astype("Int64"),
+        registers_per_thread=ints(pmc.get("Arch_VGPR")),
+        shared_mem_bytes=ints(pmc.get("LDS_Per_Workgroup")),
         **{c: costs[c] for c in costs.columns})
     counted = kernels["flops"].notna() | kernels["dram_bytes"].notna()
     kernels["flops_source"] = tagged(kernels["flops"], "rocprof-compute")

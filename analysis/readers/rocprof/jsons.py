@@ -19,7 +19,7 @@ from perfscope.limits import take
 from .counters import costs_from_counters, has_cost_counters
 from .device import agent_spec
 from .flat import no_counter_note
-from .tables import api_table, gpu_label, innermost_range, kernel_table, range_table
+from .tables import api_table, gpu_label, innermost_range, ints, kernel_table, range_table
 from .v3csv import DIRECTION
 
 if TYPE_CHECKING:
@@ -82,8 +82,8 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     if counters is not None and len(frame):
         frame = frame.merge(counters, left_on="dispatch", right_index=True, how="left")
     kernels = kernel_table(frame["name"], frame["device"], frame["start"], frame["end"],
-                           correlation=pd.to_numeric(frame["correlation"], errors="coerce").astype("Int64"),
-                           stream=pd.to_numeric(frame["stream"], errors="coerce").astype("Int64"),
+                           correlation=ints(frame["correlation"]),
+                           stream=ints(frame["stream"]),
                            grid=frame["grid"], block=frame["block"])
     if counters is not None and has_cost_counters(frame):
         costs = costs_from_counters(frame)
@@ -120,11 +120,11 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     copies = records.get("memory_copy") or []
     if copies:
         direction = [op_name(c).replace("MEMORY_COPY_", "") for c in copies]
-        s = pd.to_numeric(pd.Series([c.get("start_timestamp") for c in copies]), errors="coerce").astype("Int64")
-        e = pd.to_numeric(pd.Series([c.get("end_timestamp") for c in copies]), errors="coerce").astype("Int64")
+        s = ints(pd.Series([c.get("start_timestamp") for c in copies]))
+        e = ints(pd.Series([c.get("end_timestamp") for c in copies]))
         moved = pd.DataFrame({
             "kind": [DIRECTION.get(d, "other") for d in direction],
-            "bytes": pd.to_numeric(pd.Series([c.get("bytes", c.get("size")) for c in copies]), errors="coerce").astype("Int64"),
+            "bytes": ints([c.get("bytes", c.get("size")) for c in copies]),
             "start_ns": s, "end_ns": e, "duration_ns": e - s})
         sized = moved["bytes"].notna() & s.notna() & e.notna()
         if not sized.all():
@@ -184,8 +184,8 @@ def read_v1_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     frame = pd.DataFrame(rows, columns=["name", "device", "start", "end", "correlation", "stream"])
     kernels = kernel_table(frame["name"], frame["device"], pd.to_numeric(frame["start"], errors="coerce"),
                            pd.to_numeric(frame["end"], errors="coerce"),
-                           correlation=pd.to_numeric(frame["correlation"], errors="coerce").astype("Int64"),
-                           stream=pd.to_numeric(frame["stream"], errors="coerce").astype("Int64"))
+                           correlation=ints(frame["correlation"]),
+                           stream=ints(frame["stream"]))
     no_counter_note(kernels, warnings)
     tables = {"kernels": kernels}
     if api_rows:

@@ -33,7 +33,7 @@ from .flat import flat_kernels, has_kernel_columns, no_counter_note
 from .jsons import read_v1_json, read_v3_json
 from .rocpd import read_rocpd as parse_rocpd
 from .rocpd import read_v1_db, table_names
-from .tables import read_csv
+from .tables import MissingColumns, read_csv
 from .v3csv import RUN_FILE, read_v3_csv, stats_check
 
 if TYPE_CHECKING:
@@ -94,7 +94,9 @@ def _finish(fmt: str, path: Path, parse: Callable[[Path, list[str]], Parsed], de
     warnings: list[str] = []
     try:
         tables, spec, params = parse(path, warnings)
-    except (KeyError, ValueError, TypeError, OverflowError) as exc:
+    except MissingColumns as exc:
+        raise InputFormatError(path, f"lacks the column(s) {exc}", hint="give the file as the tool wrote it") from None
+    except (KeyError, ValueError, TypeError, OverflowError, AttributeError, IndexError) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         raise InputFormatError(path, f"holds a value no {TOOLS[fmt]} output has ({type(exc).__name__}: {first})",
                                hint="re-export the capture; a file cut short imports with what it has") from None

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope import inputs
-from perfscope.schema import map_distinct
+from perfscope.schema import map_distinct, whole_numbers
 
 from ...costs.operators import category_of
 from ...tree import nest
@@ -25,6 +25,10 @@ AMD_ATTENTION = ("flash_attn", "fmha", "mla", "paged_attention", "attention", "p
 NO_COUNTERS = ("a kernel trace records no hardware counters and rocprof kernel names carry no shapes: FLOPs and "
                "bytes stay missing, bound 'unknown' (profile with `rocprofv3 --pmc` or rocprof-compute for "
                "measured costs)")
+
+
+class MissingColumns(Exception):
+    """A table lacks the columns a reader needs (the message names them); the reader names the file."""
 
 
 def clean_name(name: object) -> str:
@@ -65,8 +69,10 @@ def dims_column(x: pd.Series, y: pd.Series | None = None, z: pd.Series | None = 
     return out
 
 
-def ints(values: Any) -> pd.Series:
-    return pd.to_numeric(pd.Series(values), errors="coerce").astype("Int64")
+def ints(values: Any) -> Any:
+    """Whole numbers of a column read from a file (:func:`perfscope.schema.whole_numbers`); None stays None
+    (a column the file does not have)."""
+    return None if values is None else whole_numbers(values)
 
 
 def kernel_table(name: Sequence[Any] | pd.Series, device: Sequence[Any] | pd.Series,
