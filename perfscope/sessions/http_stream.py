@@ -59,25 +59,22 @@ class HttpPolicy:
         max_body: bytes of a response body read at most; more is a :class:`BadResponse`.
         max_line: bytes of one line of the body (an SSE line, a Prometheus sample) at most.
         deadline_s: seconds for the whole response (None: the caller's own, ``--timeout``).
-        truncate: a body past ``max_body`` is cut there instead of refused (a JSON answer then fails
-            to parse, as a damaged one does).
     """
 
     name: str
     max_body: int
     max_line: int
     deadline_s: float | None
-    truncate: bool = False
 
     def with_deadline(self, deadline_s: float) -> HttpPolicy:
-        return HttpPolicy(self.name, self.max_body, self.max_line, deadline_s, self.truncate)
+        return HttpPolicy(self.name, self.max_body, self.max_line, deadline_s)
 
 
 CLIENTS: dict[str, HttpPolicy] = {
     "endpoint-stream": HttpPolicy("endpoint-stream", MAX_STREAM_BODY, MAX_SSE_LINE, None),
-    "endpoint-models": HttpPolicy("endpoint-models", MAX_JSON_BODY, MAX_JSON_BODY, 30.0, truncate=True),
+    "endpoint-models": HttpPolicy("endpoint-models", MAX_JSON_BODY, MAX_JSON_BODY, 30.0),
     "metrics": HttpPolicy("metrics", MAX_METRICS_BODY, MAX_METRICS_LINE, 2.0),
-    "profile": HttpPolicy("profile", MAX_JSON_BODY, MAX_JSON_BODY, 120.0, truncate=True),
+    "profile": HttpPolicy("profile", MAX_JSON_BODY, MAX_JSON_BODY, 120.0),
 }
 """Every HTTP client perfscope runs, with its policy: ``loadtest --endpoint``'s streamed completions (the
 deadline is ``--timeout``) and its ``/v1/models`` call, the ``--metrics`` scraper, the ``--profile``
@@ -211,8 +208,8 @@ class _Response:
             raise BrokenStream(f"connection lost: {exc.__class__.__name__}") from None
 
     async def body(self, limit: int | None = None, *, policy: HttpPolicy | None = None) -> bytes:
-        """The body: up to ``limit`` bytes, or under ``policy`` (its ``max_body`` and ``max_line``: past
-        them a :class:`BadResponse`, or, for a policy that truncates, the body cut at ``max_body``)."""
+        """The body: up to ``limit`` bytes, or under ``policy`` (past its ``max_body`` or ``max_line``, a
+        :class:`BadResponse`)."""
         out = bytearray()
         line = 0  # bytes since the last newline
         async for c in self.chunks():
@@ -226,8 +223,6 @@ class _Response:
                 else:
                     line = longest
                 if len(out) > policy.max_body:
-                    if policy.truncate:
-                        return bytes(out[:policy.max_body])
                     raise BadResponse(f"a body over {policy.max_body} bytes (the {policy.name} limit)")
                 if max(longest, line) > policy.max_line:
                     raise BadResponse(f"a line over {policy.max_line} bytes (the {policy.name} limit)")
