@@ -100,6 +100,7 @@ class SafeDb:
     def _guard(self) -> None:
         c = self.conn
         c.execute("PRAGMA temp_store = MEMORY")
+        self.temp_store = int(c.execute("PRAGMA temp_store").fetchone()[0])  # 2: MEMORY
         c.execute(f"PRAGMA temp.max_page_count = {TEMP_PAGES}")
         c.execute("PRAGMA query_only = 1")
         c.execute("PRAGMA trusted_schema = 0")
