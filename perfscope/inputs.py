@@ -160,7 +160,7 @@ def open_input(path: str | Path, *, strict: bool = True) -> Stream:
     except OSError as exc:
         fh.close()
         raise InputFormatError(p, f"cannot be read ({exc.strerror or exc})", hint="check the file") from None
-    raw: IO[bytes]
+    raw: Any
     if kind == "gzip":
         raw = gzip.GzipFile(fileobj=fh, mode="rb")
     elif kind == "bzip2":
@@ -216,7 +216,7 @@ def read_csv(path: str | Path, hint: str, **kwargs: Any) -> pd.DataFrame:
     parts = []
     try:
         with open_input(p) as stream:
-            text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
+            text = io.TextIOWrapper(io.BufferedReader(stream, BLOCK), encoding="utf-8", errors="replace", newline="")
             for chunk in pd.read_csv(text, chunksize=CSV_CHUNK_ROWS, **kwargs):
                 take(p, len(chunk))
                 parts.append(chunk)
