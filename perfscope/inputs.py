@@ -95,28 +95,26 @@ class Stream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return self.readall()
         try:
-            data = self.raw.read(len(buffer))
+            data: bytes = self.raw.read(size)
         except DAMAGED as exc:
             if not self.strict:  # the caller keeps what was read before the damage
                 raise
             raise damaged(self.path, exc) from None
-        n = len(data)
-        buffer[:n] = data
-        self.count += n
+        self.count += len(data)
         if self.count >= self.next_check:
             self.next_check = self.count + BLOCK
             check_memory(self.path)
             check_deadline(self.path)
-        return n
+        return data
 
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            return self.readall()
-        buf = bytearray(size)
-        n = self.readinto(buf)
-        return bytes(buf[:n])
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
     def readall(self) -> bytes:
         parts = []

@@ -71,7 +71,7 @@ def test_a_reader_without_a_generator_is_named() -> None:
                               hostile.GENERATORS) == ["new-format"]
 
 
-BUDGET_XFAIL = {"memory-snapshot": "snapshot reader rewrite (issue 40): it does not count its events yet"}
+BUDGET_XFAIL = {"memory-snapshot": "snapshot reader rewrite (issue 40)"}  # it does not count its events yet
 NO_BUDGET = {"nsys-rep": "converted by the nsys tool, absent here (exit 4)"}
 
 
