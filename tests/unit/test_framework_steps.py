@@ -398,7 +398,36 @@ def test_decode_mbu_per_decode_step_from_the_kernels_bytes() -> None:
     # 10 kernels x 4e5 bytes per 1 ms step
     assert e["mbu_pct_per_step_p50"] == pytest.approx(100 * 4e6 / 1e-3 / bw)
     assert e["mbu_pct"] == pytest.approx(100 * 4e6 / 1e-3 / bw) and e["mbu_source"] == "kernels"
-    assert "kernels' DRAM traffic" in f[0].title and "--cuda-graph-max-bs" in f[0].recommendation
+    assert "kernels' DRAM traffic" in f[0].title
+    # the time above the floor is the host after the 10 launches (700 us of each 1 ms step, in no
+    # call): the advice moves that host work; CUDA graphs (and SGLang's graph knob) are not advised
+    top = f[0].items[0]
+    assert top.kind == "gaps" and top.attrs["cause"] == "host" and top.attrs["range"] == "step[DECODE bs=8]"
+    # the idle table runs from the first kernel to the last (nsys's leading/trailing-gap rule): the
+    # first step's 15 us before its first kernel and the last step's 695 us after its last are in the
+    # stake but in no gap, so they are stated as unexplained
+    assert top.time_ns == pytest.approx(4 * 695_000 + 5 * 9 * 6_000 + 4 * 10_000, rel=0.01)
+    assert f[0].unexplained_ns == pytest.approx(710_000) and f[0].explained_share < 0.9
+    assert any(not i.explains and i.time_ns == pytest.approx(710_000) for i in f[0].items)
+    assert "move or overlap this host work" in f[0].recommendation
+    assert "graph" not in f[0].recommendation.lower()
+
+
+def test_decode_mbu_advises_graphs_when_launch_calls_hold_the_gaps() -> None:
+    """The same steps with the host inside launch calls for most of each step (10 launches of 98 us,
+    100 us apart): the gaps are launch time, so CUDA graphs and SGLang's own knob are advised."""
+    from perfscope.analysis.findings import RULES
+    from perfscope.datasheets import gpu_spec
+
+    imp = _serving([1_000_000] * 5, spacing_ns=dict.fromkeys(range(5), 100_000))
+    api = imp.tables["api"]
+    imp.tables["api"] = api.assign(end_ns=api["start_ns"] + 98_000)
+    r = finish(Imported(imp.tables, imp.manifest, gpu_spec("NVIDIA H100 80GB HBM3"), origin=imp.origin))
+    f = RULES["decode-mbu"](r)[0]
+    launch = sum(i.time_ns for i in f.items if i.attrs.get("cause") == "launch")
+    host = sum(i.time_ns for i in f.items if i.attrs.get("cause") == "host")
+    assert launch > host > 0
+    assert "--cuda-graph-max-bs" in f.recommendation and "CUDA graph" in f.recommendation
 
 
 def test_mixed_steps_split_attention_by_the_labels_q_times_k() -> None:
