@@ -313,8 +313,12 @@ def gap_advice(fix: str | None, items: Iterable[Item], what: str) -> str:
     for ``launch`` only, the one fix they help)."""
     items = list(items)
     top = largest(items, "fix", fix or "")
-    t = duration(time_of(items, "fix", fix or ""))
-    where = f" in {top.attrs['range']}" if top is not None and top.attrs.get("range") else ""
+    total = time_of(items, "fix", fix or "")
+    t = duration(total)
+    where = ""
+    if top is not None and top.attrs.get("range"):
+        where = (f" in {top.attrs['range']}" if top.time_ns >= 0.9 * total else
+                 f" (the most, {duration(top.time_ns)}, in {top.attrs['range']})")
     call = f" ({top.attrs['api']})" if top is not None and top.attrs.get("api") else ""
     if fix == "sync":
         return (f"The device waits on blocking syncs{call}{where} ({t} of idle): the host blocks until the device "
@@ -325,8 +329,8 @@ def gap_advice(fix: str | None, items: Iterable[Item], what: str) -> str:
         return (f"Host<->device copies{where} hold the device idle ({t}): copy from pinned memory "
                 "(pin_memory=True) with non_blocking=True, and overlap the copies with compute on another stream.")
     if fix == "host":
-        return (f"The host runs its own code with no GPU call{where} ({t} of the gaps): move or overlap this host "
-                f"work: do it before or after the {what}, on another thread, or on the device.")
+        return (f"The host runs its own code with no GPU call for {t} of the gaps{where}: move or overlap this "
+                f"host work: do it before or after the {what}, on another thread, or on the device.")
     if fix == "profiler":
         return (f"The profiler's own work{where} holds the device idle ({t}): this time is not in an unprofiled "
                 "run; profile fewer steps, or without with_stack/record_shapes, to see the run's own gaps.")
