@@ -374,6 +374,22 @@ def test_mixed_steps_show_their_prefill_and_decode_tokens() -> None:
     assert mixed[0].evidence["attention_prefill_share_mean"] == pytest.approx(262144 / (262144 + 8000))
 
 
+def test_mixed_steps_items_are_the_mixed_steps_over_a_decode_step() -> None:
+    """Two 3 ms mixed steps (512 prefill tokens riding with 8 decodes) beside 1 ms decode steps: the
+    finding's items are those two steps, each 2 ms over a decode step, placed on the timeline."""
+    from perfscope.analysis.findings import RULES
+
+    imp = _serving([1_000_000] * 4 + [3_000_000] * 2, spacing_ns={4: 290_000, 5: 290_000})
+    names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
+    r = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names)))
+    (f,) = RULES["mixed-steps"](r)
+    assert f.time_at_stake_ns == pytest.approx(2 * 2_000_000) and f.explained_share == pytest.approx(1.0)
+    assert [i.attrs["step"] for i in f.items] == [4, 5] and all(i.time_ns == pytest.approx(2_000_000) for i in f.items)
+    mixed = r.steps[r.steps["phase"] == "mixed"]
+    assert f.items[0].start_ns == float(mixed["start_ns"].iloc[0])
+    assert "512 prefill tokens with 8 decoding sequences waiting on them" in f.items[0].label
+
+
 def test_launch_bound_decode_names_the_frameworks_knob() -> None:
     from perfscope.analysis.findings import RULES
 
