@@ -202,7 +202,7 @@ def _decode_items(report: Report, prof: pd.DataFrame, bw: float) -> list[Item]:
             t = float(g["duration_ns"].sum())
             if not b.notna().any() or not t > 0:
                 return ""
-            return f"above its DRAM floor (it reads {nbytes(float(b.sum()))} at {pct(float(b.sum()) / (t * 1e-9), bw):.0f}% of the roof)"
+            return f"above its DRAM floor (it reads {nbytes(float(b.sum()))} at {fmt_pct(pct(float(b.sum()) / (t * 1e-9), bw))} of the roof)"
 
         items += kernel_items(k, pos, above, explains=known, describe=describe)
     return items
