@@ -208,10 +208,9 @@ def test_kv_cache_share_items_are_its_steps_kv_reads() -> None:
 
 
 def test_speculation_items_set_the_drafts_and_verifies_against_the_saved_steps() -> None:
+    from perfscope.analysis.rules.llm import speculation
     from tests.unit.test_speculation_finding import MS
     from tests.unit.test_speculation_finding import report as spec_report
-
-    from perfscope.analysis.rules.llm import speculation
 
     (f,) = speculation(spec_report(100 * MS))
     verify = sum(i.time_ns for i in f.items if i.attrs.get("part") == "verify")

@@ -171,9 +171,8 @@ def test_secrets_in_trace_metadata_reach_no_report_and_no_export(fixtures_dir: P
 def test_lean_folder_read_writes_the_same_trace(fixtures_dir: Path, tmp_path: Path, fmt: str) -> None:
     """``perfscope export FOLDER`` reads the folder lean (lean_report); the file is the one the
     loaded Report gives."""
-    from perfscope.dashboard.export.perfetto import lean_report
-
     from perfscope.analysis.findings import run_rules
+    from perfscope.dashboard.export.perfetto import lean_report
 
     folder = fixtures_dir / "h200" / "h200_llama1b_b1_p2048_g64.perfscope"
     a = export_trace(Report.load(folder), tmp_path / "a", format=fmt)
