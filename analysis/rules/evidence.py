@@ -74,7 +74,7 @@ def weighted_median(sizes: np.ndarray) -> float:
     return float(s[int(np.searchsorted(c, c[-1] / 2.0))])
 
 
-def _spans(start: np.ndarray, end: np.ndarray) -> tuple[tuple[float, float], ...]:
+def spans_of(start: np.ndarray, end: np.ndarray) -> tuple[tuple[float, float], ...]:
     """The ``(start, end)`` of the largest pieces, at most :data:`ITEM_SPANS`, largest first."""
     if not len(start):
         return ()
@@ -149,7 +149,7 @@ def gap_items(idle: pd.DataFrame, *, where: str = "", top: int = ITEMS_TOP) -> l
             label = (f"{duration(t)} in {len(g):,} more gap(s){where} ({n_groups} other cause/range groups"
                      + ("" if known else ", cause unknown") + ")")
             items.append(Item("gaps", label, t, known, attrs={"count": len(g), "cause": "mixed" if known else "unknown"},
-                              spans=_spans(g["start"].to_numpy(), g["end"].to_numpy())))
+                              spans=spans_of(g["start"].to_numpy(), g["end"].to_numpy())))
     return items
 
 
@@ -168,7 +168,7 @@ def _gap_item(g: pd.DataFrame, cause: str, rng: str | None, call: str | None, kn
     s, e = g["start"].to_numpy(), g["end"].to_numpy()
     if n == 1:
         return Item("gap", label, t, known, float(s[0]), float(e[0]), attrs)
-    return Item("gaps", label, t, known, attrs=attrs, spans=_spans(s, e))
+    return Item("gaps", label, t, known, attrs=attrs, spans=spans_of(s, e))
 
 
 def kernel_items(kernels: pd.DataFrame, rows: np.ndarray, time_ns: np.ndarray, *, explains: np.ndarray | None = None,
@@ -215,7 +215,7 @@ def kernel_items(kernels: pd.DataFrame, rows: np.ndarray, time_ns: np.ndarray, *
             if len(part) == 1:
                 items.append(Item("kernel", label, t, known, float(s[0]), float(e[0]), attrs))
             else:
-                items.append(Item("kernels", label, t, known, attrs=attrs, spans=_spans(s, e)))
+                items.append(Item("kernels", label, t, known, attrs=attrs, spans=spans_of(s, e)))
     rest = df[~df["name"].isin(set(totals.index[:top]))]
     for known in (True, False):
         part = rest[rest["known"] == known]
@@ -224,7 +224,7 @@ def kernel_items(kernels: pd.DataFrame, rows: np.ndarray, time_ns: np.ndarray, *
             label = (f"{duration(t)} in {len(part):,} more {what}s of {part['name'].nunique()} other names"
                      + ("" if known else " (no bound measured)"))
             items.append(Item("kernels", label, t, known, attrs={"count": len(part)},
-                              spans=_spans(part["start"].to_numpy(), part["end"].to_numpy())))
+                              spans=spans_of(part["start"].to_numpy(), part["end"].to_numpy())))
     return items
 
 
@@ -259,7 +259,7 @@ def step_items(steps: pd.DataFrame, time_ns: np.ndarray, *, explains: bool | np.
         sel = [i for i in rest if bool(known[i]) == flag and t[i] > 0]
         if sel:
             tot = float(t[sel].sum())
-            spans = _spans(steps["start_ns"].to_numpy(np.int64)[sel], steps["end_ns"].to_numpy(np.int64)[sel]) \
+            spans = spans_of(steps["start_ns"].to_numpy(np.int64)[sel], steps["end_ns"].to_numpy(np.int64)[sel]) \
                 if placed else ()
             items.append(Item("step", f"{len(sel):,} more steps: {duration(tot)}", tot, flag,
                               attrs={"count": len(sel)}, spans=spans))

@@ -162,9 +162,9 @@ def decode_mbu(report: Report) -> list[Finding]:
              f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB {what}")
     items = _decode_items(report, prof, bw)
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
-    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the steps' "
-                         "time above the floor is in no idle gap and no kernel's time (before a step's first kernel "
-                         "or after the run's last)")
+    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
+                         "item holds: step time outside the idle table's gaps (before the first kernel, after the "
+                         "last) or kernel time the kernels' own byte counts do not place")
     evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_roof_ns=kernel_ns)
     mode = graph_mode(report)
     graph = graph_advice(report, mode) if mode.is_graph_run else None
@@ -243,10 +243,10 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
                                                                        if top else "")
                 + ": check them against the bandwidth roof (memory-below-roof) and use fused decode attention "
                 "and GEMV kernels tuned for small batches.")
+    elif graph is not None and fix in ("launch", "host"):
+        head = graph  # a graph run: the host time between replays is what is left, and graphs will not help
     elif fix != "launch":
         head = gap_advice(fix, items, "decode step")
-    elif graph is not None:
-        head = graph
     elif launch_bound:
         head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than launching its "
                 f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
@@ -315,8 +315,9 @@ def prefill_mfu(report: Report) -> list[Finding]:
     items = _prefill_items(report, _phase_steps(report, "prefill", profiled=True), k, bw)
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
     evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_light_ns=kernel_ns)
-    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the prefill's "
-                         "time above its speed of light is in no idle gap and no kernel's time")
+    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
+                         "item holds: step time outside the idle table's gaps, or the part of the kernels' own speeds "
+                         "of light that the phase's (the larger of its FLOP and byte totals) does not count")
     if gap_ns > kernel_ns:
         advice = gap_advice(dominant(items), items, "prefill step")
         if dominant(items) == "launch":

@@ -40,7 +40,7 @@ from ._base import (
     pct,
     ranked,
 )
-from .evidence import clip_to, largest, step_items
+from .evidence import clip_to, largest, spans_of, step_items
 from .knobs import framework_of, knob
 from .timeline import graph_launched
 
@@ -205,14 +205,18 @@ def _outlier_items(report: Report, out: pd.DataFrame, kernel_ns: np.ndarray) -> 
                 continue
             idle = _minus(idle, cs, ce)
             left -= t
-            done.append(Item("gap", f"{step}: {duration(t)} of device idle inside {call.name}", t, True, float(cs),
+            t = min(t, stake - sum(i.time_ns for i in done))  # its part of the stake (wall - kernel time)
+            if not t > 0:
+                continue
+            done.append(Item("gap", f"{step}: {duration(float((e0 - s0).sum()))} of device idle inside {call.name}",
+                             t, True, float(cs),
                              float(ce), {"fix": "call", "api": str(call.name), "step": int(row.step)}))
         items += done
         rest = min(left, stake - sum(i.time_ns for i in done))
         if rest > 0:
             items.append(Item("gaps", f"{step}: {duration(rest)} of device idle outside any host call "
-                              f"({row.outlier})", rest, False, float(lo), float(hi),
-                              {"fix": "unknown", "step": int(row.step)}))
+                              f"({row.outlier})", rest, False, attrs={"fix": "unknown", "step": int(row.step)},
+                              spans=spans_of(*idle)))
     return items
 
 
