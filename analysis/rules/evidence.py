@@ -8,6 +8,7 @@ rows they were given. Rules choose their advice from these items (:func:`dominan
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -273,6 +274,19 @@ def unexplained(time_ns: float, label: str, **attrs: float | str | None) -> list
     return [Item("metric", label, float(time_ns), False, attrs=attrs)]
 
 
+def on_stake_clock(items: list[Item], stake_ns: float, measured_stake_ns: float) -> list[Item]:
+    """Items measured on one run (the profiled run: its kernels and idle gaps are the only ones
+    recorded) put on the clock of a time at stake measured on another (the headline run's steps):
+    each timed item keeps its share of the measured run's stake (``attrs['measured_ns']`` keeps its
+    own time). The items unchanged when both stakes are one."""
+    if not (math.isfinite(stake_ns) and math.isfinite(measured_stake_ns) and measured_stake_ns > 0) or \
+            math.isclose(stake_ns, measured_stake_ns, rel_tol=1e-9):
+        return items
+    scale = stake_ns / measured_stake_ns
+    return [dataclasses.replace(i, time_ns=i.time_ns * scale, attrs={**i.attrs, "measured_ns": i.time_ns})
+            if math.isfinite(i.time_ns) else i for i in items]
+
+
 def dominant(items: Iterable[Item], key: str = "fix", kinds: tuple[str, ...] = ("gap", "gaps")) -> str | None:
     """The value of ``attrs[key]`` that holds the most time among ``items`` of ``kinds`` (the advice a
     finding gives follows it); None when no such item has a time."""
@@ -354,24 +368,6 @@ def idle_within(report: Report, ws: np.ndarray, we: np.ndarray) -> pd.DataFrame:
     return idle_in(idle, ws, we, device if device in set(idle["device"].astype(str)) else None)
 
 
-__all__ = [
-    "CAUSE_WORDS",
-    "FIX_OF_CAUSE",
-    "ITEMS_TOP",
-    "clip_to",
-    "dominant",
-    "gap_advice",
-    "gap_cause",
-    "gap_explained",
-    "gap_items",
-    "idle_in",
-    "idle_within",
-    "kernel_items",
-    "largest",
-    "largest_kernel",
-    "step_items",
-    "time_in",
-    "time_of",
-    "unexplained",
-    "weighted_median",
-]
+__all__ = ["CAUSE_WORDS", "FIX_OF_CAUSE", "ITEMS_TOP", "clip_to", "dominant", "gap_advice", "gap_cause",
+           "gap_explained", "gap_items", "idle_in", "idle_within", "kernel_items", "largest", "largest_kernel",
+           "on_stake_clock", "spans_of", "step_items", "time_in", "time_of", "unexplained", "weighted_median"]

@@ -32,6 +32,7 @@ from .evidence import (
     idle_within,
     kernel_items,
     largest_kernel,
+    on_stake_clock,
     step_items,
     time_in,
     unexplained,
@@ -160,7 +161,10 @@ def decode_mbu(report: Report) -> list[Finding]:
     what = "of its kernels' DRAM traffic" if has_framework_steps(steps) else "of weights + KV cache"
     title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {duration(float(dur.mean()))} per step vs a "
              f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB {what}")
-    items = _decode_items(report, prof, bw)
+    # the items are measured on the profiled run (its kernels and idle gaps); on the stake's clock
+    prof_stake = float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
+                               / bw * 1e9, 0, None).sum())
+    items = on_stake_clock(_decode_items(report, prof, bw), at_stake, prof_stake)
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
     items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
                          "item holds: step time outside the idle table's gaps (before the first kernel, after the "
@@ -312,7 +316,9 @@ def prefill_mfu(report: Report) -> list[Finding]:
     at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
     title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
-    items = _prefill_items(report, _phase_steps(report, "prefill", profiled=True), k, bw)
+    prof = _phase_steps(report, "prefill", profiled=True)
+    items = on_stake_clock(_prefill_items(report, prof, k, bw), at_stake,
+                           float(prof["duration_ns"].sum()) - max(compute_ns, memory_ns))
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
     evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_light_ns=kernel_ns)
     items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "

@@ -1,0 +1,89 @@
+"""The item builders behind every finding's evidence (analysis/rules/evidence.py), on small tables
+whose answers are known by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.findings import Item
+from perfscope.analysis.rules.evidence import (
+    clip_to,
+    dominant,
+    gap_advice,
+    gap_items,
+    idle_in,
+    on_stake_clock,
+    weighted_median,
+)
+
+
+def test_weighted_median_reads_the_time_not_the_count() -> None:
+    """The issue's example: 64 gaps of 10 ms among 1,983 gaps under 5 us: the time is in the 10 ms gaps."""
+    sizes = np.r_[np.full(64, 10e6), np.full(1983, 1e3)]
+    assert weighted_median(sizes) == 10e6
+    assert float(np.median(sizes)) == 1e3  # what a count median says
+    assert math.isnan(weighted_median(np.zeros(0)))
+
+
+def test_clip_to_cuts_intervals_at_the_windows() -> None:
+    row, s, e = clip_to(np.array([0, 50, 200]), np.array([100, 300, 210]), np.array([10, 250]), np.array([60, 400]))
+    # [0,100) meets [10,60); [50,300) meets [10,60) and [250,400); [200,210) meets none
+    assert row.tolist() == [0, 1, 1] and s.tolist() == [10, 50, 250] and e.tolist() == [60, 60, 300]
+
+
+def _idle(rows: list[tuple[int, int, str, str | None, str | None]]) -> pd.DataFrame:
+    return pd.DataFrame([{"device": "cuda:0", "start_ns": s, "end_ns": e, "duration_ns": e - s, "cause": c,
+                          "range": r, "api": a} for s, e, c, r, a in rows])
+
+
+def test_gap_items_group_by_cause_and_range_largest_first() -> None:
+    idle = _idle([(0, 10_000_000, "host", "ensure_layer_3_weights", None),
+                  (20_000_000, 30_000_000, "host", "ensure_layer_3_weights", None),
+                  *[(40_000_000 + 10_000 * i, 40_000_000 + 10_000 * i + 2_000, "launch", "attn", "cudaLaunchKernel")
+                    for i in range(100)],
+                  (50_000_000, 50_500_000, "sync", "sampler", "cudaStreamSynchronize"),
+                  (60_000_000, 60_300_000, "unknown", None, None),
+                  (70_000_000, 70_100_000, "host", None, None)])
+    items = gap_items(idle)
+    assert [i.attrs.get("cause") for i in items] == ["host", "sync", "unknown", "launch", "host"]
+    top = items[0]
+    assert top.kind == "gaps" and top.time_ns == 20e6 and top.explains and top.attrs["count"] == 2
+    assert "in ensure_layer_3_weights" in top.label and "20 ms in 2 gaps" in top.label
+    assert len(top.spans) == 2 and top.places() == top.spans
+    sync = items[1]
+    assert sync.kind == "gap" and sync.start_ns == 50e6 and "cudaStreamSynchronize" in sync.label
+    assert not items[2].explains  # no host activity recorded
+    assert not items[4].explains  # host time in no range: where it was is not known
+    assert dominant(items) == "host"
+    # the rest past `top` folds into one line of known and one of unknown cause
+    folded = gap_items(idle, top=2)
+    assert len(folded) == 4 and folded[2].attrs["cause"] == "mixed" and folded[3].attrs["cause"] == "unknown"
+    assert sum(i.time_ns for i in folded) == pytest.approx(float(idle["duration_ns"].sum()))
+    assert "move or overlap this host work" in gap_advice("host", items, "step")
+    assert "cudaStreamSynchronize" in gap_advice("sync", items, "step")
+    assert "graph" not in gap_advice("host", items, "step").lower()
+
+
+def test_gap_items_read_the_host_kind_when_the_idle_table_has_one() -> None:
+    idle = _idle([(0, 1_000, "host", "attn", None), (2_000, 9_000, "host", "attention_cpu", None)])
+    idle["host_kind"] = ["dispatch", "cpu compute"]
+    items = gap_items(idle)
+    assert [(i.attrs["cause"], i.attrs["fix"]) for i in items] == [("cpu compute", "host"), ("dispatch", "launch")]
+
+
+def test_idle_in_keeps_the_part_inside_the_windows() -> None:
+    idle = _idle([(0, 100, "host", "a", None), (150, 400, "launch", "b", None)])
+    out = idle_in(idle, np.array([50, 300]), np.array([200, 350]))
+    assert out["start_ns"].tolist() == [50, 150, 300] and out["duration_ns"].tolist() == [50, 50, 50]
+
+
+def test_items_on_another_runs_clock_keep_their_share() -> None:
+    items = [Item("gaps", "a", 60.0), Item("kernels", "b", 40.0), Item("metric", "c")]
+    out = on_stake_clock(items, 50.0, 100.0)
+    assert [i.time_ns for i in out[:2]] == [30.0, 20.0] and out[0].attrs["measured_ns"] == 60.0
+    assert math.isnan(out[2].time_ns)
+    assert on_stake_clock(items, 100.0, 100.0) is items
