@@ -87,3 +87,15 @@ def test_items_on_another_runs_clock_keep_their_share() -> None:
     assert [i.time_ns for i in out[:2]] == [30.0, 20.0] and out[0].attrs["measured_ns"] == 60.0
     assert math.isnan(out[2].time_ns)
     assert on_stake_clock(items, 100.0, 100.0) is items
+
+
+def test_item_labels_speak_the_devices_words(load) -> None:
+    """On an AMD GPU the items' labels read CU, wavefront and gpu:N like the title and advice."""
+    from perfscope.analysis.findings import Finding, _in_device_words
+
+    report = load("thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz")
+    f = Finding("x", "low", "on cuda:0", {}, "use every SM", 1.0,
+                items=(Item("gaps", "1 ms idle on cuda:0 while 3 warps per SM ran", 1.0),))
+    spoken = _in_device_words(f, report)
+    assert spoken.items[0].label == "1 ms idle on gpu:0 while 3 wavefronts per CU ran"
+    assert spoken.title == "on gpu:0" and spoken.recommendation == "use every CU"
