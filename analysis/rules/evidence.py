@@ -95,8 +95,8 @@ def clip_to(start: np.ndarray, end: np.ndarray, ws: np.ndarray, we: np.ndarray) 
     hi = np.searchsorted(ws, end, side="left")
     n = np.maximum(hi - lo, 0)
     row = np.repeat(np.arange(len(start)), n)
-    win = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist()) if b > a]) if n.sum() else \
-        np.zeros(0, np.int64)
+    first = np.cumsum(n) - n  # each row's first part's position
+    win = lo[row] + (np.arange(len(row)) - first[row])  # the windows lo..hi-1 of each row, in order
     s = np.maximum(start[row], ws[win]) if len(row) else np.zeros(0, np.int64)
     e = np.minimum(end[row], we[win]) if len(row) else np.zeros(0, np.int64)
     keep = e > s
@@ -110,7 +110,9 @@ def idle_in(idle: pd.DataFrame, ws: np.ndarray, we: np.ndarray, device: str | No
         return idle
     rows = idle if device is None else idle[idle["device"] == device]
     i, s, e = clip_to(rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64), ws, we)
-    out = rows.iloc[i].copy()
+    cols = [c for c in ("device", "start_ns", "end_ns", "duration_ns", "cause", "host_kind", "range", "api")
+            if c in rows]
+    out = rows[cols].iloc[i].copy()
     out["start_ns"], out["end_ns"], out["duration_ns"] = s, e, e - s
     return out.reset_index(drop=True)
 
@@ -122,13 +124,15 @@ def gap_items(idle: pd.DataFrame, *, where: str = "", top: int = ITEMS_TOP) -> l
     it in gaps of 25 us or more, in attn: ..."), and carries the largest gaps' places."""
     if not len(idle):
         return []
-    kind = idle["host_kind"] if "host_kind" in idle else pd.Series(None, index=idle.index, dtype="object")
-    cause = [gap_cause(c, k) for c, k in zip(idle["cause"].tolist(), kind.tolist())]
-    rng = idle["range"].astype("object").where(idle["range"].notna(), None).tolist() if "range" in idle \
-        else [None] * len(idle)
-    api = idle["api"].astype("object").where(idle["api"].notna(), None).tolist() if "api" in idle \
-        else [None] * len(idle)
-    df = pd.DataFrame({"cause": cause, "range": [r or "" for r in rng], "api": [a or "" for a in api],
+    def text(col: str) -> np.ndarray:
+        if col not in idle:
+            return np.full(len(idle), "", dtype=object)
+        v = idle[col].astype("object")
+        return v.where(v.notna() & (v != ""), "").to_numpy(object)
+
+    kind, cause = text("host_kind"), text("cause")
+    cause = np.where(kind != "", kind, np.where(cause != "", cause, "unknown"))  # gap_cause, on the whole column
+    df = pd.DataFrame({"cause": cause, "range": text("range"), "api": text("api"),
                        "start": idle["start_ns"].to_numpy(np.int64), "end": idle["end_ns"].to_numpy(np.int64),
                        "dur": idle["duration_ns"].to_numpy(np.float64)})
     # a sync's call names the sync; other causes group by range alone (one line per range)
@@ -184,7 +188,9 @@ def kernel_items(kernels: pd.DataFrame, rows: np.ndarray, time_ns: np.ndarray, *
     if not len(rows):
         return []
     time_ns = np.nan_to_num(np.asarray(time_ns, np.float64))
-    sub = kernels.iloc[rows]
+    cols = [c for c in ("start_ns", "end_ns", "duration_ns", "dram_bytes", "flops", "bound", "bound_level", "limiter",
+                        "category", "pct_of_roof") if c in kernels]
+    sub = kernels[cols].iloc[rows]  # the columns items read, not a copy of the whole table
     if explains is None:
         bound = sub["bound"].astype("object") if "bound" in sub else pd.Series(None, index=sub.index, dtype="object")
         explains = bound.isin(["memory", "compute", "latency"]).to_numpy(bool) | \
