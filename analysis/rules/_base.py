@@ -134,12 +134,12 @@ class Item:
 
 
 def explained_ns(items: tuple[Item, ...] | list[Item], time_at_stake_ns: float) -> float:
-    """The time the ``items`` whose cause is known account for, at most ``time_at_stake_ns``; NaN when
-    no item carries a time (the finding then states no share)."""
-    timed = [i.time_ns for i in items if i.explains and math.isfinite(i.time_ns)]
-    if not timed:
+    """The time the ``items`` whose cause is known account for, at most ``time_at_stake_ns``: 0 when
+    items carry times but none of known cause (all of the stake is then unexplained); NaN when no
+    item carries a time (the finding then states no share)."""
+    if not any(math.isfinite(i.time_ns) for i in items):
         return math.nan
-    total = float(sum(timed))
+    total = float(sum(i.time_ns for i in items if i.explains and math.isfinite(i.time_ns)))
     return min(total, time_at_stake_ns) if math.isfinite(time_at_stake_ns) else total
 
 

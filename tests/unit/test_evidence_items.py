@@ -99,3 +99,16 @@ def test_item_labels_speak_the_devices_words(load) -> None:
     spoken = _in_device_words(f, report)
     assert spoken.items[0].label == "1 ms idle on gpu:0 while 3 wavefronts per CU ran"
     assert spoken.title == "on gpu:0" and spoken.recommendation == "use every CU"
+
+
+def test_items_of_unknown_cause_leave_all_of_the_stake_unexplained() -> None:
+    """Timed items none of which has a known cause explain 0% (not an unknown share): the whole
+    stake is stated as unexplained; with no timed item at all the share is unknown."""
+    from perfscope.analysis.findings import Finding
+    from perfscope.analysis.rules._base import explained_ns
+
+    items = (Item("kernels", "k: 10 ms, limiter not measured", 10e6, False),)
+    assert explained_ns(items, 8e6) == 0.0
+    f = Finding("x", "low", "t", {}, "a", 8e6, items=items, explained_ns=explained_ns(items, 8e6))
+    assert f.explained_share == 0.0 and f.unexplained_ns == 8e6
+    assert math.isnan(explained_ns((Item("metric", "m"),), 8e6)) and math.isnan(explained_ns((), 8e6))

@@ -39,9 +39,6 @@ PENDING_RULES = {
     # h39a (idle time): analysis/idle.py, rules/timeline.py, rules/transfers.py, steps.step_idle
     "gpu-idle", "time-outside-ops", "short-kernels", "launch-overhead", "serialized-streams", "copies-exposed",
     "pageable-copies", "step-idle",
-    # h39b (the kernel limiter): rules/kernels.py, levels.py, occupancy.py
-    "memory-below-roof", "compute-below-roof", "roof-exceeded", "memory-level", "fp32-matmul", "flops-mismatch",
-    "excess-work", "occupancy-stalls",
 }
 """Rules whose items land with other branches of issue 39: until they do, a fixture on which only
 these fail is an expected failure (xfail, naming them); :func:`test_pending_rules_are_still_pending`
