@@ -112,3 +112,40 @@ def test_items_of_unknown_cause_leave_all_of_the_stake_unexplained() -> None:
     f = Finding("x", "low", "t", {}, "a", 8e6, items=items, explained_ns=explained_ns(items, 8e6))
     assert f.explained_share == 0.0 and f.unexplained_ns == 8e6
     assert math.isnan(explained_ns((Item("metric", "m"),), 8e6)) and math.isnan(explained_ns((), 8e6))
+
+
+def test_ttft_gauges_items_are_the_slowest_late_requests_and_the_gauges(tmp_path: object) -> None:
+    """16 requests whose TTFT rises 4x while the server's queue fills: the items are the slowest
+    requests of the last quarter (their TTFT, not placed: the client's clock) and the gauges at their
+    peak, the waiting queue marked as the cause."""
+    from perfscope.analysis.rules.memory import server_gauges
+    from perfscope.report import Report
+
+    arrival = np.arange(16) * 0.5
+    ttft = np.r_[np.full(8, 0.1), np.full(8, 0.4)] + np.arange(16) * 0.001
+    requests = pd.DataFrame({"request_id": range(16), "arrival_s": arrival, "ttft_s": ttft,
+                             "e2e_s": ttft + 1.0, "output_tokens": 16})
+    t = np.arange(0, 10, 0.5)
+    gauges = pd.concat([pd.DataFrame({"t_s": t, "metric": "requests_waiting", "value": np.where(t > 4, 6.0, 0.0)}),
+                        pd.DataFrame({"t_s": t, "metric": "requests_running", "value": 1.0}),
+                        pd.DataFrame({"t_s": t, "metric": "kv_cache_usage_pct", "value": 30.0})])
+    (f,) = server_gauges(Report.build({"requests": requests, "gauges": gauges}))
+    reqs = [i for i in f.items if i.kind == "request"]
+    assert [i.attrs["request_id"] for i in reqs] == ["15", "14", "13", "12"]
+    assert math.isnan(reqs[0].start_ns) and reqs[0].time_ns == pytest.approx(ttft[15] * 1e9)
+    gauges_seen = {i.attrs["gauge"]: i for i in f.items if i.kind == "metric"}
+    assert gauges_seen["requests waiting"].explains and gauges_seen["requests waiting"].attrs["value"] == 6.0
+    assert not gauges_seen["KV-cache usage"].explains  # 30%: not a cause
+    assert "Queueing" in f.recommendation
+
+
+def test_kv_capacity_items_are_its_budget(fixtures_dir: object) -> None:
+    from pathlib import Path
+
+    from perfscope.analysis.rules.memory import kv_capacity
+    from perfscope.report import Report
+
+    report = Report.load(Path(str(fixtures_dir)) / "h200" / "h200_llama1b_b1_p2048_g64.perfscope")
+    (f,) = kv_capacity(report)
+    assert [i.kind for i in f.items] == ["metric"] * 3
+    assert f.items[2].attrs["max_sequences"] == f.evidence["max_sequences"]
