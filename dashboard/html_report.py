@@ -99,6 +99,15 @@ def _header(report: Report) -> str:
         parts.append(f'<p class="projected"><b>PROJECTED, not measured</b>: {esc(projection.get("measured_name"))} '
                      f'on {esc(projection.get("source_device"))} &rarr; {esc(projection.get("question_text"))} '
                      '(docs/whatif.md: the model and its measured error)</p>')
+        if projection.get("whole_run"):
+            from perfscope.analysis.summaries.projection import (
+                band_line,
+                family_rows,
+                whole_run_rows,
+            )
+
+            parts.append("<h2>Projection: the whole run</h2>" + _dict_rows(whole_run_rows(projection))
+                         + _dict_rows(family_rows(projection)) + f'<p class="muted">{esc(band_line(projection))}</p>')
     if device is None and not views.has_device_work(report):
         parts.append(f'<h2>Device: none profiled</h2><p class="muted">{esc(views.no_device_why(report))}.</p>')
     else:

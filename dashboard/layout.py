@@ -13,6 +13,7 @@ from dash import dcc, html
 
 from perfscope.analysis.costs.limiter import bound_label
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
+from perfscope.analysis.summaries.projection import band_line, family_rows, whole_run_rows
 from perfscope.format import column_label, evidence_rows
 
 from . import ids, views
@@ -117,6 +118,10 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
     """Source, device roofs, headline metrics, phases, requests, top kernels, findings (unless
     ``findings`` is false: the app fills them in apart, see :func:`findings_children`), warnings."""
     out: list[Any] = [html.H3("Report"), facts_table(views.source_facts(report))]
+    projection = report.manifest.get("projection") or {}
+    if projection.get("whole_run"):
+        out += [html.H3("Projection: the whole run"), dict_table(whole_run_rows(projection), "projection-whole-run"),
+                dict_table(family_rows(projection), "projection-families"), html.P(band_line(projection), className="muted")]
     if views.has_device_work(report):
         out += [html.H3("Device roofs"), dict_table(views.roofs_rows(report), "roofs"),
                 html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]

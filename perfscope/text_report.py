@@ -313,8 +313,12 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         head += "   [PARTIAL]"
     projection = report.manifest.get("projection")
     if projection:
+        from perfscope.analysis.summaries.projection import projection_lines
+
         head += (f"\nPROJECTED, not measured: {projection.get('measured_name')} on {projection.get('source_device')} "
                  f"-> {projection.get('question_text')} (docs/whatif.md: the model and its measured error)")
+        if projection.get("whole_run"):
+            head += "\n" + "\n".join(projection_lines(projection))
     timing = _timing_line(report)
     if timing:
         head += "\n" + timing

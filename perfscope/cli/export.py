@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("path", type=click.Path())
-@click.option("-o", "--out", "out", required=True, type=click.Path(), help="File to write (trace.pftrace, trace.json).")
+@click.option("-o", "--out", "out", required=True, type=click.Path(),
+              help="File to write: X.pftrace (perfetto) / X.json (chrome), X (the extension added) or DIR/ (DIR/NAME.pftrace).")
 @click.option("--format", "fmt", default="perfetto", show_default=True, type=click.Choice(["perfetto", "chrome"]),
               help="perfetto: protobuf TrackEvent (ui.perfetto.dev); chrome: Chrome trace JSON.")
 @click.option("--force", is_flag=True, help="Replace an existing file.")
@@ -29,18 +30,26 @@ def export(path: str, out: str, fmt: str, force: bool, with_findings: bool = Tru
 
     from perfscope.api import load
     from perfscope.dashboard.export.perfetto import export_trace, lean_report
+    from perfscope.errors import OutputExistsError
+    from perfscope.outpaths import out_path, single_report
     from perfscope.report import MANIFEST
 
-    folder = Path(path)
+    folder = single_report(path) or Path(path)
+    suffix = ".pftrace" if fmt == "perfetto" else ".json"  # a name with any trace extension is taken as it is
+    also = (".pftrace", ".perfetto-trace", ".pb", ".json")
+    stem = folder.name.removesuffix(".perfscope") if (folder / MANIFEST).is_file() else Path(path).name.split(".")[0]
+    target = out_path(out, default=stem + suffix, suffix=suffix, also=also)
+    if target.exists() and not force:  # before the rules run on a loaded report
+        raise OutputExistsError(target, flag="-o")
     report: Report | LeanReport
     found: list[Finding] | None
     if (folder / MANIFEST).is_file():  # a report folder: the timeline read lean, the findings from the loaded report
-        found = _findings_of(path) if with_findings else []
+        found = _findings_of(str(folder)) if with_findings else []
         report = lean_report(folder)
     else:
         report = load(path)
         found = None if with_findings else []
-    stats = export_trace(report, out, format=fmt, force=force, findings=found)
+    stats = export_trace(report, target, format=fmt, force=force, findings=found)
     kinds = ", ".join(f"{n:,} {k} slices" for k, n in stats.slices.items())
     click.echo(f"wrote {stats.path} ({fmt}): {kinds}; {stats.counter_samples:,} counter samples; "
                f"{stats.tracks} tracks; {duration(stats.kernel_time_ns)} of kernel time")
