@@ -59,9 +59,11 @@ def _candidates() -> list[str]:
         if p.name.startswith("README") or any((q / MANIFEST).is_file() for q in p.parents if q != FIXTURES):
             continue
         try:
-            detect_format(p)
+            fmt = detect_format(p)
         except PerfscopeError:
             continue
+        if fmt == "report" and not (p / MANIFEST).is_file():
+            continue  # a folder holding one report folder: that report is checked itself
         if str(p.relative_to(FIXTURES)) not in NOT_REPORTS:
             out.append(str(p))
     out += [str(p) for p in sorted((REPO / "sample_reports").glob("*.perfscope"))]
