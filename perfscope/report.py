@@ -230,6 +230,14 @@ class Report:
                 df.to_parquet(folder / f"{name}.parquet", index=False)
         manifest = dict(self.manifest)
         manifest["tables"] = {name: len(getattr(self, name)) for name in TABLES}
+        if isinstance(manifest.get("device"), dict):  # a roof is never written as null: an invalid one is left out
+            device = manifest["device"]
+            checked = DeviceSpec.from_dict(device).to_dict()
+            held = sum(len(device.get(g) or {}) for g in ("compute", "memory"))
+            if held != sum(len(checked[g]) for g in ("compute", "memory")):
+                manifest["device"] = {**device, "compute": checked["compute"], "memory": checked["memory"]}
+                manifest["warnings"] = [*(manifest.get("warnings") or []),
+                                        "roofs that were not finite numbers left out of the saved report"]
         write_manifest(folder, manifest)
         write_extra_files(folder, extra_files)
 

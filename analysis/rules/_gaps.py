@@ -35,6 +35,7 @@ from ..idle import (
     kinds_of,
 )
 from ._base import Item, pct
+from .evidence import spans_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -189,7 +190,8 @@ def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS) -> list[Item]:
         named = "" if explains or kind != "host code" else " that no range, function or operator names"
         items.append(Item("gaps", f"{duration(total)} more {kind}{named} in {len(pos):,} slices of {gaps:,} gaps",
                           total, explains, starts[big], ends[big],
-                          {"kind": kind, "slices": len(pos), "gaps": gaps, "device": device}))
+                          {"kind": kind, "slices": len(pos), "gaps": gaps, "device": device},
+                          spans=spans_of(starts[pos], ends[pos])))
     return items
 
 
@@ -223,7 +225,8 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
         "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
     kind_name = "gap" if len(pos) == 1 else "gaps"
     label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra)
-    return Item(kind_name, label, total, explains, starts[big], ends[big], {a: v for a, v in attrs.items() if v is not None})
+    return Item(kind_name, label, total, explains, starts[big], ends[big], {a: v for a, v in attrs.items() if v is not None},
+                spans=spans_of(starts[pos], ends[pos]) if len(pos) > 1 else ())
 
 
 # ---------------------------------------------------------------------------- advice
@@ -418,7 +421,8 @@ def grouped_items(kinds: np.ndarray, time_ns: np.ndarray, starts: np.ndarray, en
         big = at[np.argmax(time_ns[at])]
         label = f"{duration(total)} in the {len(at):,} gaps before {what} that are mostly {kind}"
         items.append(Item("gaps", label, total, str(kind) in EXPLAINED, float(starts[big]), float(ends[big]),
-                          {"kind": str(kind), "gaps": len(at), **(attrs or {})}))
+                          {"kind": str(kind), "gaps": len(at), **(attrs or {})},
+                          spans=spans_of(np.asarray(starts, np.float64)[at], np.asarray(ends, np.float64)[at])))
     return sorted(items, key=lambda i: -i.time_ns)
 
 

@@ -43,6 +43,7 @@ from ._base import (
     top_groups,
 )
 from ._gaps import gap_table, grouped_items, idle_advice, idle_items, kind_evidence, lead_names
+from .evidence import spans_of
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -714,7 +715,8 @@ def _stream_finding(report: Report, device: str, k: pd.DataFrame) -> Finding | N
         items.append(Item("kernels", f"{duration(float(alone.sum()))} of {len(ks)} kernels on stream {int(stream)} while "
                                      f"stream {main} is idle ({', '.join(str(t)[:60] for t in top)})",
                           float(alone.sum()), True, float(ks["start_ns"].iloc[big]), float(ks["end_ns"].iloc[big]),
-                          {"stream": int(stream), "kernels": len(ks), "device": device}))
+                          {"stream": int(stream), "kernels": len(ks), "device": device},
+                          spans=spans_of(ks["start_ns"].to_numpy(np.int64), ks["end_ns"].to_numpy(np.int64))))
     waits = _stream_orders(report)
     evidence.update({f"{name}_calls": n for name, n in waits.items()})
     order = (f" The trace shows what orders them: {', '.join(f'{n} {name}' for name, n in waits.items())}; drop the "

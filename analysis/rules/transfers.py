@@ -26,6 +26,7 @@ from ._base import (
     pct,
     ranked,
 )
+from .evidence import spans_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -137,7 +138,9 @@ def copy_items(t: pd.DataFrame, keys: list[str], time_col: str, label: Callable[
         items.append(Item("copy" if len(g) == 1 else "copies", f"{duration(total)}: " + label(key, len(g), moved),
                           total, True, float(g.at[big, "start_ns"]), float(g.at[big, "end_ns"]),
                           {**{k: (v if isinstance(v, (int, float, str)) else str(v)) for k, v in zip(keys, key)},
-                           "copies": len(g), "bytes": moved}))
+                           "copies": len(g), "bytes": moved},
+                          spans=spans_of(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+                          if len(g) > 1 else ()))
     return tuple(sorted(items, key=lambda i: -i.time_ns))
 
 

@@ -481,8 +481,11 @@ def request_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # ---------------------------------------------------------------- the run
 async def _models(url: Url, api_key: str | None) -> list[dict[str, Any]]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        status, body = await asyncio.wait_for(request_json(url, "GET", url.join("models"), headers=headers), 30)
+    try:  # under the endpoint-models policy: 30 s for the whole answer, no redirect followed
+        status, body = await request_json(url, "GET", url.join("models"), headers=headers)
+    except HttpError as exc:  # a redirect
+        raise EndpointError(f"{url}/models answered HTTP {exc.status}: {exc.message}",
+                            hint="give the API's final base URL as --endpoint") from None
     except (ConnectionError, OSError, socket.gaierror) as exc:
         raise EndpointError(f"cannot connect to {url}: {exc.strerror or exc}",
                             hint="start the server, or check --endpoint") from None
