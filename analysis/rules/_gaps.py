@@ -367,8 +367,17 @@ def idle_advice(idle: pd.DataFrame, items: Sequence[Item], *, cpu: bool = False,
     graphs = graphs_help(totals)
     ranked_kinds = [k for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if v > 0]
     chosen = [k for i, k in enumerate(ranked_kinds) if i == 0 or pct(totals[k], total) >= ADVISE_MIN_PCT]
-    parts = [kind_advice(k, pct(totals[k], total), items, idle, cpu=cpu, compiled_cpu=compiled_cpu,
-                         graphs=graphs and k in GRAPH_KINDS, graph_run=graph_run) for k in chosen]
+    parts, told = [], False  # the graph advice (capture, or what a graph run leaves) is said once
+    for k in chosen:
+        share = pct(totals[k], total)
+        if k in GRAPH_KINDS and told:
+            fact = kind_advice(k, share, items, idle, cpu=cpu, compiled_cpu=compiled_cpu, graphs=False)
+            parts.append(fact[:-1] + ": the same capture and fusion remove it." if graphs and not (cpu or graph_run)
+                         else fact)
+            continue
+        parts.append(kind_advice(k, share, items, idle, cpu=cpu, compiled_cpu=compiled_cpu,
+                                 graphs=graphs and k in GRAPH_KINDS, graph_run=graph_run))
+        told |= k in GRAPH_KINDS
     return " ".join(parts), totals
 
 
