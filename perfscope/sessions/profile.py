@@ -471,8 +471,9 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
     counts differ (a partial trace), steps keep their own clock shifted onto the trace's first
     phase range; a note says so in the second case.
     """
-    rows = [dataclasses.asdict(s) for s in steps]
-    df = pd.DataFrame(rows)
+    from perfscope.sessions.loadtest import step_records
+
+    df = step_records(steps)
     if not len(df):
         return df, None
     from perfscope.analysis.tree import PHASES
