@@ -76,8 +76,11 @@ class Comparison:
         def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
             return [{k: jsonable(v) if not isinstance(v, (bool, np.bool_)) else bool(v) for k, v in r.items()}
                     for r in df.astype("object").where(df.notna(), None).to_dict(orient="records")]
-        return {"a": self.a, "b": self.b, "key": self.key, "by_phase": rows(self.by_phase),
-                "by_name": rows(self.by_name), "verdict": list(self.verdict), "tails": rows(self.by_tail)}
+        out = {"a": self.a, "b": self.b, "key": self.key, "by_phase": rows(self.by_phase),
+               "by_name": rows(self.by_name), "verdict": list(self.verdict)}
+        if len(self.by_tail):  # two load tests: how each part of the p99s moved
+            out["tails"] = rows(self.by_tail)
+        return out
 
 
 # ---------------------------------------------------------------------------- per phase

@@ -516,7 +516,9 @@ def _gauge_queue(req: pd.DataFrame, gauges: pd.DataFrame) -> dict[int, tuple[lis
 def splits(report: Report) -> list[RunSplit]:
     """Every run of a load test, split (computed once per Report)."""
     def build() -> list[RunSplit]:
-        if not len(report.requests) or "token_times_s" not in report.requests.columns:
+        from .loadtest import is_loadtest
+
+        if not len(report.requests) or not is_loadtest(report):
             return []
         return [split_run(report, run) for run in _runs(report)]
     return memo(report, "tails:splits", build)
@@ -589,11 +591,7 @@ def tails_table(report: Report) -> pd.DataFrame:
                 rows.append({"run": split.run or None, "metric": metric, "percentile": q, "value_s": e["value_s"],
                              **{f"{p}_s": e["parts"].get(p, math.nan) for p in PARTS}, "joined_by": split.source})
     df = pd.DataFrame(rows)
-    if len(df):
-        df = df.dropna(axis=1, how="all")
-        if df["run"].isna().all():
-            df = df.drop(columns="run")
-    return df
+    return df.dropna(axis=1, how="all") if len(df) else df
 
 
 COMPARE_SAME_PCT = 10.0
@@ -611,9 +609,10 @@ def compare_tails(a: Report, b: Report) -> pd.DataFrame:
         for metric in METRICS:
             ea, eb = entry(x, metric, 99.0), entry(y, metric, 99.0)
             pairs = [("value", ea["value_s"], eb["value_s"])]
-            for p in PARTS:
-                if p in ea["parts"] or p in eb["parts"]:
-                    pairs.append((p, ea["parts"].get(p, math.nan), eb["parts"].get(p, math.nan)))
+            for p in PARTS:  # the parts either run has (a part at 0 in both is left out)
+                va, vb = ea["parts"].get(p, math.nan), eb["parts"].get(p, math.nan)
+                if (p in ea["parts"] or p in eb["parts"]) and (va > 0 or vb > 0):
+                    pairs.append((p, va, vb))
             for part, va, vb in pairs:
                 rows.append({"run_a": x.run or None, "run_b": y.run or None, "metric": metric, "part": part,
                              "p99_a_s": va, "p99_b_s": vb, "change_s": vb - va})

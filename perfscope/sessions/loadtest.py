@@ -276,18 +276,12 @@ def request_frame(result: Any) -> pd.DataFrame:
 
 
 def step_frame(result: Any) -> pd.DataFrame:
+    from perfscope.sessions.profile import step_records
+
     df = step_records(result.steps)
     if len(df):
         df["duration_ns"] = df["end_ns"] - df["start_ns"]
     return df
-
-
-def step_records(steps: Sequence[Any]) -> pd.DataFrame:
-    """The ``steps`` rows of the engine's :class:`~perfscope.engine.serving.LoadStep` records (their rows'
-    lists go to :func:`request_steps_frame`)."""
-    from perfscope.engine.serving import MEMBER_FIELDS
-
-    return pd.DataFrame([{k: v for k, v in dataclasses.asdict(s).items() if k not in MEMBER_FIELDS} for s in steps])
 
 
 def request_steps_frame(steps: Sequence[Any], ids: dict[int, Any] | None = None) -> pd.DataFrame:
@@ -517,4 +511,4 @@ def metrics_payload(lt: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]
 
 
 __all__ = ["LengthDist", "LoadRun", "build_workload", "cli_payload", "metrics_payload", "parse_dist", "parse_rates", "read_arrivals",
-           "request_frame", "request_steps_frame", "run_loadtest", "step_frame", "step_records"]
+           "request_frame", "request_steps_frame", "run_loadtest", "step_frame"]

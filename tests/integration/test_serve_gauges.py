@@ -33,6 +33,13 @@ def test_serve_metrics_scraped_during_a_load_test(tmp_path: Path) -> None:
     assert waiting.max() > 0 and running.max() == 1  # one slot: the rest queue
     # on the requests' clock: scrapes span the run
     assert g["t_s"].min() < 0.5 and g["t_s"].max() >= report.requests["end_s"].max() - 0.5
+    # no server steps: the split uses the gauges (the queue, first come first served) and says what it cannot split
+    from perfscope.analysis.summaries.tails import tails_payload
+
+    tails = tails_payload(report)
+    assert tails["source"] == "gauges" and "decode" in tails["unmeasured"]
+    assert set(tails["ttft"]["p99"]["parts"]) <= {"queued", "unmeasured"}
+    assert tails["e2e"]["p99"]["parts"]["queued"] > 0  # one slot, 16 requests at 50/s: the tail waited
     found = [f for f in run_rules(report, rules=["ttft-gauges"])]
     # the rule's own decision on this run's numbers (how far TTFT rises depends on the machine's load):
     # when TTFT rose, the finding names the queue the gauges saw; when it did not, there is none

@@ -113,7 +113,7 @@ def test_parts_add_up_to_each_latency_against_the_schedulers_log(tiny, config):
     steps = step_frame(result).assign(framework="engine")
     report = Report.build({"requests": request_frame(result), "steps": steps,
                            "request_steps": request_steps_frame(result.steps)},
-                          {"source": {"kind": "engine-loadtest"}})
+                          {"source": {"kind": "engine-loadtest"}, "params": {"loadtest": {"runs": []}}})
     split = split_run(report, None)
     assert split.source == "scheduler"
     by_id = split.requests.set_index("request_id")
@@ -262,7 +262,8 @@ def test_split_of_a_report_without_steps_says_what_it_could_not_measure():
                         "end_s": [0.3, 0.5, 0.7], "status": ["ok"] * 3,
                         "token_times_s": [json.dumps([0.1, 0.2, 0.3]), json.dumps([0.3, 0.4, 0.5]),
                                           json.dumps([0.5, 0.6, 0.7])]})
-    tails = tails_payload(Report.build({"requests": req}, {"source": {"kind": "endpoint-loadtest"}}))
+    tails = tails_payload(Report.build({"requests": req}, {"source": {"kind": "endpoint-loadtest"},
+                                                          "params": {"loadtest": {"runs": []}}}))
     assert tails["source"] == "none"
     assert tails["ttft"]["p50"]["parts"] == {"unmeasured": pytest.approx(0.2)}
     assert "queued" in tails["unmeasured"] and tails["notes"]
@@ -324,3 +325,96 @@ def test_a_servers_step_annotations_split_the_gaps_they_hold(fixtures_dir, trace
     assert split.requests.set_index("request_id").loc[2, "e2e_unmeasured_s"] == pytest.approx(0.02)
     payload = tails_payload(report)
     assert payload["source"] == "server steps by time" and "queued" not in payload["ttft"]["p99"]["parts"]
+
+
+# ---------------------------------------------------------------- the dashboard and the Perfetto export
+def test_dashboard_click_on_a_request_shows_its_timeline(planted, tmp_path: Path):
+    from perfscope.dashboard import callbacks as cb
+    from perfscope.dashboard.store import ReportStore
+
+    planted.save(tmp_path / "runs" / "planted.perfscope")
+    store = ReportStore([tmp_path])
+    key = store.entries()[0].key
+    table, bars, points = cb.on_tails(store, key, "phases")
+    assert bars.layout.meta["kind"] == "tails" and points.layout.meta["kind"] == "tail_requests"
+    assert any(t.name == "other requests&#x27; prefill inside the gap (stall)" for t in bars.data)
+    # the request the p99 ITL comes from: its timeline has its pieces, its tokens and the steps it waited through
+    from perfscope.analysis.summaries.tails import tails_payload
+
+    rid = tails_payload(planted)["itl"]["p99"]["from"][0]["request_id"]
+    fig = cb.on_request_click(store, key, {"points": [{"customdata": ["rate=100", rid, 1.0, 2.0]}]})
+    assert fig.layout.meta["kind"] == "request_timeline" and f"Request {rid}" in fig.layout.title.text
+    steps = [t for t in fig.data if getattr(t, "y", None) is not None and set(t.y) == {"steps"}]
+    texts = [x for t in steps for x in t.text]
+    assert any("prefill step" in x and "this request: not in it" in x for x in texts)  # the stall
+    assert any("decode step" in x and "this request: decode" in x for x in texts)
+    assert any(t.name == "tokens" for t in fig.data)
+    for click in (None, {"points": "x"}, {"points": [{"customdata": ["x" * 5000, 1]}]},
+                  {"points": [{"customdata": ["rate=100", "not a number"]}]}):
+        assert cb.on_request_click(store, key, click).layout.meta["kind"] == "request_timeline"
+
+
+def test_perfetto_export_links_each_request_to_the_steps_it_ran_in(planted, tmp_path: Path):
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    from perfscope.dashboard.export.perfetto import export_trace
+
+    out = tmp_path / "t.pftrace"
+    stats = export_trace(planted, out)
+    assert stats.flows == len(planted.request_steps)
+    trace = pb.Trace.FromString(out.read_bytes())
+    names, starts, ends = {}, {}, {}
+    for p in trace.packet:
+        for n in p.interned_data.event_names:
+            names[n.iid] = n.name
+        ev = p.track_event
+        if p.HasField("track_event") and ev.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            for f in ev.flow_ids:
+                starts[f] = (names.get(ev.name_iid), p.timestamp)
+            for f in ev.terminating_flow_ids:
+                ends[f] = (names.get(ev.name_iid), p.timestamp)
+    assert set(starts) == set(ends) and len(starts) == stats.flows
+    assert {n for n, _ in starts.values()} == {"request"}
+    assert all(n.split(" step ")[0] in ("prefill", "decode") for n, _ in ends.values())
+    assert all(starts[f][1] <= ends[f][1] for f in starts)  # a request reaches the server before its steps
+    chrome = tmp_path / "t.json"
+    export_trace(planted, chrome, format="chrome")
+    events = json.loads(chrome.read_text())["traceEvents"]
+    assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) == stats.flows
+
+
+def test_compare_says_how_each_part_of_the_p99_moved(planted, chunked):
+    from perfscope.analysis.summaries.compare import compare, tail_view
+
+    c = compare(planted, chunked)
+    stall = c.by_tail[(c.by_tail["metric"] == "itl") & (c.by_tail["part"] == "prefill_stall")].iloc[0]
+    assert stall["change_s"] < 0 and stall["p99_b_s"] < 0.5 * stall["p99_a_s"]
+    assert any(v.startswith("p99 ITL") and "stall" in v for v in c.verdict)
+    assert "tails" in c.to_dict() and len(tail_view(c)) == len(c.by_tail)
+
+
+def test_gauges_only_estimate_the_queue_and_say_what_they_cannot_split():
+    """Three requests sent to a one-slot server 0.1 s apart, each served for 1 s; /metrics scraped with
+    its waiting count: first come first served, the second waited from its send to the first's end
+    (0.1 -> 1.0 s), the third until the second's (0.2 -> 2.0 s); the scrapes see it up to their sampling."""
+    from perfscope.analysis.summaries.tails import split_run, tails_payload
+    from perfscope.report import Report
+
+    req = pd.DataFrame({"request_id": [0, 1, 2], "status": ["ok"] * 3, "output_tokens": [2] * 3,
+                        "arrival_s": [0.0, 0.1, 0.2], "first_token_s": [0.5, 1.5, 2.5], "end_s": [1.0, 2.0, 3.0],
+                        "token_times_s": [json.dumps([0.5, 1.0]), json.dumps([1.5, 2.0]), json.dumps([2.5, 3.0])],
+                        "run": ["r"] * 3})
+    req["ttft_s"], req["e2e_s"] = req["first_token_s"] - req["arrival_s"], req["end_s"] - req["arrival_s"]
+    t = np.arange(0.05, 3.0, 0.1)
+    waiting = np.select([t < 0.1, t < 0.2, t < 1.0, t < 2.0], [0, 1, 2, 1], 0)
+    gauges = pd.DataFrame({"t_s": t, "metric": "requests_waiting", "value": waiting.astype(float), "run": "r"})
+    report = Report.build({"requests": req, "gauges": gauges},
+                          {"source": {"kind": "endpoint-loadtest"}, "params": {"loadtest": {"runs": [{"run": "r"}]}}})
+    split = split_run(report, "r")
+    assert split.source == "gauges"
+    q = split.requests.set_index("request_id")["ttft_queued_s"]
+    assert q[0] == 0
+    assert q[1] == pytest.approx(0.9, abs=0.1) and q[2] == pytest.approx(1.8, abs=0.1)
+    tails = tails_payload(report)
+    assert set(tails["ttft"]["p99"]["parts"]) == {"queued", "unmeasured"}
+    assert set(tails["unmeasured"]) == {"prefill", "head_of_line", "decode", "prefill_stall", "preemption", "host"}
+    assert any("--profile" in n for n in tails["notes"])
