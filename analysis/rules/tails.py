@@ -31,6 +31,9 @@ TAIL_METRICS = ("ttft", "itl", "e2e")
 HIGH_RATIO = 4.0
 """A p99 at four times its p50 or more is ``high``; a tail between 2x and 4x is ``medium``."""
 METRIC_WORDS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
+SHORT_PROMPT_TOKENS = 64
+"""A prefill stall made of prompts this short is the separate forward's cost, not a long prompt's: a chunk
+budget below it would cut every prompt into more steps than it saves, so chunking is not the advice."""
 STEP_ITEMS = 3
 """Steps listed per growing part (the largest holders)."""
 
@@ -117,6 +120,7 @@ def _step_words(split: RunSplit, report: Report, pos: int) -> tuple[str, dict[st
             ids = ", ".join(f"{int(r)} ({int(t)} tokens)" for r, t in zip(pre["request_id"], pre["tokens"]))
             words += f", prefilling request{'s' if len(pre) > 1 else ''} {ids}"
             attrs["prefill_requests"] = ", ".join(str(int(r)) for r in pre["request_id"])
+            attrs["largest_prefill_tokens"] = int(pre["tokens"].max())
         dec = int((who["role"] == "decode").sum())
         if dec:
             words += f", decoding {dec}"
@@ -199,9 +203,17 @@ def _advice(report: Report, split: RunSplit, metric: str, top: str, hi: dict[str
     facts: dict[str, float | int | str] = {}
     if top in ("head_of_line", "prefill_stall"):
         budget = p.get("max_batched_tokens")
-        longest = max((i.attrs.get("tokens") or 0 for i in items if i.attrs.get("part") == top), default=0)
+        # the longest prompt chunk one request ran in those steps (the scheduler's log), else the step's tokens
+        longest = max((int(str(i.attrs.get("largest_prefill_tokens") or i.attrs.get("tokens") or 0)) for i in items
+                       if i.attrs.get("part") == top), default=0)
         if longest:
-            facts["longest_prefill_step_tokens"] = int(longest)
+            facts["longest_prefill_tokens"] = longest
+        if longest and longest <= SHORT_PROMPT_TOKENS and not budget:
+            return (f"The stall is newly admitted requests' short prompts (at most {longest} tokens of one request in "
+                    "a step), each prefilled in a forward of its own between the running requests' decodes: "
+                    f"chunking ({_knob(fw, 'chunk')}) cannot shorten them. Fewer admissions per step (a lower rate "
+                    "or a smaller batch) or a server that runs prefill tokens in the decode step itself (vLLM's and "
+                    "SGLang's mixed steps) stalls decodes less.", facts)
         if budget and fw == "engine":
             return (f"Chunked prefill is on ({_knob(fw, 'chunk')} {budget}): other requests' prefill still holds "
                     f"the p99 gap; a smaller budget shortens each stall, at the cost of more steps per long prompt "
@@ -252,4 +264,4 @@ def _positions(split: RunSplit, items: list[Item], part: str) -> list[int]:
     return [int(p) for p in st.loc[st["step"].astype("int64").isin(ids), "pos"]]
 
 
-__all__ = ["HIGH_RATIO", "MIN_EXCESS_S", "TAIL_RATIO", "serving_tails"]
+__all__ = ["HIGH_RATIO", "MIN_EXCESS_S", "SHORT_PROMPT_TOKENS", "TAIL_RATIO", "serving_tails"]

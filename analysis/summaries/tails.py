@@ -286,8 +286,9 @@ def split_run(report: Report, run: str | None) -> RunSplit:
             if p is not None:
                 members.setdefault(int(rid), {})[p] = (str(role), int(tok))
     gauges = _of_run(report.gauges, run) if "run" in report.gauges.columns else report.gauges
-    s0 = steps["start_s"].to_numpy(float) if len(steps) else np.zeros(0)
-    s1 = steps["end_s"].to_numpy(float) if len(steps) else np.zeros(0)
+    # on the requests' grid: token times are stored to the ns, so a token made at a step's end meets it exactly
+    s0 = np.round(steps["start_s"].to_numpy(float), 9) if len(steps) else np.zeros(0)
+    s1 = np.round(steps["end_s"].to_numpy(float), 9) if len(steps) else np.zeros(0)
     phase = steps["phase"].astype(object).fillna("?").to_numpy() if len(steps) else np.zeros(0, object)
     tokens = pd.to_numeric(steps.get("tokens", pd.Series(dtype=float)), errors="coerce").to_numpy(float) \
         if len(steps) else np.zeros(0)

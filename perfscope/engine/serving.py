@@ -228,6 +228,31 @@ class Executor(Protocol):
         ...
 
 
+class TimedExecutor:
+    """A real executor on a virtual clock: each forward runs on ``executor`` (the real engine: the same
+    tokens, the same cache discipline) and advances ``clock`` by a cost model, ``fixed_s`` plus ``per_token_s``
+    per padded token (rows x the longest chunk). Load tests then time the same on any machine (tests,
+    ``benchmarks/tails.py``); the cost model is a stand-in for a device, not a measurement of one."""
+
+    def __init__(self, executor: Executor, clock: SimClock, fixed_s: float = 2e-3, per_token_s: float = 5e-5) -> None:
+        self.executor, self.clock, self.fixed_s, self.per_token_s = executor, clock, fixed_s, per_token_s
+        self.n_slots = executor.n_slots
+
+    def forward(self, slots: Sequence[int], chunks: Sequence[Sequence[int]], starts: Sequence[int]) -> list[int]:
+        out = self.executor.forward(slots, chunks, starts)
+        self.clock.advance(self.fixed_s + self.per_token_s * len(chunks) * max(len(c) for c in chunks))
+        return out
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        self.executor.move(src, dst, length)
+
+    def cost(self, rows: int, width: int, context: int, last_only: bool) -> StepCost:
+        return self.executor.cost(rows, width, context, last_only)
+
+    def kv_bytes(self, positions: int) -> float:
+        return self.executor.kv_bytes(positions)
+
+
 # ---------------------------------------------------------------- the slot cache
 @dataclass
 class _StepState:

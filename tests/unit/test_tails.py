@@ -2,8 +2,8 @@
 against the engine scheduler's own log, and the tail finding's decisions on planted workloads.
 
 The engine runs for real (the tiny model, its slot KV cache, its scheduler) on a virtual clock that a
-cost model advances by each forward's padded tokens, so every time, and every decision, is the same
-on any machine."""
+cost model advances by each forward's padded tokens (:class:`TimedExecutor`: 2 ms plus 50 us per padded
+token), so every time, and every decision, is the same on any machine."""
 
 from __future__ import annotations
 
@@ -16,32 +16,9 @@ import pandas as pd
 import pytest
 
 from perfscope.device import DeviceSpec
-from perfscope.engine.serving import LoadRequest, ServeConfig, SimClock, serve
+from perfscope.engine.serving import LoadRequest, ServeConfig, SimClock, TimedExecutor, serve
 
 CPU = DeviceSpec("cpu", "cpu")
-
-
-class TimedEngine:
-    """The real engine, timed by a cost model: a forward takes ``fixed_s`` plus ``per_token_s`` per
-    padded token (rows x the longest chunk), on the virtual clock."""
-
-    def __init__(self, engine, clock: SimClock, fixed_s: float = 2e-3, per_token_s: float = 5e-5) -> None:
-        self.engine, self.clock, self.fixed_s, self.per_token_s = engine, clock, fixed_s, per_token_s
-        self.n_slots = engine.n_slots
-
-    def forward(self, slots, chunks, starts):
-        out = self.engine.forward(slots, chunks, starts)
-        self.clock.advance(self.fixed_s + self.per_token_s * len(chunks) * max(len(c) for c in chunks))
-        return out
-
-    def move(self, src, dst, length):
-        self.engine.move(src, dst, length)
-
-    def cost(self, rows, width, context, last_only):
-        return self.engine.cost(rows, width, context, last_only)
-
-    def kv_bytes(self, positions):
-        return self.engine.kv_bytes(positions)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,7 +53,7 @@ def _loadtest(tiny, **opts):
 
     run = LoadRun(model="tiny", profile=False, **opts)
     return run_loadtest(run, model=tiny, roofs=CPU, clock_factory=SimClock,
-                        executor_wrap=lambda engine, clock: TimedEngine(engine, clock))
+                        executor_wrap=lambda engine, clock: TimedExecutor(engine, clock))
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +86,7 @@ def test_parts_add_up_to_each_latency_against_the_schedulers_log(tiny, config):
                                               rng.integers(2, 14, 24)))]
     clock = SimClock()
     with SlotEngine(tiny, config.max_batch, 64) as engine:
-        result = serve(TimedEngine(engine, clock), reqs, config, clock)
+        result = serve(TimedExecutor(engine, clock), reqs, config, clock)
     steps = step_frame(result).assign(framework="engine")
     report = Report.build({"requests": request_frame(result), "steps": steps,
                            "request_steps": request_steps_frame(result.steps)},
@@ -131,6 +108,20 @@ def test_parts_add_up_to_each_latency_against_the_schedulers_log(tiny, config):
         assert row["ttft_queued_s"] == pytest.approx(t.admitted_s - t.considered_s, abs=1e-9)
         assert row["e2e_preemption_s"] > 0 if t.preempted_s else row["e2e_preemption_s"] == 0
     assert split.additivity_error_pct < 1e-6
+    # known truth: the cost model's time of each forward (2 ms + 50 us x rows x the longest chunk). Inside an
+    # inter-token gap of a continuous batch, the decode part is the decode forwards in it (the one that made
+    # the token; after the first token also the others' decode of that iteration), the stall every prefill
+    # forward in it (none holds this request's rows once it decodes)
+    if config.policy == "continuous" and not config.kv_capacity:
+        cost = {s.step: 2e-3 + 5e-5 * s.batch * max(s.request_tokens) for s in result.steps}
+        for t in result.requests:
+            for k in range(1, len(t.token_times_s)):
+                g = gaps.loc[(t.request_id, k)]
+                inside = [s for s in result.steps if t.token_times_s[k - 1] <= s.start_s < t.token_times_s[k]]
+                assert [s.phase for s in inside][-1] == "decode" and t.request_id in inside[-1].request_ids
+                for phase, part in (("decode", "decode_s"), ("prefill", "prefill_stall_s")):
+                    want = sum(cost[s.step] for s in inside if s.phase == phase)
+                    assert g[part] == pytest.approx(want, rel=1e-6, abs=1e-12)
     if config.kv_capacity:
         assert any(t.preempted_s for t in result.requests)  # the capacity does preempt
 
@@ -195,7 +186,7 @@ def test_preempted_requests_make_the_same_tokens(tiny):
     reqs = [LoadRequest(i, 0.0005 * i, tuple(rng.integers(0, 512, 10).tolist()), 12) for i in range(6)]
     clock = SimClock()
     with SlotEngine(tiny, 6, 24) as engine:
-        res = serve(TimedEngine(engine, clock), reqs, ServeConfig(6, kv_capacity=48), clock)
+        res = serve(TimedExecutor(engine, clock), reqs, ServeConfig(6, kv_capacity=48), clock)
     assert sum(len(t.preempted_s) for t in res.requests) > 0
     for r, t in zip(reqs, res.requests):
         assert t.output_ids == generate(tiny, [list(r.prompt)], r.max_output_tokens).generated_ids[0]
