@@ -177,11 +177,15 @@ def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) ->
     rows = rows[[c for c in rows if rows[c].notna().any() and c not in ("grid", "block")
                  and not (c in ("device", "stream") and rows[c].nunique() < 2)]]
     top_note = f"the {top_rows} longest of {len(report.kernels):,} executions" if len(report.kernels) > top_rows else ""
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     above = "".join(f"<li>{esc(n)}</li>" for n in roof_notes(by_name.head(max_rows), report.device))
+    differ = "".join(f"<li>{esc(n)}</li>" for n in limiter_notes(by_name.head(max_rows)))
     body = (_table(page, by_name.head(max_rows), note, "Per kernel name (one row per name and phase)")
             + (f'<p class="muted">Above the roof:</p><ul class="roofnotes">{above}</ul>' if above else "")
+            + (f'<p class="muted">The measured limiter disagrees with the roofline (the point stays where the FLOPs '
+               f'and bytes put it; the bound is the measured one):</p><ul class="roofnotes">{differ}</ul>'
+               if differ else "")
             + _table(page, rows, top_note, "Longest executions"))
     return _section("Kernels", body, "kernels")
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import dash_ag_grid as dag
 from dash import dcc, html
 
+from perfscope.analysis.costs.limiter import bound_label
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view, tail_view
 from perfscope.format import column_label, evidence_rows
 
@@ -70,13 +71,15 @@ def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
 
     top = top_kernels(report, n)
     rows = [{"name": str(r["name"]), "calls": f"{int(r['count']):,}", "time": duration(r["duration_ns"]),
-             "share": pct(r["share_pct"]), "bound": str(r.get("bound") or "unknown"),
+             "share": pct(r["share_pct"]), "bound": bound_label(r.get("bound"), r.get("limiter")),
              "achieved": si(r.get("achieved_flops_per_s"), "FLOP/s"), "% of roof": pct(r.get("pct_of_roof"))}
             for _, r in top.iterrows()]
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     notes = [html.Li(n) for n in roof_notes(top, report.device)]
-    return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else [])])
+    differ = [html.Li(n) for n in limiter_notes(top)]
+    return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else []),
+                     *([html.P("The measured limiter disagrees with the roofline:"), html.Ul(differ)] if differ else [])])
 
 
 def _finding(f: Any) -> html.Div:
