@@ -327,6 +327,7 @@ def test_dashboard_click_on_a_request_shows_its_timeline(planted, tmp_path: Path
     store = ReportStore([tmp_path])
     key = store.entries()[0].key
     table, bars, points = cb.on_tails(store, key, "phases")
+    assert "Serving tails: p50 and p99 split into their causes" in str(table)
     assert bars.layout.meta["kind"] == "tails" and points.layout.meta["kind"] == "tail_requests"
     assert any(t.name == "other requests&#x27; prefill inside the gap (stall)" for t in bars.data)
     # the request the p99 ITL comes from: its timeline has its pieces, its tokens and the steps it waited through
