@@ -136,14 +136,17 @@ def request_timeline_figure(report: Report, run: str | None, request_id: int) ->
         return message_figure(f"request {request_id} has no timeline (no token, or not sent)", "request_timeline")
     row = split.requests[split.requests["request_id"] == int(request_id)].iloc[0]
     t0 = float(seg["start_s"].min())
+    # the parts of one piece of time (its own share of a shared prefill step, the others') side by side
+    seg = seg.assign(at=seg["start_s"] + seg.groupby(["start_s", "end_s"], sort=False)["seconds"].cumsum()
+                     - seg["seconds"])
     fig = go.Figure()
     seen: set[str] = set()
     for p in PARTS:
         sel = seg[seg["part"] == p]
         if not len(sel):
             continue
-        base = (sel["start_s"].to_numpy(float) - t0) * 1e3
-        width = (sel["end_s"].to_numpy(float) - sel["start_s"].to_numpy(float)) * 1e3
+        base = (sel["at"].to_numpy(float) - t0) * 1e3
+        width = sel["seconds"].to_numpy(float) * 1e3
         share = sel["seconds"].to_numpy(float) / np.maximum(sel["end_s"].to_numpy(float) - sel["start_s"].to_numpy(float), 1e-12)
         custom = np.stack([sel["gap"].to_numpy(), sel["seconds"].to_numpy(float) * 1e3, share * 100], axis=1)
         fig.add_trace(go.Bar(y=["this request"] * len(sel), x=width, base=base, orientation="h",
@@ -189,7 +192,9 @@ def request_timeline_figure(report: Report, run: str | None, request_id: int) ->
                              f"{row['ttft_s'] * 1e3:.2f} ms, E2E {row['e2e_s'] * 1e3:.2f} ms, {int(row['output_tokens'])} "
                              f"tokens (joined by {esc(split.source)})"),
                       meta={"kind": "request_timeline"})
-    fig.update_xaxes(title="ms from its arrival")
+    span = (hi - lo) * 1e3
+    fig.update_xaxes(title="ms from its arrival (steps that began before it are cut at its arrival)",
+                     range=[-0.02 * span, 1.02 * span])
     return fig
 
 
