@@ -29,7 +29,8 @@ How requests are joined to steps (``source``):
   and every request's first look, admission and preemptions: exact;
 - ``server steps by request id``: ``loadtest --endpoint --profile`` against ``perfscope serve``: its
   step records name their requests, matched to the client's by the stream's response id;
-- ``server steps by time``: vLLM's and SGLang's step annotations carry counts, not request ids: a
+- ``steps by time``: vLLM's and SGLang's step annotations carry counts, not request ids (nor do an
+  engine report's steps written before the scheduler's log): a
   request's own prefill is the last prefill (or mixed) step that ended before its first token, and
   the other steps are classified by what they ran; queueing is not told apart from waiting behind
   steps;
@@ -85,7 +86,7 @@ QUANTILES = (("p50", 50.0), ("p99", 99.0))
 EDGE_S = 1e-6
 """Times within a microsecond of the steps' span are inside it (token times are stored rounded to 1 ns)."""
 
-SOURCES = ("scheduler", "server steps by request id", "server steps by time", "gauges", "none")
+SOURCES = ("scheduler", "server steps by request id", "steps by time", "gauges", "none")
 
 _P = {p: i for i, p in enumerate(PARTS)}
 _DECODE_PHASES = ("decode",)
@@ -262,9 +263,11 @@ def split_run(report: Report, run: str | None) -> RunSplit:
     if len(steps) and len(links):
         source = "scheduler" if kind.startswith("engine") else "server steps by request id"
     elif len(steps):
-        source = "server steps by time"
+        source = "steps by time"
         fw = sorted({str(f) for f in steps.get("framework", pd.Series(dtype=object)).dropna()} - {"engine"})
-        notes.append(f"the server's step annotations ({', '.join(fw) or 'its steps'}) carry no request identity: "
+        if kind.startswith("engine"):
+            notes.append("the engine's steps without its scheduler's log (a report written before it): joined by time")
+        notes.append(f"the step annotations ({', '.join(fw) or 'the steps'}) carry no request identity: "
                      "each request is joined to the steps by time (its own prefill: the last prefill or mixed "
                      "step that ended before its first token; earlier chunks of its prompt count as head of line), "
                      "and time queued for a KV slot is not told apart from time behind other requests' steps")
@@ -425,7 +428,7 @@ def _unmeasured(source: str) -> tuple[str, ...]:
         return ("prefill", "head_of_line", "decode", "prefill_stall", "preemption", "host")
     if source == "none":
         return tuple(p for p in PARTS if p != "unmeasured")
-    if source == "server steps by time":
+    if source == "steps by time":
         return ("queued", "preemption")
     return ()
 
@@ -436,7 +439,7 @@ def _join_for(rid: int, member: dict[int, tuple[str, int]] | None, tok: np.ndarr
     if member is not None:
         own = {p for p, (role, _) in member.items() if role == "prefill"}
         return _Join(member, own, {})
-    if source not in ("server steps by time", "server steps by request id") or not len(near):
+    if source not in ("steps by time", "server steps by request id") or not len(near):
         return _Join({}, set(), {})
     # by time: the last step with prefill work that ended before (or at) the first token, after the arrival
     cand = [int(p) for p in near if phase[p] in (*_PREFILL_PHASES, *_MIXED_PHASES)

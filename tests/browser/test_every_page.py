@@ -95,7 +95,7 @@ def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixt
         assert result["tables"]["Longest executions"] == min(len(report.kernels), TOP_ROWS) > 0
     if len(report.steps):
         assert "phases" in result["sections"]
-    if name.endswith("loadtest") or name.endswith("tails"):  # a load test's serving tails
+    if name.endswith(("loadtest", "tails")):  # a load test's serving tails
         assert "tails" in result["sections"] and result["tables"]["p50 and p99 with their parts"] == 8
 
 

@@ -51,7 +51,7 @@ def planted_lengths(tmp_path_factory) -> str:
 def _loadtest(tiny, **opts):
     from perfscope.sessions.loadtest import LoadRun, run_loadtest
 
-    run = LoadRun(model="tiny", profile=False, **opts)
+    run = LoadRun(model="tiny", **{"profile": False, **opts})
     return run_loadtest(run, model=tiny, roofs=CPU, clock_factory=SimClock,
                         executor_wrap=lambda engine, clock: TimedExecutor(engine, clock))
 
@@ -146,6 +146,11 @@ def test_prefill_stall_is_the_p99_itl_and_chunking_shrinks_it(planted, chunked):
     assert f.items and f.items[0].kind == "step" and f.items[0].attrs["phase"] == "prefill"
     assert "480 tokens" in f.items[0].label  # the long prompt behind the stall, named by the scheduler's log
     assert f.explained_share > 0.5
+    # a report written before the scheduler's log: the same steps joined by time find the same stall
+    from perfscope.schema import empty_table
+
+    old = tails_payload(planted.replace(request_steps=empty_table("request_steps")))
+    assert old["source"] == "steps by time" and _top(old["itl"]["p99"]) == "prefill_stall"
     g = next((f for f in run_rules(chunked, rules=["serving-tail"]) if f.evidence["metric"] == "itl"), None)
     if g is not None:  # the chunked run's tail, if it still has one, says what chunking left of the stall
         assert "chunked prefill (--max-batched-tokens 64)" in g.title
@@ -295,7 +300,7 @@ def test_a_servers_step_annotations_split_the_gaps_they_hold(fixtures_dir, trace
     tables = {k: v.assign(run=label) if len(v) else v for k, v in imported.tables.items()}
     report = _report(run, parse_endpoint(run.endpoint), "served", req, meta, [], False, None, {"tables": tables})
     split = splits(report)[0]
-    assert split.source == "server steps by time" and len(split.steps) == 1
+    assert split.source == "steps by time" and len(split.steps) == 1
     step = split.steps.iloc[0]
     dur = float(step["end_s"] - step["start_s"])
     assert any("no request identity" in n for n in split.notes)
@@ -315,7 +320,7 @@ def test_a_servers_step_annotations_split_the_gaps_they_hold(fixtures_dir, trace
     assert first["ttft_prefill_s"] == 0 and first["ttft_decode_s"] + first["ttft_host_s"] == pytest.approx(dur, rel=1e-6)
     assert split.requests.set_index("request_id").loc[2, "e2e_unmeasured_s"] == pytest.approx(0.02)
     payload = tails_payload(report)
-    assert payload["source"] == "server steps by time" and "queued" not in payload["ttft"]["p99"]["parts"]
+    assert payload["source"] == "steps by time" and "queued" not in payload["ttft"]["p99"]["parts"]
 
 
 # ---------------------------------------------------------------- the dashboard and the Perfetto export
@@ -410,3 +415,28 @@ def test_gauges_only_estimate_the_queue_and_say_what_they_cannot_split():
     assert set(tails["ttft"]["p99"]["parts"]) == {"queued", "unmeasured"}
     assert set(tails["unmeasured"]) == {"prefill", "head_of_line", "decode", "prefill_stall", "preemption", "host"}
     assert any("--profile" in n for n in tails["notes"])
+
+
+def test_a_profiled_run_names_the_kernel_family_of_its_steps(tiny, planted_lengths):
+    """Profiled, the same simulated run keeps its clock and gets the real kernels: each step's kernel
+    families (launched in the step's window on the trace), shown in the request timeline and named by the
+    finding when a step's own time is what grows."""
+    from perfscope.analysis.rules.tails import _advice, _items
+    from perfscope.analysis.summaries.tails import entry, splits, step_families
+    from perfscope.dashboard.figures.tails import request_timeline_figure
+
+    report = _loadtest(tiny, rates=(100.0,), requests=10, prompt_len=planted_lengths, output_len="4", max_batch=4,
+                       profile=True)
+    split = splits(report)[0]
+    fam = step_families(report, split)
+    assert len(fam) == len(split.steps)  # every forward launched its operators inside its own step
+    assert "gemm" in fam.columns and (fam["gemm"] > 0).all()
+    fig = request_timeline_figure(report, split.run, 0)
+    texts = [x for t in fig.data if getattr(t, "text", None) is not None for x in t.text]
+    assert any("kernels: gemm" in x or ", gemm" in x for x in texts)
+    # the decode part of the p99 gap: the finding's items point at its decode steps, whose family it names
+    p99 = entry(split, "itl", 99.0)
+    items = _items(report, split, "itl", p99["from"], [(p99["parts"]["decode"], "decode")])
+    assert items and all(i.kind == "step" and i.attrs["phase"] == "decode" for i in items)
+    advice, facts = _advice(report, split, "itl", "decode", p99, items)
+    assert facts["slow_step_kernel_family"] in fam.columns and "kernels hold" in advice
