@@ -213,6 +213,8 @@ def _decode_estimate(steps: pd.DataFrame) -> np.ndarray:
     seqs = pd.to_numeric(steps.get("decode_seqs", pd.Series(np.nan, index=steps.index)), errors="coerce").to_numpy(float)
     toks = pd.to_numeric(steps.get("tokens", pd.Series(np.nan, index=steps.index)), errors="coerce").to_numpy(float)
     pure = np.isin(phase, _DECODE_PHASES) & np.isfinite(seqs)
+    if "outlier" in steps.columns:  # a stalled or cold decode step is not the decode time at its batch
+        pure &= steps["outlier"].isna().to_numpy()
     if pure.any():
         by = pd.Series(dur[pure]).groupby(seqs[pure]).median().sort_index()
         est = np.interp(np.nan_to_num(seqs[mixed]), by.index.to_numpy(float), by.to_numpy(float))
@@ -249,6 +251,69 @@ class _Join:
     own_share: dict[int, float]  # own share of those steps' prefill work (by time: 1 / prefilling sequences)
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """A run's steps as arrays, on the requests' clock, and what each piece inside one is made of."""
+
+    s0: np.ndarray
+    s1: np.ndarray
+    phase: np.ndarray
+    tokens: np.ndarray
+    pre_seqs: np.ndarray
+    batch: np.ndarray
+    dec_share: np.ndarray  # the decode part's share of the step (1 for a decode step, the estimate for a mixed one)
+    stall: np.ndarray  # the host stall's share of the step (flagged steps only)
+
+    @classmethod
+    def of(cls, report: Report, steps: pd.DataFrame) -> _Steps:
+        def num(col: str) -> np.ndarray:
+            return pd.to_numeric(steps[col], errors="coerce").to_numpy(float) if col in steps.columns \
+                else np.full(len(steps), np.nan)
+        # on the requests' grid: token times are stored to the ns, so a token made at a step's end meets it exactly
+        s0, s1 = np.round(num("start_s"), 9), np.round(num("end_s"), 9)
+        dur = np.maximum(s1 - s0, 0.0)
+        dec = _decode_estimate(steps) if len(steps) else np.zeros(0)
+        return cls(s0, s1, steps["phase"].astype(object).fillna("?").to_numpy() if len(steps) else np.zeros(0, object),
+                   num("tokens"), num("prefill_seqs"), num("batch"),
+                   np.where(dur > 0, dec / np.where(dur > 0, dur, 1.0), 0.0), _host_stall_share(report, steps))
+
+    @property
+    def covered(self) -> tuple[float, float] | None:
+        return (float(self.s0.min()), float(self.s1.max())) if len(self.s0) else None
+
+
+def _source(report: Report, run: str | None, steps: pd.DataFrame, links: pd.DataFrame) -> tuple[str, list[str]]:
+    """How the run's requests are joined to its steps (:data:`SOURCES`), and what the join cannot tell."""
+    kind = str((report.manifest.get("source") or {}).get("kind") or "")
+    if len(steps) and len(links):
+        return ("scheduler" if kind.startswith("engine") else "server steps by request id"), []
+    if len(steps):
+        fw = sorted({str(f) for f in steps.get("framework", pd.Series(dtype=object)).dropna()} - {"engine"})
+        notes = (["the engine's steps without its scheduler's log (a report written before it): joined by time"]
+                 if kind.startswith("engine") else [])
+        notes.append(f"the step annotations ({', '.join(fw) or 'the steps'}) carry no request identity: "
+                     "each request is joined to the steps by time (its own prefill: the last prefill or mixed "
+                     "step that ended before its first token; earlier chunks of its prompt count as head of line), "
+                     "and time queued for a KV slot is not told apart from time behind other requests' steps")
+        return "steps by time", notes
+    gauges = _of_run(report.gauges, run) if "run" in report.gauges.columns else report.gauges
+    return ("gauges" if len(gauges) else "none"), []
+
+
+def _members(steps: pd.DataFrame, links: pd.DataFrame) -> dict[int, dict[int, tuple[str, int]]]:
+    """request id -> step position -> (role, tokens), from the scheduler's log."""
+    out: dict[int, dict[int, tuple[str, int]]] = {}
+    if not (len(links) and len(steps)):
+        return out
+    pos_of = dict(zip(steps["step"].astype("int64").tolist(), steps["pos"].tolist()))
+    for rid, stp, role, tok in zip(links["request_id"].tolist(), links["step"].tolist(), links["role"].tolist(),
+                                   pd.to_numeric(links["tokens"], errors="coerce").fillna(0).tolist()):
+        p = pos_of.get(int(stp))
+        if p is not None:
+            out.setdefault(int(rid), {})[p] = (str(role), int(tok))
+    return out
+
+
 # ---------------------------------------------------------------------------- the split
 def split_run(report: Report, run: str | None) -> RunSplit:
     """Every request of ``run`` split into :data:`PARTS` (see the module docstring)."""
@@ -258,150 +323,37 @@ def split_run(report: Report, run: str | None) -> RunSplit:
     req = req[pd.to_numeric(req.get("arrival_s", pd.Series(np.nan, index=req.index)), errors="coerce").notna()]
     steps, step_note = run_steps(report, run)
     links = _of_run(report.request_steps, run)
-    notes: list[str] = [step_note] if step_note else []
-    kind = str((report.manifest.get("source") or {}).get("kind") or "")
-    if len(steps) and len(links):
-        source = "scheduler" if kind.startswith("engine") else "server steps by request id"
-    elif len(steps):
-        source = "steps by time"
-        fw = sorted({str(f) for f in steps.get("framework", pd.Series(dtype=object)).dropna()} - {"engine"})
-        if kind.startswith("engine"):
-            notes.append("the engine's steps without its scheduler's log (a report written before it): joined by time")
-        notes.append(f"the step annotations ({', '.join(fw) or 'the steps'}) carry no request identity: "
-                     "each request is joined to the steps by time (its own prefill: the last prefill or mixed "
-                     "step that ended before its first token; earlier chunks of its prompt count as head of line), "
-                     "and time queued for a KV slot is not told apart from time behind other requests' steps")
-    elif len(_of_run(report.gauges, run)) if "run" in report.gauges.columns else len(report.gauges):
-        source = "gauges"
-    else:
-        source = "none"
+    source, notes = _source(report, run, steps, links)
+    notes = ([step_note] if step_note else []) + notes
     if source == "server steps by request id":
         unjoined = int((~req["request_id"].isin(links["request_id"])).sum())
         if unjoined:
             notes.append(f"{unjoined} request(s) not named by the server's step records (no response id matched): "
                          "joined by time")
-    members: dict[int, dict[int, tuple[str, int]]] = {}
-    if len(links) and len(steps):
-        pos_of = dict(zip(steps["step"].astype("int64").tolist(), steps["pos"].tolist()))
-        for rid, stp, role, tok in zip(links["request_id"].tolist(), links["step"].tolist(), links["role"].tolist(),
-                                       pd.to_numeric(links["tokens"], errors="coerce").fillna(0).tolist()):
-            p = pos_of.get(int(stp))
-            if p is not None:
-                members.setdefault(int(rid), {})[p] = (str(role), int(tok))
-    gauges = _of_run(report.gauges, run) if "run" in report.gauges.columns else report.gauges
-    # on the requests' grid: token times are stored to the ns, so a token made at a step's end meets it exactly
-    s0 = np.round(steps["start_s"].to_numpy(float), 9) if len(steps) else np.zeros(0)
-    s1 = np.round(steps["end_s"].to_numpy(float), 9) if len(steps) else np.zeros(0)
-    phase = steps["phase"].astype(object).fillna("?").to_numpy() if len(steps) else np.zeros(0, object)
-    tokens = pd.to_numeric(steps.get("tokens", pd.Series(dtype=float)), errors="coerce").to_numpy(float) \
-        if len(steps) else np.zeros(0)
-    pre_tok = pd.to_numeric(steps.get("prefill_tokens", pd.Series(dtype=float)), errors="coerce").to_numpy(float) \
-        if len(steps) else np.zeros(0)
-    pre_seqs = pd.to_numeric(steps.get("prefill_seqs", pd.Series(dtype=float)), errors="coerce").to_numpy(float) \
-        if len(steps) else np.zeros(0)
-    batch = pd.to_numeric(steps.get("batch", pd.Series(dtype=float)), errors="coerce").to_numpy(float) \
-        if len(steps) else np.zeros(0)
-    dec_share = np.zeros(len(steps))
-    if len(steps):
-        dur = np.maximum(s1 - s0, 0.0)
-        dec_share = np.where(dur > 0, _decode_estimate(steps) / np.where(dur > 0, dur, 1.0), 0.0)
-    stall = _host_stall_share(report, steps)
-    if stall.any():
-        notes.append(f"{int((stall > 0).sum())} step(s) flagged as host stalls (no launch for most of the step): "
+    members = _members(steps, links)
+    st = _Steps.of(report, steps)
+    if st.stall.any():
+        notes.append(f"{int((st.stall > 0).sum())} step(s) flagged as host stalls (no launch for most of the step): "
                      "their launch-free stretch counts as host time, not as the step's work")
-    covered = (float(s0.min()), float(s1.max())) if len(steps) else None
-    if any(ph not in ("prefill", "decode") for ph in phase) and np.isin(phase, _MIXED_PHASES).any():
+    if np.isin(st.phase, _MIXED_PHASES).any():
         notes.append("mixed steps (prefill and decode in one forward): their decode part is the median pure decode "
                      "step at their batch, the rest other requests' prefill")
+    gauges = _of_run(report.gauges, run) if "run" in report.gauges.columns else report.gauges
     queue_est = _gauge_queue(req, gauges) if source == "gauges" else None
-
     rows, gap_rows, seg_rows = [], [], []
     worst = 0.0
-    for i, r in enumerate(req.itertuples(index=False)):
-        rid = int(r.request_id)
-        a = float(r.arrival_s)
+    for r in req.itertuples(index=False):
         tok = np.asarray(_json_list(getattr(r, "token_times_s", "[]")), float)
-        if not len(tok) or not math.isfinite(a):
+        if not len(tok) or not math.isfinite(float(r.arrival_s)):
             continue
-        end = float(tok[-1])
-        considered = float(getattr(r, "considered_s", math.nan))
-        admitted = float(getattr(r, "admitted_s", math.nan))
-        pre_s = _json_list(getattr(r, "preempted_s", "[]"))
-        re_s = _json_list(getattr(r, "readmitted_s", "[]"))
-        cuts = [a, end, *tok.tolist(), *pre_s, *re_s]
-        if math.isfinite(considered):
-            cuts.append(considered)
-        if math.isfinite(admitted):
-            cuts.append(admitted)
-        lo_i = int(np.searchsorted(s1, a, side="left")) if len(steps) else 0
-        hi_i = int(np.searchsorted(s0, end, side="right")) if len(steps) else 0
-        near = np.arange(max(lo_i - 1, 0), min(hi_i + 1, len(steps)))
-        if len(near):
-            cuts += s0[near].tolist() + s1[near].tolist()
-        if queue_est is not None:
-            cuts += queue_est.get(rid, ([], []))[0]
-        c = np.unique(np.clip(np.asarray(cuts, float), a, end))
-        u, v = c[:-1], c[1:]
-        keep = v > u
-        u, v = u[keep], v[keep]
-        m = (u + v) / 2
-        dur_i = v - u
-        gap = np.searchsorted(tok, m, side="right")  # 0: before the first token
-        join = _join_for(rid, members.get(rid), tok, a, s0, s1, phase, pre_seqs, batch, near, source)
-        parts = np.zeros((len(tok), len(PARTS)))
-        seg_part: list[tuple[int, int, float, int]] = []  # (interval, part, seconds, step)
-        at = np.searchsorted(s0, m, side="right") - 1 if len(steps) else np.full(len(m), -1)
-        inside = (at >= 0) & (m < s1[np.maximum(at, 0)]) if len(steps) else np.zeros(len(m), bool)
-        preempted = np.zeros(len(m), bool)
-        for j, p in enumerate(pre_s):
-            q = re_s[j] if j < len(re_s) else math.inf
-            preempted |= (m >= p) & (m < q)
-        queued = ((m >= considered) & (m < admitted)) if math.isfinite(considered) and math.isfinite(admitted) \
-            else np.zeros(len(m), bool)
-        if queue_est is not None:
-            queued = np.zeros(len(m), bool)
-            for s_, e_ in queue_est.get(rid, ([], []))[1]:
-                queued |= (m >= s_) & (m < e_)
-        for k in range(len(m)):
-            d = float(dur_i[k])
-            g = int(gap[k])
-            step = int(at[k]) if inside[k] else -1
-            if preempted[k]:  # out of the engine: whatever ran meanwhile was not its work
-                seg_part.append((k, _P["preemption"], d, -1))
-            elif queued[k]:
-                seg_part.append((k, _P["queued"], d, -1))
-            elif source in ("gauges", "none"):
-                seg_part.append((k, _P["unmeasured"], d, -1))
-            elif step < 0:
-                # the engine's log covers its whole run; a server's profile only its window
-                outside = source != "scheduler" and (covered is None or m[k] < covered[0] - EDGE_S
-                                                     or m[k] > covered[1] + EDGE_S)
-                seg_part.append((k, _P["unmeasured" if outside else "host"], d, -1))
-            else:
-                work = 1.0 - float(stall[step])
-                if work < 1.0:
-                    seg_part.append((k, _P["host"], d * (1.0 - work), step))
-                for part, share in _classify(step, g, join, phase, tokens, pre_tok, dec_share):
-                    if share > 0:
-                        seg_part.append((k, part, d * share * work, step))
-        for k, part, sec, step in seg_part:
-            parts[int(gap[k]) if gap[k] < len(tok) else len(tok) - 1, part] += sec
-            seg_rows.append((rid, int(gap[k]), PARTS[part], sec, float(u[k]), float(v[k]), step))
-        ttft, e2e = float(tok[0] - a), float(end - a)
-        n = len(tok)
-        ttft_p, e2e_p = parts[0], parts.sum(axis=0)
-        row: dict[str, Any] = {"request_id": rid, "output_tokens": n, "ttft_s": ttft, "e2e_s": e2e,
-                               "tpot_s": (end - float(tok[0])) / (n - 1) if n > 1 else math.nan}
-        tpot_p = parts[1:].sum(axis=0) / (n - 1) if n > 1 else np.full(len(PARTS), math.nan)
-        for p, name in enumerate(PARTS):
-            row[f"ttft_{name}_s"], row[f"e2e_{name}_s"], row[f"tpot_{name}_s"] = ttft_p[p], e2e_p[p], tpot_p[p]
+        rid = int(r.request_id)
+        parts, pieces = _request_pieces(r, tok, st, members.get(rid), source,
+                                        queue_est.get(rid, ([], [])) if queue_est is not None else None)
+        seg_rows += pieces
+        row, gaps, err = _request_rows(rid, float(r.arrival_s), tok, parts)
         rows.append(row)
-        worst = max(worst, _err(ttft_p.sum(), ttft), _err(e2e_p.sum(), e2e))
-        itl = np.diff(tok)
-        for g in range(1, n):
-            gap_rows.append({"request_id": rid, "gap": g, "itl_s": float(itl[g - 1]), "start_s": float(tok[g - 1]),
-                             "end_s": float(tok[g]), **{f"{name}_s": parts[g, p] for p, name in enumerate(PARTS)}})
-            worst = max(worst, _err(parts[g].sum(), float(itl[g - 1])))
+        gap_rows += gaps
+        worst = max(worst, err)
     cols = ["request_id", "output_tokens", "ttft_s", "e2e_s", "tpot_s",
             *(f"{m_}_{p}_s" for m_ in ("ttft", "e2e", "tpot") for p in PARTS)]
     unmeasured = _unmeasured(source)
@@ -419,6 +371,88 @@ def split_run(report: Report, run: str | None) -> RunSplit:
                     steps, tuple(notes), 100.0 * worst, unmeasured)
 
 
+def _request_pieces(r: Any, tok: np.ndarray, st: _Steps, member: dict[int, tuple[str, int]] | None, source: str,
+                    queue_est: tuple[list[float], list[tuple[float, float]]] | None
+                    ) -> tuple[np.ndarray, list[tuple[int, int, str, float, float, float, int]]]:
+    """One request's time cut into pieces, each given its part: the parts per token gap ([tokens, PARTS]:
+    row 0 the TTFT, row k the gap before token k+1) and the pieces (request, gap, part, seconds, start,
+    end, step position)."""
+    rid, a, end = int(r.request_id), float(r.arrival_s), float(tok[-1])
+    considered = float(getattr(r, "considered_s", math.nan))
+    admitted = float(getattr(r, "admitted_s", math.nan))
+    pre_s = _json_list(getattr(r, "preempted_s", "[]"))
+    re_s = _json_list(getattr(r, "readmitted_s", "[]"))
+    cuts = [a, end, *tok.tolist(), *pre_s, *re_s, *(x for x in (considered, admitted) if math.isfinite(x))]
+    lo_i, hi_i = int(np.searchsorted(st.s1, a, side="left")), int(np.searchsorted(st.s0, end, side="right"))
+    near = np.arange(max(lo_i - 1, 0), min(hi_i + 1, len(st.s0)))
+    cuts += st.s0[near].tolist() + st.s1[near].tolist()
+    if queue_est is not None:
+        cuts += queue_est[0]
+    c = np.unique(np.clip(np.asarray(cuts, float), a, end))
+    u, v = c[:-1][c[1:] > c[:-1]], c[1:][c[1:] > c[:-1]]
+    m = (u + v) / 2
+    gap = np.minimum(np.searchsorted(tok, m, side="right"), len(tok) - 1)  # 0: before the first token
+    at = np.searchsorted(st.s0, m, side="right") - 1
+    inside = (at >= 0) & (m < st.s1[np.maximum(at, 0)]) if len(st.s0) else np.zeros(len(m), bool)
+    preempted = np.zeros(len(m), bool)
+    for j, p in enumerate(pre_s):
+        preempted |= (m >= p) & (m < (re_s[j] if j < len(re_s) else math.inf))
+    queued = np.zeros(len(m), bool)
+    if queue_est is not None:
+        for s_, e_ in queue_est[1]:
+            queued |= (m >= s_) & (m < e_)
+    elif math.isfinite(considered) and math.isfinite(admitted):
+        queued = (m >= considered) & (m < admitted)
+    join = _join_for(member, tok, a, st, near, source)
+    covered = st.covered
+    parts = np.zeros((len(tok), len(PARTS)))
+    pieces = []
+    for k in range(len(m)):
+        d, g, step = float(v[k] - u[k]), int(gap[k]), int(at[k]) if inside[k] else -1
+        split: list[tuple[int, float, int]]  # (part, seconds, step)
+        if preempted[k]:  # out of the engine: whatever ran meanwhile was not its work
+            split = [(_P["preemption"], d, -1)]
+        elif queued[k]:
+            split = [(_P["queued"], d, -1)]
+        elif source in ("gauges", "none"):
+            split = [(_P["unmeasured"], d, -1)]
+        elif step < 0:
+            # the engine's log covers its whole run; a server's profile only its window
+            outside = source != "scheduler" and (covered is None or m[k] < covered[0] - EDGE_S
+                                                 or m[k] > covered[1] + EDGE_S)
+            split = [(_P["unmeasured" if outside else "host"], d, -1)]
+        else:
+            work = 1.0 - float(st.stall[step])
+            split = [(_P["host"], d * (1.0 - work), step)] if work < 1.0 else []
+            split += [(part, d * share * work, step) for part, share in _classify(step, g, join, st) if share > 0]
+        for part, sec, at_step in split:
+            parts[g, part] += sec
+            pieces.append((rid, g, PARTS[part], sec, float(u[k]), float(v[k]), at_step))
+    return parts, pieces
+
+
+def _request_rows(rid: int, arrival: float, tok: np.ndarray, parts: np.ndarray
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """A request's row (TTFT, E2E, TPOT and their parts), its gaps' rows, and the largest relative gap
+    between parts and measured latency."""
+    n, end = len(tok), float(tok[-1])
+    ttft, e2e = float(tok[0] - arrival), end - arrival
+    ttft_p, e2e_p = parts[0], parts.sum(axis=0)
+    tpot_p = parts[1:].sum(axis=0) / (n - 1) if n > 1 else np.full(len(PARTS), math.nan)
+    row: dict[str, Any] = {"request_id": rid, "output_tokens": n, "ttft_s": ttft, "e2e_s": e2e,
+                           "tpot_s": (end - float(tok[0])) / (n - 1) if n > 1 else math.nan}
+    for p, name in enumerate(PARTS):
+        row[f"ttft_{name}_s"], row[f"e2e_{name}_s"], row[f"tpot_{name}_s"] = ttft_p[p], e2e_p[p], tpot_p[p]
+    worst = max(_err(ttft_p.sum(), ttft), _err(e2e_p.sum(), e2e))
+    itl = np.diff(tok)
+    gaps = []
+    for g in range(1, n):
+        gaps.append({"request_id": rid, "gap": g, "itl_s": float(itl[g - 1]), "start_s": float(tok[g - 1]),
+                     "end_s": float(tok[g]), **{f"{name}_s": parts[g, p] for p, name in enumerate(PARTS)}})
+        worst = max(worst, _err(parts[g].sum(), float(itl[g - 1])))
+    return row, gaps, worst
+
+
 def _err(parts: float, value: float) -> float:
     return abs(parts - value) / value if value > 0 else 0.0
 
@@ -433,8 +467,7 @@ def _unmeasured(source: str) -> tuple[str, ...]:
     return ()
 
 
-def _join_for(rid: int, member: dict[int, tuple[str, int]] | None, tok: np.ndarray, arrival: float,
-              s0: np.ndarray, s1: np.ndarray, phase: np.ndarray, pre_seqs: np.ndarray, batch: np.ndarray,
+def _join_for(member: dict[int, tuple[str, int]] | None, tok: np.ndarray, arrival: float, st: _Steps,
               near: np.ndarray, source: str) -> _Join:
     if member is not None:
         own = {p for p, (role, _) in member.items() if role == "prefill"}
@@ -442,37 +475,36 @@ def _join_for(rid: int, member: dict[int, tuple[str, int]] | None, tok: np.ndarr
     if source not in ("steps by time", "server steps by request id") or not len(near):
         return _Join({}, set(), {})
     # by time: the last step with prefill work that ended before (or at) the first token, after the arrival
-    cand = [int(p) for p in near if phase[p] in (*_PREFILL_PHASES, *_MIXED_PHASES)
-            and s1[p] <= tok[0] + 1e-9 and s0[p] >= arrival - 1e-9]
+    cand = [int(p) for p in near if st.phase[p] in (*_PREFILL_PHASES, *_MIXED_PHASES)
+            and st.s1[p] <= tok[0] + 1e-9 and st.s0[p] >= arrival - 1e-9]
     if not cand:
         return _Join({}, set(), {})
-    p = max(cand, key=lambda q: s1[q])
-    seqs = pre_seqs[p] if math.isfinite(pre_seqs[p]) and pre_seqs[p] > 0 else (
-        batch[p] if phase[p] in _PREFILL_PHASES and math.isfinite(batch[p]) and batch[p] > 0 else 1.0)
+    p = max(cand, key=lambda q: st.s1[q])
+    seqs = st.pre_seqs[p] if math.isfinite(st.pre_seqs[p]) and st.pre_seqs[p] > 0 else (
+        st.batch[p] if st.phase[p] in _PREFILL_PHASES and math.isfinite(st.batch[p]) and st.batch[p] > 0 else 1.0)
     return _Join({}, {p}, {p: 1.0 / float(seqs)})
 
 
-def _classify(step: int, gap: int, join: _Join, phase: np.ndarray, tokens: np.ndarray, pre_tok: np.ndarray,
-              dec_share: np.ndarray) -> list[tuple[int, float]]:
+def _classify(step: int, gap: int, join: _Join, st: _Steps) -> list[tuple[int, float]]:
     """(part, share of the piece) for a piece of a request's time inside ``step``."""
     other = _P["head_of_line"] if gap == 0 else _P["prefill_stall"]
-    ph = phase[step]
+    ph = st.phase[step]
     role = join.member.get(step)
     if role is not None:
         kind, n = role
         if kind == "recompute":
             return [(_P["preemption"], 1.0)]
         if kind == "prefill":
-            total = tokens[step] if math.isfinite(tokens[step]) and tokens[step] > 0 else float(n)
+            total = st.tokens[step] if math.isfinite(st.tokens[step]) and st.tokens[step] > 0 else float(n)
             own = min(1.0, n / total) if total > 0 else 1.0
             return [(_P["prefill"], own), (other, 1.0 - own)]
         if kind in ("decode", "done"):
-            d = 1.0 if ph in _DECODE_PHASES else float(dec_share[step])
+            d = 1.0 if ph in _DECODE_PHASES else float(st.dec_share[step])
             return [(_P["decode"], d), (other, 1.0 - d)]
     if step in join.own_prefill:
         own = join.own_share.get(step, 1.0)
         if ph in _MIXED_PHASES:
-            d = float(dec_share[step])
+            d = float(st.dec_share[step])
             return [(_P["prefill"], (1.0 - d) * own), (_P["decode"], d), (other, (1.0 - d) * (1.0 - own))]
         return [(_P["prefill"], own), (other, 1.0 - own)]
     if ph in _PREFILL_PHASES:
@@ -480,7 +512,7 @@ def _classify(step: int, gap: int, join: _Join, phase: np.ndarray, tokens: np.nd
     if ph in _DECODE_PHASES:
         return [(_P["decode"], 1.0)]
     if ph in _MIXED_PHASES:
-        d = float(dec_share[step])
+        d = float(st.dec_share[step])
         return [(_P["decode"], d), (other, 1.0 - d)]
     return [(_P["host"], 1.0)]  # a step of no known phase (idle, draft, verify): not prefill nor decode work
 

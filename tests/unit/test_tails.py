@@ -440,3 +440,33 @@ def test_a_profiled_run_names_the_kernel_family_of_its_steps(tiny, planted_lengt
     assert items and all(i.kind == "step" and i.attrs["phase"] == "decode" for i in items)
     advice, facts = _advice(report, split, "itl", "decode", p99, items)
     assert facts["slow_step_kernel_family"] in fam.columns and "kernels hold" in advice
+
+
+def test_a_mixed_step_splits_into_decode_at_its_batch_and_the_prefill_riding_with_it():
+    """vLLM's chunked prefill runs prefill tokens in the decode step (a mixed step, read from its own
+    annotation by the import pipeline): the decode part is the pure decode step at that batch (median),
+    the rest is the other requests' prefill that stalled the gap."""
+    from perfscope.analysis.readers.finish import Imported, finish
+    from perfscope.analysis.summaries.tails import splits
+
+    t0 = 1_700_000_000_000_000_000
+    ms = 1_000_000
+    dec = "execute_1_context_0(sq0sk0sqsq0sqsk0)_generation_1(sq1sk9sqsq1sqsk9)"
+    mixed = "execute_65_context_1(sq64sk64sqsq4096sqsk4096)_generation_1(sq1sk10sqsq1sqsk10)"
+    spans = [(dec, 100, 110), (dec, 110, 120), (dec, 120, 130), (mixed, 130, 160), (dec, 160, 170)]
+    ranges = pd.DataFrame({"id": range(5), "name": [n for n, _, _ in spans], "thread": 1, "source": "user_annotation",
+                           "start_ns": [t0 + a * ms for _, a, _ in spans], "end_ns": [t0 + b * ms for _, _, b in spans]})
+    times = [0.11, 0.12, 0.13, 0.16, 0.17]
+    req = pd.DataFrame({"request_id": [0], "status": ["ok"], "output_tokens": [5], "arrival_s": [0.105],
+                        "first_token_s": [0.11], "end_s": [0.17], "token_times_s": [json.dumps(times)], "run": ["r"],
+                        "ttft_s": [0.005], "e2e_s": [0.065]})
+    manifest = {"source": {"kind": "endpoint-loadtest"},
+                "params": {"loadtest": {"runs": [{"run": "r", "t0_epoch_ns": t0, "wall_s": 1.0}]}}}
+    report = finish(Imported({"ranges": ranges, "requests": req}, manifest, None, origin="test"))
+    assert report.steps["phase"].tolist() == ["decode"] * 3 + ["mixed", "decode"]
+    split = splits(report)[0]
+    assert split.source == "steps by time" and any("mixed steps" in n for n in split.notes)
+    gap = split.gaps.set_index("gap").loc[3]  # tokens 3 -> 4: the mixed step
+    assert gap["itl_s"] == pytest.approx(0.03)
+    assert gap["decode_s"] == pytest.approx(0.010) and gap["prefill_stall_s"] == pytest.approx(0.020)
+    assert split.gaps.set_index("gap").loc[1, "decode_s"] == pytest.approx(0.010)
