@@ -66,8 +66,13 @@ def _tail(report: Report, split: RunSplit, metric: str) -> Finding | None:
     where = f" ({split.run})" if split.run and len(splits(report)) > 1 else ""
     items = _items(report, split, metric, hi["from"], ranked_parts)
     advice, facts = _advice(report, split, metric, top, hi, items)
-    title = (f"p99 {word} {duration(p99 * 1e9)} is {p99 / p50:.1f}x its p50 {duration(p50 * 1e9)}{where}: "
-             f"{PART_WORDS[top]} grows most (+{duration(grow[top] * 1e9)} of the {duration(excess * 1e9)} excess)")
+    title = f"p99 {word} {duration(p99 * 1e9)} is {p99 / p50:.1f}x its p50 {duration(p50 * 1e9)}{where}: "
+    if top == "unmeasured":
+        title += (f"its causes are not measured here ({duration(grow[top] * 1e9)} of the "
+                  f"{duration(excess * 1e9)} excess not joined to a server step)")
+    else:
+        title += (f"{PART_WORDS[top]} grows most (+{duration(grow[top] * 1e9)} of the {duration(excess * 1e9)} "
+                  "excess)")
     chunk = _chunk_note(report, split, metric, hi, top)
     if chunk:
         title += "; " + chunk
@@ -252,8 +257,8 @@ def _advice(report: Report, split: RunSplit, metric: str, top: str, hi: dict[str
     if top == "host":
         return ("No step ran for that time: the scheduler's own work between steps, the host (a shared CPU), or "
                 "for an endpoint the token's trip to the client; profile the server to see its host time.", facts)
-    return ("The join could not place this time: profile the server (--profile) so its steps sit beside the "
-            "requests.", facts)
+    return ("Nothing here says where this time went: load-test the server with --profile (its steps beside the "
+            "requests: vLLM, SGLang, perfscope serve) or at least --metrics (its queue and KV gauges).", facts)
 
 
 def _positions(split: RunSplit, items: list[Item], part: str) -> list[int]:
