@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def analysis_payload(report: Report, top: int) -> dict[str, Any]:
-    """The ``--json`` document: device, phases, top_kernels, requests, idle, findings, warnings.
+    """The ``--json`` document: device, phases, top_kernels, requests, tails, idle, findings, warnings.
 
     ``phases`` and ``requests`` are the headline: an engine report's warm unprofiled run;
     ``phases_profiled`` and ``requests_profiled`` are the profiled run's (the same figures when
@@ -49,6 +49,9 @@ def analysis_payload(report: Report, top: int) -> dict[str, Any]:
 
     payload["memory"] = memory_payload(report)
     payload["capacity"] = capacity_section(report)
+    from perfscope.analysis.summaries.tails import tails_payload
+
+    payload["tails"] = tails_payload(report)  # a load test's p50/p99 split into causes (docs/tails.md)
     from perfscope.analysis.idle import idle_of, idle_overview
 
     payload["idle"] = idle_overview(idle_of(report))  # why the GPU waits, per device (docs/idle.md)
