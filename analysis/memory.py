@@ -558,7 +558,7 @@ FrameReading = tuple[str | None, bool, str | None, str | None]
 """(op, op is a factory, user source line, category hint) of one frame."""
 
 
-def frames_summary(frames: Any, cache: dict[Any, FrameReading] | None = None
+def frames_summary(frames: Any, cache: dict[Any, FrameReading] | None = None, *, by_id: bool = False
                    ) -> tuple[str | None, str | None, str | None, str | None]:
     """(op, source, hint, stack) of a snapshot traceback (innermost frame first).
 
@@ -569,7 +569,8 @@ def frames_summary(frames: Any, cache: dict[Any, FrameReading] | None = None
     :func:`categorize`): ``optimizer`` when a frame is in ``torch/optim/``, ``weights`` under a
     :data:`WEIGHT_LOADERS` frame, ``gradient`` in autograd's backward engine, ``workspace`` a
     cuBLAS/cuDNN workspace, ``cuda_graph_pool`` inside a CUDA-graph capture, ``kv_cache`` a frame
-    naming a KV cache. ``cache`` maps (name, file, line) to a frame's reading.
+    naming a KV cache. ``cache`` maps (name, file, line) to a frame's reading, or with ``by_id`` the
+    frame dict's ``id`` (only while every frame dict stays alive, as an unpickler's memo keeps them).
     """
     op = factory = hint = None
     users: list[str] = []
@@ -578,11 +579,11 @@ def frames_summary(frames: Any, cache: dict[Any, FrameReading] | None = None
     for f in frames:
         if f.__class__ is not dict:
             continue
-        key = (f.get("name"), f.get("filename"), f.get("line"))
+        key = id(f) if by_id else (f.get("name"), f.get("filename"), f.get("line"))
         got = cache.get(key) if cache is not None else None
         if got is None:
             try:
-                got = _frame(*key)
+                got = _frame(f.get("name"), f.get("filename"), f.get("line"))
             except TypeError:  # an unhashable name or file: nothing to say
                 continue
             if cache is not None and len(cache) < FRAME_CACHE:

@@ -109,6 +109,7 @@ class _Stream:
     def __init__(self, fh: BinaryIO, inject: bytes | None, path: Path) -> None:
         self.fh, self.inject, self.path = fh, inject, path
         self.pattern: re.Pattern[bytes] | None = None
+        self.memo: bytes | None = None  # the file's memo op (b"(": none), known at the first read
         self.buf = b""
         self.pos = 0
         self.carry = b""
@@ -125,8 +126,10 @@ class _Stream:
                 limit = max(0, len(data) - _OVERLAP)
             else:
                 self.eof, limit = True, len(data)
-            if self.pattern is None and self.inject is not None:
-                self.pattern = _pattern_of(data)
+            if self.memo is None:
+                self.memo = _memo_of(data)
+                if self.inject is not None and self.memo in MEMO_OPS:
+                    self.pattern = list_of_dicts(MEMO_OPS[self.memo])
             pieces = []
             last = 0
             for m in self.pattern.finditer(data) if self.pattern is not None else ():
@@ -174,12 +177,10 @@ class _Stream:
             self._fill(have + 1)
 
 
-def _pattern_of(head: bytes) -> re.Pattern[bytes] | None:
-    """:func:`list_of_dicts` for the memo style of the file's top-level dict (None: not known, no
-    streaming)."""
+def _memo_of(head: bytes) -> bytes:
+    """The byte after the top-level EMPTY_DICT: the file's memo op (:data:`MEMO_OPS`; b"" not known)."""
     m = re.match(rb"\x80[\x02-\x05](?:\x95.{8})?\}(.)", head, re.DOTALL)
-    memo = MEMO_OPS.get(m.group(1)) if m else None
-    return list_of_dicts(memo) if memo is not None else None
+    return m.group(1) if m else b""
 
 
 class _Summary:
@@ -214,6 +215,8 @@ class _Reader:
 
         self.sink = _Sink
         self.frame_cache: dict[Any, Any] = {}
+        self.by_id = False  # frame dicts are kept alive by the unpickler's memo: known by their ids
+        self.by_ids: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self.summaries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.traces: list[_Sink] = []  # sinks (and plain lists) of trace events, in the order their events came
         self.cols: list[list[list[Any]]] = []
@@ -257,47 +260,83 @@ class _Reader:
         return len(self.cols) - 1
 
     def reading(self, frames: Any) -> tuple[Any, ...]:
-        """(op, source, hint, stack) of a traceback, once per distinct one; the list is emptied."""
+        """(op, source, hint, stack) of a traceback, once per distinct one; the list is emptied.
+
+        In a file with a memo every frame dict stays alive until the load ends (the memo holds it),
+        so a traceback is known by the ids of its frames: a torch snapshot's events share their frame
+        dicts, and most tracebacks repeat."""
         if not isinstance(frames, list):
             return (None, None, None, None)
         if len(frames) == 1 and frames[0].__class__ is _Summary:
             return frames[0].reading  # type: ignore[no-any-return]
-        s = frames_summary(frames, self.frame_cache)
-        s = self.summaries.setdefault(s, s) if len(self.summaries) < (1 << 20) else s
+        key = tuple(map(id, frames)) if self.by_id else None
+        s = self.by_ids.get(key) if key is not None else None
+        if s is None:
+            s = frames_summary(frames, self.frame_cache, by_id=self.by_id)
+            s = self.summaries.setdefault(s, s) if len(self.summaries) < (1 << 20) else s
+            if key is not None and len(self.by_ids) < (1 << 20):
+                self.by_ids[key] = s
         frames[:] = (_Summary(s),)
         return s
+
+    def loaded(self) -> None:
+        """The load ended: the memo is gone, and with it the frames the id caches name."""
+        self.by_id = False
+        self.by_ids.clear()
+        self.frame_cache.clear()
 
     def events(self, k: int, items: list[Any]) -> None:
         """Trace events into the columns of trace ``k``, each checked and then emptied."""
         take(self.path, len(items))
+        if self.start_us is not None or self.end_us is not None:
+            self._window_events(k, items)
+            return
+        cols = self.cols[k]
+        times = self.times[k]
+        put_t, put_code, put_size, put_addr, put_stream, put_op, put_src, put_hint, put_stack = (c.append for c in cols)
+        codes, reading = ACTION_CODES, self.reading
+        first = self.seen
+        kept = 0
+        for n, e in enumerate(items, start=first + 1):
+            action, t, size, addr, stream = _fields(e, n)
+            code = codes.get(action) if action.__class__ is str else None
+            if code is None:
+                e.clear()
+                continue
+            if t is None:
+                times[1] = True
+            else:
+                times[0] = True
+            op, src, hint, stack = reading(e.get("frames"))
+            e.clear()
+            put_t(t)
+            put_code(code)
+            put_size(size)
+            put_addr(addr)
+            put_stream(stream)
+            put_op(op)
+            put_src(src)
+            put_hint(hint)
+            put_stack(stack)
+            kept += 1
+        self.seen = first + len(items)
+        self.kept += kept
+
+    def _window_events(self, k: int, items: list[Any]) -> None:
+        """:meth:`events` with a time window: those before it leave only the blocks live when it starts,
+        those after it only the blocks from before the history they free."""
         cols = self.cols[k]
         times = self.times[k]
         allocated, live, pre_live, after = self.allocated[k], self.live[k], self.pre_live[k], self.after[k]
         lo, hi = self.start_us, self.end_us
         for e in items:
             self.seen += 1
-            if e.__class__ is not dict:
-                raise _Bad(f"trace event {self.seen:,} is a {type(e).__name__}, not a dict")
-            action = e.get("action")
-            if action is None:
-                raise _Bad(f"trace event {self.seen:,} " + (
-                    "refers back to an event already read (a memo reference repeating it)" if not e
-                    else "has no 'action'"))
+            action, t, size, addr, stream = _fields(e, self.seen)
             code = ACTION_CODES.get(action) if action.__class__ is str else None
             if code is None:
                 e.clear()
                 continue
-            t = e.get("time_us")
-            if t is None:
-                times[1] = True
-            elif (t.__class__ is int or t.__class__ is float) and -TIME_LIMIT < t < TIME_LIMIT:
-                times[0] = True
-            else:
-                raise _Bad(f"trace event {self.seen:,}: time_us {_shown(t)} is not a time in microseconds")
-            size, addr = _count(e.get("size"), "size", self.seen), _count(e.get("addr"), "addr", self.seen)
-            stream = e.get("stream")
-            if stream is not None and not (stream.__class__ is int and -ADDRESS_LIMIT < stream < ADDRESS_LIMIT):
-                raise _Bad(f"trace event {self.seen:,}: stream {_shown(stream)} is not a CUDA stream")
+            times[0 if t is not None else 1] = True
             op, src, hint, stack = self.reading(e.get("frames"))
             e.clear()
             unseen_free = False
@@ -320,6 +359,25 @@ class _Reader:
             for c, v in zip(cols, (t, code, size, addr, stream, op, src, hint, stack)):
                 c.append(v)
             self.kept += 1
+
+
+def _fields(e: Any, n: int) -> tuple[Any, Any, float, float, Any]:
+    """(action, time_us, size, addr, stream) of trace event ``n``, each checked: one line when the event
+    is not a dict, repeats one already read, or holds what is not a time, a byte count or a stream."""
+    if e.__class__ is not dict:
+        raise _Bad(f"trace event {n:,} is a {type(e).__name__}, not a dict")
+    get = e.get
+    action, t, size, addr, stream = get("action"), get("time_us"), get("size"), get("addr"), get("stream")
+    if action is None:
+        raise _Bad(f"trace event {n:,} " + ("refers back to an event already read (a memo reference repeating it)"
+                                            if not e else "has no 'action'"))
+    if t is not None and not ((t.__class__ is int or t.__class__ is float) and -TIME_LIMIT < t < TIME_LIMIT):
+        raise _Bad(f"trace event {n:,}: time_us {_shown(t)} is not a time in microseconds")
+    if stream is not None and not (stream.__class__ is int and -ADDRESS_LIMIT < stream < ADDRESS_LIMIT):
+        raise _Bad(f"trace event {n:,}: stream {_shown(stream)} is not a CUDA stream")
+    size = float(size) if size.__class__ is int and 0 <= size < ADDRESS_LIMIT else _count(size, "size", n)
+    addr = float(addr) if addr.__class__ is int and 0 <= addr < ADDRESS_LIMIT else _count(addr, "addr", n)
+    return action, t, size, addr, stream
 
 
 def _count(v: Any, what: str, n: int) -> float:
@@ -375,7 +433,10 @@ def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool
     try:
         with open(p, "rb") as fh:
             source = _Stream(fh, inject if stream else None, p)
+            source.peek(1)  # the first block: the file's memo style
+            got.by_id = source.memo not in (b"(", b"")
             top = _Unpickler(source, got).load()
+        got.loaded()
         if not isinstance(top, dict) or not isinstance(top.get("segments"), list):
             raise _Bad("is a pickle but not a CUDA memory snapshot (no 'segments' list)")
         _check_layout(top, got)
@@ -461,9 +522,10 @@ def import_snapshot(path: str | Path, *, device: DeviceSpec | None = None, start
             warnings.append(f"cuda:{dev_index}: {'some' if has_time else 'no'} trace events have time_us: "
                             "the memory timeline's clock is the order of the events (t_ns counts events)")
         segs = [s for s in segments if s.get("device", dev_index) == dev_index]
+        windowed = start_us is not None or end_us is not None
+        allocated = got.allocated[k] if windowed else {a for a, c in zip(cols[3], cols[1]) if c == ALLOC}
         tables.append(_device_table(dev_index, cols, segs, warnings, [*got.pre_live[k].values(), *got.after[k]],
-                                    got.allocated[k], windowed=start_us is not None or end_us is not None,
-                                    by_order=lacks_time))
+                                    allocated, windowed=windowed, by_order=lacks_time))
     if not got.cols and segments:  # no history recorded: the segments' live blocks at the dump
         for dev_index in sorted({_int(s.get("device"), 0) for s in segments}):
             segs = [s for s in segments if _int(s.get("device"), 0) == dev_index]
