@@ -207,9 +207,10 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
     df = pd.DataFrame(cols)
     df.insert(1, "device", ev.device)
     df["memory_source"] = memory_source
-    df = categorize(df, steps)
+    df = categorize(df, steps, copy=False)
     df["action"] = np.array(ACTIONS, dtype=object)[df["action"].to_numpy()]
-    return df.drop(columns=["hint"])
+    del df["hint"]
+    return df
 
 
 def _pair(action: np.ndarray, size: np.ndarray, addr: np.ndarray) -> tuple[Any, ...]:
@@ -279,7 +280,8 @@ def _segments_at_start(end: list[tuple[float, float]] | None, action: np.ndarray
 
 
 def categorize(df: pd.DataFrame, steps: pd.DataFrame | None = None,
-               parameter_sizes: Counter[float] | None = None, parameter_source: str = "") -> pd.DataFrame:
+               parameter_sizes: Counter[float] | None = None, parameter_source: str = "", *,
+               copy: bool = True) -> pd.DataFrame:
     """``category`` and ``category_rule`` of each alloc row (and its free rows), by the rules of
     docs/memory.md, first match wins:
 
@@ -293,6 +295,8 @@ def categorize(df: pd.DataFrame, steps: pd.DataFrame | None = None,
        the model, a parameter-shaped optimizer state or gradient of the record, or the same size as
        tensors the record makes and frees: a leftover), freed during the record; else
        ``before_recording``, said so.
+
+    ``copy=False`` adds the two columns to ``df`` itself.
     """
     n = len(df)
     cat = np.full(n, "unknown", dtype=object)
@@ -312,7 +316,7 @@ def categorize(df: pd.DataFrame, steps: pd.DataFrame | None = None,
     _before_record(df, is_alloc & ~has_hint & pre & (hint != UNTRACKED), cat, rule, parameter_sizes,
                    parameter_source)
     _frees_follow(df, cat, rule)
-    out = df.copy()
+    out = df.copy() if copy else df
     out["category"] = cat
     out["category_rule"] = rule
     return out

@@ -32,6 +32,7 @@ import math
 import pickle
 import re
 import secrets
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -130,13 +131,14 @@ class _Stream:
                 self.memo = _memo_of(data)
                 if self.inject is not None and self.memo in MEMO_OPS:
                     self.pattern = list_of_dicts(MEMO_OPS[self.memo])
-            pieces = []
+            pieces: list[bytes] = []
             last = 0
+            inject = self.inject or b""
             for m in self.pattern.finditer(data) if self.pattern is not None else ():
                 at = m.start()
                 if at >= limit:
                     break
-                pieces += (data[last:at], self.inject)
+                pieces += (data[last:at], inject)
                 last = at + 1
                 self.injected += 1
             pieces.append(data[last:limit])
@@ -183,14 +185,13 @@ def _memo_of(head: bytes) -> bytes:
     return m.group(1) if m else b""
 
 
-class _Summary:
-    """A traceback already read: its emptied list keeps this one item, so an event that shares the
-    list (a memo reference) gets the same reading."""
+NAN = math.nan
 
-    __slots__ = ("reading",)
 
-    def __init__(self, reading: tuple[Any, ...]) -> None:
-        self.reading = reading
+def _columns() -> list[Any]:
+    """A trace's columns: time_us, action code, size, addr, stream as typed arrays (8 bytes a value, no
+    number objects), then op, source, hint, stack (shared strings)."""
+    return [array("d"), array("b"), array("d"), array("d"), array("d"), [], [], [], []]
 
 
 class _Reader:
@@ -251,7 +252,7 @@ class _Reader:
 
     def new_trace(self, target: Any) -> int:
         self.traces.append(target)
-        self.cols.append([[] for _ in range(9)])
+        self.cols.append(_columns())
         self.pre_live.append({})
         self.allocated.append(set())
         self.live.append(set())
@@ -267,8 +268,8 @@ class _Reader:
         dicts, and most tracebacks repeat."""
         if not isinstance(frames, list):
             return (None, None, None, None)
-        if len(frames) == 1 and frames[0].__class__ is _Summary:
-            return frames[0].reading  # type: ignore[no-any-return]
+        if len(frames) == 1 and frames[0].__class__ is tuple and frames[0] in self.summaries:
+            return frames[0]  # type: ignore[no-any-return]  # a traceback already read (a memo reference)
         key = tuple(map(id, frames)) if self.by_id else None
         s = self.by_ids.get(key) if key is not None else None
         if s is None:
@@ -276,7 +277,7 @@ class _Reader:
             s = self.summaries.setdefault(s, s) if len(self.summaries) < (1 << 20) else s
             if key is not None and len(self.by_ids) < (1 << 20):
                 self.by_ids[key] = s
-        frames[:] = (_Summary(s),)
+        frames[:] = (s,)  # emptied: a later reference to this list finds its reading
         return s
 
     def loaded(self) -> None:
@@ -305,6 +306,7 @@ class _Reader:
                 continue
             if t is None:
                 times[1] = True
+                t = NAN
             else:
                 times[0] = True
             op, src, hint, stack = reading(e.get("frames"))
@@ -313,7 +315,7 @@ class _Reader:
             put_code(code)
             put_size(size)
             put_addr(addr)
-            put_stream(stream)
+            put_stream(NAN if stream is None else stream)
             put_op(op)
             put_src(src)
             put_hint(hint)
@@ -356,7 +358,8 @@ class _Reader:
                 if unseen_free:  # allocated before the history, so live through the window
                     after.append((addr, size, op, None, src, hint, stack))
                 continue
-            for c, v in zip(cols, (t, code, size, addr, stream, op, src, hint, stack)):
+            for c, v in zip(cols, (NAN if t is None else t, code, size, addr, NAN if stream is None else stream,
+                                   op, src, hint, stack)):
                 c.append(v)
             self.kept += 1
 
@@ -529,7 +532,7 @@ def import_snapshot(path: str | Path, *, device: DeviceSpec | None = None, start
     if not got.cols and segments:  # no history recorded: the segments' live blocks at the dump
         for dev_index in sorted({_int(s.get("device"), 0) for s in segments}):
             segs = [s for s in segments if _int(s.get("device"), 0) == dev_index]
-            tables.append(_device_table(dev_index, [[] for _ in range(9)], segs, warnings, [], set(),
+            tables.append(_device_table(dev_index, _columns(), segs, warnings, [], set(),
                                         windowed=False, by_order=True))
         clock = "events"
         warnings.append("the snapshot has no allocation history (record_memory_history was off): "
@@ -575,12 +578,11 @@ def _device_table(dev_index: int, cols: list[list[Any]], segs: list[dict[str, An
     if by_order:  # no clock: the order of the events is the clock
         t_ns = np.arange(n, dtype="int64")
     else:
-        t_us = np.array(cols[0], dtype="float64") if n else np.zeros(0)
-        t_ns = np.rint(t_us * 1000.0).astype("int64")
-    action = np.array(cols[1], dtype="int8")
-    size = np.array(cols[2], dtype="float64")
-    addr = np.array(cols[3], dtype="float64")
-    stream = np.array([math.nan if s is None else float(s) for s in cols[4]], dtype="float64")
+        t_ns = np.rint(np.frombuffer(cols[0], dtype="float64") * 1000.0).astype("int64")
+    action = np.frombuffer(cols[1], dtype="int8").copy()
+    size = np.frombuffer(cols[2], dtype="float64").copy()
+    addr = np.frombuffer(cols[3], dtype="float64").copy()
+    stream = np.frombuffer(cols[4], dtype="float64").copy()
     # the blocks live at the dump, and the segments' bytes
     live_blocks = []
     reserved_end = 0.0

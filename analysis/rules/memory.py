@@ -113,15 +113,26 @@ def memory_peak(report: Report) -> list[Finding]:
         if unused is not None and reserved and unused / reserved > FRAGMENTATION_SHARE:
             severity = "low"
             title += f"; {nbytes(unused)} reserved but unallocated ({100 * unused / reserved:.0f}% of reserved)"
-            what = (f", {nbytes(frag)} of it free space inside segments that hold live blocks" if frag is not None
-                    else "")
-            advice.append(f"Beside the peak, {nbytes(unused)} is reserved but unallocated{what}: the caching "
-                          "allocator holds freed blocks it cannot reuse for the sizes asked: "
-                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or fewer distinct tensor sizes.")
+            advice.append(_unused_advice(unused, frag))
         if not advice:
             advice.append("No kind of tensor holds enough of the peak to act on; the items list the largest.")
         out.append(Finding("memory-peak", severity, title, evidence, " ".join(advice), math.nan, items=items))
     return out
+
+
+def _unused_advice(unused: float, frag: float | None) -> str:
+    """What the reserved but unallocated bytes at the peak are, and what gives them back: free space
+    inside segments that hold live blocks (fragmentation: expandable segments), or whole free segments
+    the allocator caches (reused for requests that fit; ``empty_cache`` returns them)."""
+    if frag is not None and frag < 0.5 * unused:
+        return (f"Beside the peak, {nbytes(unused)} is reserved but unallocated, {nbytes(unused - frag)} of it in "
+                "whole free segments the caching allocator keeps: they serve later requests that fit them, and "
+                "torch.cuda.empty_cache() returns them to the device (for another process); "
+                f"{nbytes(frag)} is fragmentation inside segments that hold live blocks.")
+    what = f", {nbytes(frag)} of it free space inside segments that hold live blocks" if frag is not None else ""
+    return (f"Beside the peak, {nbytes(unused)} is reserved but unallocated{what}: the caching allocator holds "
+            "freed blocks it cannot reuse for the sizes asked: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+            "or fewer distinct tensor sizes.")
 
 
 def _groups(live: pd.DataFrame) -> pd.DataFrame:
