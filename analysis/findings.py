@@ -43,6 +43,7 @@ RULES: dict[str, Rule] = {
     "pageable-copies": transfers.pageable_copies,
     "memory-below-roof": kernels.memory_below_roof,
     "compute-below-roof": kernels.compute_below_roof,
+    "latency-bound": kernels.latency_bound,
     "roof-exceeded": kernels.roof_exceeded,
     "memory-level": levels.memory_level,
     "fp32-matmul": kernels.fp32_matmul,

@@ -99,6 +99,15 @@ def _header(report: Report) -> str:
         parts.append(f'<p class="projected"><b>PROJECTED, not measured</b>: {esc(projection.get("measured_name"))} '
                      f'on {esc(projection.get("source_device"))} &rarr; {esc(projection.get("question_text"))} '
                      '(docs/whatif.md: the model and its measured error)</p>')
+        if projection.get("whole_run"):
+            from perfscope.analysis.summaries.projection import (
+                band_line,
+                family_rows,
+                whole_run_rows,
+            )
+
+            parts.append("<h2>Projection: the whole run</h2>" + _dict_rows(whole_run_rows(projection))
+                         + _dict_rows(family_rows(projection)) + f'<p class="muted">{esc(band_line(projection))}</p>')
     if device is None and not views.has_device_work(report):
         parts.append(f'<h2>Device: none profiled</h2><p class="muted">{esc(views.no_device_why(report))}.</p>')
     else:
@@ -177,11 +186,15 @@ def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) ->
     rows = rows[[c for c in rows if rows[c].notna().any() and c not in ("grid", "block")
                  and not (c in ("device", "stream") and rows[c].nunique() < 2)]]
     top_note = f"the {top_rows} longest of {len(report.kernels):,} executions" if len(report.kernels) > top_rows else ""
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     above = "".join(f"<li>{esc(n)}</li>" for n in roof_notes(by_name.head(max_rows), report.device))
+    differ = "".join(f"<li>{esc(n)}</li>" for n in limiter_notes(by_name.head(max_rows)))
     body = (_table(page, by_name.head(max_rows), note, "Per kernel name (one row per name and phase)")
             + (f'<p class="muted">Above the roof:</p><ul class="roofnotes">{above}</ul>' if above else "")
+            + (f'<p class="muted">The measured limiter disagrees with the roofline (the point stays where the FLOPs '
+               f'and bytes put it; the bound is the measured one):</p><ul class="roofnotes">{differ}</ul>'
+               if differ else "")
             + _table(page, rows, top_note, "Longest executions"))
     return _section("Kernels", body, "kernels")
 

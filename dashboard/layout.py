@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import dash_ag_grid as dag
 from dash import dcc, html
 
+from perfscope.analysis.costs.limiter import bound_label
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
+from perfscope.analysis.summaries.projection import band_line, family_rows, whole_run_rows
 from perfscope.format import column_label, evidence_rows
 
 from . import ids, views
@@ -68,13 +70,15 @@ def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
 
     top = top_kernels(report, n)
     rows = [{"name": str(r["name"]), "calls": f"{int(r['count']):,}", "time": duration(r["duration_ns"]),
-             "share": pct(r["share_pct"]), "bound": str(r.get("bound") or "unknown"),
+             "share": pct(r["share_pct"]), "bound": bound_label(r.get("bound"), r.get("limiter")),
              "achieved": si(r.get("achieved_flops_per_s"), "FLOP/s"), "% of roof": pct(r.get("pct_of_roof"))}
             for _, r in top.iterrows()]
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     notes = [html.Li(n) for n in roof_notes(top, report.device)]
-    return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else [])])
+    differ = [html.Li(n) for n in limiter_notes(top)]
+    return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else []),
+                     *([html.P("The measured limiter disagrees with the roofline:"), html.Ul(differ)] if differ else [])])
 
 
 def _finding(f: Any) -> html.Div:
@@ -90,6 +94,10 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
     """Source, device roofs, headline metrics, phases, requests, top kernels, findings (unless
     ``findings`` is false: the app fills them in apart, see :func:`findings_children`), warnings."""
     out: list[Any] = [html.H3("Report"), facts_table(views.source_facts(report))]
+    projection = report.manifest.get("projection") or {}
+    if projection.get("whole_run"):
+        out += [html.H3("Projection: the whole run"), dict_table(whole_run_rows(projection), "projection-whole-run"),
+                dict_table(family_rows(projection), "projection-families"), html.P(band_line(projection), className="muted")]
     if views.has_device_work(report):
         out += [html.H3("Device roofs"), dict_table(views.roofs_rows(report), "roofs"),
                 html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]

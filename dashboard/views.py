@@ -217,6 +217,8 @@ KERNEL_TABLE_COLUMNS = {
     "achieved_bytes_per_s": ("achieved_bytes_per_s", "B/s", "si"),
     "bound": ("bound", "bound", "text"), "pct_of_roof": ("pct_of_roof", "% of roof", "pct"),
     "bound_level": ("bound_level", "binding level", "text"),
+    "limiter": ("limiter", "measured limiter", "text"), "limiter_pct": ("limiter_pct", "limiter % of peak", "pct"),
+    "roofline_bound": ("roofline_bound", "roofline reading", "text"),
     "op": ("op", "operator", "text"), "op_shapes": ("op_shapes", "shapes", "text"),
     "device": ("device", "device", "text"), "stream": ("stream", "stream", "int"),
     "start_ms": ("start_ms", "start (ms)", "num"), "grid": ("grid", "grid", "text"), "block": ("block", "block", "text"),
@@ -241,9 +243,10 @@ def table_column(column: str, values: pd.Series) -> tuple[str, str, str]:
 
 
 BY_NAME_COLUMNS = ["name", "count", "duration_ns", "mean_ns", "share_pct", "category", "phase", "precision",
-                   "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s", "bound", "pct_of_roof",
-                   "bound_level"]
-ROW_COLUMNS = ["name", "duration_ns", "share_pct", "phase", "bound", "pct_of_roof", "bound_level", "arith_intensity",
+                   "flops_coverage_pct", "arith_intensity", "achieved_flops_per_s", "bound", "limiter", "limiter_pct",
+                   "pct_of_roof", "bound_level"]
+ROW_COLUMNS = ["name", "duration_ns", "share_pct", "phase", "bound", "limiter", "limiter_pct", "pct_of_roof",
+               "bound_level", "arith_intensity",
                "achieved_flops_per_s", "achieved_bytes_per_s", "precision", "start_ms", "op", "op_shapes", "device",
                "stream", "grid", "block"]
 

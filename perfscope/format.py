@@ -18,7 +18,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
@@ -78,6 +78,20 @@ def seconds(value: Any, digits: int = 3) -> str:
     """A time given in seconds, as :func:`duration` writes it."""
     v = finite(value)
     return MISSING if v is None else duration(v * 1e9, digits)
+
+
+def banded(value: Any, low: Any, high: Any, fmt: Callable[[Any], str] | None = None) -> str:
+    """A projected number with its band: ``18.4 ms (15.1-21.9 ms)``; ``18.4 ms (unvalidated)`` where the
+    band is missing (``fmt``: how one number is written, :func:`seconds` by default)."""
+    write = fmt or seconds
+    if finite(value) is None:
+        return MISSING
+    if finite(low) is None or finite(high) is None:
+        return f"{write(value)} (unvalidated)"
+    lo, hi = write(low), write(high)
+    lo_num, _, lo_unit = lo.partition(" ")
+    span = f"{lo_num}-{hi}" if lo_unit == hi.partition(" ")[2] else f"{lo}-{hi}"
+    return f"{write(value)} ({span})"
 
 
 def pct(value: Any, digits: int = 1) -> str:

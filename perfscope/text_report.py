@@ -197,17 +197,27 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
              _num(r["share_pct"], 1, 1), _num(r["arith_intensity"], 1, 2), si(r["achieved_flops_per_s"], "FLOP/s"),
              _bound_text(r), _num(r["pct_of_roof"], 1, 1), _clip(r.get("phase"), 8)]
             for i, (_, r) in enumerate(top.iterrows())]
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     kind = "CPU operators" if (report.kernels["device"] == "cpu").all() else "kernels"
     head = ["#", "name", "calls", "total ms", "% time", "FLOP/B", "achieved", "bound", "% roof", "phase"]
     notes = [f"  above the roof: {n}" for n in roof_notes(top, report.device)]
+    notes += [f"  measured limiter disagrees: {n}" for n in limiter_notes(top)]
     return [f"top {kind} by total time (one row per name and phase):", table(head, rows), *notes]
 
 
 def _bound_text(row: Any) -> str:
-    """``memory`` / ``compute``, with the hierarchical roofline's binding level where one is known
-    (``memory, l2 binds``)."""
+    """The measured limiter's bound where Nsight Compute or rocprof-compute measured it (``compute (alu) 70%``,
+    ``latency``), else ``memory`` / ``compute`` with the hierarchical roofline's binding level where one is
+    known (``memory, l2 binds``)."""
+    from perfscope.analysis.costs.limiter import bound_label
+    from perfscope.format import is_missing
+
+    limiter, share = row.get("limiter"), row.get("limiter_pct")
+    if isinstance(limiter, str) and limiter and not is_missing(share):
+        if row["bound"] == "latency":
+            return f"latency ({limiter} {share:.0f}%)"
+        return f"{bound_label(row['bound'], limiter)} {share:.0f}%"
     level = row.get("bound_level")
     return f"{row['bound']}, {level} binds" if isinstance(level, str) and level else str(row["bound"])
 
@@ -273,8 +283,12 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         head += "   [PARTIAL]"
     projection = report.manifest.get("projection")
     if projection:
+        from perfscope.analysis.summaries.projection import projection_lines
+
         head += (f"\nPROJECTED, not measured: {projection.get('measured_name')} on {projection.get('source_device')} "
                  f"-> {projection.get('question_text')} (docs/whatif.md: the model and its measured error)")
+        if projection.get("whole_run"):
+            head += "\n" + "\n".join(projection_lines(projection))
     timing = _timing_line(report)
     if timing:
         head += "\n" + timing

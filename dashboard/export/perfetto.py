@@ -114,14 +114,14 @@ def _kernel_slices(report: Report | LeanReport) -> _Slices:
     ptext = np.array(["/".join(p) if p else None for p in pdistinct], dtype=object)
     s = _Slices("kernel", k["start_ns"].to_numpy("int64"), k["end_ns"].to_numpy("int64"), track, names,
                 name_codes, distinct)
-    for col in ("phase", "op", "bound", "precision"):
+    for col in ("phase", "op", "bound", "precision", "limiter"):
         if col in k:
             s.args[col] = ("str", *_codes(k[col]))
     s.args["module"] = ("str", pcodes.astype("int64"), ptext)
     if "step" in k:
         s.args["step"] = ("int", _num(k, "step"), None)
     for col, label in (("flops", "flops"), ("dram_bytes", "dram_bytes"), ("arith_intensity", "flop_per_byte"),
-                       ("pct_of_roof", "pct_of_roof")):
+                       ("pct_of_roof", "pct_of_roof"), ("limiter_pct", "limiter_pct")):
         s.args[label] = ("double", _num(k, col), None)
     return s
 
@@ -611,7 +611,7 @@ class LeanReport:
 LEAN_COLUMNS = {
     "kernels": ("name", "device", "stream", "thread", "start_ns", "end_ns", "duration_ns", "correlation", "op",
                 "range", "phase", "step", "precision", "bound", "flops", "dram_bytes", "arith_intensity",
-                "pct_of_roof"),
+                "pct_of_roof", "limiter", "limiter_pct"),
     "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
     "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
     "idle": ("device", "start_ns", "end_ns", "cause", "range", "api", "bytes"),

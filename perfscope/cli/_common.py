@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfscope.format import dumps, records
+from perfscope.outpaths import out_path
 from perfscope.report import REPORT_SUFFIX
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["as_report_path", "default_run_dir", "echo_json", "records", "stage_progress"]
+__all__ = ["OUT_RULE", "default_run_dir", "echo_json", "out_path", "records", "stage_progress"]
 
 
 @contextmanager
@@ -56,16 +57,14 @@ def stage_progress(total: int, *, enabled: bool = True) -> Iterator[Callable[[st
         bar.close()
 
 
+OUT_RULE = "X.perfscope, X (.perfscope added) or DIR/ (a folder: the default name inside it)"
+"""How every ``--out`` is read, for the help texts (:mod:`perfscope.outpaths` has the rule)."""
+
+
 def default_run_dir(stem: str) -> Path:
     """``runs/<timestamp>-<stem>.perfscope`` under the current directory."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{stem}{REPORT_SUFFIX}"
-
-
-def as_report_path(path: str | Path) -> Path:
-    """Add the ``.perfscope`` suffix to a report folder name that lacks it."""
-    p = Path(path)
-    return p if p.name.endswith(REPORT_SUFFIX) else p.with_name(p.name + REPORT_SUFFIX)
 
 
 def echo_json(payload: Any) -> None:

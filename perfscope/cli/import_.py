@@ -9,7 +9,7 @@ import click
 
 from perfscope.format import terminal_text
 
-from ._common import as_report_path
+from ._common import OUT_RULE, out_path
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 @click.command(name="import")
 @click.argument("path", type=click.Path())
-@click.option("--out", type=click.Path(), default=None, help="Report folder to write (default: ./NAME.perfscope).")
+@click.option("--out", type=click.Path(), default=None, help=f"Report folder to write: {OUT_RULE} (default: ./NAME.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--html/--no-html", default=True, show_default=True, help="Also write report.html inside the folder.")
 # -- multi-rank import (logic in perfscope/cli/_ranks.py and perfscope.analysis.ranks.dask_import) --
@@ -104,7 +104,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         from perfscope.analysis.costs.analytic import with_trace_costs
 
         report = with_trace_costs(report, import_file(analytic_trace))
-    target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
+    target = out_path(out, default=Path(Path(path).name.split(".")[0] + ".perfscope"))
     written = save_with_html(report, target, force=force, html=html)
     k = report.kernels
     click.echo(terminal_text(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "
@@ -118,7 +118,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
 def _roofs(spec: str) -> DeviceSpec:
     """Device roofs named on the command line: ``cuda[:N]`` (measured here), a report folder, or a
     datasheet row's name (an unknown name is a UsageError listing close ones)."""
-    from perfscope.datasheets import lookup_datasheet, sheet_spec
+    from perfscope.datasheets import pick_datasheet, sheet_spec
     from perfscope.errors import InputFormatError, UsageError
     from perfscope.report import Report
 
@@ -132,7 +132,10 @@ def _roofs(spec: str) -> DeviceSpec:
         if spec.endswith(".perfscope") or "/" in spec:
             raise UsageError(f"--roofs {spec!r}: no such report folder",
                              hint="give a .perfscope report folder, a datasheet model, or `cuda`")
-        return sheet_spec(lookup_datasheet(spec))
+        sheet, note = pick_datasheet(spec, "--roofs")
+        if note:
+            click.echo(terminal_text(f"  note: {note}"), err=True)
+        return sheet_spec(sheet)
     report = Report.load(spec)
     if report.device is None or not report.device.compute:
         raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
