@@ -571,7 +571,7 @@ def _reading(b: dict[str, Any]) -> tuple[Any, ...]:
     return r if isinstance(r, tuple) and len(r) == 4 else (None, None, None, None)
 
 
-def _device_table(dev_index: int, cols: list[list[Any]], segs: list[dict[str, Any]], warnings: list[str],
+def _device_table(dev_index: int, cols: list[Any], segs: list[dict[str, Any]], warnings: list[str],
                   pre_live: list[tuple[Any, ...]], allocated: set[Any], *, windowed: bool,
                   by_order: bool) -> pd.DataFrame:
     n = len(cols[1])
