@@ -85,6 +85,16 @@ def _pickled_size(obj: Any, *, fast: bool) -> int:
     return c.n
 
 
+PEAK_RSS = """
+def peak_rss_mb():
+    # VmHWM: this process's own high-water mark (ru_maxrss of a child counts the parent's RSS at fork)
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+
 CHILD_IMPORT = """
 import json, resource, sys, time, warnings
 warnings.simplefilter("error")
@@ -94,7 +104,7 @@ t = time.perf_counter()
 im = import_snapshot(path, start_us=None if lo == "-" else float(lo), end_us=None if hi == "-" else float(hi))
 wall = time.perf_counter() - t
 print(json.dumps({"s": wall, "rows": len(im.tables["memory"]), "events": im.manifest["params"]["snapshot_events"],
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": peak_rss_mb()}))
 """
 
 CHILD_PICKLE = """
@@ -107,13 +117,15 @@ with open(sys.argv[1], "rb") as fh:
     snap = PlainData(fh).load()
 wall = time.perf_counter() - t
 print(json.dumps({"s": wall, "events": sum(len(t) for t in snap["device_traces"]),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": peak_rss_mb()}))
 """
 
 
 def _child(code: str, *args: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True, env=env)
+    first, rest = code.lstrip("\n").split("\n", 1)  # the imports, then the peak-RSS helper, then the body
+    out = subprocess.run([sys.executable, "-c", f"{first}\n{PEAK_RSS}{rest}", *args], check=True, capture_output=True,
+                         text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
