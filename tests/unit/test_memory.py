@@ -198,6 +198,12 @@ def test_export_memory_timeline_is_read(torch_cpu_run: Path) -> None:
     assert {"weights", "optimizer", "gradient"} <= set(mem["category"])
     raw = import_file(torch_cpu_run / "timeline.raw.json.gz").memory
     assert len(raw) > 0 and {"weights", "optimizer"} <= set(raw["category"])
+    # at its peak, torch's categories add up to the total; it names no tensors (no addresses)
+    from perfscope.analysis.summaries.memory import peaks
+
+    (p,) = peaks(import_file(path))
+    assert sum(p["by_category"].values()) == pytest.approx(max(sum(r) for r in sizes))
+    assert p["breakdown"]["tensors"] == []
 
 
 def test_cpu_kineto_memory_has_ops(torch_cpu_run: Path) -> None:

@@ -181,6 +181,12 @@ def test_instant_a_user_picks(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-W", "error", "-m", "perfscope", "analyze", str(tmp_path / "r.perfscope"),
                           "--memory", "--memory-at", f"event:{n}"], capture_output=True, text=True, check=True).stdout
     assert f"cuda:0 at event {n:,} of {n:,}" in out and "live there, by category" in out
+    doc = json.loads(subprocess.run([sys.executable, "-W", "error", "-m", "perfscope", "analyze",
+                                     str(tmp_path / "r.perfscope"), "--json", "--memory-at", "time:0.3ms"],
+                                    capture_output=True, text=True, check=True).stdout)
+    (at,) = doc["memory"]["at"]
+    assert at["event"] == instant(report, "cuda:0", t_ns=t0 + 300_000) and at["at"].startswith(f"event {at['event'] + 1}")
+    assert sum(at["by_category"].values()) == at["allocated_bytes"]
 
 
 # ---------------------------------------------------------------------------- before the record
