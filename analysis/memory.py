@@ -373,13 +373,11 @@ def _during_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np
         rule[i[mask]] = r
 
 
-def parameter_sizes(model: Any, block: float = 512.0) -> tuple[Counter[float], str]:
-    """The byte sizes of a model's parameters, as many of each as it has (``model``: a
-    :class:`perfscope.capacity.ModelShape`): embeddings and LM head; per layer the attention
-    projections (separate and fused QKV), the MLP's (separate and fused gate/up, GPT-2's), norms and
-    biases; each in the dtype that, of the checkpoint's, bf16/fp16 and fp32, is given, rounded up to
-    ``block`` bytes as the caching allocator rounds a block. Sizes are given per dtype; the caller
-    picks the one that names the most bytes (:func:`with_model`)."""
+def parameter_sizes(model: Any) -> tuple[Counter[int], str]:
+    """The element counts of a model's parameters, as many of each as it has, and its checkpoint's dtype
+    (``model``: a :class:`perfscope.capacity.ModelShape`): embeddings and LM head; per layer the
+    attention projections (separate and fused QKV), the MLP's (separate and fused gate/up, GPT-2's
+    4h), norms and biases. :func:`with_model` prices them in the dtype that names the most bytes."""
     h, nh, nkv, hd = model.hidden, model.n_heads, model.n_kv_heads, model.head_dim
     inter, vocab, layers = model.intermediate, model.vocab, model.n_layers
     per_layer = [nh * hd * h, nkv * hd * h, nkv * hd * h, h * nh * hd, (nh + 2 * nkv) * hd * h,
@@ -387,7 +385,7 @@ def parameter_sizes(model: Any, block: float = 512.0) -> tuple[Counter[float], s
     counts: Counter[int] = Counter({vocab * h: 2, h: 1})
     for numel in per_layer:
         counts[numel] += layers
-    return counts, model.dtype  # type: ignore[return-value]
+    return counts, str(model.dtype)
 
 
 def with_model(report: Any, model: str) -> Any:
@@ -409,11 +407,11 @@ def with_model(report: Any, model: str) -> Any:
         best: tuple[float, Counter[float], str] = (0.0, Counter(), "")
         for name, nbytes in (("fp32", 4), ("bf16/fp16", 2), (dtype, {"fp32": 4, "fp8": 1}.get(dtype, 2))):
             sizes: Counter[float] = Counter()
-            for numel, k in counts.items():
+            for numel, k in counts.items():  # the exact bytes, and the caching allocator's 512-byte block
                 exact = float(numel * nbytes)
-                for s in {exact, float(-(-exact // 512) * 512)}:
-                    sizes[s] += k
-            named = sum(min(k, have.get(s, 0)) * s for s, k in sizes.items())
+                for size in {exact, float(-(-exact // 512) * 512)}:
+                    sizes[size] += k
+            named = sum(min(k, have.get(size, 0)) * size for size, k in sizes.items())
             if named > best[0]:
                 best = (named, sizes, name)
         cat = dev["category"].astype("object").to_numpy().copy()

@@ -1,8 +1,9 @@
 """CUDA memory snapshot (``torch.cuda.memory._dump_snapshot()`` pickle) -> the ``memory`` table.
 
 A snapshot is a pickle, and a pickle can run code when it is loaded. This reader loads it with
-Python's C unpickler (:class:`pickle.Unpickler`) whose ``find_class`` refuses every global: without
-a global nothing callable ever reaches the pickle's stack, so REDUCE, BUILD, NEWOBJ, INST and OBJ
+Python's C unpickler (:class:`pickle.Unpickler`) whose ``find_class`` refuses every global the file
+names (it resolves only this load's own :class:`_Sink`, below, under a random token): without a
+global nothing callable ever reaches the pickle's stack, so REDUCE, BUILD, NEWOBJ, INST and OBJ
 fail, and the file builds only dicts, lists, tuples, strings, bytes, numbers, booleans and None
 (persistent ids and out-of-band buffers are refused by the unpickler itself). Anything else fails
 with one line naming what the pickle asked for. Nothing in the file is ever called.
