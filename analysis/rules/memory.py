@@ -31,6 +31,8 @@ PEAK_ITEMS = 12
 ADVICE_SHARE = 0.05
 """A role (attention scores, logits, ...) gets its advice when its tensors hold at least this share of
 the peak's bytes: below it, what it would save is within what a rerun moves."""
+ADVICE_MIN_BYTES = 16 * 2**20
+"""... and at least this many bytes: a kind of tensor that holds less is not worth a change."""
 UNKNOWN_ROLES = ("before_recording", "unknown")
 """Roles that say nothing of what a tensor is: items of these count as unexplained."""
 
@@ -73,7 +75,8 @@ def memory_peak(report: Report) -> list[Finding]:
     peak instant (:func:`~perfscope.analysis.summaries.memory.breakdown`) grouped by what they are
     (:func:`~perfscope.analysis.summaries.memory.tensor_roles`), the largest group named with its
     size, count, op and source line; advice for each kind of tensor that holds at least
-    :data:`ADVICE_SHARE` of the peak, with the bytes it would give back; fragmentation beside."""
+    :data:`ADVICE_SHARE` of the peak (and :data:`ADVICE_MIN_BYTES`), with the bytes it would give back;
+    fragmentation beside."""
     out = []
     for p in peaks(report):
         b = p["breakdown"]
@@ -100,7 +103,7 @@ def memory_peak(report: Report) -> list[Finding]:
         advice = []
         if by_role is not None:
             for role, nb in by_role.items():
-                if role in ADVICE and nb >= ADVICE_SHARE * peak:
+                if role in ADVICE and nb >= max(ADVICE_SHARE * peak, ADVICE_MIN_BYTES):
                     save = SAVING.get(str(role), 0.0) * float(nb)
                     advice.append(f"{ROLE_NAMES[str(role)][1].capitalize()} hold {nbytes(nb)} "
                                   f"({100 * nb / peak:.0f}% of the peak): {ADVICE[str(role)]}"
@@ -118,6 +121,13 @@ def memory_peak(report: Report) -> list[Finding]:
             advice.append("No kind of tensor holds enough of the peak to act on; the items list the largest.")
         out.append(Finding("memory-peak", severity, title, evidence, " ".join(advice), math.nan, items=items))
     return out
+
+
+def _made_by(source: Any, module: Any, op: Any) -> str:
+    """``modeling_llama.py:330 forward (aten::div)``: the source line (a trace's module path when it has
+    no line) and the op that made a tensor; "" when neither is known."""
+    where = source if isinstance(source, str) else module if isinstance(module, str) else ""
+    return " ".join(x for x in (where, f"({op})" if isinstance(op, str) else "") if x)
 
 
 def _unused_advice(unused: float, frag: float | None) -> str:
@@ -140,8 +150,7 @@ def _groups(live: pd.DataFrame) -> pd.DataFrame:
     them (``source (op)``, in the order of their sizes)."""
     if not len(live):
         return live
-    who = [" ".join(x for x in (s if isinstance(s, str) else "", f"({o})" if isinstance(o, str) else "") if x)
-           for s, o in zip(live["source"].tolist(), live["op"].tolist())]
+    who = [_made_by(s, m, o) for s, m, o in zip(live["source"].tolist(), live["module"].tolist(), live["op"].tolist())]
     g = live.assign(who=who).groupby(["role", "size_bytes"], sort=False).agg(
         count=("size_bytes", "size"), total=("size_bytes", "sum"), freed=("free_event", lambda s: int(s.notna().sum())),
         who=("who", lambda w: [x for x in dict.fromkeys(w) if x]))
@@ -188,8 +197,7 @@ def _item(r: dict[str, Any], device: str, clock: str) -> Item:
     """One live tensor at the peak as evidence: its size, what it is, who made it, when made and freed."""
     role = str(r.get("role") or r["category"])
     what = ROLE_NAMES.get(role, (role, role))[0]
-    by = " ".join(x for x in (r["source"] if isinstance(r["source"], str) else None,
-                              f"({r['op']})" if isinstance(r["op"], str) else None) if x)
+    by = _made_by(r["source"], r["module"], r["op"])
     made = "before the record" if r["alloc_event"] < 0 else f"made at event {int(r['alloc_event']) + 1:,}"
     freed = "still live at the end" if pd.isna(r["free_event"]) else f"freed at event {int(r['free_event']) + 1:,}"
     label = f"{nbytes(r['size_bytes'])} {what} ({r['category']})" + (f" from {by}" if by else "") + f", {made}, {freed}"
