@@ -144,9 +144,24 @@ def _finding(f: Any) -> str:
     stake_txt = f" — time at stake: {duration(stake)}" if not is_missing(stake) else ""
     evidence = getattr(f, "evidence", {}) or {}
     facts = _facts(evidence_rows(evidence)) if isinstance(evidence, Mapping) else f"<p>{esc(evidence)}</p>"
+    run = getattr(f, "run", "") or ""
     return (f'<div class="finding {esc(sev)}"><b>[{esc(sev)}] {esc(getattr(f, "title", ""))}</b>{esc(stake_txt)}'
-            f'<details><summary>evidence</summary>{facts}</details>'
-            f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p></div>')
+            + (f' <span class="muted">[{esc(run)} run]</span>' if run else "")
+            + f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p>{_finding_items(f)}'
+            f'<details><summary>numbers</summary>{facts}</details></div>')
+
+
+def _finding_items(f: Any) -> str:
+    """The items behind a finding's time at stake as a small table, with the share they explain."""
+    share, rows, more = views.finding_evidence(f)
+    if not rows:
+        return ""
+    head = f'<p class="evidence-share">Evidence: {esc(share)}.</p>' if share else "<p>Evidence:</p>"
+    body = "".join(f'<tr class="{"known" if r["cause"] == "known" else "unknown"}"><td>{esc(r["share"])}</td>'
+                   f'<td>{esc(r["cause"])}</td><td>{esc(r["evidence"])}</td></tr>' for r in rows)
+    tail = f'<p class="muted">{esc(more)}</p>' if more else ""
+    return (f'{head}<table class="items"><thead><tr><th>of the stake</th><th>cause</th><th>evidence</th></tr>'
+            f'</thead><tbody>{body}</tbody></table>{tail}')
 
 
 def _findings(report: Report) -> str:

@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .format import MISSING, si, terminal_text
+from .format import (
+    EVIDENCE_ITEMS_SHOWN,
+    MISSING,
+    evidence_item,
+    evidence_more,
+    evidence_share,
+    si,
+    terminal_text,
+)
 from .format import clip as _clip
 from .format import finite as _finite
 from .format import number as _num
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from perfscope.analysis.findings import Finding
 
     from .report import Report
 
@@ -266,9 +276,29 @@ def _finding_lines(report: Report, n: int = 5) -> list[str]:
         return []
     lines = [f"findings (most time at stake first; {stake_clock(report)}):"]
     for f in found:
-        stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
-        lines.append(f"  [{f.severity}] {f.title}{stake}")
-        lines.append(f"      -> {f.recommendation}")
+        lines += finding_lines(f)
+    return lines
+
+
+def finding_lines(f: Finding) -> list[str]:
+    """One finding as the terminal shows it: severity, title, time at stake and the run it is on,
+    the advice, then its evidence: the share of its time at stake its items explain (or the time
+    left unexplained) and its largest items, each with its share of that time."""
+    from perfscope.analysis.findings import EVIDENCE_RULE_SHARE
+
+    stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
+    run = f" [{f.run} run]" if f.run else ""
+    lines = [f"  [{f.severity}] {f.title}{stake}{run}", f"      -> {f.recommendation}"]
+    if not f.items:
+        return lines
+    share = evidence_share(f.time_at_stake_ns, f.explained_ns, EVIDENCE_RULE_SHARE)
+    lines.append("      evidence" + (f" ({share}):" if share else ":"))
+    for item in f.items[:EVIDENCE_ITEMS_SHOWN]:
+        part, cause, label = evidence_item(item, f.time_at_stake_ns)
+        lines.append(f"        {part:>4}  {label}" + ("  [cause unknown]" if cause == "unknown" else ""))
+    more = evidence_more(f.items, EVIDENCE_ITEMS_SHOWN)
+    if more:
+        lines.append(f"              {more}")
     return lines
 
 
