@@ -18,7 +18,7 @@ from dash import ALL, Input, Output, State, dcc, html
 
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
-from perfscope.format import duration, labelled_rows
+from perfscope.format import duration, labelled_rows, nbytes
 from perfscope.schema import text_of
 
 from . import figures, ids, layout, views
@@ -393,21 +393,29 @@ def on_memory(store: ReportStore, key: str | None, tab: str) -> Any:
 
 @checked
 def on_memory_click(store: ReportStore, key: str | None, click: Any) -> Any:
-    """What was live at the clicked point of the memory track (largest first)."""
-    from perfscope.analysis.summaries.memory import live_at
-    from perfscope.format import nbytes
+    """What was live just after the clicked event of the memory track: bytes by category (adding up to
+    the allocated bytes), reserved and fragmentation beside, the largest live tensors."""
+    from perfscope.analysis.summaries.memory import breakdown
+    from perfscope.text_memory import breakdown_tables
 
     point = ((click or {}).get("points") or [{}])[0]
     custom = point.get("customdata")
     if not key or not custom:
         return "click a point of the memory track to list what was live"
-    device, t_ns = str(custom[0]), int(custom[1])
-    live = live_at(store.load(key), device, t_ns)
-    head = f"{len(live)} allocation(s) live on {device}, {nbytes(float(live['size_bytes'].sum()))}"
-    rows = [html.Tr([html.Td(nbytes(float(r.size_bytes))), html.Td(str(r.category)), html.Td(str(r.op or "")),
-                     html.Td(str(r.module or r.source or ""))]) for r in live.head(25).itertuples()]
-    return html.Div([html.P(head), html.Table([html.Tr([html.Th(h) for h in ("bytes", "category", "op",
-                                                                             "module / source")]), *rows])])
+    device, event = str(custom[0]), int(custom[1])
+    b = breakdown(store.load(key), device, event, top=25)
+    cats, beside, tensors = breakdown_tables(b)
+
+    def grid(rows: list[dict[str, str]]) -> Any:
+        if not rows:
+            return html.P("none")
+        return html.Table([html.Tr([html.Th(h) for h in rows[0]]),
+                           *[html.Tr([html.Td(v) for v in r.values()]) for r in rows]])
+
+    head = (f"{b['live_tensors']} allocation(s) live on {device} at {b['at']}, "
+            f"{nbytes(b['allocated_bytes'])} allocated")
+    return html.Div([html.P(head), grid(cats), html.P(f"beside it: {beside}") if beside else None,
+                     html.P("largest live tensors:"), grid(tensors)])
 
 
 @checked

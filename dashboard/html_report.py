@@ -246,19 +246,24 @@ def _idle(page: _Page, report: Report) -> str:
 
 
 def _memory(page: _Page, report: Report) -> str:
-    """The memory track (under the timeline), the peak and what held it, the capacity section and
-    the server's gauges beside the latencies."""
+    """The memory track (under the timeline), what is live at each device's peak (by category, the
+    largest tensors, reserved and fragmentation beside), the capacity section and the server's gauges
+    beside the latencies."""
     from perfscope.analysis.summaries.memory import capacity_section, peaks
+    from perfscope.text_memory import breakdown_tables
 
     body = ""
     if len(report.memory):
         body += page.figure(figures.memory_timeline(report), "memory")
-        cats = [c for p in peaks(report) for c in p["by_category"]]
-        rows = [{"device": p["device"], "peak": nbytes(p["peak_allocated_bytes"]),
-                 **{c: nbytes(p["by_category"][c]) if c in p["by_category"] else "" for c in dict.fromkeys(cats)}}
-                for p in peaks(report)]
-        body += ("<h3>Memory peak</h3><p class=\"muted\">held at the peak, by category (fragmentation: reserved "
-                 "but unallocated)</p>" + _dict_rows(rows))
+        body += "<h3>Memory peak</h3>"
+        for p in peaks(report):
+            b = p["breakdown"]
+            cats, beside, tensors = breakdown_tables(b)
+            body += (f"<p><b>{esc(p['device'])}</b>: {esc(nbytes(p['peak_allocated_bytes']))} allocated at "
+                     f"{esc(b['at'])}; live by category (adding up to it), with the rule that gave each:</p>"
+                     + _dict_rows(cats) + (f'<p class="muted">beside it: {esc(beside)}</p>' if beside else "")
+                     + f'<p class="muted">largest live tensors ({b["live_tensors"]:,} live at the peak):</p>'
+                     + _dict_rows(tensors))
     sec = capacity_section(report)
     if sec is not None:
         body += f"<p>{esc(sec['finding'])}</p>"

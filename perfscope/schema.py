@@ -299,12 +299,18 @@ MEMORY_COLUMNS = _cols(
     ("op", "str", False, "operator that made the allocation (aten::mm, ...)"),
     ("module", "str", False, "nn.Module path around it"),
     ("source", "str", False, "innermost user source line, 'file.py:line function' (snapshot frames)"),
+    ("stack", "str", False, "the user's Python frames from the source line outwards, ' < '-joined (snapshot frames)"),
     ("category", "str", False, "weights, kv_cache, activations, workspace, optimizer, gradient, cuda_graph_pool, "
-     "unknown (docs/memory.md: the rules)"),
+     "before_recording, unknown (docs/memory.md: the rules)"),
     ("category_rule", "str", False, "the rule that gave the category"),
     ("phase", "str", False, "prefill, decode, ... of the step around the event"),
     ("step", "int", False, "the step (steps.parquet) around the event"),
     ("memory_source", "str", False, "kineto, snapshot, memory_timeline (torch.profiler export_memory_timeline)"),
+    ("event", "int", False, "the event's place in its device's record, from 0 (-1: there before the record); "
+     "an instant is 'after event k'"),
+    ("free_event", "int", False, "alloc rows: the event that freed it (None: still live at the end)"),
+    ("requested_bytes", "float", False, "bytes the caller asked for, before the allocator rounded them (snapshot "
+     "blocks at the dump)"),
 )
 
 GAUGE_COLUMNS = _cols(

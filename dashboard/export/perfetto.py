@@ -228,11 +228,27 @@ def _idle_slices(report: Report | LeanReport) -> _Slices | None:
 
 
 def _memory_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """The memory timeline as counter tracks: allocated and reserved bytes per device."""
+    """The memory timeline as counter tracks: allocated and reserved bytes per device, and the bytes
+    live per category (``cuda:0 memory weights_bytes``, ...: at any instant they add up to the
+    allocated bytes, as in ``analyze --memory``'s breakdown). A record without a clock (a snapshot
+    without ``time_us``) is drawn over its events (t_ns counts them)."""
     m = getattr(report, "memory", None)
     if m is None or "allocated_bytes" not in m:
         return []
-    return _per_device_series(m, ("allocated_bytes", "reserved_bytes"), "?", "memory ")
+    out = _per_device_series(m, ("allocated_bytes", "reserved_bytes"), "?", "memory ")
+    if not len(m) or "category" not in m or "delta_bytes" not in m:
+        return out
+    dev = m["device"].astype("object").fillna("?").astype(str).to_numpy()
+    cats = m["category"].astype("object").to_numpy()
+    delta = _num(m, "delta_bytes")
+    t = m["t_ns"].to_numpy("int64")
+    for d in sorted(set(dev.tolist())):
+        rows = dev == d
+        moves = rows & (delta != 0) & ~np.isnan(delta)
+        for c in sorted({str(x) for x in cats[moves] if isinstance(x, str)}):
+            level = np.cumsum(np.where(moves & (cats == c), delta, 0.0)[rows])
+            out.append((f"{d} memory {c}_bytes", t[rows], level))
+    return out
 
 
 FINDINGS_GROUP = "findings"
@@ -684,7 +700,7 @@ LEAN_COLUMNS = {
     "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label", "start_s", "end_s", "run",
               "generate_call"),
     "counters": ("t_ns", "device", *COUNTER_METRICS),
-    "memory": ("t_ns", "device", "allocated_bytes", "reserved_bytes"),
+    "memory": ("t_ns", "device", "allocated_bytes", "reserved_bytes", "delta_bytes", "category"),
     "request_steps": ("request_id", "step", "role", "run"),
     "requests": ("request_id", "run", "generate_call", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
                  "scheduled_s", "arrival_s", "admitted_s", "first_token_s", "end_s", "dispatch_delay_s", "status",
