@@ -13,7 +13,8 @@ Neither is set by default: a file is read whole, as before.
 
 Every reader counts what it reads through :func:`take`: the Kineto reader its trace events (each block),
 the SQLite readers the rows of each batch they fetch (:mod:`perfscope.safedb`), the CSV and JSON readers
-the rows of each chunk (:mod:`perfscope.inputs`); one import's count runs across all of them
+the rows of each chunk (:mod:`perfscope.inputs`), the memory-snapshot reader its allocator events (each batch
+of 1,000 as the unpickler streams them); one import's count runs across all of them
 (:func:`counting`, which ``import_file`` opens).
 
 A third limit, a deadline, is optional: ``PERFSCOPE_IMPORT_TIMEOUT`` (seconds) or ``budget(deadline_s=...)``

@@ -13,6 +13,8 @@ Folder layout (see DESIGN.md)::
       steps.parquet        engine steps (prefill / decode) of the profiled run
       requests_unprofiled.parquet, steps_unprofiled.parquet
                            the same workload run warm without the profiler (headline metrics)
+      request_steps.parquet
+                           a load test's requests joined to the steps they took part in
       idle.parquet         the device's idle slices, each with its cause (analysis/idle.py)
       host.parquet         the host's own activity behind them: CPU operators, Python functions, OS waits
       memory.parquet       allocations and frees over time (docs/memory.md)
@@ -97,6 +99,7 @@ class Report:
     steps: pd.DataFrame = field(default_factory=lambda: empty_table("steps"))
     requests_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("requests_unprofiled"))
     steps_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("steps_unprofiled"))
+    request_steps: pd.DataFrame = field(default_factory=lambda: empty_table("request_steps"))
     idle: pd.DataFrame = field(default_factory=lambda: empty_table("idle"))
     host: pd.DataFrame = field(default_factory=lambda: empty_table("host"))
     memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))

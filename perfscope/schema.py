@@ -211,6 +211,13 @@ REQUEST_COLUMNS = _cols(
     ("acceptance_pct", "float", False, "speculative decoding: accepted / drafted, %"),
     ("mean_accepted_len", "float", False, "speculative decoding: mean draft tokens accepted per verify step "
      "(the step emits one more, the target's own)"),
+    # the scheduler's log of a load test (issue 42): what the request waited for
+    ("considered_s", "float", False, "the scheduler's first look at the request after its arrival (admitted then, "
+     "or refused for want of a KV slot or KV room), s from the run's start"),
+    ("preemptions", "int", False, "times the request was preempted (its KV cache dropped, recomputed on readmission)"),
+    ("preempted_s", "str", False, "JSON list of its preemption times, s from the run's start"),
+    ("readmitted_s", "str", False, "JSON list of its readmission times after each preemption"),
+    ("response_id", "str", False, "an endpoint's id of the response (the stream's id: cmpl-..., chatcmpl-...)"),
 )
 
 STEP_COLUMNS = _cols(
@@ -246,6 +253,15 @@ STEP_COLUMNS = _cols(
     ("outlier", "str", False, "why the step is kept out of the headline numbers (first step, host stall, ...) or None"),
     ("attention_prefill_share", "float", False, "share of the step's attention work (sum over requests of new "
      "tokens x context) in its prefilling requests, from a label with per-request lengths (vLLM), else None"),
+    ("preempted", "int", False, "load tests: requests preempted in the step's iteration before it"),
+)
+
+REQUEST_STEP_COLUMNS = _cols(
+    ("request_id", "int", True, "the request (requests.parquet request_id)"),
+    ("step", "int", True, "a step (steps.parquet step) the request took part in"),
+    ("role", "str", True, "its part in the step: prefill (a chunk of its prompt), recompute (its cache rebuilt after "
+     "a preemption), decode (one token), done (a finished row of a static batch)"),
+    ("tokens", "int", False, "its tokens in the step"),
 )
 
 IDLE_COLUMNS = _cols(
@@ -310,12 +326,18 @@ MEMORY_COLUMNS = _cols(
     ("op", "str", False, "operator that made the allocation (aten::mm, ...)"),
     ("module", "str", False, "nn.Module path around it"),
     ("source", "str", False, "innermost user source line, 'file.py:line function' (snapshot frames)"),
+    ("stack", "str", False, "the user's Python frames from the source line outwards, ' < '-joined (snapshot frames)"),
     ("category", "str", False, "weights, kv_cache, activations, workspace, optimizer, gradient, cuda_graph_pool, "
-     "unknown (docs/memory.md: the rules)"),
+     "before_recording, unknown (docs/memory.md: the rules)"),
     ("category_rule", "str", False, "the rule that gave the category"),
     ("phase", "str", False, "prefill, decode, ... of the step around the event"),
     ("step", "int", False, "the step (steps.parquet) around the event"),
     ("memory_source", "str", False, "kineto, snapshot, memory_timeline (torch.profiler export_memory_timeline)"),
+    ("event", "int", False, "the event's place in its device's record, from 0 (-1: there before the record); "
+     "an instant is 'after event k'"),
+    ("free_event", "int", False, "alloc rows: the event that freed it (None: still live at the end)"),
+    ("requested_bytes", "float", False, "bytes the caller asked for, before the allocator rounded them (snapshot "
+     "blocks at the dump)"),
 )
 
 GAUGE_COLUMNS = _cols(
@@ -346,6 +368,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "steps": STEP_COLUMNS,
     "requests_unprofiled": REQUEST_COLUMNS,
     "steps_unprofiled": STEP_COLUMNS,
+    "request_steps": REQUEST_STEP_COLUMNS,
     "idle": IDLE_COLUMNS,
     "host": HOST_COLUMNS,
     "memory": MEMORY_COLUMNS,
@@ -356,7 +379,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
 
 ``steps`` and ``requests`` are the profiled run's (on the trace's timeline); an engine report also
 holds ``steps_unprofiled`` and ``requests_unprofiled``: the same workload run warm without the
-profiler (times from that run's start), the source of the headline serving metrics. ``gemm_curve``
+profiler (times from that run's start), the source of the headline serving metrics.
+``request_steps`` joins a load test's requests to the steps they took part in (the scheduler's log;
+``run`` column as the others). ``gemm_curve``
 is an engine profile's GEMM size curve (:mod:`perfscope.collectors.gemm_curve`), measured on the
 report's device after the profiled run. ``host`` is the host's own activity that explains the
 device's idle time (docs/idle.md), read by :mod:`perfscope.analysis.idle`. Reports written before

@@ -82,7 +82,7 @@ def import_memory_timeline(path: str | Path, *, device: DeviceSpec | None = None
         "t_ns": t, "device": "unknown", "action": np.where(delta >= 0, "alloc", "free"),
         "size_bytes": np.abs(delta), "delta_bytes": delta, "allocated_bytes": np.cumsum(delta),
         "category": categories, "category_rule": "torch.profiler's memory profiler",
-        "memory_source": "memory_timeline",
+        "memory_source": "memory_timeline", "event": np.arange(len(t), dtype="int64"),
     })
     manifest = {"name": p.name.split(".")[0],
                 "source": source_info("memory-timeline", p, "torch.profiler export_memory_timeline", None),

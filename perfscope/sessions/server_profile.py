@@ -91,8 +91,12 @@ class ProfileSession:
         self.active = True
         return []
 
-    def stop(self, t0_ns: int, label: str) -> dict[str, Any]:
-        """Stop the profiler and import its trace: tables (kernels, ranges, steps) and what was done."""
+    def stop(self, t0_ns: int, label: str, ids: dict[int, int] | None = None) -> dict[str, Any]:
+        """Stop the profiler and import its trace: tables (kernels, ranges, steps) and what was done.
+
+        ``ids`` maps the server's request ids to the client's (:func:`.endpoint.server_ids`): with it,
+        perfscope serve's step records join each step to the requests in it (``request_steps``), and its
+        scheduler's admission times come back on the client's clock (``scheduler``)."""
         out: dict[str, Any] = {**self.offset, "warnings": []}
         if not self.active:
             return out
@@ -136,6 +140,11 @@ class ProfileSession:
                 out["warnings"].append(note)
             tables["steps"] = steps
             out["steps"] = len(steps)
+            if ids:
+                links, sched = self._scheduler_log(Path(steps_file), ids, t0_ns)
+                tables["request_steps"] = links
+                out["scheduler"] = sched.assign(run=label)
+                out["joined_requests"] = int(links["request_id"].nunique()) if len(links) else 0
         tables = {k: (df.assign(run=label) if len(df) else df) for k, df in tables.items()}
         out["tables"] = tables
         return out
@@ -172,6 +181,30 @@ class ProfileSession:
             return path.resolve().is_relative_to(self.trace_dir.resolve())
         except OSError:
             return False
+
+    def _scheduler_log(self, path: Path, ids: dict[int, int], t0_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """perfscope serve's log of the window: each step's requests (the client's ids) and each request's
+        first look and admission on the client's clock (missing when the clock offset is not known)."""
+        from perfscope.engine.serving import LoadStep
+        from perfscope.sessions.loadtest import request_steps_frame
+
+        data = json.loads(path.read_text(encoding="utf-8"))
+        steps = [LoadStep(**s) for s in data.get("steps", [])]
+        links = request_steps_frame(steps, ids)
+        off = self.offset.get("clock_offset_ns")
+        origin = int(data.get("origin_ns") or 0)
+        rows = []
+        for r in data.get("requests", []):
+            rid = ids.get(int(r.get("request_id", -1)))
+            if rid is None:
+                continue
+            def client_s(x: Any) -> float:
+                if off is None or x is None:
+                    return float("nan")
+                return (origin + float(x) * 1e9 - off - t0_ns) / 1e9
+            rows.append({"request_id": rid, "considered_s": client_s(r.get("considered_s")),
+                         "admitted_s": client_s(r.get("admitted_s"))})
+        return links, pd.DataFrame(rows, columns=["request_id", "considered_s", "admitted_s"])
 
     def _newest_trace(self) -> str | None:
         if self.trace_dir is None or not self.trace_dir.is_dir():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 import perfscope
 from perfscope.analysis.findings import run_rules
 from perfscope.cli import main
@@ -47,6 +49,16 @@ def test_serve_metrics_scraped_during_a_load_test(tmp_path: Path) -> None:
     # miss a scrape's deadline)
     failed = report.params["gauges"]["scrapes_failed"]
     assert failed > 0 or (g["t_s"].nunique() >= 2 and g["t_s"].max() >= req["end_s"].max())
+    # no server steps: the split uses the gauges (the queue, first come first served) and says what it cannot split
+    from perfscope.analysis.summaries.tails import splits, tails_payload
+
+    tails = tails_payload(report)
+    assert tails["source"] == "gauges" and "decode" in tails["unmeasured"]
+    for metric in ("ttft", "e2e"):  # how long the queue was depends on the machine; what the split is does not
+        e = tails[metric]["p99"]
+        assert set(e["parts"]) <= {"queued", "unmeasured"} and sum(e["parts"].values()) == pytest.approx(e["value_s"])
+    split = splits(report)[0].requests
+    assert (split["ttft_queued_s"] <= split["ttft_s"] + 1e-9).all() and (split["ttft_queued_s"] >= 0).all()
     found = [f for f in run_rules(report, rules=["ttft-gauges"])]
     # the rule's own decision on this run's numbers (how far TTFT rises depends on the machine's load):
     # when TTFT rose, the finding names the queue the gauges saw; when it did not, there is none
