@@ -770,11 +770,14 @@ def gap_lengths(idle: pd.DataFrame) -> np.ndarray:
     return pd.Series(idle["duration_ns"].to_numpy(np.float64)).groupby(key.to_numpy()).sum().to_numpy()
 
 
-def _weighted_median(x: np.ndarray) -> float:
-    """The gap length at which half of the time lies in gaps at least that long."""
-    x = np.sort(x)
-    c = np.cumsum(x)
-    return float(x[np.searchsorted(c, c[-1] / 2.0)])
+def weighted_median(sizes: np.ndarray) -> float:
+    """The size at which half the time lies in pieces at least that long (a median weighted by
+    time, not count: 64 gaps of 10 ms among 1,983 of 1 us read as 10 ms)."""
+    if not len(sizes):
+        return float("nan")
+    s = np.sort(np.asarray(sizes, np.float64))[::-1]
+    c = np.cumsum(s)
+    return float(s[int(np.searchsorted(c, c[-1] / 2.0))])
 
 
 def gap_size_buckets(lengths: np.ndarray) -> list[dict[str, float]]:
@@ -788,7 +791,7 @@ def gap_size_buckets(lengths: np.ndarray) -> list[dict[str, float]]:
     for i in np.unique(which).tolist():
         x = lengths[which == i]
         out.append({"lo_ns": float(edges[i]), "hi_ns": float(edges[i + 1]), "gaps": len(x),
-                     "time_ns": float(x.sum()), "typical_ns": _weighted_median(x)})
+                     "time_ns": float(x.sum()), "typical_ns": weighted_median(x)})
     return sorted(out, key=lambda d: -d["time_ns"])
 
 
@@ -873,4 +876,4 @@ def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
 __all__ = ["CAUSES", "DISPATCH_GAP_NS", "DISPATCH_GAP_UNSEEN_NS", "DISPATCH_OP_NS", "GRAPH_KINDS", "HOST_KINDS", "KINDS", "cause_totals", "function_label",
            "gap_lengths", "gap_size_buckets", "gap_sizes_text", "graphs_help", "idle_intervals", "idle_of",
            "idle_overview", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges", "kind_totals", "kinds_of",
-           "largest_kind", "launching_thread"]
+           "largest_kind", "launching_thread", "weighted_median"]

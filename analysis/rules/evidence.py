@@ -18,6 +18,7 @@ import pandas as pd
 
 from perfscope.format import duration
 
+from ..idle import weighted_median
 from ._base import ITEM_SPANS, Item, group_key
 
 if TYPE_CHECKING:
@@ -63,16 +64,6 @@ def gap_explained(cause: str, rng: str | None, api: str | None = None) -> bool:
     if cause == "unknown":
         return False
     return cause != "host" or bool(rng or api)
-
-
-def weighted_median(sizes: np.ndarray) -> float:
-    """The size at which half the time lies in pieces at least that long (a median weighted by
-    time, not count: 64 gaps of 10 ms among 1,983 of 1 us read as 10 ms)."""
-    if not len(sizes):
-        return math.nan
-    s = np.sort(np.asarray(sizes, np.float64))[::-1]
-    c = np.cumsum(s)
-    return float(s[int(np.searchsorted(c, c[-1] / 2.0))])
 
 
 def spans_of(start: np.ndarray, end: np.ndarray) -> tuple[tuple[float, float], ...]:
