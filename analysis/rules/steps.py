@@ -325,7 +325,8 @@ def step_idle(report: Report) -> list[Finding]:
         if graphs:
             advice = ("The host, not the kernels, sets the step time. The kernels are already replayed from graphs, "
                       "so what is left is the host work around each replay. "
-                      + (idle_advice(rows, items)[0] if len(rows) else "") + knob(fw, "graphs", graphs=True, tokens=tokens))
+                      + (idle_advice(rows, items)[0] if len(rows) else "")
+                      + (knob(fw, "graphs", graphs=True, tokens=tokens) if lead is None or graphs_help(totals) else ""))
         elif lead is None or graphs_help(totals):
             advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
                       "Run the step from a CUDA graph so it is one launch." + knob(fw, "graphs", graphs=False, tokens=tokens))
