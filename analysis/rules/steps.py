@@ -323,9 +323,11 @@ def step_idle(report: Report) -> list[Finding]:
             title += f"; mostly {lead}"
         tokens = float(pd.to_numeric(ph["tokens"], errors="coerce").max())
         if graphs:
-            advice = ("The host, not the kernels, sets the step time. The kernels are already replayed from graphs, "
-                      "so what is left is the host work around each replay. "
-                      + (idle_advice(rows, items)[0] if len(rows) else "")
+            left = ("the kernels are already replayed from graphs, so what is left is the host work around each "
+                    "replay (input preparation, sampling, scheduling).")
+            advice = ("The host, not the kernels, sets the step time. "
+                      + (idle_advice(rows, items, graph_run=left[0].upper() + left[1:])[0] if len(rows)
+                         else left[0].upper() + left[1:])
                       + (knob(fw, "graphs", graphs=True, tokens=tokens) if lead is None or graphs_help(totals) else ""))
         elif lead is None or graphs_help(totals):
             advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
