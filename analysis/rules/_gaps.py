@@ -33,6 +33,7 @@ from ..idle import (
     graphs_help,
     kind_totals,
     kinds_of,
+    weighted_median,
 )
 from ._base import Item, pct
 from .evidence import spans_of
@@ -109,13 +110,6 @@ def _subjects(idle: pd.DataFrame, kinds: np.ndarray) -> pd.DataFrame:
         "range": pick({k: rng for k in ("dispatch", "cpu compute", "waiting", "host code", "sync", "copy",
                                          "profiler")}),
     })
-
-
-def _weighted_typical(lengths: np.ndarray, weights: np.ndarray) -> float:
-    """The gap length at which half of the weight lies in gaps at least that long."""
-    order = np.argsort(lengths)
-    c = np.cumsum(weights[order])
-    return float(lengths[order][np.searchsorted(c, c[-1] / 2.0)]) if len(c) and c[-1] > 0 else math.nan
 
 
 def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: int, typical_ns: float,
@@ -205,7 +199,7 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
           gap_len: np.ndarray, starts: np.ndarray, ends: np.ndarray, device: str, where: str = "") -> Item:
     kind = k["kind"]
     gaps = len(set(gap_id[pos].tolist()))
-    typical = _weighted_typical(gap_len[pos], dur[pos])
+    typical = weighted_median(gap_len[pos], dur[pos])
     big = pos[np.argmax(dur[pos])]
     shapes = shapes_text(idle["op_shapes"].iloc[big]) if "op_shapes" in idle else None
     extra = ""

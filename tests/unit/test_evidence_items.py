@@ -21,6 +21,9 @@ def test_weighted_median_reads_the_time_not_the_count() -> None:
     assert weighted_median(sizes) == 10e6
     assert float(np.median(sizes)) == 1e3  # what a count median says
     assert math.isnan(weighted_median(np.zeros(0)))
+    # with weights: the slices of a group, each weighing its own time, read by the gap they lie in
+    assert weighted_median(np.array([10e6, 1e3]), np.array([1.0, 3.0])) == 1e3
+    assert weighted_median(np.array([10e6, 1e3]), np.array([3.0, 1.0])) == 10e6
 
 
 def test_clip_to_cuts_intervals_at_the_windows() -> None:
