@@ -92,10 +92,17 @@ def _idle_in_steps(report: Report, prof: pd.DataFrame) -> pd.DataFrame:
     return idle_within(report, *step_windows(prof, report.kernels))
 
 
-def _gap_advice(idle: pd.DataFrame, items: list[Item], graph_run: str | None = None) -> str:
-    """The idle advice (:func:`._gaps.idle_advice`) for the gaps inside a phase's steps; with no gap there,
-    the advice for time of unknown cause."""
-    return idle_advice(idle, items, graph_run=graph_run)[0] or kind_advice("unknown", 100.0, items, idle)
+def _run_of(report: Report) -> str:
+    """``gpu``, ``cpu`` (an eager CPU run) or ``compiled-cpu`` (:func:`.timeline.compiled_cpu_run`)."""
+    return "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
+
+
+def _gap_advice(idle: pd.DataFrame, items: list[Item], run: str, graph_run: str | None = None) -> str:
+    """The idle advice (:func:`._gaps.idle_advice`, in the words of a ``run`` on the GPU or the CPU) for the
+    gaps inside a phase's steps; with no gap there, the advice for time of unknown cause."""
+    cpu = run != "gpu"
+    return (idle_advice(idle, items, cpu=cpu, compiled_cpu=run == "compiled-cpu", graph_run=graph_run)[0]
+            or kind_advice("unknown", 100.0, items, idle, cpu=cpu))
 
 
 def _kernel_cover_pct(report: Report, steps: pd.DataFrame, phase: str) -> float:
@@ -188,7 +195,7 @@ def decode_mbu(report: Report) -> list[Finding]:
     graph = graph_advice(report, mode, graphs=graphs_help(totals)) if mode.is_graph_run else None
     if graph:
         evidence.update(mode.evidence())
-    mode_of_run = "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
+    mode_of_run = _run_of(report)
     fix = largest_kind(totals) if gap_ns >= kernel_ns else "kernels"
     advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run, fix=fix, items=items,
                             idle=idle)
@@ -266,7 +273,7 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
                 "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "
                 "graph or compile it (torch.compile) so it runs as few launches.")
     else:  # the gaps' kinds, largest first; a graph run is told what its replays leave instead of graphs
-        head = _gap_advice(idle, items, graph)
+        head = _gap_advice(idle, items, run, graph)
     return (head + " Then raise the batch: the weights are read once per step for every sequence in it, so "
                    "tokens per second grow almost linearly until the KV cache dominates; quantized weights "
                    "(int8/fp8/int4) lower the floor itself.")
@@ -333,7 +340,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
                          "item holds: step time outside the idle table's gaps, or the part of the kernels' own speeds "
                          "of light that the phase's (the larger of its FLOP and byte totals) does not count")
     if gap_ns > kernel_ns:
-        advice = _gap_advice(idle, items)
+        advice = _gap_advice(idle, items, _run_of(report))
     else:
         advice = _prefill_advice(items, k, precision)
     if has_framework_steps(steps):
