@@ -163,23 +163,32 @@ def _request_lines(report: Report) -> list[str]:
 
 
 def _timing_line(report: Report) -> str | None:
-    """Unprofiled vs profiled wall time, the profiler's overhead and the compile time."""
+    """Unprofiled vs profiled wall time, the profiler's overhead (the one figure the findings' header
+    gives too) and the compile time; which run is the headline when the passes disagree."""
+    from perfscope.analysis.summaries.runs import headline_range, profiler_overhead, verdict
+
     p = report.params
-    prof, base, ratio = _finite(p.get("profiled_wall_s")), _finite(p.get("unprofiled_wall_s")), \
-        _finite(p.get("profiler_overhead_ratio"))
-    if prof is None or base is None or ratio is None:
+    prof, base = _finite(p.get("profiled_wall_s")), _finite(p.get("unprofiled_wall_s"))
+    if prof is None or base is None or _finite(p.get("profiler_overhead_ratio")) is None:
         return None
     from perfscope.analysis.summaries.serving import has_unprofiled
 
+    passes = [float(x) for x in p.get("unprofiled_wall_s_passes") or [] if _finite(x) is not None]
+    if verdict(p) == "disturbed":
+        return (f"timing: profiled run {_num(prof, 1, 3)} s (the headline: the {len(passes)} warm unprofiled "
+                f"passes, {_num(min(passes), 1, 3)}-{_num(max(passes), 1, 3)} s, were slower and are not used: see "
+                f"the warnings); {profiler_overhead(p)}")
     if not has_unprofiled(report):  # a report from before the warm headline: its baseline may have been cold
         return (f"timing: unprofiled run {_num(base, 1, 3)} s, profiled run {_num(prof, 1, 3)} s (a report "
                 "without the warm unprofiled run's records: the figures below are the profiled run's, "
                 "inflated by the profiler; profile again for warm unprofiled headline figures)")
-    n = len(p.get("unprofiled_wall_s_passes") or [1])
-    line = (f"timing: warm unprofiled run {_num(base, 1, 3)} s (headline; best of {n}), "
-            f"profiled run {_num(prof, 1, 3)} s")
+    n = len(passes) or 1
+    rng = (headline_range(p) or {}).get("all")
+    line = (f"timing: warm unprofiled run {_num(rng[0], 1, 3)}-{_num(rng[1], 1, 3)} s (headline, a range: the two "
+            f"fastest of {n} passes disagree; the figures below are the fastest's), " if rng else
+            f"timing: warm unprofiled run {_num(base, 1, 3)} s (headline; best of {n}), ")
     basis = f", {p['profiler_overhead_basis']}" if p.get("profiler_overhead_basis") else ""
-    line += f" (profiler overhead x{_num(ratio, 1, 2)}{basis})" if ratio >= 1 else " (no measurable profiler overhead: see warnings)"
+    line += f"profiled run {_num(prof, 1, 3)} s ({profiler_overhead(p)}{basis})"
     if p.get("compile"):
         comp = _finite(p.get("compile_s"))
         line += f"; decode compiled, compile {_num(comp, 1, 1)} s in the warm-up (not in TTFT)" if comp is not None \
@@ -249,15 +258,18 @@ def _rank_lines(report: Report) -> list[str]:
 
 
 def _finding_lines(report: Report, n: int = 5) -> list[str]:
-    from perfscope.analysis.findings import run_rules, stake_clock
+    from perfscope.analysis.findings import RUN_WORDS, run_rules, stake_clock
+    from perfscope.analysis.summaries.serving import has_unprofiled
 
     found = run_rules(report)[:n]
     if not found:
         return []
     lines = [f"findings (most time at stake first; {stake_clock(report)}):"]
+    two_runs = has_unprofiled(report)
     for f in found:
         stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
-        lines.append(f"  [{f.severity}] {f.title}{stake}")
+        run = f" ({RUN_WORDS.get(f.run, f.run)})" if two_runs and f.run else ""
+        lines.append(f"  [{f.severity}] {f.title}{stake}{run}")
         lines.append(f"      -> {f.recommendation}")
     return lines
 

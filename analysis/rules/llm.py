@@ -5,14 +5,17 @@ A decode step must read every weight once and the KV cache of every sequence, so
 ``(weight_bytes + kv_cache_bytes) / DRAM roof``; MBU is that floor over the measured step time.
 Imported traces without step annotations have no steps, so these rules stay silent on them; a
 framework's steps (vLLM, SGLang, ...) have no model bytes, so their bytes are their kernels'
-(``kernel_dram_bytes``), and outlier steps are left out. Step times come from the
-headline run (the warm unprofiled one when the report holds it: the profiler inflates every
-launch); kernel coverage compares the profiled run's kernels with the profiled run's steps.
+(``kernel_dram_bytes``), and outlier steps are left out. Step times, the numbers each finding
+quotes and its time at stake all come from one run, the one the finding names (``run``): the
+headline (the warm unprofiled run when the report holds it: the profiler inflates every launch),
+else the profiled run or the trace. Kernel coverage, which only the profiled run can measure,
+compares the profiled run's kernels with the profiled run's steps and picks the advice.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +26,16 @@ from perfscope.format import pct as fmt_pct
 
 from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
 from ..summaries.serving import phase_summary, run_steps
-from ._base import Finding, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
+from ._base import (
+    Finding,
+    collect_advice,
+    headline_run,
+    info,
+    is_cpu_report,
+    merge_intervals,
+    pct,
+    ranked,
+)
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 
 if TYPE_CHECKING:
@@ -48,20 +60,6 @@ def _phase_steps(report: Report, phase: str, *, profiled: bool = False) -> pd.Da
     step) left out: they are reported apart (``step-outliers``)."""
     s = headline_steps(run_steps(report, profiled=profiled))
     return s[(s["phase"] == phase) & (s["end_ns"] > s["start_ns"])]
-
-
-def _profiled_wall_ns(report: Report, *phases: str) -> float:
-    """Wall time of the phases' steps in the profiled run (the clock every finding's time at stake is on)."""
-    return float(sum(_phase_steps(report, p, profiled=True)["duration_ns"].sum() for p in phases))
-
-
-def _on_profiled_clock(report: Report, headline_ns: float, *phases: str) -> float:
-    """A time measured on the headline run's steps of ``phases``, put on the profiled run's clock (the
-    kernels' clock, which every other rule's time at stake is on): scaled by the phases' profiled
-    over headline wall time. The same time when the report holds one run."""
-    head = float(sum(_phase_steps(report, p)["duration_ns"].sum() for p in phases))
-    prof = _profiled_wall_ns(report, *phases)
-    return headline_ns * prof / head if head > 0 and prof > 0 else headline_ns
 
 
 def _model_bytes(steps: pd.DataFrame) -> pd.Series:
@@ -123,12 +121,7 @@ def decode_mbu(report: Report) -> list[Finding]:
     mbu = pct(float(nbytes.sum()) / (dur.sum() * 1e-9), bw)
     if not mbu < DECODE_MBU_LOW_PCT:
         return []
-    prof = _phase_steps(report, "decode", profiled=True)
-    prof = prof[_model_bytes(prof).notna()]
-    # at stake on the profiled run's clock, like every other finding: its steps above their floor
-    at_stake = (float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
-                              / bw * 1e9, 0, None).sum()) if len(prof)
-                else _on_profiled_clock(report, float(np.clip(dur - floor_ns, 0, None).sum()), "decode"))
+    at_stake = float(np.clip(dur - floor_ns, 0, None).sum())  # the same steps' time above their floor
     cover = _kernel_cover_pct(report, _phase_steps(report, "decode", profiled=True), "decode")
     ops_per_step = float((report.kernels["phase"] == "decode").sum()) / len(steps)
     evidence: dict[str, float | int | str] = {
@@ -158,7 +151,8 @@ def decode_mbu(report: Report) -> list[Finding]:
         from .knobs import framework_of, knob
 
         advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
-    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",))]
+    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",),
+                   run=headline_run(report))]
 
 
 def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None,
@@ -254,8 +248,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
         "model_bytes": nbytes, "mbu_pct": pct(nbytes / (wall * 1e-9), bw),
         "bound": "compute" if compute_ns >= memory_ns else "memory", "speed_of_light_pct": sol_pct,
     }
-    prof_wall = _profiled_wall_ns(report, "prefill")  # at stake on the profiled run's clock
-    at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
+    at_stake = wall - max(compute_ns, memory_ns)  # the same steps' time above their speed of light
     title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
     advice = ("Prefill should be compute-bound GEMM work. Give it larger GEMMs (batch prompts together, longer "
@@ -268,7 +261,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
         evidence["framework"] = fw
         advice += knob(fw, "batch_tokens")
     return [ranked(report, "prefill-mfu", title, evidence, advice,
-                    at_stake, ranges=("prefill",))]
+                    at_stake, ranges=("prefill",), run=headline_run(report))]
 
 
 def kv_cache_share(report: Report) -> list[Finding]:
@@ -298,7 +291,7 @@ def kv_cache_share(report: Report) -> list[Finding]:
               "query-per-KV-head ratio, paged attention avoids reading padded slots, and sliding-window or "
               "prefix-shared caches cap it. Larger batches stop paying off once the KV cache dominates.")
     return [ranked(report, "kv-cache-share", title, evidence, advice,
-                    at_stake, ranges=("decode",))]
+                    at_stake, ranges=("decode",), run=headline_run(report))]
 
 
 SPEC_PAID_SPEEDUP = 1.0
@@ -314,7 +307,7 @@ def _intensity(report: Report, steps: pd.DataFrame) -> float:
     return 2.0 * float(n_params) * float(steps["tokens"].mean()) / nbytes
 
 
-def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
+def _verify_cost(report: Report, verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
     """A framework's speculative steps whose labels say no accepted counts (SGLang's TARGET_VERIFY,
     vLLM's multi-token decodes): what drafting and verifying cost, and that acceptance is not in the
     trace."""
@@ -326,11 +319,11 @@ def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
         "verify_steps": len(verify), "draft_steps": len(draft), "verify_time_ns": verify_ns, "draft_time_ns": draft_ns,
         "drafted_tokens": int(drafted.sum()) if drafted.notna().any() else math.nan,
         "verify_step_ns": verify_ns / len(verify), "draft_ns_per_verify_step": draft_ns / len(verify)}
-    return [info("speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and "
-                 f"{len(draft)} draft steps ({duration(draft_ns)}); the trace does not say how many drafts were "
-                 "accepted", "Acceptance decides whether speculation pays: read it from the server's metrics "
-                 "(vLLM spec_decode acceptance, SGLang accept length) and compare tokens/s with speculation off.",
-                 **evidence)]
+    return [replace(info("speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) "
+                         f"and {len(draft)} draft steps ({duration(draft_ns)}); the trace does not say how many drafts "
+                         "were accepted", "Acceptance decides whether speculation pays: read it from the server's "
+                         "metrics (vLLM spec_decode acceptance, SGLang accept length) and compare tokens/s with "
+                         "speculation off.", **evidence), run=headline_run(report))]
 
 
 def speculation(report: Report) -> list[Finding]:
@@ -342,7 +335,7 @@ def speculation(report: Report) -> list[Finding]:
     verify, draft, decode = (_phase_steps(report, p) for p in ("verify", "draft", "decode"))
     known = "accepted" in verify.columns and verify["accepted"].notna().any()
     if not len(verify) or verify["drafted"].isna().all() or not known:
-        return _verify_cost(verify, draft)
+        return _verify_cost(report, verify, draft)
     spec = report.params.get("speculation") or {}
     method = str(spec.get("method", "speculative")) if isinstance(spec, dict) else "speculative"
     drafted, accepted = float(verify["drafted"].sum()), float(verify["accepted"].sum())
@@ -375,16 +368,16 @@ def speculation(report: Report) -> list[Finding]:
     head = (f"{tokens_per_verify:.2f} tokens per verify step (acceptance {acceptance:.0f}%) at "
             f"{cost_ratio:.2g}x a decode step")
     if not len(decode) and not speedup >= SPEC_PAID_SPEEDUP:
-        return [info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known "
-                     "without a plain decode step to compare", "Profile the same prompts without --speculative "
-                     "and compare decode tokens/s (perfscope compare).", **evidence)]
+        return [replace(info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not "
+                             "known without a plain decode step to compare", "Profile the same prompts without "
+                             "--speculative and compare decode tokens/s (perfscope compare).", **evidence),
+                        run=headline_run(report))]
     if speedup >= SPEC_PAID_SPEEDUP:
         title = f"Speculative decoding ({method}) paid: {head}: {speedup:.2f}x plain decode's tokens/s"
         advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
                   "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
-        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",))]
-    at_stake = _on_profiled_clock(report, (per_token_ns - step_ns) * (emitted + len(decode)),
-                                  "verify", "draft", "decode")
+        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",), run=headline_run(report))]
+    at_stake = (per_token_ns - step_ns) * (emitted + len(decode))
     title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
     if cost_ratio > tokens_per_verify:
         why = ("Each verify step costs more than the tokens it yields: on this device a (k+1)-token forward is not "
@@ -394,4 +387,5 @@ def speculation(report: Report) -> list[Finding]:
         why = ("The draft costs too much for what it gets accepted: use a cheaper draft (ngram lookup) or one that "
                "agrees more often (more self-draft layers), and keep speculation for prompts whose answer repeats "
                "its input (rewrite, edit, summarise, code).")
-    return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"))]
+    return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"),
+                   run=headline_run(report))]
