@@ -143,10 +143,11 @@ def stake_clock(report: Report) -> str:
     (:func:`perfscope.analysis.summaries.runs.profiler_overhead`)."""
     from .summaries.runs import profiler_overhead
 
+    over = profiler_overhead(report.params)
+    said = f" ({over})" if over else ""
     if len(report.steps_unprofiled) or len(report.requests_unprofiled):
-        over = profiler_overhead(report.params)
         return ("each finding's numbers and time at stake come from the run it names: the headline (warm "
-                "unprofiled) run where it has them, the profiled run otherwise" + (f" ({over})" if over else ""))
+                "unprofiled) run where it has them, the profiled run otherwise" + said)
     if trace_run(report) == "profiled":
-        return "time at stake on the profiled run's clock"
+        return "time at stake on the profiled run's clock" + said
     return "time at stake on the trace's clock"

@@ -113,11 +113,18 @@ def _header(report: Report) -> str:
 
 
 def _metrics(report: Report) -> str:
+    from perfscope.analysis.summaries.runs import range_text, timing_text
+
     parts = [_facts(views.overview_facts(report))] if views.has_device_work(report) else []
+    timing = timing_text(report)
+    if timing:
+        parts.append(f'<p class="timing"><b>Timing:</b> {esc(timing)}</p>')
     phases = views.phase_metrics(report)
     if phases is not None:
         detail = views.phase_rows(report, phases, detail=True)
         runs = f'<p class="muted">{esc(views.RUN_NOTE)}</p>' if "timing" in phases and len(phases) > 1 else ""
+        rng = range_text(report)
+        runs += f'<p class="warnings">{esc(rng)}</p>' if rng else ""
         parts.append("<h3>Phases</h3>" + _dict_rows(views.phase_rows(report, phases)) + runs
                      + "".join(f'<p class="muted">{esc(n)}</p>' for n in views.phase_notes(phases))
                      + ("<h3>Phase work (the FLOPs and bytes behind MFU and MBU)</h3>" + _dict_rows(detail)
@@ -129,10 +136,13 @@ def _metrics(report: Report) -> str:
     return _section("Metrics", "".join(parts), "metrics")
 
 
-def _finding(f: Any) -> str:
+def _finding(f: Any, runs: Mapping[str, str] | None = None) -> str:
+    """One finding; ``runs``: the words for the run it names (a report with two runs), else None."""
     sev = str(getattr(f, "severity", "info"))
     stake = getattr(f, "time_at_stake_ns", None)
-    stake_txt = f" — time at stake: {duration(stake)}" if not is_missing(stake) else ""
+    run = getattr(f, "run", "")
+    of_run = f" ({runs.get(run, run)})" if runs and run else ""
+    stake_txt = f" — time at stake: {duration(stake)}{of_run}" if not is_missing(stake) else of_run
     evidence = getattr(f, "evidence", {}) or {}
     facts = _facts(evidence_rows(evidence)) if isinstance(evidence, Mapping) else f"<p>{esc(evidence)}</p>"
     return (f'<div class="finding {esc(sev)}"><b>[{esc(sev)}] {esc(getattr(f, "title", ""))}</b>{esc(stake_txt)}'
@@ -144,9 +154,11 @@ def _findings(report: Report) -> str:
     found = views.findings(report)
     if found is None:
         return ""
-    from perfscope.analysis.findings import stake_clock
+    from perfscope.analysis.findings import RUN_WORDS, stake_clock
+    from perfscope.analysis.summaries.serving import has_unprofiled
 
-    body = "".join(_finding(f) for f in found) or '<p class="muted">No rule fired on this report.</p>'
+    runs = RUN_WORDS if has_unprofiled(report) else None
+    body = "".join(_finding(f, runs) for f in found) or '<p class="muted">No rule fired on this report.</p>'
     clock = f'<p class="muted">Most time at stake first; {esc(stake_clock(report))}.</p>' if found else ""
     return _section("Findings", clock + body, "findings")
 

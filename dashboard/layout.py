@@ -77,10 +77,13 @@ def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
     return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else [])])
 
 
-def _finding(f: Any) -> html.Div:
+def _finding(f: Any, runs: dict[str, str] | None = None) -> html.Div:
+    """One finding; ``runs``: the words for the run it names (a report with two runs), else None."""
     stake = getattr(f, "time_at_stake_ns", None)
+    run = getattr(f, "run", "")
+    of_run = f" ({runs.get(run, run)})" if runs and run else ""
     return html.Div([html.B(f"[{getattr(f, 'severity', '')}] {getattr(f, 'title', '')}"),
-                     html.Span(f" — time at stake: {duration(stake)}" if stake is not None else ""),
+                     html.Span(f" — time at stake: {duration(stake)}{of_run}" if stake is not None else of_run),
                      facts_table(evidence_rows(getattr(f, "evidence", None) or {})),
                      html.P(html.I(str(getattr(f, "recommendation", ""))))],
                     className=f"finding {getattr(f, 'severity', '')}")
@@ -95,11 +98,18 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
                 html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
     else:
         out += [html.H3("Device: none profiled"), html.P(views.no_device_why(report), className="muted")]
+    from perfscope.analysis.summaries.runs import range_text, timing_text
+
+    timing = timing_text(report)
+    if timing:
+        out += [html.P([html.B("Timing: "), timing], className="timing")]
     phases = views.phase_metrics(report)
     if phases is not None:
         detail = views.phase_rows(report, phases, detail=True)
+        rng = range_text(report)
         out += [html.H3("Phases"), dict_table(views.phase_rows(report, phases), "phase-summary"),
                 *([html.P(views.RUN_NOTE, className="muted")] if "timing" in phases and len(phases) > 1 else []),
+                *([html.P(rng, className="warnings")] if rng else []),
                 *(html.P(n, className="muted") for n in views.phase_notes(phases)),
                 *([html.H4("Phase work (the FLOPs and bytes behind MFU and MBU)"), dict_table(detail, "phase-work")]
                   if detail else [])]
@@ -122,9 +132,11 @@ def findings_children(report: Report) -> list[Any]:
     found = views.findings(report)
     if found is None:
         return []
-    from perfscope.analysis.findings import stake_clock
+    from perfscope.analysis.findings import RUN_WORDS, stake_clock
+    from perfscope.analysis.summaries.serving import has_unprofiled
 
-    items: list[Any] = [_finding(f) for f in found] or [html.P("No rule fired.", className="muted")]
+    runs = RUN_WORDS if has_unprofiled(report) else None
+    items: list[Any] = [_finding(f, runs) for f in found] or [html.P("No rule fired.", className="muted")]
     clock = [html.P(f"Most time at stake first; {stake_clock(report)}.", className="muted")] if found else []
     return [html.H3("Findings"), *clock, *items]
 

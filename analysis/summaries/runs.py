@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
 
 NOISY_BASELINE = 0.10
 """The two fastest warm unprofiled passes further apart than this (relative to the faster) are a
@@ -77,15 +80,18 @@ def verdict(p: Mapping[str, Any]) -> str | None:
 
 
 def profiler_overhead(p: Mapping[str, Any]) -> str | None:
-    """The profiler's overhead in words, the one figure every output gives (``report.params``):
-    ``profiler overhead x1.21``, or why it was not measured; None without an unprofiled timing."""
+    """The profiler's overhead in words, the one figure every output gives (``report.params``): the
+    timing line and the findings' header: ``profiler overhead x1.21``, or why it was not measured; None
+    without warm unprofiled passes."""
     ratio = _finite(p.get("profiler_overhead_ratio"))
     if ratio is None:
         return None
+    if not p.get("unprofiled_wall_s_passes"):
+        return None  # a report from before the warm passes: its one unprofiled run may have been cold
     if ratio >= 1.0:
         return f"profiler overhead x{ratio:.2f}"
-    return ("profiler overhead not measured (the profiled run was faster than the warm unprofiled passes: "
-            "they were slowed by something else)")
+    return ("profiler overhead not measured: the profiled run was faster than the warm unprofiled passes, which "
+            "something else slowed")
 
 
 def headline_range(p: Mapping[str, Any]) -> dict[str, tuple[float, float]] | None:
@@ -122,11 +128,71 @@ def baseline_note(p: Mapping[str, Any]) -> str | None:
     if which == "noisy":
         spread = pass_spread(passes) or 0.0
         budget = _finite(p.get("baseline_retry_s"))
-        tried = f" and {budget:.0f} s of retries" if budget is not None else ""
-        return (f"noisy baseline: the two fastest of {len(passes)} warm unprofiled passes ({times} s) are "
-                f"{spread * 100:.0f}% apart (limit {NOISY_BASELINE * 100:.0f}%) after {len(passes)} passes{tried}: "
-                "the headline is a range, from the fastest pass (shown) to the second fastest. Noise only adds "
-                "time, so the fastest is the nearer to the truth; profile again on a quieter machine to narrow it")
+        tried = f" after {budget:.0f} s of retries" if budget is not None else ""
+        fast = sorted(passes)[:2]
+        return (f"noisy baseline: {len(passes)} warm unprofiled passes took {min(passes):.3g}-{max(passes):.3g} s; "
+                f"the two fastest ({fast[0]:.3g} and {fast[1]:.3g} s) are {spread * 100:.0f}% apart (limit "
+                f"{NOISY_BASELINE * 100:.0f}%){tried}: the headline is a range, from the fastest pass (shown) to the "
+                "second fastest. Noise only adds time, so the fastest is the nearer to the truth; profile again on a "
+                "quieter machine to narrow it")
     return (f"the profiled run ({prof:.3g} s) took {prof / base:.2g}x the warm unprofiled run ({base:.3g} s), more "
             f"than the profiler's usual overhead (under x{SUSPECT_OVERHEAD:.0f}). Believe the headline for how fast "
             "the model runs; read the profiled run for where the time goes (its shares), not for its absolute times")
+
+
+def _n(value: float, digits: int = 3) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def timing_text(report: Report) -> str | None:
+    """Unprofiled vs profiled wall time, the profiler's overhead (the one figure the findings' header
+    gives too) and the compile time, in one line every output shows; which run is the headline when the
+    passes disagree (a range when noisy). None for a report with no unprofiled timing."""
+    from .serving import has_unprofiled
+
+    p = report.params
+    prof, base = _finite(p.get("profiled_wall_s")), _finite(p.get("unprofiled_wall_s"))
+    if prof is None or base is None or _finite(p.get("profiler_overhead_ratio")) is None:
+        return None
+    passes = [v for v in (_finite(x) for x in p.get("unprofiled_wall_s_passes") or []) if v is not None]
+    if verdict(p) == "disturbed":
+        return (f"profiled run {_n(prof)} s (the headline: the {len(passes)} warm unprofiled passes, "
+                f"{_n(min(passes))}-{_n(max(passes))} s, were slower and are not used: see the warnings); "
+                f"{profiler_overhead(p)}")
+    if not has_unprofiled(report):  # a report from before the warm headline: its baseline may have been cold
+        return (f"unprofiled run {_n(base)} s, profiled run {_n(prof)} s (a report without the warm unprofiled "
+                "run's records: the figures below are the profiled run's, inflated by the profiler; profile "
+                "again for warm unprofiled headline figures)")
+    rng = (headline_range(p) or {}).get("all")
+    line = (f"warm unprofiled run {_n(rng[0])}-{_n(rng[1])} s (headline, a range: the two fastest of "
+            f"{len(passes)} passes disagree; the figures below are the fastest's), " if rng else
+            f"warm unprofiled run {_n(base)} s (headline; best of {len(passes) or 1}), ")
+    basis = f", {p['profiler_overhead_basis']}" if p.get("profiler_overhead_basis") else ""
+    line += f"profiled run {_n(prof)} s ({profiler_overhead(p)}{basis})"
+    if p.get("compile"):
+        comp = _finite(p.get("compile_s"))
+        line += (f"; decode compiled, compile {_n(comp, 1)} s in the warm-up (not in TTFT)" if comp is not None
+                 else "; decode compiled")
+    return line
+
+
+def range_text(report: Report) -> str | None:
+    """A noisy headline's range per phase, in words: the fastest pass's and the second fastest's wall
+    time and tokens per second (None unless the headline is a range)."""
+    rng = headline_range(report.params)
+    if not rng:
+        return None
+    from .serving import run_steps
+
+    steps = run_steps(report)
+    parts = []
+    for phase, (lo, hi) in rng.items():
+        if phase == "all":
+            continue
+        tokens = float(steps.loc[steps["phase"] == phase, "tokens"].sum()) if len(steps) else math.nan
+        rate = (f" ({tokens / lo:,.4g}-{tokens / hi:,.4g} tok/s)" if tokens > 0 and lo > 0 and hi > 0 else "")
+        parts.append(f"{phase} {_n(lo * 1e3, 1)}-{_n(hi * 1e3, 1)} ms{rate}")
+    if not parts:
+        return None
+    return ("headline range (the fastest warm unprofiled pass - the second fastest; the table shows the fastest): "
+            + ", ".join(parts))
