@@ -337,16 +337,17 @@ def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = f
     page = _Page()
     c = compare_reports(a, b)
     verdict = "<ul>" + "".join(f"<li>{esc(v)}</li>" for v in c.verdict) + "</ul>"
-    body = (f"<header><h1>perfscope compare: {esc(a.name)} (A) vs {esc(b.name)} (B)</h1>"
-            + _facts([("A", a.name), ("B", b.name)]) + "</header>"
+    runs = "headline runs: warm, without the profiler" if c.run == "headline" else "profiled runs"
+    body = (f"<header><h1>perfscope compare: {esc(c.a)} (A) vs {esc(c.b)} (B)</h1>"
+            + _facts([("A", c.a), ("B", c.b)]) + "</header>"
             + _section("Verdict", verdict, "verdict")
-            + _section("Phases", _table(page, phase_view(c), "", "Per phase, A vs B"), "phases")
+            + _section("Phases", _table(page, phase_view(c), "", f"Per phase, A vs B ({runs})"), "phases")
             + _section(f"Kernel time per {c.key}", page.figure(figures.compare(a, b, top, comparison=c), "compare")
                        + _table(page, name_view(c, top), f"the {top} largest changes" if len(c.by_name) > top else "",
                                 f"Top movers (matched by {c.key})"), "compare")
             + _section("Roofline A", page.figure(figures.roofline(a, per="name"), "roofline A"), "roofline-a")
             + _section("Roofline B", page.figure(figures.roofline(b, per="name"), "roofline B"), "roofline-b"))
-    return _page(f"perfscope compare: {a.name} vs {b.name}", body, page, cdn)
+    return _page(f"perfscope compare: {c.a} vs {c.b}", body, page, cdn)
 
 
 def _write_atomic(text: str, path: Path, overwrite: bool) -> Path:

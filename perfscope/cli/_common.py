@@ -17,6 +17,8 @@ from perfscope.report import REPORT_SUFFIX
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from perfscope.device import DeviceSpec
+
 __all__ = ["as_report_path", "default_run_dir", "echo_json", "records", "stage_progress"]
 
 
@@ -71,3 +73,28 @@ def as_report_path(path: str | Path) -> Path:
 def echo_json(payload: Any) -> None:
     """Print ``payload`` as JSON (NaN/inf become null, numpy scalars plain numbers)."""
     click.echo(dumps(payload))
+
+
+def roofs_spec(spec: str) -> DeviceSpec:
+    """Device roofs named on the command line (``--roofs`` of import and compare): ``cuda[:N]``
+    (measured here), a report folder, or a datasheet row's name (an unknown name is a UsageError
+    listing close ones)."""
+    from perfscope.datasheets import lookup_datasheet, sheet_spec
+    from perfscope.errors import InputFormatError, UsageError
+    from perfscope.report import Report
+
+    if spec.startswith("cuda"):
+        from perfscope.collectors.roofs import device_roofs
+        from perfscope.engine.generate import resolve_device
+
+        resolve_device(spec)  # a clear error when there is no GPU
+        return device_roofs(spec)
+    if not Path(spec).is_dir():
+        if spec.endswith(".perfscope") or "/" in spec:
+            raise UsageError(f"--roofs {spec!r}: no such report folder",
+                             hint="give a .perfscope report folder, a datasheet model, or `cuda`")
+        return sheet_spec(lookup_datasheet(spec))
+    report = Report.load(spec)
+    if report.device is None or not report.device.compute:
+        raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
+    return report.device

@@ -148,6 +148,7 @@ def test_a_noisy_baseline_is_retried_then_reported_as_a_range(tmp_path, busy) ->
     report, text = _checked(out, cache)
     p = report.params
     walls = p["unprofiled_wall_s_passes"]
+    assert len(walls) == len(passes)  # every pass went through the planted seam
     assert len(walls) > 2 and len(walls) <= MAX_PASSES  # retried, within the bound
     verdict = judge_baseline(p["profiled_wall_s"], walls)
     assert p["baseline_verdict"] == verdict
