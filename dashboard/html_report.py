@@ -122,7 +122,7 @@ def _metrics(report: Report) -> str:
     phases = views.phase_metrics(report)
     if phases is not None:
         detail = views.phase_rows(report, phases, detail=True)
-        runs = f'<p class="muted">{esc(views.RUN_NOTE)}</p>' if "timing" in phases and len(phases) > 1 else ""
+        runs = f'<p class="muted">{esc(views.RUN_NOTE)}</p>' if "timing" in phases and phases["timing"].nunique() > 1 else ""
         rng = range_text(report)
         runs += f'<p class="warnings">{esc(rng)}</p>' if rng else ""
         parts.append("<h3>Phases</h3>" + _dict_rows(views.phase_rows(report, phases)) + runs
@@ -178,9 +178,10 @@ def _table(page: _Page, frame: pd.DataFrame, note: str, title: str) -> str:
 
 
 def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) -> str:
+    w = views.device_words(report)
     if not len(report.kernels):
         return "" if not views.has_device_work(report) else _section(
-            "Kernels", '<p class="muted">No kernels in this report.</p>', "kernels")
+            w["Kernels"], f'<p class="muted">No {w["kernels"]} in this report.</p>', "kernels")
     by_name = views.kernels_by_name(report)
     note = f"the {max_rows} names with the most time" if len(by_name) > max_rows else ""
     rows = views.kernel_rows(report, limit=top_rows).drop(columns=["key"])
@@ -192,10 +193,10 @@ def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) ->
     from perfscope.analysis.summaries.kernels import roof_notes
 
     above = "".join(f"<li>{esc(n)}</li>" for n in roof_notes(by_name.head(max_rows), report.device))
-    body = (_table(page, by_name.head(max_rows), note, "Per kernel name (one row per name and phase)")
+    body = (_table(page, by_name.head(max_rows), note, f"Per {w['kernel']} name (one row per name and phase)")
             + (f'<p class="muted">Above the roof:</p><ul class="roofnotes">{above}</ul>' if above else "")
             + _table(page, rows, top_note, "Longest executions"))
-    return _section("Kernels", body, "kernels")
+    return _section(w["Kernels"], body, "kernels")
 
 
 def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
@@ -220,12 +221,14 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
 
 
 def _idle(page: _Page, report: Report) -> str:
-    """Why the GPU waits: a bar per idle cause (docs/idle.md); nothing when the report has no idle slices."""
+    """Why the GPU (a CPU run: the cores) waits: a bar per idle cause (docs/idle.md); nothing when the
+    report has no idle slices."""
     from perfscope.analysis.idle import idle_of
 
     if not len(idle_of(report)):
         return ""
-    return _section("Why the GPU waits", page.figure(figures.idle_causes(report), "idle causes"), "idle")
+    return _section(views.device_words(report)["waits"], page.figure(figures.idle_causes(report), "idle causes"),
+                    "idle")
 
 
 def _memory(page: _Page, report: Report) -> str:

@@ -108,7 +108,7 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
         detail = views.phase_rows(report, phases, detail=True)
         rng = range_text(report)
         out += [html.H3("Phases"), dict_table(views.phase_rows(report, phases), "phase-summary"),
-                *([html.P(views.RUN_NOTE, className="muted")] if "timing" in phases and len(phases) > 1 else []),
+                *([html.P(views.RUN_NOTE, className="muted")] if "timing" in phases and phases["timing"].nunique() > 1 else []),
                 *([html.P(rng, className="warnings")] if rng else []),
                 *(html.P(n, className="muted") for n in views.phase_notes(phases)),
                 *([html.H4("Phase work (the FLOPs and bytes behind MFU and MBU)"), dict_table(detail, "phase-work")]

@@ -510,7 +510,8 @@ def project(report: Report, question: Question) -> Report:
         s_busy = float(np.bincount(step_pos[step_pos >= 0], weights=new_dur[step_pos >= 0],
                                    minlength=len(steps))[steady].sum())
         if s_new and s_busy / s_new < LAUNCH_BOUND_BUSY:
-            notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {s_busy / s_new:.0%} of the "
+            notes.append(f"{ph} is launch-bound on {tgt.name} at batch {question.batch or int(batch or 1)}: its kernels "
+                         f"keep the GPU busy {s_busy / s_new:.0%} of the "
                          f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
     counts = kernels["projection_rule"].value_counts().to_dict()
     if counts.get("size-curve"):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from perfscope.format import terminal_text
@@ -80,7 +82,7 @@ def _spread(record: object) -> str:
 
 
 def _datasheet_table(as_json: bool) -> None:
-    from perfscope.datasheets import DATASHEETS, PRECISIONS
+    from perfscope.datasheets import DATASHEETS, PRECISIONS, Datasheet
     from perfscope.format import MISSING, number
     from perfscope.text_report import table
 
@@ -93,10 +95,18 @@ def _datasheet_table(as_json: bool) -> None:
         text = number(dense, digits=1) if dense is not None else MISSING
         return f"{text} ({number(sparse, digits=0)})" if sparse is not None else text
 
+    def memory(s: Datasheet) -> str:
+        size = f"{number(s.memory_gb, digits=0)} GB" if s.memory_gb is not None else MISSING
+        return f"{size} {s.memory_type}{' (shared)' if s.unified else ''}" if s.memory_type else size
+
     rows = [[s.model, *(cell(s.tflops.get(p), s.sparse_tflops.get(p)) for p in shown),
-             number(s.bandwidth_gb_s, digits=0), number(s.boost_clock_mhz, digits=0)] for s in DATASHEETS]
-    click.echo("dense TFLOP/s (int8/int4: TOPS), with sparsity in parentheses; memory bandwidth GB/s; boost clock MHz")
-    click.echo(table(["model", *shown, "GB/s", "MHz"], rows))
+             number(s.bandwidth_gb_s, digits=0), memory(s), number(s.boost_clock_mhz, digits=0),
+             "/".join(dict.fromkeys(re.findall(r"\[[DP]\]", s.status))) or MISSING] for s in DATASHEETS]
+    click.echo("dense TFLOP/s (int8/int4: TOPS), with sparsity in parentheses; memory bandwidth GB/s; memory size "
+               "(shared: the GPU's memory is the system's); boost clock MHz; checked: how far the figures are checked")
+    click.echo(table(["model", *shown, "GB/s", "memory", "MHz", "checked"], rows))
+    click.echo("  [D]: the figures as the source document prints them; [P]: a reproduction (the press, third-party "
+               "summaries) or a derivation, said how below; n/a: not published")
     click.echo("sources:")
     for s in DATASHEETS:
         click.echo(f"  {s.model}: {s.source} {s.status}")
