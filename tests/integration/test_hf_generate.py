@@ -216,10 +216,15 @@ def test_cli_profile_script_baseline_and_phases(tmp_path: Path) -> None:
     assert main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--no-html", "-q",
                  "--", "python", str(script), "llama"]) == 0
     r = perfscope.load(out)
-    for table in (r.steps, r.steps_unprofiled):
+    # the one unprofiled run of a script is the headline unless it was slower than the profiled run (a busy
+    # machine: analysis.summaries.runs): then the profiled run is, and a warning says which to believe
+    disturbed = r.params["baseline_verdict"] == "disturbed"
+    head_steps, head_requests = (r.steps, r.requests) if disturbed else (r.steps_unprofiled, r.requests_unprofiled)
+    assert not disturbed or (not len(r.steps_unprofiled) and any("Believe the profiled run" in w for w in r.warnings))
+    for table in (r.steps, head_steps):
         assert list(table["phase"]) == ["prefill"] + ["decode"] * (NEW - 1)
         assert list(table["batch"]) == [2] * NEW and set(table["framework"]) == {"hf"}
-    assert len(r.requests) == len(r.requests_unprofiled) == 2
+    assert len(r.requests) == len(head_requests) == 2
     # the profiled run's steps are its prefill/decode ranges; kernels inside them have the phase
     rng = r.ranges
     assert (rng["name"] == "prefill").sum() == 1 and (rng["name"] == "decode").sum() == NEW - 1
@@ -246,14 +251,15 @@ def test_cli_profile_script_baseline_and_phases(tmp_path: Path) -> None:
 
     ph = phase_summary(r).set_index("phase")
     assert ph.loc["decode", "steps"] == NEW - 1 and ph.loc["decode", "mbu_source"] == "model"
-    assert ph.loc["prefill", "mfu_source"] == "model" and ph.loc["prefill", "model_flops"] == r.steps_unprofiled["flops"].iloc[0]
-    assert ph.loc["decode", "wall_s"] == pytest.approx(r.steps_unprofiled.query("phase == 'decode'")["duration_ns"].sum() / 1e9)
+    assert ph.loc["prefill", "mfu_source"] == "model" and ph.loc["prefill", "model_flops"] == head_steps["flops"].iloc[0]
+    assert ph.loc["decode", "wall_s"] == pytest.approx(head_steps.query("phase == 'decode'")["duration_ns"].sum() / 1e9)
     s = request_summary(r)
-    assert s["ttft_s_mean"] == pytest.approx(r.requests_unprofiled["ttft_s"].mean())
+    assert s["ttft_s_mean"] == pytest.approx(head_requests["ttft_s"].mean())
     from perfscope.text_report import render_text
 
     text = render_text(r)
-    assert "requests: 2, 8 prompt + 16 output tokens (warm unprofiled run)" in text and "TPOT mean" in text
+    assert "requests: 2, 8 prompt + 16 output tokens" + ("" if disturbed else " (warm unprofiled run)") in text
+    assert "TPOT mean" in text
 
     assert main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--force", "--no-html",
                  "-q", "--no-baseline", "--", "python", str(script), "gpt2"]) == 0
