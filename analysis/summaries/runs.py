@@ -24,6 +24,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from perfscope.format import finite as _finite
+
 if TYPE_CHECKING:
     from perfscope.report import Report
 
@@ -60,14 +62,6 @@ def judge_baseline(profiled_s: float | None, passes_s: Sequence[float]) -> str |
     if profiled_s > SUSPECT_OVERHEAD * base:
         return "profiled-slow"
     return "steady"
-
-
-def _finite(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def verdict(p: Mapping[str, Any]) -> str | None:
