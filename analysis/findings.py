@@ -24,13 +24,13 @@ from perfscope.vocab import is_amd, speak
 
 from .intervals import run_span_ns
 from .rules import kernels, levels, llm, memory, occupancy, sources, steps, timeline, transfers
-from .rules._base import SEVERITIES, Finding, Item, trace_run
+from .rules._base import EVIDENCE_RULE_SHARE, SEVERITIES, Finding, Item, trace_run
 from .rules.ranks import rank_findings
 
 if TYPE_CHECKING:
     from perfscope.report import Report
 
-__all__ = ["RULES", "SEVERITIES", "Finding", "Item", "run_rules"]
+__all__ = ["EVIDENCE_RULE_SHARE", "RULES", "SEVERITIES", "Finding", "Item", "run_rules"]
 
 Rule = Callable[["Report"], list[Finding]]
 
@@ -44,6 +44,7 @@ RULES: dict[str, Rule] = {
     "pageable-copies": transfers.pageable_copies,
     "memory-below-roof": kernels.memory_below_roof,
     "compute-below-roof": kernels.compute_below_roof,
+    "latency-bound": kernels.latency_bound,
     "roof-exceeded": kernels.roof_exceeded,
     "memory-level": levels.memory_level,
     "fp32-matmul": kernels.fp32_matmul,
@@ -112,8 +113,9 @@ def _in_device_words(f: Finding, report: Report) -> Finding:
     if not is_amd(report.device):
         return f
     evidence = {k: speak(v, report.device) if isinstance(v, str) else v for k, v in f.evidence.items()}
+    items = tuple(dataclasses.replace(i, label=speak(i.label, report.device)) for i in f.items)
     return dataclasses.replace(f, title=speak(f.title, report.device), evidence=evidence,
-                               recommendation=speak(f.recommendation, report.device))
+                               recommendation=speak(f.recommendation, report.device), items=items)
 
 
 def _run_one(name: str, report: Report) -> list[Finding]:
@@ -129,10 +131,6 @@ def _run_one(name: str, report: Report) -> list[Finding]:
                         {"rule": name, "error": reason[:300]},
                         "This is a perfscope bug, not a problem of the profile: please report it with the report "
                         "folder. Run with PERFSCOPE_DEBUG=1 to see the traceback.", math.nan)]
-
-
-RUN_WORDS = {"headline": "headline run", "profiled": "profiled run", "trace": "trace"}
-"""How the text and the HTML name a finding's run (:attr:`Finding.run`)."""
 
 
 def stake_clock(report: Report) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from perfscope.analysis.costs.limiter import UNIT_COLUMNS, bound_label, limiter_note, limiter_words
 from perfscope.schema import text_of
 
 from .text import MISSING, duration, is_missing, pct, si
@@ -32,10 +33,28 @@ def _achieved_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:
                       f"{si(row.get('achieved_bytes_per_s'), 'B/s')}")),
         ("attainable roof", si(row.get("roof_flops_per_s"), "FLOP/s")),
         ("% of roof", pct(row.get("pct_of_roof"))),
-        ("bound", _text(row.get("bound"))),
+        ("bound", _text(bound_label(row.get("bound"), row.get("limiter")))),
+        *_limiter_rows(row),
         ("precision", _text(row.get("precision"))),
         *_level_rows(row),
     ]
+
+
+def _limiter_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:
+    """The measured limiter and each unit's % of its peak, where Nsight Compute or rocprof-compute measured
+    them; the roofline's reading when it disagrees (the point stays where the FLOPs and bytes put it)."""
+    limiter = row.get("limiter")
+    if is_missing(limiter):
+        return []
+    pipe = row.get(f"pipe_{limiter}_pct")
+    out = [("measured limiter", limiter_words(limiter, row.get("limiter_pct"), pipe))]
+    note = limiter_note(row)
+    if note:
+        out.append(("roofline reading", note))
+    for col in UNIT_COLUMNS:
+        if not is_missing(row.get(col)):
+            out.append((f"{col.removesuffix('_pct').replace('_', ' ')}", pct(row.get(col))))
+    return out
 
 
 def _level_rows(row: pd.Series | dict[str, Any]) -> list[tuple[str, str]]:

@@ -99,6 +99,15 @@ def _header(report: Report) -> str:
         parts.append(f'<p class="projected"><b>PROJECTED, not measured</b>: {esc(projection.get("measured_name"))} '
                      f'on {esc(projection.get("source_device"))} &rarr; {esc(projection.get("question_text"))} '
                      '(docs/whatif.md: the model and its measured error)</p>')
+        if projection.get("whole_run"):
+            from perfscope.analysis.summaries.projection import (
+                band_line,
+                family_rows,
+                whole_run_rows,
+            )
+
+            parts.append("<h2>Projection: the whole run</h2>" + _dict_rows(whole_run_rows(projection))
+                         + _dict_rows(family_rows(projection)) + f'<p class="muted">{esc(band_line(projection))}</p>')
     if device is None and not views.has_device_work(report):
         parts.append(f'<h2>Device: none profiled</h2><p class="muted">{esc(views.no_device_why(report))}.</p>')
     else:
@@ -136,29 +145,39 @@ def _metrics(report: Report) -> str:
     return _section("Metrics", "".join(parts), "metrics")
 
 
-def _finding(f: Any, runs: Mapping[str, str] | None = None) -> str:
-    """One finding; ``runs``: the words for the run it names (a report with two runs), else None."""
+def _finding(f: Any) -> str:
     sev = str(getattr(f, "severity", "info"))
     stake = getattr(f, "time_at_stake_ns", None)
-    run = getattr(f, "run", "")
-    of_run = f" ({runs.get(run, run)})" if runs and run else ""
-    stake_txt = f" — time at stake: {duration(stake)}{of_run}" if not is_missing(stake) else of_run
+    stake_txt = f" — time at stake: {duration(stake)}" if not is_missing(stake) else ""
     evidence = getattr(f, "evidence", {}) or {}
     facts = _facts(evidence_rows(evidence)) if isinstance(evidence, Mapping) else f"<p>{esc(evidence)}</p>"
+    run = getattr(f, "run", "") or ""
     return (f'<div class="finding {esc(sev)}"><b>[{esc(sev)}] {esc(getattr(f, "title", ""))}</b>{esc(stake_txt)}'
-            f'<details><summary>evidence</summary>{facts}</details>'
-            f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p></div>')
+            + (f' <span class="muted">[{esc(run)} run]</span>' if run else "")
+            + f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p>{_finding_items(f)}'
+            f'<details><summary>numbers</summary>{facts}</details></div>')
+
+
+def _finding_items(f: Any) -> str:
+    """The items behind a finding's time at stake as a small table, with the share they explain."""
+    share, rows, more = views.finding_evidence(f)
+    if not rows:
+        return ""
+    head = f'<p class="evidence-share">Evidence: {esc(share)}.</p>' if share else "<p>Evidence:</p>"
+    body = "".join(f'<tr class="{"known" if r["cause"] == "known" else "unknown"}"><td>{esc(r["share"])}</td>'
+                   f'<td>{esc(r["cause"])}</td><td>{esc(r["evidence"])}</td></tr>' for r in rows)
+    tail = f'<p class="muted">{esc(more)}</p>' if more else ""
+    return (f'{head}<table class="items"><thead><tr><th>of the stake</th><th>cause</th><th>evidence</th></tr>'
+            f'</thead><tbody>{body}</tbody></table>{tail}')
 
 
 def _findings(report: Report) -> str:
     found = views.findings(report)
     if found is None:
         return ""
-    from perfscope.analysis.findings import RUN_WORDS, stake_clock
-    from perfscope.analysis.summaries.serving import has_unprofiled
+    from perfscope.analysis.findings import stake_clock
 
-    runs = RUN_WORDS if has_unprofiled(report) else None
-    body = "".join(_finding(f, runs) for f in found) or '<p class="muted">No rule fired on this report.</p>'
+    body = "".join(_finding(f) for f in found) or '<p class="muted">No rule fired on this report.</p>'
     clock = f'<p class="muted">Most time at stake first; {esc(stake_clock(report))}.</p>' if found else ""
     return _section("Findings", clock + body, "findings")
 
@@ -190,11 +209,15 @@ def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) ->
     rows = rows[[c for c in rows if rows[c].notna().any() and c not in ("grid", "block")
                  and not (c in ("device", "stream") and rows[c].nunique() < 2)]]
     top_note = f"the {top_rows} longest of {len(report.kernels):,} executions" if len(report.kernels) > top_rows else ""
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     above = "".join(f"<li>{esc(n)}</li>" for n in roof_notes(by_name.head(max_rows), report.device))
+    differ = "".join(f"<li>{esc(n)}</li>" for n in limiter_notes(by_name.head(max_rows)))
     body = (_table(page, by_name.head(max_rows), note, f"Per {w['kernel']} name (one row per name and phase)")
             + (f'<p class="muted">Above the roof:</p><ul class="roofnotes">{above}</ul>' if above else "")
+            + (f'<p class="muted">The measured limiter disagrees with the roofline (the point stays where the FLOPs '
+               f'and bytes put it; the bound is the measured one):</p><ul class="roofnotes">{differ}</ul>'
+               if differ else "")
             + _table(page, rows, top_note, "Longest executions"))
     return _section(w["Kernels"], body, "kernels")
 

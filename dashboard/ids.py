@@ -8,6 +8,10 @@ STATUS = "status-line"
 
 OVERVIEW = "overview-body"
 FINDINGS = "overview-findings"  # filled after the overview (the rules are the slow part on a big report)
+FINDING_PICK = "finding-pick"  # pattern-matching id type: {"type": FINDING_PICK, "index": i, "view": "timeline"|"kernels"}
+FINDING_SELECTION = "finding-selection"  # dcc.Store: what the clicked finding selects (views.finding_selection)
+FINDING_NOTE = "finding-note"  # the line above the tabs that names the selected finding
+FINDING_CLEAR = "finding-clear"
 
 TIMELINE = "timeline-graph"
 TIMELINE_RESET = "timeline-reset"

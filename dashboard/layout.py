@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import dash_ag_grid as dag
 from dash import dcc, html
 
+from perfscope.analysis.costs.limiter import bound_label
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
+from perfscope.analysis.summaries.projection import band_line, family_rows, whole_run_rows
 from perfscope.format import column_label, evidence_rows
 
 from . import ids, views
@@ -68,31 +70,58 @@ def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
 
     top = top_kernels(report, n)
     rows = [{"name": str(r["name"]), "calls": f"{int(r['count']):,}", "time": duration(r["duration_ns"]),
-             "share": pct(r["share_pct"]), "bound": str(r.get("bound") or "unknown"),
+             "share": pct(r["share_pct"]), "bound": bound_label(r.get("bound"), r.get("limiter")),
              "achieved": si(r.get("achieved_flops_per_s"), "FLOP/s"), "% of roof": pct(r.get("pct_of_roof"))}
             for _, r in top.iterrows()]
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     notes = [html.Li(n) for n in roof_notes(top, report.device)]
-    return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else [])])
+    differ = [html.Li(n) for n in limiter_notes(top)]
+    return html.Div([dict_table(rows, "top-kernels"), *([html.P("Above the roof:"), html.Ul(notes)] if notes else []),
+                     *([html.P("The measured limiter disagrees with the roofline:"), html.Ul(differ)] if differ else [])])
 
 
-def _finding(f: Any, runs: dict[str, str] | None = None) -> html.Div:
-    """One finding; ``runs``: the words for the run it names (a report with two runs), else None."""
+def _finding(f: Any, index: int = 0) -> html.Div:
     stake = getattr(f, "time_at_stake_ns", None)
-    run = getattr(f, "run", "")
-    of_run = f" ({runs.get(run, run)})" if runs and run else ""
+    run = getattr(f, "run", "") or ""
     return html.Div([html.B(f"[{getattr(f, 'severity', '')}] {getattr(f, 'title', '')}"),
-                     html.Span(f" — time at stake: {duration(stake)}{of_run}" if stake is not None else of_run),
-                     facts_table(evidence_rows(getattr(f, "evidence", None) or {})),
-                     html.P(html.I(str(getattr(f, "recommendation", ""))))],
+                     html.Span(f" — time at stake: {duration(stake)}" if stake is not None else ""),
+                     html.Span(f" [{run} run]" if run else "", className="muted"),
+                     html.P(html.I(str(getattr(f, "recommendation", "")))),
+                     *_finding_evidence(f, index),
+                     html.Details([html.Summary("numbers"),
+                                   facts_table(evidence_rows(getattr(f, "evidence", None) or {}))])],
                     className=f"finding {getattr(f, 'severity', '')}")
+
+
+def _finding_evidence(f: Any, index: int) -> list[Any]:
+    """The items behind a finding (a small table and the share they explain) and the buttons that
+    select them: its places on the timeline, its kernels in the kernel table."""
+    share, rows, more = views.finding_evidence(f)
+    if not rows:
+        return []
+    items = list(getattr(f, "items", ()) or ())
+    placed = any(i.places() for i in items if hasattr(i, "places"))
+    named = any(i.kind in ("kernel", "kernels") and i.attrs.get("name") for i in items) or bool(getattr(f, "kernels", ()))
+    buttons = ([html.Button("show on the timeline", id={"type": ids.FINDING_PICK, "index": index, "view": "timeline"},
+                            n_clicks=0, className="pick")] if placed else []) + \
+        ([html.Button("show its kernels", id={"type": ids.FINDING_PICK, "index": index, "view": "kernels"},
+                      n_clicks=0, className="pick")] if named else [])
+    table = html.Table([html.Thead(html.Tr([html.Th("of the stake"), html.Th("cause"), html.Th("evidence")])),
+                        html.Tbody([html.Tr([html.Td(r["share"]), html.Td(r["cause"]), html.Td(r["evidence"])],
+                                            className=r["cause"]) for r in rows])], className="items")
+    return [html.P([f"Evidence: {share}." if share else "Evidence:", *buttons], className="evidence-share"), table,
+            *([html.P(more, className="muted")] if more else [])]
 
 
 def overview_children(report: Report, findings: bool = True) -> list[Any]:
     """Source, device roofs, headline metrics, phases, requests, top kernels, findings (unless
     ``findings`` is false: the app fills them in apart, see :func:`findings_children`), warnings."""
     out: list[Any] = [html.H3("Report"), facts_table(views.source_facts(report))]
+    projection = report.manifest.get("projection") or {}
+    if projection.get("whole_run"):
+        out += [html.H3("Projection: the whole run"), dict_table(whole_run_rows(projection), "projection-whole-run"),
+                dict_table(family_rows(projection), "projection-families"), html.P(band_line(projection), className="muted")]
     if views.has_device_work(report):
         out += [html.H3("Device roofs"), dict_table(views.roofs_rows(report), "roofs"),
                 html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
@@ -132,11 +161,9 @@ def findings_children(report: Report) -> list[Any]:
     found = views.findings(report)
     if found is None:
         return []
-    from perfscope.analysis.findings import RUN_WORDS, stake_clock
-    from perfscope.analysis.summaries.serving import has_unprofiled
+    from perfscope.analysis.findings import stake_clock
 
-    runs = RUN_WORDS if has_unprofiled(report) else None
-    items: list[Any] = [_finding(f, runs) for f in found] or [html.P("No rule fired.", className="muted")]
+    items: list[Any] = [_finding(f, i) for i, f in enumerate(found)] or [html.P("No rule fired.", className="muted")]
     clock = [html.P(f"Most time at stake first; {stake_clock(report)}.", className="muted")] if found else []
     return [html.H3("Findings"), *clock, *items]
 
@@ -262,6 +289,9 @@ def build_layout(entries: list[Entry]) -> html.Div:
                        dcc.Dropdown(id=ids.REPORT, options=options, value=options[0]["value"] if options else None,
                                     clearable=False, placeholder="no reports found", style={"width": "520px"}),
                        html.Span(id=ids.STATUS, className="muted")], className="topbar")
-    # The zoom store lies outside the tabs, which unmount the views that are not shown.
-    return html.Div([header, dcc.Tabs(id=ids.TABS, value="overview", children=tabs), dcc.Store(id=ids.TIMELINE_ZOOM)],
-                    className="page")
+    picked = html.Div([html.Span(id=ids.FINDING_NOTE, className="muted"),
+                       html.Button("clear", id=ids.FINDING_CLEAR, n_clicks=0, className="pick")],
+                      className="controls", id="finding-bar")
+    # The stores lie outside the tabs, which unmount the views that are not shown.
+    return html.Div([header, picked, dcc.Tabs(id=ids.TABS, value="overview", children=tabs),
+                     dcc.Store(id=ids.TIMELINE_ZOOM), dcc.Store(id=ids.FINDING_SELECTION)], className="page")

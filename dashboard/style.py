@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728", "unknown": "#8c8c8c"}
+BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728", "latency": "#ff7f0e", "unknown": "#8c8c8c"}
 PHASE_COLORS = {"prefill": "#9467bd", "decode": "#2ca02c", "draft": "#e377c2", "verify": "#ff7f0e", "none": "#8c8c8c"}
 PHASE_SYMBOLS = {"prefill": "circle", "decode": "diamond", "draft": "triangle-up", "verify": "star", "none": "square"}
 CATEGORY_COLORS = {

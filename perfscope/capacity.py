@@ -210,18 +210,20 @@ class DeviceMemory:
     bandwidth_bytes_per_s: float | None = None
     peak_flops_per_s: float | None = None
     source: str = ""
+    note: str | None = None
+    """How the row was picked, where a family name was read as its most common part."""
 
 
 def resolve_device_memory(gpu: str, *, memory_bytes: float | None = None) -> DeviceMemory:
     """The device's memory: ``memory_bytes`` when measured, else its datasheet row's
     ``memory_gb`` (taken as GiB, the size the board carries; drivers report about 1% less)."""
-    from .datasheets import lookup_datasheet
+    from .datasheets import pick_datasheet
 
     try:
-        sheet = lookup_datasheet(gpu)
-    except UsageError as exc:
+        sheet, note = pick_datasheet(gpu, "--gpu")
+    except UsageError:
         if memory_bytes is None:
-            raise UsageError(str(exc).replace("--roofs", "--gpu", 1)) from None
+            raise
         return DeviceMemory(gpu, memory_bytes, source="measured")
     bw = sheet.bandwidth_gb_s * 1e9 if sheet.bandwidth_gb_s else None
     tf = sheet.tflops.get("bf16") or sheet.tflops.get("fp16")
@@ -229,7 +231,8 @@ def resolve_device_memory(gpu: str, *, memory_bytes: float | None = None) -> Dev
         raise UsageError(f"the datasheet row {sheet.model!r} has no memory size", hint="give --memory-gib")
     total = memory_bytes if memory_bytes is not None else float(sheet.memory_gb) * GIB  # type: ignore[arg-type]
     return DeviceMemory(sheet.model, total, bw, tf * 1e12 if tf else None,
-                        "measured" if memory_bytes is not None else f"datasheet {sheet.model} ({sheet.memory_gb} GB)")
+                        "measured" if memory_bytes is not None else f"datasheet {sheet.model} ({sheet.memory_gb} GB)",
+                        note)
 
 
 # ---------------------------------------------------------------------------- capacity
@@ -358,6 +361,10 @@ def capacity_report(model: str, gpu: str, *, context: int, kv_dtype: str | None 
                           "gpu_memory_utilization": gpu_memory_utilization, "activation_bytes": activation_bytes,
                           "max_batched_tokens": max_batched_tokens, "block_size": block_size}
     c = capacity(m, dev, kv_dtype=kv_dtype, **kw)
+    if dev.note:
+        from dataclasses import replace
+
+        c = replace(c, notes=[dev.note, *c.notes])
     fp8 = capacity(m, dev, kv_dtype="fp8", **kw) if dtype_bytes(c.kv_dtype) > 1 else None
     return {"capacity": c.to_dict(), "fp8_kv": fp8.to_dict() if fp8 else None, "finding": sentence(c, fp8)}
 

@@ -84,15 +84,23 @@ KERNEL_COLUMNS = _cols(
     ("achieved_flops_per_s", "float", False, "flops / duration"),
     ("achieved_bytes_per_s", "float", False, "dram_bytes / duration"),
     ("precision", "str", False, "fp64, fp32, tf32, bf16, fp16, fp8, int8"),
-    ("bound", "str", False, "memory, compute or unknown"),
+    ("bound", "str", False, "memory, compute, latency or unknown: the measured limiter's where Nsight Compute or "
+     "rocprof-compute measured each unit (latency: no unit at 60% of its peak), else the roofline's"),
+    ("roofline_bound", "str", False, "memory, compute or unknown: the roofline's reading (FLOPs and bytes against "
+     "the roofs), kept where the measured limiter sets bound"),
+    ("limiter", "str", False, "the measured unit with the highest share of its peak: a pipe of the SM/CU (alu, fma, "
+     "tensor, xu, lsu, valu, mfma...), sm when no pipe was measured, or a memory level (l1, shared, l2, dram); "
+     "None where no unit was measured"),
+    ("limiter_pct", "float", False, "the limiter's % of its peak (the SM's throughput when a pipe is named)"),
     ("roof_flops_per_s", "float", False, "attainable FLOP/s at this intensity"),
     ("pct_of_roof", "float", False, "achieved / attainable, percent"),
     # hierarchical roofline (schema 1.2, additive): bytes per memory level and the level whose roof binds
     ("l2_bytes", "float", False, "bytes moved between the L1s and L2 (measured: ncu lts__t_bytes, AMD TCP-TCC requests)"),
     ("l1_bytes", "float", False, "bytes moved through L1 / vL1D (ncu l1tex__t_bytes, AMD TCP accesses x 64)"),
     ("shared_bytes", "float", False, "shared memory / LDS bytes (ncu shared wavefronts, AMD LDS bank activity)"),
-    ("bound_level", "str", False, "dram, l2, l1 or shared: the memory level with the lowest roof at the kernel's "
-     "intensities (the one that binds); None without bytes at a level with a known roof"),
+    ("bound_level", "str", False, "dram, l2, l1 or shared: the measured limiter's level where a memory level limits "
+     "the kernel, else the memory level with the lowest roof at the kernel's intensities (the one that binds); "
+     "None without bytes at a level with a known roof"),
     ("level_roof_flops_per_s", "float", False, "attainable FLOP/s of the binding level (intensity there x its "
      "bandwidth); at or above the compute peak: compute-bound at every level"),
     ("family_intensity", "float", False, "FLOP/byte implied by the kernel family's own template arguments where "
@@ -100,6 +108,27 @@ KERNEL_COLUMNS = _cols(
      "kernel on the roofline, its % of roof stays unknown"),
     ("flops_by_precision", "str", False, "JSON of measured FLOPs per unit and precision (AMD: valu_fp32, mfma_bf16, ...)"),
 )
+
+KERNEL_UNIT_COLUMNS = _cols(
+    ("sm_throughput_pct", "float", False, "SM throughput, % of peak over the elapsed time (ncu "
+     "sm__throughput.avg.pct_of_peak_sustained_elapsed: the busiest of the SM's pipes and issue)"),
+    ("dram_throughput_pct", "float", False, "DRAM/HBM bandwidth, % of peak (ncu gpu__dram_throughput; AMD: "
+     "HBM bytes / time / the DRAM roof)"),
+    ("l2_throughput_pct", "float", False, "L2 throughput, % of peak (ncu lts__throughput; AMD TCC requests x "
+     "128 B over the L2 channels' peak)"),
+    ("l1_throughput_pct", "float", False, "L1 throughput, % of peak over the elapsed time (ncu l1tex__throughput "
+     "_elapsed, or its _active value x SM active / elapsed cycles; AMD vL1D accesses x 128 B over its peak)"),
+    ("shared_throughput_pct", "float", False, "shared memory/LDS bandwidth, % of peak (AMD LDS accesses)"),
+    *(("pipe_" + p + "_pct", "float", False, f"{p} pipe utilization, % of peak over the elapsed time (ncu "
+       f"sm__pipe_{p}_cycles_active / sm__inst_executed_pipe_{p}, the larger; AMD rocprof-compute's "
+       "VALU/MFMA/SALU/VMEM/branch utilization)")
+      for p in ("alu", "fma", "fp16", "fp64", "tensor", "xu", "lsu", "uniform", "adu", "cbu", "tex", "tma",
+                "valu", "mfma", "salu", "vmem", "branch")),
+)
+"""Each unit's measured share of its peak, the input of the kernel's ``limiter``
+(:mod:`perfscope.analysis.costs.limiter`). Optional columns that only an Nsight Compute or rocprof-compute
+import fills: declared here, not in :data:`KERNEL_COLUMNS`, so that every other kernel table (a million
+rows of a trace) does not carry them as missing values; :func:`conform` keeps them as extra columns."""
 
 RANGE_COLUMNS = _cols(
     ("id", "int", True, "range id, unique in the report"),
@@ -305,7 +334,7 @@ report's device after the profiled run. Reports written before these tables exis
 empty."""
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-BOUNDS = ("memory", "compute", "unknown")
+BOUNDS = ("memory", "compute", "latency", "unknown")
 
 
 def column_names(table: str) -> list[str]:

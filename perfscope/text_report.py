@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .format import MISSING, si, terminal_text
+from .format import (
+    EVIDENCE_ITEMS_SHOWN,
+    MISSING,
+    evidence_item,
+    evidence_more,
+    evidence_share,
+    si,
+    terminal_text,
+)
 from .format import clip as _clip
 from .format import finite as _finite
 from .format import number as _num
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from perfscope.analysis.findings import Finding
 
     from .report import Report
 
@@ -183,17 +193,27 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
              _num(r["share_pct"], 1, 1), _num(r["arith_intensity"], 1, 2), si(r["achieved_flops_per_s"], "FLOP/s"),
              _bound_text(r), _num(r["pct_of_roof"], 1, 1), _clip(r.get("phase"), 8)]
             for i, (_, r) in enumerate(top.iterrows())]
-    from perfscope.analysis.summaries.kernels import roof_notes
+    from perfscope.analysis.summaries.kernels import limiter_notes, roof_notes
 
     kind = "CPU operators" if (report.kernels["device"] == "cpu").all() else "kernels"
     head = ["#", "name", "calls", "total ms", "% time", "FLOP/B", "achieved", "bound", "% roof", "phase"]
     notes = [f"  above the roof: {n}" for n in roof_notes(top, report.device)]
+    notes += [f"  measured limiter disagrees: {n}" for n in limiter_notes(top)]
     return [f"top {kind} by total time (one row per name and phase):", table(head, rows), *notes]
 
 
 def _bound_text(row: Any) -> str:
-    """``memory`` / ``compute``, with the hierarchical roofline's binding level where one is known
-    (``memory, l2 binds``)."""
+    """The measured limiter's bound where Nsight Compute or rocprof-compute measured it (``compute (alu) 70%``,
+    ``latency``), else ``memory`` / ``compute`` with the hierarchical roofline's binding level where one is
+    known (``memory, l2 binds``)."""
+    from perfscope.analysis.costs.limiter import bound_label
+    from perfscope.format import is_missing
+
+    limiter, share = row.get("limiter"), row.get("limiter_pct")
+    if isinstance(limiter, str) and limiter and not is_missing(share):
+        if row["bound"] == "latency":
+            return f"latency ({limiter} {share:.0f}%)"
+        return f"{bound_label(row['bound'], limiter)} {share:.0f}%"
     level = row.get("bound_level")
     return f"{row['bound']}, {level} binds" if isinstance(level, str) and level else str(row["bound"])
 
@@ -235,19 +255,36 @@ def _rank_lines(report: Report) -> list[str]:
 
 
 def _finding_lines(report: Report, n: int = 5) -> list[str]:
-    from perfscope.analysis.findings import RUN_WORDS, run_rules, stake_clock
-    from perfscope.analysis.summaries.serving import has_unprofiled
+    from perfscope.analysis.findings import run_rules, stake_clock
 
     found = run_rules(report)[:n]
     if not found:
         return []
     lines = [f"findings (most time at stake first; {stake_clock(report)}):"]
-    two_runs = has_unprofiled(report)
     for f in found:
-        stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
-        run = f" ({RUN_WORDS.get(f.run, f.run)})" if two_runs and f.run else ""
-        lines.append(f"  [{f.severity}] {f.title}{stake}{run}")
-        lines.append(f"      -> {f.recommendation}")
+        lines += finding_lines(f)
+    return lines
+
+
+def finding_lines(f: Finding) -> list[str]:
+    """One finding as the terminal shows it: severity, title, time at stake and the run it is on,
+    the advice, then its evidence: the share of its time at stake its items explain (or the time
+    left unexplained) and its largest items, each with its share of that time."""
+    from perfscope.analysis.findings import EVIDENCE_RULE_SHARE
+
+    stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
+    run = f" [{f.run} run]" if f.run else ""
+    lines = [f"  [{f.severity}] {f.title}{stake}{run}", f"      -> {f.recommendation}"]
+    if not f.items:
+        return lines
+    share = evidence_share(f.time_at_stake_ns, f.explained_ns, EVIDENCE_RULE_SHARE)
+    lines.append("      evidence" + (f" ({share}):" if share else ":"))
+    for item in f.items[:EVIDENCE_ITEMS_SHOWN]:
+        part, cause, label = evidence_item(item, f.time_at_stake_ns)
+        lines.append(f"        {part:>4}  {label}" + ("  [cause unknown]" if cause == "unknown" else ""))
+    more = evidence_more(f.items, EVIDENCE_ITEMS_SHOWN)
+    if more:
+        lines.append(f"              {more}")
     return lines
 
 
@@ -262,8 +299,12 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
         head += "   [PARTIAL]"
     projection = report.manifest.get("projection")
     if projection:
+        from perfscope.analysis.summaries.projection import projection_lines
+
         head += (f"\nPROJECTED, not measured: {projection.get('measured_name')} on {projection.get('source_device')} "
                  f"-> {projection.get('question_text')} (docs/whatif.md: the model and its measured error)")
+        if projection.get("whole_run"):
+            head += "\n" + "\n".join(projection_lines(projection))
     timing = _timing_line(report)
     if timing:
         head += "\n" + timing

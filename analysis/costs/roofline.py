@@ -15,6 +15,11 @@ Rules (honest by construction):
 - a kernel is ``memory``-bound when its intensity is below the ridge point, else ``compute``;
 - % of roof is achieved bytes/s / bandwidth for memory-bound kernels (defined even at zero
   FLOPs) and achieved FLOP/s / peak for compute-bound ones.
+
+That reading is kept in ``roofline_bound``. Where Nsight Compute or rocprof-compute measured each unit's
+throughput, ``bound`` (and ``bound_level``) follow the measured limiter instead
+(:mod:`perfscope.analysis.costs.limiter`: ``compute``, ``memory`` or ``latency``, the unit in ``limiter``);
+the point stays where the FLOPs and bytes put it, and ``pct_of_roof`` stays the roofline's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 from perfscope.schema import conform, decode, factorize, map_codes, map_distinct
+
+from .limiter import apply_limiter
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -118,6 +125,8 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
         df["roof_flops_per_s"] = np.nan
         df["pct_of_roof"] = np.nan
         df["bound"] = "unknown"
+        df["roofline_bound"] = "unknown"
+        apply_limiter(df)  # a measured limiter needs no roofs
         return df
 
     peaks = map_codes(codes, distinct, lambda p: device.peak_flops(p if isinstance(p, str) else None))
@@ -138,7 +147,9 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
     df["bound"] = np.select([memory, compute], ["memory", "compute"], default="unknown")
     df["pct_of_roof"] = np.select([memory, compute], [pct_mem, pct_cmp], default=np.nan)
     df["pct_of_roof"] = df["pct_of_roof"].astype("float64")
+    df["roofline_bound"] = df["bound"]
     _classify_levels(df, flops, nbytes, peak, device)
+    apply_limiter(df)
     return df
 
 
@@ -164,7 +175,8 @@ def above_roof_note(row: Mapping[str, Any], device: DeviceSpec | None) -> str | 
         return None
     if not pct > ABOVE_ROOF_PCT or device is None:
         return None
-    bound = str(row.get("bound"))
+    roofline = row.get("roofline_bound")  # the % of roof is the roofline's reading, not the measured limiter's
+    bound = str(roofline if isinstance(roofline, str) and roofline else row.get("bound"))
     if bound == "memory":
         roof = device.memory.get("dram")
         if str(row.get("bytes_source") or "") == "ncu":

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from perfscope.errors import InputFormatError, UsageError
 from perfscope.limits import counting
+from perfscope.outpaths import single_report
 from perfscope.report import MANIFEST, Report
 
 from .rocprof.reader import sniff as sniff_rocprof
@@ -78,7 +79,7 @@ def detect_format(path: str | Path) -> str:
     if not p.exists():
         raise InputFormatError(p, "no such file or folder", hint="check the path")
     if p.is_dir():
-        if (p / MANIFEST).is_file():
+        if (p / MANIFEST).is_file() or single_report(p) is not None:
             return "report"
         amd = sniff_rocprof(p, b"")
         if amd is not None:
@@ -135,8 +136,8 @@ def import_file(path: str | Path, *, device: DeviceSpec | None = None, capture: 
     if capture is not None and fmt != "kineto":
         raise UsageError(f"capture traces join the graph replays of a Kineto trace; {p} is {fmt}",
                          hint="give --capture with a PyTorch/Kineto trace")
-    if fmt == "report":
-        return Report.load(p)
+    if fmt == "report":  # a report folder, or a folder that holds exactly one
+        return Report.load(single_report(p) or p)
     module = importlib.import_module(READERS[fmt])
     reader: Reader = getattr(module, f"read_{fmt.replace('-', '_')}", None) or module.read
     try:

@@ -1,16 +1,23 @@
-"""Kernel rules: far below the bandwidth or matrix roof, FP32 matmuls where tensor cores apply,
-measured vs analytic FLOPs that disagree, and kernels doing more work than their op needs.
+"""Kernel rules: far below the bandwidth or matrix roof, latency-bound, FP32 matmuls where tensor cores
+apply, measured vs analytic FLOPs that disagree, and kernels doing more work than their op needs.
 
 Kernels are grouped by short name (template arguments dropped) and judged on their totals: total
 bytes (or FLOPs) over total time, against the roof of their precision. FP32 GEMMs whose kernel
 name shows TF32 tensor-core code (``tf32``, cutlass ``tensorop_s1688``) are judged against the TF32
 roof: they already run on tensor cores.
+
+Each group has one bound, the one holding most of its time (``bound``: the measured limiter's where
+Nsight Compute or rocprof-compute measured each unit, else the roofline's), so a group is never in a
+memory-bound and a compute-bound finding at once. The findings list their groups as ``kernels`` items
+with the limiter and its % of peak, and pick their advice from the limiters (:data:`LIMITER_ADVICE`):
+a group whose limiter was not measured is listed, but its cause is not known (it counts as unexplained).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,12 +27,22 @@ from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.schema import column_codes, text_of, value_mask
 
+from ..costs.limiter import (
+    LATENCY_PCT,
+    UNIT_COLUMNS,
+    UNIT_NAMES,
+    bound_label,
+    group_limiter,
+    limiter_words,
+)
 from ..costs.roofline import classify
 from ..summaries.kernels import group_codes
 from ._base import (
     NCU_REPROFILE,
     Finding,
+    Item,
     collect_advice,
+    explained_ns,
     from_ncu,
     group_key,
     info,
@@ -58,7 +75,7 @@ FP32_SIMT_GEMM_NAME = re.compile(r"sgemm", re.IGNORECASE)
 ``implicit_convolve_sgemm``): FP32 even when the trace records no dtype."""
 MATMUL_CATEGORIES = ("gemm", "attention")
 ROOFLINE_COLUMNS = ("precision", "arith_intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "bound",
-                    "roof_flops_per_s", "pct_of_roof")
+                    "roofline_bound", "roof_flops_per_s", "pct_of_roof")
 """The columns ``classify`` fills, copied back for the re-classified rows."""
 FP32_MATMUL_MIN_PCT = 5.0
 """FP32 matmuls worth moving to tensor cores: at least 5% of the kernel time."""
@@ -140,19 +157,87 @@ def _effective_kernels(report: Report) -> pd.DataFrame:
     return out
 
 
-def _group_totals(k: pd.DataFrame, bound: str) -> pd.DataFrame:
-    """Per group (short name) of the ``bound``-bound kernels: count, time, FLOPs and bytes over
-    rows where both are known, and the precision with the most time (ties: the first by name).
+def dominant_bounds(k: pd.DataFrame) -> np.ndarray:
+    """Per group code (:func:`group_codes`), the bound holding most of the group's time; None for a group
+    without timed rows. A group's launches can differ (one in a prefill, one in a decode): the group is
+    judged under one bound, so no group is in a memory-bound and a compute-bound finding at once."""
+    def build() -> np.ndarray:
+        codes, names = group_codes(k)
+        bcodes, bnames = column_codes(k, "bound")
+        dur = k["duration_ns"].to_numpy("float64", na_value=0.0)
+        ok = (codes >= 0) & (bcodes >= 0)
+        nb = max(len(bnames), 1)
+        w = np.bincount(codes[ok] * nb + bcodes[ok], weights=dur[ok], minlength=len(names) * nb)
+        w = w.reshape(len(names), nb)
+        out = np.full(len(names), None, dtype=object)
+        has = w.max(axis=1, initial=0.0) > 0
+        out[has] = np.asarray(bnames, dtype=object)[w.argmax(axis=1)[has]]
+        return out
+    return memo(k, "rules:dominant_bounds", build)
+
+
+def _limiters(k: pd.DataFrame, rows: np.ndarray, group: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Per group (``group``: each row's group 0..n-1), its limiter (the one holding most time), the
+    limiter's time-weighted % of peak, and the first launch's position, start and end."""
+    dur = k["duration_ns"].to_numpy("float64", na_value=0.0)[rows]
+    limiter = np.full(n, None, dtype=object)
+    pct_of_peak = np.full(n, np.nan)
+    if "limiter" in k and "limiter_pct" in k:
+        lcodes, lnames = column_codes(k, "limiter")
+        lc = lcodes[rows]
+        lpct = pd.to_numeric(k["limiter_pct"], errors="coerce").to_numpy("float64", na_value=np.nan)[rows]
+        has = (lc >= 0) & ~np.isnan(lpct)
+        if has.any():
+            nl = len(lnames)
+            w = np.bincount(group[has] * nl + lc[has], weights=dur[has], minlength=n * nl).reshape(n, nl)
+            known = w.max(axis=1, initial=0.0) > 0
+            limiter[known] = np.asarray(lnames, dtype=object)[w.argmax(axis=1)[known]]
+            weight = np.bincount(group[has], weights=dur[has], minlength=n)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                pct_of_peak = np.bincount(group[has], weights=(dur * lpct)[has], minlength=n) / weight
+            pct_of_peak = np.where(known, pct_of_peak, np.nan)
+    units = {}
+    for col in (*UNIT_COLUMNS, *GROUP_MEANS):  # time-weighted over the launches that measured it
+        if col in k:
+            v = pd.to_numeric(k[col], errors="coerce").to_numpy("float64", na_value=np.nan)[rows]
+            ok = ~np.isnan(v)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                units[col] = (np.bincount(group[ok], weights=(dur * v)[ok], minlength=n)
+                              / np.bincount(group[ok], weights=dur[ok], minlength=n))
+    first = np.full(n, -1, dtype=np.int64)
+    order = np.argsort(group, kind="stable")
+    starts = np.r_[True, group[order][1:] != group[order][:-1]] if len(order) else np.zeros(0, dtype=bool)
+    first[group[order][starts]] = rows[order][starts]
+    start = k["start_ns"].to_numpy("float64", na_value=np.nan)
+    end = k["end_ns"].to_numpy("float64", na_value=np.nan)
+    return {"limiter": limiter, "limiter_pct": pct_of_peak, "first": first,
+            "start_ns": np.where(first >= 0, start[first], np.nan), "end_ns": np.where(first >= 0, end[first], np.nan),
+            **units}
+
+
+GROUP_MEANS = ("waves_per_sm", "achieved_occupancy_pct", "pct_of_roof")
+"""Launch measurements (Nsight Compute) a group carries as time-weighted means, beside each unit's % of peak."""
+GROUP_COLUMNS = ["group", "count", "time_ns", "flops", "dram_bytes", "precision", "limiter", "limiter_pct",
+                 "first", "start_ns", "end_ns"]
+
+
+def _group_totals(k: pd.DataFrame, bound: str, *, need_work: bool = True) -> pd.DataFrame:
+    """Per group (short name) whose bound is ``bound`` (:func:`dominant_bounds`), over its ``bound``-bound
+    rows (with FLOPs and bytes known, unless ``need_work`` is False): count, time, FLOPs and bytes, the
+    precision with the most time (ties: the first by name), the limiter and the first launch.
 
     Grouped on the table's memoized codes (a 1M-kernel table is never copied or re-hashed)."""
     flops = pd.to_numeric(k["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)
     nbytes = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)
     dur = k["duration_ns"].to_numpy("float64", na_value=np.nan)
     codes, names = group_codes(k)
-    rows = np.flatnonzero(value_mask(k, "bound", lambda v: v == bound) & ~np.isnan(flops) & ~np.isnan(nbytes)
-                          & (dur > 0) & (codes >= 0))
+    dominant = dominant_bounds(k)
+    mine = np.zeros(len(k), dtype=bool)
+    mine[codes >= 0] = dominant[codes[codes >= 0]] == bound
+    work = (~np.isnan(flops) & ~np.isnan(nbytes)) if need_work else np.ones(len(k), dtype=bool)
+    rows = np.flatnonzero(value_mask(k, "bound", lambda v: v == bound) & work & (dur > 0) & (codes >= 0) & mine)
     if not len(rows):
-        return pd.DataFrame(columns=["group", "count", "time_ns", "flops", "dram_bytes", "precision"])
+        return pd.DataFrame(columns=GROUP_COLUMNS)
     group, firsts = pd.factorize(codes[rows])  # groups in order of first appearance
     n = len(firsts)
     # the dominant precision: most time, ties to the first name in sort order (a missing one first)
@@ -168,11 +253,157 @@ def _group_totals(k: pd.DataFrame, bound: str) -> pd.DataFrame:
     values = np.concatenate([[None], np.asarray(prec_names, dtype=object)[by_name]])
     precision = np.full(n, None, dtype=object)
     precision[pair_group[best]] = values[pair_rank[best]]
-    return pd.DataFrame({
-        "group": np.asarray(names, dtype=object)[firsts], "count": np.bincount(group, minlength=n),
-        "time_ns": np.bincount(group, weights=dur[rows], minlength=n),
-        "flops": np.bincount(group, weights=flops[rows], minlength=n),
-        "dram_bytes": np.bincount(group, weights=nbytes[rows], minlength=n), "precision": precision})
+    with np.errstate(invalid="ignore"):
+        return pd.DataFrame({
+            "group": np.asarray(names, dtype=object)[firsts], "count": np.bincount(group, minlength=n),
+            "time_ns": np.bincount(group, weights=dur[rows], minlength=n),
+            "flops": np.bincount(group, weights=np.nan_to_num(flops[rows]), minlength=n) if not need_work
+            else np.bincount(group, weights=flops[rows], minlength=n),
+            "dram_bytes": np.bincount(group, weights=np.nan_to_num(nbytes[rows]), minlength=n) if not need_work
+            else np.bincount(group, weights=nbytes[rows], minlength=n),
+            "precision": precision, **_limiters(k, rows, group, n)})
+
+
+# ---------------------------------------------------------------------------- evidence
+LIMITER_ADVICE: dict[str, str] = {
+    "alu": "The ALU pipe (integer, logic, bit and compare instructions) is the busiest unit: cut the integer "
+           "instruction mix. Hoist index arithmetic out of loops, replace integer division and modulo by shifts "
+           "or precomputed reciprocals, give each thread more elements (vectorised) so its index math is "
+           "amortised, and move table-like integer work to look-ups; a random-number kernel can use a generator "
+           "with fewer rounds or draw fewer numbers per element.",
+    "fma": "The FMA pipe (FP32 multiply-add) is the busiest unit: fewer FP32 operations (fused or simplified "
+           "math, packed half2/bfloat162 arithmetic where the precision allows).",
+    "fma:matmul": "The FMA pipe runs this matmul on the FP32 cores, not the tensor cores: run it on tensor cores "
+                  "(TF32 with torch.backends.cuda.matmul.allow_tf32 = True, or BF16/FP16 via autocast; cuBLAS "
+                  "and cuDNN pick tensor-core kernels for those), whose roof is many times the FMA pipe's.",
+    "fp16": "The FP16 pipe is the busiest unit: packed half2 math is at its limit; a matmul belongs on the tensor "
+            "cores (cuBLAS/cuDNN with FP16/BF16 inputs).",
+    "fp64": "The FP64 pipe is the busiest unit: compute in FP32 where the precision allows (FP64 runs at 1/2 to "
+            "1/64 of the FP32 rate), or on the FP64 tensor cores (DMMA) for matmuls.",
+    "tensor": "The tensor pipe is the busiest unit: the matmul already runs on tensor cores near their limit. "
+              "What is left is less work (skip masked tiles, no padding) or a lower precision (FP8 where the "
+              "accuracy holds).",
+    "mfma": "The MFMA units are the busiest: the matmul already runs on matrix cores near their limit. What is "
+            "left is less work (skip masked tiles, no padding) or a lower precision (FP8 where the accuracy holds).",
+    "xu": "The XU pipe (transcendentals, reciprocals, type conversions) is the busiest unit: use the fast "
+          "intrinsics (__expf, __fdividef, exp2 of pre-scaled inputs; -use_fast_math), and fewer conversions "
+          "between integer and floating-point types.",
+    "lsu": "The LSU pipe (load, store, shared-memory and shuffle instructions) is the busiest unit: issue fewer, "
+           "wider memory instructions (16-byte vectorised loads), reuse each loaded value more from registers "
+           "(larger per-thread tiles), and keep shared-memory accesses free of bank conflicts.",
+    "vmem": "Vector memory instructions (VMEM) are the busiest unit: fewer, wider loads (dwordx4), more reuse of "
+            "each loaded value from registers or LDS.",
+    "valu": "The VALU (vector integer and floating-point instructions) is the busiest unit: cut the instruction mix. "
+            "Hoist index arithmetic out of loops, replace integer division and modulo by shifts or precomputed "
+            "reciprocals, use packed math, and draw fewer random numbers (or a generator with fewer rounds) per "
+            "element; a matmul belongs on the MFMA units (hipBLASLt, composable kernels).",
+    "salu": "The scalar ALU is the busiest unit: less uniform control and address work per wavefront.",
+    "uniform": "The uniform datapath is the busiest unit: less warp-uniform address and control arithmetic.",
+    "adu": "The ADU (branch targets, address divergence) is the busiest unit: less divergent control flow.",
+    "cbu": "The CBU (warp convergence and barriers) is the busiest unit: less divergence, fewer warp-level "
+           "synchronisations.",
+    "branch": "The branch unit is the busiest: less divergent control flow per wavefront.",
+    "tex": "The texture pipe is the busiest unit: fewer texture/surface fetches.",
+    "tma": "The TMA unit is the busiest: fewer, larger bulk copies.",
+    "sm": "The SM is the busiest unit, but the report has no per-pipe breakdown to say which pipe: collect the "
+          "ComputeWorkloadAnalysis section (ncu --section ComputeWorkloadAnalysis) to see it.",
+    "dram": "DRAM bandwidth is the limit: move fewer bytes (fuse kernels so each tensor is read once, lower-"
+            "precision weights or KV cache), with coalesced, vectorised accesses.",
+    "l2": "L2 bandwidth is the limit, not DRAM: reuse data closer to the ALUs (larger tiles in shared memory or "
+          "registers, a tile order that keeps a block's inputs in L1), and fewer L2 transactions per byte "
+          "(coalesced, vectorised loads).",
+    "l1": "L1 bandwidth is the limit: coalesce the accesses (a warp's loads in as few 128-byte lines as "
+          "possible), vectorise them, and keep reused data in registers or shared memory.",
+    "shared": "Shared memory/LDS bandwidth is the limit: fewer shared-memory round trips (keep values in "
+              "registers), no bank conflicts, wider accesses.",
+}
+"""What to change when each unit limits a kernel (:data:`perfscope.analysis.costs.limiter.UNIT_NAMES`)."""
+
+
+def limiter_advice(limiter: object, category: object = None) -> str | None:
+    """The advice for a kernel limited by ``limiter`` (a matmul on the FMA pipe: tensor cores); None if unknown."""
+    if not isinstance(limiter, str):
+        return None
+    if limiter == "fma" and category in MATMUL_CATEGORIES:
+        return LIMITER_ADVICE["fma:matmul"]
+    return LIMITER_ADVICE.get(limiter)
+
+
+def _num(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def group_items(groups: pd.DataFrame, bound: str, stake: str = "stake_ns", *,
+                extra: str | None = None) -> tuple[Item, ...]:
+    """One ``kernels`` item per group row (:func:`_group_totals`): its time at stake (``stake``), the first
+    launch's place, its bound and limiter with each measured unit's % of peak; it explains its time where
+    a limiter was measured. ``extra``: a column (a % of roof) the label and attrs add."""
+    items = []
+    for row in groups.to_dict("records"):
+        limiter, lpct = row.get("limiter"), _num(row.get("limiter_pct"))
+        measured = isinstance(limiter, str) and np.isfinite(lpct)
+        pipe = _num(row.get(f"pipe_{limiter}_pct")) if measured else float("nan")
+        more = f", {_num(row[extra]):.2g}% of its roof" if extra and np.isfinite(_num(row.get(extra))) else ""
+        label = (f"{str(row['group'])[:80]}: {int(row['count'])} launch(es), {duration(float(row['time_ns']))}"
+                 f"{more}; {bound_label(bound, limiter)}: {limiter_words(limiter, lpct, pipe)}")
+        attrs: dict[str, float | int | str | None] = {
+            "group": str(row["group"])[:200], "count": int(row["count"]), "group_time_ns": float(row["time_ns"]),
+            "bound": bound_label(bound, limiter if measured else None),
+            "limiter": limiter if measured else None, "limiter_pct": lpct if measured else None,
+        }
+        if extra:
+            attrs[extra] = _num(row.get(extra))
+        for col in UNIT_COLUMNS:
+            if np.isfinite(_num(row.get(col))):
+                attrs[col] = _num(row[col])
+        items.append(Item("kernels" if int(row["count"]) > 1 else "kernel", label, float(row[stake]),
+                          explains=measured, start_ns=_num(row.get("start_ns")), end_ns=_num(row.get("end_ns")),
+                          attrs=attrs))
+    return tuple(items)
+
+
+def rows_items(k: pd.DataFrame, sub: pd.DataFrame, stake: pd.Series, detail: str, *,
+               explains: bool = True) -> tuple[Item, ...]:
+    """One ``kernel``/``kernels`` item per group of the kernel rows ``sub`` (of ``k``): the group's time at stake
+    (``stake``, per row; NaN where unknown), its first launch's place, its bound and measured limiter;
+    ``detail``: what the finding says of them (``FP32 matmul off the tensor cores``)."""
+    key = group_key(k).loc[sub.index]
+    items = []
+    for name, g in sub.groupby(key, sort=False):
+        at_stake = float(pd.to_numeric(stake.loc[g.index], errors="coerce").sum(min_count=1))
+        time_ns = float(g["duration_ns"].sum())
+        limiter, lpct, bound = group_limiter(g)
+        measured = f"; {bound_label(bound, limiter)}: {limiter_words(limiter, lpct)}" if limiter else ""
+        first = g.index[0]
+        items.append(Item("kernels" if len(g) > 1 else "kernel",
+                          f"{str(name)[:80]}: {len(g)} launch(es), {duration(time_ns)}; {detail}{measured}",
+                          at_stake, explains=explains, start_ns=float(g.at[first, "start_ns"]),
+                          end_ns=float(g.at[first, "end_ns"]),
+                          attrs={"group": str(name)[:200], "count": len(g), "group_time_ns": time_ns,
+                                 "limiter": limiter, "limiter_pct": lpct if limiter else None,
+                                 "bound": bound_label(bound, limiter) if bound else None}))
+    return tuple(items)
+
+
+def advice_from(groups: pd.DataFrame, categories: dict[str, object] | None = None,
+                stake: str = "stake_ns") -> list[str]:
+    """The distinct limiter advice of the groups, heaviest group first (groups without a limiter add none)."""
+    out: list[str] = []
+    for row in groups.sort_values(stake, ascending=False, kind="stable").itertuples(index=False):
+        text = limiter_advice(getattr(row, "limiter", None), (categories or {}).get(str(row.group)))
+        if text and text not in out:
+            out.append(text)
+    return out
+
+
+def group_categories(k: pd.DataFrame, groups: pd.DataFrame) -> dict[str, object]:
+    """Each group's kernel category (of its first launch)."""
+    if "category" not in k or "first" not in groups:
+        return {}
+    return {str(g): k["category"].iat[int(f)] for g, f in zip(groups["group"], groups["first"]) if int(f) >= 0}
 
 
 def _top_evidence(top: pd.DataFrame, value: str) -> dict[str, float | int | str]:
@@ -214,15 +445,18 @@ FLOP counts are good to well within a tenth, so more than that is not the kernel
 
 
 def memory_below_roof(report: Report) -> list[Finding]:
-    """Memory-bound kernel groups far below the DRAM roof (time-weighted, on their totals)."""
+    """Memory-bound kernel groups far below their memory roof (time-weighted, on their totals): the DRAM roof
+    from their bytes, or, where a memory level was measured to limit them, that level's % of its peak (at or
+    above 60% by construction: such a group is near its roof and never listed)."""
     dev = report.device
     bw = dev.peak_bandwidth("dram") if dev else None
     k = effective_kernels(report)
     if not bw or not k["flops"].notna().any():
         return _no_work_info(report, "roofline-unchecked")
     groups = _group_totals(k, "memory")
-    groups["pct_of_roof"] = groups["dram_bytes"] / (groups["time_ns"] * 1e-9) / bw * 100.0
-    return _below_roof(report, groups, "memory-below-roof", "DRAM bandwidth", MEMORY_ROOF_LOW_PCT, {
+    measured = pd.to_numeric(groups["limiter_pct"], errors="coerce")
+    groups["pct_of_roof"] = measured.where(measured.notna(), groups["dram_bytes"] / (groups["time_ns"] * 1e-9) / bw * 100.0)
+    return _below_roof(report, k, groups, "memory-below-roof", "DRAM bandwidth", MEMORY_ROOF_LOW_PCT, {
         "dram_roof_bytes_per_s": float(bw), "dram_roof_provenance": dev.memory["dram"].provenance if dev else ""},
         ADVICE["memory-below-roof", is_cpu_report(report)])
 
@@ -241,23 +475,36 @@ def _compute_groups(report: Report) -> pd.DataFrame | None:
 
 
 def compute_below_roof(report: Report) -> list[Finding]:
-    """Compute-bound kernel groups far below the compute roof of their precision."""
+    """Compute-bound kernel groups far below the compute roof of their precision; where a pipe was measured
+    to limit them, the advice is that pipe's (an ALU-bound kernel's FLOP rate is low because its work is
+    integer instructions, a matmul on the FMA pipe is not on the tensor cores)."""
     groups = _compute_groups(report)
     if groups is None:
         return []
-    return _below_roof(report, groups, "compute-below-roof", "compute roof", COMPUTE_ROOF_LOW_PCT, {},
-                       ADVICE["compute-below-roof", is_cpu_report(report)])
+    return _below_roof(report, effective_kernels(report), groups, "compute-below-roof", "compute roof",
+                       COMPUTE_ROOF_LOW_PCT, {}, ADVICE["compute-below-roof", is_cpu_report(report)])
 
 
-def _below_roof(report: Report, groups: pd.DataFrame, rule: str, roof: str, low_pct: float,
-                extra: dict[str, float | int | str], advice: str) -> list[Finding]:
-    mean = groups["time_ns"] / groups["count"]
-    below = groups[(groups["pct_of_roof"] < low_pct) & (mean >= SHORT_KERNEL_NS)].copy()
-    below["stake_ns"] = below["time_ns"] * (1.0 - below["pct_of_roof"] / 100.0)
-    below = below.sort_values("stake_ns", ascending=False, kind="stable")
+def _at_stake(report: Report, groups: pd.DataFrame, share: str) -> tuple[pd.DataFrame | None, float, float]:
+    """The groups of mean launch >= 5 µs (shorter ones are the short-kernels rule's), each with its time at stake
+    ``time x (1 - share/100)``, most first; the kernel time and the total at stake. None for the groups when
+    nothing is left or the stake is under :data:`ROOF_MIN_STAKE_PCT` of the kernel time."""
     kernel_ns = float(report.kernels["duration_ns"].sum())
-    at_stake = float(below["stake_ns"].sum())
-    if not len(below) or not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
+    if not len(groups):
+        return None, kernel_ns, 0.0
+    kept = groups[groups["time_ns"] / groups["count"] >= SHORT_KERNEL_NS].copy()
+    kept["stake_ns"] = kept["time_ns"] * (1.0 - pd.to_numeric(kept[share], errors="coerce") / 100.0)
+    kept = kept.sort_values("stake_ns", ascending=False, kind="stable")
+    at_stake = float(kept["stake_ns"].sum())
+    if not len(kept) or not pct(at_stake, kernel_ns) >= ROOF_MIN_STAKE_PCT:
+        return None, kernel_ns, at_stake
+    return kept, kernel_ns, at_stake
+
+
+def _below_roof(report: Report, k: pd.DataFrame, groups: pd.DataFrame, rule: str, roof: str, low_pct: float,
+                extra: dict[str, float | int | str], advice: str) -> list[Finding]:
+    below, kernel_ns, at_stake = _at_stake(report, groups[groups["pct_of_roof"] < low_pct], "pct_of_roof")
+    if below is None:
         return []
     time_ns = float(below["time_ns"].sum())
     weighted = float((below["pct_of_roof"] * below["time_ns"]).sum() / time_ns)
@@ -267,12 +514,89 @@ def _below_roof(report: Report, groups: pd.DataFrame, rule: str, roof: str, low_
         "time_weighted_pct_of_roof": weighted, "threshold_pct_of_roof": low_pct, **extra,
     }
     evidence.update(_top_evidence(below, "pct_of_roof"))
+    bound = rule.split("-")[0]
     top = below.iloc[0]
     unit = "operator" if is_cpu_report(report) else "kernel"
-    title = (f"{len(below)} {rule.split('-')[0]}-bound {unit} group(s) run at {weighted:.2g}% of the {roof} "
+    title = (f"{len(below)} {bound}-bound {unit} group(s) run at {weighted:.2g}% of the {roof} "
              f"({duration(time_ns)}); worst: {str(top['group'])[:60]} at {top['pct_of_roof']:.2g}%")
-    return [ranked(report, rule, title, evidence, advice, at_stake,
-                    kernels=tuple(str(g) for g in below["group"].head(TOP_GROUPS)))]
+    if isinstance(top["limiter"], str):
+        title += ", " + limiter_words(top["limiter"], top["limiter_pct"], top.get(f"pipe_{top['limiter']}_pct"))
+    items = group_items(below, bound, extra="pct_of_roof")
+    measured = [i for i in items if i.explains]
+    parts = advice_from(below, group_categories(k, below))
+    if len(measured) < len(items):  # groups whose limiter was not measured: the roofline's general advice
+        parts.append(advice)
+    return [ranked(report, rule, title, evidence, " ".join(parts), at_stake,
+                   kernels=tuple(str(g) for g in below["group"].head(TOP_GROUPS)), items=items)]
+
+
+# ---------------------------------------------------------------------------- latency-bound
+LATENCY_ADVICE_WAVES = 1.0
+"""A grid of fewer waves than this leaves SMs idle for part of the kernel (Nsight Compute's "Small Grid")."""
+
+
+def latency_bound(report: Report) -> list[Finding]:
+    """Kernel groups where Nsight Compute or rocprof-compute measured no unit at 60% of its peak: neither
+    compute nor memory limits them, so faster units will not help; more parallel work in flight will.
+
+    The time at stake is what running their busiest unit at its peak would save (``time x (1 - its %)``)."""
+    k = effective_kernels(report)
+    if "limiter" not in k or is_cpu_report(report):
+        return []
+    groups = _group_totals(k, "latency", need_work=False)
+    found, kernel_ns, at_stake = _at_stake(report, groups, "limiter_pct")
+    if found is None:
+        return []
+    groups = found
+    time_ns = float(groups["time_ns"].sum())
+    evidence: dict[str, float | int | str] = {
+        "kernel_groups_latency_bound": len(groups), "time_ns": time_ns,
+        "time_pct_of_kernel_time": pct(time_ns, kernel_ns), "threshold_pct_of_peak": LATENCY_PCT}
+    for i, row in enumerate(groups.head(TOP_GROUPS).itertuples(index=False), start=1):
+        evidence[f"top{i}"] = str(row.group)[:120]
+        evidence[f"top{i}_limiter"] = str(row.limiter)
+        evidence[f"top{i}_limiter_pct"] = float(row.limiter_pct)
+        evidence[f"top{i}_time_ns"] = float(row.time_ns)
+    top = groups.iloc[0]
+    title = (f"{len(groups)} kernel group(s) are latency-bound ({duration(time_ns)}, {pct(time_ns, kernel_ns):.3g}% "
+             f"of kernel time): no unit reaches {LATENCY_PCT:.0f}% of its peak; worst: {str(top['group'])[:60]} "
+             f"(busiest: {UNIT_NAMES.get(str(top['limiter']), top['limiter'])} at {top['limiter_pct']:.0f}%)")
+    return [ranked(report, "latency-bound", title, evidence, _latency_advice(k, groups), at_stake,
+                   kernels=tuple(str(g) for g in groups["group"].head(TOP_GROUPS)),
+                   items=group_items(groups, "latency"))]
+
+
+def _latency_advice(k: pd.DataFrame, groups: pd.DataFrame) -> str:
+    """More parallel work or occupancy, as far as the groups' measurements say which (heaviest group first)."""
+    from .occupancy import OCCUPANCY_LOW_PCT, ROOF_OK_PCT, STALL_ADVICE, group_stalls
+
+    heavy = groups.head(TOP_GROUPS)
+    parts = ["No unit of the GPU is near its peak: the kernels wait on latency (too little work in flight), so "
+             "faster memory or math will not help; more parallel work will."]
+    waves = pd.to_numeric(heavy.get("waves_per_sm"), errors="coerce") if "waves_per_sm" in heavy else None
+    if waves is not None and (waves < LATENCY_ADVICE_WAVES).any():
+        names = ", ".join(str(g)[:40] for g in heavy.loc[waves < LATENCY_ADVICE_WAVES, "group"])
+        parts.append(f"The grid of {names} fills under one wave of the SMs ({waves.min():.2f}): launch more blocks "
+                     "(smaller tiles, split-K or stream-K, more requests per batch) so every SM has work.")
+    occ = (pd.to_numeric(heavy.get("achieved_occupancy_pct"), errors="coerce")
+           if "achieved_occupancy_pct" in heavy else pd.Series(np.nan, index=heavy.index))
+    roof = pd.to_numeric(heavy.get("pct_of_roof"), errors="coerce") if "pct_of_roof" in heavy else occ * np.nan
+    low = (occ < OCCUPANCY_LOW_PCT) & ~(roof >= ROOF_OK_PCT)  # near its roof, occupancy is by design (occupancy.py)
+    if low.any():
+        names = ", ".join(str(g)[:40] for g in heavy.loc[low, "group"])
+        parts.append(f"{names} run(s) at {occ[low].min():.0f}% achieved occupancy: more warps per SM hide latency "
+                     "(fewer registers per thread, less shared memory per block, or more blocks).")
+    codes, _ = group_codes(k)
+    first = int(heavy["first"].iloc[0])
+    stalls = group_stalls(k.iloc[np.flatnonzero(codes == codes[first])]) if first >= 0 else []
+    if stalls:
+        reason = stalls[0][0]
+        parts.append(f"The warps of {str(heavy['group'].iloc[0])[:40]} stall most on {reason}: "
+                     f"{STALL_ADVICE.get(reason, 'see the WarpStateStatistics section')}.")
+    if len(parts) == 1:
+        parts.append("Give each thread more independent work (unrolled loops, several loads in flight), or batch "
+                     "more work into each launch.")
+    return " ".join(parts)
 
 
 # ---------------------------------------------------------------------------- above the roof
@@ -311,8 +635,10 @@ def roof_exceeded(report: Report) -> list[Finding]:
               "caches them per machine), a throttled clock during the measurement, or another device's roofs do "
               "this. Measure again on an idle machine with `perfscope devices --refresh` and profile again, or "
               "classify against the right roofs (`perfscope import FILE --roofs cuda|REPORT`).")
+    items = tuple(replace(i, explains=True) for i in group_items(over, "compute", stake="time_ns", extra="pct_of_roof"))
     return [Finding("roof-exceeded", "medium", title, evidence, advice, math.nan,
-                    tuple(str(g) for g in over["group"].head(TOP_GROUPS)))]
+                    tuple(str(g) for g in over["group"].head(TOP_GROUPS)), items=items,
+                    explained_ns=explained_ns(items, math.nan))]
 
 
 # ---------------------------------------------------------------------------- FP32 matmuls
@@ -375,9 +701,19 @@ def fp32_matmul(report: Report) -> list[Finding]:
                  f"{pct(time_ns, kernel_ns):.3g}% of kernel time); the {target} roof is {speedup:.0f}x the FP32 roof")
         advice = TF32_ADVICE if target == "tf32" else LOW_PRECISION_ADVICE.format(target=target)
     kernels = tuple(_top_by_time(mm))[:TOP_GROUPS]
+    saved = pd.Series(np.nan, index=mm.index)
+    saved.loc[known.index] = (known["duration_ns"] - floor_ns).clip(lower=0)
+    items = rows_items(effective_kernels(report), mm, saved, f"FP32 matmul off the tensor cores ({target} roof "
+                       f"{speedup:.0f}x)")
+    other = [i for i in items if isinstance(i.attrs.get("limiter"), str) and i.attrs["limiter"] not in ("fma", "fp16")]
+    if other:  # measured: what limits the heaviest of them is not the FP32 pipe, so the roof ratio overstates the gain
+        i = max(other, key=lambda x: x.attrs.get("group_time_ns") or 0)
+        advice += (f" Measured: {i.attrs['group']} is {i.attrs['bound']} ({limiter_words(i.attrs['limiter'], i.attrs['limiter_pct'])}), "
+                   "not limited by the FP32 pipe, so it gains less than the roof ratio.")
     if math.isnan(at_stake):
-        return [Finding("fp32-matmul", severity_for(time_ns, kernel_ns), title, evidence, advice, at_stake, kernels)]
-    return [ranked(report, "fp32-matmul", title, evidence, advice, at_stake, kernels=kernels)]
+        return [Finding("fp32-matmul", severity_for(time_ns, kernel_ns), title, evidence, advice, at_stake, kernels,
+                        items=items, explained_ns=explained_ns(items, at_stake))]
+    return [ranked(report, "fp32-matmul", title, evidence, advice, at_stake, kernels=kernels, items=items)]
 
 
 def _top_by_time(k: pd.DataFrame) -> list[str]:
@@ -415,8 +751,10 @@ def flops_mismatch(report: Report) -> list[Finding]:
               "ratios mean the kernel was linked to the wrong operator, the operator's formula misses work "
               "(masking, padding, recomputation), or the library ran a different algorithm.")
     severity = severity_for(off_ns, float(k["duration_ns"].sum()))
+    items = rows_items(k, off, pd.Series(np.nan, index=off.index),
+                       f"measured / analytic FLOPs {float(off_ratio.median()):.3g}x (median)", explains=False)
     return [Finding("flops-mismatch", severity, title, evidence, advice, math.nan,
-                    kernels=tuple(str(n) for n in _top_by_time(off))[:TOP_GROUPS])]
+                    kernels=tuple(str(n) for n in _top_by_time(off))[:TOP_GROUPS], items=items)]
 
 
 # ---------------------------------------------------------------------------- excess work
@@ -453,5 +791,6 @@ def excess_work(report: Report) -> list[Finding]:
              + (f" ({evidence['worst_op']})" if evidence["worst_op"] else ""))
     advice = " ".join(EXCESS_WORK_ADVICE[c] for c in sorted(kinds)) or (
         "Compare the kernel's algorithm with the op: padding, recomputation or masked work the op does not need.")
+    items = rows_items(k, over, wasted_ns, f"measured FLOPs {float(ratio.median()):.2f}x its op's (median)")
     return [ranked(report, "excess-work", title, evidence, advice, float(wasted_ns.sum()),
-                   kernels=tuple(str(n) for n in _top_by_time(over))[:TOP_GROUPS])]
+                   kernels=tuple(str(n) for n in _top_by_time(over))[:TOP_GROUPS], items=items)]

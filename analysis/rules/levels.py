@@ -4,6 +4,10 @@ A kernel's binding level (``bound_level``, filled at import from ``l2_bytes``, `
 ``shared_bytes`` against the device's per-level roofs) is the level whose traffic takes longest at
 its bandwidth. A kernel bound at L2, L1 or LDS is limited by on-chip traffic, not HBM: fewer bytes from
 HBM will not speed it up; more reuse in registers or LDS (larger tiles, fused loads) will.
+
+Where Nsight Compute or rocprof-compute measured each unit, the measured limiter decides: a kernel limited by a
+pipe (compute) or by no unit (latency) is not called cache-bound, whatever its bytes per level say, and a kernel
+a cache level limits is bound there (its ``bound_level``). The finding lists its kernels as items.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import pandas as pd
 
 from perfscope.format import duration
 
-from ._base import Finding, info, is_cpu_report, pct, ranked
+from ..costs.limiter import UNIT_NAMES
+from ._base import Finding, Item, info, is_cpu_report, pct, ranked
+from .kernels import LIMITER_ADVICE
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -46,6 +52,11 @@ def memory_level(report: Report) -> list[Finding]:
     # memory-bound at its binding level: that level's roof is below the compute roof (a GEMM whose
     # slowest level still lets it reach the compute peak is compute-bound at every level)
     memory_bound = (roof < peak) | (pd.to_numeric(known["flops"], errors="coerce") == 0)
+    if "limiter" in known:  # a measured limiter overrides the bytes: a pipe- or latency-limited kernel is not cache-bound
+        measured = known["limiter"].notna()
+        memory_bound = (memory_bound & ~measured) | (measured & known["bound"].eq("memory"))
+        evidence["measured_not_memory_bound_kernels"] = int((measured & ~known["bound"].eq("memory")).sum())
+    latency = int((known["limiter"].notna() & known["bound"].eq("latency")).sum()) if "limiter" in known else 0
     caches = known[(known["bound_level"] != "dram") & memory_bound]
     needed = pd.Series(np.nan, index=caches.index)  # ns the binding level needs to move the kernel's bytes
     for level, col in (("l2", "l2_bytes"), ("l1", "l1_bytes"), ("shared", "shared_bytes")):
@@ -56,7 +67,7 @@ def memory_level(report: Report) -> list[Finding]:
     # a level busy for under LEVEL_BUSY_MIN of the kernel's time does not hold it back: such kernels
     # (a few KB in a few µs) are latency- or launch-bound, below every roof
     busy = (needed / caches["duration_ns"].astype("float64")) >= LEVEL_BUSY_MIN
-    evidence["below_every_roof_kernels"] = int((~busy).sum())
+    evidence["below_every_roof_kernels"] = int((~busy).sum()) + latency  # measured latency-bound: below every roof
     caches, needed = caches[busy], needed[busy]
     cache_pct = pct(float(caches["duration_ns"].sum()), total)
     evidence["compute_bound_every_level_time_pct"] = pct(float(known.loc[roof >= peak, "duration_ns"].sum()), total)
@@ -78,5 +89,31 @@ def memory_level(report: Report) -> list[Finding]:
               "bytes will not speed them up. Reuse data closer to the ALUs: larger tiles held in registers or LDS, "
               "vectorised and coalesced loads (fewer L1/L2 transactions per byte), fewer LDS bank conflicts, and "
               "fusing the kernels that re-read the same tensor.")
+    if "limiter" in caches and caches["limiter"].notna().all():  # every one measured: the limiters' own advice
+        by_limiter = caches.groupby(caches["limiter"].astype(str))["duration_ns"].sum().sort_values(ascending=False)
+        parts = [LIMITER_ADVICE[lim] for lim in by_limiter.index if lim in LIMITER_ADVICE]
+        if parts:
+            advice = "Measured, not only read from the bytes: cutting HBM bytes will not speed them up. " + " ".join(parts)
     return [ranked(report, "memory-level", title, evidence, advice, at_stake,
-                   kernels=tuple(str(n) for n in by_name.index[:TOP]))]
+                   kernels=tuple(str(n) for n in by_name.index[:TOP]), items=_items(caches, needed))]
+
+
+def _items(caches: pd.DataFrame, needed: pd.Series) -> tuple[Item, ...]:
+    """One item per cache-bound kernel: the time beyond what its level needs to move its bytes (at stake), the
+    level, and the measured limiter where there is one (the cause is known only where it was measured)."""
+    items = []
+    for i in caches.index:
+        row = caches.loc[i]
+        stake = max(0.0, float(row["duration_ns"]) - float(needed[i])) if np.isfinite(needed[i]) else float("nan")
+        level = str(row["bound_level"])
+        limiter = row.get("limiter")
+        lpct = float(row["limiter_pct"]) if isinstance(limiter, str) and pd.notna(row.get("limiter_pct")) else None
+        what = (f"{UNIT_NAMES.get(limiter, limiter)} measured at {lpct:.0f}% of its peak" if lpct is not None
+                else f"{LEVEL_NAMES.get(level, level)} is its lowest roof (limiter not measured)")
+        items.append(Item("kernel", f"{str(row['name'])[:80]}: {duration(float(row['duration_ns']))} bound at "
+                          f"{LEVEL_NAMES.get(level, level)}; {what}", stake, explains=lpct is not None,
+                          start_ns=float(row["start_ns"]), end_ns=float(row["end_ns"]),
+                          attrs={"bound_level": level, "limiter": limiter if lpct is not None else None,
+                                 "limiter_pct": lpct, f"{level}_bytes": float(row.get(f"{level}_bytes", np.nan))
+                                 if level != "shared" else float(row.get("shared_bytes", np.nan))}))
+    return tuple(items)

@@ -6,14 +6,15 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from perfscope.format import nbytes
 
 from ..summaries.memory import capacity_section, peaks
-from ._base import Finding
+from ._base import Finding, Item
+from .evidence import ITEMS_TOP
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from perfscope.report import Report
 
 FRAGMENTATION_SHARE = 0.2
@@ -83,11 +84,15 @@ def server_gauges(report: Report) -> list[Finding]:
         causes.append(f"up to {waiting:.0f} requests waited in the queue behind {running:.0f} running")
     evidence = {"ttft_first_quarter_s": t_first, "ttft_last_quarter_s": t_last, "requests_waiting_max": waiting,
                 "requests_running_max": running, "kv_cache_usage_max_pct": kv, "preemptions_during": preempted}
+    items = _gauge_items(last, t_first, {"KV-cache usage": (kv, "%", kv >= KV_SATURATED_PCT),
+                                         "preemptions": (preempted, "", preempted > 0),
+                                         "requests waiting": (waiting, "", waiting > 0),
+                                         "requests running": (running, "", False)})
     if not causes:
         title = (f"TTFT rose {t_last / t_first:.1f}x over the run ({t_first * 1e3:.0f} -> {t_last * 1e3:.0f} ms) "
                  "without queueing or KV saturation in the server's gauges")
         advice = "The server's own step time grew: profile it (--profile) to see which kernels slowed."
-        return [Finding("ttft-gauges", "low", title, evidence, advice, math.nan)]
+        return [Finding("ttft-gauges", "low", title, evidence, advice, math.nan, items=items)]
     title = (f"TTFT rose {t_last / t_first:.1f}x over the run ({t_first * 1e3:.0f} -> {t_last * 1e3:.0f} ms): "
              + "; ".join(causes))
     if kv >= KV_SATURATED_PCT or preempted > 0:
@@ -96,7 +101,24 @@ def server_gauges(report: Report) -> list[Finding]:
     else:
         advice = ("Queueing: requests arrive faster than the server admits them (max running sequences reached "
                   "while the KV cache has room). Raise max_num_seqs / the batch, or lower the rate.")
-    return [Finding("ttft-gauges", "medium", title, evidence, advice, float(np.nan))]
+    return [Finding("ttft-gauges", "medium", title, evidence, advice, math.nan, items=items)]
+
+
+def _gauge_items(last: pd.DataFrame, t_first: float, gauges: dict[str, tuple[float, str, bool]]) -> tuple[Item, ...]:
+    """The evidence of a TTFT rise: the slowest requests of the last quarter (their TTFT over the
+    first quarter's median; requests are on the client's clock, not the trace's, so they have no
+    place on the timeline) and the server's gauges at their peak during them (a cause when it says
+    the server was full)."""
+    slow = last.nlargest(min(len(last), ITEMS_TOP), "ttft_s")
+    items = [Item("request", f"request {r.request_id}: TTFT {r.ttft_s * 1e3:.0f} ms ({r.ttft_s / t_first:.1f}x the "
+                  f"first quarter's median), sent at {r.arrival_s:.2f} s", float(r.ttft_s) * 1e9, False,
+                  attrs={"request_id": str(r.request_id), "ttft_s": float(r.ttft_s), "arrival_s": float(r.arrival_s)})
+             for r in slow.itertuples(index=False)]
+    for name, (value, unit, cause) in gauges.items():
+        if math.isfinite(value):
+            items.append(Item("metric", f"{name} peaked at {value:.0f}{unit} during them"
+                              + (" (a cause)" if cause else ""), math.nan, cause, attrs={"gauge": name, "value": value}))
+    return tuple(items)
 
 
 def kv_capacity(report: Report) -> list[Finding]:
@@ -111,7 +133,12 @@ def kv_capacity(report: Report) -> list[Finding]:
                 "kv_budget_bytes": c["kv_budget_bytes"]}
     if sec.get("fp8_kv"):
         evidence["max_sequences_fp8_kv"] = sec["fp8_kv"]["max_sequences"]
+    items = (Item("metric", f"weights: {nbytes(c['weight_bytes'])}", attrs={"bytes": c["weight_bytes"]}),
+             Item("metric", f"KV budget: {nbytes(c['kv_budget_bytes'])}, {nbytes(c['kv_bytes_per_token'])} per token",
+                  attrs={"bytes": c["kv_budget_bytes"], "kv_bytes_per_token": c["kv_bytes_per_token"]}),
+             Item("metric", f"{c['max_sequences']} sequences of {c['context']} tokens fit",
+                  attrs={"max_sequences": c["max_sequences"], "context_tokens": c["context"]}))
     return [Finding("kv-capacity", "info", sec["finding"][0].upper() + sec["finding"][1:], evidence,
                     "Batch up to this many sequences at this context; fp8 KV (or a shorter context) fits more.",
-                    math.nan)]
+                    math.nan, items=items)]
 

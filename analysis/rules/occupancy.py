@@ -17,7 +17,8 @@ import pandas as pd
 
 from perfscope.format import duration
 
-from ._base import Finding, group_key, is_cpu_report, pct, severity_for
+from ..costs.limiter import LATENCY_PCT, UNIT_NAMES, bound_label, group_limiter
+from ._base import Finding, Item, explained_ns, group_key, is_cpu_report, pct, severity_for
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -34,7 +35,8 @@ rather than at the per-block resource limits."""
 ROOF_OK_PCT = 50.0
 """A kernel group at or above half of its roof is not slowed by its occupancy: Hopper's
 warp-specialized wgmma kernels (cuBLAS ``nvjet``, cuDNN flash) run at 10-20% occupancy by design
-and still reach 50-80% of the tensor roof. Such a group's finding is ``info``, not a fix to make."""
+and still reach 50-80% of the tensor roof. Such a group's finding is ``info``, not a fix to make; so is a
+group whose measured limiter (a pipe or a memory level at 60% or more of its peak) is what limits it."""
 STALL_RANKS = 3
 """The ncu reader keeps the top three stall reasons per launch."""
 STALL_ADVICE = {
@@ -123,14 +125,43 @@ def _occupancy_finding(group: str, g: pd.DataFrame, occ: float, time_ns: float, 
     roof = _roof_pct(g)
     if not math.isnan(roof):
         evidence["pct_of_roof"] = roof
+    limiter, limiter_pct, bound = group_limiter(g)
+    if limiter is not None:
+        evidence["limiter"], evidence["limiter_pct"] = limiter, limiter_pct
+    items = (_item(group, g, time_ns, limiter, limiter_pct, bound, occ),)
+    stalls_text = f" Dominant stalls - {reasons}." if reasons else ""
+    if limiter is not None and limiter_pct >= LATENCY_PCT:
+        advice = (f"Its {UNIT_NAMES.get(limiter, limiter)} already runs at {limiter_pct:.0f}% of its peak "
+                  f"({bound_label(bound, limiter)}): its occupancy is not what limits it, that unit is; look at other "
+                  "kernels first." + stalls_text)
+        return Finding("occupancy-stalls", "info", title, evidence, advice, math.nan, kernels=(group,), items=items,
+                       explained_ns=explained_ns(items, math.nan))
     if roof >= ROOF_OK_PCT:
         advice = (f"It already runs at {roof:.0f}% of its roof, so its occupancy is not what limits it (warp-"
                   "specialized tensor-core kernels keep few warps resident by design); look at other kernels "
-                  "first." + (f" Dominant stalls - {reasons}." if reasons else ""))
-        return Finding("occupancy-stalls", "info", title, evidence, advice, math.nan, kernels=(group,))
-    advice = _limiter(evidence, occ) + (f" Dominant stalls - {reasons}." if reasons else "")
+                  "first." + stalls_text)
+        return Finding("occupancy-stalls", "info", title, evidence, advice, math.nan, kernels=(group,), items=items,
+                       explained_ns=explained_ns(items, math.nan))
+    lead = (f"No unit reaches {LATENCY_PCT:.0f}% of its peak (latency-bound): more warps in flight hide the latency. "
+            if limiter is not None else "")
+    advice = lead + _limiter(evidence, occ) + stalls_text
     return Finding("occupancy-stalls", severity_for(time_ns, kernel_ns), title, evidence, advice, math.nan,
-                   kernels=(group,))
+                   kernels=(group,), items=items, explained_ns=explained_ns(items, math.nan))
+
+
+def _item(group: str, g: pd.DataFrame, time_ns: float, limiter: str | None, limiter_pct: float,
+          bound: str | None, occ: float) -> Item:
+    what = (f"{bound_label(bound, limiter)}: {UNIT_NAMES.get(limiter, limiter)} at {limiter_pct:.0f}% of peak"
+            if limiter is not None else "limiter not measured")
+    first = g.index[0]
+    return Item("kernels" if len(g) > 1 else "kernel",
+                f"{group[:80]}: {len(g)} launch(es), {duration(time_ns)}, {occ:.0f}% achieved occupancy; {what}",
+                time_ns, explains=limiter is not None,
+                start_ns=float(g.at[first, "start_ns"]) if "start_ns" in g else math.nan,
+                end_ns=float(g.at[first, "end_ns"]) if "end_ns" in g else math.nan,
+                attrs={"group": group[:200], "count": len(g), "achieved_occupancy_pct": occ, "limiter": limiter,
+                       "limiter_pct": limiter_pct if limiter is not None else None,
+                       "bound": bound_label(bound, limiter) if bound else None})
 
 
 def _roof_pct(g: pd.DataFrame) -> float:

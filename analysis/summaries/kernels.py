@@ -15,6 +15,7 @@ import pandas as pd
 from perfscope.memo import memo
 from perfscope.schema import column_codes, decode, value_mask
 
+from ..costs.limiter import UNIT_COLUMNS, limiter_note
 from ..costs.roofline import classify
 
 if TYPE_CHECKING:
@@ -105,6 +106,13 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     for col in ("l2_bytes", "l1_bytes", "shared_bytes"):  # hierarchical roofline: the binding level of the totals
         if col in kernels and kernels[col].notna().any():
             agg[col] = pd.to_numeric(kernels[col], errors="coerce").where(known).groupby(key_codes, sort=False).sum(min_count=1)
+    dur = pd.to_numeric(kernels["duration_ns"], errors="coerce").astype("float64")
+    for col in UNIT_COLUMNS:  # each measured unit's time-weighted % of peak: the totals' limiter (classify)
+        if col in kernels and kernels[col].notna().any():
+            v = pd.to_numeric(kernels[col], errors="coerce").astype("float64")
+            weight = dur.where(v.notna())
+            agg[col] = (v * dur).groupby(key_codes, sort=False).sum(min_count=1) / weight.groupby(
+                key_codes, sort=False).sum(min_count=1)
     for col in ("precision", "phase", "category", "device", "op", "short_name", "family_intensity"):
         if col in kernels and col != key:
             agg[col] = _dominant(kernels, key_codes, col).reindex(agg.index)
@@ -122,7 +130,8 @@ def aggregate_by_name(kernels: pd.DataFrame, device: DeviceSpec | None, *, key: 
     keep = ["name", "count", "duration_ns", "mean_ns", "share_pct", "flops", "dram_bytes",
             "flops_coverage_pct", "precision",
             "phase", "category", "device", "op", "short_name", "arith_intensity", "achieved_flops_per_s",
-            "achieved_bytes_per_s", "bound", "roof_flops_per_s", "pct_of_roof", "bound_level"]
+            "achieved_bytes_per_s", "bound", "roof_flops_per_s", "pct_of_roof", "bound_level", "roofline_bound",
+            "limiter", "limiter_pct"]
     out = classified[[c for c in keep if c in classified.columns]]
     return out.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -265,6 +274,21 @@ def roof_notes(rows: pd.DataFrame, device: DeviceSpec | None) -> list[str]:
     notes = []
     for _, r in rows.iterrows():
         why = above_roof_note(r, device)
+        if why:
+            phase = f" ({r['phase']})" if isinstance(r.get("phase"), str) else ""
+            notes.append(f"{r['name']}{phase}: {why}")
+    return notes
+
+
+def limiter_notes(rows: pd.DataFrame) -> list[str]:
+    """A note for every row of a kernel table whose measured limiter contradicts its roofline reading
+    (``name (phase): the FLOPs and bytes put it memory-bound ...; measured: compute (alu) ...``), in order:
+    the point stays where its FLOPs and bytes put it, the bound is the measured one."""
+    if "roofline_bound" not in rows or "limiter" not in rows:
+        return []
+    notes = []
+    for _, r in rows.iterrows():
+        why = limiter_note(r)
         if why:
             phase = f" ({r['phase']})" if isinstance(r.get("phase"), str) else ""
             notes.append(f"{r['name']}{phase}: {why}")

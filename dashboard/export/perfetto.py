@@ -35,6 +35,7 @@ from . import protobuf as pb
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from perfscope.analysis.findings import Finding
     from perfscope.report import Report
 
 CHUNK = 50_000
@@ -114,14 +115,14 @@ def _kernel_slices(report: Report | LeanReport) -> _Slices:
     ptext = np.array(["/".join(p) if p else None for p in pdistinct], dtype=object)
     s = _Slices("kernel", k["start_ns"].to_numpy("int64"), k["end_ns"].to_numpy("int64"), track, names,
                 name_codes, distinct)
-    for col in ("phase", "op", "bound", "precision"):
+    for col in ("phase", "op", "bound", "precision", "limiter"):
         if col in k:
             s.args[col] = ("str", *_codes(k[col]))
     s.args["module"] = ("str", pcodes.astype("int64"), ptext)
     if "step" in k:
         s.args["step"] = ("int", _num(k, "step"), None)
     for col, label in (("flops", "flops"), ("dram_bytes", "dram_bytes"), ("arith_intensity", "flop_per_byte"),
-                       ("pct_of_roof", "pct_of_roof")):
+                       ("pct_of_roof", "pct_of_roof"), ("limiter_pct", "limiter_pct")):
         s.args[label] = ("double", _num(k, col), None)
     return s
 
@@ -226,10 +227,44 @@ def _memory_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, n
     return _per_device_series(m, ("allocated_bytes", "reserved_bytes"), "?", "memory ")
 
 
-def _all_slices(report: Report | LeanReport) -> list[_Slices]:
+FINDINGS_GROUP = "findings"
+
+
+def _finding_slices(findings: Sequence[Finding]) -> _Slices | None:
+    """The findings' evidence on the timeline: under a ``findings`` group, one track per finding (more
+    where its items overlap, :func:`lanes`), one slice per place of each timed item (a group item's
+    largest members, ``Item.spans``), named ``finding id: item label``, with the item's kind, time,
+    share of the finding's time at stake and whether its cause is known as args."""
+    rows: list[tuple[int, int, str, str, str, float, float, str]] = []
+    for f in findings:
+        stake = float(f.time_at_stake_ns)
+        for item in f.items:
+            for s, e in item.places():
+                share = 100.0 * item.time_ns / stake if stake > 0 and np.isfinite(item.time_ns) else np.nan
+                rows.append((int(s), int(max(e, s)), f"{f.id}: {item.label}", f"{f.id}: {f.title}"[:120], item.kind,
+                             float(item.time_ns), share, "known" if item.explains else "unknown"))
+    if not rows:
+        return None
+    df = pd.DataFrame(rows, columns=["start", "end", "name", "finding", "kind", "time_ns", "share_pct", "cause"])
+    df = df.sort_values("start", kind="stable").reset_index(drop=True)
+    lane = np.zeros(len(df), dtype="int64")
+    for idx in df.groupby("finding", sort=False).indices.values():
+        lane[idx] = lanes(df["start"].to_numpy()[idx], df["end"].to_numpy()[idx])
+    track, names = _tracks(FINDINGS_GROUP, [df["finding"].to_numpy(object), lane],
+                           lambda f, n: f if n == 0 else f"{f} ({n + 1})")
+    codes, distinct = _codes(df["name"])
+    out = _Slices("finding", df["start"].to_numpy("int64"), df["end"].to_numpy("int64"), track, names, codes, distinct)
+    out.args["item"] = ("str", *_codes(df["kind"]))
+    out.args["cause"] = ("str", *_codes(df["cause"]))
+    out.args["time_ms"] = ("double", df["time_ns"].to_numpy("float64") / 1e6, None)
+    out.args["share_of_stake_pct"] = ("double", df["share_pct"].to_numpy("float64"), None)
+    return out
+
+
+def _all_slices(report: Report | LeanReport, findings: Sequence[Finding] = ()) -> list[_Slices]:
     parts: list[_Slices | None] = [_kernel_slices(report) if len(report.kernels) else None,
                                    _range_slices(report), _api_slices(report), *_step_slices(report),
-                                   _idle_slices(report)]
+                                   _idle_slices(report), _finding_slices(findings)]
     return [p for p in parts if p is not None]
 
 
@@ -595,7 +630,7 @@ class LeanReport:
 LEAN_COLUMNS = {
     "kernels": ("name", "device", "stream", "thread", "start_ns", "end_ns", "duration_ns", "correlation", "op",
                 "range", "phase", "step", "precision", "bound", "flops", "dram_bytes", "arith_intensity",
-                "pct_of_roof"),
+                "pct_of_roof", "limiter", "limiter_pct"),
     "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
     "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
     "idle": ("device", "start_ns", "end_ns", "cause", "range", "api", "bytes"),
@@ -677,8 +712,9 @@ def _origin(report: Report | LeanReport, tree: _Tree | None) -> int:
     return min(starts) if starts else 0
 
 
-def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: _Tree | None) -> None:
-    for s in _all_slices(report):
+def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: _Tree | None,
+            findings: Sequence[Finding] = ()) -> None:
+    for s in _all_slices(report, findings):
         n = writer.slices(s)
         stats.slices[s.kind] = stats.slices.get(s.kind, 0) + n
         del s
@@ -692,9 +728,13 @@ def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: 
 
 
 def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, format: str = "perfetto",
-                 force: bool = False) -> ExportStats:
+                 force: bool = False, findings: Sequence[Finding] | None = None) -> ExportStats:
     """Write ``report``'s timeline to ``path`` as a Perfetto trace (``perfetto``) or Chrome trace
     JSON (``chrome``), atomically (a temp file renamed into place).
+
+    ``findings`` (:func:`perfscope.analysis.findings.run_rules` of the report) draw the ``findings``
+    tracks; None runs the rules on a loaded Report, and draws none for a :class:`LeanReport` (its
+    lean tables are not what the rules read: pass the findings of the loaded report).
 
     Raises:
         UsageError: an unknown format.
@@ -708,13 +748,18 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
     stats = ExportStats(target, format, kernels=len(report.kernels),
                         kernel_time_ns=int(report.kernels["duration_ns"].sum()) if len(report.kernels) else 0)
     tree, stats.notes = _request_tree(report)
+    if findings is None and not isinstance(report, LeanReport):
+        from perfscope.analysis.findings import run_rules
+
+        findings = run_rules(report)
+    findings = list(findings or [])
     from perfscope.report import writing
 
     with writing(target) as tmp:
         with open(tmp, "wb", buffering=1 << 20) as out:
             if format == "perfetto":
                 w: Any = _ProtoWriter(out, report)
-                _stream(report, w, stats, tree)
+                _stream(report, w, stats, tree, findings)
                 stats.tracks = len(w.track_uuids)
             else:
                 origin = _origin(report, tree)
@@ -722,7 +767,7 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
                     {"perfscope_report": report.name, "device": report.device.name if report.device else None,
                      "origin_ns": origin}) + b', "traceEvents": [\n')
                 w = _ChromeWriter(out, report, origin)
-                _stream(report, w, stats, tree)
+                _stream(report, w, stats, tree, findings)
                 stats.tracks = len(w.tids)
                 out.write(b"\n]}\n")
         os.replace(tmp, target)

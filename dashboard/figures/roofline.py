@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from perfscope.analysis.costs.limiter import bound_label, disagrees, limiter_note, limiter_words
+
 from ..style import BOUND_COLORS, PHASE_COLORS, PHASE_SYMBOLS
 from ..text import MISSING, duration, esc, pct, si
 from . import roofline_data as rd
@@ -38,11 +40,33 @@ def _hover_data(pts: pd.DataFrame, merged: bool) -> np.ndarray:
         pts["pct_of_roof"].map(pct),
         pts["duration_ns"].map(duration),
         pts["share_pct"].map(lambda v: pct(v, 2)),
-        pd.Series(what, index=pts.index) + ", " + pts["bound"].map(lambda b: esc(b or "unknown")) + "-bound, "
+        pd.Series(what, index=pts.index) + ", " + pd.Series(
+            [esc(bound_label(b, lim)) for b, lim in zip(pts["bound"], pts["limiter"])], index=pts.index) + "-bound, "
         + pts["precision"].map(lambda p: esc(p or "unknown precision")) + ", phase "
-        + pts["phase"].map(lambda p: esc(p or "none")),
+        + pts["phase"].map(lambda p: esc(p or "none")) + pd.Series(_limiter_hover(pts), index=pts.index),
     ]
     return np.stack([c.to_numpy(dtype="object") for c in cols], axis=1)
+
+
+def _limiter_hover(pts: pd.DataFrame) -> list[str]:
+    """Per marker, the measured limiter (``<br>measured: the ALU pipe limits it ...``) and, where it disagrees
+    with where the FLOPs and bytes put the point, the sentence that says so."""
+    out = []
+    for row in pts[["bound", "limiter", "limiter_pct", "roofline_bound", "pct_of_roof"]].to_dict("records"):
+        if not isinstance(row["limiter"], str):
+            out.append("")
+            continue
+        note = limiter_note(row)
+        text = note if note else f"measured: {limiter_words(row['limiter'], row['limiter_pct'])}"
+        out.append("<br>" + esc(text) + ("<br><b>the measured limiter disagrees with the roofline</b>" if note else ""))
+    return out
+
+
+def limiter_disagreements(points: pd.DataFrame) -> int:
+    """How many markers' measured limiter contradicts the roofline's reading of their FLOPs and bytes."""
+    if "roofline_bound" not in points:
+        return 0
+    return sum(disagrees(r, b) for r, b in zip(points["roofline_bound"], points["bound"]))
 
 
 ROOFLINE_HOVER = (
@@ -177,6 +201,10 @@ def _unplaced_note(data: rd.RooflinePoints) -> str:
         parts.append(f"kernels within {rd.CELL_DECADES} decade merged into {len(data.points):,} markers")
     if data.hidden:
         parts.append(f"{data.hidden:,} smallest markers hidden")
+    differ = limiter_disagreements(data.points)
+    if differ:
+        parts.append(f"{differ:,} marker(s) sit where their FLOPs and bytes put them, but the limiter Nsight Compute "
+                     "or rocprof-compute measured gives another bound (colour and hover say which)")
     return "<br>".join(parts)
 
 

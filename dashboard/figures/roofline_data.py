@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope.analysis.costs.limiter import UNIT_COLUMNS
 from perfscope.schema import column_codes, decode, rows_at
 
 from ..memo import memo
@@ -50,7 +51,8 @@ class RooflinePoints:
     Attributes:
         points: one row per marker: key (row index or name), name, x (FLOP/byte), y (FLOP/s),
             duration_ns, share_pct, count (kernels behind the marker), bound, phase, precision,
-            op_shapes, roof_flops_per_s, pct_of_roof.
+            op_shapes, roof_flops_per_s, pct_of_roof, and the measured limiter (limiter, limiter_pct,
+            roofline_bound: the roofline's own reading, which the bound overrides where a limiter was measured).
         unplaced: kernels without a position on log axes.
         total_ns: total kernel time of the whole report (the base of share_pct).
         merged: True when markers stand for several kernels (large reports).
@@ -158,8 +160,9 @@ def _kernel_frame(df: pd.DataFrame, total_ns: int) -> pd.DataFrame:
         "duration_ns": df["duration_ns"].astype("float64"),
         "count": 1,
     })
-    for col in ("bound", "phase", "precision", "op_shapes", "range"):
-        out[col] = df[col].astype("object").where(df[col].notna(), None)
+    for col in ("bound", "phase", "precision", "op_shapes", "range", "limiter", "roofline_bound"):
+        out[col] = df[col].astype("object").where(df[col].notna(), None) if col in df else None
+    out["limiter_pct"] = df["limiter_pct"].astype("float64") if "limiter_pct" in df else np.nan
     out["roof_flops_per_s"] = df["roof_flops_per_s"].astype("float64")
     out["pct_of_roof"] = df["pct_of_roof"].astype("float64")
     out["share_pct"] = out["duration_ns"] / max(total_ns, 1) * 100.0
@@ -167,7 +170,8 @@ def _kernel_frame(df: pd.DataFrame, total_ns: int) -> pd.DataFrame:
 
 
 KERNEL_POINT_COLUMNS = ("name", "arith_intensity", "achieved_flops_per_s", "duration_ns", "bound", "phase",
-                        "precision", "op_shapes", "range", "roof_flops_per_s", "pct_of_roof")
+                        "precision", "op_shapes", "range", "roof_flops_per_s", "pct_of_roof", "limiter",
+                        "limiter_pct", "roofline_bound")
 """The kernel columns a per-kernel marker reads."""
 
 
@@ -177,12 +181,12 @@ def _cells(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     of the text columns, not on the text itself."""
     at = report.kernels.index.get_indexer(frame["key"].to_numpy())
     codes = {col: (column_codes(report.kernels, col)[0][at], column_codes(report.kernels, col)[1])
-             for col in ("name", "range", "phase", "bound", "precision", "op_shapes")}
+             for col in ("name", "range", "phase", "bound", "precision", "op_shapes", "limiter", "roofline_bound")}
     lx, ly = np.log10(frame["x"].to_numpy("float64")), np.log10(frame["y"].to_numpy("float64"))
     order = np.argsort(-frame["duration_ns"].to_numpy("float64"), kind="stable")  # longest first
     group = np.zeros(len(frame), dtype="int64")
     keys = [np.floor(lx / CELL_DECADES).astype("int64"), np.floor(ly / CELL_DECADES).astype("int64"),
-            *(codes[c][0] for c in ("name", "range", "phase", "bound", "precision"))]
+            *(codes[c][0] for c in ("name", "range", "phase", "bound", "precision", "limiter", "roofline_bound"))]
     for key in keys:  # one integer per distinct key, folded a column at a time
         group = pd.factorize(group * (int(key.max(initial=0)) - int(key.min(initial=0)) + 2)
                              + (key - int(key.min(initial=0)) + 1))[0].astype("int64")
@@ -192,14 +196,15 @@ def _cells(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
         "duration_ns": frame["duration_ns"].to_numpy("float64"), "count": frame["count"].to_numpy(),
         "lx": lx, "ly": ly, "roof_flops_per_s": frame["roof_flops_per_s"].to_numpy("float64"),
         "pct_of_roof": frame["pct_of_roof"].to_numpy("float64"), "share_pct": frame["share_pct"].to_numpy("float64"),
+        "limiter_pct": frame["limiter_pct"].to_numpy("float64"),
     }).iloc[order]
     out = f.groupby(group[order], sort=False).agg(
         row=("row", "first"), key=("key", "first"), shape=("shape", "first"), duration_ns=("duration_ns", "sum"),
         count=("count", "sum"), lx=("lx", "mean"), ly=("ly", "mean"),
         roof_flops_per_s=("roof_flops_per_s", "first"), pct_of_roof=("pct_of_roof", "mean"),
-        share_pct=("share_pct", "sum")).reset_index(drop=True)
+        share_pct=("share_pct", "sum"), limiter_pct=("limiter_pct", "mean")).reset_index(drop=True)
     rows = out["row"].to_numpy()
-    for col in ("name", "range", "phase", "bound", "precision"):  # constant within a cell
+    for col in ("name", "range", "phase", "bound", "precision", "limiter", "roofline_bound"):  # constant in a cell
         out[col] = decode(codes[col][0][rows], codes[col][1])
     shape = out["shape"].to_numpy("float64")
     out["op_shapes"] = decode(np.where(np.isnan(shape), -1, np.nan_to_num(shape)).astype("int64"), codes["op_shapes"][1])
@@ -244,6 +249,7 @@ class _NameGroups:
     flops: np.ndarray  # per kernel, 0 where its work is not known
     dram_bytes: np.ndarray
     known: np.ndarray  # per group
+    units: dict[str, tuple[np.ndarray, np.ndarray]]  # per measured unit column: per kernel, time x % and time
 
 
 def _name_groups(report: Report) -> _NameGroups:
@@ -259,8 +265,14 @@ def _name_groups(report: Report) -> _NameGroups:
             code = pd.factorize(code * (len(uniques) + 1) + (codes + 1))[0].astype("int64")
         first = np.flatnonzero(~pd.Series(code).duplicated().to_numpy())  # codes number groups by first row
         table = pd.DataFrame({col: decode(column_codes(k, col)[0][first], column_codes(k, col)[1]) for col in columns})
-        return _NameGroups(code, table, k["duration_ns"].to_numpy("float64", na_value=0.0),
-                           np.where(known, flops, 0.0), np.where(known, nbytes, 0.0), known[first])
+        dur = k["duration_ns"].to_numpy("float64", na_value=0.0)
+        units = {}
+        for col in UNIT_COLUMNS:  # each measured unit's time-weighted share, so a selection's totals get a limiter
+            if col in k:
+                v = pd.to_numeric(k[col], errors="coerce").to_numpy("float64", na_value=np.nan)
+                units[col] = (np.where(np.isnan(v), 0.0, v * dur), np.where(np.isnan(v), 0.0, dur))
+        return _NameGroups(code, table, dur, np.where(known, flops, 0.0), np.where(known, nbytes, 0.0), known[first],
+                           units)
     return memo(report, "roofline:name-groups", build)
 
 
@@ -278,6 +290,11 @@ def _aggregate_rows(report: Report, mask: np.ndarray) -> pd.DataFrame:
     grouped = g.table.iloc[keep].reset_index(drop=True).assign(
         duration_ns=np.rint(sums["duration_ns"]).astype("int64"),
         flops=np.where(known, sums["flops"], np.nan), dram_bytes=np.where(known, sums["dram_bytes"], np.nan))
+    for col, (weighted, weight) in g.units.items():
+        total = np.bincount(code, weights=weight[mask], minlength=n)[keep]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            grouped[col] = np.where(total > 0, np.bincount(code, weights=weighted[mask], minlength=n)[keep] / total,
+                                    np.nan)
     return aggregate_by_name(grouped, report.device, calls=calls[keep])
 
 
@@ -293,8 +310,9 @@ def _name_points(report: Report, mask: np.ndarray) -> pd.DataFrame:
         "x": frame["arith_intensity"].astype("float64"), "y": frame["achieved_flops_per_s"].astype("float64"),
         "duration_ns": frame["duration_ns"].astype("float64"), "count": frame["count"].astype("int64"),
     })
-    for col in ("bound", "phase", "precision"):
-        points[col] = frame[col].astype("object").where(frame[col].notna(), None)
+    for col in ("bound", "phase", "precision", "limiter", "roofline_bound"):
+        points[col] = frame[col].astype("object").where(frame[col].notna(), None) if col in frame else None
+    points["limiter_pct"] = frame["limiter_pct"].astype("float64") if "limiter_pct" in frame else np.nan
     points["op_shapes"], points["range"] = None, None
     points["roof_flops_per_s"] = frame["roof_flops_per_s"].astype("float64")
     points["pct_of_roof"] = frame["pct_of_roof"].astype("float64")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfscope.format import dumps, records
+from perfscope.outpaths import out_path
 from perfscope.report import REPORT_SUFFIX
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from perfscope.device import DeviceSpec
 
-__all__ = ["as_report_path", "default_run_dir", "echo_json", "records", "stage_progress"]
+__all__ = ["OUT_RULE", "default_run_dir", "echo_json", "out_path", "records", "roofs_spec", "stage_progress"]
 
 
 @contextmanager
@@ -58,16 +59,14 @@ def stage_progress(total: int, *, enabled: bool = True) -> Iterator[Callable[[st
         bar.close()
 
 
+OUT_RULE = "X.perfscope, X (.perfscope added) or DIR/ (a folder: the default name inside it)"
+"""How every ``--out`` is read, for the help texts (:mod:`perfscope.outpaths` has the rule)."""
+
+
 def default_run_dir(stem: str) -> Path:
     """``runs/<timestamp>-<stem>.perfscope`` under the current directory."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{stem}{REPORT_SUFFIX}"
-
-
-def as_report_path(path: str | Path) -> Path:
-    """Add the ``.perfscope`` suffix to a report folder name that lacks it."""
-    p = Path(path)
-    return p if p.name.endswith(REPORT_SUFFIX) else p.with_name(p.name + REPORT_SUFFIX)
 
 
 def echo_json(payload: Any) -> None:
@@ -79,8 +78,9 @@ def roofs_spec(spec: str) -> DeviceSpec:
     """Device roofs named on the command line (``--roofs`` of import and compare): ``cuda[:N]``
     (measured here), a report folder, or a datasheet row's name (an unknown name is a UsageError
     listing close ones)."""
-    from perfscope.datasheets import lookup_datasheet, sheet_spec
+    from perfscope.datasheets import pick_datasheet, sheet_spec
     from perfscope.errors import InputFormatError, UsageError
+    from perfscope.format import terminal_text
     from perfscope.report import Report
 
     if spec.startswith("cuda"):
@@ -93,7 +93,10 @@ def roofs_spec(spec: str) -> DeviceSpec:
         if spec.endswith(".perfscope") or "/" in spec:
             raise UsageError(f"--roofs {spec!r}: no such report folder",
                              hint="give a .perfscope report folder, a datasheet model, or `cuda`")
-        return sheet_spec(lookup_datasheet(spec))
+        sheet, note = pick_datasheet(spec, "--roofs")
+        if note:
+            click.echo(terminal_text(f"  note: {note}"), err=True)
+        return sheet_spec(sheet)
     report = Report.load(spec)
     if report.device is None or not report.device.compute:
         raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")

@@ -9,7 +9,7 @@ import click
 
 from perfscope.format import terminal_text
 
-from ._common import as_report_path, roofs_spec
+from ._common import OUT_RULE, out_path, roofs_spec
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @click.command(name="import")
 @click.argument("path", type=click.Path())
-@click.option("--out", type=click.Path(), default=None, help="Report folder to write (default: ./NAME.perfscope).")
+@click.option("--out", type=click.Path(), default=None, help=f"Report folder to write: {OUT_RULE} (default: ./NAME.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--html/--no-html", default=True, show_default=True, help="Also write report.html inside the folder.")
 # -- multi-rank import (logic in perfscope/cli/_ranks.py and perfscope.analysis.ranks.dask_import) --
@@ -94,7 +94,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         from perfscope.analysis.costs.analytic import with_trace_costs
 
         report = with_trace_costs(report, import_file(analytic_trace))
-    target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
+    target = out_path(out, default=Path(Path(path).name.split(".")[0] + ".perfscope"))
     written = save_with_html(report, target, force=force, html=html)
     k = report.kernels
     click.echo(terminal_text(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._common import as_report_path, default_run_dir, echo_json, stage_progress
+from ._common import OUT_RULE, default_run_dir, echo_json, out_path, stage_progress
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--no-profile", is_flag=True, help="No profiler (clean latencies; no kernels in the report).")
-@click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-loadtest.perfscope).")
+@click.option("--out", type=click.Path(), default=None, help=f"Report folder: {OUT_RULE} (default: runs/<timestamp>-loadtest.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
@@ -135,7 +135,7 @@ def _write_and_print(run: Callable[[Any], Report], payload_of: Callable[[Report]
     from perfscope.api import save_with_html
     from perfscope.errors import OutputExistsError
 
-    target = as_report_path(out) if out else default_run_dir("loadtest")
+    target = out_path(out, default=default_run_dir("loadtest"))
     if target.exists() and not force:
         raise OutputExistsError(target)
     with stage_progress(stages, enabled=not as_json) as advance:

@@ -374,6 +374,22 @@ def test_mixed_steps_show_their_prefill_and_decode_tokens() -> None:
     assert mixed[0].evidence["attention_prefill_share_mean"] == pytest.approx(262144 / (262144 + 8000))
 
 
+def test_mixed_steps_items_are_the_mixed_steps_over_a_decode_step() -> None:
+    """Two 3 ms mixed steps (512 prefill tokens riding with 8 decodes) beside 1 ms decode steps: the
+    finding's items are those two steps, each 2 ms over a decode step, placed on the timeline."""
+    from perfscope.analysis.findings import RULES
+
+    imp = _serving([1_000_000] * 4 + [3_000_000] * 2, spacing_ns={4: 290_000, 5: 290_000})
+    names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
+    r = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names)))
+    (f,) = RULES["mixed-steps"](r)
+    assert f.time_at_stake_ns == pytest.approx(2 * 2_000_000) and f.explained_share == pytest.approx(1.0)
+    assert [i.attrs["step"] for i in f.items] == [4, 5] and all(i.time_ns == pytest.approx(2_000_000) for i in f.items)
+    mixed = r.steps[r.steps["phase"] == "mixed"]
+    assert f.items[0].start_ns == float(mixed["start_ns"].iloc[0])
+    assert "512 prefill tokens with 8 decoding sequences waiting on them" in f.items[0].label
+
+
 def test_launch_bound_decode_names_the_frameworks_knob() -> None:
     from perfscope.analysis.findings import RULES
 
@@ -398,7 +414,36 @@ def test_decode_mbu_per_decode_step_from_the_kernels_bytes() -> None:
     # 10 kernels x 4e5 bytes per 1 ms step
     assert e["mbu_pct_per_step_p50"] == pytest.approx(100 * 4e6 / 1e-3 / bw)
     assert e["mbu_pct"] == pytest.approx(100 * 4e6 / 1e-3 / bw) and e["mbu_source"] == "kernels"
-    assert "kernels' DRAM traffic" in f[0].title and "--cuda-graph-max-bs" in f[0].recommendation
+    assert "kernels' DRAM traffic" in f[0].title
+    # the time above the floor is the host after the 10 launches (700 us of each 1 ms step, in no
+    # call): the advice moves that host work; CUDA graphs (and SGLang's graph knob) are not advised
+    top = f[0].items[0]
+    assert top.kind == "gaps" and top.attrs["cause"] == "host" and top.attrs["range"] == "step[DECODE bs=8]"
+    # the idle table runs from the first kernel to the last (nsys's leading/trailing-gap rule): the
+    # first step's 15 us before its first kernel and the last step's 695 us after its last are in the
+    # stake but in no gap, so they are stated as unexplained
+    assert top.time_ns == pytest.approx(4 * 695_000 + 5 * 9 * 6_000 + 4 * 10_000, rel=0.01)
+    assert f[0].unexplained_ns == pytest.approx(710_000) and f[0].explained_share < 0.9
+    assert any(not i.explains and i.time_ns == pytest.approx(710_000) for i in f[0].items)
+    assert "move or overlap this host work" in f[0].recommendation
+    assert "graph" not in f[0].recommendation.lower()
+
+
+def test_decode_mbu_advises_graphs_when_launch_calls_hold_the_gaps() -> None:
+    """The same steps with the host inside launch calls for most of each step (10 launches of 98 us,
+    100 us apart): the gaps are launch time, so CUDA graphs and SGLang's own knob are advised."""
+    from perfscope.analysis.findings import RULES
+    from perfscope.datasheets import gpu_spec
+
+    imp = _serving([1_000_000] * 5, spacing_ns=dict.fromkeys(range(5), 100_000))
+    api = imp.tables["api"]
+    imp.tables["api"] = api.assign(end_ns=api["start_ns"] + 98_000)
+    r = finish(Imported(imp.tables, imp.manifest, gpu_spec("NVIDIA H100 80GB HBM3"), origin=imp.origin))
+    f = RULES["decode-mbu"](r)[0]
+    launch = sum(i.time_ns for i in f.items if i.attrs.get("cause") == "launch")
+    host = sum(i.time_ns for i in f.items if i.attrs.get("cause") == "host")
+    assert launch > host > 0
+    assert "--cuda-graph-max-bs" in f.recommendation and "CUDA graph" in f.recommendation
 
 
 def test_mixed_steps_split_attention_by_the_labels_q_times_k() -> None:

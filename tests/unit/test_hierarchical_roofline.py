@@ -35,7 +35,8 @@ def test_decode_gemv_is_hbm_bound(fixtures_dir: Path, tmp_path: Path) -> None:
     k = import_file(path).kernels
     assert (k["l2_bytes"].notna() | k["l1_bytes"].notna()).all() and k["bound_level"].notna().all()
     gemv = k[k["category"].eq("gemm")]
-    assert len(gemv) and gemv["bound"].eq("memory").all() and gemv["bound_level"].eq("dram").all()
+    assert len(gemv) and gemv["roofline_bound"].eq("memory").all() and gemv["bound_level"].eq("dram").all()
+    assert gemv["bound"].eq("latency").all()  # ncu measured no unit at 60% of its peak (L2 40%, DRAM 38%)
     # elementwise kernels that stream from L2 are bound there, not at HBM
     assert k["bound_level"].eq("l2").any()
 

@@ -66,7 +66,8 @@ def test_ncu_rep_conforms_and_classifies_once(fixtures_dir):
     pytest.importorskip("ncu_report")
     report, seen = _calls(lambda: import_file(fixtures_dir / "h200" / "h200_engine_gemm_attn_full.ncu-rep"))
     _once_each(seen)
-    assert report.kernels["bound"].isin(["memory", "compute"]).all()
+    assert report.kernels["roofline_bound"].isin(["memory", "compute"]).all()
+    assert report.kernels["bound"].isin(["memory", "compute", "latency"]).all()  # the measured limiter's
 
 
 def test_engine_profile_goes_through_the_one_pipeline(tmp_path):

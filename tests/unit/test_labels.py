@@ -108,7 +108,7 @@ def test_every_time_at_stake_of_an_engine_report_is_on_the_run_its_finding_names
     assert found["decode-mbu"].time_at_stake_ns == pytest.approx(want, rel=1e-9)
     assert found["fp32-matmul"].run == "profiled"
     assert "the run it names" in stake_clock(report)
-    assert "(headline run)" in render_text(report) and "(profiled run)" in render_text(report)
+    assert "[headline run]" in render_text(report) and "[profiled run]" in render_text(report)
     assert all(f.time_at_stake_ns <= run_span_ns(report, f.run) for f in found.values()
                if f.time_at_stake_ns == f.time_at_stake_ns)
 

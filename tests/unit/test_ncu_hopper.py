@@ -110,14 +110,16 @@ def test_every_nvjet_and_cudnn_kernel_is_classified(full: Report, decode: Report
     for report in (full, decode):
         k = report.kernels
         mm = k[k["short_name"].str.contains("nvjet|cudnn", regex=True)]
-        assert len(mm) and set(mm["bound"]) <= {"compute", "memory"}
+        assert len(mm) and set(mm["roofline_bound"]) <= {"compute", "memory"}
+        assert set(mm["bound"]) <= {"compute", "memory", "latency"} and mm["limiter"].notna().all()
         assert (mm["pct_of_roof"] > 0).all() and (mm["pct_of_roof"] <= 100 + NOISE_PCT).all()
-    assert set(full.kernels["bound"]) == {"compute"}  # prefill GEMMs at 512 tokens are past the ridge
+    assert set(full.kernels["roofline_bound"]) == {"compute"}  # prefill GEMMs at 512 tokens are past the ridge
     gemv = decode.kernels[decode.kernels["short_name"].str.startswith("nvjet")].iloc[0]
     # M = 2 padded to the 8-row tile: 4x the 2.52e7 useful FLOPs, and the 12.6 MB of QKV weights read
     assert gemv["flops"] == pytest.approx(4 * 2 * 2 * 3072 * 2048, rel=0.01)
     assert gemv["dram_bytes"] == pytest.approx(3072 * 2048 * 2, rel=0.02)
-    assert gemv["bound"] == "memory"
+    assert gemv["roofline_bound"] == "memory"
+    assert gemv["bound"] == "latency"  # measured: L2 40%, DRAM 38% of peak, no unit at 60% (0.36 waves)
 
 
 # ------------------------------------------------------------------------------ NVTX ranges and phases
@@ -196,7 +198,7 @@ def test_a10g_roofline_set_imports_as_before(load) -> None:
     assert {p: r.value for p, r in report.device.compute.items()} == pytest.approx(A10G_ROOFS, rel=1e-12)
     assert report.device.memory["dram"].value == pytest.approx(598489792091.5999, rel=1e-12)
     k = report.kernels
-    got = list(zip(k["flops"], k["dram_bytes"], k["bound"], k["pct_of_roof"]))
+    got = list(zip(k["flops"], k["dram_bytes"], k["roofline_bound"], k["pct_of_roof"]))
     for row, want in zip(got, A10G_KERNELS, strict=True):
         assert row[:2] == pytest.approx(want[:2], rel=1e-12) and row[2] == want[2]
         assert row[3] == pytest.approx(want[3], rel=1e-9)
@@ -278,7 +280,7 @@ def test_cli_import_with_engine_and_borrowed_roofs(fixtures_dir: Path, tmp_path:
     r = Report.load(out)
     assert r.device.compute["bf16"].provenance == "measured"  # perfscope devices on the same H200: 788 TFLOP/s
     assert r.kernels.loc[1, "flops_analytic"] == pytest.approx(5.39e8, rel=0.01)
-    assert set(r.kernels["bound"]) == {"compute"} and (r.kernels["pct_of_roof"] <= 100 + NOISE_PCT).all()
+    assert set(r.kernels["roofline_bound"]) == {"compute"} and (r.kernels["pct_of_roof"] <= 100 + NOISE_PCT).all()
     capsys.readouterr()
     assert main(["import", str(fixtures_dir / FULL), "--out", str(tmp_path / "x"), "--engine", "llama-3.2-1b"]) == 2
     assert "--batch" in capsys.readouterr().err

@@ -124,7 +124,13 @@ def test_vcopy_costs_equal_rocprof_computes_formulas(fixtures_dir: Path) -> None
     # known truth: `vcopy -n 1048576` reads and writes 2^20 doubles, 16 MiB through L2, no FLOPs
     assert (k["flops"] == 0).all() and (k["l2_bytes"] == 2 * 8 * 2**20).all()
     assert (k["dram_bytes"] > 8 * 2**20).all()
-    assert (k["bound"] == "memory").all()
+    assert (k["roofline_bound"] == "memory").all()
+    # measured: HBM is each copy's busiest unit, at its share of the measured HBM roof (the first, warm-up copy
+    # reaches 59%: under the 60% line, latency-bound)
+    assert (k["limiter"] == "dram").all()
+    assert k["limiter_pct"].to_numpy() == pytest.approx(
+        (k["dram_bytes"] / (k["duration_ns"] * 1e-9) / report.device.peak_bandwidth("dram") * 100).to_numpy())
+    assert k["bound"].tolist() == ["latency", "memory", "memory"]
     assert k["bound_level"].notna().all()
 
 
@@ -158,7 +164,9 @@ def test_fmla_decode_is_memory_bound_against_hbm(fixtures_dir: Path) -> None:
     assert report.device.memory["dram"].provenance == "datasheet"  # the row's 5.3 TB/s HBM3
     mla = report.kernels[report.kernels["name"].str.contains("flash_fwd_splitkv_mla")]
     assert len(mla) > 0
-    assert mla["bound"].eq("memory").all()
+    assert mla["roofline_bound"].eq("memory").all()
+    # measured: no unit of the CU reaches 60% (L2 27%, vL1D 26%, HBM 8% of the 5.3 TB/s): latency-bound
+    assert mla["bound"].eq("latency").all() and (mla["limiter_pct"] < 60).all()
 
 
 # ---------------------------------------------------------------------------- damaged input

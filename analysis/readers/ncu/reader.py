@@ -2,7 +2,8 @@
 to a classified Report.
 
 One kernel row per profiled launch, with measured FLOPs (per precision and in total), DRAM
-bytes, speed-of-light percentages, occupancy and the top warp-stall reasons (columns listed
+bytes, speed-of-light percentages, each pipe's utilization (``pipe_<name>_pct``: the input of the
+kernel's measured ``limiter``), occupancy and the top warp-stall reasons (columns listed
 in :data:`perfscope.analysis.readers.ncu.metrics.EXTRA_METRICS` plus ``flops_fp64/fp32/fp16``,
 ``stall_top{1,2,3}`` and ``stall_top{1,2,3}_ratio``, ``ncu_id``). Roofs come from the report's
 own peak metrics x clocks (provenance ``report``), else from the datasheet table.
@@ -176,7 +177,7 @@ def _nvtx_stack(action: Any) -> list[str]:
 def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: dict[str, Any],
            device: DeviceSpec | None, *, partial: bool = False) -> Report:
     rows = pd.DataFrame([launch_row(x) for x in launches])
-    for column in NUMERIC_EXTRAS:
+    for column in (*NUMERIC_EXTRAS, *(c for c in rows.columns if c.startswith("pipe_"))):
         rows[column] = pd.to_numeric(rows[column], errors="coerce").astype("float64")
     untimed = rows["duration_ns"].isna()
     dropped = [{"ncu_id": int(i), "name": n} for i, n in zip(rows.loc[untimed, "ncu_id"], rows.loc[untimed, "name"])]

@@ -14,7 +14,7 @@ import pandas as pd
 from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import InputFormatError
 
-from .counters import SOURCE, costs_from_counters
+from .counters import SOURCE, UTILIZATION_SOURCE, costs_from_counters, utilization_from_counters
 from .device import note_sheet, sysinfo_spec
 from .tables import gpu_label, kernel_table, read_csv, tagged
 
@@ -88,8 +88,33 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
                         "roofs unknown")
     if spec is not None and not spec.compute:
         note_sheet(spec, warnings)
+    _with_utilization(kernels, pmc, sysinfo, spec, params, warnings)
     params["cost_formulas"] = SOURCE
     return {"kernels": kernels}, spec, params
+
+
+def _with_utilization(kernels: pd.DataFrame, pmc: pd.DataFrame, sysinfo: dict[str, str] | None,
+                      spec: DeviceSpec | None, params: dict[str, Any], warnings: list[str]) -> None:
+    """Each unit's % of its peak per dispatch (the input of the kernel's measured limiter), in place: the CU's
+    pipes, vL1D, LDS and L2 from the counters (:func:`.counters.utilization_from_counters`), HBM as the
+    dispatch's HBM bytes over its time against the DRAM roof."""
+    util = utilization_from_counters(pmc.reset_index(drop=True), kernels["duration_ns"], sysinfo)
+    for column in util.columns:
+        if util[column].notna().any():
+            kernels[column] = util[column].to_numpy()
+    bw = spec.peak_bandwidth("dram") if spec is not None else None
+    if bw:
+        seconds = pd.to_numeric(kernels["duration_ns"], errors="coerce").astype("float64") * 1e-9
+        dram = 100.0 * pd.to_numeric(kernels["dram_bytes"], errors="coerce") / seconds.where(seconds > 0) / bw
+        if dram.notna().any():
+            kernels["dram_throughput_pct"] = dram.to_numpy()
+    if any(c in kernels for c in util.columns):
+        params["unit_utilization"] = UTILIZATION_SOURCE
+        over = {c: int((util[c] > 100.0).sum()) for c in util.columns if (util[c] > 100.0).any()}
+        if over:
+            what = ", ".join(f"{c} in {n}" for c, n in over.items())
+            warnings.append(f"rocprof-compute's utilization formula gives more than 100% of peak for some dispatches "
+                            f"({what}): kept as computed, read as a saturated unit")
 
 
 def _timed(pmc: pd.DataFrame, path: Path, params: dict[str, Any], warnings: list[str]) -> pd.DataFrame:

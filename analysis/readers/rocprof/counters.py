@@ -90,6 +90,56 @@ def costs_from_counters(df: pd.DataFrame, lds_banks_per_cu: float | None = None)
     return out
 
 
+L2_BYTES_PER_CYCLE_PER_CHANNEL = {"gfx90a": 64.0, "gfx940": 128.0, "gfx941": 128.0, "gfx942": 128.0}
+"""The L2 peak rocprof-compute's System Speed-of-Light divides by, per channel and cycle (``L2 Cache BW``: a
+TCC request moves 128 bytes; MI200's peak is 64 B/cycle per channel, MI300's 128). Archs not listed here get no
+L2 share (missing, not guessed)."""
+UTILIZATION_SOURCE = ("ROCm/rocprofiler-compute src/rocprof_compute_soc/analysis_configs/<arch>/"
+                      "0200_system-speed-of-light.yaml (gfx942 @dab30dd8cc0b, gfx90a @6d22cc88eee1)")
+
+
+def utilization_from_counters(df: pd.DataFrame, duration_ns: pd.Series, sysinfo: dict[str, str] | None) -> pd.DataFrame:
+    """Each unit's % of its peak per dispatch, rocprof-compute's System Speed-of-Light formulas
+    (:data:`UTILIZATION_SOURCE`) with one change: the cycles are the dispatch's duration x ``max_sclk``, not
+    ``GRBM_GUI_ACTIVE`` / ``num_xcd`` (GRBM_GUI_ACTIVE sums the XCDs, and the MI308X workload's sysinfo says
+    ``num_xcd`` 1 for 4 XCDs: its 16 ms FlashMLA dispatch counts 4x its cycles). Per CU and cycle:
+
+    - ``pipe_valu_pct`` = SQ_ACTIVE_INST_VALU, ``pipe_salu_pct`` = SQ_ACTIVE_INST_SCA, ``pipe_vmem_pct`` =
+      SQ_ACTIVE_INST_FLAT + SQ_ACTIVE_INST_VMEM, ``pipe_branch_pct`` = SQ_ACTIVE_INST_MISC,
+      ``pipe_mfma_pct`` = SQ_VALU_MFMA_BUSY_CYCLES / 4 (four SIMDs);
+    - ``l1_throughput_pct`` (vL1D) = TCP_TOTAL_CACHE_ACCESSES_sum (one access a cycle per CU at peak);
+    - ``shared_throughput_pct`` (LDS) = (SQ_LDS_IDX_ACTIVE - SQ_LDS_BANK_CONFLICT) x 4 x lds_banks_per_cu / 128 B;
+    - ``l2_throughput_pct`` = TCC_REQ_sum x 128 B per L2 channel and cycle at the arch's peak.
+
+    A unit whose counters (or the sysinfo values it needs) are absent stays missing."""
+    info = sysinfo or {}
+
+    def num(key: str) -> float:
+        try:
+            return float(info.get(key) or "nan")
+        except ValueError:
+            return float("nan")
+
+    cu, sclk, banks, channels = num("cu_per_gpu"), num("max_sclk"), num("lds_banks_per_cu"), num("total_l2_chan")
+    cycles = pd.to_numeric(duration_ns, errors="coerce").astype("float64").to_numpy() * sclk * 1e-3
+    out = pd.DataFrame(index=df.index)
+    per_cu = pd.Series(np.where(cycles > 0, cycles * cu, np.nan), index=df.index)
+    for column, names, weight in (("pipe_valu_pct", ["SQ_ACTIVE_INST_VALU"], 1.0),
+                                  ("pipe_salu_pct", ["SQ_ACTIVE_INST_SCA"], 1.0),
+                                  ("pipe_vmem_pct", ["SQ_ACTIVE_INST_FLAT", "SQ_ACTIVE_INST_VMEM"], 1.0),
+                                  ("pipe_branch_pct", ["SQ_ACTIVE_INST_MISC"], 1.0),
+                                  ("pipe_mfma_pct", ["SQ_VALU_MFMA_BUSY_CYCLES"], 0.25),
+                                  ("l1_throughput_pct", ["TCP_TOTAL_CACHE_ACCESSES_sum"], 1.0)):
+        out[column] = 100.0 * weight * _sum(df, names, [1.0] * len(names)) / per_cu
+    lds = _sum(df, ["SQ_LDS_IDX_ACTIVE", "SQ_LDS_BANK_CONFLICT"], [1, -1])
+    out["shared_throughput_pct"] = 100.0 * lds * 4 * banks / 128.0 / per_cu
+    peak = L2_BYTES_PER_CYCLE_PER_CHANNEL.get(str(info.get("gpu_arch") or "").strip())
+    l2 = _col(df, "TCC_REQ_sum")
+    out["l2_throughput_pct"] = (100.0 * l2 * 128.0 / (pd.Series(cycles, index=df.index) * channels * peak)
+                                if l2 is not None and peak else np.nan)
+    return out.replace([np.inf, -np.inf], np.nan)
+
+
 def hbm_bytes(df: pd.DataFrame) -> pd.Series:
     """HBM bytes per dispatch (see the module doc); NaN where the counters lack."""
     if "TCC_EA0_RDREQ_sum" in df or "TCC_BUBBLE_sum" in df:
