@@ -203,6 +203,44 @@ def test_kv_shape_from_any_config() -> None:
     assert facts.n_params == sum(p.numel() for p in model.parameters())
 
 
+def test_a_script_whose_unprofiled_run_was_slowed_keeps_the_profiled_run_as_headline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: the one unprofiled run of a script, slowed (as a busy machine slows it: every step
+    and request stretched, planted through the session's seam), was the headline while the profiled run
+    was far faster. It is not used: the profiled run is the headline, a warning says which to believe."""
+    import dataclasses
+
+    from perfscope.sessions import profile as session
+
+    real = session._unprofiled_script_run
+
+    def slowed(argv):  # the real second run, 1000x slower on every clock
+        rec, interrupted = real(argv)
+        t0 = rec.steps[0].start_ns
+        rec.steps[:] = [dataclasses.replace(st, start_ns=t0 + (st.start_ns - t0) * 1000, end_ns=t0 + (st.end_ns - t0) * 1000)
+                        for st in rec.steps]
+        for row in rec.requests:
+            row.update({k: v * 1000 for k, v in row.items() if k.endswith("_s") and isinstance(v, float)})
+        rec.generate_s *= 1000
+        return rec, interrupted
+
+    monkeypatch.setattr(session, "_unprofiled_script_run", slowed)
+    script = tmp_path / "gen.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "r.perfscope"
+    assert main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--no-html", "-q",
+                 "--", "python", str(script), "llama"]) == 0
+    r = perfscope.load(out)
+    p = r.params
+    assert p["baseline_verdict"] == "disturbed" and p["unprofiled_wall_s"] > p["profiled_wall_s"]
+    assert not len(r.steps_unprofiled) and not len(r.requests_unprofiled) and len(r.steps) == NEW
+    assert any("Believe the profiled run" in w for w in r.warnings)
+    from perfscope.text_report import render_text
+
+    text = render_text(r)
+    assert "timing: profiled run" in text and "profiler overhead not measured" in text and "overhead x0." not in text
+
+
 def _trace_names(path: Path) -> list[str]:
     with gzip.open(path, "rt") as f:
         return [e.get("name") for e in json.load(f)["traceEvents"]]
