@@ -23,7 +23,18 @@ from perfscope.errors import UsageError
 from perfscope.vocab import is_amd, speak
 
 from .intervals import run_span_ns
-from .rules import kernels, levels, llm, memory, occupancy, sources, steps, timeline, transfers
+from .rules import (
+    kernels,
+    levels,
+    llm,
+    memory,
+    occupancy,
+    sources,
+    steps,
+    tails,
+    timeline,
+    transfers,
+)
 from .rules._base import EVIDENCE_RULE_SHARE, SEVERITIES, Finding, Item, trace_run
 from .rules.ranks import rank_findings
 
@@ -64,6 +75,7 @@ RULES: dict[str, Rule] = {
     "memory-peak": memory.memory_peak,
     "ttft-gauges": memory.server_gauges,
     "kv-capacity": memory.kv_capacity,
+    "serving-tail": tails.serving_tails,
 }
 """Rule name -> rule. A rule may emit findings under a more specific id (``gpu-idle`` emits
 ``time-outside-ops`` on CPU reports)."""

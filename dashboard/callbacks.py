@@ -18,7 +18,7 @@ from dash import ALL, Input, Output, State, dcc, html
 
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
-from perfscope.format import duration, labelled_rows
+from perfscope.format import duration, labelled_rows, nbytes
 from perfscope.schema import text_of
 
 from . import figures, ids, layout, views
@@ -351,6 +351,41 @@ def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
 
 
 @checked
+def on_tails(store: ReportStore, key: str | None, tab: str) -> Any:
+    """A load test's tails: the p50/p99 table and bars with their parts, and the requests to click."""
+    if _skip(tab, "phases") or not key:
+        return NO, NO, NO
+    from perfscope.analysis.summaries.tails import splits, tails_table
+
+    from .figures.tails import requests_figure, tails_figure
+
+    report = store.load(key)
+    if not splits(report):
+        empty = figures.message_figure("no load-test requests in this report", "tails")
+        return html.P("no load-test requests: no tails to split", className="muted"), empty, empty
+    notes = [html.P(n, className="muted") for s in splits(report) for n in s.notes]
+    table = html.Div([html.H4("Serving tails: p50 and p99 split into their causes"),
+                      layout.dict_table(labelled_rows(views.frame_rows(tails_table(report))), "tails"), *notes])
+    return table, tails_figure(report), requests_figure(report)
+
+
+@checked
+def on_request_click(store: ReportStore, key: str | None, click: Any) -> Any:
+    """The clicked request's timeline: its pieces by part, its tokens, the steps with their batch and kernels."""
+    from .figures.tails import request_timeline_figure
+
+    point = ((click or {}).get("points") or [{}])[0]
+    custom = point.get("customdata") if isinstance(point, dict) else None
+    try:
+        run, rid = custom[0], int(custom[1])  # type: ignore[index]
+    except (TypeError, ValueError, IndexError, KeyError):
+        run, rid = None, None
+    if not key or rid is None or not _text(run):
+        return figures.message_figure("click a request above for its timeline", "request_timeline")
+    return request_timeline_figure(store.load(key), run or None, rid)
+
+
+@checked
 def on_memory(store: ReportStore, key: str | None, tab: str) -> Any:
     """The memory track under the timeline."""
     return NO if _skip(tab, "timeline") or not key else figures.memory_timeline(store.load(key))
@@ -358,21 +393,29 @@ def on_memory(store: ReportStore, key: str | None, tab: str) -> Any:
 
 @checked
 def on_memory_click(store: ReportStore, key: str | None, click: Any) -> Any:
-    """What was live at the clicked point of the memory track (largest first)."""
-    from perfscope.analysis.summaries.memory import live_at
-    from perfscope.format import nbytes
+    """What was live just after the clicked event of the memory track: bytes by category (adding up to
+    the allocated bytes), reserved and fragmentation beside, the largest live tensors."""
+    from perfscope.analysis.summaries.memory import breakdown
+    from perfscope.text_memory import breakdown_tables
 
     point = ((click or {}).get("points") or [{}])[0]
     custom = point.get("customdata")
     if not key or not custom:
         return "click a point of the memory track to list what was live"
-    device, t_ns = str(custom[0]), int(custom[1])
-    live = live_at(store.load(key), device, t_ns)
-    head = f"{len(live)} allocation(s) live on {device}, {nbytes(float(live['size_bytes'].sum()))}"
-    rows = [html.Tr([html.Td(nbytes(float(r.size_bytes))), html.Td(str(r.category)), html.Td(str(r.op or "")),
-                     html.Td(str(r.module or r.source or ""))]) for r in live.head(25).itertuples()]
-    return html.Div([html.P(head), html.Table([html.Tr([html.Th(h) for h in ("bytes", "category", "op",
-                                                                             "module / source")]), *rows])])
+    device, event = str(custom[0]), int(custom[1])
+    b = breakdown(store.load(key), device, event, top=25)
+    cats, beside, tensors = breakdown_tables(b)
+
+    def grid(rows: list[dict[str, str]]) -> Any:
+        if not rows:
+            return html.P("none")
+        return html.Table([html.Tr([html.Th(h) for h in rows[0]]),
+                           *[html.Tr([html.Td(v) for v in r.values()]) for r in rows]])
+
+    head = (f"{b['live_tensors']} allocation(s) live on {device} at {b['at']}, "
+            f"{nbytes(b['allocated_bytes'])} allocated")
+    return html.Div([html.P(head), grid(cats), html.P(f"beside it: {beside}") if beside else None,
+                     html.P("largest live tensors:"), grid(tensors)])
 
 
 @checked
@@ -546,6 +589,12 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
         _guard(lambda *a: on_phases(store, *a), "text", "figure", "figure", "figure"))
     cb(Output(ids.LOAD_FIGURES, "children"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_load(store, *a), "text"))
+    cb(Output(ids.TAILS_TABLE, "children"), Output(ids.TAILS_FIGURE, "figure"), Output(ids.TAIL_REQUESTS, "figure"),
+       Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
+        _guard(lambda *a: on_tails(store, *a), "text", "figure", "figure"))
+    cb(Output(ids.REQUEST_TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TAIL_REQUESTS, "clickData"))(
+        _guard(lambda key, click: on_request_click(store, key, click if dash.ctx.triggered_id == ids.TAIL_REQUESTS
+                                                   else None), "figure"))
     cb(Output(ids.COUNTERS, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_counters(store, *a), "figure"))
     cb(Output(ids.MEMORY, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(

@@ -40,6 +40,10 @@ STEP_FIGURE = "step-times"
 LATENCY_FIGURE = "latency-distributions"
 LOAD_FIGURES = "load-figures"  # perfscope loadtest reports: figures_load.load_figures
 PHASE_TABLE = "phase-metrics"
+TAILS_TABLE = "tails-table"  # load tests: the p50 and p99 with their parts (figures.tails)
+TAILS_FIGURE = "tails-figure"
+TAIL_REQUESTS = "tail-requests"  # every request by arrival and E2E; click one for its timeline
+REQUEST_TIMELINE = "request-timeline"
 
 COUNTERS = "counters-graph"
 MEMORY = "memory-graph"

@@ -12,7 +12,7 @@ import dash_ag_grid as dag
 from dash import dcc, html
 
 from perfscope.analysis.costs.limiter import bound_label
-from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
+from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view, tail_view
 from perfscope.analysis.summaries.projection import band_line, family_rows, whole_run_rows
 from perfscope.format import column_label, evidence_rows
 
@@ -61,6 +61,8 @@ def compare_tables(c: Comparison, top: int) -> html.Div:
     return html.Div([
         html.H4("Phases"), dict_table(phase_view(c).to_dict("records"), "compare-phases"),
         html.H4(f"Top movers (matched by {c.key})"), dict_table(name_view(c, top).to_dict("records"), "compare-rows"),
+        *([html.H4("Tails: how each part of the p99 moved"), dict_table(tail_view(c).to_dict("records"), "compare-tails")]
+          if len(c.by_tail) else []),
         html.H4("Verdict"), html.Ul([html.Li(v) for v in c.verdict], id="compare-verdict"),
     ])
 
@@ -279,7 +281,8 @@ def build_layout(entries: list[Entry]) -> html.Div:
         "kernels": _kernels_panel(),
         "tree": _tree_panel(),
         "phases": html.Div([html.Div(id=ids.PHASE_TABLE), _graph(ids.PHASE_FIGURE), _graph(ids.STEP_FIGURE),
-                            _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES)]),
+                            _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES), html.Div(id=ids.TAILS_TABLE),
+                            _graph(ids.TAILS_FIGURE), _graph(ids.TAIL_REQUESTS), _graph(ids.REQUEST_TIMELINE)]),
         "counters": _graph(ids.COUNTERS),
         "compare": _compare_panel(options),
     }

@@ -176,6 +176,34 @@ def _request_lines(report: Report) -> list[str]:
     return lines
 
 
+def _tail_lines(report: Report) -> list[str]:
+    """A load test's p50 and p99 of TTFT, ITL, TPOT and E2E with their parts (ms), per run."""
+    from perfscope.analysis.summaries.tails import PARTS, entry, splits
+
+    found = splits(report)
+    if not found:
+        return []
+    words = {"head_of_line": "head of line", "prefill_stall": "prefill stall"}
+    lines = []
+    for split in found:
+        shown = [p for p in PARTS if p not in split.unmeasured]
+        rows, used = [], set()
+        for metric in ("ttft", "itl", "tpot", "e2e"):
+            for q, v in (("p50", 50.0), ("p99", 99.0)):
+                e = entry(split, metric, v)
+                used |= {p for p, x in e["parts"].items() if x > 0}
+                rows.append((f"{metric.upper()} {q}", e))
+        cols = [p for p in shown if p in used]
+        table_rows = [[label, _num(e["value_s"], 1e-3, 2)] + [_num(e["parts"].get(p), 1e-3, 2) if p in e["parts"]
+                                                               else MISSING for p in cols] for label, e in rows]
+        run = f" {split.run}" if split.run and len(found) > 1 else ""
+        lines.append(f"tails (p50 -> p99 split into causes{run}; ms, the parts add up to the value; joined by "
+                     f"{split.source}):")
+        lines.append(table(["", "value", *(words.get(p, p) for p in cols)], table_rows, indent="    "))
+        lines += [f"    note: {n}" for n in split.notes]
+    return lines
+
+
 def _timing_line(report: Report) -> str | None:
     from perfscope.analysis.summaries.runs import timing_text
 
@@ -309,7 +337,7 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
     if timing:
         head += "\n" + timing
     sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report),
-                _request_lines(report),
+                _request_lines(report), _tail_lines(report),
                 _kernel_lines(report, top), _idle_lines(report), _rank_lines(report)]
     if findings:
         sections.append(_finding_lines(report))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -20,7 +21,21 @@ if TYPE_CHECKING:
 
     from perfscope.device import DeviceSpec
 
-__all__ = ["OUT_RULE", "default_run_dir", "echo_json", "out_path", "records", "roofs_spec", "stage_progress"]
+__all__ = ["OUT_RULE", "Finite", "default_run_dir", "echo_json", "out_path", "records", "roofs_spec",
+           "stage_progress"]
+
+
+class Finite(click.FloatRange):
+    """A float option in a range that also refuses NaN and ±inf (click's FloatRange lets NaN through:
+    every comparison with it is false), so a value is checked before any arithmetic or allocation."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        if out is not None and not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
 
 
 @contextmanager

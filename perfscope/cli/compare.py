@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, phase_view
+from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, phase_view, tail_view
 from perfscope.format import terminal_text
 from perfscope.text_report import table
 
@@ -25,10 +25,15 @@ def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | N
     where = sources or ("", "")
     lines = [f"A = {c.a}" + (f"  ({where[0]})" if where[0] else ""),
              f"B = {c.b}" + (f"  ({where[1]})" if where[1] else ""), "",
-             f"Phases ({'headline runs: warm, without the profiler' if c.run == 'headline' else 'profiled runs'})"]
+             "Phases" + {"headline": " (headline runs: warm, without the profiler)",
+                         "profiled": " (profiled runs)"}.get(c.run, "")]
     lines.append(_table(phase_view(c)))
     lines += ["", f"Top movers (matched by {c.key}; the profiled runs' kernels)"]
     lines.append(_table(name_view(c, top)))
+    tails = tail_view(c)
+    if len(tails):
+        lines += ["", "Tails: how each part of the p99 moved (the parts add up to the p99)"]
+        lines.append(_table(tails))
     lines += ["", "Verdict"] + [f"  - {v}" for v in c.verdict]
     return terminal_text("\n".join(lines) + "\n")
 

@@ -54,7 +54,8 @@ def export(path: str, out: str, fmt: str, force: bool, with_findings: bool = Tru
     click.echo(f"wrote {stats.path} ({fmt}): {kinds}; {stats.counter_samples:,} counter samples; "
                f"{stats.tracks} tracks; {duration(stats.kernel_time_ns)} of kernel time")
     if stats.requests:
-        click.echo(f"requests: {stats.requests:,} on {stats.request_lanes} lane(s)")
+        click.echo(f"requests: {stats.requests:,} on {stats.request_lanes} lane(s)"
+                   + (f", {stats.flows:,} flows to the steps they ran in" if stats.flows else ""))
     for note in stats.notes:
         click.echo(terminal_text(f"note: {note}"))
 

@@ -504,6 +504,15 @@ def memory_params(capture: Any, known: Sequence[tuple[Any, ...]]) -> dict[str, A
     return out
 
 
+def step_records(steps: Sequence[Any]) -> pd.DataFrame:
+    """One row per step record (a dataclass); a load test's lists of each step's rows (its requests:
+    ``request_ids``...) are left out, for the ``request_steps`` table
+    (:func:`perfscope.sessions.loadtest.request_steps_frame`)."""
+    from perfscope.engine.serving import MEMBER_FIELDS
+
+    return pd.DataFrame([{k: v for k, v in dataclasses.asdict(s).items() if k not in MEMBER_FIELDS} for s in steps])
+
+
 def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
                 own_clock: bool = False) -> tuple[pd.DataFrame, str | None]:
     """The engine's step records on the trace's timeline.
@@ -514,8 +523,7 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
     counts differ (a partial trace), steps keep their own clock shifted onto the trace's first
     phase range; a note says so in the second case.
     """
-    rows = [dataclasses.asdict(s) for s in steps]
-    df = pd.DataFrame(rows)
+    df = step_records(steps)
     if not len(df):
         return df, None
     from perfscope.analysis.tree import PHASES

@@ -91,6 +91,9 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
         kernels = _kernels(db, runtime, ranges, warnings)
         transfers = _transfers(db, runtime, ranges)
         gpus = _gpu_rows(db)
+        if db.views:
+            warnings.append(f"{len(db.views)} view(s) in the export not read (an nsys export holds tables; a view "
+                            f"is a query perfscope does not run): {', '.join(db.views[:5])}")
     warnings += nvtx_warnings
     spec = device or _device_from(gpus, kernels, warnings)
     if len(kernels):
