@@ -203,6 +203,17 @@ def test_kv_shape_from_any_config() -> None:
     assert facts.n_params == sum(p.numel() for p in model.parameters())
 
 
+def _profiled_script(tmp_path: Path) -> tuple[perfscope.Report, Path, Path]:
+    """`perfscope profile -- python gen.py llama` of the tiny llama script: (its report, the report folder,
+    the script)."""
+    script = tmp_path / "gen.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "r.perfscope"
+    assert main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--no-html", "-q",
+                 "--", "python", str(script), "llama"]) == 0
+    return perfscope.load(out), out, script
+
+
 def test_a_script_whose_unprofiled_run_was_slowed_keeps_the_profiled_run_as_headline(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 45: the one unprofiled run of a script, slowed (as a busy machine slows it: every step
@@ -225,12 +236,7 @@ def test_a_script_whose_unprofiled_run_was_slowed_keeps_the_profiled_run_as_head
         return rec, interrupted
 
     monkeypatch.setattr(session, "_unprofiled_script_run", slowed)
-    script = tmp_path / "gen.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / "r.perfscope"
-    assert main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--no-html", "-q",
-                 "--", "python", str(script), "llama"]) == 0
-    r = perfscope.load(out)
+    r = _profiled_script(tmp_path)[0]
     p = r.params
     assert p["baseline_verdict"] == "disturbed" and p["unprofiled_wall_s"] > p["profiled_wall_s"]
     assert not len(r.steps_unprofiled) and not len(r.requests_unprofiled) and len(r.steps) == NEW
@@ -248,12 +254,7 @@ def _trace_names(path: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_cli_profile_script_baseline_and_phases(tmp_path: Path) -> None:
-    script = tmp_path / "gen.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / "r.perfscope"
-    assert main(["profile", "--collector", "torch", "--device", "cpu", "--out", str(out), "--no-html", "-q",
-                 "--", "python", str(script), "llama"]) == 0
-    r = perfscope.load(out)
+    r, out, script = _profiled_script(tmp_path)
     # the one unprofiled run of a script is the headline unless it was slower than the profiled run (a busy
     # machine: analysis.summaries.runs): then the profiled run is, and a warning says which to believe
     disturbed = r.params["baseline_verdict"] == "disturbed"
@@ -285,12 +286,15 @@ def test_cli_profile_script_baseline_and_phases(tmp_path: Path) -> None:
     assert p["hf_generate_calls"] == 1 and p["profiler_overhead_basis"] == "median decode step"
     assert p["profiler_overhead_ratio"] > 0 and p["unprofiled_wall_s"] > 0
     assert p["weight_bytes"] == float(r.steps["weight_bytes"].iloc[0])
+    from perfscope.analysis.steps import headline_steps
     from perfscope.analysis.summaries.serving import phase_summary, request_summary
 
     ph = phase_summary(r).set_index("phase")
-    assert ph.loc["decode", "steps"] == NEW - 1 and ph.loc["decode", "mbu_source"] == "model"
+    kept = headline_steps(head_steps).query("phase == 'decode'")  # a slow step of the profiled run is an outlier
+    assert ph.loc["decode", "steps"] == len(kept) and ph.loc["decode", "mbu_source"] == "model"
+    assert len(kept) + (ph.loc["decode", "outlier_steps"] if disturbed else 0) == NEW - 1
     assert ph.loc["prefill", "mfu_source"] == "model" and ph.loc["prefill", "model_flops"] == head_steps["flops"].iloc[0]
-    assert ph.loc["decode", "wall_s"] == pytest.approx(head_steps.query("phase == 'decode'")["duration_ns"].sum() / 1e9)
+    assert ph.loc["decode", "wall_s"] == pytest.approx(kept["duration_ns"].sum() / 1e9)
     s = request_summary(r)
     assert s["ttft_s_mean"] == pytest.approx(head_requests["ttft_s"].mean())
     from perfscope.text_report import render_text
