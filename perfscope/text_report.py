@@ -254,9 +254,14 @@ def _idle_lines(report: Report, n: int = 5) -> list[str]:
     for dev in idle_overview(idle_of(report), n):
         causes = " · ".join(f"{c['cause']} {_num(c['idle_pct'], 1, 0)}%" for c in dev["causes"]  # type: ignore[attr-defined]
                             if c["duration_ns"])
+        host = " · ".join(f"{k['kind']} {_num(k['idle_pct'], 1, 0)}%" for k in dev["kinds"]  # type: ignore[attr-defined]
+                          if k["duration_ns"] and k["kind"] in ("dispatch", "cpu compute", "waiting", "host code"))
         lines.append(f"idle on {dev['device']}: {_num(dev['idle_ns'], 1e6, 2)} ms, {_num(dev['idle_pct'], 1, 1)}% of "
-                     f"{_num(dev['window_ns'], 1e6, 2)} ms: {causes}")
-        rows = [[str(r["cause"]), _clip(r["range"] or "(no range)", 46), _num(r["duration_ns"], 1e6, 2),
+                     f"{_num(dev['window_ns'], 1e6, 2)} ms: {causes}" + (f" (host: {host})" if host else ""))
+        if dev.get("gap_sizes_text"):
+            lines.append(f"  gaps by time: {dev['gap_sizes_text']}")
+        rows = [[str(r["cause"]) + (f" ({r['host_kind']})" if isinstance(r.get("host_kind"), str) else ""),  # type: ignore[attr-defined]
+                 _clip(r["range"] or "(no range)", 46), _num(r["duration_ns"], 1e6, 2),
                  _num(r["idle_pct"], 1, 1), str(r["slices"])] for r in dev["ranges"]]  # type: ignore[attr-defined]
         lines.append(table(["cause", "range", "ms", "% idle", "gaps"], rows))
     return lines

@@ -18,6 +18,7 @@ import pandas as pd
 
 from perfscope.format import duration
 
+from ..idle import weighted_median
 from ._base import ITEM_SPANS, Item, group_key
 
 if TYPE_CHECKING:
@@ -65,16 +66,6 @@ def gap_explained(cause: str, rng: str | None, api: str | None = None) -> bool:
     return cause != "host" or bool(rng or api)
 
 
-def weighted_median(sizes: np.ndarray) -> float:
-    """The size at which half the time lies in pieces at least that long (a median weighted by
-    time, not count: 64 gaps of 10 ms among 1,983 of 1 us read as 10 ms)."""
-    if not len(sizes):
-        return math.nan
-    s = np.sort(np.asarray(sizes, np.float64))[::-1]
-    c = np.cumsum(s)
-    return float(s[int(np.searchsorted(c, c[-1] / 2.0))])
-
-
 def spans_of(start: np.ndarray, end: np.ndarray) -> tuple[tuple[float, float], ...]:
     """The ``(start, end)`` of the largest pieces, at most :data:`ITEM_SPANS`, largest first."""
     if not len(start):
@@ -110,8 +101,8 @@ def idle_in(idle: pd.DataFrame, ws: np.ndarray, we: np.ndarray, device: str | No
         return idle
     rows = idle if device is None else idle[idle["device"] == device]
     i, s, e = clip_to(rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64), ws, we)
-    cols = [c for c in ("device", "start_ns", "end_ns", "duration_ns", "cause", "host_kind", "range", "api")
-            if c in rows]
+    cols = [c for c in ("device", "start_ns", "end_ns", "duration_ns", "cause", "host_kind", "range", "api", "op",
+                        "op_shapes", "function", "wait", "gap", "correlation", "bytes", "pinned") if c in rows]
     out = rows[cols].iloc[i].copy()
     out["start_ns"], out["end_ns"], out["duration_ns"] = s, e, e - s
     return out.reset_index(drop=True)

@@ -789,7 +789,7 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
     from perfscope.schema import TABLES
 
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
-    runs, id_offset = [], 0
+    runs, id_offset, gap_offset = [], 0, 0
     for part in parts:
         label = f"b{part.params['batch']}-p{part.params['prompt_len']}"
         runs.append({"run": label, "batch": part.params["batch"], "prompt_len": part.params["prompt_len"],
@@ -799,8 +799,11 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
                                          prompt_len=part.params["prompt_len"])
             if name == "ranges" and len(df):
                 df = df.assign(id=df["id"] + id_offset, parent=df["parent"] + id_offset)
+            if name == "idle" and len(df):  # each run's gaps keep their own numbers
+                df = df.assign(gap=df["gap"] + gap_offset)
             tables[name].append(df)
         id_offset += int(part.ranges["id"].max()) + 1 if len(part.ranges) else 0
+        gap_offset += int(part.idle["gap"].max()) + 1 if len(part.idle) and part.idle["gap"].notna().any() else 0
     combined = {name: pd.concat(dfs, ignore_index=True) for name, dfs in tables.items() if dfs}
     manifest = {
         "name": f"sweep-{base.model}",
