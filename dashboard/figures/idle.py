@@ -55,7 +55,7 @@ def idle_causes(report: Report) -> go.Figure:
 
     who = "Why the cores wait: time outside operators" if is_cpu_report(report) else "Why the GPU waits: idle time"
     fig.update_layout(template="plotly_white", title={"text": f"{who} per cause"},
-                      xaxis_title="idle ms inside the window", height=120 + 28 * n, barmode="overlay",
+                      xaxis_title="idle ms inside the window", height=max(240, 140 + 34 * n), barmode="overlay",
                       yaxis={"categoryorder": "array", "categoryarray": [
                           r for r in (f"{esc(str(d['device']))} {c}" for d in overview for c in reversed(CAUSES))
                           if r in drawn]},

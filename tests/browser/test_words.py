@@ -28,6 +28,8 @@ pytestmark = pytest.mark.browser
 
 CPU, H200 = "sample-cpu-small-b1-p128-g32", "h200-engine"
 GPU_WORDS = r"\b(GPUs?|CUDA|SMs?|warps?|[Tt]ensor [Cc]ores?|HBM\d?e?|NVLink)\b"
+MIN_ROW_PX = 16
+"""A chart row thinner than this reads as no row at all (two idle causes in a 176 px chart had 10)."""
 MIN_BAR_SHARE = 0.002
 """A bar of the phase chart narrower than this share of the widest is an empty row to the eye."""
 
@@ -52,7 +54,7 @@ for (const tr of document.querySelectorAll('tbody tr, table.facts tr')) {
     emptyRows.push((table ? (table.id || table.previousElementSibling?.textContent || '') : '') + ': ' + tr.outerHTML.slice(0, 120));
   }
 }
-const bars = {};
+const bars = {}, rowPx = {};
 for (const fig of document.querySelectorAll('div.fig')) {
   const label = fig.getAttribute('aria-label');
   if (label !== 'phase_breakdown' && label !== 'idle causes') continue;
@@ -61,8 +63,9 @@ for (const fig of document.querySelectorAll('div.fig')) {
     (tr.y || []).forEach((y, i) => { rows[y] = (rows[y] || 0) + Math.abs(tr.x[i] || 0); });
   }
   for (const y of ((fig._fullLayout.yaxis || {}).categoryarray || [])) rows[y] = rows[y] || 0;  // listed, not drawn
+  rowPx[label] = (fig._fullLayout.yaxis || {})._length / Math.max(Object.keys(rows).length, 1);
 }
-return {gpu: text.match(gpuWords) || [], cut: cut, emptyRows: emptyRows, bars: bars,
+return {gpu: text.match(gpuWords) || [], cut: cut, emptyRows: emptyRows, bars: bars, rowPx: rowPx,
         sections: Array.from(document.querySelectorAll('section')).map(s => [s.id, s.querySelector('h2').innerText]),
         ready: document.body.getAttribute('data-ready')};
 """
@@ -114,6 +117,8 @@ def test_no_cut_numbers_and_no_empty_rows(driver: Any, tmp_path: Path, fixtures_
         least = MIN_BAR_SHARE * widest if chart == "phase_breakdown" else 0.0
         assert {y: v for y, v in bars.items() if not v > least} == {}, f"{chart}: empty rows {bars}"
     assert {"prefill", "decode"} <= set(charts["phase_breakdown"])
+    squashed = {chart: px for chart, px in result["rowPx"].items() if not px >= MIN_ROW_PX}
+    assert squashed == {}, f"charts whose rows are too thin to read (px per row): {squashed}"
 
 
 def test_a_cpu_report_speaks_of_cores_not_the_gpu(driver: Any, tmp_path: Path, fixtures_dir: object) -> None:
