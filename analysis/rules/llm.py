@@ -5,9 +5,12 @@ A decode step must read every weight once and the KV cache of every sequence, so
 ``(weight_bytes + kv_cache_bytes) / DRAM roof``; MBU is that floor over the measured step time.
 Imported traces without step annotations have no steps, so these rules stay silent on them; a
 framework's steps (vLLM, SGLang, ...) have no model bytes, so their bytes are their kernels'
-(``kernel_dram_bytes``), and outlier steps are left out. Step times come from the
-headline run (the warm unprofiled one when the report holds it: the profiler inflates every
-launch); kernel coverage compares the profiled run's kernels with the profiled run's steps.
+(``kernel_dram_bytes``), and outlier steps are left out. Step times, the numbers each finding
+quotes and its time at stake all come from one run, the one the finding names (``run``): the
+headline (the warm unprofiled run when the report holds it: the profiler inflates every launch),
+else the profiled run or the trace. What only the profiled run measures (kernel coverage, its
+kernels and idle gaps as evidence items) is put on the stake's run as shares of its own stake
+(``evidence.on_stake_clock``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,17 @@ from perfscope.format import pct as fmt_pct
 from ..idle import GRAPH_KINDS, HOST_KINDS, graphs_help, kind_totals, largest_kind
 from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps, step_windows
 from ..summaries.serving import phase_summary, run_steps
-from ._base import Finding, Item, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
+from ._base import (
+    Finding,
+    Item,
+    collect_advice,
+    headline_run,
+    info,
+    is_cpu_report,
+    merge_intervals,
+    pct,
+    ranked,
+)
 from ._gaps import idle_advice, idle_items, kind_advice
 from .evidence import (
     idle_within,
@@ -60,20 +73,6 @@ def _phase_steps(report: Report, phase: str, *, profiled: bool = False) -> pd.Da
     step) left out: they are reported apart (``step-outliers``)."""
     s = headline_steps(run_steps(report, profiled=profiled))
     return s[(s["phase"] == phase) & (s["end_ns"] > s["start_ns"])]
-
-
-def _profiled_wall_ns(report: Report, *phases: str) -> float:
-    """Wall time of the phases' steps in the profiled run (the clock every finding's time at stake is on)."""
-    return float(sum(_phase_steps(report, p, profiled=True)["duration_ns"].sum() for p in phases))
-
-
-def _on_profiled_clock(report: Report, headline_ns: float, *phases: str) -> float:
-    """A time measured on the headline run's steps of ``phases``, put on the profiled run's clock (the
-    kernels' clock, which every other rule's time at stake is on): scaled by the phases' profiled
-    over headline wall time. The same time when the report holds one run."""
-    head = float(sum(_phase_steps(report, p)["duration_ns"].sum() for p in phases))
-    prof = _profiled_wall_ns(report, *phases)
-    return headline_ns * prof / head if head > 0 and prof > 0 else headline_ns
 
 
 def _model_bytes(steps: pd.DataFrame) -> pd.Series:
@@ -157,10 +156,7 @@ def decode_mbu(report: Report) -> list[Finding]:
         return []
     prof = _phase_steps(report, "decode", profiled=True)
     prof = prof[_model_bytes(prof).notna()]
-    # at stake on the profiled run's clock, like every other finding: its steps above their floor
-    at_stake = (float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
-                              / bw * 1e9, 0, None).sum()) if len(prof)
-                else _on_profiled_clock(report, float(np.clip(dur - floor_ns, 0, None).sum()), "decode"))
+    at_stake = float(np.clip(dur - floor_ns, 0, None).sum())  # the same steps' time above their floor
     cover = _kernel_cover_pct(report, _phase_steps(report, "decode", profiled=True), "decode")
     ops_per_step = float((report.kernels["phase"] == "decode").sum()) / len(steps)
     evidence: dict[str, float | int | str] = {
@@ -203,7 +199,8 @@ def decode_mbu(report: Report) -> list[Finding]:
         from .knobs import framework_of, knob
 
         advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
-    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",), items=tuple(items))]
+    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",), items=tuple(items),
+                   run=headline_run(report))]
 
 
 def _decode_items(report: Report, prof: pd.DataFrame, idle: pd.DataFrame, bw: float) -> list[Item]:
@@ -326,8 +323,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
         "model_bytes": nbytes, "mbu_pct": pct(nbytes / (wall * 1e-9), bw),
         "bound": "compute" if compute_ns >= memory_ns else "memory", "speed_of_light_pct": sol_pct,
     }
-    prof_wall = _profiled_wall_ns(report, "prefill")  # at stake on the profiled run's clock
-    at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
+    at_stake = wall - max(compute_ns, memory_ns)  # the same steps' time above their speed of light
     title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
     prof = _phase_steps(report, "prefill", profiled=True)
@@ -350,7 +346,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
         evidence["framework"] = fw
         advice += knob(fw, "batch_tokens")
     return [ranked(report, "prefill-mfu", title, evidence, advice,
-                    at_stake, ranges=("prefill",), items=tuple(items))]
+                    at_stake, ranges=("prefill",), items=tuple(items), run=headline_run(report))]
 
 
 def _prefill_items(report: Report, idle: pd.DataFrame, k: pd.DataFrame, bw: float) -> list[Item]:
@@ -433,7 +429,7 @@ def kv_cache_share(report: Report) -> list[Finding]:
               "query-per-KV-head ratio, paged attention avoids reading padded slots, and sliding-window or "
               "prefix-shared caches cap it. Larger batches stop paying off once the KV cache dominates.")
     return [ranked(report, "kv-cache-share", title, evidence, advice,
-                    at_stake, ranges=("decode",), items=tuple(items))]
+                    at_stake, ranges=("decode",), items=tuple(items), run=headline_run(report))]
 
 
 def _placed(report: Report) -> bool:
@@ -455,7 +451,7 @@ def _intensity(report: Report, steps: pd.DataFrame) -> float:
     return 2.0 * float(n_params) * float(steps["tokens"].mean()) / nbytes
 
 
-def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
+def _verify_cost(report: Report, verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
     """A framework's speculative steps whose labels say no accepted counts (SGLang's TARGET_VERIFY,
     vLLM's multi-token decodes): what drafting and verifying cost, and that acceptance is not in the
     trace."""
@@ -467,11 +463,11 @@ def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
         "verify_steps": len(verify), "draft_steps": len(draft), "verify_time_ns": verify_ns, "draft_time_ns": draft_ns,
         "drafted_tokens": int(drafted.sum()) if drafted.notna().any() else math.nan,
         "verify_step_ns": verify_ns / len(verify), "draft_ns_per_verify_step": draft_ns / len(verify)}
-    return [info("speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and "
-                 f"{len(draft)} draft steps ({duration(draft_ns)}); the trace does not say how many drafts were "
-                 "accepted", "Acceptance decides whether speculation pays: read it from the server's metrics "
-                 "(vLLM spec_decode acceptance, SGLang accept length) and compare tokens/s with speculation off.",
-                 **evidence)]
+    return [dataclasses.replace(info(
+        "speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and {len(draft)} draft "
+        f"steps ({duration(draft_ns)}); the trace does not say how many drafts were accepted", "Acceptance decides "
+        "whether speculation pays: read it from the server's metrics (vLLM spec_decode acceptance, SGLang accept "
+        "length) and compare tokens/s with speculation off.", **evidence), run=headline_run(report))]
 
 
 def speculation(report: Report) -> list[Finding]:
@@ -483,7 +479,7 @@ def speculation(report: Report) -> list[Finding]:
     verify, draft, decode = (_phase_steps(report, p) for p in ("verify", "draft", "decode"))
     known = "accepted" in verify.columns and verify["accepted"].notna().any()
     if not len(verify) or verify["drafted"].isna().all() or not known:
-        return _verify_cost(verify, draft)
+        return _verify_cost(report, verify, draft)
     spec = report.params.get("speculation") or {}
     method = str(spec.get("method", "speculative")) if isinstance(spec, dict) else "speculative"
     drafted, accepted = float(verify["drafted"].sum()), float(verify["accepted"].sum())
@@ -516,17 +512,18 @@ def speculation(report: Report) -> list[Finding]:
     head = (f"{tokens_per_verify:.2f} tokens per verify step (acceptance {acceptance:.0f}%) at "
             f"{cost_ratio:.2g}x a decode step")
     if not len(decode) and not speedup >= SPEC_PAID_SPEEDUP:
-        return [info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known "
-                     "without a plain decode step to compare", "Profile the same prompts without --speculative "
-                     "and compare decode tokens/s (perfscope compare).", **evidence)]
+        return [dataclasses.replace(info(
+            "speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known without a "
+            "plain decode step to compare", "Profile the same prompts without --speculative and compare decode "
+            "tokens/s (perfscope compare).", **evidence), run=headline_run(report))]
     items = _speculation_items(report, verify, draft, step_ns, accepted)
     if speedup >= SPEC_PAID_SPEEDUP:
         title = f"Speculative decoding ({method}) paid: {head}: {speedup:.2f}x plain decode's tokens/s"
         advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
                   "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
-        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",), items=tuple(items))]
-    at_stake = _on_profiled_clock(report, (per_token_ns - step_ns) * (emitted + len(decode)),
-                                  "verify", "draft", "decode")
+        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",), items=tuple(items),
+                        run=headline_run(report))]
+    at_stake = (per_token_ns - step_ns) * (emitted + len(decode))  # on the run the steps above come from
     title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
     verify_extra = sum(i.time_ns for i in items if i.attrs.get("part") == "verify")
     draft_cost = sum(i.time_ns for i in items if i.attrs.get("part") == "draft")
@@ -539,7 +536,7 @@ def speculation(report: Report) -> list[Finding]:
                "agrees more often (more self-draft layers), and keep speculation for prompts whose answer repeats "
                "its input (rewrite, edit, summarise, code).")
     return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"),
-                   items=tuple(_on_profiled(report, items, at_stake)))]
+                   items=tuple(items), run=headline_run(report))]
 
 
 def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame, step_ns: float,
@@ -563,11 +560,3 @@ def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame
                         attrs={"accepted_tokens": int(accepted), "saved_ns": accepted * step_ns}))
     return out
 
-
-def _on_profiled(report: Report, items: list[Item], at_stake: float) -> list[Item]:
-    """The items of a stake measured on the headline run, scaled onto the profiled run's clock as the
-    stake is (:func:`_on_profiled_clock`), so their times and the stake compare."""
-    scale = _on_profiled_clock(report, 1.0, "verify", "draft", "decode")
-    if scale == 1.0 or not math.isfinite(scale):
-        return items
-    return [dataclasses.replace(i, time_ns=i.time_ns * scale) if math.isfinite(i.time_ns) else i for i in items]
