@@ -25,6 +25,7 @@ import pandas as pd
 from perfscope.format import duration, nbytes
 from perfscope.format import pct as fmt_pct
 
+from ..idle import GRAPH_KINDS, HOST_KINDS, graphs_help, kind_totals, largest_kind
 from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps, step_windows
 from ..summaries.serving import phase_summary, run_steps
 from ._base import (
@@ -38,10 +39,8 @@ from ._base import (
     pct,
     ranked,
 )
+from ._gaps import idle_advice, idle_items, kind_advice
 from .evidence import (
-    dominant,
-    gap_advice,
-    gap_items,
     idle_within,
     kernel_items,
     largest_kernel,
@@ -83,6 +82,26 @@ def _model_bytes(steps: pd.DataFrame) -> pd.Series:
     if "kernel_dram_bytes" in steps:
         model = model.where(model.notna(), steps["kernel_dram_bytes"])
     return model
+
+
+def _idle_in_steps(report: Report, prof: pd.DataFrame) -> pd.DataFrame:
+    """The ``idle`` table's slices inside the profiled steps ``prof`` (none without steps)."""
+    if not len(prof):
+        return idle_within(report, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return idle_within(report, *step_windows(prof, report.kernels))
+
+
+def _run_of(report: Report) -> str:
+    """``gpu``, ``cpu`` (an eager CPU run) or ``compiled-cpu`` (:func:`.timeline.compiled_cpu_run`)."""
+    return "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
+
+
+def _gap_advice(idle: pd.DataFrame, items: list[Item], run: str, graph_run: str | None = None) -> str:
+    """The idle advice (:func:`._gaps.idle_advice`, in the words of a ``run`` on the GPU or the CPU) for the
+    gaps inside a phase's steps; with no gap there, the advice for time of unknown cause."""
+    cpu = run != "gpu"
+    return (idle_advice(idle, items, cpu=cpu, compiled_cpu=run == "compiled-cpu", graph_run=graph_run)[0]
+            or kind_advice("unknown", 100.0, items, idle, cpu=cpu))
 
 
 def _kernel_cover_pct(report: Report, steps: pd.DataFrame, phase: str) -> float:
@@ -160,20 +179,23 @@ def decode_mbu(report: Report) -> list[Finding]:
     # the items are measured on the profiled run (its kernels and idle gaps); on the stake's clock
     prof_stake = float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
                                / bw * 1e9, 0, None).sum())
-    items = on_stake_clock(_decode_items(report, prof, bw), at_stake, prof_stake)
+    idle = _idle_in_steps(report, prof)
+    items = on_stake_clock(_decode_items(report, prof, idle, bw), at_stake, prof_stake)
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
     items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
                          "item holds: step time outside the idle table's gaps (before the first kernel, after the "
                          "last) or kernel time the kernels' own byte counts do not place")
     evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_roof_ns=kernel_ns)
+    totals = kind_totals(idle)
     mode = graph_mode(report)
-    graph = graph_advice(report, mode) if mode.is_graph_run else None
+    graph = graph_advice(report, mode, graphs=graphs_help(totals)) if mode.is_graph_run else None
     if graph:
         evidence.update(mode.evidence())
-    mode_of_run = "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
-    fix = dominant(items) if gap_ns >= kernel_ns else "kernels"
-    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run, fix=fix, items=items)
-    if has_framework_steps(steps) and fix == "launch":
+    mode_of_run = _run_of(report)
+    fix = largest_kind(totals) if gap_ns >= kernel_ns else "kernels"
+    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run, fix=fix, items=items,
+                            idle=idle)
+    if has_framework_steps(steps) and fix in GRAPH_KINDS:
         from .knobs import framework_of, knob
 
         advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
@@ -181,14 +203,13 @@ def decode_mbu(report: Report) -> list[Finding]:
                    run=headline_run(report))]
 
 
-def _decode_items(report: Report, prof: pd.DataFrame, bw: float) -> list[Item]:
-    """What the decode steps' time above their floor is: the device idle inside the steps (the
-    ``idle`` table's gaps, by cause and range) and the kernels' time above their own DRAM floor
-    (bytes / roof; a kernel without bytes holds its whole time, of unknown cause)."""
+def _decode_items(report: Report, prof: pd.DataFrame, idle: pd.DataFrame, bw: float) -> list[Item]:
+    """What the decode steps' time above their floor is: the device idle inside the steps (``idle``, their
+    slices of the ``idle`` table, by kind and subject: :func:`._gaps.idle_items`) and the kernels' time
+    above their own DRAM floor (bytes / roof; a kernel without bytes holds its whole time, of unknown cause)."""
     if not len(prof):
         return []
-    ws, we = step_windows(prof, report.kernels)
-    items = gap_items(idle_within(report, ws, we), where=" inside decode steps")
+    items = idle_items(idle, where=" inside decode steps")
     k = report.kernels
     pos = np.flatnonzero((k["phase"] == "decode").to_numpy(bool))
     if len(pos):
@@ -209,14 +230,13 @@ def _decode_items(report: Report, prof: pd.DataFrame, bw: float) -> list[Item]:
     return items
 
 
-def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None,
-                   run: str = "gpu", *, fix: str | None = "launch", items: list[Item] | None = None) -> str:
-    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``; ``fix`` is what
-    the items behind the time above the floor call for (:data:`.evidence.FIX_OF_CAUSE`, or
-    ``kernels`` when the kernels' own time above their floor is the larger part)."""
-    items = items or []
+def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None, run: str, *,
+                   fix: str | None, items: list[Item], idle: pd.DataFrame) -> str:
+    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``; ``fix`` is the kind
+    (:data:`..idle.KINDS`) holding the most of the gaps ``idle`` inside the steps, or ``kernels`` when the
+    kernels' own time above their floor is the larger part (None: neither holds any)."""
     launch_bound = floor_ns < ops_per_step * SHORT_KERNEL_NS
-    host_gaps = run != "gpu" and fix in ("launch", "host")  # on a CPU the gaps between operators are dispatch
+    host_gaps = run != "gpu" and fix in (*GRAPH_KINDS, *HOST_KINDS)  # on a CPU the gaps between operators are dispatch
     if run == "compiled-cpu" and launch_bound and host_gaps:
         head = (f"Decode is already compiled (compile=True), and the step's bandwidth floor ({duration(floor_ns)}) "
                 "is still shorter than the fixed host cost of a step (the compiled call's guard check and launch "
@@ -244,19 +264,13 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
                                                                        if top else "")
                 + ": check them against the bandwidth roof (memory-below-roof) and use fused decode attention "
                 "and GEMV kernels tuned for small batches.")
-    elif graph is not None and fix in ("launch", "host"):
-        head = graph  # a graph run: the host time between replays is what is left, and graphs will not help
-    elif fix != "launch":
-        head = gap_advice(fix, items, "decode step")
-    elif launch_bound:
+    elif graph is None and launch_bound and fix in GRAPH_KINDS:
         head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than launching its "
                 f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
                 "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "
                 "graph or compile it (torch.compile) so it runs as few launches.")
-    else:
-        head = (f"Kernels run only {cover:.0f}% of each decode step: the rest is launch overhead. "
-                "Capture the decode step in a CUDA graph (torch.compile(mode='reduce-overhead')) and keep "
-                "sampling and bookkeeping on the device.")
+    else:  # the gaps' kinds, largest first; a graph run is told what its replays leave instead of graphs
+        head = _gap_advice(idle, items, run, graph)
     return (head + " Then raise the batch: the weights are read once per step for every sequence in it, so "
                    "tokens per second grow almost linearly until the KV cache dominates; quantized weights "
                    "(int8/fp8/int4) lower the floor itself.")
@@ -313,7 +327,8 @@ def prefill_mfu(report: Report) -> list[Finding]:
     title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
     prof = _phase_steps(report, "prefill", profiled=True)
-    items = on_stake_clock(_prefill_items(report, prof, k, bw), at_stake,
+    idle = _idle_in_steps(report, prof)
+    items = on_stake_clock(_prefill_items(report, idle, k, bw), at_stake,
                            float(prof["duration_ns"].sum()) - max(compute_ns, memory_ns))
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
     evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_light_ns=kernel_ns)
@@ -321,11 +336,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
                          "item holds: step time outside the idle table's gaps, or the part of the kernels' own speeds "
                          "of light that the phase's (the larger of its FLOP and byte totals) does not count")
     if gap_ns > kernel_ns:
-        advice = gap_advice(dominant(items), items, "prefill step")
-        if dominant(items) == "launch":
-            advice = ("The device waits between prefill kernels while the host launches them one by one: capture "
-                      "or compile the prefill (torch.compile) so it runs as fewer launches, and give it larger "
-                      "chunks so each launch carries more work.")
+        advice = _gap_advice(idle, items, _run_of(report))
     else:
         advice = _prefill_advice(items, k, precision)
     if has_framework_steps(steps):
@@ -338,15 +349,12 @@ def prefill_mfu(report: Report) -> list[Finding]:
                     at_stake, ranges=("prefill",), items=tuple(items), run=headline_run(report))]
 
 
-def _prefill_items(report: Report, prof: pd.DataFrame, k: pd.DataFrame, bw: float) -> list[Item]:
-    """What the prefill's time above its speed of light is: the device idle inside its steps and
-    each kernel's time above its own speed of light (max of FLOPs / its precision's roof and bytes
-    / the DRAM roof; a kernel with neither holds its whole time, of unknown cause)."""
+def _prefill_items(report: Report, idle: pd.DataFrame, k: pd.DataFrame, bw: float) -> list[Item]:
+    """What the prefill's time above its speed of light is: the device idle inside its steps (``idle``, by
+    kind and subject) and each kernel's time above its own speed of light (max of FLOPs / its precision's
+    roof and bytes / the DRAM roof; a kernel with neither holds its whole time, of unknown cause)."""
     dev = report.device
-    items: list[Item] = []
-    if len(prof):
-        ws, we = step_windows(prof, report.kernels)
-        items += gap_items(idle_within(report, ws, we), where=" inside prefill steps")
+    items = idle_items(idle, where=" inside prefill steps")
     if not len(k) or dev is None:
         return items
     pos = np.flatnonzero(report.kernels.index.isin(k.index))
