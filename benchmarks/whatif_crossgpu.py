@@ -1,47 +1,87 @@
-"""How well ``perfscope whatif`` moves a kernel to another GPU: every row of the published cross-GPU
-tables (aiconfigurator A100 -> H100, vidur A100 -> H100 / A40, LLMCompass A100 -> MI210) projected onto
-the target with its datasheet roofs, against the time measured there, beside two baselines.
+"""How well ``perfscope whatif`` moves a kernel to another GPU, and the data its device models come from.
 
-    python benchmarks/whatif_crossgpu.py [--root tests/fixtures/crossgpu] [--every 1] [--csv OUT.csv]
-        [--roofs a40=fp16:149.7,dram:696 --roofs mi210=fp16:181,dram:1638.4]
+    python benchmarks/whatif_crossgpu.py [--write] [--csv OUT.csv] [--root tests/fixtures]
 
-Prints the median absolute % error per table and GPU pair (docs/whatif.md has the numbers).
+Every public measurement of the same work on two GPUs (``tests/fixtures/crossgpu/``: aiconfigurator A100 /
+H100, vidur A100 / H100 / A40, LLMCompass A100 / MI210, TraceLens's BERT-small and TimeSformer on H100 /
+MI300X), projected from each GPU onto the other by device models fitted without it (two folds by a hash
+of the work's key: :func:`perfscope.analysis.projection.devicefit.cross_validate`), beside two baselines:
+``ratio`` (the measured time x the datasheet ratio of the roof that binds) and ``roof`` (the kernel at the
+target's roofline), and the previous model (``v1``: each kernel keeps its measured efficiency).
+
+Prints, per table and GPU pair, then per pair and family group, then per vendor pair: the rows, the
+model's median and p90 absolute error (%), both baselines' and v1's median, the goal and whether the model
+beats both baselines. Then the bands (the p10-p90 of the held-out error, widened by their sampling
+error), their coverage (bands taken from one fold's rows, checked on the other's), and the whole-model
+check: each H100 trace of the two pairs projected onto the MI300X (``perfscope whatif --gpu MI300X``)
+against the MI300X's measured total kernel time, with the shipped models (fitted on everything, these
+pairs included) and with models fitted without that model's pair (held out).
+
+``--write`` refits the shipped models on every observation and writes ``perfscope/device_models.json``
+(the curves, floors, launch costs, the bands and this validation).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
-from perfscope.analysis.projection.crossgpu import error_table, parse_roofs, validate
+import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "crossgpu"
+from perfscope.analysis.projection import devicefit as dfit
+from perfscope.device_models import DATA
+
+ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+SOURCE_DATA = Path(__file__).resolve().parents[1] / "perfscope" / DATA.name
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=ROOT)
-    ap.add_argument("--every", type=int, default=1, help="take every N-th row of each table")
-    ap.add_argument("--csv", type=Path, help="write every projected row here")
-    ap.add_argument("--roofs", action="append", default=[],
-                    help="roofs for a GPU perfscope has no datasheet row for, e.g. "
-                         "a40=fp16:149.7,dram:696 (TFLOP/s, GB/s); its rows are labelled 'assumed roofs'")
+    ap.add_argument("--csv", type=Path, help="write every held-out pair row here")
+    ap.add_argument("--write", action="store_true", help=f"refit on everything and write {DATA.name}")
     args = ap.parse_args()
-    missing: list[str] = []
-    assumed = dict(parse_roofs(text) for text in args.roofs)
-    rows = validate(args.root, every=args.every, missing=missing, assumed=assumed)
-    for line in missing:
-        print(f"skipped: {line}", file=sys.stderr)
-    if not len(rows):
-        return 1
-    table = error_table(rows)
-    print(f"{'pair':<28} {'table':<44} {'rows':>6} {'model %':>8} {'ratio %':>8} {'roof %':>8} {'goal':>5}  beats both")
+    t0 = time.perf_counter()
+    obs = dfit.all_observations(args.root)
+    launch = dfit.launch_costs(dfit.trace_reports(args.root))
+    rows = dfit.cross_validate(obs, launch=launch)
+    table = dfit.error_table(rows)
+    print(f"{len(obs):,} observations ({obs['device'].nunique()} GPUs, {obs['dataset'].nunique()} datasets); "
+          f"{len(rows):,} held-out pair rows; {time.perf_counter() - t0:.1f} s")
+    head = (f"{'pair':<36} {'table':<42} {'rows':>6} {'model':>6} {'p90':>6} {'ratio':>6} {'roof':>6} {'v1':>6} "
+            f"{'goal':>5}  beats both")
+    print(head)
     for r in table.itertuples(index=False):
-        print(f"{r.pair:<28} {r.table:<44} {int(r.rows):>6} {r.model_pct:>8.1f} {r.ratio_pct:>8.1f} {r.roof_pct:>8.1f} "
-              f"{r.goal_pct:>5.0f}  {'yes' if r.beats_both else 'no'}")
+        print(f"{r.pair:<36} {r.table[:42]:<42} {int(r.rows):>6} {r.model_median:>6.1f} {r.model_p90:>6.1f} "
+              f"{r.ratio_median:>6.1f} {r.roof_median:>6.1f} {r.v1_median:>6.1f} {r.goal_pct:>5.0f}  "
+              f"{'yes' if r.beats_both else 'no'}")
+    print("\nbands (log measured / projected, held out):")
+    for b in dfit.bands(rows):
+        print(f"  {b.pair:<16} {b.group:<10} rows {b.rows:>6}  x{np.exp(b.q10):.3f} .. x{np.exp(b.q90):.3f}  "
+              f"median |err| {b.median_abs_pct:.1f}%  p90 {b.p90_abs_pct:.1f}%")
+    fold0 = rows["fold"].to_numpy() == 0
+    for name, fit_on in (("fold 0 -> fold 1", fold0), ("fold 1 -> fold 0", ~fold0)):
+        cov = dfit.coverage(rows, fit_on)
+        parts = ", ".join(f"{c.pair} {c.group} {c.inside_pct:.0f}% of {c.rows}" for c in cov.itertuples(index=False)
+                          if c.group != "ALL")
+        print(f"coverage, bands from {name}: {cov.iloc[-1]['inside_pct']:.1f}% of {int(cov.iloc[-1]['rows'])} rows "
+              f"inside ({parts})")
+    models = dfit.shipped(obs, rows, launch)
+    print("\nwhole model, H100 trace projected onto the MI300X (total kernel time):")
+    for label, per in (("shipped models (fitted on every dataset, this pair included)", None),
+                       ("held out (fitted without this model's pair)", "lomo")):
+        for name in dfit.PAIR_TRACES:
+            m = models if per is None else dfit.fit(obs[obs["dataset"] != name], launch)
+            w = dfit.whole_model(m, args.root, [name]).iloc[0]
+            band = f" (band {w.low_s * 1e3:.2f}-{w.high_s * 1e3:.2f} ms)" if per is None else ""
+            print(f"  {label}: {name}: H100 {w.source_s * 1e3:.2f} ms -> projected {w.projected_s * 1e3:.2f} ms"
+                  f"{band}, measured {w.measured_s * 1e3:.2f} ms: {w.error_pct:+.1f}%")
     if args.csv:
         rows.to_csv(args.csv, index=False)
+    if args.write:
+        print(f"\nwrote {models.write(SOURCE_DATA)}")
     return 0
 
 

@@ -120,10 +120,17 @@ def _slug(q: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
 
 
-def run_whatif(report: Report, *, out: Path | None = None, force: bool = False, html: bool = True,
+def run_whatif(report: Report, *, out: str | os.PathLike[str] | None = None, force: bool = False, html: bool = True,
                **values: Any) -> list[WhatifResult]:
-    """``perfscope whatif``: every question of the sweep ``values`` asks, projected from ``report``, each
-    saved as ``out/<measured>__<question>.perfscope`` when ``out`` is given (with its HTML report)."""
+    """``perfscope whatif``: every question of the sweep ``values`` asks, projected from ``report``, each saved
+    (with its HTML report) where ``out`` says (:mod:`perfscope.outpaths`): one question, the report ``out``
+    names (``X.perfscope``; ``X``: ``X.perfscope``; ``DIR/``: ``DIR/<measured>__<question>.perfscope``);
+    several, a folder ``out`` with ``<measured>__<question>.perfscope`` each.
+
+    Raises:
+        UsageError: a question the model cannot answer, or several questions and an ``out`` named like one
+            report; OutputExistsError: a report to write exists (without ``force``). Both before anything
+            is projected or written."""
     from perfscope.analysis.projection.project import (
         WhatifResult,
         check_question,
@@ -131,15 +138,23 @@ def run_whatif(report: Report, *, out: Path | None = None, force: bool = False, 
         projected_metrics,
         sweep,
     )
+    from perfscope.errors import OutputExistsError
+    from perfscope.outpaths import out_folder, out_path
 
     results = []
     questions = sweep(**values)
     for q in questions:  # every question checked before any is projected or written
         check_question(q, report)
-    for q in questions:
+    names = [f"{report.name}__{_slug(q)}.perfscope" for q in questions]
+    targets: list[Path | None] = [None] * len(questions)
+    if out is not None:
+        targets = [out_path(out, default=names[0])] if len(questions) == 1 else \
+            [out_folder(out) / n for n in names]
+        for t in targets:
+            if t is not None and t.exists() and not force:
+                raise OutputExistsError(t)
+    for q, target in zip(questions, targets):
         projected = project(report, q)
-        path = None
-        if out is not None:
-            path = save_with_html(projected, Path(out) / f"{report.name}__{_slug(q)}.perfscope", force=force, html=html)
+        path = save_with_html(projected, target, force=force, html=html) if target is not None else None
         results.append(WhatifResult(q, projected, path, projected_metrics(projected)))
     return results

@@ -638,10 +638,39 @@ def _squash(text: str) -> str:
     return re.sub(r"[^A-Z0-9]", "", text.upper())
 
 
-def lookup_datasheet(query: str) -> Datasheet:
+COMMON_PART = {"H100": "H100 SXM5 80 GB", "H200": "H200 SXM 141 GB", "A100": "A100 80 GB SXM4", "V100": "V100 SXM2",
+               "RTX 4060 Ti": "RTX 4060 Ti 16 GB"}
+"""A family name a user types (``--gpu H100``) -> its most common part, taken when the name answers to
+several rows (servers and clouds run the SXM boards; the 16 GB card is the one sold for ML)."""
+
+
+def pick_datasheet(query: str, flag: str = "--roofs") -> tuple[Datasheet, str | None]:
+    """The row a user names, and a note when a family name was read as its most common part.
+
+    As :func:`lookup_datasheet`, except that a name several rows start with (``H100``: PCIe, SXM5, NVL) is
+    the family's most common part (:data:`COMMON_PART`) rather than an error: the note says which row was
+    taken and names the others (``flag`` is the option the user typed, to say it in the note).
+
+    Raises:
+        UsageError: no row answers to ``query``, or several do and none is the family's common part.
+    """
+    want = _squash(query)
+    prefixed = [s for s in DATASHEETS if want and _squash(s.model).startswith(want)]
+    if len(prefixed) > 1 and not any(_squash(s.model) == want for s in DATASHEETS):
+        common = next((COMMON_PART[k] for k in COMMON_PART if _squash(k) == want), None)
+        pick = next((s for s in prefixed if s.model == common), None)
+        if pick is not None:
+            others = ", ".join(repr(s.model) for s in prefixed if s is not pick)
+            return pick, (f"{flag} {query}: took {pick.model!r}, the most common {query} part; the others are "
+                          f"{others} (name one to use it)")
+    return lookup_datasheet(query, flag), None
+
+
+def lookup_datasheet(query: str, flag: str = "--roofs") -> Datasheet:
     """The row a user names (``perfscope import --roofs NAME``): a model as the table lists it
     (``MI300X``, ``H100 SXM5 80 GB``, ``h100-sxm5``: case, spaces and punctuation do not matter),
-    a unique prefix of one (``B300``), or a device name as a driver prints it (``NVIDIA H100 80GB HBM3``).
+    a unique prefix of one (``B300``), a family's most common part (``H100``: :func:`pick_datasheet`, which
+    also says so), or a device name as a driver prints it (``NVIDIA H100 80GB HBM3``).
 
     Raises:
         UsageError: no row, or more than one, answers to ``query``; the message lists close names.
@@ -653,6 +682,9 @@ def lookup_datasheet(query: str) -> Datasheet:
     prefixed = [s for s in DATASHEETS if want and _squash(s.model).startswith(want)]
     if len(prefixed) == 1:
         return prefixed[0]
+    common = next((COMMON_PART[k] for k in COMMON_PART if _squash(k) == want), None)
+    if common is not None and any(s.model == common for s in prefixed):
+        return next(s for s in prefixed if s.model == common)
     by_name = find_datasheet(query) if not prefixed else None
     if by_name is not None:
         return by_name
@@ -660,7 +692,7 @@ def lookup_datasheet(query: str) -> Datasheet:
                          if _squash(s.model) in difflib.get_close_matches(want, [_squash(d.model) for d in DATASHEETS],
                                                                           n=5, cutoff=0.5)]
     names = ", ".join(repr(s.model) for s in close) or "none"
-    raise UsageError(f"--roofs {query!r}: {'more than one' if prefixed else 'no'} datasheet row answers to it "
+    raise UsageError(f"{flag} {query!r}: {'more than one' if prefixed else 'no'} datasheet row answers to it "
                      f"(close: {names})", hint="`perfscope devices --datasheet` lists every row")
 
 

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.datasheets import lookup_datasheet, sheet_spec
+from perfscope.datasheets import lookup_datasheet, pick_datasheet, sheet_spec
+from perfscope.device_models import DeviceModels, device_models
 from perfscope.errors import UsageError
 from perfscope.kv_policy import parse_kv_policy
 from perfscope.report import Report, source_info
@@ -31,6 +32,18 @@ from perfscope.schema import column_codes
 from ..costs.base import itemsize
 from ..costs.roofline import classify_conformed
 from ..steps import headline_steps, launch_times_ns, step_of
+from .devices import (
+    BAND_TEXT,
+    band_of,
+    busy_ns,
+    families,
+    family_table,
+    host_window,
+    kernel_bands,
+    move,
+    resolve_pair,
+    wall_ns,
+)
 from .shapes import LOW_PRECISION_GEMM, TORCH_DTYPES, Dims, gemm_rows, recost
 from .times import KNOWN_RULES, Roofs, curve_ratio, project_times
 
@@ -93,7 +106,7 @@ def target_device(gpu: str | None, measured: Report) -> DeviceSpec:
             raise UsageError(f"--gpu {gpu}: that report has no device roofs", hint="give a GPU name instead")
         return other.device
     try:
-        sheet = lookup_datasheet(gpu)
+        sheet = lookup_datasheet(gpu, "--gpu")
     except UsageError as exc:
         reason = exc.message.split(": ", 1)[-1]
         raise UsageError(f"--gpu {gpu}: {reason}; without the target's roofs nothing is projected",
@@ -237,8 +250,10 @@ time between kernels, kept."""
 
 
 def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos: np.ndarray,
-              new_dur: np.ndarray, *, host_ops: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """New kernel starts and ends and new step [start, end].
+              new_dur: np.ndarray, *, host_ops: bool = False, own_gap_ns: float | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """New kernel starts and ends and new step [start, end], in ns from ``origin`` (the first measured
+    kernel's start, returned last: epoch nanoseconds as float64 would be 256 ns apart).
 
     Each kernel starts at max(when the host had it ready, moved with its step; the previous kernel's
     end plus the GPU's own gap before it, up to :data:`GPU_GAP_NS`). Ready is the measured start of a
@@ -246,15 +261,19 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
     latency of those (never later than its measured start). Nothing changed gives the measured
     timeline back. A step ends after its last launch and its last kernel, whichever is later, plus the
     host time that followed the later one. ``host_ops``: the rows are CPU operators, run one after
-    another on the host: each keeps the gap before it. Vectorised per step (a max-plus recurrence
+    another on the host: each keeps the gap before it. ``own_gap_ns``: the target GPU's own gap between
+    queued kernels (its device model's), taking the place of the measured GPU's. Vectorised per step (a max-plus recurrence
     solved with cumulative sums and maxima), one Python iteration per step, none per kernel."""
     order = np.argsort(k["start_ns"].to_numpy(np.int64), kind="stable")
-    start = k["start_ns"].to_numpy(np.int64)
-    end = k["end_ns"].to_numpy(np.int64)
+    # times from the run's first kernel: epoch nanoseconds (~1.7e18) as float64 are 256 ns apart
+    origin = int(k["start_ns"].min()) if len(k) else 0
+    start = k["start_ns"].to_numpy(np.int64) - origin
+    end = k["end_ns"].to_numpy(np.int64) - origin
+    launch = np.asarray(launch, np.int64) - origin
     new_start = np.zeros(len(k), np.float64)
     new_end = np.zeros(len(k), np.float64)
-    s_start = steps["start_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
-    s_end = steps["end_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, np.int64)
+    s_start = steps["start_ns"].to_numpy(np.int64) - origin if len(steps) else np.zeros(0, np.int64)
+    s_end = steps["end_ns"].to_numpy(np.int64) - origin if len(steps) else np.zeros(0, np.int64)
     n_steps = len(steps)
     # in start order: the gap since the GPU's previous kernel ended, and when each kernel was ready
     so, eo, lo = start[order].astype(np.float64), end[order].astype(np.float64), launch[order].astype(np.float64)
@@ -268,6 +287,8 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
         latency = float(np.median((so - lo)[idle])) if idle.any() else 0.0
         ready = np.where(idle, so, np.minimum(lo + latency, so))
         gpu_gap = np.minimum(gap, GPU_GAP_NS)
+        if own_gap_ns is not None and len(gpu_gap):
+            gpu_gap = np.where(np.arange(len(gpu_gap)) > 0, float(own_gap_ns), 0.0)
     seg = step_pos[order]
     # kernels outside every step ride with the step launched before them (or with none: shift 0)
     if n_steps:
@@ -313,7 +334,7 @@ def _timeline(k: pd.DataFrame, steps: pd.DataFrame, launch: np.ndarray, step_pos
         prev = new_s_end[m - 1] if m > 0 else s_start[0]
         new_s_start[m] = prev + (s_start[m] - (s_end[m - 1] if m > 0 else s_start[0]))
         new_s_end[m] = new_s_start[m] + (s_end[m] - s_start[m])
-    return new_start, new_end, np.stack([new_s_start, new_s_end], axis=1) if n_steps else np.zeros((0, 2))
+    return new_start, new_end, np.stack([new_s_start, new_s_end], axis=1) if n_steps else np.zeros((0, 2)), origin
 
 
 def _rebuild_requests(requests: pd.DataFrame, steps: pd.DataFrame, new_steps: pd.DataFrame, batch: int,
@@ -397,8 +418,12 @@ def _scale_unprofiled(report: Report, ratio: Mapping[str, float], batch: int, ge
     return su, ru
 
 
-def project(report: Report, question: Question) -> Report:
+def project(report: Report, question: Question, *, models: DeviceModels | None = None) -> Report:
     """``report`` projected as ``question`` asks; a new Report (see the module docstring).
+
+    ``models``: the device models that move a kernel to another GPU (default: the shipped ones,
+    :func:`perfscope.device_models.device_models`; the validation passes models fitted without the
+    rows it checks).
 
     Raises:
         UsageError: a question the model cannot answer (unknown GPU, unknown dtype, no steps for a shape
@@ -439,12 +464,32 @@ def project(report: Report, question: Question) -> Report:
     family = (k["op"].astype("object").fillna(k["category"].astype("object")).fillna("?") + "/"
               + precision.fillna("?").astype(str))
     dur_s = k["duration_ns"].to_numpy(np.float64) * 1e-9
-    times = project_times(dur_s, k["flops"].to_numpy(np.float64, na_value=np.nan),
-                          k["dram_bytes"].to_numpy(np.float64, na_value=np.nan), precision, family, src, tgt,
-                          new_flops=new_f, new_bytes=new_b, new_precision=new_prec, fit=question.changes_shapes,
-                          tensor=(k["category"] == "gemm").to_numpy(bool))
+    flops0 = k["flops"].to_numpy(np.float64, na_value=np.nan)
+    bytes0 = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
+    tensor = (k["category"] == "gemm").to_numpy(bool)
+    times = project_times(dur_s, flops0, bytes0, precision, family, src, tgt, new_flops=new_f, new_bytes=new_b,
+                          new_precision=new_prec, fit=question.changes_shapes, tensor=tensor)
     time_s = times["time_s"].to_numpy().copy()
     rule = times["rule"].to_numpy(object).copy()
+    pair = resolve_pair(source_dev, target_dev, models if models is not None else device_models())
+    kfam = families(k, new_f, new_b, new_prec)
+    if pair.moves:
+        # each kernel at its new work on the measured GPU (the same-device rules), then moved along its
+        # family's curves to the target: the measured GPU's typical time there against the target's
+        here = project_times(dur_s, flops0, bytes0, precision, family, src, src, new_flops=new_f, new_bytes=new_b,
+                             new_precision=new_prec, fit=question.changes_shapes, tensor=tensor)
+        factor, _ = move(pair, kfam, new_f, new_b, new_prec)
+        on = np.isfinite(factor) & np.isin(here["rule"].to_numpy(object), KNOWN_RULES)
+        time_s = np.where(on, here["time_s"].to_numpy() * factor, time_s)
+        rule[on] = "device-model"
+        notes_models = pair.notes()
+        missing = sorted({str(f) for f in kfam[~on & np.isin(rule, KNOWN_RULES)]})
+        if missing:
+            notes_models.append(f"no device-model curve for {', '.join(missing)} on {pair.source.device if pair.source else '?'} "
+                                f"or {pair.target.device if pair.target else '?'}: those kernels keep their measured "
+                                "efficiency (rule efficiency-kept)")
+    else:
+        notes_models = pair.notes() if question.gpu else []
     curve = report.gemm_curve
     if question.changes_shapes and len(curve) and len(gemm.columns) and not question.weights_dtype \
             and target_dev.name == source_dev.name:
@@ -468,11 +513,39 @@ def project(report: Report, question: Question) -> Report:
         time_s = time_s * scale
     new_dur = np.maximum(np.round(time_s * 1e9), 1.0)
     host_ops = source_dev.kind == "cpu"
-    new_start, _new_end, s_win = _timeline(k, steps, launch, step_pos, new_dur, host_ops=host_ops)
+    own_gap = pair.target.model.gpu_gap_ns if pair.moves and pair.target is not None else None
+    new_start, _new_end, s_win, origin = _timeline(k, steps, launch, step_pos, new_dur, host_ops=host_ops,
+                                                   own_gap_ns=own_gap)
+    # the band: every kernel at its low, then at its high, and the timeline rebuilt for each
+    lo_s, hi_s, validated = kernel_bands(pair, kfam, rule, new_dur * 1e-9)
+    lo_dur, hi_dur = np.maximum(np.round(lo_s * 1e9), 1.0), np.maximum(np.round(hi_s * 1e9), 1.0)
+    lo_start, _, lo_win, _ = _timeline(k, steps, launch, step_pos, lo_dur, host_ops=host_ops, own_gap_ns=own_gap)
+    hi_start, _, hi_win, _ = _timeline(k, steps, launch, step_pos, hi_dur, host_ops=host_ops, own_gap_ns=own_gap)
+    vshare = float(new_dur[validated].sum() / new_dur.sum()) if len(k) and new_dur.sum() else 0.0
+    host = host_window(report.api, report.ranges, origin)
+    m_start = (k["start_ns"].to_numpy(np.int64) - origin).astype(np.float64)
+    m_end = (k["end_ns"].to_numpy(np.int64) - origin).astype(np.float64)
+    rel_launch = (launch.astype(np.int64) - origin).astype(np.float64)
+    whole = {
+        "kernels": len(k),
+        "kernel_time_s": {"measured": float(k["duration_ns"].sum()) * 1e-9,
+                          **band_of(float(new_dur.sum()) * 1e-9, float(lo_dur.sum()) * 1e-9,
+                                    float(hi_dur.sum()) * 1e-9, vshare)},
+        "busy_s": {"measured": busy_ns(m_start, m_end) * 1e-9,
+                   **band_of(busy_ns(new_start, new_start + new_dur) * 1e-9,
+                             busy_ns(lo_start, lo_start + lo_dur) * 1e-9, busy_ns(hi_start, hi_start + hi_dur) * 1e-9,
+                             vshare)},
+        "wall_s": {"measured": wall_ns(m_start, m_end, rel_launch, host) * 1e-9,
+                   **band_of(wall_ns(new_start, new_start + new_dur, rel_launch, host, m_end) * 1e-9,
+                             wall_ns(lo_start, lo_start + lo_dur, rel_launch, host, m_end) * 1e-9,
+                             wall_ns(hi_start, hi_start + hi_dur, rel_launch, host, m_end) * 1e-9,
+                             vshare)},
+    }
+    family_rows = family_table(kfam, k["duration_ns"].to_numpy(np.float64), new_dur, lo_dur, hi_dur, rule, validated)
 
     kernels = k.copy()
     base = float(k["start_ns"].min()) if len(k) else 0.0
-    kernels["start_ns"] = np.round(new_start).astype(np.int64) if len(k) else k["start_ns"]
+    kernels["start_ns"] = np.round(new_start).astype(np.int64) + origin if len(k) else k["start_ns"]
     kernels["end_ns"] = kernels["start_ns"] + new_dur.astype(np.int64)
     kernels["duration_ns"] = new_dur.astype(np.int64)
     kernels["flops"] = new_f
@@ -490,8 +563,8 @@ def project(report: Report, question: Question) -> Report:
 
     new_steps = steps.copy()
     if len(steps):
-        new_steps["start_ns"] = np.round(s_win[:, 0]).astype(np.int64)
-        new_steps["end_ns"] = np.round(s_win[:, 1]).astype(np.int64)
+        new_steps["start_ns"] = np.round(s_win[:, 0]).astype(np.int64) + origin
+        new_steps["end_ns"] = np.round(s_win[:, 1]).astype(np.int64) + origin
         new_steps["duration_ns"] = new_steps["end_ns"] - new_steps["start_ns"]
         n = len(steps)
         hit = step_pos >= 0
@@ -532,7 +605,7 @@ def project(report: Report, question: Question) -> Report:
     # phase ratios (projected / measured), busy share and launch-bound verdicts
     notes: list[str] = []
     ratio: dict[str, float] = {}
-    phases: dict[str, dict[str, float]] = {}
+    phases: dict[str, dict[str, float | None]] = {}
     for ph in ("prefill", "decode"):
         m_old = steps["phase"] == ph if len(steps) else pd.Series(dtype=bool)
         if not len(steps) or not m_old.any():
@@ -543,7 +616,11 @@ def project(report: Report, question: Question) -> Report:
         busy = float(np.bincount(step_pos[step_pos >= 0], weights=new_dur[step_pos >= 0],
                                  minlength=len(steps))[idx].sum())
         ratio[ph] = new_t / old_t if old_t > 0 else 1.0
-        phases[ph] = {"measured_s": old_t / 1e9, "projected_s": new_t / 1e9, "gpu_busy_share": busy / new_t if new_t else math.nan}
+        lo_t = float((lo_win[idx, 1] - lo_win[idx, 0]).sum())
+        hi_t = float((hi_win[idx, 1] - hi_win[idx, 0]).sum())
+        phases[ph] = {"measured_s": old_t / 1e9, "projected_s": new_t / 1e9,
+                      "low_s": lo_t / 1e9 if vshare else None, "high_s": hi_t / 1e9 if vshare else None,
+                      "gpu_busy_share": busy / new_t if new_t else math.nan}
         # the verdict is the headline steps' (an outlier step, a host stall at the profiler's start, is not
         # the engine launching: every step an outlier, no verdict)
         steady = headline_steps(steps.iloc[idx]).index.to_numpy()  # steps' index is its positions (reset above)
@@ -551,8 +628,14 @@ def project(report: Report, question: Question) -> Report:
         s_busy = float(np.bincount(step_pos[step_pos >= 0], weights=new_dur[step_pos >= 0],
                                    minlength=len(steps))[steady].sum())
         if s_new and s_busy / s_new < LAUNCH_BOUND_BUSY:
-            notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {s_busy / s_new:.0%} of the "
+            notes.append(f"{ph} is launch-bound on {tgt.name} at batch {question.batch or int(batch or 1)}: its kernels "
+                         f"keep the GPU busy {s_busy / s_new:.0%} of the "
                          f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
+    notes.extend(notes_models)
+    if question.gpu and not Path(question.gpu).is_dir():
+        picked = pick_datasheet(question.gpu, "--gpu")[1]
+        if picked:
+            notes.insert(0, picked)
     counts = kernels["projection_rule"].value_counts().to_dict()
     if counts.get("size-curve"):
         on = (kernels["projection_rule"] == "size-curve").to_numpy()
@@ -618,7 +701,10 @@ def project(report: Report, question: Question) -> Report:
         "target_device": tgt.name,
         "target_roofs": "report" if question.gpu and Path(question.gpu).is_dir() else
                         ("datasheet" if question.gpu else "measured report's"),
-        "rules": {"time": "t0 + (F/P + B/BW) / e, e = the kernel's measured efficiency, t0 = half the shortest "
+        "rules": {"device_model": "another GPU: the time at the new work on the measured GPU x g_target(R_target) / "
+                                  "g_measured(R_measured), g = the device model's typical time for the kernel's family "
+                                  "at its roof time (perfscope/device_models.json)",
+                  "time": "t0 + (F/P + B/BW) / e, e = the kernel's measured efficiency, t0 = half the shortest "
                           "kernel of its family (category/precision)",
                   "unknown_cost": "time x DRAM bandwidth ratio (another GPU) x its step's costed-bytes ratio (new shapes)",
                   "size_curve": "a weight GEMM at new rows on the same device: time x curve(new rows) / curve(rows), "
@@ -627,6 +713,12 @@ def project(report: Report, question: Question) -> Report:
         "kernel_rules": {str(a): int(b) for a, b in counts.items()},
         "unknown_time_share": share,
         "phases": phases,
+        "whole_run": whole,
+        "families": family_rows,
+        "device_models": pair.to_dict(),
+        "band": {"text": BAND_TEXT, "validated_share": vshare, "vendor_pair": pair.vendor_pair,
+                 "bands": {b.group: {"q10": b.q10, "q90": b.q90, "rows": b.rows} for b in pair.models.bands
+                           if b.pair == pair.vendor_pair} if pair.moves else {}},
         "notes": notes,
     }
     manifest = dict(report.manifest)
@@ -668,6 +760,45 @@ def projected_metrics(report: Report) -> dict[str, float]:
     return out
 
 
+RATE_METRICS = ("tokens_per_s", "mfu", "mbu")
+"""Metrics that fall as time grows: a band's low comes from the time's high."""
+
+
+def metric_bands(report: Report, metrics: Mapping[str, float]) -> dict[str, dict[str, float | None]]:
+    """``low`` and ``high`` of each headline metric of a projection: each phase's time in the timelines
+    rebuilt with every kernel at its band's low and high (the projection record's ``phases``), over its
+    projected time, moves the times of that phase (TTFT, TPOT, its wall time) and, inverted, its rates
+    (tokens/s, MFU, MBU); E2E and the output rate take both phases. None where the band was never
+    validated."""
+    phases = (report.manifest.get("projection") or {}).get("phases") or {}
+
+    def ratio(ph: str, end: str) -> float | None:
+        p = phases.get(ph) or {}
+        if p.get(end) is None or not p.get("projected_s"):
+            return None
+        return float(p[end]) / float(p["projected_s"])
+
+    def both(end: str) -> float | None:
+        got = [(phases[ph][end], phases[ph]["projected_s"]) for ph in ("prefill", "decode")
+               if ph in phases and phases[ph].get(end) is not None]
+        return sum(a for a, _ in got) / sum(b for _, b in got) if got and sum(b for _, b in got) else None
+
+    out: dict[str, dict[str, float | None]] = {}
+    for key, value in metrics.items():
+        if key in ("e2e_s_mean", "output_tokens_per_s"):
+            lo, hi = both("low_s"), both("high_s")
+        else:
+            ph = "prefill" if key.startswith(("ttft", "prefill")) else "decode"
+            lo, hi = ratio(ph, "low_s"), ratio(ph, "high_s")
+        if lo is None or hi is None or value is None or math.isnan(value):
+            out[key] = {"low": None, "high": None}
+        elif key.endswith(RATE_METRICS) or key == "output_tokens_per_s":
+            out[key] = {"low": value / hi if hi else None, "high": value / lo if lo else None}
+        else:
+            out[key] = {"low": value * lo, "high": value * hi}
+    return out
+
+
 
 
 @dataclass(frozen=True)
@@ -680,10 +811,14 @@ class WhatifResult:
     metrics: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``whatif --json`` record: every projected number with ``low`` and ``high`` beside it (the
+        band; None where it was never validated) and the band's name."""
         proj = self.report.manifest.get("projection") or {}
         return {"question": asdict(self.question), "question_text": self.question.text(),
                 "report": None if self.path is None else str(self.path), "target_device": proj.get("target_device"),
-                "metrics": self.metrics, "phases": proj.get("phases"), "notes": proj.get("notes"),
+                "metrics": self.metrics, "metric_bands": metric_bands(self.report, self.metrics),
+                "phases": proj.get("phases"), "whole_run": proj.get("whole_run"), "families": proj.get("families"),
+                "band": proj.get("band"), "device_models": proj.get("device_models"), "notes": proj.get("notes"),
                 "kernel_rules": proj.get("kernel_rules"), "projected": True}
 
 
@@ -699,5 +834,6 @@ def measured_metrics(report: Report) -> dict[str, float]:
     return projected_metrics(report)
 
 
-__all__ = ["Question", "WhatifResult", "check_question", "measured_metrics", "project", "projected_metrics", "sweep",
+__all__ = ["Question", "WhatifResult", "check_question", "measured_metrics", "metric_bands", "project",
+           "projected_metrics", "sweep",
            "target_device", "whatif"]

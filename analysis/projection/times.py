@@ -40,6 +40,7 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
+    from perfscope.device_models import DeviceModel, DeviceModels
 
 LATENCY_FLOOR_SHARE = 0.5
 """The share of a family's shortest kernel taken as its fixed latency ``t0``."""
@@ -50,10 +51,10 @@ overlap), infinity ``max`` (perfect overlap). Measured on the cross-GPU tables (
 median GEMM error is 13.0% (sum) / 12.5% (2) / 13.0% (3) / 14.1% (max) on A100 -> H100 and 9.7 / 7.9 /
 8.0 / 7.9% on A100 -> A40; 2 is the round value in that flat optimum."""
 
-RULES = ("efficiency-kept", "memory-only", "size-curve", "unknown-cost", "no-roof")
+RULES = ("device-model", "efficiency-kept", "memory-only", "size-curve", "unknown-cost", "no-roof")
 """Per kernel, how its projected time was made."""
 
-KNOWN_RULES = ("efficiency-kept", "memory-only", "size-curve")
+KNOWN_RULES = ("device-model", "efficiency-kept", "memory-only", "size-curve")
 """The rules that project a kernel from its work (the others scale a kernel whose work is unknown)."""
 
 
@@ -215,6 +216,26 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
                                                  np.where(memory_only, "memory-only", "efficiency-kept")))
     return pd.DataFrame({"time_s": time, "efficiency": np.where(unknown, np.nan, eff), "t0_s": t0,
                          "roof_time_s": r_tgt, "rule": rule})
+
+
+def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: np.ndarray, source: DeviceModel,
+                       target: DeviceModel, models: DeviceModels) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel, ``g_t(R_t) / g_s(R_s)``: the target's typical time for its family at its roof time there,
+    over the source's (:meth:`perfscope.device_models.Curve.time_s`); and the family whose curves were
+    used (a :data:`perfscope.device_models.FALLBACK` where a device lacks its own, else the family's curve
+    over every GPU; "" and NaN where there is none)."""
+    ratio = np.full(len(family), np.nan)
+    used = np.full(len(family), "", object)
+    fam = pd.Series(np.asarray(family, object))
+    for name, idx in fam.groupby(fam, sort=False).indices.items():
+        cs, fs = models.curve(source, str(name))
+        ct, ft = models.curve(target, str(name))
+        if cs is None or ct is None:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio[idx] = ct.time_s(roof_tgt_s[idx]) / cs.time_s(roof_src_s[idx])
+        used[idx] = fs if fs == ft else f"{fs}/{ft}"
+    return ratio, used
 
 
 def curve_ratio(curve: pd.DataFrame, n: np.ndarray, k: np.ndarray, dtype: np.ndarray, m_old: np.ndarray,

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from perfscope.format import jsonable
 
-from ..intervals import activity, covered_ns, gaps_before, merge_intervals, profile_span_ns
+from ..intervals import (
+    activity,
+    covered_ns,
+    gaps_before,
+    merge_intervals,
+    profile_span_ns,
+    run_span_ns,
+)
 from ..summaries.kernels import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups
 
 if TYPE_CHECKING:
@@ -23,10 +30,10 @@ if TYPE_CHECKING:
     from perfscope.report import Report
 
 __all__ = [
-    "DEGENERATE_SHORT_NAME", "EVIDENCE_RULE_SHARE", "HOST_COPY_KINDS", "ITEM_KINDS", "NCU_REPROFILE", "SEVERITIES",
-    "Evidence", "Finding", "Item", "activity", "collect_advice", "covered_ns", "explained_ns", "from_ncu",
-    "gaps_before", "group_key", "info", "is_cpu_report", "merge_intervals", "pct", "profile_span_ns", "ranked",
-    "severity_for", "top_groups",
+    "DEGENERATE_SHORT_NAME", "EVIDENCE_RULE_SHARE", "HOST_COPY_KINDS", "ITEM_KINDS", "ITEM_SPANS", "NCU_REPROFILE",
+    "RUNS", "SEVERITIES", "Evidence", "Finding", "Item", "activity", "collect_advice", "covered_ns", "explained_ns",
+    "from_ncu", "gaps_before", "group_key", "headline_run", "info", "is_cpu_report", "merge_intervals", "pct",
+    "profile_span_ns", "ranked", "severity_for", "top_groups", "trace_run",
 ]
 
 SEVERITIES = ("high", "medium", "low", "info")
@@ -76,6 +83,10 @@ def collect_advice(report: Report, advice: str) -> str:
     return advice.format(counters=COUNTER_PROFILERS["amd" if from_amd(report) else "nvidia"])
 
 
+ITEM_SPANS = 32
+"""The most member places a group item carries (its largest members): enough to find them on the
+timeline, few enough that ``--json`` stays small."""
+
 ITEM_KINDS = ("gap", "gaps", "kernel", "kernels", "copy", "sync", "range", "step", "phase", "request", "tensor",
               "rank", "metric")
 """What an :class:`Item` can point at. ``gaps``/``kernels`` are a group of like items (one line for 1,983 gaps
@@ -98,6 +109,10 @@ class Item:
             so that the dashboard can select it and the Perfetto export can mark it.
         attrs: what else identifies it (``cause``, ``host_kind``, ``limiter``, ``bytes``, ``request_id``,
             ``rank``, ``count``, ``device``...), units in the keys.
+        spans: for a group item (``gaps``, ``kernels``, several steps) whose members lie apart on the
+            timeline, the ``(start_ns, end_ns)`` of its largest members (at most :data:`ITEM_SPANS`,
+            largest first), so that the dashboard and the Perfetto export mark each; empty for an
+            item with one place (``start_ns``/``end_ns``) or none.
     """
 
     kind: str
@@ -107,21 +122,31 @@ class Item:
     start_ns: float = math.nan
     end_ns: float = math.nan
     attrs: Mapping[str, float | int | str | None] = field(default_factory=dict)
+    spans: tuple[tuple[float, float], ...] = ()
+
+    def places(self) -> tuple[tuple[float, float], ...]:
+        """Where the item lies on the timeline: its ``spans``, else its one ``(start_ns, end_ns)``;
+        empty when it has no place (a metric, a tensor)."""
+        if self.spans:
+            return self.spans
+        if math.isfinite(self.start_ns) and math.isfinite(self.end_ns) and self.end_ns >= self.start_ns:
+            return ((self.start_ns, self.end_ns),)
+        return ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None)."""
         return jsonable({"kind": self.kind, "label": self.label, "time_ns": self.time_ns,
                          "explains": self.explains, "start_ns": self.start_ns, "end_ns": self.end_ns,
-                         "attrs": dict(self.attrs)})
+                         "attrs": dict(self.attrs), "spans": [list(s) for s in self.spans]})
 
 
 def explained_ns(items: tuple[Item, ...] | list[Item], time_at_stake_ns: float) -> float:
-    """The time the ``items`` whose cause is known account for, at most ``time_at_stake_ns``; NaN when
-    no item carries a time (the finding then states no share)."""
-    timed = [i.time_ns for i in items if i.explains and math.isfinite(i.time_ns)]
-    if not timed:
+    """The time the ``items`` whose cause is known account for, at most ``time_at_stake_ns``: 0 when
+    items carry times but none of known cause (all of the stake is then unexplained); NaN when no
+    item carries a time (the finding then states no share)."""
+    if not any(math.isfinite(i.time_ns) for i in items):
         return math.nan
-    total = float(sum(timed))
+    total = float(sum(i.time_ns for i in items if i.explains and math.isfinite(i.time_ns)))
     return min(total, time_at_stake_ns) if math.isfinite(time_at_stake_ns) else total
 
 
@@ -198,6 +223,28 @@ class Finding:
         }
 
 
+RUNS = ("headline", "profiled", "trace")
+"""The runs a finding's numbers come from (:attr:`Finding.run`)."""
+
+OWN_RUNS = ("engine", "torch-script", "engine-sweep", "engine-loadtest")
+"""Source kinds perfscope ran itself under the profiler: their trace is "the profiled run"."""
+
+
+def trace_run(report: Report) -> str:
+    """The run the kernels, ranges and the trace's steps belong to: ``profiled`` for a run perfscope
+    profiled itself (an engine report, a script), ``trace`` for an imported trace."""
+    kind = str((report.manifest.get("source") or {}).get("kind") or "")
+    if kind in OWN_RUNS or len(report.steps_unprofiled) or len(report.requests_unprofiled):
+        return "profiled"
+    return "trace"
+
+
+def headline_run(report: Report) -> str:
+    """The run the engine steps of the headline come from (``analysis.summaries.serving.run_steps``):
+    ``headline`` when the report holds a warm unprofiled run's steps, else :func:`trace_run`."""
+    return "headline" if len(report.steps_unprofiled) else trace_run(report)
+
+
 def severity_for(at_stake_ns: float, reference_ns: float) -> str:
     """``high`` / ``medium`` / ``low`` from the share of ``reference_ns`` a fix could save."""
     if not (reference_ns > 0) or not math.isfinite(at_stake_ns):
@@ -211,9 +258,11 @@ def severity_for(at_stake_ns: float, reference_ns: float) -> str:
 def ranked(report: Report, rule_id: str, title: str, evidence: Evidence, recommendation: str,
            time_at_stake_ns: float, *, kernels: tuple[str, ...] = (), ranges: tuple[str, ...] = (),
            items: tuple[Item, ...] = (), run: str = "") -> Finding:
-    """A Finding whose severity is its time at stake against the profile's span, with the share of that
-    time its ``items`` explain (:func:`explained_ns`)."""
-    severity = severity_for(time_at_stake_ns, profile_span_ns(report))
+    """A Finding whose severity is its time at stake against the span of the run it names (``run``: its
+    numbers' run, :data:`RUNS`; default the trace's, :func:`trace_run`), with the share of that time its
+    ``items`` explain (:func:`explained_ns`)."""
+    run = run or trace_run(report)
+    severity = severity_for(time_at_stake_ns, run_span_ns(report, run))
     items = tuple(sorted(items, key=lambda i: -i.time_ns if math.isfinite(i.time_ns) else math.inf))
     return Finding(rule_id, severity, title, evidence, recommendation, time_at_stake_ns, kernels, ranges,
                    items, explained_ns(items, time_at_stake_ns), run)

@@ -5,13 +5,17 @@ A decode step must read every weight once and the KV cache of every sequence, so
 ``(weight_bytes + kv_cache_bytes) / DRAM roof``; MBU is that floor over the measured step time.
 Imported traces without step annotations have no steps, so these rules stay silent on them; a
 framework's steps (vLLM, SGLang, ...) have no model bytes, so their bytes are their kernels'
-(``kernel_dram_bytes``), and outlier steps are left out. Step times come from the
-headline run (the warm unprofiled one when the report holds it: the profiler inflates every
-launch); kernel coverage compares the profiled run's kernels with the profiled run's steps.
+(``kernel_dram_bytes``), and outlier steps are left out. Step times, the numbers each finding
+quotes and its time at stake all come from one run, the one the finding names (``run``): the
+headline (the warm unprofiled run when the report holds it: the profiler inflates every launch),
+else the profiled run or the trace. What only the profiled run measures (kernel coverage, its
+kernels and idle gaps as evidence items) is put on the stake's run as shares of its own stake
+(``evidence.on_stake_clock``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -21,9 +25,30 @@ import pandas as pd
 from perfscope.format import duration, nbytes
 from perfscope.format import pct as fmt_pct
 
-from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
+from ..idle import GRAPH_KINDS, HOST_KINDS, graphs_help, kind_totals, largest_kind
+from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps, step_windows
 from ..summaries.serving import phase_summary, run_steps
-from ._base import Finding, Item, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
+from ._base import (
+    Finding,
+    Item,
+    collect_advice,
+    headline_run,
+    info,
+    is_cpu_report,
+    merge_intervals,
+    pct,
+    ranked,
+)
+from ._gaps import idle_advice, idle_items, kind_advice
+from .evidence import (
+    idle_within,
+    kernel_items,
+    largest_kernel,
+    on_stake_clock,
+    step_items,
+    time_in,
+    unexplained,
+)
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 
 if TYPE_CHECKING:
@@ -50,20 +75,6 @@ def _phase_steps(report: Report, phase: str, *, profiled: bool = False) -> pd.Da
     return s[(s["phase"] == phase) & (s["end_ns"] > s["start_ns"])]
 
 
-def _profiled_wall_ns(report: Report, *phases: str) -> float:
-    """Wall time of the phases' steps in the profiled run (the clock every finding's time at stake is on)."""
-    return float(sum(_phase_steps(report, p, profiled=True)["duration_ns"].sum() for p in phases))
-
-
-def _on_profiled_clock(report: Report, headline_ns: float, *phases: str) -> float:
-    """A time measured on the headline run's steps of ``phases``, put on the profiled run's clock (the
-    kernels' clock, which every other rule's time at stake is on): scaled by the phases' profiled
-    over headline wall time. The same time when the report holds one run."""
-    head = float(sum(_phase_steps(report, p)["duration_ns"].sum() for p in phases))
-    prof = _profiled_wall_ns(report, *phases)
-    return headline_ns * prof / head if head > 0 and prof > 0 else headline_ns
-
-
 def _model_bytes(steps: pd.DataFrame) -> pd.Series:
     """Bytes each step must read: the model's weights + KV cache (engine steps), else the summed
     DRAM bytes of the step's kernels (framework steps: from the kernels' costs)."""
@@ -71,6 +82,26 @@ def _model_bytes(steps: pd.DataFrame) -> pd.Series:
     if "kernel_dram_bytes" in steps:
         model = model.where(model.notna(), steps["kernel_dram_bytes"])
     return model
+
+
+def _idle_in_steps(report: Report, prof: pd.DataFrame) -> pd.DataFrame:
+    """The ``idle`` table's slices inside the profiled steps ``prof`` (none without steps)."""
+    if not len(prof):
+        return idle_within(report, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return idle_within(report, *step_windows(prof, report.kernels))
+
+
+def _run_of(report: Report) -> str:
+    """``gpu``, ``cpu`` (an eager CPU run) or ``compiled-cpu`` (:func:`.timeline.compiled_cpu_run`)."""
+    return "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
+
+
+def _gap_advice(idle: pd.DataFrame, items: list[Item], run: str, graph_run: str | None = None) -> str:
+    """The idle advice (:func:`._gaps.idle_advice`, in the words of a ``run`` on the GPU or the CPU) for the
+    gaps inside a phase's steps; with no gap there, the advice for time of unknown cause."""
+    cpu = run != "gpu"
+    return (idle_advice(idle, items, cpu=cpu, compiled_cpu=run == "compiled-cpu", graph_run=graph_run)[0]
+            or kind_advice("unknown", 100.0, items, idle, cpu=cpu))
 
 
 def _kernel_cover_pct(report: Report, steps: pd.DataFrame, phase: str) -> float:
@@ -125,10 +156,7 @@ def decode_mbu(report: Report) -> list[Finding]:
         return []
     prof = _phase_steps(report, "decode", profiled=True)
     prof = prof[_model_bytes(prof).notna()]
-    # at stake on the profiled run's clock, like every other finding: its steps above their floor
-    at_stake = (float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
-                              / bw * 1e9, 0, None).sum()) if len(prof)
-                else _on_profiled_clock(report, float(np.clip(dur - floor_ns, 0, None).sum()), "decode"))
+    at_stake = float(np.clip(dur - floor_ns, 0, None).sum())  # the same steps' time above their floor
     cover = _kernel_cover_pct(report, _phase_steps(report, "decode", profiled=True), "decode")
     ops_per_step = float((report.kernels["phase"] == "decode").sum()) / len(steps)
     evidence: dict[str, float | int | str] = {
@@ -148,24 +176,68 @@ def decode_mbu(report: Report) -> list[Finding]:
     what = "of its kernels' DRAM traffic" if has_framework_steps(steps) else "of weights + KV cache"
     title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {duration(float(dur.mean()))} per step vs a "
              f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB {what}")
+    # the items are measured on the profiled run (its kernels and idle gaps); on the stake's clock
+    prof_stake = float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
+                               / bw * 1e9, 0, None).sum())
+    idle = _idle_in_steps(report, prof)
+    items = on_stake_clock(_decode_items(report, prof, idle, bw), at_stake, prof_stake)
+    gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
+    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
+                         "item holds: step time outside the idle table's gaps (before the first kernel, after the "
+                         "last) or kernel time the kernels' own byte counts do not place")
+    evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_roof_ns=kernel_ns)
+    totals = kind_totals(idle)
     mode = graph_mode(report)
-    graph = graph_advice(report, mode) if mode.is_graph_run else None
+    graph = graph_advice(report, mode, graphs=graphs_help(totals)) if mode.is_graph_run else None
     if graph:
         evidence.update(mode.evidence())
-    mode_of_run = "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
-    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run)
-    if has_framework_steps(steps):
+    mode_of_run = _run_of(report)
+    fix = largest_kind(totals) if gap_ns >= kernel_ns else "kernels"
+    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run, fix=fix, items=items,
+                            idle=idle)
+    if has_framework_steps(steps) and fix in GRAPH_KINDS:
         from .knobs import framework_of, knob
 
         advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
-    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",))]
+    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",), items=tuple(items),
+                   run=headline_run(report))]
 
 
-def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None,
-                   run: str = "gpu") -> str:
-    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``."""
+def _decode_items(report: Report, prof: pd.DataFrame, idle: pd.DataFrame, bw: float) -> list[Item]:
+    """What the decode steps' time above their floor is: the device idle inside the steps (``idle``, their
+    slices of the ``idle`` table, by kind and subject: :func:`._gaps.idle_items`) and the kernels' time
+    above their own DRAM floor (bytes / roof; a kernel without bytes holds its whole time, of unknown cause)."""
+    if not len(prof):
+        return []
+    items = idle_items(idle, where=" inside decode steps")
+    k = report.kernels
+    pos = np.flatnonzero((k["phase"] == "decode").to_numpy(bool))
+    if len(pos):
+        dur = k["duration_ns"].to_numpy(np.float64)[pos]
+        kb = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy(np.float64)[pos] if "dram_bytes" in k \
+            else np.full(len(pos), np.nan)
+        known = np.isfinite(kb)
+        above = np.where(known, np.clip(dur - np.nan_to_num(kb) / bw * 1e9, 0, None), dur)
+
+        def describe(g: pd.DataFrame) -> str:
+            b = pd.to_numeric(g["dram_bytes"], errors="coerce") if "dram_bytes" in g else pd.Series(dtype="float64")
+            t = float(g["duration_ns"].sum())
+            if not b.notna().any() or not t > 0:
+                return ""
+            return f"above its DRAM floor (it reads {nbytes(float(b.sum()))} at {fmt_pct(pct(float(b.sum()) / (t * 1e-9), bw))} of the roof)"
+
+        items += kernel_items(k, pos, above, explains=known, describe=describe)
+    return items
+
+
+def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None, run: str, *,
+                   fix: str | None, items: list[Item], idle: pd.DataFrame) -> str:
+    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``; ``fix`` is the kind
+    (:data:`..idle.KINDS`) holding the most of the gaps ``idle`` inside the steps, or ``kernels`` when the
+    kernels' own time above their floor is the larger part (None: neither holds any)."""
     launch_bound = floor_ns < ops_per_step * SHORT_KERNEL_NS
-    if run == "compiled-cpu" and launch_bound:
+    host_gaps = run != "gpu" and fix in (*GRAPH_KINDS, *HOST_KINDS)  # on a CPU the gaps between operators are dispatch
+    if run == "compiled-cpu" and launch_bound and host_gaps:
         head = (f"Decode is already compiled (compile=True), and the step's bandwidth floor ({duration(floor_ns)}) "
                 "is still shorter than the fixed host cost of a step (the compiled call's guard check and launch "
                 "code, per-token Python such as sampling): the model is too small for this CPU and that overhead "
@@ -174,34 +246,31 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
         head = ("Decode is already compiled (compile=True): its kernels read the weights below the bandwidth "
                 "roof. Check that every core works (torch.get_num_threads(), no other busy process) and the "
                 "compiled kernels against the roof (memory-below-roof).")
-    elif run == "cpu" and launch_bound:
+    elif run == "cpu" and launch_bound and host_gaps:
         head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than dispatching its "
                 f"{ops_per_step:.0f} operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too small for "
                 "this CPU and per-operator overhead sets the step time. Compile the decode step (perfscope "
                 "profile --compile, or torch.compile) so it runs as a few fused kernels.")
     elif run == "cpu":
         head = ((f"Operators run only {cover:.0f}% of each decode step: the rest is Python and dispatch overhead. "
-                 if cover < KERNEL_COVER_LOW_PCT else "The decode operators read the weights slowly. ")
+                 if host_gaps else "The decode operators read the weights slowly. ")
                 + "Compile the decode step (perfscope profile --compile, or torch.compile): inductor fuses each "
                 "layer's matrix-vector products into loops that stream the weights (this engine's 125M model "
                 "decodes at about 0.8 of a streaming read compiled against 0.56 eager on a 2-vCPU VM, "
                 "benchmarks/RESULTS.md).")
-    elif graph is not None:
-        head = ((f"Kernels run only {cover:.0f}% of each decode step. " if cover < KERNEL_COVER_LOW_PCT else
-                 "The decode kernels themselves read memory slowly: use fused decode attention and GEMV "
-                 "kernels tuned for small batches. ") + graph)
-    elif launch_bound:
+    elif fix == "kernels":
+        top = largest_kernel(items)
+        head = ("The decode kernels themselves read memory slowly" + (f" (the most time above its floor: {top})"
+                                                                       if top else "")
+                + ": check them against the bandwidth roof (memory-below-roof) and use fused decode attention "
+                "and GEMV kernels tuned for small batches.")
+    elif graph is None and launch_bound and fix in GRAPH_KINDS:
         head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than launching its "
                 f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
                 "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "
                 "graph or compile it (torch.compile) so it runs as few launches.")
-    elif cover < KERNEL_COVER_LOW_PCT:
-        head = (f"Kernels run only {cover:.0f}% of each decode step: the rest is launch and Python overhead. "
-                "Capture the decode step in a CUDA graph (torch.compile(mode='reduce-overhead')) and keep "
-                "sampling and bookkeeping on the device.")
-    else:
-        head = ("The decode kernels themselves read memory slowly: check the GEMV/attention kernels against "
-                "the bandwidth roof (memory-below-roof) and use fused decode attention.")
+    else:  # the gaps' kinds, largest first; a graph run is told what its replays leave instead of graphs
+        head = _gap_advice(idle, items, run, graph)
     return (head + " Then raise the batch: the weights are read once per step for every sequence in it, so "
                    "tokens per second grow almost linearly until the KV cache dominates; quantized weights "
                    "(int8/fp8/int4) lower the floor itself.")
@@ -254,13 +323,22 @@ def prefill_mfu(report: Report) -> list[Finding]:
         "model_bytes": nbytes, "mbu_pct": pct(nbytes / (wall * 1e-9), bw),
         "bound": "compute" if compute_ns >= memory_ns else "memory", "speed_of_light_pct": sol_pct,
     }
-    prof_wall = _profiled_wall_ns(report, "prefill")  # at stake on the profiled run's clock
-    at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
+    at_stake = wall - max(compute_ns, memory_ns)  # the same steps' time above their speed of light
     title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
-    advice = ("Prefill should be compute-bound GEMM work. Give it larger GEMMs (batch prompts together, longer "
-              "chunks in chunked prefill), a fused attention kernel (SDPA/flash) instead of materialised scores, "
-              "and a tensor-core precision (bf16); CUDA graphs do not help much here, kernel efficiency does.")
+    prof = _phase_steps(report, "prefill", profiled=True)
+    idle = _idle_in_steps(report, prof)
+    items = on_stake_clock(_prefill_items(report, idle, k, bw), at_stake,
+                           float(prof["duration_ns"].sum()) - max(compute_ns, memory_ns))
+    gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
+    evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_light_ns=kernel_ns)
+    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
+                         "item holds: step time outside the idle table's gaps, or the part of the kernels' own speeds "
+                         "of light that the phase's (the larger of its FLOP and byte totals) does not count")
+    if gap_ns > kernel_ns:
+        advice = _gap_advice(idle, items, _run_of(report))
+    else:
+        advice = _prefill_advice(items, k, precision)
     if has_framework_steps(steps):
         from .knobs import framework_of, knob
 
@@ -268,7 +346,56 @@ def prefill_mfu(report: Report) -> list[Finding]:
         evidence["framework"] = fw
         advice += knob(fw, "batch_tokens")
     return [ranked(report, "prefill-mfu", title, evidence, advice,
-                    at_stake, ranges=("prefill",))]
+                    at_stake, ranges=("prefill",), items=tuple(items), run=headline_run(report))]
+
+
+def _prefill_items(report: Report, idle: pd.DataFrame, k: pd.DataFrame, bw: float) -> list[Item]:
+    """What the prefill's time above its speed of light is: the device idle inside its steps (``idle``, by
+    kind and subject) and each kernel's time above its own speed of light (max of FLOPs / its precision's
+    roof and bytes / the DRAM roof; a kernel with neither holds its whole time, of unknown cause)."""
+    dev = report.device
+    items = idle_items(idle, where=" inside prefill steps")
+    if not len(k) or dev is None:
+        return items
+    pos = np.flatnonzero(report.kernels.index.isin(k.index))
+    kk = report.kernels.iloc[pos]
+    dur = kk["duration_ns"].to_numpy(np.float64)
+    fl = pd.to_numeric(kk["flops"], errors="coerce").to_numpy(np.float64)
+    by = pd.to_numeric(kk["dram_bytes"], errors="coerce").to_numpy(np.float64) if "dram_bytes" in kk \
+        else np.full(len(kk), np.nan)
+    roofs = kk["precision"].astype("object").fillna("fp32").map(
+        lambda p: float(dev.peak_flops(str(p)) or math.nan)).to_numpy(np.float64)
+    light = np.fmax(fl / roofs * 1e9, by / bw * 1e9)
+    known = np.isfinite(light)
+    above = np.where(known, np.clip(dur - np.nan_to_num(light), 0, None), dur)
+
+    def describe(g: pd.DataFrame) -> str:
+        b = str(g["bound"].dropna().astype(str).mode().iloc[0]) if "bound" in g and g["bound"].notna().any() else ""
+        r = pd.to_numeric(g["pct_of_roof"], errors="coerce") if "pct_of_roof" in g else pd.Series(dtype="float64")
+        at = f" at {fmt_pct(float(np.average(r.fillna(0), weights=g['duration_ns'])))} of its roof" \
+            if r.notna().any() else ""
+        return f"above its speed of light ({b}-bound{at})" if b else "above its speed of light"
+
+    return items + kernel_items(report.kernels, pos, above, explains=known, describe=describe)
+
+
+def _prefill_advice(items: list[Item], k: pd.DataFrame, precision: str) -> str:
+    """Advice for prefill kernels below their speed of light, from what the largest kernel items are."""
+    top = largest_kernel(items)
+    kinds = [i for i in items if i.kind in ("kernel", "kernels") and i.explains]
+    cats = {str(i.attrs.get("category")) for i in sorted(kinds, key=lambda i: -i.time_ns)[:3]}
+    names = " ".join(str(i.attrs.get("name", "")) for i in kinds).lower()
+    parts = ["Prefill should be compute-bound GEMM work; its kernels run below their speed of light"
+             + (f" (the most time above it: {top})" if top else "") + "."]
+    if "gemm" in cats:
+        parts.append("Give it larger GEMMs: batch prompts together, longer chunks in chunked prefill.")
+    if "attention" in cats or "softmax" in names or "bmm" in names:
+        parts.append("Use a fused attention kernel (SDPA/flash) instead of materialised scores.")
+    if precision in ("fp32", "tf32"):
+        parts.append(f"It computes in {precision}: a tensor-core precision (bf16) raises the roof itself.")
+    if len(parts) == 1:
+        parts.append("Check those kernels against their roof (memory-below-roof, compute-below-roof).")
+    return " ".join(parts)
 
 
 def kv_cache_share(report: Report) -> list[Finding]:
@@ -293,12 +420,22 @@ def kv_cache_share(report: Report) -> list[Finding]:
     }
     title = (f"KV cache is {share.iloc[-1]:.0f}% of decode traffic at context {evidence['last_context_len']} "
              f"x batch {evidence['batch']} (from {share.iloc[0]:.0f}% at context {evidence['first_context_len']})")
+    kv = steps["kv_cache_bytes"].to_numpy(np.float64)
+    items = step_items(steps, kv / bw * 1e9 if bw else np.full(len(steps), np.nan), placed=_placed(report),
+                       describe=lambda r: (f"reads {nbytes(float(r['kv_cache_bytes']))} of KV cache at context "
+                                           f"{r['context_len']} ({100 * float(r['kv_cache_bytes']) / float(r['kv_cache_bytes'] + r['weight_bytes']):.0f}% of its bytes)"))
     advice = ("Decode traffic is shifting from weights to the KV cache as contexts grow. Shrink what each step "
               "reads: an FP8/INT8 KV cache halves it, grouped-query or multi-query attention divides it by the "
               "query-per-KV-head ratio, paged attention avoids reading padded slots, and sliding-window or "
               "prefix-shared caches cap it. Larger batches stop paying off once the KV cache dominates.")
     return [ranked(report, "kv-cache-share", title, evidence, advice,
-                    at_stake, ranges=("decode",))]
+                    at_stake, ranges=("decode",), items=tuple(items), run=headline_run(report))]
+
+
+def _placed(report: Report) -> bool:
+    """Whether the headline run's steps lie on the report's timeline (the kernels' clock): they do
+    unless the report holds a separate unprofiled run, whose steps have their own clock."""
+    return not len(report.steps_unprofiled)
 
 
 SPEC_PAID_SPEEDUP = 1.0
@@ -314,7 +451,7 @@ def _intensity(report: Report, steps: pd.DataFrame) -> float:
     return 2.0 * float(n_params) * float(steps["tokens"].mean()) / nbytes
 
 
-def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
+def _verify_cost(report: Report, verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
     """A framework's speculative steps whose labels say no accepted counts (SGLang's TARGET_VERIFY,
     vLLM's multi-token decodes): what drafting and verifying cost, and that acceptance is not in the
     trace."""
@@ -326,11 +463,11 @@ def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
         "verify_steps": len(verify), "draft_steps": len(draft), "verify_time_ns": verify_ns, "draft_time_ns": draft_ns,
         "drafted_tokens": int(drafted.sum()) if drafted.notna().any() else math.nan,
         "verify_step_ns": verify_ns / len(verify), "draft_ns_per_verify_step": draft_ns / len(verify)}
-    return [info("speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and "
-                 f"{len(draft)} draft steps ({duration(draft_ns)}); the trace does not say how many drafts were "
-                 "accepted", "Acceptance decides whether speculation pays: read it from the server's metrics "
-                 "(vLLM spec_decode acceptance, SGLang accept length) and compare tokens/s with speculation off.",
-                 **evidence)]
+    return [dataclasses.replace(info(
+        "speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and {len(draft)} draft "
+        f"steps ({duration(draft_ns)}); the trace does not say how many drafts were accepted", "Acceptance decides "
+        "whether speculation pays: read it from the server's metrics (vLLM spec_decode acceptance, SGLang accept "
+        "length) and compare tokens/s with speculation off.", **evidence), run=headline_run(report))]
 
 
 def speculation(report: Report) -> list[Finding]:
@@ -342,7 +479,7 @@ def speculation(report: Report) -> list[Finding]:
     verify, draft, decode = (_phase_steps(report, p) for p in ("verify", "draft", "decode"))
     known = "accepted" in verify.columns and verify["accepted"].notna().any()
     if not len(verify) or verify["drafted"].isna().all() or not known:
-        return _verify_cost(verify, draft)
+        return _verify_cost(report, verify, draft)
     spec = report.params.get("speculation") or {}
     method = str(spec.get("method", "speculative")) if isinstance(spec, dict) else "speculative"
     drafted, accepted = float(verify["drafted"].sum()), float(verify["accepted"].sum())
@@ -375,18 +512,22 @@ def speculation(report: Report) -> list[Finding]:
     head = (f"{tokens_per_verify:.2f} tokens per verify step (acceptance {acceptance:.0f}%) at "
             f"{cost_ratio:.2g}x a decode step")
     if not len(decode) and not speedup >= SPEC_PAID_SPEEDUP:
-        return [info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known "
-                     "without a plain decode step to compare", "Profile the same prompts without --speculative "
-                     "and compare decode tokens/s (perfscope compare).", **evidence)]
+        return [dataclasses.replace(info(
+            "speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known without a "
+            "plain decode step to compare", "Profile the same prompts without --speculative and compare decode "
+            "tokens/s (perfscope compare).", **evidence), run=headline_run(report))]
+    items = _speculation_items(report, verify, draft, step_ns, accepted)
     if speedup >= SPEC_PAID_SPEEDUP:
         title = f"Speculative decoding ({method}) paid: {head}: {speedup:.2f}x plain decode's tokens/s"
         advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
                   "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
-        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",))]
-    at_stake = _on_profiled_clock(report, (per_token_ns - step_ns) * (emitted + len(decode)),
-                                  "verify", "draft", "decode")
+        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",), items=tuple(items),
+                        run=headline_run(report))]
+    at_stake = (per_token_ns - step_ns) * (emitted + len(decode))  # on the run the steps above come from
     title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
-    if cost_ratio > tokens_per_verify:
+    verify_extra = sum(i.time_ns for i in items if i.attrs.get("part") == "verify")
+    draft_cost = sum(i.time_ns for i in items if i.attrs.get("part") == "draft")
+    if verify_extra >= draft_cost:
         why = ("Each verify step costs more than the tokens it yields: on this device a (k+1)-token forward is not "
                "free (the step is compute- or overhead-bound, not weight-read-bound). Shorten --draft-len, or "
                "speculate only where the hardware reads weights far slower than it computes (a GPU at batch 1).")
@@ -394,15 +535,38 @@ def speculation(report: Report) -> list[Finding]:
         why = ("The draft costs too much for what it gets accepted: use a cheaper draft (ngram lookup) or one that "
                "agrees more often (more self-draft layers), and keep speculation for prompts whose answer repeats "
                "its input (rewrite, edit, summarise, code).")
-    return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"))]
+    return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"),
+                   items=tuple(items), run=headline_run(report))]
+
+
+def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame, step_ns: float,
+                       accepted: float) -> list[Item]:
+    """What speculation cost over plain decoding: the draft steps (a plain decoder runs none), each
+    verify step's time above a plain decode step, and what the accepted tokens saved (plain decode
+    steps not run: a metric, no time of the cost)."""
+    placed = _placed(report)
+    drafts = step_items(draft, draft["duration_ns"].to_numpy(np.float64), placed=placed, top=3,
+                        describe=lambda r: "drafting")
+    verifies = step_items(verify, np.clip(verify["duration_ns"].to_numpy(np.float64) - step_ns, 0, None),
+                          placed=placed, top=3,
+                          describe=lambda r: f"above a plain decode step ({duration(step_ns)})"
+                          + (f", {int(r['accepted'])} of {int(r['drafted'])} drafts accepted"
+                             if pd.notna(r.get("accepted")) and pd.notna(r.get("drafted")) else ""))
+    out = [dataclasses.replace(i, attrs={**i.attrs, "part": part})
+           for part, group in (("draft", drafts), ("verify", verifies)) for i in group]
+    if math.isfinite(step_ns) and accepted > 0:
+        out.append(Item("metric", f"{int(accepted):,} accepted tokens saved {int(accepted):,} plain decode steps "
+                        f"({duration(accepted * step_ns)}), which the cost above is set against",
+                        attrs={"accepted_tokens": int(accepted), "saved_ns": accepted * step_ns}))
+    return out
+
 
 
 def kv_policy(report: Report) -> list[Finding]:
     """What a KV-cache policy (``--kv-policy``) saved in decode against the full cache measured in the same
-    session (:mod:`perfscope.analysis.summaries.kv_policy`), on the profiled run's clock, with the decode
-    attention kernels and the KV held per sequence as its evidence."""
-    from dataclasses import replace
-
+    session (:mod:`perfscope.analysis.summaries.kv_policy`): the stake is the saving (or the loss) on the
+    headline run's decode steps; the items are the decode attention kernels of both profiled runs (put on
+    the stake's clock) and the KV held per sequence."""
     from ..summaries.kv_policy import kv_policy_summary, step_saving_ns
 
     s = kv_policy_summary(report)
@@ -429,17 +593,21 @@ def kv_policy(report: Report) -> list[Finding]:
     held = (f"{nbytes(s['kv_bytes_per_sequence'])} of KV per {s['sequence_tokens']}-token sequence vs "
             f"{nbytes(s['full_kv_bytes_per_sequence'])} with the full cache: {s['sequences_fit_ratio']:.1f}x the "
             "sequences fit in the same memory") if "sequences_fit_ratio" in s else ""
+    run = headline_run(report)
     if not ref.get("step_ns"):
-        return [info("kv-policy", f"KV policy {name}: {reads}; no full-cache run to time against",
-                     "Profile without --no-baseline: the full cache then runs beside the policy, pass for pass, "
-                     "and the saving is measured on the same clock.", **evidence)]
+        return [dataclasses.replace(info(
+            "kv-policy", f"KV policy {name}: {reads}; no full-cache run to time against",
+            "Profile without --no-baseline: the full cache then runs beside the policy, pass for pass, and the "
+            "saving is measured on the same clock.", **evidence), run=run)]
     saved = step_saving_ns(s)
     n = int(own["decode_steps"])
     evidence.update(full_decode_step_ns=ref["step_ns"], full_attention_ns_per_step=ref.get("attention_ns_per_step",
                     math.nan), full_decode_mbu_pct=100.0 * ref.get("mbu", math.nan), saved_ns_per_step=saved,
                     decode_speedup=s.get("step_ns_speedup", math.nan))
+    # the kernels are the profiled runs': their saving per step, over the profiled decode steps
     prof_steps = int((report.steps["phase"] == "decode").sum()) if len(report.steps) else 0
     attn_saved = (ref.get("attention_ns_per_step", math.nan) - own.get("attention_ns_per_step", math.nan)) * prof_steps
+    prof_saved = (ref.get("profiled_step_ns", math.nan) - own.get("profiled_step_ns", math.nan)) * prof_steps
     attn = (f"{own.get('attention_ns_per_step', math.nan) / 1e6:.3g} ms per step vs "
             f"{ref.get('attention_ns_per_step', math.nan) / 1e6:.3g} ms with the full cache")
     attrs = {"kv_bytes_per_step": kv, "full_kv_bytes_per_step": full_kv, "kv_entries_per_step": entries,
@@ -448,19 +616,24 @@ def kv_policy(report: Report) -> list[Finding]:
                                           "full_kv_bytes_per_sequence": s["full_kv_bytes_per_sequence"]})] if held else []
     quality = ("What it costs in quality is not in a profile: measure it on your prompts against the full cache "
                "(benchmarks/kv_policies.py: logit error, top-1 agreement and greedy match).")
+    stake = abs(saved) * n  # on the headline run's decode steps
     if saved > 0:
         items = [Item("kernels", f"decode attention (the cache's reads and writes, the policy's selection): {attn}",
                       time_ns=attn_saved, attrs=attrs)] if attn_saved > 0 else []
-        stake = _on_profiled_clock(report, saved * n, "decode")
+        items = on_stake_clock(items, stake, prof_saved if prof_saved > 0 else attn_saved)
+        items += unexplained(stake - time_in(items, ("kernels",)), "decode time saved outside the attention kernels "
+                             "(or the two runs' step times moving apart on a loaded machine)")
         title = (f"KV policy {name} saved {saved / 1e6:.3g} ms per decode step "
                  f"({s.get('step_ns_speedup', math.nan):.2f}x the full cache's speed): {reads}")
         advice = "The policy pays here: decode reads fewer KV bytes. " + (held + ". " if held else "") + quality
         f = ranked(report, "kv-policy", title, evidence, advice, stake, ranges=("decode",),
-                   items=tuple(items + metric), run="headline")
-        return [replace(f, severity="info")]  # a saving, not something to fix
+                   items=tuple(items + metric), run=run)
+        return [dataclasses.replace(f, severity="info")]  # a saving, not something to fix
     items = [Item("kernels", f"the policy's cache work in decode (selection, eviction, attention): {attn}",
                   time_ns=-attn_saved, attrs=attrs)] if attn_saved < 0 else []
-    stake = _on_profiled_clock(report, -saved * n, "decode")
+    items = on_stake_clock(items, stake, -prof_saved if prof_saved < 0 else -attn_saved)
+    items += unexplained(stake - time_in(items, ("kernels",)), "decode time lost outside the attention kernels "
+                         "(or the two runs' step times moving apart on a loaded machine)")
     title = (f"KV policy {name} did not pay: decode steps took {-saved / 1e6:.3g} ms longer than with the full "
              f"cache; {reads}")
     advice = ("At this context and batch the K/V a step reads is small next to the weights, and selecting and "
@@ -468,4 +641,4 @@ def kv_policy(report: Report) -> list[Finding]:
               "the KV cache dominates decode traffic (long contexts, large batches: see kv-cache-share). "
               + (held + ", which still counts for capacity. " if held else "") + quality)
     return [ranked(report, "kv-policy", title, evidence, advice, stake, ranges=("decode",), items=tuple(items + metric),
-                   run="headline")]
+                   run=run)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -12,12 +13,29 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfscope.format import dumps, records
+from perfscope.outpaths import out_path
 from perfscope.report import REPORT_SUFFIX
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["as_report_path", "default_run_dir", "echo_json", "records", "stage_progress"]
+    from perfscope.device import DeviceSpec
+
+__all__ = ["OUT_RULE", "Finite", "default_run_dir", "echo_json", "out_path", "records", "roofs_spec",
+           "stage_progress"]
+
+
+class Finite(click.FloatRange):
+    """A float option in a range that also refuses NaN and ±inf (click's FloatRange lets NaN through:
+    every comparison with it is false), so a value is checked before any arithmetic or allocation."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        if out is not None and not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
 
 
 @contextmanager
@@ -56,18 +74,45 @@ def stage_progress(total: int, *, enabled: bool = True) -> Iterator[Callable[[st
         bar.close()
 
 
+OUT_RULE = "X.perfscope, X (.perfscope added) or DIR/ (a folder: the default name inside it)"
+"""How every ``--out`` is read, for the help texts (:mod:`perfscope.outpaths` has the rule)."""
+
+
 def default_run_dir(stem: str) -> Path:
     """``runs/<timestamp>-<stem>.perfscope`` under the current directory."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{stem}{REPORT_SUFFIX}"
 
 
-def as_report_path(path: str | Path) -> Path:
-    """Add the ``.perfscope`` suffix to a report folder name that lacks it."""
-    p = Path(path)
-    return p if p.name.endswith(REPORT_SUFFIX) else p.with_name(p.name + REPORT_SUFFIX)
-
-
 def echo_json(payload: Any) -> None:
     """Print ``payload`` as JSON (NaN/inf become null, numpy scalars plain numbers)."""
     click.echo(dumps(payload))
+
+
+def roofs_spec(spec: str) -> DeviceSpec:
+    """Device roofs named on the command line (``--roofs`` of import and compare): ``cuda[:N]``
+    (measured here), a report folder, or a datasheet row's name (an unknown name is a UsageError
+    listing close ones)."""
+    from perfscope.datasheets import pick_datasheet, sheet_spec
+    from perfscope.errors import InputFormatError, UsageError
+    from perfscope.format import terminal_text
+    from perfscope.report import Report
+
+    if spec.startswith("cuda"):
+        from perfscope.collectors.roofs import device_roofs
+        from perfscope.engine.generate import resolve_device
+
+        resolve_device(spec)  # a clear error when there is no GPU
+        return device_roofs(spec)
+    if not Path(spec).is_dir():
+        if spec.endswith(".perfscope") or "/" in spec:
+            raise UsageError(f"--roofs {spec!r}: no such report folder",
+                             hint="give a .perfscope report folder, a datasheet model, or `cuda`")
+        sheet, note = pick_datasheet(spec, "--roofs")
+        if note:
+            click.echo(terminal_text(f"  note: {note}"), err=True)
+        return sheet_spec(sheet)
+    report = Report.load(spec)
+    if report.device is None or not report.device.compute:
+        raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
+    return report.device

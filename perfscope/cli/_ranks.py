@@ -14,7 +14,7 @@ import click
 
 from perfscope.report import REPORT_SUFFIX
 
-from ._common import as_report_path
+from ._common import out_path
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,7 +44,7 @@ def run_rank_import(path: str, *, out: str | None, force: bool, html: bool, sche
     from perfscope.analysis.ranks.dask_import import import_ranks
     from perfscope.analysis.ranks.stats import format_ranks, stragglers
 
-    target = as_report_path(out) if out else default_out(path)
+    target = out_path(out, default=default_out(path))
     bar = tqdm(total=None, unit="rank", file=sys.stderr, leave=False, disable=None, desc="ranks")
 
     def progress(done: int, total: int, result: Any) -> None:

@@ -9,16 +9,15 @@ import click
 
 from perfscope.format import terminal_text
 
-from ._common import as_report_path
+from ._common import OUT_RULE, out_path, roofs_spec
 
 if TYPE_CHECKING:
-    from perfscope.device import DeviceSpec
     from perfscope.report import Report
 
 
 @click.command(name="import")
 @click.argument("path", type=click.Path())
-@click.option("--out", type=click.Path(), default=None, help="Report folder to write (default: ./NAME.perfscope).")
+@click.option("--out", type=click.Path(), default=None, help=f"Report folder to write: {OUT_RULE} (default: ./NAME.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--html/--no-html", default=True, show_default=True, help="Also write report.html inside the folder.")
 # -- multi-rank import (logic in perfscope/cli/_ranks.py and perfscope.analysis.ranks.dask_import) --
@@ -56,13 +55,18 @@ if TYPE_CHECKING:
               "named groups (?P<batch>..) and (?P<tokens>..) fill the step's batch and tokens.")
 @click.option("--phase-of", "phase_of", multiple=True, metavar="REGEX=PHASE",
               help="With --steps: steps whose range name matches REGEX have PHASE (prefill, decode, ...); repeatable.")
+@click.option("--model", "memory_model", default=None, metavar="MODEL",
+              help="For a memory record (a CUDA memory snapshot, a profile_memory trace): the model (an engine "
+              "model or a Hugging Face config.json) whose parameter sizes name the weights among the blocks "
+              "allocated before the record began (docs/memory.md).")
 @click.option("--max-events", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error past N trace events (a bounded import; PERFSCOPE_MAX_MEMORY bounds "
               "its memory, e.g. 2G). Default: no limit. See docs/limits.md.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
             workers: int | None, roofs: str | None, capture: str | None, engine_model: str | None, batch: int | None,
             prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None,
-            steps_regex: str | None = None, phase_of: tuple[str, ...] = (), max_events: int | None = None) -> None:
+            steps_regex: str | None = None, phase_of: tuple[str, ...] = (), max_events: int | None = None,
+            memory_model: str | None = None) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, an ncu report / CSV, or a rocprof output
     (rocprofv3 CSV / JSON / rocpd, rocprof v1/v2, a rocprof-compute workload folder)."""
     if ranks or scheduler or workers:
@@ -82,9 +86,13 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         raise click.UsageError("--phase-of goes with --steps REGEX")
     rule = StepRule.parse(steps_regex, phase_of) if steps_regex else None
     with budget(max_events=max_events):
-        report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
+        report = import_file(path, device=roofs_spec(roofs) if roofs else None, capture=capture)
     if rule is not None:
         report = with_steps(report, rule)
+    if memory_model:
+        from perfscope.analysis.memory import with_model
+
+        report = with_model(report, memory_model)
     if engine_model and analytic_trace:
         raise click.UsageError("give either --engine or --analytic, not both")
     if engine_model:
@@ -95,7 +103,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         from perfscope.analysis.costs.analytic import with_trace_costs
 
         report = with_trace_costs(report, import_file(analytic_trace))
-    target = as_report_path(out) if out else Path(Path(path).name.split(".")[0] + ".perfscope")
+    target = out_path(out, default=Path(Path(path).name.split(".")[0] + ".perfscope"))
     written = save_with_html(report, target, force=force, html=html)
     k = report.kernels
     click.echo(terminal_text(f"imported {path}: {len(k)} kernels, {len(report.ranges)} ranges, "
@@ -104,30 +112,6 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         click.echo(terminal_text(f"  steps: {len(report.steps)} ranges matching {rule.pattern.pattern!r}"))
     for w in report.warnings:
         click.echo(terminal_text(f"  warning: {w}"), err=True)
-
-
-def _roofs(spec: str) -> DeviceSpec:
-    """Device roofs named on the command line: ``cuda[:N]`` (measured here), a report folder, or a
-    datasheet row's name (an unknown name is a UsageError listing close ones)."""
-    from perfscope.datasheets import lookup_datasheet, sheet_spec
-    from perfscope.errors import InputFormatError, UsageError
-    from perfscope.report import Report
-
-    if spec.startswith("cuda"):
-        from perfscope.collectors.roofs import device_roofs
-        from perfscope.engine.generate import resolve_device
-
-        resolve_device(spec)  # a clear error when there is no GPU
-        return device_roofs(spec)
-    if not Path(spec).is_dir():
-        if spec.endswith(".perfscope") or "/" in spec:
-            raise UsageError(f"--roofs {spec!r}: no such report folder",
-                             hint="give a .perfscope report folder, a datasheet model, or `cuda`")
-        return sheet_spec(lookup_datasheet(spec))
-    report = Report.load(spec)
-    if report.device is None or not report.device.compute:
-        raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
-    return report.device
 
 
 def _with_engine(report: Report, model: str, batch: int | None, prompt_len: int | None,

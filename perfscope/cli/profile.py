@@ -9,7 +9,7 @@ import click
 
 from perfscope.collectors import collector_names
 
-from ._common import as_report_path, default_run_dir, echo_json, stage_progress
+from ._common import OUT_RULE, default_run_dir, echo_json, out_path, stage_progress
 
 ENGINE_STAGES = 7
 
@@ -76,7 +76,7 @@ ENGINE_STAGES = 7
 @click.option("--stack", is_flag=True, help="With -- python SCRIPT: record Python stacks (torch.profiler with_stack), "
               "so the report has the nn.Module hierarchy (analyze --tree).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop the profiled command after this many seconds.")
-@click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-<model>.perfscope).")
+@click.option("--out", type=click.Path(), default=None, help=f"Report folder: {OUT_RULE} (default: runs/<timestamp>-<model>.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -133,7 +133,7 @@ def profile(command: tuple[str, ...], collector: str, out: str | None, force: bo
 
     stem = (redact_text(Path(command[0]).stem) if collector != "torch" else script_name(command)) if command else \
         str(run.model).rstrip("/").split("/")[-1]
-    target = as_report_path(out) if out else default_run_dir(stem)
+    target = out_path(out, default=default_run_dir(stem))
     if target.exists() and not force:
         from perfscope.errors import OutputExistsError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import as_report_path, default_run_dir, echo_json, records, stage_progress
+from ._common import OUT_RULE, default_run_dir, echo_json, out_path, records, stage_progress
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
@@ -29,7 +29,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[in
 @click.option("--attention", default="sdpa", show_default=True, type=click.Choice(["sdpa", "naive"]))
 @click.option("--compile/--no-compile", "compile", default=None,
               help="Compile decode (torch.compile; CUDA graphs on CUDA). Default: on for CUDA, eager on the CPU.")
-@click.option("--out", type=click.Path(), default=None, help="Report folder (default: runs/<timestamp>-sweep.perfscope).")
+@click.option("--out", type=click.Path(), default=None, help=f"Report folder: {OUT_RULE} (default: runs/<timestamp>-sweep.perfscope).")
 @click.option("--force", is_flag=True, help="Replace an existing report folder.")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-run summary as JSON.")
@@ -46,7 +46,7 @@ def sweep(model: str, batches: list[int], prompt_lens: list[int], gen_len: int, 
     base = EngineRun(model=model, gen_len=gen_len, device=device, dtype=dtype, attention=attention, compile=compile)
     base.check()
     resolve_device(device)
-    target = as_report_path(out) if out else default_run_dir("sweep")
+    target = out_path(out, default=default_run_dir("sweep"))
     if target.exists() and not force:
         raise OutputExistsError(target)
     with stage_progress(len(batches) * len(prompt_lens) + 1, enabled=not as_json) as advance:

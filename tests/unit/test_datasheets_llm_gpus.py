@@ -185,8 +185,8 @@ def test_lookup_by_the_name_a_user_types(query: str, model: str) -> None:
 
 def test_an_ambiguous_or_unknown_name_lists_close_ones() -> None:
     with pytest.raises(UsageError, match="more than one") as ambiguous:
-        lookup_datasheet("H100")
-    assert "'H100 PCIe 80 GB'" in str(ambiguous.value) and "'H100 SXM5 80 GB'" in str(ambiguous.value)
+        lookup_datasheet("A100 80")  # two rows, neither the family's common part
+    assert "'A100 80 GB PCIe'" in str(ambiguous.value) and "'A100 80 GB SXM4'" in str(ambiguous.value)
     with pytest.raises(UsageError, match="no datasheet row") as unknown:
         lookup_datasheet("MI3000X")
     assert "'MI300X'" in str(unknown.value) and "\n" not in str(unknown.value)

@@ -1,0 +1,655 @@
+"""Fitting the device models (:mod:`perfscope.device_models`) from public measurements, and their
+held-out validation (the bands).
+
+**Observations.** Every measured kernel becomes one row: the dataset, a key that names the same work
+on every device that ran it (a table's shape; a trace's op, input shapes and category), the device (its
+datasheet row), its family (:func:`perfscope.device_models.kernel_family`), its work (FLOPs, DRAM bytes,
+from perfscope's cost formulas) and its time. Repeats of a key on one device (a layer's GEMM in every
+layer) are one row: their median time, weighted by the square root of their count. Read from:
+
+- the published cross-GPU tables (``tests/fixtures/crossgpu/``): aiconfigurator A100 / H100 GEMMs and
+  attention, vidur A100 / H100 / A40 Llama-2-7B operators, LLMCompass A100 / MI210 sweeps;
+- real traces of the same model on two GPUs (TraceLens's BERT-small and TimeSformer on H100 and MI300X):
+  kernels of one op with the same input shapes, as many on each side, are the same work;
+- real traces of one GPU (H100 Qwen, B200, A100 training, MI300X vLLM / SGLang decode, MI300X norms,
+  MI308X FlashMLA, perfscope's own H200 engine run): each kernel's time against its own work.
+
+**The fit** (:func:`fit`). For each observation ``y = log(T / R)`` with ``R`` its roof time on its device
+(datasheet peaks; a GEMM's 2-norm of compute and memory time), the model is
+``y = a[device, family](log10 R) + u[key] + noise``: ``a`` is piecewise linear over the knots
+(:func:`perfscope.device_models.knots`), ``u`` the key's own difficulty, shared by every device that ran
+it (a shape that is hard on the A100 is hard on the H100), pulled to 0 by a ridge (a key seen on one
+device lends its curve half its residual). A second-difference penalty keeps each curve smooth; Huber
+weights keep an outlier (a 20x slower ROCm bmm) from bending it. Solved by alternating: each curve is a
+small weighted least-squares problem given ``u``; ``u`` a weighted mean given the curves.
+
+**Projection.** A kernel measured ``T_s`` on device s takes ``T_s x g_t(R_t) / g_s(R_s)`` on device t,
+``g_d(R) = max(floor, R exp(a_d(log10 R)))``: it keeps its own distance from its family's curve, and
+moves along the curves of the two devices.
+
+**Validation** (:func:`cross_validate`). Two folds by a hash of the key: each fold's rows are projected
+with the models fitted on the other fold only (every device pair, both directions, that shares keys), so
+every error is held out. The bands are the p10 / p90 of ``log(measured / projected)`` per family group
+and vendor pair (:func:`bands`); :func:`coverage` checks bands taken from one fold's rows on the other
+fold's rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.datasheets import find_datasheet
+from perfscope.device_models import (
+    N_BINS,
+    Band,
+    Curve,
+    DeviceModel,
+    DeviceModels,
+    family_group,
+    interp_weights,
+    sheet_identity,
+    spec_identity,
+)
+
+from . import crossgpu
+from .devices import datasheet_roofs, families, roof_times
+from .times import project_times
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from perfscope.report import Report
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+
+SOURCES: dict[str, str] = {
+    "aiconfigurator": "ai-dynamo/aiconfigurator (Apache-2.0): measured GEMM and attention latency tables, "
+                      "vLLM 0.14 kernels, A100-SXM4-80GB and H100 80GB HBM3",
+    "vidur": "microsoft/vidur (MIT): Llama-2-7B per-operator times, 1-4096 tokens, TP 1-8, A100 / H100 / A40",
+    "llmcompass": "PrincetonUniversity/LLMCompass (BSD-3): fp16 matmul, softmax, layernorm, GELU sweeps measured "
+                  "on A100-80GB and MI210",
+    "tracelens bert-small": "AMD-AGI/TraceLens @171dd747 (MIT), tests/traces/{h100,mi300}: BERT-small inference "
+                            "traced with one harness on H100 and MI300X",
+    "tracelens timesformer": "AMD-AGI/TraceLens @171dd747 (MIT), tests/traces/{h100,mi300}: TimeSformer inference "
+                             "traced with one harness on H100 and MI300X",
+    "tracelens-h100-qwen": "AMD-AGI/TraceLens (MIT): Qwen1.5-0.5B-Chat inference on H100",
+    "tracelens-b200": "AMD-AGI/TraceLens (MIT): an eager training step on B200 (rank 0 of 8, NCCL)",
+    "tracelens-mi300x-vllm": "AMD-AGI/TraceLens @171dd747 (MIT): vLLM V1 decode step of 32 requests on MI300X "
+                             "(graph replay joined to its capture trace)",
+    "tracelens-mi300x-sglang": "AMD-AGI/TraceLens @171dd747 (MIT): SGLang Qwen3-8B decode step on MI300X",
+    "tracelens-mi300x-norms": "AMD-AGI/TraceLens (MIT): normalization layers test on MI300X",
+    "hta-a100-training": "facebookresearch/HolisticTraceAnalysis (MIT): a training step on A100-SXM4-80GB "
+                         "(rank 0 of 16)",
+    "aiter-mi308x": "vjelic/aiter-glog-fork (MIT): FlashMLA decode under rocprof-compute 3.0 on MI308X",
+    "perfscope-h200": "perfscope's own engine, Llama-3.2-1B batch 1 on one H200 (tests/fixtures/h200)",
+}
+"""Every dataset the models are fitted from (tests/fixtures/README.md has the commits and licences)."""
+
+PAIR_TRACES = {
+    "tracelens bert-small": ("kineto/tracelens_h100__gaunernst_bert-small-uncased__1016001.json.gz",
+                             "crossgpu/tracelens_h100_vs_mi300/mi300__gaunernst_bert-small-uncased__1016001.json.gz"),
+    "tracelens timesformer": (
+        "crossgpu/tracelens_h100_vs_mi300/h100__facebook_timesformer-base-finetuned-k400__1016002.json.gz",
+        "crossgpu/tracelens_h100_vs_mi300/mi300__facebook_timesformer-base-finetuned-k400__1016002.json.gz"),
+}
+"""The same model traced on two GPUs: dataset -> (H100 trace, MI300X trace), under tests/fixtures."""
+
+SINGLE_TRACES = {
+    "tracelens-h100-qwen": "kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "tracelens-b200": "kineto/tracelens_b200__eager_trace.json.gz",
+    "hta-a100-training": "kineto/hta_negative_queue_length_values_check__rank0.json.gz",
+    "tracelens-mi300x-vllm": "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz",
+    "tracelens-mi300x-sglang": "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz",
+    "tracelens-mi300x-norms": "memory/tracelens_mi300x_normalization_profile_memory/normalization_layer_test.json.gz",
+    "aiter-mi308x": "rocprof/aiter_fmla_MI308X_rocprof_compute",
+    "perfscope-h200": "h200/h200_llama1b_b1_p2048_g64.perfscope",
+}
+"""Traces of one GPU: dataset -> path under tests/fixtures (each kernel against its own work)."""
+
+TABLE_FAMILY = {
+    "aiconfigurator gemm": "gemm-bf16", "aiconfigurator decode attention": "attention-decode",
+    "aiconfigurator prefill attention": "attention-prefill", "llmcompass matmul": "gemm-fp16",
+    "llmcompass softmax": "reduction", "llmcompass layernorm": "reduction", "llmcompass gelu": "elementwise",
+    "vidur llama-2-7b attn_pre_proj": "gemm-fp16", "vidur llama-2-7b attn_post_proj": "gemm-fp16",
+    "vidur llama-2-7b mlp_up_proj": "gemm-fp16", "vidur llama-2-7b mlp_down_proj": "gemm-fp16",
+    "vidur llama-2-7b mlp_act": "elementwise", "vidur llama-2-7b attn_rope": "elementwise",
+    "vidur llama-2-7b add": "elementwise", "vidur llama-2-7b input_layernorm": "reduction",
+    "vidur llama-2-7b post_attention_layernorm": "reduction", "vidur llama-2-7b emb": "copy",
+}
+"""A published table's family."""
+
+HOST_TIMED = ("llmcompass",)
+"""Tables timed from the host: each sweep's times hold a fixed harness cost (launch and sync; LLMCompass's GELU
+on the A100 takes 47-48 us from 1 K to 16 M elements, on the MI210 21 us), which a kernel in a trace does
+not have. The fit takes each sweep's plateau (its shortest time on that device) off, and keeps the rows
+at least :data:`PLATEAU_FACTOR` times above it on the device (below, the time is the harness's)."""
+PLATEAU_FACTOR = 2.0
+
+OBS_COLUMNS = ["dataset", "table", "key", "device", "vendor", "generation", "family", "precision", "flops",
+               "bytes", "time_s", "count"]
+
+RIDGE = 0.3
+"""The pull of a key's own difficulty ``u`` to 0, in observation weights: a key seen once keeps half its
+residual."""
+DATASET_RIDGE = 10.0
+"""The pull of a dataset's own level ``c`` (per family group: a harness, a library: PyTorch's eager GEMMs in
+a trace against vLLM's tuned ones in a table) to 0, in observation weights. A device measured by one
+dataset alone keeps that dataset's level in its curve."""
+DEVICE_RIDGE = 0.03
+"""The pull of a GPU's departure from its family's curve to 0, per knot, in observation weights."""
+SMOOTH = 4.0
+"""The second-difference penalty on each curve, in observation weights per knot."""
+HUBER = 0.25
+"""Residuals (natural log) past this are down-weighted: errors past ~28% count linearly, not squared."""
+ITERATIONS = 25
+
+
+# ----------------------------------------------------------------------------- observations
+def _table_device(gpu: str) -> tuple[str, str, str]:
+    sheet = find_datasheet(crossgpu.DEVICE_NAMES[gpu])
+    assert sheet is not None, gpu
+    return sheet_identity(sheet)
+
+
+def table_observations(root: Path = FIXTURES / "crossgpu") -> pd.DataFrame:
+    """Every row of the published cross-GPU tables, one observation per (device, row)."""
+    frames = []
+    for name, loader in crossgpu.SOURCES.items():
+        for src, tgt, rows in loader(root):
+            key = (rows["table"] + "|" + rows["flops"].round(0).astype(str) + "|" + rows["bytes"].round(0).astype(str)
+                   + "|" + rows["size"].round(0).astype(str))
+            for gpu, col in ((src, "t_src_s"), (tgt, "t_tgt_s")):
+                model, vendor, gen = _table_device(gpu)
+                frames.append(pd.DataFrame({
+                    "dataset": name, "table": rows["table"], "key": key, "device": model, "vendor": vendor,
+                    "generation": gen, "family": rows["table"].map(TABLE_FAMILY).fillna("other"),
+                    "precision": rows["precision"], "flops": rows["flops"], "bytes": rows["bytes"],
+                    "time_s": rows[col], "count": 1}))
+    obs = pd.concat(frames, ignore_index=True)
+    obs = obs[np.isfinite(obs["time_s"]) & (obs["time_s"] > 0)]
+    host = obs["dataset"].isin(HOST_TIMED).to_numpy()
+    if host.any():
+        plateau = obs.groupby(["table", "device"], sort=False)["time_s"].transform("min").to_numpy()
+        keep = ~host | (obs["time_s"].to_numpy() >= PLATEAU_FACTOR * plateau)
+        obs = obs.assign(time_s=np.where(host, obs["time_s"].to_numpy() - plateau, obs["time_s"].to_numpy()))[keep]
+    return _collapse(obs)
+
+
+def _collapse(obs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, device, key): the median time, the count of repeats."""
+    keys = ["dataset", "device", "key"]
+    g = obs.groupby(keys, sort=False)
+    first = g.first().reset_index()
+    first["time_s"] = g["time_s"].median().to_numpy()
+    first["count"] = g["count"].sum().to_numpy()
+    return first[OBS_COLUMNS]
+
+
+def report_observations(report: Report, dataset: str, table: str | None = None) -> pd.DataFrame:
+    """A trace's costed kernels as observations: key = op, input shapes and category (a kernel without an
+    op, its name). Kernels of a device no datasheet row names, or of unknown work, are left out."""
+    dev = report.device
+    ident = spec_identity(dev) if dev is not None else None
+    k = report.kernels
+    if ident is None or not len(k):
+        return pd.DataFrame(columns=OBS_COLUMNS)
+    model, vendor, gen = ident
+    f = k["flops"].to_numpy(np.float64, na_value=np.nan)
+    b = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
+    ok = (np.isfinite(f) | np.isfinite(b)) & (k["duration_ns"].to_numpy(np.float64) > 0)
+    fam = families(k, f, b, k["precision"].astype("object"))
+    label = k["op"].astype("object").where(k["op"].notna(), k["name"].astype("object"))
+    key = (label.astype(str) + "|" + k["op_shapes"].astype("object").fillna("").astype(str) + "|"
+           + k["category"].astype("object").fillna("").astype(str))
+    obs = pd.DataFrame({"dataset": dataset, "table": table or dataset, "key": key.to_numpy(), "device": model,
+                        "vendor": vendor, "generation": gen, "family": fam,
+                        "precision": k["precision"].astype("object").to_numpy(), "flops": np.nan_to_num(f),
+                        "bytes": np.nan_to_num(b), "time_s": k["duration_ns"].to_numpy(np.float64) * 1e-9,
+                        "count": 1})[ok]
+    return _collapse(obs)
+
+
+@functools.lru_cache(maxsize=32)
+def _load(path: Path) -> Report:
+    from perfscope.api import load
+
+    return load(str(path))
+
+
+def trace_reports(root: Path = FIXTURES) -> dict[str, Report]:
+    """Every trace the models are fitted from, imported (once per process): dataset -> report (a pair's
+    two as ``NAME h100`` and ``NAME mi300x``)."""
+    out = {}
+    for name, (a, b) in PAIR_TRACES.items():
+        out[f"{name} h100"], out[f"{name} mi300x"] = _load(root / a), _load(root / b)
+    for name, p in SINGLE_TRACES.items():
+        if (root / p).exists():
+            out[name] = _load(root / p)
+    return out
+
+
+def pair_observations(root: Path = FIXTURES, datasets: Iterable[str] | None = None) -> pd.DataFrame:
+    """The same model traced on two GPUs: keys with as many kernels on each side are the same work
+    (the rest, a convolution split differently by each vendor's library, is each device's own)."""
+    frames = []
+    for name in datasets or PAIR_TRACES:
+        a, b = (report_observations(_load(root / p), name) for p in PAIR_TRACES[name])
+        both = a.merge(b, on="key", suffixes=("_a", "_b"))
+        same = set(both.loc[both["count_a"] == both["count_b"], "key"])
+        for side, tag in ((a, "a"), (b, "b")):
+            side = side.copy()
+            side["table"] = name + " " + side["family"]
+            own = ~side["key"].isin(same)
+            side.loc[own, "key"] = side.loc[own, "key"] + "|own-" + tag
+            frames.append(side)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=OBS_COLUMNS)
+
+
+def single_observations(root: Path = FIXTURES, datasets: Iterable[str] | None = None) -> pd.DataFrame:
+    """Traces of one GPU, each kernel against its own work (absolute efficiency data)."""
+    frames = []
+    for name in datasets or SINGLE_TRACES:
+        path = root / SINGLE_TRACES[name]
+        if path.exists():
+            obs = report_observations(_load(path), name)
+            obs["key"] = name + "|" + obs["key"]
+            frames.append(obs)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=OBS_COLUMNS)
+
+
+def all_observations(root: Path = FIXTURES, *, singles: bool = True) -> pd.DataFrame:
+    """Tables, pairs and (``singles``) one-GPU traces, with each row's roof time on its device."""
+    parts = [table_observations(root / "crossgpu"), pair_observations(root)]
+    if singles:
+        parts.append(single_observations(root))
+    return with_roofs(pd.concat(parts, ignore_index=True))
+
+
+# ----------------------------------------------------------------------------- roofs
+def with_roofs(obs: pd.DataFrame) -> pd.DataFrame:
+    """``obs`` with ``roof_s`` (on its own device) and ``y = log(T / R)``; rows without a positive roof
+    time are dropped."""
+    obs = obs.reset_index(drop=True)
+    r = np.full(len(obs), np.nan)
+    for dev, idx in obs.groupby("device", sort=False).indices.items():
+        sub = obs.iloc[idx]
+        r[idx] = roof_times(sub["flops"].to_numpy(), sub["bytes"].to_numpy(), sub["precision"].astype("object"),
+                            sub["family"].to_numpy(), datasheet_roofs(dev))
+    obs["roof_s"] = r
+    obs = obs[np.isfinite(r) & (r > 0)].reset_index(drop=True)
+    obs["y"] = np.log(obs["time_s"] / obs["roof_s"])
+    return obs
+
+
+# ----------------------------------------------------------------------------- fit
+def _curve_system(i: np.ndarray, w_up: np.ndarray, weights: np.ndarray, target: np.ndarray,
+                  ridge: float = 1e-6) -> np.ndarray:
+    """Weighted least squares for one curve's knot values, with the smoothness penalty and a ridge (toward 0)."""
+    ata = np.zeros((N_BINS, N_BINS))
+    atb = np.zeros(N_BINS)
+    lo, hi = 1.0 - w_up, w_up
+    j = np.minimum(i + 1, N_BINS - 1)
+    for (p, wp), (q, wq) in (((i, lo), (i, lo)), ((i, lo), (j, hi)), ((j, hi), (i, lo)), ((j, hi), (j, hi))):
+        np.add.at(ata, (p, q), weights * wp * wq)
+    np.add.at(atb, i, weights * lo * target)
+    np.add.at(atb, j, weights * hi * target)
+    d2 = np.zeros((N_BINS - 2, N_BINS))
+    for r in range(N_BINS - 2):
+        d2[r, r:r + 3] = (1.0, -2.0, 1.0)
+    ata += SMOOTH * d2.T @ d2 + ridge * np.eye(N_BINS)
+    return np.linalg.solve(ata, atb)
+
+
+@dataclass
+class Fit:
+    """A fitted set of curves (before they become :class:`DeviceModel` s)."""
+
+    curves: dict[tuple[str, str], np.ndarray]
+    residual: np.ndarray
+    priors: dict[str, np.ndarray]
+
+
+def fit_curves(obs: pd.DataFrame) -> Fit:
+    """The curves ``a[device, family] = p[family] + d[device, family]``, datasets' ``c`` and keys' ``u`` of
+    ``y = a(log10 R) + c + u + noise`` (module docstring): ``p`` is the family's curve over every GPU, ``d``
+    a GPU's own departure from it, pulled to 0 by :data:`DEVICE_RIDGE` (so past a GPU's measured sizes its
+    curve returns to the family's)."""
+    y = obs["y"].to_numpy(np.float64)
+    base_w = np.sqrt(obs["count"].to_numpy(np.float64))
+    i, w_up = interp_weights(np.log10(obs["roof_s"].to_numpy(np.float64)))
+    j = np.minimum(i + 1, N_BINS - 1)
+    curve_codes, curve_keys = pd.factorize(pd.MultiIndex.from_arrays([obs["device"], obs["family"]]))
+    fam_codes, fam_keys = pd.factorize(obs["family"])
+    key_codes, _ = pd.factorize(obs["key"])
+    groups_of = np.array([family_group(f) for f in obs["family"]], object)
+    set_codes, _ = pd.factorize(pd.MultiIndex.from_arrays([obs["dataset"], groups_of]))
+    groups = [np.flatnonzero(curve_codes == c) for c in range(len(curve_keys))]
+    fgroups = [np.flatnonzero(fam_codes == f) for f in range(len(fam_keys))]
+    u = np.zeros(int(key_codes.max()) + 1 if len(key_codes) else 0)
+    c = np.zeros(int(set_codes.max()) + 1 if len(set_codes) else 0)
+    prior = np.zeros((len(fam_keys), N_BINS))
+    d = np.zeros((len(curve_keys), N_BINS))
+    w = base_w.copy()
+    resid = np.zeros_like(y)
+
+    def at(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        return table[codes, i] * (1.0 - w_up) + table[codes, j] * w_up
+
+    for _ in range(ITERATIONS):
+        target = y - u[key_codes] - c[set_codes] - at(d, curve_codes)
+        for f, idx in enumerate(fgroups):
+            prior[f] = _curve_system(i[idx], w_up[idx], w[idx], target[idx])
+        target = y - u[key_codes] - c[set_codes] - at(prior, fam_codes)
+        for k, idx in enumerate(groups):
+            d[k] = _curve_system(i[idx], w_up[idx], w[idx], target[idx], DEVICE_RIDGE)
+        fitted = at(prior, fam_codes) + at(d, curve_codes)
+        rest = y - fitted - u[key_codes]
+        c = np.bincount(set_codes, w * rest, len(c)) / (np.bincount(set_codes, w, len(c)) + DATASET_RIDGE)
+        rest = y - fitted - c[set_codes]
+        u = np.bincount(key_codes, w * rest, len(u)) / (np.bincount(key_codes, w, len(u)) + RIDGE)
+        resid = rest - u[key_codes]
+        w = base_w * np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
+    fam_index = {str(f): n for n, f in enumerate(fam_keys)}
+    return Fit({(str(dv), str(f)): prior[fam_index[str(f)]] + d[k] for k, (dv, f) in enumerate(curve_keys)}, resid,
+               {str(f): prior[n] for n, f in enumerate(fam_keys)})
+
+
+def _floor_ns(s: pd.DataFrame, family_floor: float | None) -> float:
+    """A device's floor for a family: its shortest kernel timed on the GPU; a device measured only from the
+    host (LLMCompass's MI210) takes the family's floor over the GPUs a profiler timed."""
+    timed = s[~s["dataset"].isin(HOST_TIMED)]
+    if len(timed):
+        return float(timed["time_s"].min() * 1e9)
+    if family_floor is not None and not np.isnan(family_floor):
+        return float(family_floor)
+    return float(s["time_s"].min() * 1e9)
+
+
+def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float | None, float | None]] | None = None
+                 ) -> DeviceModels:
+    """:class:`DeviceModels` from a fit and the observations it was fitted on."""
+    devices: dict[str, DeviceModel] = {}
+    # a kernel's floor is what a profiler timed on the GPU: a host-timed table's shortest row is its harness's
+    timed = obs[~obs["dataset"].isin(HOST_TIMED)]
+    family_floor = timed.groupby(["family", "device"])["time_s"].min().groupby(level=0).median() * 1e9
+    for dev, sub in obs.groupby("device", sort=False):
+        curves = {}
+        for fam, s in sub.groupby("family", sort=False):
+            lr = np.log10(s["roof_s"].to_numpy(np.float64))
+            every = np.log10(obs.loc[obs["family"] == fam, "roof_s"].to_numpy(np.float64))
+            i, _ = interp_weights(lr)
+            counts = np.bincount(i, minlength=N_BINS)
+            curves[str(fam)] = Curve(tuple(float(x) for x in fit.curves[(str(dev), str(fam))]),
+                                     tuple(int(c) for c in counts), float(every.min()), float(every.max()),
+                                     _floor_ns(s, family_floor.get(fam)), len(s), tuple(sorted(set(s["dataset"]))),
+                                     float(lr.min()), float(lr.max()))
+        first = sub.iloc[0]
+        lc, gap = (launch or {}).get(str(dev), (None, None))
+        devices[str(dev)] = DeviceModel(str(dev), str(first["vendor"]), str(first["generation"]), curves, lc, gap,
+                                        tuple(sorted(set(sub["dataset"]))))
+    priors = {}
+    for fam, s in obs.groupby("family", sort=False):
+        lr = np.log10(s["roof_s"].to_numpy(np.float64))
+        i, _ = interp_weights(lr)
+        floor = family_floor.get(fam)
+        priors[str(fam)] = Curve(tuple(float(x) for x in fit.priors[str(fam)]),
+                                 tuple(int(c) for c in np.bincount(i, minlength=N_BINS)), float(lr.min()),
+                                 float(lr.max()), float(floor) if floor is not None and not np.isnan(floor) else
+                                 float(s["time_s"].min() * 1e9), len(s), tuple(sorted(set(s["dataset"]))),
+                                 float(lr.min()), float(lr.max()))
+    return DeviceModels(devices, sources=dict(SOURCES), priors=priors)
+
+
+def fit(obs: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]] | None = None) -> DeviceModels:
+    """Device models fitted on ``obs`` (:func:`all_observations`)."""
+    return build_models(obs, fit_curves(obs), launch)
+
+
+# ----------------------------------------------------------------------------- launch cost
+def launch_costs(reports: Mapping[str, Report]) -> dict[str, tuple[float | None, float | None]]:
+    """Per device: the host's kernel-launch call (median) and the GPU's own gap between queued kernels
+    (median of the gaps under 10 us), over the traces of it that recorded them."""
+    calls: dict[str, list[float]] = {}
+    gaps: dict[str, list[float]] = {}
+    for rep in reports.values():
+        ident = spec_identity(rep.device) if rep.device is not None else None
+        if ident is None:
+            continue
+        api = rep.api
+        if len(api):
+            launch = api[api["name"].astype(str).str.contains(r"Launch(?:Kernel|Cooperative)", regex=True)
+                         & ~api["name"].astype(str).str.contains("Graph")]
+            calls.setdefault(ident[0], []).extend(launch["duration_ns"].astype(float).tolist())
+        k = rep.kernels.sort_values("start_ns")
+        if len(k) > 1:
+            ends = np.maximum.accumulate(k["end_ns"].to_numpy(np.float64))[:-1]
+            gap = k["start_ns"].to_numpy(np.float64)[1:] - ends
+            gaps.setdefault(ident[0], []).extend(gap[(gap >= 0) & (gap < 10_000)].tolist())
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for dev in set(calls) | set(gaps):
+        c, g = calls.get(dev, []), gaps.get(dev, [])
+        out[dev] = (float(np.median(c)) if c else None, float(np.median(g)) if g else None)
+    return out
+
+
+# ----------------------------------------------------------------------------- projection of rows
+def project_pairs(rows: pd.DataFrame, models: DeviceModels) -> np.ndarray:
+    """Projected target time of each pair row (``device_s``, ``device_t``, ``family``, ``roof_s_s``,
+    ``roof_s_t``, ``time_s_s``) with ``models``: ``T_s x g_t(R_t) / g_s(R_s)``; NaN where either device
+    lacks the family's curve."""
+    out = np.full(len(rows), np.nan)
+    for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
+        ms, mt = models.devices.get(ds), models.devices.get(dt)
+        if ms is None or mt is None:
+            continue
+        cs, _ = models.curve(ms, fam)
+        ct, _ = models.curve(mt, fam)
+        if cs is None or ct is None:
+            continue
+        sub = rows.iloc[idx]
+        out[idx] = sub["time_s_s"].to_numpy() * ct.time_s(sub["roof_s_t"].to_numpy()) / cs.time_s(sub["roof_s_s"].to_numpy())
+    return out
+
+
+def pairs_of(obs: pd.DataFrame) -> pd.DataFrame:
+    """Every (source, target) pair of observations of one key on two devices (both directions)."""
+    cols = ["dataset", "table", "key", "device", "vendor", "family", "precision", "flops", "bytes", "time_s",
+            "roof_s"]
+    o = obs[cols]
+    j = o.merge(o, on=["dataset", "key"], suffixes=("_s", "_t"))
+    j = j[j["device_s"] != j["device_t"]].copy()
+    j["table"] = j["table_s"]
+    j["family"] = j["family_s"]
+    j["pair"] = j["device_s"] + " -> " + j["device_t"]
+    j["vendor_pair"] = j["vendor_s"] + "->" + j["vendor_t"]
+    j["group"] = [family_group(f) for f in j["family"]]
+    return j.reset_index(drop=True)
+
+
+def baselines(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ``ratio`` (the measured time x the datasheet ratio of the roof that binds on the source) and
+    ``roof`` (the kernel at the target's roofline) predictions, and the previous model's (``v1``: each
+    kernel keeps its efficiency, :func:`.times.project_times`)."""
+    out = pd.DataFrame(index=rows.index, columns=["pred_ratio_s", "pred_roof_s", "pred_v1_s"], dtype=float)
+    for (ds, dt), idx in rows.groupby(["device_s", "device_t"], sort=False).indices.items():
+        sub = rows.iloc[idx]
+        rs, rt = datasheet_roofs(ds), datasheet_roofs(dt)
+        prec = sub["precision_s"].astype("object").reset_index(drop=True)
+        f, b = sub["flops_s"].to_numpy(np.float64), sub["bytes_s"].to_numpy(np.float64)
+        ps, pt = rs.peak(prec), rt.peak(prec)
+        bws, bwt = float(rs.bytes_per_s or np.nan), float(rt.bytes_per_s or np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fs = np.where(f > 0, f / ps, 0.0)
+            memory = (b / bws) >= np.nan_to_num(fs)
+            ratio = np.where(memory | np.isnan(pt), bws / bwt, ps / pt)
+            roof = np.maximum(np.where(f > 0, f / pt, 0.0), b / bwt)
+        t_s = sub["time_s_s"].to_numpy()
+        v1 = project_times(t_s, f, b, prec, sub["table"].reset_index(drop=True), rs, rt,
+                           tensor=np.char.startswith(sub["family"].to_numpy().astype(str), "gemm"))["time_s"].to_numpy()
+        out.iloc[idx, 0] = t_s * ratio
+        out.iloc[idx, 1] = np.nan_to_num(roof, nan=np.nan)
+        out.iloc[idx, 2] = v1
+    return out
+
+
+def fold_of(keys: pd.Series, folds: int = 2) -> np.ndarray:
+    """A key's fold: a stable hash (crc32) of it, mod ``folds``."""
+    return np.array([zlib.crc32(str(k).encode()) % folds for k in keys], np.int64)
+
+
+def cross_validate(obs: pd.DataFrame, folds: int = 2,
+                   launch: Mapping[str, tuple[float | None, float | None]] | None = None) -> pd.DataFrame:
+    """Every pair row projected by models fitted without its fold (module docstring), with the baselines
+    and each error: ``err_{model,ratio,roof,v1}_pct`` (absolute, %) and ``log_err`` (log measured / projected)."""
+    obs = obs.reset_index(drop=True)
+    fold = fold_of(obs["key"], folds)
+    obs = obs.assign(fold=fold)
+    rows = pairs_of(obs.assign(key=obs["key"]))
+    rows["fold"] = fold_of(rows["key"], folds)
+    rows["pred_model_s"] = np.nan
+    for f in range(folds):
+        models = fit(obs[obs["fold"] != f], launch)
+        idx = np.flatnonzero(rows["fold"].to_numpy() == f)
+        rows.loc[idx, "pred_model_s"] = project_pairs(rows.iloc[idx], models)
+    rows = pd.concat([rows, baselines(rows)], axis=1)
+    return with_errors(rows)
+
+
+def with_errors(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``err_*_pct`` for each prediction and ``log_err`` of the model's."""
+    truth = rows["time_s_t"].to_numpy(np.float64)
+    for m in ("model", "ratio", "roof", "v1"):
+        col = f"pred_{m}_s"
+        if col in rows:
+            rows[f"err_{m}_pct"] = np.abs(rows[col].to_numpy(np.float64) / truth - 1.0) * 100.0
+    rows["log_err"] = np.log(truth / rows["pred_model_s"].to_numpy(np.float64))
+    return rows
+
+
+# ----------------------------------------------------------------------------- bands and tables
+BAND_MARGIN_SE = 1.0
+"""Each end of a band is moved out by this many standard errors of its quantile's coverage
+(``sqrt(0.1 x 0.9 / n)``): the p10 / p90 of n held-out rows, taken as the band of rows not yet seen, hold
+80% of them only on average; widened, at least 80% (on 16,000 rows the band is the p9.8-p90.2, on 31
+rows the p4.6-p95.4)."""
+
+
+MIN_BAND_ROWS = 10
+"""A family group and vendor pair validated on fewer held-out rows has no band (it says unvalidated)."""
+
+
+def band_levels(n: int) -> tuple[float, float]:
+    """The quantile levels of a band from ``n`` held-out rows: 0.1 and 0.9, widened (:data:`BAND_MARGIN_SE`)."""
+    margin = BAND_MARGIN_SE * float(np.sqrt(0.1 * 0.9 / max(n, 1)))
+    return max(0.0, 0.1 - margin), min(1.0, 0.9 + margin)
+
+
+def bands(rows: pd.DataFrame) -> list[Band]:
+    """Per family group and vendor pair: the p10 / p90 of the held-out ``log(measured / projected)``, widened
+    by the sampling error of those quantiles (:func:`band_levels`)."""
+    ok = rows[np.isfinite(rows["log_err"])]
+    out = []
+    for (group, pair), g in ok.groupby(["group", "vendor_pair"], sort=True):
+        if len(g) < MIN_BAND_ROWS:
+            continue
+        le = g["log_err"].to_numpy()
+        err = g["err_model_pct"].to_numpy()
+        lo, hi = band_levels(len(le))
+        out.append(Band(str(group), str(pair), float(np.quantile(le, lo)), float(np.quantile(le, hi)), len(g),
+                        float(np.median(err)), float(np.quantile(err, 0.9))))
+    return out
+
+
+def coverage(rows: pd.DataFrame, fit_on: np.ndarray) -> pd.DataFrame:
+    """The share of ``rows[~fit_on]`` whose truth lies inside the band taken from ``rows[fit_on]``, per
+    family group and vendor pair and overall (``ALL``)."""
+    bs = {(b.group, b.pair): b for b in bands(rows[fit_on])}
+    check = rows[~fit_on & np.isfinite(rows["log_err"].to_numpy())]
+    inside = np.array([(b := bs.get((g, p))) is not None and b.q10 <= le <= b.q90
+                       for g, p, le in zip(check["group"], check["vendor_pair"], check["log_err"])], bool)
+    banded = np.array([(g, p) in bs for g, p in zip(check["group"], check["vendor_pair"])], bool)
+    check = check.assign(inside=inside, banded=banded)
+    out = [{"group": g, "pair": p, "rows": int(s["banded"].sum()), "inside_pct": float(s.loc[s["banded"], "inside"].mean() * 100)}
+           for (g, p), s in check.groupby(["group", "vendor_pair"], sort=True) if s["banded"].any()]
+    c = check[check["banded"]]
+    out.append({"group": "ALL", "pair": "ALL", "rows": len(c), "inside_pct": float(c["inside"].mean() * 100)})
+    return pd.DataFrame(out)
+
+
+GOALS = {"gemm": 15.0, "other": 20.0}
+"""The goals (issue 41): median absolute error, %, of GEMMs and of every other family."""
+
+
+def _agg(g: pd.DataFrame) -> dict[str, Any]:
+    d: dict[str, Any] = {"rows": len(g)}
+    for m in ("model", "ratio", "roof", "v1"):
+        e = g[f"err_{m}_pct"].dropna()
+        d[f"{m}_median"] = float(e.median()) if len(e) else np.nan
+        d[f"{m}_p90"] = float(e.quantile(0.9)) if len(e) else np.nan
+    return d
+
+
+def error_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Median and p90 absolute % error per (pair, table), then per (pair, group), then per (vendor pair,
+    group), with the goal and whether the model beats both baselines (median)."""
+    ok = rows[np.isfinite(rows["pred_model_s"])]
+    parts = []
+    for (p, t), g in ok.groupby(["pair", "table"], sort=True):
+        parts.append({"pair": p, "table": t, "group": g["group"].iloc[0], **_agg(g)})
+    for (p, grp), g in ok.groupby(["pair", "group"], sort=True):
+        parts.append({"pair": p, "table": f"ALL {grp}", "group": grp, **_agg(g)})
+    for (p, grp), g in ok.groupby(["vendor_pair", "group"], sort=True):
+        parts.append({"pair": p, "table": f"ALL {grp}", "group": grp, **_agg(g)})
+    table = pd.DataFrame(parts)
+    table["goal_pct"] = np.where(table["group"] == "gemm", GOALS["gemm"], GOALS["other"])
+    table["beats_both"] = (table["model_median"] < table["ratio_median"]) & (table["model_median"] < table["roof_median"])
+    return table
+
+
+def validation_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The per-pair group rows of :func:`error_table`, as the data file keeps them (docs and ``--json``)."""
+    sel = table[table["table"].str.startswith("ALL ")]
+    return [{"pair": r.pair, "group": r.group, "rows": int(r.rows), "median_pct": round(float(r.model_median), 2),
+             "p90_pct": round(float(r.model_p90), 2), "ratio_median_pct": round(float(r.ratio_median), 2),
+             "roof_median_pct": round(float(r.roof_median), 2)} for r in sel.itertuples(index=False)]
+
+
+def shipped(obs: pd.DataFrame, rows: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]]
+            ) -> DeviceModels:
+    """The models fitted on every observation, with the bands and validation of the held-out ``rows``."""
+    models = fit(obs, launch)
+    return DeviceModels(models.devices, bands(rows), dict(SOURCES), validation_records(error_table(rows)),
+                        "python benchmarks/whatif_crossgpu.py --write", models.priors)
+
+
+def whole_model(models: DeviceModels, root: Path = FIXTURES, datasets: Sequence[str] | None = None
+                ) -> pd.DataFrame:
+    """Each pair trace's H100 report projected onto the MI300X with ``models`` (``perfscope whatif --gpu
+    MI300X``), beside the MI300X's measured total kernel time."""
+    from .project import Question, project
+
+    out = []
+    for name in datasets or PAIR_TRACES:
+        src, tgt = (_load(root / p) for p in PAIR_TRACES[name])
+        proj = project(src, Question(gpu="MI300X"), models=models)
+        whole = (proj.manifest.get("projection") or {}).get("whole_run") or {}
+        kt = whole.get("kernel_time_s") or {}
+        measured = float(tgt.kernels["duration_ns"].sum()) * 1e-9
+        out.append({"dataset": name, "source_s": float(src.kernels["duration_ns"].sum()) * 1e-9,
+                    "projected_s": kt.get("projected"), "low_s": kt.get("low"), "high_s": kt.get("high"),
+                    "measured_s": measured,
+                    "error_pct": (float(kt["projected"]) / measured - 1.0) * 100.0 if kt.get("projected") else np.nan})
+    return pd.DataFrame(out)
+
+
+__all__ = ["GOALS", "PAIR_TRACES", "SINGLE_TRACES", "SOURCES", "all_observations", "bands", "coverage",
+           "cross_validate", "error_table", "fit", "fold_of", "launch_costs", "pair_observations", "project_pairs",
+           "shipped", "single_observations", "table_observations", "whole_model", "with_roofs"]

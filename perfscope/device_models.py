@@ -1,0 +1,386 @@
+"""Device models: what a kernel of each family and size attains on each GPU, measured, as data.
+
+Beside the datasheets (:mod:`perfscope.datasheets`, the peaks) and the measured roofs, a device model
+says how close to those peaks a device's kernels come, from public measurements (the sources are named
+in the data and in docs/whatif.md):
+
+- per device and **kernel family** (:data:`FAMILIES`: GEMM by precision, attention prefill / decode,
+  elementwise, reduction / norm, copy, collective, other) a **curve** of ``log(T / R)`` against
+  ``log10 R``, where ``R`` is the kernel's roof time on that device (``F / P + B / BW`` at its datasheet
+  peaks; a GEMM's the 2-norm of the two). ``exp(-curve)`` is the attainable efficiency at that size:
+  a 5 us MI300X elementwise kernel reaches a smaller share of its peak than a 5 ms one;
+- per device and family a **kernel-time floor**: the shortest time a kernel of that family took there,
+  whatever its work (below the measured sizes the curve is not extrapolated; the floor holds);
+- per device and runtime the **launch cost** (the host's launch call, median) and the GPU's own gap
+  between back-to-back kernels, where a trace measured them;
+- the **bands**: per family group and vendor pair, the p10 and p90 of the model's own held-out
+  validation error (``benchmarks/whatif_crossgpu.py``), so every projected number carries a range.
+
+The data is ``device_models.json`` beside this module, written by ``python benchmarks/whatif_crossgpu.py
+--write`` (the fit, :mod:`perfscope.analysis.projection.devicefit`); it is read here and nowhere else. A
+device without a model of its own takes the nearest measured device of its vendor and generation
+(:meth:`DeviceModels.resolve`), and says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from .datasheets import Datasheet
+    from .device import DeviceSpec
+
+DATA = Path(__file__).with_name("device_models.json")
+"""The fitted models (``python benchmarks/whatif_crossgpu.py --write`` rewrites it)."""
+
+FAMILIES = ("gemm-fp32", "gemm-tf32", "gemm-bf16", "gemm-fp16", "gemm-fp8", "gemm-int8", "attention-prefill",
+            "attention-decode", "elementwise", "reduction", "copy", "collective", "other")
+"""Kernel families a device model has a curve for (:func:`kernel_family`)."""
+
+GROUPS = {"gemm": "gemm", "attention": "attention"}
+"""A family's group (its first word where listed here, else ``other``): the bands are per group."""
+
+FALLBACK = {"gemm-bf16": ("gemm-fp16",), "gemm-fp16": ("gemm-bf16",), "gemm-fp8": ("gemm-bf16", "gemm-fp16"),
+            "gemm-int8": ("gemm-fp8", "gemm-bf16", "gemm-fp16"), "gemm-tf32": ("gemm-bf16", "gemm-fp16"),
+            "copy": ("elementwise",), "elementwise": ("copy",), "reduction": ("elementwise",),
+            "other": ("elementwise",)}
+"""Where a device has no curve for a family, the families taken instead, in order (a curve is an
+efficiency relative to the device's own peak for that precision, so bf16 and fp16 GEMMs share one)."""
+
+DECODE_INTENSITY = 16.0
+"""An attention kernel below this FLOP/byte (one query token per sequence, or a few) is a decode kernel
+when its step's phase is unknown."""
+
+BIN_LO = -10.0
+BIN_STEP = 0.5
+N_BINS = 21
+"""The curve's knots: log10 of the roof time in seconds, -10 (0.1 ns) to 0 (1 s) by half decades."""
+
+GAP_NS_DEFAULT = 3_000.0
+
+
+def family_group(family: str) -> str:
+    """``gemm``, ``attention`` or ``other``."""
+    return GROUPS.get(family.split("-")[0], "other")
+
+
+def kernel_family(category: Sequence[Any], precision: Sequence[Any], flops: np.ndarray, nbytes: np.ndarray,
+                  phase: Sequence[Any] | None = None) -> np.ndarray:
+    """Each kernel's family (:data:`FAMILIES`), vectorised: a GEMM by its precision, attention by its phase
+    (decode / verify steps: decode, prefill steps: prefill; no phase: its FLOPs per byte below
+    :data:`DECODE_INTENSITY` is decode), norm / softmax / reduction: ``reduction``, memory and views:
+    ``copy``, communication: ``collective``."""
+    f = np.asarray(flops, np.float64)
+    b = np.asarray(nbytes, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = (np.where(b > 0, f / b, np.inf) < DECODE_INTENSITY).astype(np.int64)
+    n = len(f)
+    parts = []
+    for values, missing in ((category, "other"), (precision, ""), (phase, "")):
+        if values is None:
+            parts.append((np.zeros(n, np.int64), [missing]))
+            continue
+        codes, uniq = pd.factorize(pd.Series(np.asarray(values, object), dtype=object), use_na_sentinel=True)
+        labels = [str(u) for u in uniq] + [missing]  # code -1 (None, NaN, NA): the last
+        parts.append((np.where(codes < 0, len(uniq), codes).astype(np.int64), labels))
+    (c_cat, l_cat), (c_prec, l_prec), (c_ph, l_ph) = parts
+    # one decision per distinct (category, precision, phase, low intensity): a handful, whatever the kernels
+    key = ((c_cat * len(l_prec) + c_prec) * len(l_ph) + c_ph) * 2 + low
+    uniq_keys, inverse = np.unique(key, return_inverse=True)
+    names = []
+    for k in uniq_keys:
+        k, lo = divmod(int(k), 2)
+        k, ph = divmod(k, len(l_ph))
+        ca, pr = divmod(k, len(l_prec))
+        names.append(_family(l_cat[ca], l_prec[pr], l_ph[ph], bool(lo)))
+    return np.asarray(names, object)[inverse.reshape(-1)] if n else np.zeros(0, object)
+
+
+def _family(cat: str, prec: str, phase: str, low: bool) -> str:
+    if cat == "gemm":
+        return f"gemm-{prec if prec in ('fp32', 'tf32', 'bf16', 'fp16', 'fp8', 'int8') else 'bf16'}"
+    if cat == "attention":
+        decode = phase in ("decode", "verify", "draft") or (phase != "prefill" and bool(low))
+        return "attention-decode" if decode else "attention-prefill"
+    return {"elementwise": "elementwise", "norm": "reduction", "softmax": "reduction", "reduction": "reduction",
+            "memory": "copy", "view": "copy", "comm": "collective"}.get(cat, "other")
+
+
+def knots() -> np.ndarray:
+    """The curve's knots, log10 seconds."""
+    return BIN_LO + BIN_STEP * np.arange(N_BINS)
+
+
+def interp_weights(log_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lower knot index, weight of the upper knot) of each log10 roof time, clamped to the knots."""
+    p = np.clip((np.asarray(log_r, np.float64) - BIN_LO) / BIN_STEP, 0.0, N_BINS - 1 - 1e-9)
+    i = np.floor(p).astype(np.int64)
+    return i, p - i
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One device's curve for one family.
+
+    Attributes:
+        a: ``log(T / R)`` at each knot (:func:`knots`); ``exp(-a)`` is the attainable efficiency.
+        counts: measurements near each knot.
+        lo, hi: log10 roof times of the smallest and largest kernel of the family measured on any GPU:
+            outside them the curve is held at its end value (the floor takes over below).
+        floor_ns: the shortest measured kernel of the family on the device.
+        rows: how many (distinct) kernels it was fitted on.
+        sources: the datasets it was fitted from.
+        measured_lo, measured_hi: log10 roof times of this device's own smallest and largest kernel:
+            outside them its curve returns to the family's curve over every GPU.
+    """
+
+    a: tuple[float, ...]
+    counts: tuple[int, ...]
+    lo: float
+    hi: float
+    floor_ns: float
+    rows: int
+    sources: tuple[str, ...] = ()
+    measured_lo: float = math.nan
+    measured_hi: float = math.nan
+
+    def time_s(self, roof_s: np.ndarray) -> np.ndarray:
+        """The time the device's typical kernel of this family takes at roof time ``roof_s``:
+        ``max(floor, R exp(a(log10 R)))``; a kernel with no work (``R`` = 0) takes the floor; NaN where
+        ``R`` is unknown."""
+        r = np.asarray(roof_s, np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr = np.clip(np.log10(np.where(r > 0, r, np.nan)), self.lo, self.hi)
+        i, w = interp_weights(np.nan_to_num(lr, nan=BIN_LO))
+        a = np.asarray(self.a, np.float64)
+        val = a[i] * (1.0 - w) + a[np.minimum(i + 1, N_BINS - 1)] * w
+        t = np.maximum(np.where(r > 0, r, 0.0) * np.exp(val), self.floor_ns * 1e-9)
+        return np.where(r >= 0, t, np.nan)
+
+    def efficiency(self, roof_s: np.ndarray) -> np.ndarray:
+        """``R / time`` at each roof time: the attainable share of the datasheet peak."""
+        r = np.asarray(roof_s, np.float64)
+        return r / self.time_s(r)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": [round(float(x), 5) for x in self.a], "counts": [int(c) for c in self.counts],
+                "lo": round(float(self.lo), 4), "hi": round(float(self.hi), 4),
+                "floor_ns": round(float(self.floor_ns), 1), "rows": int(self.rows), "sources": list(self.sources),
+                "measured_lo": round(float(self.measured_lo), 4), "measured_hi": round(float(self.measured_hi), 4)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Curve:
+        return cls(tuple(float(x) for x in d["a"]), tuple(int(c) for c in d["counts"]), float(d["lo"]),
+                   float(d["hi"]), float(d["floor_ns"]), int(d["rows"]), tuple(d.get("sources", ())),
+                   float(d.get("measured_lo", math.nan)), float(d.get("measured_hi", math.nan)))
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """One device's model: its curves per family, and its launch cost where measured.
+
+    Attributes:
+        device: the datasheet row it belongs to (``MI300X``, ``H100 SXM5 80 GB``).
+        vendor: ``nvidia`` or ``amd``.
+        generation: ``nvidia-9`` (compute capability major), ``amd-gfx94`` (the gfx arch's family).
+        curves: family -> :class:`Curve`.
+        launch_ns: the host's kernel-launch call, median, by runtime (``cuda``, ``hip``).
+        gpu_gap_ns: the GPU's own gap between back-to-back kernels, median.
+        sources: every dataset any part was fitted from.
+    """
+
+    device: str
+    vendor: str
+    generation: str
+    curves: Mapping[str, Curve] = field(default_factory=dict)
+    launch_ns: float | None = None
+    gpu_gap_ns: float | None = None
+    sources: tuple[str, ...] = ()
+
+    def curve(self, family: str) -> tuple[Curve | None, str]:
+        """The curve for ``family`` and the family it is (itself, else a :data:`FALLBACK`), or (None, "")."""
+        for fam in (family, *FALLBACK.get(family, ())):
+            if fam in self.curves:
+                return self.curves[fam], fam
+        return None, ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vendor": self.vendor, "generation": self.generation,
+                "curves": {k: c.to_dict() for k, c in sorted(self.curves.items())},
+                "launch_ns": None if self.launch_ns is None else round(float(self.launch_ns), 1),
+                "gpu_gap_ns": None if self.gpu_gap_ns is None else round(float(self.gpu_gap_ns), 1),
+                "sources": list(self.sources)}
+
+    @classmethod
+    def from_dict(cls, device: str, d: Mapping[str, Any]) -> DeviceModel:
+        return cls(device, str(d["vendor"]), str(d["generation"]),
+                   {k: Curve.from_dict(c) for k, c in d.get("curves", {}).items()},
+                   d.get("launch_ns"), d.get("gpu_gap_ns"), tuple(d.get("sources", ())))
+
+
+@dataclass(frozen=True)
+class Band:
+    """The model's held-out error for one family group and vendor pair: projected x ``exp(q10)`` to
+    projected x ``exp(q90)`` holds the truth 80% of the time on the validation rows.
+
+    Attributes:
+        group: ``gemm``, ``attention`` or ``other``.
+        pair: ``nvidia->amd`` (source vendor -> target vendor).
+        q10, q90: the p10 and p90 of ``log(measured / projected)`` on the held-out rows.
+        rows: how many held-out rows.
+        median_abs_pct, p90_abs_pct: the median and p90 of ``|projected / measured - 1|``, %.
+    """
+
+    group: str
+    pair: str
+    q10: float
+    q90: float
+    rows: int
+    median_abs_pct: float
+    p90_abs_pct: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "pair": self.pair, "q10": round(self.q10, 5), "q90": round(self.q90, 5),
+                "rows": self.rows, "median_abs_pct": round(self.median_abs_pct, 2),
+                "p90_abs_pct": round(self.p90_abs_pct, 2)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Band:
+        return cls(str(d["group"]), str(d["pair"]), float(d["q10"]), float(d["q90"]), int(d["rows"]),
+                   float(d["median_abs_pct"]), float(d["p90_abs_pct"]))
+
+
+def generation_of(vendor: str, compute_capability: str | None, gfx_arch: str | None) -> str:
+    """``nvidia-9`` of compute capability 9.0, ``amd-gfx94`` of gfx942: devices of one generation share
+    their kernels' libraries and architecture."""
+    if vendor == "amd" and gfx_arch:
+        return f"amd-{gfx_arch[:-1]}"
+    cc = str(compute_capability or "").split(".")[0]
+    return f"{vendor}-{cc or '?'}"
+
+
+def sheet_identity(sheet: Datasheet) -> tuple[str, str, str]:
+    """(row model, vendor, generation) of a datasheet row."""
+    return sheet.model, sheet.vendor, generation_of(sheet.vendor, sheet.compute_capability, sheet.gfx_arch)
+
+
+def spec_identity(spec: DeviceSpec) -> tuple[str, str, str] | None:
+    """(datasheet row, vendor, generation) of a device, from its datasheet row (by the row it was made
+    from, else by its name and properties); None for a CPU or a device no row matches."""
+    from .datasheets import DATASHEETS, find_datasheet
+
+    if spec.kind == "cpu":
+        return None
+    model = spec.properties.get("datasheet")
+    sheet = next((d for d in DATASHEETS if d.model == model), None) or find_datasheet(spec.name, spec.properties)
+    return None if sheet is None else sheet_identity(sheet)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The model a device gets: its own, or a stand-in's (``note`` says which and why)."""
+
+    model: DeviceModel
+    device: str
+    vendor: str
+    stand_in: bool
+    note: str
+
+
+@dataclass(frozen=True)
+class DeviceModels:
+    """Every device model and the bands: the data of ``device_models.json``."""
+
+    devices: Mapping[str, DeviceModel]
+    bands: Sequence[Band] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+    validation: Sequence[Mapping[str, Any]] = ()
+    fitted_by: str = ""
+    priors: Mapping[str, Curve] = field(default_factory=dict)
+    """Per family, its curve over every GPU (what a GPU's own curve departs from, and what a GPU without a
+    curve of the family takes)."""
+
+    def curve(self, model: DeviceModel, family: str) -> tuple[Curve | None, str]:
+        """A device's curve for ``family``: its own (or a :data:`FALLBACK` family's), else the family's
+        curve over every GPU (``every GPU``), else (None, "")."""
+        own, fam = model.curve(family)
+        if own is not None:
+            return own, fam
+        if family in self.priors:
+            return self.priors[family], "every GPU"
+        return None, ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DeviceModels:
+        return cls({k: DeviceModel.from_dict(k, v) for k, v in d.get("devices", {}).items()},
+                   tuple(Band.from_dict(b) for b in d.get("bands", ())), dict(d.get("sources", {})),
+                   tuple(d.get("validation", ())), str(d.get("fitted_by", "")),
+                   {k: Curve.from_dict(c) for k, c in d.get("priors", {}).items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fitted_by": self.fitted_by, "knots_log10_s": [BIN_LO, BIN_STEP, N_BINS],
+                "sources": dict(sorted(self.sources.items())),
+                "devices": {k: m.to_dict() for k, m in sorted(self.devices.items())},
+                "priors": {k: c.to_dict() for k, c in sorted(self.priors.items())},
+                "bands": [b.to_dict() for b in self.bands], "validation": list(self.validation)}
+
+    def write(self, path: Path = DATA) -> Path:
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n")
+        return path
+
+    def resolve(self, identity: tuple[str, str, str] | None) -> Resolved | None:
+        """The model for a device (:func:`spec_identity`): its own; else the measured device of its vendor
+        and generation with the most measurements; else the nearest generation of its vendor; else None."""
+        if identity is None:
+            return None
+        model, vendor, gen = identity
+        if model in self.devices:
+            return Resolved(self.devices[model], model, vendor, False, "")
+        same = [m for m in self.devices.values() if m.vendor == vendor]
+        if not same:
+            return None
+
+        def size(m: DeviceModel) -> int:
+            return sum(c.rows for c in m.curves.values())
+
+        def gen_num(g: str) -> float:
+            digits = "".join(ch for ch in g.split("-", 1)[-1] if ch.isdigit())
+            return float(digits) if digits else math.inf
+
+        want = gen_num(gen)
+        best = min(same, key=lambda m: (m.generation != gen, abs(gen_num(m.generation) - want), -size(m)))
+        why = "the same generation" if best.generation == gen else f"the nearest {vendor} generation measured"
+        return Resolved(best, model, vendor, True,
+                        f"{model} has no measured device model: {best.device}'s ({why}) stands in, its "
+                        f"efficiencies taken against {model}'s own datasheet peaks")
+
+    def band(self, family: str, source_vendor: str | None, target_vendor: str | None) -> Band | None:
+        """The band for a family's group and the vendor pair; None where it was never validated."""
+        if not source_vendor or not target_vendor:
+            return None
+        pair = f"{source_vendor}->{target_vendor}"
+        group = family_group(family)
+        return next((b for b in self.bands if b.pair == pair and b.group == group), None)
+
+
+@functools.lru_cache(maxsize=1)
+def device_models() -> DeviceModels:
+    """The shipped models (``device_models.json``); empty when the file is absent."""
+    if not DATA.is_file():
+        return DeviceModels({})
+    return DeviceModels.from_dict(json.loads(DATA.read_text()))
+
+
+__all__ = ["BIN_LO", "BIN_STEP", "FAMILIES", "N_BINS", "Band", "Curve", "DeviceModel", "DeviceModels", "Resolved",
+           "device_models", "family_group", "generation_of", "interp_weights", "kernel_family", "knots",
+           "sheet_identity", "spec_identity"]
