@@ -172,7 +172,9 @@ class LoadRun:
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         check_kv_dtype(self.kv_dtype)
-        parse_kv_policy(self.kv_policy)
+        if not parse_kv_policy(self.kv_policy).is_full and self.kv_capacity is not None:
+            raise UsageError("--kv-capacity counts every position a request has seen, while --kv-policy keeps fewer: "
+                             "the two are not combined", hint="drop one of them")
         ServeConfig(self.max_batch, self.max_batched_tokens, None, self.policy, self.kv_capacity).check()
 
 

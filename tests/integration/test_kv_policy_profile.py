@@ -63,8 +63,10 @@ def test_the_finding_decides_from_the_measured_steps(policy_report) -> None:
         assert ("saved" in f.title) is paid and ("did not pay" in f.title) is not paid
         assert f.severity == "info" if paid else f.severity in ("low", "medium", "high")
         assert f.run == "headline" and f.time_at_stake_ns > 0
-        kinds = [i.kind for i in f.items]
-        assert kinds == ["kernels", "metric"]
+        # the attention kernels and the KV held per sequence (ranked() orders the items by time, so an
+        # unexplained remainder on a loaded machine may come first)
+        assert any(i.kind == "kernels" and i.explains and i.time_ns > 0 for i in f.items)
+        assert any(i.kind == "metric" and "sequences fit" in i.label for i in f.items)
         assert 0 < f.explained_ns <= f.time_at_stake_ns
         assert f.evidence["kv_entries_per_step"] == 20 and f.evidence["saved_ns_per_step"] == pytest.approx(
             own["step_ns"] * (factor - 1))

@@ -306,6 +306,7 @@ def test_refused_combinations(model, capsys) -> None:
     assert err.count("\n") == 1 and "unknown policy" in err
     assert main(["generate", "--model", "tiny", "--prompt-ids", "1,2,3", "--kv-policy", STREAM, "--compile"]) == 2
     assert main(["loadtest", "--endpoint", "http://127.0.0.1:9/v1", "--kv-policy", STREAM]) == 2
+    assert main(["loadtest", "--model", "tiny", "--kv-policy", STREAM, "--kv-capacity", "100", "--no-profile"]) == 2
 
 
 def test_generate_cli_reports_the_policy(capsys) -> None:
