@@ -29,11 +29,13 @@ that is not a byte count or an address (10**400, a string), past ``--max-events`
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
 import re
 import secrets
 from array import array
+from itertools import compress, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -191,14 +193,53 @@ NAN = math.nan
 
 def _columns() -> list[Any]:
     """A trace's columns: time_us, action code, size, addr, stream as typed arrays (8 bytes a value, no
-    number objects), then op, source, hint, stack (shared strings)."""
-    return [array("d"), array("b"), array("d"), array("d"), array("d"), [], [], [], []]
+    number objects), then each event's traceback reading as a code into :attr:`_Reader.readings`."""
+    return [array("d"), array("b"), array("d"), array("d"), array("d"), array("i")]
+
+
+TRIM_EVENTS = 1 << 16
+"""Trace events read between two trims of the unpickler's memo (:meth:`_Reader.trim`), at the least."""
+
+CACHED_FRAMES = 1 << 22
+"""Frame references the traceback cache holds at most (:meth:`_Reader.code`)."""
+
+STAND_INS = 1 << 18
+"""Frame dicts stood in for at most (:class:`_Frame`)."""
+
+SLOW_EVENTS = 4096
+"""Events read with a frame not yet stood in for in the memo, past which the memo is trimmed sooner."""
+
+
+class _Frame:
+    """Stands for one frame dict of the file (:meth:`_Reader.trim` puts it in the dict's place in the
+    memo, so later tracebacks hold it): hashed by identity, so a traceback of them is a dict key at C
+    speed. The file cannot make one (no global is ever resolved)."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: dict[str, Any]) -> None:
+        self.frame = frame
+
+_NONE = type(None)
+
+
+class _MemoHolder(pickle.Unpickler):
+    """An unpickler whose memo is filled from this reader's own bytes (never the file's): each GLOBAL
+    of its pickle resolves to the object of that place in :attr:`objects`, then LONG_BINPUT puts it at
+    its index. The main unpickler then takes a copy of this memo (the one way to set memo entries)."""
+
+    def __init__(self, objects: list[Any], data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.objects = objects
+
+    def find_class(self, module: str, name: str) -> Any:
+        return self.objects[int(name)]
 
 
 class _Reader:
     """One load: the sink's callbacks, the events read into columns, the time window."""
 
-    def __init__(self, path: Path, start_us: float | None, end_us: float | None) -> None:
+    def __init__(self, path: Path, start_us: float | None, end_us: float | None, *, trim: bool = True) -> None:
         self.path = path
         self.start_us, self.end_us = start_us, end_us
         self.token = "perfscope_snapshot_" + secrets.token_hex(12)
@@ -216,12 +257,21 @@ class _Reader:
                 reader.take_items(self, [item])
 
         self.sink = _Sink
+        self.unpickler: pickle.Unpickler | None = None  # set while loading with a memo: what trim() trims
+        self.trim_memo = trim
+        self.trims = 0
+        self.since_trim = 0
+        self.kept_memo = 0
+        self.slow = 0  # events since the last trim whose traceback held a frame dict not stood in for
         self.frame_cache: dict[Any, Any] = {}
-        self.by_id = False  # frame dicts are kept alive by the unpickler's memo: known by their ids
-        self.by_ids: dict[tuple[int, ...], tuple[Any, ...]] = {}
-        self.summaries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.by_id = False  # the file has a memo: its frame dicts are shared, known by identity
+        self.stand_ins: dict[int, _Frame] = {}  # id of a frame dict -> its stand-in (which keeps it alive)
+        self.tracebacks: dict[tuple[Any, ...], int] = {}  # a traceback's frames (stand-ins) -> its reading's code
+        self.cached_frames = 0
+        self.readings: list[tuple[Any, ...]] = [(None, None, None, None)]  # code -> (op, source, hint, stack)
+        self.codes: dict[tuple[Any, ...], int] = {self.readings[0]: 0}
         self.traces: list[_Sink] = []  # sinks (and plain lists) of trace events, in the order their events came
-        self.cols: list[list[list[Any]]] = []
+        self.cols: list[list[Any]] = []
         self.pre_live: list[dict[Any, tuple[Any, ...]]] = []  # per trace: blocks live when the window starts
         self.allocated: list[set[Any]] = []  # per trace: addresses the history allocates
         self.live: list[set[Any]] = []  # per trace: addresses live so far in the history
@@ -262,41 +312,142 @@ class _Reader:
         return len(self.cols) - 1
 
     def reading(self, frames: Any) -> tuple[Any, ...]:
-        """(op, source, hint, stack) of a traceback, once per distinct one; the list is emptied.
+        """(op, source, hint, stack) of a traceback (:meth:`code`)."""
+        return self.readings[self.code(frames)]
 
-        In a file with a memo every frame dict stays alive until the load ends (the memo holds it),
-        so a traceback is known by the ids of its frames: a torch snapshot's events share their frame
-        dicts, and most tracebacks repeat."""
+    def code(self, frames: Any) -> int:
+        """The code of a traceback's reading (op, source, hint, stack), read once per distinct one; the
+        list then holds its reading alone, so a later reference to it finds that.
+
+        In a file with a memo a traceback is known by its frames' identities (a torch snapshot's events
+        share their frame dicts, and most tracebacks repeat): each frame dict gets a :class:`_Frame`
+        stand-in (the memo gets it too, at the next trim), and the tuple of stand-ins is the key."""
         if not isinstance(frames, list):
-            return (None, None, None, None)
-        if len(frames) == 1 and frames[0].__class__ is tuple and frames[0] in self.summaries:
-            return frames[0]  # type: ignore[no-any-return]  # a traceback already read (a memo reference)
-        key = tuple(map(id, frames)) if self.by_id else None
-        s = self.by_ids.get(key) if key is not None else None
-        if s is None:
-            s = frames_summary(frames, self.frame_cache, by_id=self.by_id)
-            s = self.summaries.setdefault(s, s) if len(self.summaries) < (1 << 20) else s
-            if key is not None and len(self.by_ids) < (1 << 20):
-                self.by_ids[key] = s
-        frames[:] = (s,)  # emptied: a later reference to this list finds its reading
-        return s
+            return 0
+        if len(frames) == 1 and frames[0].__class__ is tuple:
+            try:
+                c = self.codes.get(frames[0])
+            except TypeError:  # a tuple holding a list: not a reading
+                c = None
+            if c is not None:
+                return c  # a traceback already read (a memo reference)
+        key: tuple[Any, ...] | None = None
+        c = None
+        if self.by_id:
+            try:
+                key = tuple(frames)
+                c = self.tracebacks.get(key)
+            except TypeError:  # a frame dict not stood in for yet
+                self.slow += 1
+                key = self._stood(frames)
+                c = self.tracebacks.get(key) if key is not None else None
+        if c is None:
+            s = frames_summary([f.frame if f.__class__ is _Frame else f for f in frames], self.frame_cache)
+            c = self.codes.get(s)
+            if c is None:
+                c = self.codes[s] = len(self.readings)
+                self.readings.append(s)
+            if key is not None and self.cached_frames + len(frames) <= CACHED_FRAMES:
+                self.tracebacks[key] = c
+                self.cached_frames += len(frames)
+        frames[:] = (self.readings[c],)  # emptied: a later reference to this list finds its reading
+        return c
+
+    def _stood(self, frames: list[Any]) -> tuple[Any, ...] | None:
+        """The traceback with a stand-in for each frame dict (made on first sight); None when it cannot
+        be a key (more frame dicts than :data:`STAND_INS`, or an item that is not hashable)."""
+        stand_ins = self.stand_ins
+        out = []
+        for f in frames:
+            if f.__class__ is dict:
+                got = stand_ins.get(id(f))
+                if got is None:
+                    if len(stand_ins) >= STAND_INS:
+                        return None
+                    got = stand_ins[id(f)] = _Frame(f)
+                f = got
+            out.append(f)
+        key = tuple(out)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
 
     def loaded(self) -> None:
-        """The load ended: the memo is gone, and with it the frames the id caches name."""
+        """The load ended: nothing more is read by identity."""
+        self.unpickler = None
         self.by_id = False
-        self.by_ids.clear()
+        self.stand_ins.clear()
+        self.tracebacks.clear()
         self.frame_cache.clear()
 
     def events(self, k: int, items: list[Any]) -> None:
-        """Trace events into the columns of trace ``k``, each checked and then emptied."""
+        """Trace events into the columns of trace ``k``, each checked and then emptied; then, every
+        :data:`TRIM_EVENTS` or so, the memo trimmed of the events read (:meth:`trim`)."""
         take(self.path, len(items))
         if self.start_us is not None or self.end_us is not None:
             self._window_events(k, items)
-            return
+        elif not self._batch(k, items):
+            self._each_event(k, items)
+        self.since_trim += len(items)
+        if self.unpickler is not None and (self.since_trim >= max(TRIM_EVENTS, self.kept_memo) or (
+                self.slow >= SLOW_EVENTS and self.since_trim >= self.kept_memo // 4)):
+            self.trim()
+
+    def _batch(self, k: int, items: list[Any]) -> bool:
+        """A batch of events read column by column at C speed; False (nothing read) when any event is
+        odd (not a dict, twice in the batch, an unknown action, a value that is not a plain number of
+        its range, a missing one where others have it): :meth:`_each_event` then reads it and names what."""
+        n = len(items)
+        get = dict.get
+        try:
+            actions = list(map(get, items, repeat("action")))
+            codes = list(map(ACTION_CODES.get, actions))
+        except TypeError:  # an event that is not a dict, an action that is not hashable
+            return False
+        if None in codes or len(set(map(id, items))) != n:
+            return False
+        times = list(map(get, items, repeat("time_us")))
+        t = _plain_numbers(times, float, TIME_LIMIT, signed=True)
+        s = _plain_numbers(list(map(get, items, repeat("size"))), int, ADDRESS_LIMIT)
+        a = _plain_numbers(list(map(get, items, repeat("addr"))), int, ADDRESS_LIMIT)
+        st = _plain_numbers(list(map(get, items, repeat("stream"))), int, ADDRESS_LIMIT, signed=True)
+        if t is None or s is None or a is None or st is None or s is _ABSENT or a is _ABSENT:
+            return False
+        frames = list(map(get, items, repeat("frames")))
+        if self.by_id and set(map(type, frames)) == {list}:
+            try:
+                got = list(map(self.tracebacks.get, map(tuple, frames)))
+            except TypeError:  # a frame dict not stood in for yet
+                got = [None] * n
+            if None in got:
+                got = [self.code(f) if c is None else c for f, c in zip(frames, got)]
+            readings = self.readings
+            list(map(list.__setitem__, frames, repeat(slice(None)), zip(map(readings.__getitem__, got))))
+        else:
+            got = [self.code(f) for f in frames]
+        list(map(dict.clear, items))
+        times_seen = self.times[k]
+        if t is _ABSENT:
+            times_seen[1] = True
+            t = np.full(n, NAN)
+        else:
+            times_seen[0] = True
+        cols = self.cols[k]
+        for col, values in zip(cols, (t, np.array(codes, dtype="int8"), s, a,
+                                      np.full(n, NAN) if st is _ABSENT else st, np.array(got, dtype="int32"))):
+            col.frombytes(memoryview(values).cast("B"))
+        self.seen += n
+        self.kept += n
+        return True
+
+    def _each_event(self, k: int, items: list[Any]) -> None:
+        """:meth:`_batch`, event by event: an unknown action is skipped, anything odd named."""
         cols = self.cols[k]
         times = self.times[k]
-        put_t, put_code, put_size, put_addr, put_stream, put_op, put_src, put_hint, put_stack = (c.append for c in cols)
-        codes, reading = ACTION_CODES, self.reading
+        put_t, put_code, put_size, put_addr, put_stream, put_reading = (c.append for c in cols)
+        codes, code_of = ACTION_CODES, self.code
         first = self.seen
         kept = 0
         for n, e in enumerate(items, start=first + 1):
@@ -310,17 +461,14 @@ class _Reader:
                 t = NAN
             else:
                 times[0] = True
-            op, src, hint, stack = reading(e.get("frames"))
+            reading = code_of(e.get("frames"))
             e.clear()
             put_t(t)
             put_code(code)
             put_size(size)
             put_addr(addr)
             put_stream(NAN if stream is None else stream)
-            put_op(op)
-            put_src(src)
-            put_hint(hint)
-            put_stack(stack)
+            put_reading(reading)
             kept += 1
         self.seen = first + len(items)
         self.kept += kept
@@ -340,8 +488,9 @@ class _Reader:
                 e.clear()
                 continue
             times[0 if t is not None else 1] = True
-            op, src, hint, stack = self.reading(e.get("frames"))
+            c = self.code(e.get("frames"))
             e.clear()
+            op, src, hint, stack = self.readings[c]
             unseen_free = False
             if code == ALLOC:
                 allocated.add(addr)
@@ -359,10 +508,70 @@ class _Reader:
                 if unseen_free:  # allocated before the history, so live through the window
                     after.append((addr, size, op, None, src, hint, stack))
                 continue
-            for c, v in zip(cols, (NAN if t is None else t, code, size, addr, NAN if stream is None else stream,
-                                   op, src, hint, stack)):
-                c.append(v)
+            for col, v in zip(cols, (NAN if t is None else t, code, size, addr, NAN if stream is None else stream, c)):
+                col.append(v)
             self.kept += 1
+
+    def trim(self) -> None:
+        """Drop from the unpickler's memo the events read and their emptied tracebacks.
+
+        The memo keeps every object the file memoized until the load ends: a torch snapshot's event
+        dicts and traceback lists (its frames are shared, so it has a memo), about 200 bytes an event
+        once emptied. Here the memo is replaced by one that holds all else at the same indices (the
+        frames and strings later events refer to): an event dict emptied here (an empty dict) and a
+        traceback list read here (its reading alone) are left out. A later reference to one of them
+        (no pickler writes one: each was a distinct object) fails in the unpickler ("memo value not
+        found"), and the file is read again untrimmed (:func:`load_snapshot`). The unpickler keeps its
+        count of memo entries, so the file's later MEMOIZE ops number theirs as before."""
+        u = self.unpickler
+        assert u is not None
+        memo = u.memo.copy()
+        index = np.fromiter(memo, dtype="int64", count=len(memo))
+        values = list(memo.values())
+        del memo
+        kind = np.fromiter(map(id, map(type, values)), dtype="int64", count=len(values))
+        # an empty dict (an event read here), a plain list (a traceback read here: a torch snapshot's
+        # other plain lists are never referred to again either)
+        drop = (kind == id(list)) | ((kind == id(dict)) & ~np.fromiter(map(bool, values), dtype=bool,
+                                                                      count=len(values)))
+        stand_ins = self.stand_ins
+        keep = [(i, stand_ins.get(id(v), v) if v.__class__ is dict else v)  # a frame dict: its stand-in from now on
+                for i, v in zip(index[~drop].tolist(), compress(values, (~drop).tolist()))]
+        del values
+        if keep and max(i for i, _ in keep) >= 1 << 32:  # past LONG_BINPUT's reach: no more trims
+            self.unpickler = None
+            return
+        objects = [v for _, v in keep]
+        data = b"".join(b"c_\n%d\nr%s0" % (j, i.to_bytes(4, "little")) for j, (i, _) in enumerate(keep))
+        holder = _MemoHolder(objects, b"\x80\x02" + data + b"N.")
+        holder.load()
+        u.memo = holder.memo
+        self.trims += 1
+        self.since_trim = self.slow = 0
+        self.kept_memo = len(keep)
+
+
+_ABSENT: Any = np.empty(0)
+"""What :func:`_plain_numbers` returns for a column of events none of which holds that value."""
+
+
+def _plain_numbers(values: list[Any], kind: type, limit: int, *, signed: bool = False) -> np.ndarray | None:
+    """A batch's values of one field as float64, when every one is a plain number of ``kind`` (ints;
+    ``float``: ints or floats) in ``[0, limit)`` (``signed``: ``(-limit, limit)``); :data:`_ABSENT`
+    when none has one; None when anything else (:func:`_fields` then names it)."""
+    types = set(map(type, values))
+    if types == {_NONE}:
+        return _ABSENT
+    if not (types == {int} or (kind is float and types <= {int, float})):
+        return None
+    try:
+        if types == {int} and not signed:
+            out = np.array(values, dtype=np.uint64).astype(np.float64)  # a negative or too large: OverflowError
+            return out if not len(out) or out.max() < limit else None
+        out = np.array(values, dtype=np.float64)
+    except OverflowError:
+        return None
+    return out if not len(out) or np.abs(out).max() < limit else None  # NaN compares False: None
 
 
 def _fields(e: Any, n: int) -> tuple[Any, Any, float, float, Any]:
@@ -419,18 +628,30 @@ def load_snapshot(path: str | Path, *, start_us: float | None = None,
     """
     p = Path(path)
     try:
-        return _load(p, start_us, end_us, stream=True)
+        return _load(p, start_us, end_us, stream=True, trim=True)
+    except _Untrimmed:
+        pass  # it failed after the memo was trimmed: read it again with every memo entry kept
     except _Retry:
         # the pickle broke where the sink went in: a list's bytes inside a string or a number (a file
         # written without a memo); read it again as it is, the events counted once read
-        return _load(p, start_us, end_us, stream=False)
+        return _load(p, start_us, end_us, stream=False, trim=False)
+    try:
+        return _load(p, start_us, end_us, stream=True, trim=False)
+    except _Retry:
+        return _load(p, start_us, end_us, stream=False, trim=False)
 
 
 class _Retry(Exception):
     """The streamed load failed in the unpickler: read the file again without the sinks."""
 
 
-def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool) -> tuple[dict[str, Any], _Reader]:
+class _Untrimmed(Exception):
+    """The load failed after its memo was trimmed (:meth:`_Reader.trim`): read the file again untrimmed,
+    so whatever is wrong with it is named as it is."""
+
+
+def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool,
+          trim: bool) -> tuple[dict[str, Any], _Reader]:
     got = _Reader(p, start_us, end_us)
     inject = b"c" + got.token.encode() + b"\nSink\n)R"
     source = None
@@ -439,7 +660,11 @@ def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool
             source = _Stream(fh, inject if stream else None, p)
             source.peek(1)  # the first block: the file's memo style
             got.by_id = source.memo not in (b"(", b"")
-            top = _Unpickler(source, got).load()
+            unpickler = _Unpickler(source, got)
+            if trim and got.by_id:
+                got.unpickler = unpickler
+            top = unpickler.load()
+            del unpickler
         got.loaded()
         if not isinstance(top, dict) or not isinstance(top.get("segments"), list):
             raise _Bad("is a pickle but not a CUDA memory snapshot (no 'segments' list)")
@@ -450,21 +675,30 @@ def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool
         raise InputFormatError(p, f"refused: the pickle asks for {exc}, not plain data; a memory snapshot holds "
                                "only dicts, lists, strings and numbers, and perfscope never runs code from a file",
                                hint="only import snapshots written by torch.cuda.memory._dump_snapshot()") from None
-    except _Bad as exc:
-        raise InputFormatError(p, f"not a memory snapshot's layout: {exc}",
-                               hint="give the file torch.cuda.memory._dump_snapshot() wrote") from None
-    except RecursionError:
-        raise InputFormatError(p, "nested too deeply to be a memory snapshot",
-                               hint="give the file torch.cuda.memory._dump_snapshot() wrote") from None
-    except MemoryError:
-        raise InputFormatError(p, "needs more memory than this machine has to read",
-                               hint="import it with PERFSCOPE_MAX_MEMORY set, on a larger machine") from None
     except Exception as exc:  # noqa: BLE001 - the C unpickler raises UnpicklingError, EOFError, ValueError, KeyError, ...
-        if stream and source is not None and source.pattern is not None and source.injected:
-            raise _Retry from None
-        raise InputFormatError(p, f"damaged or not a pickle ({type(exc).__name__}: {str(exc)[:200]})",
-                               hint="re-dump it with torch.cuda.memory._dump_snapshot()") from None
+        if got.trims and not isinstance(exc, MemoryError):
+            raise _Untrimmed from None
+        raise _refused(p, exc, sinks=stream and source is not None and source.pattern is not None
+                       and source.injected > 0) from None
     return top, got
+
+
+def _refused(p: Path, exc: Exception, *, sinks: bool) -> Exception:
+    """The one line for a load that failed, or :class:`_Retry` (read it again without the sinks) when
+    the unpickler failed on a file the sinks went into."""
+    if isinstance(exc, _Bad):
+        return InputFormatError(p, f"not a memory snapshot's layout: {exc}",
+                                hint="give the file torch.cuda.memory._dump_snapshot() wrote")
+    if isinstance(exc, RecursionError):
+        return InputFormatError(p, "nested too deeply to be a memory snapshot",
+                                hint="give the file torch.cuda.memory._dump_snapshot() wrote")
+    if isinstance(exc, MemoryError):
+        return InputFormatError(p, "needs more memory than this machine has to read",
+                                hint="import it with PERFSCOPE_MAX_MEMORY set, on a larger machine")
+    if sinks:
+        return _Retry()
+    return InputFormatError(p, f"damaged or not a pickle ({type(exc).__name__}: {str(exc)[:200]})",
+                            hint="re-dump it with torch.cuda.memory._dump_snapshot()")
 
 
 def _check_layout(top: dict[str, Any], got: _Reader) -> None:
@@ -527,18 +761,23 @@ def import_snapshot(path: str | Path, *, device: DeviceSpec | None = None, start
                             "the memory timeline's clock is the order of the events (t_ns counts events)")
         segs = [s for s in segments if s.get("device", dev_index) == dev_index]
         windowed = start_us is not None or end_us is not None
-        allocated = got.allocated[k] if windowed else {a for a, c in zip(cols[3], cols[1]) if c == ALLOC}
-        tables.append(_device_table(dev_index, cols, segs, warnings, [*got.pre_live[k].values(), *got.after[k]],
-                                    allocated, windowed=windowed, by_order=lacks_time))
+        if windowed:
+            allocated = np.array(sorted(got.allocated[k]), dtype="float64")
+        else:
+            allocated = np.frombuffer(cols[3], dtype="float64")[np.frombuffer(cols[1], dtype="int8") == ALLOC]
+        tables.append(_device_table(dev_index, cols, got.readings, segs, warnings,
+                                    [*got.pre_live[k].values(), *got.after[k]], allocated, windowed=windowed,
+                                    by_order=lacks_time))
+        got.cols[k] = []  # its table holds what it needs
     if not got.cols and segments:  # no history recorded: the segments' live blocks at the dump
         for dev_index in sorted({_int(s.get("device"), 0) for s in segments}):
             segs = [s for s in segments if _int(s.get("device"), 0) == dev_index]
-            tables.append(_device_table(dev_index, _columns(), segs, warnings, [], set(),
-                                        windowed=False, by_order=True))
+            tables.append(_device_table(dev_index, _columns(), got.readings, segs, warnings, [],
+                                        np.empty(0), windowed=False, by_order=True))
         clock = "events"
         warnings.append("the snapshot has no allocation history (record_memory_history was off): "
                         "the memory table holds the blocks live at the dump")
-    memory = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    memory = (tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)) if tables else pd.DataFrame()
     manifest: dict[str, Any] = {
         "name": p.name.split(".")[0],
         "source": source_info("memory-snapshot", p, "torch.cuda.memory._dump_snapshot", None),
@@ -572,18 +811,19 @@ def _reading(b: dict[str, Any]) -> tuple[Any, ...]:
     return r if isinstance(r, tuple) and len(r) == 4 else (None, None, None, None)
 
 
-def _device_table(dev_index: int, cols: list[Any], segs: list[dict[str, Any]], warnings: list[str],
-                  pre_live: list[tuple[Any, ...]], allocated: set[Any], *, windowed: bool,
+def _device_table(dev_index: int, cols: list[Any], readings: list[tuple[Any, ...]], segs: list[dict[str, Any]],
+                  warnings: list[str], pre_live: list[tuple[Any, ...]], allocated: np.ndarray, *, windowed: bool,
                   by_order: bool) -> pd.DataFrame:
     n = len(cols[1])
     if by_order:  # no clock: the order of the events is the clock
         t_ns = np.arange(n, dtype="int64")
     else:
         t_ns = np.rint(np.frombuffer(cols[0], dtype="float64") * 1000.0).astype("int64")
-    action = np.frombuffer(cols[1], dtype="int8").copy()
-    size = np.frombuffer(cols[2], dtype="float64").copy()
-    addr = np.frombuffer(cols[3], dtype="float64").copy()
-    stream = np.frombuffer(cols[4], dtype="float64").copy()
+    action = np.frombuffer(cols[1], dtype="int8")
+    size = np.frombuffer(cols[2], dtype="float64")
+    addr = np.frombuffer(cols[3], dtype="float64")
+    stream = np.frombuffer(cols[4], dtype="float64")
+    code = np.frombuffer(cols[5], dtype="int32")
     # the blocks live at the dump, and the segments' bytes
     live_blocks = []
     reserved_end = 0.0
@@ -595,13 +835,15 @@ def _device_table(dev_index: int, cols: list[Any], segs: list[dict[str, Any]], w
         pool = s.get("segment_pool_id")
         graph_pool = isinstance(pool, tuple) and any(isinstance(x, int) and x != 0 for x in pool)
         for b in s.get("blocks") or []:
-            if b.get("state") == "active_allocated" and _num(b.get("address")) not in allocated:
+            if b.get("state") == "active_allocated":
                 op, src, hint, stack = _reading(b)
                 live_blocks.append((_num(b.get("address")), _num(b.get("size")), op, None, src,
                                     "cuda_graph_pool" if graph_pool else hint, stack, _num(b.get("requested_size"))))
+    made = np.isin(np.array([b[0] for b in live_blocks], dtype="float64"), allocated)  # allocated in the history
+    live_blocks = [b for b, m in zip(live_blocks, made.tolist()) if not m]
     seg_net = float(np.sum(np.where(action == SEGMENT_ALLOC, size, 0.0)) - np.sum(np.where(action == SEGMENT_FREE, size, 0.0)))
     ev = MemEvents(device=f"cuda:{dev_index}", t_ns=t_ns, action=action, size=size, addr=addr, stream=stream,
-                   op=_objects(cols[5]), source=_objects(cols[6]), hint=_objects(cols[7]), stack=_objects(cols[8]),
+                   texts=[(op, None, src, hint, stack) for op, src, hint, stack in readings], text_code=code,
                    preexisting=[*pre_live, *live_blocks], reserved_start=reserved_end - seg_net,
                    segments_end=None if windowed else segments)
     df = timeline(ev, "snapshot")
@@ -612,9 +854,3 @@ def _device_table(dev_index: int, cols: list[Any], segs: list[dict[str, Any]], w
         warnings.append(f"cuda:{dev_index}: {len(live_end ^ dumped)} block(s) live at the end of the replay and "
                         "live at the dump differ: the record lost events")
     return df
-
-
-def _objects(values: list[Any]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
