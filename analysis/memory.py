@@ -240,15 +240,25 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
     cols["free_t_ns"] = free_t
     cols["alloc_t_ns"] = alloc_t
     cols["free_event"] = free_event
-    del alloc_id, delta, freed_at
+    device = ev.device
+    del alloc_id, delta, freed_at, t, action, size, addr, free_t, alloc_t, free_event
+    _release(ev)
     df = pd.DataFrame(cols, copy=False)  # each column as it is (no block of them copied together)
     del cols
-    df.insert(1, "device", _text(_same(ev.device, len(df))))
+    df.insert(1, "device", _text(_same(device, len(df))))
     df["memory_source"] = _text(_same(memory_source, len(df)))
     df = categorize(df, steps, copy=False)
     df["action"] = _text(np.array(ACTIONS, dtype=object)[df["action"].to_numpy()])
     del df["hint"]
     return df
+
+
+def _release(ev: MemEvents) -> None:
+    """Let go of ``ev``'s per-event arrays once the table holds its own (a snapshot's are a few hundred
+    MB; the caller keeps no other reference to them)."""
+    ev.t_ns = ev.action = ev.size = ev.addr = np.empty(0)
+    ev.stream = ev.op = ev.module = ev.source = ev.hint = ev.stack = ev.text_code = ev.requested = None
+    ev.total_allocated = ev.total_reserved = None
 
 
 def _pair(action: np.ndarray, size: np.ndarray, addr: np.ndarray) -> tuple[Any, ...]:
@@ -420,17 +430,33 @@ def _frees_follow(df: pd.DataFrame, cat: np.ndarray, rule: np.ndarray) -> None:
     ids = df["alloc_id"].to_numpy("float64")
     rows = np.flatnonzero(is_alloc & ~np.isnan(ids))
     other = np.flatnonzero(~is_alloc)
-    index = pd.Index(ids[rows])
-    if not index.is_unique:  # an id allocated twice: the later alloc's
-        keep = ~index.duplicated(keep="last")
-        rows, index = rows[keep], index[keep]
-    src = index.get_indexer(ids[other])
+    src = _alloc_rows(ids[rows], rows, ids[other])
     got = src >= 0
-    cat[other[got]] = cat[rows[src[got]]]
-    rule[other[got]] = rule[rows[src[got]]]
+    cat[other[got]] = cat[src[got]]
+    rule[other[got]] = rule[src[got]]
     seg = other[~got & ((action[other] == SEGMENT_ALLOC) | (action[other] == SEGMENT_FREE))]
     cat[seg] = None
     rule[seg] = None
+
+
+def _alloc_rows(alloc_ids: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The row (of ``rows``, whose ids are ``alloc_ids``) allocating each of ``ids``; -1 none. An id
+    allocated twice is the later alloc's."""
+    top = alloc_ids.max() if len(alloc_ids) else -1.0
+    if len(alloc_ids) and alloc_ids.min() >= 0 and top < 4 * len(alloc_ids) + 1024 and \
+            (alloc_ids == np.floor(alloc_ids)).all() and len(np.unique(alloc_ids)) == len(alloc_ids):
+        lut = np.full(int(top) + 1, -1, dtype="int64")  # the ids a timeline gives: 0, 1, 2, ... (no hashing)
+        lut[alloc_ids.astype("int64")] = rows
+        whole = (ids >= 0) & (ids <= top) & (ids == np.floor(ids))
+        src = np.full(len(ids), -1, dtype="int64")
+        src[whole] = lut[ids[whole].astype("int64")]
+        return src
+    index = pd.Index(alloc_ids)
+    if not index.is_unique:
+        keep = ~index.duplicated(keep="last")
+        rows, index = rows[keep], index[keep]
+    at = index.get_indexer(ids)
+    return np.where(at >= 0, rows[np.maximum(at, 0)], -1) if len(rows) else np.full(len(ids), -1, dtype="int64")
 
 
 def _during_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np.ndarray) -> None:
@@ -445,17 +471,18 @@ def _during_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np
     t = df["t_ns"].to_numpy()
     alloc_rows = np.flatnonzero(is_alloc)
     # the next alloc of another op: allocs in runs of one op; each run's next is the next run's first
-    codes = pd.factorize(pd.Series(ops[alloc_rows], dtype=object).fillna("\0none"))[0]
-    new_run = np.r_[True, codes[1:] != codes[:-1]] if len(codes) else np.zeros(0, dtype=bool)
+    op_of = ops[alloc_rows]
+    missing = pd.isna(op_of)
+    new_run = np.ones(len(alloc_rows), dtype=bool)
+    new_run[1:] = (op_of[1:] != op_of[:-1]) & ~(missing[1:] & missing[:-1])  # no op: one run of them
     run = np.cumsum(new_run) - 1
     run_first = alloc_rows[new_run]
     nxt = np.full(len(alloc_rows), -1, dtype="int64")
     has_next = run + 1 < len(run_first)
     nxt[has_next] = run_first[run[has_next] + 1]
-    next_other = np.full(len(df), -1, dtype="int64")
-    next_other[alloc_rows] = nxt
+    del run, has_next, new_run, op_of, missing
     i = np.flatnonzero(rows)
-    j = next_other[i]
+    j = nxt[np.searchsorted(alloc_rows, i)]  # the rows are alloc rows
     freed = ~np.isnan(free_t[i])
     temp = pd.notna(ops[i]) & freed & \
         ((j < 0) | (free_t[i] <= np.where(j >= 0, t[np.maximum(j, 0)], 0)))

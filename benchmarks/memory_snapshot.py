@@ -8,13 +8,15 @@ each its own peak RSS and wall time), ``--rounds`` times interleaved:
   any safe reader of the format stands on), then
 - perfscope's import of it (``import_snapshot``: read, replay, categories), and the ratio of the two;
 
-then the import of a time window of ``--window`` of its span. Each line carries the machine's load
-averages before and after (the machine this runs on may be shared: the ratio is the figure that holds).
+then the import of a time window of ``--window`` of its span. Each line carries wall and CPU seconds
+and the machine's load averages before and after (on a shared machine the wall time follows the load:
+the ratios, and the CPU seconds, are the figures that hold).
 
 Layouts (``--layout``, default both): ``tiled`` writes every event with its full traceback and no
 memo, as a snapshot written without shared frames is (about 9.7 kB an event); ``torch`` writes what
-``torch.cuda.memory._dump_snapshot`` writes: frame dicts shared through the pickle's memo, one
-traceback list per event (about 250 bytes an event: forty times the events per GB).
+``torch.cuda.memory._dump_snapshot`` writes: frame dicts shared through the pickle's memo, and
+traceback lists shared as torch shares them (a free_requested and its free_completed, an alloc and
+its block at the dump): about 250 bytes an event, forty times the events per GB.
 
     python benchmarks/memory_snapshot.py --size-gb 1.0
     python benchmarks/memory_snapshot.py --size-gb 1.0 --layout torch --rounds 2 --keep /tmp/snapshots
@@ -60,9 +62,13 @@ def build(target: Path, size_bytes: float, layout: str) -> int:
     def tiled(tiles: int) -> list[dict[str, Any]]:
         out = []
         for k in range(tiles):
-            for e in events:  # torch: a traceback list of its own per event, its frame dicts shared
+            # torch: the frame dicts shared, and the traceback lists as torch shares them (a free and its
+            # free_completed one list; the first tile's allocs their block's): a copy of each per tile
+            copies: dict[int, list[dict[str, Any]]] = {}
+            for e in events:
+                fr = e["frames"] if fast or k == 0 else copies.setdefault(id(e["frames"]), list(e["frames"]))
                 out.append({**e, "time_us": e["time_us"] + k * span, "addr": e["addr"] + k * (1 << 40),
-                            "frames": e["frames"] if fast else list(e["frames"])})
+                            "frames": fr})
         return out
 
     one = _pickled_size({**snap, "device_traces": [tiled(1)]}, fast=fast)
@@ -104,11 +110,11 @@ import json, resource, sys, time, warnings
 warnings.simplefilter("error")
 from perfscope.analysis.readers.snapshot import import_snapshot
 path, lo, hi = sys.argv[1], sys.argv[2], sys.argv[3]
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.process_time()
 im = import_snapshot(path, start_us=None if lo == "-" else float(lo), end_us=None if hi == "-" else float(hi))
-wall = time.perf_counter() - t
-print(json.dumps({"s": wall, "rows": len(im.tables["memory"]), "events": im.manifest["params"]["snapshot_events"],
-                  "peak_rss_mb": peak_rss_mb()}))
+wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+print(json.dumps({"s": wall, "cpu_s": cpu, "rows": len(im.tables["memory"]),
+                  "events": im.manifest["params"]["snapshot_events"], "peak_rss_mb": peak_rss_mb()}))
 """
 
 CHILD_PICKLE = """
@@ -116,11 +122,11 @@ import json, pickle, resource, sys, time
 class PlainData(pickle.Unpickler):
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"{module}.{name}")
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.process_time()
 with open(sys.argv[1], "rb") as fh:
     snap = PlainData(fh).load()
-wall = time.perf_counter() - t
-print(json.dumps({"s": wall, "events": sum(len(t) for t in snap["device_traces"]),
+wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+print(json.dumps({"s": wall, "cpu_s": cpu, "events": sum(len(t) for t in snap["device_traces"]),
                   "peak_rss_mb": peak_rss_mb()}))
 """
 
@@ -156,11 +162,12 @@ def run(layout: str, args: argparse.Namespace) -> list[str]:
         plain = None if args.no_pickle_load else _child(CHILD_PICKLE, str(path))
         whole = _child(CHILD_IMPORT, str(path), "-", "-")
         after = _load()
-        line = (f"[{layout}] round {r + 1}: perfscope import {whole['s']:.1f} s, peak RSS {whole['peak_rss_mb']:,.0f} MB, "
-                f"{whole['rows']:,} rows, {size / 1e6 / whole['s']:.0f} MB/s")
+        line = (f"[{layout}] round {r + 1}: perfscope import {whole['s']:.1f} s ({whole['cpu_s']:.1f} s CPU), peak RSS "
+                f"{whole['peak_rss_mb']:,.0f} MB, {whole['rows']:,} rows")
         if plain is not None:
-            line += (f"; restricted pickle.load (C) {plain['s']:.1f} s, peak RSS {plain['peak_rss_mb']:,.0f} MB; "
-                     f"ratio {whole['s'] / plain['s']:.2f} (time), {whole['peak_rss_mb'] / plain['peak_rss_mb']:.2f} (RSS)")
+            line += (f"; restricted pickle.load (C) {plain['s']:.1f} s ({plain['cpu_s']:.1f} s CPU), peak RSS "
+                     f"{plain['peak_rss_mb']:,.0f} MB; ratio {whole['s'] / plain['s']:.2f} (time), "
+                     f"{whole['cpu_s'] / plain['cpu_s']:.2f} (CPU), {whole['peak_rss_mb'] / plain['peak_rss_mb']:.2f} (RSS)")
         line += f" [{before}; after: {after}]"
         print(line)
         lines.append(line)
@@ -172,8 +179,8 @@ def run(layout: str, args: argparse.Namespace) -> list[str]:
         lo = t0 + span * 0.45
         before = _load()
         win = _child(CHILD_IMPORT, str(path), str(lo), str(lo + span * args.window))
-        line = (f"[{layout}] perfscope import, {args.window:.0%} window: {win['s']:.1f} s, peak RSS "
-                f"{win['peak_rss_mb']:,.0f} MB, {win['rows']:,} rows [{before}]")
+        line = (f"[{layout}] perfscope import, {args.window:.0%} window: {win['s']:.1f} s ({win['cpu_s']:.1f} s CPU), "
+                f"peak RSS {win['peak_rss_mb']:,.0f} MB, {win['rows']:,} rows [{before}]")
         print(line)
         lines.append(line)
     tmp.cleanup()

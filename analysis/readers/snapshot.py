@@ -36,6 +36,7 @@ import re
 import secrets
 from array import array
 from itertools import compress, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -191,6 +192,16 @@ def _memo_of(head: bytes) -> bytes:
 NAN = math.nan
 
 
+COLUMN_TYPES = ("float64", "int8", "float64", "float64", "float64", "int32")
+"""The dtypes of :func:`_columns`."""
+
+
+def _block(reading: tuple[Any, ...]) -> tuple[Any, ...]:
+    """(op, module, source, hint, stack) of a block from a traceback's (op, source, hint, stack)."""
+    op, src, hint, stack = reading
+    return op, None, src, hint, stack
+
+
 def _columns() -> list[Any]:
     """A trace's columns: time_us, action code, size, addr, stream as typed arrays (8 bytes a value, no
     number objects), then each event's traceback reading as a code into :attr:`_Reader.readings`."""
@@ -198,7 +209,8 @@ def _columns() -> list[Any]:
 
 
 TRIM_EVENTS = 1 << 16
-"""Trace events read between two trims of the unpickler's memo (:meth:`_Reader.trim`), at the least."""
+"""Trace events read between two trims of the unpickler's memo (:meth:`_Reader.trim`), at the least (and
+an eighth of those read so far: each trim copies the whole memo, about 16 bytes an event read)."""
 
 CACHED_FRAMES = 1 << 22
 """Frame references the traceback cache holds at most (:meth:`_Reader.code`)."""
@@ -221,6 +233,16 @@ class _Frame:
         self.frame = frame
 
 _NONE = type(None)
+
+
+class _Read:
+    """What a traceback list holds once read: the code of its reading (:meth:`_Reader.code`). The
+    file cannot make one."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: int) -> None:
+        self.code = code
 
 
 class _MemoHolder(pickle.Unpickler):
@@ -258,7 +280,7 @@ class _Reader:
 
         self.sink = _Sink
         self.unpickler: pickle.Unpickler | None = None  # set while loading with a memo: what trim() trims
-        self.trim_memo = trim
+        self.trimmed = trim  # this load trims the memo (False: a second read, untrimmed)
         self.trims = 0
         self.since_trim = 0
         self.kept_memo = 0
@@ -266,15 +288,21 @@ class _Reader:
         self.frame_cache: dict[Any, Any] = {}
         self.by_id = False  # the file has a memo: its frame dicts are shared, known by identity
         self.stand_ins: dict[int, _Frame] = {}  # id of a frame dict -> its stand-in (which keeps it alive)
-        self.tracebacks: dict[tuple[Any, ...], int] = {}  # a traceback's frames (stand-ins) -> its reading's code
         self.cached_frames = 0
+        # traceback lists later events may refer to, kept in the memo by trim(): the blocks' (an alloc
+        # event shares its block's), those of frees awaiting their free_completed (which shares it),
+        # the last batch's (a neighbour in the next batch may share one)
+        self.held: dict[int, list[Any]] = {}
+        self.pending: dict[float, Any] = {}
+        self.recent: list[Any] = []
         self.readings: list[tuple[Any, ...]] = [(None, None, None, None)]  # code -> (op, source, hint, stack)
         self.codes: dict[tuple[Any, ...], int] = {self.readings[0]: 0}
+        self.marks = [_Read(0)]  # code -> what a traceback list read holds in its place
+        self.tracebacks: dict[tuple[Any, ...], int] = {(self.marks[0],): 0}  # frames (stand-ins) -> code
         self.traces: list[_Sink] = []  # sinks (and plain lists) of trace events, in the order their events came
         self.cols: list[list[Any]] = []
-        self.pre_live: list[dict[Any, tuple[Any, ...]]] = []  # per trace: blocks live when the window starts
-        self.allocated: list[set[Any]] = []  # per trace: addresses the history allocates
-        self.live: list[set[Any]] = []  # per trace: addresses live so far in the history
+        self.pre_live: list[list[tuple[Any, ...]]] = []  # per trace: blocks live when the window starts
+        self.allocated: list[np.ndarray] = []  # per trace: addresses the history allocates (with a window)
         self.after: list[list[tuple[Any, ...]]] = []  # per trace: blocks from before the history freed after the window
         self.times: list[list[bool]] = []  # per trace: [some event had a time, some had none]
         self.seen = 0
@@ -298,15 +326,17 @@ class _Reader:
             return
         for x in items:
             if x.__class__ is dict and isinstance(x.get("frames"), list) and "action" not in x:
-                x["frames"] = self.reading(x["frames"])  # a block's or a segment's traceback
+                frames = x["frames"]
+                x["frames"] = self.reading(frames)  # a block's or a segment's traceback
+                if self.unpickler is not None:
+                    self.held[id(frames)] = frames
         list.extend(target, items)
 
     def new_trace(self, target: Any) -> int:
         self.traces.append(target)
         self.cols.append(_columns())
-        self.pre_live.append({})
-        self.allocated.append(set())
-        self.live.append(set())
+        self.pre_live.append([])
+        self.allocated.append(np.empty(0))
         self.after.append([])
         self.times.append([False, False])
         return len(self.cols) - 1
@@ -324,13 +354,8 @@ class _Reader:
         stand-in (the memo gets it too, at the next trim), and the tuple of stand-ins is the key."""
         if not isinstance(frames, list):
             return 0
-        if len(frames) == 1 and frames[0].__class__ is tuple:
-            try:
-                c = self.codes.get(frames[0])
-            except TypeError:  # a tuple holding a list: not a reading
-                c = None
-            if c is not None:
-                return c  # a traceback already read (a memo reference)
+        if len(frames) == 1 and frames[0].__class__ is _Read:
+            return frames[0].code  # type: ignore[no-any-return]  # a traceback already read (a memo reference)
         key: tuple[Any, ...] | None = None
         c = None
         if self.by_id:
@@ -342,15 +367,18 @@ class _Reader:
                 key = self._stood(frames)
                 c = self.tracebacks.get(key) if key is not None else None
         if c is None:
-            s = frames_summary([f.frame if f.__class__ is _Frame else f for f in frames], self.frame_cache)
+            s = frames_summary([f.frame if f.__class__ is _Frame else f for f in frames] if self.trims else frames,
+                               self.frame_cache)  # stand-ins are in the file's objects only once the memo was trimmed
             c = self.codes.get(s)
             if c is None:
                 c = self.codes[s] = len(self.readings)
                 self.readings.append(s)
+                self.marks.append(_Read(c))
+                self.tracebacks[(self.marks[c],)] = c  # a list read before, referred to again
             if key is not None and self.cached_frames + len(frames) <= CACHED_FRAMES:
                 self.tracebacks[key] = c
                 self.cached_frames += len(frames)
-        frames[:] = (self.readings[c],)  # emptied: a later reference to this list finds its reading
+        frames[:] = (self.marks[c],)  # emptied: a later reference to this list finds its reading
         return c
 
     def _stood(self, frames: list[Any]) -> tuple[Any, ...] | None:
@@ -381,17 +409,18 @@ class _Reader:
         self.stand_ins.clear()
         self.tracebacks.clear()
         self.frame_cache.clear()
+        self.held.clear()
+        self.pending.clear()
+        self.recent = []
 
     def events(self, k: int, items: list[Any]) -> None:
         """Trace events into the columns of trace ``k``, each checked and then emptied; then, every
         :data:`TRIM_EVENTS` or so, the memo trimmed of the events read (:meth:`trim`)."""
         take(self.path, len(items))
-        if self.start_us is not None or self.end_us is not None:
-            self._window_events(k, items)
-        elif not self._batch(k, items):
+        if not self._batch(k, items):
             self._each_event(k, items)
         self.since_trim += len(items)
-        if self.unpickler is not None and (self.since_trim >= max(TRIM_EVENTS, self.kept_memo) or (
+        if self.unpickler is not None and (self.since_trim >= max(TRIM_EVENTS, self.kept_memo, self.seen // 8) or (
                 self.slow >= SLOW_EVENTS and self.since_trim >= self.kept_memo // 4)):
             self.trim()
 
@@ -400,10 +429,11 @@ class _Reader:
         odd (not a dict, twice in the batch, an unknown action, a value that is not a plain number of
         its range, a missing one where others have it): :meth:`_each_event` then reads it and names what."""
         n = len(items)
-        get = dict.get
+        get: Any = dict.get  # the C-speed calls below, untyped
+        code_of: Any = ACTION_CODES.get
         try:
             actions = list(map(get, items, repeat("action")))
-            codes = list(map(ACTION_CODES.get, actions))
+            codes = list(map(code_of, actions))
         except TypeError:  # an event that is not a dict, an action that is not hashable
             return False
         if None in codes or len(set(map(id, items))) != n:
@@ -415,19 +445,26 @@ class _Reader:
         st = _plain_numbers(list(map(get, items, repeat("stream"))), int, ADDRESS_LIMIT, signed=True)
         if t is None or s is None or a is None or st is None or s is _ABSENT or a is _ABSENT:
             return False
-        frames = list(map(get, items, repeat("frames")))
+        frames: list[Any] = list(map(get, items, repeat("frames")))
+        got: list[Any]
         if self.by_id and set(map(type, frames)) == {list}:
+            known: Any = self.tracebacks.get
+            as_key: Any = tuple
             try:
-                got = list(map(self.tracebacks.get, map(tuple, frames)))
+                got = list(map(known, map(as_key, frames)))
             except TypeError:  # a frame dict not stood in for yet
                 got = [None] * n
             if None in got:
                 got = [self.code(f) if c is None else c for f, c in zip(frames, got)]
-            readings = self.readings
-            list(map(list.__setitem__, frames, repeat(slice(None)), zip(map(readings.__getitem__, got))))
+            put: Any = list.__setitem__
+            reading_of: Any = self.marks.__getitem__
+            list(map(put, frames, repeat(slice(None)), zip(map(reading_of, got))))
         else:
             got = [self.code(f) for f in frames]
         list(map(dict.clear, items))
+        code = np.array(codes, dtype="int8")
+        if self.unpickler is not None:
+            self._awaited(frames, code, a)
         times_seen = self.times[k]
         if t is _ABSENT:
             times_seen[1] = True
@@ -435,12 +472,24 @@ class _Reader:
         else:
             times_seen[0] = True
         cols = self.cols[k]
-        for col, values in zip(cols, (t, np.array(codes, dtype="int8"), s, a,
+        for col, values in zip(cols, (t, code, s, a,
                                       np.full(n, NAN) if st is _ABSENT else st, np.array(got, dtype="int32"))):
-            col.frombytes(memoryview(values).cast("B"))
+            col.frombytes(values.tobytes())
         self.seen += n
         self.kept += n
         return True
+
+    def _awaited(self, frames: list[Any], code: np.ndarray, addr: np.ndarray) -> None:
+        """Note the traceback lists of this batch a later event may share (:attr:`held`): the batch's
+        own, and each free's until its free_completed."""
+        self.recent = frames
+        pending = self.pending
+        rows = np.flatnonzero((code == FREE) | (code == FREE_COMPLETED))
+        for i, c, a in zip(rows.tolist(), code[rows].tolist(), addr[rows].tolist()):
+            if c == FREE:
+                pending[a] = frames[i]
+            else:
+                pending.pop(a, None)
 
     def _each_event(self, k: int, items: list[Any]) -> None:
         """:meth:`_batch`, event by event: an unknown action is skipped, anything odd named."""
@@ -450,6 +499,7 @@ class _Reader:
         codes, code_of = ACTION_CODES, self.code
         first = self.seen
         kept = 0
+        seen: list[tuple[Any, int, float]] = []  # (frames, action code, addr) of each event read, for trim()
         for n, e in enumerate(items, start=first + 1):
             action, t, size, addr, stream = _fields(e, n)
             code = codes.get(action) if action.__class__ is str else None
@@ -461,8 +511,10 @@ class _Reader:
                 t = NAN
             else:
                 times[0] = True
-            reading = code_of(e.get("frames"))
+            frames = e.get("frames")
+            reading = code_of(frames)
             e.clear()
+            seen.append((frames, code, addr))
             put_t(t)
             put_code(code)
             put_size(size)
@@ -472,45 +524,64 @@ class _Reader:
             kept += 1
         self.seen = first + len(items)
         self.kept += kept
+        if self.unpickler is not None and seen:
+            self._awaited([f for f, _, _ in seen], np.array([c for _, c, _ in seen], dtype="int8"),
+                          np.array([a for _, _, a in seen], dtype="float64"))
 
-    def _window_events(self, k: int, items: list[Any]) -> None:
-        """:meth:`events` with a time window: those before it leave only the blocks live when it starts,
-        those after it only the blocks from before the history they free."""
-        cols = self.cols[k]
-        times = self.times[k]
-        allocated, live, pre_live, after = self.allocated[k], self.live[k], self.pre_live[k], self.after[k]
+    def window(self) -> None:
+        """Keep the events of each trace inside the time window: those before it leave only the blocks
+        live when it starts (an address whose last event before it is an alloc, in the order a dict of
+        them would hold), those after it only the blocks from before the history they free (a free at an
+        address no earlier event allocated). Events without a time stay."""
         lo, hi = self.start_us, self.end_us
-        for e in items:
-            self.seen += 1
-            action, t, size, addr, stream = _fields(e, self.seen)
-            code = ACTION_CODES.get(action) if action.__class__ is str else None
-            if code is None:
-                e.clear()
-                continue
-            times[0 if t is not None else 1] = True
-            c = self.code(e.get("frames"))
-            e.clear()
-            op, src, hint, stack = self.readings[c]
-            unseen_free = False
-            if code == ALLOC:
-                allocated.add(addr)
-                live.add(addr)
-            elif code == FREE or code == FREE_COMPLETED:
-                unseen_free = code == FREE and addr not in live and addr not in allocated
-                live.discard(addr)
-            if lo is not None and t is not None and t < lo:
-                if code == ALLOC:  # before the window: only what is live when it starts is kept
-                    pre_live[addr] = (addr, size, op, None, src, hint, stack)
-                elif code == FREE or code == FREE_COMPLETED:
-                    pre_live.pop(addr, None)
-                continue
-            if hi is not None and t is not None and t > hi:
-                if unseen_free:  # allocated before the history, so live through the window
-                    after.append((addr, size, op, None, src, hint, stack))
-                continue
-            for col, v in zip(cols, (NAN if t is None else t, code, size, addr, NAN if stream is None else stream, c)):
-                col.append(v)
-            self.kept += 1
+        if lo is None and hi is None:
+            return
+        self.kept = 0
+        for k, cols in enumerate(self.cols):
+            t, code, size, addr, stream, reading = (np.frombuffer(c, dtype=d) for c, d in zip(cols, COLUMN_TYPES))
+            n = len(code)
+            key = np.where(np.isnan(addr), -1.0, addr)  # no address: one key, as the read's dict had
+            is_alloc = code == ALLOC
+            pairs = is_alloc | (code == FREE) | (code == FREE_COMPLETED)
+            before = t < lo if lo is not None else np.zeros(n, dtype=bool)
+            after = t > hi if hi is not None else np.zeros(n, dtype=bool)
+            self.allocated[k] = np.unique(addr[is_alloc])
+            # before: the last event at each address, when an alloc; its place, the first alloc of its run
+            rows = np.flatnonzero(before & pairs)
+            order = rows[np.lexsort((rows, key[rows]))]
+            start = np.ones(len(order), dtype=bool)
+            start[1:] = key[order][1:] != key[order][:-1]
+            last = np.ones(len(order), dtype=bool)
+            last[:-1] = start[1:]
+            freed = ~is_alloc[order]
+            at = np.maximum.accumulate(np.where(freed | start, np.arange(len(order)), -1)) if len(order) else order
+            run = at + freed[at] if len(order) else order
+            live = np.flatnonzero(last & ~freed)
+            readings = self.readings
+            self.pre_live[k] = [(addr[i], size[i], *_block(readings[reading[i]])) for i in
+                                order[live][np.argsort(order[run[live]], kind="stable")].tolist()]
+            # after: frees of blocks no earlier event allocated
+            alloc_rows = np.flatnonzero(is_alloc)
+            keys, first = np.unique(key[alloc_rows], return_index=True)
+            frees = np.flatnonzero(after & (code == FREE))
+            j = np.minimum(np.searchsorted(keys, key[frees]), max(len(keys) - 1, 0))
+            seen = (keys[j] == key[frees]) & (alloc_rows[first[j]] < frees) if len(keys) else np.zeros(len(frees), bool)
+            self.after[k] = [(addr[i], size[i], *_block(readings[reading[i]])) for i in frees[~seen].tolist()]
+            inside = ~before & ~after
+            self.cols[k] = [np.ascontiguousarray(c[inside]) for c in (t, code, size, addr, stream, reading)]
+            self.kept += int(inside.sum())
+
+    @staticmethod
+    def _read_lists(lists: list[list[Any]]) -> np.ndarray:
+        """Which of these lists are tracebacks read here (each holds its :class:`_Read` alone)."""
+        size = np.fromiter(map(len, lists), dtype="int64", count=len(lists))
+        one = np.flatnonzero(size == 1)
+        first: Any = itemgetter(0)
+        kind = np.fromiter(map(id, map(type, map(first, [lists[i] for i in one.tolist()]))), dtype="int64",
+                           count=len(one))
+        out = np.zeros(len(lists), dtype=bool)
+        out[one[kind == id(_Read)]] = True
+        return out
 
     def trim(self) -> None:
         """Drop from the unpickler's memo the events read and their emptied tracebacks.
@@ -525,15 +596,19 @@ class _Reader:
         count of memo entries, so the file's later MEMOIZE ops number theirs as before."""
         u = self.unpickler
         assert u is not None
-        memo = u.memo.copy()
+        memo: dict[int, Any] = u.memo.copy()
         index = np.fromiter(memo, dtype="int64", count=len(memo))
-        values = list(memo.values())
+        values: list[Any] = list(memo.values())
         del memo
         kind = np.fromiter(map(id, map(type, values)), dtype="int64", count=len(values))
-        # an empty dict (an event read here), a plain list (a traceback read here: a torch snapshot's
-        # other plain lists are never referred to again either)
-        drop = (kind == id(list)) | ((kind == id(dict)) & ~np.fromiter(map(bool, values), dtype=bool,
-                                                                      count=len(values)))
+        awaited = np.fromiter((*self.held, *map(id, self.pending.values()), *map(id, self.recent)), dtype="int64")
+        # an empty dict (an event read here), a traceback list read here (its reading alone) that no
+        # later event is expected to share
+        drop = (kind == id(dict)) & ~np.fromiter(map(bool, values), dtype=bool, count=len(values))
+        lists = np.flatnonzero(kind == id(list))
+        read = lists[self._read_lists([values[i] for i in lists.tolist()])]
+        drop[read[~np.isin(np.fromiter(map(id, [values[i] for i in read.tolist()]), dtype="int64", count=len(read)),
+                           awaited)]] = True
         stand_ins = self.stand_ins
         keep = [(i, stand_ins.get(id(v), v) if v.__class__ is dict else v)  # a frame dict: its stand-in from now on
                 for i, v in zip(index[~drop].tolist(), compress(values, (~drop).tolist()))]
@@ -545,6 +620,7 @@ class _Reader:
         data = b"".join(b"c_\n%d\nr%s0" % (j, i.to_bytes(4, "little")) for j, (i, _) in enumerate(keep))
         holder = _MemoHolder(objects, b"\x80\x02" + data + b"N.")
         holder.load()
+        u.memo = {}  # the old memo freed first (a dict sets an empty one), then the holder's copied
         u.memo = holder.memo
         self.trims += 1
         self.since_trim = self.slow = 0
@@ -652,7 +728,7 @@ class _Untrimmed(Exception):
 
 def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool,
           trim: bool) -> tuple[dict[str, Any], _Reader]:
-    got = _Reader(p, start_us, end_us)
+    got = _Reader(p, start_us, end_us, trim=trim)
     inject = b"c" + got.token.encode() + b"\nSink\n)R"
     source = None
     try:
@@ -661,7 +737,7 @@ def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool
             source.peek(1)  # the first block: the file's memo style
             got.by_id = source.memo not in (b"(", b"")
             unpickler = _Unpickler(source, got)
-            if trim and got.by_id:
+            if got.trimmed and got.by_id:
                 got.unpickler = unpickler
             top = unpickler.load()
             del unpickler
@@ -669,6 +745,7 @@ def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool
         if not isinstance(top, dict) or not isinstance(top.get("segments"), list):
             raise _Bad("is a pickle but not a CUDA memory snapshot (no 'segments' list)")
         _check_layout(top, got)
+        got.window()
     except PerfscopeError:
         raise
     except UnsafePickle as exc:
@@ -762,13 +839,14 @@ def import_snapshot(path: str | Path, *, device: DeviceSpec | None = None, start
         segs = [s for s in segments if s.get("device", dev_index) == dev_index]
         windowed = start_us is not None or end_us is not None
         if windowed:
-            allocated = np.array(sorted(got.allocated[k]), dtype="float64")
+            allocated = got.allocated[k]
         else:
             allocated = np.frombuffer(cols[3], dtype="float64")[np.frombuffer(cols[1], dtype="int8") == ALLOC]
+        got.cols[k] = []  # _device_table takes them (and lets go of them once its table holds its own)
         tables.append(_device_table(dev_index, cols, got.readings, segs, warnings,
-                                    [*got.pre_live[k].values(), *got.after[k]], allocated, windowed=windowed,
+                                    [*got.pre_live[k], *got.after[k]], allocated, windowed=windowed,
                                     by_order=lacks_time))
-        got.cols[k] = []  # its table holds what it needs
+        del cols, allocated
     if not got.cols and segments:  # no history recorded: the segments' live blocks at the dump
         for dev_index in sorted({_int(s.get("device"), 0) for s in segments}):
             segs = [s for s in segments if _int(s.get("device"), 0) == dev_index]
@@ -824,6 +902,7 @@ def _device_table(dev_index: int, cols: list[Any], readings: list[tuple[Any, ...
     addr = np.frombuffer(cols[3], dtype="float64")
     stream = np.frombuffer(cols[4], dtype="float64")
     code = np.frombuffer(cols[5], dtype="int32")
+    cols[:] = []  # the views above hold them now, and timeline() lets go of those
     # the blocks live at the dump, and the segments' bytes
     live_blocks = []
     reserved_end = 0.0
@@ -846,6 +925,7 @@ def _device_table(dev_index: int, cols: list[Any], readings: list[tuple[Any, ...
                    texts=[(op, None, src, hint, stack) for op, src, hint, stack in readings], text_code=code,
                    preexisting=[*pre_live, *live_blocks], reserved_start=reserved_end - seg_net,
                    segments_end=None if windowed else segments)
+    del t_ns, action, size, addr, stream, code
     df = timeline(ev, "snapshot")
     live_end = set(df.loc[(df["action"] == "alloc") & df["free_t_ns"].isna(), "addr"].tolist())
     dumped = {_num(b.get("address")) for sg in segs for b in sg.get("blocks") or []
