@@ -483,13 +483,16 @@ class _Reader:
         """Note the traceback lists of this batch a later event may share (:attr:`held`): the batch's
         own, and each free's until its free_completed."""
         self.recent = frames
-        pending = self.pending
         rows = np.flatnonzero((code == FREE) | (code == FREE_COMPLETED))
-        for i, c, a in zip(rows.tolist(), code[rows].tolist(), addr[rows].tolist()):
-            if c == FREE:
-                pending[a] = frames[i]
-            else:
-                pending.pop(a, None)
+        rows = rows[np.lexsort((rows, addr[rows]))]
+        last = np.ones(len(rows), dtype=bool)  # each address's last free or free_completed here decides
+        last[:-1] = addr[rows[1:]] != addr[rows[:-1]]
+        rows = rows[last]
+        awaiting = code[rows] == FREE
+        pending = self.pending
+        pending.update(zip(addr[rows[awaiting]].tolist(), map(frames.__getitem__, rows[awaiting].tolist())))
+        drop: Any = pending.pop
+        list(map(drop, addr[rows[~awaiting]].tolist(), repeat(None)))
 
     def _each_event(self, k: int, items: list[Any]) -> None:
         """:meth:`_batch`, event by event: an unknown action is skipped, anything odd named."""
