@@ -16,6 +16,7 @@ Folder layout (see DESIGN.md)::
       request_steps.parquet
                            a load test's requests joined to the steps they took part in
       idle.parquet         the device's idle slices, each with its cause (analysis/idle.py)
+      host.parquet         the host's own activity behind them: CPU operators, Python functions, OS waits
       memory.parquet       allocations and frees over time (docs/memory.md)
       gauges.parquet       a load test's server gauges scraped from /metrics
       gemm_curve.parquet   GEMM time against rows, measured on the device (engine profiles)
@@ -100,6 +101,7 @@ class Report:
     steps_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("steps_unprofiled"))
     request_steps: pd.DataFrame = field(default_factory=lambda: empty_table("request_steps"))
     idle: pd.DataFrame = field(default_factory=lambda: empty_table("idle"))
+    host: pd.DataFrame = field(default_factory=lambda: empty_table("host"))
     memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
     gauges: pd.DataFrame = field(default_factory=lambda: empty_table("gauges"))
     gemm_curve: pd.DataFrame = field(default_factory=lambda: empty_table("gemm_curve"))

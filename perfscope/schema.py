@@ -269,14 +269,41 @@ IDLE_COLUMNS = _cols(
     ("start_ns", "int", True, "start of the idle slice on the report's timeline, ns"),
     ("end_ns", "int", True, "end, ns"),
     ("duration_ns", "int", True, "end_ns - start_ns"),
-    ("cause", "str", True, "what the host was doing: launch, host, sync, copy, profiler or unknown (docs/idle.md)"),
+    ("cause", "str", True, "why the device waits: launch, host, sync, copy, graph, profiler or unknown (docs/idle.md)"),
+    ("host_kind", "str", False, "host slices: dispatch, cpu compute, waiting or host code (docs/idle.md); None otherwise"),
     ("range", "str", False, "innermost NVTX / record_function / nn.Module range around the slice on the host"),
-    ("api", "str", False, "the host call the slice fell in (copies: the copy call)"),
-    ("correlation", "int", False, "the copy call's correlation id"),
+    ("api", "str", False, "the host call the slice fell in (copies: the copy call; sync: the sync call whose return "
+     "opened the gap; graph: the graph launch)"),
+    ("op", "str", False, "the CPU operator the host ran over the slice (outermost on the launching thread), or its "
+     "host math call (numpy.linalg.svd); sync: the operator behind the sync call (aten::item, aten::to)"),
+    ("op_shapes", "str", False, "that operator's input shapes (JSON, record_shapes)"),
+    ("function", "str", False, "the innermost Python function of the user's code around the slice (with_stack)"),
+    ("wait", "str", False, "the OS-runtime call (nsys OSRT: futex, poll, nanosleep...) or blocking Python call "
+     "(time.sleep, lock acquire) the host was in"),
+    ("gap", "int", False, "the gap (idle interval between two pieces of device work) the slice belongs to, numbered "
+     "per device from 0"),
+    ("correlation", "int", False, "the copy call's correlation id (graph: the replay's)"),
     ("bytes", "float", False, "bytes of the copy the call made (copies)"),
     ("pinned", "bool", False, "the copy's host memory is pinned (None when unknown)"),
     ("window_ns", "float", False, "length of the device's window (inference window, or first to last work), ns"),
     ("window_pct", "float", False, "the slice's share of that window, percent"),
+)
+
+HOST_COLUMNS = _cols(
+    ("kind", "str", True, "op (a CPU operator, outermost on its thread), python (a function of the user's code, "
+     "recorded with_stack), wait (an OS-runtime call, or a Python call that blocks: sleep, lock, select, read) or "
+     "math (the outermost call into a host math library: numpy, scipy)"),
+    ("name", "str", True, "the operator, the function ('file.py(line): name') or the call"),
+    ("start_ns", "int", True, "start on the report's timeline, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", False, "end_ns - start_ns"),
+    ("thread", "int", False, "thread id"),
+    ("device_calls", "int", False, "ops: launch, copy and memset calls made inside it (0: it queued no device work)"),
+    ("host_compute", "bool", False, "ops: computed on the host: it queued no device work, and it or an operator "
+     "inside it is more than a view, an allocation or a scalar read"),
+    ("inner_op", "str", False, "ops: the longest operator inside it that computes (aten::bmm inside aten::matmul)"),
+    ("op_shapes", "str", False, "ops: JSON list of its input shapes (record_shapes)"),
+    ("op_input_types", "str", False, "ops: JSON list of its input dtypes"),
 )
 
 MEMORY_COLUMNS = _cols(
@@ -343,6 +370,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "steps_unprofiled": STEP_COLUMNS,
     "request_steps": REQUEST_STEP_COLUMNS,
     "idle": IDLE_COLUMNS,
+    "host": HOST_COLUMNS,
     "memory": MEMORY_COLUMNS,
     "gauges": GAUGE_COLUMNS,
     "gemm_curve": GEMM_CURVE_COLUMNS,
@@ -355,8 +383,9 @@ profiler (times from that run's start), the source of the headline serving metri
 ``request_steps`` joins a load test's requests to the steps they took part in (the scheduler's log;
 ``run`` column as the others). ``gemm_curve``
 is an engine profile's GEMM size curve (:mod:`perfscope.collectors.gemm_curve`), measured on the
-report's device after the profiled run. Reports written before these tables existed load with them
-empty."""
+report's device after the profiled run. ``host`` is the host's own activity that explains the
+device's idle time (docs/idle.md), read by :mod:`perfscope.analysis.idle`. Reports written before
+these tables existed load with them empty."""
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 BOUNDS = ("memory", "compute", "latency", "unknown")

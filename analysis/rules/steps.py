@@ -25,7 +25,7 @@ import pandas as pd
 
 from perfscope.format import clip, duration
 
-from ..idle import COPY_API, SYNC_API, idle_intervals
+from ..idle import COPY_API, SYNC_API, graphs_help, idle_intervals, kind_totals, largest_kind
 from ..intervals import trace_span_ns
 from ..steps import has_framework_steps, headline_steps, step_windows
 from ._base import (
@@ -40,7 +40,8 @@ from ._base import (
     pct,
     ranked,
 )
-from .evidence import clip_to, largest, spans_of, step_items
+from ._gaps import idle_advice, idle_items, kind_evidence
+from .evidence import clip_to, idle_within, largest, spans_of, step_items
 from .knobs import framework_of, knob
 from .timeline import graph_launched
 
@@ -312,13 +313,30 @@ def step_idle(report: Report) -> list[Finding]:
         }
         title = (f"The GPU is idle {idle_pct:.0f}% of the {phase} steps' time ({duration(span - busy)} of "
                  f"{duration(span)} over {len(ph)} step(s)); CUDA graphs {'replayed' if graphs else 'not used'}")
-        advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
-                  + ("The kernels are already replayed from graphs, so what is left is the host work around each "
-                     "replay (input preparation, sampling, scheduling)." if graphs else
-                     "Run the step from a CUDA graph so it is one launch.")
-                  + knob(fw, "graphs", graphs=graphs,
-                         tokens=float(pd.to_numeric(ph["tokens"], errors="coerce").max())))
-        findings.append(ranked(report, "step-idle", title, evidence, advice, span - busy, ranges=(phase,)))
+        # what the host did in those gaps (analysis/idle.py): the slices inside the steps' windows
+        rows = idle_within(report, ws, we)
+        items = idle_items(rows)
+        totals = kind_totals(rows)
+        lead = largest_kind(totals)
+        evidence.update(kind_evidence(totals, rows))
+        if lead is not None:
+            title += f"; mostly {lead}"
+        tokens = float(pd.to_numeric(ph["tokens"], errors="coerce").max())
+        if graphs:
+            left = ("the kernels are already replayed from graphs, so what is left is the host work around each "
+                    "replay (input preparation, sampling, scheduling).")
+            advice = ("The host, not the kernels, sets the step time. "
+                      + (idle_advice(rows, items, graph_run=left[0].upper() + left[1:])[0] if len(rows)
+                         else left[0].upper() + left[1:])
+                      + (knob(fw, "graphs", graphs=True, tokens=tokens) if lead is None or graphs_help(totals) else ""))
+        elif lead is None or graphs_help(totals):
+            advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
+                      "Run the step from a CUDA graph so it is one launch." + knob(fw, "graphs", graphs=False, tokens=tokens))
+        else:
+            advice = ("The host, not the kernels, sets the step time, and not by launching: "
+                      + idle_advice(rows, items)[0])
+        findings.append(ranked(report, "step-idle", title, evidence, advice, span - busy, ranges=(phase,),
+                               items=tuple(items)))
     return findings
 
 

@@ -219,7 +219,7 @@ def _idle_slices(report: Report | LeanReport) -> _Slices | None:
     codes, distinct = _codes(idle["cause"])
     s = _Slices("idle", idle["start_ns"].to_numpy("int64"), idle["end_ns"].to_numpy("int64"), track, names,
                 codes, distinct)
-    for col in ("range", "api"):
+    for col in ("host_kind", "range", "api", "op", "function", "wait"):
         if col in idle:
             s.args[col] = ("str", *_codes(idle[col]))
     if "bytes" in idle:
@@ -696,7 +696,7 @@ LEAN_COLUMNS = {
                 "pct_of_roof", "limiter", "limiter_pct"),
     "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
     "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
-    "idle": ("device", "start_ns", "end_ns", "cause", "range", "api", "bytes"),
+    "idle": ("device", "start_ns", "end_ns", "cause", "host_kind", "range", "api", "op", "function", "wait", "bytes"),
     "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label", "start_s", "end_s", "run",
               "generate_call"),
     "counters": ("t_ns", "device", *COUNTER_METRICS),
