@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfscope.schema import MEMORY_COLUMNS, whole_numbers
+
 ALLOC, FREE, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, OOM = range(6)
 ACTIONS = ("alloc", "free", "free_completed", "segment_alloc", "segment_free", "oom")
 """Action codes of :class:`MemEvents` and their names in the ``memory`` table."""
@@ -106,6 +108,9 @@ class MemEvents:
 def _objs(values: np.ndarray | None, n: int) -> np.ndarray:
     return np.full(n, None, dtype=object) if values is None else np.asarray(values, dtype=object)
 
+
+WHOLE_NUMBERS = tuple(c.name for c in MEMORY_COLUMNS if c.kind == "int" and not c.required and c.name != "step")
+"""The ``memory`` columns of whole numbers that may be missing (nullable ``Int64`` in the contract)."""
 
 TEXTS = ("op", "module", "source", "hint", "stack")
 """The text columns an event carries (:class:`MemEvents`), in the order of its ``texts``."""
@@ -250,6 +255,10 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
     df = categorize(df, steps, copy=False)
     df["action"] = _text(np.array(ACTIONS, dtype=object)[df["action"].to_numpy()])
     del df["hint"]
+    # the contract's dtypes, a column at a time (conform() then keeps them as they are: no second table)
+    for c in WHOLE_NUMBERS:
+        df[c] = whole_numbers(df[c])
+    df["preexisting"] = df["preexisting"].astype("boolean")
     return df
 
 
@@ -427,7 +436,7 @@ def _frees_follow(df: pd.DataFrame, cat: np.ndarray, rule: np.ndarray) -> None:
     """Free rows take their alloc's category; segment rows have none."""
     action = df["action"].to_numpy()
     is_alloc = action == ALLOC
-    ids = df["alloc_id"].to_numpy("float64")
+    ids = df["alloc_id"].to_numpy("float64", na_value=np.nan)
     rows = np.flatnonzero(is_alloc & ~np.isnan(ids))
     other = np.flatnonzero(~is_alloc)
     src = _alloc_rows(ids[rows], rows, ids[other])
@@ -578,10 +587,10 @@ def _before_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np
     idx = np.flatnonzero(rows)
     if not len(idx):
         return
-    size = df["size_bytes"].to_numpy("float64")
-    requested = df["requested_bytes"].to_numpy("float64") if "requested_bytes" in df else np.full(len(df), np.nan)
+    size = df["size_bytes"].to_numpy("float64", na_value=np.nan)
+    requested = df["requested_bytes"].to_numpy("float64", na_value=np.nan) if "requested_bytes" in df else np.full(len(df), np.nan)
     ops, src = df["op"].to_numpy(), df["source"].to_numpy()
-    freed = ~np.isnan(df["free_t_ns"].to_numpy("float64"))
+    freed = ~np.isnan(df["free_t_ns"].to_numpy("float64", na_value=np.nan))
     is_alloc = df["action"].to_numpy() == ALLOC
     pre = df["preexisting"].to_numpy()
     recorded = is_alloc & ~pre

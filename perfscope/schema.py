@@ -586,7 +586,7 @@ def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
     for name in df.columns:
         if name not in out:
             out[name] = df[name]
-    result = pd.DataFrame(out, index=df.index).reset_index(drop=True)
+    result = pd.DataFrame(out, index=df.index, copy=False).reset_index(drop=True)  # columns kept as they are shared
     for col in spec:
         if col.required and col.kind == "int" and len(result) and result[col.name].isna().any():
             bad = int(result[col.name].isna().sum())
