@@ -262,7 +262,7 @@ class _Track:
         hc = self.rows["host_compute"] if "host_compute" in self.rows else pd.Series(False, index=self.rows.index)
         self.computes = hc.astype("boolean").fillna(False).to_numpy(bool)
         calls = self.rows["device_calls"] if "device_calls" in self.rows else pd.Series(0, index=self.rows.index)
-        self.queues = pd.to_numeric(calls, errors="coerce").fillna(0).to_numpy(np.float64) > 0
+        self.queues = pd.to_numeric(calls, errors="coerce").fillna(0).to_numpy(np.float64, na_value=np.nan) > 0
         self.names = np.zeros(len(self.s), np.int64)
         self.shapes = np.full(len(self.s), -1, np.int64)
 
@@ -679,7 +679,7 @@ class _Context:
             ok = (i >= 0) & (ce[np.maximum(i, 0)] > mid[is_copy])
             at, row = is_copy[ok], i[ok]
             corr[at] = copies["correlation"].to_numpy(np.float64, na_value=np.nan)[row]
-            nbytes[at] = pd.to_numeric(copies["bytes"], errors="coerce").to_numpy(np.float64)[row]
+            nbytes[at] = pd.to_numeric(copies["bytes"], errors="coerce").to_numpy(np.float64, na_value=np.nan)[row]
             pin = copies["pinned"].astype("object").to_numpy()[row]
             pinned[at] = np.array([1 if p is True else 0 if p is False else -1 for p in pin.tolist()], np.int8)
             api[at] = self.copy_names[row]
@@ -741,7 +741,7 @@ def kind_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, floa
     df = idle if device is None or not len(idle) else idle[idle["device"] == device]
     out = dict.fromkeys(KINDS, 0.0)
     if len(df):
-        by = pd.Series(df["duration_ns"].to_numpy(np.float64)).groupby(kinds_of(df)).sum()
+        by = pd.Series(df["duration_ns"].to_numpy(np.float64, na_value=np.nan)).groupby(kinds_of(df)).sum()
         out.update({str(k): float(v) for k, v in by.items()})
     return out
 
@@ -767,7 +767,7 @@ def gap_lengths(idle: pd.DataFrame) -> np.ndarray:
     if not len(idle):
         return np.zeros(0)
     key = idle["device"].astype("object").astype(str) + "#" + idle["gap"].astype("float64").astype(str)
-    return pd.Series(idle["duration_ns"].to_numpy(np.float64)).groupby(key.to_numpy()).sum().to_numpy()
+    return pd.Series(idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)).groupby(key.to_numpy()).sum().to_numpy()
 
 
 def weighted_median(sizes: np.ndarray, weights: np.ndarray | None = None) -> float:

@@ -326,7 +326,7 @@ def _frees_follow(df: pd.DataFrame, cat: np.ndarray, rule: np.ndarray) -> None:
     """Free rows take their alloc's category; segment rows have none."""
     action = df["action"].to_numpy()
     is_alloc = action == ALLOC
-    ids = df["alloc_id"].to_numpy("float64")
+    ids = df["alloc_id"].to_numpy("float64", na_value=np.nan)
     by_id = {ids[i]: (cat[i], rule[i]) for i in np.flatnonzero(is_alloc) if not np.isnan(ids[i])}
     for i in np.flatnonzero(~is_alloc):
         got = by_id.get(ids[i])
@@ -454,10 +454,10 @@ def _before_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np
     idx = np.flatnonzero(rows)
     if not len(idx):
         return
-    size = df["size_bytes"].to_numpy("float64")
-    requested = df["requested_bytes"].to_numpy("float64") if "requested_bytes" in df else np.full(len(df), np.nan)
+    size = df["size_bytes"].to_numpy("float64", na_value=np.nan)
+    requested = df["requested_bytes"].to_numpy("float64", na_value=np.nan) if "requested_bytes" in df else np.full(len(df), np.nan)
     ops, src = df["op"].to_numpy(), df["source"].to_numpy()
-    freed = ~np.isnan(df["free_t_ns"].to_numpy("float64"))
+    freed = ~np.isnan(df["free_t_ns"].to_numpy("float64", na_value=np.nan))
     is_alloc = df["action"].to_numpy() == ALLOC
     pre = df["preexisting"].to_numpy()
     recorded = is_alloc & ~pre
@@ -510,7 +510,7 @@ def with_steps(memory: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
     out = memory.copy()
     step = np.full(len(t), np.nan)
-    step[inside] = s["step"].to_numpy(dtype="float64")[k[inside]]
+    step[inside] = s["step"].to_numpy(dtype="float64", na_value=np.nan)[k[inside]]
     phase = np.full(len(t), None, dtype=object)
     phase[inside] = s["phase"].to_numpy(dtype=object)[k[inside]]
     out["step"] = step

@@ -491,7 +491,7 @@ def _longest(report: Any, mask: Any, n: int) -> Any:
     """A mask of the ``n`` longest kernels within ``mask`` (all kernels when None)."""
     import numpy as np
 
-    dur = report.kernels["duration_ns"].to_numpy("float64")
+    dur = report.kernels["duration_ns"].to_numpy("float64", na_value=np.nan)
     pos = np.flatnonzero(mask) if mask is not None else np.arange(len(dur))
     if len(pos) > n:
         pos = pos[np.argpartition(-dur[pos], n - 1)[:n]]

@@ -157,18 +157,18 @@ def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS, where: str = "") -> 
         return []
     kinds = kinds_of(idle)
     subj = _subjects(idle, kinds)
-    dur = idle["duration_ns"].to_numpy(np.float64)
+    dur = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)
     gap_id = idle["device"].astype("object").astype(str).to_numpy(object) + "#" + \
         idle["gap"].astype("float64").astype(str).to_numpy(object)
     per_gap = pd.Series(dur).groupby(gap_id).sum()
-    gap_len = per_gap.reindex(gap_id).to_numpy(np.float64)
+    gap_len = per_gap.reindex(gap_id).to_numpy(np.float64, na_value=np.nan)
     keys = ["kind", "op", "function", "wait", "api", "range"]
     frame = subj.assign(dur=dur, pos=np.arange(len(idle)))
     groups = frame.groupby(keys, sort=False)
     totals = groups["dur"].sum().sort_values(ascending=False, kind="stable")
     items: list[Item] = []
     rest: dict[tuple[str, bool], list[np.ndarray]] = {}
-    starts, ends = idle["start_ns"].to_numpy(np.float64), idle["end_ns"].to_numpy(np.float64)
+    starts, ends = idle["start_ns"].to_numpy(np.float64, na_value=np.nan), idle["end_ns"].to_numpy(np.float64, na_value=np.nan)
     device = str(idle["device"].iloc[0])
     for i, (key, total) in enumerate(totals.items()):
         pos = groups.indices[key]
@@ -403,7 +403,7 @@ def gap_table(idle: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     df = pd.DataFrame({"device": idle["device"].astype("object").to_numpy(), "gap": idle["gap"].astype("float64").to_numpy(),
                        "start_ns": idle["start_ns"].to_numpy(np.int64), "end_ns": idle["end_ns"].to_numpy(np.int64),
-                       "dur": idle["duration_ns"].to_numpy(np.float64), "kind": kinds_of(idle)})
+                       "dur": idle["duration_ns"].to_numpy(np.float64, na_value=np.nan), "kind": kinds_of(idle)})
     per = df.groupby(["device", "gap"], sort=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
                                                          idle_ns=("dur", "sum"))
     by_kind = df.groupby(["device", "gap", "kind"], sort=False)["dur"].sum().reset_index()

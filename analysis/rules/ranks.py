@@ -115,7 +115,7 @@ def _comm_kernel_names(report: Report) -> tuple[str, ...]:
     if not mask.any():
         return ()
     rows = np.flatnonzero(mask)
-    return top_groups(k, rows, k["duration_ns"].to_numpy(np.float64)[rows])
+    return top_groups(k, rows, k["duration_ns"].to_numpy(np.float64, na_value=np.nan)[rows])
 
 
 def _exposed(report: Report, t: RankTables) -> list[Finding]:

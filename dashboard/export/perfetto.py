@@ -280,8 +280,8 @@ def _finding_slices(findings: Sequence[Finding]) -> _Slices | None:
     out = _Slices("finding", df["start"].to_numpy("int64"), df["end"].to_numpy("int64"), track, names, codes, distinct)
     out.args["item"] = ("str", *_codes(df["kind"]))
     out.args["cause"] = ("str", *_codes(df["cause"]))
-    out.args["time_ms"] = ("double", df["time_ns"].to_numpy("float64") / 1e6, None)
-    out.args["share_of_stake_pct"] = ("double", df["share_pct"].to_numpy("float64"), None)
+    out.args["time_ms"] = ("double", df["time_ns"].to_numpy("float64", na_value=np.nan) / 1e6, None)
+    out.args["share_of_stake_pct"] = ("double", df["share_pct"].to_numpy("float64", na_value=np.nan), None)
     return out
 
 

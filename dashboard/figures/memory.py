@@ -70,7 +70,7 @@ def memory_timeline(report: Report) -> go.Figure:
         dev = mem[mem["device"] == device].reset_index(drop=True)
         alloc = dev["allocated_bytes"].astype("float64").to_numpy()
         pos = _thin(len(dev), alloc)
-        events = dev["event"].to_numpy("float64") if "event" in dev else np.arange(len(dev), dtype="float64")
+        events = dev["event"].to_numpy("float64", na_value=np.nan) if "event" in dev else np.arange(len(dev), dtype="float64")
         x = events[pos] + 1 if by_event else (dev["t_ns"].to_numpy("int64")[pos] - origin) / 1e6
         levels = category_levels(dev)
         by_cat = [" ".join(f"{c} {nbytes(v[i])}" for c, v in levels.items() if v[i] > 0) for i in pos]
