@@ -44,14 +44,13 @@ def straggler_job(fixtures_dir, tmp_path_factory, scheduler):
     folder = tmp_path_factory.mktemp("job")
     files = build_rank_set(fixtures_dir, folder / "traces",
                            [(RANK0, 1.0), (RANK1, 1.0), (RANK0, 1.0), (RANK1, 1.25)], copies=2)
-    html = {}
+    res = import_ranks(folder / "traces", folder / "job.perfscope", scheduler=scheduler, render=_render)
+    return files, res, (res.path / "ranks.html").read_text()
 
-    def render(tables, manifest):
-        html["ranks"] = tables.ranks
-        return {"ranks.html": "<html>rank view</html>"}
 
-    res = import_ranks(folder / "traces", folder / "job.perfscope", scheduler=scheduler, render=render)
-    return files, res, html
+def _render(tables, manifest):
+    """Run on a worker, from the views stored in the report (module-level: Dask pickles it by name)."""
+    return {"ranks.html": f"<html>ranks {tables.ranks} of {manifest['params']['ranks']['world_size']}</html>"}
 
 
 def test_every_rank_lands_in_its_partition_with_its_kernels(straggler_job):
@@ -65,7 +64,7 @@ def test_every_rank_lands_in_its_partition_with_its_kernels(straggler_job):
         one = load_ranks(res.path, "kernels", ranks=[rank], columns=["duration_ns"])
         assert one["duration_ns"].sum() == sum(e - s for s, e, _ in intervals(doc, ("kernel",)))
     assert res.manifest["params"]["ranks"]["ranks"] == [0, 1, 2, 3] and res.plan.skipped == []
-    assert html["ranks"] == [0, 1, 2, 3] and (res.path / "ranks.html").is_file()
+    assert html == "<html>ranks [0, 1, 2, 3] of 4</html>"
     assert not list(res.path.parent.glob(".job.perfscope.tmp-*"))
 
 
