@@ -148,17 +148,15 @@ def rank_identity(path: Path, meta: dict[str, Any] | None = None) -> RankIdentit
 
 def process_groups(config: Any, world: int | None) -> tuple[dict[str, Any], ...]:
     """The groups of ``distributedInfo.pg_config`` that hold more than one rank and fewer than the
-    world (the world is every rank of the job anyway): name, desc, ranks; each distinct rank set once
-    (a tensor parallel group has a NCCL and a gloo twin)."""
-    out, seen = [], set()
+    world (the world is every rank of the job anyway): name, desc, ranks."""
+    out = []
     for g in config if isinstance(config, list) else []:
         if not isinstance(g, dict) or not isinstance(g.get("ranks"), list):
             continue
-        ranks = tuple(sorted({r for r in (_int(x) for x in g["ranks"]) if r is not None}))
-        if len(ranks) < 2 or (world is not None and len(ranks) >= world) or ranks in seen:
+        ranks = sorted({r for r in (_int(x) for x in g["ranks"]) if r is not None})
+        if len(ranks) < 2 or (world is not None and len(ranks) >= world):
             continue
-        seen.add(ranks)
-        out.append({"name": str(g.get("pg_name")), "desc": str(g.get("pg_desc") or ""), "ranks": list(ranks)})
+        out.append({"name": str(g.get("pg_name")), "desc": str(g.get("pg_desc") or ""), "ranks": ranks})
     return tuple(out)
 
 

@@ -289,16 +289,32 @@ def _pg_config(doc: dict[str, Any], rank: int, job: SyncJob) -> list[dict[str, A
 _GROUP_RANKS = ("Process Group Ranks",)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """The tiled source events of a job (shared by every rank) and their times."""
+
+    events: list[dict[str, Any]]
+    ts: Any
+    end: Any
+
+
+def _prepare(doc: dict[str, Any], job: SyncJob) -> _Prepared:
+    import numpy as np
+
+    events = [e for e in tiled_events(doc, job.copies) if not (job.drop_python and e.get("cat") == "python_function")]
+    ts = np.array([float(e["ts"]) if isinstance(e.get("ts"), (int, float)) else np.nan for e in events])
+    end = ts + np.array([float(e["dur"]) if isinstance(e.get("dur"), (int, float)) else 0.0 for e in events])
+    return _Prepared(events, ts, end)
+
+
 def write_sync_rank(doc: dict[str, Any], dst: Path, rank: int, job: SyncJob,
-                    schedule: tuple[list[float], list[float]]) -> int:
+                    schedule: tuple[list[float], list[float]], prepared: _Prepared | None = None) -> int:
     """Write one rank of ``job`` (``.json`` or ``.json.gz``); returns the events written."""
     import numpy as np
 
     src, mine = (np.asarray(v, dtype="float64") for v in schedule)
-    events = [e for e in tiled_events(doc, job.copies)
-              if not (job.drop_python and e.get("cat") == "python_function")]
-    ts = np.array([float(e["ts"]) if isinstance(e.get("ts"), (int, float)) else np.nan for e in events])
-    end = ts + np.array([float(e["dur"]) if isinstance(e.get("dur"), (int, float)) else 0.0 for e in events])
+    prep = prepared or _prepare(doc, job)
+    ts, end = prep.ts, prep.end
     slope = dict(job.slow).get(rank, 1.0)
 
     def remap(t: np.ndarray) -> np.ndarray:
@@ -306,33 +322,30 @@ def write_sync_rank(doc: dict[str, Any], dst: Path, rank: int, job: SyncJob,
         out = np.where(t < src[0], t, out)
         return np.where(t > src[-1], mine[-1] + (t - src[-1]) * slope, out)
 
-    new_ts, new_end = remap(ts), remap(end)
+    new_ts = np.round(remap(ts), 3).tolist()
+    new_dur = np.round(remap(end) - remap(ts), 3).tolist()
+    timed = (~np.isnan(ts)).tolist()
     group = str(job.group_of(rank))
     spec = TileSpec(rank, job.world_size)
-    n = 0
+    out = []
+    for i, e in enumerate(prep.events):
+        e = dict(e)
+        if timed[i]:
+            e["ts"] = new_ts[i]
+            if isinstance(e.get("dur"), (int, float)):
+                e["dur"] = new_dur[i]
+        args = e.get("args")
+        if isinstance(args, dict) and any(k in args for k in _GROUP_RANKS):
+            e["args"] = {**args, "Process Group Ranks": group, **({"Rank": rank} if "Rank" in args else {})}
+        out.append(e)
     with _open_out(dst) as fh:
         header = {k: v for k, v in doc.items() if k != "traceEvents"}
         groups = _pg_config(doc, rank, job)
         header["distributedInfo"] = {**(doc.get("distributedInfo") or {}), "pg_count": len(groups), "pg_config": groups}
         fh.write(_header(header, spec))
-        buf: list[bytes] = []
-        for i, e in enumerate(events):
-            if not np.isnan(ts[i]):
-                e["ts"] = round(float(new_ts[i]), 3)
-                if isinstance(e.get("dur"), (int, float)):
-                    e["dur"] = round(float(new_end[i] - new_ts[i]), 3)
-            args = e.get("args")
-            if isinstance(args, dict) and any(k in args for k in _GROUP_RANKS):
-                e["args"] = {**args, "Process Group Ranks": group, **({"Rank": rank} if "Rank" in args else {})}
-            buf.append(orjson.dumps(e))
-            n += 1
-            if len(buf) >= 4096:
-                fh.write((b",\n" if n > len(buf) else b"") + b",\n".join(buf))
-                buf = []
-        if buf:
-            fh.write((b",\n" if n > len(buf) else b"") + b",\n".join(buf))
+        fh.write(orjson.dumps(out)[1:-1])
         fh.write(b"\n  ]\n}\n")
-    return n
+    return len(out)
 
 
 def write_sync_job(doc: dict[str, Any], folder: Path, job: SyncJob, *, ranks: Iterable[int] | None = None,
@@ -340,10 +353,11 @@ def write_sync_job(doc: dict[str, Any], folder: Path, job: SyncJob, *, ranks: It
     """Write the rank files of ``job`` (all ranks, or ``ranks``) into ``folder``; returns their paths."""
     folder.mkdir(parents=True, exist_ok=True)
     schedule = sync_schedule(doc, job)
+    prepared = _prepare(doc, job)
     paths = []
     for rank in (range(job.world_size) if ranks is None else ranks):
         dst = folder / name.format(rank=rank)
-        write_sync_rank(doc, dst, rank, job, schedule[rank])
+        write_sync_rank(doc, dst, rank, job, schedule[rank], prepared)
         paths.append(dst)
     return paths
 

@@ -16,11 +16,13 @@ from perfscope.analysis.ranks.stats import rank_summary
 from perfscope.cli import main
 from perfscope.errors import InputFormatError, OutputExistsError, UsageError
 from perfscope.report import Report
+from perfscope.analysis.ranks.tiling import SyncJob, load_trace, write_sync_job
 from tests.unit.ranks_support import (
     B200,
     RANK0,
     RANK1,
     build_rank_set,
+    collective_waits,
     intervals,
     load_json,
     rank_times,
@@ -173,3 +175,39 @@ def test_cli_on_its_own_local_cluster(fixtures_dir, tmp_path, capsys, monkeypatc
     assert main(["import", str(tmp_path / "t"), "--ranks", "--scheduler", "tcp://127.0.0.1:9", "--out", "x"]) == 2
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err
     assert main(["import", str(tmp_path / "t"), "--workers", "2"]) == 2
+
+
+def test_64_ranks_with_a_planted_straggler(fixtures_dir, tmp_path, scheduler):
+    """Eight TP-8 groups of the real B200 vLLM prefill rank, synchronized at every collective; rank 37
+    works 15% slower. Every kernel is kept, the straggler and the wait it causes are found on the
+    cluster, and the finding comes from the views stored in the report."""
+    doc = load_trace(fixtures_dir / B200)
+    files = write_sync_job(doc, tmp_path / "t", SyncJob(world_size=64, group_size=8, slow=((37, 1.15),),
+                                                        jitter=0.01, seed=7, drop_python=True))
+    res = import_ranks(tmp_path / "t", tmp_path / "job.perfscope", scheduler=scheduler)
+    kernels = len(intervals(load_json(files[0]), ("kernel",)))
+    assert res.manifest["tables"]["kernels"] == 64 * kernels and res.plan.ranks == list(range(64))
+    straggler = res.summary["straggler"]
+    assert straggler["found"] and [r["rank"] for r in straggler["stragglers"]] == [37]
+    truth = collective_waits({r: load_json(files[r]) for r in range(32, 40)})
+    row = straggler["stragglers"][0]
+    assert row["gkey"] == "32-39" and row["kind"] == "TP"
+    assert row["wait_per_other_ns"] == pytest.approx(truth["caused"][37] / 7, rel=1e-9)
+    assert len(straggler["groups"]) == 8 and res.summary["roles"] == {"prefill": "0-63"}
+    assert res.manifest["params"]["ranks"]["straggler"]["found"]
+    # perfscope analyze: the finding, from the stored views
+    report = Report.load(res.path)
+    found = [f for f in run_rules(report, rules=["ranks"]) if f.id == "straggler"]
+    assert len(found) == 1 and found[0].evidence["rank"] == 37 and found[0].explained_share >= 0.9
+    steps = load_ranks(res.path, "kernels", ranks=[37], columns=["step"])
+    assert len(steps) == kernels
+
+
+def test_a_job_without_straggler_gets_no_straggler_finding(fixtures_dir, tmp_path, scheduler):
+    doc = load_trace(fixtures_dir / B200)
+    write_sync_job(doc, tmp_path / "t", SyncJob(world_size=16, group_size=8, jitter=0.02, seed=5, drop_python=True))
+    res = import_ranks(tmp_path / "t", tmp_path / "job.perfscope", scheduler=scheduler)
+    assert not res.summary["straggler"]["found"]
+    assert res.summary["straggler"]["statement"].startswith("no straggler: in each of the 2 groups")
+    found = run_rules(Report.load(res.path), rules=["ranks"])
+    assert not [f for f in found if f.id in ("straggler", "rank-imbalance")]

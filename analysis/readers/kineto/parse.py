@@ -52,7 +52,7 @@ KIND_OF_CAT = {
 CPU_KINDS = ("ann", "op", "api")
 """Kinds kept together in :attr:`ParsedTrace.cpu`; its ``kind`` column indexes this."""
 
-STRING_FIELDS = ("name", "thread", "grid", "block", "kernel")
+STRING_FIELDS = ("name", "thread", "grid", "block", "kernel", "pg")
 """Fields holding codes into :attr:`ParsedTrace.strings` (-1: none)."""
 
 TS_LIMIT = 9.0e15
@@ -65,7 +65,7 @@ FIELDS = {
     "op": ("name", "thread", "tid", "ts", "dur", "ext", "sig"),
     "ann": ("name", "thread", "tid", "ts", "dur"),
     "kernel": ("name", "device", "stream", "ts", "dur", "corr", "ext", "grid", "block",
-               "regs", "smem", "occupancy"),
+               "regs", "smem", "occupancy", "pg"),
     "memcpy": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "memset": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver", "kernel"),
@@ -76,7 +76,8 @@ FIELDS = {
 (NaN when absent or not an exact integer), names, thread keys (``pid:tid``), grid and block as
 int32 codes into :attr:`ParsedTrace.strings`, ``kernel`` the kernel a launch call names in its
 ``args`` (ROCm traces; a CUDA-graph capture trace's only record of the kernels it captured),
-``sig`` an index into :attr:`ParsedTrace.sigs` (-1 when the op recorded no inputs). ``py`` holds
+``sig`` an index into :attr:`ParsedTrace.sigs` (-1 when the op recorded no inputs), ``pg`` the
+process group a collective kernel names (``Process Group Name``, PyTorch 2.x NCCL kernels). ``py`` holds
 the ``python_function`` events of traces recorded ``with_stack`` (``pyid``/``pyparent``: their
 ``Python id`` / ``Python parent id`` links), kept apart from the CPU nesting; the reader makes
 module ranges of them."""
@@ -101,6 +102,7 @@ class Args(msgspec.Struct, gc=False):
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     nbytes: Any = msgspec.field(default=None, name="bytes")
     kernel: Any = None
+    pg: Any = msgspec.field(default=None, name="Process Group Name")
     pyid: Any = msgspec.field(default=None, name="Python id")
     pyparent: Any = msgspec.field(default=None, name="Python parent id")
     mbytes: Any = msgspec.field(default=None, name="Bytes")
@@ -481,7 +483,8 @@ def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
              block=cols.strings.dims3(a.block for a in args),
              regs=_ids([a.regs for a in args]),
              smem=_ids([a.smem for a in args]),
-             occupancy=_floats([a.occupancy for a in args]), **common)
+             occupancy=_floats([a.occupancy for a in args]),
+             pg=cols.strings.optional(a.pg for a in args), **common)
 
 
 # ---------------------------------------------------------------------------- entry
