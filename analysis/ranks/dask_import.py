@@ -48,7 +48,7 @@ from .collectives import group_key, match, rank_waits, step_waits, with_keys
 from .job import JobPlan, RankResult, plan_job, rank_identity, trace_meta
 from .partial_read import job_summary, plain_frame, read_views, write_views
 from .stats import TABLES_PER_RANK, RankTables, format_ranks, one_rank, parse_ranks
-from .straggler import decide, empty_stragglers
+from .straggler import Stragglers, decide, empty_stragglers
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
@@ -66,7 +66,7 @@ WORKER_BASE_BYTES = 256 << 20
 
 _ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 
-Render = Callable[[RankTables, Mapping[str, Any]], Mapping[str, str | bytes]]
+Render = Callable[[RankTables, Stragglers, Mapping[str, Any]], Mapping[str, str | bytes]]
 Progress = Callable[[int, int, RankResult], None]
 
 
@@ -248,8 +248,8 @@ def assemble_views(views: Sequence[Mapping[str, str]], groups: Sequence[tuple[st
         frames = [f for f in frames if len(f)]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    t = RankTables(*(stack(n) for n in ("per_rank", "steps", "categories", "kernels")),
-                   pd.DataFrame(), stack("idle"))
+    t = RankTables(stack("per_rank"), stack("steps"), stack("categories"), stack("kernels"), pd.DataFrame(),
+                   stack("idle"))
     waits = [pd.read_parquet(w) for _, _, w, _ in groups]
     steps = [pd.read_parquet(st) for _, _, _, st in groups]
     waits_df = pd.concat([w for w in waits if len(w)], ignore_index=True) if any(len(w) for w in waits) else pd.DataFrame()
@@ -268,7 +268,7 @@ def render_into(render: Render, folder: str, manifest: Mapping[str, Any]) -> lis
     stored = read_views(folder)
     if stored is None:
         return []
-    files = render(stored[0], manifest)
+    files = render(stored[0], stored[1], manifest)
     write_extra_files(Path(folder), files)
     return sorted(files)
 
@@ -479,8 +479,9 @@ def import_ranks(source: str | os.PathLike[str], out: str | os.PathLike[str], *,
         device: roofs to classify against (default: each trace's own device).
         force: replace an existing report at ``out``.
         processes: local workers as processes (True) or threads in this process.
-        render: extra files to write into the report from the rank tables and manifest
-            (``{"ranks.html": ...}``), run on the cluster before the folder is renamed into place.
+        render: extra files to write into the report from the rank tables, the straggler analysis and
+            the manifest (``{"ranks.html": ...}``), run on the cluster before the folder is renamed
+            into place.
         progress: called as ``progress(done, total, result)`` after each rank.
 
     Raises:

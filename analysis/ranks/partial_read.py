@@ -244,5 +244,53 @@ def rank_summary_of(report: Report, *, top: int = 10) -> dict[str, Any]:
     return {"coverage": coverage(report, t.ranks), **job_summary(t, s, top=top)}
 
 
-__all__ = ["VIEWS", "job_summary", "load_ranks", "rank_summary_at", "rank_summary_of", "rank_tables_at", "read_views",
-           "report_views", "roles_of", "write_views"]
+
+# ---------------------------------------------------------------------------- one rank's step
+STEP_METRICS = {
+    "caused": ("the wait it causes, per other rank of its group", "waited_for_ns"),
+    "wait": ("its own wait in collectives", "wait_ns"),
+    "duration": ("step time", "duration_ns"),
+    "compute": ("compute kernels", "compute_ns"),
+    "idle": ("device idle", "idle_ns"),
+}
+"""The rank x step views: label and column of :func:`rank_steps`."""
+
+
+def rank_steps(t: RankTables, s: Stragglers) -> pd.DataFrame:
+    """One row per rank and step: its window, compute, collectives and idle, its wait in collectives
+    (``wait_ns``) and the wait it caused each other rank of its group (``waited_for_ns``: the wait
+    caused divided by the group's other ranks)."""
+    steps = t.steps
+    if not len(steps):
+        return steps
+    if "wait_ns" not in steps:
+        waits = s.steps if len(s.steps) else pd.DataFrame(columns=["rank", "step", "wait_ns", "caused_ns"])
+        steps = steps.merge(waits, on=["rank", "step"], how="left")
+    others = {}
+    if len(s.ranks) and len(s.groups):
+        present = s.groups.set_index("gkey")["present"]
+        for r, g in s.ranks.groupby("rank"):
+            others[int(r)] = max(int(present.get(k, 2)) - 1 for k in g["gkey"])
+    div = steps["rank"].map(lambda r: others.get(int(r), float("nan"))).astype("float64")
+    return steps.assign(waited_for_ns=steps["caused_ns"].astype("float64") / div)
+
+
+def one_rank_report(report: Report, rank: int) -> Report:
+    """``rank``'s part of a multi-rank report as a report of its own (its tables, the job's manifest):
+    read from its rank partitions when the report is a folder, else sliced from the loaded tables."""
+    from perfscope.schema import TABLES
+
+    if "rank" not in report.kernels.columns:
+        return report
+    tables = {}
+    for name in TABLES:
+        df = report.table(name)
+        if "rank" in df.columns:
+            tables[name] = df[(df["rank"] == rank).to_numpy(bool)].drop(columns="rank").reset_index(drop=True)
+        else:
+            tables[name] = df
+    return Report.build(tables, {**report.manifest, "name": f"{report.name} rank {rank}"})
+
+
+__all__ = ["STEP_METRICS", "VIEWS", "job_summary", "load_ranks", "one_rank_report", "rank_steps", "rank_summary_at",
+           "rank_summary_of", "rank_tables_at", "read_views", "report_views", "roles_of", "write_views"]

@@ -267,7 +267,8 @@ def _pg_config(doc: dict[str, Any], rank: int, job: SyncJob) -> list[dict[str, A
     """``distributedInfo.pg_config`` for ``rank``: the world, and each of the source's groups that
     spanned its whole job, now ``rank``'s group (named as in the source, so that the kernels' own
     ``Process Group Name`` still points at it)."""
-    dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+    info = doc.get("distributedInfo")
+    dist: dict[str, Any] = info if isinstance(info, dict) else {}
     world_src = dist.get("world_size")
     group = job.group_of(rank)
     out = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": job.world_size,

@@ -199,7 +199,7 @@ def straggler_finding(t: RankTables, s: Stragglers) -> Finding | None:
              f"{duration(stake)} each in their collectives for it ({float(row['wait_pct']):.1f}% of their time)"
              + (f"; {len(others)} more straggler{'s' if len(others) > 1 else ''} in other groups "
                 f"(ranks {format_ranks(others['rank'])})" if len(others) else ""))
-    evidence = {
+    evidence: Evidence = {
         "rank": rank, "group": gkey, "group_kind": str(group["kind"] or ""), "role": str(group["role"] or ""),
         "waiting_ranks": format_ranks(peers), "wait_per_rank_ns": stake,
         "wait_pct": float(row["wait_pct"]), "gpu_time_waited_ns": float(row["caused_wait_ns"]),

@@ -30,10 +30,10 @@ def default_out(source: str) -> Path:
     return Path(stem + REPORT_SUFFIX)
 
 
-def _render(tables: Any, manifest: Mapping[str, Any]) -> dict[str, str]:
+def _render(tables: Any, stragglers: Any, manifest: Mapping[str, Any]) -> dict[str, str]:
     from perfscope.dashboard.figures.ranks import rank_view_html
 
-    return {"ranks.html": rank_view_html(tables, manifest)}
+    return {"ranks.html": rank_view_html(tables, manifest, stragglers)}
 
 
 def run_rank_import(path: str, *, out: str | None, force: bool, html: bool, scheduler: str | None,

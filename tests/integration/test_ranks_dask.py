@@ -13,10 +13,10 @@ from perfscope.analysis.findings import run_rules
 from perfscope.analysis.ranks.dask_import import import_ranks
 from perfscope.analysis.ranks.partial_read import load_ranks
 from perfscope.analysis.ranks.stats import rank_summary
+from perfscope.analysis.ranks.tiling import SyncJob, load_trace, write_sync_job
 from perfscope.cli import main
 from perfscope.errors import InputFormatError, OutputExistsError, UsageError
 from perfscope.report import Report
-from perfscope.analysis.ranks.tiling import SyncJob, load_trace, write_sync_job
 from tests.unit.ranks_support import (
     B200,
     RANK0,
@@ -50,7 +50,7 @@ def straggler_job(fixtures_dir, tmp_path_factory, scheduler):
     return files, res, (res.path / "ranks.html").read_text()
 
 
-def _render(tables, manifest):
+def _render(tables, stragglers, manifest):
     """Run on a worker, from the views stored in the report (module-level: Dask pickles it by name)."""
     return {"ranks.html": f"<html>ranks {tables.ranks} of {manifest['params']['ranks']['world_size']}</html>"}
 

@@ -14,9 +14,23 @@ from perfscope.analysis.ranks.collectives import TIE_NS
 from perfscope.analysis.ranks.partial_read import job_summary, read_views, write_views
 from perfscope.analysis.ranks.stats import group_kind, rank_tables, role_of, sync_group
 from perfscope.analysis.ranks.straggler import MIN_WAIT_PCT, analyse, last_share_needed
-from perfscope.analysis.ranks.tiling import SyncJob, TileSpec, load_trace, sync_points, tile_trace, write_sync_job
+from perfscope.analysis.ranks.tiling import (
+    SyncJob,
+    TileSpec,
+    load_trace,
+    sync_points,
+    tile_trace,
+    write_sync_job,
+)
 from perfscope.analysis.rules.ranks import rank_findings
-from tests.unit.ranks_support import B200, collective_waits, intervals, is_collective, load_json, multi_rank_report
+from tests.unit.ranks_support import (
+    B200,
+    collective_waits,
+    intervals,
+    is_collective,
+    load_json,
+    multi_rank_report,
+)
 
 SGLANG_DECODE = "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz"
 
@@ -37,7 +51,7 @@ def slow(fixtures_dir, tmp_path_factory):
 
 
 def test_the_synchronized_ranks_meet_at_every_collective(slow):
-    doc, job, files, _ = slow
+    doc, _, files, _ = slow
     docs = [load_json(f) for f in files]
     n = len(sync_points(doc, 1)[2])
     for d in docs:
