@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import clip, duration
 
 from ..ranks.partial_read import read_views
 from ..ranks.stats import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
@@ -231,7 +231,8 @@ def _advice(rank: int, ex: Excess) -> str:
     if total <= 0:
         return ADVICE["unknown"].format(rank=rank)
     if kernel_ns >= 0.1 * total:
-        top = ", ".join(f"{k.kernel} +{100 * k.excess_ns / k.peers_ns:.0f}%" if k.peers_ns > 0 else str(k.kernel)
+        top = ", ".join(f"{clip(str(k.kernel), 48)} +{100 * k.excess_ns / k.peers_ns:.0f}%" if k.peers_ns > 0
+                        else clip(str(k.kernel), 48)
                         for k in ex.kernels.head(2).itertuples(index=False))
         parts.append((kernel_ns, ADVICE["kernels"].format(rank=rank, top=top)))
     for c in ex.idle.itertuples(index=False):
