@@ -89,14 +89,15 @@ class Args(msgspec.Struct, gc=False):
     ext: Any = msgspec.field(default=None, name="External id")
     ext_lower: Any = msgspec.field(default=None, name="external id")
     corr: Any = msgspec.field(default=None, name="correlation")
-    dims: Any = msgspec.field(default=None, name="Input Dims")
-    types: Any = msgspec.field(default=None, name="Input type")
-    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    # kept as the raw JSON text: an op's inputs are read once per distinct signature, not per op
+    dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
     device: Any = None
     from_device: Any = msgspec.field(default=None, name="fromDevice")
     stream: Any = None
-    grid: Any = None
-    block: Any = None
+    grid: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # raw too: a few distinct launch shapes
+    block: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     regs: Any = msgspec.field(default=None, name="registers per thread")
     smem: Any = msgspec.field(default=None, name="shared memory")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
@@ -240,6 +241,7 @@ class _Interner:
         self.codes: dict[str, int] = {}
         self.values: list[str] = []
         self.thread_codes: dict[tuple[Any, Any], int] = {}
+        self.dims_codes: dict[bytes, int] = {}
 
     def threads(self, pids: list[Any], tids: list[Any]) -> np.ndarray:
         """Codes of the ``pid:tid`` keys."""
@@ -276,8 +278,47 @@ class _Interner:
                          for v in values], dtype="int32")
 
     def dims3(self, values: Iterable[Any]) -> np.ndarray:
-        texts = [_dims3(v) if isinstance(v, list) and v else None for v in values]
-        return np.array([-1 if t is None else self._new(t) for t in texts], dtype="int32")
+        """Codes of ``(x, y, z)`` texts of grid / block values (raw JSON, or lists on the slow path)."""
+        memo = self.dims_codes
+        out = []
+        for v in values:
+            key = bytes(v) if v.__class__ is _RAW else None
+            if key is not None and key in memo:
+                out.append(memo[key])
+                continue
+            value = _raw_value(v) if v.__class__ is _RAW else v
+            text = _dims3(value) if isinstance(value, list) and value else None
+            code = -1 if text is None else self._new(text)
+            if key is not None:
+                memo[key] = code
+            out.append(code)
+        return np.array(out, dtype="int32")
+
+
+_RAW = msgspec.Raw
+
+
+def _raw_value(v: Any) -> Any:
+    """The value of a raw JSON field (None when absent, ``null`` or not JSON orjson reads)."""
+    text = bytes(v)
+    if not text or text == b"null":
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return msgspec.json.decode(text)  # NaN / Infinity, which msgspec accepted in the block
+
+
+def _raw_key(v: Any) -> Any:
+    """A hashable key of a field's value: its raw JSON text, or (the slow path's values) their JSON."""
+    if v.__class__ is _RAW:
+        return bytes(v)
+    if v is None:
+        return b""
+    try:
+        return orjson.dumps(v)
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(v)
 
 
 def _dims3(v: list[Any]) -> str | None:
@@ -448,21 +489,23 @@ def _external_ids(args: list[Args]) -> list[Any]:
 
 
 def _signatures(args: list[Args], cols: _Columns) -> np.ndarray:
-    """Index of each op's (Input Dims, Input type, Concrete Inputs) in ``cols.sigs``."""
+    """Index of each op's (Input Dims, Input type, Concrete Inputs) in ``cols.sigs``: keyed by their
+    raw JSON text, each distinct one decoded once."""
     out = np.full(len(args), -1, dtype="int32")
     index, sigs = cols.sig_index, cols.sigs
+    raw = _RAW
     for i, a in enumerate(args):
-        sig = (a.dims, a.types, a.concrete)
-        if sig == (None, None, None):
-            continue
-        try:
-            key: Any = orjson.dumps(sig)
-        except (TypeError, orjson.JSONEncodeError):
-            key = repr(sig)
+        d, t, c = a.dims, a.types, a.concrete
+        key: Any = ((bytes(d), bytes(t), bytes(c)) if d.__class__ is raw and t.__class__ is raw and c.__class__ is raw
+                    else (_raw_key(d), _raw_key(t), _raw_key(c)))
         j = index.get(key)
         if j is None:
-            j = index[key] = len(sigs)
-            sigs.append(sig)
+            sig = tuple(_raw_value(v) if v.__class__ is raw else v for v in (d, t, c))
+            if sig == (None, None, None):
+                j = index[key] = -1
+            else:
+                j = index[key] = len(sigs)
+                sigs.append(sig)  # type: ignore[arg-type]
         out[i] = j
     return out
 
