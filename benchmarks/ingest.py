@@ -106,8 +106,8 @@ def tiled_events(events: list[dict[str, Any]], copies: int) -> Iterator[dict[str
             yield e if k == 0 else _shifted(e, k * span, k * stride)
 
 
-def build(fixture: Path, out_dir: Path, copies: int) -> tuple[Path, Path, int]:
-    """Write the tiled trace as ``tiled.json`` and ``tiled.json.gz`` in their own dirs.
+def build(fixture: Path, out_dir: Path, copies: int, *, gzip: bool = True) -> tuple[Path, Path, int]:
+    """Write the tiled trace as ``tiled.json`` and (``gzip``) ``tiled.json.gz`` in their own dirs.
 
     Returns:
         The two paths and the number of events in each.
@@ -119,7 +119,6 @@ def build(fixture: Path, out_dir: Path, copies: int) -> tuple[Path, Path, int]:
     plain = out_dir / "plain" / "tiled.json"
     packed = out_dir / "gz" / "tiled.json.gz"
     plain.parent.mkdir(parents=True)
-    packed.parent.mkdir(parents=True)
     n = 0
     with open(plain, "wb") as fh:
         head = orjson.dumps(doc)[:-1]
@@ -128,8 +127,12 @@ def build(fixture: Path, out_dir: Path, copies: int) -> tuple[Path, Path, int]:
             fh.write((b",\n" if n else b"\n") + orjson.dumps(e))
             n += 1
         fh.write(b"\n]}\n")
-    with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
+    if gzip:
+        import gzip as gz
+
+        packed.parent.mkdir(parents=True)
+        with open(plain, "rb") as src, gz.open(packed, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
     return plain, packed, n
 
 

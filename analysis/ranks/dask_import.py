@@ -53,8 +53,9 @@ from .straggler import Stragglers, decide, empty_stragglers
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
-"""File names a rank folder is searched for (Kineto traces and nsys exports)."""
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".db")
+"""File names a rank folder is searched for: Kineto traces (and rocprofv3's ``*_results.json``), nsys
+exports, rocpd and rocprof v1 databases."""
 
 MEMORY_PER_TRACE_BYTE = 2.0
 """Worker memory per byte of uncompressed trace JSON, above the worker's baseline: measured by

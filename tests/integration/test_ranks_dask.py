@@ -148,6 +148,19 @@ def test_nsys_exports_take_their_rank_from_the_file_name(fixtures_dir, tmp_path,
     assert report.kernels.groupby("rank").size().tolist() == [19, 19]
 
 
+def test_rocpd_databases_as_ranks(fixtures_dir, tmp_path, scheduler):
+    src = fixtures_dir / "rocprof" / "llamacpp_r9700_rocpd" / "32432_results.db"
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}_results.db").symlink_to(src)  # read in place
+    res = import_ranks(tmp_path, tmp_path / "rocpd.perfscope", scheduler=scheduler)
+    report = Report.load(res.path)
+    assert res.plan.ranks == [0, 1] and res.plan.skipped == []
+    from perfscope.analysis.readers.detect import import_file
+
+    assert report.kernels.groupby("rank").size().tolist() == [len(import_file(src).kernels)] * 2
+    assert not res.summary["straggler"]["found"]  # no collectives: nothing to match
+
+
 def test_nothing_readable_and_existing_outputs(fixtures_dir, tmp_path, scheduler):
     junk = tmp_path / "junk"
     junk.mkdir()
