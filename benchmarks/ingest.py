@@ -26,8 +26,11 @@ beside it. Peak memory is the child's peak resident set (``VmHWM``: whole proces
 imports and the load), so it is what a user's machine must have. Runs are interleaved round by
 round; medians over the repeats.
 
-The last line is ``ingest_speed_ratio=X ingest_memory_ratio=Y ingest_load_ratio=Z`` (HTA /
-perfscope: higher is better for perfscope).
+Each child's CPU time (user + system, from ``getrusage``) is measured too: on a shared machine a
+process's wall time depends on everyone else's load, its CPU time much less.
+
+The last line is ``ingest_speed_ratio=X ingest_cpu_ratio=C ingest_memory_ratio=Y ingest_load_ratio=Z``
+(HTA / perfscope: higher is better for perfscope).
 
 Usage::
 
@@ -199,12 +202,15 @@ def run_child(reader: str, path: Path, hta_python: str = HTA_PYTHON) -> dict[str
     """One fresh interpreter loading ``path`` with ``reader``; ``process_s`` is its whole life."""
     python = sys.executable if reader == "perfscope" else hta_python
     cmd = [python, str(Path(__file__).resolve()), "--child", reader, str(path)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     process_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{reader} failed on {path} (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": process_s}
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": process_s, "cpu_s": cpu_s}
 
 
 def measure(readers: list[str], path: Path, repeat: int, hta_python: str = HTA_PYTHON) -> dict[str, dict[str, Any]]:
@@ -219,6 +225,7 @@ def measure(readers: list[str], path: Path, repeat: int, hta_python: str = HTA_P
         m = dict(rs[-1])
         m["seconds"] = statistics.median(r["seconds"] for r in rs)
         m["process_s"] = statistics.median(r["process_s"] for r in rs)
+        m["cpu_s"] = statistics.median(r["cpu_s"] for r in rs)
         m["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in rs)
         m["all_seconds"] = [round(r["seconds"], 2) for r in rs]
         m["all_process"] = [round(r["process_s"], 2) for r in rs]
@@ -228,7 +235,8 @@ def measure(readers: list[str], path: Path, repeat: int, hta_python: str = HTA_P
 
 
 def _line(label: str, m: dict[str, Any]) -> str:
-    return (f"  {label:<34} process {m['process_s']:7.2f} s (load {m['seconds']:6.2f} s)  {m['peak_rss_mib']:7.0f} MiB "
+    return (f"  {label:<34} process {m['process_s']:7.2f} s (load {m['seconds']:6.2f} s, CPU {m['cpu_s']:6.2f} s)  "
+            f"{m['peak_rss_mib']:7.0f} MiB "
             f"peak ({m['import_rss_mib']:.0f} after imports)  runs {m['all_process']} s, {m['all_rss']} MiB")
 
 
@@ -244,12 +252,14 @@ def compare(path: Path, repeat: int, backends: tuple[str, ...] = HTA_BACKENDS,
         print(_line(f"HTA TraceAnalysis [{reader.split(':')[1]}]", m) + f"  rows={m['rows']:,}")
     fastest = min(m["process_s"] for m in found.values())
     fastest_load = min(m["seconds"] for m in found.values())
+    fastest_cpu = min(m["cpu_s"] for m in found.values())
     leanest = min(m["peak_rss_mib"] for m in found.values())
     speed, memory = fastest / ours["process_s"], leanest / ours["peak_rss_mib"]
-    load = fastest_load / ours["seconds"]
-    print(f"  -> as whole processes perfscope is {speed:.2f}x faster than HTA's fastest backend ({load:.2f}x the "
-          f"load alone) and uses 1/{memory:.2f} of the peak memory of its leanest one", flush=True)
-    return speed, memory, load
+    load, cpu = fastest_load / ours["seconds"], fastest_cpu / ours["cpu_s"]
+    print(f"  -> as whole processes perfscope is {speed:.2f}x faster than HTA's fastest backend in wall time "
+          f"({cpu:.2f}x in CPU time; {load:.2f}x the load alone) and uses 1/{memory:.2f} of the peak memory of its "
+          "leanest one", flush=True)
+    return speed, memory, load, cpu
 
 
 def _loadavg() -> str:
@@ -305,9 +315,13 @@ def main() -> None:
     speed = min(r[0] for r in ratios)
     memory = min(r[1] for r in ratios)
     load = min(r[2] for r in ratios)
-    print(f"goals: speed >= 8 as whole processes ({'met' if speed >= 8 else 'NOT met'}), "
-          f"memory >= 3 ({'met' if memory >= 3 else 'NOT met'}); worst of the files; load average {_loadavg()}")
-    print(f"ingest_speed_ratio={speed:.2f} ingest_memory_ratio={memory:.2f} ingest_load_ratio={load:.2f}")
+    cpu = min(r[3] for r in ratios)
+    print(f"goals: speed >= 8 as whole processes ({'met' if speed >= 8 else 'NOT met'} in wall time, "
+          f"{'met' if cpu >= 8 else 'NOT met'} in CPU time), memory >= 3 ({'met' if memory >= 3 else 'NOT met'}); "
+          f"worst of the files; load average {_loadavg()} (on a shared machine a process's wall time depends on the "
+          "others' load; its CPU time much less)")
+    print(f"ingest_speed_ratio={speed:.2f} ingest_cpu_ratio={cpu:.2f} ingest_memory_ratio={memory:.2f} "
+          f"ingest_load_ratio={load:.2f}")
 
 
 if __name__ == "__main__":

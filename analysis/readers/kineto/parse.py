@@ -140,6 +140,20 @@ def decode_block(text: bytes | memoryview) -> list[Event] | None:
         return None
 
 
+_RAW_ARGS = frozenset(("dims", "types", "concrete", "grid", "block"))
+"""The ``Args`` fields msgspec keeps as raw JSON text (:class:`msgspec.Raw`)."""
+
+
+def _as_raw(value: Any) -> msgspec.Raw:
+    """A plain JSON value (the slow path's) as raw JSON text, like msgspec's own for these fields."""
+    if value is None:
+        return msgspec.Raw()
+    try:
+        return msgspec.Raw(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return msgspec.Raw(orjson.dumps(repr(value)))
+
+
 def as_events(items: list[Any]) -> list[Event]:
     """Events from plain JSON values (dicts become events; anything else is skipped)."""
     out = []
@@ -148,7 +162,8 @@ def as_events(items: list[Any]) -> list[Event]:
             out.append(x)
         elif isinstance(x, dict):
             a = x.get("args")
-            args = Args(**{k: a.get(key) for k, key in _ARG_KEYS}) if isinstance(a, dict) else None
+            args = Args(**{k: _as_raw(a.get(key)) if k in _RAW_ARGS else a.get(key) for k, key in _ARG_KEYS}) \
+                if isinstance(a, dict) else None
             out.append(Event(ph=x.get("ph", "X"), cat=x.get("cat"), name=x.get("name"), pid=x.get("pid"),
                              tid=x.get("tid"), ts=x.get("ts"), dur=x.get("dur"), args=args))
     return out
@@ -280,18 +295,13 @@ class _Interner:
     def dims3(self, values: Iterable[Any]) -> np.ndarray:
         """Codes of ``(x, y, z)`` texts of grid / block values (raw JSON, or lists on the slow path)."""
         memo = self.dims_codes
-        out = []
-        for v in values:
-            key = bytes(v) if v.__class__ is _RAW else None
-            if key is not None and key in memo:
-                out.append(memo[key])
-                continue
-            value = _raw_value(v) if v.__class__ is _RAW else v
+        keys = [bytes(v) for v in values]  # raw JSON on every path (:func:`as_events`)
+        get = memo.get
+        out = [get(k, -2) for k in keys]
+        for i in [i for i, c in enumerate(out) if c == -2]:
+            value = _raw_value(keys[i])
             text = _dims3(value) if isinstance(value, list) and value else None
-            code = -1 if text is None else self._new(text)
-            if key is not None:
-                memo[key] = code
-            out.append(code)
+            out[i] = memo[keys[i]] = -1 if text is None else self._new(text)
         return np.array(out, dtype="int32")
 
 
@@ -307,18 +317,6 @@ def _raw_value(v: Any) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return msgspec.json.decode(text)  # NaN / Infinity, which msgspec accepted in the block
-
-
-def _raw_key(v: Any) -> Any:
-    """A hashable key of a field's value: its raw JSON text, or (the slow path's values) their JSON."""
-    if v.__class__ is _RAW:
-        return bytes(v)
-    if v is None:
-        return b""
-    try:
-        return orjson.dumps(v)
-    except (TypeError, orjson.JSONEncodeError):
-        return repr(v)
 
 
 def _dims3(v: list[Any]) -> str | None:
@@ -432,7 +430,7 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if not evs:
         return
     args = [e.args or NO_ARGS for e in evs]
-    names = cols.strings.names(e.name for e in evs)
+    names = cols.strings.names([e.name for e in evs])
     if kind == "py":
         cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads([e.pid for e in evs], [e.tid for e in evs]),
                  tid=_ids([e.tid for e in evs]), pyid=_ids([a.pyid for a in args]),
@@ -476,7 +474,9 @@ def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
     if kind == "op":
         cols.add(kind, ext=ext, sig=_signatures(args, cols), **common)
         return
-    driver = np.array([_text(e.cat).lower() == "cuda_driver" for e in evs], dtype=bool)
+    cats = [e.cat for e in evs]
+    is_driver = {c: _text(c).lower() == "cuda_driver" for c in set(cats)}  # cats here are hashable: routed by them
+    driver = np.array([is_driver[c] for c in cats], dtype=bool)
     cols.add(kind, corr=_ids([a.corr for a in args]), ext=ext, driver=driver,
              kernel=cols.strings.optional(a.kernel for a in args), **common)
 
@@ -491,23 +491,22 @@ def _external_ids(args: list[Args]) -> list[Any]:
 def _signatures(args: list[Args], cols: _Columns) -> np.ndarray:
     """Index of each op's (Input Dims, Input type, Concrete Inputs) in ``cols.sigs``: keyed by their
     raw JSON text, each distinct one decoded once."""
-    out = np.full(len(args), -1, dtype="int32")
     index, sigs = cols.sig_index, cols.sigs
     raw = _RAW
-    for i, a in enumerate(args):
-        d, t, c = a.dims, a.types, a.concrete
-        key: Any = ((bytes(d), bytes(t), bytes(c)) if d.__class__ is raw and t.__class__ is raw and c.__class__ is raw
-                    else (_raw_key(d), _raw_key(t), _raw_key(c)))
+    keys = [(bytes(a.dims), bytes(a.types), bytes(a.concrete)) for a in args]  # raw JSON on every path
+    get = index.get
+    codes = [get(k, -2) for k in keys]
+    for i in [i for i, c in enumerate(codes) if c == -2]:
+        key = keys[i]
         j = index.get(key)
         if j is None:
-            sig = tuple(_raw_value(v) if v.__class__ is raw else v for v in (d, t, c))
-            if sig == (None, None, None):
-                j = index[key] = -1
-            else:
-                j = index[key] = len(sigs)
+            a = args[i]
+            sig = tuple(_raw_value(v) if v.__class__ is raw else v for v in (a.dims, a.types, a.concrete))
+            j = index[key] = -1 if sig == (None, None, None) else len(sigs)
+            if j >= 0:
                 sigs.append(sig)  # type: ignore[arg-type]
-        out[i] = j
-    return out
+        codes[i] = j
+    return np.array(codes, dtype="int32")
 
 
 def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
@@ -547,7 +546,8 @@ def parse_trace(path: Path) -> ParsedTrace:
     def take(items: list[Any]) -> None:
         trace.n_events += len(items)
         take_budget(path, len(items))
-        route_block(items if all(x.__class__ is Event for x in items) else as_events(items), cols)
+        # a block msgspec decoded is all events; the slow paths' lists are all plain values
+        route_block(items if not items or items[0].__class__ is Event else as_events(items), cols)
 
     collecting = gc.isenabled()
     gc.disable()  # millions of short-lived containers: the cyclic GC would only rescan them
