@@ -22,14 +22,25 @@ from typing import TYPE_CHECKING
 from perfscope.errors import UsageError
 from perfscope.vocab import is_amd, speak
 
-from .rules import kernels, levels, llm, memory, occupancy, sources, steps, timeline, transfers
-from .rules._base import SEVERITIES, Finding, Item
+from .rules import (
+    kernels,
+    levels,
+    llm,
+    memory,
+    occupancy,
+    sources,
+    steps,
+    tails,
+    timeline,
+    transfers,
+)
+from .rules._base import EVIDENCE_RULE_SHARE, SEVERITIES, Finding, Item
 from .rules.ranks import rank_findings
 
 if TYPE_CHECKING:
     from perfscope.report import Report
 
-__all__ = ["RULES", "SEVERITIES", "Finding", "Item", "run_rules"]
+__all__ = ["EVIDENCE_RULE_SHARE", "RULES", "SEVERITIES", "Finding", "Item", "run_rules"]
 
 Rule = Callable[["Report"], list[Finding]]
 
@@ -63,6 +74,7 @@ RULES: dict[str, Rule] = {
     "memory-peak": memory.memory_peak,
     "ttft-gauges": memory.server_gauges,
     "kv-capacity": memory.kv_capacity,
+    "serving-tail": tails.serving_tails,
 }
 """Rule name -> rule. A rule may emit findings under a more specific id (``gpu-idle`` emits
 ``time-outside-ops`` on CPU reports)."""
@@ -103,8 +115,9 @@ def _in_device_words(f: Finding, report: Report) -> Finding:
     if not is_amd(report.device):
         return f
     evidence = {k: speak(v, report.device) if isinstance(v, str) else v for k, v in f.evidence.items()}
+    items = tuple(dataclasses.replace(i, label=speak(i.label, report.device)) for i in f.items)
     return dataclasses.replace(f, title=speak(f.title, report.device), evidence=evidence,
-                               recommendation=speak(f.recommendation, report.device))
+                               recommendation=speak(f.recommendation, report.device), items=items)
 
 
 def _run_one(name: str, report: Report) -> list[Finding]:

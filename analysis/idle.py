@@ -10,9 +10,14 @@ on any thread, and the host-to-device synchronisation operators (``aten::item``,
 ``aten::_local_scalar_dense``) count as idle time of cause ``sync``, not as work: on a GPU they
 are the host waiting for the device.
 
-Each idle nanosecond gets one cause, from what the host was doing at that moment (the first that
-applies, in this order):
+A *gap* is one idle interval, from the end of a piece of device work to the start of the next;
+it is cut into *slices*, each with one cause, from what the host was doing at that moment (the
+first that applies, in this order; docs/idle.md):
 
+- ``graph``: the gap lies between two kernels of one CUDA / HIP graph replay: the device runs the
+  graph's nodes back to back by itself, and no host call queued the next one;
+- ``unknown``: the trace has no host side for that moment (a GPU-only trace, or before the first
+  / after the last recorded host event);
 - ``profiler``: inside the profiler's own calls (CUPTI / roctracer / cudaProfilerStart, buffer
   flushes) or a range the profiler itself records;
 - ``sync``: inside a blocking synchronisation (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
@@ -23,14 +28,29 @@ applies, in this order):
 - ``launch``: inside a launch call (``cudaLaunchKernel``, ``cuLaunchKernel``, ``hipLaunchKernel``,
   ``cudaGraphLaunch``... any runtime or driver call named ``*Launch*``; a memset or device-to-device
   copy call too: they only queue device work);
-- ``host``: the host side is recorded then but in none of those calls: user code (Python, the
-  framework, I/O, sleeping). The range column names the innermost NVTX / ``record_function`` /
-  ``nn.Module`` range around it (on the thread that launched the most work first);
-- ``unknown``: the trace has no host side for that moment (a GPU-only trace, or before the first
-  / after the last recorded host event).
+- ``host``: the host is in its own code, none of those calls. What it did there is its
+  ``host_kind``, read from the ``host`` table (the outermost CPU operators, the user's Python
+  functions, OS-runtime waits) on the thread that launched the most work:
+
+  - ``waiting``: in an OS-runtime call (nsys OSRT: futex, poll, nanosleep, read, ioctl...) or a
+    Python call that blocks (``time.sleep``, a lock, ``select``, a read);
+  - ``cpu compute``: in a CPU operator that computed on host tensors (it queued no device work and
+    is more than a view: ``aten::bmm`` on CPU tensors, a host-to-host ``aten::copy_``), or in a
+    call into a host math library (numpy, scipy; recorded with_stack);
+  - the queue model, before the two below: a gap that opened while the host was blocked in a sync
+    (or a copy to the host) belongs to that sync. The host could not queue work ahead, so the
+    device drained and stays idle until the host's next launch: the rest of the gap is ``sync``,
+    its ``api`` the sync call and its ``op`` the operator behind it (``aten::item``, ``aten::to``);
+  - ``dispatch``: in a gap under 50 µs (:data:`DISPATCH_GAP_NS`; 200 µs when the trace records no
+    operators, :data:`DISPATCH_GAP_UNSEEN_NS`), or in a stretch of host time under that inside one
+    operator or between two (the framework's per-operator work: Python, dispatch, allocation); in an
+    operator that queues device work, a stretch under 1 ms (:data:`DISPATCH_OP_NS`: its host side,
+    what a graph replay skips);
+  - ``host code``: the rest: the user's own code (or one long operator's), named by its range,
+    Python function and operator.
 
 Every slice also carries the innermost range around it, whatever its cause, so a ``sync`` inside
-``sampler`` says so.
+``sampler`` says so, and the Python function and CPU operator the host was in.
 """
 
 from __future__ import annotations
@@ -47,15 +67,39 @@ from perfscope.schema import conform, map_distinct
 from .intervals import activity, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
 from .summaries.kernels import is_cpu_report
+from .tree import innermost_at
 
 if TYPE_CHECKING:
     from perfscope.report import Report
 
-CAUSES = ("launch", "host", "sync", "copy", "profiler", "unknown")
+CAUSES = ("launch", "host", "sync", "copy", "graph", "profiler", "unknown")
 """Every cause an idle slice can have (``idle.cause``)."""
+
+HOST_KINDS = ("dispatch", "cpu compute", "waiting", "host code")
+"""What the host did in a ``host`` slice (``idle.host_kind``), each with its own fix (docs/idle.md)."""
+
+KINDS = ("launch", "dispatch", "cpu compute", "waiting", "host code", "sync", "copy", "graph", "profiler", "unknown")
+"""The causes with ``host`` split into its kinds: what the findings weigh and advise on."""
+
+GRAPH_KINDS = ("launch", "dispatch")
+"""The kinds CUDA graphs and fusion remove: advice to capture graphs is given only when one of them holds
+the largest share of the gaps (the host's per-launch and per-operator work; not its math, waits or syncs)."""
 
 PRIORITY = ("profiler", "sync", "copy", "launch")
 """The host-call causes, first wins where calls overlap (a sync inside a profiler flush is the profiler's)."""
+
+DISPATCH_GAP_NS = 50_000
+"""A gap under 50 µs with no operator, wait or sync recorded in it is the framework's per-operator work
+between launches (Python, dispatch, allocation): the size of one eager operator's host cost."""
+
+DISPATCH_OP_NS = 1_000_000
+"""Host time inside one operator that queues device work, between its calls, is its dispatch (what a graph
+replay skips) up to 1 ms in one stretch; a longer stretch is that operator's own host code (cuDNN autotuning
+in a first conv2d, a first call's setup, a long allocation), which a graph would not remove."""
+DISPATCH_GAP_UNSEEN_NS = 200_000
+"""The same when the trace does not record the host's operators (nsys, a report saved before the host table):
+99% of the dispatch time of the eager H200 engine and H100 Qwen traces, whose operators are recorded, lies in
+gaps under 200 µs (time-weighted 99th percentile 187 µs and 138 µs)."""
 
 PROFILER_API = re.compile(r"cupti|profiler|roctracer|rocprof|activity ?buffer", re.IGNORECASE)
 PROFILER_RANGE = re.compile(r"^\s*\[?(cupti|kineto|profiler overhead|activity buffer)", re.IGNORECASE)
@@ -64,6 +108,7 @@ SYNC_OPS = re.compile(r"^aten::(item|_local_scalar_dense)$")
 COPY_API = re.compile(r"memcpy", re.IGNORECASE)
 LAUNCH_API = re.compile(r"launch", re.IGNORECASE)
 MEMSET_API = re.compile(r"memset", re.IGNORECASE)
+GRAPH_API = re.compile(r"graphlaunch", re.IGNORECASE)
 HOST_DEVICE_COPIES = ("HtoD", "DtoH", "HtoH")
 
 IDLE_TABLE = "idle"
@@ -86,100 +131,229 @@ def _merged(df: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return merge_intervals(rows["start_ns"].to_numpy(np.int64)[keep], rows["end_ns"].to_numpy(np.int64)[keep])
 
 
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """The distinct values of an int64 array, sorted: a sort and a neighbour compare (numpy 2's hashing
+    ``np.unique`` took 4 s on the 5M cut points of a 1.25M-kernel trace)."""
+    if not len(x):
+        return x
+    x = np.sort(x, kind="stable")  # runs of already sorted pieces: the merge sort joins them in linear time
+    keep = np.ones(len(x), bool)
+    keep[1:] = x[1:] != x[:-1]
+    return x[keep]
+
+
 def idle_intervals(busy: tuple[np.ndarray, np.ndarray],
                    window: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of ``window`` (merged intervals) that ``busy`` (merged intervals) does not cover."""
-    ws, we = window
-    bs, be = busy
-    points = np.unique(np.concatenate([ws, we, bs, be]))
-    if len(points) < 2:
+    """The parts of ``window`` (merged intervals) that ``busy`` (merged intervals) does not cover:
+    the holes between the busy intervals, each cut to the windows it overlaps (searchsorted, no sort)."""
+    ws, we = (np.asarray(a, np.int64) for a in window)
+    bs, be = (np.asarray(a, np.int64) for a in busy)
+    if not len(ws):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    a, b = points[:-1], points[1:]
-    mid = a + (b - a) // 2
-    keep = _inside(window, mid) & ~_inside(busy, mid)
-    return merge_intervals(a[keep], b[keep])
+    lo = np.concatenate([[min(int(ws[0]), int(bs[0]) if len(bs) else int(ws[0]))], be])
+    hi = np.concatenate([bs, [max(int(we[-1]), int(be[-1]) if len(be) else int(we[-1]))]])
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    first = np.searchsorted(we, lo, side="right")  # the first window ending after the hole starts
+    last = np.searchsorted(ws, hi, side="left")  # past the last window starting before it ends
+    n = np.maximum(last - first, 0)
+    hole = np.repeat(np.arange(len(lo)), n)
+    win = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + np.repeat(first, n)
+    s, e = np.maximum(lo[hole], ws[win]), np.minimum(hi[hole], we[win])
+    ok = e > s
+    return s[ok], e[ok]
 
 
 # ---------------------------------------------------------------------------- ranges
-def _range_chains(ranges: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Per thread (the thread of the most ranges first): (starts sorted, ends, parent position or -1,
-    depth, names) of its host ranges, nested by time (a range inside another on its thread is its child)."""
-    if not len(ranges):
-        return []
-    r = ranges
-    if "source" in r:
-        r = r[~r["source"].astype("object").isin(GPU_RANGE_SOURCES).to_numpy(bool)]
-    r = r[(r["end_ns"] > r["start_ns"]).to_numpy(bool)]
-    if not len(r):
-        return []
-    thread = r["thread"].astype("float64").fillna(-1.0).to_numpy() if "thread" in r else np.full(len(r), -1.0)
-    out = []
-    threads, counts = np.unique(thread, return_counts=True)
-    for t in threads[np.argsort(-counts, kind="stable")]:
-        sub = r[thread == t]
-        s, e = sub["start_ns"].to_numpy(np.int64), sub["end_ns"].to_numpy(np.int64)
-        order = np.lexsort((-e, s))
-        s, e = s[order], e[order]
-        names = sub["name"].astype("object").to_numpy()[order]
-        parent = np.full(len(s), -1, np.int64)
-        depth = np.zeros(len(s), np.int64)
-        stack: list[int] = []
-        for i, (si, ei) in enumerate(zip(s.tolist(), e.tolist())):
-            while stack and e[stack[-1]] <= si:
-                stack.pop()
-            if stack and ei <= e[stack[-1]]:
-                parent[i] = stack[-1]
-                depth[i] = depth[stack[-1]] + 1
-            stack.append(i)
-        out.append((s, e, parent, depth, names))
-    return out
+def _thread_order(df: pd.DataFrame) -> list[tuple[float, np.ndarray]]:
+    """(thread, positions) of ``df``'s rows per thread, the thread with the most rows first."""
+    thread = df["thread"].astype("float64").fillna(-1.0).to_numpy() if "thread" in df else np.full(len(df), -1.0)
+    threads, inverse, counts = np.unique(thread, return_inverse=True, return_counts=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    parts = [(float(t), order[bounds[i]:bounds[i + 1]]) for i, t in enumerate(threads)]
+    return [parts[i] for i in np.argsort(-counts, kind="stable")]
+
+
+def _host_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    if len(ranges) and "source" in ranges:
+        return ranges[~ranges["source"].astype("object").isin(GPU_RANGE_SOURCES).to_numpy(bool)]
+    return ranges
 
 
 def innermost_ranges(ranges: pd.DataFrame, x: np.ndarray) -> np.ndarray:
     """The name of the innermost host range around each time ``x`` (None where none is), looked up
     on the thread with the most ranges first, then the others."""
-    names = np.full(len(x), None, dtype=object)
-    todo = np.ones(len(x), bool)
-    for s, e, parent, _depth, rnames in _range_chains(ranges):
-        if not todo.any():
-            break
-        at = np.flatnonzero(todo)
-        cur = np.searchsorted(s, x[at], side="right") - 1
-        cur = np.where(cur >= 0, cur, -1)
-        for _ in range(int(_depth.max()) + 2 if len(_depth) else 1):
-            out = (cur >= 0) & (e[np.maximum(cur, 0)] <= x[at])
-            if not out.any():
+    vocab = _Vocab()
+    return vocab.text(_RangeIndex(ranges, vocab).at(np.asarray(x, np.int64)))
+
+
+# ---------------------------------------------------------------------------- the host's own activity
+class _Vocab:
+    """The text of the idle table's columns as integer codes while millions of pieces are classified and
+    joined (comparing codes, not strings); -1 is None."""
+
+    def __init__(self) -> None:
+        self.words: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def code(self, word: object) -> int:
+        if not isinstance(word, str):
+            return -1
+        if word not in self.index:
+            self.index[word] = len(self.words)
+            self.words.append(word)
+        return self.index[word]
+
+    def codes(self, words: np.ndarray | pd.Series) -> np.ndarray:
+        """Codes of an array of text, each distinct value looked up once."""
+        if not len(words):
+            return np.zeros(0, np.int64)
+        codes, uniq = pd.factorize(pd.Series(words, dtype="object"), use_na_sentinel=True)
+        table = np.array([self.code(u) for u in uniq] + [-1], dtype=np.int64)
+        return table[codes]
+
+    def text(self, codes: np.ndarray) -> np.ndarray:
+        table = np.array([*self.words, None], dtype=object)
+        return table[np.where(codes >= 0, codes, len(self.words))]
+
+
+def _take(values: np.ndarray, rows: np.ndarray, fill: int = -1) -> np.ndarray:
+    """``values[rows]`` where ``rows >= 0``, ``fill`` elsewhere."""
+    if not len(values):
+        return np.full(len(rows), fill, dtype=values.dtype if len(values) else np.int64)
+    return np.where(rows >= 0, values[np.maximum(rows, 0)], fill)
+
+
+class _RangeIndex:
+    """The host ranges per thread (the thread with the most ranges first), for the innermost one around points."""
+
+    def __init__(self, ranges: pd.DataFrame, vocab: _Vocab) -> None:
+        r = _host_ranges(ranges)
+        r = r[(r["end_ns"] > r["start_ns"]).to_numpy(bool)] if len(r) else r
+        self.s = r["start_ns"].to_numpy(np.int64) if len(r) else np.zeros(0, np.int64)
+        self.e = r["end_ns"].to_numpy(np.int64) if len(r) else np.zeros(0, np.int64)
+        self.names = vocab.codes(r["name"].astype("object").to_numpy()) if len(r) else np.zeros(0, np.int64)
+        self.threads = _thread_order(r) if len(r) else []
+
+    def at(self, x: np.ndarray) -> np.ndarray:
+        """The name code of the innermost range around each point (-1: none)."""
+        out = np.full(len(x), -1, np.int64)
+        todo = np.arange(len(x))
+        for _, rows in self.threads:
+            if not len(todo):
                 break
-            cur = np.where(out, parent[np.maximum(cur, 0)], cur)
-        found = cur >= 0
-        names[at[found]] = rnames[cur[found]]
-        todo[at[found]] = False
-    return names
+            hit = innermost_at(self.s[rows], self.e[rows], x[todo])
+            found = hit >= 0
+            out[todo[found]] = self.names[rows[hit[found]]]
+            todo = todo[~found]
+        return out
+
+
+class _Track:
+    """One kind of host activity on the launching thread (ops, Python functions or waits), for lookups
+    of the innermost one around points."""
+
+    def __init__(self, rows: pd.DataFrame) -> None:
+        rows = rows[(rows["end_ns"] > rows["start_ns"]).to_numpy(bool)]
+        self.rows = rows.reset_index(drop=True)
+        self.s = self.rows["start_ns"].to_numpy(np.int64)
+        self.e = self.rows["end_ns"].to_numpy(np.int64)
+        hc = self.rows["host_compute"] if "host_compute" in self.rows else pd.Series(False, index=self.rows.index)
+        self.computes = hc.astype("boolean").fillna(False).to_numpy(bool)
+        calls = self.rows["device_calls"] if "device_calls" in self.rows else pd.Series(0, index=self.rows.index)
+        self.queues = pd.to_numeric(calls, errors="coerce").fillna(0).to_numpy(np.float64) > 0
+        self.names = np.zeros(len(self.s), np.int64)
+        self.shapes = np.full(len(self.s), -1, np.int64)
+
+    def encode(self, vocab: _Vocab) -> _Track:
+        """Code the names (and operator shapes) with ``vocab``."""
+        if len(self.s):
+            self.names = vocab.codes(self.rows["name"].astype("object").to_numpy())
+            if "op_shapes" in self.rows:
+                self.shapes = vocab.codes(self.rows["op_shapes"].astype("object").to_numpy())
+        return self
+
+    def __len__(self) -> int:
+        return len(self.s)
+
+    def bounds(self) -> list[np.ndarray]:
+        return [self.s, self.e]
+
+    def at(self, x: np.ndarray) -> np.ndarray:
+        """Row of the innermost one around each point (-1 where none)."""
+        return innermost_at(self.s, self.e, x) if len(self) and len(x) else np.full(len(x), -1, np.int64)
+
+
+def launching_thread(report: Report) -> float | None:
+    """The thread that made the most launch, copy and sync calls (a CPU report: the most operators):
+    the one that keeps the device's queue full, whose activity explains its gaps. None when unknown."""
+    def pick(df: pd.DataFrame) -> float | None:
+        if not len(df) or "thread" not in df:
+            return None
+        t = df["thread"].dropna()
+        return float(t.value_counts().idxmax()) if len(t) else None
+
+    if is_cpu_report(report):
+        return pick(report.kernels)
+    api = report.api
+    if not len(api):
+        return None
+    calls = map_distinct(api["name"], lambda n: bool(re.search(r"launch|memcpy|memset|synchroni", str(n), re.IGNORECASE)))
+    return pick(api[calls.to_numpy(bool)])
+
+
+def _host_tracks(report: Report) -> dict[str, _Track]:
+    """The ``host`` table's ops, Python functions and waits on the launching thread (rows without a
+    thread count as its)."""
+    h = report.host
+    empty = pd.DataFrame({"start_ns": pd.Series(dtype="int64"), "end_ns": pd.Series(dtype="int64")})
+    if not len(h):
+        return {k: _Track(empty) for k in ("op", "python", "wait", "math")}
+    thread = launching_thread(report)
+    if thread is not None and "thread" in h:
+        t = h["thread"].astype("float64").to_numpy()
+        h = h[(t == thread) | np.isnan(t)]
+    kind = h["kind"].astype("object").to_numpy()
+    return {k: _Track(h[kind == k]) for k in ("op", "python", "wait", "math")}
+
+
+def function_label(name: object) -> str | None:
+    """A Python frame ``nanovllm/layers/attention.py(370): attention_cpu`` as ``attention_cpu
+    (nanovllm/layers/attention.py:370)``; other text unchanged."""
+    if not isinstance(name, str):
+        return None
+    m = re.match(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<func>.+)$", name)
+    return f"{m.group('func')} ({m.group('path')}:{m.group('line')})" if m else name
 
 
 # ---------------------------------------------------------------------------- the table
 def idle_slices(report: Report) -> pd.DataFrame:
     """Every idle slice of every device's window with its cause (the ``idle`` table, conformed).
 
-    Columns: device, start_ns, end_ns, duration_ns, cause (:data:`CAUSES`), range (the innermost
-    host range around it), api (the host call it fell in: launch, sync, copy or profiler),
-    correlation and bytes / pinned (copies: the copy the call made), window_ns (the device's
-    window) and window_pct (the slice's share of it)."""
+    Columns: device, start_ns, end_ns, duration_ns, cause (:data:`CAUSES`), host_kind
+    (:data:`HOST_KINDS`), range (the innermost host range around it), api (the host call it fell
+    in, or the sync whose return opened its gap), op / op_shapes (the CPU operator), function (the
+    user's Python function), wait (the OS-runtime or blocking call), gap (its idle interval),
+    correlation and bytes / pinned (copies: the copy the call made), window_ns (the device's window)
+    and window_pct (the slice's share of it)."""
     return conform(idle_rows(report), IDLE_TABLE, source="<idle>")
 
 
 def idle_of(report: Report) -> pd.DataFrame:
-    """The report's ``idle`` table: the stored one, else computed (reports written before it existed,
-    or built without the import pipeline), once per Report object."""
-    if len(report.idle):
-        return report.idle
+    """The report's ``idle`` table: the stored one, else computed (reports written before it existed or
+    before its gaps were numbered, or built without the import pipeline), once per Report object."""
+    idle = report.idle
+    if len(idle) and idle["gap"].notna().all():
+        return idle
     return memo(report, "idle:slices", lambda: idle_slices(report))
 
 
 def _host_calls(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
-    """The host's API calls (name, start_ns, end_ns, correlation) and the cause each one stands for
-    (None: a call that is none of them, such as cudaEventRecord)."""
-    api = report.api[["name", "start_ns", "end_ns", "correlation"]]
+    """The host's API calls (name, start_ns, end_ns, correlation, thread) and the cause each one stands
+    for (None: a call that is none of them, such as cudaEventRecord)."""
+    cols = [c for c in ("name", "start_ns", "end_ns", "correlation", "thread") if c in report.api]
+    api = report.api[cols]
     if not len(api):
         return api, np.zeros(0, dtype=object)
     copy_kind = _copy_kinds(report)
@@ -222,50 +396,47 @@ def _windows(report: Report) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
+def _graph_keys(report: Report, acts: pd.DataFrame, api: pd.DataFrame) -> np.ndarray:
+    """Per activity row: the correlation of the graph replay it belongs to (NaN: launched one by one).
+
+    A row belongs to a replay when its launch call is ``*GraphLaunch*`` (the replay's kernels and copies
+    share that call's correlation id) or, for kernels, when the reader joined it to a graph's capture
+    (``flops_source`` ``graph-*``: a ROCm trace records the replay's kernels under their graph launch)."""
+    corr = acts["correlation"].to_numpy(np.float64, na_value=np.nan)
+    replay = np.zeros(len(acts), bool)
+    if len(api):
+        graph_call = map_distinct(api["name"], lambda n: bool(GRAPH_API.search(str(n)))).to_numpy(bool)
+        ids = np.sort(api.loc[graph_call, "correlation"].to_numpy(np.float64, na_value=np.nan))
+        ids = ids[~np.isnan(ids)]
+        if len(ids):
+            at = np.clip(np.searchsorted(ids, corr), 0, len(ids) - 1)
+            replay |= ids[at] == corr
+    k = report.kernels
+    if "flops_source" in k and len(k):
+        flagged = map_distinct(k["flops_source"], lambda s: isinstance(s, str) and s.startswith("graph-")).to_numpy(bool)
+        replay[:len(k)] |= flagged  # kernel rows come first in activity(), in the kernel table's order
+    return np.where(replay, corr, np.nan)
+
+
 def idle_rows(report: Report) -> pd.DataFrame:
     """The rows of :func:`idle_slices`, not yet conformed (``Report.replace(idle=...)`` conforms them)."""
     acts = activity(report)
     if not len(acts):
         return pd.DataFrame()
-    cpu = is_cpu_report(report)
-    windows = _windows(report)
-    api, api_cause = _host_calls(report)
-    host_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {
-        c: _merged(api, api_cause == c) for c in PRIORITY}
-    ranges = report.ranges
-    host_ranges = ranges
-    if len(ranges) and "source" in ranges:
-        host_ranges = ranges[~ranges["source"].astype("object").isin(GPU_RANGE_SOURCES).to_numpy(bool)]
-    if len(host_ranges):
-        prof = map_distinct(host_ranges["name"], lambda n: bool(PROFILER_RANGE.search(str(n)))).to_numpy(bool)
-        ps, pe = host_sets["profiler"]
-        rs, re_ = _merged(host_ranges, prof)
-        host_sets["profiler"] = merge_intervals(np.concatenate([ps, rs]), np.concatenate([pe, re_]))
-    sync_op = np.zeros(len(acts), bool)
-    if cpu:
-        sync_op = map_distinct(acts["name"], lambda n: bool(SYNC_OPS.match(str(n)))).to_numpy(bool)
-        host_sets["sync"] = _merged(acts, sync_op)
-    # the span over which the host side is recorded: outside it, idle time's cause is unknown
-    spans = [(df["start_ns"].min(), df["end_ns"].max()) for df in (api, host_ranges) if len(df)]
-    if cpu:
-        spans.append((acts["start_ns"].min(), acts["end_ns"].max()))
-    recorded = (np.array([min(int(s) for s, _ in spans)], np.int64), np.array([max(int(e) for _, e in spans)], np.int64)) \
-        if spans else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    copies = _copy_calls(report, api, api_cause)
-    calls = {c: _sorted_calls(api, api_cause == c) for c in ("profiler", "sync", "launch")}
+    ctx = _Context(report, acts)
     frames = []
     starts, ends = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
     devices = acts["device"].astype("object").to_numpy()
     for device in sorted({d for d in devices.tolist() if d is not None}, key=str):
-        on = (devices == device) & ~sync_op
+        on = (devices == device) & ~ctx.sync_op
         if not on.any():
             continue
         busy = merge_intervals(starts[on], ends[on])
-        window = windows if windows is not None else (busy[0][:1], busy[1][-1:])
+        window = ctx.windows if ctx.windows is not None else (busy[0][:1], busy[1][-1:])
         if not len(window[0]):
             continue
-        frames.append(_classify(device, idle_intervals(busy, window), window, host_sets, recorded,
-                                host_ranges, copies, calls))
+        rows = np.flatnonzero(on)
+        frames.append(ctx.classify(str(device), idle_intervals(busy, window), window, rows))
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -278,99 +449,381 @@ def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _copy_calls(report: Report, api: pd.DataFrame, cause: np.ndarray) -> pd.DataFrame:
-    """The copy calls sorted by start, with their copy's bytes and pinned flag (by correlation)."""
+    """The copy calls sorted by start, with their copy's bytes, pinned flag and kind (by correlation)."""
     calls = api[cause == "copy"].sort_values("start_ns", kind="stable")
     t = report.transfers
     if len(calls) and len(t) and "correlation" in t:
         t = t[t["correlation"].notna()].drop_duplicates("correlation")
-        info = t.set_index(t["correlation"].astype("float64"))[["bytes", "pinned"]]
+        info = t.set_index(t["correlation"].astype("float64"))[["bytes", "pinned", "kind"]]
         corr = calls["correlation"].astype("float64")
-        calls = calls.assign(bytes=corr.map(info["bytes"]).to_numpy(), pinned=corr.map(info["pinned"]).to_numpy())
+        calls = calls.assign(bytes=corr.map(info["bytes"]).to_numpy(), pinned=corr.map(info["pinned"]).to_numpy(),
+                             kind=corr.map(info["kind"]).to_numpy())
     else:
-        calls = calls.assign(bytes=np.nan, pinned=None)
+        calls = calls.assign(bytes=np.nan, pinned=None, kind=None)
     return calls.reset_index(drop=True)
 
 
-def _classify(device: str, idle: tuple[np.ndarray, np.ndarray], window: tuple[np.ndarray, np.ndarray],
-              host_sets: dict[str, tuple[np.ndarray, np.ndarray]], recorded: tuple[np.ndarray, np.ndarray],
-              ranges: pd.DataFrame, copies: pd.DataFrame,
-              calls: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> pd.DataFrame:
-    """Cut the idle intervals at every host-call boundary, give each piece its cause and range, and
-    join neighbouring pieces that agree."""
-    ist, ien = idle
-    if not len(ist):
-        return pd.DataFrame()
-    lo, hi = int(ist[0]), int(ien[-1])
-    cuts = [ist, ien]
-    for s, e in [*host_sets.values(), recorded]:
-        sel_s, sel_e = s[(s > lo) & (s < hi)], e[(e > lo) & (e < hi)]
-        cuts += [sel_s, sel_e]
-    if len(ranges):
-        rs, re_ = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
-        cuts += [rs[(rs > lo) & (rs < hi)], re_[(re_ > lo) & (re_ < hi)]]
-    points = np.unique(np.concatenate(cuts))
-    a, b = points[:-1], points[1:]
-    mid = a + (b - a) // 2
-    keep = _inside(idle, mid)
-    a, b, mid = a[keep], b[keep], mid[keep]
-    cause = np.full(len(a), "host", dtype=object)
-    cause[~_inside(recorded, mid)] = "unknown"
-    done = cause == "unknown"
-    for c in PRIORITY:
-        hit = ~done & _inside(host_sets[c], mid)
-        cause[hit] = c
-        done |= hit
-    names = innermost_ranges(ranges, mid)
-    names[cause == "unknown"] = None
-    corr = np.full(len(a), np.nan)
-    nbytes = np.full(len(a), np.nan)
-    pinned = np.full(len(a), None, dtype=object)
-    api_name = np.full(len(a), None, dtype=object)
-    is_copy = np.flatnonzero(cause == "copy")
-    if len(is_copy) and len(copies):
-        cs, ce = copies["start_ns"].to_numpy(np.int64), copies["end_ns"].to_numpy(np.int64)
-        i = np.searchsorted(cs, mid[is_copy], side="right") - 1
-        ok = (i >= 0) & (ce[np.maximum(i, 0)] > mid[is_copy])
-        at, row = is_copy[ok], i[ok]
-        corr[at] = copies["correlation"].to_numpy(np.float64, na_value=np.nan)[row]
-        nbytes[at] = pd.to_numeric(copies["bytes"], errors="coerce").to_numpy(np.float64)[row]
-        pinned[at] = copies["pinned"].astype("object").to_numpy()[row]
-        api_name[at] = copies["name"].astype("object").to_numpy()[row]
-    for c, (cs, ce, cn) in calls.items():
-        at = np.flatnonzero(cause == c)
-        if len(at) and len(cs):
-            i = np.searchsorted(cs, mid[at], side="right") - 1
-            ok = (i >= 0) & (ce[np.maximum(i, 0)] > mid[at])
-            api_name[at[ok]] = cn[i[ok]]
-    # join neighbours with the same cause, range and copy call
-    key_change = np.ones(len(a), bool)
-    if len(a) > 1:
-        same = (a[1:] == b[:-1]) & (cause[1:] == cause[:-1]) & (names[1:] == names[:-1]) & \
-            ((corr[1:] == corr[:-1]) | (np.isnan(corr[1:]) & np.isnan(corr[:-1])))
-        key_change[1:] = ~same
-    first = np.flatnonzero(key_change)
-    last = np.append(first[1:] - 1, len(a) - 1)
-    span = float((window[1] - window[0]).sum())
-    start, end = a[first], b[last]
-    dur = end - start
-    return pd.DataFrame({
-        "device": device, "start_ns": start, "end_ns": end, "duration_ns": dur,
-        "cause": cause[first], "range": names[first], "api": api_name[first],
-        "correlation": corr[first], "bytes": nbytes[first], "pinned": pinned[first],
-        "window_ns": span, "window_pct": dur / span * 100.0 if span > 0 else np.nan,
-    })
+def _call_at(calls: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray, *, closed: bool = False) -> np.ndarray:
+    """Per point, the row of the latest-started call around it (-1 where none); ``closed``: a point at a
+    call's end counts as inside it."""
+    cs, ce, _ = calls
+    if not len(cs) or not len(x):
+        return np.full(len(x), -1, np.int64)
+    i = np.searchsorted(cs, x, side="right") - 1
+    j = np.maximum(i, 0)
+    ok = (i >= 0) & ((ce[j] >= x) if closed else (ce[j] > x))
+    return np.where(ok, i, -1)
+
+
+def _run_lengths(flag: np.ndarray, a: np.ndarray, b: np.ndarray, gap: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Per piece where ``flag``: the length of the run of flagged pieces it belongs to (pieces that touch, in
+    one gap, with the same ``key``); 0 elsewhere."""
+    out = np.zeros(len(flag), np.int64)
+    if not flag.any():
+        return out
+    joined = np.zeros(len(flag), bool)
+    joined[1:] = flag[:-1] & (gap[1:] == gap[:-1]) & (a[1:] == b[:-1]) & (key[1:] == key[:-1])
+    run = np.cumsum(flag & ~joined) - 1
+    lengths = np.bincount(run[flag], weights=(b - a)[flag])
+    out[flag] = lengths[run[flag]].astype(np.int64)
+    return out
+
+
+class _Context:
+    """What every device's classification reads from the report, computed once."""
+
+    def __init__(self, report: Report, acts: pd.DataFrame) -> None:
+        self.report = report
+        self.cpu = is_cpu_report(report)
+        self.windows = _windows(report)
+        api, api_cause = _host_calls(report)
+        self.host_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {c: _merged(api, api_cause == c) for c in PRIORITY}
+        self.ranges = _host_ranges(report.ranges)
+        if len(self.ranges):
+            prof = map_distinct(self.ranges["name"], lambda n: bool(PROFILER_RANGE.search(str(n)))).to_numpy(bool)
+            ps, pe = self.host_sets["profiler"]
+            rs, re_ = _merged(self.ranges, prof)
+            self.host_sets["profiler"] = merge_intervals(np.concatenate([ps, rs]), np.concatenate([pe, re_]))
+        self.sync_op = np.zeros(len(acts), bool)
+        if self.cpu:
+            self.sync_op = map_distinct(acts["name"], lambda n: bool(SYNC_OPS.match(str(n)))).to_numpy(bool)
+            self.host_sets["sync"] = _merged(acts, self.sync_op)
+        self.vocab = vocab = _Vocab()
+        self.code = {w: vocab.code(w) for w in (*CAUSES, *HOST_KINDS, "graph replay")}
+        self.tracks = {k: t.encode(vocab) for k, t in _host_tracks(report).items()}
+        self.range_index = _RangeIndex(self.ranges, vocab)
+        # the span over which the host side is recorded: outside it, idle time's cause is unknown
+        spans = [(df["start_ns"].min(), df["end_ns"].max()) for df in (api, self.ranges) if len(df)]
+        spans += [(t.s.min(), t.e.max()) for t in self.tracks.values() if len(t)]  # the launching thread's only
+        if self.cpu:
+            spans.append((acts["start_ns"].min(), acts["end_ns"].max()))
+        self.recorded = (np.array([min(int(s) for s, _ in spans)], np.int64),
+                         np.array([max(int(e) for _, e in spans)], np.int64)) \
+            if spans else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.copies = _copy_calls(report, api, api_cause)
+        self.copy_names = vocab.codes(self.copies["name"].astype("object").to_numpy())
+        self.calls = {c: _sorted_calls(api, api_cause == c) for c in ("profiler", "sync", "launch")}
+        self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
+        # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
+        to_host = (self.copies["kind"].astype("object") == "DtoH").to_numpy(bool) if len(self.copies) else np.zeros(0, bool)
+        to_host_calls = self.copies.loc[to_host, list(api.columns)]
+        to_host_calls = to_host_calls.assign(name=[f"{n} (DtoH)" for n in to_host_calls["name"].astype("object")])
+        opener = pd.concat([api[api_cause == "sync"], to_host_calls], ignore_index=True)
+        self.openers = _sorted_calls(opener, np.ones(len(opener), bool)) if not self.cpu else \
+            (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object))
+        self.opener_names = vocab.codes(self.openers[2])
+        self.graph = _graph_keys(report, acts, api)
+        self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(api).items()}
+        self.acts = acts
+
+    @staticmethod
+    def _graph_call_names(api: pd.DataFrame) -> dict[float, str]:
+        if not len(api):
+            return {}
+        is_graph = map_distinct(api["name"], lambda n: bool(GRAPH_API.search(str(n)))).to_numpy(bool)
+        rows = api[is_graph]
+        return dict(zip(rows["correlation"].to_numpy(np.float64, na_value=np.nan).tolist(),
+                        rows["name"].astype("object").tolist()))
+
+    # ------------------------------------------------------------------ per device
+    def _graph_gaps(self, rows: np.ndarray, ist: np.ndarray, ien: np.ndarray) -> np.ndarray:
+        """Per gap: the correlation of the graph replay whose kernels lie on both sides of it (NaN: none)."""
+        s = self.acts["start_ns"].to_numpy(np.int64)[rows]
+        e = self.acts["end_ns"].to_numpy(np.int64)[rows]
+        key = self.graph[rows]
+        out = np.full(len(ist), np.nan)
+        if not len(s) or np.isnan(key).all():
+            return out
+        order = np.argsort(s, kind="stable")
+        s, e, key = s[order], e[order], key[order]
+        run = np.maximum.accumulate(e)
+        setter = np.maximum.accumulate(np.where(e == run, np.arange(len(e)), 0))  # the row holding the running end
+        before = np.searchsorted(s, ist, side="left") - 1
+        after = np.searchsorted(s, ien, side="left")
+        ok = (before >= 0) & (after < len(s))
+        prev = np.where(ok, key[setter[np.maximum(before, 0)]], np.nan)
+        nxt = np.where(ok, key[np.minimum(after, len(s) - 1)], np.nan)
+        same = ok & (prev == nxt)  # NaN equals nothing
+        out[same] = prev[same]
+        return out
+
+    def classify(self, device: str, idle: tuple[np.ndarray, np.ndarray], window: tuple[np.ndarray, np.ndarray],
+                 rows: np.ndarray) -> pd.DataFrame:
+        """Cut the idle intervals at every host boundary, give each piece its cause, host kind and evidence,
+        and join neighbouring pieces that agree (text as codes of :class:`_Vocab` until the join)."""
+        ist, ien = idle
+        if not len(ist):
+            return pd.DataFrame()
+        C = self.code
+        cuts = [ist, ien]
+        bounds = [*self.host_sets.values(), self.recorded]
+        sources = [np.asarray(a, np.int64) for pair in bounds for a in pair]
+        sources += [self.range_index.s, self.range_index.e]
+        for track in self.tracks.values():
+            sources += track.bounds()
+        sources.append(self.openers[1])
+        for p in sources:
+            if len(p):
+                cuts.append(p[_inside(idle, p)])
+        points = _sorted_unique(np.concatenate(cuts))
+        a, b = points[:-1], points[1:]
+        mid = a + (b - a) // 2
+        keep = _inside(idle, mid)
+        a, b, mid = a[keep], b[keep], mid[keep]
+        n = len(a)
+        gap = np.searchsorted(ist, a, side="right") - 1
+        gap_len = (ien - ist)[gap]
+        cause = np.full(n, C["host"], np.int64)
+        unknown = ~_inside(self.recorded, mid)
+        cause[unknown] = C["unknown"]
+        done = unknown.copy()
+        for c in PRIORITY:
+            hit = ~done & _inside(self.host_sets[c], mid)
+            cause[hit] = C[c]
+            done |= hit
+        api = np.full(n, -1, np.int64)
+        corr = np.full(n, np.nan)
+        # the host's own activity: the operator, the Python function, the wait, the math call
+        ops, py, waits, maths = (self.tracks[k] for k in ("op", "python", "wait", "math"))
+        known = np.flatnonzero(~unknown)
+        op_row = np.full(n, -1, np.int64)
+        op_row[known] = ops.at(mid[known])
+        fn_row = np.full(n, -1, np.int64)
+        fn_row[known] = py.at(mid[known])
+        host = cause == C["host"]
+        at_host = np.flatnonzero(host)
+        wait_row = np.full(n, -1, np.int64)
+        wait_row[at_host] = waits.at(mid[at_host])
+        math_row = np.full(n, -1, np.int64)
+        math_row[at_host] = maths.at(mid[at_host])
+        op = _take(ops.names, op_row)
+        op_shapes = _take(ops.shapes, op_row)
+        function = _take(py.names, fn_row)
+        wait = _take(waits.names, wait_row)
+        kind = np.full(n, -1, np.int64)
+        waiting = host & (wait_row >= 0)
+        in_op = host & (op_row >= 0)
+        in_math = host & ~waiting & (math_row >= 0)
+        # host math: a CPU operator that queued no device work (on a GPU report: it ran on host tensors), or a
+        # call into numpy / scipy (any report: math no operator records)
+        op_math = in_op & _take(ops.computes, op_row, False).astype(bool) & (not self.cpu)
+        computes = ~waiting & (op_math | in_math)
+        by_math = in_math & ~op_math
+        op[by_math] = _take(maths.names, math_row[by_math])
+        op_shapes[by_math] = -1
+        kind[waiting] = C["waiting"]
+        kind[computes] = C["cpu compute"]
+        # the queue model: the rest of a gap that opened inside a sync (or a copy to the host) is that sync's
+        open_row = _call_at(self.openers, ist, closed=True)
+        gap_opened = open_row[gap]
+        rest = host & ~waiting & ~computes
+        queued = rest & (gap_opened >= 0)
+        queued[queued] = mid[queued] >= self.openers[1][gap_opened[queued]]
+        if queued.any():
+            opener = gap_opened[queued]
+            cause[queued] = C["sync"]
+            api[queued] = self.opener_names[opener]
+            behind = ops.at(self.openers[0][opener])
+            op[queued] = _take(ops.names, behind)
+            op_shapes[queued] = _take(ops.shapes, behind)
+        rest &= ~queued
+        # dispatch: inside an operator that queues device work (its host side, whatever its length: what a graph
+        # replay skips), a short gap, a short operator, or a short stretch of host code between operators (the
+        # Python between two eager operators); a long one is the host's own code
+        queues = in_op & _take(ops.queues, op_row, False).astype(bool)
+        limit = DISPATCH_GAP_NS if len(ops) else DISPATCH_GAP_UNSEEN_NS
+        stretch = _run_lengths(rest, a, b, gap, op_row)  # host code in one operator (or between two), in one gap
+        short = (gap_len < limit) | (stretch < np.where(queues, DISPATCH_OP_NS, limit))
+        kind[rest & short] = C["dispatch"]
+        kind[rest & ~short] = C["host code"]
+        # graph replays: the device runs the graph's nodes by itself, whatever the host does meanwhile
+        replay = self._graph_gaps(rows, ist, ien)[gap]
+        in_graph = ~np.isnan(replay)
+        if in_graph.any():
+            cause[in_graph] = C["graph"]
+            corr[in_graph] = replay[in_graph]
+            api[in_graph] = [self.graph_call.get(c, C["graph replay"]) for c in replay[in_graph].tolist()]
+            for col in (kind, op, op_shapes, function, wait):
+                col[in_graph] = -1
+        names = np.full(n, -1, np.int64)
+        named = np.flatnonzero(~unknown & ~in_graph)
+        names[named] = self.range_index.at(mid[named])
+        wait[cause != C["host"]] = -1
+        nbytes = np.full(n, np.nan)
+        pinned = np.full(n, -1, np.int8)  # -1 unknown, 0 pageable, 1 pinned
+        copies = self.copies
+        is_copy = np.flatnonzero(cause == C["copy"])
+        if len(is_copy) and len(copies):
+            cs, ce = copies["start_ns"].to_numpy(np.int64), copies["end_ns"].to_numpy(np.int64)
+            i = np.searchsorted(cs, mid[is_copy], side="right") - 1
+            ok = (i >= 0) & (ce[np.maximum(i, 0)] > mid[is_copy])
+            at, row = is_copy[ok], i[ok]
+            corr[at] = copies["correlation"].to_numpy(np.float64, na_value=np.nan)[row]
+            nbytes[at] = pd.to_numeric(copies["bytes"], errors="coerce").to_numpy(np.float64)[row]
+            pin = copies["pinned"].astype("object").to_numpy()[row]
+            pinned[at] = np.array([1 if p is True else 0 if p is False else -1 for p in pin.tolist()], np.int8)
+            api[at] = self.copy_names[row]
+        for c, call_set in self.calls.items():
+            at = np.flatnonzero((cause == C[c]) & (api < 0))
+            row = _call_at(call_set, mid[at])
+            api[at[row >= 0]] = self.call_names[c][row[row >= 0]]
+        return self._joined(device, window, a, b, gap, {
+            "cause": cause, "host_kind": kind, "range": names, "api": api, "op": op, "op_shapes": op_shapes,
+            "function": function, "wait": wait}, corr, nbytes, pinned)
+
+    def _joined(self, device: str, window: tuple[np.ndarray, np.ndarray], a: np.ndarray, b: np.ndarray,
+                gap: np.ndarray, codes: dict[str, np.ndarray], corr: np.ndarray, nbytes: np.ndarray,
+                pinned: np.ndarray) -> pd.DataFrame:
+        """Neighbouring pieces of one gap with the same cause and evidence, joined into one slice."""
+        key_change = np.ones(len(a), bool)
+        if len(a) > 1:
+            same = (a[1:] == b[:-1]) & (gap[1:] == gap[:-1]) & \
+                ((corr[1:] == corr[:-1]) | (np.isnan(corr[1:]) & np.isnan(corr[:-1])))
+            for values in codes.values():
+                same &= values[1:] == values[:-1]
+            key_change[1:] = ~same
+        first = np.flatnonzero(key_change)
+        last = np.append(first[1:] - 1, len(a) - 1)
+        span = float((window[1] - window[0]).sum())
+        start, end = a[first], b[last]
+        dur = end - start
+        pin = np.array([None, False, True], dtype=object)[pinned[first] + 1]
+        table = np.array([*self.vocab.words, None], dtype=object)
+
+        def text(v: np.ndarray) -> pd.Series:  # object dtype kept: pandas 3 would infer Arrow text per row
+            c = v[first]
+            return pd.Series(table[np.where(c >= 0, c, len(table) - 1)], dtype=object, copy=False)
+
+        return pd.DataFrame({
+            "device": pd.Series(np.full(len(first), device, dtype=object), dtype=object, copy=False),
+            "start_ns": start, "end_ns": end, "duration_ns": dur,
+            **{k: text(v) for k, v in codes.items()},
+            "gap": gap[first], "correlation": corr[first], "bytes": nbytes[first],
+            "pinned": pd.Series(pin, dtype=object, copy=False),
+            "window_ns": np.full(len(first), span), "window_pct": dur / span * 100.0 if span > 0 else np.full(len(first), np.nan),
+        }, copy=False)
+
+
+# ---------------------------------------------------------------------------- kinds and gap sizes
+def kinds_of(idle: pd.DataFrame) -> np.ndarray:
+    """Per slice, its kind (:data:`KINDS`): the cause, with ``host`` split into its host kind (a host slice
+    without one, from a report written before host kinds, is ``host code``)."""
+    cause = idle["cause"].astype("object").to_numpy()
+    if "host_kind" not in idle:
+        return np.where(cause == "host", "host code", cause).astype(object)
+    hk = idle["host_kind"].astype("object").to_numpy()
+    has = np.array([isinstance(k, str) for k in hk.tolist()], dtype=bool)
+    return np.where(cause == "host", np.where(has, hk, "host code"), cause).astype(object)
+
+
+def kind_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, float]:
+    """Idle ns per kind (every kind of :data:`KINDS`, 0 where none), for one device or all."""
+    df = idle if device is None or not len(idle) else idle[idle["device"] == device]
+    out = dict.fromkeys(KINDS, 0.0)
+    if len(df):
+        by = pd.Series(df["duration_ns"].to_numpy(np.float64)).groupby(kinds_of(df)).sum()
+        out.update({str(k): float(v) for k, v in by.items()})
+    return out
+
+
+def largest_kind(totals: dict[str, float]) -> str | None:
+    """The kind with the most idle time (None when there is none)."""
+    live = {k: v for k, v in totals.items() if v > 0}
+    return max(live, key=lambda k: live[k]) if live else None
+
+
+def graphs_help(totals: dict[str, float]) -> bool:
+    """Whether CUDA graphs / fusion address the largest share of these gaps: the largest kind is
+    ``dispatch`` or ``launch`` (:data:`GRAPH_KINDS`)."""
+    return largest_kind(totals) in GRAPH_KINDS
+
+
+GAP_BUCKETS_NS = (5_000, 50_000, 500_000, 5_000_000, 50_000_000)
+"""Edges of the gap-size buckets: under 5 µs, 5-50 µs, 50-500 µs, 0.5-5 ms, 5-50 ms, 50 ms and over."""
+
+
+def gap_lengths(idle: pd.DataFrame) -> np.ndarray:
+    """The idle ns of each gap (its slices summed; slices of one gap share ``device`` and ``gap``)."""
+    if not len(idle):
+        return np.zeros(0)
+    key = idle["device"].astype("object").astype(str) + "#" + idle["gap"].astype("float64").astype(str)
+    return pd.Series(idle["duration_ns"].to_numpy(np.float64)).groupby(key.to_numpy()).sum().to_numpy()
+
+
+def weighted_median(sizes: np.ndarray) -> float:
+    """The size at which half the time lies in pieces at least that long (a median weighted by
+    time, not count: 64 gaps of 10 ms among 1,983 of 1 us read as 10 ms)."""
+    if not len(sizes):
+        return float("nan")
+    s = np.sort(np.asarray(sizes, np.float64))[::-1]
+    c = np.cumsum(s)
+    return float(s[int(np.searchsorted(c, c[-1] / 2.0))])
+
+
+def gap_size_buckets(lengths: np.ndarray) -> list[dict[str, float]]:
+    """The gaps grouped by size (:data:`GAP_BUCKETS_NS`), most time first: lo_ns, hi_ns, gaps, time_ns and
+    typical_ns (the time-weighted median length in the bucket: where the bucket's time is)."""
+    lengths = np.asarray(lengths, np.float64)
+    lengths = lengths[lengths > 0]
+    edges = np.array((0, *GAP_BUCKETS_NS, np.inf))
+    which = np.searchsorted(edges, lengths, side="right") - 1
+    out = []
+    for i in np.unique(which).tolist():
+        x = lengths[which == i]
+        out.append({"lo_ns": float(edges[i]), "hi_ns": float(edges[i + 1]), "gaps": len(x),
+                     "time_ns": float(x.sum()), "typical_ns": weighted_median(x)})
+    return sorted(out, key=lambda d: -d["time_ns"])
+
+
+def gap_sizes_text(lengths: np.ndarray, most: int = 3) -> str:
+    """Gap sizes weighted by time: ``640 ms in 64 gaps of 10.0 ms; 1,983 gaps under 5 µs add 2 ms``."""
+    from perfscope.format import duration
+
+    parts = []
+    for i, b in enumerate(gap_size_buckets(lengths)[:most]):
+        n = int(b["gaps"])
+        gaps = f"{n:,} gap{'s' if n != 1 else ''}"
+        if i == 0:
+            parts.append(f"{duration(b['time_ns'])} in {gaps} of {duration(b['typical_ns'])}")
+        elif b["lo_ns"] == 0:
+            parts.append(f"{gaps} under {duration(b['hi_ns'])} add {duration(b['time_ns'])}")
+        else:
+            parts.append(f"{gaps} of {duration(b['lo_ns'])}-{duration(b['hi_ns'])} add {duration(b['time_ns'])}")
+    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------------------- summaries
 def idle_summary(idle: pd.DataFrame) -> pd.DataFrame:
-    """One row per (device, cause, range): duration_ns, slices, window_pct, idle_pct (share of the
-    device's idle time) and, for copies, bytes (each copy once), copies and pinned (all / none / some)."""
-    cols = ["device", "cause", "range", "duration_ns", "slices", "window_pct", "idle_pct", "bytes", "copies", "pinned"]
+    """One row per (device, cause, host_kind, range): duration_ns, slices, window_pct, idle_pct (share of
+    the device's idle time) and, for copies, bytes (each copy once), copies and pinned (all / none / some)."""
+    cols = ["device", "cause", "host_kind", "range", "duration_ns", "slices", "window_pct", "idle_pct", "bytes",
+            "copies", "pinned"]
     if not len(idle):
         return pd.DataFrame(columns=cols)
-    df = idle.assign(range=idle["range"].astype("object").where(idle["range"].notna(), ""))
+    df = idle.assign(range=idle["range"].astype("object").where(idle["range"].notna(), ""),
+                     host_kind=pd.Series(kinds_of(idle), index=idle.index).where(idle["cause"] == "host", ""))
     rows = []
-    for (device, cause, rng), g in df.groupby(["device", "cause", "range"], sort=False, dropna=False):
+    for (device, cause, kind, rng), g in df.groupby(["device", "cause", "host_kind", "range"], sort=False, dropna=False):
         total_idle = float(df.loc[df["device"] == device, "duration_ns"].sum())
         window = float(g["window_ns"].iloc[0])
         once = g[g["correlation"].notna()].drop_duplicates("correlation")
@@ -378,8 +831,8 @@ def idle_summary(idle: pd.DataFrame) -> pd.DataFrame:
         pin = once["pinned"].dropna().astype(bool)
         pinned = None if not len(pin) else "all" if pin.all() else "none" if not pin.any() else "some"
         dur = float(g["duration_ns"].sum())
-        rows.append({"device": device, "cause": cause, "range": rng or None, "duration_ns": dur,
-                     "slices": len(g), "window_pct": dur / window * 100 if window > 0 else np.nan,
+        rows.append({"device": device, "cause": cause, "host_kind": kind or None, "range": rng or None,
+                     "duration_ns": dur, "slices": len(g), "window_pct": dur / window * 100 if window > 0 else np.nan,
                      "idle_pct": dur / total_idle * 100 if total_idle > 0 else np.nan,
                      "bytes": nbytes, "copies": len(once) if cause == "copy" else np.nan, "pinned": pinned})
     out = pd.DataFrame(rows, columns=cols)
@@ -394,8 +847,9 @@ def cause_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, flo
 
 
 def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
-    """Per device: its window and idle ns, the idle ns and share per cause (every cause listed), and
-    the ``top`` rows of :func:`idle_summary` (the ``--json`` key ``idle``, the text and HTML sections)."""
+    """Per device: its window and idle ns, the idle ns and share per cause (every cause listed) and per
+    kind (:data:`KINDS`, host split), the gap sizes weighted by time, and the ``top`` rows of
+    :func:`idle_summary` (the ``--json`` key ``idle``, the text and HTML sections)."""
     out: list[dict[str, object]] = []
     if not len(idle):
         return out
@@ -404,14 +858,22 @@ def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
         total = float(rows["duration_ns"].sum())
         window = float(rows["window_ns"].iloc[0])
         totals = cause_totals(rows)
+        kinds = kind_totals(rows)
+        lengths = gap_lengths(rows)
         out.append({
             "device": device, "window_ns": window, "idle_ns": total,
             "idle_pct": total / window * 100 if window > 0 else None,
             "causes": [{"cause": c, "duration_ns": ns, "idle_pct": ns / total * 100 if total > 0 else None}
                        for c, ns in sorted(totals.items(), key=lambda kv: -kv[1])],
+            "kinds": [{"kind": k, "duration_ns": ns, "idle_pct": ns / total * 100 if total > 0 else None}
+                      for k, ns in sorted(kinds.items(), key=lambda kv: -kv[1])],
+            "gaps": len(lengths), "gap_sizes": gap_size_buckets(lengths), "gap_sizes_text": gap_sizes_text(lengths),
             "ranges": summary[summary["device"] == device].head(top).drop(columns="device").to_dict(orient="records"),
         })
     return out
 
 
-__all__ = ["CAUSES", "cause_totals", "idle_intervals", "idle_of", "idle_overview", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges"]
+__all__ = ["CAUSES", "DISPATCH_GAP_NS", "DISPATCH_GAP_UNSEEN_NS", "DISPATCH_OP_NS", "GRAPH_KINDS", "HOST_KINDS", "KINDS", "cause_totals", "function_label",
+           "gap_lengths", "gap_size_buckets", "gap_sizes_text", "graphs_help", "idle_intervals", "idle_of",
+           "idle_overview", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges", "kind_totals", "kinds_of",
+           "largest_kind", "launching_thread", "weighted_median"]

@@ -2,14 +2,20 @@
 over time, each allocation paired with its free and given a category).
 
 Every source (Kineto ``[memory]`` events, CUDA memory snapshots, ``export_memory_timeline``)
-reduces its events to :class:`MemEvents` (one device's events in time order) and calls
+reduces its events to :class:`MemEvents` (one device's events in order) and calls
 :func:`timeline`. The category rules are written down in docs/memory.md; :func:`categorize`
 applies them in order, the first that matches wins, and ``category_rule`` says which.
+
+The clock of an instant is the event: row ``event`` k of a device is the k-th event of its record
+(0-based; -1 for what was there before it), and an allocation is live after event k when it was made
+at or before k and its ``free_event`` is later (or missing: still live). Times can tie (or be
+missing, in a snapshot without ``time_us``); event positions cannot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,33 +27,55 @@ ACTIONS = ("alloc", "free", "free_completed", "segment_alloc", "segment_free", "
 """Action codes of :class:`MemEvents` and their names in the ``memory`` table."""
 
 CATEGORIES = ("weights", "kv_cache", "activations", "workspace", "optimizer", "gradient", "cuda_graph_pool",
-              "unknown")
-"""Categories of an allocation; ``fragmentation`` (reserved but not allocated) is a quantity over
-time, not an allocation's category (:func:`perfscope.analysis.summaries.memory.by_category`)."""
+              "before_recording", "unknown")
+"""Categories of an allocation; ``fragmentation`` (free bytes inside segments that hold live blocks)
+and reserved-but-unused bytes are quantities over time beside them, not an allocation's category
+(:func:`perfscope.analysis.summaries.memory.breakdown`)."""
 
 HINT_CATEGORIES = {"kv_cache", "optimizer", "gradient", "workspace", "cuda_graph_pool", "weights", "activations"}
 """Hints a source can give per event (snapshot frames, the engine's known tensors) that name a category."""
 
+UNTRACKED = "untracked"
+"""Hint of the row holding the bytes an allocator's own total counts before the record began that no
+event names (Kineto's ``Total Allocated`` before its first event)."""
+
+HINT_RULES = {"optimizer": "stack: allocated in torch/optim (an optimizer's state)",
+              "gradient": "stack: allocated in autograd's backward engine",
+              "workspace": "stack: a cuBLAS / cuDNN workspace",
+              "cuda_graph_pool": "a CUDA-graph pool (stack in torch/cuda/graphs.py, or the segment's pool)",
+              "kv_cache": "stack names a KV cache (kv_cache, transformers' cache_utils.py)",
+              "weights": "stack: loading or moving a module's parameters (Module.to/_apply, load_state_dict, "
+                         "from_pretrained, accelerate's set_module_tensor_to_device)",
+              "activations": "the source names it"}
+"""``category_rule`` of rule 1 (the source knows), per hint."""
+
 
 @dataclass
 class MemEvents:
-    """One device's allocation events, in time order.
+    """One device's allocation events, in order.
 
     Attributes:
         device: ``cuda:0``, ``cpu``.
-        t_ns: event times on the report's timeline.
+        t_ns: event times on the report's timeline (a snapshot without times: the events' positions).
         action: codes of :data:`ACTIONS`.
         size: bytes (positive) of the block or segment.
         addr: block address (NaN when unknown).
         stream: CUDA stream (NaN when unknown).
-        op, module, source, hint: per event (None when unknown); ``hint`` a category a source knows.
+        op, module, source, hint, stack: per event (None when unknown); ``hint`` a category a source
+            knows; ``stack`` the user frames above ``source``.
         total_allocated / total_reserved: the allocator's own totals after the event, when the
             source records them (Kineto); NaN otherwise.
-        preexisting: (addr, size, op, module, source, hint) of allocations made before the record
-            began that are known from elsewhere (a snapshot's segments, the engine's tensors).
+        preexisting: (addr, size, op, module, source, hint[, stack]) of allocations made before the
+            record began that are known from elsewhere (a snapshot's segments, the engine's tensors).
         reserved_start: bytes reserved when the record began (None: unknown).
         known_in_totals: ``total_allocated`` counts the ``preexisting`` allocations (a GPU caching
             allocator's totals do; torch's CPU allocator counts only what it saw while profiling).
+        requested: bytes each event's caller asked for, before the allocator rounded them up (a
+            snapshot's blocks at the dump; NaN unknown); preexisting tuples may carry it eighth.
+        segments_end: (address, bytes) of the segments reserved at the end of the record (a snapshot's
+            dump), from which the segments at its start are replayed back: they become
+            ``segment_alloc`` rows before the first event, so the segments live at any event are known
+            (fragmentation). None: not known.
     """
 
     device: str
@@ -60,60 +88,163 @@ class MemEvents:
     module: np.ndarray | None = None
     source: np.ndarray | None = None
     hint: np.ndarray | None = None
+    stack: np.ndarray | None = None
     total_allocated: np.ndarray | None = None
     total_reserved: np.ndarray | None = None
     preexisting: list[tuple[Any, ...]] = field(default_factory=list)
     reserved_start: float | None = None
     known_in_totals: bool = True
+    segments_end: list[tuple[float, float]] | None = None
+    requested: np.ndarray | None = None
 
 
 def _objs(values: np.ndarray | None, n: int) -> np.ndarray:
     return np.full(n, None, dtype=object) if values is None else np.asarray(values, dtype=object)
 
 
+def _col(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The ``memory`` rows of one device: pre-existing allocations first (at the first event's
-    time), then every event, with ``allocated_bytes`` replayed from the events.
+    """The ``memory`` rows of one device: what was there before the record first (event -1, at the
+    first event's time), then every event, with ``allocated_bytes`` replayed from the events.
 
     Pairing: a free (``free``, or ``free_completed`` of a block whose ``free`` was not recorded)
     takes the live allocation at its address; a free with no live allocation there was made
     before the record began and becomes a pre-existing allocation. ``allocated_bytes`` is the
-    running sum of ``delta_bytes`` over the rows; where the source records its own total
-    (Kineto's ``Total Allocated``), the replay starts from the total before the first event, so
-    the two agree at every event when no event is lost.
+    running sum of ``delta_bytes`` over the rows, so the bytes live after any event, summed, are the
+    allocated bytes there. Where the source records its own total (Kineto's ``Total Allocated``),
+    the bytes it counts before the first event that no event names become one pre-existing row
+    (``before_recording``), so the two agree at every event when no event is lost.
     """
     n = len(ev.t_ns)
     t = np.asarray(ev.t_ns, dtype="int64")
     action = np.asarray(ev.action, dtype="int8")
     size = np.abs(np.asarray(ev.size, dtype="float64"))
     addr = np.asarray(ev.addr, dtype="float64")
-    op, module, source, hint = (_objs(v, n) for v in (ev.op, ev.module, ev.source, ev.hint))
+    op, module, source, hint, stack = (_objs(v, n) for v in (ev.op, ev.module, ev.source, ev.hint, ev.stack))
+    alloc_id, delta, freed_at, pre_free_rows, completes, live = _pair(action, size, addr)
+    # pre-existing allocations: frees without their alloc (who made them is not known), then the
+    # source's known ones still live, then what the allocator's total counts and no event names
+    pre: list[tuple[Any, ...]] = [(addr[i], size[i], None, None, None, None, None, i, np.nan) for i in pre_free_rows]
+    skip = set(live) | {addr[i] for i in pre_free_rows}
+    for p in ev.preexisting:
+        if p[0] in skip:
+            continue  # allocated during the record after all
+        pre.append((*p[:6], p[6] if len(p) > 6 else None, -1, p[7] if len(p) > 7 else np.nan))
+    start = 0.0
+    if ev.total_allocated is not None and n and np.isfinite(ev.total_allocated[0]):
+        # the allocator's total before the record, less the pre-existing rows it counts
+        pre_free = sum(float(p[1]) for p in pre if p[7] >= 0)
+        known = sum(float(p[1]) for p in pre if p[7] < 0)
+        start = float(ev.total_allocated[0]) - float(delta[0]) - pre_free - (known if ev.known_in_totals else 0.0)
+        if start > 0:
+            pre.append((np.nan, start, None, None, None, UNTRACKED, None, -1, np.nan))
+            start = 0.0
+    segs = _segments_at_start(ev.segments_end, action, size, addr)
+    m = len(pre)
+    ms = len(segs)
+    t0 = int(t[0]) if n else 0
+    pre_id = np.arange(next_id := (int(alloc_id.max()) + 1 if n and (alloc_id >= 0).any() else 0), next_id + m,
+                       dtype="int64")
+    for k, p in enumerate(pre):
+        if p[7] >= 0:
+            alloc_id[p[7]] = pre_id[k]
+    for i, k in completes:
+        alloc_id[i] = alloc_id[k]
+    pre_size = np.array([p[1] for p in pre], dtype="float64")
+    seg_size = np.array([s[1] for s in segs], dtype="float64")
+    cols: dict[str, Any] = {
+        "t_ns": np.concatenate([np.full(m + ms, t0, dtype="int64"), t]),
+        "action": np.concatenate([np.full(m, ALLOC, dtype="int8"), np.full(ms, SEGMENT_ALLOC, dtype="int8"), action]),
+        "size_bytes": np.concatenate([pre_size, seg_size, size]),
+        "delta_bytes": np.concatenate([pre_size, np.zeros(ms), delta]),
+        "addr": np.concatenate([np.array([p[0] for p in pre], dtype="float64"),
+                                np.array([s[0] for s in segs], dtype="float64"), addr]),
+        "stream": np.concatenate([np.full(m + ms, np.nan), np.asarray(ev.stream, dtype="float64")
+                                  if ev.stream is not None else np.full(n, np.nan)]),
+        "alloc_id": np.concatenate([pre_id, np.full(ms, -1, dtype="int64"), alloc_id]).astype("float64"),
+        "preexisting": np.concatenate([np.ones(m + ms, dtype=bool), np.zeros(n, dtype=bool)]),
+        "event": np.concatenate([np.full(m + ms, -1, dtype="int64"), np.arange(n, dtype="int64")]),
+        "requested_bytes": np.concatenate([np.array([p[8] for p in pre], dtype="float64"), np.full(ms, np.nan),
+                                           np.asarray(ev.requested, dtype="float64") if ev.requested is not None
+                                           else np.full(n, np.nan)]),
+    }
+    for j, (name, values) in enumerate((("op", op), ("module", module), ("source", source), ("hint", hint),
+                                        ("stack", stack)), start=2):
+        cols[name] = np.concatenate([_col([p[j] for p in pre]), np.full(ms, None, dtype=object), values])
+    cols["alloc_id"][cols["alloc_id"] < 0] = np.nan
+    cols["allocated_bytes"] = start + np.cumsum(cols["delta_bytes"])
+    # reserved: the source's totals, else segments replayed from the reserved bytes at the start
+    if ev.total_reserved is not None:
+        cols["reserved_bytes"] = np.concatenate([np.full(m + ms, ev.total_reserved[0] if n else np.nan),
+                                                 np.asarray(ev.total_reserved, dtype="float64")])
+    elif ev.reserved_start is not None:
+        seg = np.where(action == SEGMENT_ALLOC, size, np.where(action == SEGMENT_FREE, -size, 0.0))
+        cols["reserved_bytes"] = ev.reserved_start + np.cumsum(np.concatenate([np.zeros(m + ms), seg]))
+    else:
+        cols["reserved_bytes"] = np.full(m + ms + n, np.nan)
+    # when (and at which event) each allocation was freed / made
+    free_t = np.full(m + ms + n, np.nan)
+    alloc_t = np.full(m + ms + n, np.nan)
+    free_event = np.full(m + ms + n, np.nan)
+    done = np.flatnonzero(freed_at >= 0)
+    off = m + ms
+    free_t[off + done] = t[freed_at[done]]
+    free_event[off + done] = freed_at[done]
+    alloc_t[off + freed_at[done]] = t[done]
+    for k, p in enumerate(pre):
+        if p[7] >= 0:
+            free_t[k] = t[p[7]]
+            free_event[k] = p[7]
+            alloc_t[off + p[7]] = t0
+    cols["free_t_ns"] = free_t
+    cols["alloc_t_ns"] = alloc_t
+    cols["free_event"] = free_event
+    df = pd.DataFrame(cols)
+    df.insert(1, "device", ev.device)
+    df["memory_source"] = memory_source
+    df = categorize(df, steps, copy=False)
+    df["action"] = np.array(ACTIONS, dtype=object)[df["action"].to_numpy()]
+    del df["hint"]
+    return df
+
+
+def _pair(action: np.ndarray, size: np.ndarray, addr: np.ndarray) -> tuple[Any, ...]:
+    """Each free paired with the live alloc at its address: (alloc ids, delta bytes, the row that
+    freed each alloc row, frees without an alloc, (free_completed row, row whose id it takes), the
+    addresses live at the end)."""
+    n = len(action)
     alloc_id = np.full(n, -1, dtype="int64")
     delta = np.zeros(n, dtype="float64")
     live: dict[float, int] = {}  # addr -> row of its live alloc
     pending: dict[float, int] = {}  # addr -> row (alloc, or free of a pre-existing block) not yet free_completed
-    completes: list[tuple[int, int]] = []  # (free_completed row, the row whose alloc id it takes)
+    completes: list[tuple[int, int]] = []
     freed_at = np.full(n, -1, dtype="int64")  # alloc row -> row of its free
-    pre: list[tuple[Any, ...]] = []
     pre_free_rows: list[int] = []
     next_id = 0
+    has_addr = ~np.isnan(addr)
+    act, adr, known = action.tolist(), addr.tolist(), has_addr.tolist()
     for i in range(n):
-        a = action[i]
+        a = act[i]
         if a == ALLOC:
             alloc_id[i] = next_id
             next_id += 1
             delta[i] = size[i]
-            if not np.isnan(addr[i]):
-                live[addr[i]] = i
+            if known[i]:
+                live[adr[i]] = i
         elif a == FREE or a == FREE_COMPLETED:
-            j = live.pop(addr[i], -1) if not np.isnan(addr[i]) else -1
+            j = live.pop(adr[i], -1) if known[i] else -1
             if j < 0 and a == FREE_COMPLETED:
-                k = pending.pop(addr[i], -1)
+                k = pending.pop(adr[i], -1)
                 if k >= 0:
                     completes.append((i, k))
                 continue
             if a == FREE and j >= 0:
-                pending[addr[i]] = j
+                pending[adr[i]] = j
             if j >= 0:
                 alloc_id[i] = alloc_id[j]
                 freed_at[j] = i
@@ -121,89 +252,51 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
             elif a == FREE:
                 # freed without its alloc in the record: allocated before it began
                 pre_free_rows.append(i)
-                pending[addr[i]] = i
+                pending[adr[i]] = i
                 delta[i] = -size[i]
             # a free_completed after its free (or of an unknown block) changes nothing
-    # pre-existing allocations: frees without their alloc, then the source's known ones still live
-    for i in pre_free_rows:
-        pre.append((addr[i], size[i], op[i], module[i], source[i], hint[i], i))
-    skip = set(live) | {addr[i] for i in pre_free_rows}
-    for p in ev.preexisting:
-        if p[0] in skip:
-            continue  # allocated during the record after all
-        pre.append((*p[:6], -1))
-    m = len(pre)
-    t0 = int(t[0]) if n else 0
-    pre_id = np.arange(next_id, next_id + m, dtype="int64")
-    for k, p in enumerate(pre):
-        if p[6] >= 0:
-            alloc_id[p[6]] = pre_id[k]
-    for i, k in completes:
-        alloc_id[i] = alloc_id[k]
-    cols: dict[str, Any] = {
-        "t_ns": np.concatenate([np.full(m, t0, dtype="int64"), t]),
-        "action": np.concatenate([np.full(m, ALLOC, dtype="int8"), action]),
-        "size_bytes": np.concatenate([np.array([p[1] for p in pre], dtype="float64"), size]),
-        "delta_bytes": np.concatenate([np.array([p[1] for p in pre], dtype="float64"), delta]),
-        "addr": np.concatenate([np.array([p[0] for p in pre], dtype="float64"), addr]),
-        "stream": np.concatenate([np.full(m, np.nan), np.asarray(ev.stream, dtype="float64") if ev.stream is not None
-                                  else np.full(n, np.nan)]),
-        "alloc_id": np.concatenate([pre_id, alloc_id]).astype("float64"),
-        "preexisting": np.concatenate([np.ones(m, dtype=bool), np.zeros(n, dtype=bool)]),
-        "op": np.concatenate([np.array([p[2] for p in pre] + [None], dtype=object)[:-1], op]),
-        "module": np.concatenate([np.array([p[3] for p in pre] + [None], dtype=object)[:-1], module]),
-        "source": np.concatenate([np.array([p[4] for p in pre] + [None], dtype=object)[:-1], source]),
-        "hint": np.concatenate([np.array([p[5] for p in pre] + [None], dtype=object)[:-1], hint]),
-    }
-    cols["alloc_id"][cols["alloc_id"] < 0] = np.nan
-    start = 0.0
-    if ev.total_allocated is not None and n and np.isfinite(ev.total_allocated[0]):
-        # the allocator's total before the record, less the pre-existing rows it counts
-        pre_free = sum(float(p[1]) for p in pre if p[6] >= 0)
-        known = sum(float(p[1]) for p in pre if p[6] < 0)
-        start = float(ev.total_allocated[0]) - float(delta[0]) - pre_free - (known if ev.known_in_totals else 0.0)
-    cols["allocated_bytes"] = start + np.cumsum(cols["delta_bytes"])
-    # reserved: the source's totals, else segments replayed from the reserved bytes at the start
-    if ev.total_reserved is not None:
-        cols["reserved_bytes"] = np.concatenate([np.full(m, ev.total_reserved[0] if n else np.nan),
-                                                 np.asarray(ev.total_reserved, dtype="float64")])
-    elif ev.reserved_start is not None:
-        seg = np.where(action == SEGMENT_ALLOC, size, np.where(action == SEGMENT_FREE, -size, 0.0))
-        cols["reserved_bytes"] = ev.reserved_start + np.cumsum(np.concatenate([np.zeros(m), seg]))
-    else:
-        cols["reserved_bytes"] = np.full(m + n, np.nan)
-    # when each allocation was freed / made
-    rows_t = cols["t_ns"]
-    free_t = np.full(m + n, np.nan)
-    alloc_t = np.full(m + n, np.nan)
-    done = np.flatnonzero(freed_at >= 0)
-    free_t[m + done] = t[freed_at[done]]
-    alloc_t[m + freed_at[done]] = t[done]
-    for k, p in enumerate(pre):
-        if p[6] >= 0:
-            free_t[k] = t[p[6]]
-            alloc_t[m + p[6]] = t0
-    cols["free_t_ns"] = free_t
-    cols["alloc_t_ns"] = alloc_t
-    df = pd.DataFrame(cols)
-    df.insert(1, "device", ev.device)
-    df["memory_source"] = memory_source
-    df = categorize(df, rows_t[-1] if len(rows_t) else 0, steps)
-    df["action"] = np.array(ACTIONS, dtype=object)[df["action"].to_numpy()]
-    return df.drop(columns=["hint"])
+    return alloc_id, delta, freed_at, pre_free_rows, completes, live
 
 
-def categorize(df: pd.DataFrame, t_end: int, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def _segments_at_start(end: list[tuple[float, float]] | None, action: np.ndarray, size: np.ndarray,
+                       addr: np.ndarray) -> list[tuple[float, float]]:
+    """The segments reserved before the first event: those at the end, replayed back through the
+    record's ``segment_alloc`` / ``segment_free``. Empty when the replay does not hold together (a
+    segment freed twice, expandable segments mapped in pieces): fragmentation is then not known."""
+    if not end:
+        return []
+    have = {a: s for a, s in end if np.isfinite(a) and np.isfinite(s)}
+    rows = np.flatnonzero((action == SEGMENT_ALLOC) | (action == SEGMENT_FREE))
+    for i in rows[::-1].tolist():
+        a = float(addr[i])
+        if action[i] == SEGMENT_ALLOC:
+            if have.pop(a, None) is None:
+                return []
+        elif a in have:
+            return []
+        else:
+            have[a] = float(size[i])
+    return sorted(have.items())
+
+
+def categorize(df: pd.DataFrame, steps: pd.DataFrame | None = None,
+               parameter_sizes: Counter[float] | None = None, parameter_source: str = "", *,
+               copy: bool = True) -> pd.DataFrame:
     """``category`` and ``category_rule`` of each alloc row (and its free rows), by the rules of
     docs/memory.md, first match wins:
 
-    1. ``hint``: the source knows (the engine's KV-cache and weight tensors; snapshot frames in an
-       optimizer's step, in autograd's backward, a cuBLAS workspace, a CUDA-graph pool);
-    2. ``weights``: allocated before the record began and still live at its end;
-    3. ``workspace``: freed inside the op that allocated it (same op, no other allocation of
-       another op in between: a temporary);
-    4. ``optimizer`` / ``gradient``: held past an optimizer step's op / a backward op;
-    5. ``activations``: any other allocation made during the record (freed later, or live at its end).
+    1. ``hint``: the source knows (the engine's KV-cache and weight tensors; snapshot stacks in an
+       optimizer's step, loading a module's parameters, in autograd's backward, a cuBLAS workspace,
+       a CUDA-graph pool, a KV cache); the allocator's total before the record -> ``before_recording``;
+    2. made during the record: ``workspace`` when freed before another op allocated (a temporary),
+       ``optimizer`` / ``gradient`` when held past an optimizer step's op / a backward op, else
+       ``activations``;
+    3. made before the record (:func:`_before_record`): by their own stack, by size (a parameter of
+       the model, a parameter-shaped optimizer state or gradient of the record, or the same size as
+       tensors the record makes and frees: a leftover), freed during the record; else
+       ``before_recording``, said so.
+
+    ``copy=False`` adds the two columns to ``df`` itself.
     """
     n = len(df)
     cat = np.full(n, "unknown", dtype=object)
@@ -211,51 +304,198 @@ def categorize(df: pd.DataFrame, t_end: int, steps: pd.DataFrame | None = None) 
     is_alloc = df["action"].to_numpy() == ALLOC
     hint = df["hint"].to_numpy()
     pre = df["preexisting"].to_numpy()
-    alive_end = np.isnan(df["free_t_ns"].to_numpy())
     has_hint = np.array([h in HINT_CATEGORIES for h in hint], dtype=bool)
     m = is_alloc & has_hint
     cat[m] = hint[m]
-    rule[m] = "source"
-    m = is_alloc & ~has_hint & pre & alive_end
-    cat[m] = "weights"
-    rule[m] = "before the record and live at its end"
-    m = is_alloc & ~has_hint & pre & ~alive_end
-    cat[m] = "activations"
-    rule[m] = "before the record, freed during it"
-    rest = is_alloc & ~has_hint & ~pre
-    # a temporary: freed before the next allocation made by another op
-    ops = df["op"].to_numpy()
-    free_t = df["free_t_ns"].to_numpy()
-    t = df["t_ns"].to_numpy()
-    alloc_rows = np.flatnonzero(is_alloc)
-    next_other = np.full(n, -1, dtype="int64")
-    for k in range(len(alloc_rows) - 2, -1, -1):
-        i, j = alloc_rows[k], alloc_rows[k + 1]
-        next_other[i] = j if ops[j] != ops[i] else next_other[j]
-    for i in np.flatnonzero(rest):
-        j = next_other[i]
-        temp = bool(ops[i] is not None and not np.isnan(free_t[i]) and (j < 0 or free_t[i] <= t[j]))
-        if temp:
-            cat[i], rule[i] = "workspace", "freed before another op allocated"
-        elif hint[i] == "in_optimizer":
-            cat[i], rule[i] = "optimizer", "allocated by an optimizer's step and held past it"
-        elif hint[i] == "in_backward":
-            cat[i], rule[i] = "gradient", "allocated in autograd's backward and held past its op"
-        else:
-            cat[i], rule[i] = "activations", "allocated during the record, held past its op"
-    # free rows take their alloc's category
-    ids = df["alloc_id"].to_numpy()
+    rule[m] = [HINT_RULES[h] for h in hint[m]]
+    m = is_alloc & (hint == UNTRACKED)
+    cat[m] = "before_recording"
+    rule[m] = "in the allocator's total before the record began; no event names it"
+    rest = is_alloc & ~has_hint & ~pre & (hint != UNTRACKED)
+    _during_record(df, rest, cat, rule)
+    _before_record(df, is_alloc & ~has_hint & pre & (hint != UNTRACKED), cat, rule, parameter_sizes,
+                   parameter_source)
+    _frees_follow(df, cat, rule)
+    out = df.copy() if copy else df
+    out["category"] = cat
+    out["category_rule"] = rule
+    return out
+
+
+def _frees_follow(df: pd.DataFrame, cat: np.ndarray, rule: np.ndarray) -> None:
+    """Free rows take their alloc's category; segment rows have none."""
+    action = df["action"].to_numpy()
+    is_alloc = action == ALLOC
+    ids = df["alloc_id"].to_numpy("float64")
     by_id = {ids[i]: (cat[i], rule[i]) for i in np.flatnonzero(is_alloc) if not np.isnan(ids[i])}
     for i in np.flatnonzero(~is_alloc):
         got = by_id.get(ids[i])
         if got is not None:
             cat[i], rule[i] = got
-        elif df["action"].iat[i] in (SEGMENT_ALLOC, SEGMENT_FREE):
+        elif action[i] in (SEGMENT_ALLOC, SEGMENT_FREE):
             cat[i], rule[i] = None, None
-    out = df.copy()
-    out["category"] = cat
-    out["category_rule"] = rule
-    return out
+
+
+def _during_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np.ndarray) -> None:
+    """Rule 2: a temporary (freed before the next allocation made by another op), held past an
+    optimizer step or a backward op, else an activation."""
+    if not rows.any():
+        return
+    is_alloc = df["action"].to_numpy() == ALLOC
+    ops = df["op"].to_numpy()
+    hint = df["hint"].to_numpy()
+    free_t = df["free_t_ns"].to_numpy()
+    t = df["t_ns"].to_numpy()
+    alloc_rows = np.flatnonzero(is_alloc)
+    # the next alloc of another op: allocs in runs of one op; each run's next is the next run's first
+    codes = pd.factorize(pd.Series(ops[alloc_rows], dtype=object).fillna("\0none"))[0]
+    new_run = np.r_[True, codes[1:] != codes[:-1]] if len(codes) else np.zeros(0, dtype=bool)
+    run = np.cumsum(new_run) - 1
+    run_first = alloc_rows[new_run]
+    nxt = np.full(len(alloc_rows), -1, dtype="int64")
+    has_next = run + 1 < len(run_first)
+    nxt[has_next] = run_first[run[has_next] + 1]
+    next_other = np.full(len(df), -1, dtype="int64")
+    next_other[alloc_rows] = nxt
+    i = np.flatnonzero(rows)
+    j = next_other[i]
+    freed = ~np.isnan(free_t[i])
+    temp = pd.notna(ops[i]) & freed & \
+        ((j < 0) | (free_t[i] <= np.where(j >= 0, t[np.maximum(j, 0)], 0)))
+    opt = ~temp & (hint[i] == "in_optimizer")
+    bwd = ~temp & ~opt & (hint[i] == "in_backward")
+    act = ~temp & ~opt & ~bwd
+    for mask, c, r in ((temp, "workspace", "freed before another op allocated"),
+                       (opt, "optimizer", "allocated by an optimizer's step and held past it"),
+                       (bwd, "gradient", "allocated in autograd's backward and held past its op"),
+                       (act, "activations", "allocated during the record, held past its op")):
+        cat[i[mask]] = c
+        rule[i[mask]] = r
+
+
+def parameter_sizes(model: Any) -> tuple[Counter[int], str]:
+    """The element counts of a model's parameters, as many of each as it has, and its checkpoint's dtype
+    (``model``: a :class:`perfscope.capacity.ModelShape`): embeddings and LM head; per layer the
+    attention projections (separate and fused QKV), the MLP's (separate and fused gate/up, GPT-2's
+    4h), norms and biases. :func:`with_model` prices them in the dtype that names the most bytes."""
+    h, nh, nkv, hd = model.hidden, model.n_heads, model.n_kv_heads, model.head_dim
+    inter, vocab, layers = model.intermediate, model.vocab, model.n_layers
+    per_layer = [nh * hd * h, nkv * hd * h, nkv * hd * h, h * nh * hd, (nh + 2 * nkv) * hd * h,
+                 inter * h, inter * h, h * inter, 2 * inter * h, h, h, 3 * h * h, 3 * h, 4 * h, (nh + 2 * nkv) * hd]
+    counts: Counter[int] = Counter({vocab * h: 2, h: 1})
+    for numel in per_layer:
+        counts[numel] += layers
+    return counts, str(model.dtype)
+
+
+def with_model(report: Any, model: str) -> Any:
+    """``report`` with its memory blocks from before the record that have a parameter's size of
+    ``model`` (an engine model or a Hugging Face config.json, :func:`perfscope.capacity.resolve_model`)
+    named ``weights`` (rule 3b of :func:`categorize`), in the dtype that names the most bytes."""
+    from perfscope.capacity import resolve_model
+
+    shape = resolve_model(model)
+    counts, dtype = parameter_sizes(shape)
+    mem = report.memory
+    if not len(mem):
+        return report
+    parts = []
+    for _, dev in mem.groupby("device", sort=False):
+        pre = dev[dev["preexisting"].fillna(False).to_numpy(bool) & (dev["action"] == "alloc").to_numpy()]
+        have = Counter(pd.concat([pre["size_bytes"], pre["requested_bytes"]]).dropna().tolist()) \
+            if "requested_bytes" in pre else Counter(pre["size_bytes"].dropna().tolist())
+        best: tuple[float, Counter[float], str] = (0.0, Counter(), "")
+        for name, nbytes in (("fp32", 4), ("bf16/fp16", 2), (dtype, {"fp32": 4, "fp8": 1}.get(dtype, 2))):
+            sizes: Counter[float] = Counter()
+            for numel, k in counts.items():  # the exact bytes, and the caching allocator's 512-byte block
+                exact = float(numel * nbytes)
+                for size in {exact, float(-(-exact // 512) * 512)}:
+                    sizes[size] += k
+            named = sum(min(k, have.get(size, 0)) * size for size, k in sizes.items())
+            if named > best[0]:
+                best = (named, sizes, name)
+        cat = dev["category"].astype("object").to_numpy().copy()
+        rule = dev["category_rule"].astype("object").to_numpy().copy()
+        action = dev["action"].to_numpy(dtype=object)
+        codes = np.array([ACTIONS.index(a) if a in ACTIONS else -1 for a in action.tolist()], dtype="int8")
+        rows = (codes == ALLOC) & dev["preexisting"].fillna(False).to_numpy(bool) & np.array(
+            [isinstance(r, str) and r.startswith(BEFORE_RECORD_RULES) for r in rule.tolist()], dtype=bool)
+        raw = dev.assign(action=codes)
+        _before_record(raw, rows, cat, rule, best[1] or None, f"{shape.name} ({best[2]})" if best[1] else "")
+        _frees_follow(raw, cat, rule)
+        parts.append(dev.assign(category=cat, category_rule=rule))
+    return report.replace(memory=pd.concat(parts, ignore_index=True))
+
+
+BEFORE_RECORD_RULES = ("before the record", "its size is that of a parameter", "parameter-shaped",
+                       "a leftover from before the record", "allocated before the record began")
+"""The starts of the ``category_rule`` texts rule 3 (:func:`_before_record`) gives."""
+
+
+LEFTOVER_CATEGORIES = ("activations", "workspace")
+"""Categories of the record's tensors whose size, matched by a block from before the record, names it a
+leftover of an earlier run."""
+
+
+def _before_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np.ndarray,
+                   parameter_sizes: Counter[float] | None, parameter_source: str) -> None:
+    """Rule 3, for allocations made before the record began, first match wins:
+
+    a. its own stack (a snapshot's block allocated while history was on, its event no longer in
+       the ring): an activation of that op at that line;
+    b. its size is that of a parameter of the model (``parameter_sizes``: numel x dtype bytes, as
+       many as the model has), or of an optimizer state / a gradient held to the record's end, made
+       during it or before it with a stack that says so (parameter-shaped): ``weights``;
+    c. its size is that of tensors the record makes and frees: a leftover ``activations`` of an
+       earlier run (the op and line that make them named);
+    d. freed during the record: ``activations``;
+    e. otherwise ``before_recording``: nothing in the record says what it is.
+    """
+    idx = np.flatnonzero(rows)
+    if not len(idx):
+        return
+    size = df["size_bytes"].to_numpy("float64")
+    requested = df["requested_bytes"].to_numpy("float64") if "requested_bytes" in df else np.full(len(df), np.nan)
+    ops, src = df["op"].to_numpy(), df["source"].to_numpy()
+    freed = ~np.isnan(df["free_t_ns"].to_numpy("float64"))
+    is_alloc = df["action"].to_numpy() == ALLOC
+    pre = df["preexisting"].to_numpy()
+    recorded = is_alloc & ~pre
+    # parameter-shaped sizes the record shows: optimizer states, gradients held to its end
+    shaped: Counter[float] = Counter()
+    for c, keep in (("optimizer", is_alloc), ("gradient", is_alloc & ~freed)):
+        for s in size[keep & (cat == c)].tolist():
+            shaped[s] += 1
+    budget = Counter(parameter_sizes or {})
+    # sizes of tensors the record makes and frees, with who makes them most
+    transient = recorded & freed & np.isin(cat, LEFTOVER_CATEGORIES)
+    made: dict[float, Counter[tuple[Any, Any]]] = {}
+    for s, o, w in zip(size[transient].tolist(), ops[transient].tolist(), src[transient].tolist()):
+        made.setdefault(s, Counter())[(o, w)] += 1
+    # largest first, so that a parameter size is given to the largest blocks it can explain
+    for i in idx[np.argsort(-size[idx], kind="stable")].tolist():
+        s = float(size[i])
+        if isinstance(ops[i], str) or isinstance(src[i], str):
+            cat[i] = "activations"
+            rule[i] = "before the record's first event, by its own stack (" + " at ".join(
+                x for x in (ops[i], src[i]) if isinstance(x, str)) + ")"
+        elif budget.get(r := float(requested[i]) if np.isfinite(requested[i]) else s, 0) > 0:
+            budget[r] -= 1
+            cat[i], rule[i] = "weights", f"its size is that of a parameter of {parameter_source or 'the model'}"
+        elif shaped.get(s, 0) > 0:
+            shaped[s] -= 1
+            cat[i], rule[i] = "weights", ("parameter-shaped: the record holds an optimizer state or gradient "
+                                          "of this size")
+        elif s in made:
+            (o, w), _ = made[s].most_common(1)[0]
+            by = " at ".join(x for x in (o, w) if isinstance(x, str)) or "the record"
+            cat[i] = "activations"
+            rule[i] = (f"a leftover from before the record: the record makes and frees "
+                       f"{sum(made[s].values())} tensors of this size ({by})")
+        elif freed[i]:
+            cat[i], rule[i] = "activations", "before the record, freed during it"
+        else:
+            cat[i], rule[i] = "before_recording", "allocated before the record began; nothing in the record says what it is"
 
 
 def with_steps(memory: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -278,55 +518,120 @@ def with_steps(memory: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def frames_summary(frames: list[Mapping[str, Any]],
-                   cache: dict[int, tuple[Any, ...]] | None = None) -> tuple[str | None, str | None, str | None]:
-    """(op, source line, category hint) of a snapshot traceback (innermost frame first).
+FACTORY_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "resize_",
+                         "empty_memory_format", "empty_permuted", "as_strided"})
+"""Ops that only allocate for another op (the one that allocated, for :func:`frames_summary`, is the
+innermost op outside these)."""
 
-    ``op``: the first ``at::_ops::NAME::call`` C++ frame, as ``aten::NAME``; ``source``: the
-    first Python frame outside torch and site-packages, ``file.py:line function``; ``hint``
-    (rule 1 of :func:`categorize`): ``optimizer`` when a frame is in ``torch/optim/``,
-    ``gradient`` in autograd's backward engine, ``workspace`` a cuBLAS/cuDNN workspace,
-    ``cuda_graph_pool`` inside a CUDA-graph capture, ``kv_cache`` a frame naming a KV cache.
-    ``cache`` (id of a frame dict -> its reading) serves snapshots whose frames are shared objects.
+OVERLOAD_SUFFIXES = ("out", "dim", "int", "start", "step", "memory_format", "dtype", "self", "names", "default")
+"""Lower-case overload names of ``at::_ops`` structs (``mean_dim``, ``arange_start_out``) dropped from the op."""
+
+PLUMBING = ("/einops/", "/opt_einsum/", "/accelerate/hooks.py", "/transformers/utils/",
+            "/transformers/modeling_layers.py", "/transformers/integrations/")
+"""Python packages whose frames wrap the line that allocated (einops' reduce, accelerate's forward
+hook, transformers' decorators and attention dispatch): skipped when looking for the source line."""
+
+WEIGHT_LOADERS = (("/torch/nn/modules/module.py", ("_apply", "to", "cuda", "_load_from_state_dict",
+                                                    "load_state_dict", "to_empty")),
+                  ("/transformers/modeling_utils.py", ()), ("/accelerate/utils/modeling.py", ()),
+                  ("/safetensors/", ()), ("/torch/serialization.py", ()))
+"""(path, functions) of Python frames that load or move a module's parameters: an allocation under
+one holds weights (rule 1 of :func:`categorize`; ``()``: any function of the file)."""
+
+STACK_DEPTH = 4
+"""User frames kept in the ``stack`` column (innermost first)."""
+
+
+def aten_name(struct: str) -> str:
+    """``aten::div`` from the ``at::_ops`` struct name ``div_Tensor`` (the overload dropped: the part
+    from ``_`` and a capital letter, then :data:`OVERLOAD_SUFFIXES`)."""
+    m = re.search(r"_[A-Z]", struct[1:])
+    name = struct[:m.start() + 1] if m else struct
+    changed = True
+    while changed:
+        changed = False
+        for s in OVERLOAD_SUFFIXES:
+            if name.endswith("_" + s) and len(name) > len(s) + 1:
+                name, changed = name[:-len(s) - 1], True
+    return "aten::" + name
+
+
+FrameReading = tuple[str | None, bool, str | None, str | None]
+"""(op, op is a factory, user source line, category hint) of one frame."""
+
+
+def frames_summary(frames: Any, cache: dict[Any, FrameReading] | None = None, *, by_id: bool = False
+                   ) -> tuple[str | None, str | None, str | None, str | None]:
+    """(op, source, hint, stack) of a snapshot traceback (innermost frame first).
+
+    ``op``: the innermost ``at::_ops::NAME::call`` C++ frame outside :data:`FACTORY_OPS`, as
+    ``aten::NAME`` (:func:`aten_name`); ``source``: the innermost Python frame outside torch, the
+    standard library and :data:`PLUMBING`, ``file.py:line function``; ``stack``: that frame and the
+    user frames above it (at most :data:`STACK_DEPTH`, `` < ``-joined); ``hint`` (rule 1 of
+    :func:`categorize`): ``optimizer`` when a frame is in ``torch/optim/``, ``weights`` under a
+    :data:`WEIGHT_LOADERS` frame, ``gradient`` in autograd's backward engine, ``workspace`` a
+    cuBLAS/cuDNN workspace, ``cuda_graph_pool`` inside a CUDA-graph capture, ``kv_cache`` a frame
+    naming a KV cache. ``cache`` maps (name, file, line) to a frame's reading, or with ``by_id`` the
+    frame dict's ``id`` (only while every frame dict stays alive, as an unpickler's memo keeps them).
     """
-    op = source = hint = None
+    op = factory = hint = None
+    users: list[str] = []
+    if not isinstance(frames, list):
+        return None, None, None, None
     for f in frames:
-        got = cache.get(id(f)) if cache is not None else None
+        if f.__class__ is not dict:
+            continue
+        key = id(f) if by_id else (f.get("name"), f.get("filename"), f.get("line"))
+        got = cache.get(key) if cache is not None else None
         if got is None:
-            got = _frame(f)
-            if cache is not None:
-                cache[id(f)] = got
-        if op is None:
-            op = got[0]
-        if source is None:
-            source = got[1]
-        if hint is None:
-            hint = got[2]
-    return op, source, hint
+            try:
+                got = _frame(f.get("name"), f.get("filename"), f.get("line"))
+            except TypeError:  # an unhashable name or file: nothing to say
+                continue
+            if cache is not None and len(cache) < FRAME_CACHE:
+                cache[key] = got
+        o, is_factory, src, h = got
+        if o is not None:
+            if not is_factory and op is None:
+                op = o
+            elif is_factory and factory is None:
+                factory = o
+        if src is not None and len(users) < STACK_DEPTH:
+            users.append(src)
+        if hint is None and h is not None:
+            hint = h
+    return (op or factory, users[0] if users else None, hint, " < ".join(users) if users else None)
 
 
-def _frame(f: Any) -> tuple[str | None, str | None, str | None]:
-    """(op, source, hint) that one frame says (see :func:`frames_summary`)."""
-    if not isinstance(f, Mapping):
-        return None, None, None
-    name, file = f.get("name"), f.get("filename")
+FRAME_CACHE = 1 << 18
+"""Distinct frames whose reading is kept (a hostile file cannot grow the cache past this)."""
+
+
+def _frame(name: Any, file: Any, line: Any) -> FrameReading:
+    """What one frame says (see :func:`frames_summary`)."""
     if not isinstance(name, str) or not isinstance(file, str):
-        return None, None, None
-    op = source = hint = None
+        return None, False, None, None
     if name.startswith("at::_ops::") and "::call(" in name:
-        op = "aten::" + name[len("at::_ops::"):name.index("::call(")]
-    if file.endswith(".py"):
-        low = file.replace("\\", "/")
-        if "/torch/optim/" in low:
-            hint = "optimizer"
-        elif "/torch/cuda/graphs.py" in low:
-            hint = "cuda_graph_pool"
-        elif "kv_cache" in name or "kv_cache" in low or "/cache_utils.py" in low:
-            hint = "kv_cache"
-        if "site-packages" not in low and "/torch/" not in low and "/lib/python" not in low:
-            source = f"{low.rsplit('/', 1)[-1]}:{f.get('line')} {name}"
-    elif "torch::autograd::Engine" in name or "autograd::generated" in name:
-        hint = "gradient"
-    elif "Workspace" in name or "workspace" in name:
-        hint = "workspace"
-    return op, source, hint
+        struct = name[len("at::_ops::"):name.index("::call(")]
+        op = aten_name(struct)
+        return op, op[len("aten::"):] in FACTORY_OPS, None, None
+    if not file.endswith(".py"):
+        if "torch::autograd::Engine" in name or "autograd::generated" in name:
+            return None, False, None, "gradient"
+        if "Workspace" in name or "workspace" in name:
+            return None, False, None, "workspace"
+        return None, False, None, None
+    low = "/" + file.replace("\\", "/").lstrip("/")
+    hint = None
+    if "/torch/optim/" in low:
+        hint = "optimizer"
+    elif "/torch/cuda/graphs.py" in low:
+        hint = "cuda_graph_pool"
+    elif "kv_cache" in name or "kv_cache" in low or "/cache_utils.py" in low:
+        hint = "kv_cache"
+    elif any(path in low and (not fns or name in fns) for path, fns in WEIGHT_LOADERS):
+        hint = "weights"
+    stdlib = "/lib/python" in low and "-packages/" not in low
+    if "/torch/" in low or stdlib or any(p in low for p in PLUMBING):
+        return None, False, None, hint
+    return None, False, f"{low.rsplit('/', 1)[-1]}:{line} {name}", hint

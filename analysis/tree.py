@@ -28,7 +28,7 @@ PHASES = ("prefill", "decode", "draft", "verify")
 
 def phase_of(path: str | None) -> str | None:
     """A name of :data:`PHASES` when that exact name is a component of ``path``, else None."""
-    if not path:
+    if not path or not any(p in path for p in PHASES):  # most paths name no phase: no split
         return None
     for part in reversed(path.split("/")):
         if part in PHASES:
@@ -153,16 +153,68 @@ def _first_of(parent: np.ndarray, is_kind: np.ndarray) -> np.ndarray:
 
 def _range_paths(rng: np.ndarray, ranges: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per range (sorted positions ``ranges``, ascending): its depth (itself included) and path."""
-    rank = {p: r for r, p in enumerate(ranges.tolist())}
-    depth = np.zeros(len(ranges), dtype="int64")
-    paths = np.full(len(ranges), None, dtype=object)
-    for r, (p, name) in enumerate(zip(rng[ranges].tolist(), names.tolist())):  # parents come first
-        if p >= 0:
-            q = rank[p]
-            paths[r], depth[r] = f"{paths[q]}/{name}", depth[q] + 1
+    parent = np.full(len(ranges), -1, dtype="int64")
+    above = rng[ranges] if len(ranges) else np.zeros(0, dtype="int64")
+    has = above >= 0
+    parent[has] = np.searchsorted(ranges, above[has])  # the enclosing range's rank among the ranges
+    depth = depth_of(parent)
+    return depth + 1, range_paths(names, parent, depth)
+
+
+MAX_PATH_DEPTH = 64
+"""Names a range path spells out: a range nested deeper is named ``<its 64 outermost>/…/<its own name>``,
+so a path's length is bounded whatever the nesting (20,000 nested roctx ranges made paths of 20,000
+names each: quadratic memory, over 6 GB for a 1.3 MB CSV)."""
+MAX_PATH_NAME = 512
+"""Characters of one name kept in a path (the range's own ``name`` column keeps it whole)."""
+ELIDED = "/…/"
+
+
+def depth_of(parent: np.ndarray) -> np.ndarray:
+    """Ancestors of each node of a forest given by ``parent`` positions (-1: a root), by list ranking
+    (pointer doubling): O(n log depth) array work, whatever the order of the nodes."""
+    # list ranking: depth[i] counts the hops from i to jump[i]; each round adds jump[i]'s own count and
+    # jumps on (both read before either is written), until every jump is past a root (-1)
+    depth = (parent >= 0).astype("int64")
+    jump = parent.copy()
+    active = np.flatnonzero(jump >= 0)
+    while active.size:
+        nxt = jump[active]
+        depth[active] += depth[nxt]
+        jump[active] = jump[nxt]
+        active = active[jump[active] >= 0]
+    return depth
+
+
+def range_paths(names: np.ndarray | pd.Series, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """'/'-joined names from the outermost range (``parent``: positions, -1 for a root; ``depth``: 0 for a
+    root), built one depth level at a time, each bounded (:data:`MAX_PATH_DEPTH`, :data:`MAX_PATH_NAME`):
+    the work and memory are linear in the ranges, not in ranges x depth."""
+    names = np.asarray([_path_name(x) for x in np.asarray(names, dtype=object)], dtype=object)
+    paths = names.copy()
+    kept = names.copy()  # the path a range deeper than MAX_PATH_DEPTH keeps before its ELIDED part
+    if not len(names):
+        return paths
+    order = np.argsort(depth, kind="stable")
+    bounds = np.flatnonzero(np.diff(depth[order])) + 1
+    for idx in np.split(order, bounds):
+        level = int(depth[idx[0]])
+        idx = idx[parent[idx] >= 0]
+        if level == 0 or not len(idx):
+            continue
+        above = parent[idx]
+        if level < MAX_PATH_DEPTH:
+            paths[idx] = paths[above] + "/" + names[idx]
+            kept[idx] = paths[idx]
         else:
-            paths[r], depth[r] = str(name), 1
-    return depth, paths
+            kept[idx] = kept[above]
+            paths[idx] = kept[above] + ELIDED + names[idx]
+    return paths
+
+
+def _path_name(name: object) -> str:
+    text = str(name)
+    return text if len(text) <= MAX_PATH_NAME else text[:MAX_PATH_NAME - 1] + "…"
 
 
 def nest_intervals(nodes: pd.DataFrame, *, group: str, range_kind: int, op_kind: int) -> pd.DataFrame:
@@ -196,4 +248,44 @@ def nest_intervals(nodes: pd.DataFrame, *, group: str, range_kind: int, op_kind:
     out["range_path_self"] = nst.range_path_self(everyone)
     out["op_children"] = nst.op_children(kinds, op_kind)
     out["phase"] = nst.phase(everyone)
+    return out
+
+
+def innermost_at(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per point ``x``, the position of the innermost interval ``[start, end)`` around it (-1 where none).
+
+    The intervals are one thread's, nested or disjoint (a partial overlap answers with one of the two).
+    The intervals are sorted and nested once (:func:`_enclosing`); then, from the deepest level out, each
+    level's intervals (disjoint) are searched for the points not found yet: no loop over the points, and
+    no sort of them (a million idle pieces against a few NVTX ranges costs a few binary searches)."""
+    n, m = len(starts), len(x)
+    out = np.full(m, -1, dtype="int64")
+    if not n or not m:
+        return out
+    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    xs = np.asarray(x, np.int64)
+    order = np.lexsort((-e, s))
+    par = _enclosing(np.zeros(n, np.int64), e[order])
+    depth = np.zeros(n, np.int64)
+    cur = par.copy()
+    while True:
+        active = np.flatnonzero(cur >= 0)
+        if not len(active):
+            break
+        depth[active] += 1
+        cur[active] = par[cur[active]]
+    todo = np.arange(m)
+    for level in range(int(depth.max()), -1, -1):
+        if level == int(depth.max()) and level > 0:  # first drop the points that no outermost interval holds
+            top = order[depth == 0]
+            i = np.searchsorted(s[top], xs, side="right") - 1
+            todo = todo[(i >= 0) & (xs < e[top][np.maximum(i, 0)])]
+        sel = order[depth == level]
+        if not len(todo):
+            break
+        xi = xs[todo]
+        i = np.searchsorted(s[sel], xi, side="right") - 1
+        hit = (i >= 0) & (xi < e[sel][np.maximum(i, 0)])
+        out[todo[hit]] = sel[i[hit]]
+        todo = todo[~hit]
     return out

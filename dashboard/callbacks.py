@@ -14,11 +14,11 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import ALL, Input, Output, State, dcc, html
 
 from perfscope.analysis.summaries.compare import compare as compare_reports
 from perfscope.errors import PerfscopeError
-from perfscope.format import duration, labelled_rows
+from perfscope.format import duration, labelled_rows, nbytes
 from perfscope.schema import text_of
 
 from . import figures, ids, layout, views
@@ -56,6 +56,7 @@ INPUTS: dict[str, Callable[[Any], bool]] = {
     "range_filter": _text, "name_filter": _text, "per": _choice("kernel", "name"), "color": _choice("bound", "phase"),
     "mode": _choice("name", "rows"), "expand": _choice("collapsed", "expanded"), "click": _obj, "relayout": _obj,
     "metric": _choice("caused", "wait", "duration", "compute", "idle"),
+    "picked": _obj, "selection": _obj,
     "n_clicks": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
 }
 """What each callback argument (by parameter name) may be: the values the page's components send.
@@ -151,16 +152,64 @@ right after the first drawing would be lost the same way on its way to a server-
 
 @checked
 def on_timeline(store: ReportStore, key: str | None, tab: str, relayout: dict[str, Any] | None,
-                trigger: str | None = None) -> Any:
-    """The timeline for the zoom window (level of detail re-chosen on every zoom)."""
+                trigger: str | None = None, selection: dict[str, Any] | None = None) -> Any:
+    """The timeline for the zoom window (level of detail re-chosen on every zoom), with the places
+    of the selected finding shaded; a new selection zooms to its largest place."""
     if _skip(tab, "timeline") or not key:
         return NO
-    if trigger in (ids.REPORT, ids.TIMELINE_RESET, ids.TABS):
+    spans = _selected_spans(selection) if (selection or {}).get("key") == key else []
+    if trigger == ids.FINDING_SELECTION and spans:
+        s, e = spans[0]  # the largest place first: zoom around it, its own length on each side
+        pad = max(e - s, 1e-3)
+        relayout = {"xaxis.range[0]": s - pad, "xaxis.range[1]": e + pad}
+    elif trigger in (ids.REPORT, ids.TIMELINE_RESET, ids.TABS, ids.FINDING_SELECTION):
         relayout = None
     elif relayout is not None and not _is_zoom(relayout):
         return NO  # a relayout that is not a zoom (legend click, y pan): keep the figure
     t0, t1 = window_from_relayout(relayout)
-    return figures.timeline(store.load(key), t0_ns=t0, t1_ns=t1)
+    fig = figures.timeline(store.load(key), t0_ns=t0, t1_ns=t1)
+    if spans and isinstance(fig.layout.meta, dict) and fig.layout.meta.get("kind") == "timeline":
+        from .figures.timeline import highlight
+
+        fig = highlight(fig, spans, str((selection or {}).get("finding", "")))
+    return fig
+
+
+def _selected_spans(selection: dict[str, Any] | None) -> list[tuple[float, float]]:
+    """The selection's places as (start, end) ms, only well-formed finite pairs (it comes back from
+    the browser)."""
+    out = []
+    for pair in (selection or {}).get("spans") or []:
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                             and math.isfinite(x) and abs(x) < 1e12 for x in pair):
+            out.append((float(pair[0]), float(pair[1])))
+    return out
+
+
+@checked
+def on_finding_pick(store: ReportStore, key: str | None, picked: dict[str, Any] | None,
+                    trigger: str | None = None) -> tuple[Any, Any]:
+    """A click on a finding's button: its selection (:func:`views.finding_selection`) and the tab
+    that shows it (the timeline, or the kernel table); a new report or the clear button clears it."""
+    if trigger in (ids.REPORT, ids.FINDING_CLEAR) or not key:
+        return None, NO
+    index, view = (picked or {}).get("index"), (picked or {}).get("view")
+    if not isinstance(index, int) or isinstance(index, bool) or view not in ("timeline", "kernels"):
+        return NO, NO
+    selection = views.finding_selection(store.load(key), index)
+    if selection is None:
+        return NO, NO
+    return {**selection, "key": key}, view
+
+
+def on_finding_note(selection: dict[str, Any] | None) -> str:
+    """The line above the tabs that says what is selected."""
+    if not isinstance(selection, dict) or "finding" not in selection:
+        return "click a finding's buttons to select its gaps or kernels"
+    spans, names = len(_selected_spans(selection)), len(selection.get("kernels") or [])
+    what = ", ".join(p for p in (f"{spans} place(s) shaded on the timeline" if spans else "",
+                                 f"{names} kernel name(s) in the kernel table" if names else "") if p)
+    return f"selected: {selection['finding']}: {str(selection.get('title', ''))[:120]} ({what or 'nothing to show'})"
 
 
 IDLE_GAPS_SHOWN = 20
@@ -234,27 +283,37 @@ def on_click(store: ReportStore, click: dict[str, Any] | None, key: str | None, 
 
 
 @checked
-def kernel_frame(store: ReportStore, key: str, mode: str, needle: str | None, limit: int | None) -> pd.DataFrame:
-    """The kernel table (per name, or individual executions) filtered by name substring."""
+def kernel_frame(store: ReportStore, key: str, mode: str, needle: str | None, limit: int | None,
+                 selection: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The kernel table (per name, or individual executions) filtered by name substring, and to the
+    kernels of the selected finding when there is one."""
     report = store.load(key)
+    picked = views.selection_mask(report, selection if (selection or {}).get("key") == key else None)
     if mode == "name":
         frame = views.kernels_by_name(report)
         if needle:
             frame = frame[text_of(frame["name"]).str.contains(needle, case=False, regex=False)]
+        if picked is not None:
+            frame = frame[frame["name"].astype("object").isin(set(report.kernels["name"][picked].astype("object")))]
         return frame
     mask = filter_mask(report, name_filter=needle) if needle else None
+    if picked is not None:
+        mask = picked if mask is None else mask & picked
     return views.kernel_rows(report, mask, limit)
 
 
 @checked
-def on_kernels(store: ReportStore, key: str | None, tab: str, mode: str, needle: str | None) -> Any:
+def on_kernels(store: ReportStore, key: str | None, tab: str, mode: str, needle: str | None,
+               selection: dict[str, Any] | None = None) -> Any:
     """Rows, columns and a note for the kernel grid (individual executions capped)."""
     if _skip(tab, "kernels") or not key:
         return NO, NO, NO
-    frame = kernel_frame(store, key, mode, needle, MAX_GRID_ROWS)
+    frame = kernel_frame(store, key, mode, needle, MAX_GRID_ROWS, selection)
     total = len(store.load(key).kernels)
     note = (f"{len(frame):,} names" if mode == "name" else
             f"the {len(frame):,} longest of {total:,} executions" + (" matching the filter" if needle else ""))
+    if selection and selection.get("key") == key and selection.get("kernels"):
+        note = f"the kernels of finding {selection.get('finding')} (clear it above the tabs): " + note
     records = frame.astype(object).where(frame.notna(), None).to_dict("records")
     return records, layout.grid_columns(frame), note + "; sort and filter in the column headers"
 
@@ -293,6 +352,41 @@ def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
 
 
 @checked
+def on_tails(store: ReportStore, key: str | None, tab: str) -> Any:
+    """A load test's tails: the p50/p99 table and bars with their parts, and the requests to click."""
+    if _skip(tab, "phases") or not key:
+        return NO, NO, NO
+    from perfscope.analysis.summaries.tails import splits, tails_table
+
+    from .figures.tails import requests_figure, tails_figure
+
+    report = store.load(key)
+    if not splits(report):
+        empty = figures.message_figure("no load-test requests in this report", "tails")
+        return html.P("no load-test requests: no tails to split", className="muted"), empty, empty
+    notes = [html.P(n, className="muted") for s in splits(report) for n in s.notes]
+    table = html.Div([html.H4("Serving tails: p50 and p99 split into their causes"),
+                      layout.dict_table(labelled_rows(views.frame_rows(tails_table(report))), "tails"), *notes])
+    return table, tails_figure(report), requests_figure(report)
+
+
+@checked
+def on_request_click(store: ReportStore, key: str | None, click: Any) -> Any:
+    """The clicked request's timeline: its pieces by part, its tokens, the steps with their batch and kernels."""
+    from .figures.tails import request_timeline_figure
+
+    point = ((click or {}).get("points") or [{}])[0]
+    custom = point.get("customdata") if isinstance(point, dict) else None
+    try:
+        run, rid = custom[0], int(custom[1])  # type: ignore[index]
+    except (TypeError, ValueError, IndexError, KeyError):
+        run, rid = None, None
+    if not key or rid is None or not _text(run):
+        return figures.message_figure("click a request above for its timeline", "request_timeline")
+    return request_timeline_figure(store.load(key), run or None, rid)
+
+
+@checked
 def on_memory(store: ReportStore, key: str | None, tab: str) -> Any:
     """The memory track under the timeline."""
     return NO if _skip(tab, "timeline") or not key else figures.memory_timeline(store.load(key))
@@ -300,21 +394,29 @@ def on_memory(store: ReportStore, key: str | None, tab: str) -> Any:
 
 @checked
 def on_memory_click(store: ReportStore, key: str | None, click: Any) -> Any:
-    """What was live at the clicked point of the memory track (largest first)."""
-    from perfscope.analysis.summaries.memory import live_at
-    from perfscope.format import nbytes
+    """What was live just after the clicked event of the memory track: bytes by category (adding up to
+    the allocated bytes), reserved and fragmentation beside, the largest live tensors."""
+    from perfscope.analysis.summaries.memory import breakdown
+    from perfscope.text_memory import breakdown_tables
 
     point = ((click or {}).get("points") or [{}])[0]
     custom = point.get("customdata")
     if not key or not custom:
         return "click a point of the memory track to list what was live"
-    device, t_ns = str(custom[0]), int(custom[1])
-    live = live_at(store.load(key), device, t_ns)
-    head = f"{len(live)} allocation(s) live on {device}, {nbytes(float(live['size_bytes'].sum()))}"
-    rows = [html.Tr([html.Td(nbytes(float(r.size_bytes))), html.Td(str(r.category)), html.Td(str(r.op or "")),
-                     html.Td(str(r.module or r.source or ""))]) for r in live.head(25).itertuples()]
-    return html.Div([html.P(head), html.Table([html.Tr([html.Th(h) for h in ("bytes", "category", "op",
-                                                                             "module / source")]), *rows])])
+    device, event = str(custom[0]), int(custom[1])
+    b = breakdown(store.load(key), device, event, top=25)
+    cats, beside, tensors = breakdown_tables(b)
+
+    def grid(rows: list[dict[str, str]]) -> Any:
+        if not rows:
+            return html.P("none")
+        return html.Table([html.Tr([html.Th(h) for h in rows[0]]),
+                           *[html.Tr([html.Td(v) for v in r.values()]) for r in rows]])
+
+    head = (f"{b['live_tensors']} allocation(s) live on {device} at {b['at']}, "
+            f"{nbytes(b['allocated_bytes'])} allocated")
+    return html.Div([html.P(head), grid(cats), html.P(f"beside it: {beside}") if beside else None,
+                     html.P("largest live tensors:"), grid(tensors)])
 
 
 @checked
@@ -486,6 +588,17 @@ def on_tree_select(store: ReportStore, key: str | None, tab: str, phase: str | N
     return fig, records, layout.grid_columns(frame), note
 
 
+def _picked(store: ReportStore, key: str | None, clicks: list[Any]) -> tuple[Any, Any]:
+    """:func:`on_finding_pick` for the button that fired: a finding's button with a click (a button
+    just drawn fires with no click, and is no pick), the clear button, or a new report."""
+    trigger = dash.ctx.triggered_id
+    if isinstance(trigger, dict):
+        if not any(isinstance(c, int) and c > 0 for c in [t.get("value") for t in dash.ctx.triggered]):
+            return NO, NO
+        return on_finding_pick(store, key, dict(trigger))
+    return on_finding_pick(store, key, None, trigger)
+
+
 def _guard(fn: Any, *kinds: str) -> Any:
     """Wrap a callback so a PerfscopeError (bad key, unreadable report) is shown, not raised.
 
@@ -511,8 +624,13 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
         _guard(lambda _status, key: on_findings(store, key), "text"))
     app.clientside_callback(TIMELINE_ZOOM_JS, Output(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE, "relayoutData"))
     cb(Output(ids.TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
-       Input(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE_RESET, "n_clicks"))(
-        _guard(lambda key, tab, relayout, _n: on_timeline(store, key, tab, relayout, dash.ctx.triggered_id), "figure"))
+       Input(ids.TIMELINE_ZOOM, "data"), Input(ids.TIMELINE_RESET, "n_clicks"), Input(ids.FINDING_SELECTION, "data"))(
+        _guard(lambda key, tab, relayout, _n, selection: on_timeline(store, key, tab, relayout, dash.ctx.triggered_id,
+                                                                     selection), "figure"))
+    cb(Output(ids.FINDING_SELECTION, "data"), Output(ids.TABS, "value"), Input(ids.REPORT, "value"),
+       Input({"type": ids.FINDING_PICK, "index": ALL, "view": ALL}, "n_clicks"), Input(ids.FINDING_CLEAR, "n_clicks"),
+       prevent_initial_call=True)(_guard(lambda key, clicks, _n: _picked(store, key, clicks), "-", "-"))
+    cb(Output(ids.FINDING_NOTE, "children"), Input(ids.FINDING_SELECTION, "data"))(on_finding_note)
     cb(Output(ids.IDLE_FIGURE, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_idle(store, *a), "figure"))
     cb(Output(ids.IDLE_GAPS, "children"), Input(ids.REPORT, "value"), Input(ids.IDLE_FIGURE, "clickData"))(
@@ -528,7 +646,8 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
        State(ids.ROOF_PER, "value"))(_guard(lambda *a: on_click(store, *a), "text"))
     cb(Output(ids.KERNEL_GRID, "rowData"), Output(ids.KERNEL_GRID, "columnDefs"), Output(ids.KERNEL_NOTE, "children"),
        Input(ids.REPORT, "value"), Input(ids.TABS, "value"), Input(ids.KERNEL_MODE, "value"),
-       Input(ids.KERNEL_FILTER, "value"))(_guard(lambda *a: on_kernels(store, *a), "-", "-", "text"))
+       Input(ids.KERNEL_FILTER, "value"), Input(ids.FINDING_SELECTION, "data"))(
+        _guard(lambda *a: on_kernels(store, *a), "-", "-", "text"))
     cb(Output(ids.KERNEL_GRID, "exportDataAsCsv"), Input(ids.KERNEL_EXPORT, "n_clicks"), prevent_initial_call=True)(
         lambda n: bool(n))
     cb(Output(ids.KERNEL_DOWNLOAD, "data"), Input(ids.KERNEL_DOWNLOAD_BTN, "n_clicks"), State(ids.REPORT, "value"),
@@ -539,6 +658,12 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
         _guard(lambda *a: on_phases(store, *a), "text", "figure", "figure", "figure"))
     cb(Output(ids.LOAD_FIGURES, "children"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_load(store, *a), "text"))
+    cb(Output(ids.TAILS_TABLE, "children"), Output(ids.TAILS_FIGURE, "figure"), Output(ids.TAIL_REQUESTS, "figure"),
+       Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
+        _guard(lambda *a: on_tails(store, *a), "text", "figure", "figure"))
+    cb(Output(ids.REQUEST_TIMELINE, "figure"), Input(ids.REPORT, "value"), Input(ids.TAIL_REQUESTS, "clickData"))(
+        _guard(lambda key, click: on_request_click(store, key, click if dash.ctx.triggered_id == ids.TAIL_REQUESTS
+                                                   else None), "figure"))
     cb(Output(ids.COUNTERS, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(
         _guard(lambda *a: on_counters(store, *a), "figure"))
     cb(Output(ids.MEMORY, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"))(

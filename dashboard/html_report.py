@@ -24,7 +24,7 @@ import plotly.io as pio
 
 from perfscope._version import __version__
 from perfscope.analysis.summaries.compare import compare as compare_reports
-from perfscope.analysis.summaries.compare import name_view, phase_view
+from perfscope.analysis.summaries.compare import name_view, phase_view, tail_view
 from perfscope.errors import OutputExistsError
 from perfscope.format import column_label, dumps, evidence_rows, nbytes
 
@@ -144,9 +144,24 @@ def _finding(f: Any) -> str:
     stake_txt = f" — time at stake: {duration(stake)}" if not is_missing(stake) else ""
     evidence = getattr(f, "evidence", {}) or {}
     facts = _facts(evidence_rows(evidence)) if isinstance(evidence, Mapping) else f"<p>{esc(evidence)}</p>"
+    run = getattr(f, "run", "") or ""
     return (f'<div class="finding {esc(sev)}"><b>[{esc(sev)}] {esc(getattr(f, "title", ""))}</b>{esc(stake_txt)}'
-            f'<details><summary>evidence</summary>{facts}</details>'
-            f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p></div>')
+            + (f' <span class="muted">[{esc(run)} run]</span>' if run else "")
+            + f'<p><i>{esc(getattr(f, "recommendation", ""))}</i></p>{_finding_items(f)}'
+            f'<details><summary>numbers</summary>{facts}</details></div>')
+
+
+def _finding_items(f: Any) -> str:
+    """The items behind a finding's time at stake as a small table, with the share they explain."""
+    share, rows, more = views.finding_evidence(f)
+    if not rows:
+        return ""
+    head = f'<p class="evidence-share">Evidence: {esc(share)}.</p>' if share else "<p>Evidence:</p>"
+    body = "".join(f'<tr class="{"known" if r["cause"] == "known" else "unknown"}"><td>{esc(r["share"])}</td>'
+                   f'<td>{esc(r["cause"])}</td><td>{esc(r["evidence"])}</td></tr>' for r in rows)
+    tail = f'<p class="muted">{esc(more)}</p>' if more else ""
+    return (f'{head}<table class="items"><thead><tr><th>of the stake</th><th>cause</th><th>evidence</th></tr>'
+            f'</thead><tbody>{body}</tbody></table>{tail}')
 
 
 def _findings(report: Report) -> str:
@@ -216,6 +231,7 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
                               "".join(page.figure(f, str(f.layout.meta["kind"])) for f in shown), "phases"))
     parts.append(_sweep(page, report))
     parts.append(_loadtest(page, report))
+    parts.append(_tails(page, report))
     parts.append(_ranks(page, report))
     return "".join(parts)
 
@@ -230,19 +246,24 @@ def _idle(page: _Page, report: Report) -> str:
 
 
 def _memory(page: _Page, report: Report) -> str:
-    """The memory track (under the timeline), the peak and what held it, the capacity section and
-    the server's gauges beside the latencies."""
+    """The memory track (under the timeline), what is live at each device's peak (by category, the
+    largest tensors, reserved and fragmentation beside), the capacity section and the server's gauges
+    beside the latencies."""
     from perfscope.analysis.summaries.memory import capacity_section, peaks
+    from perfscope.text_memory import breakdown_tables
 
     body = ""
     if len(report.memory):
         body += page.figure(figures.memory_timeline(report), "memory")
-        cats = [c for p in peaks(report) for c in p["by_category"]]
-        rows = [{"device": p["device"], "peak": nbytes(p["peak_allocated_bytes"]),
-                 **{c: nbytes(p["by_category"][c]) if c in p["by_category"] else "" for c in dict.fromkeys(cats)}}
-                for p in peaks(report)]
-        body += ("<h3>Memory peak</h3><p class=\"muted\">held at the peak, by category (fragmentation: reserved "
-                 "but unallocated)</p>" + _dict_rows(rows))
+        body += "<h3>Memory peak</h3>"
+        for p in peaks(report):
+            b = p["breakdown"]
+            cats, beside, tensors = breakdown_tables(b)
+            body += (f"<p><b>{esc(p['device'])}</b>: {esc(nbytes(p['peak_allocated_bytes']))} allocated at "
+                     f"{esc(b['at'])}; live by category (adding up to it), with the rule that gave each:</p>"
+                     + _dict_rows(cats) + (f'<p class="muted">beside it: {esc(beside)}</p>' if beside else "")
+                     + f'<p class="muted">largest live tensors ({b["live_tensors"]:,} live at the peak):</p>'
+                     + _dict_rows(tensors))
     sec = capacity_section(report)
     if sec is not None:
         body += f"<p>{esc(sec['finding'])}</p>"
@@ -276,6 +297,26 @@ def _loadtest(page: _Page, report: Report) -> str:
     notes = "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in load_notes(report)) + "</ul>"
     body = "".join(page.figure(f, f"load {name}") for name, f in figs.items())
     return _section("Serving under load", notes + body + _table(page, rate_summary(report), "", "Runs"), "loadtest")
+
+
+def _tails(page: _Page, report: Report) -> str:
+    """The p50 and p99 of TTFT, ITL, TPOT and E2E split into their causes (:mod:`perfscope.analysis.summaries.tails`)."""
+    from perfscope.analysis.summaries.tails import PART_WORDS, splits, tails_table
+
+    from .figures.tails import requests_figure, tails_figure
+
+    found = splits(report)
+    if not found:
+        return ""
+    words = "".join(f"<li><b>{esc(p)}</b>: {esc(w)}</li>" for p, w in PART_WORDS.items())
+    notes = "".join(f"<li>{esc(n)}</li>" for s in found for n in s.notes)
+    body = (f"<p>Each request's latency is cut at its own events and at every step's start and end; each piece "
+            f"goes to one part, so the parts add up to the latency (largest gap over requests: "
+            f"{max(s.additivity_error_pct for s in found):.2g}%). A percentile's parts are those of the requests "
+            f"(or gaps) that make it up.</p><ul>{words}</ul>" + (f"<ul class=\"warnings\">{notes}</ul>" if notes else "")
+            + page.figure(tails_figure(report), "tails") + page.figure(requests_figure(report), "tail requests")
+            + _table(page, tails_table(report), "", "p50 and p99 with their parts"))
+    return _section("Serving tails", body, "tails")
 
 
 def _sweep(page: _Page, report: Report) -> str:
@@ -346,6 +387,9 @@ def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = f
             + _section(f"Kernel time per {c.key}", page.figure(figures.compare(a, b, top, comparison=c), "compare")
                        + _table(page, name_view(c, top), f"the {top} largest changes" if len(c.by_name) > top else "",
                                 f"Top movers (matched by {c.key})"), "compare")
+            + (_section("Tails", _table(page, tail_view(c), "the parts of each p99 add up to it",
+                                        "How each part of the p99 moved"), "tails")
+               if len(c.by_tail) else "")
             + _section("Roofline A", page.figure(figures.roofline(a, per="name"), "roofline A"), "roofline-a")
             + _section("Roofline B", page.figure(figures.roofline(b, per="name"), "roofline B"), "roofline-b"))
     return _page(f"perfscope compare: {a.name} vs {b.name}", body, page, cdn)

@@ -8,6 +8,10 @@ STATUS = "status-line"
 
 OVERVIEW = "overview-body"
 FINDINGS = "overview-findings"  # filled after the overview (the rules are the slow part on a big report)
+FINDING_PICK = "finding-pick"  # pattern-matching id type: {"type": FINDING_PICK, "index": i, "view": "timeline"|"kernels"}
+FINDING_SELECTION = "finding-selection"  # dcc.Store: what the clicked finding selects (views.finding_selection)
+FINDING_NOTE = "finding-note"  # the line above the tabs that names the selected finding
+FINDING_CLEAR = "finding-clear"
 
 TIMELINE = "timeline-graph"
 TIMELINE_RESET = "timeline-reset"
@@ -36,6 +40,10 @@ STEP_FIGURE = "step-times"
 LATENCY_FIGURE = "latency-distributions"
 LOAD_FIGURES = "load-figures"  # perfscope loadtest reports: figures_load.load_figures
 PHASE_TABLE = "phase-metrics"
+TAILS_TABLE = "tails-table"  # load tests: the p50 and p99 with their parts (figures.tails)
+TAILS_FIGURE = "tails-figure"
+TAIL_REQUESTS = "tail-requests"  # every request by arrival and E2E; click one for its timeline
+REQUEST_TIMELINE = "request-timeline"
 
 COUNTERS = "counters-graph"
 MEMORY = "memory-graph"

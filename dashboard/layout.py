@@ -12,7 +12,7 @@ import dash_ag_grid as dag
 from dash import dcc, html
 
 from perfscope.analysis.costs.limiter import bound_label
-from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view
+from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view, tail_view
 from perfscope.analysis.summaries.projection import band_line, family_rows, whole_run_rows
 from perfscope.format import column_label, evidence_rows
 
@@ -61,6 +61,8 @@ def compare_tables(c: Comparison, top: int) -> html.Div:
     return html.Div([
         html.H4("Phases"), dict_table(phase_view(c).to_dict("records"), "compare-phases"),
         html.H4(f"Top movers (matched by {c.key})"), dict_table(name_view(c, top).to_dict("records"), "compare-rows"),
+        *([html.H4("Tails: how each part of the p99 moved"), dict_table(tail_view(c).to_dict("records"), "compare-tails")]
+          if len(c.by_tail) else []),
         html.H4("Verdict"), html.Ul([html.Li(v) for v in c.verdict], id="compare-verdict"),
     ])
 
@@ -81,13 +83,37 @@ def _top_kernels(report: Report, n: int = 10) -> html.Div | html.P:
                      *([html.P("The measured limiter disagrees with the roofline:"), html.Ul(differ)] if differ else [])])
 
 
-def _finding(f: Any) -> html.Div:
+def _finding(f: Any, index: int = 0) -> html.Div:
     stake = getattr(f, "time_at_stake_ns", None)
+    run = getattr(f, "run", "") or ""
     return html.Div([html.B(f"[{getattr(f, 'severity', '')}] {getattr(f, 'title', '')}"),
                      html.Span(f" — time at stake: {duration(stake)}" if stake is not None else ""),
-                     facts_table(evidence_rows(getattr(f, "evidence", None) or {})),
-                     html.P(html.I(str(getattr(f, "recommendation", ""))))],
+                     html.Span(f" [{run} run]" if run else "", className="muted"),
+                     html.P(html.I(str(getattr(f, "recommendation", "")))),
+                     *_finding_evidence(f, index),
+                     html.Details([html.Summary("numbers"),
+                                   facts_table(evidence_rows(getattr(f, "evidence", None) or {}))])],
                     className=f"finding {getattr(f, 'severity', '')}")
+
+
+def _finding_evidence(f: Any, index: int) -> list[Any]:
+    """The items behind a finding (a small table and the share they explain) and the buttons that
+    select them: its places on the timeline, its kernels in the kernel table."""
+    share, rows, more = views.finding_evidence(f)
+    if not rows:
+        return []
+    items = list(getattr(f, "items", ()) or ())
+    placed = any(i.places() for i in items if hasattr(i, "places"))
+    named = any(i.kind in ("kernel", "kernels") and i.attrs.get("name") for i in items) or bool(getattr(f, "kernels", ()))
+    buttons = ([html.Button("show on the timeline", id={"type": ids.FINDING_PICK, "index": index, "view": "timeline"},
+                            n_clicks=0, className="pick")] if placed else []) + \
+        ([html.Button("show its kernels", id={"type": ids.FINDING_PICK, "index": index, "view": "kernels"},
+                      n_clicks=0, className="pick")] if named else [])
+    table = html.Table([html.Thead(html.Tr([html.Th("of the stake"), html.Th("cause"), html.Th("evidence")])),
+                        html.Tbody([html.Tr([html.Td(r["share"]), html.Td(r["cause"]), html.Td(r["evidence"])],
+                                            className=r["cause"]) for r in rows])], className="items")
+    return [html.P([f"Evidence: {share}." if share else "Evidence:", *buttons], className="evidence-share"), table,
+            *([html.P(more, className="muted")] if more else [])]
 
 
 def overview_children(report: Report, findings: bool = True) -> list[Any]:
@@ -132,7 +158,7 @@ def findings_children(report: Report) -> list[Any]:
         return []
     from perfscope.analysis.findings import stake_clock
 
-    items: list[Any] = [_finding(f) for f in found] or [html.P("No rule fired.", className="muted")]
+    items: list[Any] = [_finding(f, i) for i, f in enumerate(found)] or [html.P("No rule fired.", className="muted")]
     clock = [html.P(f"Most time at stake first; {stake_clock(report)}.", className="muted")] if found else []
     return [html.H3("Findings"), *clock, *items]
 
@@ -263,7 +289,8 @@ def build_layout(entries: list[Entry]) -> html.Div:
         "kernels": _kernels_panel(),
         "tree": _tree_panel(),
         "phases": html.Div([html.Div(id=ids.PHASE_TABLE), _graph(ids.PHASE_FIGURE), _graph(ids.STEP_FIGURE),
-                            _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES)]),
+                            _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES), html.Div(id=ids.TAILS_TABLE),
+                            _graph(ids.TAILS_FIGURE), _graph(ids.TAIL_REQUESTS), _graph(ids.REQUEST_TIMELINE)]),
         "ranks": _ranks_panel(),
         "counters": _graph(ids.COUNTERS),
         "compare": _compare_panel(options),
@@ -274,6 +301,9 @@ def build_layout(entries: list[Entry]) -> html.Div:
                        dcc.Dropdown(id=ids.REPORT, options=options, value=options[0]["value"] if options else None,
                                     clearable=False, placeholder="no reports found", style={"width": "520px"}),
                        html.Span(id=ids.STATUS, className="muted")], className="topbar")
-    # The zoom store lies outside the tabs, which unmount the views that are not shown.
-    return html.Div([header, dcc.Tabs(id=ids.TABS, value="overview", children=tabs), dcc.Store(id=ids.TIMELINE_ZOOM)],
-                    className="page")
+    picked = html.Div([html.Span(id=ids.FINDING_NOTE, className="muted"),
+                       html.Button("clear", id=ids.FINDING_CLEAR, n_clicks=0, className="pick")],
+                      className="controls", id="finding-bar")
+    # The stores lie outside the tabs, which unmount the views that are not shown.
+    return html.Div([header, picked, dcc.Tabs(id=ids.TABS, value="overview", children=tabs),
+                     dcc.Store(id=ids.TIMELINE_ZOOM), dcc.Store(id=ids.FINDING_SELECTION)], className="page")

@@ -197,9 +197,69 @@ def request_metrics(report: Report) -> dict[str, Any] | None:
 
 
 def findings(report: Report) -> list[Any] | None:
-    """Findings of ``perfscope.analysis.findings.run_rules`` (None when that module is absent)."""
+    """Findings of ``perfscope.analysis.findings.run_rules`` (None when that module is absent), run
+    once per Report object (the overview shows them; a click on one selects its items)."""
     fn = optional("perfscope.analysis.findings", "run_rules")
-    return list(fn(report)) if fn is not None else None
+    return list(memo(report, "findings", lambda: list(fn(report)))) if fn is not None else None
+
+
+SELECTION_SPANS = 200
+"""The most places on the timeline one finding's selection carries (its items' largest first)."""
+
+
+def finding_selection(report: Report, index: int) -> dict[str, Any] | None:
+    """What a click on the ``index``-th finding selects: its items' places on the timeline (ms from
+    the timeline's origin, as the timeline figure's x axis: small numbers a browser holds exactly,
+    where epoch ns would lose their last digits), the largest first, and the names of its kernels
+    (its items' and its own ``kernels``). None when there is no such finding."""
+    found = findings(report) or []
+    if not 0 <= index < len(found):
+        return None
+    f = found[index]
+    origin = timeline_index(report).origin_ns
+    spans: list[list[float]] = []
+    names: list[str] = []
+    for item in getattr(f, "items", ()):
+        for s, e in item.places():
+            if len(spans) < SELECTION_SPANS:
+                spans.append([(s - origin) / 1e6, (e - origin) / 1e6])
+        name = item.attrs.get("name")
+        if item.kind in ("kernel", "kernels") and isinstance(name, str) and name not in names:
+            names.append(name)
+    names += [k for k in getattr(f, "kernels", ()) if k not in names]
+    return {"index": index, "finding": str(f.id), "title": str(f.title)[:200], "spans": spans, "kernels": names}
+
+
+def selection_mask(report: Report, selection: dict[str, Any] | None) -> np.ndarray | None:
+    """The kernels a finding's selection names (by the rules' group name or the full name); None
+    when the selection names none."""
+    from perfscope.analysis.summaries.kernels import group_key
+
+    names = (selection or {}).get("kernels")
+    if not isinstance(names, list) or not names or not len(report.kernels):
+        return None
+    wanted = {str(n) for n in names}
+    k = report.kernels
+    return (group_key(k).isin(wanted) | k["name"].astype("object").isin(wanted)).to_numpy(bool)
+
+
+EVIDENCE_ROWS = 10
+"""Items of a finding the HTML report and the dashboard list (the largest first)."""
+
+
+def finding_evidence(f: Any, n: int = EVIDENCE_ROWS) -> tuple[str | None, list[dict[str, str]], str | None]:
+    """A finding's evidence as the HTML report and the dashboard show it: the share of its time at
+    stake its items explain (or the time left unexplained; :func:`perfscope.format.evidence_share`),
+    one row per item (share of the stake, cause known or not, the item's own words), largest first,
+    and the line for the items past ``n``."""
+    from perfscope.analysis.findings import EVIDENCE_RULE_SHARE
+    from perfscope.format import evidence_item, evidence_more, evidence_share
+
+    items = list(getattr(f, "items", ()) or ())
+    share = evidence_share(getattr(f, "time_at_stake_ns", None), getattr(f, "explained_ns", None), EVIDENCE_RULE_SHARE)
+    rows = [dict(zip(("share", "cause", "evidence"), evidence_item(i, getattr(f, "time_at_stake_ns", None))))
+            for i in items[:n]]
+    return share, rows, evidence_more(items, n)
 
 
 format_value = by_column

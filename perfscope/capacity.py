@@ -35,6 +35,10 @@ DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "tf32": 4.0, "bf16": 2.0, "bfloat16"
 nvfp4 / mxfp4 include their block scales: one fp8 per 16 and one e8m0 per 32 elements)."""
 
 GIB = float(1 << 30)
+MAX_LAYERS = 1 << 12
+"""Layers a config may have (the largest published models have a few hundred)."""
+MAX_DIM = 1 << 24
+"""The largest size of any other config field (hidden size, heads, vocabulary, experts, ranks, windows)."""
 
 
 def dtype_bytes(name: str) -> float:
@@ -86,50 +90,65 @@ def from_hf_config(cfg: dict[str, Any], name: str = "hf") -> ModelShape:
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "torch_dtype": cfg.get("torch_dtype") or cfg["text_config"].get("torch_dtype")}
 
-    def get(*keys: str, default: Any = None) -> Any:
+    def get(*keys: str, default: Any = None, limit: int = MAX_DIM, zero: bool = False) -> Any:
         for k in keys:
             if cfg.get(k) is not None:
-                return cfg[k]
+                return _size(name, k, cfg[k], limit, zero=zero)
         return default
 
     hidden = int(get("hidden_size", "n_embd", "d_model", default=0))
-    n_layers = int(get("num_hidden_layers", "n_layer", "num_layers", default=0))
+    n_layers = int(get("num_hidden_layers", "n_layer", "num_layers", default=0, limit=MAX_LAYERS))
     n_heads = int(get("num_attention_heads", "n_head", default=0))
     vocab = int(get("vocab_size", default=0))
     if not (hidden and n_layers and n_heads and vocab):
         raise InputFormatError(name, "config lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
                                hint="give a Hugging Face config.json")
     n_kv = int(get("num_key_value_heads", "n_kv_head", default=n_heads))
-    head_dim = int(get("head_dim", default=0) or hidden // n_heads)
+    head_dim = int(get("head_dim", default=0, zero=True) or hidden // n_heads)
     gpt2 = cfg.get("model_type") == "gpt2" or "n_embd" in cfg
-    inter = int(get("intermediate_size", "n_inner", "ffn_dim", default=0) or 4 * hidden)
+    inter = int(get("intermediate_size", "n_inner", "ffn_dim", default=0, zero=True) or 4 * hidden)
     tied = bool(cfg.get("tie_word_embeddings", gpt2))
-    dtype = str(get("torch_dtype", "dtype", default="bf16") or "bf16")
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16")
     dtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
     mla = None
     if cfg.get("kv_lora_rank"):
-        mla = (int(cfg["kv_lora_rank"]), int(cfg.get("qk_rope_head_dim") or 64))
+        mla = (int(get("kv_lora_rank")), int(get("qk_rope_head_dim", zero=True) or 64))
+    for key in ("n_positions", "max_position_embeddings", "first_k_dense_replace", "n_shared_experts", "moe_layer_freq",
+                "q_lora_rank", "qk_nope_head_dim", "v_head_dim", "sliding_window", "sliding_window_pattern"):
+        if cfg.get(key) is not None:  # every size the arithmetic below reads is checked first
+            _size(name, key, cfg[key], MAX_DIM, zero=True)
     # parameters
     emb = vocab * hidden * (1 if tied else 2)
     if gpt2:
-        emb += int(get("n_positions", "max_position_embeddings", default=0)) * hidden
+        emb += int(get("n_positions", "max_position_embeddings", default=0, zero=True)) * hidden
     per_layer_attn = _attention_params(cfg, hidden, n_heads, n_kv, head_dim, mla, gpt2)
     norms = (4 * hidden if gpt2 else 2 * hidden)
     first_dense = int(cfg.get("first_k_dense_replace") or 0)
-    n_experts = int(get("n_routed_experts", "num_local_experts", "num_experts", default=0))
-    moe_inter = int(get("moe_intermediate_size", default=inter))
+    n_experts = int(get("n_routed_experts", "num_local_experts", "num_experts", default=0, zero=True))
+    moe_inter = int(get("moe_intermediate_size", default=inter, zero=True))
     dense_mlp = (2 * hidden * inter + inter + hidden) if gpt2 else 3 * hidden * inter
     total = float(emb + hidden * (2 if gpt2 else 1))  # final norm (GPT-2: weight and bias)
-    for layer in range(n_layers):
-        if n_experts and layer >= first_dense and layer % int(cfg.get("moe_layer_freq") or 1) == 0:
-            shared = int(cfg.get("n_shared_experts") or 0)
-            mlp = (n_experts + shared) * 3 * hidden * moe_inter + n_experts * hidden
-        else:
-            mlp = dense_mlp
-        total += per_layer_attn + mlp + norms
+    # MoE layers: from first_dense on, every moe_layer_freq-th (closed form: no loop over the layers)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    first_moe = -(-min(first_dense, n_layers) // freq) * freq
+    n_moe = max(0, -(-(n_layers - first_moe) // freq)) if n_experts else 0
+    shared = int(cfg.get("n_shared_experts") or 0)
+    moe_mlp = (n_experts + shared) * 3 * hidden * moe_inter + n_experts * hidden
+    total += n_layers * (per_layer_attn + norms) + n_moe * moe_mlp + (n_layers - n_moe) * dense_mlp
     return ModelShape(name=name, n_layers=n_layers, hidden=hidden, n_heads=n_heads, n_kv_heads=n_kv,
                       head_dim=head_dim, vocab=vocab, intermediate=inter, params=total, dtype=dtype,
                       layer_windows=_windows(cfg, n_layers), mla=mla, source="config.json")
+
+
+def _size(source: str, key: str, value: Any, limit: int, *, zero: bool = False) -> int:
+    """A config size: a whole number (an integral float too) in [1, ``limit``] ([0, ``limit``] when ``zero``);
+    anything else (negative, 1e30, NaN, text, a list) is the config's one error line."""
+    ok = isinstance(value, int) and not isinstance(value, bool) or (
+        isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if not ok or not (0 if zero else 1) <= value <= limit:
+        raise InputFormatError(source, f"config field {key} = {str(value)[:40]!r} is not a size in "
+                               f"{0 if zero else 1}..{limit:,}", hint="give a Hugging Face config.json")
+    return int(value)
 
 
 def _attention_params(cfg: dict[str, Any], hidden: int, n_heads: int, n_kv: int, head_dim: int,

@@ -9,6 +9,7 @@ point of a precision is its compute roof divided by the DRAM roof, in FLOP/byte.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,15 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 PROVENANCES = ("measured", "report", "datasheet", "derived")
+MAX_ROOF = 1e18
+"""The largest roof taken (FLOP/s or bytes/s): an exaFLOP/s per device. Past it, or not a finite number
+above 0, a roof read from a file is damage (a roofline.csv value of 1e308) and is dropped."""
+
+
+def valid_roof(value: object) -> bool:
+    """A roof value is a finite number in (0, :data:`MAX_ROOF`]."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= MAX_ROOF)
 WIDER_PRECISIONS: dict[str, tuple[str, ...]] = {
     "fp4": ("fp6", "fp8", "bf16", "fp16"),
     "fp6": ("fp8", "bf16", "fp16"),
@@ -118,13 +128,32 @@ class DeviceSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DeviceSpec:
+        """The spec of a manifest's ``device``; a roof that is not a valid number (null, as a report written
+        before its roofs were checked may hold) is left out (:meth:`checked` says which)."""
+        def roofs(group: Any) -> dict[str, Roof]:
+            items = group.items() if isinstance(group, dict) else ()
+            return {str(k): Roof.from_dict(v) for k, v in items
+                    if isinstance(v, dict) and valid_roof(_number(v.get("value")))}
+
         return cls(
             name=str(d.get("name", "unknown")),
             kind=str(d.get("kind", "unknown")),
-            compute={k: Roof.from_dict(v) for k, v in (d.get("compute") or {}).items()},
-            memory={k: Roof.from_dict(v) for k, v in (d.get("memory") or {}).items()},
+            compute=roofs(d.get("compute")),
+            memory=roofs(d.get("memory")),
             properties=dict(d.get("properties") or {}),
         )
+
+    def checked(self) -> tuple[DeviceSpec, list[str]]:
+        """This spec without the roofs that are not finite numbers in (0, :data:`MAX_ROOF`], and a note
+        naming them (empty when every roof is valid)."""
+        bad = [f"{group} {name} ({roof.value!r})" for group, roofs in (("compute", self.compute), ("memory", self.memory))
+               for name, roof in roofs.items() if not valid_roof(roof.value)]
+        if not bad:
+            return self, []
+        spec = DeviceSpec(self.name, self.kind, {k: r for k, r in self.compute.items() if valid_roof(r.value)},
+                          {k: r for k, r in self.memory.items() if valid_roof(r.value)}, self.properties)
+        return spec, [f"{len(bad)} roof(s) of {self.name!r} dropped: not a finite number in (0, {MAX_ROOF:g}] "
+                      f"({', '.join(bad)})"]
 
     def with_roofs(
         self,
@@ -139,3 +168,10 @@ class DeviceSpec:
             memory={**self.memory, **(memory or {})},
             properties=self.properties,
         )
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None

@@ -12,14 +12,22 @@ grows the process past any memory the machine has. Two limits, checked while the
 Neither is set by default: a file is read whole, as before.
 
 Every reader counts what it reads through :func:`take`: the Kineto reader its trace events (each block),
-the nsys and rocpd readers the rows of each table they query, the rocprof CSV readers the rows of each
-file; one import's count runs across all of them (:func:`counting`, which ``import_file`` opens).
+the SQLite readers the rows of each batch they fetch (:mod:`perfscope.safedb`), the CSV and JSON readers
+the rows of each chunk (:mod:`perfscope.inputs`), the memory-snapshot reader its allocator events (each batch
+of 1,000 as the unpickler streams them); one import's count runs across all of them
+(:func:`counting`, which ``import_file`` opens).
+
+A third limit, a deadline, is optional: ``PERFSCOPE_IMPORT_TIMEOUT`` (seconds) or ``budget(deadline_s=...)``
+ends an import that runs longer with the same one line (:func:`check_deadline`, called by :func:`take`
+and by the SQLite progress handler between rows).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -31,21 +39,60 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 MEMORY_ENV = "PERFSCOPE_MAX_MEMORY"
+TIMEOUT_ENV = "PERFSCOPE_IMPORT_TIMEOUT"
 _MAX_EVENTS: ContextVar[int | None] = ContextVar("perfscope_max_events", default=None)
+_DEADLINE_S: ContextVar[float | None] = ContextVar("perfscope_deadline_s", default=None)
+_STARTED: ContextVar[float | None] = ContextVar("perfscope_import_started", default=None)
 _TAKEN: ContextVar[list[int] | None] = ContextVar("perfscope_events_taken", default=None)
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 @contextmanager
-def budget(*, max_events: int | None = None) -> Iterator[None]:
-    """Imports inside the block read at most ``max_events`` trace events (None: no limit)."""
-    if max_events is not None and max_events < 1:
-        raise UsageError(f"--max-events must be at least 1, got {max_events}")
+def budget(*, max_events: int | None = None, deadline_s: float | None = None) -> Iterator[None]:
+    """Imports inside the block read at most ``max_events`` trace events and run at most ``deadline_s``
+    seconds each (None: no limit; the deadline then comes from ``PERFSCOPE_IMPORT_TIMEOUT`` if set)."""
+    if max_events is not None and (isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1):
+        raise UsageError(f"--max-events must be a whole number of at least 1, got {max_events}")
+    if deadline_s is not None and not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s)
+                                       and deadline_s > 0):
+        raise UsageError(f"the import deadline must be a finite number of seconds > 0, got {deadline_s}")
     token = _MAX_EVENTS.set(max_events)
+    deadline = _DEADLINE_S.set(deadline_s)
     try:
         yield
     finally:
         _MAX_EVENTS.reset(token)
+        _DEADLINE_S.reset(deadline)
+
+
+def deadline_s() -> float | None:
+    """Seconds one import may run (``budget(deadline_s=)``, else ``PERFSCOPE_IMPORT_TIMEOUT``), or None.
+
+    Raises:
+        UsageError: ``PERFSCOPE_IMPORT_TIMEOUT`` is not a number of seconds > 0.
+    """
+    given = _DEADLINE_S.get()
+    if given is not None:
+        return given
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds > 0", hint="use e.g. 60")
+    return value
+
+
+def check_deadline(path: str | Path) -> None:
+    """Raise the import's one-line error when it has run past its deadline (no-op without one, or
+    outside :func:`counting`)."""
+    started, limit = _STARTED.get(), deadline_s()
+    if started is not None and limit is not None and time.monotonic() - started > limit:
+        raise InputFormatError(path, f"the import ran past its deadline of {limit:g} s; nothing was written",
+                               hint=f"raise {TIMEOUT_ENV}, or import a shorter trace")
 
 
 def max_events() -> int | None:
@@ -85,10 +132,22 @@ def counting() -> Iterator[None]:
         yield
         return
     token = _TAKEN.set([0])
+    started = _STARTED.set(time.monotonic())
     try:
         yield
     finally:
         _TAKEN.reset(token)
+        _STARTED.reset(started)
+
+
+def check_memory(path: str | Path, total: int = 0) -> None:
+    """Raise the import's one-line error when the process's resident memory is past
+    ``PERFSCOPE_MAX_MEMORY`` (``total``: the events read so far, said in the message)."""
+    memory_cap = max_memory_bytes()
+    if memory_cap is not None and (rss := resident_bytes()) is not None and rss > memory_cap:
+        raise InputFormatError(path, f"reading it took more than {MEMORY_ENV}={memory_cap:,} bytes "
+                               f"({rss:,} resident after {total:,} events); nothing was written",
+                               hint=f"raise {MEMORY_ENV}, or import a shorter trace")
 
 
 def take(path: str | Path, n: int) -> int:
@@ -103,15 +162,14 @@ def take(path: str | Path, n: int) -> int:
     if box is not None:
         box[0] += n
     total = box[0] if box is not None else n
-    cap, memory_cap = max_events(), max_memory_bytes()
+    cap = max_events()
     if cap is not None and total > cap:
         raise InputFormatError(path, f"more than {cap:,} events (the --max-events budget); nothing was written",
                                hint="raise --max-events, or import a shorter trace")
-    if memory_cap is not None and (rss := resident_bytes()) is not None and rss > memory_cap:
-        raise InputFormatError(path, f"reading it took more than {MEMORY_ENV}={memory_cap:,} bytes "
-                               f"({rss:,} resident after {total:,} events); nothing was written",
-                               hint=f"raise {MEMORY_ENV}, or import a shorter trace")
+    check_memory(path, total)
+    check_deadline(path)
     return total
 
 
-__all__ = ["MEMORY_ENV", "budget", "counting", "max_events", "max_memory_bytes", "resident_bytes", "take"]
+__all__ = ["MEMORY_ENV", "TIMEOUT_ENV", "budget", "check_deadline", "check_memory", "counting", "deadline_s",
+           "max_events", "max_memory_bytes", "resident_bytes", "take"]

@@ -13,7 +13,10 @@ Folder layout (see DESIGN.md)::
       steps.parquet        engine steps (prefill / decode) of the profiled run
       requests_unprofiled.parquet, steps_unprofiled.parquet
                            the same workload run warm without the profiler (headline metrics)
+      request_steps.parquet
+                           a load test's requests joined to the steps they took part in
       idle.parquet         the device's idle slices, each with its cause (analysis/idle.py)
+      host.parquet         the host's own activity behind them: CPU operators, Python functions, OS waits
       memory.parquet       allocations and frees over time (docs/memory.md)
       gauges.parquet       a load test's server gauges scraped from /metrics
       gemm_curve.parquet   GEMM time against rows, measured on the device (engine profiles)
@@ -96,7 +99,9 @@ class Report:
     steps: pd.DataFrame = field(default_factory=lambda: empty_table("steps"))
     requests_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("requests_unprofiled"))
     steps_unprofiled: pd.DataFrame = field(default_factory=lambda: empty_table("steps_unprofiled"))
+    request_steps: pd.DataFrame = field(default_factory=lambda: empty_table("request_steps"))
     idle: pd.DataFrame = field(default_factory=lambda: empty_table("idle"))
+    host: pd.DataFrame = field(default_factory=lambda: empty_table("host"))
     memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
     gauges: pd.DataFrame = field(default_factory=lambda: empty_table("gauges"))
     gemm_curve: pd.DataFrame = field(default_factory=lambda: empty_table("gemm_curve"))
@@ -228,6 +233,14 @@ class Report:
                 df.to_parquet(folder / f"{name}.parquet", index=False)
         manifest = dict(self.manifest)
         manifest["tables"] = {name: len(getattr(self, name)) for name in TABLES}
+        if isinstance(manifest.get("device"), dict):  # a roof is never written as null: an invalid one is left out
+            device = manifest["device"]
+            checked = DeviceSpec.from_dict(device).to_dict()
+            held = sum(len(device.get(g) or {}) for g in ("compute", "memory"))
+            if held != sum(len(checked[g]) for g in ("compute", "memory")):
+                manifest["device"] = {**device, "compute": checked["compute"], "memory": checked["memory"]}
+                manifest["warnings"] = [*(manifest.get("warnings") or []),
+                                        "roofs that were not finite numbers left out of the saved report"]
         write_manifest(folder, manifest)
         write_extra_files(folder, extra_files)
 

@@ -218,6 +218,13 @@ REQUEST_COLUMNS = _cols(
     ("acceptance_pct", "float", False, "speculative decoding: accepted / drafted, %"),
     ("mean_accepted_len", "float", False, "speculative decoding: mean draft tokens accepted per verify step "
      "(the step emits one more, the target's own)"),
+    # the scheduler's log of a load test (issue 42): what the request waited for
+    ("considered_s", "float", False, "the scheduler's first look at the request after its arrival (admitted then, "
+     "or refused for want of a KV slot or KV room), s from the run's start"),
+    ("preemptions", "int", False, "times the request was preempted (its KV cache dropped, recomputed on readmission)"),
+    ("preempted_s", "str", False, "JSON list of its preemption times, s from the run's start"),
+    ("readmitted_s", "str", False, "JSON list of its readmission times after each preemption"),
+    ("response_id", "str", False, "an endpoint's id of the response (the stream's id: cmpl-..., chatcmpl-...)"),
 )
 
 STEP_COLUMNS = _cols(
@@ -253,6 +260,15 @@ STEP_COLUMNS = _cols(
     ("outlier", "str", False, "why the step is kept out of the headline numbers (first step, host stall, ...) or None"),
     ("attention_prefill_share", "float", False, "share of the step's attention work (sum over requests of new "
      "tokens x context) in its prefilling requests, from a label with per-request lengths (vLLM), else None"),
+    ("preempted", "int", False, "load tests: requests preempted in the step's iteration before it"),
+)
+
+REQUEST_STEP_COLUMNS = _cols(
+    ("request_id", "int", True, "the request (requests.parquet request_id)"),
+    ("step", "int", True, "a step (steps.parquet step) the request took part in"),
+    ("role", "str", True, "its part in the step: prefill (a chunk of its prompt), recompute (its cache rebuilt after "
+     "a preemption), decode (one token), done (a finished row of a static batch)"),
+    ("tokens", "int", False, "its tokens in the step"),
 )
 
 IDLE_COLUMNS = _cols(
@@ -260,14 +276,41 @@ IDLE_COLUMNS = _cols(
     ("start_ns", "int", True, "start of the idle slice on the report's timeline, ns"),
     ("end_ns", "int", True, "end, ns"),
     ("duration_ns", "int", True, "end_ns - start_ns"),
-    ("cause", "str", True, "what the host was doing: launch, host, sync, copy, profiler or unknown (docs/idle.md)"),
+    ("cause", "str", True, "why the device waits: launch, host, sync, copy, graph, profiler or unknown (docs/idle.md)"),
+    ("host_kind", "str", False, "host slices: dispatch, cpu compute, waiting or host code (docs/idle.md); None otherwise"),
     ("range", "str", False, "innermost NVTX / record_function / nn.Module range around the slice on the host"),
-    ("api", "str", False, "the host call the slice fell in (copies: the copy call)"),
-    ("correlation", "int", False, "the copy call's correlation id"),
+    ("api", "str", False, "the host call the slice fell in (copies: the copy call; sync: the sync call whose return "
+     "opened the gap; graph: the graph launch)"),
+    ("op", "str", False, "the CPU operator the host ran over the slice (outermost on the launching thread), or its "
+     "host math call (numpy.linalg.svd); sync: the operator behind the sync call (aten::item, aten::to)"),
+    ("op_shapes", "str", False, "that operator's input shapes (JSON, record_shapes)"),
+    ("function", "str", False, "the innermost Python function of the user's code around the slice (with_stack)"),
+    ("wait", "str", False, "the OS-runtime call (nsys OSRT: futex, poll, nanosleep...) or blocking Python call "
+     "(time.sleep, lock acquire) the host was in"),
+    ("gap", "int", False, "the gap (idle interval between two pieces of device work) the slice belongs to, numbered "
+     "per device from 0"),
+    ("correlation", "int", False, "the copy call's correlation id (graph: the replay's)"),
     ("bytes", "float", False, "bytes of the copy the call made (copies)"),
     ("pinned", "bool", False, "the copy's host memory is pinned (None when unknown)"),
     ("window_ns", "float", False, "length of the device's window (inference window, or first to last work), ns"),
     ("window_pct", "float", False, "the slice's share of that window, percent"),
+)
+
+HOST_COLUMNS = _cols(
+    ("kind", "str", True, "op (a CPU operator, outermost on its thread), python (a function of the user's code, "
+     "recorded with_stack), wait (an OS-runtime call, or a Python call that blocks: sleep, lock, select, read) or "
+     "math (the outermost call into a host math library: numpy, scipy)"),
+    ("name", "str", True, "the operator, the function ('file.py(line): name') or the call"),
+    ("start_ns", "int", True, "start on the report's timeline, ns"),
+    ("end_ns", "int", True, "end, ns"),
+    ("duration_ns", "int", False, "end_ns - start_ns"),
+    ("thread", "int", False, "thread id"),
+    ("device_calls", "int", False, "ops: launch, copy and memset calls made inside it (0: it queued no device work)"),
+    ("host_compute", "bool", False, "ops: computed on the host: it queued no device work, and it or an operator "
+     "inside it is more than a view, an allocation or a scalar read"),
+    ("inner_op", "str", False, "ops: the longest operator inside it that computes (aten::bmm inside aten::matmul)"),
+    ("op_shapes", "str", False, "ops: JSON list of its input shapes (record_shapes)"),
+    ("op_input_types", "str", False, "ops: JSON list of its input dtypes"),
 )
 
 MEMORY_COLUMNS = _cols(
@@ -290,12 +333,18 @@ MEMORY_COLUMNS = _cols(
     ("op", "str", False, "operator that made the allocation (aten::mm, ...)"),
     ("module", "str", False, "nn.Module path around it"),
     ("source", "str", False, "innermost user source line, 'file.py:line function' (snapshot frames)"),
+    ("stack", "str", False, "the user's Python frames from the source line outwards, ' < '-joined (snapshot frames)"),
     ("category", "str", False, "weights, kv_cache, activations, workspace, optimizer, gradient, cuda_graph_pool, "
-     "unknown (docs/memory.md: the rules)"),
+     "before_recording, unknown (docs/memory.md: the rules)"),
     ("category_rule", "str", False, "the rule that gave the category"),
     ("phase", "str", False, "prefill, decode, ... of the step around the event"),
     ("step", "int", False, "the step (steps.parquet) around the event"),
     ("memory_source", "str", False, "kineto, snapshot, memory_timeline (torch.profiler export_memory_timeline)"),
+    ("event", "int", False, "the event's place in its device's record, from 0 (-1: there before the record); "
+     "an instant is 'after event k'"),
+    ("free_event", "int", False, "alloc rows: the event that freed it (None: still live at the end)"),
+    ("requested_bytes", "float", False, "bytes the caller asked for, before the allocator rounded them (snapshot "
+     "blocks at the dump)"),
 )
 
 GAUGE_COLUMNS = _cols(
@@ -326,7 +375,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "steps": STEP_COLUMNS,
     "requests_unprofiled": REQUEST_COLUMNS,
     "steps_unprofiled": STEP_COLUMNS,
+    "request_steps": REQUEST_STEP_COLUMNS,
     "idle": IDLE_COLUMNS,
+    "host": HOST_COLUMNS,
     "memory": MEMORY_COLUMNS,
     "gauges": GAUGE_COLUMNS,
     "gemm_curve": GEMM_CURVE_COLUMNS,
@@ -335,10 +386,13 @@ TABLES: dict[str, tuple[Column, ...]] = {
 
 ``steps`` and ``requests`` are the profiled run's (on the trace's timeline); an engine report also
 holds ``steps_unprofiled`` and ``requests_unprofiled``: the same workload run warm without the
-profiler (times from that run's start), the source of the headline serving metrics. ``gemm_curve``
+profiler (times from that run's start), the source of the headline serving metrics.
+``request_steps`` joins a load test's requests to the steps they took part in (the scheduler's log;
+``run`` column as the others). ``gemm_curve``
 is an engine profile's GEMM size curve (:mod:`perfscope.collectors.gemm_curve`), measured on the
-report's device after the profiled run. Reports written before these tables existed load with them
-empty."""
+report's device after the profiled run. ``host`` is the host's own activity that explains the
+device's idle time (docs/idle.md), read by :mod:`perfscope.analysis.idle`. Reports written before
+these tables existed load with them empty."""
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 BOUNDS = ("memory", "compute", "latency", "unknown")
@@ -464,6 +518,21 @@ def _missing_series(kind: str, n: int, index: pd.Index) -> pd.Series:
     return pd.Series([None] * n, index=index, dtype="object")
 
 
+def whole_numbers(values: Any) -> pd.Series:
+    """``values`` as a nullable ``Int64`` column: numbers rounded to the nearest whole number (rocprof-compute
+    writes timestamps averaged over its passes, ``3806496773226489.5``); text, NaN, ±inf and values beyond
+    int64 become missing, never an exception (pandas' own cast refuses a fraction and warns on inf)."""
+    series = values if isinstance(values, pd.Series) else pd.Series(values)
+    nums = pd.to_numeric(series, errors="coerce")
+    if pd.api.types.is_signed_integer_dtype(nums.dtype):
+        return nums.astype("Int64")
+    f = nums.to_numpy(dtype="float64", na_value=np.nan) if hasattr(nums, "to_numpy") else np.asarray(nums, "float64")
+    ok = np.isfinite(f) & (np.abs(f) < 2.0**63)
+    out = np.zeros(len(f), dtype="int64")
+    out[ok] = np.rint(f[ok]).astype("int64")
+    return pd.Series(pd.arrays.IntegerArray(out, ~ok), index=series.index)
+
+
 def _coerce(series: pd.Series, col: Column) -> pd.Series:
     dtype = series.dtype
     if (col.kind == "float" and dtype == "float64") or (col.kind == "bool" and dtype == "boolean") or \
@@ -472,10 +541,10 @@ def _coerce(series: pd.Series, col: Column) -> pd.Series:
     if col.kind == "float":
         return pd.to_numeric(series, errors="coerce").astype("float64")
     if col.kind == "int":
-        values = pd.to_numeric(series, errors="coerce")
+        values = whole_numbers(series)
         if col.required and not values.isna().any():
             return values.astype("int64")
-        return values.astype("Int64")
+        return values
     if col.kind == "bool":
         return series.astype("boolean")
     return series
@@ -532,6 +601,101 @@ def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
                 source, f"{table}.{col.name} has {bad} missing value(s) but is required"
             )
     return result
+
+
+MAX_NS = 1 << 62
+"""The largest time, or span of time, in ns a table holds (146 years); past it a value is damage."""
+MAX_BYTES = 1 << 60
+"""The largest size in bytes (an exbibyte) a table holds."""
+MAX_FLOPS = 1e24
+"""The most operations one kernel is taken to do (a second of a 10^18 FLOP/s device is 10^18)."""
+SIGNED_BYTES = frozenset({"delta_bytes", "allocated_bytes"})
+"""Byte columns that may be negative (a free's change; a window's allocated bytes before its first alloc)."""
+VALIDATED = ("kernels", "transfers", "api", "ranges", "memory", "counters")
+"""Tables whose numbers come from a file, checked by :func:`validate` before a report holds them."""
+
+
+def untimed(df: pd.DataFrame, table: str) -> tuple[pd.DataFrame, list[str]]:
+    """Before :func:`conform`: rows of a :data:`VALIDATED` table whose required time (``start_ns``, ``end_ns``,
+    ``t_ns``) is missing or not a whole number in int64 (text, NaN, ±inf, 1e400) are dropped and counted,
+    so one damaged time costs its row, not the import."""
+    if table not in VALIDATED or not len(df):
+        return df, []
+    required = [c.name for c in TABLES[table] if c.required and c.kind == "int" and c.name.endswith("_ns")]
+    bad = np.zeros(len(df), dtype=bool)
+    for col in required:
+        if col in df:
+            bad |= whole_numbers(df[col]).isna().to_numpy()
+    if not bad.any():
+        return df, []
+    note = f"{table}: {int(bad.sum())} row(s) without a readable {'/'.join(required)} dropped"
+    return df.loc[~bad].reset_index(drop=True), [note]
+
+
+def _mask(values: pd.Series, bad: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Rows whose value is known and ``bad`` (missing values are never bad)."""
+    nums = pd.to_numeric(values, errors="coerce").astype("float64").to_numpy()
+    known = ~np.isnan(nums)
+    out = np.zeros(len(nums), dtype=bool)
+    out[known] = bad(nums[known])
+    return out
+
+
+def validate(df: pd.DataFrame, table: str) -> tuple[pd.DataFrame, list[str]]:
+    """The one check of the numbers a reader read, for a conformed ``table`` of :data:`VALIDATED`:
+    what fails is dropped, and counted in the returned notes (for the manifest's warnings).
+
+    - a row whose time is out of range (``start_ns``, ``end_ns``, ``t_ns`` beyond ±:data:`MAX_NS`), whose
+      ``duration_ns`` is negative or past :data:`MAX_NS`, or which ends before it starts, is dropped;
+    - a size (a ``*_bytes`` column but :data:`SIGNED_BYTES`, ``bytes``) that is negative, past
+      :data:`MAX_BYTES` or not finite becomes missing; a transfer without its (required) bytes is dropped;
+    - ``flops`` negative, past :data:`MAX_FLOPS` or not finite becomes missing;
+    - any other float that is not finite (±inf) becomes missing.
+    """
+    if table not in VALIDATED or not len(df):
+        return df, []
+    notes: list[str] = []
+    drop = np.zeros(len(df), dtype=bool)
+    for col in ("start_ns", "end_ns", "t_ns"):
+        if col in df:
+            drop |= _mask(df[col], lambda v: np.abs(v) > MAX_NS)
+    if "duration_ns" in df:
+        drop |= _mask(df["duration_ns"], lambda v: (v < 0) | (v > MAX_NS))
+    if "start_ns" in df and "end_ns" in df:
+        s = pd.to_numeric(df["start_ns"], errors="coerce").astype("float64").to_numpy()
+        e = pd.to_numeric(df["end_ns"], errors="coerce").astype("float64").to_numpy()
+        with np.errstate(invalid="ignore"):
+            drop |= e < s
+    out = df
+    if drop.any():
+        notes.append(f"{table}: {int(drop.sum())} row(s) with a negative, reversed or out-of-range time dropped")
+        out = df.loc[~drop].reset_index(drop=True)
+    changed: dict[str, int] = {}
+    for col in out.columns:
+        kind = out[col].dtype
+        if not (pd.api.types.is_numeric_dtype(kind) and not pd.api.types.is_bool_dtype(kind)):
+            continue
+        if col == "bytes" or (col.endswith("_bytes") and col not in SIGNED_BYTES):
+            bad = _mask(out[col], lambda v: ~np.isfinite(v) | (v < 0) | (v > MAX_BYTES))
+        elif col == "flops":
+            bad = _mask(out[col], lambda v: ~np.isfinite(v) | (v < 0) | (v > MAX_FLOPS))
+        elif pd.api.types.is_float_dtype(kind):
+            bad = np.isinf(out[col].to_numpy(dtype="float64", na_value=np.nan))
+        else:
+            continue
+        if bad.any():
+            changed[col] = int(bad.sum())
+            if out is df:
+                out = df.copy()
+            out[col] = out[col].mask(pd.Series(bad, index=out.index))
+    if table == "transfers" and "bytes" in changed:
+        keep = out["bytes"].notna().to_numpy()
+        out = out.loc[keep].reset_index(drop=True)
+    if changed:
+        what = ", ".join(f"{col} {n}" for col, n in sorted(changed.items()))
+        action = "dropped" if table == "transfers" and "bytes" in changed else "made missing"
+        notes.append(f"{table}: values that are not finite, negative where a size is, or out of range {action} ({what})")
+    return out, notes
 
 
 def check_columns(columns: Iterable[str], table: str, *, source: str) -> None:

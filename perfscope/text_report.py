@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .format import MISSING, si, terminal_text
+from .format import (
+    EVIDENCE_ITEMS_SHOWN,
+    MISSING,
+    evidence_item,
+    evidence_more,
+    evidence_share,
+    si,
+    terminal_text,
+)
 from .format import clip as _clip
 from .format import finite as _finite
 from .format import number as _num
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from perfscope.analysis.findings import Finding
 
     from .report import Report
 
@@ -162,6 +172,34 @@ def _request_lines(report: Report) -> list[str]:
     return lines
 
 
+def _tail_lines(report: Report) -> list[str]:
+    """A load test's p50 and p99 of TTFT, ITL, TPOT and E2E with their parts (ms), per run."""
+    from perfscope.analysis.summaries.tails import PARTS, entry, splits
+
+    found = splits(report)
+    if not found:
+        return []
+    words = {"head_of_line": "head of line", "prefill_stall": "prefill stall"}
+    lines = []
+    for split in found:
+        shown = [p for p in PARTS if p not in split.unmeasured]
+        rows, used = [], set()
+        for metric in ("ttft", "itl", "tpot", "e2e"):
+            for q, v in (("p50", 50.0), ("p99", 99.0)):
+                e = entry(split, metric, v)
+                used |= {p for p, x in e["parts"].items() if x > 0}
+                rows.append((f"{metric.upper()} {q}", e))
+        cols = [p for p in shown if p in used]
+        table_rows = [[label, _num(e["value_s"], 1e-3, 2)] + [_num(e["parts"].get(p), 1e-3, 2) if p in e["parts"]
+                                                               else MISSING for p in cols] for label, e in rows]
+        run = f" {split.run}" if split.run and len(found) > 1 else ""
+        lines.append(f"tails (p50 -> p99 split into causes{run}; ms, the parts add up to the value; joined by "
+                     f"{split.source}):")
+        lines.append(table(["", "value", *(words.get(p, p) for p in cols)], table_rows, indent="    "))
+        lines += [f"    note: {n}" for n in split.notes]
+    return lines
+
+
 def _timing_line(report: Report) -> str | None:
     """Unprofiled vs profiled wall time, the profiler's overhead and the compile time."""
     p = report.params
@@ -230,9 +268,14 @@ def _idle_lines(report: Report, n: int = 5) -> list[str]:
     for dev in idle_overview(idle_of(report), n):
         causes = " · ".join(f"{c['cause']} {_num(c['idle_pct'], 1, 0)}%" for c in dev["causes"]  # type: ignore[attr-defined]
                             if c["duration_ns"])
+        host = " · ".join(f"{k['kind']} {_num(k['idle_pct'], 1, 0)}%" for k in dev["kinds"]  # type: ignore[attr-defined]
+                          if k["duration_ns"] and k["kind"] in ("dispatch", "cpu compute", "waiting", "host code"))
         lines.append(f"idle on {dev['device']}: {_num(dev['idle_ns'], 1e6, 2)} ms, {_num(dev['idle_pct'], 1, 1)}% of "
-                     f"{_num(dev['window_ns'], 1e6, 2)} ms: {causes}")
-        rows = [[str(r["cause"]), _clip(r["range"] or "(no range)", 46), _num(r["duration_ns"], 1e6, 2),
+                     f"{_num(dev['window_ns'], 1e6, 2)} ms: {causes}" + (f" (host: {host})" if host else ""))
+        if dev.get("gap_sizes_text"):
+            lines.append(f"  gaps by time: {dev['gap_sizes_text']}")
+        rows = [[str(r["cause"]) + (f" ({r['host_kind']})" if isinstance(r.get("host_kind"), str) else ""),  # type: ignore[attr-defined]
+                 _clip(r["range"] or "(no range)", 46), _num(r["duration_ns"], 1e6, 2),
                  _num(r["idle_pct"], 1, 1), str(r["slices"])] for r in dev["ranges"]]  # type: ignore[attr-defined]
         lines.append(table(["cause", "range", "ms", "% idle", "gaps"], rows))
     return lines
@@ -285,9 +328,29 @@ def _finding_lines(report: Report, n: int = 5) -> list[str]:
         return []
     lines = [f"findings (most time at stake first; {stake_clock(report)}):"]
     for f in found:
-        stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
-        lines.append(f"  [{f.severity}] {f.title}{stake}")
-        lines.append(f"      -> {f.recommendation}")
+        lines += finding_lines(f)
+    return lines
+
+
+def finding_lines(f: Finding) -> list[str]:
+    """One finding as the terminal shows it: severity, title, time at stake and the run it is on,
+    the advice, then its evidence: the share of its time at stake its items explain (or the time
+    left unexplained) and its largest items, each with its share of that time."""
+    from perfscope.analysis.findings import EVIDENCE_RULE_SHARE
+
+    stake = f", {_num(f.time_at_stake_ns, 1e6, 2)} ms at stake" if f.time_at_stake_ns == f.time_at_stake_ns else ""
+    run = f" [{f.run} run]" if f.run else ""
+    lines = [f"  [{f.severity}] {f.title}{stake}{run}", f"      -> {f.recommendation}"]
+    if not f.items:
+        return lines
+    share = evidence_share(f.time_at_stake_ns, f.explained_ns, EVIDENCE_RULE_SHARE)
+    lines.append("      evidence" + (f" ({share}):" if share else ":"))
+    for item in f.items[:EVIDENCE_ITEMS_SHOWN]:
+        part, cause, label = evidence_item(item, f.time_at_stake_ns)
+        lines.append(f"        {part:>4}  {label}" + ("  [cause unknown]" if cause == "unknown" else ""))
+    more = evidence_more(f.items, EVIDENCE_ITEMS_SHOWN)
+    if more:
+        lines.append(f"              {more}")
     return lines
 
 
@@ -312,7 +375,7 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
     if timing:
         head += "\n" + timing
     sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report),
-                _request_lines(report),
+                _request_lines(report), _tail_lines(report),
                 _kernel_lines(report, top), _idle_lines(report), _rank_lines(report)]
     if findings:
         sections.append(_finding_lines(report))

@@ -8,13 +8,12 @@ clear message instead of a parser traceback.
 
 from __future__ import annotations
 
-import gzip
 import importlib
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from perfscope.errors import InputFormatError, UsageError
+from perfscope.errors import InputFormatError, PerfscopeError, UsageError
+from perfscope.inputs import DAMAGED, damaged, head_bytes, is_compressed, regular_file
 from perfscope.limits import counting
 from perfscope.outpaths import single_report
 from perfscope.report import MANIFEST, Report
@@ -25,6 +24,8 @@ if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
 
 SNIFF_BYTES = 1 << 16
+IN_PLACE = ((b"SQLite format 3\x00", "SQLite"), (b"PAR1", "Parquet"), (b"NVR\x00", "Nsight Compute report"))
+"""Formats read in place (random access), which a compressed copy of cannot be: one line says to decompress it."""
 
 READERS: dict[str, str] = {
     "kineto": "perfscope.analysis.readers.kineto.reader",
@@ -55,17 +56,12 @@ class Reader(Protocol):
 
 
 def _head(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        head = fh.read(SNIFF_BYTES)
-    if head[:2] == b"\x1f\x8b":
-        try:
-            data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_BYTES)
-        except zlib.error:
-            data = b""
-        if not data:
-            raise InputFormatError(path, "damaged or truncated gzip data",
-                                   hint="re-export or re-download the file")
-        return data
+    """The first :data:`SNIFF_BYTES` bytes, decompressed by content (:func:`perfscope.inputs.head_bytes`;
+    a stream damaged before its first bytes is one error line)."""
+    head = head_bytes(path, SNIFF_BYTES)
+    if not head:
+        raise InputFormatError(path, "damaged or truncated compressed data (nothing decompresses)",
+                               hint="re-export or re-download the file")
     return head
 
 
@@ -76,8 +72,6 @@ def detect_format(path: str | Path) -> str:
         InputFormatError: missing, empty, or not a format perfscope reads.
     """
     p = Path(path)
-    if not p.exists():
-        raise InputFormatError(p, "no such file or folder", hint="check the path")
     if p.is_dir():
         if (p / MANIFEST).is_file() or single_report(p) is not None:
             return "report"
@@ -86,12 +80,16 @@ def detect_format(path: str | Path) -> str:
             return amd
         raise InputFormatError(p, "is a folder, not a profiler output or a perfscope report",
                                hint=f"give one file: {SUPPORTED}")
-    if p.stat().st_size == 0:
+    if regular_file(p).stat().st_size == 0:  # a FIFO, a device, a link loop: one line, never opened
         raise InputFormatError(p, "is empty", hint="the profiler wrote nothing; re-run the capture")
     name = p.name.lower()
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     head = _head(p)
+    container = next((name for magic, name in IN_PLACE if head.startswith(magic)), None)
+    if container and (kind := is_compressed(p)):
+        raise InputFormatError(p, f"is a {kind}-compressed {container} file: those are read in place, not as a stream",
+                               hint=f"decompress it first ({'gunzip' if kind == 'gzip' else kind + ' -d'} {p.name})")
     amd = sniff_rocprof(p, head)
     if amd is not None:
         return amd
@@ -145,6 +143,18 @@ def import_file(path: str | Path, *, device: DeviceSpec | None = None, capture: 
             if capture is not None:
                 return module.read_kineto(p, device=device, capture=capture)  # type: ignore[no-any-return]
             return reader(p, device=device)
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise InputFormatError(p, f"truncated or damaged compressed data ({exc})",
-                               hint="re-export or re-download the file") from None
+    except PerfscopeError:
+        raise
+    except DAMAGED as exc:  # a decompressor's error a reader did not turn into its own line
+        raise damaged(p, exc) from None
+    except MemoryError:
+        raise InputFormatError(p, "reading it needs more memory than this process could get; nothing was written",
+                               hint="set PERFSCOPE_MAX_MEMORY to stop earlier with this line, or import a shorter "
+                                    "trace") from None
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError, ArithmeticError, RecursionError) as exc:
+        # the boundary every reader is under: a value of the wrong type or size that a reader did not
+        # turn into its own line is still one line naming the file, never a traceback
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise InputFormatError(p, f"holds a value the {fmt} reader cannot read ({type(exc).__name__}: {first})",
+                               hint="re-export the capture; if the file is as the tool wrote it, please report "
+                                    "this") from None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from perfscope.report import Report
-from perfscope.schema import conform
+from perfscope.schema import conform, untimed, validate
 
 from ..costs.roofline import classify_conformed
 from ..idle import idle_rows
@@ -74,18 +74,26 @@ class Imported:
 def finish(imported: Imported, steps: StepRule | None = None) -> Report:
     """Conform each table once, classify the kernels, and build the Report (``steps``: the ranges
     that are steps, ``--steps``; default: the frameworks' annotations)."""
-    tables = {name: conform(df, name, source=imported.origin) for name, df in imported.tables.items()}
+    tables, checks = {}, []
+    for name, df in imported.tables.items():  # every number read from a file goes through the one validator
+        timed, lost = untimed(df, name)
+        tables[name], dropped = validate(conform(timed, name, source=imported.origin), name)
+        checks += [*lost, *dropped]
+    device, roof_notes = imported.device.checked() if imported.device is not None else (None, [])
     tables, notes = with_framework_steps(tables, steps)
+    notes = [*checks, *roof_notes, *notes]
     if "steps" in tables and "steps" not in imported.tables:
         tables["steps"] = conform(tables["steps"], "steps", source=imported.origin)
     if "memory" in tables and "steps" in tables:
         tables["memory"] = memory_with_steps(tables["memory"], tables["steps"])
     if "kernels" in tables:
-        tables["kernels"] = classify_conformed(tables["kernels"], imported.device)
+        tables["kernels"] = classify_conformed(tables["kernels"], device)
     # the roofs the kernels were classified against are the report's device, by construction
-    manifest = {**imported.manifest, "device": imported.device.to_dict() if imported.device else None}
+    manifest = {**imported.manifest, "device": device.to_dict() if device else None}
     if notes:
         manifest["warnings"] = [*imported.warnings, *notes]
+    if any("row(s)" in note for note in checks):  # rows were dropped: the report lacks them
+        manifest["partial"] = True
     if "idle" in tables:  # given by the caller (a combined report): kept
         return Report.assemble(tables, manifest)
     # a placeholder idle table while the report is read to make the real one (conformed once, below)

@@ -11,7 +11,6 @@ gradient, unknown -> unknown. There are no addresses: rows are changes of a cate
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,8 @@ import orjson
 import pandas as pd
 
 from perfscope.errors import InputFormatError
+from perfscope.inputs import read_bytes
+from perfscope.limits import take
 from perfscope.report import Report, source_info
 
 from .finish import Imported, finish
@@ -33,11 +34,17 @@ TORCH_CATEGORIES = ("weights", "optimizer", "activations", "workspace", "activat
 ACTIVATION, GRADIENT, AUTOGRAD_DETAIL, None) as perfscope categories."""
 
 
+MAX_US = (1 << 62) // 1000
+"""The largest time (µs) a timeline may hold: its ns (x 1000) stay in the ns columns' range."""
+
+
 def parse(doc: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(t_ns, category index, delta bytes) of either layout, or None when ``doc`` is neither."""
     if (isinstance(doc, list) and len(doc) == 2 and isinstance(doc[0], list) and isinstance(doc[1], list)
             and len(doc[0]) == len(doc[1]) and all(isinstance(r, list) and len(r) == 9 for r in doc[1][:5])):
         times = np.asarray(doc[0], dtype="int64")
+        if len(times) and np.abs(times).max() > MAX_US:
+            raise ValueError("a time out of range")
         sizes = np.asarray(doc[1], dtype="float64")[:, 1:]
         deltas = np.diff(np.vstack([np.zeros((1, sizes.shape[1])), sizes]), axis=0)
         ti, ci = np.nonzero(deltas)
@@ -45,6 +52,8 @@ def parse(doc: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     if isinstance(doc, list) and doc and all(isinstance(r, list) and len(r) == 4 for r in doc[:5]):
         raw = np.asarray(doc, dtype="int64")
         t = raw[:, 0]
+        if np.abs(t).max() > MAX_US * 1000:
+            raise ValueError("a time out of range")
         first = t[t >= 0].min() if (t >= 0).any() else 0
         return np.where(t < 0, first, t), raw[:, 3], raw[:, 2].astype("float64")
     return None
@@ -52,17 +61,20 @@ def parse(doc: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
 
 def import_memory_timeline(path: str | Path, *, device: DeviceSpec | None = None) -> Imported:
     p = Path(path)
-    data = p.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+    data = read_bytes(p)  # decompressed by content, memory budget checked as read
     try:
         got = parse(orjson.loads(data))
     except orjson.JSONDecodeError as exc:
         raise InputFormatError(p, f"damaged JSON ({exc})", hint="re-export it with export_memory_timeline") from None
+    except (TypeError, ValueError, OverflowError, IndexError) as exc:  # a value of the wrong type or size
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise InputFormatError(p, f"holds a value no export_memory_timeline output has ({first})",
+                               hint="re-export it with export_memory_timeline") from None
     if got is None:
         raise InputFormatError(p, "is a JSON list but not an export_memory_timeline output",
                                hint="give [times, sizes] (.json) or the raw events (.raw.json.gz)")
     t, cat, delta = got
+    take(p, len(t))
     order = np.argsort(t, kind="stable")
     t, cat, delta = t[order], cat[order], delta[order]
     categories = np.array(TORCH_CATEGORIES, dtype=object)[np.clip(cat, 0, len(TORCH_CATEGORIES) - 1)]
@@ -70,7 +82,7 @@ def import_memory_timeline(path: str | Path, *, device: DeviceSpec | None = None
         "t_ns": t, "device": "unknown", "action": np.where(delta >= 0, "alloc", "free"),
         "size_bytes": np.abs(delta), "delta_bytes": delta, "allocated_bytes": np.cumsum(delta),
         "category": categories, "category_rule": "torch.profiler's memory profiler",
-        "memory_source": "memory_timeline",
+        "memory_source": "memory_timeline", "event": np.arange(len(t), dtype="int64"),
     })
     manifest = {"name": p.name.split(".")[0],
                 "source": source_info("memory-timeline", p, "torch.profiler export_memory_timeline", None),

@@ -17,6 +17,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from perfscope.errors import InputFormatError
+from perfscope.inputs import regular_file
+from perfscope.limits import take
 from perfscope.report import Report, source_info
 from perfscope.schema import NVML_PARAMS_KEY, column_names
 
@@ -42,14 +44,20 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
     Raises:
         InputFormatError: the file is not a readable counters table.
     """
-    p = Path(path)
+    p = regular_file(path)
     try:
         samples = pd.read_parquet(p)
         meta = pq.read_schema(p).metadata or {}
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for damaged files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputFormatError(p, f"damaged Parquet file ({first})", hint="re-run the capture") from None
-    params = json.loads(meta[NVML_PARAMS_KEY]) if NVML_PARAMS_KEY in meta else {}
+    take(p, len(samples))
+    try:
+        params = json.loads(meta[NVML_PARAMS_KEY]) if NVML_PARAMS_KEY in meta else {}
+    except ValueError:
+        params = {}
+    if not isinstance(params, dict):
+        params = {}
     devices = sorted(str(d) for d in samples["device"].dropna().unique()) if "device" in samples else []
     manifest = {
         "name": p.stem,

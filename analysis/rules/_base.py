@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from perfscope.report import Report
 
 __all__ = [
-    "DEGENERATE_SHORT_NAME", "EVIDENCE_RULE_SHARE", "HOST_COPY_KINDS", "ITEM_KINDS", "NCU_REPROFILE", "SEVERITIES",
+    "DEGENERATE_SHORT_NAME", "EVIDENCE_RULE_SHARE", "HOST_COPY_KINDS", "ITEM_KINDS", "ITEM_SPANS", "NCU_REPROFILE", "SEVERITIES",
     "Evidence", "Finding", "Item", "activity", "collect_advice", "covered_ns", "explained_ns", "from_ncu",
     "gaps_before", "group_key", "info", "is_cpu_report", "merge_intervals", "pct", "profile_span_ns", "ranked",
     "severity_for", "top_groups",
@@ -76,6 +76,10 @@ def collect_advice(report: Report, advice: str) -> str:
     return advice.format(counters=COUNTER_PROFILERS["amd" if from_amd(report) else "nvidia"])
 
 
+ITEM_SPANS = 32
+"""The most member places a group item carries (its largest members): enough to find them on the
+timeline, few enough that ``--json`` stays small."""
+
 ITEM_KINDS = ("gap", "gaps", "kernel", "kernels", "copy", "sync", "range", "step", "phase", "request", "tensor",
               "rank", "metric")
 """What an :class:`Item` can point at. ``gaps``/``kernels`` are a group of like items (one line for 1,983 gaps
@@ -98,6 +102,10 @@ class Item:
             so that the dashboard can select it and the Perfetto export can mark it.
         attrs: what else identifies it (``cause``, ``host_kind``, ``limiter``, ``bytes``, ``request_id``,
             ``rank``, ``count``, ``device``...), units in the keys.
+        spans: for a group item (``gaps``, ``kernels``, several steps) whose members lie apart on the
+            timeline, the ``(start_ns, end_ns)`` of its largest members (at most :data:`ITEM_SPANS`,
+            largest first), so that the dashboard and the Perfetto export mark each; empty for an
+            item with one place (``start_ns``/``end_ns``) or none.
     """
 
     kind: str
@@ -107,21 +115,31 @@ class Item:
     start_ns: float = math.nan
     end_ns: float = math.nan
     attrs: Mapping[str, float | int | str | None] = field(default_factory=dict)
+    spans: tuple[tuple[float, float], ...] = ()
+
+    def places(self) -> tuple[tuple[float, float], ...]:
+        """Where the item lies on the timeline: its ``spans``, else its one ``(start_ns, end_ns)``;
+        empty when it has no place (a metric, a tensor)."""
+        if self.spans:
+            return self.spans
+        if math.isfinite(self.start_ns) and math.isfinite(self.end_ns) and self.end_ns >= self.start_ns:
+            return ((self.start_ns, self.end_ns),)
+        return ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None)."""
         return jsonable({"kind": self.kind, "label": self.label, "time_ns": self.time_ns,
                          "explains": self.explains, "start_ns": self.start_ns, "end_ns": self.end_ns,
-                         "attrs": dict(self.attrs)})
+                         "attrs": dict(self.attrs), "spans": [list(s) for s in self.spans]})
 
 
 def explained_ns(items: tuple[Item, ...] | list[Item], time_at_stake_ns: float) -> float:
-    """The time the ``items`` whose cause is known account for, at most ``time_at_stake_ns``; NaN when
-    no item carries a time (the finding then states no share)."""
-    timed = [i.time_ns for i in items if i.explains and math.isfinite(i.time_ns)]
-    if not timed:
+    """The time the ``items`` whose cause is known account for, at most ``time_at_stake_ns``: 0 when
+    items carry times but none of known cause (all of the stake is then unexplained); NaN when no
+    item carries a time (the finding then states no share)."""
+    if not any(math.isfinite(i.time_ns) for i in items):
         return math.nan
-    total = float(sum(timed))
+    total = float(sum(i.time_ns for i in items if i.explains and math.isfinite(i.time_ns)))
     return min(total, time_at_stake_ns) if math.isfinite(time_at_stake_ns) else total
 
 

@@ -12,18 +12,31 @@ launch); kernel coverage compares the profiled run's kernels with the profiled r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import duration, nbytes
 from perfscope.format import pct as fmt_pct
 
-from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps
+from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps, step_windows
 from ..summaries.serving import phase_summary, run_steps
-from ._base import Finding, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
+from ._base import Finding, Item, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
+from .evidence import (
+    dominant,
+    gap_advice,
+    gap_items,
+    idle_within,
+    kernel_items,
+    largest_kernel,
+    on_stake_clock,
+    step_items,
+    time_in,
+    unexplained,
+)
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 
 if TYPE_CHECKING:
@@ -148,24 +161,66 @@ def decode_mbu(report: Report) -> list[Finding]:
     what = "of its kernels' DRAM traffic" if has_framework_steps(steps) else "of weights + KV cache"
     title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {duration(float(dur.mean()))} per step vs a "
              f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB {what}")
+    # the items are measured on the profiled run (its kernels and idle gaps); on the stake's clock
+    prof_stake = float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
+                               / bw * 1e9, 0, None).sum())
+    items = on_stake_clock(_decode_items(report, prof, bw), at_stake, prof_stake)
+    gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
+    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
+                         "item holds: step time outside the idle table's gaps (before the first kernel, after the "
+                         "last) or kernel time the kernels' own byte counts do not place")
+    evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_roof_ns=kernel_ns)
     mode = graph_mode(report)
     graph = graph_advice(report, mode) if mode.is_graph_run else None
     if graph:
         evidence.update(mode.evidence())
     mode_of_run = "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
-    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run)
-    if has_framework_steps(steps):
+    fix = dominant(items) if gap_ns >= kernel_ns else "kernels"
+    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run, fix=fix, items=items)
+    if has_framework_steps(steps) and fix == "launch":
         from .knobs import framework_of, knob
 
         advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
-    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",))]
+    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",), items=tuple(items))]
+
+
+def _decode_items(report: Report, prof: pd.DataFrame, bw: float) -> list[Item]:
+    """What the decode steps' time above their floor is: the device idle inside the steps (the
+    ``idle`` table's gaps, by cause and range) and the kernels' time above their own DRAM floor
+    (bytes / roof; a kernel without bytes holds its whole time, of unknown cause)."""
+    if not len(prof):
+        return []
+    ws, we = step_windows(prof, report.kernels)
+    items = gap_items(idle_within(report, ws, we), where=" inside decode steps")
+    k = report.kernels
+    pos = np.flatnonzero((k["phase"] == "decode").to_numpy(bool))
+    if len(pos):
+        dur = k["duration_ns"].to_numpy(np.float64)[pos]
+        kb = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy(np.float64)[pos] if "dram_bytes" in k \
+            else np.full(len(pos), np.nan)
+        known = np.isfinite(kb)
+        above = np.where(known, np.clip(dur - np.nan_to_num(kb) / bw * 1e9, 0, None), dur)
+
+        def describe(g: pd.DataFrame) -> str:
+            b = pd.to_numeric(g["dram_bytes"], errors="coerce") if "dram_bytes" in g else pd.Series(dtype="float64")
+            t = float(g["duration_ns"].sum())
+            if not b.notna().any() or not t > 0:
+                return ""
+            return f"above its DRAM floor (it reads {nbytes(float(b.sum()))} at {fmt_pct(pct(float(b.sum()) / (t * 1e-9), bw))} of the roof)"
+
+        items += kernel_items(k, pos, above, explains=known, describe=describe)
+    return items
 
 
 def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None,
-                   run: str = "gpu") -> str:
-    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``."""
+                   run: str = "gpu", *, fix: str | None = "launch", items: list[Item] | None = None) -> str:
+    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``; ``fix`` is what
+    the items behind the time above the floor call for (:data:`.evidence.FIX_OF_CAUSE`, or
+    ``kernels`` when the kernels' own time above their floor is the larger part)."""
+    items = items or []
     launch_bound = floor_ns < ops_per_step * SHORT_KERNEL_NS
-    if run == "compiled-cpu" and launch_bound:
+    host_gaps = run != "gpu" and fix in ("launch", "host")  # on a CPU the gaps between operators are dispatch
+    if run == "compiled-cpu" and launch_bound and host_gaps:
         head = (f"Decode is already compiled (compile=True), and the step's bandwidth floor ({duration(floor_ns)}) "
                 "is still shorter than the fixed host cost of a step (the compiled call's guard check and launch "
                 "code, per-token Python such as sampling): the model is too small for this CPU and that overhead "
@@ -174,34 +229,37 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
         head = ("Decode is already compiled (compile=True): its kernels read the weights below the bandwidth "
                 "roof. Check that every core works (torch.get_num_threads(), no other busy process) and the "
                 "compiled kernels against the roof (memory-below-roof).")
-    elif run == "cpu" and launch_bound:
+    elif run == "cpu" and launch_bound and host_gaps:
         head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than dispatching its "
                 f"{ops_per_step:.0f} operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too small for "
                 "this CPU and per-operator overhead sets the step time. Compile the decode step (perfscope "
                 "profile --compile, or torch.compile) so it runs as a few fused kernels.")
     elif run == "cpu":
         head = ((f"Operators run only {cover:.0f}% of each decode step: the rest is Python and dispatch overhead. "
-                 if cover < KERNEL_COVER_LOW_PCT else "The decode operators read the weights slowly. ")
+                 if host_gaps else "The decode operators read the weights slowly. ")
                 + "Compile the decode step (perfscope profile --compile, or torch.compile): inductor fuses each "
                 "layer's matrix-vector products into loops that stream the weights (this engine's 125M model "
                 "decodes at about 0.8 of a streaming read compiled against 0.56 eager on a 2-vCPU VM, "
                 "benchmarks/RESULTS.md).")
-    elif graph is not None:
-        head = ((f"Kernels run only {cover:.0f}% of each decode step. " if cover < KERNEL_COVER_LOW_PCT else
-                 "The decode kernels themselves read memory slowly: use fused decode attention and GEMV "
-                 "kernels tuned for small batches. ") + graph)
+    elif fix == "kernels":
+        top = largest_kernel(items)
+        head = ("The decode kernels themselves read memory slowly" + (f" (the most time above its floor: {top})"
+                                                                       if top else "")
+                + ": check them against the bandwidth roof (memory-below-roof) and use fused decode attention "
+                "and GEMV kernels tuned for small batches.")
+    elif graph is not None and fix in ("launch", "host"):
+        head = graph  # a graph run: the host time between replays is what is left, and graphs will not help
+    elif fix != "launch":
+        head = gap_advice(fix, items, "decode step")
     elif launch_bound:
         head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than launching its "
                 f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
                 "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "
                 "graph or compile it (torch.compile) so it runs as few launches.")
-    elif cover < KERNEL_COVER_LOW_PCT:
-        head = (f"Kernels run only {cover:.0f}% of each decode step: the rest is launch and Python overhead. "
+    else:
+        head = (f"Kernels run only {cover:.0f}% of each decode step: the rest is launch overhead. "
                 "Capture the decode step in a CUDA graph (torch.compile(mode='reduce-overhead')) and keep "
                 "sampling and bookkeeping on the device.")
-    else:
-        head = ("The decode kernels themselves read memory slowly: check the GEMV/attention kernels against "
-                "the bandwidth roof (memory-below-roof) and use fused decode attention.")
     return (head + " Then raise the batch: the weights are read once per step for every sequence in it, so "
                    "tokens per second grow almost linearly until the KV cache dominates; quantized weights "
                    "(int8/fp8/int4) lower the floor itself.")
@@ -258,9 +316,22 @@ def prefill_mfu(report: Report) -> list[Finding]:
     at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
     title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
-    advice = ("Prefill should be compute-bound GEMM work. Give it larger GEMMs (batch prompts together, longer "
-              "chunks in chunked prefill), a fused attention kernel (SDPA/flash) instead of materialised scores, "
-              "and a tensor-core precision (bf16); CUDA graphs do not help much here, kernel efficiency does.")
+    prof = _phase_steps(report, "prefill", profiled=True)
+    items = on_stake_clock(_prefill_items(report, prof, k, bw), at_stake,
+                           float(prof["duration_ns"].sum()) - max(compute_ns, memory_ns))
+    gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
+    evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_light_ns=kernel_ns)
+    items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
+                         "item holds: step time outside the idle table's gaps, or the part of the kernels' own speeds "
+                         "of light that the phase's (the larger of its FLOP and byte totals) does not count")
+    if gap_ns > kernel_ns:
+        advice = gap_advice(dominant(items), items, "prefill step")
+        if dominant(items) == "launch":
+            advice = ("The device waits between prefill kernels while the host launches them one by one: capture "
+                      "or compile the prefill (torch.compile) so it runs as fewer launches, and give it larger "
+                      "chunks so each launch carries more work.")
+    else:
+        advice = _prefill_advice(items, k, precision)
     if has_framework_steps(steps):
         from .knobs import framework_of, knob
 
@@ -268,7 +339,59 @@ def prefill_mfu(report: Report) -> list[Finding]:
         evidence["framework"] = fw
         advice += knob(fw, "batch_tokens")
     return [ranked(report, "prefill-mfu", title, evidence, advice,
-                    at_stake, ranges=("prefill",))]
+                    at_stake, ranges=("prefill",), items=tuple(items))]
+
+
+def _prefill_items(report: Report, prof: pd.DataFrame, k: pd.DataFrame, bw: float) -> list[Item]:
+    """What the prefill's time above its speed of light is: the device idle inside its steps and
+    each kernel's time above its own speed of light (max of FLOPs / its precision's roof and bytes
+    / the DRAM roof; a kernel with neither holds its whole time, of unknown cause)."""
+    dev = report.device
+    items: list[Item] = []
+    if len(prof):
+        ws, we = step_windows(prof, report.kernels)
+        items += gap_items(idle_within(report, ws, we), where=" inside prefill steps")
+    if not len(k) or dev is None:
+        return items
+    pos = np.flatnonzero(report.kernels.index.isin(k.index))
+    kk = report.kernels.iloc[pos]
+    dur = kk["duration_ns"].to_numpy(np.float64)
+    fl = pd.to_numeric(kk["flops"], errors="coerce").to_numpy(np.float64)
+    by = pd.to_numeric(kk["dram_bytes"], errors="coerce").to_numpy(np.float64) if "dram_bytes" in kk \
+        else np.full(len(kk), np.nan)
+    roofs = kk["precision"].astype("object").fillna("fp32").map(
+        lambda p: float(dev.peak_flops(str(p)) or math.nan)).to_numpy(np.float64)
+    light = np.fmax(fl / roofs * 1e9, by / bw * 1e9)
+    known = np.isfinite(light)
+    above = np.where(known, np.clip(dur - np.nan_to_num(light), 0, None), dur)
+
+    def describe(g: pd.DataFrame) -> str:
+        b = str(g["bound"].dropna().astype(str).mode().iloc[0]) if "bound" in g and g["bound"].notna().any() else ""
+        r = pd.to_numeric(g["pct_of_roof"], errors="coerce") if "pct_of_roof" in g else pd.Series(dtype="float64")
+        at = f" at {fmt_pct(float(np.average(r.fillna(0), weights=g['duration_ns'])))} of its roof" \
+            if r.notna().any() else ""
+        return f"above its speed of light ({b}-bound{at})" if b else "above its speed of light"
+
+    return items + kernel_items(report.kernels, pos, above, explains=known, describe=describe)
+
+
+def _prefill_advice(items: list[Item], k: pd.DataFrame, precision: str) -> str:
+    """Advice for prefill kernels below their speed of light, from what the largest kernel items are."""
+    top = largest_kernel(items)
+    kinds = [i for i in items if i.kind in ("kernel", "kernels") and i.explains]
+    cats = {str(i.attrs.get("category")) for i in sorted(kinds, key=lambda i: -i.time_ns)[:3]}
+    names = " ".join(str(i.attrs.get("name", "")) for i in kinds).lower()
+    parts = ["Prefill should be compute-bound GEMM work; its kernels run below their speed of light"
+             + (f" (the most time above it: {top})" if top else "") + "."]
+    if "gemm" in cats:
+        parts.append("Give it larger GEMMs: batch prompts together, longer chunks in chunked prefill.")
+    if "attention" in cats or "softmax" in names or "bmm" in names:
+        parts.append("Use a fused attention kernel (SDPA/flash) instead of materialised scores.")
+    if precision in ("fp32", "tf32"):
+        parts.append(f"It computes in {precision}: a tensor-core precision (bf16) raises the roof itself.")
+    if len(parts) == 1:
+        parts.append("Check those kernels against their roof (memory-below-roof, compute-below-roof).")
+    return " ".join(parts)
 
 
 def kv_cache_share(report: Report) -> list[Finding]:
@@ -293,12 +416,22 @@ def kv_cache_share(report: Report) -> list[Finding]:
     }
     title = (f"KV cache is {share.iloc[-1]:.0f}% of decode traffic at context {evidence['last_context_len']} "
              f"x batch {evidence['batch']} (from {share.iloc[0]:.0f}% at context {evidence['first_context_len']})")
+    kv = steps["kv_cache_bytes"].to_numpy(np.float64)
+    items = step_items(steps, kv / bw * 1e9 if bw else np.full(len(steps), np.nan), placed=_placed(report),
+                       describe=lambda r: (f"reads {nbytes(float(r['kv_cache_bytes']))} of KV cache at context "
+                                           f"{r['context_len']} ({100 * float(r['kv_cache_bytes']) / float(r['kv_cache_bytes'] + r['weight_bytes']):.0f}% of its bytes)"))
     advice = ("Decode traffic is shifting from weights to the KV cache as contexts grow. Shrink what each step "
               "reads: an FP8/INT8 KV cache halves it, grouped-query or multi-query attention divides it by the "
               "query-per-KV-head ratio, paged attention avoids reading padded slots, and sliding-window or "
               "prefix-shared caches cap it. Larger batches stop paying off once the KV cache dominates.")
     return [ranked(report, "kv-cache-share", title, evidence, advice,
-                    at_stake, ranges=("decode",))]
+                    at_stake, ranges=("decode",), items=tuple(items))]
+
+
+def _placed(report: Report) -> bool:
+    """Whether the headline run's steps lie on the report's timeline (the kernels' clock): they do
+    unless the report holds a separate unprofiled run, whose steps have their own clock."""
+    return not len(report.steps_unprofiled)
 
 
 SPEC_PAID_SPEEDUP = 1.0
@@ -378,15 +511,18 @@ def speculation(report: Report) -> list[Finding]:
         return [info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known "
                      "without a plain decode step to compare", "Profile the same prompts without --speculative "
                      "and compare decode tokens/s (perfscope compare).", **evidence)]
+    items = _speculation_items(report, verify, draft, step_ns, accepted)
     if speedup >= SPEC_PAID_SPEEDUP:
         title = f"Speculative decoding ({method}) paid: {head}: {speedup:.2f}x plain decode's tokens/s"
         advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
                   "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
-        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",))]
+        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",), items=tuple(items))]
     at_stake = _on_profiled_clock(report, (per_token_ns - step_ns) * (emitted + len(decode)),
                                   "verify", "draft", "decode")
     title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
-    if cost_ratio > tokens_per_verify:
+    verify_extra = sum(i.time_ns for i in items if i.attrs.get("part") == "verify")
+    draft_cost = sum(i.time_ns for i in items if i.attrs.get("part") == "draft")
+    if verify_extra >= draft_cost:
         why = ("Each verify step costs more than the tokens it yields: on this device a (k+1)-token forward is not "
                "free (the step is compute- or overhead-bound, not weight-read-bound). Shorten --draft-len, or "
                "speculate only where the hardware reads weights far slower than it computes (a GPU at batch 1).")
@@ -394,4 +530,36 @@ def speculation(report: Report) -> list[Finding]:
         why = ("The draft costs too much for what it gets accepted: use a cheaper draft (ngram lookup) or one that "
                "agrees more often (more self-draft layers), and keep speculation for prompts whose answer repeats "
                "its input (rewrite, edit, summarise, code).")
-    return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"))]
+    return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"),
+                   items=tuple(_on_profiled(report, items, at_stake)))]
+
+
+def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame, step_ns: float,
+                       accepted: float) -> list[Item]:
+    """What speculation cost over plain decoding: the draft steps (a plain decoder runs none), each
+    verify step's time above a plain decode step, and what the accepted tokens saved (plain decode
+    steps not run: a metric, no time of the cost)."""
+    placed = _placed(report)
+    drafts = step_items(draft, draft["duration_ns"].to_numpy(np.float64), placed=placed, top=3,
+                        describe=lambda r: "drafting")
+    verifies = step_items(verify, np.clip(verify["duration_ns"].to_numpy(np.float64) - step_ns, 0, None),
+                          placed=placed, top=3,
+                          describe=lambda r: f"above a plain decode step ({duration(step_ns)})"
+                          + (f", {int(r['accepted'])} of {int(r['drafted'])} drafts accepted"
+                             if pd.notna(r.get("accepted")) and pd.notna(r.get("drafted")) else ""))
+    out = [dataclasses.replace(i, attrs={**i.attrs, "part": part})
+           for part, group in (("draft", drafts), ("verify", verifies)) for i in group]
+    if math.isfinite(step_ns) and accepted > 0:
+        out.append(Item("metric", f"{int(accepted):,} accepted tokens saved {int(accepted):,} plain decode steps "
+                        f"({duration(accepted * step_ns)}), which the cost above is set against",
+                        attrs={"accepted_tokens": int(accepted), "saved_ns": accepted * step_ns}))
+    return out
+
+
+def _on_profiled(report: Report, items: list[Item], at_stake: float) -> list[Item]:
+    """The items of a stake measured on the headline run, scaled onto the profiled run's clock as the
+    stake is (:func:`_on_profiled_clock`), so their times and the stake compare."""
+    scale = _on_profiled_clock(report, 1.0, "verify", "draft", "decode")
+    if scale == 1.0 or not math.isfinite(scale):
+        return items
+    return [dataclasses.replace(i, time_ns=i.time_ns * scale) if math.isfinite(i.time_ns) else i for i in items]

@@ -4,14 +4,15 @@ the server's gauges (queueing, KV-cache saturation, preemptions)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import pandas as pd
 
 from perfscope.format import nbytes
 
-from ..summaries.memory import capacity_section, peaks
-from ._base import Finding
+from ..summaries.memory import capacity_section, live_at, peaks, tensor_roles
+from ._base import Finding, Item
+from .evidence import ITEMS_TOP
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -25,28 +26,192 @@ TTFT_RISE = 2.0
 KV_SATURATED_PCT = 90.0
 """KV-cache usage at or above this is saturated: new requests wait for blocks (or preempt)."""
 
+PEAK_ITEMS = 12
+"""Live tensors a ``memory-peak`` finding lists as items (largest first)."""
+ADVICE_SHARE = 0.05
+"""A role (attention scores, logits, ...) gets its advice when its tensors hold at least this share of
+the peak's bytes: below it, what it would save is within what a rerun moves."""
+ADVICE_MIN_BYTES = 16 * 2**20
+"""... and at least this many bytes: a kind of tensor that holds less is not worth a change."""
+UNKNOWN_ROLES = ("before_recording", "unknown")
+"""Roles that say nothing of what a tensor is: items of these count as unexplained."""
+
+ROLE_NAMES = {"attention_scores": ("attention-score tensor", "attention-score tensors"),
+              "attention": ("fused-attention tensor", "fused-attention tensors"),
+              "logits": ("logits tensor", "logits tensors"), "kv_cache": ("KV-cache block", "KV-cache blocks"),
+              "weights": ("weight", "weights"), "optimizer": ("optimizer state", "optimizer states"),
+              "gradient": ("gradient", "gradients"), "workspace": ("workspace", "workspaces"),
+              "activations": ("activation", "activations"), "cuda_graph_pool": ("CUDA-graph pool block",
+                                                                              "CUDA-graph pool blocks"),
+              "before_recording": ("block from before the record", "blocks from before the record"),
+              "unknown": ("tensor of unknown kind", "tensors of unknown kind")}
+
+SAVING = {"attention_scores": 1.0, "logits": 1.0, "kv_cache": 0.5, "weights": 0.5, "optimizer": 0.75}
+"""Share of a role's bytes the advice gives back: a fused attention never materialises the scores, the
+last position's logits (or chunked logits) need none of the rest; fp8 KV and int8 weights halve bf16;
+8-bit optimizer states are a quarter of fp32 ones."""
+
+ADVICE = {
+    "attention_scores": "a fused attention (torch.nn.functional.scaled_dot_product_attention, FlashAttention; "
+                        "attn_implementation=\"sdpa\" in transformers) never materialises the B x H x S x S scores",
+    "logits": "only the last position's logits are needed to sample (transformers: logits_to_keep=1); for a loss, "
+              "compute the logits and the loss in chunks of the sequence",
+    "kv_cache": "a smaller KV dtype (fp8 halves a bf16 cache) or fewer concurrent sequences / a shorter context",
+    "weights": "quantised weights (int8 keeps a byte per parameter: half of bf16, a quarter of fp32; int4 half "
+               "that), or offload the layers not in use",
+    "optimizer": "8-bit optimizer states (a quarter of fp32 Adam moments), or shard them across ranks (ZeRO / FSDP)",
+    "gradient": "shard the gradients across ranks (ZeRO-2 / FSDP), or accumulate over micro-batches",
+    "activations": "activation checkpointing (training), a smaller batch or shorter sequences, or free them "
+                   "sooner",
+    "workspace": "these temporaries are freed within their op: a smaller batch, or an op that needs none",
+    "attention": "fused attention already: its memory grows with B x H x S x D, not S^2",
+    "before_recording": "start the allocator's history before the model loads "
+                        "(torch.cuda.memory._record_memory_history at the start) so the record says what they are",
+}
+
 
 def memory_peak(report: Report) -> list[Finding]:
+    """What made each device's memory peak, in the words of the evidence: the live tensors at the
+    peak instant (:func:`~perfscope.analysis.summaries.memory.breakdown`) grouped by what they are
+    (:func:`~perfscope.analysis.summaries.memory.tensor_roles`), the largest group named with its
+    size, count, op and source line; advice for each kind of tensor that holds at least
+    :data:`ADVICE_SHARE` of the peak (and :data:`ADVICE_MIN_BYTES`), with the bytes it would give back;
+    fragmentation beside."""
     out = []
     for p in peaks(report):
-        cats = {k: v for k, v in p["by_category"].items() if k != "fragmentation" and v > 0}
-        parts = ", ".join(f"{k} {nbytes(v)}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1])[:4])
-        where = " / ".join(str(x) for x in (p["op"], p["module"] or p["source"]) if isinstance(x, str) and x)
-        evidence = {"peak_allocated_bytes": p["peak_allocated_bytes"], "t_ns": p["t_ns"],
-                    **{f"{k}_bytes": v for k, v in p["by_category"].items()}}
-        frag = p["by_category"].get("fragmentation")
-        reserved = p["reserved_bytes"]
-        title = f"{p['device']}: memory peaks at {nbytes(p['peak_allocated_bytes'])} allocated" + (
-            f" ({where})" if where else "")
-        advice = f"Held at the peak: {parts or 'unknown'}."
+        b = p["breakdown"]
+        peak = p["peak_allocated_bytes"]
+        live = live_at(report, p["device"], p["event"])
+        roles = tensor_roles(report, p["device"], live)
+        live = live.assign(role=roles) if len(live) else live
+        groups = _groups(live)
+        items = tuple(_item(r, p["device"], b["clock"]) for r in _evidence(live).to_dict("records"))
+        by_role = live.groupby("role")["size_bytes"].sum().sort_values(ascending=False) if len(live) else None
+        known = float(by_role.drop([r for r in UNKNOWN_ROLES if r in by_role.index]).sum()) if by_role is not None else 0.0
+        evidence: dict[str, float | int | str] = {
+            "peak_allocated_bytes": peak, "event": p["event"] + 1, "events": p["events"],
+            **({"t_ns": p["t_ns"]} if p["t_ns"] is not None else {}),
+            **{f"{k}_bytes": v for k, v in b["by_category"].items()},
+            "live_tensors": b["live_tensors"], "explained_bytes_pct": 100.0 * known / peak if peak > 0 else math.nan}
+        for key in ("reserved_bytes", "reserved_unused_bytes", "fragmentation_bytes"):
+            if b[key] is not None:
+                evidence[key] = b[key]
+        where = " / ".join(x for x in (p["op"], p["module"] or p["source"]) if isinstance(x, str) and x)
+        title = f"{p['device']}: memory peaks at {nbytes(peak)} allocated, {b['at']}"
+        head = _headline(groups, peak)
+        title += f": {head}" if head else (f" ({where})" if where else "")
+        advice = []
+        if by_role is not None:
+            for role, nb in by_role.items():
+                if role in ADVICE and nb >= max(ADVICE_SHARE * peak, ADVICE_MIN_BYTES):
+                    save = SAVING.get(str(role), 0.0) * float(nb)
+                    advice.append(f"{ROLE_NAMES[str(role)][1].capitalize()} hold {nbytes(nb)} "
+                                  f"({100 * nb / peak:.0f}% of the peak): {ADVICE[str(role)]}"
+                                  + (f"; up to {nbytes(save)} less at this peak." if save > 0 else "."))
+                    if save > 0:
+                        evidence[f"{role}_saving_bytes"] = save
         severity = "info"
-        if frag is not None and reserved and frag / reserved > FRAGMENTATION_SHARE:
+        frag, reserved = b["fragmentation_bytes"], b["reserved_bytes"]
+        unused = b["reserved_unused_bytes"]
+        if unused is not None and reserved and unused / reserved > FRAGMENTATION_SHARE:
             severity = "low"
-            title += f"; {nbytes(frag)} reserved but unallocated ({100 * frag / reserved:.0f}% of reserved)"
-            advice += (" The caching allocator holds freed blocks it cannot reuse for the sizes asked: "
-                       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or fewer distinct tensor sizes.")
-        out.append(Finding("memory-peak", severity, title, evidence, advice, math.nan))
+            title += f"; {nbytes(unused)} reserved but unallocated ({100 * unused / reserved:.0f}% of reserved)"
+            advice.append(_unused_advice(unused, frag))
+        if not advice:
+            advice.append("No kind of tensor holds enough of the peak to act on; the items list the largest.")
+        out.append(Finding("memory-peak", severity, title, evidence, " ".join(advice), math.nan, items=items))
     return out
+
+
+def _made_by(source: Any, module: Any, op: Any) -> str:
+    """``modeling_llama.py:330 forward (aten::div)``: the source line (a trace's module path when it has
+    no line) and the op that made a tensor; "" when neither is known."""
+    where = source if isinstance(source, str) else module if isinstance(module, str) else ""
+    return " ".join(x for x in (where, f"({op})" if isinstance(op, str) else "") if x)
+
+
+def _unused_advice(unused: float, frag: float | None) -> str:
+    """What the reserved but unallocated bytes at the peak are, and what gives them back: free space
+    inside segments that hold live blocks (fragmentation: expandable segments), or whole free segments
+    the allocator caches (reused for requests that fit; ``empty_cache`` returns them)."""
+    if frag is not None and frag < 0.5 * unused:
+        return (f"Beside the peak, {nbytes(unused)} is reserved but unallocated, {nbytes(unused - frag)} of it in "
+                "whole free segments the caching allocator keeps: they serve later requests that fit them, and "
+                "torch.cuda.empty_cache() returns them to the device (for another process); "
+                f"{nbytes(frag)} is fragmentation inside segments that hold live blocks.")
+    what = f", {nbytes(frag)} of it free space inside segments that hold live blocks" if frag is not None else ""
+    return (f"Beside the peak, {nbytes(unused)} is reserved but unallocated{what}: the caching allocator holds "
+            "freed blocks it cannot reuse for the sizes asked: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+            "or fewer distinct tensor sizes.")
+
+
+def _groups(live: pd.DataFrame) -> pd.DataFrame:
+    """Live tensors grouped by what they are and their size, largest total first, each with who made
+    them (``source (op)``, in the order of their sizes)."""
+    if not len(live):
+        return live
+    who = [_made_by(s, m, o) for s, m, o in zip(live["source"].tolist(), live["module"].tolist(), live["op"].tolist())]
+    g = live.assign(who=who).groupby(["role", "size_bytes"], sort=False).agg(
+        count=("size_bytes", "size"), total=("size_bytes", "sum"), freed=("free_event", lambda s: int(s.notna().sum())),
+        who=("who", lambda w: [x for x in dict.fromkeys(w) if x]))
+    return g.sort_values("total", ascending=False).reset_index()
+
+
+def _evidence(live: pd.DataFrame) -> pd.DataFrame:
+    """The live tensors a finding lists: the largest few of each role (most bytes first), at most
+    :data:`PEAK_ITEMS`, largest first."""
+    if not len(live):
+        return live
+    order = live.groupby("role")["size_bytes"].sum().sort_values(ascending=False).index
+    per = max(1, PEAK_ITEMS // max(1, len(order)))
+    picked = pd.concat([live[live["role"] == r].head(per) for r in order])
+    return picked.sort_values("size_bytes", ascending=False, kind="stable").head(PEAK_ITEMS)
+
+
+def _headline(groups: pd.DataFrame, peak: float) -> str:
+    """What made the peak in words: the largest group of tensors freed after it (what the peak holds
+    and the end does not) when they hold :data:`ADVICE_SHARE` of it, else the largest group: "two
+    1.07 GB attention-score tensors from modeling_llama.py:330 forward (aten::div) are live, freed
+    after the peak"."""
+    if not len(groups):
+        return ""
+    transient = groups[(groups["freed"] == groups["count"]) & (groups["total"] >= ADVICE_SHARE * peak)]
+    g = transient.iloc[0] if len(transient) else groups.iloc[0]
+    n = int(g["count"])
+    kind = ROLE_NAMES.get(str(g["role"]), ("tensor", "tensors"))[0 if n == 1 else 1]
+    count = COUNT_WORDS.get(n, f"{n:,}")
+    text = f"{count} {nbytes(float(g['size_bytes']))} {kind}"
+    if g["who"]:
+        text += " from " + " and ".join(g["who"][:2]) + (f" and {len(g['who']) - 2} more" if len(g["who"]) > 2 else "")
+    text += " is live" if n == 1 else " are live"
+    if int(g["freed"]) == n:
+        text += ", freed after the peak"
+    return text + f" ({100 * float(g['total']) / peak:.0f}% of it)" if peak > 0 else text
+
+
+COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine",
+               10: "ten", 11: "eleven", 12: "twelve"}
+
+
+def _item(r: dict[str, Any], device: str, clock: str) -> Item:
+    """One live tensor at the peak as evidence: its size, what it is, who made it, when made and freed."""
+    role = str(r.get("role") or r["category"])
+    what = ROLE_NAMES.get(role, (role, role))[0]
+    by = _made_by(r["source"], r["module"], r["op"])
+    made = "before the record" if r["alloc_event"] < 0 else f"made at event {int(r['alloc_event']) + 1:,}"
+    freed = "still live at the end" if pd.isna(r["free_event"]) else f"freed at event {int(r['free_event']) + 1:,}"
+    label = f"{nbytes(r['size_bytes'])} {what} ({r['category']})" + (f" from {by}" if by else "") + f", {made}, {freed}"
+    timed = clock == "time"
+    return Item("tensor", label, explains=role not in UNKNOWN_ROLES,
+                start_ns=float(r["alloc_t_ns"]) if timed and r["alloc_event"] >= 0 else math.nan,
+                end_ns=float(r["free_t_ns"]) if timed and not pd.isna(r["free_t_ns"]) else math.nan,
+                attrs={"bytes": float(r["size_bytes"]), "category": r["category"], "role": role,
+                       "category_rule": r["category_rule"] if isinstance(r["category_rule"], str) else None,
+                       "op": r["op"] if isinstance(r["op"], str) else None,
+                       "source": r["source"] if isinstance(r["source"], str) else None,
+                       "alloc_event": int(r["alloc_event"]) + 1 if r["alloc_event"] >= 0 else None,
+                       "free_event": None if pd.isna(r["free_event"]) else int(r["free_event"]) + 1,
+                       "device": device})
 
 
 def server_gauges(report: Report) -> list[Finding]:
@@ -83,11 +248,15 @@ def server_gauges(report: Report) -> list[Finding]:
         causes.append(f"up to {waiting:.0f} requests waited in the queue behind {running:.0f} running")
     evidence = {"ttft_first_quarter_s": t_first, "ttft_last_quarter_s": t_last, "requests_waiting_max": waiting,
                 "requests_running_max": running, "kv_cache_usage_max_pct": kv, "preemptions_during": preempted}
+    items = _gauge_items(last, t_first, {"KV-cache usage": (kv, "%", kv >= KV_SATURATED_PCT),
+                                         "preemptions": (preempted, "", preempted > 0),
+                                         "requests waiting": (waiting, "", waiting > 0),
+                                         "requests running": (running, "", False)})
     if not causes:
         title = (f"TTFT rose {t_last / t_first:.1f}x over the run ({t_first * 1e3:.0f} -> {t_last * 1e3:.0f} ms) "
                  "without queueing or KV saturation in the server's gauges")
         advice = "The server's own step time grew: profile it (--profile) to see which kernels slowed."
-        return [Finding("ttft-gauges", "low", title, evidence, advice, math.nan)]
+        return [Finding("ttft-gauges", "low", title, evidence, advice, math.nan, items=items)]
     title = (f"TTFT rose {t_last / t_first:.1f}x over the run ({t_first * 1e3:.0f} -> {t_last * 1e3:.0f} ms): "
              + "; ".join(causes))
     if kv >= KV_SATURATED_PCT or preempted > 0:
@@ -96,7 +265,24 @@ def server_gauges(report: Report) -> list[Finding]:
     else:
         advice = ("Queueing: requests arrive faster than the server admits them (max running sequences reached "
                   "while the KV cache has room). Raise max_num_seqs / the batch, or lower the rate.")
-    return [Finding("ttft-gauges", "medium", title, evidence, advice, float(np.nan))]
+    return [Finding("ttft-gauges", "medium", title, evidence, advice, math.nan, items=items)]
+
+
+def _gauge_items(last: pd.DataFrame, t_first: float, gauges: dict[str, tuple[float, str, bool]]) -> tuple[Item, ...]:
+    """The evidence of a TTFT rise: the slowest requests of the last quarter (their TTFT over the
+    first quarter's median; requests are on the client's clock, not the trace's, so they have no
+    place on the timeline) and the server's gauges at their peak during them (a cause when it says
+    the server was full)."""
+    slow = last.nlargest(min(len(last), ITEMS_TOP), "ttft_s")
+    items = [Item("request", f"request {r.request_id}: TTFT {r.ttft_s * 1e3:.0f} ms ({r.ttft_s / t_first:.1f}x the "
+                  f"first quarter's median), sent at {r.arrival_s:.2f} s", float(r.ttft_s) * 1e9, False,
+                  attrs={"request_id": str(r.request_id), "ttft_s": float(r.ttft_s), "arrival_s": float(r.arrival_s)})
+             for r in slow.itertuples(index=False)]
+    for name, (value, unit, cause) in gauges.items():
+        if math.isfinite(value):
+            items.append(Item("metric", f"{name} peaked at {value:.0f}{unit} during them"
+                              + (" (a cause)" if cause else ""), math.nan, cause, attrs={"gauge": name, "value": value}))
+    return tuple(items)
 
 
 def kv_capacity(report: Report) -> list[Finding]:
@@ -111,7 +297,12 @@ def kv_capacity(report: Report) -> list[Finding]:
                 "kv_budget_bytes": c["kv_budget_bytes"]}
     if sec.get("fp8_kv"):
         evidence["max_sequences_fp8_kv"] = sec["fp8_kv"]["max_sequences"]
+    items = (Item("metric", f"weights: {nbytes(c['weight_bytes'])}", attrs={"bytes": c["weight_bytes"]}),
+             Item("metric", f"KV budget: {nbytes(c['kv_budget_bytes'])}, {nbytes(c['kv_bytes_per_token'])} per token",
+                  attrs={"bytes": c["kv_budget_bytes"], "kv_bytes_per_token": c["kv_bytes_per_token"]}),
+             Item("metric", f"{c['max_sequences']} sequences of {c['context']} tokens fit",
+                  attrs={"max_sequences": c["max_sequences"], "context_tokens": c["context"]}))
     return [Finding("kv-capacity", "info", sec["finding"][0].upper() + sec["finding"][1:], evidence,
                     "Batch up to this many sequences at this context; fp8 KV (or a shorter context) fits more.",
-                    math.nan)]
+                    math.nan, items=items)]
 

@@ -17,11 +17,23 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import clip, duration
+from perfscope.schema import value_mask
 
 from ..ranks.partial_read import read_views
 from ..ranks.stats import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
 from ..ranks.straggler import IDLE_WORDS, KNOWN_IDLE, Excess, Stragglers, analyse, excess_of
-from ._base import Evidence, Finding, Item, explained_ns, ranked, severity_for, top_groups
+from ._base import (
+    Evidence,
+    Finding,
+    Item,
+    covered_ns,
+    explained_ns,
+    merge_intervals,
+    ranked,
+    severity_for,
+    top_groups,
+)
+from .evidence import ITEMS_TOP, kernel_items, unexplained
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -32,18 +44,17 @@ active span: the same tenth as the idle rule, below which the overlap there is t
 
 METRIC_WORDS = {"step_mean_ns": "mean step time", "compute_per_step_ns": "compute time per step"}
 
-IMBALANCE_ADVICE = (
-    "Find out why this rank does more or slower work: uneven data (sequence lengths, samples per "
-    "batch, MoE expert load), a slower or throttled GPU (check its clocks and temperature), a noisy "
-    "host (data loading, CPU contention), or a different kernel mix (compare its kernel times with "
-    "the median rank's). Every other rank waits for it at each collective, so its excess is lost on "
-    "all ranks.")
+IMBALANCE_WAIT = ("Every other rank waits for it at each collective, so its excess is lost on all ranks.")
 EXPOSED_ADVICE = (
-    "Hide collectives behind compute: in DDP let gradient all-reduce run during backward (tune "
+    "Hide the collectives behind compute: issue them with async_op=True (or on a side stream) and wait "
+    "as late as possible, and reduce their volume (bf16 or compressed data, fewer and larger messages).")
+EXPOSED_TRAINING = (
+    "This trace has a backward pass: in DDP let gradient all-reduce run during backward (tune "
     "bucket_cap_mb, static_graph=True, avoid find_unused_parameters); in FSDP enable forward and "
-    "backward prefetch; issue collectives with async_op=True and wait as late as possible. Reduce "
-    "their volume (bf16 or compressed gradients, fewer and larger buckets). Collective kernels also "
-    "count the time spent waiting for the slowest rank: fix a straggler (rank-imbalance) first.")
+    "backward prefetch.")
+EXPOSED_WAIT = (
+    "Collective kernels also count the time spent waiting for the slowest rank: fix a straggler "
+    "(rank-imbalance) first.")
 
 
 def _imbalance(report: Report, t: RankTables) -> list[Finding]:
@@ -67,8 +78,45 @@ def _imbalance(report: Report, t: RankTables) -> list[Finding]:
             "robust_z": float(worst["robust_z"]), "stragglers": format_ranks(rows["rank"]),
             "ranks_covered": covered, "excess_per_step_ns": excess,
         }
-        out.append(ranked(report, "rank-imbalance", title, evidence, IMBALANCE_ADVICE, at_stake))
+        items = _imbalance_items(t, rank, at_stake)
+        kernel_ns = sum(i.time_ns for i in items if i.explains)
+        evidence["kernel_excess_ns"] = kernel_ns
+        if kernel_ns >= 0.5 * at_stake:
+            top = max((i for i in items if i.explains), key=lambda i: i.time_ns)
+            advice = (f"Rank {rank}'s kernels take longer than the other ranks' (the most: {top.label}). Find out "
+                      "why this rank does more or slower work: uneven data (sequence lengths, samples per batch, MoE "
+                      "expert load), or a slower or throttled GPU (check its clocks and temperature). " + IMBALANCE_WAIT)
+        else:
+            advice = (f"Most of rank {rank}'s extra time is not in its kernels: look at its host (data loading, CPU "
+                      "contention, a noisy neighbour) and what it waits for outside the GPU. " + IMBALANCE_WAIT)
+        out.append(ranked(report, "rank-imbalance", title, evidence, advice, at_stake, items=items))
     return out
+
+
+def _imbalance_items(t: RankTables, rank: int, at_stake: float) -> tuple[Item, ...]:
+    """What the straggler's excess is: each kernel that takes longer on it than the median of the
+    other ranks (by how much), then the rest of the excess, of unknown cause (not in its kernels)."""
+    k = t.kernels
+    if not len(k):
+        return tuple(unexplained(at_stake, f"rank {rank}: its excess is not in its kernels' time", rank=rank))
+    wide = k.pivot_table(index="kernel", columns="rank", values="time_ns", aggfunc="sum").fillna(0.0)
+    if rank not in wide.columns or wide.shape[1] < 2:
+        return tuple(unexplained(at_stake, f"rank {rank}: no other rank to compare its kernels with", rank=rank))
+    others = wide.drop(columns=rank).median(axis=1)
+    excess = (wide[rank] - others).clip(lower=0).sort_values(ascending=False)
+    excess = excess[excess > 0]
+    items = [Item("kernels", f"{clip(str(name), 80)}: {duration(float(x))} more on rank {rank} than the other ranks' "
+                  f"median ({duration(float(others[name]))})", float(x), True,
+                  attrs={"name": str(name), "rank": rank, "median_others_ns": float(others[name])})
+             for name, x in excess.head(ITEMS_TOP).items()]
+    rest = float(excess.iloc[ITEMS_TOP:].sum())
+    if rest > 0:
+        items.append(Item("kernels", f"{duration(rest)} more in {len(excess) - ITEMS_TOP} other kernels on rank {rank}",
+                          rest, True, attrs={"rank": rank}))
+    left = at_stake - float(excess.sum())
+    items += unexplained(left, f"rank {rank}: {duration(left)} of its excess is not in its kernels' time (host, "
+                         "data loading, waiting)", rank=rank)
+    return tuple(items)
 
 
 def _comm_kernel_names(report: Report) -> tuple[str, ...]:
@@ -104,8 +152,46 @@ def _exposed(report: Report, t: RankTables) -> list[Finding]:
         "worst_rank": int(worst["rank"]), "worst_rank_exposed_comm_ns": float(worst["exposed_comm_ns"]),
         "ranks_covered": format_ranks(t.ranks),
     }
-    return [ranked(report, "exposed-comm", title, evidence, EXPOSED_ADVICE, float(exposed.mean()),
-                   kernels=_comm_kernel_names(report))]
+    items = _exposed_items(report, n)
+    advice = EXPOSED_ADVICE
+    if _training(report):
+        advice += " " + EXPOSED_TRAINING
+    if n > 1 or len(report_ranks(report)) > 1:
+        advice += " " + EXPOSED_WAIT
+    return [ranked(report, "exposed-comm", title, evidence, advice, float(exposed.mean()),
+                   kernels=_comm_kernel_names(report), items=items)]
+
+
+def _exposed_items(report: Report, n_ranks: int) -> tuple[Item, ...]:
+    """The collective kernels' time with no compute beside it on their device, per kernel name,
+    averaged over the ranks (as the finding's stake is)."""
+    k = report.kernels
+    comm = comm_mask(k)
+    rows = np.flatnonzero(comm)
+    if not len(rows):
+        return ()
+    exposed = np.zeros(len(rows))
+    starts, ends = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
+    dev = k["device"].astype("object").to_numpy()
+    rank = k["rank"].to_numpy() if "rank" in k else np.zeros(len(k))
+    for key in {(d, r) for d, r in zip(dev[rows].tolist(), rank[rows].tolist())}:
+        same = (dev == key[0]) & (rank == key[1])
+        comp = same & ~comm
+        merged = merge_intervals(starts[comp], ends[comp])
+        sel = same[rows]
+        exposed[sel] = (ends[rows][sel] - starts[rows][sel]) - covered_ns(merged, starts[rows][sel], ends[rows][sel])
+    return tuple(kernel_items(k, rows, exposed / max(n_ranks, 1), explains=np.ones(len(rows), bool),
+                              describe=lambda g: "with no compute beside it", what="collective"))
+
+
+def _training(report: Report) -> bool:
+    """Whether the trace shows a backward pass (the DDP/FSDP advice applies to training only)."""
+    k = report.kernels
+    for col in ("op", "range", "name"):
+        if col in k and value_mask(k, col, lambda v: isinstance(v, str) and "backward" in v.lower()).any():
+            return True
+    r = report.ranges
+    return bool(len(r) and value_mask(r, "name", lambda v: isinstance(v, str) and "backward" in v.lower()).any())
 
 
 # ---------------------------------------------------------------------------- straggler

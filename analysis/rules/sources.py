@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ._base import Finding
+from ._base import Finding, Item
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -29,5 +29,10 @@ def no_gpu_work(report: Report) -> list[Finding]:
     advice = (f"Import the trace that holds the GPU work: {where}" if where
               else f"{what[len(NO_GPU_WORK) + 2:].capitalize()}. Import the trace of the process that ran the model.")
     device = report.device.name if report.device is not None else None
+    k = report.kernels
+    ops = Item("metric", f"{len(k):,} CPU operators, no GPU kernel nor copy" + (f" (device {device} seen)" if device
+                                                                                else ""),
+               attrs={"operators": len(k)})
+    items = (ops, Item("metric", f"the reader's note: {note}", attrs={"note": note}))
     return [Finding("no-gpu-work", "high", title, {"device": device or "unknown", "frontend": engine or "none"},
-                    advice, math.nan)]
+                    advice, math.nan, items=items)]

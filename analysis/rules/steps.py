@@ -16,21 +16,38 @@ Engine reports (perfscope's own steps) are left to :mod:`.llm`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import clip, duration
 
+from ..idle import COPY_API, SYNC_API, graphs_help, idle_intervals, kind_totals, largest_kind
 from ..intervals import trace_span_ns
 from ..steps import has_framework_steps, headline_steps, step_windows
-from ._base import Finding, activity, covered_ns, info, merge_intervals, pct, ranked
+from ._base import (
+    ITEM_SPANS,
+    Finding,
+    Item,
+    activity,
+    covered_ns,
+    group_key,
+    info,
+    merge_intervals,
+    pct,
+    ranked,
+)
+from ._gaps import idle_advice, idle_items, kind_evidence
+from .evidence import clip_to, idle_within, largest, spans_of, step_items
 from .knobs import framework_of, knob
 from .timeline import graph_launched
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from perfscope.report import Report
 
 STEP_IDLE_MIN_PCT = 30.0
@@ -92,10 +109,28 @@ def inference_window(report: Report) -> list[Finding]:
     }
     title = (f"{duration(outside)} of the trace ({pct(outside, span):.0f}%) is outside the inference window "
              f"({duration(before)} before the first step, {duration(after)} after the last)")
-    return [info("inference-window", title,
+    items = [_outside_item(report, "before the first step", first, float(ws[0])),
+             _outside_item(report, "after the last step", float(we[-1]), last)]
+    found = info("inference-window", title,
                  "Model loading, warm-up, the profiler's lead-in and teardown are not part of inference: idle time "
                  "and every other finding are measured inside the steps. Start the profiler after warm-up to keep "
-                 "the trace small.", **evidence)]
+                 "the trace small.", **evidence)
+    return [dataclasses.replace(found, items=tuple(i for i in items if i.time_ns > 0))]
+
+
+def _outside_item(report: Report, where: str, lo: float, hi: float) -> Item:
+    """The part of the trace ``where`` (before the first step, after the last), with the kernels
+    that ran in it (their time and the largest)."""
+    k = report.kernels
+    inside = k[(k["start_ns"] >= lo) & (k["end_ns"] <= hi)] if len(k) else k
+    t = max(hi - lo, 0.0)
+    ran = ""
+    if len(inside):
+        top = inside.groupby(group_key(inside).to_numpy(object))["duration_ns"].sum().sort_values().index[-1]
+        ran = (f": {len(inside):,} kernels ran {duration(float(inside['duration_ns'].sum()))} of it "
+               f"(most: {clip(str(top), 60)})")
+    return Item("range", f"{duration(t)} {where}{ran or ': no kernel ran'}", t, True, lo, hi,
+                {"where": where, "kernels": len(inside)})
 
 
 def step_outliers(report: Report) -> list[Finding]:
@@ -121,8 +156,21 @@ def step_outliers(report: Report) -> list[Finding]:
     more = f" and {len(out) - 1} more" if len(out) > 1 else ""
     title = (f"{what}{more} kept out of the headline numbers: {first['outlier']}; its kernels ran "
              f"{duration(float(kernel_ns[0]))} of its {duration(float(wall[0]))}")
+    items = _outlier_items(report, out, kernel_ns)
+    call = largest(items, "fix", "call")
     stall = str(first["outlier"]).startswith("host stall")
-    advice = ("The host made no launch call for most of this step, so the step's wall time is that pause, not the "
+    if stall and call is not None and call.time_ns >= 0.5 * float(wall[0] - kernel_ns[0]):
+        api = str(call.attrs.get("api"))
+        what = ("a blocking copy: it waits for the stream's queued work and then copies" if COPY_API.search(api)
+                else "a blocking sync: it waits until the device is done" if SYNC_API.search(api)
+                else "the host was inside this call")
+        advice = (f"The host spent {duration(call.time_ns)} of this step inside one call, {api} ({what}), while "
+                  "the device ran nothing of this trace: the call waited for work this trace does not show (another "
+                  "stream or process, a collective with other ranks) or for the profiler's start. Profile more "
+                  "steps to see whether it recurs; if it does, make that call non-blocking or move it off the "
+                  "step's path (a pinned, non_blocking copy; no sync per step).")
+    else:
+        advice = ("The host made no launch call for most of this step, so the step's wall time is that pause, not the "
               "model's work (its kernels' time is). A stall at the start of profiling is often the profiler itself or the "
               "scheduler waiting (for requests, for the previous batch's results, for other ranks); one that "
               "recurs in a longer trace is the serving loop's. Profile more steps to see whether it recurs."
@@ -130,7 +178,59 @@ def step_outliers(report: Report) -> list[Finding]:
               "These steps are slower than the others of their phase and batch size (warm-up, the profiler's start, "
               "a recompilation or allocation); the phase table and findings use the other steps.")
     return [ranked(report, "step-outliers", title, evidence, advice, at_stake,
-                   ranges=tuple(dict.fromkeys(str(x) for x in out["label"].head(3))))]
+                   ranges=tuple(dict.fromkeys(str(x) for x in out["label"].head(3))), items=tuple(items))]
+
+
+def _outlier_items(report: Report, out: pd.DataFrame, kernel_ns: np.ndarray) -> list[Item]:
+    """What each outlier step's time beyond its kernels was: the host calls the device's idle time
+    inside the step fell in (the longest first: a 463 ms ``hipMemcpyWithStream``), and the rest of
+    that idle with no call around it (of unknown cause unless a range names it)."""
+    acts = activity(report)
+    busy = merge_intervals(acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64))
+    api = report.api
+    items: list[Item] = []
+    for row, k_ns in zip(out.itertuples(index=False), kernel_ns.tolist()):
+        lo, hi = int(row.start_ns), int(row.end_ns)
+        idle = idle_intervals(busy, (np.array([lo], np.int64), np.array([hi], np.int64)))
+        stake = max(float(row.duration_ns) - float(k_ns), 0.0)
+        left = float((idle[1] - idle[0]).sum())
+        step = f"step {int(row.step)}"
+        calls = api[(api["end_ns"] > lo) & (api["start_ns"] < hi)] if len(api) else api
+        done: list[Item] = []
+        for call in calls.assign(_d=calls["end_ns"] - calls["start_ns"]).sort_values("_d", ascending=False).head(20) \
+                .itertuples(index=False):
+            cs, ce = int(call.start_ns), int(call.end_ns)
+            _, s0, e0 = clip_to(idle[0], idle[1], np.array([cs], np.int64), np.array([ce], np.int64))
+            t = float((e0 - s0).sum())
+            if not t > 0.01 * stake:
+                continue
+            idle = _minus(idle, cs, ce)
+            left -= t
+            t = min(t, stake - sum(i.time_ns for i in done))  # its part of the stake (wall - kernel time)
+            if not t > 0:
+                continue
+            done.append(Item("gap", f"{step}: {duration(float((e0 - s0).sum()))} of device idle inside {call.name}",
+                             t, True, float(cs),
+                             float(ce), {"fix": "call", "api": str(call.name), "step": int(row.step)}))
+        items += done
+        rest = min(left, stake - sum(i.time_ns for i in done))
+        if rest > 0:
+            items.append(Item("gaps", f"{step}: {duration(rest)} of device idle outside any host call "
+                              f"({row.outlier})", rest, False, attrs={"fix": "unknown", "step": int(row.step)},
+                              spans=spans_of(*idle)))
+    return items
+
+
+def _minus(sets: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The merged intervals ``sets`` with ``[lo, hi)`` cut out."""
+    s, e = sets
+    keep_l = (s < lo)
+    left = (s[keep_l], np.minimum(e[keep_l], lo))
+    keep_r = (e > hi)
+    right = (np.maximum(s[keep_r], hi), e[keep_r])
+    ss, ee = np.concatenate([left[0], right[0]]), np.concatenate([left[1], right[1]])
+    ok = ee > ss
+    return merge_intervals(ss[ok], ee[ok])
 
 
 def steady_state(report: Report) -> list[Finding]:
@@ -146,10 +246,11 @@ def steady_state(report: Report) -> list[Finding]:
         if graph_pct == 0 else "CUDA graphs in part of the steps")
     if len(steps) == 1:
         s = steps.iloc[0]
-        return [info("steady-state", f"One {s['phase']} step in this trace ({seen}): it cannot show a steady state "
-                     "(nor tell a stall of the first profiled step from the serving loop's)",
-                     f"Record more steps: {PROFILER_SETTING.get(fw, PROFILER_SETTING['user'])}.",
-                     framework=fw, steps=1, step_wall_ns=float(s["duration_ns"]), graph_launched_pct=graph_pct)]
+        one = info("steady-state", f"One {s['phase']} step in this trace ({seen}): it cannot show a steady state "
+                   "(nor tell a stall of the first profiled step from the serving loop's)",
+                   f"Record more steps: {PROFILER_SETTING.get(fw, PROFILER_SETTING['user'])}.",
+                   framework=fw, steps=1, step_wall_ns=float(s["duration_ns"]), graph_launched_pct=graph_pct)
+        return [dataclasses.replace(one, items=tuple(step_items(steps, steps["duration_ns"].to_numpy(np.float64))))]
     head = headline_steps(steps)
     if not len(head):
         return []
@@ -157,17 +258,24 @@ def steady_state(report: Report) -> list[Finding]:
     evidence: dict[str, float | int | str] = {"steps": len(steps), "headline_steps": len(head),
                                               "graph_launched_pct": graph_pct, "cuda_graphs": seen}
     groups = head.groupby([head["phase"].astype("object"), head["batch"].astype("object").fillna(-1)], sort=True)
+    items = []
     for i, ((phase, batch), g) in enumerate(groups, start=1):
         d = g["duration_ns"].to_numpy(np.float64)
         p50, p90 = np.percentile(d, [50, 90])
         rows.append(f"{phase} bs={batch}: {len(g)} steps, p50 {duration(float(p50))}, p90 {duration(float(p90))}")
+        slow = g.nlargest(min(len(g), ITEM_SPANS), "duration_ns")
+        items.append(Item("step", f"{phase} bs={batch}: {len(g)} steps, {duration(float(d.sum()))} (p50 "
+                          f"{duration(float(p50))}, p90 {duration(float(p90))}, max {duration(float(d.max()))})",
+                          float(d.sum()), True, attrs={"phase": str(phase), "batch": str(batch), "count": len(g)},
+                          spans=tuple(zip(slow["start_ns"].astype(float), slow["end_ns"].astype(float)))))
         if i <= 6:
             evidence.update({f"group{i}": f"{phase} bs={batch}", f"group{i}_steps": len(g),
                              f"group{i}_p50_ns": float(p50), f"group{i}_p90_ns": float(p90),
                              f"group{i}_max_ns": float(d.max())})
-    return [info("steady-state", f"Step times ({seen}): " + "; ".join(rows[:4]) + ("; ..." if len(rows) > 4 else ""),
+    found = info("steady-state", f"Step times ({seen}): " + "; ".join(rows[:4]) + ("; ..." if len(rows) > 4 else ""),
                  "Outlier steps are left out (step-outliers); compare a phase's p90 with its p50 to see jitter.",
-                 **evidence)]
+                 **evidence)
+    return [dataclasses.replace(found, items=tuple(sorted(items, key=lambda i: -i.time_ns)))]
 
 
 def step_idle(report: Report) -> list[Finding]:
@@ -205,13 +313,30 @@ def step_idle(report: Report) -> list[Finding]:
         }
         title = (f"The GPU is idle {idle_pct:.0f}% of the {phase} steps' time ({duration(span - busy)} of "
                  f"{duration(span)} over {len(ph)} step(s)); CUDA graphs {'replayed' if graphs else 'not used'}")
-        advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
-                  + ("The kernels are already replayed from graphs, so what is left is the host work around each "
-                     "replay (input preparation, sampling, scheduling)." if graphs else
-                     "Run the step from a CUDA graph so it is one launch.")
-                  + knob(fw, "graphs", graphs=graphs,
-                         tokens=float(pd.to_numeric(ph["tokens"], errors="coerce").max())))
-        findings.append(ranked(report, "step-idle", title, evidence, advice, span - busy, ranges=(phase,)))
+        # what the host did in those gaps (analysis/idle.py): the slices inside the steps' windows
+        rows = idle_within(report, ws, we)
+        items = idle_items(rows)
+        totals = kind_totals(rows)
+        lead = largest_kind(totals)
+        evidence.update(kind_evidence(totals, rows))
+        if lead is not None:
+            title += f"; mostly {lead}"
+        tokens = float(pd.to_numeric(ph["tokens"], errors="coerce").max())
+        if graphs:
+            left = ("the kernels are already replayed from graphs, so what is left is the host work around each "
+                    "replay (input preparation, sampling, scheduling).")
+            advice = ("The host, not the kernels, sets the step time. "
+                      + (idle_advice(rows, items, graph_run=left[0].upper() + left[1:])[0] if len(rows)
+                         else left[0].upper() + left[1:])
+                      + (knob(fw, "graphs", graphs=True, tokens=tokens) if lead is None or graphs_help(totals) else ""))
+        elif lead is None or graphs_help(totals):
+            advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
+                      "Run the step from a CUDA graph so it is one launch." + knob(fw, "graphs", graphs=False, tokens=tokens))
+        else:
+            advice = ("The host, not the kernels, sets the step time, and not by launching: "
+                      + idle_advice(rows, items)[0])
+        findings.append(ranked(report, "step-idle", title, evidence, advice, span - busy, ranges=(phase,),
+                               items=tuple(items)))
     return findings
 
 
@@ -271,5 +396,18 @@ def mixed_steps(report: Report) -> list[Finding]:
     advice = ("In a mixed step every decoding sequence waits for the prefill riding with it, so its inter-token "
               "latency is the mixed step's time." + knob(fw, "batch_tokens"))
     if math.isnan(cost):
-        return [info("mixed-steps", title, advice, **evidence)]
-    return [ranked(report, "mixed-steps", title, evidence, advice, cost, ranges=("mixed",))]
+        found = info("mixed-steps", title, advice, **evidence)
+        return [dataclasses.replace(found, items=tuple(step_items(mixed, mixed["duration_ns"].to_numpy(np.float64),
+                                                                  describe=_mixed_words)))]
+    extra = np.clip(mixed["duration_ns"].to_numpy(np.float64) - evidence["decode_step_p50_ns"], 0, None)
+    items = step_items(mixed, extra, describe=lambda r: "over a decode step (p50); " + _mixed_words(r))
+    return [ranked(report, "mixed-steps", title, evidence, advice, cost, ranges=("mixed",), items=tuple(items))]
+
+
+def _mixed_words(row: Mapping[str, Any]) -> str:
+    """What a mixed step carried: its prefill tokens and the decodes riding with them."""
+    pre, dec = pd.to_numeric(row.get("prefill_tokens"), errors="coerce"), pd.to_numeric(row.get("decode_seqs"),
+                                                                                       errors="coerce")
+    parts = ([f"{int(pre):,} prefill tokens"] if pd.notna(pre) else []) + \
+        ([f"{int(dec):,} decoding sequences waiting on them"] if pd.notna(dec) else [])
+    return " with ".join(parts) if parts else "prefill and decode tokens together"

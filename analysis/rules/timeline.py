@@ -18,19 +18,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration, nbytes, si
+from perfscope.format import duration
 from perfscope.memo import memo
 from perfscope.schema import map_distinct, value_mask, value_positions
 
 from ..costs.compiled_steps import compiled_kernels
-from ..idle import cause_totals, idle_of, idle_summary
+from ..idle import cause_totals, graphs_help, idle_of, idle_summary, kind_totals, kinds_of
 from ..ranks.stats import comm_mask
 from ..steps import has_framework_steps
 from ..steps import inference_windows as step_inference_windows
 from ._base import (
     Finding,
+    Item,
     activity,
     covered_ns,
+    explained_ns,
     gaps_before,
     group_key,
     is_cpu_report,
@@ -40,6 +42,8 @@ from ._base import (
     severity_for,
     top_groups,
 )
+from ._gaps import gap_table, grouped_items, idle_advice, idle_items, kind_evidence, lead_names
+from .evidence import spans_of
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -49,9 +53,6 @@ IDLE_MIN_PCT = 10.0
 slack of a launch queue and there is little to win."""
 LARGEST_GAPS = 3
 """How many of the largest gaps the evidence lists."""
-HOST_WAIT_MAJORITY_PCT = 50.0
-"""When at least half of the idle time is spent waiting for launch calls, the advice is about CPU
-overhead (CUDA graphs, fusion); otherwise about synchronisation and dependencies."""
 
 SHORT_KERNEL_NS = 5_000
 """A kernel under 5 µs runs for less time than its launch costs on the CPU (5-20 µs per launch,
@@ -78,10 +79,6 @@ LAUNCH_EXPLAINS_PCT = 50.0
 """Launch-bound is claimed only when the host was inside launch calls for at least half of the idle
 time (the ``launch`` cause of :mod:`..idle`): a GPU that waits while the host runs Python, copies or
 synchronises is not helped by faster launches."""
-DISPATCH_GAP_NS = 50_000
-"""Host idle slices whose median is under 50 µs are the framework's per-operator work between
-launches (Python, dispatch, allocation), which capturing the step (CUDA graphs, torch.compile)
-removes; longer ones are the user's own host work in the named range."""
 TOP_CAUSE_RANGES = 3
 """How many ranges of the dominant cause the finding names."""
 
@@ -188,8 +185,9 @@ def compiled_cpu_run(report: Report) -> bool:
     return is_cpu_report(report) and bool((report.params or {}).get("compile"))
 
 
-def graph_advice(report: Report, mode: GraphMode) -> str:
-    """What to do about overhead in a run that already replays CUDA graphs."""
+def graph_advice(report: Report, mode: GraphMode, *, graphs: bool = True) -> str:
+    """What to do about overhead in a run that already replays CUDA graphs (``graphs``: whether the gaps'
+    largest share is dispatch or launch, so that capturing more in one graph may still be advised)."""
     gaps = ""
     if mode.replays > 1 and not math.isnan(mode.between_replays_ns):
         gaps = (f" ({duration(mode.between_replays_ns / (mode.replays - 1))} from one replay's end to the next "
@@ -203,7 +201,8 @@ def graph_advice(report: Report, mode: GraphMode) -> str:
             f"graphs will not help. What is left is the host time between replays{gaps}: the step's Python, "
             "the copies into the graph's static inputs, sampling and stop checks, and synchronisations "
             "(.item(), .cpu()). Keep sampling on the device, drop the synchronisations, and prepare the next "
-            "step while the GPU runs this one (or capture several steps in one graph)." + roof)
+            "step while the GPU runs this one" + (" (or capture several steps in one graph)." if graphs else ".")
+            + roof)
 
 
 @dataclass(frozen=True)
@@ -344,40 +343,29 @@ def _largest_gaps(report: Report, idle: DeviceIdle, origin_ns: int) -> tuple[dic
     return evidence, tuple(ranges)
 
 
-def _idle_advice(cpu: bool, host_wait_pct: float, graph: str | None = None, compiled: bool = False) -> str:
-    if graph and not cpu and host_wait_pct >= HOST_WAIT_MAJORITY_PCT:
-        return (f"The GPU waits for the CPU: in {host_wait_pct:.0f}% of the idle time the next launch call had "
-                "not returned when the GPU ran dry. " + graph)
+def _idle_advice(cpu: bool, host_wait_pct: float, compiled: bool = False) -> str:
+    """The advice when the report has no idle table to read the causes from (nothing but the gaps)."""
     if cpu and compiled:
         return ("Decode is compiled (compile=True): its kernels run inside one compiled call per step, so the "
                 "time between operators is the host work around those calls: the guard check and launch code of "
-                "the compiled graph, per-token Python (sampling, bookkeeping) and the eager prefill's dispatch. "
-                "Move per-token work into the compiled step and keep the step's inputs static so that no guard "
-                "fails and nothing recompiles; the largest gaps below say where the rest is.")
+                "the compiled graph, per-token Python (sampling, bookkeeping) and the eager prefill's dispatch.")
     if cpu:
-        return ("Time between operators is Python and framework overhead (dispatch, tensor bookkeeping, "
-                "the profiler's own cost). Fuse operator chains with torch.compile, give each operator more "
-                "work (larger batch), and move per-token Python work (sampling, logging) out of the loop.")
-    if host_wait_pct >= HOST_WAIT_MAJORITY_PCT:
-        return (f"The GPU waits for the CPU: in {host_wait_pct:.0f}% of the idle time the next launch call had "
-                "not returned when the GPU ran dry. Capture the steady-state loop in a CUDA graph "
-                "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), fuse small ops, put more work in "
-                "each launch (larger batch), and keep Python work (.item(), logging, tensor creation) out of it.")
-    cause = "" if math.isnan(host_wait_pct) else f"only {host_wait_pct:.0f}% of it is waiting for launch calls; "
-    return (f"Most idle time is not launch latency ({cause}the work was queued and waited). Look at the "
-            "largest gaps: synchronisations (torch.cuda.synchronize, .item(), .cpu(), cudaDeviceSynchronize), "
-            "host-side data loading or preprocessing, events waited on from other streams, or collectives "
-            "waiting for other ranks.")
+        return ("Time between operators is Python and framework overhead (dispatch, tensor bookkeeping, the "
+                "profiler's own cost): fuse operator chains with torch.compile and give each operator more work.")
+    cause = "" if math.isnan(host_wait_pct) else f"In {host_wait_pct:.0f}% of the idle time the next launch call had not returned. "
+    return (cause + "The host side of the gaps was not read, so their cause is unknown: record the CPU side "
+            "(torch.profiler with ProfilerActivity.CPU, nsys with --trace=cuda,nvtx,osrt).")
 
 
 def gpu_idle(report: Report) -> list[Finding]:
-    """Idle share and the largest gaps per device (CPU reports: time outside operators). A report
-    with a framework's steps has it measured inside its inference window."""
+    """Idle share and the largest gaps per device (CPU reports: time outside operators), with the gaps
+    grouped by what the host did in them (:mod:`._gaps`) and advice chosen from those groups. A report with
+    a framework's steps has it measured inside its inference window."""
     cpu = is_cpu_report(report)
     mode = graph_mode(report)
-    graph = graph_advice(report, mode) if mode.is_graph_run else None
     compiled_cpu = compiled_cpu_run(report)
     windows = inference_windows(report)
+    idle_all = idle_of(report)
     findings = []
     for idle in device_idle(report):
         share = pct(idle.idle_ns, idle.span_ns)
@@ -394,21 +382,29 @@ def gpu_idle(report: Report) -> list[Finding]:
             evidence["idle_waiting_for_launch_ns"] = host_wait
             evidence["idle_waiting_for_launch_pct"] = host_pct
         evidence.update(gap_ev)
-        if graph:
+        if mode.is_graph_run and not cpu:
             evidence.update(mode.evidence())
         what = "is outside operators" if cpu else f"{idle.device} is idle"
         title = (f"{share:.0f}% of the active span {what} ({duration(idle.idle_ns)} in {len(idle.gaps)} gaps "
                  f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
-        advice = _idle_advice(cpu, host_pct, graph, compiled_cpu)
-        causes = _cause_evidence(report, idle.device, evidence)
-        if causes is not None:
-            cause, cause_ranges = causes
-            title += f"; mostly {cause}" + (f" in {', '.join(cause_ranges)}" if cause_ranges and cause != "launch" else "")
-            if not (cpu and cause == "host"):
-                advice = _cause_advice(cause, evidence, cause_ranges, graph, host_pct)
-            elif cause_ranges:
-                advice = f"The time outside operators is mostly in {', '.join(cause_ranges)}. " + advice
-            ranges = tuple(dict.fromkeys([*cause_ranges, *ranges]))
+        rows = idle_all[(idle_all["device"] == idle.device).to_numpy(bool)] if len(idle_all) else idle_all
+        items: list[Item] = idle_items(rows) if len(rows) else []
+        graphs = False
+        if len(rows):
+            totals = kind_totals(rows)
+            graphs = graphs_help(totals)
+            graph = graph_advice(report, mode, graphs=graphs) if mode.is_graph_run and not cpu else None
+            advice, totals = idle_advice(rows, items, cpu=cpu, compiled_cpu=compiled_cpu, graph_run=graph)
+            _cause_evidence(rows, evidence)
+            evidence.update(kind_evidence(totals, rows))
+            lead = str(evidence.get("idle_kind", ""))
+            names = lead_names(items, lead)
+            title += f"; mostly {lead}" + (f" in {', '.join(names)}" if names and lead not in ("launch", "graph") else "")
+            if "gap_sizes" in evidence:
+                title += f"; {evidence['gap_sizes']}"
+            ranges = tuple(dict.fromkeys([*_names_of(items, "range"), *ranges]))
+        else:
+            advice = _idle_advice(cpu, host_pct, compiled_cpu)
         if windows is not None:
             from .knobs import framework_of, knob
 
@@ -416,22 +412,25 @@ def gpu_idle(report: Report) -> list[Finding]:
             evidence["framework"] = fw
             evidence["measured_in"] = "inference window (first step to last, outlier steps cut out)"
             title = title.replace("of the active span", "of the inference window", 1)
-            advice += knob(fw, "graphs", graphs=mode.is_graph_run,
-                           tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").astype("float64").max()))
+            if graphs or mode.is_graph_run:
+                advice += knob(fw, "graphs", graphs=mode.is_graph_run,
+                               tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").astype("float64").max()))
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
-            evidence, advice, idle.idle_ns, ranges=ranges))
+            evidence, advice, idle.idle_ns, ranges=ranges, items=tuple(items),
+            explained_ns=explained_ns(items, idle.idle_ns)))
     return findings
 
 
-def _cause_evidence(report: Report, device: str,
-                    evidence: dict[str, float | int | str]) -> tuple[str, list[str]] | None:
-    """Add the idle time per cause (analysis/idle.py) to ``evidence``; the dominant cause (the host
-    causes first: ``unknown`` only when nothing else was seen) and the ranges it fell in."""
-    idle = idle_of(report)
-    idle = idle[idle["device"] == device] if len(idle) else idle
-    if not len(idle):
-        return None
+def _names_of(items: list[Item], attr: str) -> list[str]:
+    """The distinct ``attr`` values of ``items``, in order."""
+    return list(dict.fromkeys(str(i.attrs[attr]) for i in items if i.attrs.get(attr)))
+
+
+def _cause_evidence(idle: pd.DataFrame, evidence: dict[str, float | int | str]) -> None:
+    """Add the idle time per cause (analysis/idle.py) to ``evidence``: ``idle_<cause>_ns`` / ``_pct``, the
+    dominant cause (``unknown`` only when nothing else was seen), the ranges it fell in, its median slice,
+    and for copies their count, bytes, rate and pinning."""
     totals = cause_totals(idle)
     total = sum(totals.values())
     for cause, ns in totals.items():
@@ -446,79 +445,21 @@ def _cause_evidence(report: Report, device: str,
     family = mine["range"].astype(str).str.replace(r"\d+", "N", regex=True)
     mine = (mine.assign(range=family).groupby("range", sort=False)[["duration_ns", "idle_pct"]].sum()
             .sort_values("duration_ns", ascending=False, kind="stable").head(TOP_CAUSE_RANGES).reset_index())
-    names = []
     for i, row in enumerate(mine.itertuples(index=False), start=1):
         evidence[f"{cause}_range{i}"] = str(row.range)
         evidence[f"{cause}_range{i}_ns"] = float(row.duration_ns)
         evidence[f"{cause}_range{i}_pct_of_idle"] = float(row.idle_pct)
-        names.append(f"{row.range} ({float(row.idle_pct):.0f}% of idle)")
     rows = idle[idle["cause"] == cause]
     evidence[f"{cause}_median_slice_ns"] = float(rows["duration_ns"].median())
     if cause == "copy":
         copies = rows[rows["correlation"].notna()].drop_duplicates("correlation")
         evidence["copies"] = len(copies)
-        nbytes = float(copies["bytes"].sum()) if copies["bytes"].notna().any() else math.nan
-        evidence["copy_bytes"] = nbytes
-        evidence["copy_idle_rate_bytes_per_s"] = nbytes / (float(rows["duration_ns"].sum()) / 1e9)
+        moved = float(copies["bytes"].sum()) if copies["bytes"].notna().any() else math.nan
+        evidence["copy_bytes"] = moved
+        evidence["copy_idle_rate_bytes_per_s"] = moved / (float(rows["duration_ns"].sum()) / 1e9)
         pin = copies["pinned"].dropna().astype(bool)
         evidence["copies_pinned"] = "unknown" if not len(pin) else "all" if pin.all() else \
             "none" if not pin.any() else f"{int(pin.sum())} of {len(pin)}"
-    return cause, [str(r) for r in mine["range"]]
-
-
-def _cause_advice(cause: str, evidence: dict[str, float | int | str], ranges: list[str],
-                  graph: str | None, host_pct: float) -> str:
-    """What to do about idle time of ``cause`` (docs/idle.md)."""
-    share = float(evidence.get(f"idle_{cause}_pct", math.nan))
-    where = f" ({', '.join(ranges)})" if ranges else ""
-    if cause == "launch":
-        if graph:
-            return (f"The host was inside launch calls for {share:.0f}% of the idle time. " + graph)
-        return (f"The host was inside launch calls for {share:.0f}% of the idle time: the CPU cannot queue "
-                "kernels as fast as the GPU runs them. Remove launches rather than speeding them up: capture "
-                "the steady-state loop in a CUDA graph (torch.compile(mode='reduce-overhead'), torch.cuda.CUDAGraph), "
-                "fuse small ops (torch.compile, fused kernels), and put more work in each launch (larger batch).")
-    if cause == "copy":
-        pinned = evidence.get("copies_pinned")
-        rate = float(evidence.get("copy_idle_rate_bytes_per_s", math.nan))
-        moved = (f"{evidence.get('copies')} copies of {nbytes(float(evidence.get('copy_bytes', math.nan)))} "
-                 f"({si(rate, 'B/s')} over the idle time they cause; host memory pinned: {pinned})")
-        return (f"For {share:.0f}% of the idle time the host was inside host<->device copies{where}: {moved}. "
-                "The GPU waits for data, not for launches, so CUDA graphs would change nothing. Keep the data "
-                "resident on the device (load the weights once instead of per step), copy from pinned memory "
-                "(tensor.pin_memory(), non_blocking=True) so the copy is a DMA instead of a staged host copy, and "
-                "prefetch the next piece on a side stream while the GPU computes on this one.")
-    if cause == "sync":
-        return (f"For {share:.0f}% of the idle time the host was blocked in a synchronisation{where} "
-                "(cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, or the copy behind "
-                ".item(), .cpu(), .tolist()). While the host waits nothing new is queued, so the GPU drains and "
-                "idles. Remove the sync: keep the value on the device (torch.where instead of a Python if, "
-                "sampling and stop checks on the GPU), read results a step later, or copy them with "
-                "non_blocking=True into pinned memory and wait on an event only when needed.")
-    if cause == "profiler":
-        return (f"For {share:.0f}% of the idle time the profiler itself was working (buffer flushes, start-up). "
-                "This is measurement overhead, not the program's: profile more steps after a warm-up "
-                "(torch.profiler.schedule), record fewer event kinds (with_stack, record_shapes off), and "
-                "read the other causes.")
-    if cause == "host":
-        median = float(evidence.get("host_median_slice_ns", math.nan))
-        if graph:
-            return (f"For {share:.0f}% of the idle time the host was in its own code{where}, not in launch calls "
-                    f"(gaps of {duration(median)}, median). " + graph)
-        if median < DISPATCH_GAP_NS:
-            return (f"For {share:.0f}% of the idle time the host was in its own code between launches{where}, in "
-                    f"gaps of {duration(median)} (median): the framework's per-operator work (Python, dispatch, "
-                    "allocation) between kernels, and the launch calls themselves take less. Capturing the step "
-                    "removes that host work: CUDA graphs (torch.compile(mode='reduce-overhead')) replay it without "
-                    "Python; fusion (torch.compile) cuts the operator count; a larger batch gives each operator more "
-                    "GPU work to hide it behind.")
-        return (f"For {share:.0f}% of the idle time the host was running its own code{where}, with no launch, copy "
-                f"or sync in flight (gaps of {duration(median)}, median): the GPU waits for that code. Make it "
-                "faster, move it out of the loop, or overlap it with GPU work (do it for the next step while "
-                "this one runs, in another thread or process). Launch overhead is not the cause: CUDA graphs "
-                "would not remove it.")
-    return ("The host side of these gaps was not recorded, so their cause is unknown. Record the CPU side too "
-            "(torch.profiler with ProfilerActivity.CPU, nsys with --trace=cuda,nvtx,osrt) to see why the GPU waits.")
 
 
 # ---------------------------------------------------------------------------- short kernels
@@ -552,11 +493,31 @@ def short_kernels(report: Report) -> list[Finding]:
         }
         title = (f"{share:.0f}% of the {unit} on {device} run under {SHORT_KERNEL_NS / 1000:.0f} µs "
                  f"({int(short.sum())} of {len(rows)}, {float(evidence['short_time_pct']):.3g}% of {unit[:-1]} time)")
-        advice = ("Operators this short are mostly dispatch overhead: fuse chains of them with torch.compile and "
-                  "avoid per-element tensor work in Python." if cpu else
-                  "Kernels this short cost more to launch (5-20 µs of CPU each) than to run. Fuse them "
-                  "(torch.compile, fused norms/activations, foreach ops), capture repeated sequences in CUDA "
-                  "graphs, and avoid tiny tensor ops (scalar math, per-element indexing) in the loop.")
+        # what the host did in the gaps in front of them (analysis/idle.py), each gap's time capped as above
+        front = short & ~replayed & (gap > 0)
+        kinds, front_ns, g_start, g_end = _gaps_before(report, str(device), kernels["start_ns"].to_numpy(np.int64)[rows[front]],
+                                                       np.minimum(gap[front], LAUNCH_GAP_CAP_NS).astype(np.float64))
+        items = grouped_items(kinds, front_ns, g_start, g_end, f"short {unit}", {"device": str(device)})
+        totals = {str(k): float(front_ns[kinds == k].sum()) for k in pd.unique(kinds)}
+        graphs = graphs_help(totals)
+        lead = max(totals, key=lambda k: totals[k]) if totals else None
+        if lead is not None:
+            evidence["gaps_before_short_kind"] = lead
+            evidence["gaps_before_short_kind_pct"] = pct(totals[lead], at_stake)
+        if cpu:
+            advice = ("Operators this short are mostly dispatch overhead: fuse chains of them with torch.compile and "
+                      "avoid per-element tensor work in Python.")
+        elif graphs:
+            advice = ("Kernels this short cost more to launch (5-20 µs of CPU each) than to run. Fuse them "
+                      "(torch.compile, fused norms/activations, foreach ops), capture repeated sequences in CUDA "
+                      "graphs, and avoid tiny tensor ops (scalar math, per-element indexing) in the loop.")
+        elif lead is None:
+            advice = ("These kernels run back to back, with no idle gap in front of them: their launches are hidden "
+                      "behind the queue and cost the GPU no time here.")
+        else:
+            advice = (f"The gaps in front of these kernels are mostly {lead} ({pct(totals[lead], at_stake):.0f}% of "
+                      f"their time), not launch or dispatch work, so fusing them or capturing CUDA graphs would not "
+                      f"close those gaps; the gpu-idle finding names where the {lead} time goes.")
         if compiled_cpu_run(report):
             advice = _compiled_cpu_short_advice(kernels, rows[short], evidence)
         elif mode.is_graph_run and not cpu:
@@ -565,11 +526,29 @@ def short_kernels(report: Report) -> list[Finding]:
             advice = (f"{int((short & replayed).sum())} of the short kernels are replayed from CUDA graphs, where a "
                       "kernel costs about a microsecond of GPU scheduling rather than a CPU launch; the "
                       f"{int((short & ~replayed).sum())} others are launched one by one outside the graphs (move "
-                      "that work into the compiled step). Fusing further (fewer, larger kernels) still shortens "
-                      "the step. " + graph_advice(report, mode))
+                      "that work into the compiled step)." + (" Fusing further (fewer, larger kernels) still "
+                                                               "shortens the step. " if graphs else " ")
+                      + graph_advice(report, mode, graphs=graphs))
         findings.append(ranked(report, "short-kernels", title, evidence, advice,
-                                at_stake, kernels=top_groups(kernels, rows[short])))
+                                at_stake, kernels=top_groups(kernels, rows[short]), items=tuple(items)))
     return findings
+
+
+def _gaps_before(report: Report, device: str, starts: np.ndarray,
+                 time_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For work starting at ``starts`` on ``device``: the kind of the idle gap that ends there (``unknown``
+    where the idle table has none: outside the window), with ``time_ns`` per gap and the gaps' start and end."""
+    idle = idle_of(report)
+    gaps = gap_table(idle[(idle["device"] == device).to_numpy(bool)] if len(idle) else idle)
+    kinds = np.full(len(starts), "unknown", dtype=object)
+    g_start, g_end = starts.astype(np.float64) - time_ns, starts.astype(np.float64)
+    if len(gaps) and len(starts):
+        ends = gaps["end_ns"].to_numpy(np.int64)
+        at = np.clip(np.searchsorted(ends, starts), 0, len(ends) - 1)
+        hit = ends[at] == starts
+        kinds[hit] = gaps["kind"].to_numpy(object)[at[hit]]
+        g_start[hit] = gaps["start_ns"].to_numpy(np.float64)[at[hit]]
+    return kinds, time_ns, g_start, g_end
 
 
 def _compiled_cpu_short_advice(kernels: pd.DataFrame, short_rows: np.ndarray,
@@ -632,12 +611,13 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
     api_pct = pct(api_ns, kernel_ns)
     if len(m) < LAUNCH_MIN_KERNELS or not (starved >= STARVED_MIN_PCT and api_pct >= LAUNCH_API_MIN_PCT):
         return None
-    at_stake = idle.host_wait_ns if idle is not None else math.nan
     launch_idle, idle_ns = _launch_idle(report, device)
-    if idle_ns > 0 and not pct(launch_idle, idle_ns) >= LAUNCH_EXPLAINS_PCT:
-        return None  # the GPU waits, but not for launch calls: gpu-idle names the cause
-    if idle_ns > 0:
-        at_stake = launch_idle
+    if not pct(launch_idle, idle_ns) >= LAUNCH_EXPLAINS_PCT:
+        return None  # the GPU does not wait (no idle time), or waits but not for launch calls: gpu-idle names the cause
+    at_stake = launch_idle
+    rows = idle_of(report)
+    rows = rows[(rows["device"] == device).to_numpy(bool)]
+    items = idle_items(rows[kinds_of(rows) == "launch"])
     evidence: dict[str, float | int | str] = {
         "device": device, "launches": len(m), "launch_api_ns": api_ns, "kernel_ns": kernel_ns,
         "launch_api_vs_kernel_pct": api_pct,
@@ -659,9 +639,9 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
         title = title.replace("kernels start", "kernels launched outside CUDA graphs start", 1)
         advice = (f"These {len(m)} kernels are launched one by one outside the CUDA graphs (input preparation, "
                   "sampling, copies): move that work into the compiled step or onto the device. "
-                  + graph_advice(report, mode))
+                  + graph_advice(report, mode, graphs=graphs_help(kind_totals(rows))))
     return ranked(report, "launch-overhead", title, evidence, advice,  # m's index: kernel positions
-                   at_stake, kernels=top_groups(report.kernels, m.index.to_numpy()))
+                   at_stake, kernels=top_groups(report.kernels, m.index.to_numpy()), items=tuple(items))
 
 
 def _launch_idle(report: Report, device: str) -> tuple[float, float]:
@@ -726,11 +706,38 @@ def _stream_finding(report: Report, device: str, k: pd.DataFrame) -> Finding | N
         evidence[f"stream_{stream}_busy_ns"] = busy[stream]
     title = (f"Streams on {device} take turns: {duration(outside)} of kernel time ({float(evidence['outside_busiest_stream_pct']):.3g}%) "
              f"runs while stream {main} is idle; only {duration(overlapped)} overlaps")
+    items = []
+    main_busy = merge_intervals(k.loc[k["stream"] == main, "start_ns"].to_numpy(), k.loc[k["stream"] == main, "end_ns"].to_numpy())
+    for stream, ks in others.groupby("stream", sort=True):
+        alone = ks["duration_ns"].to_numpy(np.float64) - covered_ns(main_busy, ks["start_ns"].to_numpy(), ks["end_ns"].to_numpy())
+        big = int(np.argmax(alone))
+        top = top_groups(report.kernels, ks.index.to_numpy(), alone)[:2]
+        items.append(Item("kernels", f"{duration(float(alone.sum()))} of {len(ks)} kernels on stream {int(stream)} while "
+                                     f"stream {main} is idle ({', '.join(str(t)[:60] for t in top)})",
+                          float(alone.sum()), True, float(ks["start_ns"].iloc[big]), float(ks["end_ns"].iloc[big]),
+                          {"stream": int(stream), "kernels": len(ks), "device": device},
+                          spans=spans_of(ks["start_ns"].to_numpy(np.int64), ks["end_ns"].to_numpy(np.int64))))
+    waits = _stream_orders(report)
+    evidence.update({f"{name}_calls": n for name, n in waits.items()})
+    order = (f" The trace shows what orders them: {', '.join(f'{n} {name}' for name, n in waits.items())}; drop the "
+             "waits and synchronisations that the data does not need." if waits else "")
     advice = (f"Work on the other streams runs while stream {main} is idle, so the GPU does one thing at a "
-              "time. If it is independent (communication, side branches, prefetches), let it overlap: launch "
-              "it earlier, drop the synchronisations and event waits that order it after the main stream "
-              "(cudaStreamWaitEvent, torch.cuda.synchronize), and overlap collectives with the next layer's "
-              "compute (async ops, bucketing/prefetch in DDP/FSDP).")
+              "time. If it is independent (side branches, prefetches), let it overlap: launch it earlier, on its "
+              "own stream, and order it after the main stream only where it reads that stream's results." + order)
     return ranked(report, "serialized-streams", title, evidence, advice,
                    outside, kernels=top_groups(report.kernels, others.index.to_numpy(),
-                                               others["duration_ns"].to_numpy(np.float64)))
+                                               others["duration_ns"].to_numpy(np.float64)), items=tuple(items))
+
+
+STREAM_ORDER_API = ("StreamWaitEvent", "EventSynchronize", "StreamSynchronize", "DeviceSynchronize")
+"""Host calls that order streams: a wait on another stream's event, or a sync that drains them."""
+
+
+def _stream_orders(report: Report) -> dict[str, int]:
+    """How many calls of each :data:`STREAM_ORDER_API` kind the trace has (``cudaStreamWaitEvent``: 3)."""
+    api = report.api
+    if not len(api):
+        return {}
+    names = api["name"].astype("object")
+    counts = names.value_counts()
+    return {str(n): int(c) for n, c in counts.items() if any(w in str(n) for w in STREAM_ORDER_API)}

@@ -7,6 +7,7 @@ kernels' business. A copy is "exposed" for the part of it during which no kernel
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,13 +20,17 @@ from perfscope.schema import column_codes
 from ._base import (
     HOST_COPY_KINDS,
     Finding,
+    Item,
     covered_ns,
     merge_intervals,
     pct,
     ranked,
 )
+from .evidence import spans_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from perfscope.report import Report
 
 EXPOSED_MIN_PCT = 2.0
@@ -110,8 +115,33 @@ def copies_exposed(report: Report) -> list[Finding]:
         evidence[f"exposed_{kind}_ns"] = float(ns)
     title = (f"{duration(exposed)} of host-device copies run with no kernel beside them "
              f"({len(t)} copies, {nbytes(float(evidence['bytes']))}, {float(evidence['exposed_pct_of_busy_time']):.3g}% of GPU busy time)")
-    return [ranked(report, "copies-exposed", title, evidence,
-                    _copy_advice(evidence), exposed)]
+    pin = t["pinned"].astype("object").map(lambda p: "pinned" if p is True else "pageable" if p is False else "unknown")
+    groups = t.assign(memory=pin.to_numpy(), on_kernel_stream=on_compute.to_numpy())
+    items = copy_items(groups, ["kind", "memory", "on_kernel_stream"], "exposed_ns",
+                       lambda k, n, b: (f"{n} {k[0]} copies of {nbytes(b)} from {k[1]} host memory"
+                                        + (", on a stream that runs kernels" if k[2] else "")
+                                        + ": no kernel beside them"))
+    return [ranked(report, "copies-exposed", title, evidence, _copy_advice(evidence), exposed, items=items)]
+
+
+def copy_items(t: pd.DataFrame, keys: list[str], time_col: str, label: Callable[[tuple, int, float], str]) -> tuple[Item, ...]:
+    """One item per group of copies (``keys``), with the time ``time_col`` sums to, largest first; each
+    placed at its largest copy."""
+    items = []
+    for key, g in t.groupby(keys, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        total = float(g[time_col].sum())
+        if not total > 0:
+            continue
+        big = g[time_col].astype("float64").idxmax()
+        moved = float(g["bytes"].sum())
+        items.append(Item("copy" if len(g) == 1 else "copies", f"{duration(total)}: " + label(key, len(g), moved),
+                          total, True, float(g.at[big, "start_ns"]), float(g.at[big, "end_ns"]),
+                          {**{k: (v if isinstance(v, (int, float, str)) else str(v)) for k, v in zip(keys, key)},
+                           "copies": len(g), "bytes": moved},
+                          spans=spans_of(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+                          if len(g) > 1 else ()))
+    return tuple(sorted(items, key=lambda i: -i.time_ns))
 
 
 def _copy_advice(ev: dict[str, float | int | str]) -> str:
@@ -152,8 +182,12 @@ def pageable_copies(report: Report) -> list[Finding]:
         evidence["pinned_bytes_per_s"] = _gb_per_s(pinned) * 1e9
     rate = f"{nbytes(float(evidence['pageable_bytes_per_s']))}/s"
     title = f"{len(pageable)} copies use pageable host memory: {duration(ns)} at {rate}"
+    family = pageable["range"].astype("object").map(
+        lambda r: re.sub(r"\d+", "N", str(r).rsplit("/", 1)[-1]) if isinstance(r, str) and r else "(no range)")
+    items = copy_items(pageable.assign(where=family.to_numpy()), ["kind", "where"], "duration_ns",
+                       lambda k, n, b: f"{n} pageable {k[0]} copies of {nbytes(b)} in {k[1]}")
     advice = ("Pin the host side: DataLoader(pin_memory=True), tensor.pin_memory(), or allocate staging buffers "
               "with torch.empty(..., pin_memory=True); then copy with .to(device, non_blocking=True). Pageable "
               "copies go through a driver bounce buffer, run slower and block the CPU, so they can never overlap "
               "with compute.")
-    return [ranked(report, "pageable-copies", title, evidence, advice, ns)]
+    return [ranked(report, "pageable-copies", title, evidence, advice, ns, items=items)]

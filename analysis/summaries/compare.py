@@ -18,7 +18,7 @@ Times are totals over each report, not normalised: when A and B ran different am
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from perfscope.format import MISSING, clip, duration, finite, jsonable, signed
 from ..intervals import profile_span_ns
 from .kernels import aggregate_by_name, group_key
 from .serving import SUMMARY_PHASES, phase_summary
+from .tails import compare_tails, tails_verdict
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -58,6 +59,8 @@ class Comparison:
         by_name: one row per kernel/operator name, largest absolute time change first;
             ``status`` is ``both``, ``new`` (only in B) or ``vanished`` (only in A).
         verdict: short sentences: overall and per-phase change, biggest movers, bound shifts.
+        by_tail: two load tests: how each part of the p99 of TTFT, ITL, TPOT and E2E moved
+            (:func:`.tails.compare_tails`); empty otherwise.
     """
 
     a: str
@@ -66,14 +69,18 @@ class Comparison:
     by_phase: pd.DataFrame
     by_name: pd.DataFrame
     verdict: list[str]
+    by_tail: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None)."""
         def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
             return [{k: jsonable(v) if not isinstance(v, (bool, np.bool_)) else bool(v) for k, v in r.items()}
                     for r in df.astype("object").where(df.notna(), None).to_dict(orient="records")]
-        return {"a": self.a, "b": self.b, "key": self.key, "by_phase": rows(self.by_phase),
-                "by_name": rows(self.by_name), "verdict": list(self.verdict)}
+        out = {"a": self.a, "b": self.b, "key": self.key, "by_phase": rows(self.by_phase),
+               "by_name": rows(self.by_name), "verdict": list(self.verdict)}
+        if len(self.by_tail):  # two load tests: how each part of the p99s moved
+            out["tails"] = rows(self.by_tail)
+        return out
 
 
 # ---------------------------------------------------------------------------- per phase
@@ -255,6 +262,7 @@ def _device_note(a: Report, b: Report) -> list[str]:
 # ---------------------------------------------------------------------------- display
 PHASE_VIEW_COLUMNS = ["phase", "A", "B", "change", "tok/s A", "tok/s B", "MFU A", "MFU B", "MBU A", "MBU B"]
 NAME_VIEW_COLUMNS = ["name", "status", "n A", "n B", "A", "B", "change", "bound"]
+TAIL_VIEW_COLUMNS = ["latency", "part", "A", "B", "change"]
 
 
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:
@@ -275,6 +283,19 @@ def phase_view(c: Comparison) -> pd.DataFrame:
              _fmt(r.mbu_a_pct, ".3g", "%"), _fmt(r.mbu_b_pct, ".3g", "%")]
             for r in c.by_phase.itertuples(index=False)]
     return pd.DataFrame(rows, columns=PHASE_VIEW_COLUMNS, dtype="object")
+
+
+def tail_view(c: Comparison) -> pd.DataFrame:
+    """How each part of the p99 moved (two load tests), as every output shows it (text cells); empty
+    when either report has no load-test requests."""
+    t = c.by_tail
+    if not len(t):
+        return pd.DataFrame(columns=TAIL_VIEW_COLUMNS, dtype="object")
+    rows = [[f"{r.metric.upper()} p99" + (f" ({r.run_a} -> {r.run_b})" if isinstance(r.run_a, str) and r.run_a != r.run_b
+                                          else ""),
+             r.part, _seconds(r.p99_a_s), _seconds(r.p99_b_s), signed(_seconds(r.change_s), r.change_s)]
+            for r in t.itertuples(index=False)]
+    return pd.DataFrame(rows, columns=TAIL_VIEW_COLUMNS, dtype="object")
 
 
 def _bound_label(value: Any) -> str:
@@ -311,6 +332,7 @@ def compare(a: Report, b: Report, *, key: str = "short_name") -> Comparison:
         raise UsageError(f"cannot match names by {key!r}", hint=f"use one of {', '.join(KEYS)}")
     by_phase = phase_table(a, b)
     by_name = name_table(a, b, key)
+    by_tail = compare_tails(a, b)
     verdict = (_device_note(a, b) + _outlier_note(a, "A") + _outlier_note(b, "B") + _overall(by_phase)
-               + _movers(by_name, key) + _bound_shifts(by_name))
-    return Comparison(a.name, b.name, key, by_phase, by_name, verdict)
+               + _movers(by_name, key) + _bound_shifts(by_name) + tails_verdict(by_tail))
+    return Comparison(a.name, b.name, key, by_phase, by_name, verdict, by_tail)

@@ -6,9 +6,12 @@ per thread with the operators); the host's ranges (NVTX / record_function, and n
 of a with_stack trace) and launch calls on their threads; the engine's phases and steps; the
 NVML samples as counter tracks (one per device and metric); a load test's requests on lanes of a
 ``requests`` group, each with its TTFT (queued, prefill) and decode parts, on the kernels' clock
-(:func:`perfscope.analysis.summaries.server_timeline.request_times_ns`). A multi-rank report
-(``perfscope import --ranks``) gets one track group per rank, ``rank N (device)``, holding that
-rank's streams, host threads, steps, idle causes and counters, each on the rank's own clock. Each kernel slice's args carry its
+(:func:`perfscope.analysis.summaries.server_timeline.request_times_ns`), and a flow (an arrow) from each
+request to every step it ran in where the scheduler logged it (``request_steps``: the engine's load
+test, ``perfscope serve`` under ``--profile``; a vLLM or SGLang step names no request, so none there). A
+multi-rank report (``perfscope import --ranks``) gets one track group per rank, ``rank N (device)``,
+holding that rank's streams, host threads, steps, idle causes and counters, each on the rank's own
+clock. Each kernel slice's args carry its
 phase, step, module path (:mod:`perfscope.analysis.summaries.hierarchy`), op, FLOPs, DRAM bytes, FLOP/B,
 bound and % of roof; a value that was not measured is left out, never written as 0.
 
@@ -37,6 +40,7 @@ from . import protobuf as pb
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from perfscope.analysis.findings import Finding
     from perfscope.report import Report
 
 CHUNK = 50_000
@@ -63,6 +67,7 @@ class ExportStats:
     tracks: int = 0
     requests: int = 0
     request_lanes: int = 0
+    flows: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -79,6 +84,9 @@ class _Slices:
     name_codes: np.ndarray
     names: np.ndarray
     args: dict[str, tuple[str, np.ndarray, Any]] = field(default_factory=dict)  # name -> (kind, values, distinct)
+    keys: list[tuple[str, int]] | None = None  # per row, what flows find it by: (run, step) of a step slice
+    flows: dict[int, list[int]] = field(default_factory=dict)  # row -> flow ids it starts (or ends: ``ends_flows``)
+    ends_flows: bool = False
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -190,6 +198,8 @@ def _steps_of(st: pd.DataFrame, group: str) -> list[_Slices]:
                     np.zeros(len(st), dtype="int64"), [(group, "steps")], codes, distinct)
     steps.args["tokens"] = ("int", _num(st, "tokens"), None)
     steps.args["context_len"] = ("int", _num(st, "context_len"), None)
+    run = st["run"].astype(object).where(st["run"].notna(), "") if "run" in st else pd.Series("", index=st.index)
+    steps.keys = list(zip(run.astype(str), pd.to_numeric(st["step"], errors="coerce").fillna(-1).astype("int64")))
     run = (phase != phase.shift()).cumsum().to_numpy()
     first = np.r_[0, np.flatnonzero(np.diff(run)) + 1]
     last = np.r_[first[1:] - 1, len(st) - 1]
@@ -239,7 +249,7 @@ def _idle_slices(report: Report | LeanReport) -> _Slices | None:
     codes, distinct = _codes(idle["cause"])
     s = _Slices("idle", idle["start_ns"].to_numpy("int64"), idle["end_ns"].to_numpy("int64"), track, names,
                 codes, distinct)
-    for col in ("range", "api"):
+    for col in ("host_kind", "range", "api", "op", "function", "wait"):
         if col in idle:
             s.args[col] = ("str", *_codes(idle[col]))
     if "bytes" in idle:
@@ -248,17 +258,67 @@ def _idle_slices(report: Report | LeanReport) -> _Slices | None:
 
 
 def _memory_series(report: Report | LeanReport) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """The memory timeline as counter tracks: allocated and reserved bytes per device."""
+    """The memory timeline as counter tracks: allocated and reserved bytes per device, and the bytes
+    live per category (``cuda:0 memory weights_bytes``, ...: at any instant they add up to the
+    allocated bytes, as in ``analyze --memory``'s breakdown). A record without a clock (a snapshot
+    without ``time_us``) is drawn over its events (t_ns counts them)."""
     m = getattr(report, "memory", None)
     if m is None or "allocated_bytes" not in m:
         return []
-    return _per_device_series(m, ("allocated_bytes", "reserved_bytes"), "?", "memory ")
+    out = _per_device_series(m, ("allocated_bytes", "reserved_bytes"), "?", "memory ")
+    if not len(m) or "category" not in m or "delta_bytes" not in m:
+        return out
+    dev = m["device"].astype("object").fillna("?").astype(str).to_numpy()
+    cats = m["category"].astype("object").to_numpy()
+    delta = _num(m, "delta_bytes")
+    t = m["t_ns"].to_numpy("int64")
+    for d in sorted(set(dev.tolist())):
+        rows = dev == d
+        moves = rows & (delta != 0) & ~np.isnan(delta)
+        for c in sorted({str(x) for x in cats[moves] if isinstance(x, str)}):
+            level = np.cumsum(np.where(moves & (cats == c), delta, 0.0)[rows])
+            out.append((f"{d} memory {c}_bytes", t[rows], level))
+    return out
 
 
-def _all_slices(report: Report | LeanReport) -> list[_Slices]:
+FINDINGS_GROUP = "findings"
+
+
+def _finding_slices(findings: Sequence[Finding]) -> _Slices | None:
+    """The findings' evidence on the timeline: under a ``findings`` group, one track per finding (more
+    where its items overlap, :func:`lanes`), one slice per place of each timed item (a group item's
+    largest members, ``Item.spans``), named ``finding id: item label``, with the item's kind, time,
+    share of the finding's time at stake and whether its cause is known as args."""
+    rows: list[tuple[int, int, str, str, str, float, float, str]] = []
+    for f in findings:
+        stake = float(f.time_at_stake_ns)
+        for item in f.items:
+            for s, e in item.places():
+                share = 100.0 * item.time_ns / stake if stake > 0 and np.isfinite(item.time_ns) else np.nan
+                rows.append((int(s), int(max(e, s)), f"{f.id}: {item.label}", f"{f.id}: {f.title}"[:120], item.kind,
+                             float(item.time_ns), share, "known" if item.explains else "unknown"))
+    if not rows:
+        return None
+    df = pd.DataFrame(rows, columns=["start", "end", "name", "finding", "kind", "time_ns", "share_pct", "cause"])
+    df = df.sort_values("start", kind="stable").reset_index(drop=True)
+    lane = np.zeros(len(df), dtype="int64")
+    for idx in df.groupby("finding", sort=False).indices.values():
+        lane[idx] = lanes(df["start"].to_numpy()[idx], df["end"].to_numpy()[idx])
+    track, names = _tracks(FINDINGS_GROUP, [df["finding"].to_numpy(object), lane],
+                           lambda f, n: f if n == 0 else f"{f} ({n + 1})")
+    codes, distinct = _codes(df["name"])
+    out = _Slices("finding", df["start"].to_numpy("int64"), df["end"].to_numpy("int64"), track, names, codes, distinct)
+    out.args["item"] = ("str", *_codes(df["kind"]))
+    out.args["cause"] = ("str", *_codes(df["cause"]))
+    out.args["time_ms"] = ("double", df["time_ns"].to_numpy("float64") / 1e6, None)
+    out.args["share_of_stake_pct"] = ("double", df["share_pct"].to_numpy("float64"), None)
+    return out
+
+
+def _all_slices(report: Report | LeanReport, findings: Sequence[Finding] = ()) -> list[_Slices]:
     parts: list[_Slices | None] = [_kernel_slices(report) if len(report.kernels) else None,
                                    _range_slices(report), _api_slices(report), *_step_slices(report),
-                                   _idle_slices(report)]
+                                   _idle_slices(report), _finding_slices(findings)]
     return [p for p in parts if p is not None]
 
 
@@ -277,6 +337,8 @@ class _Tree:
     depth: np.ndarray
     blocks: int
     lanes: int
+    keys: list[tuple[str, int]] = field(default_factory=list)  # (run, request_id) of each block, in order
+    parent_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, "int64"))  # row of each block's slice
 
 
 def lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -383,7 +445,35 @@ def _request_tree(report: Report | LeanReport) -> tuple[_Tree | None, list[str]]
           "queue_ms": _num(sub, "admitted_s") - _num(sub, "arrival_s"), "dispatch_delay_ms": _num(sub, "dispatch_delay_s")}
     for label, v in ms.items():
         s.args[label] = ("double", parent_only(v * 1e3), None)
-    return _Tree(s, depth.ravel()[flat].astype("int64"), n, int(lane.max()) + 1), notes
+    run = (sub["run"].astype(object).where(sub["run"].notna(), "") if "run" in sub else pd.Series("", index=sub.index))
+    keys = list(zip(run.astype(str), pd.to_numeric(sub["request_id"], errors="coerce").fillna(-1).astype("int64")))
+    return _Tree(s, depth.ravel()[flat].astype("int64"), n, int(lane.max()) + 1, keys,
+                 np.flatnonzero(is_parent)), notes
+
+
+def request_flows(report: Report | LeanReport, tree: _Tree | None, steps: _Slices | None) -> int:
+    """Link each request's slice to the steps it took part in (the scheduler's ``request_steps``): one
+    flow per request and step, starting on the request and ending on the step. Returns the flows made."""
+    links = getattr(report, "request_steps", None)
+    if tree is None or steps is None or steps.keys is None or links is None or not len(links):
+        return 0
+    run = (links["run"].astype(object).where(links["run"].notna(), "") if "run" in links
+           else pd.Series("", index=links.index)).astype(str)
+    step_row = {k: i for i, k in enumerate(steps.keys)}
+    block_row = {k: int(r) for k, r in zip(tree.keys, tree.parent_rows)}
+    made = 0
+    for r_, rid, stp in zip(run.tolist(), pd.to_numeric(links["request_id"], errors="coerce").tolist(),
+                            pd.to_numeric(links["step"], errors="coerce").tolist()):
+        if not (np.isfinite(rid) and np.isfinite(stp)):
+            continue
+        src, dst = block_row.get((r_, int(rid))), step_row.get((r_, int(stp)))
+        if src is None or dst is None:
+            continue
+        made += 1
+        tree.slices.flows.setdefault(src, []).append(made)
+        steps.flows.setdefault(dst, []).append(made)
+    steps.ends_flows = True
+    return made
 
 
 def _group_title(name: str, device: str | None) -> str:
@@ -486,6 +576,9 @@ class _ProtoWriter:
                         parts.append(b)
                 for anns in int_anns:
                     parts.append(anns[j])
+                fl = s.flows.get(lo + j) if s.flows else None
+                if fl:
+                    parts.append(pb.flow_ids(fl, s.ends_flows))
                 for blob, ends in dblobs:
                     e0 = int(ends[j - 1]) if j else 0
                     e1 = int(ends[j])
@@ -586,6 +679,11 @@ class _ChromeWriter:
             self.emit([{"ph": "X", "cat": kind, "name": n, "pid": ids[tr][0], "tid": ids[tr][1], "ts": t, "dur": d,
                         "args": {a: x for a, x in zip(arg_names, row) if x is not None}}
                        for n, tr, t, d, row in zip(label, track, ts, dur, rows)])
+            if s.flows:  # arrows: a flow starts inside its request's slice and ends on the step's ("bp": "e")
+                ph = "f" if s.ends_flows else "s"
+                self.emit([{"ph": ph, "cat": "flow", "name": "ran in", "id": f, "pid": ids[track[j]][0],
+                            "tid": ids[track[j]][1], "ts": ts[j], **({"bp": "e"} if s.ends_flows else {})}
+                           for j in range(hi - lo) for f in s.flows.get(lo + j, ())])
         return len(s.start)
 
     def nested(self, tree: _Tree) -> int:
@@ -624,6 +722,7 @@ class LeanReport:
     params: dict[str, Any]
     idle: pd.DataFrame = field(default_factory=pd.DataFrame)
     memory: pd.DataFrame = field(default_factory=pd.DataFrame)
+    request_steps: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 LEAN_COLUMNS = {
@@ -632,11 +731,13 @@ LEAN_COLUMNS = {
                 "pct_of_roof", "limiter", "limiter_pct", "rank"),
     "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source", "rank"),
     "api": ("name", "start_ns", "end_ns", "thread", "correlation", "rank"),
-    "idle": ("device", "start_ns", "end_ns", "cause", "range", "api", "bytes", "rank"),
+    "idle": ("device", "start_ns", "end_ns", "cause", "host_kind", "range", "api", "op", "function", "wait", "bytes",
+             "rank"),
     "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label", "start_s", "end_s", "run",
               "generate_call", "rank"),
     "counters": ("t_ns", "device", *COUNTER_METRICS, "rank"),
-    "memory": ("t_ns", "device", "allocated_bytes", "reserved_bytes", "rank"),
+    "memory": ("t_ns", "device", "allocated_bytes", "reserved_bytes", "delta_bytes", "category", "rank"),
+    "request_steps": ("request_id", "step", "role", "run"),
     "requests": ("request_id", "run", "generate_call", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
                  "scheduled_s", "arrival_s", "admitted_s", "first_token_s", "end_s", "dispatch_delay_s", "status",
                  "error", "http_status", "finish_reason"),
@@ -694,7 +795,7 @@ def lean_report(folder: str | os.PathLike[str]) -> LeanReport:
         _lean_table(path, t) for t in ("kernels", "ranges", "api", "steps", "counters", "requests"))
     return LeanReport(name, device, kernels, ranges, api, steps, counters, requests,
                       params={"loadtest": {"runs": runs}} if runs else {}, idle=_lean_table(path, "idle"),
-                      memory=_lean_table(path, "memory"))
+                      memory=_lean_table(path, "memory"), request_steps=_lean_table(path, "request_steps"))
 
 
 # ---------------------------------------------------------------- entry point
@@ -711,8 +812,12 @@ def _origin(report: Report | LeanReport, tree: _Tree | None) -> int:
     return min(starts) if starts else 0
 
 
-def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: _Tree | None) -> None:
-    for s in _all_slices(report):
+def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: _Tree | None,
+            findings: Sequence[Finding] = ()) -> None:
+    slices = _all_slices(report, findings)
+    steps = next((s for s in slices if s.kind == "step"), None)
+    stats.flows = request_flows(report, tree, steps)
+    for s in slices:
         n = writer.slices(s)
         stats.slices[s.kind] = stats.slices.get(s.kind, 0) + n
         del s
@@ -726,9 +831,13 @@ def _stream(report: Report | LeanReport, writer: Any, stats: ExportStats, tree: 
 
 
 def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, format: str = "perfetto",
-                 force: bool = False) -> ExportStats:
+                 force: bool = False, findings: Sequence[Finding] | None = None) -> ExportStats:
     """Write ``report``'s timeline to ``path`` as a Perfetto trace (``perfetto``) or Chrome trace
     JSON (``chrome``), atomically (a temp file renamed into place).
+
+    ``findings`` (:func:`perfscope.analysis.findings.run_rules` of the report) draw the ``findings``
+    tracks; None runs the rules on a loaded Report, and draws none for a :class:`LeanReport` (its
+    lean tables are not what the rules read: pass the findings of the loaded report).
 
     Raises:
         UsageError: an unknown format.
@@ -742,13 +851,18 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
     stats = ExportStats(target, format, kernels=len(report.kernels),
                         kernel_time_ns=int(report.kernels["duration_ns"].sum()) if len(report.kernels) else 0)
     tree, stats.notes = _request_tree(report)
+    if findings is None and not isinstance(report, LeanReport):
+        from perfscope.analysis.findings import run_rules
+
+        findings = run_rules(report)
+    findings = list(findings or [])
     from perfscope.report import writing
 
     with writing(target) as tmp:
         with open(tmp, "wb", buffering=1 << 20) as out:
             if format == "perfetto":
                 w: Any = _ProtoWriter(out, report)
-                _stream(report, w, stats, tree)
+                _stream(report, w, stats, tree, findings)
                 stats.tracks = len(w.track_uuids)
             else:
                 origin = _origin(report, tree)
@@ -756,7 +870,7 @@ def export_trace(report: Report | LeanReport, path: str | os.PathLike[str], *, f
                     {"perfscope_report": report.name, "device": report.device.name if report.device else None,
                      "origin_ns": origin}) + b', "traceEvents": [\n')
                 w = _ChromeWriter(out, report, origin)
-                _stream(report, w, stats, tree)
+                _stream(report, w, stats, tree, findings)
                 stats.tracks = len(w.tids)
                 out.write(b"\n]}\n")
         os.replace(tmp, target)

@@ -84,6 +84,16 @@ def track_descriptor(uuid: int, name: str, parent: int | None = None, counter: b
     return f_bytes(60, body)
 
 
+_U64 = struct.Struct("<Q")
+
+
+def flow_ids(ids: list[int], terminating: bool = False) -> bytes:
+    """A TrackEvent's ``flow_ids`` (47; ``terminating_flow_ids``, 48): fixed64 ids that link slices
+    with arrows (a flow starts at the first slice naming its id and ends at the one terminating it)."""
+    head = tag(48 if terminating else 47, 1)
+    return b"".join(head + _U64.pack(i) for i in ids)
+
+
 def annotation_str(name: str, value: str) -> bytes:
     return f_bytes(4, f_string(10, name) + f_string(6, value))
 

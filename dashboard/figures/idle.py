@@ -14,7 +14,7 @@ from .messages import message_figure
 if TYPE_CHECKING:
     from perfscope.report import Report
 
-CAUSE_COLORS = {"launch": "#d62728", "host": "#1f77b4", "sync": "#9467bd", "copy": "#ff7f0e",
+CAUSE_COLORS = {"launch": "#d62728", "host": "#1f77b4", "sync": "#9467bd", "copy": "#ff7f0e", "graph": "#2ca02c",
                 "profiler": "#7f7f7f", "unknown": "#c7c7c7"}
 
 

@@ -25,7 +25,7 @@ MAX_POINTS = 4000
 """Points drawn per device; beyond, each bin keeps its highest point (the peaks stay)."""
 
 CATEGORY_ORDER = ("weights", "kv_cache", "activations", "workspace", "optimizer", "gradient", "cuda_graph_pool",
-                  "unknown")
+                  "before_recording", "unknown")
 
 
 def _origin(report: Report) -> int:
@@ -55,36 +55,42 @@ def _thin(n: int, values: np.ndarray) -> np.ndarray:
 
 def memory_timeline(report: Report) -> go.Figure:
     """Allocated (and reserved, where recorded) bytes per device over time (ms from the timeline's
-    origin). Each point is one allocation event; ``customdata`` holds (device, t_ns) for a click."""
+    origin; a record without a clock, a snapshot without ``time_us``: over its events). Each point is
+    one allocation event; ``customdata`` holds (device, event) for a click (what is live after it)."""
+    from perfscope.analysis.summaries.memory import memory_clock
+
     mem = report.memory
     if not len(mem):
         return message_figure("no memory timeline in this report (perfscope profile --memory, or import a CUDA "
                               "memory snapshot, a profile_memory trace or an export_memory_timeline JSON)", "memory")
-    origin = _origin(report)
+    by_event = memory_clock(report) == "events"
+    origin = 0 if by_event else _origin(report)
     fig = go.Figure()
     for device in sorted(mem["device"].dropna().unique()):
         dev = mem[mem["device"] == device].reset_index(drop=True)
         alloc = dev["allocated_bytes"].astype("float64").to_numpy()
         pos = _thin(len(dev), alloc)
-        t_ms = (dev["t_ns"].to_numpy("int64")[pos] - origin) / 1e6
+        events = dev["event"].to_numpy("float64") if "event" in dev else np.arange(len(dev), dtype="float64")
+        x = events[pos] + 1 if by_event else (dev["t_ns"].to_numpy("int64")[pos] - origin) / 1e6
         levels = category_levels(dev)
         by_cat = [" ".join(f"{c} {nbytes(v[i])}" for c, v in levels.items() if v[i] > 0) for i in pos]
         hover = [f"{esc(str(a))} {nbytes(s)} {esc(str(c))} {esc(str(o)) if isinstance(o, str) else ''}"
                  for a, s, c, o in zip(dev["action"].to_numpy()[pos], dev["size_bytes"].to_numpy()[pos],
                                        dev["category"].to_numpy()[pos], dev["op"].to_numpy()[pos])]
         text = [f"{h}<br>live: {esc(b)}" for h, b in zip(hover, by_cat)]
-        custom = np.stack([np.full(len(pos), device, dtype=object), dev["t_ns"].to_numpy("int64")[pos]], axis=1)
-        fig.add_trace(go.Scatter(x=t_ms, y=alloc[pos], mode="lines", line={"shape": "hv"}, name=f"{esc(device)} allocated",
+        custom = np.stack([np.full(len(pos), device, dtype=object), events[pos].astype("int64")], axis=1)
+        where = "event %{x:,}" if by_event else "%{x:.3f} ms"
+        fig.add_trace(go.Scatter(x=x, y=alloc[pos], mode="lines", line={"shape": "hv"}, name=f"{esc(device)} allocated",
                                  text=text, customdata=custom,
-                                 hovertemplate="%{x:.3f} ms: %{y:.4s}B allocated<br>%{text}<extra></extra>"))
+                                 hovertemplate=where + ": %{y:.4s}B allocated<br>%{text}<extra></extra>"))
         reserved = dev["reserved_bytes"].astype("float64").to_numpy()
         if np.isfinite(reserved).any():
-            fig.add_trace(go.Scatter(x=t_ms, y=reserved[pos], mode="lines", line={"shape": "hv", "dash": "dot"},
+            fig.add_trace(go.Scatter(x=x, y=reserved[pos], mode="lines", line={"shape": "hv", "dash": "dot"},
                                      name=f"{esc(device)} reserved", customdata=custom,
-                                     hovertemplate="%{x:.3f} ms: %{y:.4s}B reserved<extra></extra>"))
+                                     hovertemplate=where + ": %{y:.4s}B reserved<extra></extra>"))
     fig.update_layout(template="plotly_white", title={"text": "Memory (click a point: what was live)"}, height=320,
-                      xaxis_title="time since first event (ms)", yaxis_title="bytes", meta={"kind": "memory"},
-                      hovermode="closest")
+                      xaxis_title="event (the record has no clock)" if by_event else "time since first event (ms)",
+                      yaxis_title="bytes", meta={"kind": "memory"}, hovermode="closest")
     return fig
 
 

@@ -6,6 +6,7 @@ The lanes come from :mod:`.timeline_data` (a view-model tested on its own).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +19,8 @@ from . import timeline_data as td
 from .messages import message_figure
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from perfscope.report import Report
 
 
@@ -133,4 +136,20 @@ def timeline(
     )
     fig.add_annotation(text=_lod_note(view), xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom",
                        xanchor="left", showarrow=False, font={"size": 11, "color": "#444"})
+    return fig
+
+
+def highlight(fig: go.Figure, spans_ms: Sequence[Sequence[float]], label: str, max_spans: int = 200) -> go.Figure:
+    """``fig`` (a :func:`timeline`) with the places a finding selected (``[start, end]`` in ms from
+    the timeline's origin, its x axis) shaded across every lane, those in the drawn window only;
+    ``label`` (the finding's id) names them on hover of the first."""
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    t0, t1 = meta.get("t0_ns"), meta.get("t1_ns")
+    lo = t0 / 1e6 if isinstance(t0, (int, float)) else -math.inf
+    hi = t1 / 1e6 if isinstance(t1, (int, float)) else math.inf
+    shown = [(float(s), float(e)) for s, e in spans_ms[:max_spans] if float(e) >= lo and float(s) <= hi]
+    for s, e in shown:
+        fig.add_vrect(x0=s, x1=max(e, s + 1e-6), fillcolor="#ff7f0e", opacity=0.25, line_width=0, layer="below",
+                      row=1, col=1)
+    fig.update_layout(meta={**meta, "selected": len(shown), "selected_label": label})
     return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -18,7 +19,20 @@ from perfscope.report import REPORT_SUFFIX
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["OUT_RULE", "default_run_dir", "echo_json", "out_path", "records", "stage_progress"]
+__all__ = ["OUT_RULE", "Finite", "default_run_dir", "echo_json", "out_path", "records", "stage_progress"]
+
+
+class Finite(click.FloatRange):
+    """A float option in a range that also refuses NaN and ±inf (click's FloatRange lets NaN through:
+    every comparison with it is false), so a value is checked before any arithmetic or allocation."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        if out is not None and not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
 
 
 @contextmanager

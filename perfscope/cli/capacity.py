@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ._common import echo_json
+from ._common import Finite, echo_json
+
+MAX_TOKENS = 1 << 24
+"""The longest context, or largest forward, taken (16M tokens)."""
 
 
 @click.command()
@@ -12,18 +15,18 @@ from ._common import echo_json
               "Face config.json, or a folder holding one.")
 @click.option("--gpu", required=True, help="A datasheet row (H100, 'H100 SXM5 80 GB', MI300X: `perfscope devices "
               "--datasheet`), or any name with --memory-gib.")
-@click.option("--context", type=click.IntRange(min=1), default=8192, show_default=True, help="Tokens per sequence.")
+@click.option("--context", type=click.IntRange(min=1, max=MAX_TOKENS), default=8192, show_default=True, help="Tokens per sequence.")
 @click.option("--kv-dtype", default=None, help="KV-cache dtype (bf16, fp16, fp8, ...; default: the model's).")
 @click.option("--weights-dtype", default=None, help="Weight dtype (bf16, fp8, int4, nvfp4, ...; default: the model's).")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
+@click.option("--gpu-memory-utilization", type=Finite(0, 1, min_open=True), default=0.9, show_default=True,
               help="Share of the device memory the server may use (vLLM's gpu_memory_utilization).")
-@click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--memory-gib", type=Finite(min=0, max=1 << 20, min_open=True), default=None,
               help="The device's memory, measured (GiB), instead of the datasheet's.")
-@click.option("--activation-gib", type=click.FloatRange(min=0), default=None,
+@click.option("--activation-gib", type=Finite(min=0, max=1 << 20), default=None,
               help="The activation peak, measured (GiB; e.g. from `analyze --memory`); default: estimated.")
-@click.option("--max-batched-tokens", type=click.IntRange(min=1), default=None,
+@click.option("--max-batched-tokens", type=click.IntRange(min=1, max=MAX_TOKENS), default=None,
               help="Tokens of the largest forward, for the activation estimate (default: max(context, 2048)).")
-@click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True, help="KV block size (tokens).")
+@click.option("--block-size", type=click.IntRange(min=1, max=1 << 16), default=16, show_default=True, help="KV block size (tokens).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def capacity(model: str, gpu: str, context: int, kv_dtype: str | None, weights_dtype: str | None,
              gpu_memory_utilization: float, memory_gib: float | None, activation_gib: float | None,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, phase_view
+from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, phase_view, tail_view
 from perfscope.format import terminal_text
 from perfscope.text_report import table
 
@@ -28,6 +28,10 @@ def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | N
     lines.append(_table(phase_view(c)))
     lines += ["", f"Top movers (matched by {c.key})"]
     lines.append(_table(name_view(c, top)))
+    tails = tail_view(c)
+    if len(tails):
+        lines += ["", "Tails: how each part of the p99 moved (the parts add up to the p99)"]
+        lines.append(_table(tails))
     lines += ["", "Verdict"] + [f"  - {v}" for v in c.verdict]
     return terminal_text("\n".join(lines) + "\n")
 

@@ -56,13 +56,18 @@ if TYPE_CHECKING:
               "named groups (?P<batch>..) and (?P<tokens>..) fill the step's batch and tokens.")
 @click.option("--phase-of", "phase_of", multiple=True, metavar="REGEX=PHASE",
               help="With --steps: steps whose range name matches REGEX have PHASE (prefill, decode, ...); repeatable.")
+@click.option("--model", "memory_model", default=None, metavar="MODEL",
+              help="For a memory record (a CUDA memory snapshot, a profile_memory trace): the model (an engine "
+              "model or a Hugging Face config.json) whose parameter sizes name the weights among the blocks "
+              "allocated before the record began (docs/memory.md).")
 @click.option("--max-events", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error past N trace events (a bounded import; PERFSCOPE_MAX_MEMORY bounds "
               "its memory, e.g. 2G). Default: no limit. See docs/limits.md.")
 def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, scheduler: str | None,
             workers: int | None, roofs: str | None, capture: str | None, engine_model: str | None, batch: int | None,
             prompt_len: int | None, decode_context: int | None, itemsize: int, analytic_trace: str | None,
-            steps_regex: str | None = None, phase_of: tuple[str, ...] = (), max_events: int | None = None) -> None:
+            steps_regex: str | None = None, phase_of: tuple[str, ...] = (), max_events: int | None = None,
+            memory_model: str | None = None) -> None:
     """Import a Kineto trace, an nsys SQLite export / .nsys-rep, an ncu report / CSV, or a rocprof output
     (rocprofv3 CSV / JSON / rocpd, rocprof v1/v2, a rocprof-compute workload folder)."""
     if ranks or scheduler or workers:
@@ -85,6 +90,10 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
     if rule is not None:
         report = with_steps(report, rule)
+    if memory_model:
+        from perfscope.analysis.memory import with_model
+
+        report = with_model(report, memory_model)
     if engine_model and analytic_trace:
         raise click.UsageError("give either --engine or --analytic, not both")
     if engine_model:

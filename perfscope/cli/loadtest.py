@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 @click.option("--max-batch", default=16, show_default=True, type=int, help="KV-cache slots: sequences in flight.")
 @click.option("--max-batched-tokens", type=int, default=None,
               help="Token budget of one iteration (decode tokens first, prompts chunked into the rest).")
+@click.option("--kv-capacity", type=int, default=None,
+              help="KV-cache positions (tokens) of all running sequences together: when they outgrow it, the "
+                   "newest request is preempted and recomputed later (default: a slot per sequence, no preemption).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of arrivals, lengths, prompts and weights.")
 @click.option("--arrivals", type=click.Path(dir_okay=False), default=None,
               help="File of arrival times (s from the start, one a line) instead of Poisson arrivals.")
@@ -80,13 +83,18 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
              endpoint: str | None = None, api: str = "completions", dataset: str | None = None,
              tokenizer: str | None = None, max_concurrency: int | None = None, timeout_s: float = 120.0,
              server_profile: bool = False, server_trace_dir: str | None = None, burstiness: float = 1.0,
-             scrape_metrics: bool = False, metrics_interval: float = 1.0) -> None:
+             scrape_metrics: bool = False, metrics_interval: float = 1.0, kv_capacity: int | None = None) -> None:
     """Serve a stream of requests with continuous batching and report TTFT, TPOT, ITL, E2E
     percentiles, throughput and goodput, next to the roofline of the same run.
 
     With --endpoint URL, send the same workload to an OpenAI-compatible server (vLLM, SGLang,
     llama.cpp, transformers serve, perfscope serve) and report the same metrics."""
     if endpoint is not None:
+        if kv_capacity is not None:
+            from perfscope.errors import UsageError
+
+            raise UsageError("--kv-capacity applies to the engine's load test, not to --endpoint",
+                             hint="the server's own KV cache is its setting (vLLM: --gpu-memory-utilization)")
         ctx = click.get_current_context()
         model_given = ctx.get_parameter_source("model") == click.core.ParameterSource.COMMANDLINE
         _endpoint(endpoint=endpoint, api=api, served=model if model_given else None, rate=rate, n_requests=n_requests,
@@ -121,7 +129,7 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
     run = LoadRun(model=model, rates=tuple(rates), burstiness=burstiness, requests=n_requests, duration_s=duration, prompt_len=prompt_len,
                   output_len=output_len, max_batch=max_batch, max_batched_tokens=max_batched_tokens, seed=seed,
                   arrivals=arrivals, slo=parse_slo(slo), profile=not no_profile, kv_dtype=kv_dtype, device=device,
-                  dtype=dtype, eos_id=eos_id, ignore_eos=ignore_eos, policy=policy)
+                  dtype=dtype, eos_id=eos_id, ignore_eos=ignore_eos, policy=policy, kv_capacity=kv_capacity)
     run.check()
     resolve_device(device)
     _write_and_print(lambda advance: run_loadtest(run, progress=advance), cli_payload, 5 + len(rates),
@@ -191,6 +199,27 @@ def _num(v: Any, fmt: str = ".2f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
 
+def _tail_lines(tails: dict[str, Any] | None) -> list[str]:
+    """One line per run: each p99 and the part that holds most of it (``perfscope analyze`` has them all)."""
+    if not tails:
+        return []
+    out = []
+    for t in tails.get("runs") or [tails]:
+        cells = []
+        for metric in ("ttft", "itl", "e2e"):
+            e = t[metric]["p99"]
+            parts = {k: v for k, v in e["parts"].items() if v is not None}
+            if e["value_s"] is None or not parts:
+                continue
+            top = max(parts, key=lambda k: parts[k])
+            share = parts[top] / e["value_s"] * 100 if e["value_s"] else 0.0
+            cells.append(f"{metric.upper()} {_ms(e['value_s'])} ms, {share:.0f}% {top.replace('_', ' ')}")
+        if cells:
+            label = f"{t['run']}: " if t.get("run") and tails.get("runs") else ""
+            out.append(f"{label}p99 tails (largest part; joined by {t['source']}): " + "; ".join(cells))
+    return out
+
+
 def render_load_text(payload: dict[str, Any]) -> str:
     """The terminal summary: one row per rate with throughputs and p50/p99 latencies (ms)."""
     from perfscope.format import terminal_text
@@ -220,6 +249,7 @@ def render_load_text(payload: dict[str, Any]) -> str:
                          f"scheduled TTFT p50 {_ms(r['scheduled_ttft_s']['p50'])} ms, p99 "
                          f"{_ms(r['scheduled_ttft_s']['p99'])} ms; client dispatch delay p99 "
                          f"{_ms(r['dispatch_delay_s']['p99'])} ms")
+    lines += _tail_lines(payload.get("tails"))
     err = payload.get("kv_logit_error")
     if err:
         lines.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference')} cache: logit max abs error "

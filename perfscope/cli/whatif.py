@@ -18,16 +18,26 @@ if TYPE_CHECKING:
     from perfscope.report import Report
 
 
+MAX_VALUES = 64
+"""Values one flag may sweep."""
+LIMITS = {"--batch": 1 << 16, "--prompt-len": 1 << 24, "--context": 1 << 24, "--gen-len": 1 << 24, "--draft-len": 64}
+"""The largest value of each flag: a projection allocates per sequence and per draft position, so a value is
+checked before any of it (``--batch 1000000000`` asked for 7.45 GiB)."""
+
+
 def _ints(flag: str) -> Callable[[click.Context, click.Parameter, str | None], list[int] | None]:
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
         if value is None:
             return None
+        parts = value.split(",")
+        if len(parts) > MAX_VALUES:
+            raise click.BadParameter(f"{len(parts)} values: sweep at most {MAX_VALUES}")
         try:
-            out = [int(v) for v in value.split(",") if v.strip()]
+            out = [int(v) for v in parts if v.strip() and len(v.strip()) <= 12]
         except ValueError:
-            raise click.BadParameter(f"{value!r}: give whole numbers, comma-separated (e.g. 1,8,64)") from None
-        if not out or any(v < 1 for v in out):
-            raise click.BadParameter(f"{value!r}: give positive whole numbers")
+            raise click.BadParameter(f"{value[:80]!r}: give whole numbers, comma-separated (e.g. 1,8,64)") from None
+        if not out or len(out) != len([v for v in parts if v.strip()]) or any(not 1 <= v <= LIMITS[flag] for v in out):
+            raise click.BadParameter(f"{value[:80]!r}: give whole numbers from 1 to {LIMITS[flag]:,}")
         return out
     return parse
 

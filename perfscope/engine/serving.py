@@ -14,6 +14,19 @@ scheduler (:func:`serve`) runs iterations; each iteration
    frees its slot and moves the highest occupied slot into the hole (the cache stays compact, so
    most steps read a contiguous block of slots without a gather).
 
+With a KV capacity (``kv_capacity``: cache positions shared by all running sequences, as a paged
+cache's blocks are), a request is admitted only when its prompt fits beside what the running ones
+hold after this iteration, and when the running ones outgrow it the most recently admitted is
+**preempted** (vLLM's recompute preemption): its cache is dropped, it goes back to the front of the
+queue, and when readmitted it prefills its prompt and every token it has made (``recompute``) and
+goes on from there.
+
+The scheduler's log says who took part in what: each step's rows (``request_ids``,
+``request_tokens``, ``request_roles``: ``prefill``, ``recompute``, ``decode``), each request's
+first look (``considered_s``: admitted then, or refused for want of a slot or KV room), admission,
+preemptions and readmissions, so a request's latency can be split exactly over the steps it waited
+through (:mod:`perfscope.analysis.summaries.tails`).
+
 Each forward is one ``annotate("prefill")`` / ``annotate("decode")`` range and one
 :class:`LoadStep` record (composition: prefill tokens, decode sequences, slots in use, queue
 length), in that order, so a profiler trace's ranges match the records one to one.
@@ -76,6 +89,9 @@ class RequestTrace:
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "length" | "eos"
     slot: int = -1  # the slot taken at admission
+    considered_s: float = math.nan  # the first iteration after its arrival: admitted, or refused (no slot / KV room)
+    preempted_s: list[float] = field(default_factory=list)  # its cache dropped for recompute (KV capacity)
+    readmitted_s: list[float] = field(default_factory=list)  # back in a slot after each preemption
 
     @property
     def output_tokens(self) -> int:
@@ -105,6 +121,14 @@ class LoadStep:
     kv_slots_total: int
     queue_len: int  # requests arrived and waiting for a slot when the step began
     flops: float  # model FLOPs of the step (matmuls and attention, analytic)
+    preempted: int = 0  # requests preempted in this iteration before the step (its first step only)
+    request_ids: tuple[int, ...] = ()  # the forward's rows: whose tokens it processed
+    request_tokens: tuple[int, ...] = ()  # tokens of each row (a prompt chunk, or 1 to decode)
+    request_roles: tuple[str, ...] = ()  # "prefill", "recompute" (a preempted request's cache rebuilt), "decode"
+
+
+MEMBER_FIELDS = ("request_ids", "request_tokens", "request_roles")
+"""The :class:`LoadStep` fields that list a step's rows (the ``request_steps`` table, not ``steps`` columns)."""
 
 
 @dataclass
@@ -202,6 +226,31 @@ class Executor(Protocol):
     def kv_bytes(self, positions: int) -> float:
         """K/V bytes of ``positions`` cache positions (all layers)."""
         ...
+
+
+class TimedExecutor:
+    """A real executor on a virtual clock: each forward runs on ``executor`` (the real engine: the same
+    tokens, the same cache discipline) and advances ``clock`` by a cost model, ``fixed_s`` plus ``per_token_s``
+    per padded token (rows x the longest chunk). Load tests then time the same on any machine (tests,
+    ``benchmarks/tails.py``); the cost model is a stand-in for a device, not a measurement of one."""
+
+    def __init__(self, executor: Executor, clock: SimClock, fixed_s: float = 2e-3, per_token_s: float = 5e-5) -> None:
+        self.executor, self.clock, self.fixed_s, self.per_token_s = executor, clock, fixed_s, per_token_s
+        self.n_slots = executor.n_slots
+
+    def forward(self, slots: Sequence[int], chunks: Sequence[Sequence[int]], starts: Sequence[int]) -> list[int]:
+        out = self.executor.forward(slots, chunks, starts)
+        self.clock.advance(self.fixed_s + self.per_token_s * len(chunks) * max(len(c) for c in chunks))
+        return out
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        self.executor.move(src, dst, length)
+
+    def cost(self, rows: int, width: int, context: int, last_only: bool) -> StepCost:
+        return self.executor.cost(rows, width, context, last_only)
+
+    def kv_bytes(self, positions: int) -> float:
+        return self.executor.kv_bytes(positions)
 
 
 # ---------------------------------------------------------------- the slot cache
@@ -376,10 +425,16 @@ class ServeConfig:
     max_batched_tokens: int | None = None  # token budget of one iteration; None: whole prompts
     eos_id: int | None = None
     policy: str = "continuous"
+    kv_capacity: int | None = None  # cache positions of all running sequences together; None: a slot each
 
     def check(self) -> None:
         if self.max_batch < 1:
             raise UsageError(f"--max-batch must be at least 1, got {self.max_batch}")
+        if self.kv_capacity is not None and self.kv_capacity < 1:
+            raise UsageError(f"--kv-capacity must be at least 1 token, got {self.kv_capacity}")
+        if self.kv_capacity is not None and self.policy == "static":
+            raise UsageError("--kv-capacity preempts requests of continuous batching; the static policy holds "
+                             "a batch until its longest request ends", hint="drop --kv-capacity or --policy static")
         if self.max_batched_tokens is not None and self.max_batched_tokens < self.max_batch:
             raise UsageError(f"--max-batched-tokens ({self.max_batched_tokens}) must be at least --max-batch "
                              f"({self.max_batch}): every running sequence decodes one token per iteration")
@@ -392,13 +447,20 @@ class _Active:
     req: LoadRequest
     trace: RequestTrace
     slot: int
-    prefilled: int = 0  # prompt tokens in the cache
+    seq: tuple[int, ...] = ()  # what its prefill processes: the prompt, or (recompute) prompt + tokens made
+    base_out: int = 0  # tokens it had made when (re)admitted
+    since: float = 0.0  # (re)admission time
+    prefilled: int = 0  # tokens of ``seq`` in the cache
     done: bool = False  # finished (static batching keeps the row computing until the batch ends)
 
     @property
     def length(self) -> int:
-        """Cache positions filled: prompt so far, plus every generated token but the last."""
-        return self.prefilled + max(self.trace.output_tokens - 1, 0)
+        """Cache positions filled: ``seq`` so far, plus every token made since but the last."""
+        return self.prefilled + max(self.trace.output_tokens - self.base_out - 1, 0)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefilled < len(self.seq)
 
 
 def check_requests(requests: Sequence[LoadRequest], vocab_size: int) -> None:
@@ -425,20 +487,30 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
     config.check()
     if config.max_batch > executor.n_slots:
         raise UsageError(f"max_batch {config.max_batch} exceeds the engine's {executor.n_slots} slots")
+    cap = config.kv_capacity
+    if cap is not None:
+        for r in requests:
+            if len(r.prompt) + r.max_output_tokens > cap:
+                raise UsageError(f"request {r.request_id} needs {len(r.prompt) + r.max_output_tokens} KV positions "
+                                 f"(prompt + output), beyond --kv-capacity {cap}", hint="raise --kv-capacity")
     clk = clock or RealClock()
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
     queue: deque[LoadRequest] = deque()
     slots: list[_Active | None] = [None] * config.max_batch
     traces: list[RequestTrace] = []
     steps: list[LoadStep] = []
+    considered: dict[int, float] = {}  # request id -> the first iteration that looked at it
+    parked: dict[int, RequestTrace] = {}  # preempted requests waiting to be readmitted
     static = config.policy == "static"
     iteration = 0
+    preempted_now = 0  # preemptions of this iteration, told by its first step
 
     def active() -> list[_Active]:
         return [a for a in slots if a is not None]
 
     def record(phase: str, rows: list[_Active], widths: list[int], t0: float, t1: float, queue_len: int,
-               context: int) -> None:
+               context: int, roles: list[str]) -> None:
+        nonlocal preempted_now
         width = max(widths)
         cost = executor.cost(len(rows), width, context, last_only=len(set(widths)) == 1)
         live = active()
@@ -449,7 +521,10 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
             start_ns=clk.origin_ns + round(t0 * 1e9), end_ns=clk.origin_ns + round(t1 * 1e9),
             weight_bytes=cost.weight_bytes, kv_cache_bytes=cost.kv_cache_bytes,
             kv_cache_size_bytes=executor.kv_bytes(sum(a.length for a in live)), kv_slots_in_use=len(live),
-            kv_slots_total=config.max_batch, queue_len=queue_len, flops=cost.flops)
+            kv_slots_total=config.max_batch, queue_len=queue_len, flops=cost.flops, preempted=preempted_now,
+            request_ids=tuple(a.req.request_id for a in rows), request_tokens=tuple(widths),
+            request_roles=tuple(roles))
+        preempted_now = 0
         steps.append(step)
         if on_step is not None:
             on_step(step)
@@ -487,6 +562,35 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
         for a in sorted((a for a in live if a.done), key=lambda a: -a.slot):
             free(a)
 
+    def held() -> int:
+        """KV positions the running requests hold after this iteration's forwards."""
+        return sum(len(a.seq) if a.prefilling else a.length + 1 for a in active())
+
+    def make_room(now: float) -> None:
+        """Preempt the most recently admitted requests while the running ones outgrow the KV capacity."""
+        nonlocal preempted_now
+        assert cap is not None
+        while held() > cap and len(active()) > 1:
+            victim = max(active(), key=lambda a: (a.since, a.req.request_id))
+            free(victim)
+            victim.trace.preempted_s.append(now)
+            parked[victim.req.request_id] = victim.trace
+            queue.appendleft(victim.req)
+            preempted_now += 1
+
+    def admit(req: LoadRequest, slot: int, now: float) -> None:
+        trace = parked.pop(req.request_id, None)
+        if trace is None:
+            trace = RequestTrace(req.request_id, len(req.prompt), req.max_output_tokens, req.arrival_s,
+                                 admitted_s=now, slot=slot, considered_s=considered.pop(req.request_id, now))
+            traces.append(trace)
+            seq = req.prompt
+        else:  # readmitted after a preemption: recompute its prompt and the tokens it made
+            trace.readmitted_s.append(now)
+            trace.slot = slot
+            seq = req.prompt + tuple(trace.output_ids)
+        slots[slot] = _Active(req, trace, slot, seq=seq, base_out=trace.output_tokens, since=now)
+
     while pending or queue or any(s is not None for s in slots) or source is not None:
         now = clk.now()
         while pending and pending[0].arrival_s <= now:
@@ -503,22 +607,26 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
                 continue
             clk.wait_until(pending[0].arrival_s)
             continue
+        if cap is not None:
+            make_room(now)
+            live = active()
         if not static or not live:
             while queue and len(live) < config.max_batch:
-                req = queue.popleft()
-                slot = len(live)  # the lowest free slot (the cache is compact)
-                assert slots[slot] is None
-                trace = RequestTrace(req.request_id, len(req.prompt), req.max_output_tokens, req.arrival_s,
-                                     admitted_s=now, slot=slot)
-                traces.append(trace)
-                slots[slot] = _Active(req, trace, slot)
+                req = queue[0]
+                need = len(req.prompt) + (len(parked[req.request_id].output_ids) if req.request_id in parked else 0)
+                if cap is not None and held() + need > cap:
+                    break  # first come, first served: no room for the head of the queue
+                queue.popleft()
+                admit(req, len(live), now)  # the lowest free slot (the cache is compact)
                 live = active()
+        for req in queue:  # looked at and refused: no slot, no KV room, or the static policy's batch is running
+            considered.setdefault(req.request_id, now)
         queue_len = len(queue)  # arrived and still waiting for a slot
-        decoding = [a for a in live if a.prefilled == len(a.req.prompt)]
+        decoding = [a for a in live if not a.prefilling]
         budget = None if config.max_batched_tokens is None else config.max_batched_tokens - len(decoding)
         work: list[tuple[_Active, int]] = []
-        for a in sorted((a for a in live if a.prefilled < len(a.req.prompt)), key=lambda a: a.trace.admitted_s):
-            n = len(a.req.prompt) - a.prefilled
+        for a in sorted((a for a in live if a.prefilling), key=lambda a: a.since):
+            n = len(a.seq) - a.prefilled
             if budget is not None:
                 n = min(n, budget)
                 if n <= 0:
@@ -528,30 +636,32 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
         if work:
             work.sort(key=lambda w: w[0].slot)
             rows = [a for a, _ in work]
-            chunks: list[Sequence[int]] = [a.req.prompt[a.prefilled:a.prefilled + n] for a, n in work]
+            chunks: list[Sequence[int]] = [a.seq[a.prefilled:a.prefilled + n] for a, n in work]
             starts = [a.prefilled for a in rows]
+            roles = ["recompute" if a.trace.preempted_s else "prefill" for a in rows]
             t0 = clk.now()
             with annotate("prefill"):
                 tokens = executor.forward([a.slot for a in rows], chunks, starts)
             t1 = clk.now()
             for (a, n), token in zip(work, tokens):
                 a.prefilled += n
-                if a.prefilled == len(a.req.prompt):
-                    emit(a, token, t1)  # the first token
+                if not a.prefilling:
+                    emit(a, token, t1)  # the first token (after a recompute: the next one)
             record("prefill", rows, [len(c) for c in chunks], t0, t1, queue_len,
-                   max(s + len(c) for s, c in zip(starts, chunks)))
+                   max(s + len(c) for s, c in zip(starts, chunks)), roles)
             retire()
         decoding = sorted((a for a in decoding if slots[a.slot] is a), key=lambda a: a.slot)
         if decoding:
             starts = [a.length for a in decoding]  # a finished row of a static batch rewrites its last position
             chunks = [(a.trace.output_ids[-1],) for a in decoding]
+            roles = ["done" if a.done else "decode" for a in decoding]
             t0 = clk.now()
             with annotate("decode"):
                 tokens = executor.forward([a.slot for a in decoding], chunks, starts)
             t1 = clk.now()
             for a, token in zip(decoding, tokens):
                 emit(a, token, t1)
-            record("decode", decoding, [1] * len(decoding), t0, t1, queue_len, max(starts) + 1)
+            record("decode", decoding, [1] * len(decoding), t0, t1, queue_len, max(starts) + 1, roles)
             retire()
         iteration += 1
     traces.sort(key=lambda t: t.request_id)

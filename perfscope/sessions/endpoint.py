@@ -287,6 +287,7 @@ class StreamEvent:
     text: str
     finish_reason: str | None
     usage: dict[str, int] | None
+    id: str | None = None  # the response's id (cmpl-..., chatcmpl-...): perfscope serve's steps name it
 
 
 def _count(usage: dict[str, Any], key: str) -> int | None:
@@ -354,7 +355,8 @@ def _checked(event: Any, api: str) -> StreamEvent:
             raise BadResponse("usage must be an object")
         counts = {k: n for k in ("prompt_tokens", "completion_tokens", "total_tokens")
                   if (n := _count(usage, k)) is not None}
-    return StreamEvent(text or "", reason or None, counts)
+    rid = event.get("id")
+    return StreamEvent(text or "", reason or None, counts, rid[:200] if isinstance(rid, str) else None)
 
 
 async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: dict[str, Any], t0_ns: int,
@@ -376,6 +378,8 @@ async def _one(run: EndpointRun, url: Url, model: str, spec: RequestSpec, rec: d
             async with asyncio.timeout(run.timeout_s):
                 async for ns, data in stream_events(url, url.join(APIS[run.api]), body, headers):
                     event = check_event(data, run.api)
+                    if event.id and not rec.get("response_id"):
+                        rec["response_id"] = event.id
                     if event.text:
                         times.append(since(ns))
                         text.append(event.text)
@@ -442,14 +446,18 @@ def _new_record(spec: RequestSpec, tokenizer: TextTokenizer | None) -> dict[str,
             "first_token_s": math.nan, "end_s": math.nan, "prompt_tokens": prompt_tokens,
             "output_tokens": 0, "max_output_tokens": spec.max_tokens, "finish_reason": None, "status": "not_sent",
             "error": None, "http_status": None, "chunks": 0, "token_times_s": "[]", "token_source": None,
-            "output_chars": 0, "done_marker": None}
+            "output_chars": 0, "done_marker": None, "response_id": None}
 
 
 async def _run_rate(run: EndpointRun, url: Url, model: str, specs: Sequence[RequestSpec],
-                    records: list[dict[str, Any]], tokenizer: TextTokenizer | None) -> tuple[int, float]:
-    """Send ``specs`` on schedule; fill ``records`` in place. Returns (t0 perf_counter_ns, wall s)."""
+                    records: list[dict[str, Any]], tokenizer: TextTokenizer | None,
+                    epoch: list[int] | None = None) -> tuple[int, float]:
+    """Send ``specs`` on schedule; fill ``records`` in place. Returns (t0 perf_counter_ns, wall s);
+    ``epoch`` gets the wall clock (Unix ns) at t0."""
     sem = asyncio.Semaphore(run.max_concurrency) if run.max_concurrency else None
     t0_ns = time.perf_counter_ns()
+    if epoch is not None:
+        epoch.append(time.time_ns() - (time.perf_counter_ns() - t0_ns))
     tasks = []
     for spec, rec in zip(specs, records):
         delay = spec.scheduled_s - (time.perf_counter_ns() - t0_ns) / 1e9
@@ -458,6 +466,33 @@ async def _run_rate(run: EndpointRun, url: Url, model: str, specs: Sequence[Requ
         tasks.append(asyncio.create_task(_one(run, url, model, spec, rec, t0_ns, sem, tokenizer)))
     await asyncio.gather(*tasks)
     return t0_ns, (time.perf_counter_ns() - t0_ns) / 1e9
+
+
+def server_ids(records: Sequence[dict[str, Any]]) -> dict[int, int]:
+    """The server's request ids (the number ending a response id, ``cmpl-12``: perfscope serve's) -> the
+    client's; responses whose id ends in no number (vLLM's, SGLang's hex ids) are left out."""
+    out: dict[int, int] = {}
+    for rec in records:
+        tail = str(rec.get("response_id") or "").rpartition("-")[2]
+        if tail.isascii() and tail.isdigit() and len(tail) < 19:
+            out[int(tail)] = int(rec["request_id"])
+    return out
+
+
+def with_scheduler_times(requests: pd.DataFrame, scheduler: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` with the server scheduler's ``considered_s`` and ``admitted_s`` (on the client's clock)
+    where its records name the request (perfscope serve under ``--profile``)."""
+    if not len(scheduler):
+        return requests
+    key = ["run", "request_id"]
+    s = scheduler.drop_duplicates(key).set_index(key)
+    idx = pd.MultiIndex.from_arrays([requests["run"], requests["request_id"]])
+    out = requests.copy()
+    for col in ("considered_s", "admitted_s"):
+        got = s[col].reindex(idx).to_numpy(dtype=float)
+        old = out[col].to_numpy(dtype=float) if col in out else np.full(len(out), np.nan)
+        out[col] = np.where(np.isfinite(got), got, old)
+    return out
 
 
 def request_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -481,8 +516,11 @@ def request_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # ---------------------------------------------------------------- the run
 async def _models(url: Url, api_key: str | None) -> list[dict[str, Any]]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        status, body = await asyncio.wait_for(request_json(url, "GET", url.join("models"), headers=headers), 30)
+    try:  # under the endpoint-models policy: 30 s for the whole answer, no redirect followed
+        status, body = await request_json(url, "GET", url.join("models"), headers=headers)
+    except HttpError as exc:  # a redirect
+        raise EndpointError(f"{url}/models answered HTTP {exc.status}: {exc.message}",
+                            hint="give the API's final base URL as --endpoint") from None
     except (ConnectionError, OSError, socket.gaierror) as exc:
         raise EndpointError(f"cannot connect to {url}: {exc.strerror or exc}",
                             hint="start the server, or check --endpoint") from None
@@ -539,9 +577,10 @@ def run_endpoint_loadtest(run: EndpointRun, *, progress: Progress | None = None)
             session = ProfileSession(url, run.api_key, run.profile_dir)
             warnings += session.start()
         wall = math.nan
+        epoch: list[int] = []
         scraper = start_scraper(run, url)
         try:
-            t0_ns, wall = asyncio.run(_run_rate(run, url, model, specs, records, tokenizer))
+            t0_ns, wall = asyncio.run(_run_rate(run, url, model, specs, records, tokenizer, epoch))
         except KeyboardInterrupt:
             partial = True
             t0_ns = 0
@@ -553,7 +592,7 @@ def run_endpoint_loadtest(run: EndpointRun, *, progress: Progress | None = None)
         if scraper is not None:
             gauge_frames.append(scraper_rows(scraper, t0_ns, label, warnings))
         if session is not None and not partial:
-            profile = session.stop(t0_ns, label)
+            profile = session.stop(t0_ns, label, server_ids(records))
             warnings += profile.get("warnings", [])
         df = request_frame(records).assign(run=label, rate_per_s=math.nan if rate is None else rate)
         frames.append(df)
@@ -561,10 +600,14 @@ def run_endpoint_loadtest(run: EndpointRun, *, progress: Progress | None = None)
         duration = float(ends.max()) if ends.notna().any() else math.nan
         offered = len(specs) / specs[-1].scheduled_s if specs[-1].scheduled_s > 0 else math.nan
         runs_meta.append({"run": label, "rate_per_s": rate, "offered_rate_per_s": offered, "requests": len(specs),
-                          "duration_s": duration, "wall_s": wall, "t0_perf_counter_ns": t0_ns})
+                          "duration_s": duration, "wall_s": wall, "t0_perf_counter_ns": t0_ns,
+                          # the run's start on the wall clock: a framework's trace (Unix-time ns) meets the requests
+                          "t0_epoch_ns": epoch[0] if epoch else None})
         if partial:
             break
     requests = pd.concat(frames, ignore_index=True)
+    if profile and profile.get("scheduler") is not None:
+        requests = with_scheduler_times(requests, profile["scheduler"])
     report = _report(run, url, model, requests, runs_meta, warnings, partial, tokenizer, profile)
     return with_gauges(report, gauge_frames, run)
 
@@ -643,8 +686,11 @@ def _report(run: EndpointRun, url: Url, model: str, requests: pd.DataFrame, runs
 
 def cli_payload(report: Report) -> dict[str, Any]:
     """The ``--json`` output: one run's metrics flat; a sweep's as ``runs`` with the knee."""
+    from perfscope.analysis.summaries.tails import tails_payload
+
     lt = report.params["loadtest"]
-    extra = {"endpoint": lt["endpoint"], "partial": bool(report.manifest.get("partial"))}
+    extra = {"endpoint": lt["endpoint"], "partial": bool(report.manifest.get("partial")),
+             "tails": tails_payload(report)}
     if lt.get("server_profile"):
         extra["server_profile"] = lt["server_profile"]
     return metrics_payload(lt, extra)

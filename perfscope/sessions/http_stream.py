@@ -8,6 +8,15 @@ broken one (:class:`BrokenStream`), and both from a response that is not a valid
 (:class:`BadResponse`: a line over :data:`MAX_SSE_LINE`, a header over :data:`MAX_HEADER_LINE`).
 The SSE parser (:class:`SseParser`) scans each byte once: its work is linear in the stream's size,
 whatever the line lengths.
+
+One client policy (:class:`HttpPolicy`, one per client in :data:`CLIENTS`) bounds every answer perfscope
+reads from a server (``loadtest --endpoint``'s streams and ``/v1/models``, ``--metrics``, ``--profile``):
+
+- a redirect is never followed (a 3xx is the answer, an :class:`HttpError` naming where it pointed), so
+  the ``Authorization`` header, sent only with requests to the URL given, never reaches another origin;
+- a cap on the body (``max_body``) and on one line of it (``max_line``), each a :class:`BadResponse`;
+- a deadline for the whole response, head to last byte (``deadline_s``), not only for each read: a
+  server that drips a byte a second ends at the deadline (``TimeoutError``).
 """
 
 from __future__ import annotations
@@ -32,7 +41,45 @@ MAX_HEADERS = 256
 """Header lines in one response; more is a bad response."""
 MAX_JSON_BODY = 16 << 20
 """Bytes of a plain JSON answer (``/v1/models``) read at most."""
+MAX_STREAM_BODY = 256 << 20
+"""Bytes of one streamed completion read at most (a stream of small events that never ends)."""
+MAX_METRICS_BODY = 16 << 20
+"""Bytes of a ``/metrics`` answer read at most (vLLM's is about 50 KB)."""
+MAX_METRICS_LINE = 1 << 20
+"""Bytes of one line of a ``/metrics`` answer (a sample with its labels) read at most."""
 READ_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class HttpPolicy:
+    """What one client accepts from a server (see the module doc).
+
+    Attributes:
+        name: the client (a key of :data:`CLIENTS`).
+        max_body: bytes of a response body read at most; more is a :class:`BadResponse`.
+        max_line: bytes of one line of the body (an SSE line, a Prometheus sample) at most.
+        deadline_s: seconds for the whole response (None: the caller's own, ``--timeout``).
+    """
+
+    name: str
+    max_body: int
+    max_line: int
+    deadline_s: float | None
+
+    def with_deadline(self, deadline_s: float) -> HttpPolicy:
+        return HttpPolicy(self.name, self.max_body, self.max_line, deadline_s)
+
+
+CLIENTS: dict[str, HttpPolicy] = {
+    "endpoint-stream": HttpPolicy("endpoint-stream", MAX_STREAM_BODY, MAX_SSE_LINE, None),
+    "endpoint-models": HttpPolicy("endpoint-models", MAX_JSON_BODY, MAX_JSON_BODY, 30.0),
+    "metrics": HttpPolicy("metrics", MAX_METRICS_BODY, MAX_METRICS_LINE, 2.0),
+    "profile": HttpPolicy("profile", MAX_JSON_BODY, MAX_JSON_BODY, 120.0),
+}
+"""Every HTTP client perfscope runs, with its policy: ``loadtest --endpoint``'s streamed completions (the
+deadline is ``--timeout``) and its ``/v1/models`` call, the ``--metrics`` scraper, the ``--profile``
+calls (``/health``, ``/start_profile``, ``/stop_profile``). A new client is added here, and the hostile
+server test (tests/unit/test_hostile_http.py) then fails until it drives that client too."""
 
 
 class HttpError(Exception):
@@ -41,6 +88,13 @@ class HttpError(Exception):
     def __init__(self, status: int, message: str) -> None:
         self.status, self.message = status, message
         super().__init__(f"HTTP {status}: {message}")
+
+
+def redirect_error(status: int, headers: dict[str, str]) -> HttpError:
+    """The error of a redirect, which no client follows (its ``Location`` named, cut to 200 characters)."""
+    where = headers.get("location", "")
+    return HttpError(status, f"a redirect to {quote(where)} not followed (perfscope follows no redirect: give the "
+                             "final URL)")
 
 
 class BrokenStream(Exception):
@@ -153,10 +207,25 @@ class _Response:
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             raise BrokenStream(f"connection lost: {exc.__class__.__name__}") from None
 
-    async def body(self, limit: int | None = None) -> bytes:
+    async def body(self, limit: int | None = None, *, policy: HttpPolicy | None = None) -> bytes:
+        """The body: up to ``limit`` bytes, or under ``policy`` (past its ``max_body`` or ``max_line``, a
+        :class:`BadResponse`)."""
         out = bytearray()
+        line = 0  # bytes since the last newline
         async for c in self.chunks():
             out += c
+            if policy is not None:
+                parts = c.split(b"\n")
+                longest = line + len(parts[0])
+                if len(parts) > 1:
+                    longest = max(longest, *(len(x) for x in parts[1:-1])) if len(parts) > 2 else longest
+                    line = len(parts[-1])
+                else:
+                    line = longest
+                if len(out) > policy.max_body:
+                    raise BadResponse(f"a body over {policy.max_body} bytes (the {policy.name} limit)")
+                if max(longest, line) > policy.max_line:
+                    raise BadResponse(f"a line over {policy.max_line} bytes (the {policy.name} limit)")
             if limit is not None and len(out) >= limit:
                 break
         return bytes(out)
@@ -217,19 +286,41 @@ async def _head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _
     return _Response(reader, writer, status, hdrs)
 
 
-async def request_json(url: Url, method: str, path: str, payload: Any = None,
-                       headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    """One JSON call: (status, decoded body or None when the body is not JSON)."""
+async def fetch(url: Url, method: str, path: str, policy: HttpPolicy, payload: Any = None,
+                headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One call under ``policy``: (status, body). A redirect is not followed (:func:`redirect_error`);
+    the whole response is read within ``policy.deadline_s`` (``TimeoutError`` past it).
+
+    Raises:
+        HttpError: a 3xx answer. BadResponse: a body or line past the policy's caps.
+        BrokenStream: the connection ended inside the response. TimeoutError: past the deadline.
+    """
     body = None if payload is None else json.dumps(payload).encode()
-    resp = await _open(url, method, path, body, headers or {})
+
+    async def call() -> tuple[int, bytes]:
+        resp = await _open(url, method, path, body, headers or {})
+        try:
+            if 300 <= resp.status < 400:
+                raise redirect_error(resp.status, resp.headers)
+            return resp.status, await resp.body(policy=policy)
+        finally:
+            resp.close()
+
+    if policy.deadline_s is None:
+        return await call()
+    async with asyncio.timeout(policy.deadline_s):
+        return await call()
+
+
+async def request_json(url: Url, method: str, path: str, payload: Any = None,
+                       headers: dict[str, str] | None = None, *, policy: HttpPolicy | None = None) -> tuple[int, Any]:
+    """One JSON call under ``policy`` (default: ``/v1/models``'): (status, decoded body or None when the
+    body is not JSON)."""
+    status, data = await fetch(url, method, path, policy or CLIENTS["endpoint-models"], payload, headers)
     try:
-        data = await resp.body(MAX_JSON_BODY)
-    finally:
-        resp.close()
-    try:
-        return resp.status, json.loads(data) if data else None
+        return status, json.loads(data) if data else None
     except ValueError:
-        return resp.status, None
+        return status, None
 
 
 class SseParser:
@@ -296,18 +387,25 @@ async def stream_events(url: Url, path: str, payload: Any,
 
     Raises :class:`HttpError` for a non-2xx answer, :class:`BrokenStream` when the stream is cut.
     """
+    policy = CLIENTS["endpoint-stream"]
     resp = await _open(url, "POST", path, json.dumps(payload).encode(),
                        {"Accept": "text/event-stream", **(headers or {})})
     try:
+        if 300 <= resp.status < 400:
+            raise redirect_error(resp.status, resp.headers)
         if not 200 <= resp.status < 300:
             try:
                 body = await resp.body(MAX_ERROR_BODY)
             except BrokenStream:
                 body = b""
             raise HttpError(resp.status, error_message(body))
-        parser = SseParser()
+        parser = SseParser(policy.max_line)
+        read = 0
         async for chunk in resp.chunks():
             now = time.perf_counter_ns()
+            read += len(chunk)
+            if read > policy.max_body:
+                raise BadResponse(f"a stream over {policy.max_body} bytes (the {policy.name} limit)")
             for text in parser.feed(chunk):
                 if text.strip() == "[DONE]":
                     return
@@ -319,5 +417,5 @@ async def stream_events(url: Url, path: str, payload: Any,
         resp.close()
 
 
-__all__ = ["MAX_SSE_LINE", "BadResponse", "BrokenStream", "EndedWithoutDone", "HttpError", "SseParser", "Url",
-           "error_message", "quote", "request_json", "stream_events"]
+__all__ = ["CLIENTS", "MAX_SSE_LINE", "BadResponse", "BrokenStream", "EndedWithoutDone", "HttpError", "HttpPolicy",
+           "SseParser", "Url", "error_message", "fetch", "quote", "redirect_error", "request_json", "stream_events"]

@@ -160,6 +160,7 @@ class LoadRun:
     ignore_eos: bool = False
     policy: str = "continuous"
     burstiness: float = 1.0  # gamma shape of the arrival gaps (1: Poisson)
+    kv_capacity: int | None = None  # KV positions of all running sequences together (preemption); None: a slot each
 
     def check(self) -> None:
         from perfscope.engine.serving import ServeConfig, check_kv_dtype
@@ -169,7 +170,7 @@ class LoadRun:
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         check_kv_dtype(self.kv_dtype)
-        ServeConfig(self.max_batch, self.max_batched_tokens, None, self.policy).check()
+        ServeConfig(self.max_batch, self.max_batched_tokens, None, self.policy, self.kv_capacity).check()
 
 
 def check_workload(run: Any) -> None:
@@ -267,15 +268,36 @@ def request_frame(result: Any) -> pd.DataFrame:
             "arrival_s": t.arrival_s, "admitted_s": t.admitted_s, "first_token_s": first, "end_s": end,
             "max_output_tokens": t.max_output_tokens, "finish_reason": t.finish_reason,
             "token_times_s": json.dumps([round(x, 9) for x in times]),
+            "considered_s": t.considered_s, "preemptions": len(t.preempted_s),
+            "preempted_s": json.dumps([round(x, 9) for x in t.preempted_s]),
+            "readmitted_s": json.dumps([round(x, 9) for x in t.readmitted_s]),
         })
     return pd.DataFrame(rows)
 
 
 def step_frame(result: Any) -> pd.DataFrame:
-    df = pd.DataFrame([dataclasses.asdict(s) for s in result.steps])
+    from perfscope.sessions.profile import step_records
+
+    df = step_records(result.steps)
     if len(df):
         df["duration_ns"] = df["end_ns"] - df["start_ns"]
     return df
+
+
+def request_steps_frame(steps: Sequence[Any], ids: dict[int, Any] | None = None) -> pd.DataFrame:
+    """The ``request_steps`` table: one row per request and step it took part in (the scheduler's log:
+    its role and tokens there). ``ids`` maps the engine's request ids to the report's (a server's
+    own ids to the client's); rows of requests it does not hold are left out."""
+    rows = []
+    for s in steps:
+        for rid, tokens, role in zip(s.request_ids, s.request_tokens, s.request_roles):
+            if ids is not None:
+                if rid not in ids:
+                    continue
+                rid = ids[rid]
+            rows.append((rid, s.step, role, tokens))
+    df = pd.DataFrame(rows, columns=["request_id", "step", "role", "tokens"])
+    return df.astype({"request_id": "int64", "step": "int64", "tokens": "int64"})
 
 
 def _noop(_: str) -> None:
@@ -324,8 +346,12 @@ def model_eos(name_or_path: str, model: Any) -> int | None:
 
 
 def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: DeviceSpec | None = None,
-                 model: Any = None, clock_factory: Callable[[], Any] | None = None) -> Report:
-    """Serve the run's requests at each rate and return one Report (not saved)."""
+                 model: Any = None, clock_factory: Callable[[], Any] | None = None,
+                 executor_wrap: Callable[[Any, Any], Any] | None = None) -> Report:
+    """Serve the run's requests at each rate and return one Report (not saved).
+
+    ``clock_factory`` and ``executor_wrap`` (called with the engine and the clock) simulate: a virtual
+    clock advanced by a cost model around the real engine gives timings independent of the machine."""
     import torch
 
     from perfscope.collectors.roofs import device_roofs
@@ -352,7 +378,7 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
     max_seq = model.args.max_seq_len
     _check_context(run, max_seq)
     eos = None if run.ignore_eos else (run.eos_id if run.eos_id is not None else model_eos(run.model, model))
-    config = ServeConfig(run.max_batch, run.max_batched_tokens, eos, run.policy)
+    config = ServeConfig(run.max_batch, run.max_batched_tokens, eos, run.policy, run.kv_capacity)
     rates: list[float | None] = [None] if run.arrivals else list(run.rates)
     workloads = [build_workload(run, r, model.args.vocab_size, max_seq) for r in rates]
     for reqs in workloads:
@@ -370,7 +396,9 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
         max_len = max(len(r.prompt) + r.max_output_tokens for r in reqs)
         engine = SlotEngine(model, run.max_batch, max_len, run.kv_dtype)
         try:
-            work = functools.partial(serve, engine, reqs, config, clock_factory() if clock_factory else None)
+            clock = clock_factory() if clock_factory else None
+            executor = executor_wrap(engine, clock) if executor_wrap else engine
+            work = functools.partial(serve, executor, reqs, config, clock)
             if run.profile:
                 from perfscope.collectors.torch_profiler import profile_callable
 
@@ -390,13 +418,15 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
         finally:
             engine.close()
         tables["requests"] = request_frame(result)
+        tables["request_steps"] = request_steps_frame(result.steps)
         n_rate = float("nan") if rate is None else rate
         for name, df in tables.items():
             tables[name] = df.assign(run=label, rate_per_s=n_rate)
         duration = float(tables["requests"]["end_s"].max())
         offered = len(reqs) / reqs[-1].arrival_s if reqs[-1].arrival_s > 0 else float("nan")
         runs_meta.append({"run": label, "rate_per_s": rate, "offered_rate_per_s": offered, "requests": len(reqs),
-                          "duration_s": duration, "wall_s": result.wall_s, "steps": len(result.steps)})
+                          "duration_s": duration, "wall_s": result.wall_s, "steps": len(result.steps),
+                        "preemptions": sum(s.preempted for s in result.steps)})
         parts.append(tables)
     return _build_report(run, spec, model, parts, runs_meta, warnings, tool_version, partial, eos,
                          kv_bytes_per_position(model, run.kv_dtype),
@@ -463,8 +493,11 @@ def _build_report(run: LoadRun, spec: DeviceSpec, model: Any, parts: list[dict[s
 
 def cli_payload(report: Report) -> dict[str, Any]:
     """The ``--json`` output: one run's metrics flat; a sweep's as ``runs`` with the knee."""
+    from perfscope.analysis.summaries.tails import tails_payload
+
     lt = report.params["loadtest"]
-    extra = {"kv_dtype": lt["kv_dtype"], **({"kv_logit_error": lt["kv_logit_error"]} if lt["kv_logit_error"] else {})}
+    extra = {"kv_dtype": lt["kv_dtype"], **({"kv_logit_error": lt["kv_logit_error"]} if lt["kv_logit_error"] else {}),
+             "tails": tails_payload(report)}
     return metrics_payload(lt, extra)
 
 
@@ -478,4 +511,4 @@ def metrics_payload(lt: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]
 
 
 __all__ = ["LengthDist", "LoadRun", "build_workload", "cli_payload", "metrics_payload", "parse_dist", "parse_rates", "read_arrivals",
-           "request_frame", "run_loadtest", "step_frame"]
+           "request_frame", "request_steps_frame", "run_loadtest", "step_frame"]

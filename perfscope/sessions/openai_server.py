@@ -202,6 +202,7 @@ class EngineServer:
         self.created = int(time.time())
         self._prof: Any = None
         self._steps: list[LoadStep] = []
+        self._requests: list[dict[str, Any]] = []
         self._profiling = False
         self.error: str | None = None
         self._thread = threading.Thread(target=self._run, name="perfscope-serve-engine", daemon=True)
@@ -236,6 +237,9 @@ class EngineServer:
             self._steps.append(step)
 
     def _on_token(self, trace: RequestTrace, token: int, t: float) -> str | None:
+        if self._profiling and trace.output_tokens == 1:  # the scheduler's times of the request, for the window's log
+            self._requests.append({"request_id": trace.request_id, "arrival_s": trace.arrival_s,
+                                   "considered_s": trace.considered_s, "admitted_s": trace.admitted_s})
         s = self.streams.get(trace.request_id)
         if s is None or s.cancelled:
             return "abort"
@@ -255,7 +259,7 @@ class EngineServer:
                     raise ApiError(400, "the profiler is already running")
                 from perfscope.collectors.torch_profiler import start_profiler
 
-                self._steps = []
+                self._steps, self._requests = [], []
                 self._prof = start_profiler(self.cuda)
                 self._profiling = True
                 done.set_result({"status": "profiling", "perf_counter_ns": time.perf_counter_ns()})
@@ -279,7 +283,8 @@ class EngineServer:
         trace = _export(prof, folder)
         steps = folder / "steps.json"
         steps.write_text(json.dumps({"clock": "time.perf_counter_ns", "origin_ns": self.clock.origin_ns,
-                                     "steps": [asdict(s) for s in self._steps]}), encoding="utf-8")
+                                     "steps": [asdict(s) for s in self._steps],
+                                     "requests": self._requests}), encoding="utf-8")
         return {"status": "stopped", "trace": str(trace), "steps": str(steps), "perf_counter_ns": time.perf_counter_ns()}
 
     async def control(self, command: str) -> dict[str, Any]:

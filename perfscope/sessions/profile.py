@@ -461,6 +461,15 @@ def memory_params(capture: Any, known: Sequence[tuple[Any, ...]]) -> dict[str, A
     return out
 
 
+def step_records(steps: Sequence[Any]) -> pd.DataFrame:
+    """One row per step record (a dataclass); a load test's lists of each step's rows (its requests:
+    ``request_ids``...) are left out, for the ``request_steps`` table
+    (:func:`perfscope.sessions.loadtest.request_steps_frame`)."""
+    from perfscope.engine.serving import MEMBER_FIELDS
+
+    return pd.DataFrame([{k: v for k, v in dataclasses.asdict(s).items() if k not in MEMBER_FIELDS} for s in steps])
+
+
 def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
                 own_clock: bool = False) -> tuple[pd.DataFrame, str | None]:
     """The engine's step records on the trace's timeline.
@@ -471,8 +480,7 @@ def align_steps(steps: Sequence[Any], ranges: pd.DataFrame, *,
     counts differ (a partial trace), steps keep their own clock shifted onto the trace's first
     phase range; a note says so in the second case.
     """
-    rows = [dataclasses.asdict(s) for s in steps]
-    df = pd.DataFrame(rows)
+    df = step_records(steps)
     if not len(df):
         return df, None
     from perfscope.analysis.tree import PHASES
@@ -730,7 +738,7 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
     from perfscope.schema import TABLES
 
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
-    runs, id_offset = [], 0
+    runs, id_offset, gap_offset = [], 0, 0
     for part in parts:
         label = f"b{part.params['batch']}-p{part.params['prompt_len']}"
         runs.append({"run": label, "batch": part.params["batch"], "prompt_len": part.params["prompt_len"],
@@ -740,8 +748,11 @@ def _combine_sweep(parts: list[Report], base: EngineRun, batches: list[int], pro
                                          prompt_len=part.params["prompt_len"])
             if name == "ranges" and len(df):
                 df = df.assign(id=df["id"] + id_offset, parent=df["parent"] + id_offset)
+            if name == "idle" and len(df):  # each run's gaps keep their own numbers
+                df = df.assign(gap=df["gap"] + gap_offset)
             tables[name].append(df)
         id_offset += int(part.ranges["id"].max()) + 1 if len(part.ranges) else 0
+        gap_offset += int(part.idle["gap"].max()) + 1 if len(part.idle) and part.idle["gap"].notna().any() else 0
     combined = {name: pd.concat(dfs, ignore_index=True) for name, dfs in tables.items() if dfs}
     manifest = {
         "name": f"sweep-{base.model}",

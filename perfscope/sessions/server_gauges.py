@@ -1,21 +1,28 @@
 """The server's gauges under load: a scraper of ``/metrics`` on the load test's clock
 (``perfscope loadtest --endpoint URL --metrics``), and the gauges ``perfscope serve`` publishes
 under vLLM's names. The text format and the names are :mod:`perfscope.gauges`'.
+
+The scraper is one of the HTTP clients of :data:`perfscope.sessions.http_stream.CLIENTS` (``metrics``):
+no redirect is followed (the ``Authorization`` header never leaves for another origin, and another
+host's numbers are never stored as the server's), the body and each line are capped, and each scrape
+has a deadline for its whole answer. A scrape that fails is counted (``params.gauges.scrapes_failed``
+and a warning); the load test and its report go on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pandas as pd
 
 from perfscope.gauges import canonical, parse_prometheus, render_vllm
 
-SCRAPE_TIMEOUT_S = 2.0
+from .http_stream import CLIENTS, BrokenStream, HttpError, Url, fetch
+
+SCRAPE_TIMEOUT_S = CLIENTS["metrics"].deadline_s or 2.0
 
 
 def metrics_url(endpoint_url: Any) -> str:
@@ -34,6 +41,8 @@ class GaugeScraper:
         self.url, self.interval_s, self.api_key = url, interval_s, api_key
         self.samples: list[tuple[int, list[dict[str, Any]]]] = []
         self.errors: list[str] = []
+        self.failures = 0
+        self.attempts = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="perfscope-gauges", daemon=True)
 
@@ -48,17 +57,27 @@ class GaugeScraper:
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
 
     def scrape_once(self) -> None:
-        req = urllib.request.Request(self.url)
-        if self.api_key:
-            req.add_header("Authorization", f"Bearer {self.api_key}")
+        """One scrape under the ``metrics`` policy; a failure of any kind is counted, never raised."""
+        self.attempts += 1
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            with urllib.request.urlopen(req, timeout=SCRAPE_TIMEOUT_S) as resp:
-                text = resp.read().decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            if len(self.errors) < 5:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+            url = Url.parse(self.url)
+            status, body = asyncio.run(fetch(url, "GET", url.path or "/metrics", CLIENTS["metrics"], headers=headers))
+            if status != 200:
+                raise HttpError(status, "not 200 OK")
+            rows = canonical(parse_prometheus(body.decode("utf-8", "replace")))
+        except (HttpError, BrokenStream, TimeoutError, OSError, ValueError) as exc:
+            self._failed(exc)
             return
-        self.samples.append((time.perf_counter_ns(), canonical(parse_prometheus(text))))
+        except Exception as exc:  # noqa: BLE001 - a scrape must never cost the load test its report
+            self._failed(exc)
+            return
+        self.samples.append((time.perf_counter_ns(), rows))
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failures += 1
+        if len(self.errors) < 5:
+            self.errors.append(f"{type(exc).__name__}: {str(exc)[:200] or 'timed out'}")
 
     def stop(self) -> None:
         self._stop.set()
@@ -71,8 +90,8 @@ class GaugeScraper:
 
     def warnings(self) -> list[str]:
         out = []
-        if self.errors:
-            out.append(f"/metrics at {self.url}: {len(self.errors)}+ scrape(s) failed ({self.errors[0]})")
+        if self.failures:
+            out.append(f"/metrics at {self.url}: {self.failures} of {self.attempts} scrape(s) failed ({self.errors[0]})")
         if not self.samples:
             out.append(f"/metrics at {self.url}: no sample (does the server publish Prometheus metrics?)")
         elif not any(rows for _, rows in self.samples):
@@ -121,19 +140,26 @@ def start_scraper(run: Any, url: Any) -> GaugeScraper | None:
 
 
 def scraper_rows(scraper: GaugeScraper, t0_ns: int, run: str, warnings: list[str]) -> pd.DataFrame:
-    """Stop ``scraper`` (one last sample first, so the run's end is in) and return its rows."""
+    """Stop ``scraper`` (one last sample first, so the run's end is in) and return its rows; its failed
+    scrapes are kept in ``df.attrs["scrapes_failed"]``."""
     scraper.stop()
     scraper.scrape_once()
     warnings += scraper.warnings()
-    return scraper.rows(t0_ns, run)
+    rows = scraper.rows(t0_ns, run)
+    rows.attrs["scrapes_failed"] = scraper.failures
+    rows.attrs["scrapes"] = scraper.attempts
+    return rows
 
 
 def with_gauges(report: Any, frames: list[pd.DataFrame], run: Any) -> Any:
-    """``report`` with its ``gauges`` table and the scrape's settings in ``params.gauges``."""
+    """``report`` with its ``gauges`` table and the scrape's settings in ``params.gauges`` (with the
+    scrapes tried and failed)."""
     if not getattr(run, "metrics", False):
         return report
     gauges = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     params = {**report.params, "gauges": {"interval_s": float(run.metrics_interval_s),
                                           "clock": "t_s: seconds from the run's start, the requests' clock",
-                                          "samples": int(gauges["t_s"].nunique()) if len(gauges) else 0}}
+                                          "samples": int(gauges["t_s"].nunique()) if len(gauges) else 0,
+                                          "scrapes": sum(int(f.attrs.get("scrapes", 0)) for f in frames),
+                                          "scrapes_failed": sum(int(f.attrs.get("scrapes_failed", 0)) for f in frames)}}
     return report.replace(gauges=gauges).with_manifest(params=params)

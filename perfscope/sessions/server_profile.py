@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from .http_stream import BrokenStream, Url, request_json
+from .http_stream import CLIENTS, BrokenStream, HttpError, Url, request_json
 
 TRACE_PATTERNS = ("*.pt.trace.json.gz", "*.pt.trace.json", "*.trace.json.gz", "*.trace.json", "*.json.gz")
 
@@ -42,11 +42,14 @@ class ProfileSession:
                                        "clock_offset_method": None}
 
     def _call(self, method: str, path: str) -> tuple[int, Any]:
+        """One call under the ``profile`` policy (120 s for the whole answer, no redirect followed)."""
         try:
-            return asyncio.run(asyncio.wait_for(request_json(self.url, method, path, {} if method == "POST" else None,
-                                                             self.headers), 120))
+            return asyncio.run(request_json(self.url, method, path, {} if method == "POST" else None, self.headers,
+                                            policy=CLIENTS["profile"]))
+        except HttpError as exc:  # a redirect
+            return exc.status, {"error": exc.message}
         except (OSError, BrokenStream, TimeoutError) as exc:
-            return 0, {"error": str(exc)}
+            return 0, {"error": str(exc) or type(exc).__name__}
 
     def _root(self, name: str) -> str:
         base = self.url.path.removesuffix("/v1")
@@ -88,8 +91,12 @@ class ProfileSession:
         self.active = True
         return []
 
-    def stop(self, t0_ns: int, label: str) -> dict[str, Any]:
-        """Stop the profiler and import its trace: tables (kernels, ranges, steps) and what was done."""
+    def stop(self, t0_ns: int, label: str, ids: dict[int, int] | None = None) -> dict[str, Any]:
+        """Stop the profiler and import its trace: tables (kernels, ranges, steps) and what was done.
+
+        ``ids`` maps the server's request ids to the client's (:func:`.endpoint.server_ids`): with it,
+        perfscope serve's step records join each step to the requests in it (``request_steps``), and its
+        scheduler's admission times come back on the client's clock (``scheduler``)."""
         out: dict[str, Any] = {**self.offset, "warnings": []}
         if not self.active:
             return out
@@ -99,6 +106,12 @@ class ProfileSession:
             return out
         trace = body.get("trace") if isinstance(body, dict) else None
         steps_file = body.get("steps") if isinstance(body, dict) else None
+        trace = str(trace) if isinstance(trace, str) else None
+        steps_file = str(steps_file) if isinstance(steps_file, str) and self._may_read(Path(steps_file)) else None
+        if trace and not self._may_read(Path(str(trace))):
+            out["warnings"].append(f"--profile: the server named a trace outside --server-trace-dir ({str(trace)[:200]}); "
+                                   "a remote server's path is not read")
+            trace = None
         if not trace:
             trace = self._newest_trace()
         if not trace or not Path(trace).is_file():
@@ -106,17 +119,32 @@ class ProfileSession:
                                    "--server-trace-dir (the folder the server writes traces into)")
             return out
         from perfscope.analysis.readers.kineto.reader import import_kineto
+        from perfscope.errors import PerfscopeError
+        from perfscope.limits import counting
 
-        imported = import_kineto(trace)
+        try:
+            with counting():  # the trace is imported under the import budget, as `perfscope import` would
+                imported = import_kineto(trace)
+        except PerfscopeError as exc:  # the load test keeps its report; the profile is what is lost
+            out["warnings"].append(f"--profile: the server's trace could not be read: {exc}")
+            return out
         tables = dict(imported.tables)
         out["warnings"] += imported.warnings
         out["trace"] = str(trace)
         if steps_file and Path(steps_file).is_file():
-            steps, note = self._engine_steps(Path(steps_file), tables.get("ranges", pd.DataFrame()), t0_ns)
+            try:
+                steps, note = self._engine_steps(Path(steps_file), tables.get("ranges", pd.DataFrame()), t0_ns)
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                steps, note = pd.DataFrame(), f"--profile: the server's step records are unreadable ({type(exc).__name__})"
             if note:
                 out["warnings"].append(note)
             tables["steps"] = steps
             out["steps"] = len(steps)
+            if ids:
+                links, sched = self._scheduler_log(Path(steps_file), ids, t0_ns)
+                tables["request_steps"] = links
+                out["scheduler"] = sched.assign(run=label)
+                out["joined_requests"] = int(links["request_id"].nunique()) if len(links) else 0
         tables = {k: (df.assign(run=label) if len(df) else df) for k, df in tables.items()}
         out["tables"] = tables
         return out
@@ -141,6 +169,42 @@ class ProfileSession:
             df["end_s"] = (raw_end - off - t0_ns) / 1e9
         df["framework"] = "engine"
         return df, note
+
+    def _may_read(self, path: Path) -> bool:
+        """A path the server named is read when the server runs on this host (loopback) or the path is inside
+        ``--server-trace-dir``: a remote server cannot make perfscope read a local file of its choosing."""
+        if self.url.host in ("127.0.0.1", "localhost", "::1"):
+            return True
+        if self.trace_dir is None:
+            return False
+        try:
+            return path.resolve().is_relative_to(self.trace_dir.resolve())
+        except OSError:
+            return False
+
+    def _scheduler_log(self, path: Path, ids: dict[int, int], t0_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """perfscope serve's log of the window: each step's requests (the client's ids) and each request's
+        first look and admission on the client's clock (missing when the clock offset is not known)."""
+        from perfscope.engine.serving import LoadStep
+        from perfscope.sessions.loadtest import request_steps_frame
+
+        data = json.loads(path.read_text(encoding="utf-8"))
+        steps = [LoadStep(**s) for s in data.get("steps", [])]
+        links = request_steps_frame(steps, ids)
+        off = self.offset.get("clock_offset_ns")
+        origin = int(data.get("origin_ns") or 0)
+        rows = []
+        for r in data.get("requests", []):
+            rid = ids.get(int(r.get("request_id", -1)))
+            if rid is None:
+                continue
+            def client_s(x: Any) -> float:
+                if off is None or x is None:
+                    return float("nan")
+                return (origin + float(x) * 1e9 - off - t0_ns) / 1e9
+            rows.append({"request_id": rid, "considered_s": client_s(r.get("considered_s")),
+                         "admitted_s": client_s(r.get("admitted_s"))})
+        return links, pd.DataFrame(rows, columns=["request_id", "considered_s", "admitted_s"])
 
     def _newest_trace(self) -> str | None:
         if self.trace_dir is None or not self.trace_dir.is_dir():

@@ -51,11 +51,36 @@ def tiled_nsys(kernels: int = TILED_KERNELS) -> Report:
         return import_file(path)
 
 
+def planted_loadtest() -> Report:
+    """The engine's load test of docs/tails.md (every tenth prompt 480 tokens among 16-token prompts)
+    on the simulated clock: its serving-tails section, bars, requests and finding."""
+    import torch
+
+    from perfscope.device import DeviceSpec
+    from perfscope.engine.generate import build_model
+    from perfscope.engine.serving import SimClock, TimedExecutor
+    from perfscope.sessions.loadtest import LoadRun, run_loadtest
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="perfscope-lens-") as tmp:
+            lens = Path(tmp) / "lens.txt"
+            lens.write_text("\n".join(["16"] * 9 + ["480"]) + "\n")
+            run = LoadRun(model="tiny", rates=(100.0,), requests=30, prompt_len=str(lens), output_len="16",
+                          max_batch=16, profile=False)
+            return run_loadtest(run, model=build_model("tiny", seed=0), roofs=DeviceSpec("cpu", "cpu"),
+                                clock_factory=SimClock, executor_wrap=lambda e, c: TimedExecutor(e, c))
+    finally:
+        torch.set_num_threads(threads)
+
+
 PAGES: dict[str, Callable[[], Report]] = {
     **{f"sample-{p.name.removesuffix('.perfscope')}": _sample(p)
        for p in sorted((REPO / "sample_reports").glob("*.perfscope"))},
     "h200-engine": _fixture(H200, load=True),
     "endpoint-loadtest": _fixture(ENDPOINT, load=True),
+    "engine-loadtest-tails": planted_loadtest,
     **{name: _fixture(rel) for name, rel in IMPORTED.items()},
     "tiled-1m": tiled_nsys,
 }

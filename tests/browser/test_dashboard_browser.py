@@ -203,3 +203,27 @@ def test_standalone_html_renders_offline(driver: Any, tmp_path: Path, fixtures_d
              .find_elements(By.CSS_SELECTOR, "td.name")]
     assert names and all("gemm" in n.lower() for n in names)
     driver.save_screenshot(str(SHOTS / "standalone.png"))
+
+
+def test_a_click_on_a_request_shows_its_timeline(driver: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A load test's Phases tab: its serving tails, and a click on a request draws that request's timeline
+    (its pieces by part, its tokens, the steps it ran in or waited through) (docs/tails.md)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    from tests.browser.pages import dashboard_servers, planted_loadtest
+
+    with dashboard_servers(["tails"], lambda _: planted_loadtest(), lambda n: tmp_path_factory.mktemp(n)) as urls:
+        driver.get(urls["tails"])
+        _wait(driver, "#headline")
+        _tab(driver, "phases")
+        _wait(driver, "#tails-figure .main-svg")
+        assert _wait(driver, "#tails-table", text="Serving tails")
+        points = _wait(driver, "#tail-requests .scatterlayer .points path", count=10)
+        ActionChains(driver).move_to_element(points[-1]).pause(0.3).click().perform()
+        try:
+            title = _wait(driver, "#request-timeline .gtitle", text="Request")[0]
+        finally:
+            driver.save_screenshot(str(SHOTS / "request-timeline.png"))
+        assert "TTFT" in title.text and "joined by scheduler" in title.text
+        assert _wait(driver, "#request-timeline .legendtext", text="tokens")
+        _no_alert(driver)

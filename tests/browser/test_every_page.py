@@ -82,7 +82,8 @@ def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixt
     messages = severe_messages(driver)
     assert not messages, messages
     assert result["problems"] == []
-    expected = ("metrics", "roofline", "timeline", "kernels") if views.has_device_work(report) else ("metrics",)
+    expected = ("metrics", "roofline", "timeline", "kernels") if len(report.kernels) else \
+        ("metrics", "timeline", "phases") if views.has_device_work(report) else ("metrics",)  # steps without kernels
     for section in expected:
         assert section in result["sections"]
     if not views.has_device_work(report):  # an endpoint load test: its requests, and no section it cannot fill
@@ -94,6 +95,8 @@ def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixt
         assert result["tables"]["Longest executions"] == min(len(report.kernels), TOP_ROWS) > 0
     if len(report.steps):
         assert "phases" in result["sections"]
+    if name.endswith(("loadtest", "tails")):  # a load test's serving tails
+        assert "tails" in result["sections"] and result["tables"]["p50 and p99 with their parts"] == 8
 
 
 # ------------------------------------------------------------------------------ dashboard
@@ -155,3 +158,39 @@ def test_every_dashboard_view_renders(driver: Any, dashboard: dict[str, str], na
     messages = severe_messages(driver)
     assert not messages, messages
     assert too_wide == {}, f"views wider than the window (px): {too_wide}"
+
+
+def test_a_click_on_a_finding_selects_its_items(driver: Any, dashboard: dict[str, str]) -> None:
+    """The H200 engine run's overview lists each finding's items; "show on the timeline" opens the
+    timeline shaded at the finding's gaps and zoomed to the largest, "show its kernels" the kernel
+    table filtered to its kernels; no console error on the way."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    severe_messages(driver)
+    driver.get(dashboard["h200-engine"])
+    _wait_ready(driver, "#overview-findings table.items tbody tr")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#overview-findings table.items tbody tr")
+    assert rows and all(r.text.strip() for r in rows)
+    assert "Evidence: explains" in driver.find_element(By.ID, "overview-findings").text
+    first = driver.find_elements(By.CSS_SELECTOR, "#overview-findings button.pick")
+    timeline = next(b for b in first if b.text == "show on the timeline")
+    timeline.click()
+    meta = ("const g = document.querySelector('#timeline-graph .js-plotly-plot');"
+            "return g && g.layout && g.layout.meta;")
+    got = WebDriverWait(driver, WAIT_S).until(lambda d: (m := d.execute_script(meta)) and m.get("selected") and m)
+    assert got["selected"] >= 1
+    assert "selected:" in driver.find_element(By.ID, "finding-note").text
+    driver.save_screenshot(str(SHOTS / "dash-finding-timeline.png"))
+    driver.find_element(By.ID, "tab-overview").click()
+    _wait_ready(driver, "#overview-findings button.pick")
+    kernels = next(b for b in driver.find_elements(By.CSS_SELECTOR, "#overview-findings button.pick")
+                   if b.text == "show its kernels")
+    kernels.click()
+    _wait_ready(driver, "#kernel-grid .ag-row")
+    WebDriverWait(driver, WAIT_S).until(lambda d: "the kernels of finding" in d.find_element(By.ID, "kernel-note").text)
+    driver.save_screenshot(str(SHOTS / "dash-finding-kernels.png"))
+    driver.find_element(By.ID, "finding-clear").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "the kernels of finding" not in d.find_element(By.ID, "kernel-note").text)
+    messages = severe_messages(driver)
+    assert not messages, messages

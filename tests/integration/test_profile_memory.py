@@ -30,6 +30,13 @@ def test_engine_memory_categories_and_peak(tmp_path: Path) -> None:
     torch_peak = max(e["args"]["Total Allocated"] for e in events if e["args"]["Device Type"] == 0) + before
     assert float(mem["allocated_bytes"].max()) == torch_peak
     assert set(mem["phase"].dropna()) >= {"prefill", "decode"} and mem["step"].notna().any()
+    # what is live at the decode phase's peak: the engine's KV cache and weights, adding up to it
+    from perfscope.analysis.summaries.memory import breakdown, instant
+
+    b = breakdown(report, "cpu", instant(report, "cpu", phase="decode"))
+    assert sum(b["by_category"].values()) == b["allocated_bytes"]
+    assert b["by_category"]["kv_cache"] == kv and b["by_category"]["weights"] == weights
+    assert {t["category"] for t in b["tensors"][:3]} <= {"weights", "kv_cache", "activations", "workspace"}
 
 
 def test_script_memory(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ class HostTrace:
     events: list[dict] = field(default_factory=list)
     ranges: list[tuple[int, int, str]] = field(default_factory=list)
     calls: list[tuple[int, int, str, str]] = field(default_factory=list)  # start, end, name, kind of copy
+    waits: list[tuple[int, int, str]] = field(default_factory=list)  # OS-runtime calls (nsys OSRT_API only)
     busy: list[tuple[int, int]] = field(default_factory=list)
     corr: int = 0
 
@@ -56,6 +57,10 @@ class HostTrace:
     def sync(self, start: int, dur: int, name: str = "cudaStreamSynchronize") -> None:
         self._call(name, start, dur)
 
+    def osrt(self, start: int, dur: int, name: str) -> None:
+        """An OS-runtime call (futex, nanosleep, read...): a row of nsys's OSRT_API; Kineto records none."""
+        self.waits.append((start, start + dur, name))
+
     def write(self, path: Path) -> Path:
         doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA GeForce RTX 4060 Ti"}],
                "traceEvents": self.events}
@@ -64,21 +69,33 @@ class HostTrace:
 
     # ------------------------------------------------------------------ the truth
     def truth(self) -> Counter[tuple[str, str | None]]:
-        """Idle ns per (cause, innermost range) from the first GPU work to the last, one µs at a time."""
+        """Idle ns per (cause, innermost range) from the first GPU work to the last, one µs at a time.
+
+        The queue model: host time in a gap that opened while the host was inside a sync call (or a copy
+        to the host) and after that call returned is the sync's."""
         lo, hi = min(s for s, _ in self.busy), max(e for _, e in self.busy)
         busy = set()
         for s, e in self.busy:
             busy.update(range(s, e))
         out: Counter[tuple[str, str | None]] = Counter()
+        opened_at = None  # the first idle µs of the current gap
         for us in range(lo, hi):
             if us in busy:
+                opened_at = None
                 continue
+            if opened_at is None:
+                opened_at = us
             cause = "host"
             for s, e, name, kind in self.calls:
                 if s <= us < e:
                     cause = CALL_CAUSE[name]
                     if cause == "copy" and kind == "DtoD":
                         cause = "launch"
+            if cause == "host":
+                for s, e, name, kind in self.calls:
+                    blocks = CALL_CAUSE[name] == "sync" or (CALL_CAUSE[name] == "copy" and kind == "DtoH")
+                    if blocks and s <= opened_at <= e <= us:
+                        cause = "sync"
             inside = [(s, e, n) for s, e, n in self.ranges if s <= us < e]
             rng = max(inside, key=lambda r: (r[0], -r[1]))[2] if inside else None
             out[(cause, rng)] += 1000
@@ -155,6 +172,29 @@ def sync_bound(steps: int = 3) -> HostTrace:
     return t
 
 
+def layer_streaming(layers: int = 64, launches: int = 32, wait_us: int = 9_900, waits: tuple[str, ...] = ("futex",),
+                    ) -> HostTrace:
+    """The shape of issue 39's RTX 4060 Ti trace: per layer, ``ensure_layer_N_weights`` stages the layer's
+    weights on the host for 10 ms without any CUDA call, blocked in an OS call (``waits``, in turn) for
+    ``wait_us`` of it; then ``layer_N_computation`` launches ``launches`` kernels back to back (10 µs calls,
+    9 µs kernels: the GPU drains 1 µs before each next kernel). 64 gaps of 10 ms and ~2,000 gaps of 1 µs."""
+    t = HostTrace()
+    now = 0
+    for layer in range(layers):
+        ens = now
+        now += 50  # Python before the blocking call
+        t.osrt(now, wait_us, waits[layer % len(waits)])
+        now += wait_us + 50
+        t.range(f"ensure_layer_{layer}_weights", ens, now)
+        comp = now
+        for _ in range(launches):
+            t.launch(now, 10, now + 11, 9)
+            now += 10
+        now += 12
+        t.range(f"layer_{layer}_computation", comp, now)
+    return t
+
+
 def profiler_flush(steps: int = 3) -> HostTrace:
     """``step N`` ranges of 5 launches, then the profiler flushing its buffers (a 700 µs
     ``cuptiActivityFlushAll`` call) while the GPU has drained."""
@@ -181,13 +221,25 @@ COPY_KIND_ID = {"HtoD": 1, "DtoH": 2, "DtoD": 8}
 MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE = 0, 1, 2
 
 
-def write_nsys(trace: HostTrace, template: Path, out: Path) -> Path:
+OSRT_TEMPLATE = "nsys/aws_t4_softmax.sqlite"
+"""A real nsys export recorded with --trace=osrt: the OSRT_API table's schema is taken from it."""
+
+
+def write_nsys(trace: HostTrace, template: Path, out: Path, osrt_template: Path | None = None) -> Path:
     """``trace`` written into a copy of a real nsys export: its kernel, runtime, memcpy and NVTX rows
-    replaced by the trace's (times in ns, the export's own string ids and process / thread keys)."""
+    replaced by the trace's (times in ns, the export's own string ids and process / thread keys); its
+    OS-runtime calls into an OSRT_API table made with the schema of ``osrt_template``'s."""
     import shutil
     import sqlite3
 
     shutil.copyfile(template, out)
+    if trace.waits and osrt_template is not None:
+        with sqlite3.connect(f"file:{osrt_template}?mode=ro", uri=True) as src:
+            (schema,) = src.execute("SELECT sql FROM sqlite_master WHERE name = 'OSRT_API'").fetchone()
+            event_class = src.execute("SELECT eventClass FROM OSRT_API LIMIT 1").fetchone()[0]
+        with sqlite3.connect(out) as db:
+            db.execute("DROP TABLE IF EXISTS OSRT_API")
+            db.execute(schema)
     with sqlite3.connect(out) as db:
         ids = {v: i for i, v in db.execute("SELECT id, value FROM StringIds")}
         pid = db.execute("SELECT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
@@ -234,4 +286,9 @@ def write_nsys(trace: HostTrace, template: Path, out: Path) -> Path:
             elif e["cat"] == "user_annotation":
                 insert("NVTX_EVENTS", start=ts, end=te, eventType=59, text=e["name"], textId=None, globalTid=tid,
                        endGlobalTid=None, domainId=0)
+        if trace.waits and osrt_template is not None:
+            db.executemany("INSERT INTO OSRT_API (start, end, eventClass, globalTid, nameId, returnValue, nestingLevel, "
+                           "callchainId) VALUES (?, ?, ?, ?, ?, 0, 0, 0)",
+                           [(base + s * 1000, base + e * 1000, event_class, tid, name_id(name))
+                            for s, e, name in trace.waits])
     return out

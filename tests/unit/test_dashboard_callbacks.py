@@ -152,6 +152,67 @@ def test_app_factory_builds_independent_apps(served: tuple[ReportStore, dict[str
     assert np.all([k in [o["value"] for o in picker.options] for k in keys.values()])
 
 
+def _components(component: object) -> list[object]:
+    """Every component in a Dash component tree."""
+    if isinstance(component, (list, tuple)):
+        return [c for x in component for c in _components(x)]
+    if isinstance(component, str) or component is None:
+        return []
+    return [component, *_components(getattr(component, "children", None))]
+
+
+def test_a_click_on_a_finding_selects_its_gaps_and_kernels(served: tuple[ReportStore, dict[str, str]]) -> None:
+    """The HTA DDP trace's exposed-comm finding: its buttons, drawn in the overview with its items,
+    select the collective kernels: shaded on the timeline (zoomed to the largest), and the kernel
+    table filtered to them."""
+    from perfscope.dashboard import views
+
+    store, keys = served
+    key = keys["hta"]
+    report = store.load(key)
+    found = views.findings(report)
+    i = next(n for n, f in enumerate(found) if f.id == "exposed-comm")
+    f = found[i]
+    shown = _components(cb.on_findings(store, key))
+    buttons = [c.id for c in shown if isinstance(getattr(c, "id", None), dict) and c.id["index"] == i]
+    assert {b["view"] for b in buttons} == {"timeline", "kernels"}
+    assert any(t.startswith("Evidence: explains") for t in _texts(cb.on_findings(store, key)))
+    assert f.items[0].label in _texts(cb.on_findings(store, key))
+
+    selection, tab = cb.on_finding_pick(store, key, {"type": ids.FINDING_PICK, "index": i, "view": "timeline"})
+    assert tab == "timeline" and selection["finding"] == "exposed-comm" and selection["key"] == key
+    nccl = report.kernels[report.kernels["name"].str.startswith("ncclKernel")]
+    assert selection["kernels"] and all(n.startswith("ncclKernel") for n in selection["kernels"])
+    # the largest place is the longest collective, in ms from the timeline's origin
+    from perfscope.dashboard.figures.timeline_data import timeline_index
+
+    origin = timeline_index(report).origin_ns
+    longest = nccl.loc[nccl["duration_ns"].idxmax()]
+    s, e = selection["spans"][0]
+    assert s == pytest.approx((longest["start_ns"] - origin) / 1e6, abs=1e-3)
+    assert e == pytest.approx((longest["end_ns"] - origin) / 1e6, abs=1e-3)
+    fig = cb.on_timeline(store, key, "timeline", None, ids.FINDING_SELECTION, selection)
+    assert fig.layout.meta["selected"] >= 1 and len(fig.layout.shapes) == fig.layout.meta["selected"]
+    lo, hi = fig.layout.xaxis.range if fig.layout.xaxis.range else fig.layout.xaxis2.range
+    assert lo <= s and e <= hi and hi - lo <= 3 * (e - s) + 2e-3  # zoomed to it
+    assert "exposed-comm" in cb.on_finding_note(selection)
+
+    rows, _, note = cb.on_kernels(store, key, "kernels", "name", None, selection)
+    assert rows and all(r["name"].startswith("ncclKernel") for r in rows) and "exposed-comm" in note
+    assert {r["name"] for r in rows} == set(nccl["name"])
+    rows, _, _ = cb.on_kernels(store, key, "kernels", "rows", None, selection)
+    assert len(rows) == min(len(nccl), cb.MAX_GRID_ROWS) and all(r["name"].startswith("ncclKernel") for r in rows)
+    # a selection of another report is not applied; the clear button and a new report clear it
+    other, _, _ = cb.on_kernels(store, key, "kernels", "name", None, {**selection, "key": keys["qwen"]})
+    assert len(other) == report.kernels["name"].nunique()
+    assert cb.on_finding_pick(store, key, None, ids.FINDING_CLEAR) == (None, dash.no_update)
+    assert cb.on_finding_pick(store, key, None, ids.REPORT) == (None, dash.no_update)
+    assert cb.on_finding_pick(store, key, {"index": 10_000, "view": "timeline"}) == (dash.no_update,) * 2
+    assert cb.on_finding_pick(store, key, {"index": "0", "view": "timeline"}) == (dash.no_update,) * 2
+    plain = cb.on_timeline(store, key, "timeline", None, ids.REPORT, None)
+    assert not plain.layout.shapes
+
+
 # ---------------------------------------------------------------------------- crafted inputs
 CRAFTED = [  # (callback, its arguments after the store with one crafted value)
     ("on_overview", lambda k: ("0:" + "a" * 100_000,)),
@@ -166,6 +227,9 @@ CRAFTED = [  # (callback, its arguments after the store with one crafted value)
     ("on_timeline", lambda k: (k, "timeline", "zoom", None)),
     ("on_tree_select", lambda k: (k, "tree", "all", 5)),
     ("on_compare", lambda k: (k, 7, "compare")),
+    ("on_finding_pick", lambda k: (k, "not a dict")),
+    ("on_timeline", lambda k: (k, "timeline", None, None, ["x"])),
+    ("on_kernels", lambda k: (k, "kernels", "name", None, "selection")),
 ]
 
 

@@ -126,6 +126,9 @@ def test_a_vllm_frontend_trace_says_what_it_is_and_where_the_gpu_work_is(tmp_pat
     first = findings[0]  # what the file is comes before what to fix in it
     assert first.id == "no-gpu-work" and "vLLM frontend" in first.title
     assert "rank0.*.pt.trace.json.gz" in first.recommendation
+    # its items: the operators it ran and the reader's note that names where the GPU work is
+    assert f"{len(report.kernels):,} CPU operators, no GPU kernel" in first.items[0].label
+    assert "rank0.1700000000001.pt.trace.json.gz" in first.items[1].label
     assert not any(f.id == "roofline-unchecked" for f in findings)  # GB10 is listed; nothing ran on it here
 
 

@@ -374,14 +374,49 @@ def test_mixed_steps_show_their_prefill_and_decode_tokens() -> None:
     assert mixed[0].evidence["attention_prefill_share_mean"] == pytest.approx(262144 / (262144 + 8000))
 
 
-def test_launch_bound_decode_names_the_frameworks_knob() -> None:
+def test_mixed_steps_items_are_the_mixed_steps_over_a_decode_step() -> None:
+    """Two 3 ms mixed steps (512 prefill tokens riding with 8 decodes) beside 1 ms decode steps: the
+    finding's items are those two steps, each 2 ms over a decode step, placed on the timeline."""
     from perfscope.analysis.findings import RULES
 
-    r = finish(_serving([1_000_000] * 5))  # 10 x 20 µs of kernels in 1 ms steps: the GPU idles 80%
+    imp = _serving([1_000_000] * 4 + [3_000_000] * 2, spacing_ns={4: 290_000, 5: 290_000})
+    names = ["execute_context_0(0)_generation_8(8_8000)"] * 4 + ["execute_context_1(512_262144)_generation_8(8_8000)"] * 2
+    r = finish(imp.with_tables(ranges=imp.tables["ranges"].assign(name=names)))
+    (f,) = RULES["mixed-steps"](r)
+    assert f.time_at_stake_ns == pytest.approx(2 * 2_000_000) and f.explained_share == pytest.approx(1.0)
+    assert [i.attrs["step"] for i in f.items] == [4, 5] and all(i.time_ns == pytest.approx(2_000_000) for i in f.items)
+    mixed = r.steps[r.steps["phase"] == "mixed"]
+    assert f.items[0].start_ns == float(mixed["start_ns"].iloc[0])
+    assert "512 prefill tokens with 8 decoding sequences waiting on them" in f.items[0].label
+
+
+def test_launch_bound_decode_names_the_frameworks_knob() -> None:
+    """10 x 20 µs kernels launched 45 µs apart in 460 µs steps: most of the idle time inside a step is the
+    25 µs of host dispatch between launches, so CUDA graphs are the fix and the framework's knob is named."""
+    from perfscope.analysis.findings import RULES
+
+    r = finish(_serving([460_000] * 5, spacing_ns=dict.fromkeys(range(5), 45_000)))
     f = RULES["step-idle"](r)
     assert len(f) == 1 and f[0].evidence["cuda_graphs"] == "no"
-    assert f[0].evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 1_000_000), abs=3)
+    assert f[0].evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 460_000), abs=3)
+    assert f[0].evidence["idle_kind"] == "dispatch"
     assert "--cuda-graph-max-bs" in f[0].recommendation and "--enforce-eager" not in f[0].recommendation
+    assert f[0].items and f[0].explained_share > 0.95
+
+
+def test_decode_idle_in_a_long_host_tail_is_not_sent_to_cuda_graphs() -> None:
+    """10 x 20 µs kernels in the first 300 µs of 1 ms steps: most of the idle time is the 700 µs the host
+    spends in the step after its last launch, code CUDA graphs do not remove: host code in the step's
+    range, and no graph advice or knob."""
+    from perfscope.analysis.findings import RULES
+
+    r = finish(_serving([1_000_000] * 5))
+    (f,) = RULES["step-idle"](r)
+    assert f.evidence["gpu_idle_pct"] == pytest.approx(100 * (1 - 200_000 / 1_000_000), abs=3)
+    assert f.evidence["idle_kind"] == "host code" and f.evidence["idle_host_code_pct"] > 80
+    text = f.recommendation
+    assert "--cuda-graph-max-bs" not in text and "reduce-overhead" not in text and "Move or overlap" in text
+    assert "step[DECODE bs=N]" in text  # the range the time is in
 
 
 def test_decode_mbu_per_decode_step_from_the_kernels_bytes() -> None:
@@ -398,7 +433,40 @@ def test_decode_mbu_per_decode_step_from_the_kernels_bytes() -> None:
     # 10 kernels x 4e5 bytes per 1 ms step
     assert e["mbu_pct_per_step_p50"] == pytest.approx(100 * 4e6 / 1e-3 / bw)
     assert e["mbu_pct"] == pytest.approx(100 * 4e6 / 1e-3 / bw) and e["mbu_source"] == "kernels"
-    assert "kernels' DRAM traffic" in f[0].title and "--cuda-graph-max-bs" in f[0].recommendation
+    assert "kernels' DRAM traffic" in f[0].title
+    # the time above the floor is the host after the 10 launches (700 us of each 1 ms step, in no
+    # call): the advice moves that host work; CUDA graphs (and SGLang's graph knob) are not advised
+    top = f[0].items[0]
+    assert top.kind == "gaps" and top.attrs["cause"] == "host code" and top.attrs["range"] == "step[DECODE bs=8]"
+    # the idle table runs from the first kernel to the last (nsys's leading/trailing-gap rule): the
+    # first step's 15 us before its first kernel and the last step's 695 us after its last are in the
+    # stake but in no gap, so they are stated as unexplained. The host's 6 us between launches is
+    # per-operator dispatch (docs/idle.md, the host kinds), the 695 us tail (and the next step's 10 us
+    # lead, in the same gap) its own code
+    assert top.time_ns == pytest.approx(4 * 695_000 + 4 * 10_000, rel=0.01)
+    dispatch = [i for i in f[0].items if i.attrs.get("cause") == "dispatch"]
+    assert sum(i.time_ns for i in dispatch) == pytest.approx(5 * 9 * 6_000, rel=0.02)
+    assert f[0].unexplained_ns == pytest.approx(710_000) and f[0].explained_share < 0.9
+    assert any(not i.explains and i.time_ns == pytest.approx(710_000) for i in f[0].items)
+    assert "move or overlap this host work" in f[0].recommendation
+    assert "graph" not in f[0].recommendation.lower()
+
+
+def test_decode_mbu_advises_graphs_when_launch_calls_hold_the_gaps() -> None:
+    """The same steps with the host inside launch calls for most of each step (10 launches of 98 us,
+    100 us apart): the gaps are launch time, so CUDA graphs and SGLang's own knob are advised."""
+    from perfscope.analysis.findings import RULES
+    from perfscope.datasheets import gpu_spec
+
+    imp = _serving([1_000_000] * 5, spacing_ns=dict.fromkeys(range(5), 100_000))
+    api = imp.tables["api"]
+    imp.tables["api"] = api.assign(end_ns=api["start_ns"] + 98_000)
+    r = finish(Imported(imp.tables, imp.manifest, gpu_spec("NVIDIA H100 80GB HBM3"), origin=imp.origin))
+    f = RULES["decode-mbu"](r)[0]
+    launch = sum(i.time_ns for i in f.items if i.attrs.get("cause") == "launch")
+    host = sum(i.time_ns for i in f.items if i.attrs.get("cause") in ("dispatch", "cpu compute", "waiting", "host code"))
+    assert launch > host > 0
+    assert "--cuda-graph-max-bs" in f.recommendation and "CUDA graph" in f.recommendation
 
 
 def test_mixed_steps_split_attention_by_the_labels_q_times_k() -> None:

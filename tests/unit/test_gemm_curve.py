@@ -36,8 +36,13 @@ def test_row_counts_cover_every_small_m_and_end_at_the_runs_largest() -> None:
 
 
 def test_measured_curve_has_every_layer_at_every_row_count() -> None:
+    """The ladder's decisions (which rows, how many copies, no budget cut) on a clock that advances 1 µs a
+    call: the real clock would make them depend on the machine's load (a loaded machine's slow calls cut
+    the copies and then the budget)."""
+    ticks = itertools.count()
     layers = [torch.nn.Linear(64, 96), torch.nn.Linear(96, 64, bias=False), torch.nn.Linear(64, 96)]
-    curve, cut = measure_gemm_curve(layers, 6, reach=1, repeats=1, working_set_bytes=1 << 20)
+    curve, cut = measure_gemm_curve(layers, 6, reach=1, repeats=1, working_set_bytes=1 << 20,
+                                    clock=lambda: next(ticks) * 1e-6)
     assert not cut
     # two distinct layers (the third is the first's shape): 6 row counts each
     assert sorted(set(zip(curve["n"], curve["k"]))) == [(64, 96), (96, 64)]

@@ -143,3 +143,26 @@ def test_compare_page(fixtures_dir: object) -> None:
     a: Report = imported(QWEN)
     html = render_compare_html(a, engine())
     assert "perfscope compare" in html and html.count('class="fig" data-figure=') == 3
+
+
+def test_findings_show_their_items_and_the_unexplained_share(fixtures_dir: object) -> None:
+    """The H200 engine run: each finding with items shows them as a table (share of the stake,
+    cause, the item's words) with the share they explain; prefill-mfu states its unexplained time;
+    an item's label is escaped like every report string."""
+    import dataclasses
+    import html
+
+    from perfscope.analysis.findings import Item, run_rules
+    from perfscope.dashboard.html_report import _finding
+    from perfscope.format import duration
+
+    report = Report.load(Path(str(fixtures_dir)) / "h200" / "h200_llama1b_b1_p2048_g64.perfscope")
+    page = render_html(report)
+    found = run_rules(report)
+    prefill = next(f for f in found if f.id == "prefill-mfu")
+    assert '<table class="items">' in page and "Evidence: explains 100% of its time at stake." in page
+    assert html.escape(f"{duration(prefill.unexplained_ns)} (") in page and "unexplained." in page
+    assert html.escape(prefill.items[0].label) in page
+    evil = dataclasses.replace(prefill, items=(Item("kernel", XSS, 1.0, False),))
+    block = _finding(evil)
+    assert XSS not in block and html.escape(XSS) in block and "<td>unknown</td>" in block

@@ -86,18 +86,20 @@ workloads = st.integers(min_value=1, max_value=14).flatmap(lambda n: st.tuples(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads, st.integers(1, 5), st.sampled_from([None, 5, 8, 40]), st.booleans(),
-       st.sampled_from(["continuous", "static"]))
-def test_no_request_lost_or_counted_twice(work, max_batch, budget, use_eos, policy):
+       st.sampled_from(["continuous", "static"]), st.sampled_from([None, None, 24, 40]))
+def test_no_request_lost_or_counted_twice(work, max_batch, budget, use_eos, policy, kv_capacity):
     gaps, prompts, outputs, eos_at = work
     if budget is not None and budget < max_batch:
         budget = max_batch
+    if policy == "static":
+        kv_capacity = None  # preemption is continuous batching's
     arrivals = np.cumsum(gaps).tolist()
     reqs = _requests(arrivals, prompts, outputs)
     eos = {i + 100: e for i, e in enumerate(eos_at)} if use_eos else {}
     clock = SimClock()
     engine = FakeEngine(clock, max_batch, {i + 100: p for i, p in enumerate(prompts)}, eos,
                         policy == "static")
-    result = serve(engine, reqs, ServeConfig(max_batch, budget, EOS if use_eos else None, policy), clock)
+    result = serve(engine, reqs, ServeConfig(max_batch, budget, EOS if use_eos else None, policy, kv_capacity), clock)
 
     assert [t.request_id for t in result.requests] == list(range(len(reqs)))  # each once
     for r, t in zip(reqs, result.requests):
@@ -108,8 +110,19 @@ def test_no_request_lost_or_counted_twice(work, max_batch, budget, use_eos, poli
         assert t.arrival_s <= t.admitted_s <= t.token_times_s[0]
         assert t.token_times_s == sorted(t.token_times_s)
     steps = pd.DataFrame([s.__dict__ for s in result.steps])
-    assert steps["prefill_tokens"].sum() == sum(prompts)  # every prompt token prefilled exactly once
     assert (steps["kv_slots_in_use"] <= max_batch).all() and (steps["batch"] <= max_batch).all()
+    # the scheduler's log: each step's rows are its requests, each once, with their tokens
+    assert all(len(set(s.request_ids)) == len(s.request_ids) == s.batch == len(s.request_roles) for s in result.steps)
+    assert all(sum(s.request_tokens) == s.tokens for s in result.steps)
+    assert all(t.arrival_s <= t.considered_s <= t.admitted_s for t in result.requests)
+    frame = request_frame(result)
+    assert frame["request_id"].is_unique and len(frame) == len(reqs)
+    if kv_capacity is not None:  # the cache never holds more than its capacity; every preempted request came back
+        assert (steps["kv_cache_size_bytes"] <= kv_capacity).all()  # FakeEngine: one byte per position
+        assert all(len(t.preempted_s) == len(t.readmitted_s) for t in result.requests)
+        assert steps["preempted"].sum() == sum(len(t.preempted_s) for t in result.requests)
+        return
+    assert steps["prefill_tokens"].sum() == sum(prompts)  # every prompt token prefilled exactly once
     first_tokens = len(reqs)
     if policy == "continuous":
         assert steps["decode_seqs"].sum() + first_tokens == sum(t.output_tokens for t in result.requests)
@@ -118,8 +131,6 @@ def test_no_request_lost_or_counted_twice(work, max_batch, budget, use_eos, poli
     if budget is not None:
         per_iter = steps.groupby("iteration")["tokens"].sum()
         assert (per_iter <= budget).all()
-    frame = request_frame(result)
-    assert frame["request_id"].is_unique and len(frame) == len(reqs)
 
 
 def test_continuous_beats_static_on_p99_ttft_in_simulation():

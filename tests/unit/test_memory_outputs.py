@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfscope.analysis.readers.detect import import_file
@@ -27,11 +28,11 @@ def snapshot_report(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory
 def test_live_at_the_peak_sums_to_the_peak(fixtures_dir: Path) -> None:
     report = import_file(fixtures_dir / SNAPSHOT)
     p = peaks(report)[0]
-    live = live_at(report, "cuda:0", p["t_ns"])
+    live = live_at(report, "cuda:0", p["event"])
     assert float(live["size_bytes"].sum()) == p["peak_allocated_bytes"]
-    cats = by_category(report, "cuda:0", p["t_ns"])
-    assert sum(v for k, v in cats.items() if k != "fragmentation") == p["peak_allocated_bytes"]
-    assert cats["fragmentation"] >= 0
+    cats = by_category(report, "cuda:0", p["event"])
+    assert sum(cats.values()) == p["peak_allocated_bytes"] and "fragmentation" not in cats
+    assert p["breakdown"]["reserved_unused_bytes"] >= p["breakdown"]["fragmentation_bytes"] >= 0
 
 
 def test_html_and_json_and_text(snapshot_report: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,7 +45,8 @@ def test_html_and_json_and_text(snapshot_report: Path, capsys: pytest.CaptureFix
     assert any(f["id"] == "memory-peak" for f in doc["findings"])
     assert main(["analyze", str(snapshot_report), "--memory"]) == 0
     text = capsys.readouterr().out
-    assert "held at the peak" in text and "weights" in text and ".py:" in text
+    assert "live at the peak, by category" in text and "weights" in text and ".py:" in text
+    assert "largest live tensors" in text and "beside it: reserved" in text
 
 
 def test_dashboard_track_and_click(snapshot_report: Path) -> None:
@@ -58,7 +60,9 @@ def test_dashboard_track_and_click(snapshot_report: Path) -> None:
     assert len(trace.x) > 100 and trace.customdata is not None
     i = int(max(range(len(trace.y)), key=lambda k: trace.y[k]))
     out = on_memory_click(store, key, {"points": [{"customdata": list(trace.customdata[i])}]})
-    assert "allocation(s) live on cuda:0" in str(out)
+    peak = peaks(store.load(key))[0]
+    assert int(trace.customdata[i][1]) == peak["event"]  # the highest point is the peak event
+    assert f"live on cuda:0 at {peak['at']}" in str(out) and "largest live tensors" in str(out)
     assert figures.memory_timeline(store.load(key)).layout.meta["kind"] == "memory"
 
 
@@ -68,5 +72,11 @@ def test_perfetto_counter_tracks(snapshot_report: Path, tmp_path: Path) -> None:
     events = json.loads(out.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     names = {e["name"] for e in events if e.get("ph") == "C"}
-    assert {"cuda:0 memory allocated_bytes", "cuda:0 memory reserved_bytes"} <= names
+    assert {"cuda:0 memory allocated_bytes", "cuda:0 memory reserved_bytes", "cuda:0 memory weights_bytes",
+            "cuda:0 memory activations_bytes"} <= names
+    # the category counters add up to the allocated bytes at every sample
+    series = {n: [e["args"] for e in events if e.get("ph") == "C" and e["name"] == n] for n in names}
+    cats = [n for n in names if n.endswith("_bytes") and n.split()[-1] not in ("allocated_bytes", "reserved_bytes")]
+    total = np.sum([[next(iter(a.values())) for a in series[n]] for n in cats], axis=0)
+    np.testing.assert_allclose(total, [next(iter(a.values())) for a in series["cuda:0 memory allocated_bytes"]])
     assert main(["export", str(snapshot_report), "-o", str(tmp_path / "t.pftrace")]) == 0

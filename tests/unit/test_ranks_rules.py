@@ -39,6 +39,14 @@ def test_rank_imbalance_names_the_slow_rank_and_its_margin(job):
     assert step.evidence["margin_pct"] == pytest.approx(100 * (means[3] - others) / others)
     assert step.time_at_stake_ns == pytest.approx((means[3] - others) * 2)  # two steps lost on every rank
     assert "Rank 3 is a straggler" in step.title
+    # its items: the kernels that take longer on rank 3 than the others' median, then what they leave
+    kernels = [i for i in step.items if i.kind == "kernels"]
+    assert kernels and all(i.attrs["rank"] == 3 and i.time_ns > 0 and i.explains for i in kernels)
+    rest = [i for i in step.items if not i.explains]
+    assert sum(i.time_ns for i in step.items) == pytest.approx(step.time_at_stake_ns) or not rest
+    assert step.explained_share >= 0.9 or step.unexplained_ns == pytest.approx(sum(i.time_ns for i in rest))
+    assert ("kernels take longer" in step.recommendation) == (step.evidence["kernel_excess_ns"]
+                                                              >= 0.5 * step.time_at_stake_ns)
 
 
 def test_exposed_comm_is_the_mean_over_ranks_of_the_direct_computation(job):
@@ -51,6 +59,10 @@ def test_exposed_comm_is_the_mean_over_ranks_of_the_direct_computation(job):
     share = 100 * statistics.mean(exposed) / statistics.mean(t["span_ns"] for t in times)
     assert f.evidence["mean_exposed_comm_pct"] == pytest.approx(share) and share >= EXPOSED_COMM_MIN_PCT
     assert f.kernels and all("nccl" in k.lower() for k in f.kernels)
+    # its items: the collectives' time with no compute beside it, per name, averaged over the ranks
+    assert f.items and all("nccl" in i.attrs.get("name", "nccl").lower() for i in f.items)
+    assert sum(i.time_ns for i in f.items) >= 0.9 * f.time_at_stake_ns and f.explained_share >= 0.9
+    assert "backward pass" in f.recommendation and "slowest rank" in f.recommendation  # 4 ranks, DDP training
 
 
 def test_single_rank_reports(fixtures_dir):

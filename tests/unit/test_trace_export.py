@@ -171,13 +171,51 @@ def test_secrets_in_trace_metadata_reach_no_report_and_no_export(fixtures_dir: P
 def test_lean_folder_read_writes_the_same_trace(fixtures_dir: Path, tmp_path: Path, fmt: str) -> None:
     """``perfscope export FOLDER`` reads the folder lean (lean_report); the file is the one the
     loaded Report gives."""
+    from perfscope.analysis.findings import run_rules
     from perfscope.dashboard.export.perfetto import lean_report
 
     folder = fixtures_dir / "h200" / "h200_llama1b_b1_p2048_g64.perfscope"
     a = export_trace(Report.load(folder), tmp_path / "a", format=fmt)
-    b = export_trace(lean_report(folder), tmp_path / "b", format=fmt)
-    assert a.slices == b.slices and a.kernel_time_ns == b.kernel_time_ns
+    b = export_trace(lean_report(folder), tmp_path / "b", format=fmt, findings=run_rules(Report.load(folder)))
+    assert a.slices == b.slices and a.kernel_time_ns == b.kernel_time_ns and a.slices["finding"] > 0
     assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+    # a lean report alone has no findings (the rules read the whole report)
+    assert "finding" not in export_trace(lean_report(folder), tmp_path / "c", format=fmt).slices
+
+
+def test_findings_track_marks_each_items_places(fixtures_dir: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The findings' evidence on the timeline: one track per finding under ``findings``, one slice
+    per place of each timed item (a gap, the largest gaps of a group), at the item's place, named
+    ``id: label``, with its share of the stake and whether its cause is known; the CLI writes it
+    for a report folder too, and not with --no-findings."""
+    from perfscope.analysis.findings import run_rules
+
+    folder = fixtures_dir / "h200" / "h200_llama1b_b1_p2048_g64.perfscope"
+    report = Report.load(folder)
+    found = run_rules(report)
+    places = {(f"{f.id}: {i.label}", int(s), int(max(e, s))) for f in found for i in f.items for s, e in i.places()}
+    assert any(name.startswith("decode-mbu: ") for name, _, _ in places)
+    export_trace(report, tmp_path / "t.pftrace")
+    got = _read_pftrace(tmp_path / "t.pftrace")
+    assert got["slices"]["findings"] == len(places)
+    tracks = {name for name, parent in got["tracks"].values() if parent and got["tracks"][parent][0] == "findings"}
+    assert any(t.startswith("decode-mbu: Decode runs at") for t in tracks)
+    marks = [a for a in got["args"] if a["_name"].split(":")[0] in {f.id for f in found} and "cause" in a]
+    assert len(marks) == len(places) and {a["cause"] for a in marks} <= {"known", "unknown"}
+    chrome = tmp_path / "t.json"
+    export_trace(report, chrome, format="chrome")
+    events = [e for e in json.loads(chrome.read_text())["traceEvents"] if e.get("cat") == "finding"]
+    origin = json.loads(chrome.read_text())["otherData"]["origin_ns"]
+    got_places = sorted((e["name"], e["ts"]) for e in events)  # us from the origin
+    want = sorted((n, (s - origin) / 1000.0) for n, s, _ in places)
+    assert [n for n, _ in got_places] == [n for n, _ in want]
+    assert np.allclose([t for _, t in got_places], [t for _, t in want], atol=1.0)
+    capsys.readouterr()
+    assert main(["export", str(folder), "-o", str(tmp_path / "cli.pftrace")]) == 0
+    assert f"{len(places):,} finding slices" in capsys.readouterr().out
+    assert main(["export", str(folder), "-o", str(tmp_path / "none.pftrace"), "--no-findings"]) == 0
+    assert "finding slices" not in capsys.readouterr().out
 
 
 def test_a_multi_rank_report_has_one_track_group_per_rank(fixtures_dir: Path, tmp_path: Path) -> None:

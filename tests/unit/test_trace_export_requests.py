@@ -224,9 +224,12 @@ def test_engine_requests_in_chrome_json(engine_lt: Path, tmp_path: Path) -> None
 
 def test_folder_export_reads_the_requests_lean_and_writes_the_same_file(engine_lt: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from perfscope.analysis.findings import run_rules
+
+    found = run_rules(Report.load(engine_lt))  # the rules read the loaded report; the lean one is given them
     for fmt in ("perfetto", "chrome"):
         a = export_trace(Report.load(engine_lt), tmp_path / f"a.{fmt}", format=fmt)
-        b = export_trace(lean_report(engine_lt), tmp_path / f"b.{fmt}", format=fmt)
+        b = export_trace(lean_report(engine_lt), tmp_path / f"b.{fmt}", format=fmt, findings=found)
         assert a.slices == b.slices and a.requests == b.requests == 16
         assert (tmp_path / f"a.{fmt}").read_bytes() == (tmp_path / f"b.{fmt}").read_bytes()
     assert main(["export", str(engine_lt), "-o", str(tmp_path / "c.pftrace")]) == 0

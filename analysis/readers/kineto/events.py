@@ -15,7 +15,6 @@ installed). A file cut short keeps the events read so far; the damage is reporte
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
@@ -27,6 +26,7 @@ import ijson
 import orjson
 
 from perfscope.errors import InputFormatError
+from perfscope.inputs import DAMAGED, open_input
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,7 +39,7 @@ BLOCK = 1 << 20
 MAX_PIECE = 256 << 20
 """One event larger than this is treated as damage rather than grown further."""
 
-Decode = Callable[[memoryview], "list[Any] | None"]
+Decode = Callable[[bytes], "list[Any] | None"]
 """Decodes the text ``[ev, ev, ...]`` of one block, or returns None when it cannot."""
 
 Take = Callable[[list[Any]], None]
@@ -60,7 +60,7 @@ class _Source:
             return b""
         try:
             data = self.raw.read(n)
-        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        except DAMAGED as exc:  # a damaged gzip, bzip2, xz or zstd stream, an I/O error
             self.error, data = exc, b""
         if not data:
             self.eof = True
@@ -260,13 +260,9 @@ def _read_blocks(src: _Source, text: bytes, decode: Decode, take: Take) -> tuple
 
 
 def _open(path: Path) -> IO[bytes]:
-    """``path`` for reading, gunzipped when it is gzip; the caller closes it (which closes the file
-    too: a ``GzipFile`` wrapped around an open file object would leave that file open)."""
-    with open(path, "rb") as fh:
-        gzipped = fh.read(2) == b"\x1f\x8b"
-    if gzipped:
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    """``path`` for reading, decompressed by its content (gzip, zstd, bzip2, xz: :func:`perfscope.inputs.open_input`);
+    the caller closes it. Damaged compressed data ends the stream (:class:`_Source` keeps the error)."""
+    return open_input(path, strict=False)  # type: ignore[return-value]
 
 
 def _read_head(src: _Source) -> bytes:

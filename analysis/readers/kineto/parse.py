@@ -132,7 +132,7 @@ _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _DECODER = msgspec.json.Decoder(list[Event])
 
 
-def decode_block(text: bytes | memoryview) -> list[Event] | None:
+def decode_block(text: bytes) -> list[Event] | None:
     """The events of the JSON array ``text``, or None when msgspec cannot decode it."""
     try:
         return _DECODER.decode(text)
@@ -162,8 +162,9 @@ def as_events(items: list[Any]) -> list[Event]:
             out.append(x)
         elif isinstance(x, dict):
             a = x.get("args")
-            args = Args(**{k: _as_raw(a.get(key)) if k in _RAW_ARGS else a.get(key) for k, key in _ARG_KEYS}) \
-                if isinstance(a, dict) else None
+            fields: dict[str, Any] = {k: _as_raw(a.get(key)) if k in _RAW_ARGS else a.get(key)
+                                      for k, key in _ARG_KEYS} if isinstance(a, dict) else {}
+            args = Args(**fields) if isinstance(a, dict) else None
             out.append(Event(ph=x.get("ph", "X"), cat=x.get("cat"), name=x.get("name"), pid=x.get("pid"),
                              tid=x.get("tid"), ts=x.get("ts"), dur=x.get("dur"), args=args))
     return out

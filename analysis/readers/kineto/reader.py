@@ -34,6 +34,7 @@ from ...tree import PHASES
 from ..finish import Imported, finish
 from .capture import CaptureLoader
 from .graphs import Kernels, graph_costs
+from .host import host_rows
 from .memory_events import memory_table
 from .modules import module_ranges
 from .ops import (
@@ -148,6 +149,7 @@ def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None, memo
         "ranges": _with_modules(_ranges(nodes), trace.cols.get("py"), base, trace.strings),
         "transfers": _transfers(trace, base, nodes, amd=amd),
         "api": _api(nodes),
+        "host": host_rows(nodes, trace.cols.get("py"), base, trace.strings),
     }
     if trace.count("mem") or memory_known:
         tables["memory"] = memory_table(trace.cols.get("mem"), base, nodes, tables["ranges"], memory_known,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfscope.errors import InputFormatError
+from perfscope.inputs import read_bytes
 
 from .metrics import Launch, Value, short_name_of
 
@@ -149,7 +150,7 @@ class _Table:
 
 
 def _read_table(path: Path) -> _Table:
-    raw = path.read_bytes()
+    raw = read_bytes(path)  # decompressed by content, memory budget checked as read
     text = raw.decode("utf-8-sig", errors="replace")
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.lstrip().startswith('"ID"')

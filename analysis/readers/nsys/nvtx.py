@@ -16,7 +16,7 @@ import pandas as pd
 
 from perfscope.schema import text_of
 
-from ...tree import phase_of
+from ...tree import phase_of, range_paths
 from .sqlite import NsysDb, lookup_strings, pid_of, tid_of
 
 NVTX_TABLE = "NVTX_EVENTS"
@@ -116,7 +116,7 @@ def nest(r: pd.DataFrame) -> pd.DataFrame:
         parent[pp.index] = p
     r["depth"] = depth
     r["parent"] = pd.Series(parent).where(parent >= 0).astype("Int64")
-    r["path"] = _paths(r["name"].to_numpy(dtype=object), depth, parent)
+    r["path"] = range_paths(r["name"].to_numpy(dtype=object), parent, depth)
     return r
 
 
@@ -147,15 +147,6 @@ def _hierarchy(pp: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     depth = linked["level"].to_numpy(dtype="int64")
     parent = linked["parent"].fillna(-1).to_numpy(dtype="int64")
     return depth, parent
-
-
-def _paths(names: np.ndarray, depth: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """'/'-joined names from the outermost range, one depth level at a time."""
-    paths = names.copy()
-    for level in range(1, int(depth.max(initial=0)) + 1):
-        at = np.flatnonzero((depth == level) & (parent >= 0))
-        paths[at] = paths[parent[at]] + "/" + names[at]
-    return paths
 
 
 def innermost_range(calls: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:

@@ -37,6 +37,7 @@ RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 GPU_TABLE = "TARGET_INFO_GPU"
+OSRT_TABLE = "OSRT_API"
 EXPORT_TIMEOUT_S = 1800
 
 MEMCPY_OPER = {
@@ -90,7 +91,11 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
         runtime = _runtime(db)
         kernels = _kernels(db, runtime, ranges, warnings)
         transfers = _transfers(db, runtime, ranges)
+        waits = _osrt(db)
         gpus = _gpu_rows(db)
+        if db.views:
+            warnings.append(f"{len(db.views)} view(s) in the export not read (an nsys export holds tables; a view "
+                            f"is a query perfscope does not run): {', '.join(db.views[:5])}")
     warnings += nvtx_warnings
     spec = device or _device_from(gpus, kernels, warnings)
     if len(kernels):
@@ -100,6 +105,7 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
         "transfers": transfers,
         "api": _api_table(runtime),
         "ranges": ranges.drop(columns=["global_tid", "push_pop"], errors="ignore"),
+        "host": waits,
     }
     manifest = {
         "name": Path(path).stem,
@@ -256,6 +262,23 @@ def _call_keys(processes: pd.Index, pkey: pd.Series, corr: pd.Series) -> np.ndar
     c = pd.to_numeric(corr, errors="coerce").fillna(-1).to_numpy(dtype="int64")
     keys = (proc.astype("int64") << 32) | (c & 0xFFFFFFFF)
     return np.where((proc >= 0) & (c >= 0), keys, -1)
+
+
+# ---------------------------------------------------------------------------- OS runtime
+def _osrt(db: NsysDb) -> pd.DataFrame:
+    """The OS-runtime calls (``--trace=osrt``: futex, poll, nanosleep, read, ioctl, pthread_cond_wait...)
+    as rows of kind ``wait`` of the ``host`` table (docs/idle.md): the host blocked or in I/O."""
+    wanted = ("start", "end", "globalTid", "nameId")
+    if not db.has(OSRT_TABLE) or set(db.present(OSRT_TABLE, wanted)) != set(wanted):
+        return pd.DataFrame()
+    rows = db.int_frame(OSRT_TABLE, {c: f'"{c}"' for c in wanted})
+    if not len(rows):
+        return pd.DataFrame()
+    names = lookup_strings(rows["nameId"], db.strings(rows["nameId"]), "(unnamed call)")
+    start = rows["start"].to_numpy("int64")
+    end = np.maximum(rows["end"].to_numpy("int64"), start)
+    return pd.DataFrame({"kind": "wait", "name": names.to_numpy(object), "start_ns": start, "end_ns": end,
+                         "duration_ns": end - start, "thread": tid_of(rows["globalTid"].fillna(0).astype("int64")).to_numpy()})
 
 
 # ---------------------------------------------------------------------------- runtime / api

@@ -4,21 +4,21 @@ Exports differ by nsys version (FORMATS.md section 1.10): tables appear only whe
 was captured, columns come and go (``greenContextId``, ``mangledName``), the metadata table
 was renamed, and the ``ENUM_*`` lookup tables exist only in newer exports. Every query here
 is built from what ``sqlite_master`` and ``PRAGMA table_info`` say is present. The user's
-file is opened read-only and never written.
+file is opened through the limits layer (:class:`perfscope.safedb.SafeDb`): read-only, only real
+tables read (an nsys export has no views: a view in one is never run), rows fetched in counted
+batches.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.request import pathname2url
 
 import numpy as np
 import pandas as pd
 
 from perfscope.errors import InputFormatError
-from perfscope.limits import take
+from perfscope.safedb import SafeDb
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -65,14 +65,10 @@ class NsysDb:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.conn = _connect(self.path)
+        self.db = SafeDb(self.path, hint=EXPORT_HINT)
         self._columns: dict[str, tuple[str, ...]] = {}
-        try:
-            rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-            self.tables: frozenset[str] = frozenset(r[0] for r in rows)
-        except sqlite3.DatabaseError as exc:
-            self.close()
-            raise self.error(exc) from None
+        self.tables: frozenset[str] = self.db.tables
+        self.views = sorted(self.db.views)  # an nsys export holds tables only: a view is never run
         if not any(t in self.tables for t in NSYS_MARKER_TABLES):
             self.close()
             raise InputFormatError(
@@ -90,12 +86,7 @@ class NsysDb:
         self.close()
 
     def close(self) -> None:
-        self.conn.close()
-
-    def error(self, exc: Exception) -> InputFormatError:
-        """The InputFormatError for an SQLite failure while reading this file."""
-        return InputFormatError(self.path, f"damaged or truncated SQLite database ({_first_line(exc)})",
-                                hint=EXPORT_HINT)
+        self.db.close()
 
     # ------------------------------------------------------------------ probing
     def has(self, table: str, column: str | None = None) -> bool:
@@ -109,8 +100,7 @@ class NsysDb:
         if table not in self.tables:
             return ()
         if table not in self._columns:
-            rows = self.fetch(f'PRAGMA table_info("{table}")')
-            self._columns[table] = tuple(r[1] for r in rows)
+            self._columns[table] = self.db.columns(table)
         return self._columns[table]
 
     def present(self, table: str, wanted: Iterable[str]) -> list[str]:
@@ -120,16 +110,13 @@ class NsysDb:
 
     # ------------------------------------------------------------------ reading
     def fetch(self, sql: str, params: Iterable[object] = ()) -> list[tuple[Any, ...]]:
-        """All rows of a query; SQLite errors become InputFormatError."""
-        try:
-            return self.conn.execute(sql, tuple(params)).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise self.error(exc) from None
+        """All rows of a query (fetched in batches counted against the budget); SQLite errors and
+        refusals become InputFormatError."""
+        return self.db.rows(sql, params)
 
     def frame(self, sql: str, columns: list[str], params: Iterable[object] = ()) -> pd.DataFrame:
         """A query's rows as a DataFrame with the given column names."""
         rows = self.fetch(sql, params)
-        take(self.path, len(rows))
         if not rows:
             return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
         return pd.DataFrame.from_records(rows, columns=columns, coerce_float=False)
@@ -144,7 +131,6 @@ class NsysDb:
         names = list(exprs)
         select = ", ".join(f"COALESCE({e}, {NULL_SENTINEL})" for e in exprs.values())
         rows = self.fetch(f'SELECT {select} FROM "{table}"')
-        take(self.path, len(rows))
         try:
             block = np.array(rows, dtype="int64").reshape(len(rows), len(names))
         except (TypeError, ValueError, OverflowError):
@@ -211,29 +197,3 @@ def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return "" if value is None else str(value)
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open read-only; fall back to ``immutable=1`` for files on read-only media."""
-    url = pathname2url(str(path.resolve()))
-    last: Exception | None = None
-    for options in ("mode=ro", "mode=ro&immutable=1"):
-        try:
-            conn = sqlite3.connect(f"file:{url}?{options}", uri=True)
-            conn.text_factory = _decode_text
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-            return conn
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-            last = exc
-    raise InputFormatError(path, f"is damaged or truncated: SQLite cannot open it ({_first_line(last)})",
-                           hint=EXPORT_HINT)
-
-
-def _first_line(exc: BaseException | None) -> str:
-    """One line of an error's text (SQLite quotes whole schema statements in some errors)."""
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-
-
-def _decode_text(raw: bytes) -> str:
-    """Text columns decoded leniently: a non-UTF-8 kernel name must not stop the import."""
-    return raw.decode("utf-8", errors="replace")

@@ -7,16 +7,19 @@ peaks). Costs per dispatch come from :mod:`.counters` (rocprof-compute's own for
 from __future__ import annotations
 
 import csv
+import io
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
-from perfscope.device import DeviceSpec, Roof
+from perfscope.device import MAX_ROOF, DeviceSpec, Roof, valid_roof
 from perfscope.errors import InputFormatError
+from perfscope.inputs import read_text
 
 from .counters import SOURCE, UTILIZATION_SOURCE, costs_from_counters, utilization_from_counters
 from .device import note_sheet, sysinfo_spec
-from .tables import gpu_label, kernel_table, read_csv, tagged
+from .tables import gpu_label, ints, kernel_table, read_csv, tagged
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,10 +70,10 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     kernels = kernel_table(
         pmc["Kernel_Name"], pmc["GPU_ID"].map(gpu_label) if "GPU_ID" in pmc else ["gpu"] * len(pmc),
         pmc["Start_Timestamp"], pmc["End_Timestamp"],
-        correlation=pd.to_numeric(pmc.get("Dispatch_ID"), errors="coerce").astype("Int64"),
+        correlation=ints(pmc.get("Dispatch_ID")),
         block=_dims(pmc.get("Workgroup_Size")), grid=_dims(pmc.get("Grid_Size")),
-        registers_per_thread=pd.to_numeric(pmc.get("Arch_VGPR"), errors="coerce").astype("Int64"),
-        shared_mem_bytes=pd.to_numeric(pmc.get("LDS_Per_Workgroup"), errors="coerce").astype("Int64"),
+        registers_per_thread=ints(pmc.get("Arch_VGPR")),
+        shared_mem_bytes=ints(pmc.get("LDS_Per_Workgroup")),
         **{c: costs[c] for c in costs.columns})
     counted = kernels["flops"].notna() | kernels["dram_bytes"].notna()
     kernels["flops_source"] = tagged(kernels["flops"], "rocprof-compute")
@@ -149,13 +152,15 @@ def _dims(values: Any) -> pd.Series | None:
 def _one_row(path: Path) -> dict[str, str] | None:
     if not path.is_file():
         return None
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        rows = list(csv.DictReader(fh))
-    return rows[0] if rows else None
+    rows = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    return next(rows, None)
 
 
-def roofline_roofs(path: Path, device_row: int = 0) -> tuple[dict[str, Roof], dict[str, Roof]]:
-    """(compute, memory) roofs of one device row of rocprof-compute's ``roofline.csv``."""
+def roofline_roofs(path: Path, device_row: int = 0,
+                   warnings: list[str] | None = None) -> tuple[dict[str, Roof], dict[str, Roof]]:
+    """(compute, memory) roofs of one device row of rocprof-compute's ``roofline.csv``; a value that is not
+    a valid roof (:func:`perfscope.device.valid_roof`: 1e308, inf, negative) is left out and named in
+    ``warnings``, so the datasheet's roof stays."""
     table = read_frame(path)
     if "device" in table and (table["device"] == device_row).any():
         row = table[table["device"] == device_row].iloc[0]
@@ -164,16 +169,23 @@ def roofline_roofs(path: Path, device_row: int = 0) -> tuple[dict[str, Roof], di
     else:
         raise InputFormatError(path, "has no rows", hint="re-run rocprof-compute's roofline benchmark")
     method = f"rocprof-compute roofline benchmark ({path.name}, device {device_row}, column {{col}}, mean)"
-    memory = {level: Roof(float(row[col]) * 1e9, MEASURED, method=method.format(col=col))
-              for col, level in ROOFLINE_MEMORY.items() if col in row and pd.notna(row[col])}
-    compute = {p: Roof(float(row[col]) * 1e9, MEASURED, method=method.format(col=col),
-                       dense=True if col.startswith("MFMA") else None)
-               for col, p in ROOFLINE_COMPUTE.items() if col in row and pd.notna(row[col])}
+    with np.errstate(over="ignore"):  # 1e308 x 1e9 is inf: refused below
+        values = {col: float(pd.to_numeric(pd.Series([row[col]]), errors="coerce").iloc[0]) * 1e9
+                  for col in (*ROOFLINE_MEMORY, *ROOFLINE_COMPUTE) if col in row and pd.notna(row[col])}
+    bad = sorted(col for col, v in values.items() if not valid_roof(float(v)))
+    if bad and warnings is not None:
+        warnings.append(f"{path}: {len(bad)} roofline value(s) that are not a finite rate in (0, {MAX_ROOF:g}] left "
+                        f"out ({', '.join(bad)}): the datasheet's roofs stand there")
+    good = {col: float(v) for col, v in values.items() if col not in bad}
+    memory = {level: Roof(good[col], MEASURED, method=method.format(col=col))
+              for col, level in ROOFLINE_MEMORY.items() if col in good}
+    compute = {p: Roof(good[col], MEASURED, method=method.format(col=col), dense=True if col.startswith("MFMA") else None)
+               for col, p in ROOFLINE_COMPUTE.items() if col in good}
     return compute, memory
 
 
 def with_roofline(spec: DeviceSpec, path: Path, warnings: list[str]) -> DeviceSpec:
-    compute, memory = roofline_roofs(path)
+    compute, memory = roofline_roofs(path, warnings=warnings)
     if not memory and not compute:
         warnings.append(f"{path}: no roofline columns read")
         return spec

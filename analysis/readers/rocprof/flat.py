@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from .counters import costs_from_counters, has_cost_counters
-from .tables import NO_COUNTERS, dims_column, gpu_label, kernel_table, tagged
+from .tables import NO_COUNTERS, MissingColumns, dims_column, gpu_label, ints, kernel_table, tagged
 
 ALIASES: dict[str, tuple[str, ...]] = {
     "name": ("Kernel_Name", "KernelName", "kernel_name", "Name"),
@@ -54,8 +54,15 @@ def _grid_block(df: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def flat_kernels(df: pd.DataFrame, warnings: list[str], *, source: str, lds_banks: Any = None) -> pd.DataFrame:
-    """One kernel row per dispatch row of ``df`` (rows without both timestamps are dropped, counted)."""
-    start, end = pd.to_numeric(pick(df, "start"), errors="coerce"), pd.to_numeric(pick(df, "end"), errors="coerce")
+    """One kernel row per dispatch row of ``df`` (rows without both timestamps are dropped, counted).
+
+    Raises:
+        MissingColumns: no kernel name, start or end column in any of its spellings.
+    """
+    missing = [k for k in ("name", *START_END) if pick(df, k) is None]
+    if missing:
+        raise MissingColumns(" or ".join("/".join(ALIASES[k][:2]) for k in missing))
+    start, end = ints(pick(df, "start")), ints(pick(df, "end"))
     bad = start.isna() | end.isna()
     if bad.any():
         warnings.append(f"{int(bad.sum())} dispatch row(s) without a start or end timestamp dropped")
@@ -66,7 +73,7 @@ def flat_kernels(df: pd.DataFrame, warnings: list[str], *, source: str, lds_bank
                      ("shared_mem_bytes", "lds"), ("pid", "pid")):
         values = pick(df, col)
         if values is not None:
-            extra[key] = pd.to_numeric(values, errors="coerce").astype("Int64")
+            extra[key] = ints(values)
     extra.update(_grid_block(df))
     out = kernel_table(pick(df, "name"), agent.map(gpu_label) if agent is not None else ["gpu"] * len(df),
                        start, end, **extra)

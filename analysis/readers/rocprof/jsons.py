@@ -8,18 +8,18 @@ bound. Metadata integers are kept as they are; no value is a reason to reject th
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pandas as pd
 
+from perfscope import inputs
 from perfscope.errors import InputFormatError
+from perfscope.limits import take
 
 from .counters import costs_from_counters, has_cost_counters
 from .device import agent_spec
 from .flat import no_counter_note
-from .tables import api_table, gpu_label, innermost_range, kernel_table, range_table
+from .tables import api_table, gpu_label, innermost_range, ints, kernel_table, range_table
 from .v3csv import DIRECTION
 
 if TYPE_CHECKING:
@@ -31,17 +31,9 @@ HINT = "re-export the run (rocprofv3 --output-format json) or import its CSV / r
 
 
 def load_json(path: Path) -> Any:
-    """The file's JSON; big integers (over 64 bits) read exactly, through Python's json."""
-    data = path.read_bytes()
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as fast:
-        try:
-            return json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise InputFormatError(path, f"damaged or truncated JSON ({exc})", hint=HINT) from None
-        except Exception:  # noqa: BLE001 - report the fast parser's reason when both fail oddly
-            raise InputFormatError(path, f"damaged or truncated JSON ({fast})", hint=HINT) from None
+    """The file's JSON, decompressed by content (a gzipped ``*_results.json.gz`` too); big integers (over 64
+    bits) read exactly, through Python's json (:func:`perfscope.inputs.load_json`)."""
+    return inputs.load_json(path, HINT)
 
 
 def _handle(value: Any) -> Any:
@@ -69,6 +61,7 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
              if isinstance(s, dict)}
     agents = {_handle(a.get("id")): a for a in tool.get("agents") or [] if isinstance(a, dict)}
     dispatches = records.get("kernel_dispatch") or records.get("kernel_dispatches") or []
+    take(path, sum(len(v) for v in records.values() if isinstance(v, list)) if isinstance(records, dict) else 0)
     rows = []
     for d in dispatches:
         info = d.get("dispatch_info") or {}
@@ -89,8 +82,8 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     if counters is not None and len(frame):
         frame = frame.merge(counters, left_on="dispatch", right_index=True, how="left")
     kernels = kernel_table(frame["name"], frame["device"], frame["start"], frame["end"],
-                           correlation=pd.to_numeric(frame["correlation"], errors="coerce").astype("Int64"),
-                           stream=pd.to_numeric(frame["stream"], errors="coerce").astype("Int64"),
+                           correlation=ints(frame["correlation"]),
+                           stream=ints(frame["stream"]),
                            grid=frame["grid"], block=frame["block"])
     if counters is not None and has_cost_counters(frame):
         costs = costs_from_counters(frame)
@@ -127,11 +120,11 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     copies = records.get("memory_copy") or []
     if copies:
         direction = [op_name(c).replace("MEMORY_COPY_", "") for c in copies]
-        s = pd.to_numeric(pd.Series([c.get("start_timestamp") for c in copies]), errors="coerce").astype("Int64")
-        e = pd.to_numeric(pd.Series([c.get("end_timestamp") for c in copies]), errors="coerce").astype("Int64")
+        s = ints(pd.Series([c.get("start_timestamp") for c in copies]))
+        e = ints(pd.Series([c.get("end_timestamp") for c in copies]))
         moved = pd.DataFrame({
             "kind": [DIRECTION.get(d, "other") for d in direction],
-            "bytes": pd.to_numeric(pd.Series([c.get("bytes", c.get("size")) for c in copies]), errors="coerce").astype("Int64"),
+            "bytes": ints([c.get("bytes", c.get("size")) for c in copies]),
             "start_ns": s, "end_ns": e, "duration_ns": e - s})
         sized = moved["bytes"].notna() & s.notna() & e.notna()
         if not sized.all():
@@ -171,6 +164,7 @@ def read_v1_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise InputFormatError(path, "no traceEvents array", hint=HINT)
+    take(path, len(events))
     rows, api_rows = [], []
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
@@ -190,8 +184,8 @@ def read_v1_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     frame = pd.DataFrame(rows, columns=["name", "device", "start", "end", "correlation", "stream"])
     kernels = kernel_table(frame["name"], frame["device"], pd.to_numeric(frame["start"], errors="coerce"),
                            pd.to_numeric(frame["end"], errors="coerce"),
-                           correlation=pd.to_numeric(frame["correlation"], errors="coerce").astype("Int64"),
-                           stream=pd.to_numeric(frame["stream"], errors="coerce").astype("Int64"))
+                           correlation=ints(frame["correlation"]),
+                           stream=ints(frame["stream"]))
     no_counter_note(kernels, warnings)
     tables = {"kernels": kernels}
     if api_rows:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from perfscope.device import DeviceSpec
 from perfscope.errors import InputFormatError
+from perfscope.inputs import read_text
 from perfscope.report import Report, source_info
 
 from ..finish import Imported, finish
@@ -32,7 +33,7 @@ from .flat import flat_kernels, has_kernel_columns, no_counter_note
 from .jsons import read_v1_json, read_v3_json
 from .rocpd import read_rocpd as parse_rocpd
 from .rocpd import read_v1_db, table_names
-from .tables import read_csv
+from .tables import MissingColumns, read_csv
 from .v3csv import RUN_FILE, read_v3_csv, stats_check
 
 if TYPE_CHECKING:
@@ -93,7 +94,9 @@ def _finish(fmt: str, path: Path, parse: Callable[[Path, list[str]], Parsed], de
     warnings: list[str] = []
     try:
         tables, spec, params = parse(path, warnings)
-    except (KeyError, ValueError, TypeError, OverflowError) as exc:
+    except MissingColumns as exc:
+        raise InputFormatError(path, f"lacks the column(s) {exc}", hint="give the file as the tool wrote it") from None
+    except (KeyError, ValueError, TypeError, OverflowError, AttributeError, IndexError) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         raise InputFormatError(path, f"holds a value no {TOOLS[fmt]} output has ({type(exc).__name__}: {first})",
                                hint="re-export the capture; a file cut short imports with what it has") from None
@@ -170,7 +173,7 @@ def _stats(path: Path, warnings: list[str]) -> Parsed:
         sibling = path.with_name(stem + suffix)
         if sibling.is_file() and sibling != path:
             tables, spec, params = parse(sibling, warnings)
-            stats = pd.read_csv(path)
+            stats = read_csv(path, "give rocprof's results.stats.csv")
             params = {**params, "kernel_stats_check": stats_check(stats, tables["kernels"], warnings),
                       "trace": sibling.name}
             return tables, spec, params
@@ -183,7 +186,7 @@ def _with_sysinfo(path: Path, parsed: Parsed, warnings: list[str]) -> Parsed:
     tables, spec, params = parsed
     info = path.with_name(path.name.split(".")[0] + ".sysinfo.txt")
     if spec is None and info.is_file():
-        agents = rocminfo_agents(info.read_text(errors="replace"))
+        agents = rocminfo_agents(read_text(info))
         names = sorted({str(a.get("product_name") or a.get("name")) for a in agents})
         if len(names) > 1:
             warnings.append(f"GPUs of different models ({', '.join(names)}); roofs are the first's")

@@ -1,0 +1,451 @@
+"""The evidence of the idle findings: the device's gaps grouped by what the host did in them, and the
+advice those groups support (docs/idle.md). Shared by ``gpu-idle`` / ``time-outside-ops``,
+``launch-overhead``, ``short-kernels`` and ``step-idle``; no rule lives here.
+
+Each group of idle slices with the same kind (:data:`..idle.KINDS`: the cause, ``host`` split into
+dispatch, cpu compute, waiting and host code) and the same subject (the operator and Python function
+of a cpu compute, the wait and range of a wait, the sync call and the operator behind it...) becomes
+one :class:`Item`, largest first. The advice is chosen from the kinds' shares: CUDA graphs and fusion
+only when ``dispatch`` or ``launch`` holds the largest share, "move or overlap this host work" naming
+its operators and functions for ``cpu compute`` and ``host code``, remove or defer the sync for
+``sync``, pinned memory and overlap for copies. Time nothing explains (``unknown``, host code with no
+range, function or operator around it) is an item that explains nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from perfscope.format import duration, nbytes, si
+from perfscope.schema import map_distinct
+
+from ..idle import (
+    GRAPH_KINDS,
+    KINDS,
+    function_label,
+    gap_lengths,
+    gap_sizes_text,
+    graphs_help,
+    kind_totals,
+    kinds_of,
+)
+from ._base import Item, pct
+from .evidence import spans_of
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+TOP_ITEMS = 8
+"""How many groups a finding lists one by one; the rest of each kind is one item."""
+ADVISE_MIN_PCT = 10.0
+"""A kind that holds at least a tenth of the idle time gets its own advice."""
+EXPLAINED = {"launch", "dispatch", "cpu compute", "waiting", "sync", "copy", "graph", "profiler"}
+"""Kinds whose cause the trace shows; ``host code`` explains only when a range, function or operator
+names it, ``unknown`` never."""
+
+
+def range_family(name: object) -> str | None:
+    """A range with its numbers as ``N`` (``ensure_layer_3_weights`` -> ``ensure_layer_N_weights``)."""
+    if not isinstance(name, str) or not name:
+        return None
+    import re
+
+    return re.sub(r"\d+", "N", name)
+
+
+def function_name(name: object) -> str | None:
+    """The function of a Python frame ``path.py(12): attention_cpu`` -> ``attention_cpu``."""
+    if not isinstance(name, str) or not name:
+        return None
+    return name.split("): ", 1)[1] if "): " in name else name
+
+
+def shapes_text(shapes: object) -> str | None:
+    """The tensor shapes of an operator's inputs (``[[8,2,38],[8,38,128],[]]`` -> ``8x2x38, 8x38x128``)."""
+    if not isinstance(shapes, str) or not shapes:
+        return None
+    try:
+        dims = json.loads(shapes)
+    except ValueError:
+        return None
+    out = ["x".join(str(d) for d in s) for s in dims if isinstance(s, list) and s and
+           all(isinstance(d, int) for d in s)]
+    return ", ".join(out[:3]) or None
+
+
+def _text(df: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in df:
+        return np.full(len(df), "", dtype=object)
+    v = df[col].astype("object").to_numpy()
+    return np.array([x if isinstance(x, str) else "" for x in v.tolist()], dtype=object)
+
+
+def _subjects(idle: pd.DataFrame, kinds: np.ndarray) -> pd.DataFrame:
+    """Per slice, the fields that name what the host did, by kind (empty where a kind does not use one)."""
+    rng = map_distinct(idle["range"], range_family).astype("object").to_numpy() if len(idle) else np.zeros(0, object)
+    rng = np.array([x if isinstance(x, str) else "" for x in rng.tolist()], dtype=object)
+    fn = np.array([function_name(x) or "" for x in _text(idle, "function").tolist()], dtype=object)
+    op, api, wait = _text(idle, "op"), _text(idle, "api"), _text(idle, "wait")
+    blank = np.full(len(idle), "", dtype=object)
+
+    def pick(uses: dict[str, np.ndarray]) -> np.ndarray:
+        out = blank.copy()
+        for kind, values in uses.items():
+            at = kinds == kind
+            out[at] = values[at]
+        return out
+
+    return pd.DataFrame({
+        "kind": kinds,
+        "op": pick({"cpu compute": op, "host code": op, "sync": op, "copy": op}),
+        "function": pick({"cpu compute": fn, "host code": fn, "waiting": fn, "sync": fn}),
+        "wait": pick({"waiting": wait}),
+        "api": pick({"sync": api, "copy": api, "launch": api, "graph": api, "profiler": api}),
+        "range": pick({k: rng for k in ("dispatch", "cpu compute", "waiting", "host code", "sync", "copy",
+                                         "profiler")}),
+    })
+
+
+def _weighted_typical(lengths: np.ndarray, weights: np.ndarray) -> float:
+    """The gap length at which half of the weight lies in gaps at least that long."""
+    order = np.argsort(lengths)
+    c = np.cumsum(weights[order])
+    return float(lengths[order][np.searchsorted(c, c[-1] / 2.0)]) if len(c) and c[-1] > 0 else math.nan
+
+
+def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: int, typical_ns: float,
+           shapes: str | None, extra: str = "") -> str:
+    where = []
+    if key.get("function"):
+        where.append(key["function"])
+    if key.get("range"):
+        where.append(key["range"])
+    at = f" in {' / '.join(where)}" if where else ""
+    size = f" in {gaps:,} gap{'s' if gaps != 1 else ''} of {duration(typical_ns)}" if gaps else ""
+    head = f"{duration(time_ns)}{size}"
+    op = key.get("op") or ""
+    if kind == "cpu compute":
+        on = f" on host tensors {shapes}" if shapes else " on host tensors"
+        return f"{head}: the host computed {op or 'on the CPU'}{on}{at}, no device work queued"
+    if kind == "waiting":
+        return f"{head}: the host waited in {key.get('wait') or 'a blocking call'}{at}"
+    if kind == "host code":
+        inside = f" inside {op}" if op else ""
+        return (f"{head}: the host ran its own code{inside}{at}, no launch, copy or sync in flight" if (at or inside)
+                else f"{head}: the host ran code no range, function or operator names")
+    if kind == "dispatch":
+        return f"{head}: per-operator dispatch between launches (Python, framework, allocation){at}"
+    if kind == "sync":
+        behind = f" behind {op}" if op else ""
+        return (f"{head}: after {key.get('api') or 'a synchronisation'}{behind}{at}: the host blocked until the "
+                "device ran dry and could not queue ahead")
+    if kind == "copy":
+        return f"{head}: the host was in {key.get('api') or 'a copy'}{at}{extra}"
+    if kind == "launch":
+        return f"{head}: the host was inside {key.get('api') or 'launch calls'}"
+    if kind == "graph":
+        return f"{head}: between the nodes of a graph replay ({key.get('api') or 'graph launch'}); no host call queued them"
+    if kind == "profiler":
+        return f"{head}: the profiler's own work ({key.get('api') or key.get('range') or 'buffer flushes'})"
+    return f"{head}: no host activity recorded there"
+
+
+def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS) -> list[Item]:
+    """The idle slices ``idle`` (one device's, or a subset) grouped by kind and subject, largest first: the
+    ``top`` largest groups one by one, the rest of each kind as one more item."""
+    if not len(idle):
+        return []
+    kinds = kinds_of(idle)
+    subj = _subjects(idle, kinds)
+    dur = idle["duration_ns"].to_numpy(np.float64)
+    gap_id = idle["device"].astype("object").astype(str).to_numpy(object) + "#" + \
+        idle["gap"].astype("float64").astype(str).to_numpy(object)
+    per_gap = pd.Series(dur).groupby(gap_id).sum()
+    gap_len = per_gap.reindex(gap_id).to_numpy(np.float64)
+    keys = ["kind", "op", "function", "wait", "api", "range"]
+    frame = subj.assign(dur=dur, pos=np.arange(len(idle)))
+    groups = frame.groupby(keys, sort=False)
+    totals = groups["dur"].sum().sort_values(ascending=False, kind="stable")
+    items: list[Item] = []
+    rest: dict[tuple[str, bool], list[np.ndarray]] = {}
+    starts, ends = idle["start_ns"].to_numpy(np.float64), idle["end_ns"].to_numpy(np.float64)
+    device = str(idle["device"].iloc[0])
+    for i, (key, total) in enumerate(totals.items()):
+        pos = groups.indices[key]
+        k = dict(zip(keys, key))
+        if i >= top:
+            rest.setdefault((k["kind"], _explains(k)), []).append(pos)
+            continue
+        items.append(_item(idle, k, pos, float(total), dur, gap_id, gap_len, starts, ends, device))
+    for (kind, explains), parts in rest.items():
+        pos = np.concatenate(parts)
+        total = float(dur[pos].sum())
+        gaps = len(set(gap_id[pos].tolist()))
+        big = pos[np.argmax(dur[pos])]
+        named = "" if explains or kind != "host code" else " that no range, function or operator names"
+        items.append(Item("gaps", f"{duration(total)} more {kind}{named} in {len(pos):,} slices of {gaps:,} gaps",
+                          total, explains, starts[big], ends[big],
+                          {"kind": kind, "slices": len(pos), "gaps": gaps, "device": device},
+                          spans=spans_of(starts[pos], ends[pos])))
+    return items
+
+
+def _explains(key: dict[str, str]) -> bool:
+    """Whether a group's cause is known: its kind is, or host code that a range, function or operator names."""
+    return key["kind"] in EXPLAINED or (key["kind"] == "host code" and any(key.get(c) for c in ("range", "function", "op")))
+
+
+def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, dur: np.ndarray, gap_id: np.ndarray,
+          gap_len: np.ndarray, starts: np.ndarray, ends: np.ndarray, device: str) -> Item:
+    kind = k["kind"]
+    gaps = len(set(gap_id[pos].tolist()))
+    typical = _weighted_typical(gap_len[pos], dur[pos])
+    big = pos[np.argmax(dur[pos])]
+    shapes = shapes_text(idle["op_shapes"].iloc[big]) if "op_shapes" in idle else None
+    extra = ""
+    if kind == "copy":
+        rows = idle.iloc[pos]
+        once = rows[rows["correlation"].notna()].drop_duplicates("correlation")
+        moved = float(once["bytes"].sum()) if len(once) and once["bytes"].notna().any() else math.nan
+        pin = once["pinned"].dropna().astype(bool)
+        pinned = "unknown" if not len(pin) else "pinned" if pin.all() else "pageable" if not pin.any() else "mixed"
+        extra = f" ({len(once)} copies, {nbytes(moved)}, host memory {pinned})"
+    explains = _explains(k)
+    fn_full = idle["function"].iloc[big] if "function" in idle else None
+    attrs: dict[str, float | int | str | None] = {
+        "kind": kind, "cause": str(idle["cause"].iloc[big]), "host_kind": kind if kind in
+        ("dispatch", "cpu compute", "waiting", "host code") else None,
+        "range": k["range"] or None, "op": k["op"] or None, "function": function_label(fn_full) if k["function"] else None,
+        "wait": k["wait"] or None, "api": k["api"] or None, "slices": len(pos), "gaps": gaps,
+        "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
+    kind_name = "gap" if len(pos) == 1 else "gaps"
+    label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra)
+    return Item(kind_name, label, total, explains, starts[big], ends[big], {a: v for a, v in attrs.items() if v is not None},
+                spans=spans_of(starts[pos], ends[pos]) if len(pos) > 1 else ())
+
+
+# ---------------------------------------------------------------------------- advice
+def _names(items: Sequence[Item], kind: str, fields: Sequence[str], most: int = 3) -> list[str]:
+    out: list[str] = []
+    for it in items:
+        if it.attrs.get("kind") != kind:
+            continue
+        for f in fields:
+            v = it.attrs.get(f)
+            if isinstance(v, str) and v:
+                v = function_name(v.split(" (")[0]) if f == "function" else v
+                if v and v not in out:
+                    out.append(v)
+                break
+    return out[:most]
+
+
+def lead_names(items: Sequence[Item], kind: str) -> list[str]:
+    """What a kind's largest items name: functions, then ranges, then operators or calls."""
+    return _names(items, kind, ("function", "range", "op", "wait", "api"))
+
+
+GRAPHS_TEXT = ("capture the steady-state step in a CUDA graph (torch.compile(mode='reduce-overhead'), "
+               "torch.cuda.CUDAGraph) so it is replayed with one launch, fuse small operators (torch.compile), "
+               "and give each launch more work (a larger batch)")
+"""The advice to capture graphs and fuse: given only when dispatch or launch holds the largest share."""
+
+
+def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFrame, *, cpu: bool = False,
+                compiled_cpu: bool = False, graphs: bool = True, graph_run: str | None = None) -> str:
+    """The sentence of advice for ``kind`` holding ``share`` % of the idle time, naming its items (``graphs``:
+    whether graphs and fusion may be advised; ``graph_run``: the advice for a run that already replays graphs)."""
+    names = lead_names(items, kind)
+    where = f" in {', '.join(names)}" if names else ""
+    if kind == "dispatch":
+        if compiled_cpu:
+            return (f"{share:.0f}% is host work between operators{where}: decode is compiled (compile=True), so this "
+                    "is the guard check and launch code of the compiled graph, per-token Python (sampling, "
+                    "bookkeeping) and the eager prefill's dispatch. Move per-token work into the compiled step and "
+                    "keep the step's inputs static so that no guard fails and nothing recompiles.")
+        if cpu:
+            return (f"{share:.0f}% is per-operator dispatch between operators{where} (Python, framework overhead, "
+                    "the profiler's own cost): fuse operator chains with torch.compile, give each operator more "
+                    "work (a larger batch), and move per-token Python work (sampling, logging) out of the loop.")
+        return _overhead(f"{share:.0f}% is the framework's per-operator work between launches{where}",
+                         ": Python, dispatch and allocation (the launch calls themselves take less). To remove it, ",
+                         graphs, graph_run)
+    if kind == "launch":
+        return _overhead(f"The host was inside launch calls for {share:.0f}% of the idle time",
+                         ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather than "
+                         "speeding them up: ", graphs, graph_run)
+    if kind == "cpu compute":
+        ops = _names(items, kind, ("op",))
+        fns = _names(items, kind, ("function", "range"))
+        what = f": {', '.join(ops)}" if ops else ""
+        inside = f" in {', '.join(fns)}" if fns else ""
+        if cpu:
+            return (f"For {share:.0f}% of the time between operators the host computed outside torch{what}{inside}. "
+                    "Do that math with torch operators (or once, outside the loop), or overlap it in another thread.")
+        return (f"For {share:.0f}% of the idle time the host computed on host tensors{what}{inside}, with no "
+                "device work queued. Move or overlap this host work: keep the tensors and the math on the GPU, or "
+                "run it for the next step while the GPU runs this one (another thread or a side stream). CUDA "
+                "graphs cannot capture host math, so they would not help.")
+    if kind == "waiting":
+        waits = _names(items, kind, ("wait",))
+        inw = f" in {', '.join(waits)}" if waits else ""
+        if cpu:
+            return (f"For {share:.0f}% of the time between operators the host waited{inw}{where}: sleep, a lock or "
+                    "I/O. Remove the wait from the loop: load or prefetch in a background thread, or use "
+                    "non-blocking I/O.")
+        return (f"For {share:.0f}% of the idle time the host waited{inw}{where}: sleep, a lock or I/O, with the "
+                "device's queue empty. Remove the wait from the launching thread: load or prefetch in a background "
+                "thread, queue the next device work before waiting, or use non-blocking I/O.")
+    if kind == "host code":
+        if cpu:
+            return (f"For {share:.0f}% of the time between operators the host ran its own code{where}. Move or "
+                    "overlap this host work: make it faster, take it out of the loop, or do it in another thread.")
+        return (f"For {share:.0f}% of the idle time the host ran its own code{where}, with no launch, copy or sync "
+                "in flight. Move or overlap this host work: make it faster, take it out of the loop, or do it for "
+                "the next step while the GPU runs this one (another thread or process). Launch overhead is not "
+                "the cause: CUDA graphs would not remove it.")
+    if kind == "sync":
+        syncs = _names(items, kind, ("api",))
+        behind = _names(items, kind, ("op",))
+        what = ", ".join(syncs) or "synchronisations"
+        behind_text = f" behind {', '.join(behind)}" if behind else ""
+        return (f"For {share:.0f}% of the idle time the host was blocked in or had just returned from {what}{behind_text}"
+                f"{where}: it waited until the device ran dry, so nothing was queued ahead. Remove or defer the "
+                "sync: keep the value on the device (torch.where instead of a Python if, sampling and stop checks "
+                "on the GPU), read results a step later, or copy them with non_blocking=True into pinned memory "
+                "and wait on an event only where they are used.")
+    if kind == "copy":
+        rows = idle[idle["cause"] == "copy"]
+        once = rows[rows["correlation"].notna()].drop_duplicates("correlation")
+        moved = float(once["bytes"].sum()) if len(once) and once["bytes"].notna().any() else math.nan
+        rate = moved / (float(rows["duration_ns"].sum()) / 1e9) if len(rows) else math.nan
+        pin = once["pinned"].dropna().astype(bool)
+        pinned = "unknown" if not len(pin) else "all" if pin.all() else "none" if not pin.any() else \
+            f"{int(pin.sum())} of {len(pin)}"
+        pin_tip = ("copy from pinned memory (tensor.pin_memory(), non_blocking=True) so the copy is a DMA instead of "
+                   "a staged host copy, " if pinned != "all" else "")
+        return (f"For {share:.0f}% of the idle time the host was inside host<->device copies{where}: {len(once)} "
+                f"copies of {nbytes(moved)} ({si(rate, 'B/s')} over the idle time they cause; host memory pinned: "
+                f"{pinned}). The GPU waits for data, not for launches, so CUDA graphs would change nothing. Keep the "
+                f"data resident on the device (load it once instead of per step), {pin_tip}and prefetch the next "
+                "piece on a side stream while the GPU computes on this one.")
+    if kind == "graph":
+        return (f"{share:.0f}% lies between the nodes of graph replays: the device runs them back to back by "
+                "itself and no host call is involved, so no host change shortens it. It is the graph's own "
+                "scheduling (small nodes, dependencies between streams): fuse small nodes or check the graph's "
+                "dependencies.")
+    if kind == "profiler":
+        return (f"For {share:.0f}% of the idle time the profiler itself was working (buffer flushes, start-up). "
+                "This is measurement overhead, not the program's: profile more steps after a warm-up "
+                "(torch.profiler.schedule), record fewer event kinds (with_stack, record_shapes off), and read the "
+                "other causes.")
+    return (f"{share:.0f}% has no host activity around it: the host side was not recorded there, so its cause is "
+            "unknown. Record the CPU side "
+            "too (torch.profiler with ProfilerActivity.CPU and with_stack=True, nsys with --trace=cuda,nvtx,osrt) "
+            "to see why the GPU waits.")
+
+
+def _overhead(head: str, why: str, graphs: bool, graph_run: str | None) -> str:
+    """Advice on dispatch or launch time: what to do in a run that already replays graphs (``graph_run``),
+    the fact alone when another kind leads (``graphs`` False), else why and :data:`GRAPHS_TEXT`."""
+    if graph_run:
+        return f"{head}. {graph_run}"
+    return f"{head}{why}{GRAPHS_TEXT}." if graphs else f"{head}."
+
+
+def idle_advice(idle: pd.DataFrame, items: Sequence[Item], *, cpu: bool = False, compiled_cpu: bool = False,
+                graph_run: str | None = None) -> tuple[str, dict[str, float]]:
+    """Advice for the gaps ``idle`` from their kinds, largest share first (each kind with at least
+    :data:`ADVISE_MIN_PCT` of the time, the largest always), and the ns per kind."""
+    totals = kind_totals(idle)
+    total = sum(totals.values())
+    graphs = graphs_help(totals)
+    ranked_kinds = [k for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if v > 0]
+    chosen = [k for i, k in enumerate(ranked_kinds) if i == 0 or pct(totals[k], total) >= ADVISE_MIN_PCT]
+    parts, told = [], False  # the graph advice (capture, or what a graph run leaves) is said once
+    for k in chosen:
+        share = pct(totals[k], total)
+        if k in GRAPH_KINDS and told:
+            fact = kind_advice(k, share, items, idle, cpu=cpu, compiled_cpu=compiled_cpu, graphs=False)
+            parts.append(fact[:-1] + ": the same capture and fusion remove it." if graphs and not (cpu or graph_run)
+                         else fact)
+            continue
+        parts.append(kind_advice(k, share, items, idle, cpu=cpu, compiled_cpu=compiled_cpu,
+                                 graphs=graphs and k in GRAPH_KINDS, graph_run=graph_run))
+        told |= k in GRAPH_KINDS
+    return " ".join(parts), totals
+
+
+def kind_evidence(totals: dict[str, float], idle: pd.DataFrame) -> dict[str, float | int | str]:
+    """``idle_<kind>_ns`` / ``_pct`` for every kind (spaces as underscores), the largest kind, and the gap
+    sizes weighted by time."""
+    total = sum(totals.values())
+    ev: dict[str, float | int | str] = {}
+    for k in KINDS:
+        key = k.replace(" ", "_")
+        if k in ("dispatch", "cpu compute", "waiting", "host code"):
+            ev[f"idle_{key}_ns"] = totals.get(k, 0.0)
+            ev[f"idle_{key}_pct"] = pct(totals.get(k, 0.0), total)
+    live = {k: v for k, v in totals.items() if v > 0}
+    if live:
+        ev["idle_kind"] = max(live, key=lambda k: live[k])
+    lengths = gap_lengths(idle)
+    if len(lengths):
+        ev["gap_sizes"] = gap_sizes_text(lengths)
+    return ev
+
+
+def gap_table(idle: pd.DataFrame) -> pd.DataFrame:
+    """One row per gap of ``idle``: device, gap, start_ns, end_ns, idle_ns and kind (the kind holding most of
+    its time), sorted by device and end."""
+    cols = ["device", "gap", "start_ns", "end_ns", "idle_ns", "kind"]
+    if not len(idle):
+        return pd.DataFrame(columns=cols)
+    df = pd.DataFrame({"device": idle["device"].astype("object").to_numpy(), "gap": idle["gap"].astype("float64").to_numpy(),
+                       "start_ns": idle["start_ns"].to_numpy(np.int64), "end_ns": idle["end_ns"].to_numpy(np.int64),
+                       "dur": idle["duration_ns"].to_numpy(np.float64), "kind": kinds_of(idle)})
+    per = df.groupby(["device", "gap"], sort=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
+                                                         idle_ns=("dur", "sum"))
+    by_kind = df.groupby(["device", "gap", "kind"], sort=False)["dur"].sum().reset_index()
+    lead = by_kind.sort_values("dur", ascending=False, kind="stable").drop_duplicates(["device", "gap"])
+    out = per.join(lead.set_index(["device", "gap"])["kind"]).reset_index()
+    return out[cols].sort_values(["device", "end_ns"], kind="stable").reset_index(drop=True)
+
+
+def grouped_items(kinds: np.ndarray, time_ns: np.ndarray, starts: np.ndarray, ends: np.ndarray, what: str,
+                  attrs: dict[str, float | int | str] | None = None) -> list[Item]:
+    """One item per kind of the gaps in front of some work (``what``: "short kernels"), with the time each kind
+    holds (``time_ns``, per gap) and the largest gap's place."""
+    items = []
+    for kind in pd.unique(kinds):
+        at = np.flatnonzero(kinds == kind)
+        total = float(time_ns[at].sum())
+        if not total > 0:
+            continue
+        big = at[np.argmax(time_ns[at])]
+        label = f"{duration(total)} in the {len(at):,} gaps before {what} that are mostly {kind}"
+        items.append(Item("gaps", label, total, str(kind) in EXPLAINED, float(starts[big]), float(ends[big]),
+                          {"kind": str(kind), "gaps": len(at), **(attrs or {})},
+                          spans=spans_of(np.asarray(starts, np.float64)[at], np.asarray(ends, np.float64)[at])))
+    return sorted(items, key=lambda i: -i.time_ns)
+
+
+__all__ = [
+    "GRAPHS_TEXT",
+    "TOP_ITEMS",
+    "function_name",
+    "gap_table",
+    "grouped_items",
+    "idle_advice",
+    "idle_items",
+    "kind_advice",
+    "kind_evidence",
+    "lead_names",
+    "range_family",
+    "shapes_text",
+]

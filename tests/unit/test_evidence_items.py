@@ -1,0 +1,151 @@
+"""The item builders behind every finding's evidence (analysis/rules/evidence.py), on small tables
+whose answers are known by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.findings import Item
+from perfscope.analysis.rules.evidence import (
+    clip_to,
+    dominant,
+    gap_advice,
+    gap_items,
+    idle_in,
+    on_stake_clock,
+    weighted_median,
+)
+
+
+def test_weighted_median_reads_the_time_not_the_count() -> None:
+    """The issue's example: 64 gaps of 10 ms among 1,983 gaps under 5 us: the time is in the 10 ms gaps."""
+    sizes = np.r_[np.full(64, 10e6), np.full(1983, 1e3)]
+    assert weighted_median(sizes) == 10e6
+    assert float(np.median(sizes)) == 1e3  # what a count median says
+    assert math.isnan(weighted_median(np.zeros(0)))
+
+
+def test_clip_to_cuts_intervals_at_the_windows() -> None:
+    row, s, e = clip_to(np.array([0, 50, 200]), np.array([100, 300, 210]), np.array([10, 250]), np.array([60, 400]))
+    # [0,100) meets [10,60); [50,300) meets [10,60) and [250,400); [200,210) meets none
+    assert row.tolist() == [0, 1, 1] and s.tolist() == [10, 50, 250] and e.tolist() == [60, 60, 300]
+
+
+def _idle(rows: list[tuple[int, int, str, str | None, str | None]]) -> pd.DataFrame:
+    return pd.DataFrame([{"device": "cuda:0", "start_ns": s, "end_ns": e, "duration_ns": e - s, "cause": c,
+                          "range": r, "api": a} for s, e, c, r, a in rows])
+
+
+def test_gap_items_group_by_cause_and_range_largest_first() -> None:
+    idle = _idle([(0, 10_000_000, "host", "ensure_layer_3_weights", None),
+                  (20_000_000, 30_000_000, "host", "ensure_layer_3_weights", None),
+                  *[(40_000_000 + 10_000 * i, 40_000_000 + 10_000 * i + 2_000, "launch", "attn", "cudaLaunchKernel")
+                    for i in range(100)],
+                  (50_000_000, 50_500_000, "sync", "sampler", "cudaStreamSynchronize"),
+                  (60_000_000, 60_300_000, "unknown", None, None),
+                  (70_000_000, 70_100_000, "host", None, None)])
+    items = gap_items(idle)
+    assert [i.attrs.get("cause") for i in items] == ["host", "sync", "unknown", "launch", "host"]
+    top = items[0]
+    assert top.kind == "gaps" and top.time_ns == 20e6 and top.explains and top.attrs["count"] == 2
+    assert "in ensure_layer_3_weights" in top.label and "20 ms in 2 gaps" in top.label
+    assert len(top.spans) == 2 and top.places() == top.spans
+    sync = items[1]
+    assert sync.kind == "gap" and sync.start_ns == 50e6 and "cudaStreamSynchronize" in sync.label
+    assert not items[2].explains  # no host activity recorded
+    assert not items[4].explains  # host time in no range: where it was is not known
+    assert dominant(items) == "host"
+    # the rest past `top` folds into one line of known and one of unknown cause
+    folded = gap_items(idle, top=2)
+    assert len(folded) == 4 and folded[2].attrs["cause"] == "mixed" and folded[3].attrs["cause"] == "unknown"
+    assert sum(i.time_ns for i in folded) == pytest.approx(float(idle["duration_ns"].sum()))
+    assert "move or overlap this host work" in gap_advice("host", items, "step")
+    assert "cudaStreamSynchronize" in gap_advice("sync", items, "step")
+    assert "graph" not in gap_advice("host", items, "step").lower()
+
+
+def test_gap_items_read_the_host_kind_when_the_idle_table_has_one() -> None:
+    idle = _idle([(0, 1_000, "host", "attn", None), (2_000, 9_000, "host", "attention_cpu", None)])
+    idle["host_kind"] = ["dispatch", "cpu compute"]
+    items = gap_items(idle)
+    assert [(i.attrs["cause"], i.attrs["fix"]) for i in items] == [("cpu compute", "host"), ("dispatch", "launch")]
+
+
+def test_idle_in_keeps_the_part_inside_the_windows() -> None:
+    idle = _idle([(0, 100, "host", "a", None), (150, 400, "launch", "b", None)])
+    out = idle_in(idle, np.array([50, 300]), np.array([200, 350]))
+    assert out["start_ns"].tolist() == [50, 150, 300] and out["duration_ns"].tolist() == [50, 50, 50]
+
+
+def test_items_on_another_runs_clock_keep_their_share() -> None:
+    items = [Item("gaps", "a", 60.0), Item("kernels", "b", 40.0), Item("metric", "c")]
+    out = on_stake_clock(items, 50.0, 100.0)
+    assert [i.time_ns for i in out[:2]] == [30.0, 20.0] and out[0].attrs["measured_ns"] == 60.0
+    assert math.isnan(out[2].time_ns)
+    assert on_stake_clock(items, 100.0, 100.0) is items
+
+
+def test_item_labels_speak_the_devices_words(load) -> None:
+    """On an AMD GPU the items' labels read CU, wavefront and gpu:N like the title and advice."""
+    from perfscope.analysis.findings import Finding, _in_device_words
+
+    report = load("thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz")
+    f = Finding("x", "low", "on cuda:0", {}, "use every SM", 1.0,
+                items=(Item("gaps", "1 ms idle on cuda:0 while 3 warps per SM ran", 1.0),))
+    spoken = _in_device_words(f, report)
+    assert spoken.items[0].label == "1 ms idle on gpu:0 while 3 wavefronts per CU ran"
+    assert spoken.title == "on gpu:0" and spoken.recommendation == "use every CU"
+
+
+def test_items_of_unknown_cause_leave_all_of_the_stake_unexplained() -> None:
+    """Timed items none of which has a known cause explain 0% (not an unknown share): the whole
+    stake is stated as unexplained; with no timed item at all the share is unknown."""
+    from perfscope.analysis.findings import Finding
+    from perfscope.analysis.rules._base import explained_ns
+
+    items = (Item("kernels", "k: 10 ms, limiter not measured", 10e6, False),)
+    assert explained_ns(items, 8e6) == 0.0
+    f = Finding("x", "low", "t", {}, "a", 8e6, items=items, explained_ns=explained_ns(items, 8e6))
+    assert f.explained_share == 0.0 and f.unexplained_ns == 8e6
+    assert math.isnan(explained_ns((Item("metric", "m"),), 8e6)) and math.isnan(explained_ns((), 8e6))
+
+
+def test_ttft_gauges_items_are_the_slowest_late_requests_and_the_gauges(tmp_path: object) -> None:
+    """16 requests whose TTFT rises 4x while the server's queue fills: the items are the slowest
+    requests of the last quarter (their TTFT, not placed: the client's clock) and the gauges at their
+    peak, the waiting queue marked as the cause."""
+    from perfscope.analysis.rules.memory import server_gauges
+    from perfscope.report import Report
+
+    arrival = np.arange(16) * 0.5
+    ttft = np.r_[np.full(8, 0.1), np.full(8, 0.4)] + np.arange(16) * 0.001
+    requests = pd.DataFrame({"request_id": range(16), "arrival_s": arrival, "ttft_s": ttft,
+                             "e2e_s": ttft + 1.0, "output_tokens": 16})
+    t = np.arange(0, 10, 0.5)
+    gauges = pd.concat([pd.DataFrame({"t_s": t, "metric": "requests_waiting", "value": np.where(t > 4, 6.0, 0.0)}),
+                        pd.DataFrame({"t_s": t, "metric": "requests_running", "value": 1.0}),
+                        pd.DataFrame({"t_s": t, "metric": "kv_cache_usage_pct", "value": 30.0})])
+    (f,) = server_gauges(Report.build({"requests": requests, "gauges": gauges}))
+    reqs = [i for i in f.items if i.kind == "request"]
+    assert [i.attrs["request_id"] for i in reqs] == ["15", "14", "13", "12"]
+    assert math.isnan(reqs[0].start_ns) and reqs[0].time_ns == pytest.approx(ttft[15] * 1e9)
+    gauges_seen = {i.attrs["gauge"]: i for i in f.items if i.kind == "metric"}
+    assert gauges_seen["requests waiting"].explains and gauges_seen["requests waiting"].attrs["value"] == 6.0
+    assert not gauges_seen["KV-cache usage"].explains  # 30%: not a cause
+    assert "Queueing" in f.recommendation
+
+
+def test_kv_capacity_items_are_its_budget(fixtures_dir: object) -> None:
+    from pathlib import Path
+
+    from perfscope.analysis.rules.memory import kv_capacity
+    from perfscope.report import Report
+
+    report = Report.load(Path(str(fixtures_dir)) / "h200" / "h200_llama1b_b1_p2048_g64.perfscope")
+    (f,) = kv_capacity(report)
+    assert [i.kind for i in f.items] == ["metric"] * 3
+    assert f.items[2].attrs["max_sequences"] == f.evidence["max_sequences"]
