@@ -289,11 +289,21 @@ def step_at(steps: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     return np.where((i >= 0) & (t < b[j]), n[j], -1)
 
 
+POINT_TO_POINT = re.compile(r"send|recv", re.IGNORECASE)
+"""Point-to-point kernels (NCCL's SendRecv, Send, Recv): a send waits for its one peer, not for the
+last rank of a group, so they are not matched across a group (NCCL runs all-to-all as grouped
+sends too: an MoE all-to-all is left out with them)."""
+
+
 def collective_rows(rank: int, kernels: pd.DataFrame, comm: np.ndarray, steps: pd.DataFrame,
                     groups: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """The collective kernels of one rank (:data:`COLLECTIVE_COLUMNS`), each with the group of ranks
-    it meets (:func:`sync_group`)."""
+    it meets (:func:`sync_group`); point-to-point kernels (:data:`POINT_TO_POINT`) are left out."""
     rows = np.flatnonzero(comm)
+    if len(rows):
+        codes, names = column_codes(kernels, "name")
+        p2p = map_codes(codes[rows], names, lambda n: bool(POINT_TO_POINT.search(str(n or "")))).astype(bool)
+        rows = rows[~p2p]
     if not len(rows):
         return pd.DataFrame(columns=list(COLLECTIVE_COLUMNS))
     s = kernels["start_ns"].to_numpy(np.int64)[rows]

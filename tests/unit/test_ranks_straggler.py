@@ -182,3 +182,15 @@ def test_group_kinds_roles_and_sync_groups():
     assert last_share_needed(8, 150) == pytest.approx(0.25)
     assert last_share_needed(2, 150) == pytest.approx(0.75) and TIE_NS == 2000
     assert statistics.mean([last_share_needed(64, 10_000), 1 / 64]) > 1 / 64
+
+
+def test_point_to_point_kernels_are_not_matched(fixtures_dir):
+    """Two real ranks of a 128-rank training job whose only NCCL kernels are SendRecv (pipeline sends):
+    a send waits for its one peer, so nothing is matched and no straggler is claimed."""
+    from tests.unit.ranks_support import RANK0, RANK1
+
+    report = multi_rank_report([fixtures_dir / RANK0, fixtures_dir / RANK1], world_size=128)
+    t = rank_tables(report)
+    assert t.per_rank["comm_ns"].gt(0).all() and not len(t.collectives)
+    s = analyse(t)
+    assert not len(s.flagged) and s.statement().startswith("no straggler analysis")
