@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.memo import memo
-from perfscope.schema import column_codes, conform, map_distinct
+from perfscope.schema import column_codes, conform, decode, map_distinct
 
 from .intervals import activity, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
@@ -115,6 +115,7 @@ IDLE_TABLE = "idle"
 
 
 # ---------------------------------------------------------------------------- interval sets
+
 def _inside(sets: tuple[np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
     """Whether each point ``x`` lies in the sorted, disjoint ``[start, end)`` intervals ``sets``."""
     s, e = sets
@@ -729,7 +730,7 @@ def kinds_of(idle: pd.DataFrame) -> np.ndarray:
     """Per slice, its kind (:data:`KINDS`): the cause, with ``host`` split into its host kind (a host slice
     without one, from a report written before host kinds, is ``host code``)."""
     codes, names = kind_codes(idle)
-    return np.append(names, None)[codes]
+    return decode(codes, names)
 
 
 def kind_codes(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -858,7 +859,7 @@ def idle_summary(idle: pd.DataFrame) -> pd.DataFrame:
     cc, cd = column_codes(idle, "cause")
     kc, kd = kind_codes(idle)
     rc, rd = column_codes(idle, "range")
-    is_host = np.append(cd, None)[cc] == "host"
+    is_host = decode(cc, cd) == "host"
     kc = np.where(is_host, kc, -1)  # the host kind keys host slices only
     empty = [i for i, v in enumerate(rd.tolist()) if v == ""]
     if empty:  # a missing range and an empty one are one group ("")
@@ -876,7 +877,7 @@ def idle_summary(idle: pd.DataFrame) -> pd.DataFrame:
     total_idle = dev_idle[dc[first] + 1]
     total_idle[dc[first] < 0] = np.nan  # no device: no share
     window = idle["window_ns"].to_numpy(np.float64)[first]
-    cause = np.append(cd, None)[cc[first]]
+    cause = decode(cc[first], cd)
     nbytes = np.full(n, np.nan)
     copies = np.where(cause == "copy", 0.0, np.nan)
     pinned = np.full(n, None, dtype=object)
@@ -898,13 +899,14 @@ def idle_summary(idle: pd.DataFrame) -> pd.DataFrame:
             stats = pin.assign(p=pin["pinned"].astype(bool)).groupby("gid")["p"].agg(["size", "sum"])
             word = np.where(stats["sum"] == stats["size"], "all", np.where(stats["sum"] == 0, "none", "some"))
             pinned[stats.index.to_numpy()] = word
-    kind = np.append(kd, None)[kc[first]]
-    rng = np.append(rd, None)[rc[first]]
+    kind = decode(kc[first], kd)
+    kind[pd.isna(kind) | (kind == "")] = None
+    rng = decode(rc[first], rd)
+    rng[pd.isna(rng) | (rng == "")] = None
     with np.errstate(divide="ignore", invalid="ignore"):
         out = pd.DataFrame({
-            "device": np.append(dd, None)[dc[first]], "cause": cause,
-            "host_kind": np.where(pd.isna(kind) | (kind == ""), None, kind),
-            "range": np.where(pd.isna(rng) | (rng == ""), None, rng),
+            "device": decode(dc[first], dd), "cause": cause,
+            "host_kind": kind, "range": rng,
             "duration_ns": total, "slices": slices,
             "window_pct": np.where(window > 0, total / window * 100, np.nan),
             "idle_pct": np.where(total_idle > 0, total / total_idle * 100, np.nan),

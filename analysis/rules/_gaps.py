@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import duration, nbytes, si
-from perfscope.schema import column_codes, map_distinct
+from perfscope.schema import column_codes, decode, map_distinct
 
 from ..idle import (
     GRAPH_KINDS,
@@ -48,6 +48,7 @@ ADVISE_MIN_PCT = 10.0
 EXPLAINED = {"launch", "dispatch", "cpu compute", "waiting", "sync", "copy", "graph", "profiler"}
 """Kinds whose cause the trace shows; ``host code`` explains only when a range, function or operator
 names it, ``unknown`` never."""
+
 
 
 def range_family(name: object) -> str | None:
@@ -457,11 +458,11 @@ def gap_table(idle: pd.DataFrame) -> pd.DataFrame:
     rank = np.argsort(np.argsort(np.array([str(d) for d in dd.tolist()], dtype=object), kind="stable"), kind="stable")
     order = np.lexsort((end, np.append(rank, -1)[dev]))  # by device name, then end (stable)
     return pd.DataFrame({
-        "device": pd.Series(np.append(dd, None)[dev][order], dtype=object),
+        "device": pd.Series(decode(dev, dd)[order], dtype=object),
         "gap": idle["gap"].to_numpy(np.float64)[first][order],
         "start_ns": start[order], "end_ns": end[order],
         "idle_ns": np.bincount(gid, weights=dur, minlength=n)[order],
-        "kind": pd.Series(np.append(kd, None)[kind][order], dtype=object),
+        "kind": pd.Series(decode(kind, kd)[order], dtype=object),
     }, columns=cols)
 
 
