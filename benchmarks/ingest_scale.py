@@ -11,8 +11,8 @@ under 5 minutes and under 4 GB each, on the 2-core development machine).
 
 Each file is imported by ``perfscope import FILE --out DIR --no-html`` (the whole pipeline: parse,
 costs, roofline, idle causes, Parquet written), then read back and its kernels counted. Printed:
-the process's wall time, its peak resident memory (``VmHWM`` of the child, sampled from
-``/proc``: the child is the whole import), kernels kept, and the machine's load averages.
+the process's wall time, its peak resident memory (``ru_maxrss`` of the child, from ``wait4``: the
+child is the whole import), its CPU time, kernels kept, and the machine's load averages.
 
 Usage::
 
@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,46 +69,30 @@ def build_nsys(folder: Path, kernels: int) -> Path:
     return path
 
 
-def _vm_hwm(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def import_whole(path: Path, out: Path) -> dict[str, Any]:
-    """``perfscope import PATH --out OUT --no-html`` in a fresh process: wall time and peak memory."""
+    """``perfscope import PATH --out OUT --no-html`` in a fresh process: wall time and peak memory (the
+    child's own ``ru_maxrss``, from ``wait4``)."""
     cmd = [sys.executable, "-m", "perfscope", "import", str(path), "--out", str(out), "--no-html", "--force"]
-    t0 = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = [0]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], _vm_hwm(child.pid))
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    _stdout, stderr = child.communicate()
-    done.set()
-    thread.join()
-    wall = time.perf_counter() - t0
-    if child.returncode != 0:
-        raise SystemExit(f"perfscope import {path} failed ({child.returncode}):\n{stderr[-2000:]}")
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"perfscope import {path} failed ({child.returncode}):\n"
+                             f"{err.read().decode(errors='replace')[-2000:]}")
     with open(out / "manifest.json") as fh:
         manifest = json.load(fh)
-    return {"wall_s": wall, "peak_bytes": peak[0], "kernels": manifest["tables"]["kernels"]}
+    return {"wall_s": wall, "peak_bytes": usage.ru_maxrss * 1024, "kernels": manifest["tables"]["kernels"],
+            "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def _line(name: str, r: dict[str, Any], want: int) -> str:
     ok = r["wall_s"] < BUDGET_S and r["peak_bytes"] < BUDGET_BYTES and r["kernels"] >= want
-    return (f"{name:<8} {r['kernels']:>10,} kernels  {r['wall_s']:7.1f} s  peak {r['peak_bytes'] / 1e9:5.2f} GB  "
+    return (f"{name:<8} {r['kernels']:>10,} kernels  {r['wall_s']:7.1f} s (CPU {r['cpu_s']:.1f} s)  "
+            f"peak {r['peak_bytes'] / 1e9:5.2f} GB  "
             f"(budget {BUDGET_S:.0f} s, {BUDGET_BYTES / 1e9:.0f} GB: {'met' if ok else 'NOT met'})  "
             f"load average {r['load']}")
 
