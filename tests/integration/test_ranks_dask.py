@@ -3,6 +3,7 @@ and rank sets tiled from them, checked against direct computations on the trace 
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 from pathlib import Path
@@ -224,3 +225,26 @@ def test_a_job_without_straggler_gets_no_straggler_finding(fixtures_dir, tmp_pat
     assert res.summary["straggler"]["statement"].startswith("no straggler: in each of the 2 groups")
     found = run_rules(Report.load(res.path), rules=["ranks"])
     assert not [f for f in found if f.id in ("straggler", "rank-imbalance")]
+
+
+def test_cli_names_the_straggler_and_a_rank_that_failed(fixtures_dir, tmp_path, capsys, monkeypatch):
+    doc = load_trace(fixtures_dir / B200)
+    write_sync_job(doc, tmp_path / "t", SyncJob(world_size=8, group_size=4, slow=((6, 1.2),), jitter=0.01,
+                                                drop_python=True), ranks=range(7))
+    (tmp_path / "t" / "rank-7.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00damaged")
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", str(tmp_path / "t"), "--ranks", "--workers", "2", "--no-html"]) == 0
+    captured = capsys.readouterr()
+    assert "imported ranks 0-6 of world size 8" in captured.out and "prefill ranks: 0-6" in captured.out
+    assert "1 straggler: rank 6 (4-7: last at 100% of its collectives" in captured.out
+    assert "rank-7.pt.trace.json.gz) failed: " in captured.err  # named as it fails
+    assert "missing: 1 ranks have no trace (7)" in captured.err
+    report = Report.load(tmp_path / "t.perfscope")
+    assert sorted(report.kernels["rank"].unique()) == list(range(7))
+    groups = {g["gkey"]: g for g in report.params["ranks"]["straggler"]["stragglers"]}
+    assert set(groups) == {"4-7"}
+    assert main(["analyze", str(tmp_path / "t.perfscope"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    straggler = next(f for f in doc["findings"] if f["id"] == "straggler")
+    assert straggler["evidence"]["rank"] == 6 and straggler["evidence"]["group_missing_ranks"] == "7"
+    assert doc["ranks"]["straggler"]["found"] and doc["ranks"]["roles"] == {"prefill": "0-6"}
