@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from perfscope.errors import UsageError
 from perfscope.vocab import is_amd, speak
 
+from .intervals import run_span_ns
 from .rules import (
     kernels,
     levels,
@@ -34,7 +35,7 @@ from .rules import (
     timeline,
     transfers,
 )
-from .rules._base import EVIDENCE_RULE_SHARE, SEVERITIES, Finding, Item
+from .rules._base import EVIDENCE_RULE_SHARE, SEVERITIES, Finding, Item, trace_run
 from .rules.ranks import rank_findings
 
 if TYPE_CHECKING:
@@ -80,15 +81,22 @@ RULES: dict[str, Rule] = {
 ``time-outside-ops`` on CPU reports)."""
 
 
-def _rank_key(f: Finding) -> tuple[float, int]:
+def _rank_key(f: Finding, report: Report) -> tuple[float, int]:
+    """Largest share of its own run first: a finding's time at stake over the span of the run it names
+    (the headline run is shorter than the profiled one by the profiler's overhead)."""
     stake = f.time_at_stake_ns
-    return (-stake if math.isfinite(stake) else math.inf, SEVERITIES.index(f.severity))
+    span = run_span_ns(report, f.run)
+    share = stake / span if math.isfinite(stake) and math.isfinite(span) and span > 0 else stake
+    return (-share if math.isfinite(share) else math.inf, SEVERITIES.index(f.severity))
 
 
 def run_rules(report: Report, *, rules: Iterable[str] | None = None) -> list[Finding]:
     """Run the rules over ``report`` and return their findings, largest time at stake first.
 
-    Findings whose time at stake is unknown (NaN) come after the others, by severity.
+    Findings whose time at stake is unknown (NaN) come after the others, by severity. Each names the
+    run its numbers and stake come from (:attr:`Finding.run`; a rule that does not name one reads the
+    trace: :func:`perfscope.analysis.rules._base.trace_run`), and the ranking compares each stake with
+    the span of its own run.
 
     Args:
         report: the report to examine.
@@ -101,8 +109,10 @@ def run_rules(report: Report, *, rules: Iterable[str] | None = None) -> list[Fin
     unknown = [n for n in names if n not in RULES]
     if unknown:
         raise UsageError(f"unknown rule(s): {', '.join(unknown)}", hint=f"choose from {', '.join(RULES)}")
-    findings = [_in_device_words(f, report) for name in names for f in _run_one(name, report)]
-    return sorted(findings, key=lambda f: (f.id not in LEADING, *_rank_key(f)))
+    default_run = trace_run(report)
+    findings = [_in_device_words(f if f.run else dataclasses.replace(f, run=default_run), report)
+                for name in names for f in _run_one(name, report)]
+    return sorted(findings, key=lambda f: (f.id not in LEADING, *_rank_key(f, report)))
 
 
 LEADING = ("no-gpu-work",)
@@ -136,12 +146,18 @@ def _run_one(name: str, report: Report) -> list[Finding]:
 
 
 def stake_clock(report: Report) -> str:
-    """The clock every finding's time at stake is on, in words: the profiled run's (the kernels'
-    timeline; rules over the headline run's steps put their stake on it too), said with the
-    profiler's measured overhead when the report also holds a warm unprofiled run."""
-    ratio = report.params.get("profiler_overhead_ratio")
+    """The clock of the findings' times at stake, in words. A report with a warm unprofiled run
+    beside the profiled one: each finding's numbers and stake come from one run, the headline where
+    it has the quantity (engine steps), the profiled run otherwise (kernels, gaps), said with the
+    profiler's overhead in the words the timing line uses
+    (:func:`perfscope.analysis.summaries.runs.profiler_overhead`)."""
+    from .summaries.runs import profiler_overhead
+
+    over = profiler_overhead(report.params)
+    said = f" ({over})" if over else ""
     if len(report.steps_unprofiled) or len(report.requests_unprofiled):
-        over = (f", profiler overhead x{float(ratio):.2f}"
-                if isinstance(ratio, (int, float)) and math.isfinite(ratio) else "")
-        return f"time at stake on the profiled run's clock{over}"
+        return ("each finding's numbers and time at stake come from the run it names: the headline (warm "
+                "unprofiled) run where it has them, the profiled run otherwise" + said)
+    if trace_run(report) == "profiled":
+        return "time at stake on the profiled run's clock" + said
     return "time at stake on the trace's clock"

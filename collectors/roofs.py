@@ -10,12 +10,23 @@ On CUDA the same is done with torch on the GPU (bf16/fp16/tf32/fp32); a datashee
 labelled fallback for anything that could not be measured. Results are cached as JSON under
 ``$PERFSCOPE_CACHE_DIR`` (default ``~/.cache/perfscope``), keyed by the CPU/GPU model, thread count
 and torch version, so the measurement runs once per machine.
+
+A roof measured on a busy machine is too low, and every MFU and MBU against it too high. So each
+measurement records how it was taken (``properties["roof_records"]``, per roof: the date, the load
+average before it, the share of its threads' time the process got, the spread of its repeats), and a
+cached roof is reused silently only when it was measured quietly (:func:`roof_problems`). One
+measured under load (or with no record: a cache from before the records) is measured again, at most
+every :data:`REMEASURE_AFTER_S`; a roof is the best rate measured, so a new measurement far below the
+one it replaces keeps the old one and says so; what is still doubtful travels with the roofs as
+warnings (:func:`roof_warnings`) into every report profiled against them, and ``perfscope devices``
+shows each roof's age and spread.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import time
@@ -24,9 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 from perfscope.device import DeviceSpec, Roof
 from perfscope.format import dumps
+from perfscope.roof_checks import FAR_BELOW, roof_problems, roofs_by_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+REMEASURE_AFTER_S = 600.0
+"""A doubtful cached roof is measured again on use, but not more often than this: in between it is
+reused with its warning."""
 
 CPU_MATMUL_N = {"fp32": 2048, "fp64": 1024, "bf16": 512}
 CUDA_MATMUL_N = {"fp32": 8192, "tf32": 8192, "bf16": 8192, "fp16": 8192}
@@ -75,32 +91,45 @@ def cpu_signature() -> str:
     return "|".join([*parts, str(os.cpu_count())])
 
 
-def _best_seconds(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:
+def _repeat_seconds(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> tuple[list[float], float]:
+    """``fn``'s wall time over ``repeats`` runs after one warm-up, in seconds, and the process's CPU
+    seconds per wall second over them (the threads' time it got)."""
     fn()
     sync()
-    best = float("inf")
+    times = []
+    cpu0 = time.process_time()
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         sync()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        times.append(time.perf_counter() - t0)
+    cpu = time.process_time() - cpu0
+    return times, cpu / sum(times) if sum(times) > 0 else math.nan
+
+
+def repeat_spread(times: list[float]) -> float:
+    """How far the repeats' median is above their best: median / best - 1."""
+    ordered = sorted(times)
+    best, median = ordered[0], ordered[len(ordered) // 2]
+    return median / best - 1.0 if best > 0 else math.nan
 
 
 def _matmul_roof(torch: Any, dtype: Any, n: int, device: str, sync: Callable[[], None],
-                 repeats: int) -> tuple[float, str]:
+                 repeats: int) -> tuple[float, str, float, float]:
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
-    seconds = _best_seconds(lambda: torch.mm(a, b, out=out), sync, repeats)
-    return 2.0 * n**3 / seconds, f"torch.mm {n}x{n}x{n} {str(dtype).removeprefix('torch.')}, best of {repeats}"
+    times, cpu = _repeat_seconds(lambda: torch.mm(a, b, out=out), sync, repeats)
+    return (2.0 * n**3 / min(times), f"torch.mm {n}x{n}x{n} {str(dtype).removeprefix('torch.')}, best of {repeats}",
+            repeat_spread(times), cpu)
 
 
 def _bandwidth_roof(torch: Any, nbytes: int, device: str, sync: Callable[[], None],
-                    repeats: int) -> tuple[float, str]:
+                    repeats: int) -> tuple[float, str, float, float]:
     """Best of three streaming kernels on ``nbytes`` of float32, far larger than the caches:
     a copy (bytes = read + write), a sum (read) and a matrix-vector product (read of the matrix,
-    decode's access pattern). The roof is the fastest; the method names which one it was."""
+    decode's access pattern). The roof is the fastest; the method names which one it was; the spread
+    and the CPU seconds per second are the fastest kernel's repeats'."""
     n = nbytes // 4
     src = torch.ones(n, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
@@ -112,10 +141,12 @@ def _bandwidth_roof(torch: Any, nbytes: int, device: str, sync: Callable[[], Non
         "sum (read)": (lambda: src.sum(), 1.0 * n * 4),
         "matrix-vector product (read)": (lambda: torch.mv(mat, vec), 1.0 * n * 4),
     }
-    rates = {name: moved / _best_seconds(fn, sync, repeats) for name, (fn, moved) in kernels.items()}
+    runs = {name: _repeat_seconds(fn, sync, repeats) for name, (fn, _) in kernels.items()}
+    rates = {name: kernels[name][1] / min(t) for name, (t, _) in runs.items()}
     best = max(rates, key=lambda k: rates[k])
     others = ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in rates.items() if k != best)
-    return rates[best], f"{best} of {nbytes >> 20} MiB float32, best of {repeats} (others: {others})"
+    return (rates[best], f"{best} of {nbytes >> 20} MiB float32, best of {repeats} (others: {others})",
+            repeat_spread(runs[best][0]), runs[best][1])
 
 
 def measure_cpu(*, repeats: int = REPEATS, sizes: dict[str, int] | None = None,
@@ -127,15 +158,19 @@ def measure_cpu(*, repeats: int = REPEATS, sizes: dict[str, int] | None = None,
     sizes = sizes or CPU_MATMUL_N
     dtypes = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16}
     compute = {}
+    spread: dict[str, float] = {}
+    share: dict[str, float] = {}  # the share of its threads' time each benchmark got
     for prec, n in sizes.items():
-        value, method = _matmul_roof(torch, dtypes[prec], n, "cpu", lambda: None, repeats)
+        value, method, spread[prec], cpu = _matmul_roof(torch, dtypes[prec], n, "cpu", lambda: None, repeats)
         compute[prec] = Roof(value, "measured", f"{method}, {threads} threads", clock="as running")
-    bw, method = _bandwidth_roof(torch, copy_bytes, "cpu", lambda: None, repeats)
+        share[prec] = cpu / threads
+    bw, method, spread["dram"], cpu = _bandwidth_roof(torch, copy_bytes, "cpu", lambda: None, repeats)
+    share["dram"] = cpu / threads
     memory = {"dram": Roof(bw, "measured", f"{method}, {threads} threads", clock="as running")}
     return DeviceSpec(
         name=cpu_model(), kind="cpu", compute=compute, memory=memory,
         properties={"threads": threads, "logical_cpus": os.cpu_count(), "torch": torch.__version__,
-                    "machine": platform.machine()},
+                    "machine": platform.machine(), "roof_spread": spread, "roof_cpu_share": share},
     )
 
 
@@ -147,23 +182,25 @@ def measure_cuda(index: int = 0, *, repeats: int = REPEATS) -> DeviceSpec:
     props = torch.cuda.get_device_properties(index)
     sync = torch.cuda.synchronize
     compute: dict[str, Roof] = {}
+    spread: dict[str, float] = {}
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     try:
         for prec, n in CUDA_MATMUL_N.items():
             torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
             dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
                      "fp16": torch.float16}[prec]
-            value, method = _matmul_roof(torch, dtype, n, dev, sync, repeats)
+            value, method, spread[prec], _ = _matmul_roof(torch, dtype, n, dev, sync, repeats)
             compute[prec] = Roof(value, "measured", method + (" (TF32 tensor cores)" if prec == "tf32" else ""),
                                  clock="as running", dense=True if prec != "fp32" else None)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
-    bw, method = _bandwidth_roof(torch, CUDA_COPY_BYTES, dev, sync, repeats)
+    bw, method, spread["dram"], _ = _bandwidth_roof(torch, CUDA_COPY_BYTES, dev, sync, repeats)
     spec = DeviceSpec(
         name=props.name, kind="cuda", compute=compute,
         memory={"dram": Roof(bw, "measured", method, clock="as running")},
         properties={"sm_count": props.multi_processor_count, "memory_bytes": props.total_memory,
-                    "compute_capability": f"{props.major}.{props.minor}", "torch": torch.__version__},
+                    "compute_capability": f"{props.major}.{props.minor}", "torch": torch.__version__,
+                    "roof_spread": spread},
     )
     return _with_datasheet_fallback(spec)
 
@@ -184,9 +221,75 @@ def _cache_key(kind: str, name: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _measured(measure: Callable[[], DeviceSpec]) -> DeviceSpec:
+    """Run ``measure`` and record how each measured roof was taken (``roof_records``): the date, the
+    load average before, the CPUs, and where the benchmark reports them the spread of the roof's
+    repeats and the share of its threads' time the process got while timing them (CPU roofs)."""
+    import torch
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    spec = measure()
+    spreads = spec.properties.get("roof_spread") or {}
+    shares = spec.properties.get("roof_cpu_share") or {}
+    when = _now()
+    records = {key: {"measured_at": when, "loadavg_1m": load, "cpus": os.cpu_count(),
+                     "threads": torch.get_num_threads() if spec.kind == "cpu" else None,
+                     "cpu_share": shares.get(key), "spread": spreads.get(key)}
+               for key, roof in roofs_by_key(spec).items() if roof.provenance == "measured"}
+    props = {k: v for k, v in spec.properties.items() if k not in ("roof_spread", "roof_cpu_share")}
+    return DeviceSpec(spec.name, spec.kind, spec.compute, spec.memory,
+                      {**props, "measured_at": when, "roof_records": records})
+
+
+def roof_age_s(stamp: Any) -> float:
+    """Seconds since a roof record's ``measured_at`` (local time); inf when it has none."""
+    try:
+        return time.time() - time.mktime(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return math.inf
+
+
+def merge_roofs(fresh: DeviceSpec, cached: DeviceSpec | None) -> DeviceSpec:
+    """A new measurement with the roof it replaces: a roof is the best rate measured on this machine,
+    so each keeps the higher of the two; where the new one is far below the old (:data:`FAR_BELOW`)
+    the old is kept and the drop said (``roof_notes``)."""
+    if cached is None:
+        return fresh
+    new, old = roofs_by_key(fresh), roofs_by_key(cached)
+    records = dict(fresh.properties.get("roof_records") or {})
+    old_records = cached.properties.get("roof_records") or {}
+    notes, kept = [], {}
+    for key, roof in new.items():
+        prev = old.get(key)
+        if prev is None or prev.provenance != "measured" or roof.value >= prev.value:
+            continue
+        kept[key] = prev
+        if key in old_records:
+            records[key] = old_records[key]
+        else:
+            records.pop(key, None)
+        if roof.value < FAR_BELOW * prev.value:
+            when = (old_records.get(key) or {}).get("measured_at", "earlier")
+            notes.append(f"{key} of {fresh.name} measured now at {roof.value:.3g}, {roof.value / prev.value:.0%} of "
+                         f"the {prev.value:.3g} measured {when}: the machine is slower now (busy?); kept {prev.value:.3g}")
+    compute = {k: kept.get(k, r) for k, r in fresh.compute.items()}
+    memory = {k: kept.get(k, r) for k, r in fresh.memory.items()}
+    return DeviceSpec(fresh.name, fresh.kind, compute, memory,
+                      {**fresh.properties, "roof_records": records, "roof_notes": notes})
+
+
 def device_roofs(device: str = "cpu", *, refresh: bool = False,
                  measure: Callable[[], DeviceSpec] | None = None) -> DeviceSpec:
     """This machine's roofs for ``device`` (``cpu`` or ``cuda[:N]``), measured once and cached.
+
+    A cached roof is reused as it is when it was measured quietly; one that may be too low
+    (:func:`roof_problems`) is measured again (at most every :data:`REMEASURE_AFTER_S`, else reused
+    with its warning), and the new measurement replaces it only where it is higher
+    (:func:`merge_roofs`).
 
     Args:
         device: ``cpu`` or ``cuda``/``cuda:N``.
@@ -204,16 +307,18 @@ def device_roofs(device: str = "cpu", *, refresh: bool = False,
         name, kind = cpu_model(), "cpu"
         measure = measure or measure_cpu
     path = cache_dir() / "roofs" / f"{kind}-{_cache_key(kind, name)}.json"
-    if path.is_file() and not refresh:
+    cached = None
+    if path.is_file():
         try:
-            spec = DeviceSpec.from_dict(json.loads(path.read_text()))
-            return DeviceSpec(spec.name, spec.kind, spec.compute, spec.memory,
-                              {**spec.properties, "cached": str(path)})
+            cached = DeviceSpec.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError):
-            pass  # a damaged cache is simply measured again
-    spec = measure()
-    spec = DeviceSpec(spec.name, spec.kind, spec.compute, spec.memory,
-                      {**spec.properties, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            cached = None  # a damaged cache is simply measured again
+    if cached is not None and not refresh:
+        doubtful = roof_problems(cached)
+        if not doubtful or roof_age_s(cached.properties.get("measured_at")) < REMEASURE_AFTER_S:
+            return DeviceSpec(cached.name, cached.kind, cached.compute, cached.memory,
+                              {**cached.properties, "cached": str(path)})
+    spec = merge_roofs(_measured(measure), cached)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

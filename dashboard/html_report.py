@@ -122,11 +122,18 @@ def _header(report: Report) -> str:
 
 
 def _metrics(report: Report) -> str:
+    from perfscope.analysis.summaries.runs import range_text, timing_text
+
     parts = [_facts(views.overview_facts(report))] if views.has_device_work(report) else []
+    timing = timing_text(report)
+    if timing:
+        parts.append(f'<p class="timing"><b>Timing:</b> {esc(timing)}</p>')
     phases = views.phase_metrics(report)
     if phases is not None:
         detail = views.phase_rows(report, phases, detail=True)
-        runs = f'<p class="muted">{esc(views.RUN_NOTE)}</p>' if "timing" in phases and len(phases) > 1 else ""
+        runs = f'<p class="muted">{esc(views.RUN_NOTE)}</p>' if "timing" in phases and phases["timing"].nunique() > 1 else ""
+        rng = range_text(report)
+        runs += f'<p class="warnings">{esc(rng)}</p>' if rng else ""
         parts.append("<h3>Phases</h3>" + _dict_rows(views.phase_rows(report, phases)) + runs
                      + "".join(f'<p class="muted">{esc(n)}</p>' for n in views.phase_notes(phases))
                      + ("<h3>Phase work (the FLOPs and bytes behind MFU and MBU)</h3>" + _dict_rows(detail)
@@ -190,9 +197,10 @@ def _table(page: _Page, frame: pd.DataFrame, note: str, title: str) -> str:
 
 
 def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) -> str:
+    w = views.device_words(report)
     if not len(report.kernels):
         return "" if not views.has_device_work(report) else _section(
-            "Kernels", '<p class="muted">No kernels in this report.</p>', "kernels")
+            w["Kernels"], f'<p class="muted">No {w["kernels"]} in this report.</p>', "kernels")
     by_name = views.kernels_by_name(report)
     note = f"the {max_rows} names with the most time" if len(by_name) > max_rows else ""
     rows = views.kernel_rows(report, limit=top_rows).drop(columns=["key"])
@@ -205,13 +213,13 @@ def _kernel_tables(page: _Page, report: Report, max_rows: int, top_rows: int) ->
 
     above = "".join(f"<li>{esc(n)}</li>" for n in roof_notes(by_name.head(max_rows), report.device))
     differ = "".join(f"<li>{esc(n)}</li>" for n in limiter_notes(by_name.head(max_rows)))
-    body = (_table(page, by_name.head(max_rows), note, "Per kernel name (one row per name and phase)")
+    body = (_table(page, by_name.head(max_rows), note, f"Per {w['kernel']} name (one row per name and phase)")
             + (f'<p class="muted">Above the roof:</p><ul class="roofnotes">{above}</ul>' if above else "")
             + (f'<p class="muted">The measured limiter disagrees with the roofline (the point stays where the FLOPs '
                f'and bytes put it; the bound is the measured one):</p><ul class="roofnotes">{differ}</ul>'
                if differ else "")
             + _table(page, rows, top_note, "Longest executions"))
-    return _section("Kernels", body, "kernels")
+    return _section(w["Kernels"], body, "kernels")
 
 
 def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
@@ -237,12 +245,14 @@ def _figures(page: _Page, report: Report, timeline_max_items: int) -> str:
 
 
 def _idle(page: _Page, report: Report) -> str:
-    """Why the GPU waits: a bar per idle cause (docs/idle.md); nothing when the report has no idle slices."""
+    """Why the GPU (a CPU run: the cores) waits: a bar per idle cause (docs/idle.md); nothing when the
+    report has no idle slices."""
     from perfscope.analysis.idle import idle_of
 
     if not len(idle_of(report)):
         return ""
-    return _section("Why the GPU waits", page.figure(figures.idle_causes(report), "idle causes"), "idle")
+    return _section(views.device_words(report)["waits"], page.figure(figures.idle_causes(report), "idle causes"),
+                    "idle")
 
 
 def _memory(page: _Page, report: Report) -> str:
@@ -380,10 +390,11 @@ def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = f
     page = _Page()
     c = compare_reports(a, b)
     verdict = "<ul>" + "".join(f"<li>{esc(v)}</li>" for v in c.verdict) + "</ul>"
-    body = (f"<header><h1>perfscope compare: {esc(a.name)} (A) vs {esc(b.name)} (B)</h1>"
-            + _facts([("A", a.name), ("B", b.name)]) + "</header>"
+    runs = {"headline": " (headline runs: warm, without the profiler)", "profiled": " (profiled runs)"}.get(c.run, "")
+    body = (f"<header><h1>perfscope compare: {esc(c.a)} (A) vs {esc(c.b)} (B)</h1>"
+            + _facts([("A", c.a), ("B", c.b)]) + "</header>"
             + _section("Verdict", verdict, "verdict")
-            + _section("Phases", _table(page, phase_view(c), "", "Per phase, A vs B"), "phases")
+            + _section("Phases", _table(page, phase_view(c), "", f"Per phase, A vs B{runs}"), "phases")
             + _section(f"Kernel time per {c.key}", page.figure(figures.compare(a, b, top, comparison=c), "compare")
                        + _table(page, name_view(c, top), f"the {top} largest changes" if len(c.by_name) > top else "",
                                 f"Top movers (matched by {c.key})"), "compare")
@@ -392,7 +403,7 @@ def render_compare_html(a: Report, b: Report, *, cdn: bool = False, top: int = f
                if len(c.by_tail) else "")
             + _section("Roofline A", page.figure(figures.roofline(a, per="name"), "roofline A"), "roofline-a")
             + _section("Roofline B", page.figure(figures.roofline(b, per="name"), "roofline B"), "roofline-b"))
-    return _page(f"perfscope compare: {a.name} vs {b.name}", body, page, cdn)
+    return _page(f"perfscope compare: {c.a} vs {c.b}", body, page, cdn)
 
 
 def _write_atomic(text: str, path: Path, overwrite: bool) -> Path:

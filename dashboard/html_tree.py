@@ -38,13 +38,24 @@ gap:.4em;padding:1px 0;border-bottom:1px solid #eee}
 HEAD = ("node", "time", "share", "calls", "FLOPs", "FLOP/B", "bound", "% roof", "per instance (min–max)")
 
 
+SMALLEST_PCT = 0.01
+"""Shares below this (in %) are shown ``<0.01%``: ``0.00089%`` does not fit its column (it was cut to
+``0.0008…``), and a share that small is not read for its digits."""
+
+
+def _pct(value: Any) -> str:
+    """A percentage that fits the tree's column: ``<0.01%`` below :data:`SMALLEST_PCT`."""
+    v = float(value) if value is not None else float("nan")
+    return f"<{SMALLEST_PCT:g}%" if np.isfinite(v) and 0 < abs(v) < SMALLEST_PCT else pct(value)
+
+
 def _cells(r: Any) -> str:
     ai = MISSING if not np.isfinite(r.arith_intensity) else number(r.arith_intensity, digits=2)
     spread = (f"{duration(r.instance_mean_ns)} ({duration(r.instance_min_ns)}–{duration(r.instance_max_ns)})"
               if r.instances > 1 else "")
     slowest = f"slowest: {r.slowest}" if r.instances > 1 else ""
-    values = (duration(r.time_ns), pct(r.share_pct), f"{int(r.calls):,}", si(r.flops), ai, str(r.bound),
-              pct(r.pct_of_roof))
+    values = (duration(r.time_ns), _pct(r.share_pct), f"{int(r.calls):,}", si(r.flops), ai, str(r.bound),
+              _pct(r.pct_of_roof))
     name = f'<span title="{esc(r.path)}{(" — " + esc(slowest)) if slowest else ""}">{esc(r.name)}</span>'
     return name + "".join(f'<span class="num">{esc(v)}</span>' for v in values) + \
         f'<span title="{esc(slowest)}">{esc(spread)}</span>'

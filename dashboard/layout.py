@@ -129,11 +129,18 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
                 html.H3("Headline"), facts_table(views.overview_facts(report), "headline")]
     else:
         out += [html.H3("Device: none profiled"), html.P(views.no_device_why(report), className="muted")]
+    from perfscope.analysis.summaries.runs import range_text, timing_text
+
+    timing = timing_text(report)
+    if timing:
+        out += [html.P([html.B("Timing: "), timing], className="timing")]
     phases = views.phase_metrics(report)
     if phases is not None:
         detail = views.phase_rows(report, phases, detail=True)
+        rng = range_text(report)
         out += [html.H3("Phases"), dict_table(views.phase_rows(report, phases), "phase-summary"),
-                *([html.P(views.RUN_NOTE, className="muted")] if "timing" in phases and len(phases) > 1 else []),
+                *([html.P(views.RUN_NOTE, className="muted")] if "timing" in phases and phases["timing"].nunique() > 1 else []),
+                *([html.P(rng, className="warnings")] if rng else []),
                 *(html.P(n, className="muted") for n in views.phase_notes(phases)),
                 *([html.H4("Phase work (the FLOPs and bytes behind MFU and MBU)"), dict_table(detail, "phase-work")]
                   if detail else [])]

@@ -87,6 +87,18 @@ def roofs_rows(report: Report) -> list[dict[str, str]]:
     return rows
 
 
+def device_words(report: Report) -> dict[str, str]:
+    """The words the pages use for what ran: on a CPU run ``kernel`` -> ``operator`` and "the GPU waits"
+    -> "the cores wait" (a CPU report has no GPU to wait)."""
+    from perfscope.analysis.summaries.kernels import is_cpu_report
+
+    if is_cpu_report(report):
+        return {"kernel": "operator", "Kernel": "Operator", "kernels": "operators", "Kernels": "Operators",
+                "waits": "Why the cores wait"}
+    return {"kernel": "kernel", "Kernel": "Kernel", "kernels": "kernels", "Kernels": "Kernels",
+            "waits": "Why the GPU waits"}
+
+
 def has_device_work(report: Report) -> bool:
     """Whether the report holds anything that ran on a device (kernels, copies, ranges, steps): an
     endpoint load test measures the server from outside and has none, so its pages show its requests,

@@ -236,17 +236,48 @@ def healthy(checks: list[Check]) -> bool:
     return all(c.status == OK for c in checks if c.required)
 
 
+CAPABILITIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("profile on the CPU: the engine, your script (perfscope profile --device cpu)", ("python", "core packages", "torch")),
+    ("import traces and write reports (Kineto, nsys SQLite, ncu CSV, rocprof; HTML, Perfetto)",
+     ("python", "core packages")),
+    ("the interactive dashboard (perfscope dashboard)", ("python", "core packages", "dash")),
+    ("profile NVIDIA GPUs with torch.profiler (perfscope profile --device cuda)", ("torch", "cuda (torch)")),
+    ("sample GPU power, clocks and memory (--nvml)", ("nvml",)),
+    ("capture with Nsight Systems (--collector nsys)", ("nsys",)),
+    ("measure kernels with Nsight Compute (--collector ncu)", ("ncu", "gpu performance counters")),
+    ("read .ncu-rep files", ("ncu-report",)),
+    ("capture on AMD GPUs (--collector rocprofv3 / rocprof-compute)", ("rocprofv3",)),
+)
+"""What a user can do, and the checks each needs (all ok: it works here)."""
+
+
+def capabilities(checks: list[Check]) -> list[dict[str, Any]]:
+    """What works on this machine and what does not, from the checks: ``{"what", "works", "needs"}``
+    (``needs``: the checks that are not ok)."""
+    status = {c.name: c.status for c in checks}
+    out = []
+    for what, needs in CAPABILITIES:
+        missing = [n for n in needs if status.get(n) != OK]
+        out.append({"what": what, "works": not missing, "needs": missing})
+    return out
+
+
 def to_json(checks: list[Check]) -> dict[str, Any]:
-    """The ``--json`` document: ``{"ok": bool, "checks": [...]}``."""
-    return {"ok": healthy(checks), "checks": [asdict(c) for c in checks]}
+    """The ``--json`` document: ``{"ok": bool, "works": [...], "checks": [...]}``."""
+    return {"ok": healthy(checks), "works": capabilities(checks), "checks": [asdict(c) for c in checks]}
 
 
 def render_text(checks: list[Check]) -> str:
-    """One line per check, then an indented fix under each that is not ok."""
+    """What works here and what does not (a line each), then one line per check with an indented fix
+    under each that is not ok."""
     from .format import terminal_text
 
+    lines = ["what works here:"]
+    for cap in capabilities(checks):
+        lines.append(f"  {'yes' if cap['works'] else 'no ':<3}  {cap['what']}"
+                     + (f" (needs: {', '.join(cap['needs'])})" if cap["needs"] else ""))
+    lines += ["", "checks:"]
     width = max(len(c.name) for c in checks)
-    lines = []
     for c in checks:
         lines.append(f"{c.status:<7}  {c.name:<{width}}  {c.detail}")
         if c.fix and c.status != OK:

@@ -125,7 +125,11 @@ def _phase_lines(report: Report) -> list[str]:
         row += ["|", _num(p.get("wall_s"), 1e-3, 1), _num(p.get("tokens_per_s"), 1, 1),
                 _num(p.get("mfu", float("nan")) * 100, 1, 1), _num(p.get("mbu", float("nan")) * 100, 1, 1)]
     head += ["|", "prof. wall ms", "prof. tok/s", "prof. MFU %", "prof. MBU %"]
-    return ["phases (headline: warm unprofiled run | the profiled run, inflated by the profiler):", table(head, rows)]
+    from perfscope.analysis.summaries.runs import range_text
+
+    rng = range_text(report)
+    return ["phases (headline: warm unprofiled run | the profiled run, inflated by the profiler):", table(head, rows),
+            *([f"  {rng}"] if rng else [])]
 
 
 def _speculation_lines(report: Report) -> list[str]:
@@ -201,28 +205,10 @@ def _tail_lines(report: Report) -> list[str]:
 
 
 def _timing_line(report: Report) -> str | None:
-    """Unprofiled vs profiled wall time, the profiler's overhead and the compile time."""
-    p = report.params
-    prof, base, ratio = _finite(p.get("profiled_wall_s")), _finite(p.get("unprofiled_wall_s")), \
-        _finite(p.get("profiler_overhead_ratio"))
-    if prof is None or base is None or ratio is None:
-        return None
-    from perfscope.analysis.summaries.serving import has_unprofiled
+    from perfscope.analysis.summaries.runs import timing_text
 
-    if not has_unprofiled(report):  # a report from before the warm headline: its baseline may have been cold
-        return (f"timing: unprofiled run {_num(base, 1, 3)} s, profiled run {_num(prof, 1, 3)} s (a report "
-                "without the warm unprofiled run's records: the figures below are the profiled run's, "
-                "inflated by the profiler; profile again for warm unprofiled headline figures)")
-    n = len(p.get("unprofiled_wall_s_passes") or [1])
-    line = (f"timing: warm unprofiled run {_num(base, 1, 3)} s (headline; best of {n}), "
-            f"profiled run {_num(prof, 1, 3)} s")
-    basis = f", {p['profiler_overhead_basis']}" if p.get("profiler_overhead_basis") else ""
-    line += f" (profiler overhead x{_num(ratio, 1, 2)}{basis})" if ratio >= 1 else " (no measurable profiler overhead: see warnings)"
-    if p.get("compile"):
-        comp = _finite(p.get("compile_s"))
-        line += f"; decode compiled, compile {_num(comp, 1, 1)} s in the warm-up (not in TTFT)" if comp is not None \
-            else "; decode compiled"
-    return line
+    text = timing_text(report)
+    return f"timing: {text}" if text else None
 
 
 def _kernel_lines(report: Report, n: int) -> list[str]:

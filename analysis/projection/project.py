@@ -587,7 +587,8 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
         s_busy = float(np.bincount(step_pos[step_pos >= 0], weights=new_dur[step_pos >= 0],
                                    minlength=len(steps))[steady].sum())
         if s_new and s_busy / s_new < LAUNCH_BOUND_BUSY:
-            notes.append(f"{ph} is launch-bound on {tgt.name}: its kernels keep the GPU busy {s_busy / s_new:.0%} of the "
+            notes.append(f"{ph} is launch-bound on {tgt.name} at batch {question.batch or int(batch or 1)}: its kernels "
+                         f"keep the GPU busy {s_busy / s_new:.0%} of the "
                          f"time; the host's launches and gaps keep their measured time, so a faster GPU gains little")
     notes.extend(notes_models)
     if question.gpu and not Path(question.gpu).is_dir():

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from perfscope.format import jsonable
 
-from ..intervals import activity, covered_ns, gaps_before, merge_intervals, profile_span_ns
+from ..intervals import (
+    activity,
+    covered_ns,
+    gaps_before,
+    merge_intervals,
+    profile_span_ns,
+    run_span_ns,
+)
 from ..summaries.kernels import DEGENERATE_SHORT_NAME, group_key, is_cpu_report, top_groups
 
 if TYPE_CHECKING:
@@ -23,10 +30,10 @@ if TYPE_CHECKING:
     from perfscope.report import Report
 
 __all__ = [
-    "DEGENERATE_SHORT_NAME", "EVIDENCE_RULE_SHARE", "HOST_COPY_KINDS", "ITEM_KINDS", "ITEM_SPANS", "NCU_REPROFILE", "SEVERITIES",
-    "Evidence", "Finding", "Item", "activity", "collect_advice", "covered_ns", "explained_ns", "from_ncu",
-    "gaps_before", "group_key", "info", "is_cpu_report", "merge_intervals", "pct", "profile_span_ns", "ranked",
-    "severity_for", "top_groups",
+    "DEGENERATE_SHORT_NAME", "EVIDENCE_RULE_SHARE", "HOST_COPY_KINDS", "ITEM_KINDS", "ITEM_SPANS", "NCU_REPROFILE",
+    "RUNS", "SEVERITIES", "Evidence", "Finding", "Item", "activity", "collect_advice", "covered_ns", "explained_ns",
+    "from_ncu", "gaps_before", "group_key", "headline_run", "info", "is_cpu_report", "merge_intervals", "pct",
+    "profile_span_ns", "ranked", "severity_for", "top_groups", "trace_run",
 ]
 
 SEVERITIES = ("high", "medium", "low", "info")
@@ -216,6 +223,28 @@ class Finding:
         }
 
 
+RUNS = ("headline", "profiled", "trace")
+"""The runs a finding's numbers come from (:attr:`Finding.run`)."""
+
+OWN_RUNS = ("engine", "torch-script", "engine-sweep", "engine-loadtest")
+"""Source kinds perfscope ran itself under the profiler: their trace is "the profiled run"."""
+
+
+def trace_run(report: Report) -> str:
+    """The run the kernels, ranges and the trace's steps belong to: ``profiled`` for a run perfscope
+    profiled itself (an engine report, a script), ``trace`` for an imported trace."""
+    kind = str((report.manifest.get("source") or {}).get("kind") or "")
+    if kind in OWN_RUNS or len(report.steps_unprofiled) or len(report.requests_unprofiled):
+        return "profiled"
+    return "trace"
+
+
+def headline_run(report: Report) -> str:
+    """The run the engine steps of the headline come from (``analysis.summaries.serving.run_steps``):
+    ``headline`` when the report holds a warm unprofiled run's steps, else :func:`trace_run`."""
+    return "headline" if len(report.steps_unprofiled) else trace_run(report)
+
+
 def severity_for(at_stake_ns: float, reference_ns: float) -> str:
     """``high`` / ``medium`` / ``low`` from the share of ``reference_ns`` a fix could save."""
     if not (reference_ns > 0) or not math.isfinite(at_stake_ns):
@@ -229,9 +258,11 @@ def severity_for(at_stake_ns: float, reference_ns: float) -> str:
 def ranked(report: Report, rule_id: str, title: str, evidence: Evidence, recommendation: str,
            time_at_stake_ns: float, *, kernels: tuple[str, ...] = (), ranges: tuple[str, ...] = (),
            items: tuple[Item, ...] = (), run: str = "") -> Finding:
-    """A Finding whose severity is its time at stake against the profile's span, with the share of that
-    time its ``items`` explain (:func:`explained_ns`)."""
-    severity = severity_for(time_at_stake_ns, profile_span_ns(report))
+    """A Finding whose severity is its time at stake against the span of the run it names (``run``: its
+    numbers' run, :data:`RUNS`; default the trace's, :func:`trace_run`), with the share of that time its
+    ``items`` explain (:func:`explained_ns`)."""
+    run = run or trace_run(report)
+    severity = severity_for(time_at_stake_ns, run_span_ns(report, run))
     items = tuple(sorted(items, key=lambda i: -i.time_ns if math.isfinite(i.time_ns) else math.inf))
     return Finding(rule_id, severity, title, evidence, recommendation, time_at_stake_ns, kernels, ranges,
                    items, explained_ns(items, time_at_stake_ns), run)

@@ -34,6 +34,7 @@ from ..idle import (
     graphs_help,
     kind_codes,
     kind_totals,
+    weighted_median,
 )
 from ._base import Item, pct
 from .evidence import spans_of
@@ -129,15 +130,8 @@ def _subjects(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[str, tup
     return pd.factorize(key)[0].astype(np.int64), kc, {"kind": (kc, kd), **fields}
 
 
-def _weighted_typical(lengths: np.ndarray, weights: np.ndarray) -> float:
-    """The gap length at which half of the weight lies in gaps at least that long."""
-    order = np.argsort(lengths)
-    c = np.cumsum(weights[order])
-    return float(lengths[order][np.searchsorted(c, c[-1] / 2.0)]) if len(c) and c[-1] > 0 else math.nan
-
-
 def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: int, typical_ns: float,
-           shapes: str | None, extra: str = "") -> str:
+           shapes: str | None, extra: str = "", where_all: str = "") -> str:
     where = []
     if key.get("function"):
         where.append(key["function"])
@@ -145,7 +139,7 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
         where.append(key["range"])
     at = f" in {' / '.join(where)}" if where else ""
     size = f" in {gaps:,} gap{'s' if gaps != 1 else ''} of {duration(typical_ns)}" if gaps else ""
-    head = f"{duration(time_ns)}{size}"
+    head = f"{duration(time_ns)}{size}{where_all}"
     op = key.get("op") or ""
     if kind == "cpu compute":
         on = f" on host tensors {shapes}" if shapes else " on host tensors"
@@ -173,10 +167,11 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
     return f"{head}: no host activity recorded there"
 
 
-def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS) -> list[Item]:
+def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS, where: str = "") -> list[Item]:
     """The idle slices ``idle`` (one device's, or a subset) grouped by kind and subject, largest first: the
-    ``top`` largest groups one by one, the rest of each kind as one more item. Grouped on integer codes:
-    linear in the slices."""
+    ``top`` largest groups one by one, the rest of each kind as one more item. ``where`` says where every
+    slice lies, after each label's size (" inside decode steps"). Grouped on integer codes: linear in the
+    slices."""
     if not len(idle):
         return []
     gid, _, fields = _subjects(idle)
@@ -208,7 +203,8 @@ def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS) -> list[Item]:
         return sorter[bounds[g]:bounds[g + 1]]
 
     for g in order[:top].tolist():
-        items.append(_item(idle, key_of(g), rows_of(g), float(sums[g]), dur, gap_id, gap_len, starts, ends, device))
+        items.append(_item(idle, key_of(g), rows_of(g), float(sums[g]), dur, gap_id, gap_len, starts, ends, device,
+                           where))
     rest: dict[tuple[str, bool], list[np.ndarray]] = {}
     for g in order[top:].tolist():  # the other groups by (kind, whether their cause is known), largest first
         k = key_of(g)
@@ -220,7 +216,8 @@ def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS) -> list[Item]:
             gaps = len(pd.unique(gap_id[pos]))
             big = pos[np.argmax(dur[pos])]
             named = "" if explains or kind != "host code" else " that no range, function or operator names"
-            items.append(Item("gaps", f"{duration(total)} more {kind}{named} in {len(pos):,} slices of {gaps:,} gaps",
+            items.append(Item("gaps", f"{duration(total)} more {kind}{named}{where} in {len(pos):,} slices of "
+                                      f"{gaps:,} gap{'s' if gaps != 1 else ''}",
                               total, explains, starts[big], ends[big],
                               {"kind": kind, "slices": len(pos), "gaps": gaps, "device": device},
                               spans=spans_of(starts[pos], ends[pos])))
@@ -233,10 +230,10 @@ def _explains(key: dict[str, str]) -> bool:
 
 
 def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, dur: np.ndarray, gap_id: np.ndarray,
-          gap_len: np.ndarray, starts: np.ndarray, ends: np.ndarray, device: str) -> Item:
+          gap_len: np.ndarray, starts: np.ndarray, ends: np.ndarray, device: str, where: str = "") -> Item:
     kind = k["kind"]
     gaps = len(pd.unique(gap_id[pos]))
-    typical = _weighted_typical(gap_len[pos], dur[pos])
+    typical = weighted_median(gap_len[pos], dur[pos])
     big = pos[np.argmax(dur[pos])]
     shapes = shapes_text(idle["op_shapes"].iloc[big]) if "op_shapes" in idle else None
     extra = ""
@@ -256,7 +253,7 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
         "wait": k["wait"] or None, "api": k["api"] or None, "slices": len(pos), "gaps": gaps,
         "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
     kind_name = "gap" if len(pos) == 1 else "gaps"
-    label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra)
+    label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra, where)
     return Item(kind_name, label, total, explains, starts[big], ends[big], {a: v for a, v in attrs.items() if v is not None},
                 spans=spans_of(starts[pos], ends[pos]) if len(pos) > 1 else ())
 

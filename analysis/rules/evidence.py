@@ -1,9 +1,10 @@
 """The items behind a finding's time at stake, built from the report's own tables (docs/findings.md,
-"The evidence rule"): idle gaps from the ``idle`` table, kernels from the kernels table, steps from
-the steps table. Each builder groups like rows into a few items, largest first, with the time they
+"The evidence rule"): kernels from the kernels table, steps from the steps table, and the ``idle``
+table cut to a finding's windows (:func:`idle_within`; its gaps become items, and advice, in
+:mod:`._gaps`). Each builder groups like rows into a few items, largest first, with the time they
 hold, whether their cause is known, where they lie (``spans``: the largest members) and what
 identifies them; the rest goes into one item per known/unknown cause, so the items add up to the
-rows they were given. Rules choose their advice from these items (:func:`dominant`).
+rows they were given. Rules choose their advice from these items.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import pandas as pd
 
 from perfscope.format import duration
 
-from ..idle import weighted_median
 from ._base import ITEM_SPANS, Item, group_key
 
 if TYPE_CHECKING:
@@ -27,43 +27,6 @@ if TYPE_CHECKING:
 ITEMS_TOP = 5
 """Items a builder lists one by one before it folds the rest into one line (time-weighted: the
 largest first)."""
-
-CAUSE_WORDS = {
-    "launch": "launch calls: the host queues kernels one by one",
-    "dispatch": "operator dispatch between launches",
-    "sync": "a blocking sync: the host waited for the device, so the queue ran dry",
-    "copy": "host<->device copy calls",
-    "profiler": "the profiler's own work",
-    "graph": "between the nodes of a graph replay",
-    "host": "host code with no GPU call",
-    "unknown": "no host activity recorded: cause unknown",
-}
-"""What an idle gap's cause (and host kind, h39a's ``host_kind``) means, in a user's words."""
-
-FIX_OF_CAUSE = {"launch": "launch", "dispatch": "launch", "sync": "sync", "copy": "copy", "profiler": "profiler",
-                "graph": "graph", "cpu compute": "host", "host code": "host", "waiting": "host", "host": "host",
-                "unknown": "unknown"}
-"""The fix each gap cause (or host kind) calls for: ``launch`` (graphs, fusion, compile), ``sync``
-(remove or defer the sync), ``copy`` (pinned memory, overlap), ``host`` (move or overlap that host
-work), ``graph`` (the graph's own gaps), ``profiler`` (profile less), ``unknown`` (none)."""
-
-
-def _text(v: object) -> str | None:
-    return v if isinstance(v, str) and v else None
-
-
-def gap_cause(cause: object, host_kind: object = None) -> str:
-    """The finest known cause of an idle gap: its host kind where the ``idle`` table has one
-    (``dispatch``, ``cpu compute``, ``waiting``, ``host code``), else its cause."""
-    return _text(host_kind) or _text(cause) or "unknown"
-
-
-def gap_explained(cause: str, rng: str | None, api: str | None = None) -> bool:
-    """Whether the trace says why a gap of ``cause`` is lost: every cause but ``unknown``; plain
-    ``host`` time only when a named range (or call) says where the host was."""
-    if cause == "unknown":
-        return False
-    return cause != "host" or bool(rng or api)
 
 
 def spans_of(start: np.ndarray, end: np.ndarray) -> tuple[tuple[float, float], ...]:
@@ -106,65 +69,6 @@ def idle_in(idle: pd.DataFrame, ws: np.ndarray, we: np.ndarray, device: str | No
     out = rows[cols].iloc[i].copy()
     out["start_ns"], out["end_ns"], out["duration_ns"] = s, e, e - s
     return out.reset_index(drop=True)
-
-
-def gap_items(idle: pd.DataFrame, *, where: str = "", top: int = ITEMS_TOP) -> list[Item]:
-    """Idle gaps as items: one per (cause, host kind, range), the largest ``top`` by time, then one
-    line for the rest of known cause and one for the rest of unknown cause. Each says how much time
-    its gaps hold, how many there are and their time-weighted size ("669 ms in 35,641 gaps, half of
-    it in gaps of 25 us or more, in attn: ..."), and carries the largest gaps' places."""
-    if not len(idle):
-        return []
-    def text(col: str) -> np.ndarray:
-        if col not in idle:
-            return np.full(len(idle), "", dtype=object)
-        v = idle[col].astype("object")
-        return v.where(v.notna() & (v != ""), "").to_numpy(object)
-
-    kind, cause = text("host_kind"), text("cause")
-    cause = np.where(kind != "", kind, np.where(cause != "", cause, "unknown"))  # gap_cause, on the whole column
-    df = pd.DataFrame({"cause": cause, "range": text("range"), "api": text("api"),
-                       "start": idle["start_ns"].to_numpy(np.int64), "end": idle["end_ns"].to_numpy(np.int64),
-                       "dur": idle["duration_ns"].to_numpy(np.float64)})
-    # a sync's call names the sync; other causes group by range alone (one line per range)
-    df["call"] = np.where(df["cause"].isin(["sync", "copy"]), df["api"], "")
-    groups = sorted(df.groupby(["cause", "range", "call"], sort=False), key=lambda kv: -float(kv[1]["dur"].sum()))
-    items: list[Item] = []
-    rest: dict[bool, list[pd.DataFrame]] = {True: [], False: []}
-    for (c, r, call), g in groups:
-        known = gap_explained(str(c), r or None, call or None)
-        if len(items) >= top:
-            rest[known].append(g)
-            continue
-        items.append(_gap_item(g, str(c), r or None, call or None, known, where))
-    for known, parts in rest.items():
-        if parts:
-            g = pd.concat(parts)
-            n_groups = len(parts)
-            t = float(g["dur"].sum())
-            label = (f"{duration(t)} in {len(g):,} more gap(s){where} ({n_groups} other cause/range groups"
-                     + ("" if known else ", cause unknown") + ")")
-            items.append(Item("gaps", label, t, known, attrs={"count": len(g), "cause": "mixed" if known else "unknown"},
-                              spans=spans_of(g["start"].to_numpy(), g["end"].to_numpy())))
-    return items
-
-
-def _gap_item(g: pd.DataFrame, cause: str, rng: str | None, call: str | None, known: bool, where: str) -> Item:
-    t, n = float(g["dur"].sum()), len(g)
-    size = (f" of {duration(t)}" if n == 1 else
-            f", half of it in gaps of {duration(weighted_median(g['dur'].to_numpy()))} or more")
-    place = f" in {rng}" if rng else ""
-    words = CAUSE_WORDS.get(cause, cause)
-    if call:
-        words += f" ({call})"
-    label = f"{duration(t)} in {n:,} gap{'s' if n != 1 else ''}{size}{where}{place}: {words}"
-    attrs: dict[str, float | int | str | None] = {"cause": cause, "fix": FIX_OF_CAUSE.get(cause, "host"),
-                                                  "range": rng, "api": call, "count": n,
-                                                  "weighted_median_ns": weighted_median(g["dur"].to_numpy())}
-    s, e = g["start"].to_numpy(), g["end"].to_numpy()
-    if n == 1:
-        return Item("gap", label, t, known, float(s[0]), float(e[0]), attrs)
-    return Item("gaps", label, t, known, attrs=attrs, spans=spans_of(s, e))
 
 
 def kernel_items(kernels: pd.DataFrame, rows: np.ndarray, time_ns: np.ndarray, *, explains: np.ndarray | None = None,
@@ -284,22 +188,6 @@ def on_stake_clock(items: list[Item], stake_ns: float, measured_stake_ns: float)
             if math.isfinite(i.time_ns) else i for i in items]
 
 
-def dominant(items: Iterable[Item], key: str = "fix", kinds: tuple[str, ...] = ("gap", "gaps")) -> str | None:
-    """The value of ``attrs[key]`` that holds the most time among ``items`` of ``kinds`` (the advice a
-    finding gives follows it); None when no such item has a time."""
-    totals: dict[str, float] = {}
-    for i in items:
-        v = i.attrs.get(key)
-        if i.kind in kinds and isinstance(v, str) and math.isfinite(i.time_ns):
-            totals[v] = totals.get(v, 0.0) + i.time_ns
-    return max(totals, key=lambda k: totals[k]) if totals else None
-
-
-def time_of(items: Iterable[Item], key: str, value: str) -> float:
-    """The time the items whose ``attrs[key]`` is ``value`` hold."""
-    return float(sum(i.time_ns for i in items if i.attrs.get(key) == value and math.isfinite(i.time_ns)))
-
-
 def largest(items: Iterable[Item], key: str, value: str) -> Item | None:
     """The item with the most time among those whose ``attrs[key]`` is ``value``."""
     hits = [i for i in items if i.attrs.get(key) == value and math.isfinite(i.time_ns)]
@@ -318,40 +206,6 @@ def largest_kernel(items: Iterable[Item]) -> str | None:
     return max(ks, key=lambda i: i.time_ns).label if ks else None
 
 
-def gap_advice(fix: str | None, items: Iterable[Item], what: str) -> str:
-    """The advice for the gaps of ``what`` (a decode step, the run) that the largest gaps' fix calls
-    for, naming the range, call and time of its largest item: never CUDA graphs (a caller gives those
-    for ``launch`` only, the one fix they help)."""
-    items = list(items)
-    top = largest(items, "fix", fix or "")
-    total = time_of(items, "fix", fix or "")
-    t = duration(total)
-    where = ""
-    if top is not None and top.attrs.get("range"):
-        where = (f" in {top.attrs['range']}" if top.time_ns >= 0.9 * total else
-                 f" (the most, {duration(top.time_ns)}, in {top.attrs['range']})")
-    call = f" ({top.attrs['api']})" if top is not None and top.attrs.get("api") else ""
-    if fix == "sync":
-        return (f"The device waits on blocking syncs{call}{where} ({t} of idle): the host blocks until the device "
-                f"runs dry, so it cannot queue the next work ahead. Remove the sync from the {what} or defer it: "
-                "keep the value on the device (no .item()/.cpu() per step), read it a step later, or copy it "
-                "with non_blocking=True and wait on an event.")
-    if fix == "copy":
-        return (f"Host<->device copies{where} hold the device idle ({t}): copy from pinned memory "
-                "(pin_memory=True) with non_blocking=True, and overlap the copies with compute on another stream.")
-    if fix == "host":
-        return (f"The host runs its own code with no GPU call for {t} of the gaps{where}: move or overlap this "
-                f"host work: do it before or after the {what}, on another thread, or on the device.")
-    if fix == "profiler":
-        return (f"The profiler's own work{where} holds the device idle ({t}): this time is not in an unprofiled "
-                "run; profile fewer steps, or without with_stack/record_shapes, to see the run's own gaps.")
-    if fix == "graph":
-        return (f"The idle is between the nodes of a graph replay ({t}): the graph's kernels are too short for "
-                "the device's per-node cost; fuse them (torch.compile) so the graph has fewer, longer nodes.")
-    return (f"The trace records no host activity during these gaps ({t}): profile with the host side (the "
-            "CUDA/HIP API calls and CPU operators) to see what the host did.")
-
-
 def idle_within(report: Report, ws: np.ndarray, we: np.ndarray) -> pd.DataFrame:
     """The ``idle`` rows inside the windows, on the device that ran the most kernel time (the
     device the steps' kernels run on; a CPU report's operators are on ``cpu``)."""
@@ -365,6 +219,5 @@ def idle_within(report: Report, ws: np.ndarray, we: np.ndarray) -> pd.DataFrame:
     return idle_in(idle, ws, we, device if device in set(idle["device"].astype(str)) else None)
 
 
-__all__ = ["CAUSE_WORDS", "FIX_OF_CAUSE", "ITEMS_TOP", "clip_to", "dominant", "gap_advice", "gap_cause",
-           "gap_explained", "gap_items", "idle_in", "idle_within", "kernel_items", "largest", "largest_kernel",
-           "on_stake_clock", "spans_of", "step_items", "time_in", "time_of", "unexplained", "weighted_median"]
+__all__ = ["ITEMS_TOP", "clip_to", "idle_in", "idle_within", "kernel_items", "largest", "largest_kernel",
+           "on_stake_clock", "spans_of", "step_items", "time_in", "unexplained"]

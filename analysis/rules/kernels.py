@@ -703,7 +703,8 @@ def fp32_matmul(report: Report) -> list[Finding]:
     kernels = tuple(_top_by_time(mm))[:TOP_GROUPS]
     saved = pd.Series(np.nan, index=mm.index)
     saved.loc[known.index] = (known["duration_ns"] - floor_ns).clip(lower=0)
-    items = rows_items(effective_kernels(report), mm, saved, f"FP32 matmul off the tensor cores ({target} roof "
+    units = "the CPU's matrix units" if dev.kind == "cpu" else "the tensor cores"  # a CPU report has no GPU words
+    items = rows_items(effective_kernels(report), mm, saved, f"FP32 matmul off {units} ({target} roof "
                        f"{speedup:.0f}x)")
     other = [i for i in items if isinstance(i.attrs.get("limiter"), str) and i.attrs["limiter"] not in ("fma", "fp16")]
     if other:  # measured: what limits the heaviest of them is not the FP32 pipe, so the roof ratio overstates the gain

@@ -5,9 +5,12 @@ A decode step must read every weight once and the KV cache of every sequence, so
 ``(weight_bytes + kv_cache_bytes) / DRAM roof``; MBU is that floor over the measured step time.
 Imported traces without step annotations have no steps, so these rules stay silent on them; a
 framework's steps (vLLM, SGLang, ...) have no model bytes, so their bytes are their kernels'
-(``kernel_dram_bytes``), and outlier steps are left out. Step times come from the
-headline run (the warm unprofiled one when the report holds it: the profiler inflates every
-launch); kernel coverage compares the profiled run's kernels with the profiled run's steps.
+(``kernel_dram_bytes``), and outlier steps are left out. Step times, the numbers each finding
+quotes and its time at stake all come from one run, the one the finding names (``run``): the
+headline (the warm unprofiled run when the report holds it: the profiler inflates every launch),
+else the profiled run or the trace. What only the profiled run measures (kernel coverage, its
+kernels and idle gaps as evidence items) is put on the stake's run as shares of its own stake
+(``evidence.on_stake_clock``).
 """
 
 from __future__ import annotations
@@ -22,13 +25,22 @@ import pandas as pd
 from perfscope.format import duration, nbytes
 from perfscope.format import pct as fmt_pct
 
+from ..idle import GRAPH_KINDS, HOST_KINDS, graphs_help, kind_totals, largest_kind
 from ..steps import FLOPS_MIN_COVERAGE, has_framework_steps, headline_steps, step_windows
 from ..summaries.serving import phase_summary, run_steps
-from ._base import Finding, Item, collect_advice, info, is_cpu_report, merge_intervals, pct, ranked
+from ._base import (
+    Finding,
+    Item,
+    collect_advice,
+    headline_run,
+    info,
+    is_cpu_report,
+    merge_intervals,
+    pct,
+    ranked,
+)
+from ._gaps import idle_advice, idle_items, kind_advice
 from .evidence import (
-    dominant,
-    gap_advice,
-    gap_items,
     idle_within,
     kernel_items,
     largest_kernel,
@@ -63,20 +75,6 @@ def _phase_steps(report: Report, phase: str, *, profiled: bool = False) -> pd.Da
     return s[(s["phase"] == phase) & (s["end_ns"] > s["start_ns"])]
 
 
-def _profiled_wall_ns(report: Report, *phases: str) -> float:
-    """Wall time of the phases' steps in the profiled run (the clock every finding's time at stake is on)."""
-    return float(sum(_phase_steps(report, p, profiled=True)["duration_ns"].sum() for p in phases))
-
-
-def _on_profiled_clock(report: Report, headline_ns: float, *phases: str) -> float:
-    """A time measured on the headline run's steps of ``phases``, put on the profiled run's clock (the
-    kernels' clock, which every other rule's time at stake is on): scaled by the phases' profiled
-    over headline wall time. The same time when the report holds one run."""
-    head = float(sum(_phase_steps(report, p)["duration_ns"].sum() for p in phases))
-    prof = _profiled_wall_ns(report, *phases)
-    return headline_ns * prof / head if head > 0 and prof > 0 else headline_ns
-
-
 def _model_bytes(steps: pd.DataFrame) -> pd.Series:
     """Bytes each step must read: the model's weights + KV cache (engine steps), else the summed
     DRAM bytes of the step's kernels (framework steps: from the kernels' costs)."""
@@ -84,6 +82,26 @@ def _model_bytes(steps: pd.DataFrame) -> pd.Series:
     if "kernel_dram_bytes" in steps:
         model = model.where(model.notna(), steps["kernel_dram_bytes"])
     return model
+
+
+def _idle_in_steps(report: Report, prof: pd.DataFrame) -> pd.DataFrame:
+    """The ``idle`` table's slices inside the profiled steps ``prof`` (none without steps)."""
+    if not len(prof):
+        return idle_within(report, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return idle_within(report, *step_windows(prof, report.kernels))
+
+
+def _run_of(report: Report) -> str:
+    """``gpu``, ``cpu`` (an eager CPU run) or ``compiled-cpu`` (:func:`.timeline.compiled_cpu_run`)."""
+    return "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
+
+
+def _gap_advice(idle: pd.DataFrame, items: list[Item], run: str, graph_run: str | None = None) -> str:
+    """The idle advice (:func:`._gaps.idle_advice`, in the words of a ``run`` on the GPU or the CPU) for the
+    gaps inside a phase's steps; with no gap there, the advice for time of unknown cause."""
+    cpu = run != "gpu"
+    return (idle_advice(idle, items, cpu=cpu, compiled_cpu=run == "compiled-cpu", graph_run=graph_run)[0]
+            or kind_advice("unknown", 100.0, items, idle, cpu=cpu))
 
 
 def _kernel_cover_pct(report: Report, steps: pd.DataFrame, phase: str) -> float:
@@ -138,10 +156,7 @@ def decode_mbu(report: Report) -> list[Finding]:
         return []
     prof = _phase_steps(report, "decode", profiled=True)
     prof = prof[_model_bytes(prof).notna()]
-    # at stake on the profiled run's clock, like every other finding: its steps above their floor
-    at_stake = (float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
-                              / bw * 1e9, 0, None).sum()) if len(prof)
-                else _on_profiled_clock(report, float(np.clip(dur - floor_ns, 0, None).sum()), "decode"))
+    at_stake = float(np.clip(dur - floor_ns, 0, None).sum())  # the same steps' time above their floor
     cover = _kernel_cover_pct(report, _phase_steps(report, "decode", profiled=True), "decode")
     ops_per_step = float((report.kernels["phase"] == "decode").sum()) / len(steps)
     evidence: dict[str, float | int | str] = {
@@ -164,34 +179,37 @@ def decode_mbu(report: Report) -> list[Finding]:
     # the items are measured on the profiled run (its kernels and idle gaps); on the stake's clock
     prof_stake = float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
                                / bw * 1e9, 0, None).sum())
-    items = on_stake_clock(_decode_items(report, prof, bw), at_stake, prof_stake)
+    idle = _idle_in_steps(report, prof)
+    items = on_stake_clock(_decode_items(report, prof, idle, bw), at_stake, prof_stake)
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
     items += unexplained(at_stake - gap_ns - kernel_ns, f"{duration(at_stake - gap_ns - kernel_ns)} of the stake no "
                          "item holds: step time outside the idle table's gaps (before the first kernel, after the "
                          "last) or kernel time the kernels' own byte counts do not place")
     evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_roof_ns=kernel_ns)
+    totals = kind_totals(idle)
     mode = graph_mode(report)
-    graph = graph_advice(report, mode) if mode.is_graph_run else None
+    graph = graph_advice(report, mode, graphs=graphs_help(totals)) if mode.is_graph_run else None
     if graph:
         evidence.update(mode.evidence())
-    mode_of_run = "compiled-cpu" if compiled_cpu_run(report) else "cpu" if is_cpu_report(report) else "gpu"
-    fix = dominant(items) if gap_ns >= kernel_ns else "kernels"
-    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run, fix=fix, items=items)
-    if has_framework_steps(steps) and fix == "launch":
+    mode_of_run = _run_of(report)
+    fix = largest_kind(totals) if gap_ns >= kernel_ns else "kernels"
+    advice = _decode_advice(cover, float(floor_ns.mean()), ops_per_step, graph, mode_of_run, fix=fix, items=items,
+                            idle=idle)
+    if has_framework_steps(steps) and fix in GRAPH_KINDS:
         from .knobs import framework_of, knob
 
         advice += knob(framework_of(steps), "graphs", graphs=mode.is_graph_run)
-    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",), items=tuple(items))]
+    return [ranked(report, "decode-mbu", title, evidence, advice, at_stake, ranges=("decode",), items=tuple(items),
+                   run=headline_run(report))]
 
 
-def _decode_items(report: Report, prof: pd.DataFrame, bw: float) -> list[Item]:
-    """What the decode steps' time above their floor is: the device idle inside the steps (the
-    ``idle`` table's gaps, by cause and range) and the kernels' time above their own DRAM floor
-    (bytes / roof; a kernel without bytes holds its whole time, of unknown cause)."""
+def _decode_items(report: Report, prof: pd.DataFrame, idle: pd.DataFrame, bw: float) -> list[Item]:
+    """What the decode steps' time above their floor is: the device idle inside the steps (``idle``, their
+    slices of the ``idle`` table, by kind and subject: :func:`._gaps.idle_items`) and the kernels' time
+    above their own DRAM floor (bytes / roof; a kernel without bytes holds its whole time, of unknown cause)."""
     if not len(prof):
         return []
-    ws, we = step_windows(prof, report.kernels)
-    items = gap_items(idle_within(report, ws, we), where=" inside decode steps")
+    items = idle_items(idle, where=" inside decode steps")
     k = report.kernels
     pos = np.flatnonzero((k["phase"] == "decode").to_numpy(bool))
     if len(pos):
@@ -212,14 +230,13 @@ def _decode_items(report: Report, prof: pd.DataFrame, bw: float) -> list[Item]:
     return items
 
 
-def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None = None,
-                   run: str = "gpu", *, fix: str | None = "launch", items: list[Item] | None = None) -> str:
-    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``; ``fix`` is what
-    the items behind the time above the floor call for (:data:`.evidence.FIX_OF_CAUSE`, or
-    ``kernels`` when the kernels' own time above their floor is the larger part)."""
-    items = items or []
+def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: str | None, run: str, *,
+                   fix: str | None, items: list[Item], idle: pd.DataFrame) -> str:
+    """What to change first; ``run`` is ``gpu``, ``cpu`` (eager) or ``compiled-cpu``; ``fix`` is the kind
+    (:data:`..idle.KINDS`) holding the most of the gaps ``idle`` inside the steps, or ``kernels`` when the
+    kernels' own time above their floor is the larger part (None: neither holds any)."""
     launch_bound = floor_ns < ops_per_step * SHORT_KERNEL_NS
-    host_gaps = run != "gpu" and fix in ("launch", "host")  # on a CPU the gaps between operators are dispatch
+    host_gaps = run != "gpu" and fix in (*GRAPH_KINDS, *HOST_KINDS)  # on a CPU the gaps between operators are dispatch
     if run == "compiled-cpu" and launch_bound and host_gaps:
         head = (f"Decode is already compiled (compile=True), and the step's bandwidth floor ({duration(floor_ns)}) "
                 "is still shorter than the fixed host cost of a step (the compiled call's guard check and launch "
@@ -247,19 +264,13 @@ def _decode_advice(cover: float, floor_ns: float, ops_per_step: float, graph: st
                                                                        if top else "")
                 + ": check them against the bandwidth roof (memory-below-roof) and use fused decode attention "
                 "and GEMV kernels tuned for small batches.")
-    elif graph is not None and fix in ("launch", "host"):
-        head = graph  # a graph run: the host time between replays is what is left, and graphs will not help
-    elif fix != "launch":
-        head = gap_advice(fix, items, "decode step")
-    elif launch_bound:
+    elif graph is None and launch_bound and fix in GRAPH_KINDS:
         head = (f"The step's bandwidth floor ({duration(floor_ns)}) is shorter than launching its "
                 f"{ops_per_step:.0f} kernels/operators at {SHORT_KERNEL_NS / 1000:.0f} µs each: the model is too "
                 "small for this device and per-kernel overhead sets the step time. Capture the step in a CUDA "
                 "graph or compile it (torch.compile) so it runs as few launches.")
-    else:
-        head = (f"Kernels run only {cover:.0f}% of each decode step: the rest is launch overhead. "
-                "Capture the decode step in a CUDA graph (torch.compile(mode='reduce-overhead')) and keep "
-                "sampling and bookkeeping on the device.")
+    else:  # the gaps' kinds, largest first; a graph run is told what its replays leave instead of graphs
+        head = _gap_advice(idle, items, run, graph)
     return (head + " Then raise the batch: the weights are read once per step for every sequence in it, so "
                    "tokens per second grow almost linearly until the KV cache dominates; quantized weights "
                    "(int8/fp8/int4) lower the floor itself.")
@@ -312,12 +323,12 @@ def prefill_mfu(report: Report) -> list[Finding]:
         "model_bytes": nbytes, "mbu_pct": pct(nbytes / (wall * 1e-9), bw),
         "bound": "compute" if compute_ns >= memory_ns else "memory", "speed_of_light_pct": sol_pct,
     }
-    prof_wall = _profiled_wall_ns(report, "prefill")  # at stake on the profiled run's clock
-    at_stake = (prof_wall if prof_wall > 0 else wall) - max(compute_ns, memory_ns)
+    at_stake = wall - max(compute_ns, memory_ns)  # the same steps' time above their speed of light
     title = (f"Prefill reaches {fmt_pct(mfu)} MFU ({flops / wall:.3g} of {peak / 1e9:.3g} GFLOP/s {precision}); "
              f"{sol_pct:.2g}% of its speed of light ({evidence['bound']}-bound)")
     prof = _phase_steps(report, "prefill", profiled=True)
-    items = on_stake_clock(_prefill_items(report, prof, k, bw), at_stake,
+    idle = _idle_in_steps(report, prof)
+    items = on_stake_clock(_prefill_items(report, idle, k, bw), at_stake,
                            float(prof["duration_ns"].sum()) - max(compute_ns, memory_ns))
     gap_ns, kernel_ns = time_in(items, ("gap", "gaps")), time_in(items, ("kernel", "kernels"))
     evidence.update(idle_in_steps_ns=gap_ns, kernel_time_above_light_ns=kernel_ns)
@@ -325,11 +336,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
                          "item holds: step time outside the idle table's gaps, or the part of the kernels' own speeds "
                          "of light that the phase's (the larger of its FLOP and byte totals) does not count")
     if gap_ns > kernel_ns:
-        advice = gap_advice(dominant(items), items, "prefill step")
-        if dominant(items) == "launch":
-            advice = ("The device waits between prefill kernels while the host launches them one by one: capture "
-                      "or compile the prefill (torch.compile) so it runs as fewer launches, and give it larger "
-                      "chunks so each launch carries more work.")
+        advice = _gap_advice(idle, items, _run_of(report))
     else:
         advice = _prefill_advice(items, k, precision)
     if has_framework_steps(steps):
@@ -339,18 +346,15 @@ def prefill_mfu(report: Report) -> list[Finding]:
         evidence["framework"] = fw
         advice += knob(fw, "batch_tokens")
     return [ranked(report, "prefill-mfu", title, evidence, advice,
-                    at_stake, ranges=("prefill",), items=tuple(items))]
+                    at_stake, ranges=("prefill",), items=tuple(items), run=headline_run(report))]
 
 
-def _prefill_items(report: Report, prof: pd.DataFrame, k: pd.DataFrame, bw: float) -> list[Item]:
-    """What the prefill's time above its speed of light is: the device idle inside its steps and
-    each kernel's time above its own speed of light (max of FLOPs / its precision's roof and bytes
-    / the DRAM roof; a kernel with neither holds its whole time, of unknown cause)."""
+def _prefill_items(report: Report, idle: pd.DataFrame, k: pd.DataFrame, bw: float) -> list[Item]:
+    """What the prefill's time above its speed of light is: the device idle inside its steps (``idle``, by
+    kind and subject) and each kernel's time above its own speed of light (max of FLOPs / its precision's
+    roof and bytes / the DRAM roof; a kernel with neither holds its whole time, of unknown cause)."""
     dev = report.device
-    items: list[Item] = []
-    if len(prof):
-        ws, we = step_windows(prof, report.kernels)
-        items += gap_items(idle_within(report, ws, we), where=" inside prefill steps")
+    items = idle_items(idle, where=" inside prefill steps")
     if not len(k) or dev is None:
         return items
     pos = np.flatnonzero(report.kernels.index.isin(k.index))
@@ -425,7 +429,7 @@ def kv_cache_share(report: Report) -> list[Finding]:
               "query-per-KV-head ratio, paged attention avoids reading padded slots, and sliding-window or "
               "prefix-shared caches cap it. Larger batches stop paying off once the KV cache dominates.")
     return [ranked(report, "kv-cache-share", title, evidence, advice,
-                    at_stake, ranges=("decode",), items=tuple(items))]
+                    at_stake, ranges=("decode",), items=tuple(items), run=headline_run(report))]
 
 
 def _placed(report: Report) -> bool:
@@ -447,7 +451,7 @@ def _intensity(report: Report, steps: pd.DataFrame) -> float:
     return 2.0 * float(n_params) * float(steps["tokens"].mean()) / nbytes
 
 
-def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
+def _verify_cost(report: Report, verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
     """A framework's speculative steps whose labels say no accepted counts (SGLang's TARGET_VERIFY,
     vLLM's multi-token decodes): what drafting and verifying cost, and that acceptance is not in the
     trace."""
@@ -459,11 +463,11 @@ def _verify_cost(verify: pd.DataFrame, draft: pd.DataFrame) -> list[Finding]:
         "verify_steps": len(verify), "draft_steps": len(draft), "verify_time_ns": verify_ns, "draft_time_ns": draft_ns,
         "drafted_tokens": int(drafted.sum()) if drafted.notna().any() else math.nan,
         "verify_step_ns": verify_ns / len(verify), "draft_ns_per_verify_step": draft_ns / len(verify)}
-    return [info("speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and "
-                 f"{len(draft)} draft steps ({duration(draft_ns)}); the trace does not say how many drafts were "
-                 "accepted", "Acceptance decides whether speculation pays: read it from the server's metrics "
-                 "(vLLM spec_decode acceptance, SGLang accept length) and compare tokens/s with speculation off.",
-                 **evidence)]
+    return [dataclasses.replace(info(
+        "speculation", f"Speculative decoding: {len(verify)} verify steps ({duration(verify_ns)}) and {len(draft)} draft "
+        f"steps ({duration(draft_ns)}); the trace does not say how many drafts were accepted", "Acceptance decides "
+        "whether speculation pays: read it from the server's metrics (vLLM spec_decode acceptance, SGLang accept "
+        "length) and compare tokens/s with speculation off.", **evidence), run=headline_run(report))]
 
 
 def speculation(report: Report) -> list[Finding]:
@@ -475,7 +479,7 @@ def speculation(report: Report) -> list[Finding]:
     verify, draft, decode = (_phase_steps(report, p) for p in ("verify", "draft", "decode"))
     known = "accepted" in verify.columns and verify["accepted"].notna().any()
     if not len(verify) or verify["drafted"].isna().all() or not known:
-        return _verify_cost(verify, draft)
+        return _verify_cost(report, verify, draft)
     spec = report.params.get("speculation") or {}
     method = str(spec.get("method", "speculative")) if isinstance(spec, dict) else "speculative"
     drafted, accepted = float(verify["drafted"].sum()), float(verify["accepted"].sum())
@@ -508,17 +512,18 @@ def speculation(report: Report) -> list[Finding]:
     head = (f"{tokens_per_verify:.2f} tokens per verify step (acceptance {acceptance:.0f}%) at "
             f"{cost_ratio:.2g}x a decode step")
     if not len(decode) and not speedup >= SPEC_PAID_SPEEDUP:
-        return [info("speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known "
-                     "without a plain decode step to compare", "Profile the same prompts without --speculative "
-                     "and compare decode tokens/s (perfscope compare).", **evidence)]
+        return [dataclasses.replace(info(
+            "speculation", f"Speculative decoding ({method}): {head} floor; whether it paid is not known without a "
+            "plain decode step to compare", "Profile the same prompts without --speculative and compare decode "
+            "tokens/s (perfscope compare).", **evidence), run=headline_run(report))]
     items = _speculation_items(report, verify, draft, step_ns, accepted)
     if speedup >= SPEC_PAID_SPEEDUP:
         title = f"Speculative decoding ({method}) paid: {head}: {speedup:.2f}x plain decode's tokens/s"
         advice = ("Keep it. A longer draft pays while acceptance stays high and the verify step stays memory-bound "
                   "(its cost barely grows with k+1 tokens per weight read); watch the acceptance rate per prompt.")
-        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",), items=tuple(items))]
-    at_stake = _on_profiled_clock(report, (per_token_ns - step_ns) * (emitted + len(decode)),
-                                  "verify", "draft", "decode")
+        return [Finding("speculation", "low", title, evidence, advice, 0.0, ranges=("verify",), items=tuple(items),
+                        run=headline_run(report))]
+    at_stake = (per_token_ns - step_ns) * (emitted + len(decode))  # on the run the steps above come from
     title = f"Speculative decoding ({method}) did not pay: {head}: {speedup:.2f}x plain decode's tokens/s"
     verify_extra = sum(i.time_ns for i in items if i.attrs.get("part") == "verify")
     draft_cost = sum(i.time_ns for i in items if i.attrs.get("part") == "draft")
@@ -531,7 +536,7 @@ def speculation(report: Report) -> list[Finding]:
                "agrees more often (more self-draft layers), and keep speculation for prompts whose answer repeats "
                "its input (rewrite, edit, summarise, code).")
     return [ranked(report, "speculation", title, evidence, why, at_stake, ranges=("verify", "draft"),
-                   items=tuple(_on_profiled(report, items, at_stake)))]
+                   items=tuple(items), run=headline_run(report))]
 
 
 def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame, step_ns: float,
@@ -555,11 +560,3 @@ def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame
                         attrs={"accepted_tokens": int(accepted), "saved_ns": accepted * step_ns}))
     return out
 
-
-def _on_profiled(report: Report, items: list[Item], at_stake: float) -> list[Item]:
-    """The items of a stake measured on the headline run, scaled onto the profiled run's clock as the
-    stake is (:func:`_on_profiled_clock`), so their times and the stake compare."""
-    scale = _on_profiled_clock(report, 1.0, "verify", "draft", "decode")
-    if scale == 1.0 or not math.isfinite(scale):
-        return items
-    return [dataclasses.replace(i, time_ns=i.time_ns * scale) if math.isfinite(i.time_ns) else i for i in items]

@@ -13,6 +13,13 @@ the module or range path the kernel ran in (:mod:`.hierarchy`: what got slower i
 
 Times are totals over each report, not normalised: when A and B ran different amounts of work
 (batch, tokens, steps), read the per-phase tokens per second rather than the time deltas.
+
+Which run, which roof: an engine report holds a warm unprofiled run (the headline, the numbers
+``analyze`` tells a user to quote) and the profiled run. The phase table compares the headline runs
+(``profiled=True``: the profiled runs'); the per-name table compares kernels, which only the profiled
+runs have. MFU and MBU of both sides are taken against one roof (``roofs``, else A's when both ran on
+the same device): a faster run never shows a lower utilisation because its roof was measured in
+another minute. The sides are labelled by their report folders.
 """
 
 from __future__ import annotations
@@ -27,12 +34,13 @@ import pandas as pd
 from perfscope.errors import UsageError
 from perfscope.format import MISSING, clip, duration, finite, jsonable, signed
 
-from ..intervals import profile_span_ns
+from ..intervals import headline_span_ns, profile_span_ns
 from .kernels import aggregate_by_name, group_key
-from .serving import SUMMARY_PHASES, phase_summary
+from .serving import SUMMARY_PHASES, has_unprofiled, phase_summary
 from .tails import compare_tails, tails_verdict
 
 if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
     from perfscope.report import Report
 
 KEYS = ("short_name", "name", "op", "module")
@@ -53,7 +61,7 @@ class Comparison:
     """The difference between two reports.
 
     Attributes:
-        a: name of the baseline report; b: name of the changed one.
+        a: label of the baseline report (its folder); b: of the changed one.
         key: what names were matched on (``short_name``, ``name`` or ``op``).
         by_phase: one row per phase (``prefill``, ``decode``, or ``all``) plus ``total``.
         by_name: one row per kernel/operator name, largest absolute time change first;
@@ -61,6 +69,9 @@ class Comparison:
         verdict: short sentences: overall and per-phase change, biggest movers, bound shifts.
         by_tail: two load tests: how each part of the p99 of TTFT, ITL, TPOT and E2E moved
             (:func:`.tails.compare_tails`); empty otherwise.
+        run: the runs the phase table compares: ``headline`` (the warm unprofiled runs where both
+            reports hold one), ``profiled``, or ``trace`` (imported traces: one run each).
+        roofs: the roof both sides' MFU and MBU are taken against, in words ("" when each side keeps its own).
     """
 
     a: str
@@ -70,23 +81,29 @@ class Comparison:
     by_name: pd.DataFrame
     verdict: list[str]
     by_tail: pd.DataFrame = field(default_factory=pd.DataFrame)
+    run: str = "profiled"
+    roofs: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None)."""
         def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
             return [{k: jsonable(v) if not isinstance(v, (bool, np.bool_)) else bool(v) for k, v in r.items()}
                     for r in df.astype("object").where(df.notna(), None).to_dict(orient="records")]
-        out = {"a": self.a, "b": self.b, "key": self.key, "by_phase": rows(self.by_phase),
-               "by_name": rows(self.by_name), "verdict": list(self.verdict)}
+        out = {"a": self.a, "b": self.b, "key": self.key, "run": self.run, "roofs": self.roofs,
+               "by_phase": rows(self.by_phase), "by_name": rows(self.by_name), "verdict": list(self.verdict)}
         if len(self.by_tail):  # two load tests: how each part of the p99s moved
             out["tails"] = rows(self.by_tail)
         return out
 
 
 # ---------------------------------------------------------------------------- per phase
-def _phases(report: Report) -> pd.DataFrame:
-    p = phase_summary(report, profiled=True)  # the profiled run's: consistent with the kernel times compared
-    total = {"phase": "total", "wall_s": profile_span_ns(report) / 1e9,
+def _phases(report: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """The phase rows of the headline run (the warm unprofiled one where the report holds it) or, with
+    ``profiled``, of the profiled run; the ``total`` row's wall time is that run's span, its kernel time
+    the profiled run's (the only run with kernels)."""
+    p = phase_summary(report, profiled=profiled)
+    head = not profiled and len(report.steps_unprofiled) > 0
+    total = {"phase": "total", "wall_s": (headline_span_ns(report) if head else profile_span_ns(report)) / 1e9,
              "kernel_time_s": float(report.kernels["duration_ns"].sum()) / 1e9,
              "tokens": int(p["tokens"].sum()) if len(p) else 0}
     if len(p) == 1 and p["phase"].iloc[0] == "all":
@@ -97,9 +114,11 @@ def _phases(report: Report) -> pd.DataFrame:
     return out.set_index("phase")
 
 
-def phase_table(a: Report, b: Report) -> pd.DataFrame:
-    """Wall time, kernel time, tokens, MFU and MBU per phase for A and B, with the time delta."""
-    pa, pb = _phases(a), _phases(b)
+def phase_table(a: Report, b: Report, *, profiled: bool = False) -> pd.DataFrame:
+    """Wall time, kernel time, tokens, MFU and MBU per phase for A and B, with the time delta: the
+    headline runs' (``profiled``: the profiled runs'), each against its report's roofs (give both the
+    same roofs for one: :func:`compare` does)."""
+    pa, pb = _phases(a, profiled=profiled), _phases(b, profiled=profiled)
     order = [p for p in (*SUMMARY_PHASES, "total") if p in pa.index or p in pb.index]
     pa, pb = pa.reindex(order), pb.reindex(order)
     out = pd.DataFrame({
@@ -224,7 +243,8 @@ def _movers(by_name: pd.DataFrame, key: str) -> list[str]:
             col = "time_b_s" if status == "new" else "time_a_s"
             top = rows.nlargest(TOP_MOVERS, col)
             names = ", ".join(f"{_short(r.name)} ({duration(getattr(r, col) * 1e9)})" for r in top.itertuples(index=False))
-            out.append(f"{len(rows)} name(s) {where}: {names}.")
+            which = f", the {len(top)} with the most time" if len(top) < len(rows) else ""
+            out.append(f"{len(rows)} name(s) {where}{which}: {names}.")
     return out
 
 
@@ -317,22 +337,77 @@ def name_view(c: Comparison, top: int | None = 10) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------- entry point
-def compare(a: Report, b: Report, *, key: str = "short_name") -> Comparison:
+def side_labels(a: Report, b: Report) -> tuple[str, str]:
+    """How the two sides are named: their report folders (``cpu-small-b1-p128-g32``), with the folders
+    above them while the two read the same; the report names without a folder."""
+    from perfscope.report import REPORT_SUFFIX
+
+    def label(r: Report, depth: int) -> str:
+        if r.path is None:
+            return r.name
+        parts = [*r.path.resolve().parts[-depth - 1:-1], r.path.name.removesuffix(REPORT_SUFFIX)]
+        return "/".join(parts)
+
+    for depth in range(4):
+        la, lb = label(a, depth), label(b, depth)
+        if la != lb:
+            return la, lb
+    return f"{label(a, 0)} (A)", f"{label(b, 0)} (B)"
+
+
+def shared_roofs(a: Report, b: Report) -> DeviceSpec | None:
+    """The roof both sides are measured against by default: A's, when both ran on the same device
+    (its name and kind); None when they ran on different devices (each keeps its own, and the verdict
+    says to compare percentages of roof)."""
+    da, db = a.device, b.device
+    if da is None or db is None or (da.name, da.kind) != (db.name, db.kind) or not (da.compute or da.memory):
+        return None
+    return da
+
+
+def _roof_words(spec: DeviceSpec, whose: str) -> str:
+    from perfscope.format import si
+
+    roofs = [f"{k} {si(r.value, 'FLOP/s')}" for k, r in spec.compute.items()][:3]
+    roofs += [f"{k} {si(r.value, 'B/s')}" for k, r in spec.memory.items() if k == "dram"]
+    return f"{whose} ({spec.name}: {', '.join(roofs)})"
+
+
+def compare(a: Report, b: Report, *, key: str = "short_name", profiled: bool = False,
+            roofs: DeviceSpec | None = None) -> Comparison:
     """Compare report ``a`` (baseline) with report ``b`` (after a change).
 
     Args:
         a: the baseline.
         b: the changed run.
         key: match kernels/operators by ``short_name`` (default), exact ``name``, or launching ``op``.
+        profiled: compare the profiled runs' phases (default: the headline runs', the warm unprofiled
+            ones where both reports hold one).
+        roofs: the roofs both sides' MFU, MBU and % of roof are taken against (default: A's, when both
+            ran on the same device: :func:`shared_roofs`).
 
     Raises:
         UsageError: an unknown ``key``.
     """
     if key not in KEYS:
         raise UsageError(f"cannot match names by {key!r}", hint=f"use one of {', '.join(KEYS)}")
-    by_phase = phase_table(a, b)
-    by_name = name_table(a, b, key)
+    spec = roofs or shared_roofs(a, b)
+    label_a, label_b = side_labels(a, b)
+    ra, rb = (a, b) if spec is None else (a.with_manifest(device=spec.to_dict()), b.with_manifest(device=spec.to_dict()))
+    headline = not profiled and has_unprofiled(a) and has_unprofiled(b)
+    by_phase = phase_table(ra, rb, profiled=not headline)
+    by_name = name_table(ra, rb, key)
     by_tail = compare_tails(a, b)
-    verdict = (_device_note(a, b) + _outlier_note(a, "A") + _outlier_note(b, "B") + _overall(by_phase)
+    run = "headline" if headline else "profiled" if profiled or has_unprofiled(a) or has_unprofiled(b) else "trace"
+    said = ("Phases compared on the headline runs (warm, without the profiler; --profiled compares the profiled "
+            "runs); kernel times are the profiled runs'." if headline else
+            "Phases compared on the profiled runs (kernel times too)." if profiled or has_unprofiled(a)
+            or has_unprofiled(b) else "")
+    differ = spec is not None and any(d is None or d.to_dict()["compute"] != spec.to_dict()["compute"]
+                                      or d.to_dict()["memory"] != spec.to_dict()["memory"] for d in (a.device, b.device))
+    where = _roof_words(spec, "the roofs given" if roofs is not None else "A's roofs") if spec is not None and (
+        roofs is not None or differ) else ""
+    notes = ([said] if said else []) + ([f"MFU, MBU and % of roof of both against one roof: {where}."] if where else [])
+    verdict = (notes + _device_note(a, b) + _outlier_note(a, "A") + _outlier_note(b, "B") + _overall(by_phase)
                + _movers(by_name, key) + _bound_shifts(by_name) + tails_verdict(by_tail))
-    return Comparison(a.name, b.name, key, by_phase, by_name, verdict, by_tail)
+    return Comparison(label_a, label_b, key, by_phase, by_name, verdict, by_tail, run=run, roofs=where)

@@ -1,4 +1,5 @@
-"""Why the GPU waits: the device's idle time split by cause (docs/idle.md), one bar per cause."""
+"""Why the GPU (on a CPU run: the cores) waits: the device's idle time split by cause (docs/idle.md), one bar
+per cause."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import plotly.graph_objects as go
 
 from perfscope.analysis.idle import CAUSES, idle_of, idle_overview
 
-from ..text import esc
+from ..text import duration, esc
 from .messages import message_figure
 
 if TYPE_CHECKING:
@@ -26,24 +27,37 @@ def idle_causes(report: Report) -> go.Figure:
     if not overview:
         return message_figure("no idle time inside the window (or no device timeline in this report)", "idle")
     fig = go.Figure()
+    drawn: list[str] = []  # the (device, cause) rows with idle time: a cause with none is no empty row
     for dev in overview:
         ranges = dev["ranges"]
         for c in dev["causes"]:  # type: ignore[attr-defined]
             cause = str(c["cause"])
+            if not float(c["duration_ns"] or 0) > 0:
+                continue
+            row = f"{esc(str(dev['device']))} {cause}"
+            shown = any(d.endswith(f" {cause}") for d in drawn)
+            drawn.append(row)
             mine = [r for r in ranges if r["cause"] == cause][:3]  # type: ignore[attr-defined,index]
             where = "<br>".join(f"{esc(r['range'] or '(no range)')}: {r['duration_ns'] / 1e6:.2f} ms" for r in mine)
             share = c["idle_pct"] if c["idle_pct"] is not None else 0.0
             fig.add_trace(go.Bar(
-                y=[f"{esc(str(dev['device']))} {cause}"], x=[float(c["duration_ns"]) / 1e6], orientation="h",
+                y=[row], x=[float(c["duration_ns"]) / 1e6], orientation="h",
                 name=cause, marker_color=CAUSE_COLORS.get(cause, "#333"), legendgroup=cause,
-                showlegend=dev is overview[0], customdata=[[str(dev["device"]), cause]],
-                text=[f"{share:.0f}%"], textposition="auto",
+                showlegend=not shown, customdata=[[str(dev["device"]), cause]],
+                text=[f"{duration(float(c['duration_ns']))}, {'<0.1' if 0 < share < 0.1 else f'{share:.1f}'}%"],
+                textposition="auto",
                 hovertemplate=(f"<b>{cause}</b> on {esc(str(dev['device']))}: %{{x:.2f}} ms, {share:.1f}% of the idle time"
                                + (f"<br>{where}" if where else "") + "<extra></extra>")))
-    n = sum(len(d["causes"]) for d in overview)  # type: ignore[misc,arg-type]
-    fig.update_layout(template="plotly_white", title={"text": "Why the GPU waits: idle time per cause"},
-                      xaxis_title="idle ms inside the window", height=120 + 28 * n, barmode="overlay",
-                      yaxis={"categoryorder": "array", "categoryarray": [f"{esc(str(d['device']))} {c}"
-                                                                          for d in overview for c in reversed(CAUSES)]},
+    n = len(drawn)
+    if not n:
+        return message_figure("no idle time inside the window", "idle")
+    from perfscope.analysis.summaries.kernels import is_cpu_report
+
+    who = "Why the cores wait: time outside operators" if is_cpu_report(report) else "Why the GPU waits: idle time"
+    fig.update_layout(template="plotly_white", title={"text": f"{who} per cause"},
+                      xaxis_title="idle ms inside the window", height=max(240, 140 + 34 * n), barmode="overlay",
+                      yaxis={"categoryorder": "array", "categoryarray": [
+                          r for r in (f"{esc(str(d['device']))} {c}" for d in overview for c in reversed(CAUSES))
+                          if r in drawn]},
                       meta={"kind": "idle"})
     return fig

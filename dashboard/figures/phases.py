@@ -11,13 +11,16 @@ import plotly.graph_objects as go
 from perfscope.schema import column_codes
 
 from ..style import CATEGORY_COLORS
-from ..text import esc
+from ..text import duration, esc
 from .messages import message_figure
 
 if TYPE_CHECKING:
     from perfscope.report import Report
 
 PHASE_ORDER = ("prefill", "decode", "none")
+NONE_ROW_MIN_SHARE = 0.005
+"""The time outside any phase (``none``) gets a bar from this share of the plotted time on; below it
+the bar would be an empty row, so the title says its time instead."""
 
 
 def _phase_labels(series: pd.Series) -> pd.Series:
@@ -25,7 +28,8 @@ def _phase_labels(series: pd.Series) -> pd.Series:
 
 
 def phase_breakdown(report: Report) -> go.Figure:
-    """Kernel time per phase (prefill, decode, none), stacked by kernel category."""
+    """Kernel time per phase (prefill, decode, none: outside any phase, drawn when it is at least
+    :data:`NONE_ROW_MIN_SHARE` of the time), stacked by kernel category; operator time on a CPU run."""
     k = report.kernels
     if not len(k):
         return message_figure("no kernels in this report", "phase_breakdown")
@@ -43,13 +47,22 @@ def phase_breakdown(report: Report) -> go.Figure:
     table = table.T.groupby(level=0, sort=False).sum().T.groupby(level=0, sort=False).sum()  # a phase named "none"
     order = [p for p in PHASE_ORDER if p in table.index] + [p for p in table.index if p not in PHASE_ORDER]
     table = table.reindex(order)
+    total = float(table.to_numpy().sum())
+    outside = float(table.loc["none"].sum()) if "none" in table.index else 0.0
+    hidden = ""
+    if "none" in table.index and len(table) > 1 and outside < NONE_ROW_MIN_SHARE * total:
+        table = table.drop(index="none")  # a bar too thin to see: said in the title instead
+        hidden = f" ({duration(outside * 1e6)} outside any phase, {100 * outside / total:.2g}%, not drawn)"
+    from perfscope.analysis.summaries.kernels import is_cpu_report
+
+    what = "Operator time (summed over threads)" if is_cpu_report(report) else "Kernel time"
     fig = go.Figure()
     for cat in table.sum().sort_values(ascending=False).index:
         fig.add_trace(go.Bar(y=[esc(p) for p in table.index], x=table[cat].to_numpy(), name=esc(cat),
                              marker={"color": CATEGORY_COLORS.get(str(cat), "#8c564b")},
                              orientation="h", hovertemplate="%{y}: %{x:.3f} ms<extra>" + esc(cat) + "</extra>"))
-    fig.update_layout(barmode="stack", template="plotly_white", title={"text": "Kernel time per phase"},
-                      xaxis={"title": "kernel time (ms)"}, height=200 + 50 * len(table),
+    fig.update_layout(barmode="stack", template="plotly_white", title={"text": f"{what} per phase{hidden}"},
+                      xaxis={"title": f"{what.split(' (')[0].lower()} (ms)"}, height=200 + 50 * len(table),
                       meta={"kind": "phase_breakdown"})
     return fig
 

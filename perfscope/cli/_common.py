@@ -19,7 +19,10 @@ from perfscope.report import REPORT_SUFFIX
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["OUT_RULE", "Finite", "default_run_dir", "echo_json", "out_path", "records", "stage_progress"]
+    from perfscope.device import DeviceSpec
+
+__all__ = ["OUT_RULE", "Finite", "default_run_dir", "echo_json", "out_path", "records", "roofs_spec",
+           "stage_progress"]
 
 
 class Finite(click.FloatRange):
@@ -84,3 +87,32 @@ def default_run_dir(stem: str) -> Path:
 def echo_json(payload: Any) -> None:
     """Print ``payload`` as JSON (NaN/inf become null, numpy scalars plain numbers)."""
     click.echo(dumps(payload))
+
+
+def roofs_spec(spec: str) -> DeviceSpec:
+    """Device roofs named on the command line (``--roofs`` of import and compare): ``cuda[:N]``
+    (measured here), a report folder, or a datasheet row's name (an unknown name is a UsageError
+    listing close ones)."""
+    from perfscope.datasheets import pick_datasheet, sheet_spec
+    from perfscope.errors import InputFormatError, UsageError
+    from perfscope.format import terminal_text
+    from perfscope.report import Report
+
+    if spec.startswith("cuda"):
+        from perfscope.collectors.roofs import device_roofs
+        from perfscope.engine.generate import resolve_device
+
+        resolve_device(spec)  # a clear error when there is no GPU
+        return device_roofs(spec)
+    if not Path(spec).is_dir():
+        if spec.endswith(".perfscope") or "/" in spec:
+            raise UsageError(f"--roofs {spec!r}: no such report folder",
+                             hint="give a .perfscope report folder, a datasheet model, or `cuda`")
+        sheet, note = pick_datasheet(spec, "--roofs")
+        if note:
+            click.echo(terminal_text(f"  note: {note}"), err=True)
+        return sheet_spec(sheet)
+    report = Report.load(spec)
+    if report.device is None or not report.device.compute:
+        raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
+    return report.device

@@ -10,7 +10,7 @@ from perfscope.analysis.summaries.compare import KEYS, Comparison, name_view, ph
 from perfscope.format import terminal_text
 from perfscope.text_report import table
 
-from ._common import echo_json
+from ._common import echo_json, roofs_spec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,9 +24,11 @@ def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | N
     """The terminal text of a comparison: phases, top movers, verdict (``sources``: the paths given)."""
     where = sources or ("", "")
     lines = [f"A = {c.a}" + (f"  ({where[0]})" if where[0] else ""),
-             f"B = {c.b}" + (f"  ({where[1]})" if where[1] else ""), "", "Phases"]
+             f"B = {c.b}" + (f"  ({where[1]})" if where[1] else ""), "",
+             "Phases" + {"headline": " (headline runs: warm, without the profiler)",
+                         "profiled": " (profiled runs)"}.get(c.run, "")]
     lines.append(_table(phase_view(c)))
-    lines += ["", f"Top movers (matched by {c.key})"]
+    lines += ["", f"Top movers (matched by {c.key}; the profiled runs' kernels)"]
     lines.append(_table(name_view(c, top)))
     tails = tail_view(c)
     if len(tails):
@@ -43,15 +45,22 @@ def render_comparison(c: Comparison, top: int = 10, sources: tuple[str, str] | N
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), help="How many movers to list.")
 @click.option("--by", "key", default="short_name", show_default=True, type=click.Choice(KEYS),
               help="Match kernels by short name (template arguments dropped), exact name, launching op, or module path.")
-def compare(a: str, b: str, as_json: bool, top: int, key: str) -> None:
+@click.option("--profiled", is_flag=True, help="Compare the profiled runs' phases instead of the headline runs' "
+              "(the warm runs without the profiler, the numbers `analyze` tells you to quote).")
+@click.option("--roofs", default=None, metavar="NAME|cuda|REPORT",
+              help="Take both sides' MFU, MBU and % of roof against these roofs (a datasheet row, `cuda`, or a "
+              "report folder's). Default: A's, when both ran on the same device.")
+def compare(a: str, b: str, as_json: bool, top: int, key: str, profiled: bool, roofs: str | None) -> None:
     """Compare report A (before) with report B (after): phases, biggest movers, bound shifts.
 
-    A and B are report folders or any profiler output perfscope imports.
+    A and B are report folders or any profiler output perfscope imports. Phases are compared on the
+    headline runs (warm, without the profiler) unless --profiled, against one roof.
     """
     from perfscope.analysis.summaries.compare import compare as compare_reports
     from perfscope.api import load
 
-    result = compare_reports(load(a), load(b), key=key)
+    spec = roofs_spec(roofs) if roofs else None
+    result = compare_reports(load(a), load(b), key=key, profiled=profiled, roofs=spec)
     if as_json:
         echo_json(result.to_dict())
     else:

@@ -9,10 +9,9 @@ import click
 
 from perfscope.format import terminal_text
 
-from ._common import OUT_RULE, out_path
+from ._common import OUT_RULE, out_path, roofs_spec
 
 if TYPE_CHECKING:
-    from perfscope.device import DeviceSpec
     from perfscope.report import Report
 
 
@@ -87,7 +86,7 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         raise click.UsageError("--phase-of goes with --steps REGEX")
     rule = StepRule.parse(steps_regex, phase_of) if steps_regex else None
     with budget(max_events=max_events):
-        report = import_file(path, device=_roofs(roofs) if roofs else None, capture=capture)
+        report = import_file(path, device=roofs_spec(roofs) if roofs else None, capture=capture)
     if rule is not None:
         report = with_steps(report, rule)
     if memory_model:
@@ -113,33 +112,6 @@ def import_(path: str, out: str | None, force: bool, html: bool, ranks: bool, sc
         click.echo(terminal_text(f"  steps: {len(report.steps)} ranges matching {rule.pattern.pattern!r}"))
     for w in report.warnings:
         click.echo(terminal_text(f"  warning: {w}"), err=True)
-
-
-def _roofs(spec: str) -> DeviceSpec:
-    """Device roofs named on the command line: ``cuda[:N]`` (measured here), a report folder, or a
-    datasheet row's name (an unknown name is a UsageError listing close ones)."""
-    from perfscope.datasheets import pick_datasheet, sheet_spec
-    from perfscope.errors import InputFormatError, UsageError
-    from perfscope.report import Report
-
-    if spec.startswith("cuda"):
-        from perfscope.collectors.roofs import device_roofs
-        from perfscope.engine.generate import resolve_device
-
-        resolve_device(spec)  # a clear error when there is no GPU
-        return device_roofs(spec)
-    if not Path(spec).is_dir():
-        if spec.endswith(".perfscope") or "/" in spec:
-            raise UsageError(f"--roofs {spec!r}: no such report folder",
-                             hint="give a .perfscope report folder, a datasheet model, or `cuda`")
-        sheet, note = pick_datasheet(spec, "--roofs")
-        if note:
-            click.echo(terminal_text(f"  note: {note}"), err=True)
-        return sheet_spec(sheet)
-    report = Report.load(spec)
-    if report.device is None or not report.device.compute:
-        raise InputFormatError(spec, "has no device roofs to lend", hint="use a report made on the profiled GPU")
-    return report.device
 
 
 def _with_engine(report: Report, model: str, batch: int | None, prompt_len: int | None,

@@ -15,7 +15,7 @@ from perfscope.errors import OutputExistsError
               help="HTML file to write: X.html, X (.html added) or DIR/ (DIR/NAME.html) (default: report.html inside "
               "the report folder, or NAME.html).")
 @click.option("--cdn", is_flag=True, help="Load plotly.js from its CDN instead of inlining it (smaller file, needs internet).")
-@click.option("--force", is_flag=True, help="Overwrite an existing HTML file.")
+@click.option("--force", is_flag=True, help="Overwrite an existing HTML file (the report folder's own report.html too).")
 def report(path: str, output: str | None, cdn: bool, force: bool) -> None:
     """Write the standalone HTML report of a report folder (or any importable profiler output)."""
     from perfscope.api import load
@@ -26,7 +26,7 @@ def report(path: str, output: str | None, cdn: bool, force: bool) -> None:
     stem = rep.path.name.removesuffix(".perfscope") if rep.path is not None else Path(path).name.split(".")[0]
     default = rep.path / "report.html" if rep.path is not None else Path(stem + ".html")
     target = out_path(output, default=default, suffix=".html", also=(".htm",), name=stem + ".html")
-    if target.exists() and not force and not (rep.path is not None and target == rep.path / "report.html"):
+    if target.exists() and not force:  # the report's own report.html too: every writer's rule
         raise OutputExistsError(target, flag="-o")
     written = write_html(rep, target, cdn=cdn)
     click.echo(f"wrote {written}")

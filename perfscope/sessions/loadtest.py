@@ -387,7 +387,9 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
     _warm_up(model, run.kv_dtype)
     parts: list[dict[str, pd.DataFrame]] = []
     runs_meta: list[dict[str, Any]] = []
-    warnings: list[str] = []
+    from perfscope.roof_checks import roof_warnings
+
+    warnings: list[str] = roof_warnings(spec)
     tool_version = None
     partial = False
     for rate, reqs in zip(rates, workloads):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.summaries.runs import NOISY_BASELINE, baseline_note, judge_baseline, pass_spread
 from ..errors import UnsupportedDeviceError, UsageError
 from ..redact import redact_argv, redact_text
 from ..report import Report, source_info
+from ..roof_checks import roof_warnings
 
 if TYPE_CHECKING:
     from ..device import DeviceSpec
@@ -150,18 +152,30 @@ def engine_prompts(run: EngineRun, vocab_size: int, tokenizer: Any = None) -> li
     return prompts
 
 
-NOISY_BASELINE = 0.10
-"""The two fastest warm unprofiled passes further apart than this (relative to the faster) are a
-noisy baseline: another pass is run (up to :data:`MAX_PASSES`), and if they still disagree, a warning."""
-MAX_PASSES = 4
+MAX_PASSES = 8
+"""Warm unprofiled passes at most (the first ones and the retries of a noisy baseline)."""
+BASELINE_RETRY_S = 30.0
+"""Seconds the retries of a noisy baseline may take in all: another pass is run only while it (about
+as long as the fastest so far) fits in what is left; a disagreement left makes the headline a range."""
 RECHECK_PASSES = 3
 """Unprofiled passes run again after the profiled run while it was the faster (a disturbed baseline)."""
 
 
-def pass_spread(walls: Sequence[float]) -> float | None:
-    """How far apart the two fastest passes are: second fastest / fastest - 1 (None with one pass)."""
-    fast = sorted(walls)[:2]
-    return fast[1] / fast[0] - 1.0 if len(fast) == 2 and fast[0] > 0 else None
+def more_passes(walls: Sequence[float], spent_s: float, *, budget_s: float = BASELINE_RETRY_S,
+                max_passes: int = MAX_PASSES) -> bool:
+    """Whether to run another warm unprofiled pass: the two fastest of ``walls`` disagree by more than
+    :data:`NOISY_BASELINE`, fewer than ``max_passes`` ran, and one more pass (as long as the fastest)
+    fits in what is left of ``budget_s`` after ``spent_s`` of retries."""
+    spread = pass_spread(walls)
+    if spread is None or spread <= NOISY_BASELINE or len(walls) >= max_passes:
+        return False
+    return spent_s + min(walls) <= budget_s
+
+
+def _unprofiled_pass(once: Callable[[], Any]) -> Any:
+    """One warm unprofiled pass: the engine run without the profiler (one place, so that a test can
+    plant a pass slowed as a busy machine slows it)."""
+    return once()
 
 
 def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
@@ -173,9 +187,12 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
     The run order is: an identical warm-up run (so every shape the measured runs meet, and any
     torch.compile / CUDA-graph capture, has run before), ``baseline`` warm unprofiled passes
     (the headline: the fastest pass; while the two fastest disagree by more than 10% another is
-    run, up to four, and a disagreement left makes a warning), then the profiled run (the kernel
-    breakdown; its own step and request records are kept beside the unprofiled ones, labelled).
-    While the profiled run is faster than every unprofiled pass, up to three more passes follow.
+    run, up to :data:`MAX_PASSES` within :data:`BASELINE_RETRY_S` seconds of retries, and a
+    disagreement left makes the headline a range), then the profiled run (the kernel breakdown; its
+    own step and request records are kept beside the unprofiled ones, labelled). While the profiled
+    run is faster than every unprofiled pass, up to three more passes follow (within the same
+    budget); if it still is, the passes were disturbed and the headline is the profiled run's
+    (:mod:`perfscope.analysis.summaries.runs` says which run to believe and why).
 
     Args:
         run: the workload; keyword ``overrides`` replace its fields.
@@ -254,10 +271,16 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
     unprofiled: list[Any] = []
     got["unprofiled"] = unprofiled
     for _ in range(passes):
-        unprofiled.append(once())
-    while passes > 1 and len(unprofiled) < MAX_PASSES and \
-            (pass_spread([r.wall_s for r in unprofiled]) or 0) > NOISY_BASELINE:
-        unprofiled.append(once())  # the two fastest passes disagree: measure again
+        unprofiled.append(_unprofiled_pass(once))
+    retry_s = [0.0]  # the seconds the retries took (the budget of BASELINE_RETRY_S)
+
+    def retry() -> None:
+        t = time.perf_counter()
+        unprofiled.append(_unprofiled_pass(once))
+        retry_s[0] += time.perf_counter() - t
+
+    while passes > 1 and more_passes([r.wall_s for r in unprofiled], retry_s[0]):
+        retry()  # the two fastest passes disagree: measure again
     say("profiled run")
     trace_dir = keep_trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-"))
     result, capture = profile_callable(once, trace_dir, cuda=device.startswith("cuda"), memory=run.memory)
@@ -265,11 +288,13 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
     extra = 0
     try:
         while not interrupted and result is not None and unprofiled and extra < RECHECK_PASSES and \
-                result.wall_s < min(r.wall_s for r in unprofiled):
-            unprofiled.append(once())  # faster with the profiler than without: the baseline was disturbed; recheck
+                result.wall_s < min(r.wall_s for r in unprofiled) and \
+                retry_s[0] + result.wall_s <= BASELINE_RETRY_S:
+            retry()  # faster with the profiler than without: the baseline was disturbed; recheck
             extra += 1
     except KeyboardInterrupt:
         interrupted = True  # the profiled run is complete: analyse it
+    got["retry_s"] = retry_s[0]
     base = min(unprofiled, key=lambda r: r.wall_s) if unprofiled else None
     curve = None
     if not interrupted and not run.compile and run.gemm_curve_s > 0:
@@ -284,8 +309,7 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
 
         raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
     known = engine_tensors(model, device) if run.memory else ()
-    report = _engine_report(run, spec, capture, result or base, base, [r.wall_s for r in unprofiled], warmup_s,
-                            known, curve)
+    report = _engine_report(run, spec, capture, result or base, unprofiled, warmup_s, known, curve, retry_s[0])
     if interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
@@ -327,32 +351,39 @@ def interrupted_engine_report(got: dict[str, Any]) -> Report:
 
 
 def baseline_params(profiled_s: float, passes_s: Sequence[float], warmup_s: float,
-                    compiled: bool) -> tuple[dict[str, Any], list[str]]:
+                    compiled: bool, *, retry_s: float | None = None,
+                    phase_passes_s: Mapping[str, Sequence[float]] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Manifest params comparing the profiled run with the warm unprofiled passes, and warnings.
 
-    ``profiler_overhead_ratio`` is profiled wall / the faster unprofiled pass, as measured; a
-    ratio below 1 or two passes that disagree by more than :data:`NOISY_BASELINE` is a disturbed
-    baseline (a loaded machine, a cold shape) and makes a warning, never an "overhead below 1".
-    ``compile_s`` is the warm-up's extra time over a warm run (compilation and CUDA-graph capture).
+    ``profiler_overhead_ratio`` is profiled wall / the faster unprofiled pass, as measured; a ratio
+    below 1 is never called an overhead. ``baseline_verdict`` says which run to believe
+    (:func:`perfscope.analysis.summaries.runs.judge_baseline`), and a verdict other than ``steady``
+    makes a warning that says which and why. A ``noisy`` baseline's ``headline_range`` is, for the
+    whole run (``all``) and per phase (``phase_passes_s``: each pass's phase wall seconds, in the order
+    of ``passes_s``), the fastest pass's and the second fastest's seconds. ``retry_s``: the seconds the
+    retries took. ``compile_s`` is the warm-up's extra time over a warm run (compilation and CUDA-graph
+    capture).
     """
     from perfscope.engine.generate import compile_seconds
 
-    warnings: list[str] = []
     base_s = min(passes_s) if passes_s else None
     ratio = profiled_s / base_s if base_s else None
     spread = pass_spread(passes_s)
-    if spread is not None and spread > NOISY_BASELINE:
-        warnings.append(f"noisy unprofiled baseline: warm passes took {', '.join(f'{s:.3g}' for s in passes_s)} s "
-                        f"(the two fastest {spread * 100:.0f}% apart, limit {NOISY_BASELINE * 100:.0f}%); the headline "
-                        "figures come from the fastest; rerun on a quieter machine to trust them")
-    if ratio is not None and ratio < 1.0:
-        warnings.append(f"the profiled run ({profiled_s:.3g} s) was faster than the warm unprofiled baseline "
-                        f"({base_s:.3g} s): the baseline was disturbed (machine load or a cold shape), so the "
-                        "profiler's overhead could not be measured in this run")
-    params = {"profiled_wall_s": profiled_s, "unprofiled_wall_s": base_s, "unprofiled_wall_s_passes": list(passes_s),
-              "profiler_overhead_ratio": ratio, "baseline_spread": spread, "warmup_s": warmup_s,
-              "compile_s": compile_seconds(warmup_s, base_s) if compiled else None}
-    return params, warnings
+    which = judge_baseline(profiled_s, passes_s)
+    params: dict[str, Any] = {
+        "profiled_wall_s": profiled_s, "unprofiled_wall_s": base_s, "unprofiled_wall_s_passes": list(passes_s),
+        "profiler_overhead_ratio": ratio, "baseline_spread": spread, "baseline_verdict": which,
+        "baseline_retry_s": retry_s, "warmup_s": warmup_s,
+        "compile_s": compile_seconds(warmup_s, base_s) if compiled else None}
+    if which == "noisy":
+        order = sorted(range(len(passes_s)), key=lambda i: passes_s[i])[:2]
+        rng = {"all": [float(passes_s[i]) for i in order]}
+        for phase, walls in (phase_passes_s or {}).items():
+            if len(walls) == len(passes_s):
+                rng[phase] = [float(walls[i]) for i in order]
+        params["headline_range"] = rng
+    note = baseline_note(params)
+    return params, [note] if note else []
 
 
 def _relative_steps(steps: Sequence[Any]) -> pd.DataFrame:
@@ -403,9 +434,17 @@ def engine_gemm_curve(model: Any, result: Any, run: EngineRun) -> tuple[pd.DataF
     return measure_gemm_curve(layers, max_m, budget_s=run.gemm_curve_s)
 
 
-def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, base: Any,
-                   passes_s: Sequence[float], warmup_s: float, known: Sequence[tuple[Any, ...]] = (),
-                   curve: tuple[pd.DataFrame, bool] | None = None) -> Report:
+def _phase_seconds(result: Any) -> dict[str, float]:
+    """Wall seconds per phase of one engine run (its steps' durations summed)."""
+    out: dict[str, float] = {}
+    for s in result.steps:
+        out[s.phase] = out.get(s.phase, 0.0) + (s.end_ns - s.start_ns) / 1e9
+    return out
+
+
+def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, passes: Sequence[Any],
+                   warmup_s: float, known: Sequence[tuple[Any, ...]] = (),
+                   curve: tuple[pd.DataFrame, bool] | None = None, retry_s: float | None = None) -> Report:
     from perfscope.analysis.costs.compiled_steps import cost_compiled_attention, cost_compiled_steps
     from perfscope.analysis.costs.roofline import precision_of
     from perfscope.analysis.readers.finish import finish
@@ -417,7 +456,7 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
 
     imported = import_kineto(capture.trace_path, device=spec, memory_known=known,
                              memory_known_in_totals=run.device.startswith("cuda"))
-    warnings = imported.warnings + list(capture.warnings)
+    warnings = imported.warnings + list(capture.warnings) + roof_warnings(spec)
     steps, note = align_steps(result.steps, imported.tables["ranges"], own_clock=run.device.startswith("cuda"))
     if note:
         warnings.append(note)
@@ -428,10 +467,14 @@ def _engine_report(run: EngineRun, spec: DeviceSpec, capture: Any, result: Any, 
         warnings = [w for w in warnings if not w.startswith(MISSING_COST)] + missing_formulas_warning(kernels)
     tables = {"steps": steps, "requests": pd.DataFrame([dataclasses.asdict(r) for r in result.requests]),
               "kernels": kernels}
-    if base is not None:
+    per_pass = [_phase_seconds(r) for r in passes]
+    phase_passes = {ph: [pp.get(ph, 0.0) for pp in per_pass] for ph in dict.fromkeys(k for pp in per_pass for k in pp)}
+    timing, notes = baseline_params(result.wall_s, [r.wall_s for r in passes], warmup_s, bool(run.compile),
+                                    retry_s=retry_s, phase_passes_s=phase_passes)
+    base = min(passes, key=lambda r: r.wall_s) if passes else None
+    if base is not None and timing["baseline_verdict"] != "disturbed":  # disturbed passes are not the headline
         tables["steps_unprofiled"] = _relative_steps(base.steps)
         tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
-    timing, notes = baseline_params(result.wall_s, passes_s, warmup_s, bool(run.compile))
     warnings += notes
     if curve is not None:
         tables["gemm_curve"] = curve[0]
@@ -582,15 +625,22 @@ def hf_report(trace_path: Path, spec: DeviceSpec, profiled: Any, base: Any = Non
     from perfscope.analysis.readers.kineto.reader import import_kineto
 
     imported = import_kineto(trace_path, device=spec)
+    timing: dict[str, Any] = {}
+    timing_notes: list[str] = []
+    if profiled.steps:
+        timing = hf_timing(profiled, base, timing_notes)
+        if timing.get("baseline_verdict") == "disturbed":
+            base = None  # the unprofiled run was slower than the profiled one: not the headline
     tables, notes = hf_tables(profiled, base, imported.tables["ranges"], cuda=cuda)
+    notes += timing_notes
     params: dict[str, Any] = imported.params
     if profiled.steps:
-        params.update(profiled.params(), **hf_timing(profiled, base, notes))
+        params.update(profiled.params(), **timing)
         if not params.get("unprofiled_wall_s_passes"):
             notes.append("no unprofiled run of this generate() work (--no-baseline, perfscope.profile(), or a failed "
                          "second run): TTFT/TPOT are the profiled run's, slowed by torch.profiler")
     return finish(imported.with_tables(**tables).with_manifest(
-        params=params, warnings=imported.warnings + notes,
+        params=params, warnings=imported.warnings + notes + roof_warnings(spec),
         partial=bool(partial or imported.manifest.get("partial"))))
 
 
@@ -611,12 +661,13 @@ def hf_timing(profiled: Any, base: Any, notes: list[str]) -> dict[str, Any]:
     prof_s, base_s = _median_decode_s(profiled), _median_decode_s(base) if passes else None
     steady = prof_s is not None and base_s is not None
     runs: list[float] = [base_s] if base_s is not None and steady else passes
-    timing, timing_notes = baseline_params(prof_s if prof_s is not None and steady else profiled.generate_s,
-                                           runs, float("nan"), False)
+    timing, _ = baseline_params(prof_s if prof_s is not None and steady else profiled.generate_s,
+                                runs, float("nan"), False)
     timing.update(profiled_wall_s=profiled.generate_s, unprofiled_wall_s=passes[0] if passes else None,
                   unprofiled_wall_s_passes=passes, warmup_s=None,
                   profiler_overhead_basis="median decode step" if steady else "generate() time")
-    notes += timing_notes
+    note = baseline_note(timing)  # the verdict of the basis above, said with the generate() times
+    notes += [note] if note else []
     return timing
 
 

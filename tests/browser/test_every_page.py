@@ -90,7 +90,7 @@ def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixt
         assert not {"roofline", "timeline", "kernels"} & set(result["sections"])
         assert "loadtest" in result["sections"]
     if len(report.kernels):
-        by_name = result["tables"]["Per kernel name (one row per name and phase)"]
+        by_name = result["tables"][f"Per {views.device_words(report)['kernel']} name (one row per name and phase)"]
         assert by_name == min(len(views.kernels_by_name(report)), MAX_TABLE_ROWS) > 0
         assert result["tables"]["Longest executions"] == min(len(report.kernels), TOP_ROWS) > 0
     if len(report.steps):

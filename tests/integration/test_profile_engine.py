@@ -133,16 +133,29 @@ def test_baseline_params_flag_noise_and_never_report_overhead_below_one():
 
     p, warn = baseline_params(1.3, [1.0, 1.02], 5.0, compiled=True)
     assert p["profiler_overhead_ratio"] == pytest.approx(1.3) and p["unprofiled_wall_s"] == 1.0
-    assert p["compile_s"] == pytest.approx(4.0) and not warn
-    p, warn = baseline_params(1.3, [1.0, 1.2], 1.1, compiled=False)
-    assert p["compile_s"] is None and len(warn) == 1 and "noisy unprofiled baseline" in warn[0]
+    assert p["compile_s"] == pytest.approx(4.0) and not warn and p["baseline_verdict"] == "steady"
+    p, warn = baseline_params(1.3, [1.0, 1.2], 1.1, compiled=False, phase_passes_s={"decode": [0.8, 0.95]})
+    assert p["compile_s"] is None and len(warn) == 1 and "noisy baseline" in warn[0]
+    assert p["baseline_verdict"] == "noisy" and p["headline_range"] == {"all": [1.0, 1.2], "decode": [0.8, 0.95]}
     p, warn = baseline_params(0.9, [1.0, 1.05], 1.1, compiled=False)
-    assert p["profiler_overhead_ratio"] == pytest.approx(0.9)
-    assert any("faster than the warm unprofiled baseline" in w for w in warn)
+    assert p["profiler_overhead_ratio"] == pytest.approx(0.9) and p["baseline_verdict"] == "disturbed"
+    assert len(warn) == 1 and "A profiler only adds time" in warn[0] and "Believe the profiled run" in warn[0]
     p, warn = baseline_params(1.3, [1.5, 1.0, 1.05], 1.1, compiled=False)  # the two fastest agree
     assert p["baseline_spread"] == pytest.approx(0.05) and not warn
+    p, warn = baseline_params(8.0, [1.0, 1.02], 1.1, compiled=False)  # an 8x slower profiled run: said which to read
+    assert p["baseline_verdict"] == "profiled-slow" and "Believe the headline" in warn[0]
     p, warn = baseline_params(0.9, [], 1.1, compiled=False)
     assert p["profiler_overhead_ratio"] is None and not warn
+
+
+def test_a_noisy_baseline_is_retried_within_its_time_budget():
+    from perfscope.sessions.profile import BASELINE_RETRY_S, MAX_PASSES, more_passes
+
+    assert not more_passes([1.0, 1.05], 0.0)  # the two fastest agree
+    assert more_passes([1.0, 1.5], 0.0)  # they do not: one more
+    assert not more_passes([1.0, 1.5], BASELINE_RETRY_S - 0.5)  # a pass of 1 s does not fit what is left
+    assert not more_passes([1.0] + [1.5] * (MAX_PASSES - 1), 0.0)  # enough passes
+    assert not more_passes([1.0], 0.0)  # one pass: no spread to judge
 
 
 def test_compile_defaults_to_cuda_only_and_is_one_flag_away():
@@ -165,7 +178,7 @@ def test_text_summary_labels_headline_and_profiled(tiny_report):
     text = render_text(tiny_report)
     assert "timing: warm unprofiled run" in text and "headline" in text
     assert "prof. MBU %" in text and "profiled run: TTFT" in text
-    assert "(profiler overhead x" in text or "no measurable profiler overhead" in text
+    assert "(profiler overhead x" in text or "profiler overhead not measured" in text
 
 
 def test_align_steps_falls_back_to_the_engine_clock_when_counts_differ(tiny_report):

@@ -100,7 +100,7 @@ def test_bound_shift_flags_and_device_note(load) -> None:
 def test_to_dict_is_strict_json(load) -> None:
     d = compare(load(RANK0), load(RANK1)).to_dict()
     again = json.loads(json.dumps(d, allow_nan=False))
-    assert set(again) == {"a", "b", "key", "by_phase", "by_name", "verdict"}
+    assert set(again) == {"a", "b", "key", "run", "roofs", "by_phase", "by_name", "verdict"}
     assert again["by_name"][0]["status"] in ("both", "new", "vanished")
 
 
@@ -108,10 +108,67 @@ def test_cli_text_json_and_bad_path(fixtures_dir: Path, capsys: pytest.CaptureFi
     a, b = str(fixtures_dir / RANK0), str(fixtures_dir / RANK1)
     assert main(["compare", a, b, "--top", "3"]) == 0
     text = capsys.readouterr().out
-    assert "Phases" in text and "Top movers (matched by short_name)" in text and "Verdict" in text
+    assert "Phases" in text and "Top movers (matched by short_name;" in text and "Verdict" in text
     assert main(["compare", a, b, "--json", "--by", "name"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["key"] == "name" and payload["verdict"]
     assert main(["compare", a, str(fixtures_dir / "no-such-trace.json")]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no-such-trace.json" in err[0] and "no such file" in err[0]
+
+
+CPU_EAGER = "cpu-small-b1-p128-g32.perfscope"
+CPU_COMPILED = "cpu-small-compiled-b1-p128-g32.perfscope"
+
+
+def test_the_cpu_samples_compare_on_the_headline_runs_against_one_roof(sample_reports_dir: Path) -> None:
+    """Issue 45: the compiled sample decodes faster than the eager one, yet its MBU read lower (46.2%
+    against 49.9%) because each report divided by its own DRAM roof (55.1 and 30.9 GB/s, measured in
+    different minutes) and compare used the profiled runs. On the headline runs against A's roof,
+    decode MBU rises with decode speed, by the same ratio."""
+    from perfscope.analysis.summaries.serving import phase_summary
+
+    a, b = Report.load(sample_reports_dir / CPU_EAGER), Report.load(sample_reports_dir / CPU_COMPILED)
+    assert a.device.memory["dram"].value != b.device.memory["dram"].value  # two roofs measured minutes apart
+    c = compare(a, b)
+    assert c.run == "headline" and "A's roofs" in c.roofs and "30.9 GB/s" in c.roofs
+    dec = c.by_phase.set_index("phase").loc["decode"]
+    head_a = phase_summary(a).set_index("phase").loc["decode"]
+    assert dec["time_a_s"] == pytest.approx(head_a["wall_s"])  # the warm unprofiled run's, not the profiled one's
+    assert dec["time_a_s"] == pytest.approx(a.steps_unprofiled.query("phase == 'decode'")["duration_ns"].sum() / 1e9)
+    assert dec["tokens_per_s_b"] > dec["tokens_per_s_a"]  # B decodes faster...
+    assert dec["mbu_b_pct"] > dec["mbu_a_pct"]  # ...and its MBU rises with it
+    speed = dec["tokens_per_s_b"] / dec["tokens_per_s_a"]
+    bytes_per_token = (lambda r: float((r.steps_unprofiled.query("phase == 'decode'").eval(
+        "weight_bytes + kv_cache_bytes")).sum()) / float(r.steps_unprofiled.query("phase == 'decode'")["tokens"].sum()))
+    assert dec["mbu_b_pct"] / dec["mbu_a_pct"] == pytest.approx(speed * bytes_per_token(b) / bytes_per_token(a))
+    assert any("headline runs" in v for v in c.verdict) and any("one roof" in v for v in c.verdict)
+    profiled = compare(a, b, profiled=True)
+    assert profiled.run == "profiled"
+    assert profiled.by_phase.set_index("phase").loc["decode", "time_a_s"] == pytest.approx(
+        phase_summary(a, profiled=True).set_index("phase").loc["decode", "wall_s"])
+    own = compare(a, b, roofs=b.device)  # --roofs: the roof given, for both
+    assert "the roofs given" in own.roofs and "55.1 GB/s" in own.roofs
+
+
+def test_the_sides_are_labelled_by_their_folders_and_counts_match_the_names(sample_reports_dir: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = sample_reports_dir / CPU_EAGER, sample_reports_dir / CPU_COMPILED
+    ra, rb = Report.load(a), Report.load(b)
+    assert ra.name == rb.name  # both reports are named small-b1-p128-g32
+    c = compare(ra, rb)
+    assert (c.a, c.b) == ("cpu-small-b1-p128-g32", "cpu-small-compiled-b1-p128-g32")
+    for line in c.verdict:
+        if " name(s) only in " not in line:
+            continue
+        count = int(line.split()[0])
+        listed = line.split(": ", 1)[1].count(" (")
+        assert listed == count or f"the {listed} with the most time" in line, line
+    new = c.by_name[c.by_name["status"] == "new"]
+    assert f"{len(new)} name(s) only in B" in " ".join(c.verdict)
+    assert main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "A = cpu-small-b1-p128-g32" in text and "B = cpu-small-compiled-b1-p128-g32" in text
+    assert "Phases (headline runs: warm, without the profiler)" in text
+    assert main(["compare", str(a), str(b), "--profiled", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"] == "profiled"

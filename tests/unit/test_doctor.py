@@ -126,10 +126,26 @@ def test_unhealthy_only_when_a_required_check_fails() -> None:
 
 def test_text_and_json_renderings(checks: list[Check]) -> None:
     text = render_text(checks)
-    assert len([line for line in text.splitlines() if not line.lstrip().startswith("fix:")]) == len(checks)
+    rows = text.partition("\nchecks:\n")[2]
+    assert len([line for line in rows.splitlines() if not line.lstrip().startswith("fix:")]) == len(checks)
     assert text.count("fix: ") == sum(1 for c in checks if c.status != OK)
     doc = json.loads(json.dumps(to_json(checks)))
     assert doc["ok"] is True and [c["name"] for c in doc["checks"]] == [c.name for c in checks]
+    assert [w["what"] for w in doc["works"]] == [what for what, _ in doctor.CAPABILITIES]
+
+
+def test_doctor_says_what_works_as_well_as_what_is_missing(checks: list[Check]) -> None:
+    """Issue 45: on a CPU-only machine the doctor listed nine missing items and never said that CPU
+    profiling works. It says it first, and what each missing piece would enable."""
+    text = render_text(checks)
+    works = {w["what"]: w for w in doctor.capabilities(checks)}
+    cpu = works["profile on the CPU: the engine, your script (perfscope profile --device cpu)"]
+    assert cpu["works"] and cpu["needs"] == []
+    assert text.startswith("what works here:\n  yes  profile on the CPU")
+    if not torch.cuda.is_available():
+        gpu = works["profile NVIDIA GPUs with torch.profiler (perfscope profile --device cuda)"]
+        assert not gpu["works"] and "cuda (torch)" in gpu["needs"]
+        assert "no   profile NVIDIA GPUs with torch.profiler (perfscope profile --device cuda) (needs: cuda (torch))" in text
 
 
 def test_cli_doctor_exits_zero_without_gpu_tools(capsys: pytest.CaptureFixture[str]) -> None:

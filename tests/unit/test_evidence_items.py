@@ -1,5 +1,5 @@
-"""The item builders behind every finding's evidence (analysis/rules/evidence.py), on small tables
-whose answers are known by hand."""
+"""The item builders behind every finding's evidence (analysis/rules/evidence.py, and the idle gaps'
+analysis/rules/_gaps.py), on small tables whose answers are known by hand."""
 
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ import pandas as pd
 import pytest
 
 from perfscope.analysis.findings import Item
-from perfscope.analysis.rules.evidence import (
-    clip_to,
-    dominant,
-    gap_advice,
-    gap_items,
-    idle_in,
-    on_stake_clock,
-    weighted_median,
-)
+from perfscope.analysis.idle import weighted_median
+from perfscope.analysis.rules._gaps import idle_advice, idle_items, kind_advice
+from perfscope.analysis.rules.evidence import clip_to, idle_in, on_stake_clock
 
 
 def test_weighted_median_reads_the_time_not_the_count() -> None:
@@ -27,6 +21,9 @@ def test_weighted_median_reads_the_time_not_the_count() -> None:
     assert weighted_median(sizes) == 10e6
     assert float(np.median(sizes)) == 1e3  # what a count median says
     assert math.isnan(weighted_median(np.zeros(0)))
+    # with weights: the slices of a group, each weighing its own time, read by the gap they lie in
+    assert weighted_median(np.array([10e6, 1e3]), np.array([1.0, 3.0])) == 1e3
+    assert weighted_median(np.array([10e6, 1e3]), np.array([3.0, 1.0])) == 10e6
 
 
 def test_clip_to_cuts_intervals_at_the_windows() -> None:
@@ -36,11 +33,12 @@ def test_clip_to_cuts_intervals_at_the_windows() -> None:
 
 
 def _idle(rows: list[tuple[int, int, str, str | None, str | None]]) -> pd.DataFrame:
+    """One slice per gap: (start, end, cause, range, api)."""
     return pd.DataFrame([{"device": "cuda:0", "start_ns": s, "end_ns": e, "duration_ns": e - s, "cause": c,
-                          "range": r, "api": a} for s, e, c, r, a in rows])
+                          "range": r, "api": a, "gap": float(n)} for n, (s, e, c, r, a) in enumerate(rows)])
 
 
-def test_gap_items_group_by_cause_and_range_largest_first() -> None:
+def test_idle_items_group_by_kind_and_subject_largest_first() -> None:
     idle = _idle([(0, 10_000_000, "host", "ensure_layer_3_weights", None),
                   (20_000_000, 30_000_000, "host", "ensure_layer_3_weights", None),
                   *[(40_000_000 + 10_000 * i, 40_000_000 + 10_000 * i + 2_000, "launch", "attn", "cudaLaunchKernel")
@@ -48,31 +46,37 @@ def test_gap_items_group_by_cause_and_range_largest_first() -> None:
                   (50_000_000, 50_500_000, "sync", "sampler", "cudaStreamSynchronize"),
                   (60_000_000, 60_300_000, "unknown", None, None),
                   (70_000_000, 70_100_000, "host", None, None)])
-    items = gap_items(idle)
-    assert [i.attrs.get("cause") for i in items] == ["host", "sync", "unknown", "launch", "host"]
+    items = idle_items(idle, where=" inside decode steps")
+    assert [i.attrs["kind"] for i in items] == ["host code", "sync", "unknown", "launch", "host code"]
+    assert all(" inside decode steps" in i.label for i in items)
     top = items[0]
-    assert top.kind == "gaps" and top.time_ns == 20e6 and top.explains and top.attrs["count"] == 2
-    assert "in ensure_layer_3_weights" in top.label and "20 ms in 2 gaps" in top.label
+    assert top.kind == "gaps" and top.time_ns == 20e6 and top.explains and top.attrs["gaps"] == 2
+    # the range's family (its numbers as N) names the group; its size is the gaps' time-weighted length
+    assert top.attrs["range"] == "ensure_layer_N_weights" and "20 ms in 2 gaps of 10 ms" in top.label
     assert len(top.spans) == 2 and top.places() == top.spans
     sync = items[1]
     assert sync.kind == "gap" and sync.start_ns == 50e6 and "cudaStreamSynchronize" in sync.label
     assert not items[2].explains  # no host activity recorded
     assert not items[4].explains  # host time in no range: where it was is not known
-    assert dominant(items) == "host"
-    # the rest past `top` folds into one line of known and one of unknown cause
-    folded = gap_items(idle, top=2)
-    assert len(folded) == 4 and folded[2].attrs["cause"] == "mixed" and folded[3].attrs["cause"] == "unknown"
+    # the rest past `top` folds into one item per kind (and known/unknown cause), adding up to the slices
+    folded = idle_items(idle, top=2)
+    assert [i.attrs["kind"] for i in folded[2:]] == ["unknown", "launch", "host code"]
+    assert [i.explains for i in folded[2:]] == [False, True, False]
     assert sum(i.time_ns for i in folded) == pytest.approx(float(idle["duration_ns"].sum()))
-    assert "move or overlap this host work" in gap_advice("host", items, "step")
-    assert "cudaStreamSynchronize" in gap_advice("sync", items, "step")
-    assert "graph" not in gap_advice("host", items, "step").lower()
+    # the advice follows the largest kind: host code, named by its range, and no CUDA graphs
+    advice, totals = idle_advice(idle, items)
+    assert max(totals, key=lambda k: totals[k]) == "host code"
+    assert "Move or overlap this host work" in advice and "ensure_layer_N_weights" in advice
+    assert "reduce-overhead" not in advice and "capture" not in advice.lower()
+    assert "cudaStreamSynchronize" in kind_advice("sync", 2.0, items, idle)
 
 
-def test_gap_items_read_the_host_kind_when_the_idle_table_has_one() -> None:
+def test_idle_items_read_the_host_kind_when_the_idle_table_has_one() -> None:
     idle = _idle([(0, 1_000, "host", "attn", None), (2_000, 9_000, "host", "attention_cpu", None)])
     idle["host_kind"] = ["dispatch", "cpu compute"]
-    items = gap_items(idle)
-    assert [(i.attrs["cause"], i.attrs["fix"]) for i in items] == [("cpu compute", "host"), ("dispatch", "launch")]
+    items = idle_items(idle)
+    assert [(i.attrs["kind"], i.attrs["host_kind"]) for i in items] == [("cpu compute", "cpu compute"),
+                                                                         ("dispatch", "dispatch")]
 
 
 def test_idle_in_keeps_the_part_inside_the_windows() -> None:

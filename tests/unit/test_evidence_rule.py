@@ -139,8 +139,8 @@ def test_pending_rules_are_still_pending() -> None:
 
 def test_a_worked_example_the_h200_decode() -> None:
     """docs/findings.md's worked example: the H200 engine run's decode-mbu, whose time above the
-    bandwidth floor is the device idle inside the decode steps (by cause and range, from the idle
-    table) and the decode kernels' time above their own DRAM floor."""
+    bandwidth floor is the device idle inside the decode steps (by kind and subject, from the idle
+    table: the builder every idle finding uses) and the decode kernels' time above their own DRAM floor."""
     found, records = _evidence(str(FIXTURES / "h200/h200_llama1b_b1_p2048_g64.perfscope"))
     f = next(f for f in found if f.id == "decode-mbu")
     gaps = [i for i in f.items if i.kind in ("gap", "gaps")]
@@ -154,7 +154,7 @@ def test_a_worked_example_the_h200_decode() -> None:
     assert "explains 100% of its time at stake" in text and gaps[0].label in text
     # the largest gaps are the host's per-operator dispatch between launches (docs/idle.md, the host kinds): the
     # advice is CUDA graphs, which make this engine's decode 4.4x faster on the H200 (tests/fixtures/h200/README.md)
-    assert gaps[0].attrs["cause"] == "dispatch" and "CUDA graph" in f.recommendation
+    assert gaps[0].attrs["kind"] == "dispatch" and "CUDA graph" in f.recommendation
 
 
 def test_analyze_prints_and_json_carries_the_unexplained_share(capsys: pytest.CaptureFixture[str]) -> None:

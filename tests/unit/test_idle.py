@@ -324,7 +324,8 @@ def test_html_report_and_dashboard_show_a_bar_per_cause_and_click_lists_the_gaps
     r = read_kineto(weight_streaming().write(tmp_path / "t.json"))
     fig = figures.idle_causes(r)
     bars = {t.customdata[0][1]: t.x[0] for t in fig.data}
-    assert set(bars) == set(CAUSES)
+    totals = cause_totals(r.idle)
+    assert set(bars) == {c for c in CAUSES if totals.get(c, 0) > 0}  # a cause with no idle time is no empty row
     assert bars["copy"] * 1e6 == pytest.approx(cause_totals(r.idle)["copy"])
     assert "Why the GPU waits" in render_html(r)
     r.save(tmp_path / "runs" / "ws.perfscope")

@@ -138,3 +138,17 @@ def test_a_name_too_long(fixtures_dir: Path, tmp_path: Path, capsys: pytest.Capt
     assert _import(fixtures_dir, out) == 5
     _one_error_line(capsys.readouterr().err, out, "too long")
     assert _listing(tmp_path) == set()
+
+
+def test_report_without_o_keeps_the_force_rule_for_the_folders_own_html(fixtures_dir: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 45: `perfscope report FOLDER` overwrote the folder's own report.html without --force; it
+    now refuses like every other writer (exit 7, nothing touched), and --force replaces it."""
+    out = tmp_path / "r.perfscope"
+    assert _import(fixtures_dir, out, "--no-html") == 0
+    own = out / "report.html"
+    own.write_text("keep me")
+    assert main(["report", str(out)]) == 7
+    assert "already exists" in capsys.readouterr().err and own.read_text() == "keep me"
+    assert main(["report", str(out), "--force"]) == 0
+    assert own.read_text().startswith("<!DOCTYPE html") or "<html" in own.read_text()[:500]

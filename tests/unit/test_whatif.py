@@ -110,6 +110,15 @@ def test_gpu_projection_keeps_host_gaps_and_says_launch_bound(measured: Report) 
     assert dec["projected_s"] == pytest.approx(dec["measured_s"], rel=0.05)
 
 
+def test_a_launch_bound_note_names_its_batch(measured: Report) -> None:
+    """Issue 45: `whatif --gpu B200 --batch 1,8` printed "decode is launch-bound on B200" twice, with
+    different numbers and no batch named. Each note names the question it answers."""
+    notes = [n for b in (1, 8) for n in project(measured, Question(gpu="B200", batch=b)).manifest["projection"]["notes"]
+             if n.startswith("decode is launch-bound")]
+    assert len(notes) == 2 and len(set(notes)) == 2
+    assert "on B200 (HGX, per GPU) at batch 1:" in notes[0] and "on B200 (HGX, per GPU) at batch 8:" in notes[1]
+
+
 def test_unknown_gpu_and_dtype_are_one_line(measured: Report, fixtures_dir, capsys) -> None:
     with pytest.raises(UsageError, match="--gpu Z9000: no datasheet row"):
         project(measured, Question(gpu="Z9000"))
