@@ -9,7 +9,14 @@ writes them as Parquet datasets partitioned by rank). This module computes, per 
   the other kernels, as unions of intervals per device, and their overlap (the time a collective
   runs while compute runs on another stream); ``exposed_comm_ns`` is the collective time with no
   compute beside it;
-- idle time: the device's active span minus the union of its kernels and copies;
+- idle time: the device's active span minus the union of its kernels and copies, and the idle
+  time by kind (the report's ``idle`` table: its causes, the host's time split into what it did);
+- per step: its compute, collectives and idle time;
+- its collective kernels, each with the group of ranks it meets (the trace's process groups), for
+  :mod:`.collectives` to match across the ranks (transfer and wait) and :mod:`.straggler` to tell who
+  the others wait for;
+- its role: prefill or decode worker from its steps' phases, and its group's parallelism (TP, EP,
+  DP, PP) from the group's description;
 - kernel time by category and by kernel name.
 
 Then the job-level reductions: stragglers (ranks whose step time or compute per step is an outlier,
@@ -32,6 +39,7 @@ from perfscope.memo import memo
 from perfscope.schema import column_codes, map_codes, text_of, value_mask, value_positions
 
 from ..costs.operators import category_of
+from ..idle import kinds_of
 from ..intervals import covered_ns, merge_intervals
 from ..steps import GPU_RANGE_SOURCES
 from ..summaries.kernels import group_key
@@ -83,7 +91,8 @@ class RankTables:
         categories: rank, category, time_ns, count (kernel time by category).
         kernels: rank, kernel, time_ns, count (kernel time by short name).
         collectives: one row per collective kernel (:data:`COLLECTIVE_COLUMNS`).
-        idle: rank, cause, duration_ns: the device's idle time by cause (the ``idle`` table).
+        idle: rank, kind, duration_ns: the device's idle time by kind (the ``idle`` table's causes,
+            the host's split into what it did).
     """
 
     per_rank: pd.DataFrame
@@ -380,12 +389,25 @@ def role_of(steps: pd.DataFrame) -> str | None:
     return "mixed"
 
 
+UNNAMED_HOST = "host code (unnamed)"
+"""The rank view's kind for ``host code`` that no range, Python function or operator names (the
+``gpu-idle`` finding's rule: such time explains nothing); named host code stays ``host code``."""
+
+
 def idle_rows(rank: int, idle: pd.DataFrame | None) -> pd.DataFrame:
-    """rank, cause, duration_ns: the idle time of the rank's devices by cause."""
+    """rank, kind, duration_ns: the idle time of the rank's devices by kind (the cause, with the host's
+    time split into what it did: dispatch, cpu compute, waiting, host code; :func:`..idle.kinds_of`),
+    host code that nothing names apart (:data:`UNNAMED_HOST`)."""
     if idle is None or not len(idle) or "cause" not in idle:
-        return pd.DataFrame(columns=["rank", "cause", "duration_ns"])
-    by = idle.groupby(idle["cause"].astype("object"), sort=True)["duration_ns"].sum()
-    return pd.DataFrame({"rank": int(rank), "cause": by.index.astype(object), "duration_ns": by.to_numpy(np.float64)})
+        return pd.DataFrame(columns=["rank", "kind", "duration_ns"])
+    kinds = kinds_of(idle)
+    named = np.zeros(len(idle), dtype=bool)
+    for c in ("range", "function", "op"):
+        if c in idle:
+            named |= value_mask(idle, c, lambda v: isinstance(v, str) and bool(v))
+    kinds = np.where((kinds == "host code") & ~named, UNNAMED_HOST, kinds)
+    by = pd.Series(idle["duration_ns"].to_numpy(np.float64)).groupby(kinds, sort=True).sum()
+    return pd.DataFrame({"rank": int(rank), "kind": by.index.astype(object), "duration_ns": by.to_numpy(np.float64)})
 
 
 def one_rank(rank: int, tables: Mapping[str, pd.DataFrame], groups: Sequence[Mapping[str, Any]] = ()) -> RankTables:
@@ -633,6 +655,6 @@ def rank_summary(report: Report, *, tables: RankTables | None = None, top: int =
 
 
 __all__ = [
-    "RankTables", "category_matrix", "find_stragglers", "format_ranks", "kernel_spread", "one_rank",
+    "UNNAMED_HOST", "RankTables", "category_matrix", "find_stragglers", "format_ranks", "kernel_spread", "one_rank",
     "rank_summary", "rank_tables", "report_ranks", "step_spread", "step_table", "stragglers",
 ]

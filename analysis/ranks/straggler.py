@@ -14,8 +14,9 @@ A rank is a straggler of its group when
 - the group has at least :data:`MIN_INSTANCES` matched collectives.
 
 Why it is late comes from its own evidence against the median of its group's other ranks: the
-kernels it spends more time in, and the device idle time it has more of, by cause (host work,
-launches, synchronisation, copies: :mod:`perfscope.analysis.idle`). Ranks are compared only with
+kernels it spends more time in, and the device idle time it has more of, by kind (the host's work:
+dispatch, computation, waits, its own code; launches, synchronisation, copies:
+:mod:`perfscope.analysis.idle`). Ranks are compared only with
 the ranks they meet, so prefill and decode workers, or different tensor parallel groups, are never
 held to each other's pace.
 """
@@ -32,7 +33,7 @@ import pandas as pd
 from perfscope.format import duration
 
 from .collectives import expected_ranks, match, rank_waits, step_waits, with_keys
-from .stats import format_ranks
+from .stats import UNNAMED_HOST, format_ranks
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,8 +47,6 @@ MIN_INSTANCES = 3
 """Matched collectives a group needs before its ranks' turns arriving last say anything."""
 LAST_SHARE_CAP = 0.75
 """A rank that arrives last at 75% of its group's collectives is never a fair taker of turns."""
-KNOWN_IDLE = ("launch", "host", "sync", "copy", "profiler")
-"""Idle causes that say why the device waited (``unknown`` does not)."""
 TOP_KERNELS = 5
 TOP_STEPS = 3
 
@@ -179,12 +178,12 @@ class Excess:
     """What a rank spends more time on than the median of its group's other ranks."""
 
     kernels: pd.DataFrame  # kernel, rank_ns, peers_ns, excess_ns (largest first, positive only)
-    idle: pd.DataFrame  # cause, rank_ns, peers_ns, excess_ns
+    idle: pd.DataFrame  # kind, rank_ns, peers_ns, excess_ns
     compute_ns: float  # excess of all kernel time but the collectives'
 
 
 def excess_of(rank: int, peers: Sequence[int], t: RankTables) -> Excess:
-    """``rank``'s kernel time (by short name) and device idle time (by cause) above the median of ``peers``."""
+    """``rank``'s kernel time (by short name) and device idle time (by kind) above the median of ``peers``."""
     def versus(df: pd.DataFrame, key: str, value: str) -> pd.DataFrame:
         cols = ["rank_ns", "peers_ns", "excess_ns"]
         if not len(df):
@@ -205,16 +204,21 @@ def excess_of(rank: int, peers: Sequence[int], t: RankTables) -> Excess:
     k = k[~k["kernel"].isin(comm)].reset_index(drop=True)  # its collectives are short: it did not wait
     pr = t.per_rank.set_index("rank")["compute_ns"].astype(np.float64)
     compute = float(pr.get(rank, np.nan) - pr.reindex(list(peers)).median())
-    return Excess(k, versus(t.idle, "cause", "duration_ns"), compute)
+    return Excess(k, versus(t.idle, "kind", "duration_ns"), compute)
 
 
 IDLE_WORDS = {
-    "host": "waiting for its host's own work between launches (Python, the framework, scheduling)",
-    "launch": "waiting for its host to launch kernels",
-    "sync": "waiting while its host synchronises with the device",
+    "dispatch": "while its host dispatched operators (per-operator Python and framework work between launches)",
+    "cpu compute": "while its host computed between launches",
+    "waiting": "while its host waited (sleep, locks, I/O)",
+    "host code": "while its host ran its own code between launches (its ranges and functions name it)",
+    UNNAMED_HOST: "while its host ran its own code between launches (no range, function or operator names it)",
+    "launch": "while its host launched kernels",
+    "sync": "while its host synchronised with the device",
     "copy": "waiting for host-device copies",
+    "graph": "between the nodes of its graph replays",
     "profiler": "inside the profiler's own work",
 }
 
-__all__ = ["IDLE_WORDS", "KNOWN_IDLE", "MIN_INSTANCES", "MIN_WAIT_PCT", "Excess", "Stragglers", "analyse", "decide",
+__all__ = ["IDLE_WORDS", "MIN_INSTANCES", "MIN_WAIT_PCT", "Excess", "Stragglers", "analyse", "decide",
            "empty_stragglers", "excess_of", "last_share_needed"]

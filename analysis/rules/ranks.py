@@ -20,8 +20,16 @@ from perfscope.format import clip, duration
 from perfscope.schema import value_mask
 
 from ..ranks.partial_read import read_views
-from ..ranks.stats import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
-from ..ranks.straggler import IDLE_WORDS, KNOWN_IDLE, Excess, Stragglers, analyse, excess_of
+from ..ranks.stats import (
+    UNNAMED_HOST,
+    RankTables,
+    comm_mask,
+    format_ranks,
+    rank_tables,
+    report_ranks,
+    stragglers,
+)
+from ..ranks.straggler import IDLE_WORDS, Excess, Stragglers, analyse, excess_of
 from ._base import (
     Evidence,
     Finding,
@@ -33,6 +41,7 @@ from ._base import (
     severity_for,
     top_groups,
 )
+from ._gaps import EXPLAINED
 from .evidence import ITEMS_TOP, kernel_items, unexplained
 
 if TYPE_CHECKING:
@@ -202,9 +211,20 @@ ADVICE = {
     "kernels": ("Rank {rank}'s kernels take longer than its group's ({top}): check that GPU's clocks, power and "
                 "temperature (nvidia-smi -q -d CLOCK,POWER,TEMPERATURE, or rocm-smi) and its links, and whether "
                 "it gets more work than its peers (MoE expert load, longer sequences, an uneven split)."),
-    "host": ("Rank {rank}'s GPU waits longer for its host between launches: check that rank's CPU (core pinning, "
-             "other processes on its cores, NUMA placement, garbage collection, tokenisation or scheduling "
-             "work that only this worker does)."),
+    "dispatch": ("Rank {rank}'s host takes longer to dispatch operators between launches than its peers': its CPU "
+                 "is slower or busier (check core pinning, other processes on its cores, NUMA placement, CPU "
+                 "frequency); capturing the step in a CUDA graph removes the dispatch."),
+    "cpu compute": ("Rank {rank}'s host computes more between launches than its peers': find that work (sampling, "
+                    "tokenisation, scheduling done only on this worker) and move it off the critical path."),
+    "waiting": ("Rank {rank}'s host waits more (sleeps, locks, I/O) between launches than its peers': find what it "
+                "waits for (a queue, a lock shared with another thread, storage or the network)."),
+    "host code": ("Rank {rank}'s host runs more of its own code between launches than its peers' (the ranges "
+                  "and Python functions around its gaps name that code): check that rank's CPU (core pinning, other "
+                  "processes, garbage collection) and the work only this worker does."),
+    UNNAMED_HOST: ("Rank {rank}'s host runs more of its own code between launches than its peers', code nothing in "
+                   "the trace names: profile that rank with with_stack (or NVTX ranges) to name it, and check its "
+                   "CPU (core pinning, other processes, garbage collection)."),
+    "graph": "Rank {rank}'s graph replays have longer gaps between their nodes than its peers': check that GPU.",
     "launch": ("Rank {rank} is launch-bound where its peers are not: its host issues kernels slower; capture the "
                "step in a CUDA/HIP graph, or check that rank's CPU for contention."),
     "sync": ("Rank {rank}'s host synchronises with its device more: remove host reads of device values "
@@ -242,12 +262,12 @@ def straggler_items(row: Any, t: RankTables, s: Stragglers, stake_ns: float) -> 
         items.append(Item("kernels", f"{len(rest)} more kernels slower on rank {rank}",
                           float(rest["excess_ns"].sum()), explains=True, attrs={"rank": rank, "count": len(rest)}))
     for c in ex.idle.itertuples(index=False):
-        cause = str(c.cause)
-        words = IDLE_WORDS.get(cause, "for a reason the trace does not record")
+        kind = str(c.kind)
+        words = IDLE_WORDS.get(kind, "for a reason the trace does not record")
         items.append(Item("gaps", f"{duration(float(c.excess_ns))} more device idle time {words} than the "
-                                  f"median of its group (cause {cause})",
-                          float(c.excess_ns), explains=cause in KNOWN_IDLE,
-                          attrs={"rank": rank, "cause": cause, "rank_ns": float(c.rank_ns),
+                                  f"median of its group ({kind})",
+                          float(c.excess_ns), explains=kind in EXPLAINED or kind == "host code",  # named host code explains
+                          attrs={"rank": rank, "kind": kind, "rank_ns": float(c.rank_ns),
                                  "peers_median_ns": float(c.peers_ns)}))
     caused = s.steps[(s.steps["rank"] == rank)] if len(s.steps) else s.steps
     windows = t.steps[t.steps["rank"] == rank].set_index("step") if len(t.steps) else pd.DataFrame()
@@ -322,8 +342,8 @@ def _advice(rank: int, ex: Excess) -> str:
                         for k in ex.kernels.head(2).itertuples(index=False))
         parts.append((kernel_ns, ADVICE["kernels"].format(rank=rank, top=top)))
     for c in ex.idle.itertuples(index=False):
-        if float(c.excess_ns) >= 0.1 * total and str(c.cause) in ADVICE:
-            parts.append((float(c.excess_ns), ADVICE[str(c.cause)].format(rank=rank)))
+        if float(c.excess_ns) >= 0.1 * total and str(c.kind) in ADVICE:
+            parts.append((float(c.excess_ns), ADVICE[str(c.kind)].format(rank=rank)))
     known = sum(ns for ns, _ in parts)
     if known < 0.5 * total:
         parts.append((0.0, ADVICE["unknown"].format(rank=rank)))

@@ -5,6 +5,7 @@ arrives); checked against the collective kernels' durations read directly from t
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import pytest
@@ -12,7 +13,14 @@ import pytest
 from perfscope.analysis.findings import run_rules
 from perfscope.analysis.ranks.collectives import TIE_NS
 from perfscope.analysis.ranks.partial_read import job_summary, read_views, write_views
-from perfscope.analysis.ranks.stats import group_kind, rank_tables, role_of, sync_group
+from perfscope.analysis.ranks.stats import (
+    UNNAMED_HOST,
+    group_kind,
+    idle_rows,
+    rank_tables,
+    role_of,
+    sync_group,
+)
 from perfscope.analysis.ranks.straggler import MIN_WAIT_PCT, analyse, last_share_needed
 from perfscope.analysis.ranks.tiling import (
     SyncJob,
@@ -22,7 +30,7 @@ from perfscope.analysis.ranks.tiling import (
     tile_trace,
     write_sync_job,
 )
-from perfscope.analysis.rules.ranks import rank_findings
+from perfscope.analysis.rules.ranks import rank_findings, straggler_finding
 from tests.unit.ranks_support import (
     B200,
     collective_waits,
@@ -107,11 +115,17 @@ def test_the_straggler_finding_names_the_rank_the_wait_and_why(slow):
     kinds = {i.kind for i in f.items}
     assert {"rank", "kernel", "gaps", "step"} <= kinds
     # why: its kernels and its host time between launches are 20% longer; together they hold the wait
+    # (the model: everything between collectives is stretched, so the excesses add up to the wait)
     kernel_ns = sum(i.time_ns for i in f.items if i.kind in ("kernel", "kernels"))
-    host = next(i for i in f.items if i.kind == "gaps" and i.attrs["cause"] == "host")
-    assert kernel_ns > 0 and host.time_ns > 0 and host.explains
+    gaps = {i.attrs["kind"]: i for i in f.items if i.kind == "gaps"}
+    assert kernel_ns + sum(i.time_ns for i in gaps.values()) == pytest.approx(f.time_at_stake_ns, rel=0.1)
+    assert kernel_ns > 0 and gaps["dispatch"].time_ns > 0 and gaps["dispatch"].explains
+    # its host code between launches sits inside the trace's ranges: named, it explains
+    assert gaps["host code"].time_ns > 0 and gaps["host code"].explains and UNNAMED_HOST not in gaps
+    explained = kernel_ns + sum(i.time_ns for i in gaps.values() if i.explains)
+    assert f.explained_ns == pytest.approx(min(explained, f.time_at_stake_ns))
     assert f.explained_share >= 0.9
-    assert "clocks" in f.recommendation and "CPU" in f.recommendation
+    assert "clocks" in f.recommendation and "dispatch" in f.recommendation
     # the step items point at rank 2's steps on its own clock
     step = next(i for i in f.items if i.kind == "step")
     assert step.attrs["rank"] == 2 and step.end_ns > step.start_ns
@@ -119,6 +133,30 @@ def test_the_straggler_finding_names_the_rank_the_wait_and_why(slow):
     assert not [x for x in rank_findings(report) if x.id == "rank-imbalance" and x.evidence["rank"] == 2]
     d = f.to_dict()
     assert d["items"][0]["kind"] and d["explained_share"] >= 0.9
+
+
+def test_host_code_nothing_names_explains_nothing(slow):
+    """The same job with the names of its idle slices left out (a trace without ranges, Python
+    functions or operators): its host code is unnamed, shown, and no longer explains the wait."""
+    _, _, _, report = slow
+    idle = report.table("idle")
+    idle = idle[idle["rank"] == 2].reset_index(drop=True)
+    named = idle_rows(2, idle)
+    bare = idle_rows(2, idle.drop(columns=["range", "function", "op"]))
+    assert UNNAMED_HOST not in set(named["kind"]) and "host code" not in set(bare["kind"])
+    by = bare.set_index("kind")["duration_ns"]
+    assert by[UNNAMED_HOST] == pytest.approx(named.set_index("kind")["duration_ns"]["host code"])
+    assert bare["duration_ns"].sum() == pytest.approx(named["duration_ns"].sum())
+    t = rank_tables(report)
+    t = dataclasses.replace(t, idle=t.idle.replace({"kind": {"host code": UNNAMED_HOST}}))
+    f = straggler_finding(t, analyse(t))
+    assert f is not None and f.evidence["rank"] == 2
+    unnamed = next(i for i in f.items if i.kind == "gaps" and i.attrs["kind"] == UNNAMED_HOST)
+    assert not unnamed.explains and "no range, function or operator names it" in unnamed.label
+    explained = sum(i.time_ns for i in f.items if i.explains)
+    assert f.explained_ns == pytest.approx(min(explained, f.time_at_stake_ns))
+    assert f.explained_share == pytest.approx(1 - unnamed.time_ns / f.time_at_stake_ns, abs=0.1)
+    assert "with_stack" in f.recommendation
 
 
 def test_no_straggler_among_ranks_that_take_turns(fixtures_dir, tmp_path):
