@@ -647,7 +647,7 @@ def with_steps(memory: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
     out = memory.copy()
     step = np.full(len(t), np.nan)
-    step[inside] = s["step"].to_numpy(dtype="float64")[k[inside]]
+    step[inside] = s["step"].to_numpy(dtype="float64", na_value=np.nan)[k[inside]]
     phase = np.full(len(t), None, dtype=object)
     phase[inside] = s["phase"].to_numpy(dtype=object)[k[inside]]
     out["step"] = step
