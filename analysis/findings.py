@@ -66,6 +66,7 @@ RULES: dict[str, Rule] = {
     "prefill-mfu": llm.prefill_mfu,
     "kv-cache-share": llm.kv_cache_share,
     "speculation": llm.speculation,
+    "kv-policy": llm.kv_policy,
     "inference-window": steps.inference_window,
     "step-outliers": steps.step_outliers,
     "steady-state": steps.steady_state,

@@ -11,6 +11,9 @@ The arithmetic (docs/memory.md, "Capacity"):
   them); a sliding-window layer holds at most ``window`` tokens of a sequence;
 - budget for the KV cache = device memory x utilization - weights - activation peak;
 - concurrent sequences at context C = budget // (sum over layers of per-layer bytes x min(C, window));
+  under a KV policy (``--kv-policy``, :mod:`perfscope.kv_policy`) a layer holds min(C, window, what the
+  policy keeps): ``sink + window`` tokens for streaming, ``budget`` for h2o, all C for quest (plus one
+  min and one max key per page, as many bytes as one token's K and V);
   concurrent tokens = budget // bytes per token (full-attention layers); vLLM's blocks = budget //
   (block_size x bytes per token).
 
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputFormatError, UsageError
+from .kv_policy import KVPolicy, parse_kv_policy
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "tf32": 4.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0,
                "float16": 2.0, "half": 2.0, "auto": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
@@ -288,6 +292,7 @@ class Capacity:
     num_blocks: int
     decode: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    kv_policy: str = "full"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -296,8 +301,9 @@ class Capacity:
 def capacity(m: ModelShape, dev: DeviceMemory, *, context: int, kv_dtype: str | None = None,
              weights_dtype: str | None = None, gpu_memory_utilization: float = 0.9,
              activation_bytes: float | None = None, max_batched_tokens: int | None = None,
-             max_seqs: int = 256, block_size: int = 16) -> Capacity:
-    """Concurrent tokens and sequences of ``m`` on ``dev`` at ``context`` tokens (module docstring)."""
+             max_seqs: int = 256, block_size: int = 16, kv_policy: str | KVPolicy | None = None) -> Capacity:
+    """Concurrent tokens and sequences of ``m`` on ``dev`` at ``context`` tokens (module docstring);
+    ``kv_policy``: what each sequence holds and a decode step reads under that policy."""
     if context <= 0:
         raise UsageError(f"context {context} must be positive")
     if not 0 < gpu_memory_utilization <= 1:
@@ -306,8 +312,17 @@ def capacity(m: ModelShape, dev: DeviceMemory, *, context: int, kv_dtype: str | 
     weights = m.params * dtype_bytes(wd)
     per_layer = m.kv_bytes_per_token_layer(kd)
     windows = m.windows()
+    policy = parse_kv_policy(kv_policy)
     per_token = per_layer * len(windows)  # every layer holds a token below its window
-    per_seq = sum(per_layer * (context if w is None else min(context, w)) for w in windows)
+    held = policy.held(context)
+    meta = policy.pages(context) * per_layer  # Quest: a min and a max key per page
+    per_seq = sum(per_layer * (held if w is None else min(held, w)) + meta for w in windows)
+    # a decode step reads, per layer, what the policy attends (Quest: its pages and the page metadata)
+    read = [per_layer * ((policy.attended(context, i) + policy.metadata_entries(context, i)) if w is None
+                         else min(policy.held(context), w)) for i, w in enumerate(windows)]
+    read_seq = float(sum(read))
+    attended = sum(policy.attended(context, i) if w is None else min(policy.held(context), w)
+                   for i, w in enumerate(windows)) / max(len(windows), 1)
     notes = []
     if activation_bytes is None:
         tokens = max_batched_tokens or max(context, 2048)
@@ -325,8 +340,8 @@ def capacity(m: ModelShape, dev: DeviceMemory, *, context: int, kv_dtype: str | 
     decode: dict[str, Any] = {}
     if max_seqs_fit > 0:
         n = max_seqs_fit
-        step_bytes = weights + n * per_seq
-        attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * context * n
+        step_bytes = weights + n * read_seq
+        attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * attended * n
         step_flops = 2.0 * m.params * n + attn
         decode = {"batch": n, "step_bytes": step_bytes, "step_flops": step_flops,
                   "intensity_flop_per_byte": step_flops / step_bytes}
@@ -343,16 +358,19 @@ def capacity(m: ModelShape, dev: DeviceMemory, *, context: int, kv_dtype: str | 
                     weight_bytes=weights, params=m.params, kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_seq,
                     activation_bytes=float(activation_bytes), activation_source=act_source, kv_budget_bytes=budget,
                     max_tokens=max_tokens, max_sequences=max_seqs_fit, block_size=block_size, num_blocks=blocks,
-                    decode=decode, notes=notes)
+                    decode=decode, notes=notes, kv_policy=policy.text())
 
 
-def sentence(c: Capacity, fp8: Capacity | None = None) -> str:
+def sentence(c: Capacity, fp8: Capacity | None = None, full: Capacity | None = None) -> str:
     """The finding's sentence: sequences at the context, the decode roof at that batch, fp8 KV's."""
     from .format import nbytes, si
 
     ctx = f"{c.context // 1024}k" if c.context % 1024 == 0 else str(c.context)
     text = (f"at {ctx} context the KV cache ({nbytes(c.kv_budget_bytes)} free after {nbytes(c.weight_bytes)} of "
             f"weights) allows {c.max_sequences} concurrent sequences on {c.device}")
+    if full is not None and c.kv_policy != "full":
+        ratio = f" ({c.max_sequences / full.max_sequences:.1f}x)" if full.max_sequences else ""
+        text += f" under --kv-policy {c.kv_policy}, against {full.max_sequences} with the full cache{ratio}"
     d = c.decode
     if d.get("tokens_per_s_at_bandwidth_roof"):
         text += (f"; decode at batch {d['batch']} reads {nbytes(d['step_bytes'])} a step, at most "
@@ -371,21 +389,26 @@ def safe_ratio(a: float, b: float) -> float:
 def capacity_report(model: str, gpu: str, *, context: int, kv_dtype: str | None = None,
                     weights_dtype: str | None = None, gpu_memory_utilization: float = 0.9,
                     memory_bytes: float | None = None, activation_bytes: float | None = None,
-                    max_batched_tokens: int | None = None, block_size: int = 16) -> dict[str, Any]:
-    """The ``perfscope capacity`` document: the capacity at the asked dtypes, and with fp8 KV
-    (when the KV dtype asked is wider), and the finding's sentence."""
+                    max_batched_tokens: int | None = None, block_size: int = 16,
+                    kv_policy: str | KVPolicy | None = None) -> dict[str, Any]:
+    """The ``perfscope capacity`` document: the capacity at the asked dtypes (and KV policy), with fp8
+    KV (when the KV dtype asked is wider), the full cache's when a policy is asked, and the finding's
+    sentence."""
     m = resolve_model(model)
     dev = resolve_device_memory(gpu, memory_bytes=memory_bytes)
     kw: dict[str, Any] = {"context": context, "weights_dtype": weights_dtype,
                           "gpu_memory_utilization": gpu_memory_utilization, "activation_bytes": activation_bytes,
                           "max_batched_tokens": max_batched_tokens, "block_size": block_size}
-    c = capacity(m, dev, kv_dtype=kv_dtype, **kw)
+    policy = parse_kv_policy(kv_policy)
+    c = capacity(m, dev, kv_dtype=kv_dtype, kv_policy=policy, **kw)
     if dev.note:
         from dataclasses import replace
 
         c = replace(c, notes=[dev.note, *c.notes])
-    fp8 = capacity(m, dev, kv_dtype="fp8", **kw) if dtype_bytes(c.kv_dtype) > 1 else None
-    return {"capacity": c.to_dict(), "fp8_kv": fp8.to_dict() if fp8 else None, "finding": sentence(c, fp8)}
+    fp8 = capacity(m, dev, kv_dtype="fp8", kv_policy=policy, **kw) if dtype_bytes(c.kv_dtype) > 1 else None
+    full = None if policy.is_full else capacity(m, dev, kv_dtype=kv_dtype, **kw)
+    return {"capacity": c.to_dict(), "fp8_kv": fp8.to_dict() if fp8 else None,
+            "full_cache": full.to_dict() if full else None, "finding": sentence(c, fp8, full)}
 
 
 def render_capacity(doc: dict[str, Any]) -> str:
@@ -400,13 +423,18 @@ def render_capacity(doc: dict[str, Any]) -> str:
         ("weights", f"{nbytes(c['weight_bytes'])} ({c['weights_dtype']})"),
         ("activation peak", f"{nbytes(c['activation_bytes'])} ({c['activation_source']})"),
         ("KV per token", f"{nbytes(c['kv_bytes_per_token'])} ({c['kv_dtype']})"),
-        ("KV per sequence", f"{nbytes(c['kv_bytes_per_sequence'])} at {c['context']} tokens"),
+        ("KV per sequence", f"{nbytes(c['kv_bytes_per_sequence'])} at {c['context']} tokens"
+                            + (f" under {c['kv_policy']}" if c.get("kv_policy", "full") != "full" else "")),
         ("KV budget", nbytes(c["kv_budget_bytes"])),
         ("max tokens", f"{c['max_tokens']:,} ({c['num_blocks']:,} blocks of {c['block_size']})"),
         ("max sequences", f"{c['max_sequences']:,} at {c['context']} tokens"),
     ]
     if doc.get("fp8_kv"):
         rows.append(("with fp8 KV", f"{doc['fp8_kv']['max_sequences']:,} sequences"))
+    if doc.get("full_cache"):
+        full = doc["full_cache"]
+        rows.append(("full cache", f"{full['max_sequences']:,} sequences ({nbytes(full['kv_bytes_per_sequence'])} "
+                                   "per sequence)"))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows] + ["", doc["finding"]] + list(c["notes"])
     return "\n".join(lines) + "\n"

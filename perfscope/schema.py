@@ -239,6 +239,8 @@ STEP_COLUMNS = _cols(
     ("weight_bytes", "float", False, "weight bytes read by the step"),
     ("kv_cache_bytes", "float", False, "KV-cache bytes read by the step"),
     ("kv_cache_size_bytes", "float", False, "KV-cache bytes allocated and in use after the step"),
+    ("kv_entries", "float", False, "KV entries (tokens) one sequence's attention read in the step, mean over the "
+     "layers: the context, or what a --kv-policy kept or selected (engine steps)"),
     # load tests (``perfscope loadtest``; schema 1.1)
     ("iteration", "int", False, "scheduler iteration (a prefill and a decode step may share one)"),
     ("prefill_tokens", "int", False, "prompt tokens prefilled in the step"),

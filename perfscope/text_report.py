@@ -148,6 +148,31 @@ def _speculation_lines(report: Report) -> list[str]:
     return [head, cost, f"  {found[0].title}"]
 
 
+def _kv_policy_lines(report: Report) -> list[str]:
+    """A KV policy run: kept entries, K/V bytes and time per decode step against the full cache, MBU, capacity."""
+    from perfscope.analysis.summaries.kv_policy import kv_policy_summary
+    from perfscope.format import nbytes
+
+    s = kv_policy_summary(report)
+    if s is None or not s["policy_run"].get("decode_steps"):
+        return []
+    own, ref = s["policy_run"], s.get("full_cache") or {}
+    lines = [f"KV policy {s['policy']}: decode reads {_num(own.get('kv_entries_mean'), 1, 1)} KV entries per sequence "
+             f"and layer at context {_num(own.get('context_len_last'), 1, 0)}; "
+             f"{nbytes(own.get('kv_bytes_per_step', float('nan')))} of K/V per step vs "
+             f"{nbytes(s.get('full_kv_bytes_per_step', float('nan')))} with the full cache"]
+    if ref:
+        lines.append(f"  decode step {_num(own.get('step_ns'), 1e6, 2)} ms vs {_num(ref.get('step_ns'), 1e6, 2)} ms "
+                     f"(full cache, same session); attention {_num(own.get('attention_ns_per_step'), 1e6, 2)} vs "
+                     f"{_num(ref.get('attention_ns_per_step'), 1e6, 2)} ms per step; decode MBU "
+                     f"{_num(own.get('mbu', float('nan')) * 100, 1, 1)}% vs {_num(ref.get('mbu', float('nan')) * 100, 1, 1)}%")
+    if "sequences_fit_ratio" in s:
+        lines.append(f"  KV per {s['sequence_tokens']}-token sequence {nbytes(s['kv_bytes_per_sequence'])} vs "
+                     f"{nbytes(s['full_kv_bytes_per_sequence'])}: {_num(s['sequences_fit_ratio'], 1, 1)}x the sequences "
+                     "fit (perfscope capacity --kv-policy)")
+    return lines
+
+
 def _request_lines(report: Report) -> list[str]:
     from perfscope.analysis.summaries.serving import has_unprofiled, request_summary
 
@@ -360,7 +385,7 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
     timing = _timing_line(report)
     if timing:
         head += "\n" + timing
-    sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report),
+    sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report), _kv_policy_lines(report),
                 _request_lines(report), _tail_lines(report),
                 _kernel_lines(report, top), _idle_lines(report), _rank_lines(report)]
     if findings:

@@ -25,6 +25,7 @@ import pandas as pd
 from perfscope.datasheets import lookup_datasheet, pick_datasheet, sheet_spec
 from perfscope.device_models import DeviceModels, device_models
 from perfscope.errors import UsageError
+from perfscope.kv_policy import parse_kv_policy
 from perfscope.report import Report, source_info
 from perfscope.schema import column_codes
 
@@ -67,6 +68,7 @@ class Question:
     weights_dtype: str | None = None
     kv_dtype: str | None = None
     draft_len: int | None = None
+    kv_policy: str | None = None  # streaming:sink=S,window=W | h2o:budget=B[,recent=R] | quest:budget=B[,page=P]
 
     def text(self) -> str:
         parts = [f"{k.replace('_', '-')}={v}" for k, v in asdict(self).items() if v is not None]
@@ -75,7 +77,7 @@ class Question:
     @property
     def changes_shapes(self) -> bool:
         return any(v is not None for v in (self.batch, self.prompt_len, self.context, self.gen_len,
-                                           self.weights_dtype, self.kv_dtype, self.draft_len))
+                                           self.weights_dtype, self.kv_dtype, self.draft_len, self.kv_policy))
 
 
 def sweep(**values: Sequence[Any] | Any) -> list[Question]:
@@ -118,6 +120,7 @@ def _check_dtypes(q: Question) -> None:
         if value is not None and value not in TORCH_DTYPES:
             raise UsageError(f"{flag} {value}: not a dtype the cost model knows",
                              hint=f"one of {', '.join(sorted(TORCH_DTYPES))}")
+    parse_kv_policy(q.kv_policy)
 
 
 def _measured_dims(report: Report) -> tuple[int, int, int]:
@@ -161,6 +164,35 @@ def _step_dims(steps: pd.DataFrame, batch: int, prompt: int, gen: int, q: Questi
             olds.append(Dims(batch, ql, ctx, old_cap))
             news.append(Dims(nb, nql, base_ctx + (ctx - prompt) + (nql - ql), new_cap))
     return olds, news
+
+
+def _n_layer(report: Report) -> int | None:
+    """The model's layers: the run's ``n_layer``, else the highest ``layer.N`` range + 1, else None."""
+    n = report.params.get("n_layer")
+    if isinstance(n, int) and n > 0:
+        return n
+    paths = report.kernels["range"].astype("object").dropna() if "range" in report.kernels else pd.Series(dtype=object)
+    found = paths.str.extract(r"(?:^|/)layer\.(\d+)(?:/|$)")[0].dropna()
+    return int(found.astype(int).max()) + 1 if len(found) else None
+
+
+def _policy_dims(steps: pd.DataFrame, news: list[Dims], q: Question, n_layer: int | None) -> list[Dims]:
+    """Under ``--kv-policy`` a decode step attends what the policy keeps or selects: its KV length is the
+    policy's mean over the layers (:meth:`perfscope.kv_policy.KVPolicy.read_entries`, Quest's page
+    metadata counted as entries), as is a kernel that attends the cache's whole capacity (compiled decode); the
+    cache writes cost what they write. Prefill steps are kept (the engine's prefill attends the whole prompt)."""
+    policy = parse_kv_policy(q.kv_policy)
+    if policy.is_full:
+        return news
+    layers = n_layer or 1
+    out = []
+    for phase, d in zip(steps["phase"], news):
+        if phase == "prefill":
+            out.append(d)
+            continue
+        n = max(1, round(policy.read_entries(d.context, layers)))
+        out.append(Dims(d.batch, d.q_len, n, n))  # a kernel attending the whole cache reads what the policy reads
+    return out
 
 
 def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: list[Dims], q: Question
@@ -417,10 +449,13 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
     if question.changes_shapes:
         batch, prompt, gen = _measured_dims(report)
         olds, news = _step_dims(steps, batch, prompt, gen, question)
+        totals: list[int] = [d.context for d in news]  # the new KV lengths before a policy keeps or selects
+        news = _policy_dims(steps, news, question, _n_layer(report))
     else:
         batch, prompt, gen = (report.params.get("batch") or 1), report.params.get("prompt_len"), \
             (report.params.get("gen_len") or report.params.get("max_new_tokens") or 1)
         olds = news = []
+        totals = []
     new_f, new_b, new_prec, recosted, gemm = _new_work(k, step_pos, olds, news, question)
     precision = k["precision"].astype("object")
     missing_prec = sorted({str(p) for p in pd.unique(new_prec.dropna()) if tgt.peak(pd.Series([p]))[0] != tgt.peak(pd.Series([p]))[0]})
@@ -552,6 +587,12 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
             kvd = (itemsize(TORCH_DTYPES[question.kv_dtype].lower()) / 2.0) if question.kv_dtype else 1.0
             new_steps["kv_cache_bytes"] = kv_old * kv_ratio * kvd
             new_steps["kv_cache_size_bytes"] = steps["kv_cache_size_bytes"].astype(float) * kv_ratio * kvd
+            policy = parse_kv_policy(question.kv_policy)
+            if not policy.is_full:  # what a sequence holds: the policy's kept entries (Quest: all, and its pages)
+                held = np.array([(n_.batch * (policy.held(t) + policy.pages(t))) / max(o.batch * o.context, 1)
+                                 for o, n_, t in zip(olds, news, totals)])
+                new_steps["kv_cache_size_bytes"] = steps["kv_cache_size_bytes"].astype(float) * held * kvd
+                new_steps["kv_entries"] = [float(n_.context) for n_ in news]
             new_steps["flops"] = steps["flops"].astype(float) * f_ratio
             work = _work_ratios(steps, new_steps)
         if question.gen_len is not None and question.gen_len < gen:
@@ -623,6 +664,12 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
         np_ = question.prompt_len or int(prompt)
         shape = (int(batch), int(prompt), batch_new, np_, question.context if question.context is not None else np_)
     su, ru = _scale_unprofiled(report, ratio, batch_new, gen_new, shape, work)
+    policy = parse_kv_policy(question.kv_policy)
+    if not policy.is_full and len(su) and "context_len" in su:  # the headline steps attend what the policy reads
+        layers = _n_layer(report) or 1
+        ctx = pd.to_numeric(su["context_len"], errors="coerce")
+        su["kv_entries"] = [float(c) if ph == "prefill" or pd.isna(c) else policy.read_entries(int(c), layers)
+                            for ph, c in zip(su["phase"], ctx)]
     if question.gen_len is not None and question.gen_len < gen and len(su):
         su = su[((su["phase"] == "prefill") | (su.groupby("phase").cumcount() < question.gen_len - 1)).to_numpy()]
 
@@ -632,6 +679,17 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
                        ("weights_dtype", question.weights_dtype), ("kv_dtype", question.kv_dtype)):
         if value is not None:
             params[key] = value
+    if not policy.is_full:
+        from ..summaries.kv_policy import decode_kv
+
+        params["kv_policy"] = policy.text()
+        # the measured run is the full cache the projected policy is set against
+        if parse_kv_policy(report.params.get("kv_policy")).is_full:
+            params["kv_policy_reference"] = {"kv_policy": "full", "measured": True, **decode_kv(report)}
+        notes.append(f"--kv-policy {policy.text()}: each decode step's attention is priced at the KV length the policy "
+                     "reads (mean over the layers; Quest's page metadata counted as entries); the policy's own "
+                     "selection and eviction work is not in the measured run, so it is not projected "
+                     "(docs/kv-policies.md has its measured size)")
     if question.batch is not None or question.prompt_len is not None:
         params["prompt_lens"] = [question.prompt_len or prompt] * batch_new
     projection = {

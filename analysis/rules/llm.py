@@ -560,3 +560,85 @@ def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame
                         attrs={"accepted_tokens": int(accepted), "saved_ns": accepted * step_ns}))
     return out
 
+
+
+def kv_policy(report: Report) -> list[Finding]:
+    """What a KV-cache policy (``--kv-policy``) saved in decode against the full cache measured in the same
+    session (:mod:`perfscope.analysis.summaries.kv_policy`): the stake is the saving (or the loss) on the
+    headline run's decode steps; the items are the decode attention kernels of both profiled runs (put on
+    the stake's clock) and the KV held per sequence."""
+    from ..summaries.kv_policy import kv_policy_summary, step_saving_ns
+
+    s = kv_policy_summary(report)
+    if s is None:
+        return []
+    own, ref = s["policy_run"], s.get("full_cache") or {}
+    if not own.get("decode_steps"):
+        return []
+    name = s["policy"]
+    entries, ctx = own.get("kv_entries_mean", math.nan), own.get("context_len_last", math.nan)
+    kv, full_kv = own.get("kv_bytes_per_step", math.nan), s.get("full_kv_bytes_per_step", math.nan)
+    evidence: dict[str, float | int | str] = {
+        "kv_policy": name, "decode_steps": int(own["decode_steps"]), "kv_entries_per_step": entries,
+        "context_len_last": ctx, "kv_bytes_per_step": kv, "full_kv_bytes_per_step": full_kv,
+        "kv_bytes_saved_pct": s.get("kv_bytes_saved_pct", math.nan), "decode_step_ns": own.get("step_ns", math.nan),
+        "decode_mbu_pct": 100.0 * own.get("mbu", math.nan),
+        "attention_ns_per_step": own.get("attention_ns_per_step", math.nan),
+    }
+    for key in ("kv_bytes_per_sequence", "full_kv_bytes_per_sequence", "sequences_fit_ratio", "sequence_tokens"):
+        if key in s:
+            evidence[key] = s[key]
+    reads = (f"decode reads {entries:.0f} KV entries per sequence and layer (context {ctx:.0f}): "
+             f"{nbytes(kv)} vs {nbytes(full_kv)} of K/V per step")
+    held = (f"{nbytes(s['kv_bytes_per_sequence'])} of KV per {s['sequence_tokens']}-token sequence vs "
+            f"{nbytes(s['full_kv_bytes_per_sequence'])} with the full cache: {s['sequences_fit_ratio']:.1f}x the "
+            "sequences fit in the same memory") if "sequences_fit_ratio" in s else ""
+    run = headline_run(report)
+    if not ref.get("step_ns"):
+        return [dataclasses.replace(info(
+            "kv-policy", f"KV policy {name}: {reads}; no full-cache run to time against",
+            "Profile without --no-baseline: the full cache then runs beside the policy, pass for pass, and the "
+            "saving is measured on the same clock.", **evidence), run=run)]
+    saved = step_saving_ns(s)
+    n = int(own["decode_steps"])
+    evidence.update(full_decode_step_ns=ref["step_ns"], full_attention_ns_per_step=ref.get("attention_ns_per_step",
+                    math.nan), full_decode_mbu_pct=100.0 * ref.get("mbu", math.nan), saved_ns_per_step=saved,
+                    decode_speedup=s.get("step_ns_speedup", math.nan))
+    # the kernels are the profiled runs': their saving per step, over the profiled decode steps
+    prof_steps = int((report.steps["phase"] == "decode").sum()) if len(report.steps) else 0
+    attn_saved = (ref.get("attention_ns_per_step", math.nan) - own.get("attention_ns_per_step", math.nan)) * prof_steps
+    prof_saved = (ref.get("profiled_step_ns", math.nan) - own.get("profiled_step_ns", math.nan)) * prof_steps
+    attn = (f"{own.get('attention_ns_per_step', math.nan) / 1e6:.3g} ms per step vs "
+            f"{ref.get('attention_ns_per_step', math.nan) / 1e6:.3g} ms with the full cache")
+    attrs = {"kv_bytes_per_step": kv, "full_kv_bytes_per_step": full_kv, "kv_entries_per_step": entries,
+             "steps": prof_steps}
+    metric = [Item("metric", held, attrs={"kv_bytes_per_sequence": s["kv_bytes_per_sequence"],
+                                          "full_kv_bytes_per_sequence": s["full_kv_bytes_per_sequence"]})] if held else []
+    quality = ("What it costs in quality is not in a profile: measure it on your prompts against the full cache "
+               "(benchmarks/kv_policies.py: logit error, top-1 agreement and greedy match).")
+    stake = abs(saved) * n  # on the headline run's decode steps
+    if saved > 0:
+        items = [Item("kernels", f"decode attention (the cache's reads and writes, the policy's selection): {attn}",
+                      time_ns=attn_saved, attrs=attrs)] if attn_saved > 0 else []
+        items = on_stake_clock(items, stake, prof_saved if prof_saved > 0 else attn_saved)
+        items += unexplained(stake - time_in(items, ("kernels",)), "decode time saved outside the attention kernels "
+                             "(or the two runs' step times moving apart on a loaded machine)")
+        title = (f"KV policy {name} saved {saved / 1e6:.3g} ms per decode step "
+                 f"({s.get('step_ns_speedup', math.nan):.2f}x the full cache's speed): {reads}")
+        advice = "The policy pays here: decode reads fewer KV bytes. " + (held + ". " if held else "") + quality
+        f = ranked(report, "kv-policy", title, evidence, advice, stake, ranges=("decode",),
+                   items=tuple(items + metric), run=run)
+        return [dataclasses.replace(f, severity="info")]  # a saving, not something to fix
+    items = [Item("kernels", f"the policy's cache work in decode (selection, eviction, attention): {attn}",
+                  time_ns=-attn_saved, attrs=attrs)] if attn_saved < 0 else []
+    items = on_stake_clock(items, stake, -prof_saved if prof_saved < 0 else -attn_saved)
+    items += unexplained(stake - time_in(items, ("kernels",)), "decode time lost outside the attention kernels "
+                         "(or the two runs' step times moving apart on a loaded machine)")
+    title = (f"KV policy {name} did not pay: decode steps took {-saved / 1e6:.3g} ms longer than with the full "
+             f"cache; {reads}")
+    advice = ("At this context and batch the K/V a step reads is small next to the weights, and selecting and "
+              "evicting entries costs more than the reads it saves. Keep the full cache here; a policy pays where "
+              "the KV cache dominates decode traffic (long contexts, large batches: see kv-cache-share). "
+              + (held + ", which still counts for capacity. " if held else "") + quality)
+    return [ranked(report, "kv-policy", title, evidence, advice, stake, ranges=("decode",), items=tuple(items + metric),
+                   run=run)]

@@ -131,7 +131,8 @@ def decode_roofline(report: Report) -> go.Figure:
                              g["achieved_bytes_per_s"] / 1e9], axis=1),
         hovertemplate="batch %{customdata[0]}: %{customdata[1]} steps, %{customdata[2]:.3f} ms each<br>"
                       "%{x:.3g} FLOP/B, %{y:.3s}FLOP/s, %{customdata[3]:.2f} GB/s<extra></extra>"))
-    kv = esc(str(report.params.get("kv_dtype", "auto")))
+    kv = esc(str(report.params.get("kv_dtype", "auto")) + ("" if report.params.get("kv_policy") in (None, "full")
+                                                             else f", {report.params['kv_policy']}"))
     fig.update_layout(template="plotly_white", height=440, margin={"l": 60, "r": 20, "t": 50, "b": 50},
                       title=f"Decode steps on the roofline, by batch size (model FLOPs; weights + KV bytes, KV {kv})",
                       legend={"orientation": "h", "y": -0.2}, meta={"kind": "load_decode_roofline"})
@@ -191,6 +192,8 @@ def load_notes(report: Report) -> list[str]:
         if lt.get("kv_dtype"):
             per_token = p.get("kv_cache_bytes_per_token")
             facts.append(f"KV cache {lt['kv_dtype']}" + (f" ({per_token} bytes per token)" if per_token else ""))
+        if lt.get("kv_policy") not in (None, "full"):
+            facts.append(f"KV policy {lt['kv_policy']}")
         notes.append(", ".join(f for f in facts if f))
     if p.get("endpoint"):
         conc = p.get("max_concurrency")
@@ -198,7 +201,10 @@ def load_notes(report: Report) -> list[str]:
                      + (f"at most {conc} requests in flight" if conc else "open loop (no concurrency cap)"))
     err = lt.get("kv_logit_error")
     if err:
-        notes.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference', p.get('dtype'))} cache on "
+        what = " ".join(x for x in (err["kv_dtype"] if err["kv_dtype"] != "auto" else "",
+                                    str(err.get("kv_policy") or "full") if err.get("kv_policy") not in (None, "full")
+                                    else "") if x)
+        notes.append(f"{what} KV cache vs the full {err.get('reference', p.get('dtype'))} cache on "
                      f"{err['model']}: logit max abs error "
                      f"{err['max_abs']:.3g}, mean {err['mean_abs']:.3g}, relative RMS {err['rel_rms']:.3g}, "
                      f"top-1 agreement {err['top1_agreement'] * 100:.1f}% over {int(err['positions'])} positions")

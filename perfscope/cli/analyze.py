@@ -49,6 +49,9 @@ def analysis_payload(report: Report, top: int, memory_at: dict[str, Any] | None 
 
     payload["memory"] = memory_payload(report, at=memory_at)
     payload["capacity"] = capacity_section(report)
+    from perfscope.analysis.summaries.kv_policy import kv_policy_summary
+
+    payload["kv_policy"] = kv_policy_summary(report)  # None for a full-cache run
     from perfscope.analysis.summaries.tails import tails_payload
 
     payload["tails"] = tails_payload(report)  # a load test's p50/p99 split into causes (docs/tails.md)

@@ -26,11 +26,13 @@ MAX_TOKENS = 1 << 24
               help="The activation peak, measured (GiB; e.g. from `analyze --memory`); default: estimated.")
 @click.option("--max-batched-tokens", type=click.IntRange(min=1, max=MAX_TOKENS), default=None,
               help="Tokens of the largest forward, for the activation estimate (default: max(context, 2048)).")
+@click.option("--kv-policy", default=None, help="KV-cache policy: full, streaming:sink=S,window=W, "
+              "h2o:budget=B[,recent=R] or quest:budget=B[,page=P] (what each sequence holds; docs/kv-policies.md).")
 @click.option("--block-size", type=click.IntRange(min=1, max=1 << 16), default=16, show_default=True, help="KV block size (tokens).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def capacity(model: str, gpu: str, context: int, kv_dtype: str | None, weights_dtype: str | None,
              gpu_memory_utilization: float, memory_gib: float | None, activation_gib: float | None,
-             max_batched_tokens: int | None, block_size: int, as_json: bool) -> None:
+             max_batched_tokens: int | None, block_size: int, as_json: bool, kv_policy: str | None = None) -> None:
     """Weight bytes, KV bytes per token, and the concurrent tokens and sequences that fit."""
     from perfscope.capacity import GIB, capacity_report, render_capacity
 
@@ -38,7 +40,7 @@ def capacity(model: str, gpu: str, context: int, kv_dtype: str | None, weights_d
                              gpu_memory_utilization=gpu_memory_utilization,
                              memory_bytes=None if memory_gib is None else memory_gib * GIB,
                              activation_bytes=None if activation_gib is None else activation_gib * GIB,
-                             max_batched_tokens=max_batched_tokens, block_size=block_size)
+                             max_batched_tokens=max_batched_tokens, block_size=block_size, kv_policy=kv_policy)
     if as_json:
         echo_json(result)
     else:

@@ -41,6 +41,8 @@ def parse_ids(text: str) -> list[int]:
               help="Speculative decoding: ngram (prompt lookup) or self:N (the first N layers draft).")
 @click.option("--draft-len", type=click.IntRange(min=1), default=4, show_default=True,
               help="Tokens drafted per speculative step.")
+@click.option("--kv-policy", default=None, help="KV-cache policy: full, streaming:sink=S,window=W (StreamingLLM), h2o:budget=B[,recent=R] (heavy hitters) "
+                   "or quest:budget=B[,page=P] (query-aware pages); docs/kv-policies.md.")
 @click.option("--attention", type=click.Choice(["sdpa", "naive"]), default="sdpa", show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
@@ -52,7 +54,7 @@ def parse_ids(text: str) -> list[int]:
 def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: bool, max_new_tokens: int,
              ignore_eos: bool, temperature: float, top_k: int | None, top_p: float | None, seed: int,
              speculative: str | None, draft_len: int, attention: str, dtype: str, device: str,
-             compile: bool | None, as_json: bool) -> None:
+             compile: bool | None, as_json: bool, kv_policy: str | None = None) -> None:
     """Generate with the reference engine (greedy unless --temperature > 0).
 
     Give the prompt as token ids (--prompt-ids) or, for a model with a tokenizer (smollm2-135m,
@@ -71,6 +73,9 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
                          hint='e.g. --prompt-ids 1,2,3, or --model smollm2-135m --prompt "Hello"')
     if chat and prompt is None:
         raise UsageError("--chat applies to a text --prompt")
+    from perfscope.kv_policy import check_engine_options, parse_kv_policy
+
+    policy = parse_kv_policy(kv_policy)  # a bad policy fails before the model is built
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     model = build_model(model_name, device=device, dtype=getattr(torch, dtype), attention=attention, seed=seed)
     tok = model.tokenizer
@@ -82,9 +87,11 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
     else:
         ids = parse_ids(prompt_ids or "")
     stop_ids = None if ignore_eos or tok is None else tok.stop_ids
-    compiled = compile if compile is not None else default_compile(model.device.type, speculative)
+    compiled = compile if compile is not None else (default_compile(model.device.type, speculative)
+                                                     and policy.is_full)
+    check_engine_options(policy, compile=compiled, speculative=speculative)
     options: dict[str, Any] = {"stop_ids": stop_ids, "speculative": speculative, "draft_len": draft_len,
-                               "compile": compiled}
+                               "compile": compiled, "kv_policy": policy.text()}
     warmup_s = None
     if compiled:  # compile (and capture CUDA graphs) in an identical warm-up, so TTFT/TPOT exclude it
         t0 = time.perf_counter()
@@ -99,6 +106,12 @@ def generate(model_name: str, prompt_ids: str | None, prompt: str | None, chat: 
     if as_json:
         payload = {"prompt_ids": ids, "generated_ids": out, "text": text, "output_tokens": req.output_tokens,
                    "ttft_s": req.ttft_s, "tpot_s": req.tpot_s, "compile": compiled, "compile_s": compile_s}
+        decode = [s for s in result.steps if s.phase == "decode"]
+        if not policy.is_full:
+            payload["kv_policy"] = policy.text()
+        if decode and not policy.is_full:
+            payload.update(kv_entries_last=decode[-1].kv_entries, kv_cache_bytes_last=decode[-1].kv_cache_bytes,
+                           kv_cache_size_bytes=decode[-1].kv_cache_size_bytes)
         spec = result.params.get("speculation")
         if spec:
             payload.update({"speculative": spec["method"], "draft_len": spec["draft_len"],

@@ -65,6 +65,8 @@ if TYPE_CHECKING:
 @click.option("--slo", default=None, help="Latency targets for goodput, seconds: ttft=0.5,tpot=0.05[,e2e=S].")
 @click.option("--kv-dtype", default="auto", show_default=True, type=click.Choice(["auto", "int8", "fp8"]),
               help="KV-cache element type (auto: the model's dtype; int8 with per-head scales; fp8 e4m3).")
+@click.option("--kv-policy", default=None, help="KV-cache policy: full, streaming:sink=S,window=W (StreamingLLM), h2o:budget=B[,recent=R] (heavy hitters) "
+                   "or quest:budget=B[,page=P] (query-aware pages); docs/kv-policies.md.")
 @click.option("--eos-id", type=int, default=None, help="Stop a request at this token (default: the model's EOS).")
 @click.option("--ignore-eos", is_flag=True, help="Always generate the full output length.")
 @click.option("--policy", default="continuous", show_default=True, type=click.Choice(["continuous", "static"]),
@@ -83,12 +85,18 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
              endpoint: str | None = None, api: str = "completions", dataset: str | None = None,
              tokenizer: str | None = None, max_concurrency: int | None = None, timeout_s: float = 120.0,
              server_profile: bool = False, server_trace_dir: str | None = None, burstiness: float = 1.0,
-             scrape_metrics: bool = False, metrics_interval: float = 1.0, kv_capacity: int | None = None) -> None:
+             scrape_metrics: bool = False, metrics_interval: float = 1.0, kv_capacity: int | None = None,
+             kv_policy: str | None = None) -> None:
     """Serve a stream of requests with continuous batching and report TTFT, TPOT, ITL, E2E
     percentiles, throughput and goodput, next to the roofline of the same run.
 
     With --endpoint URL, send the same workload to an OpenAI-compatible server (vLLM, SGLang,
     llama.cpp, transformers serve, perfscope serve) and report the same metrics."""
+    if endpoint is not None and kv_policy is not None:
+        from perfscope.errors import UsageError
+
+        raise UsageError("--kv-policy runs in perfscope's own engine, not at an --endpoint",
+                         hint="start the server with it: perfscope serve --kv-policy ...")
     if endpoint is not None:
         if kv_capacity is not None:
             from perfscope.errors import UsageError
@@ -129,7 +137,8 @@ def loadtest(model: str, rate: str, n_requests: int | None, duration: float | No
     run = LoadRun(model=model, rates=tuple(rates), burstiness=burstiness, requests=n_requests, duration_s=duration, prompt_len=prompt_len,
                   output_len=output_len, max_batch=max_batch, max_batched_tokens=max_batched_tokens, seed=seed,
                   arrivals=arrivals, slo=parse_slo(slo), profile=not no_profile, kv_dtype=kv_dtype, device=device,
-                  dtype=dtype, eos_id=eos_id, ignore_eos=ignore_eos, policy=policy, kv_capacity=kv_capacity)
+                  dtype=dtype, eos_id=eos_id, ignore_eos=ignore_eos, policy=policy, kv_capacity=kv_capacity,
+                  kv_policy=kv_policy)
     run.check()
     resolve_device(device)
     _write_and_print(lambda advance: run_loadtest(run, progress=advance), cli_payload, 5 + len(rates),
@@ -252,7 +261,9 @@ def render_load_text(payload: dict[str, Any]) -> str:
     lines += _tail_lines(payload.get("tails"))
     err = payload.get("kv_logit_error")
     if err:
-        lines.append(f"{err['kv_dtype']} KV cache vs the {err.get('reference')} cache: logit max abs error "
+        what = " ".join(x for x in (err["kv_dtype"] if err["kv_dtype"] != "auto" else "",
+                                    err.get("kv_policy", "full") if err.get("kv_policy", "full") != "full" else "") if x)
+        lines.append(f"{what} KV cache vs the full {err.get('reference')} cache: logit max abs error "
                      f"{err['max_abs']:.3g}, relative RMS {err['rel_rms']:.3g}, top-1 agreement "
                      f"{err['top1_agreement'] * 100:.1f}% ({int(err['positions'])} positions)")
     return terminal_text("\n".join(lines))

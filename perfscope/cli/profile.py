@@ -40,6 +40,10 @@ ENGINE_STAGES = 7
 @click.option("--speculative", default=None, help="Speculative decoding: ngram or self:N (batch 1).")
 @click.option("--draft-len", default=4, show_default=True, type=click.IntRange(min=1),
               help="Tokens drafted per speculative step.")
+@click.option("--kv-policy", default=None,
+              help="KV-cache policy: full, streaming:sink=S,window=W (StreamingLLM), h2o:budget=B[,recent=R] (heavy hitters) "
+                   "or quest:budget=B[,page=P] (query-aware pages); docs/kv-policies.md."[:-1] + " The full cache runs beside it, pass for pass: the report says "
+                   "what the policy saved.")
 @click.option("--gemm-curve-s", default=8.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds for the GEMM size curve measured after the profiled run (the engine's linears from 1 row "
                    "up, read by `whatif` for another batch, prompt or draft length on this device); 0: none.")

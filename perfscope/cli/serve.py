@@ -16,6 +16,8 @@ import click
               help="Longest prompt + completion, tokens (default: the model's context, at most 2048).")
 @click.option("--max-batched-tokens", type=int, default=None, help="Token budget of one iteration (chunked prefill).")
 @click.option("--kv-dtype", default="auto", show_default=True, type=click.Choice(["auto", "int8", "fp8"]))
+@click.option("--kv-policy", default=None, help="KV-cache policy: full, streaming:sink=S,window=W (StreamingLLM), h2o:budget=B[,recent=R] (heavy hitters) "
+                   "or quest:budget=B[,page=P] (query-aware pages); docs/kv-policies.md.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--profile-dir", type=click.Path(file_okay=False), default=None,
@@ -27,7 +29,7 @@ import click
               help="Seconds a client has to send its whole request (head and body); 408 after it.")
 def serve(model: str, host: str, port: int, served_model_name: str | None, max_batch: int, max_model_len: int | None,
           max_batched_tokens: int | None, kv_dtype: str, device: str, dtype: str, profile_dir: str | None,
-          seed: int, max_connections: int = 256, read_timeout: float = 30.0) -> None:
+          seed: int, max_connections: int = 256, read_timeout: float = 30.0, kv_policy: str | None = None) -> None:
     """Serve the engine's continuous batching as an OpenAI-compatible API (/v1/completions,
     /v1/chat/completions, /v1/models, /start_profile, /stop_profile), streaming each token."""
     import torch
@@ -50,12 +52,16 @@ def serve(model: str, host: str, port: int, served_model_name: str | None, max_b
     if not is_loopback(host):
         click.echo(f"perfscope: warning: serving on {host}, reachable from other machines; the server has no "
                    "authentication. Use --host 127.0.0.1 unless you mean it.", err=True)
+    from perfscope.kv_policy import parse_kv_policy
+
+    policy = parse_kv_policy(kv_policy)
     dev = resolve_device(device)
     m = build_model(model, device=dev, dtype=getattr(torch, dtype), seed=seed)
     server = EngineServer(m, served_model_name or model_name_for(model), max_batch=max_batch, max_len=max_model_len,
-                          max_batched_tokens=max_batched_tokens, kv_dtype=kv_dtype, profile_dir=profile_dir,
+                          max_batched_tokens=max_batched_tokens, kv_dtype=kv_dtype, kv_policy=policy.text(),
+                          profile_dir=profile_dir,
                           cuda=str(dev).startswith("cuda"))
-    _warm_up(m, kv_dtype)
+    _warm_up(m, kv_dtype, policy.text())
 
     def ready(bound: int) -> None:
         shown = host if ":" not in host else f"[{host}]"

@@ -56,6 +56,9 @@ def _texts(ctx: click.Context, param: click.Parameter, value: str | None) -> lis
 @click.option("--gen-len", callback=_ints("--gen-len"), help="Generated tokens per sequence.")
 @click.option("--weights-dtype", callback=_texts, help="Weight dtype: bf16, fp16, fp8 (W8A8 GEMMs), int8, fp32.")
 @click.option("--kv-dtype", callback=_texts, help="KV-cache dtype: bf16, fp16, fp8.")
+@click.option("--kv-policy", "kv_policy", multiple=True,
+              help="KV-cache policy the decode steps run under: streaming:sink=S,window=W, h2o:budget=B[,recent=R], "
+                   "quest:budget=B[,page=P] (repeat the flag for a sweep; docs/kv-policies.md).")
 @click.option("--draft-len", callback=_ints("--draft-len"),
               help="Speculative decoding: draft tokens per step (a run with drafting: tokens/s for each K).")
 @click.option("--out", type=click.Path(), help="Where to save: one question, its report (X.perfscope, X or DIR/ for "
@@ -65,7 +68,7 @@ def _texts(ctx: click.Context, param: click.Parameter, value: str | None) -> lis
 def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len: list[int] | None,
            context: list[int] | None, gen_len: list[int] | None, weights_dtype: list[str] | None,
            kv_dtype: list[str] | None, draft_len: list[int] | None, out: str | None, force: bool,
-           as_json: bool) -> None:
+           as_json: bool, kv_policy: tuple[str, ...] = ()) -> None:
     """Project a measured REPORT: what would it do on another GPU, batch, prompt, context or precision?
 
     Every number printed is a projection (docs/whatif.md: the model, its rules and its measured error).
@@ -84,10 +87,14 @@ def whatif(path: str, gpu: list[str] | None, batch: list[int] | None, prompt_len
         return
     results = run_whatif(measured, out=out, force=force, gpu=gpu, batch=batch,
                          prompt_len=prompt_len, context=context, gen_len=gen_len, weights_dtype=weights_dtype,
-                         kv_dtype=kv_dtype)
+                         kv_dtype=kv_dtype, kv_policy=list(kv_policy) or None)
     base = measured_metrics(measured)
     if as_json:
-        echo_json({"measured": {"report": path, "metrics": base}, "projections": [r.to_dict() for r in results]})
+        from perfscope.analysis.summaries.kv_policy import kv_policy_summary
+
+        echo_json({"measured": {"report": path, "metrics": base},
+                   "projections": [{**r.to_dict(), **({"kv_policy": kv_policy_summary(r.report)}
+                                                      if r.question.kv_policy else {})} for r in results]})
         return
     click.echo(terminal_text(render_results(measured, base, results)))
 
@@ -97,6 +104,7 @@ def render_results(measured: Report, base: dict[str, float], results: list[Whati
     then each projection's whole run (kernel, busy and wall time; by kernel family when the run has no
     steps), the notes, and where each report was written."""
     from perfscope.analysis.projection.project import metric_bands
+    from perfscope.analysis.summaries.kv_policy import kv_policy_line
     from perfscope.analysis.summaries.projection import band_line, projection_lines
 
     lines = [f"measured: {measured.name} on {measured.device.name if measured.device else '?'}"]
@@ -136,6 +144,10 @@ def render_results(measured: Report, base: dict[str, float], results: list[Whati
             lines.extend(projection_lines(proj))
     if stepped:
         lines.extend(dict.fromkeys(band_line(r.report.manifest.get("projection") or {}) for r in results))
+    for r in results:
+        line = kv_policy_line(r.report)
+        if line:
+            lines.append(f"{r.question.text()[:40]}: {line}")
     seen: set[str] = set()
     for r in results:
         for note in (r.report.manifest.get("projection") or {}).get("notes", []):

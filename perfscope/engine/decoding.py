@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
     from perfscope.request_metrics import RequestRecord
 
+    from .kv_policies import PolicyCaches
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -76,6 +78,7 @@ class StepRecord:
     drafted: int | None = None
     accepted: int | None = None
     flops: float | None = None  # model FLOPs of the step (Transformer.step_flops); None where not derived
+    kv_entries: float | None = None  # KV entries one sequence's attention read (mean over layers; --kv-policy)
 
 
 @dataclass(frozen=True)
@@ -243,12 +246,20 @@ class _Recorder:
         return len(self._marks) - 1
 
     def record(self, phase: str, batch: int, tokens: int, width: int, rows_in_use: int, ctx: int,
-               start: int) -> int:
-        """Close a step of ``batch`` rows x ``width`` slots (``tokens`` real ones) begun at mark ``start``."""
+               start: int, kv: PolicyCaches | None = None) -> int:
+        """Close a step of ``batch`` rows x ``width`` slots (``tokens`` real ones) begun at mark ``start``;
+        with a KV policy (``kv``) the KV bytes and entries are what its caches read and hold."""
         m = self.model
+        if kv is not None:
+            entries = kv.read_per_row()
+            return self.add(start, phase=phase, batch=batch, tokens=tokens, context_len=ctx,
+                            weight_bytes=m.weight_bytes_read(batch * width), kv_cache_bytes=kv.read_bytes(),
+                            kv_cache_size_bytes=kv.held_bytes(range(rows_in_use)), kv_entries=entries,
+                            flops=m.step_flops(batch, width, round(entries)))
         return self.add(start, phase=phase, batch=batch, tokens=tokens, context_len=ctx,
                         weight_bytes=m.weight_bytes_read(batch * width), kv_cache_bytes=m.kv_bytes(batch, ctx),
-                        kv_cache_size_bytes=m.kv_bytes(rows_in_use, ctx), flops=m.step_flops(batch, width, ctx))
+                        kv_cache_size_bytes=m.kv_bytes(rows_in_use, ctx), kv_entries=float(ctx),
+                        flops=m.step_flops(batch, width, ctx))
 
     def add(self, start: int, **fields: Any) -> int:
         """Close a step begun at mark ``start`` with these :class:`StepRecord` fields; its end mark."""
@@ -269,8 +280,9 @@ class _Recorder:
 
 
 def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: SamplingParams,
-                gen: torch.Generator | None, rec: _Recorder) -> tuple[Tensor, int]:
-    """All prefill steps; returns the first generated token per row [B] and its time mark."""
+                gen: torch.Generator | None, rec: _Recorder, kv: PolicyCaches | None = None) -> tuple[Tensor, int]:
+    """All prefill steps; returns the first generated token per row [B] and its time mark (``kv``: the
+    KV policy's caches, told each chunk's rows, positions and real tokens)."""
     n_rows = slots.tokens.shape[0]
     spans = prefill_chunks(slots, chunk)
     token, t_end = None, 0
@@ -279,6 +291,8 @@ def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: 
         with annotate("prefill"):
             input_pos = torch.arange(lo, hi, device=model.device)
             mask = chunk_mask(slots.valid[:rows], lo, hi)
+            if kv is not None:
+                kv.set_step(range(rows), slots.pos[:rows, lo:hi], slots.valid_cpu[:rows, lo:hi])
             logits = prefill(model, slots.tokens[:rows, lo:hi], input_pos, slots.pos[:rows, lo:hi], mask)
             shared = rows == 1 and n_rows > 1 and hi == slots.prefix
             if shared:
@@ -288,7 +302,7 @@ def run_prefill(model: Transformer, slots: _Slots, chunk: int | None, sampling: 
             if i == len(spans) - 1:
                 token = sample(logits, sampling, gen)
         in_use = n_rows if shared or rows == n_rows else rows
-        t_end = rec.record("prefill", rows, int(slots.valid_cpu[:rows, lo:hi].sum()), hi - lo, in_use, hi, t0)
+        t_end = rec.record("prefill", rows, int(slots.valid_cpu[:rows, lo:hi].sum()), hi - lo, in_use, hi, t0, kv)
     assert token is not None
     return token, t_end
 
@@ -299,7 +313,8 @@ STOP_CHECK_EVERY = 8
 
 def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: Tensor, slots: _Slots,
                     n: int, sampling: SamplingParams, gen: torch.Generator | None, rec: _Recorder,
-                    full_mask: bool = False, stop: Tensor | None = None) -> tuple[Tensor, list[int]]:
+                    full_mask: bool = False, stop: Tensor | None = None,
+                    kv: PolicyCaches | None = None) -> tuple[Tensor, list[int]]:
     """``n`` decode steps after the prompt; returns the tokens [B, n'] and each step's end mark.
 
     With ``stop`` (token ids [S]) the loop ends early once every row has produced one of them
@@ -312,6 +327,7 @@ def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: T
     slot_ids = torch.arange(slots.valid.shape[1], device=token.device)
     times: list[int] = []
     done = None if stop is None else torch.isin(token, stop)
+    lens = slots.prompt_lens.cpu() if kv is not None else None
     for i in range(n):
         if done is not None and (i % STOP_CHECK_EVERY == 0 or not rec.events) and bool(done.all()):
             return out[:, :i], times
@@ -321,12 +337,14 @@ def decode_n_tokens(model: Transformer, forward: Callable[..., Tensor], token: T
             slots.valid[:, slot] = True
             width = slots.valid.shape[1] if full_mask else slot + 1
             mask = slots.valid[:, None, None, :width]
+            if kv is not None and lens is not None:
+                kv.set_step(range(b), (lens + i)[:, None], torch.ones(b, 1, dtype=torch.bool))
             token = decode_one_token(forward, token[:, None], slot_ids[slot:slot + 1],
                                      (slots.prompt_lens + i)[:, None], mask, sampling, gen)
             out[:, i] = token
             if done is not None:
                 done |= torch.isin(token, stop)  # type: ignore[arg-type]
-        times.append(rec.record("decode", b, b, 1, b, width, t0))
+        times.append(rec.record("decode", b, b, 1, b, width, t0, kv))
     return out, times
 
 
@@ -431,4 +449,4 @@ def run_params(model: Transformer, prompts: list[list[int]], max_new_tokens: int
             "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device),
             "attention": model.args.attention, "batch": len(prompts), "prompt_lens": [len(p) for p in prompts],
             "max_new_tokens": max_new_tokens, "sampling": asdict(sampling), "threads": torch.get_num_threads(),
-            "kv_cache_bytes_per_token": model.kv_bytes(1, 1), **options}
+            "kv_cache_bytes_per_token": model.kv_bytes(1, 1), "n_layer": model.args.n_layer, **options}

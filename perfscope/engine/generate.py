@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from perfscope.errors import UsageError
+from perfscope.kv_policy import KVPolicy, check_engine_options, parse_kv_policy
 from perfscope.request_metrics import request_records
 
 from .decoding import (
@@ -42,6 +43,7 @@ from .decoding import (
     sampling_probs,
     truncate_at_stop,
 )
+from .kv_policies import PolicyCaches
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -58,13 +60,18 @@ __all__ = ["STOP_CHECK_EVERY", "GenerationResult", "SamplingParams", "StepRecord
 def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
              sampling: SamplingParams = GREEDY, *, chunked_prefill: int | None = None,
              prefix_cache: bool = False, compile: bool = False, stop_ids: Sequence[int] | None = None,
-             speculative: str | None = None, draft_len: int = 4) -> GenerationResult:
+             speculative: str | None = None, draft_len: int = 4,
+             kv_policy: str | KVPolicy | None = None) -> GenerationResult:
     """Generate up to ``max_new_tokens`` for every prompt (one batch); tokens, step and request records.
 
     ``stop_ids``: a row ends at the first of these ids (kept in its output); generation ends when
     every row has. ``speculative`` (``ngram`` or ``self:N``) drafts ``draft_len`` tokens per step and
-    verifies them in one forward (:mod:`perfscope.engine.speculative`).
+    verifies them in one forward (:mod:`perfscope.engine.speculative`). ``kv_policy``
+    (``streaming:sink=4,window=64``, ``h2o:budget=64``, ``quest:budget=64,page=16``; docs/kv-policies.md)
+    evicts or selects KV entries in the cache (:mod:`perfscope.engine.kv_policies`).
     """
+    policy = parse_kv_policy(kv_policy)
+    check_engine_options(policy, compile=compile, speculative=speculative)
     if speculative:
         from .speculative import generate_speculative
 
@@ -81,21 +88,25 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int,
     slots = plan_slots(prompts, prefix, n_slots, model.device)
     gen = torch.Generator(device=model.device).manual_seed(sampling.seed) if sampling.temperature > 0 else None
     ranges = model.ranges
+    kv = None if policy.is_full else PolicyCaches(model, policy, len(prompts), n_slots)
     try:
         forward = _decode_forward(model, compile)
-        first, t_first = run_prefill(model, slots, chunked_prefill, sampling, gen, rec)
+        first, t_first = run_prefill(model, slots, chunked_prefill, sampling, gen, rec, kv)
         stop = torch.tensor(list(stop_ids), dtype=torch.long, device=model.device) if stop_ids else None
         rest, times = decode_n_tokens(model, forward, first, slots, max_new_tokens - 1, sampling, gen, rec,
-                                      full_mask=compile, stop=stop)
+                                      full_mask=compile, stop=stop, kv=kv)
     finally:
         model.ranges = ranges
+        if kv is not None:
+            kv.close()
     generated = truncate_at_stop(torch.cat([first[:, None], rest], dim=1).tolist(), stop_ids)
     steps, mark_ns = rec.finish()
     wall_s = (time.perf_counter_ns() - rec.start_ns) / 1e9
     params = run_params(model, prompts, max_new_tokens, sampling, chunked_prefill=chunked_prefill,
                         prefix_cache=prefix_cache, prefix_tokens=prefix, compile=compile,
                         stop_ids=list(stop_ids) if stop_ids else None,
-                        decode_matmuls_in_kernels=compile and decode_matmuls_in_kernels(model, len(prompts)))
+                        decode_matmuls_in_kernels=compile and decode_matmuls_in_kernels(model, len(prompts)),
+                        kv_policy=policy.text())
     return GenerationResult(prompt_ids=[list(p) for p in prompts], generated_ids=generated, steps=steps,
                             requests=request_records(prompts, [mark_ns[t] for t in (t_first, *times)],
                                                      rec.start_ns, [len(g) for g in generated]),

@@ -233,6 +233,9 @@ class Attention(nn.Module):
         q, k = apply_rope(qk.view(b, s, h + kv, d), cos, sin).split([h, kv], dim=2)  # rope q and k at once
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(b, s, kv, d).transpose(1, 2)  # [B, H|K, S, D]
         assert self.kv_cache is not None, "call Transformer.setup_caches() first"
+        if getattr(self.kv_cache, "attends", False):  # a KV policy cache selects and attends itself (kv_policies)
+            y = self.kv_cache.attend(q, k, v, self.attend)  # type: ignore[operator]
+            return self.wo(y.transpose(1, 2).reshape(b, s, h * d))
         k_all, v_all = self.kv_cache.update(input_pos, k, v)
         t = mask.shape[-1]
         y = self.attend(q, k_all[:, :, :t], v_all[:, :, :t], mask)  # [B, H, S, D]

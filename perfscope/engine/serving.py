@@ -57,12 +57,13 @@ from torch import Tensor, nn
 
 from perfscope.annotate import annotate
 from perfscope.errors import UsageError
+from perfscope.kv_policy import KVPolicy, parse_kv_policy
 
+from .kv_policies import PolicyCaches, dequantize, quantize
 from .model import Transformer, out_of_vocab
 
 KV_DTYPES = ("auto", "int8", "fp8")
 POLICIES = ("continuous", "static")
-_QMAX = {"int8": 127.0, "fp8": 448.0}
 
 
 # ---------------------------------------------------------------- requests and records
@@ -125,6 +126,7 @@ class LoadStep:
     request_ids: tuple[int, ...] = ()  # the forward's rows: whose tokens it processed
     request_tokens: tuple[int, ...] = ()  # tokens of each row (a prompt chunk, or 1 to decode)
     request_roles: tuple[str, ...] = ()  # "prefill", "recompute" (a preempted request's cache rebuilt), "decode"
+    kv_entries: float = math.nan  # KV entries one sequence's attention read (mean over layers; --kv-policy)
 
 
 MEMBER_FIELDS = ("request_ids", "request_tokens", "request_roles")
@@ -188,6 +190,7 @@ class StepCost:
     weight_bytes: float = math.nan
     kv_cache_bytes: float = math.nan
     flops: float = math.nan
+    kv_entries: float = math.nan
 
 
 class RequestSource(Protocol):
@@ -224,7 +227,7 @@ class Executor(Protocol):
     def cost(self, rows: int, width: int, context: int, last_only: bool) -> StepCost: ...
 
     def kv_bytes(self, positions: int) -> float:
-        """K/V bytes of ``positions`` cache positions (all layers)."""
+        """K/V bytes one sequence of ``positions`` cache positions holds (all layers)."""
         ...
 
 
@@ -264,20 +267,6 @@ class _StepState:
     t: int = 0  # positions attended
 
 
-def _quantize(x: Tensor, kind: str) -> tuple[Tensor, Tensor]:
-    # x: [..., D] -> (codes [..., D] as int8 or uint8-viewed fp8, scale [..., 1] float32)
-    xf = x.float()
-    scale = xf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-8) / _QMAX[kind]
-    if kind == "int8":
-        return (xf / scale).round_().clamp_(-127, 127).to(torch.int8), scale
-    return (xf / scale).to(torch.float8_e4m3fn).view(torch.uint8), scale
-
-
-def _dequantize(codes: Tensor, scale: Tensor, kind: str, dtype: torch.dtype) -> Tensor:
-    values = codes.float() if kind == "int8" else codes.view(torch.float8_e4m3fn).float()
-    return (values * scale).to(dtype)
-
-
 class SlotKVCache(nn.Module):
     """K/V of ``n_slots`` sequences x ``max_len`` positions (+1 scratch position for pad tokens).
 
@@ -309,12 +298,12 @@ class SlotKVCache(nn.Module):
             self.v[idx] = vt
             return self.k[st.rows], self.v[st.rows]
         for codes, scales, x in ((self.k, self.k_scale, kt), (self.v, self.v_scale, vt)):
-            q, s = _quantize(x, self.kind)
+            q, s = quantize(x, self.kind)
             codes[idx] = q
             scales[idx] = s
         t = st.t
-        return (_dequantize(self.k[st.rows, :, :t], self.k_scale[st.rows, :, :t], self.kind, self.dtype),
-                _dequantize(self.v[st.rows, :, :t], self.v_scale[st.rows, :, :t], self.kind, self.dtype))
+        return (dequantize(self.k[st.rows, :, :t], self.k_scale[st.rows, :, :t], self.kind, self.dtype),
+                dequantize(self.v[st.rows, :, :t], self.v_scale[st.rows, :, :t], self.kind, self.dtype))
 
     def move(self, src: int, dst: int, length: int) -> None:
         tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.kind != "auto" else [])
@@ -343,8 +332,10 @@ class SlotEngine:
     the model's own caches back.
     """
 
-    def __init__(self, model: Transformer, n_slots: int, max_len: int, kv_dtype: str = "auto") -> None:
+    def __init__(self, model: Transformer, n_slots: int, max_len: int, kv_dtype: str = "auto",
+                 kv_policy: str | KVPolicy | None = None) -> None:
         check_kv_dtype(kv_dtype)
+        self.policy = parse_kv_policy(kv_policy)
         if max_len > model.args.max_seq_len:
             raise UsageError(f"requests of up to {max_len} tokens (prompt + output) exceed the model's "
                              f"context of {model.args.max_seq_len}", hint="use shorter --prompt-len/--output-len")
@@ -354,8 +345,11 @@ class SlotEngine:
         self.state = _StepState()
         a = model.args
         self._saved = [attn.kv_cache for attn in model.attentions()]
-        self.caches = [SlotKVCache(self.state, n_slots, max_len, a.n_kv_head, a.head_dim, model.dtype,
-                                   self.device, kv_dtype) for _ in model.attentions()]
+        self.policy_caches = None if self.policy.is_full else PolicyCaches(model, self.policy, n_slots, max_len,
+                                                                           kv_dtype)
+        self.caches = [] if self.policy_caches is not None else [
+            SlotKVCache(self.state, n_slots, max_len, a.n_kv_head, a.head_dim, model.dtype, self.device, kv_dtype)
+            for _ in model.attentions()]
         for attn, cache in zip(model.attentions(), self.caches):
             attn.kv_cache = cache  # type: ignore[assignment]
         self._per_pos = kv_bytes_per_position(model, kv_dtype)
@@ -367,19 +361,32 @@ class SlotEngine:
         self.close()
 
     def close(self) -> None:
+        if self.policy_caches is not None:
+            self.policy_caches.close()
         for attn, cache in zip(self.model.attentions(), self._saved):
             attn.kv_cache = cache
         self.caches = []
 
     def kv_bytes(self, positions: int) -> float:
+        """K/V bytes one sequence of ``positions`` positions holds (under a KV policy: what it keeps)."""
+        if self.policy_caches is not None:
+            return self.policy_caches.held_bytes_for(positions)
         return self._per_pos * positions
 
     def cost(self, rows: int, width: int, context: int, last_only: bool) -> StepCost:
+        """The last forward's cost: under a KV policy, the K/V its caches handed to the attention."""
+        if self.policy_caches is not None:
+            entries = self.policy_caches.read_per_row()
+            return StepCost(weight_bytes=self.model.weight_bytes_read(rows * width),
+                            kv_cache_bytes=self.policy_caches.read_bytes(),
+                            flops=self.model.step_flops(rows, width, round(entries), last_only), kv_entries=entries)
         return StepCost(weight_bytes=self.model.weight_bytes_read(rows * width),
-                        kv_cache_bytes=self.kv_bytes(rows * context),
-                        flops=self.model.step_flops(rows, width, context, last_only))
+                        kv_cache_bytes=self._per_pos * rows * context,
+                        flops=self.model.step_flops(rows, width, context, last_only), kv_entries=float(context))
 
     def move(self, src: int, dst: int, length: int) -> None:
+        if self.policy_caches is not None:
+            self.policy_caches.move(src, dst, length)
         for cache in self.caches:
             cache.move(src, dst, length)
 
@@ -408,6 +415,8 @@ class SlotEngine:
         st.pos_idx = torch.where(real, qpos, torch.full_like(qpos, self.max_len)).to(dev)  # pads -> scratch
         st.t = t
         mask = (torch.arange(t)[None, None, :] <= qpos[:, :, None])[:, None].to(dev)  # [B, 1, S, T]
+        if self.policy_caches is not None:
+            self.policy_caches.set_step(list(slots), qpos, real)
         same = bool((lens == width).all())
         out = self.model(idx.to(dev), torch.arange(width, device=dev), qpos.to(dev), mask, last_only=same)
         if same:
@@ -520,10 +529,10 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
             decode_seqs=len(rows) if phase == "decode" else 0, context_len=context, start_s=t0, end_s=t1,
             start_ns=clk.origin_ns + round(t0 * 1e9), end_ns=clk.origin_ns + round(t1 * 1e9),
             weight_bytes=cost.weight_bytes, kv_cache_bytes=cost.kv_cache_bytes,
-            kv_cache_size_bytes=executor.kv_bytes(sum(a.length for a in live)), kv_slots_in_use=len(live),
+            kv_cache_size_bytes=sum(executor.kv_bytes(a.length) for a in live), kv_slots_in_use=len(live),
             kv_slots_total=config.max_batch, queue_len=queue_len, flops=cost.flops, preempted=preempted_now,
             request_ids=tuple(a.req.request_id for a in rows), request_tokens=tuple(widths),
-            request_roles=tuple(roles))
+            request_roles=tuple(roles), kv_entries=cost.kv_entries)
         preempted_now = 0
         steps.append(step)
         if on_step is not None:
@@ -668,26 +677,35 @@ def serve(executor: Executor, requests: Sequence[LoadRequest], config: ServeConf
     return LoadResult(traces, steps, clk.now(), clk.origin_ns)
 
 
-# ---------------------------------------------------------------- quantized-cache error
-@torch.inference_mode()
-def kv_logit_error(model: Transformer, kv_dtype: str, prompts: Sequence[Sequence[int]], new_tokens: int) -> dict[str, float]:
-    """Logit error of a quantized KV cache against the model-dtype cache, teacher-forced.
+# ---------------------------------------------------------------- quantized or sparse cache: its error
+def _prefill_rows(eng: SlotEngine, prompts: Sequence[Sequence[int]]) -> Tensor:
+    """Prefill each prompt in its own slot (one forward per prompt: long prompts of different lengths
+    need no padded batch); the next-token logits [N, V] in float32."""
+    return torch.cat([eng.logits([row], [list(p)], [0]).float() for row, p in enumerate(prompts)])
 
-    Each prompt is prefilled, then ``new_tokens`` greedy tokens of the full-precision run are fed
-    to both caches; every step's logits are compared. Returns ``max_abs``, ``mean_abs``,
-    ``rel_rms`` (RMS error / RMS of the reference logits) and ``top1_agreement`` (fraction of
-    steps whose argmax agrees).
+
+@torch.inference_mode()
+def kv_logit_error(model: Transformer, kv_dtype: str, prompts: Sequence[Sequence[int]], new_tokens: int,
+                   kv_policy: str | KVPolicy | None = None) -> dict[str, float]:
+    """Logit error of a quantized (``kv_dtype``) or sparse (``kv_policy``) KV cache against the full
+    model-dtype cache, teacher-forced.
+
+    Each prompt is prefilled, then ``new_tokens`` greedy tokens of the full-cache run are fed to both
+    caches; every step's logits are compared (the first step's come from the prefill). Returns
+    ``max_abs``, ``mean_abs``, ``rel_rms`` (RMS error / RMS of the reference logits),
+    ``top1_agreement`` (fraction of steps whose argmax agrees) and ``positions``.
     """
     check_kv_dtype(kv_dtype)
+    policy = parse_kv_policy(kv_policy)
     max_len = max(len(p) for p in prompts) + new_tokens
     n = len(prompts)
     slots = list(range(n))
 
-    def run(kind: str, forced: list[list[int]] | None) -> tuple[list[Tensor], list[list[int]]]:
+    def run(kind: str, pol: KVPolicy | None, forced: list[list[int]] | None) -> tuple[list[Tensor], list[list[int]]]:
         out: list[Tensor] = []
         chosen: list[list[int]] = [[] for _ in prompts]
-        with SlotEngine(model, n, max_len, kind) as eng:
-            cur = eng.logits(slots, [list(p) for p in prompts], [0] * n).float()
+        with SlotEngine(model, n, max_len, kind, pol) as eng:
+            cur = _prefill_rows(eng, prompts)
             for i in range(new_tokens):
                 out.append(cur)
                 nxt = cur.argmax(-1).tolist() if forced is None else [f[i] for f in forced]
@@ -697,11 +715,49 @@ def kv_logit_error(model: Transformer, kv_dtype: str, prompts: Sequence[Sequence
                     cur = eng.logits(slots, [[t] for t in nxt], [len(p) + i for p in prompts]).float()
         return out, chosen
 
-    ref, tokens = run("auto", None)
-    test, _ = run(kv_dtype, tokens)
+    ref, tokens = run("auto", None, None)
+    test, _ = run(kv_dtype, policy, tokens)
     r, q = torch.stack(ref), torch.stack(test)
     err = (q - r).abs()
     return {"max_abs": float(err.max()), "mean_abs": float(err.mean()),
             "rel_rms": float(((q - r) ** 2).mean().sqrt() / (r ** 2).mean().sqrt()),
             "top1_agreement": float((q.argmax(-1) == r.argmax(-1)).float().mean()),
             "positions": float(r.shape[0] * r.shape[1])}
+
+
+@torch.inference_mode()
+def greedy_outputs(model: Transformer, prompts: Sequence[Sequence[int]], new_tokens: int, *,
+                   kv_dtype: str = "auto", kv_policy: str | KVPolicy | None = None,
+                   stop_ids: Sequence[int] = ()) -> list[list[int]]:
+    """Each prompt's greedy continuation (up to ``new_tokens``, ending at a stop id) on the slot
+    engine with this KV cache; the prompts decode together."""
+    max_len = max(len(p) for p in prompts) + new_tokens
+    n = len(prompts)
+    stops = set(stop_ids)
+    outs: list[list[int]] = [[] for _ in prompts]
+    with SlotEngine(model, n, max_len, kv_dtype, kv_policy) as eng:
+        nxt = _prefill_rows(eng, prompts).argmax(-1).tolist()
+        for i in range(new_tokens):
+            live = [row for row in range(n) if not (outs[row] and outs[row][-1] in stops)]
+            for row in live:
+                outs[row].append(int(nxt[row]))
+            live = [row for row in live if outs[row][-1] not in stops]
+            if i + 1 == new_tokens or not live:
+                break
+            # finished rows keep decoding (their tokens unused): one forward over every slot
+            got = eng.forward(list(range(n)), [[outs[row][-1]] for row in range(n)],
+                              [len(prompts[row]) + len(outs[row]) - 1 for row in range(n)])
+            nxt = got
+    return outs
+
+
+def greedy_agreement(reference: Sequence[Sequence[int]], test: Sequence[Sequence[int]]) -> dict[str, float]:
+    """How far greedy outputs agree: ``exact`` (share of prompts whose whole output is identical) and
+    ``prefix`` (mean share of the reference output generated before the first difference)."""
+    exact = [list(a) == list(b) for a, b in zip(reference, test)]
+    shares = []
+    for a, b in zip(reference, test):
+        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        shares.append(same / len(a) if a else 1.0)
+    return {"exact": sum(exact) / max(len(exact), 1), "prefix": sum(shares) / max(len(shares), 1),
+            "prompts": float(len(exact))}

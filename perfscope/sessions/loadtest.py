@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputFormatError, UsageError
+from ..kv_policy import parse_kv_policy
 from ..redact import redact_argv
 from ..report import Report, source_info
 from ..request_metrics import token_latencies
@@ -161,6 +162,7 @@ class LoadRun:
     policy: str = "continuous"
     burstiness: float = 1.0  # gamma shape of the arrival gaps (1: Poisson)
     kv_capacity: int | None = None  # KV positions of all running sequences together (preemption); None: a slot each
+    kv_policy: str | None = None  # full | streaming:sink=S,window=W | h2o:budget=B[,recent=R] | quest:budget=B[,page=P]
 
     def check(self) -> None:
         from perfscope.engine.serving import ServeConfig, check_kv_dtype
@@ -170,6 +172,9 @@ class LoadRun:
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         check_kv_dtype(self.kv_dtype)
+        if not parse_kv_policy(self.kv_policy).is_full and self.kv_capacity is not None:
+            raise UsageError("--kv-capacity counts every position a request has seen, while --kv-policy keeps fewer: "
+                             "the two are not combined", hint="drop one of them")
         ServeConfig(self.max_batch, self.max_batched_tokens, None, self.policy, self.kv_capacity).check()
 
 
@@ -304,10 +309,10 @@ def _noop(_: str) -> None:
     return None
 
 
-def _warm_up(model: Any, kv_dtype: str) -> None:
+def _warm_up(model: Any, kv_dtype: str, kv_policy: str | None = None) -> None:
     from perfscope.engine.serving import SlotEngine
 
-    with SlotEngine(model, 2, 24, kv_dtype) as eng:
+    with SlotEngine(model, 2, 24, kv_dtype, kv_policy) as eng:
         eng.forward([0, 1], [[1] * 16, [2] * 8], [0, 0])
         for i in range(4):
             eng.forward([0, 1], [[3], [4]], [16 + i, 8 + i])
@@ -384,7 +389,7 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
     for reqs in workloads:
         check_requests(reqs, model.args.vocab_size)
     say("warm-up")
-    _warm_up(model, run.kv_dtype)
+    _warm_up(model, run.kv_dtype, run.kv_policy)
     parts: list[dict[str, pd.DataFrame]] = []
     runs_meta: list[dict[str, Any]] = []
     from perfscope.roof_checks import roof_warnings
@@ -396,7 +401,7 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
         label = "arrivals" if rate is None else f"rate={rate:g}"
         say(f"serving {len(reqs)} requests ({label})")
         max_len = max(len(r.prompt) + r.max_output_tokens for r in reqs)
-        engine = SlotEngine(model, run.max_batch, max_len, run.kv_dtype)
+        engine = SlotEngine(model, run.max_batch, max_len, run.kv_dtype, run.kv_policy)
         try:
             clock = clock_factory() if clock_factory else None
             executor = executor_wrap(engine, clock) if executor_wrap else engine
@@ -436,14 +441,20 @@ def run_loadtest(run: LoadRun, *, progress: Progress | None = None, roofs: Devic
 
 
 def _logit_error(model: Any, run: LoadRun, fn: Any, say: Progress) -> dict[str, Any] | None:
-    if run.kv_dtype == "auto":
+    policy = parse_kv_policy(run.kv_policy)
+    if run.kv_dtype == "auto" and policy.is_full:
         return None
-    say(f"logit error of the {run.kv_dtype} KV cache")
+    what = " ".join(x for x in (run.kv_dtype if run.kv_dtype != "auto" else "", policy.text() if not policy.is_full
+                                else "") if x)
+    say(f"logit error of the {what} KV cache")
     rng = np.random.default_rng([run.seed, 3])
-    prompts = [rng.integers(0, model.args.vocab_size, 32).tolist() for _ in range(4)]
-    return {"kv_dtype": run.kv_dtype, "reference": str(model.dtype).removeprefix("torch."),
-            "model": model.args.name, "prompt_tokens": 32, "new_tokens": 16,
-            **fn(model, run.kv_dtype, prompts, 16)}
+    # prompts longer than the policy keeps, so that it evicts or selects before the compared steps
+    kept = policy.kept() or (policy.budget if policy.kind == "quest" else 0)
+    n_prompt = min(max(32, 2 * kept), model.args.max_seq_len - 16)
+    prompts = [rng.integers(0, model.args.vocab_size, n_prompt).tolist() for _ in range(4)]
+    return {"kv_dtype": run.kv_dtype, "kv_policy": policy.text(), "reference": str(model.dtype).removeprefix("torch."),
+            "model": model.args.name, "prompt_tokens": n_prompt, "new_tokens": 16,
+            **fn(model, run.kv_dtype, prompts, 16, kv_policy=policy.text())}
 
 
 def _build_report(run: LoadRun, spec: DeviceSpec, model: Any, parts: list[dict[str, pd.DataFrame]],
@@ -472,11 +483,13 @@ def _build_report(run: LoadRun, spec: DeviceSpec, model: Any, parts: list[dict[s
     n_params = sum(p.numel() for p in model.parameters())
     params = {
         **dataclasses.asdict(run), "rates": list(run.rates), "model": model.args.name, "n_params": n_params,
+        "kv_policy": parse_kv_policy(run.kv_policy).text(), "n_layer": model.args.n_layer,
         "weight_bytes": float(sum(p.numel() * p.element_size() for p in model.parameters())),
         "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device), "eos_id": eos,
         "kv_cache_bytes_per_token": kv_per_pos, "batch": run.max_batch,
         "loadtest": {"runs": runs_meta, "slo": dict(run.slo), "knee_rate_per_s": knee_rate,
-                     "kv_dtype": run.kv_dtype, "kv_logit_error": logit_error, "policy": run.policy,
+                     "kv_dtype": run.kv_dtype, "kv_policy": parse_kv_policy(run.kv_policy).text(),
+                     "kv_logit_error": logit_error, "policy": run.policy,
                      "metrics": metrics},
     }
     name = f"loadtest-{model.args.name}-" + ("arrivals" if run.arrivals else "r" + "_".join(f"{r:g}" for r in run.rates))
@@ -498,8 +511,8 @@ def cli_payload(report: Report) -> dict[str, Any]:
     from perfscope.analysis.summaries.tails import tails_payload
 
     lt = report.params["loadtest"]
-    extra = {"kv_dtype": lt["kv_dtype"], **({"kv_logit_error": lt["kv_logit_error"]} if lt["kv_logit_error"] else {}),
-             "tails": tails_payload(report)}
+    extra = {"kv_dtype": lt["kv_dtype"], "kv_policy": lt.get("kv_policy", "full"),
+             **({"kv_logit_error": lt["kv_logit_error"]} if lt["kv_logit_error"] else {}), "tails": tails_payload(report)}
     return metrics_payload(lt, extra)
 
 

@@ -51,6 +51,7 @@ from ..engine.serving import (
     SlotEngine,
     serve,
 )
+from ..kv_policy import parse_kv_policy
 from .server_gauges import ServeGauges
 
 if TYPE_CHECKING:
@@ -182,13 +183,14 @@ class EngineServer:
 
     def __init__(self, model: Any, name: str, *, max_batch: int = 8, max_len: int | None = None,
                  max_batched_tokens: int | None = None, kv_dtype: str = "auto", profile_dir: str | None = None,
-                 cuda: bool = False) -> None:
+                 cuda: bool = False, kv_policy: str | None = None) -> None:
         self.model, self.name = model, name
         self.tokenizer = getattr(model, "tokenizer", None)
         self.max_len = min(max_len or DEFAULT_MAX_LEN, model.args.max_seq_len)
         self.config = ServeConfig(max_batch, max_batched_tokens, None, "continuous")
         self.config.check()
         self.kv_dtype = kv_dtype
+        self.kv_policy = parse_kv_policy(kv_policy).text()
         self.cuda = cuda
         self.profile_dir = Path(profile_dir) if profile_dir else Path(tempfile.mkdtemp(prefix="perfscope-serve-"))
         self.stop_ids = frozenset(self.tokenizer.stop_ids) if self.tokenizer is not None else frozenset()
@@ -220,7 +222,7 @@ class EngineServer:
 
     def _run(self) -> None:
         try:
-            with SlotEngine(self.model, self.config.max_batch, self.max_len, self.kv_dtype) as engine:
+            with SlotEngine(self.model, self.config.max_batch, self.max_len, self.kv_dtype, self.kv_policy) as engine:
                 serve(engine, [], self.config, self.clock, source=self.source, on_token=self._on_token,
                       on_step=self._on_step)
         except Exception as exc:  # noqa: BLE001 - the server answers 500 from now on, with this reason

@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..analysis.summaries.runs import NOISY_BASELINE, baseline_note, judge_baseline, pass_spread
 from ..errors import UnsupportedDeviceError, UsageError
+from ..kv_policy import check_engine_options, parse_kv_policy
 from ..redact import redact_argv, redact_text
 from ..report import Report, source_info
 from ..roof_checks import roof_warnings
@@ -63,6 +64,7 @@ class EngineRun:
     draft_len: int = 4
     memory: bool = False  # profile_memory (and on CUDA the allocator's history and a snapshot)
     gemm_curve_s: float = 8.0  # budget of the GEMM size curve after the profiled run (0: none)
+    kv_policy: str | None = None  # streaming:sink=S,window=W | h2o:budget=B[,recent=R] | quest:budget=B[,page=P]
 
     def resolved_compile(self, device: str) -> bool:
         """Whether decode is compiled on ``device``: the flag, or by default only on CUDA (speculative
@@ -71,6 +73,8 @@ class EngineRun:
 
         if self.compile is not None:
             return self.compile
+        if not parse_kv_policy(self.kv_policy).is_full:
+            return False  # a KV policy runs eagerly
         return default_compile(device.split(":")[0], self.speculative)
 
     def check(self) -> None:
@@ -84,6 +88,7 @@ class EngineRun:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.attention not in ("sdpa", "naive"):
             raise UsageError(f"--attention must be sdpa or naive, got {self.attention!r}")
+        check_engine_options(parse_kv_policy(self.kv_policy), compile=bool(self.compile), speculative=self.speculative)
 
 
 def resolve_device(device: str) -> str:
@@ -181,7 +186,7 @@ def _unprofiled_pass(once: Callable[[], Any]) -> Any:
 def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = None,
                    roofs: DeviceSpec | None = None, keep_trace_dir: Path | None = None,
                    model: Any = None, baseline: int | bool = True, partial_on_interrupt: bool = True,
-                   **overrides: Any) -> Report:
+                   on_reference: Callable[[Report], None] | None = None, **overrides: Any) -> Report:
     """Profile the reference engine and return its Report (not saved).
 
     The run order is: an identical warm-up run (so every shape the measured runs meet, and any
@@ -202,6 +207,8 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         model: an already built engine model to reuse (a sweep builds it once).
         baseline: how many warm unprofiled passes to run (True: 2, False: 0; without one the
             headline falls back to the profiled run's figures).
+        on_reference: with a KV policy, called with the full cache's own Report, measured beside the
+            policy (its passes in turn with the policy's, then one profiled run), e.g. to project it.
         partial_on_interrupt: Ctrl-C (KeyboardInterrupt) at any stage returns a partial Report
             (:func:`interrupted_engine_report`: marked ``partial``, ``params["interrupted"]``)
             instead of raising; a Ctrl-C inside the profiled run keeps its trace as far as it ran.
@@ -215,7 +222,10 @@ def profile_engine(run: EngineRun | None = None, *, progress: Progress | None = 
         (progress or _noop)(label)
 
     try:
-        return _profile_engine(run, say, got, roofs, keep_trace_dir, model, baseline)
+        report = _profile_engine(run, say, got, roofs, keep_trace_dir, model, baseline)
+        if on_reference is not None and got.get("reference_report") is not None:
+            on_reference(got["reference_report"])
+        return report
     except KeyboardInterrupt:
         if not partial_on_interrupt:
             raise
@@ -235,7 +245,9 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
 
     passes = 2 if baseline is True else int(baseline)
     device = resolve_device(run.device)
-    run = dataclasses.replace(run, compile=run.resolved_compile(device), device=device)
+    policy_text = parse_kv_policy(run.kv_policy).text()
+    run = dataclasses.replace(run, compile=run.resolved_compile(device), device=device,
+                              kv_policy=None if policy_text == "full" else policy_text)
     got["run"] = run
     say("measuring device roofs (once per machine)")
     spec = roofs or device_roofs(device)
@@ -256,9 +268,18 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
         options["stop_ids"] = tokenizer.stop_ids
     if run.speculative:
         options.update(speculative=run.speculative, draft_len=run.draft_len)
+    policy = parse_kv_policy(run.kv_policy)
+    if not policy.is_full:
+        options["kv_policy"] = policy.text()
+    # under a KV policy the full cache runs beside it, interleaved pass by pass: the saving on one clock
+    reference: list[Any] | None = [] if not policy.is_full and passes > 0 else None
+    got["reference"] = reference
 
     def once() -> Any:
         return generate(model, prompts, run.gen_len, sampling, **options)
+
+    def full_once() -> Any:
+        return generate(model, prompts, run.gen_len, sampling, **{**options, "kv_policy": None})
 
     say("warm-up (compiling decode)" if run.compile else "warm-up")
     if run.compile:
@@ -267,11 +288,15 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
     once()
     warmup_s = time.perf_counter() - t0
     got["warmup_s"] = warmup_s
-    say("unprofiled runs")
+    if reference is not None:
+        full_once()
+    say("unprofiled runs" + (" (with the full cache in turn)" if reference is not None else ""))
     unprofiled: list[Any] = []
     got["unprofiled"] = unprofiled
     for _ in range(passes):
         unprofiled.append(_unprofiled_pass(once))
+        if reference is not None:
+            reference.append(full_once())
     retry_s = [0.0]  # the seconds the retries took (the budget of BASELINE_RETRY_S)
 
     def retry() -> None:
@@ -310,15 +335,36 @@ def _profile_engine(run: EngineRun, say: Progress, got: dict[str, Any], roofs: D
         raise PerfscopeError(f"the profiled run stopped before any step: {capture.error}")
     known = engine_tensors(model, device) if run.memory else ()
     report = _engine_report(run, spec, capture, result or base, unprofiled, warmup_s, known, curve, retry_s[0])
+    if reference and not interrupted:
+        say("profiling the full cache (the policy's reference)")
+        ref, got["reference_report"] = _full_cache_reference(run, spec, full_once, reference, device, keep_trace_dir)
+        report = report.with_manifest(params={**report.params, "kv_policy_reference": ref})
     if interrupted:
         report = report.with_manifest(partial=True, params={**report.params, "interrupted": True})
     return report
 
 
+def _full_cache_reference(run: EngineRun, spec: DeviceSpec, full_once: Callable[[], Any], passes: Sequence[Any],
+                          device: str, keep_trace_dir: Path | None) -> tuple[dict[str, Any], Report]:
+    """The full cache's decode figures beside a KV policy's: its warm unprofiled passes (run in turn with
+    the policy's) and one profiled run, summarised as the policy run is (``kv_policy_reference``)."""
+    from perfscope.analysis.summaries.kv_policy import decode_kv
+    from perfscope.collectors.torch_profiler import profile_callable
+
+    trace_dir = (keep_trace_dir / "full-cache") if keep_trace_dir else Path(tempfile.mkdtemp(prefix="perfscope-"))
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    result, capture = profile_callable(full_once, trace_dir, cuda=device.startswith("cuda"))
+    base = min(passes, key=lambda r: r.wall_s)
+    full_run = dataclasses.replace(run, kv_policy=None)
+    report = _engine_report(full_run, spec, capture, result or base, passes, float("nan"))
+    return {"kv_policy": "full", "passes_wall_s": [r.wall_s for r in passes], **decode_kv(report)}, report
+
+
 def _engine_name(run: EngineRun) -> str:
     return ((f"{run.model}-{Path(run.prompt_file).stem}-g{run.gen_len}" if run.prompt_file
              else f"{run.model}-b{run.batch}-p{run.prompt_len}-g{run.gen_len}")
-            + (f"-{run.speculative}" if run.speculative else ""))
+            + (f"-{run.speculative}" if run.speculative else "")
+            + (f"-{parse_kv_policy(run.kv_policy).kind}" if not parse_kv_policy(run.kv_policy).is_full else ""))
 
 
 def interrupted_engine_report(got: dict[str, Any]) -> Report:

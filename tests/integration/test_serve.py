@@ -141,6 +141,20 @@ def test_loadtest_against_perfscope_serve(tmp_path: Path) -> None:
     assert "loadtest-endpoint-tiny" in html
 
 
+def test_serve_with_a_kv_policy(tmp_path: Path) -> None:
+    """``--kv-policy``: a load test against the server completes; a bad policy stops it at once (exit 2)."""
+    bad = subprocess.run([PERFSCOPE, "serve", "--model", "tiny", "--port", "0", "--kv-policy", "h2o:recent=3"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and "h2o needs budget" in bad.stderr
+    with served("--model", "tiny", "--kv-policy", "h2o:budget=16", cwd=tmp_path) as (url, proc):
+        res = _loadtest("--endpoint", url, "--rate", "20", "--requests", "4", "--prompt-len", "40", "--output-len", "6",
+                        "--json", "--out", str(tmp_path / "lt"), "--no-html", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        payload = json.loads(res.stdout)
+        _stopped_cleanly(proc)
+    assert payload["requests"] == 4 and payload["failures"] == {}
+
+
 def test_openai_errors_and_models(tmp_path: Path) -> None:
     with served("--model", "tiny", "--max-model-len", "64", cwd=tmp_path) as (url, proc):
         with urllib.request.urlopen(url + "/models", timeout=30) as resp:
