@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.memo import memo
-from perfscope.schema import conform, map_distinct
+from perfscope.schema import column_codes, conform, decode, map_distinct
 
 from .intervals import activity, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
@@ -115,6 +115,7 @@ IDLE_TABLE = "idle"
 
 
 # ---------------------------------------------------------------------------- interval sets
+
 def _inside(sets: tuple[np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
     """Whether each point ``x`` lies in the sorted, disjoint ``[start, end)`` intervals ``sets``."""
     s, e = sets
@@ -262,7 +263,7 @@ class _Track:
         hc = self.rows["host_compute"] if "host_compute" in self.rows else pd.Series(False, index=self.rows.index)
         self.computes = hc.astype("boolean").fillna(False).to_numpy(bool)
         calls = self.rows["device_calls"] if "device_calls" in self.rows else pd.Series(0, index=self.rows.index)
-        self.queues = pd.to_numeric(calls, errors="coerce").fillna(0).to_numpy(np.float64) > 0
+        self.queues = pd.to_numeric(calls, errors="coerce").fillna(0).to_numpy(np.float64, na_value=np.nan) > 0
         self.names = np.zeros(len(self.s), np.int64)
         self.shapes = np.full(len(self.s), -1, np.int64)
 
@@ -679,7 +680,7 @@ class _Context:
             ok = (i >= 0) & (ce[np.maximum(i, 0)] > mid[is_copy])
             at, row = is_copy[ok], i[ok]
             corr[at] = copies["correlation"].to_numpy(np.float64, na_value=np.nan)[row]
-            nbytes[at] = pd.to_numeric(copies["bytes"], errors="coerce").to_numpy(np.float64)[row]
+            nbytes[at] = pd.to_numeric(copies["bytes"], errors="coerce").to_numpy(np.float64, na_value=np.nan)[row]
             pin = copies["pinned"].astype("object").to_numpy()[row]
             pinned[at] = np.array([1 if p is True else 0 if p is False else -1 for p in pin.tolist()], np.int8)
             api[at] = self.copy_names[row]
@@ -728,12 +729,45 @@ class _Context:
 def kinds_of(idle: pd.DataFrame) -> np.ndarray:
     """Per slice, its kind (:data:`KINDS`): the cause, with ``host`` split into its host kind (a host slice
     without one, from a report written before host kinds, is ``host code``)."""
-    cause = idle["cause"].astype("object").to_numpy()
-    if "host_kind" not in idle:
-        return np.where(cause == "host", "host code", cause).astype(object)
-    hk = idle["host_kind"].astype("object").to_numpy()
-    has = np.array([isinstance(k, str) for k in hk.tolist()], dtype=bool)
-    return np.where(cause == "host", np.where(has, hk, "host code"), cause).astype(object)
+    codes, names = kind_codes(idle)
+    return decode(codes, names)
+
+
+def kind_codes(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`kinds_of` as (codes, -1 where the cause is missing; the distinct kinds), decided once per
+    distinct (cause, host kind) and kept per table object: the rules and sections of one report ask
+    for the same table's kinds several times."""
+    return memo(idle, "idle:kind_codes", lambda: _kind_codes(idle))
+
+
+def _kind_codes(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    n = len(idle)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, dtype=object)
+    cc, cd = column_codes(idle, "cause")
+    hc, hd = column_codes(idle, "host_kind") if "host_kind" in idle else (np.full(n, -1), np.zeros(0, dtype=object))
+    width = len(hd) + 1
+    pair = (cc.astype(np.int64) + 1) * width + (hc.astype(np.int64) + 1)
+    inv, upair = pd.factorize(pair)  # hashed, not sorted: linear
+    kinds = []
+    for p in upair.tolist():
+        c, h = p // width - 1, p % width - 1
+        cause = cd[c] if c >= 0 else None
+        hk = hd[h] if h >= 0 else None
+        kinds.append((hk if isinstance(hk, str) else "host code") if cause == "host" else cause)
+    per_pair, names = pd.factorize(np.array(kinds, dtype=object), use_na_sentinel=True)
+    return per_pair[inv].astype(np.int64), np.asarray(names, dtype=object)
+
+
+def gap_ids(idle: pd.DataFrame) -> np.ndarray:
+    """A dense number per gap (0, 1, ...; the slices of one gap share ``device`` and ``gap``)."""
+    if not len(idle):
+        return np.zeros(0, np.int64)
+    dev = column_codes(idle, "device")[0].astype(np.int64)
+    gap = idle["gap"].to_numpy(np.float64, na_value=np.nan) if "gap" in idle else np.full(len(idle), np.nan)
+    g = np.where(np.isnan(gap), -1, gap).astype(np.int64)
+    key = dev * (int(g.max()) + 2) + (g + 1)
+    return pd.factorize(key)[0].astype(np.int64)
 
 
 def kind_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, float]:
@@ -741,7 +775,7 @@ def kind_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, floa
     df = idle if device is None or not len(idle) else idle[idle["device"] == device]
     out = dict.fromkeys(KINDS, 0.0)
     if len(df):
-        by = pd.Series(df["duration_ns"].to_numpy(np.float64)).groupby(kinds_of(df)).sum()
+        by = pd.Series(df["duration_ns"].to_numpy(np.float64, na_value=np.nan)).groupby(kinds_of(df)).sum()
         out.update({str(k): float(v) for k, v in by.items()})
     return out
 
@@ -766,8 +800,7 @@ def gap_lengths(idle: pd.DataFrame) -> np.ndarray:
     """The idle ns of each gap (its slices summed; slices of one gap share ``device`` and ``gap``)."""
     if not len(idle):
         return np.zeros(0)
-    key = idle["device"].astype("object").astype(str) + "#" + idle["gap"].astype("float64").astype(str)
-    return pd.Series(idle["duration_ns"].to_numpy(np.float64)).groupby(key.to_numpy()).sum().to_numpy()
+    return np.bincount(gap_ids(idle), weights=idle["duration_ns"].to_numpy(np.float64, na_value=np.nan))
 
 
 def weighted_median(sizes: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -818,27 +851,69 @@ def gap_sizes_text(lengths: np.ndarray, most: int = 3) -> str:
 # ---------------------------------------------------------------------------- summaries
 def idle_summary(idle: pd.DataFrame) -> pd.DataFrame:
     """One row per (device, cause, host_kind, range): duration_ns, slices, window_pct, idle_pct (share of
-    the device's idle time) and, for copies, bytes (each copy once), copies and pinned (all / none / some)."""
+    the device's idle time) and, for copies, bytes (each copy once), copies and pinned (all / none / some).
+
+    Grouped on the columns' integer codes (no text hashed per row, no scan per group): linear in the slices."""
     cols = ["device", "cause", "host_kind", "range", "duration_ns", "slices", "window_pct", "idle_pct", "bytes",
             "copies", "pinned"]
     if not len(idle):
         return pd.DataFrame(columns=cols)
-    df = idle.assign(range=idle["range"].astype("object").where(idle["range"].notna(), ""),
-                     host_kind=pd.Series(kinds_of(idle), index=idle.index).where(idle["cause"] == "host", ""))
-    rows = []
-    for (device, cause, kind, rng), g in df.groupby(["device", "cause", "host_kind", "range"], sort=False, dropna=False):
-        total_idle = float(df.loc[df["device"] == device, "duration_ns"].sum())
-        window = float(g["window_ns"].iloc[0])
-        once = g[g["correlation"].notna()].drop_duplicates("correlation")
-        nbytes = float(once["bytes"].sum()) if len(once) and once["bytes"].notna().any() else np.nan
-        pin = once["pinned"].dropna().astype(bool)
-        pinned = None if not len(pin) else "all" if pin.all() else "none" if not pin.any() else "some"
-        dur = float(g["duration_ns"].sum())
-        rows.append({"device": device, "cause": cause, "host_kind": kind or None, "range": rng or None,
-                     "duration_ns": dur, "slices": len(g), "window_pct": dur / window * 100 if window > 0 else np.nan,
-                     "idle_pct": dur / total_idle * 100 if total_idle > 0 else np.nan,
-                     "bytes": nbytes, "copies": len(once) if cause == "copy" else np.nan, "pinned": pinned})
-    out = pd.DataFrame(rows, columns=cols)
+    dc, dd = column_codes(idle, "device")
+    cc, cd = column_codes(idle, "cause")
+    kc, kd = kind_codes(idle)
+    rc, rd = column_codes(idle, "range")
+    is_host = decode(cc, cd) == "host"
+    kc = np.where(is_host, kc, -1)  # the host kind keys host slices only
+    empty = [i for i, v in enumerate(rd.tolist()) if v == ""]
+    if empty:  # a missing range and an empty one are one group ("")
+        rc = np.where(rc == empty[0], -1, rc)
+    key = dc.astype(np.int64) + 1
+    for codes, distinct in ((cc, cd), (kc, kd), (rc, rd)):
+        key = key * (len(distinct) + 1) + (codes.astype(np.int64) + 1)
+    gid, _ = pd.factorize(key)  # groups numbered in order of first appearance, as groupby(sort=False)
+    first = np.flatnonzero(~pd.Series(gid).duplicated().to_numpy())
+    n = len(first)
+    dur = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    total = np.bincount(gid, weights=dur, minlength=n)
+    slices = np.bincount(gid, minlength=n)
+    dev_idle = np.bincount(dc + 1, weights=dur)
+    total_idle = dev_idle[dc[first] + 1]
+    total_idle[dc[first] < 0] = np.nan  # no device: no share
+    window = idle["window_ns"].to_numpy(np.float64, na_value=np.nan)[first]
+    cause = decode(cc[first], cd)
+    nbytes = np.full(n, np.nan)
+    copies = np.where(cause == "copy", 0.0, np.nan)
+    pinned = np.full(n, None, dtype=object)
+    corr = idle["correlation"].to_numpy(np.float64, na_value=np.nan)
+    has = np.flatnonzero(~np.isnan(corr))
+    if len(has):
+        sub = pd.DataFrame({"gid": gid[has], "corr": corr[has],
+                            "bytes": pd.to_numeric(idle["bytes"], errors="coerce").to_numpy(np.float64, na_value=np.nan)[has],
+                            "pinned": pd.Series(idle["pinned"].astype("object").to_numpy()[has], dtype=object)})
+        once = sub.drop_duplicates(["gid", "corr"])  # each copy once per group: its first slice
+        g = once.groupby("gid")
+        moved = g["bytes"].sum(min_count=1)
+        nbytes[moved.index.to_numpy()] = moved.to_numpy()
+        counts = g.size()
+        at = counts.index.to_numpy()
+        copies[at] = np.where(cause[at] == "copy", counts.to_numpy(np.float64, na_value=np.nan), np.nan)
+        pin = once[once["pinned"].notna()]
+        if len(pin):
+            stats = pin.assign(p=pin["pinned"].astype(bool)).groupby("gid")["p"].agg(["size", "sum"])
+            word = np.where(stats["sum"] == stats["size"], "all", np.where(stats["sum"] == 0, "none", "some"))
+            pinned[stats.index.to_numpy()] = word
+    kind = decode(kc[first], kd)
+    kind[pd.isna(kind) | (kind == "")] = None
+    rng = decode(rc[first], rd)
+    rng[pd.isna(rng) | (rng == "")] = None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = pd.DataFrame({
+            "device": decode(dc[first], dd), "cause": cause,
+            "host_kind": kind, "range": rng,
+            "duration_ns": total, "slices": slices,
+            "window_pct": np.where(window > 0, total / window * 100, np.nan),
+            "idle_pct": np.where(total_idle > 0, total / total_idle * 100, np.nan),
+            "bytes": nbytes, "copies": copies, "pinned": pinned}, columns=cols)
     return out.sort_values(["device", "duration_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
@@ -876,7 +951,32 @@ def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
     return out
 
 
-__all__ = ["CAUSES", "DISPATCH_GAP_NS", "DISPATCH_GAP_UNSEEN_NS", "DISPATCH_OP_NS", "GRAPH_KINDS", "HOST_KINDS", "KINDS", "cause_totals", "function_label",
-           "gap_lengths", "gap_size_buckets", "gap_sizes_text", "graphs_help", "idle_intervals", "idle_of",
-           "idle_overview", "idle_rows", "idle_slices", "idle_summary", "innermost_ranges", "kind_totals", "kinds_of",
-           "largest_kind", "launching_thread", "weighted_median"]
+__all__ = [
+    "CAUSES",
+    "DISPATCH_GAP_NS",
+    "DISPATCH_GAP_UNSEEN_NS",
+    "DISPATCH_OP_NS",
+    "GRAPH_KINDS",
+    "HOST_KINDS",
+    "KINDS",
+    "cause_totals",
+    "function_label",
+    "gap_ids",
+    "gap_lengths",
+    "gap_size_buckets",
+    "gap_sizes_text",
+    "graphs_help",
+    "idle_intervals",
+    "idle_of",
+    "idle_overview",
+    "idle_rows",
+    "idle_slices",
+    "idle_summary",
+    "innermost_ranges",
+    "kind_codes",
+    "kind_totals",
+    "kinds_of",
+    "largest_kind",
+    "launching_thread",
+    "weighted_median",
+]

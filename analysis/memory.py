@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfscope.schema import MEMORY_COLUMNS, whole_numbers
+
 ALLOC, FREE, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, OOM = range(6)
 ACTIONS = ("alloc", "free", "free_completed", "segment_alloc", "segment_free", "oom")
 """Action codes of :class:`MemEvents` and their names in the ``memory`` table."""
@@ -76,6 +78,9 @@ class MemEvents:
             dump), from which the segments at its start are replayed back: they become
             ``segment_alloc`` rows before the first event, so the segments live at any event are known
             (fragmentation). None: not known.
+        texts, text_code: instead of ``op`` ... ``stack``, the distinct (op, module, source, hint, stack)
+            and each event's place among them (a snapshot's tracebacks: millions of events, a few
+            thousand distinct readings).
     """
 
     device: str
@@ -96,10 +101,48 @@ class MemEvents:
     known_in_totals: bool = True
     segments_end: list[tuple[float, float]] | None = None
     requested: np.ndarray | None = None
+    texts: list[tuple[Any, ...]] | None = None
+    text_code: np.ndarray | None = None
 
 
 def _objs(values: np.ndarray | None, n: int) -> np.ndarray:
     return np.full(n, None, dtype=object) if values is None else np.asarray(values, dtype=object)
+
+
+WHOLE_NUMBERS = tuple(c.name for c in MEMORY_COLUMNS if c.kind == "int" and not c.required and c.name != "step")
+"""The ``memory`` columns of whole numbers that may be missing (nullable ``Int64`` in the contract)."""
+
+TEXTS = ("op", "module", "source", "hint", "stack")
+"""The text columns an event carries (:class:`MemEvents`), in the order of its ``texts``."""
+
+
+def _texts(ev: MemEvents, pre: list[tuple[Any, ...]], ms: int) -> dict[str, pd.Series]:
+    """The text columns of the rows: ``pre`` (addr, size, op, module, source, hint, stack, ...), ``ms``
+    segments (none), then the events."""
+    n = len(ev.t_ns)
+    if ev.text_code is None or ev.texts is None:
+        return {name: _text(np.concatenate([_col([p[j] for p in pre]), np.full(ms, None, dtype=object),
+                                            _objs(values, n)]))
+                for j, (name, values) in enumerate(zip(TEXTS, (ev.op, ev.module, ev.source, ev.hint, ev.stack)),
+                                                   start=2)}
+    k = len(ev.texts)
+    table = [*ev.texts, *(tuple(p[j] if len(p) > j else None for j in range(2, 7)) for p in pre), (None,) * 5]
+    code = np.concatenate([np.arange(k, k + len(pre), dtype="int32"), np.full(ms, len(table) - 1, dtype="int32"),
+                           np.asarray(ev.text_code, dtype="int32")])
+    return {name: _text(_col([r[j] for r in table])[code]) for j, name in enumerate(TEXTS)}
+
+
+def _same(value: Any, n: int) -> np.ndarray:
+    """``n`` references to ``value`` (``np.full`` would make a copy of a string for each row)."""
+    out = np.empty(n, dtype=object)
+    out.fill(value)
+    return out
+
+
+def _text(values: np.ndarray) -> pd.Series:
+    """A column of text as Python strings (None missing), each row a reference to a shared string: a
+    million rows of one op's name are 8 MB, not a copy of the name each (the ``str`` dtype's)."""
+    return pd.Series(values, dtype=object, copy=False)
 
 
 def _col(values: list[Any]) -> np.ndarray:
@@ -125,14 +168,15 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
     action = np.asarray(ev.action, dtype="int8")
     size = np.abs(np.asarray(ev.size, dtype="float64"))
     addr = np.asarray(ev.addr, dtype="float64")
-    op, module, source, hint, stack = (_objs(v, n) for v in (ev.op, ev.module, ev.source, ev.hint, ev.stack))
     alloc_id, delta, freed_at, pre_free_rows, completes, live = _pair(action, size, addr)
     # pre-existing allocations: frees without their alloc (who made them is not known), then the
     # source's known ones still live, then what the allocator's total counts and no event names
-    pre: list[tuple[Any, ...]] = [(addr[i], size[i], None, None, None, None, None, i, np.nan) for i in pre_free_rows]
-    skip = set(live) | {addr[i] for i in pre_free_rows}
-    for p in ev.preexisting:
-        if p[0] in skip:
+    pre: list[tuple[Any, ...]] = [(addr[i], size[i], None, None, None, None, None, i, np.nan)
+                                  for i in pre_free_rows.tolist()]
+    during = np.isin(np.array([p[0] for p in ev.preexisting], dtype="float64"),
+                     np.concatenate([live, addr[pre_free_rows]]))
+    for p, made in zip(ev.preexisting, during.tolist()):
+        if made:
             continue  # allocated during the record after all
         pre.append((*p[:6], p[6] if len(p) > 6 else None, -1, p[7] if len(p) > 7 else np.nan))
     start = 0.0
@@ -153,8 +197,7 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
     for k, p in enumerate(pre):
         if p[7] >= 0:
             alloc_id[p[7]] = pre_id[k]
-    for i, k in completes:
-        alloc_id[i] = alloc_id[k]
+    alloc_id[completes[:, 0]] = alloc_id[completes[:, 1]]
     pre_size = np.array([p[1] for p in pre], dtype="float64")
     seg_size = np.array([s[1] for s in segs], dtype="float64")
     cols: dict[str, Any] = {
@@ -173,9 +216,7 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
                                            np.asarray(ev.requested, dtype="float64") if ev.requested is not None
                                            else np.full(n, np.nan)]),
     }
-    for j, (name, values) in enumerate((("op", op), ("module", module), ("source", source), ("hint", hint),
-                                        ("stack", stack)), start=2):
-        cols[name] = np.concatenate([_col([p[j] for p in pre]), np.full(ms, None, dtype=object), values])
+    cols.update(_texts(ev, pre, ms))
     cols["alloc_id"][cols["alloc_id"] < 0] = np.nan
     cols["allocated_bytes"] = start + np.cumsum(cols["delta_bytes"])
     # reserved: the source's totals, else segments replayed from the reserved bytes at the start
@@ -204,19 +245,87 @@ def timeline(ev: MemEvents, memory_source: str, *, steps: pd.DataFrame | None = 
     cols["free_t_ns"] = free_t
     cols["alloc_t_ns"] = alloc_t
     cols["free_event"] = free_event
-    df = pd.DataFrame(cols)
-    df.insert(1, "device", ev.device)
-    df["memory_source"] = memory_source
+    device = ev.device
+    del alloc_id, delta, freed_at, t, action, size, addr, free_t, alloc_t, free_event
+    _release(ev)
+    df = pd.DataFrame(cols, copy=False)  # each column as it is (no block of them copied together)
+    del cols
+    df.insert(1, "device", _text(_same(device, len(df))))
+    df["memory_source"] = _text(_same(memory_source, len(df)))
     df = categorize(df, steps, copy=False)
-    df["action"] = np.array(ACTIONS, dtype=object)[df["action"].to_numpy()]
+    df["action"] = _text(np.array(ACTIONS, dtype=object)[df["action"].to_numpy()])
     del df["hint"]
+    # the contract's dtypes, a column at a time (conform() then keeps them as they are: no second table)
+    for c in WHOLE_NUMBERS:
+        df[c] = whole_numbers(df[c])
+    df["preexisting"] = df["preexisting"].astype("boolean")
     return df
+
+
+def _release(ev: MemEvents) -> None:
+    """Let go of ``ev``'s per-event arrays once the table holds its own (a snapshot's are a few hundred
+    MB; the caller keeps no other reference to them)."""
+    ev.t_ns = ev.action = ev.size = ev.addr = np.empty(0)
+    ev.stream = ev.op = ev.module = ev.source = ev.hint = ev.stack = ev.text_code = ev.requested = None
+    ev.total_allocated = ev.total_reserved = None
 
 
 def _pair(action: np.ndarray, size: np.ndarray, addr: np.ndarray) -> tuple[Any, ...]:
     """Each free paired with the live alloc at its address: (alloc ids, delta bytes, the row that
-    freed each alloc row, frees without an alloc, (free_completed row, row whose id it takes), the
-    addresses live at the end)."""
+    freed each alloc row, the rows of frees without an alloc, [free_completed row, row whose id it
+    takes] pairs, the addresses live at the end).
+
+    At C speed, by address: each event's partner is the one before it at its address (a ``free``
+    takes the alloc before it, a ``free_completed`` the alloc before it or the ``free`` before it,
+    and through that free its alloc). An address whose events run otherwise (two frees in a row, a
+    ``free_completed`` after a ``free_completed``) is paired by :func:`_pair_each`, event by event:
+    the two agree on every order of events."""
+    n = len(action)
+    alloc_id = np.full(n, -1, dtype="int64")
+    delta = np.zeros(n, dtype="float64")
+    freed_at = np.full(n, -1, dtype="int64")
+    is_alloc = action == ALLOC
+    alloc_id[is_alloc] = np.arange(int(is_alloc.sum()), dtype="int64")
+    delta[is_alloc] = size[is_alloc]
+    rows = np.flatnonzero(is_alloc | (action == FREE) | (action == FREE_COMPLETED))
+    order = rows[np.lexsort((rows, addr[rows]))]  # by address, in event order at each (no address: alone)
+    a, act = addr[order], action[order]
+    same = np.zeros(len(order), dtype=bool)
+    same[1:] = a[1:] == a[:-1]  # NaN never equals: an event without an address pairs with none
+    prev_act = np.full(len(order), -1, dtype="int64")
+    prev_act[1:] = act[:-1]
+    prev_act[~same] = -1
+    if (((act == FREE) | (act == FREE_COMPLETED)) & ((prev_act == FREE) | (prev_act == FREE_COMPLETED))
+            & ~((act == FREE_COMPLETED) & (prev_act == FREE))).any():
+        return _pair_each(action, size, addr)
+    prev_row = np.full(len(order), -1, dtype="int64")
+    prev_row[1:] = order[:-1]
+    prev_row[~same] = -1
+    # a free (or a free_completed without its free) of the alloc before it
+    takes = (act != ALLOC) & (prev_act == ALLOC)
+    i, j = order[takes], prev_row[takes]
+    alloc_id[i] = alloc_id[j]
+    freed_at[j] = i
+    delta[i] = np.where(np.isnan(size[j]), -size[i], -size[j])
+    # a free with nothing before it at its address: allocated before the record began
+    pre = (act == FREE) & (prev_act == -1)
+    pre_free_rows = np.sort(order[pre])
+    delta[pre_free_rows] = -size[pre_free_rows]
+    # a free_completed after its free: the free's alloc (or the free itself, for a block from before)
+    after = np.flatnonzero((act == FREE_COMPLETED) & (prev_act == FREE))
+    f = after - 1  # the free, just before it at its address
+    k = np.where(prev_act[f] == ALLOC, prev_row[f], order[f])
+    done = np.stack([order[after], k], axis=1)
+    done = done[np.argsort(done[:, 0], kind="stable")]
+    # live at the end: an address whose last event is an alloc
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = ~same[1:]
+    end = last & (act == ALLOC) & ~np.isnan(a)
+    return alloc_id, delta, freed_at, pre_free_rows, done, a[end]
+
+
+def _pair_each(action: np.ndarray, size: np.ndarray, addr: np.ndarray) -> tuple[Any, ...]:
+    """:func:`_pair`, event by event (any order of events at an address)."""
     n = len(action)
     alloc_id = np.full(n, -1, dtype="int64")
     delta = np.zeros(n, dtype="float64")
@@ -255,7 +364,8 @@ def _pair(action: np.ndarray, size: np.ndarray, addr: np.ndarray) -> tuple[Any, 
                 pending[adr[i]] = i
                 delta[i] = -size[i]
             # a free_completed after its free (or of an unknown block) changes nothing
-    return alloc_id, delta, freed_at, pre_free_rows, completes, live
+    done = np.array(completes, dtype="int64").reshape(-1, 2)
+    return alloc_id, delta, freed_at, np.array(pre_free_rows, dtype="int64"), done, np.array(list(live), dtype="float64")
 
 
 def _segments_at_start(end: list[tuple[float, float]] | None, action: np.ndarray, size: np.ndarray,
@@ -299,15 +409,15 @@ def categorize(df: pd.DataFrame, steps: pd.DataFrame | None = None,
     ``copy=False`` adds the two columns to ``df`` itself.
     """
     n = len(df)
-    cat = np.full(n, "unknown", dtype=object)
+    cat = _same("unknown", n)
     rule = np.full(n, None, dtype=object)
     is_alloc = df["action"].to_numpy() == ALLOC
-    hint = df["hint"].to_numpy()
+    hint = df["hint"].to_numpy(dtype=object)
     pre = df["preexisting"].to_numpy()
-    has_hint = np.array([h in HINT_CATEGORIES for h in hint], dtype=bool)
+    has_hint = pd.Series(hint, dtype=object, copy=False).isin(list(HINT_CATEGORIES)).to_numpy()
     m = is_alloc & has_hint
     cat[m] = hint[m]
-    rule[m] = [HINT_RULES[h] for h in hint[m]]
+    rule[m] = pd.Series(hint[m], dtype=object).map(HINT_RULES).to_numpy(dtype=object)
     m = is_alloc & (hint == UNTRACKED)
     cat[m] = "before_recording"
     rule[m] = "in the allocator's total before the record began; no event names it"
@@ -317,8 +427,8 @@ def categorize(df: pd.DataFrame, steps: pd.DataFrame | None = None,
                    parameter_source)
     _frees_follow(df, cat, rule)
     out = df.copy() if copy else df
-    out["category"] = cat
-    out["category_rule"] = rule
+    out["category"] = _text(cat)
+    out["category_rule"] = _text(rule)
     return out
 
 
@@ -326,14 +436,36 @@ def _frees_follow(df: pd.DataFrame, cat: np.ndarray, rule: np.ndarray) -> None:
     """Free rows take their alloc's category; segment rows have none."""
     action = df["action"].to_numpy()
     is_alloc = action == ALLOC
-    ids = df["alloc_id"].to_numpy("float64")
-    by_id = {ids[i]: (cat[i], rule[i]) for i in np.flatnonzero(is_alloc) if not np.isnan(ids[i])}
-    for i in np.flatnonzero(~is_alloc):
-        got = by_id.get(ids[i])
-        if got is not None:
-            cat[i], rule[i] = got
-        elif action[i] in (SEGMENT_ALLOC, SEGMENT_FREE):
-            cat[i], rule[i] = None, None
+    ids = df["alloc_id"].to_numpy("float64", na_value=np.nan)
+    rows = np.flatnonzero(is_alloc & ~np.isnan(ids))
+    other = np.flatnonzero(~is_alloc)
+    src = _alloc_rows(ids[rows], rows, ids[other])
+    got = src >= 0
+    cat[other[got]] = cat[src[got]]
+    rule[other[got]] = rule[src[got]]
+    seg = other[~got & ((action[other] == SEGMENT_ALLOC) | (action[other] == SEGMENT_FREE))]
+    cat[seg] = None
+    rule[seg] = None
+
+
+def _alloc_rows(alloc_ids: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The row (of ``rows``, whose ids are ``alloc_ids``) allocating each of ``ids``; -1 none. An id
+    allocated twice is the later alloc's."""
+    top = alloc_ids.max() if len(alloc_ids) else -1.0
+    if len(alloc_ids) and alloc_ids.min() >= 0 and top < 4 * len(alloc_ids) + 1024 and \
+            (alloc_ids == np.floor(alloc_ids)).all() and len(np.unique(alloc_ids)) == len(alloc_ids):
+        lut = np.full(int(top) + 1, -1, dtype="int64")  # the ids a timeline gives: 0, 1, 2, ... (no hashing)
+        lut[alloc_ids.astype("int64")] = rows
+        whole = (ids >= 0) & (ids <= top) & (ids == np.floor(ids))
+        src = np.full(len(ids), -1, dtype="int64")
+        src[whole] = lut[ids[whole].astype("int64")]
+        return src
+    index = pd.Index(alloc_ids)
+    if not index.is_unique:
+        keep = ~index.duplicated(keep="last")
+        rows, index = rows[keep], index[keep]
+    at = index.get_indexer(ids)
+    return np.where(at >= 0, rows[np.maximum(at, 0)], -1) if len(rows) else np.full(len(ids), -1, dtype="int64")
 
 
 def _during_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np.ndarray) -> None:
@@ -348,17 +480,18 @@ def _during_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np
     t = df["t_ns"].to_numpy()
     alloc_rows = np.flatnonzero(is_alloc)
     # the next alloc of another op: allocs in runs of one op; each run's next is the next run's first
-    codes = pd.factorize(pd.Series(ops[alloc_rows], dtype=object).fillna("\0none"))[0]
-    new_run = np.r_[True, codes[1:] != codes[:-1]] if len(codes) else np.zeros(0, dtype=bool)
+    op_of = ops[alloc_rows]
+    missing = pd.isna(op_of)
+    new_run = np.ones(len(alloc_rows), dtype=bool)
+    new_run[1:] = (op_of[1:] != op_of[:-1]) & ~(missing[1:] & missing[:-1])  # no op: one run of them
     run = np.cumsum(new_run) - 1
     run_first = alloc_rows[new_run]
     nxt = np.full(len(alloc_rows), -1, dtype="int64")
     has_next = run + 1 < len(run_first)
     nxt[has_next] = run_first[run[has_next] + 1]
-    next_other = np.full(len(df), -1, dtype="int64")
-    next_other[alloc_rows] = nxt
+    del run, has_next, new_run, op_of, missing
     i = np.flatnonzero(rows)
-    j = next_other[i]
+    j = nxt[np.searchsorted(alloc_rows, i)]  # the rows are alloc rows
     freed = ~np.isnan(free_t[i])
     temp = pd.notna(ops[i]) & freed & \
         ((j < 0) | (free_t[i] <= np.where(j >= 0, t[np.maximum(j, 0)], 0)))
@@ -454,10 +587,10 @@ def _before_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np
     idx = np.flatnonzero(rows)
     if not len(idx):
         return
-    size = df["size_bytes"].to_numpy("float64")
-    requested = df["requested_bytes"].to_numpy("float64") if "requested_bytes" in df else np.full(len(df), np.nan)
+    size = df["size_bytes"].to_numpy("float64", na_value=np.nan)
+    requested = df["requested_bytes"].to_numpy("float64", na_value=np.nan) if "requested_bytes" in df else np.full(len(df), np.nan)
     ops, src = df["op"].to_numpy(), df["source"].to_numpy()
-    freed = ~np.isnan(df["free_t_ns"].to_numpy("float64"))
+    freed = ~np.isnan(df["free_t_ns"].to_numpy("float64", na_value=np.nan))
     is_alloc = df["action"].to_numpy() == ALLOC
     pre = df["preexisting"].to_numpy()
     recorded = is_alloc & ~pre
@@ -468,10 +601,14 @@ def _before_record(df: pd.DataFrame, rows: np.ndarray, cat: np.ndarray, rule: np
             shaped[s] += 1
     budget = Counter(parameter_sizes or {})
     # sizes of tensors the record makes and frees, with who makes them most
-    transient = recorded & freed & np.isin(cat, LEFTOVER_CATEGORIES)
+    transient = np.flatnonzero(recorded & freed & np.isin(cat, LEFTOVER_CATEGORIES) & np.isin(size, size[idx]))
     made: dict[float, Counter[tuple[Any, Any]]] = {}
-    for s, o, w in zip(size[transient].tolist(), ops[transient].tolist(), src[transient].tolist()):
-        made.setdefault(s, Counter())[(o, w)] += 1
+    groups = pd.DataFrame({"s": size[transient], "o": pd.Series(ops[transient], dtype=object),
+                           "w": pd.Series(src[transient], dtype=object)}).groupby(
+        ["s", "o", "w"], dropna=False, sort=False).size()  # groups in the order they first appear
+    for (s, o, w), count in groups.items():
+        made.setdefault(float(s), Counter())[(o if isinstance(o, str) else None, w if isinstance(w, str) else None)] \
+            += int(count)
     # largest first, so that a parameter size is given to the largest blocks it can explain
     for i in idx[np.argsort(-size[idx], kind="stable")].tolist():
         s = float(size[i])
@@ -510,7 +647,7 @@ def with_steps(memory: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
     out = memory.copy()
     step = np.full(len(t), np.nan)
-    step[inside] = s["step"].to_numpy(dtype="float64")[k[inside]]
+    step[inside] = s["step"].to_numpy(dtype="float64", na_value=np.nan)[k[inside]]
     phase = np.full(len(t), None, dtype=object)
     phase[inside] = s["phase"].to_numpy(dtype=object)[k[inside]]
     out["step"] = step

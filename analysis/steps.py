@@ -231,7 +231,7 @@ def steps_from_ranges(ranges: pd.DataFrame) -> FrameworkSteps:
         gpu = ranges["source"].isin(GPU_RANGE_SOURCES).to_numpy()
         kind = np.where(gpu, 0, kind)
     unknown = tuple(dict.fromkeys(str(distinct[c]) for c in codes[kind == 2]))
-    backwards = ranges["end_ns"].to_numpy(np.float64) < ranges["start_ns"].to_numpy(np.float64)
+    backwards = ranges["end_ns"].to_numpy(np.float64, na_value=np.nan) < ranges["start_ns"].to_numpy(np.float64, na_value=np.nan)
     rows = np.flatnonzero((kind == 1) & ~backwards)  # a range ending before it starts is damage, not a step
     if not len(rows):
         return FrameworkSteps(pd.DataFrame(), unknown)
@@ -337,7 +337,7 @@ def assign_kernels_to_steps(kernels: pd.DataFrame, steps: pd.DataFrame, api: pd.
     out_k = pd.DataFrame(cols, index=kernels.index, copy=False)
     out_s = steps.copy()
     n = len(steps)
-    dur = kernels["duration_ns"].to_numpy(np.float64)
+    dur = kernels["duration_ns"].to_numpy(np.float64, na_value=np.nan)
     p = pos[hit]
     time_ns = np.bincount(p, weights=dur[hit], minlength=n)
     out_s["kernel_time_ns"] = pd.array(np.where(np.bincount(p, minlength=n) > 0, time_ns, np.nan), dtype="Int64") \
@@ -405,7 +405,7 @@ def user_steps_from_ranges(ranges: pd.DataFrame, rule: StepRule) -> FrameworkSte
     hit = np.array([rule.pattern.search(str(n)) is not None for n in distinct] + [False])[codes]
     if "source" in ranges:
         hit &= ~ranges["source"].isin(GPU_RANGE_SOURCES).to_numpy()
-    hit &= ranges["end_ns"].to_numpy(np.float64) >= ranges["start_ns"].to_numpy(np.float64)
+    hit &= ranges["end_ns"].to_numpy(np.float64, na_value=np.nan) >= ranges["start_ns"].to_numpy(np.float64, na_value=np.nan)
     rows = np.flatnonzero(hit)
     if not len(rows):
         return FrameworkSteps(pd.DataFrame())
@@ -587,11 +587,11 @@ def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndar
         return out
     pos = step_of(launch_ns, steps)
     gaps = host_gaps(steps, pos, launch_ns)
-    wall = out["duration_ns"].to_numpy(np.float64)
+    wall = out["duration_ns"].to_numpy(np.float64, na_value=np.nan)
     ktime = pd.to_numeric(out["kernel_time_ns"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
     key = out["phase"].astype("object").astype(str) + "/" + out["batch"].astype("object").astype(str)
     size = key.map(key.value_counts()).to_numpy()
-    median = out.groupby(key)["duration_ns"].transform("median").to_numpy(np.float64)
+    median = out.groupby(key)["duration_ns"].transform("median").to_numpy(np.float64, na_value=np.nan)
     ratio = np.where(median > 0, wall / median, np.nan)
     names = kernels.get("name")
     reasons: list[str | None] = []
@@ -657,9 +657,9 @@ def step_windows(steps: pd.DataFrame, kernels: pd.DataFrame) -> tuple[np.ndarray
         if len(k):
             by_step = k.groupby(k["step"].astype("int64")).agg(first=("start_ns", "min"), last=("end_ns", "max"))
             ids = steps["step"].astype("int64").to_numpy()
-            last = by_step["last"].reindex(ids).to_numpy(np.float64)
+            last = by_step["last"].reindex(ids).to_numpy(np.float64, na_value=np.nan)
             end = np.where(np.isnan(last), end, np.maximum(end, np.nan_to_num(last).astype(np.int64)))
-            first_k = by_step["first"].reindex(ids).to_numpy(np.float64)
+            first_k = by_step["first"].reindex(ids).to_numpy(np.float64, na_value=np.nan)
             i = int(np.argmin(start))
             if not np.isnan(first_k[i]):
                 start[i] = min(max(start[i], int(first_k[i])), end[i])

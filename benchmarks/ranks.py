@@ -1,27 +1,32 @@
-"""Multi-rank benchmark: ``perfscope import --ranks`` on Dask (1 and 2 workers) against
-HolisticTraceAnalysis on the same folder of per-rank traces.
+"""Multi-rank benchmark: ``perfscope import --ranks`` on Dask, at up to a thousand ranks.
 
-Builds a job of ``--ranks`` rank files of about ``--events`` events each by tiling a real trace
-(default: the A100 rank of a 16-rank job in tests/fixtures, 108,936 events) with
-:mod:`perfscope.analysis.ranks.tiling`; one rank (``--slow-rank``) runs 10% slower. The files go to
-a temporary folder (gzipped), which is removed at the end unless ``--keep``.
+Two jobs, both built from a real rank trace committed under tests/fixtures:
+
+- ``--job sync`` (default): ``--ranks`` ranks in tensor parallel groups of ``--group`` built from
+  the B200 TP-8 vLLM prefill rank (``tracelens_b200__eager_trace``, 24,656 events, 768 kernels, 74
+  collectives per step) with :class:`perfscope.analysis.ranks.tiling.SyncJob`: each rank repeats
+  the trace ``--copies`` times, its work between two collectives jittered (``--jitter``, seeded),
+  and every collective ends on all ranks of its group when the last has arrived; one rank
+  (``--slow-rank``) works ``--slow`` times slower. perfscope imports the job on a LocalCluster of
+  ``--workers`` process workers and must find that rank, and keep every kernel.
+- ``--job stretch``: the older comparison with HolisticTraceAnalysis: ``--ranks`` ranks of about
+  ``--events`` events each tiled from the A100 rank of a 16-rank job (108,936 events), one rank 10%
+  slower in every timestamp, imported with 1 and 2 workers and by HTA (``TraceAnalysis`` then
+  ``get_temporal_breakdown`` and ``get_comm_comp_overlap``; ``--hta-python`` names an interpreter
+  with HolisticTraceAnalysis installed, by default this one).
 
 Each contender runs in its own Python process, whose process tree (client, Dask nanny and worker
-processes, HTA's multiprocessing pool) is sampled for resident memory every 0.2 s:
+processes, HTA's multiprocessing pool) is sampled for resident memory every 0.2 s; the client's own
+peak is its ``VmHWM`` and each worker's is what its tasks report.
 
-- perfscope, ``workers=N``: ``import_ranks`` on a LocalCluster of N process workers (one task per
-  rank file, each reads the trace, runs the full per-rank analysis and writes its Parquet
-  partition), then ``rank_summary`` of the written report read back rank by rank;
-- HTA: ``TraceAnalysis(trace_dir=...)`` (parses every rank into DataFrames) then
-  ``get_temporal_breakdown`` and ``get_comm_comp_overlap`` (HTA's per-rank idle/compute/comm and
-  overlap, the closest to what perfscope computes).
-
-Prints wall time, peak memory (whole tree, and the largest single process; for perfscope also
-each Dask worker's own peak), and the ratios within this run.
+Prints wall time, peak memory (whole tree, the client, each Dask worker), the rank tasks' time, the
+load average of the machine before and after, and for ``sync`` whether the planted straggler was
+found and every kernel kept.
 
 Usage::
 
-    python benchmarks/ranks.py [--ranks 16] [--events 1000000] [--workers 1,2] [--no-hta] [--keep]
+    python benchmarks/ranks.py --ranks 1000 [--workers 2] [--copies 2] [--keep --dir DIR] [--reuse]
+    python benchmarks/ranks.py --job stretch --ranks 16 --events 1000000 --workers 1,2
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-FIXTURE = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "kineto"
-           / "hta_negative_queue_length_values_check__rank0.json.gz")
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "kineto"
+FIXTURE = FIXTURES / "hta_negative_queue_length_values_check__rank0.json.gz"
+SYNC_FIXTURE = FIXTURES / "tracelens_b200__eager_trace.json.gz"
 GZIP_BYTES_PER_EVENT = 15
 """Disk per tiled event at gzip level 1 (measured on the default fixture), for the space check."""
 
@@ -65,21 +71,46 @@ def build_job(fixture: Path, folder: Path, ranks: int, events: int, slow_rank: i
             "json_bytes_per_rank": uncompressed_size(files[0])}
 
 
+def build_sync_job(fixture: Path, folder: Path, ranks: int, group: int, copies: int, slow_rank: int, slow: float,
+                   jitter: float) -> dict[str, Any]:
+    """Write a synchronized job (:class:`SyncJob`); returns its shape and sizes."""
+    from perfscope.analysis.ranks.dask_import import uncompressed_size
+    from perfscope.analysis.ranks.tiling import SyncJob, load_trace, write_sync_job
+
+    doc = load_trace(fixture)
+    job = SyncJob(world_size=ranks, group_size=group, copies=copies, slow=((slow_rank, slow),), jitter=jitter, seed=1)
+    files = write_sync_job(doc, folder, job)
+    kernels = copies * sum(1 for e in doc["traceEvents"] if str(e.get("cat", "")).lower() == "kernel")
+    events = sum(1 for e in doc["traceEvents"] if not (copies > 1 and e.get("ph") == "M")) * copies
+    return {"events_per_rank": events, "kernels_per_rank": kernels, "copies": copies, "group": group,
+            "slow_rank": slow_rank, "slow": slow, "jitter": jitter,
+            "gzip_bytes": sum(f.stat().st_size for f in files), "json_bytes_per_rank": uncompressed_size(files[0])}
+
+
 # ---------------------------------------------------------------------------- contenders
+def _vm_hwm() -> int:
+    """This process's peak resident memory (``VmHWM``), bytes."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def run_perfscope(folder: Path, out: Path, workers: int) -> dict[str, Any]:
     from perfscope.analysis.ranks.dask_import import import_ranks
-    from perfscope.analysis.ranks.partial_read import rank_summary_at
 
     t0 = time.perf_counter()
     res = import_ranks(folder, out, workers=workers, force=True)
     t_import = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    summary = rank_summary_at(out)  # read back one rank and a few columns at a time
     task_s = sum(r.seconds or 0.0 for r in res.results)
-    return {"import_s": t_import, "summary_from_disk_s": time.perf_counter() - t1,
-            "rank_tasks_s": task_s, "parallelism": task_s / t_import, "loadavg_after": os.getloadavg()[0],
+    summary = res.summary
+    return {"import_s": t_import, "rank_tasks_s": task_s, "parallelism": task_s / t_import,
+            "loadavg_after": os.getloadavg(), "client_peak_rss_bytes": _vm_hwm(),
             "worker_peak_rss_bytes": res.manifest["params"]["ranks"]["workers_peak_rss_bytes"],
-            "kernels": res.manifest["tables"]["kernels"],
+            "kernels": res.manifest["tables"]["kernels"], "ranks_kept": len(res.plan.ranks),
+            "skipped": len(res.plan.skipped), "straggler": summary["straggler"]["statement"],
+            "straggler_ranks": [int(r["rank"]) for r in summary["straggler"]["stragglers"]],
             "stragglers": summary["stragglers"], "mean_overlap_pct": summary["job"].get("mean_overlap_pct")}
 
 
@@ -121,7 +152,7 @@ def _kill_tree(proc: Any) -> None:
             pass
 
 
-def measure(args: list[str], cap_bytes: float) -> dict[str, Any]:
+def measure(args: list[str], cap_bytes: float, python: str = sys.executable) -> dict[str, Any]:
     """Run ``benchmarks/ranks.py --run ...`` in a child process; wall time and peak tree memory.
 
     The child's whole process tree is killed when it holds more than ``cap_bytes`` (this machine
@@ -130,7 +161,7 @@ def measure(args: list[str], cap_bytes: float) -> dict[str, Any]:
     import psutil
 
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([python, __file__, *args], stdout=subprocess.PIPE, text=True)
     proc = psutil.Process(child.pid)
     peak = {"total": 0, "largest": 0, "capped": 0.0}
     done = threading.Event()
@@ -167,10 +198,11 @@ def _gb(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def report(job: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
+def report(job: dict[str, Any], rows: dict[str, dict[str, Any]], load_before: tuple[float, ...]) -> None:
     print(f"\njob: {job['ranks']} ranks x {job['events_per_rank']:,} events "
-          f"({job['json_bytes_per_rank'] / 1e6:.0f} MB JSON per rank, {job['gzip_bytes'] / 1e6:.0f} MB gzipped in all)")
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end (shared machine)")
+          f"({job['json_bytes_per_rank'] / 1e6:.1f} MB JSON per rank, {job['gzip_bytes'] / 1e6:.0f} MB gzipped in all)")
+    print(f"machine: {os.cpu_count()} CPUs (shared); load average (1, 5, 15 min) before "
+          f"{_load(load_before)}, at the end {_load(os.getloadavg())}")
     print(f"{'contender':<22}{'wall s':>9}{'peak tree':>12}{'largest proc':>14}  notes")
     for name, r in rows.items():
         if "error" in r:
@@ -178,12 +210,25 @@ def report(job: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
             continue
         note = ""
         if "worker_peak_rss_bytes" in r:
-            note = "workers' own peaks: " + ", ".join(_gb(v) for v in r["worker_peak_rss_bytes"].values())
+            note = f"client peak {_gb(r['client_peak_rss_bytes'])}; workers' own peaks: " + ", ".join(
+                _gb(v) for v in r["worker_peak_rss_bytes"].values())
             note += f"; rank tasks {r['rank_tasks_s']:.0f} s in all, {r['parallelism']:.2f} running at once"
-            note += f"; stragglers: {[(s['rank'], round(s['margin_pct'], 1)) for s in r['stragglers']]}"
+            note += f"; {r['kernels']:,} kernels from {r['ranks_kept']} ranks ({r['skipped']} skipped)"
+            note += f"; {r['straggler']}"
+            if r["stragglers"]:
+                note += f"; step-time outliers: {[(x['rank'], round(x['margin_pct'], 1)) for x in r['stragglers']]}"
         print(f"{name:<22}{r['wall_s']:>9.1f}{_gb(r['peak_tree_rss_bytes']):>12}{_gb(r['peak_process_rss_bytes']):>14}  {note}")
     names = [n for n in rows if "error" not in rows[n]]
     ps = [n for n in names if n.startswith("perfscope")]
+    if "slow_rank" in job:
+        for n in ps:
+            r = rows[n]
+            found = r["straggler_ranks"] == [job["slow_rank"]]
+            kept = r["kernels"] == job["ranks"] * job["kernels_per_rank"]
+            print(f"{n}: planted straggler rank {job['slow_rank']} found: {'yes' if found else 'NO'} "
+                  f"(found {r['straggler_ranks']}); every kernel kept: {'yes' if kept else 'NO'} "
+                  f"({r['kernels']:,} of {job['ranks'] * job['kernels_per_rank']:,}); wall {r['wall_s']:.0f} s; "
+                  f"client peak {_gb(r['client_peak_rss_bytes'])}")
     if len(ps) >= 2:
         print(f"speed-up {ps[-1]} vs {ps[0]}: {rows[ps[0]]['wall_s'] / rows[ps[-1]]['wall_s']:.2f}x")
     if "hta" in names:
@@ -192,14 +237,24 @@ def report(job: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
                   f"{rows['hta']['peak_tree_rss_bytes'] / rows[n]['peak_tree_rss_bytes']:.2f}x")
 
 
+def _load(avg: tuple[float, ...]) -> str:
+    return ", ".join(f"{x:.1f}" for x in avg)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--job", choices=["sync", "stretch"], default="sync")
     ap.add_argument("--ranks", type=int, default=16)
-    ap.add_argument("--events", type=int, default=1_000_000, help="events per rank (about)")
-    ap.add_argument("--workers", default="1,2", help="comma-separated local worker counts")
-    ap.add_argument("--slow-rank", type=int, default=5)
-    ap.add_argument("--fixture", type=Path, default=FIXTURE)
+    ap.add_argument("--events", type=int, default=1_000_000, help="stretch: events per rank (about)")
+    ap.add_argument("--copies", type=int, default=2, help="sync: times each rank repeats the trace")
+    ap.add_argument("--group", type=int, default=8, help="sync: ranks per tensor parallel group")
+    ap.add_argument("--jitter", type=float, default=0.02, help="sync: relative jitter of each rank's work")
+    ap.add_argument("--slow", type=float, default=1.12, help="sync: the slow rank's factor on its work")
+    ap.add_argument("--workers", default=None, help="comma-separated local worker counts (sync: 2, stretch: 1,2)")
+    ap.add_argument("--slow-rank", type=int, default=None, help="default: 5 (stretch), about 0.44 x ranks (sync)")
+    ap.add_argument("--fixture", type=Path, default=None)
     ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--hta-python", default=sys.executable, help="an interpreter with HolisticTraceAnalysis")
     ap.add_argument("--keep", action="store_true", help="keep the generated folder")
     ap.add_argument("--mem-cap-gb", type=float, default=12.0, help="kill a contender whose processes hold more")
     ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: a temp dir)")
@@ -214,32 +269,41 @@ def main() -> None:
     if args.run == "hta":
         print(json.dumps(run_hta(args.traces)))
         return
+    sync = args.job == "sync"
+    workers = args.workers or ("2" if sync else "1,2")
+    slow_rank = args.slow_rank if args.slow_rank is not None else (int(0.437 * args.ranks) if sync else 5)
     base = args.dir or Path(tempfile.mkdtemp(prefix="perfscope-ranks-"))
-    need = args.ranks * args.events * GZIP_BYTES_PER_EVENT * 2
+    per_rank = 900_000 * args.copies if sync else args.events * GZIP_BYTES_PER_EVENT
+    need = args.ranks * per_rank * 2
     free = shutil.disk_usage(base if base.exists() else base.parent).free
     if free < need:
         sys.exit(f"not enough disk in {base}: {free / 1e9:.1f} GB free, ~{need / 1e9:.1f} GB needed")
     traces = base / "traces"
     traces.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
     try:
         t0 = time.perf_counter()
         saved = base / "job.json"
         if args.reuse and saved.is_file():
             job = json.loads(saved.read_text())
+        elif sync:
+            job = {"ranks": args.ranks, **build_sync_job(args.fixture or SYNC_FIXTURE, traces, args.ranks, args.group,
+                                                         args.copies, slow_rank, args.slow, args.jitter)}
         else:
-            job = {"ranks": args.ranks, **build_job(args.fixture, traces, args.ranks, args.events, args.slow_rank)}
-            saved.write_text(json.dumps(job))
+            job = {"ranks": args.ranks, **build_job(args.fixture or FIXTURE, traces, args.ranks, args.events, slow_rank)}
+        saved.write_text(json.dumps(job))
         print(f"{args.ranks} ranks ready in {time.perf_counter() - t0:.0f} s in {traces}", flush=True)
         rows: dict[str, dict[str, Any]] = {}
         cap = args.mem_cap_gb * 2**30
-        for n in (int(w) for w in args.workers.split(",")):
+        load_before = os.getloadavg()
+        for n in (int(w) for w in workers.split(",")):
             rows[f"perfscope {n} worker{'s' if n > 1 else ''}"] = r = measure(
                 ["--run", "perfscope", "--workers", str(n), "--traces", str(traces)], cap)
             print(f"perfscope workers={n}: {r.get('wall_s', 0):.1f} s", flush=True)
-        if not args.no_hta:
-            rows["hta"] = measure(["--run", "hta", "--traces", str(traces)], cap)
+        if not args.no_hta and not sync:
+            rows["hta"] = measure(["--run", "hta", "--traces", str(traces)], cap, args.hta_python)
             print(f"hta: {rows['hta'].get('wall_s', 0):.1f} s", flush=True)
-        report(job, rows)
+        report(job, rows, load_before)
         if args.json:
             args.json.write_text(json.dumps({"job": job, "results": rows}, indent=2))
     finally:

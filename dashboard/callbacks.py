@@ -55,6 +55,7 @@ INPUTS: dict[str, Callable[[Any], bool]] = {
     "key": _text, "a": _text, "b": _text, "tab": _text, "trigger": _text, "phase": _text, "needle": _text,
     "range_filter": _text, "name_filter": _text, "per": _choice("kernel", "name"), "color": _choice("bound", "phase"),
     "mode": _choice("name", "rows"), "expand": _choice("collapsed", "expanded"), "click": _obj, "relayout": _obj,
+    "metric": _choice("caused", "wait", "duration", "compute", "idle"),
     "picked": _obj, "selection": _obj,
     "n_clicks": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
 }
@@ -434,6 +435,74 @@ def on_compare(store: ReportStore, a: str | None, b: str | None, tab: str) -> An
     return figures.compare(ra, rb, comparison=c), layout.compare_tables(c, figures.COMPARE_TOP)
 
 
+def _rank_views(store: ReportStore, key: str) -> Any:
+    """The report's rank views (stored by the import, else computed), once per loaded report."""
+    from perfscope.analysis.ranks.partial_read import report_views
+    from perfscope.memo import memo
+
+    report = store.load(key)
+    return memo(report, "dashboard:rank_views", lambda: report_views(report))
+
+
+@checked
+def on_ranks(store: ReportStore, key: str | None, tab: str, metric: str | None) -> Any:
+    """The rank x step heat map of a multi-rank report (a message for any other report)."""
+    if _skip(tab, "ranks") or not key:
+        return NO
+    if "rank" not in store.load(key).kernels.columns:
+        return figures.message_figure("not a multi-rank report: import a folder of rank traces with "
+                                      "perfscope import DIR --ranks", "rank_step_heatmap")
+    from .figures.ranks import step_heatmap
+
+    t, s = _rank_views(store, key)
+    return step_heatmap(t, s, metric or "caused")
+
+
+def _cell(click: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(rank, step) of a clicked heat-map cell, or None."""
+    point = _first_point(click)
+    if point is None:
+        return None
+    x, y = point.get("x"), point.get("y")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 1e9
+               for v in (x, y)):
+        return None
+    return int(y), int(x)  # type: ignore[arg-type]  # both checked to be finite numbers above
+
+
+@checked
+def on_rank_step(store: ReportStore, key: str | None, click: dict[str, Any] | None) -> Any:
+    """The clicked rank's step: its timeline over the step's window, and a line on what it waited
+    for and what it made the others wait."""
+    cell = _cell(click)
+    if not key or cell is None:
+        return NO, "click a cell of the heat map to see that rank's step"
+    rank, step = cell
+    from perfscope.analysis.ranks.partial_read import one_rank_report, rank_steps
+
+    t, s = _rank_views(store, key)
+    steps = rank_steps(t, s)
+    row = steps[(steps["rank"] == rank) & (steps["step"] == step)] if len(steps) else steps
+    if not len(row):
+        return figures.message_figure(f"rank {rank} has no step {step}"), ""
+    r = row.iloc[0]
+    from .figures.timeline_data import timeline_index
+
+    report = one_rank_report(store.load(key), rank)
+    origin = timeline_index(report).origin_ns  # the timeline's x is time since its origin
+    fig = figures.timeline(report, t0_ns=int(r["start_ns"]) - origin, t1_ns=int(r["end_ns"]) - origin)
+    fig.update_layout(title=f"rank {rank}, step {step}")
+
+    def ns(col: str) -> str:
+        v = r.get(col)
+        return duration(float(v)) if v is not None and not (isinstance(v, float) and math.isnan(v)) else "n/a"
+
+    note = (f"rank {rank}, step {step}: {ns('duration_ns')}; compute {ns('compute_ns')}, collectives "
+            f"{ns('comm_ns')} (of which waiting {ns('wait_ns')}), device idle {ns('idle_ns')}; the other ranks of its "
+            f"group wait {ns('waited_for_ns')} each for it")
+    return fig, note
+
+
 TREE_GRID_ROWS = 500
 
 
@@ -491,7 +560,7 @@ def _longest(report: Any, mask: Any, n: int) -> Any:
     """A mask of the ``n`` longest kernels within ``mask`` (all kernels when None)."""
     import numpy as np
 
-    dur = report.kernels["duration_ns"].to_numpy("float64")
+    dur = report.kernels["duration_ns"].to_numpy("float64", na_value=np.nan)
     pos = np.flatnonzero(mask) if mask is not None else np.arange(len(dur))
     if len(pos) > n:
         pos = pos[np.argpartition(-dur[pos], n - 1)[:n]]
@@ -611,5 +680,11 @@ def register_callbacks(app: dash.Dash, store: ReportStore) -> None:
         _guard(lambda key, tab, phase, click, expand: on_tree_select(store, key, tab, phase, click,
                                                                      dash.ctx.triggered_id, expand),
                "figure", "-", "-", "text"))
+    cb(Output(ids.RANKS_HEATMAP, "figure"), Input(ids.REPORT, "value"), Input(ids.TABS, "value"),
+       Input(ids.RANKS_METRIC, "value"))(_guard(lambda *a: on_ranks(store, *a), "figure"))
+    cb(Output(ids.RANKS_STEP, "figure"), Output(ids.RANKS_NOTE, "children"), Input(ids.REPORT, "value"),
+       Input(ids.RANKS_HEATMAP, "clickData"))(
+        _guard(lambda key, click: on_rank_step(store, key, click if dash.ctx.triggered_id == ids.RANKS_HEATMAP else None),
+               "figure", "text"))
     cb(Output(ids.COMPARE_FIGURE, "figure"), Output(ids.COMPARE_TABLE, "children"), Input(ids.COMPARE_A, "value"),
        Input(ids.COMPARE_B, "value"), Input(ids.TABS, "value"))(_guard(lambda *a: on_compare(store, *a), "figure", "text"))

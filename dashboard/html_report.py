@@ -283,14 +283,15 @@ def _memory(page: _Page, report: Report) -> str:
 
 
 def _ranks(page: _Page, report: Report) -> str:
-    """The rank view (steps, comm/compute overlap, rank x category heatmap, kernel spread)."""
+    """The rank view (who waits for whom per rank and step, steps, comm/compute overlap, rank x
+    category heatmap, kernel spread), from the views the import stored (else computed)."""
     if "rank" not in report.kernels.columns:
         return ""
-    from perfscope.analysis.ranks.stats import rank_tables
+    from perfscope.analysis.ranks.partial_read import report_views
 
     from .figures.ranks import rank_figures
 
-    figs = rank_figures(rank_tables(report))
+    figs = rank_figures(*report_views(report))
     return _section("Ranks", "".join(page.figure(f, f"ranks {name}") for name, f in figs.items()), "ranks")
 
 

@@ -61,4 +61,9 @@ TREE_ROOFLINE = "tree-roofline"
 TREE_GRID = "tree-kernels"
 TREE_NOTE = "tree-note"
 
-VIEWS = ("overview", "timeline", "roofline", "kernels", "tree", "phases", "counters", "compare")
+RANKS_METRIC = "ranks-metric"  # the ranks tab (multi-rank reports): which rank x step heat map
+RANKS_HEATMAP = "ranks-heatmap"  # click a cell: that rank's step below
+RANKS_NOTE = "ranks-note"
+RANKS_STEP = "ranks-step"  # the clicked rank's step, as a timeline
+
+VIEWS = ("overview", "timeline", "roofline", "kernels", "tree", "phases", "ranks", "counters", "compare")

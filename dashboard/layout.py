@@ -255,6 +255,21 @@ def _tree_panel() -> html.Div:
     ])
 
 
+def _ranks_panel() -> html.Div:
+    """The ranks tab of a multi-rank report: a rank x step heat map (who the others wait for, by
+    default); a click on a cell draws that rank's step below it."""
+    from perfscope.analysis.ranks.partial_read import STEP_METRICS
+
+    return html.Div([
+        _controls(html.Label(["show ", dcc.RadioItems(id=ids.RANKS_METRIC, value="caused", inline=True, options=[
+            {"label": label, "value": key} for key, (label, _) in STEP_METRICS.items()])]),
+            html.Span("click a cell to see that rank's step", className="muted")),
+        _graph(ids.RANKS_HEATMAP),
+        html.P(id=ids.RANKS_NOTE, className="muted"),
+        _graph(ids.RANKS_STEP),
+    ])
+
+
 def _compare_panel(options: list[dict[str, str]]) -> html.Div:
     first = options[0]["value"] if options else None
     second = options[1]["value"] if len(options) > 1 else first
@@ -283,6 +298,7 @@ def build_layout(entries: list[Entry]) -> html.Div:
         "phases": html.Div([html.Div(id=ids.PHASE_TABLE), _graph(ids.PHASE_FIGURE), _graph(ids.STEP_FIGURE),
                             _graph(ids.LATENCY_FIGURE), html.Div(id=ids.LOAD_FIGURES), html.Div(id=ids.TAILS_TABLE),
                             _graph(ids.TAILS_FIGURE), _graph(ids.TAIL_REQUESTS), _graph(ids.REQUEST_TIMELINE)]),
+        "ranks": _ranks_panel(),
         "counters": _graph(ids.COUNTERS),
         "compare": _compare_panel(options),
     }

@@ -33,7 +33,7 @@ from .inputs import regular_file
 from .limits import check_deadline, take
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
     from types import TracebackType
 
     import pandas as pd
@@ -175,6 +175,20 @@ class SafeDb:
             raise self.error(exc) from None
         self.description = cur.description
         return out
+
+    def batches(self, sql: str, params: Iterable[object] = ()) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of a query, a batch of :data:`BATCH_ROWS` at a time (each counted against the
+        budget as :meth:`rows` does): a caller that turns each batch into arrays holds one batch of
+        Python objects, never the whole result."""
+        self.steps, self.refused = 0, None
+        try:
+            cur = self.conn.execute(sql, tuple(params))
+            while batch := cur.fetchmany(BATCH_ROWS):
+                take(self.path, len(batch))
+                yield batch
+        except (sqlite3.DatabaseError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
+            raise self.error(exc) from None
+        self.description = cur.description
 
     def meta(self, sql: str, params: Iterable[object] = ()) -> list[tuple[Any, ...]]:
         """A small query's rows (schema probes, metadata), not counted as events."""

@@ -130,6 +130,13 @@ KERNEL_UNIT_COLUMNS = _cols(
 import fills: declared here, not in :data:`KERNEL_COLUMNS`, so that every other kernel table (a million
 rows of a trace) does not carry them as missing values; :func:`conform` keeps them as extra columns."""
 
+KERNEL_COMM_COLUMNS = _cols(
+    ("process_group", "str", False, "the process group a collective kernel ran in: its name in the trace's "
+     "distributedInfo.pg_config (Kineto's Process Group Name on NCCL/RCCL kernels, PyTorch 2.x)"),
+)
+"""Collective kernels' process group: declared here, not in :data:`KERNEL_COLUMNS`, so that a kernel
+table whose trace names no group does not carry it; :func:`conform` keeps it as an extra column."""
+
 RANGE_COLUMNS = _cols(
     ("id", "int", True, "range id, unique in the report"),
     ("name", "str", True, "range message"),
@@ -588,7 +595,7 @@ def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
     for name in df.columns:
         if name not in out:
             out[name] = df[name]
-    result = pd.DataFrame(out, index=df.index).reset_index(drop=True)
+    result = pd.DataFrame(out, index=df.index, copy=False).reset_index(drop=True)  # columns kept as they are shared
     for col in spec:
         if col.required and col.kind == "int" and len(result) and result[col.name].isna().any():
             bad = int(result[col.name].isna().sum())

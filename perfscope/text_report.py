@@ -292,23 +292,42 @@ def _idle_lines(report: Report, n: int = 5) -> list[str]:
     return lines
 
 
+RANK_ROWS = 16
+"""Ranks listed in the text summary of a bigger job: the stragglers and those whose groups wait
+longest for them first (``--json`` has every rank)."""
+
+
 def _rank_lines(report: Report) -> list[str]:
     if "rank" not in report.kernels.columns:
         return []
-    from perfscope.analysis.ranks.stats import rank_tables, stragglers
+    import pandas as pd
 
-    t = rank_tables(report)
-    pr = t.per_rank
+    from perfscope.analysis.ranks.partial_read import job_summary, report_views
+    from perfscope.analysis.ranks.stats import parse_ranks, stragglers
+
+    t, s = report_views(report)
+    summary = job_summary(t, s)
+    pr = pd.DataFrame(summary["per_rank"])
     if not len(pr):
         return []
     lines = [f"ranks: {len(t.ranks)} ({', '.join(str(r) for r in t.ranks[:16])}{' ...' if len(t.ranks) > 16 else ''})"]
-    cols = [c for c in ("rank", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "step_mean_ns") if c in pr]
-    rows = [[str(int(r["rank"]))] + [_num(r[c], 1e6, 2) for c in cols[1:]] for _, r in pr.iterrows()]
+    for role, ranks in summary["roles"].items():
+        lines.append(f"  {role} ranks: {ranks}")
+    lines.append(f"  {summary['straggler']['statement']}")
+    shown = pr
+    if len(pr) > RANK_ROWS:
+        order = pr.assign(_k=pr["caused_wait_ns"].astype("float64").fillna(-1.0)).sort_values("_k", ascending=False)
+        shown = order.head(RANK_ROWS).sort_values("rank")
+        lines.append(f"  the {RANK_ROWS} ranks whose groups wait longest for them (of {len(pr)}; --json lists all):")
+    cols = [c for c in ("rank", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_wait_ns", "idle_ns", "step_mean_ns")
+            if c in shown]
+    rows = [[str(int(r["rank"]))] + [_num(r[c], 1e6, 2) for c in cols[1:]] for _, r in shown.iterrows()]
     lines.append(table(["rank"] + [c.removesuffix("_ns") + " ms" for c in cols[1:]], rows))
     slow = stragglers(pr)
-    for _, s in slow.iterrows():
-        lines.append(f"  straggler: rank {int(s['rank'])} on {str(s['metric']).removesuffix('_ns')}: "
-                     f"{_num(s['value_ns'], 1e6, 2)} ms, {_num(s['margin_pct'])}% over the median of the others")
+    waited = {r for g in summary["groups"] if g.get("stragglers") for r in parse_ranks(g["ranks"])}
+    for _, row in slow[~slow["rank"].isin(waited)].iterrows():  # a group held back by its straggler: said above
+        lines.append(f"  step-time outlier: rank {int(row['rank'])} on {str(row['metric']).removesuffix('_ns')}: "
+                     f"{_num(row['value_ns'], 1e6, 2)} ms, {_num(row['margin_pct'])}% over the median of the others")
     return lines
 
 

@@ -211,7 +211,7 @@ def project_rows(rows: pd.DataFrame, source: Roofs, target: Roofs) -> pd.DataFra
                          family, source, target, tensor=(rows["kind"] == "gemm").to_numpy())
     out["pred_model_s"] = proj["time_s"].to_numpy()
     out["rule"] = proj["rule"].to_numpy()
-    f, b = rows["flops"].to_numpy(np.float64), rows["bytes"].to_numpy(np.float64)
+    f, b = rows["flops"].to_numpy(np.float64, na_value=np.nan), rows["bytes"].to_numpy(np.float64, na_value=np.nan)
     ps, pt = source.peak(prec), target.peak(prec)
     bw_src = float(source.bytes_per_s) if source.bytes_per_s else np.nan
     bw_tgt = float(target.bytes_per_s) if target.bytes_per_s else np.nan

@@ -204,7 +204,7 @@ def report_observations(report: Report, dataset: str, table: str | None = None) 
     model, vendor, gen = ident
     f = k["flops"].to_numpy(np.float64, na_value=np.nan)
     b = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
-    ok = (np.isfinite(f) | np.isfinite(b)) & (k["duration_ns"].to_numpy(np.float64) > 0)
+    ok = (np.isfinite(f) | np.isfinite(b)) & (k["duration_ns"].to_numpy(np.float64, na_value=np.nan) > 0)
     fam = families(k, f, b, k["precision"].astype("object"))
     label = k["op"].astype("object").where(k["op"].notna(), k["name"].astype("object"))
     key = (label.astype(str) + "|" + k["op_shapes"].astype("object").fillna("").astype(str) + "|"
@@ -212,7 +212,7 @@ def report_observations(report: Report, dataset: str, table: str | None = None) 
     obs = pd.DataFrame({"dataset": dataset, "table": table or dataset, "key": key.to_numpy(), "device": model,
                         "vendor": vendor, "generation": gen, "family": fam,
                         "precision": k["precision"].astype("object").to_numpy(), "flops": np.nan_to_num(f),
-                        "bytes": np.nan_to_num(b), "time_s": k["duration_ns"].to_numpy(np.float64) * 1e-9,
+                        "bytes": np.nan_to_num(b), "time_s": k["duration_ns"].to_numpy(np.float64, na_value=np.nan) * 1e-9,
                         "count": 1})[ok]
     return _collapse(obs)
 
@@ -322,9 +322,9 @@ def fit_curves(obs: pd.DataFrame) -> Fit:
     ``y = a(log10 R) + c + u + noise`` (module docstring): ``p`` is the family's curve over every GPU, ``d``
     a GPU's own departure from it, pulled to 0 by :data:`DEVICE_RIDGE` (so past a GPU's measured sizes its
     curve returns to the family's)."""
-    y = obs["y"].to_numpy(np.float64)
-    base_w = np.sqrt(obs["count"].to_numpy(np.float64))
-    i, w_up = interp_weights(np.log10(obs["roof_s"].to_numpy(np.float64)))
+    y = obs["y"].to_numpy(np.float64, na_value=np.nan)
+    base_w = np.sqrt(obs["count"].to_numpy(np.float64, na_value=np.nan))
+    i, w_up = interp_weights(np.log10(obs["roof_s"].to_numpy(np.float64, na_value=np.nan)))
     j = np.minimum(i + 1, N_BINS - 1)
     curve_codes, curve_keys = pd.factorize(pd.MultiIndex.from_arrays([obs["device"], obs["family"]]))
     fam_codes, fam_keys = pd.factorize(obs["family"])
@@ -383,8 +383,8 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
     for dev, sub in obs.groupby("device", sort=False):
         curves = {}
         for fam, s in sub.groupby("family", sort=False):
-            lr = np.log10(s["roof_s"].to_numpy(np.float64))
-            every = np.log10(obs.loc[obs["family"] == fam, "roof_s"].to_numpy(np.float64))
+            lr = np.log10(s["roof_s"].to_numpy(np.float64, na_value=np.nan))
+            every = np.log10(obs.loc[obs["family"] == fam, "roof_s"].to_numpy(np.float64, na_value=np.nan))
             i, _ = interp_weights(lr)
             counts = np.bincount(i, minlength=N_BINS)
             curves[str(fam)] = Curve(tuple(float(x) for x in fit.curves[(str(dev), str(fam))]),
@@ -397,7 +397,7 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
                                         tuple(sorted(set(sub["dataset"]))))
     priors = {}
     for fam, s in obs.groupby("family", sort=False):
-        lr = np.log10(s["roof_s"].to_numpy(np.float64))
+        lr = np.log10(s["roof_s"].to_numpy(np.float64, na_value=np.nan))
         i, _ = interp_weights(lr)
         floor = family_floor.get(fam)
         priors[str(fam)] = Curve(tuple(float(x) for x in fit.priors[str(fam)]),
@@ -430,8 +430,8 @@ def launch_costs(reports: Mapping[str, Report]) -> dict[str, tuple[float | None,
             calls.setdefault(ident[0], []).extend(launch["duration_ns"].astype(float).tolist())
         k = rep.kernels.sort_values("start_ns")
         if len(k) > 1:
-            ends = np.maximum.accumulate(k["end_ns"].to_numpy(np.float64))[:-1]
-            gap = k["start_ns"].to_numpy(np.float64)[1:] - ends
+            ends = np.maximum.accumulate(k["end_ns"].to_numpy(np.float64, na_value=np.nan))[:-1]
+            gap = k["start_ns"].to_numpy(np.float64, na_value=np.nan)[1:] - ends
             gaps.setdefault(ident[0], []).extend(gap[(gap >= 0) & (gap < 10_000)].tolist())
     out: dict[str, tuple[float | None, float | None]] = {}
     for dev in set(calls) | set(gaps):
@@ -483,7 +483,7 @@ def baselines(rows: pd.DataFrame) -> pd.DataFrame:
         sub = rows.iloc[idx]
         rs, rt = datasheet_roofs(ds), datasheet_roofs(dt)
         prec = sub["precision_s"].astype("object").reset_index(drop=True)
-        f, b = sub["flops_s"].to_numpy(np.float64), sub["bytes_s"].to_numpy(np.float64)
+        f, b = sub["flops_s"].to_numpy(np.float64, na_value=np.nan), sub["bytes_s"].to_numpy(np.float64, na_value=np.nan)
         ps, pt = rs.peak(prec), rt.peak(prec)
         bws, bwt = float(rs.bytes_per_s or np.nan), float(rt.bytes_per_s or np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -525,12 +525,12 @@ def cross_validate(obs: pd.DataFrame, folds: int = 2,
 
 def with_errors(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with ``err_*_pct`` for each prediction and ``log_err`` of the model's."""
-    truth = rows["time_s_t"].to_numpy(np.float64)
+    truth = rows["time_s_t"].to_numpy(np.float64, na_value=np.nan)
     for m in ("model", "ratio", "roof", "v1"):
         col = f"pred_{m}_s"
         if col in rows:
-            rows[f"err_{m}_pct"] = np.abs(rows[col].to_numpy(np.float64) / truth - 1.0) * 100.0
-    rows["log_err"] = np.log(truth / rows["pred_model_s"].to_numpy(np.float64))
+            rows[f"err_{m}_pct"] = np.abs(rows[col].to_numpy(np.float64, na_value=np.nan) / truth - 1.0) * 100.0
+    rows["log_err"] = np.log(truth / rows["pred_model_s"].to_numpy(np.float64, na_value=np.nan))
     return rows
 
 

@@ -463,7 +463,7 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
         warnings.append(f"{tgt.name} has no {p} roof: its {p} kernels are projected by the bandwidth ratio")
     family = (k["op"].astype("object").fillna(k["category"].astype("object")).fillna("?") + "/"
               + precision.fillna("?").astype(str))
-    dur_s = k["duration_ns"].to_numpy(np.float64) * 1e-9
+    dur_s = k["duration_ns"].to_numpy(np.float64, na_value=np.nan) * 1e-9
     flops0 = k["flops"].to_numpy(np.float64, na_value=np.nan)
     bytes0 = k["dram_bytes"].to_numpy(np.float64, na_value=np.nan)
     tensor = (k["category"] == "gemm").to_numpy(bool)
@@ -494,9 +494,9 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
     if question.changes_shapes and len(curve) and len(gemm.columns) and not question.weights_dtype \
             and target_dev.name == source_dev.name:
         # the GEMM size curve measured on this device: each weight GEMM keeps its ratio to its curve
-        r = curve_ratio(curve, gemm["n"].to_numpy(np.float64), gemm["k"].to_numpy(np.float64),
-                        gemm["dtype"].to_numpy(object), gemm["m_old"].to_numpy(np.float64),
-                        gemm["m_new"].to_numpy(np.float64))
+        r = curve_ratio(curve, gemm["n"].to_numpy(np.float64, na_value=np.nan), gemm["k"].to_numpy(np.float64, na_value=np.nan),
+                        gemm["dtype"].to_numpy(object), gemm["m_old"].to_numpy(np.float64, na_value=np.nan),
+                        gemm["m_new"].to_numpy(np.float64, na_value=np.nan))
         on_curve = np.isfinite(r)
         time_s = np.where(on_curve, dur_s * r, time_s)
         rule[on_curve] = "size-curve"
@@ -541,7 +541,7 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
                              wall_ns(hi_start, hi_start + hi_dur, rel_launch, host, m_end) * 1e-9,
                              vshare)},
     }
-    family_rows = family_table(kfam, k["duration_ns"].to_numpy(np.float64), new_dur, lo_dur, hi_dur, rule, validated)
+    family_rows = family_table(kfam, k["duration_ns"].to_numpy(np.float64, na_value=np.nan), new_dur, lo_dur, hi_dur, rule, validated)
 
     kernels = k.copy()
     base = float(k["start_ns"].min()) if len(k) else 0.0
@@ -647,7 +647,7 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
     if unknown.any():
         mask = unknown.to_numpy()
         label = k["op"].astype("object").where(k["op"].notna(), k["short_name"].astype("object")).fillna(k["name"])
-        top = pd.Series(k["duration_ns"].to_numpy(np.float64)[mask], index=label[mask].to_numpy()).groupby(level=0).sum()
+        top = pd.Series(k["duration_ns"].to_numpy(np.float64, na_value=np.nan)[mask], index=label[mask].to_numpy()).groupby(level=0).sum()
         total = float(k["duration_ns"].sum())
         named = ", ".join(f"{str(n)[:48]} ({t / total:.1%})" for n, t in top.nlargest(3).items())
         notes.append(f"no cost formula or no roof for {int(unknown.sum())} kernels ({share:.1%} of the measured kernel "

@@ -76,8 +76,8 @@ class SpeculativeTable:
 def acceptance_per_position(steps: pd.DataFrame) -> list[float]:
     """``a_i`` for i = 1..max drafted (see the module docstring)."""
     v = steps[steps["phase"] == "verify"]
-    drafted = pd.to_numeric(v["drafted"], errors="coerce").to_numpy(np.float64)
-    accepted = pd.to_numeric(v["accepted"], errors="coerce").to_numpy(np.float64)
+    drafted = pd.to_numeric(v["drafted"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    accepted = pd.to_numeric(v["accepted"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
     ok = ~np.isnan(drafted) & ~np.isnan(accepted)
     drafted, accepted = drafted[ok], accepted[ok]
     out = []

@@ -250,7 +250,7 @@ def curve_ratio(curve: pd.DataFrame, n: np.ndarray, k: np.ndarray, dtype: np.nda
     dtype = np.asarray(dtype, object)
     for (cn, ck, cd), g in curve.groupby(["n", "k", "dtype"], sort=False):
         g = g.sort_values("m")
-        ms, ts = g["m"].to_numpy(np.float64), g["time_ns"].to_numpy(np.float64)
+        ms, ts = g["m"].to_numpy(np.float64, na_value=np.nan), g["time_ns"].to_numpy(np.float64, na_value=np.nan)
         if not (ts > 0).all():
             continue
         hit = ((n == cn) & (k == ck) & (dtype == cd) & (m_old >= ms[0]) & (m_old <= ms[-1])

@@ -44,14 +44,18 @@ from perfscope.report import (
 )
 from perfscope.schema import TABLES, empty_table
 
+from .collectives import group_key, match, rank_waits, step_waits, with_keys
 from .job import JobPlan, RankResult, plan_job, rank_identity, trace_meta
-from .stats import RankTables, format_ranks, one_rank
+from .partial_read import job_summary, plain_frame, read_views, write_views
+from .stats import TABLES_PER_RANK, RankTables, format_ranks, one_rank, parse_ranks
+from .straggler import Stragglers, decide, empty_stragglers
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
-"""File names a rank folder is searched for (Kineto traces and nsys exports)."""
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".db")
+"""File names a rank folder is searched for: Kineto traces (and rocprofv3's ``*_results.json``), nsys
+exports, rocpd and rocprof v1 databases."""
 
 MEMORY_PER_TRACE_BYTE = 2.0
 """Worker memory per byte of uncompressed trace JSON, above the worker's baseline: measured by
@@ -63,7 +67,7 @@ WORKER_BASE_BYTES = 256 << 20
 
 _ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 
-Render = Callable[[RankTables, Mapping[str, Any]], Mapping[str, str | bytes]]
+Render = Callable[[RankTables, Stragglers, Mapping[str, Any]], Mapping[str, str | bytes]]
 Progress = Callable[[int, int, RankResult], None]
 
 
@@ -164,8 +168,23 @@ def _stage(report: Any, folder: Path) -> tuple[dict[str, str], dict[str, int]]:
     return staged, rows
 
 
+def _stage_views(t: RankTables, folder: Path) -> dict[str, str]:
+    """Write one rank's analysis tables (small) next to its staged report tables."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name in VIEW_PARTS:
+        df = getattr(t, name)
+        path = folder / f"view_{name}.parquet"
+        plain_frame(df).to_parquet(path, index=False)
+        out[name] = str(path)
+    return out
+
+
+VIEW_PARTS = ("per_rank", "steps", "categories", "kernels", "collectives", "idle")
+
+
 def read_rank(index: int, path: str, staging: str, device: DeviceSpec | None = None) -> RankResult:
-    """The Dask task of one rank file: read it, stage its tables, analyse it, return a summary.
+    """The Dask task of one rank file: read it, stage its tables and its analysis, return a summary.
 
     Never raises for a bad file: the error is sent back (the plan skips the rank and says why).
     """
@@ -178,8 +197,13 @@ def read_rank(index: int, path: str, staging: str, device: DeviceSpec | None = N
         result.identity = rank_identity(p, trace_meta(p))
         report = import_file(p, device=device)
         if result.identity.rank is not None:
-            result.staged, result.rows = _stage(report, Path(staging) / str(index))
-            result.tables = one_rank(result.identity.rank, {n: report.table(n) for n in TABLES})
+            here = Path(staging) / str(index)
+            result.staged, result.rows = _stage(report, here)
+            t = one_rank(result.identity.rank, {n: report.table(n) for n in TABLES_PER_RANK},
+                         result.identity.groups)
+            result.views = _stage_views(t, here)
+            result.summary = records(t.per_rank)[0]
+            result.sync_groups = sorted({str(g) for g in t.collectives["group"].tolist()}) if len(t.collectives) else []
         result.manifest = {k: report.manifest.get(k) for k in ("source", "device", "warnings", "partial",
                                                                "unavailable_metrics", "params")}
     except PerfscopeError as exc:
@@ -191,6 +215,63 @@ def read_rank(index: int, path: str, staging: str, device: DeviceSpec | None = N
     result.peak_rss_bytes = _peak_rss_bytes()
     result.seconds = time.perf_counter() - started
     return result
+
+
+# ---------------------------------------------------------------------------- cross-rank views, on the cluster
+def match_group(gkey: str, parts: Sequence[tuple[int, str]], job_ranks: Sequence[int], roles: Mapping[int, Any],
+                out: str) -> tuple[str, str]:
+    """The Dask task of one group of ranks: match its collectives across its ranks
+    (:func:`.collectives.match`) and write the ranks' waits and their waits per step to ``out``
+    (two Parquet files); returns their paths. Reads only this group's ranks' collective rows."""
+    import pandas as pd
+
+    frames = [pd.read_parquet(f) for _, f in parts]
+    coll = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
+    keyed = with_keys(coll, roles)
+    keyed = keyed[keyed["gkey"] == gkey]
+    matched = match(keyed, job_ranks)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    w, st = Path(out) / "waits.parquet", Path(out) / "steps.parquet"
+    rank_waits(matched).to_parquet(w, index=False)
+    step_waits(matched).to_parquet(st, index=False)
+    return str(w), str(st)
+
+
+def assemble_views(views: Sequence[Mapping[str, str]], groups: Sequence[tuple[str, list[int], str, str]],
+                   job_ranks: Sequence[int], folder: str) -> dict[str, Any]:
+    """The Dask task that joins the ranks' analysis and the groups' matches into the job's views
+    (:func:`.partial_read.write_views` into ``folder``) and returns the job's summary (JSON-ready,
+    its size independent of the kernels: one row per rank, step number and group)."""
+    import pandas as pd
+
+    def stack(name: str) -> pd.DataFrame:
+        frames = [pd.read_parquet(v[name]) for v in views if name in v]
+        frames = [f for f in frames if len(f)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    t = RankTables(stack("per_rank"), stack("steps"), stack("categories"), stack("kernels"), pd.DataFrame(),
+                   stack("idle"))
+    waits = [pd.read_parquet(w) for _, _, w, _ in groups]
+    steps = [pd.read_parquet(st) for _, _, _, st in groups]
+    waits_df = pd.concat([w for w in waits if len(w)], ignore_index=True) if any(len(w) for w in waits) else pd.DataFrame()
+    steps_df = pd.concat([x for x in steps if len(x)], ignore_index=True) if any(len(x) for x in steps) else \
+        pd.DataFrame(columns=["rank", "step", "wait_ns", "caused_ns"])
+    if len(steps_df):
+        steps_df = steps_df.groupby(["rank", "step"], as_index=False)[["wait_ns", "caused_ns"]].sum()
+    s = decide(waits_df, t.per_rank, t.steps, steps_df, job_ranks, {g: r for g, r, _, _ in groups}) \
+        if len(waits_df) else empty_stragglers()
+    write_views(folder, t, s)
+    return job_summary(t, s)
+
+
+def render_into(render: Render, folder: str, manifest: Mapping[str, Any]) -> list[str]:
+    """The Dask task that renders extra files (``ranks.html``) from the stored views into ``folder``."""
+    stored = read_views(folder)
+    if stored is None:
+        return []
+    files = render(stored[0], stored[1], manifest)
+    write_extra_files(Path(folder), files)
+    return sorted(files)
 
 
 # ---------------------------------------------------------------------------- cluster
@@ -208,11 +289,13 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, *, pro
     except ImportError:
         raise ToolNotFoundError("dask.distributed", hint='pip install "dask[distributed]"') from None
     if scheduler:
+        as_file = Path(scheduler).is_file() or scheduler.endswith(".json")
         try:
-            client = Client(scheduler, timeout="5s")
-        except (OSError, TimeoutError) as exc:
+            client = Client(scheduler_file=scheduler, timeout="5s") if as_file else Client(scheduler, timeout="5s")
+        except (OSError, TimeoutError, ValueError) as exc:
             raise UsageError(f"cannot reach the Dask scheduler at {scheduler} ({exc})",
-                             hint="check the address (tcp://HOST:8786) or drop --scheduler to run locally") from None
+                             hint="give its address (tcp://HOST:8786) or its scheduler file (dask scheduler "
+                                  "--scheduler-file PATH), or drop --scheduler to run locally") from None
         with client:
             yield client
         return
@@ -231,7 +314,7 @@ def _gather(client: Any, files: Sequence[Path], staging: Path, device: DeviceSpe
                for i, f in enumerate(files)}
     results = []
     for future in as_completed(futures):
-        i, f = futures[future]
+        i, f = futures.pop(future)
         try:
             res = future.result()
         except Exception as exc:  # noqa: BLE001 - a worker that died (out of memory) loses one rank only
@@ -275,16 +358,14 @@ def unify(client: Any, placed: Mapping[str, list[Path]]) -> int:
     return len(jobs)
 
 
-def _per_rank_records(tables: RankTables) -> list[dict[str, Any]]:
-    return records(tables.per_rank)
-
-
-def job_manifest(plan: JobPlan, tables: RankTables, source: str, workers: Mapping[str, int]) -> dict[str, Any]:
-    """The manifest of the multi-rank report."""
+def job_manifest(plan: JobPlan, summary: Mapping[str, Any], source: str, workers: Mapping[str, int]) -> dict[str, Any]:
+    """The manifest of the multi-rank report (``summary``: :func:`.partial_read.job_summary`)."""
     first = plan.kept[0].manifest
     src = dict(first.get("source") or {})
     rows = {name: sum(r.rows.get(name, 0) for r in plan.kept) for name in TABLES}
-    ranks_param = {**plan.params(), "per_rank": _per_rank_records(tables), "workers_peak_rss_bytes": dict(workers)}
+    ranks_param = {**plan.params(), "per_rank": list(summary.get("per_rank") or []),
+                   "straggler": {k: v for k, v in (summary.get("straggler") or {}).items() if k != "groups"},
+                   "roles": summary.get("roles") or {}, "workers_peak_rss_bytes": dict(workers)}
     manifest = default_manifest()
     manifest.update({
         "name": Path(source.rstrip("/*")).name or "ranks",
@@ -307,16 +388,60 @@ def _finalize(tmp: Path, target: Path, force: bool) -> None:
 
 @dataclass(frozen=True)
 class RankImport:
-    """The outcome of :func:`import_ranks`: where the report is, what it covers, what was skipped."""
+    """The outcome of :func:`import_ranks`: where the report is, what it covers, what was skipped.
+
+    Attributes:
+        path: the report folder.
+        manifest: its manifest.
+        summary: the job's views (:func:`.partial_read.job_summary`), computed on the cluster.
+        plan: which files make the job, and why the others were left out.
+        results: what each rank task sent back, in file order.
+    """
 
     path: Path
     manifest: dict[str, Any]
-    tables: RankTables
+    summary: dict[str, Any]
     plan: JobPlan
     results: list[RankResult]
 
+    @property
+    def tables(self) -> RankTables:
+        """The per-rank tables, read back from the report's stored views."""
+        stored = read_views(self.path)
+        return stored[0] if stored is not None else RankTables.concat([])
 
-def _write(plan: JobPlan, tmp: Path, client: Any, source: str, render: Render | None) -> tuple[dict[str, Any], RankTables]:
+
+def _groups_of_job(plan: JobPlan) -> dict[str, list[tuple[int, str]]]:
+    """Group key -> (rank, its collectives file) for every group the kept ranks' collectives meet."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for r in plan.kept:
+        role = r.summary.get("role")
+        for g in r.sync_groups:
+            out.setdefault(group_key(g, role), []).append((int(r.identity.rank or 0), r.views["collectives"]))
+    return out
+
+
+def _cross_rank(plan: JobPlan, tmp: Path, staging: Path, client: Any) -> dict[str, Any]:
+    """Match each group's collectives on the cluster (one task per group), then join everything into
+    the job's views there (one task); the client receives the summary only."""
+    ranks = plan.ranks
+    roles = {int(r.identity.rank or 0): r.summary.get("role") for r in plan.kept}
+    groups = _groups_of_job(plan)
+    futures = {gkey: client.submit(match_group, gkey, parts, ranks, {r: roles[r] for r, _ in parts},
+                                   str(staging / "_groups" / str(i)), pure=False)
+               for i, (gkey, parts) in enumerate(sorted(groups.items()))}
+    done = []
+    for gkey, future in futures.items():
+        waits, steps = future.result()
+        members = [r for r, _ in groups[gkey]] if gkey.startswith("all ") else [
+            r for r in parse_ranks(gkey)]
+        done.append((gkey, members, waits, steps))
+    views = [r.views for r in plan.kept]
+    return client.submit(assemble_views, views, done, ranks, str(tmp), pure=False).result()
+
+
+def _write(plan: JobPlan, tmp: Path, staging: Path, client: Any, source: str,
+           render: Render | None) -> tuple[dict[str, Any], dict[str, Any]]:
     if not plan.kept:
         reasons = "; ".join(f"{Path(s['path']).name}: {s['reason']}" for s in plan.skipped[:5])
         raise InputFormatError(source, f"no rank could be imported ({reasons})", hint="check the files named above")
@@ -324,15 +449,16 @@ def _write(plan: JobPlan, tmp: Path, client: Any, source: str, render: Render | 
     if "kernels" not in placed:  # every report has a kernels table, even an empty one
         empty_table("kernels").to_parquet(tmp / "kernels.parquet", index=False)
     unify(client, placed)
-    tables = RankTables.concat(r.tables for r in plan.kept if r.tables is not None)
+    summary = _cross_rank(plan, tmp, staging, client)
     workers: dict[str, int] = {}
     for r in plan.kept:
         if r.worker and r.peak_rss_bytes:
             workers[r.worker] = max(workers.get(r.worker, 0), r.peak_rss_bytes)
-    manifest = job_manifest(plan, tables, source, workers)
+    manifest = job_manifest(plan, summary, source, workers)
     write_manifest(tmp, manifest)
-    write_extra_files(tmp, render(tables, manifest) if render else {})
-    return manifest, tables
+    if render is not None:
+        client.submit(render_into, render, str(tmp), manifest, pure=False).result()
+    return manifest, summary
 
 
 def import_ranks(source: str | os.PathLike[str], out: str | os.PathLike[str], *, scheduler: str | None = None,
@@ -340,16 +466,23 @@ def import_ranks(source: str | os.PathLike[str], out: str | os.PathLike[str], *,
                  processes: bool = True, render: Render | None = None, progress: Progress | None = None) -> RankImport:
     """Import a folder or glob of per-rank traces into one multi-rank report folder.
 
+    The client holds no rank's tables: each rank task writes its own, the groups' collectives are
+    matched by one task per group, and the job's views are joined by one more task, all on the
+    cluster; the client receives small summaries (per rank: who it is, its row counts and headline
+    numbers) and the job's summary.
+
     Args:
         source: a folder of per-rank trace files, a glob pattern, or one file.
         out: the report folder to write (``NAME.perfscope``).
-        scheduler: address of an existing Dask scheduler; default: a local cluster.
+        scheduler: an existing Dask scheduler's address (``tcp://host:8786``) or scheduler file;
+            default: a local cluster.
         workers: local workers (default: :func:`default_workers`).
         device: roofs to classify against (default: each trace's own device).
         force: replace an existing report at ``out``.
         processes: local workers as processes (True) or threads in this process.
-        render: extra files to write into the report from the rank tables and manifest
-            (``{"ranks.html": ...}``), written before the folder is renamed into place.
+        render: extra files to write into the report from the rank tables, the straggler analysis and
+            the manifest (``{"ranks.html": ...}``), run on the cluster before the folder is renamed
+            into place.
         progress: called as ``progress(done, total, result)`` after each rank.
 
     Raises:
@@ -367,13 +500,13 @@ def import_ranks(source: str | os.PathLike[str], out: str | os.PathLike[str], *,
         with dask_client(scheduler, workers, processes=processes, files=files) as client:
             results = _gather(client, files, staging, device, progress)
             plan = plan_job(results)
-            manifest, tables = _write(plan, tmp, client, str(source), render)
+            manifest, summary = _write(plan, tmp, staging, client, str(source), render)
         shutil.rmtree(staging, ignore_errors=True)
         _finalize(tmp, target, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return RankImport(target, manifest, tables, plan, sorted(results, key=lambda r: r.index))
+    return RankImport(target, manifest, summary, plan, sorted(results, key=lambda r: r.index))
 
 
 __all__ = [
@@ -382,6 +515,7 @@ __all__ = [
     "discover",
     "format_ranks",
     "import_ranks",
+    "match_group",
     "read_rank",
     "uncompressed_size",
 ]

@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from .stats import RankTables, format_ranks
+from .stats import format_ranks
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,6 +44,8 @@ class RankIdentity:
         trace_id: the trace's ``trace_id`` metadata, if any.
         source: ``distributedInfo``, ``file name`` or ``none``.
         name_rank: the rank the file name gives (None when it gives none).
+        groups: the process groups the trace lists (``distributedInfo.pg_config``) of more than one
+            rank and fewer than the world: name, desc, ranks.
     """
 
     rank: int | None
@@ -52,6 +54,7 @@ class RankIdentity:
     trace_id: str | None = None
     source: str = "none"
     name_rank: int | None = None
+    groups: tuple[dict[str, Any], ...] = ()
 
     @property
     def disagreement(self) -> str | None:
@@ -137,9 +140,24 @@ def rank_identity(path: Path, meta: dict[str, Any] | None = None) -> RankIdentit
     dist_rank = _int(dist.get("rank"))
     rank, source = (dist_rank, "distributedInfo") if dist_rank is not None else (
         (name_rank, "file name") if name_rank is not None else (None, "none"))
-    return RankIdentity(rank=rank, world_size=_int(dist.get("world_size")),
+    world = _int(dist.get("world_size"))
+    return RankIdentity(rank=rank, world_size=world,
                         backend=str(backend) if backend else None, trace_id=str(trace_id) if trace_id else None,
-                        source=source, name_rank=name_rank)
+                        source=source, name_rank=name_rank, groups=process_groups(dist.get("pg_config"), world))
+
+
+def process_groups(config: Any, world: int | None) -> tuple[dict[str, Any], ...]:
+    """The groups of ``distributedInfo.pg_config`` that hold more than one rank and fewer than the
+    world (the world is every rank of the job anyway): name, desc, ranks."""
+    out = []
+    for g in config if isinstance(config, list) else []:
+        if not isinstance(g, dict) or not isinstance(g.get("ranks"), list):
+            continue
+        ranks = sorted({r for r in (_int(x) for x in g["ranks"]) if r is not None})
+        if len(ranks) < 2 or (world is not None and len(ranks) >= world):
+            continue
+        out.append({"name": str(g.get("pg_name")), "desc": str(g.get("pg_desc") or ""), "ranks": ranks})
+    return tuple(out)
 
 
 @dataclass
@@ -154,7 +172,10 @@ class RankResult:
         staged: table name -> staged Parquet file (without the rank column).
         rows: table name -> row count.
         manifest: the rank's own report manifest (source, device, warnings, partial, ...).
-        tables: the rank's analysis (:func:`perfscope.analysis.ranks.stats.one_rank`).
+        views: the rank's analysis (:func:`perfscope.analysis.ranks.stats.one_rank`), table name ->
+            staged Parquet file.
+        summary: its row of the per-rank table (a dict: small).
+        sync_groups: the groups its collectives meet (``0-7``; "" when the trace lists none).
         peak_rss_bytes: the peak resident memory of the worker process after the task.
         worker: the worker that ran it.
         seconds: how long the task took.
@@ -167,7 +188,9 @@ class RankResult:
     staged: dict[str, str] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
-    tables: RankTables | None = None
+    views: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    sync_groups: list[str] = field(default_factory=list)
     peak_rss_bytes: int | None = None
     worker: str | None = None
     seconds: float | None = None
@@ -196,7 +219,17 @@ class JobPlan:
             "skipped": self.skipped,
             "files": {str(r.identity.rank): r.path for r in self.kept},
             "rank_source": {str(r.identity.rank): r.identity.source for r in self.kept},
+            "groups": self.groups(),
         }
+
+    def groups(self) -> list[dict[str, Any]]:
+        """The process groups of the kept ranks' traces, each once: name, desc, ranks (``0-7``)."""
+        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in self.kept:
+            for g in r.identity.groups:
+                text = format_ranks(g["ranks"])
+                seen.setdefault((str(g["name"]), text), {"name": str(g["name"]), "desc": g["desc"], "ranks": text})
+        return list(seen.values())
 
 
 def _skip(r: RankResult, reason: str) -> dict[str, Any]:

@@ -29,11 +29,14 @@ that is not a byte count or an address (10**400, a string), past ``--max-events`
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
 import re
 import secrets
 from array import array
+from itertools import compress, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -189,16 +192,76 @@ def _memo_of(head: bytes) -> bytes:
 NAN = math.nan
 
 
+COLUMN_TYPES = ("float64", "int8", "float64", "float64", "float64", "int32")
+"""The dtypes of :func:`_columns`."""
+
+
+def _block(reading: tuple[Any, ...]) -> tuple[Any, ...]:
+    """(op, module, source, hint, stack) of a block from a traceback's (op, source, hint, stack)."""
+    op, src, hint, stack = reading
+    return op, None, src, hint, stack
+
+
 def _columns() -> list[Any]:
     """A trace's columns: time_us, action code, size, addr, stream as typed arrays (8 bytes a value, no
-    number objects), then op, source, hint, stack (shared strings)."""
-    return [array("d"), array("b"), array("d"), array("d"), array("d"), [], [], [], []]
+    number objects), then each event's traceback reading as a code into :attr:`_Reader.readings`."""
+    return [array("d"), array("b"), array("d"), array("d"), array("d"), array("i")]
+
+
+TRIM_EVENTS = 1 << 16
+"""Trace events read between two trims of the unpickler's memo (:meth:`_Reader.trim`), at the least (and
+an eighth of those read so far: each trim copies the whole memo, about 16 bytes an event read)."""
+
+CACHED_FRAMES = 1 << 22
+"""Frame references the traceback cache holds at most (:meth:`_Reader.code`)."""
+
+STAND_INS = 1 << 18
+"""Frame dicts stood in for at most (:class:`_Frame`)."""
+
+SLOW_EVENTS = 4096
+"""Events read with a frame not yet stood in for in the memo, past which the memo is trimmed sooner."""
+
+
+class _Frame:
+    """Stands for one frame dict of the file (:meth:`_Reader.trim` puts it in the dict's place in the
+    memo, so later tracebacks hold it): hashed by identity, so a traceback of them is a dict key at C
+    speed. The file cannot make one (no global is ever resolved)."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: dict[str, Any]) -> None:
+        self.frame = frame
+
+_NONE = type(None)
+
+
+class _Read:
+    """What a traceback list holds once read: the code of its reading (:meth:`_Reader.code`). The
+    file cannot make one."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+class _MemoHolder(pickle.Unpickler):
+    """An unpickler whose memo is filled from this reader's own bytes (never the file's): each GLOBAL
+    of its pickle resolves to the object of that place in :attr:`objects`, then LONG_BINPUT puts it at
+    its index. The main unpickler then takes a copy of this memo (the one way to set memo entries)."""
+
+    def __init__(self, objects: list[Any], data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.objects = objects
+
+    def find_class(self, module: str, name: str) -> Any:
+        return self.objects[int(name)]
 
 
 class _Reader:
     """One load: the sink's callbacks, the events read into columns, the time window."""
 
-    def __init__(self, path: Path, start_us: float | None, end_us: float | None) -> None:
+    def __init__(self, path: Path, start_us: float | None, end_us: float | None, *, trim: bool = True) -> None:
         self.path = path
         self.start_us, self.end_us = start_us, end_us
         self.token = "perfscope_snapshot_" + secrets.token_hex(12)
@@ -216,15 +279,30 @@ class _Reader:
                 reader.take_items(self, [item])
 
         self.sink = _Sink
+        self.unpickler: pickle.Unpickler | None = None  # set while loading with a memo: what trim() trims
+        self.trimmed = trim  # this load trims the memo (False: a second read, untrimmed)
+        self.trims = 0
+        self.since_trim = 0
+        self.kept_memo = 0
+        self.slow = 0  # events since the last trim whose traceback held a frame dict not stood in for
         self.frame_cache: dict[Any, Any] = {}
-        self.by_id = False  # frame dicts are kept alive by the unpickler's memo: known by their ids
-        self.by_ids: dict[tuple[int, ...], tuple[Any, ...]] = {}
-        self.summaries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.by_id = False  # the file has a memo: its frame dicts are shared, known by identity
+        self.stand_ins: dict[int, _Frame] = {}  # id of a frame dict -> its stand-in (which keeps it alive)
+        self.cached_frames = 0
+        # traceback lists later events may refer to, kept in the memo by trim(): the blocks' (an alloc
+        # event shares its block's), those of frees awaiting their free_completed (which shares it),
+        # the last batch's (a neighbour in the next batch may share one)
+        self.held: dict[int, list[Any]] = {}
+        self.pending: dict[float, Any] = {}
+        self.recent: list[Any] = []
+        self.readings: list[tuple[Any, ...]] = [(None, None, None, None)]  # code -> (op, source, hint, stack)
+        self.codes: dict[tuple[Any, ...], int] = {self.readings[0]: 0}
+        self.marks = [_Read(0)]  # code -> what a traceback list read holds in its place
+        self.tracebacks: dict[tuple[Any, ...], int] = {(self.marks[0],): 0}  # frames (stand-ins) -> code
         self.traces: list[_Sink] = []  # sinks (and plain lists) of trace events, in the order their events came
-        self.cols: list[list[list[Any]]] = []
-        self.pre_live: list[dict[Any, tuple[Any, ...]]] = []  # per trace: blocks live when the window starts
-        self.allocated: list[set[Any]] = []  # per trace: addresses the history allocates
-        self.live: list[set[Any]] = []  # per trace: addresses live so far in the history
+        self.cols: list[list[Any]] = []
+        self.pre_live: list[list[tuple[Any, ...]]] = []  # per trace: blocks live when the window starts
+        self.allocated: list[np.ndarray] = []  # per trace: addresses the history allocates (with a window)
         self.after: list[list[tuple[Any, ...]]] = []  # per trace: blocks from before the history freed after the window
         self.times: list[list[bool]] = []  # per trace: [some event had a time, some had none]
         self.seen = 0
@@ -248,57 +326,183 @@ class _Reader:
             return
         for x in items:
             if x.__class__ is dict and isinstance(x.get("frames"), list) and "action" not in x:
-                x["frames"] = self.reading(x["frames"])  # a block's or a segment's traceback
+                frames = x["frames"]
+                x["frames"] = self.reading(frames)  # a block's or a segment's traceback
+                if self.unpickler is not None:
+                    self.held[id(frames)] = frames
         list.extend(target, items)
 
     def new_trace(self, target: Any) -> int:
         self.traces.append(target)
         self.cols.append(_columns())
-        self.pre_live.append({})
-        self.allocated.append(set())
-        self.live.append(set())
+        self.pre_live.append([])
+        self.allocated.append(np.empty(0))
         self.after.append([])
         self.times.append([False, False])
         return len(self.cols) - 1
 
     def reading(self, frames: Any) -> tuple[Any, ...]:
-        """(op, source, hint, stack) of a traceback, once per distinct one; the list is emptied.
+        """(op, source, hint, stack) of a traceback (:meth:`code`)."""
+        return self.readings[self.code(frames)]
 
-        In a file with a memo every frame dict stays alive until the load ends (the memo holds it),
-        so a traceback is known by the ids of its frames: a torch snapshot's events share their frame
-        dicts, and most tracebacks repeat."""
+    def code(self, frames: Any) -> int:
+        """The code of a traceback's reading (op, source, hint, stack), read once per distinct one; the
+        list then holds its reading alone, so a later reference to it finds that.
+
+        In a file with a memo a traceback is known by its frames' identities (a torch snapshot's events
+        share their frame dicts, and most tracebacks repeat): each frame dict gets a :class:`_Frame`
+        stand-in (the memo gets it too, at the next trim), and the tuple of stand-ins is the key."""
         if not isinstance(frames, list):
-            return (None, None, None, None)
-        if len(frames) == 1 and frames[0].__class__ is tuple and frames[0] in self.summaries:
-            return frames[0]  # type: ignore[no-any-return]  # a traceback already read (a memo reference)
-        key = tuple(map(id, frames)) if self.by_id else None
-        s = self.by_ids.get(key) if key is not None else None
-        if s is None:
-            s = frames_summary(frames, self.frame_cache, by_id=self.by_id)
-            s = self.summaries.setdefault(s, s) if len(self.summaries) < (1 << 20) else s
-            if key is not None and len(self.by_ids) < (1 << 20):
-                self.by_ids[key] = s
-        frames[:] = (s,)  # emptied: a later reference to this list finds its reading
-        return s
+            return 0
+        if len(frames) == 1 and frames[0].__class__ is _Read:
+            return frames[0].code  # type: ignore[no-any-return]  # a traceback already read (a memo reference)
+        key: tuple[Any, ...] | None = None
+        c = None
+        if self.by_id:
+            try:
+                key = tuple(frames)
+                c = self.tracebacks.get(key)
+            except TypeError:  # a frame dict not stood in for yet
+                self.slow += 1
+                key = self._stood(frames)
+                c = self.tracebacks.get(key) if key is not None else None
+        if c is None:
+            s = frames_summary([f.frame if f.__class__ is _Frame else f for f in frames] if self.trims else frames,
+                               self.frame_cache)  # stand-ins are in the file's objects only once the memo was trimmed
+            c = self.codes.get(s)
+            if c is None:
+                c = self.codes[s] = len(self.readings)
+                self.readings.append(s)
+                self.marks.append(_Read(c))
+                self.tracebacks[(self.marks[c],)] = c  # a list read before, referred to again
+            if key is not None and self.cached_frames + len(frames) <= CACHED_FRAMES:
+                self.tracebacks[key] = c
+                self.cached_frames += len(frames)
+        frames[:] = (self.marks[c],)  # emptied: a later reference to this list finds its reading
+        return c
+
+    def _stood(self, frames: list[Any]) -> tuple[Any, ...] | None:
+        """The traceback with a stand-in for each frame dict (made on first sight); None when it cannot
+        be a key (more frame dicts than :data:`STAND_INS`, or an item that is not hashable)."""
+        stand_ins = self.stand_ins
+        out = []
+        for f in frames:
+            if f.__class__ is dict:
+                got = stand_ins.get(id(f))
+                if got is None:
+                    if len(stand_ins) >= STAND_INS:
+                        return None
+                    got = stand_ins[id(f)] = _Frame(f)
+                f = got
+            out.append(f)
+        key = tuple(out)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
 
     def loaded(self) -> None:
-        """The load ended: the memo is gone, and with it the frames the id caches name."""
+        """The load ended: nothing more is read by identity."""
+        self.unpickler = None
         self.by_id = False
-        self.by_ids.clear()
+        self.stand_ins.clear()
+        self.tracebacks.clear()
         self.frame_cache.clear()
+        self.held.clear()
+        self.pending.clear()
+        self.recent = []
 
     def events(self, k: int, items: list[Any]) -> None:
-        """Trace events into the columns of trace ``k``, each checked and then emptied."""
+        """Trace events into the columns of trace ``k``, each checked and then emptied; then, every
+        :data:`TRIM_EVENTS` or so, the memo trimmed of the events read (:meth:`trim`)."""
         take(self.path, len(items))
-        if self.start_us is not None or self.end_us is not None:
-            self._window_events(k, items)
-            return
+        if not self._batch(k, items):
+            self._each_event(k, items)
+        self.since_trim += len(items)
+        if self.unpickler is not None and (self.since_trim >= max(TRIM_EVENTS, self.kept_memo, self.seen // 8) or (
+                self.slow >= SLOW_EVENTS and self.since_trim >= self.kept_memo // 4)):
+            self.trim()
+
+    def _batch(self, k: int, items: list[Any]) -> bool:
+        """A batch of events read column by column at C speed; False (nothing read) when any event is
+        odd (not a dict, twice in the batch, an unknown action, a value that is not a plain number of
+        its range, a missing one where others have it): :meth:`_each_event` then reads it and names what."""
+        n = len(items)
+        get: Any = dict.get  # the C-speed calls below, untyped
+        code_of: Any = ACTION_CODES.get
+        try:
+            actions = list(map(get, items, repeat("action")))
+            codes = list(map(code_of, actions))
+        except TypeError:  # an event that is not a dict, an action that is not hashable
+            return False
+        if None in codes or len(set(map(id, items))) != n:
+            return False
+        times = list(map(get, items, repeat("time_us")))
+        t = _plain_numbers(times, float, TIME_LIMIT, signed=True)
+        s = _plain_numbers(list(map(get, items, repeat("size"))), int, ADDRESS_LIMIT)
+        a = _plain_numbers(list(map(get, items, repeat("addr"))), int, ADDRESS_LIMIT)
+        st = _plain_numbers(list(map(get, items, repeat("stream"))), int, ADDRESS_LIMIT, signed=True)
+        if t is None or s is None or a is None or st is None or s is _ABSENT or a is _ABSENT:
+            return False
+        frames: list[Any] = list(map(get, items, repeat("frames")))
+        got: list[Any]
+        if self.by_id and set(map(type, frames)) == {list}:
+            known: Any = self.tracebacks.get
+            as_key: Any = tuple
+            try:
+                got = list(map(known, map(as_key, frames)))
+            except TypeError:  # a frame dict not stood in for yet
+                got = [None] * n
+            if None in got:
+                got = [self.code(f) if c is None else c for f, c in zip(frames, got)]
+            put: Any = list.__setitem__
+            reading_of: Any = self.marks.__getitem__
+            list(map(put, frames, repeat(slice(None)), zip(map(reading_of, got))))
+        else:
+            got = [self.code(f) for f in frames]
+        list(map(dict.clear, items))
+        code = np.array(codes, dtype="int8")
+        if self.unpickler is not None:
+            self._awaited(frames, code, a)
+        times_seen = self.times[k]
+        if t is _ABSENT:
+            times_seen[1] = True
+            t = np.full(n, NAN)
+        else:
+            times_seen[0] = True
+        cols = self.cols[k]
+        for col, values in zip(cols, (t, code, s, a,
+                                      np.full(n, NAN) if st is _ABSENT else st, np.array(got, dtype="int32"))):
+            col.frombytes(values.tobytes())
+        self.seen += n
+        self.kept += n
+        return True
+
+    def _awaited(self, frames: list[Any], code: np.ndarray, addr: np.ndarray) -> None:
+        """Note the traceback lists of this batch a later event may share (:attr:`held`): the batch's
+        own, and each free's until its free_completed."""
+        self.recent = frames
+        rows = np.flatnonzero((code == FREE) | (code == FREE_COMPLETED))
+        rows = rows[np.lexsort((rows, addr[rows]))]
+        last = np.ones(len(rows), dtype=bool)  # each address's last free or free_completed here decides
+        last[:-1] = addr[rows[1:]] != addr[rows[:-1]]
+        rows = rows[last]
+        awaiting = code[rows] == FREE
+        pending = self.pending
+        pending.update(zip(addr[rows[awaiting]].tolist(), map(frames.__getitem__, rows[awaiting].tolist())))
+        drop: Any = pending.pop
+        list(map(drop, addr[rows[~awaiting]].tolist(), repeat(None)))
+
+    def _each_event(self, k: int, items: list[Any]) -> None:
+        """:meth:`_batch`, event by event: an unknown action is skipped, anything odd named."""
         cols = self.cols[k]
         times = self.times[k]
-        put_t, put_code, put_size, put_addr, put_stream, put_op, put_src, put_hint, put_stack = (c.append for c in cols)
-        codes, reading = ACTION_CODES, self.reading
+        put_t, put_code, put_size, put_addr, put_stream, put_reading = (c.append for c in cols)
+        codes, code_of = ACTION_CODES, self.code
         first = self.seen
         kept = 0
+        seen: list[tuple[Any, int, float]] = []  # (frames, action code, addr) of each event read, for trim()
         for n, e in enumerate(items, start=first + 1):
             action, t, size, addr, stream = _fields(e, n)
             code = codes.get(action) if action.__class__ is str else None
@@ -310,59 +514,143 @@ class _Reader:
                 t = NAN
             else:
                 times[0] = True
-            op, src, hint, stack = reading(e.get("frames"))
+            frames = e.get("frames")
+            reading = code_of(frames)
             e.clear()
+            seen.append((frames, code, addr))
             put_t(t)
             put_code(code)
             put_size(size)
             put_addr(addr)
             put_stream(NAN if stream is None else stream)
-            put_op(op)
-            put_src(src)
-            put_hint(hint)
-            put_stack(stack)
+            put_reading(reading)
             kept += 1
         self.seen = first + len(items)
         self.kept += kept
+        if self.unpickler is not None and seen:
+            self._awaited([f for f, _, _ in seen], np.array([c for _, c, _ in seen], dtype="int8"),
+                          np.array([a for _, _, a in seen], dtype="float64"))
 
-    def _window_events(self, k: int, items: list[Any]) -> None:
-        """:meth:`events` with a time window: those before it leave only the blocks live when it starts,
-        those after it only the blocks from before the history they free."""
-        cols = self.cols[k]
-        times = self.times[k]
-        allocated, live, pre_live, after = self.allocated[k], self.live[k], self.pre_live[k], self.after[k]
+    def window(self) -> None:
+        """Keep the events of each trace inside the time window: those before it leave only the blocks
+        live when it starts (an address whose last event before it is an alloc, in the order a dict of
+        them would hold), those after it only the blocks from before the history they free (a free at an
+        address no earlier event allocated). Events without a time stay."""
         lo, hi = self.start_us, self.end_us
-        for e in items:
-            self.seen += 1
-            action, t, size, addr, stream = _fields(e, self.seen)
-            code = ACTION_CODES.get(action) if action.__class__ is str else None
-            if code is None:
-                e.clear()
-                continue
-            times[0 if t is not None else 1] = True
-            op, src, hint, stack = self.reading(e.get("frames"))
-            e.clear()
-            unseen_free = False
-            if code == ALLOC:
-                allocated.add(addr)
-                live.add(addr)
-            elif code == FREE or code == FREE_COMPLETED:
-                unseen_free = code == FREE and addr not in live and addr not in allocated
-                live.discard(addr)
-            if lo is not None and t is not None and t < lo:
-                if code == ALLOC:  # before the window: only what is live when it starts is kept
-                    pre_live[addr] = (addr, size, op, None, src, hint, stack)
-                elif code == FREE or code == FREE_COMPLETED:
-                    pre_live.pop(addr, None)
-                continue
-            if hi is not None and t is not None and t > hi:
-                if unseen_free:  # allocated before the history, so live through the window
-                    after.append((addr, size, op, None, src, hint, stack))
-                continue
-            for c, v in zip(cols, (NAN if t is None else t, code, size, addr, NAN if stream is None else stream,
-                                   op, src, hint, stack)):
-                c.append(v)
-            self.kept += 1
+        if lo is None and hi is None:
+            return
+        self.kept = 0
+        for k, cols in enumerate(self.cols):
+            t, code, size, addr, stream, reading = (np.frombuffer(c, dtype=d) for c, d in zip(cols, COLUMN_TYPES))
+            n = len(code)
+            key = np.where(np.isnan(addr), -1.0, addr)  # no address: one key, as the read's dict had
+            is_alloc = code == ALLOC
+            pairs = is_alloc | (code == FREE) | (code == FREE_COMPLETED)
+            before = t < lo if lo is not None else np.zeros(n, dtype=bool)
+            after = t > hi if hi is not None else np.zeros(n, dtype=bool)
+            self.allocated[k] = np.unique(addr[is_alloc])
+            # before: the last event at each address, when an alloc; its place, the first alloc of its run
+            rows = np.flatnonzero(before & pairs)
+            order = rows[np.lexsort((rows, key[rows]))]
+            start = np.ones(len(order), dtype=bool)
+            start[1:] = key[order][1:] != key[order][:-1]
+            last = np.ones(len(order), dtype=bool)
+            last[:-1] = start[1:]
+            freed = ~is_alloc[order]
+            at = np.maximum.accumulate(np.where(freed | start, np.arange(len(order)), -1)) if len(order) else order
+            run = at + freed[at] if len(order) else order
+            live = np.flatnonzero(last & ~freed)
+            readings = self.readings
+            self.pre_live[k] = [(addr[i], size[i], *_block(readings[reading[i]])) for i in
+                                order[live][np.argsort(order[run[live]], kind="stable")].tolist()]
+            # after: frees of blocks no earlier event allocated
+            alloc_rows = np.flatnonzero(is_alloc)
+            keys, first = np.unique(key[alloc_rows], return_index=True)
+            frees = np.flatnonzero(after & (code == FREE))
+            j = np.minimum(np.searchsorted(keys, key[frees]), max(len(keys) - 1, 0))
+            seen = (keys[j] == key[frees]) & (alloc_rows[first[j]] < frees) if len(keys) else np.zeros(len(frees), bool)
+            self.after[k] = [(addr[i], size[i], *_block(readings[reading[i]])) for i in frees[~seen].tolist()]
+            inside = ~before & ~after
+            self.cols[k] = [np.ascontiguousarray(c[inside]) for c in (t, code, size, addr, stream, reading)]
+            self.kept += int(inside.sum())
+
+    @staticmethod
+    def _read_lists(lists: list[list[Any]]) -> np.ndarray:
+        """Which of these lists are tracebacks read here (each holds its :class:`_Read` alone)."""
+        size = np.fromiter(map(len, lists), dtype="int64", count=len(lists))
+        one = np.flatnonzero(size == 1)
+        first: Any = itemgetter(0)
+        kind = np.fromiter(map(id, map(type, map(first, [lists[i] for i in one.tolist()]))), dtype="int64",
+                           count=len(one))
+        out = np.zeros(len(lists), dtype=bool)
+        out[one[kind == id(_Read)]] = True
+        return out
+
+    def trim(self) -> None:
+        """Drop from the unpickler's memo the events read and their emptied tracebacks.
+
+        The memo keeps every object the file memoized until the load ends: a torch snapshot's event
+        dicts and traceback lists (its frames are shared, so it has a memo), about 200 bytes an event
+        once emptied. Here the memo is replaced by one that holds all else at the same indices (the
+        frames and strings later events refer to): an event dict emptied here (an empty dict) and a
+        traceback list read here (its reading alone) are left out. A later reference to one of them
+        (no pickler writes one: each was a distinct object) fails in the unpickler ("memo value not
+        found"), and the file is read again untrimmed (:func:`load_snapshot`). The unpickler keeps its
+        count of memo entries, so the file's later MEMOIZE ops number theirs as before."""
+        u = self.unpickler
+        assert u is not None
+        memo: dict[int, Any] = u.memo.copy()
+        index = np.fromiter(memo, dtype="int64", count=len(memo))
+        values: list[Any] = list(memo.values())
+        del memo
+        kind = np.fromiter(map(id, map(type, values)), dtype="int64", count=len(values))
+        awaited = np.fromiter((*self.held, *map(id, self.pending.values()), *map(id, self.recent)), dtype="int64")
+        # an empty dict (an event read here), a traceback list read here (its reading alone) that no
+        # later event is expected to share
+        drop = (kind == id(dict)) & ~np.fromiter(map(bool, values), dtype=bool, count=len(values))
+        lists = np.flatnonzero(kind == id(list))
+        read = lists[self._read_lists([values[i] for i in lists.tolist()])]
+        drop[read[~np.isin(np.fromiter(map(id, [values[i] for i in read.tolist()]), dtype="int64", count=len(read)),
+                           awaited)]] = True
+        stand_ins = self.stand_ins
+        keep = [(i, stand_ins.get(id(v), v) if v.__class__ is dict else v)  # a frame dict: its stand-in from now on
+                for i, v in zip(index[~drop].tolist(), compress(values, (~drop).tolist()))]
+        del values
+        if keep and max(i for i, _ in keep) >= 1 << 32:  # past LONG_BINPUT's reach: no more trims
+            self.unpickler = None
+            return
+        objects = [v for _, v in keep]
+        data = b"".join(b"c_\n%d\nr%s0" % (j, i.to_bytes(4, "little")) for j, (i, _) in enumerate(keep))
+        holder = _MemoHolder(objects, b"\x80\x02" + data + b"N.")
+        holder.load()
+        u.memo = {}  # the old memo freed first (a dict sets an empty one), then the holder's copied
+        u.memo = holder.memo
+        self.trims += 1
+        self.since_trim = self.slow = 0
+        self.kept_memo = len(keep)
+
+
+_ABSENT: Any = np.empty(0)
+"""What :func:`_plain_numbers` returns for a column of events none of which holds that value."""
+
+
+def _plain_numbers(values: list[Any], kind: type, limit: int, *, signed: bool = False) -> np.ndarray | None:
+    """A batch's values of one field as float64, when every one is a plain number of ``kind`` (ints;
+    ``float``: ints or floats) in ``[0, limit)`` (``signed``: ``(-limit, limit)``); :data:`_ABSENT`
+    when none has one; None when anything else (:func:`_fields` then names it)."""
+    types = set(map(type, values))
+    if types == {_NONE}:
+        return _ABSENT
+    if not (types == {int} or (kind is float and types <= {int, float})):
+        return None
+    try:
+        if types == {int} and not signed:
+            out = np.array(values, dtype=np.uint64).astype(np.float64)  # a negative or too large: OverflowError
+            return out if not len(out) or out.max() < limit else None
+        out = np.array(values, dtype=np.float64)
+    except OverflowError:
+        return None
+    return out if not len(out) or np.abs(out).max() < limit else None  # NaN compares False: None
 
 
 def _fields(e: Any, n: int) -> tuple[Any, Any, float, float, Any]:
@@ -419,19 +707,31 @@ def load_snapshot(path: str | Path, *, start_us: float | None = None,
     """
     p = Path(path)
     try:
-        return _load(p, start_us, end_us, stream=True)
+        return _load(p, start_us, end_us, stream=True, trim=True)
+    except _Untrimmed:
+        pass  # it failed after the memo was trimmed: read it again with every memo entry kept
     except _Retry:
         # the pickle broke where the sink went in: a list's bytes inside a string or a number (a file
         # written without a memo); read it again as it is, the events counted once read
-        return _load(p, start_us, end_us, stream=False)
+        return _load(p, start_us, end_us, stream=False, trim=False)
+    try:
+        return _load(p, start_us, end_us, stream=True, trim=False)
+    except _Retry:
+        return _load(p, start_us, end_us, stream=False, trim=False)
 
 
 class _Retry(Exception):
     """The streamed load failed in the unpickler: read the file again without the sinks."""
 
 
-def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool) -> tuple[dict[str, Any], _Reader]:
-    got = _Reader(p, start_us, end_us)
+class _Untrimmed(Exception):
+    """The load failed after its memo was trimmed (:meth:`_Reader.trim`): read the file again untrimmed,
+    so whatever is wrong with it is named as it is."""
+
+
+def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool,
+          trim: bool) -> tuple[dict[str, Any], _Reader]:
+    got = _Reader(p, start_us, end_us, trim=trim)
     inject = b"c" + got.token.encode() + b"\nSink\n)R"
     source = None
     try:
@@ -439,32 +739,46 @@ def _load(p: Path, start_us: float | None, end_us: float | None, *, stream: bool
             source = _Stream(fh, inject if stream else None, p)
             source.peek(1)  # the first block: the file's memo style
             got.by_id = source.memo not in (b"(", b"")
-            top = _Unpickler(source, got).load()
+            unpickler = _Unpickler(source, got)
+            if got.trimmed and got.by_id:
+                got.unpickler = unpickler
+            top = unpickler.load()
+            del unpickler
         got.loaded()
         if not isinstance(top, dict) or not isinstance(top.get("segments"), list):
             raise _Bad("is a pickle but not a CUDA memory snapshot (no 'segments' list)")
         _check_layout(top, got)
+        got.window()
     except PerfscopeError:
         raise
     except UnsafePickle as exc:
         raise InputFormatError(p, f"refused: the pickle asks for {exc}, not plain data; a memory snapshot holds "
                                "only dicts, lists, strings and numbers, and perfscope never runs code from a file",
                                hint="only import snapshots written by torch.cuda.memory._dump_snapshot()") from None
-    except _Bad as exc:
-        raise InputFormatError(p, f"not a memory snapshot's layout: {exc}",
-                               hint="give the file torch.cuda.memory._dump_snapshot() wrote") from None
-    except RecursionError:
-        raise InputFormatError(p, "nested too deeply to be a memory snapshot",
-                               hint="give the file torch.cuda.memory._dump_snapshot() wrote") from None
-    except MemoryError:
-        raise InputFormatError(p, "needs more memory than this machine has to read",
-                               hint="import it with PERFSCOPE_MAX_MEMORY set, on a larger machine") from None
     except Exception as exc:  # noqa: BLE001 - the C unpickler raises UnpicklingError, EOFError, ValueError, KeyError, ...
-        if stream and source is not None and source.pattern is not None and source.injected:
-            raise _Retry from None
-        raise InputFormatError(p, f"damaged or not a pickle ({type(exc).__name__}: {str(exc)[:200]})",
-                               hint="re-dump it with torch.cuda.memory._dump_snapshot()") from None
+        if got.trims and not isinstance(exc, MemoryError):
+            raise _Untrimmed from None
+        raise _refused(p, exc, sinks=stream and source is not None and source.pattern is not None
+                       and source.injected > 0) from None
     return top, got
+
+
+def _refused(p: Path, exc: Exception, *, sinks: bool) -> Exception:
+    """The one line for a load that failed, or :class:`_Retry` (read it again without the sinks) when
+    the unpickler failed on a file the sinks went into."""
+    if isinstance(exc, _Bad):
+        return InputFormatError(p, f"not a memory snapshot's layout: {exc}",
+                                hint="give the file torch.cuda.memory._dump_snapshot() wrote")
+    if isinstance(exc, RecursionError):
+        return InputFormatError(p, "nested too deeply to be a memory snapshot",
+                                hint="give the file torch.cuda.memory._dump_snapshot() wrote")
+    if isinstance(exc, MemoryError):
+        return InputFormatError(p, "needs more memory than this machine has to read",
+                                hint="import it with PERFSCOPE_MAX_MEMORY set, on a larger machine")
+    if sinks:
+        return _Retry()
+    return InputFormatError(p, f"damaged or not a pickle ({type(exc).__name__}: {str(exc)[:200]})",
+                            hint="re-dump it with torch.cuda.memory._dump_snapshot()")
 
 
 def _check_layout(top: dict[str, Any], got: _Reader) -> None:
@@ -527,18 +841,24 @@ def import_snapshot(path: str | Path, *, device: DeviceSpec | None = None, start
                             "the memory timeline's clock is the order of the events (t_ns counts events)")
         segs = [s for s in segments if s.get("device", dev_index) == dev_index]
         windowed = start_us is not None or end_us is not None
-        allocated = got.allocated[k] if windowed else {a for a, c in zip(cols[3], cols[1]) if c == ALLOC}
-        tables.append(_device_table(dev_index, cols, segs, warnings, [*got.pre_live[k].values(), *got.after[k]],
-                                    allocated, windowed=windowed, by_order=lacks_time))
+        if windowed:
+            allocated = got.allocated[k]
+        else:
+            allocated = np.frombuffer(cols[3], dtype="float64")[np.frombuffer(cols[1], dtype="int8") == ALLOC]
+        got.cols[k] = []  # _device_table takes them (and lets go of them once its table holds its own)
+        tables.append(_device_table(dev_index, cols, got.readings, segs, warnings,
+                                    [*got.pre_live[k], *got.after[k]], allocated, windowed=windowed,
+                                    by_order=lacks_time))
+        del cols, allocated
     if not got.cols and segments:  # no history recorded: the segments' live blocks at the dump
         for dev_index in sorted({_int(s.get("device"), 0) for s in segments}):
             segs = [s for s in segments if _int(s.get("device"), 0) == dev_index]
-            tables.append(_device_table(dev_index, _columns(), segs, warnings, [], set(),
-                                        windowed=False, by_order=True))
+            tables.append(_device_table(dev_index, _columns(), got.readings, segs, warnings, [],
+                                        np.empty(0), windowed=False, by_order=True))
         clock = "events"
         warnings.append("the snapshot has no allocation history (record_memory_history was off): "
                         "the memory table holds the blocks live at the dump")
-    memory = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    memory = (tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)) if tables else pd.DataFrame()
     manifest: dict[str, Any] = {
         "name": p.name.split(".")[0],
         "source": source_info("memory-snapshot", p, "torch.cuda.memory._dump_snapshot", None),
@@ -572,18 +892,20 @@ def _reading(b: dict[str, Any]) -> tuple[Any, ...]:
     return r if isinstance(r, tuple) and len(r) == 4 else (None, None, None, None)
 
 
-def _device_table(dev_index: int, cols: list[Any], segs: list[dict[str, Any]], warnings: list[str],
-                  pre_live: list[tuple[Any, ...]], allocated: set[Any], *, windowed: bool,
+def _device_table(dev_index: int, cols: list[Any], readings: list[tuple[Any, ...]], segs: list[dict[str, Any]],
+                  warnings: list[str], pre_live: list[tuple[Any, ...]], allocated: np.ndarray, *, windowed: bool,
                   by_order: bool) -> pd.DataFrame:
     n = len(cols[1])
     if by_order:  # no clock: the order of the events is the clock
         t_ns = np.arange(n, dtype="int64")
     else:
         t_ns = np.rint(np.frombuffer(cols[0], dtype="float64") * 1000.0).astype("int64")
-    action = np.frombuffer(cols[1], dtype="int8").copy()
-    size = np.frombuffer(cols[2], dtype="float64").copy()
-    addr = np.frombuffer(cols[3], dtype="float64").copy()
-    stream = np.frombuffer(cols[4], dtype="float64").copy()
+    action = np.frombuffer(cols[1], dtype="int8")
+    size = np.frombuffer(cols[2], dtype="float64")
+    addr = np.frombuffer(cols[3], dtype="float64")
+    stream = np.frombuffer(cols[4], dtype="float64")
+    code = np.frombuffer(cols[5], dtype="int32")
+    cols[:] = []  # the views above hold them now, and timeline() lets go of those
     # the blocks live at the dump, and the segments' bytes
     live_blocks = []
     reserved_end = 0.0
@@ -595,15 +917,18 @@ def _device_table(dev_index: int, cols: list[Any], segs: list[dict[str, Any]], w
         pool = s.get("segment_pool_id")
         graph_pool = isinstance(pool, tuple) and any(isinstance(x, int) and x != 0 for x in pool)
         for b in s.get("blocks") or []:
-            if b.get("state") == "active_allocated" and _num(b.get("address")) not in allocated:
+            if b.get("state") == "active_allocated":
                 op, src, hint, stack = _reading(b)
                 live_blocks.append((_num(b.get("address")), _num(b.get("size")), op, None, src,
                                     "cuda_graph_pool" if graph_pool else hint, stack, _num(b.get("requested_size"))))
+    made = np.isin(np.array([b[0] for b in live_blocks], dtype="float64"), allocated)  # allocated in the history
+    live_blocks = [b for b, m in zip(live_blocks, made.tolist()) if not m]
     seg_net = float(np.sum(np.where(action == SEGMENT_ALLOC, size, 0.0)) - np.sum(np.where(action == SEGMENT_FREE, size, 0.0)))
     ev = MemEvents(device=f"cuda:{dev_index}", t_ns=t_ns, action=action, size=size, addr=addr, stream=stream,
-                   op=_objects(cols[5]), source=_objects(cols[6]), hint=_objects(cols[7]), stack=_objects(cols[8]),
+                   texts=[(op, None, src, hint, stack) for op, src, hint, stack in readings], text_code=code,
                    preexisting=[*pre_live, *live_blocks], reserved_start=reserved_end - seg_net,
                    segments_end=None if windowed else segments)
+    del t_ns, action, size, addr, stream, code
     df = timeline(ev, "snapshot")
     live_end = set(df.loc[(df["action"] == "alloc") & df["free_t_ns"].isna(), "addr"].tolist())
     dumped = {_num(b.get("address")) for sg in segs for b in sg.get("blocks") or []
@@ -612,9 +937,3 @@ def _device_table(dev_index: int, cols: list[Any], segs: list[dict[str, Any]], w
         warnings.append(f"cuda:{dev_index}: {len(live_end ^ dumped)} block(s) live at the end of the replay and "
                         "live at the dump differ: the record lost events")
     return df
-
-
-def _objects(values: list[Any]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out

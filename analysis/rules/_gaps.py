@@ -22,17 +22,18 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import duration, nbytes, si
-from perfscope.schema import map_distinct
+from perfscope.schema import column_codes, decode, map_distinct
 
 from ..idle import (
     GRAPH_KINDS,
     KINDS,
     function_label,
+    gap_ids,
     gap_lengths,
     gap_sizes_text,
     graphs_help,
+    kind_codes,
     kind_totals,
-    kinds_of,
     weighted_median,
 )
 from ._base import Item, pct
@@ -48,6 +49,7 @@ ADVISE_MIN_PCT = 10.0
 EXPLAINED = {"launch", "dispatch", "cpu compute", "waiting", "sync", "copy", "graph", "profiler"}
 """Kinds whose cause the trace shows; ``host code`` explains only when a range, function or operator
 names it, ``unknown`` never."""
+
 
 
 def range_family(name: object) -> str | None:
@@ -80,36 +82,52 @@ def shapes_text(shapes: object) -> str | None:
 
 
 def _text(df: pd.DataFrame, col: str) -> np.ndarray:
+    """``df[col]`` as text, "" where missing or not text (decided once per distinct value)."""
     if col not in df:
         return np.full(len(df), "", dtype=object)
-    v = df[col].astype("object").to_numpy()
-    return np.array([x if isinstance(x, str) else "" for x in v.tolist()], dtype=object)
+    return map_distinct(df[col], lambda x: x if isinstance(x, str) else "").to_numpy(object)
 
 
-def _subjects(idle: pd.DataFrame, kinds: np.ndarray) -> pd.DataFrame:
-    """Per slice, the fields that name what the host did, by kind (empty where a kind does not use one)."""
-    rng = map_distinct(idle["range"], range_family).astype("object").to_numpy() if len(idle) else np.zeros(0, object)
-    rng = np.array([x if isinstance(x, str) else "" for x in rng.tolist()], dtype=object)
-    fn = np.array([function_name(x) or "" for x in _text(idle, "function").tolist()], dtype=object)
-    op, api, wait = _text(idle, "op"), _text(idle, "api"), _text(idle, "wait")
-    blank = np.full(len(idle), "", dtype=object)
+SUBJECT_FIELDS = ("op", "function", "wait", "api", "range")
+USES = {
+    "op": ("cpu compute", "host code", "sync", "copy"),
+    "function": ("cpu compute", "host code", "waiting", "sync"),
+    "wait": ("waiting",),
+    "api": ("sync", "copy", "launch", "graph", "profiler"),
+    "range": ("dispatch", "cpu compute", "waiting", "host code", "sync", "copy", "profiler"),
+}
+"""Which fields name what the host did, by kind (empty where a kind does not use one)."""
 
-    def pick(uses: dict[str, np.ndarray]) -> np.ndarray:
-        out = blank.copy()
-        for kind, values in uses.items():
-            at = kinds == kind
-            out[at] = values[at]
-        return out
 
-    return pd.DataFrame({
-        "kind": kinds,
-        "op": pick({"cpu compute": op, "host code": op, "sync": op, "copy": op}),
-        "function": pick({"cpu compute": fn, "host code": fn, "waiting": fn, "sync": fn}),
-        "wait": pick({"waiting": wait}),
-        "api": pick({"sync": api, "copy": api, "launch": api, "graph": api, "profiler": api}),
-        "range": pick({k: rng for k in ("dispatch", "cpu compute", "waiting", "host code", "sync", "copy",
-                                         "profiler")}),
-    })
+def _field_codes(idle: pd.DataFrame, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, texts) of a subject field: ranges as their family, functions as their name, "" for missing."""
+    if field not in idle or not len(idle):
+        return np.full(len(idle), -1, np.int64), np.zeros(0, dtype=object)
+    fix = {"range": lambda x: r if isinstance(r := range_family(x), str) else "",
+           "function": lambda x: (function_name(x) or "") if isinstance(x, str) else ""}.get(
+        field, lambda x: x if isinstance(x, str) else "")
+    codes, distinct = column_codes(idle, field)
+    texts = np.array([fix(v) for v in distinct.tolist()], dtype=object)
+    # texts that coincide (two ranges of one family) share one code; "" is -1
+    per, uniq = pd.factorize(texts)
+    blank = [i for i, v in enumerate(uniq.tolist()) if v == ""]
+    per = np.where(per == (blank[0] if blank else -2), -1, per)
+    return np.append(per, -1)[codes].astype(np.int64), np.asarray(uniq, dtype=object)
+
+
+def _subjects(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per slice, a group number over (kind, op, function, wait, api, range), each field kept only where its
+    kind uses it (:data:`USES`); the kind codes and names; each field's (codes, texts)."""
+    kc, kd = kind_codes(idle)
+    key = kc.astype(np.int64) + 1
+    fields = {}
+    for f in SUBJECT_FIELDS:
+        codes, texts = _field_codes(idle, f)
+        used = np.array([k in USES[f] for k in kd.tolist()] + [False], dtype=bool)[kc]
+        codes = np.where(used, codes, -1)
+        fields[f] = (codes, texts)
+        key = key * (len(texts) + 1) + (codes + 1)
+    return pd.factorize(key)[0].astype(np.int64), kc, {"kind": (kc, kd), **fields}
 
 
 def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: int, typical_ns: float,
@@ -152,41 +170,57 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
 def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS, where: str = "") -> list[Item]:
     """The idle slices ``idle`` (one device's, or a subset) grouped by kind and subject, largest first: the
     ``top`` largest groups one by one, the rest of each kind as one more item. ``where`` says where every
-    slice lies, after each label's size (" inside decode steps")."""
+    slice lies, after each label's size (" inside decode steps"). Grouped on integer codes: linear in the
+    slices."""
     if not len(idle):
         return []
-    kinds = kinds_of(idle)
-    subj = _subjects(idle, kinds)
-    dur = idle["duration_ns"].to_numpy(np.float64)
-    gap_id = idle["device"].astype("object").astype(str).to_numpy(object) + "#" + \
-        idle["gap"].astype("float64").astype(str).to_numpy(object)
-    per_gap = pd.Series(dur).groupby(gap_id).sum()
-    gap_len = per_gap.reindex(gap_id).to_numpy(np.float64)
-    keys = ["kind", "op", "function", "wait", "api", "range"]
-    frame = subj.assign(dur=dur, pos=np.arange(len(idle)))
-    groups = frame.groupby(keys, sort=False)
-    totals = groups["dur"].sum().sort_values(ascending=False, kind="stable")
+    gid, _, fields = _subjects(idle)
+    dur = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    gap_id = gap_ids(idle)
+    gap_len = np.bincount(gap_id, weights=dur)[gap_id]
+    n = int(gid.max()) + 1
+    sums = np.bincount(gid, weights=dur, minlength=n)
+    first = np.flatnonzero(~pd.Series(gid).duplicated().to_numpy())  # one row per group, in group order
+    order = np.argsort(-sums, kind="stable")  # largest first, ties in order of first appearance
+    keys = ["kind", *SUBJECT_FIELDS]
+
+    def key_of(g: int) -> dict[str, str]:
+        row = first[g]
+        out = {}
+        for name in keys:
+            codes, texts = fields[name]
+            c = codes[row]
+            out[name] = str(texts[c]) if c >= 0 and texts[c] is not None else ""
+        return out
+
     items: list[Item] = []
-    rest: dict[tuple[str, bool], list[np.ndarray]] = {}
-    starts, ends = idle["start_ns"].to_numpy(np.float64), idle["end_ns"].to_numpy(np.float64)
+    starts, ends = idle["start_ns"].to_numpy(np.float64, na_value=np.nan), idle["end_ns"].to_numpy(np.float64, na_value=np.nan)
     device = str(idle["device"].iloc[0])
-    for i, (key, total) in enumerate(totals.items()):
-        pos = groups.indices[key]
-        k = dict(zip(keys, key))
-        if i >= top:
-            rest.setdefault((k["kind"], _explains(k)), []).append(pos)
-            continue
-        items.append(_item(idle, k, pos, float(total), dur, gap_id, gap_len, starts, ends, device, where))
-    for (kind, explains), parts in rest.items():
-        pos = np.concatenate(parts)
-        total = float(dur[pos].sum())
-        gaps = len(set(gap_id[pos].tolist()))
-        big = pos[np.argmax(dur[pos])]
-        named = "" if explains or kind != "host code" else " that no range, function or operator names"
-        items.append(Item("gaps", f"{duration(total)} more {kind}{named}{where} in {len(pos):,} slices of {gaps:,} gap{'s' if gaps != 1 else ''}",
-                          total, explains, starts[big], ends[big],
-                          {"kind": kind, "slices": len(pos), "gaps": gaps, "device": device},
-                          spans=spans_of(starts[pos], ends[pos])))
+    sorter = np.argsort(gid, kind="stable")  # each group's rows, in row order, one after the other
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(gid, minlength=n))])
+
+    def rows_of(g: int) -> np.ndarray:
+        return sorter[bounds[g]:bounds[g + 1]]
+
+    for g in order[:top].tolist():
+        items.append(_item(idle, key_of(g), rows_of(g), float(sums[g]), dur, gap_id, gap_len, starts, ends, device,
+                           where))
+    rest: dict[tuple[str, bool], list[np.ndarray]] = {}
+    for g in order[top:].tolist():  # the other groups by (kind, whether their cause is known), largest first
+        k = key_of(g)
+        rest.setdefault((k["kind"], _explains(k)), []).append(rows_of(g))
+    if rest:
+        for (kind, explains), parts in rest.items():
+            pos = np.concatenate(parts)
+            total = float(dur[pos].sum())
+            gaps = len(pd.unique(gap_id[pos]))
+            big = pos[np.argmax(dur[pos])]
+            named = "" if explains or kind != "host code" else " that no range, function or operator names"
+            items.append(Item("gaps", f"{duration(total)} more {kind}{named}{where} in {len(pos):,} slices of "
+                                      f"{gaps:,} gap{'s' if gaps != 1 else ''}",
+                              total, explains, starts[big], ends[big],
+                              {"kind": kind, "slices": len(pos), "gaps": gaps, "device": device},
+                              spans=spans_of(starts[pos], ends[pos])))
     return items
 
 
@@ -198,7 +232,7 @@ def _explains(key: dict[str, str]) -> bool:
 def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, dur: np.ndarray, gap_id: np.ndarray,
           gap_len: np.ndarray, starts: np.ndarray, ends: np.ndarray, device: str, where: str = "") -> Item:
     kind = k["kind"]
-    gaps = len(set(gap_id[pos].tolist()))
+    gaps = len(pd.unique(gap_id[pos]))
     typical = weighted_median(gap_len[pos], dur[pos])
     big = pos[np.argmax(dur[pos])]
     shapes = shapes_text(idle["op_shapes"].iloc[big]) if "op_shapes" in idle else None
@@ -397,19 +431,36 @@ def kind_evidence(totals: dict[str, float], idle: pd.DataFrame) -> dict[str, flo
 
 def gap_table(idle: pd.DataFrame) -> pd.DataFrame:
     """One row per gap of ``idle``: device, gap, start_ns, end_ns, idle_ns and kind (the kind holding most of
-    its time), sorted by device and end."""
+    its time), sorted by device and end. Grouped on integer codes: linear in the slices."""
     cols = ["device", "gap", "start_ns", "end_ns", "idle_ns", "kind"]
     if not len(idle):
         return pd.DataFrame(columns=cols)
-    df = pd.DataFrame({"device": idle["device"].astype("object").to_numpy(), "gap": idle["gap"].astype("float64").to_numpy(),
-                       "start_ns": idle["start_ns"].to_numpy(np.int64), "end_ns": idle["end_ns"].to_numpy(np.int64),
-                       "dur": idle["duration_ns"].to_numpy(np.float64), "kind": kinds_of(idle)})
-    per = df.groupby(["device", "gap"], sort=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
-                                                         idle_ns=("dur", "sum"))
-    by_kind = df.groupby(["device", "gap", "kind"], sort=False)["dur"].sum().reset_index()
-    lead = by_kind.sort_values("dur", ascending=False, kind="stable").drop_duplicates(["device", "gap"])
-    out = per.join(lead.set_index(["device", "gap"])["kind"]).reset_index()
-    return out[cols].sort_values(["device", "end_ns"], kind="stable").reset_index(drop=True)
+    gid = gap_ids(idle)
+    n = int(gid.max()) + 1
+    first = np.flatnonzero(~pd.Series(gid).duplicated().to_numpy())
+    dur = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    start = pd.Series(idle["start_ns"].to_numpy(np.int64)).groupby(gid).min().to_numpy()
+    end = pd.Series(idle["end_ns"].to_numpy(np.int64)).groupby(gid).max().to_numpy()
+    kc, kd = kind_codes(idle)
+    width = len(kd) + 1
+    pair, _ = pd.factorize(gid * width + (kc + 1))  # (gap, kind), in order of first appearance
+    pair_first = np.flatnonzero(~pd.Series(pair).duplicated().to_numpy())
+    by_kind = pd.DataFrame({"gid": gid[pair_first], "kind": kc[pair_first],
+                            "dur": np.bincount(pair, weights=dur)})
+    lead = by_kind.sort_values("dur", ascending=False, kind="stable").drop_duplicates("gid")
+    kind = np.full(n, -1, np.int64)
+    kind[lead["gid"].to_numpy()] = lead["kind"].to_numpy()
+    dc, dd = column_codes(idle, "device")
+    dev = dc[first]
+    rank = np.argsort(np.argsort(np.array([str(d) for d in dd.tolist()], dtype=object), kind="stable"), kind="stable")
+    order = np.lexsort((end, np.append(rank, -1)[dev]))  # by device name, then end (stable)
+    return pd.DataFrame({
+        "device": pd.Series(decode(dev, dd)[order], dtype=object),
+        "gap": idle["gap"].to_numpy(np.float64, na_value=np.nan)[first][order],
+        "start_ns": start[order], "end_ns": end[order],
+        "idle_ns": np.bincount(gid, weights=dur, minlength=n)[order],
+        "kind": pd.Series(decode(kind, kd)[order], dtype=object),
+    }, columns=cols)
 
 
 def grouped_items(kinds: np.ndarray, time_ns: np.ndarray, starts: np.ndarray, ends: np.ndarray, what: str,

@@ -148,8 +148,8 @@ def decode_mbu(report: Report) -> list[Finding]:
     assert dev is not None
     bw = float(dev.peak_bandwidth("dram") or math.nan)
     steps = steps[_model_bytes(steps).notna()]
-    nbytes = _model_bytes(steps).to_numpy(np.float64)
-    dur = steps["duration_ns"].to_numpy(np.float64)
+    nbytes = _model_bytes(steps).to_numpy(np.float64, na_value=np.nan)
+    dur = steps["duration_ns"].to_numpy(np.float64, na_value=np.nan)
     floor_ns = nbytes / bw * 1e9
     mbu = pct(float(nbytes.sum()) / (dur.sum() * 1e-9), bw)
     if not mbu < DECODE_MBU_LOW_PCT:
@@ -177,7 +177,7 @@ def decode_mbu(report: Report) -> list[Finding]:
     title = (f"Decode runs at {mbu:.2g}% of DRAM bandwidth (MBU): {duration(float(dur.mean()))} per step vs a "
              f"{duration(float(floor_ns.mean()))} floor for {nbytes.mean() / 1e6:.3g} MB {what}")
     # the items are measured on the profiled run (its kernels and idle gaps); on the stake's clock
-    prof_stake = float(np.clip(prof["duration_ns"].to_numpy(np.float64) - _model_bytes(prof).to_numpy(np.float64)
+    prof_stake = float(np.clip(prof["duration_ns"].to_numpy(np.float64, na_value=np.nan) - _model_bytes(prof).to_numpy(np.float64, na_value=np.nan)
                                / bw * 1e9, 0, None).sum())
     idle = _idle_in_steps(report, prof)
     items = on_stake_clock(_decode_items(report, prof, idle, bw), at_stake, prof_stake)
@@ -213,8 +213,8 @@ def _decode_items(report: Report, prof: pd.DataFrame, idle: pd.DataFrame, bw: fl
     k = report.kernels
     pos = np.flatnonzero((k["phase"] == "decode").to_numpy(bool))
     if len(pos):
-        dur = k["duration_ns"].to_numpy(np.float64)[pos]
-        kb = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy(np.float64)[pos] if "dram_bytes" in k \
+        dur = k["duration_ns"].to_numpy(np.float64, na_value=np.nan)[pos]
+        kb = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy(np.float64, na_value=np.nan)[pos] if "dram_bytes" in k \
             else np.full(len(pos), np.nan)
         known = np.isfinite(kb)
         above = np.where(known, np.clip(dur - np.nan_to_num(kb) / bw * 1e9, 0, None), dur)
@@ -359,12 +359,12 @@ def _prefill_items(report: Report, idle: pd.DataFrame, k: pd.DataFrame, bw: floa
         return items
     pos = np.flatnonzero(report.kernels.index.isin(k.index))
     kk = report.kernels.iloc[pos]
-    dur = kk["duration_ns"].to_numpy(np.float64)
-    fl = pd.to_numeric(kk["flops"], errors="coerce").to_numpy(np.float64)
-    by = pd.to_numeric(kk["dram_bytes"], errors="coerce").to_numpy(np.float64) if "dram_bytes" in kk \
+    dur = kk["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    fl = pd.to_numeric(kk["flops"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    by = pd.to_numeric(kk["dram_bytes"], errors="coerce").to_numpy(np.float64, na_value=np.nan) if "dram_bytes" in kk \
         else np.full(len(kk), np.nan)
     roofs = kk["precision"].astype("object").fillna("fp32").map(
-        lambda p: float(dev.peak_flops(str(p)) or math.nan)).to_numpy(np.float64)
+        lambda p: float(dev.peak_flops(str(p)) or math.nan)).to_numpy(np.float64, na_value=np.nan)
     light = np.fmax(fl / roofs * 1e9, by / bw * 1e9)
     known = np.isfinite(light)
     above = np.where(known, np.clip(dur - np.nan_to_num(light), 0, None), dur)
@@ -420,7 +420,7 @@ def kv_cache_share(report: Report) -> list[Finding]:
     }
     title = (f"KV cache is {share.iloc[-1]:.0f}% of decode traffic at context {evidence['last_context_len']} "
              f"x batch {evidence['batch']} (from {share.iloc[0]:.0f}% at context {evidence['first_context_len']})")
-    kv = steps["kv_cache_bytes"].to_numpy(np.float64)
+    kv = steps["kv_cache_bytes"].to_numpy(np.float64, na_value=np.nan)
     items = step_items(steps, kv / bw * 1e9 if bw else np.full(len(steps), np.nan), placed=_placed(report),
                        describe=lambda r: (f"reads {nbytes(float(r['kv_cache_bytes']))} of KV cache at context "
                                            f"{r['context_len']} ({100 * float(r['kv_cache_bytes']) / float(r['kv_cache_bytes'] + r['weight_bytes']):.0f}% of its bytes)"))
@@ -545,9 +545,9 @@ def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame
     verify step's time above a plain decode step, and what the accepted tokens saved (plain decode
     steps not run: a metric, no time of the cost)."""
     placed = _placed(report)
-    drafts = step_items(draft, draft["duration_ns"].to_numpy(np.float64), placed=placed, top=3,
+    drafts = step_items(draft, draft["duration_ns"].to_numpy(np.float64, na_value=np.nan), placed=placed, top=3,
                         describe=lambda r: "drafting")
-    verifies = step_items(verify, np.clip(verify["duration_ns"].to_numpy(np.float64) - step_ns, 0, None),
+    verifies = step_items(verify, np.clip(verify["duration_ns"].to_numpy(np.float64, na_value=np.nan) - step_ns, 0, None),
                           placed=placed, top=3,
                           describe=lambda r: f"above a plain decode step ({duration(step_ns)})"
                           + (f", {int(r['accepted'])} of {int(r['drafted'])} drafts accepted"

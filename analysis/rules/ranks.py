@@ -11,7 +11,7 @@ includes waiting for the slowest rank: fix a straggler first, then look at overl
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,8 +19,29 @@ import pandas as pd
 from perfscope.format import clip, duration
 from perfscope.schema import value_mask
 
-from ..ranks.stats import RankTables, comm_mask, format_ranks, rank_tables, report_ranks, stragglers
-from ._base import Evidence, Finding, Item, covered_ns, merge_intervals, ranked, top_groups
+from ..ranks.partial_read import read_views
+from ..ranks.stats import (
+    UNNAMED_HOST,
+    RankTables,
+    comm_mask,
+    format_ranks,
+    rank_tables,
+    report_ranks,
+    stragglers,
+)
+from ..ranks.straggler import IDLE_WORDS, Excess, Stragglers, analyse, excess_of
+from ._base import (
+    Evidence,
+    Finding,
+    Item,
+    covered_ns,
+    explained_ns,
+    merge_intervals,
+    ranked,
+    severity_for,
+    top_groups,
+)
+from ._gaps import EXPLAINED
 from .evidence import ITEMS_TOP, kernel_items, unexplained
 
 if TYPE_CHECKING:
@@ -115,7 +136,7 @@ def _comm_kernel_names(report: Report) -> tuple[str, ...]:
     if not mask.any():
         return ()
     rows = np.flatnonzero(mask)
-    return top_groups(k, rows, k["duration_ns"].to_numpy(np.float64)[rows])
+    return top_groups(k, rows, k["duration_ns"].to_numpy(np.float64, na_value=np.nan)[rows])
 
 
 def _exposed(report: Report, t: RankTables) -> list[Finding]:
@@ -182,17 +203,184 @@ def _training(report: Report) -> bool:
     return bool(len(r) and value_mask(r, "name", lambda v: isinstance(v, str) and "backward" in v.lower()).any())
 
 
-def rank_findings(report: Report) -> list[Finding]:
-    """``rank-imbalance`` (stragglers) and ``exposed-comm`` (collectives not hidden by compute)."""
+# ---------------------------------------------------------------------------- straggler
+TOP_KERNELS = 5
+TOP_STEPS = 3
+
+ADVICE = {
+    "kernels": ("Rank {rank}'s kernels take longer than its group's ({top}): check that GPU's clocks, power and "
+                "temperature (nvidia-smi -q -d CLOCK,POWER,TEMPERATURE, or rocm-smi) and its links, and whether "
+                "it gets more work than its peers (MoE expert load, longer sequences, an uneven split)."),
+    "dispatch": ("Rank {rank}'s host takes longer to dispatch operators between launches than its peers': its CPU "
+                 "is slower or busier (check core pinning, other processes on its cores, NUMA placement, CPU "
+                 "frequency); capturing the step in a CUDA graph removes the dispatch."),
+    "cpu compute": ("Rank {rank}'s host computes more between launches than its peers': find that work (sampling, "
+                    "tokenisation, scheduling done only on this worker) and move it off the critical path."),
+    "waiting": ("Rank {rank}'s host waits more (sleeps, locks, I/O) between launches than its peers': find what it "
+                "waits for (a queue, a lock shared with another thread, storage or the network)."),
+    "host code": ("Rank {rank}'s host runs more of its own code between launches than its peers' (the ranges "
+                  "and Python functions around its gaps name that code): check that rank's CPU (core pinning, other "
+                  "processes, garbage collection) and the work only this worker does."),
+    UNNAMED_HOST: ("Rank {rank}'s host runs more of its own code between launches than its peers', code nothing in "
+                   "the trace names: profile that rank with with_stack (or NVTX ranges) to name it, and check its "
+                   "CPU (core pinning, other processes, garbage collection)."),
+    "graph": "Rank {rank}'s graph replays have longer gaps between their nodes than its peers': check that GPU.",
+    "launch": ("Rank {rank} is launch-bound where its peers are not: its host issues kernels slower; capture the "
+               "step in a CUDA/HIP graph, or check that rank's CPU for contention."),
+    "sync": ("Rank {rank}'s host synchronises with its device more: remove host reads of device values "
+             "(.item(), .cpu(), printing tensors) from that rank's step."),
+    "copy": "Rank {rank} waits for host-device copies its peers do not make: pin the host buffers and overlap them.",
+    "profiler": "Part of rank {rank}'s delay is the profiler's own work: trace fewer events on that rank.",
+    "unknown": ("Neither rank {rank}'s kernels nor its device idle time explain its lateness: compare its host "
+                "side and its node (network, CPU, clocks) with a peer's."),
+}
+
+
+def straggler_items(row: Any, t: RankTables, s: Stragglers, stake_ns: float) -> tuple[list[Item], Excess, list[int]]:
+    """The evidence items of one straggler (a row of :attr:`Stragglers.flagged`)."""
+    rank = int(row["rank"])
+    gkey = str(row["gkey"])
+    members = s.ranks.loc[s.ranks["gkey"] == gkey, "rank"].astype(int).tolist()
+    peers = [r for r in members if r != rank]
+    ex = excess_of(rank, peers, t)
+    n_peers = len(peers)
+    items: list[Item] = [Item("rank", f"rank {rank} arrives last at {100 * float(row['last_share']):.0f}% of the "
+                          f"{int(row['instances'])} collectives of its group ({gkey}); ranks {format_ranks(peers)} wait "
+                          f"{duration(float(row['wait_per_other_ns']))} each in them",
+                  stake_ns, explains=False,
+                  attrs={"rank": rank, "group": gkey, "last_share_pct": 100 * float(row["last_share"]),
+                         "waiting_ranks": format_ranks(peers), "caused_wait_ns": float(row["caused_wait_ns"])})]
+    shown = ex.kernels.head(TOP_KERNELS)
+    for k in shown.itertuples(index=False):
+        items.append(Item("kernel", f"{k.kernel}: {duration(float(k.rank_ns))} on rank {rank}, "
+                                    f"{duration(float(k.peers_ns))} on the median of its group",
+                          float(k.excess_ns), explains=True,
+                          attrs={"rank": rank, "kernel": str(k.kernel), "rank_ns": float(k.rank_ns),
+                                 "peers_median_ns": float(k.peers_ns)}))
+    rest = ex.kernels.iloc[TOP_KERNELS:]
+    if len(rest):
+        items.append(Item("kernels", f"{len(rest)} more kernels slower on rank {rank}",
+                          float(rest["excess_ns"].sum()), explains=True, attrs={"rank": rank, "count": len(rest)}))
+    for c in ex.idle.itertuples(index=False):
+        kind = str(c.kind)
+        words = IDLE_WORDS.get(kind, "for a reason the trace does not record")
+        items.append(Item("gaps", f"{duration(float(c.excess_ns))} more device idle time {words} than the "
+                                  f"median of its group ({kind})",
+                          float(c.excess_ns), explains=kind in EXPLAINED or kind == "host code",  # named host code explains
+                          attrs={"rank": rank, "kind": kind, "rank_ns": float(c.rank_ns),
+                                 "peers_median_ns": float(c.peers_ns)}))
+    caused = s.steps[(s.steps["rank"] == rank)] if len(s.steps) else s.steps
+    windows = t.steps[t.steps["rank"] == rank].set_index("step") if len(t.steps) else pd.DataFrame()
+    for st in caused.sort_values("caused_ns", ascending=False, kind="stable").head(TOP_STEPS).itertuples(index=False):
+        step = int(st.step)
+        w = windows.loc[step] if step in windows.index else None
+        items.append(Item("step", f"step {step}: the others wait {duration(float(st.caused_ns) / max(n_peers, 1))} "
+                                  f"each for rank {rank}",
+                          float(st.caused_ns) / max(n_peers, 1), explains=False,
+                          start_ns=float(w["start_ns"]) if w is not None else math.nan,
+                          end_ns=float(w["end_ns"]) if w is not None else math.nan,
+                          attrs={"rank": rank, "step": step}))
+    return items, ex, peers
+
+
+def straggler_finding(t: RankTables, s: Stragglers) -> Finding | None:
+    """The ``straggler`` finding of a job (None when it has no straggler): the rank the others wait
+    for most, the wait, its evidence; the other stragglers named."""
+    f = s.flagged
+    if not len(f):
+        return None
+    row = f.iloc[0]
+    rank, gkey = int(row["rank"]), str(row["gkey"])
+    stake = float(row["wait_per_other_ns"])
+    items, ex, peers = straggler_items(row, t, s, stake)
+    for other in f.iloc[1:].itertuples(index=False):
+        items.append(_other_straggler(other))
+    items = sorted(items, key=lambda i: -i.time_ns if math.isfinite(i.time_ns) else math.inf)
+    explained = explained_ns(tuple(items), stake)
+    group = s.groups.set_index("gkey").loc[gkey]
+    kind = f" {group['kind']}" if isinstance(group["kind"], str) else ""
+    role = f", {group['role']}" if isinstance(group["role"], str) else ""
+    others = f.iloc[1:]
+    title = (f"Rank {rank} is the straggler of its{kind} group ({gkey}{role}): the other {len(peers)} ranks wait "
+             f"{duration(stake)} each in their collectives for it ({float(row['wait_pct']):.1f}% of their time)"
+             + (f"; {len(others)} more straggler{'s' if len(others) > 1 else ''} in other groups "
+                f"(ranks {format_ranks(others['rank'])})" if len(others) else ""))
+    evidence: Evidence = {
+        "rank": rank, "group": gkey, "group_kind": str(group["kind"] or ""), "role": str(group["role"] or ""),
+        "waiting_ranks": format_ranks(peers), "wait_per_rank_ns": stake,
+        "wait_pct": float(row["wait_pct"]), "gpu_time_waited_ns": float(row["caused_wait_ns"]),
+        "last_share_pct": 100 * float(row["last_share"]), "collectives": int(row["instances"]),
+        "excess_compute_ns": ex.compute_ns, "excess_idle_ns": float(ex.idle["excess_ns"].sum()) if len(ex.idle) else 0.0,
+        "stragglers": format_ranks(f["rank"]), "groups": len(s.groups),
+        "ranks_covered": format_ranks(s.ranks["rank"].unique()),
+    }
+    if isinstance(group["missing"], str) and group["missing"]:
+        evidence["group_missing_ranks"] = group["missing"]
+    advice = _advice(rank, ex)
+    severity = severity_for(stake, float(group["reference_ns"]))
+    return Finding("straggler", severity, title, evidence, advice, stake,
+                   tuple(str(k) for k in ex.kernels["kernel"].head(3)), (), tuple(items), explained, "trace")
+
+
+def _other_straggler(row: Any) -> Item:
+    return Item("rank", f"rank {int(row.rank)} is the straggler of its group ({row.gkey}): the others wait "
+                        f"{duration(float(row.wait_per_other_ns))} each", float(row.wait_per_other_ns), explains=False,
+                attrs={"rank": int(row.rank), "group": str(row.gkey), "last_share_pct": 100 * float(row.last_share)})
+
+
+def _advice(rank: int, ex: Excess) -> str:
+    """Advice picked from the evidence: the kernels when they hold most of the excess, each idle cause
+    that holds a tenth of it or more; 'cannot see why' when nothing known explains it."""
+    parts: list[tuple[float, str]] = []
+    kernel_ns = float(ex.kernels["excess_ns"].sum()) if len(ex.kernels) else 0.0
+    total = kernel_ns + (float(ex.idle["excess_ns"].sum()) if len(ex.idle) else 0.0)
+    if total <= 0:
+        return ADVICE["unknown"].format(rank=rank)
+    if kernel_ns >= 0.1 * total:
+        top = ", ".join(f"{clip(str(k.kernel), 48)} +{100 * k.excess_ns / k.peers_ns:.0f}%" if k.peers_ns > 0
+                        else clip(str(k.kernel), 48)
+                        for k in ex.kernels.head(2).itertuples(index=False))
+        parts.append((kernel_ns, ADVICE["kernels"].format(rank=rank, top=top)))
+    for c in ex.idle.itertuples(index=False):
+        if float(c.excess_ns) >= 0.1 * total and str(c.kind) in ADVICE:
+            parts.append((float(c.excess_ns), ADVICE[str(c.kind)].format(rank=rank)))
+    known = sum(ns for ns, _ in parts)
+    if known < 0.5 * total:
+        parts.append((0.0, ADVICE["unknown"].format(rank=rank)))
+    return " ".join(text for _, text in sorted(parts, key=lambda p: -p[0]))
+
+
+
+def job_views(report: Report) -> tuple[RankTables, Stragglers] | None:
+    """The report's per-rank tables and straggler analysis: those ``perfscope import --ranks`` stored
+    beside the tables (computed on the cluster), else computed here; None when no rank view applies
+    (no kernels; or one rank without collectives)."""
     if not len(report.kernels):
-        return []
+        return None
+    stored = read_views(report.path) if report.path is not None else None
+    if stored is not None:
+        return stored
     if len(report_ranks(report)) < 2 and not comm_mask(report.kernels).any():
-        return []  # one rank and no collectives: neither finding can apply (skip the per-rank tables)
+        return None  # one rank and no collectives: no rank finding can apply (skip the per-rank tables)
     t = rank_tables(report)
+    return t, analyse(t)
+
+
+def rank_findings(report: Report) -> list[Finding]:
+    """``straggler`` (the rank its group waits for, from the collectives matched across ranks),
+    ``rank-imbalance`` (outliers of step or compute time per step) and ``exposed-comm``
+    (collectives not hidden by compute)."""
+    views = job_views(report)
+    if views is None:
+        return []
+    t, s = views
     if not len(t.per_rank) or pd.isna(t.per_rank["span_ns"]).all() or not math.isfinite(
             float(t.per_rank["span_ns"].astype("float64").max())):
         return []
-    return _imbalance(report, t) + _exposed(report, t)
+    found = straggler_finding(t, s)
+    named = set(s.flagged["rank"].astype(int).tolist()) if found is not None else set()
+    imbalance = [f for f in _imbalance(report, t) if int(f.evidence["rank"]) not in named]  # said better above
+    return ([found] if found is not None else []) + imbalance + _exposed(report, t)
 
 
-__all__ = ["EXPOSED_COMM_MIN_PCT", "rank_findings"]
+__all__ = ["EXPOSED_COMM_MIN_PCT", "job_views", "rank_findings", "straggler_finding"]

@@ -142,7 +142,7 @@ def step_outliers(report: Report) -> list[Finding]:
     if not len(out):
         return []
     kernel_ns = pd.to_numeric(out["kernel_time_ns"], errors="coerce").fillna(0).to_numpy(np.float64, na_value=np.nan)
-    wall = out["duration_ns"].to_numpy(np.float64)
+    wall = out["duration_ns"].to_numpy(np.float64, na_value=np.nan)
     at_stake = float(np.clip(wall - kernel_ns, 0, None).sum())
     first = out.iloc[0]
     evidence: dict[str, float | int | str] = {"outlier_steps": len(out), "steps": len(steps)}
@@ -250,7 +250,7 @@ def steady_state(report: Report) -> list[Finding]:
                    "(nor tell a stall of the first profiled step from the serving loop's)",
                    f"Record more steps: {PROFILER_SETTING.get(fw, PROFILER_SETTING['user'])}.",
                    framework=fw, steps=1, step_wall_ns=float(s["duration_ns"]), graph_launched_pct=graph_pct)
-        return [dataclasses.replace(one, items=tuple(step_items(steps, steps["duration_ns"].to_numpy(np.float64))))]
+        return [dataclasses.replace(one, items=tuple(step_items(steps, steps["duration_ns"].to_numpy(np.float64, na_value=np.nan))))]
     head = headline_steps(steps)
     if not len(head):
         return []
@@ -260,7 +260,7 @@ def steady_state(report: Report) -> list[Finding]:
     groups = head.groupby([head["phase"].astype("object"), head["batch"].astype("object").fillna(-1)], sort=True)
     items = []
     for i, ((phase, batch), g) in enumerate(groups, start=1):
-        d = g["duration_ns"].to_numpy(np.float64)
+        d = g["duration_ns"].to_numpy(np.float64, na_value=np.nan)
         p50, p90 = np.percentile(d, [50, 90])
         rows.append(f"{phase} bs={batch}: {len(g)} steps, p50 {duration(float(p50))}, p90 {duration(float(p90))}")
         slow = g.nlargest(min(len(g), ITEM_SPANS), "duration_ns")
@@ -384,7 +384,7 @@ def mixed_steps(report: Report) -> list[Finding]:
     if len(decode):
         d50 = float(decode["duration_ns"].median())
         evidence["decode_step_p50_ns"] = d50
-        cost = float(np.clip(mixed["duration_ns"].to_numpy(np.float64) - d50, 0, None).sum())
+        cost = float(np.clip(mixed["duration_ns"].to_numpy(np.float64, na_value=np.nan) - d50, 0, None).sum())
         evidence["extra_over_decode_ns"] = cost
     share_attn = pd.to_numeric(mixed["attention_prefill_share"], errors="coerce")
     if share_attn.notna().any():
@@ -397,9 +397,9 @@ def mixed_steps(report: Report) -> list[Finding]:
               "latency is the mixed step's time." + knob(fw, "batch_tokens"))
     if math.isnan(cost):
         found = info("mixed-steps", title, advice, **evidence)
-        return [dataclasses.replace(found, items=tuple(step_items(mixed, mixed["duration_ns"].to_numpy(np.float64),
+        return [dataclasses.replace(found, items=tuple(step_items(mixed, mixed["duration_ns"].to_numpy(np.float64, na_value=np.nan),
                                                                   describe=_mixed_words)))]
-    extra = np.clip(mixed["duration_ns"].to_numpy(np.float64) - evidence["decode_step_p50_ns"], 0, None)
+    extra = np.clip(mixed["duration_ns"].to_numpy(np.float64, na_value=np.nan) - evidence["decode_step_p50_ns"], 0, None)
     items = step_items(mixed, extra, describe=lambda r: "over a decode step (p50); " + _mixed_words(r))
     return [ranked(report, "mixed-steps", title, evidence, advice, cost, ranges=("mixed",), items=tuple(items))]
 

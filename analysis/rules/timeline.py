@@ -245,7 +245,7 @@ def launch_positions(report: Report, correlation: np.ndarray) -> np.ndarray:
     A binary search in the ids sorted once per report: hashing 1M ids into an index per lookup
     (``Series.map``, ``.loc``, ``isin``) cost a tenth of a second each."""
     def build() -> tuple[np.ndarray, np.ndarray]:
-        ids = launch_calls(report)["correlation"].to_numpy(np.float64)
+        ids = launch_calls(report)["correlation"].to_numpy(np.float64, na_value=np.nan)
         order = np.argsort(ids, kind="stable")
         return ids[order], order
     ids, order = memo(report, "rules:launch_ids", build)
@@ -470,7 +470,7 @@ def short_kernels(report: Report) -> list[Finding]:
     in_graph = graph_launched(report)
     findings = []
     kernels = report.kernels
-    all_dur = kernels["duration_ns"].to_numpy("float64")
+    all_dur = kernels["duration_ns"].to_numpy("float64", na_value=np.nan)
     replayed_all = in_graph.to_numpy(bool)
     gap_all = activity_gaps(report)  # kernel rows of activity() keep the kernel positions
     for device, rows in value_positions(kernels, "device"):  # positions: no copy of the text columns
@@ -547,7 +547,7 @@ def _gaps_before(report: Report, device: str, starts: np.ndarray,
         at = np.clip(np.searchsorted(ends, starts), 0, len(ends) - 1)
         hit = ends[at] == starts
         kinds[hit] = gaps["kind"].to_numpy(object)[at[hit]]
-        g_start[hit] = gaps["start_ns"].to_numpy(np.float64)[at[hit]]
+        g_start[hit] = gaps["start_ns"].to_numpy(np.float64, na_value=np.nan)[at[hit]]
     return kinds, time_ns, g_start, g_end
 
 
@@ -709,7 +709,7 @@ def _stream_finding(report: Report, device: str, k: pd.DataFrame) -> Finding | N
     items = []
     main_busy = merge_intervals(k.loc[k["stream"] == main, "start_ns"].to_numpy(), k.loc[k["stream"] == main, "end_ns"].to_numpy())
     for stream, ks in others.groupby("stream", sort=True):
-        alone = ks["duration_ns"].to_numpy(np.float64) - covered_ns(main_busy, ks["start_ns"].to_numpy(), ks["end_ns"].to_numpy())
+        alone = ks["duration_ns"].to_numpy(np.float64, na_value=np.nan) - covered_ns(main_busy, ks["start_ns"].to_numpy(), ks["end_ns"].to_numpy())
         big = int(np.argmax(alone))
         top = top_groups(report.kernels, ks.index.to_numpy(), alone)[:2]
         items.append(Item("kernels", f"{duration(float(alone.sum()))} of {len(ks)} kernels on stream {int(stream)} while "
@@ -726,7 +726,7 @@ def _stream_finding(report: Report, device: str, k: pd.DataFrame) -> Finding | N
               "own stream, and order it after the main stream only where it reads that stream's results." + order)
     return ranked(report, "serialized-streams", title, evidence, advice,
                    outside, kernels=top_groups(report.kernels, others.index.to_numpy(),
-                                               others["duration_ns"].to_numpy(np.float64)), items=tuple(items))
+                                               others["duration_ns"].to_numpy(np.float64, na_value=np.nan)), items=tuple(items))
 
 
 STREAM_ORDER_API = ("StreamWaitEvent", "EventSynchronize", "StreamSynchronize", "DeviceSynchronize")

@@ -64,7 +64,7 @@ def _host_copies(report: Report) -> pd.DataFrame:
         merged = merge_intervals(starts[on_device], ends[on_device])
         rows = t.loc[idx]
         cover = covered_ns(merged, rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy())
-        t.loc[idx, "exposed_ns"] = rows["duration_ns"].to_numpy(np.float64) - cover
+        t.loc[idx, "exposed_ns"] = rows["duration_ns"].to_numpy(np.float64, na_value=np.nan) - cover
     return t
 
 

@@ -123,10 +123,10 @@ def phase_table(a: Report, b: Report, *, profiled: bool = False) -> pd.DataFrame
     pa, pb = pa.reindex(order), pb.reindex(order)
     out = pd.DataFrame({
         "phase": order,
-        "time_a_s": pa["wall_s"].to_numpy(np.float64), "time_b_s": pb["wall_s"].to_numpy(np.float64),
-        "kernel_time_a_s": pa["kernel_time_s"].to_numpy(np.float64), "kernel_time_b_s": pb["kernel_time_s"].to_numpy(np.float64),
-        "tokens_a": pa["tokens"].to_numpy(np.float64), "tokens_b": pb["tokens"].to_numpy(np.float64),
-        "tokens_per_s_a": pa["tokens_per_s"].to_numpy(np.float64), "tokens_per_s_b": pb["tokens_per_s"].to_numpy(np.float64),
+        "time_a_s": pa["wall_s"].to_numpy(np.float64, na_value=np.nan), "time_b_s": pb["wall_s"].to_numpy(np.float64, na_value=np.nan),
+        "kernel_time_a_s": pa["kernel_time_s"].to_numpy(np.float64, na_value=np.nan), "kernel_time_b_s": pb["kernel_time_s"].to_numpy(np.float64, na_value=np.nan),
+        "tokens_a": pa["tokens"].to_numpy(np.float64, na_value=np.nan), "tokens_b": pb["tokens"].to_numpy(np.float64, na_value=np.nan),
+        "tokens_per_s_a": pa["tokens_per_s"].to_numpy(np.float64, na_value=np.nan), "tokens_per_s_b": pb["tokens_per_s"].to_numpy(np.float64, na_value=np.nan),
         "mfu_a_pct": _pct_col(pa, "mfu"), "mfu_b_pct": _pct_col(pb, "mfu"),
         "mbu_a_pct": _pct_col(pa, "mbu"), "mbu_b_pct": _pct_col(pb, "mbu"),
     })
@@ -181,8 +181,8 @@ def name_table(a: Report, b: Report, key: str = "short_name") -> pd.DataFrame:
         "name": [str(n) for n in names],
         "status": np.select([in_a & in_b, in_b], ["both", "new"], default="vanished"),
         "count_a": na["count"].fillna(0).to_numpy(np.int64), "count_b": nb["count"].fillna(0).to_numpy(np.int64),
-        "time_a_s": na["duration_ns"].fillna(0).to_numpy(np.float64) / 1e9,
-        "time_b_s": nb["duration_ns"].fillna(0).to_numpy(np.float64) / 1e9,
+        "time_a_s": na["duration_ns"].fillna(0).to_numpy(np.float64, na_value=np.nan) / 1e9,
+        "time_b_s": nb["duration_ns"].fillna(0).to_numpy(np.float64, na_value=np.nan) / 1e9,
         "intensity_a": pd.to_numeric(na["arith_intensity"], errors="coerce").to_numpy(np.float64, na_value=np.nan),
         "intensity_b": pd.to_numeric(nb["arith_intensity"], errors="coerce").to_numpy(np.float64, na_value=np.nan),
         "bound_a": na["bound"].astype("object").to_numpy(), "bound_b": nb["bound"].astype("object").to_numpy(),

@@ -333,7 +333,7 @@ def _usable_short(name: object) -> bool:
 def _leaf_table(k: pd.DataFrame, rows: np.ndarray, codes: np.ndarray, n: int) -> pd.DataFrame:
     """Per leaf: calls, kernel time, the time whose work is known, FLOPs and bytes of that work,
     and the first precision met (``codes``: each of the kernels ``rows``' leaf)."""
-    dur = k["duration_ns"].to_numpy("float64")[rows]
+    dur = k["duration_ns"].to_numpy("float64", na_value=np.nan)[rows]
     flops = pd.to_numeric(k["flops"], errors="coerce").to_numpy("float64", na_value=np.nan)[rows]
     nbytes = pd.to_numeric(k["dram_bytes"], errors="coerce").to_numpy("float64", na_value=np.nan)[rows]
     known = ~np.isnan(flops) & ~np.isnan(nbytes)

@@ -38,7 +38,7 @@ def _dominant(kernels: pd.DataFrame, key_codes: np.ndarray, col: str) -> pd.Seri
     width = len(col_uniques)
     pair = key_codes[valid].astype(np.int64) * width + col_codes[valid]
     inverse, pairs = pd.factorize(pair)  # hashed, not sorted; pairs in order of first appearance
-    time_ns = np.bincount(inverse, weights=kernels["duration_ns"].to_numpy(np.float64)[valid])
+    time_ns = np.bincount(inverse, weights=kernels["duration_ns"].to_numpy(np.float64, na_value=np.nan)[valid])
     keys, cols = pairs // width, pairs % width
     order = np.lexsort((np.arange(len(pairs)), -time_ns, keys))  # per key: most time, then first seen
     best = order[np.r_[True, keys[order][1:] != keys[order][:-1]]]
@@ -53,7 +53,7 @@ def _phases_spanned(kernels: pd.DataFrame, key_codes: np.ndarray) -> pd.Series:
         return pd.Series(dtype="object")
     width = len(phases)
     time_ns = np.bincount(key_codes[valid].astype(np.int64) * width + phase_codes[valid],
-                          weights=kernels["duration_ns"].to_numpy(np.float64)[valid])
+                          weights=kernels["duration_ns"].to_numpy(np.float64, na_value=np.nan)[valid])
     per_key = np.pad(time_ns, (0, (-len(time_ns)) % width)).reshape(-1, width)
     spans = np.flatnonzero((per_key > 0).sum(axis=1) > 1)
     names = np.asarray(phases, dtype=object)

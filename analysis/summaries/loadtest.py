@@ -96,9 +96,9 @@ def load_metrics(requests: pd.DataFrame, slo: Mapping[str, float] | None = None,
     dur = float(r["end_s"].max()) if duration_s is None and n else (duration_s if duration_s is not None else float("nan"))
     out_tokens = int(r["output_tokens"].sum()) if n else 0
     per_s = (lambda x: x / dur) if dur and dur > 0 else (lambda x: float("nan"))
-    ttft = r["ttft_s"].to_numpy(dtype=float) if n else np.zeros(0)
-    e2e = r["e2e_s"].to_numpy(dtype=float) if n else np.zeros(0)
-    outs = r["output_tokens"].to_numpy(dtype=float) if n else np.zeros(0)
+    ttft = r["ttft_s"].to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
+    e2e = r["e2e_s"].to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
+    outs = r["output_tokens"].to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
     multi = outs > 1
     tpot = np.where(multi, (e2e - ttft) / np.maximum(outs - 1, 1), np.nan)
     prompt_total, prompt_unknown = prompt_token_total(r)
@@ -113,13 +113,13 @@ def load_metrics(requests: pd.DataFrame, slo: Mapping[str, float] | None = None,
         payload["failed_requests"] = int(sum(failures.values()))
         payload["failures"] = failures
     if "scheduled_s" in r.columns:
-        sched = r["scheduled_s"].to_numpy(dtype=float) if n else np.zeros(0)
-        first = r["first_token_s"].to_numpy(dtype=float) if n else np.zeros(0)
-        end = r["end_s"].to_numpy(dtype=float) if n else np.zeros(0)
+        sched = r["scheduled_s"].to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
+        first = r["first_token_s"].to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
+        end = r["end_s"].to_numpy(dtype=float, na_value=np.nan) if n else np.zeros(0)
         payload["scheduled_ttft_s"] = stats(first - sched)
         payload["scheduled_e2e_s"] = stats(end - sched)
-        payload["dispatch_delay_s"] = stats(sent["arrival_s"].to_numpy(dtype=float)
-                                            - sent["scheduled_s"].to_numpy(dtype=float))
+        payload["dispatch_delay_s"] = stats(sent["arrival_s"].to_numpy(dtype=float, na_value=np.nan)
+                                            - sent["scheduled_s"].to_numpy(dtype=float, na_value=np.nan))
     if slo:
         good = np.ones(n, dtype=bool)
         values = {"ttft_s": ttft, "tpot_s": np.where(multi, tpot, 0.0), "e2e_s": e2e}
@@ -162,7 +162,7 @@ def rate_summary(report: Report) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     if len(df):
-        k = knee(df["rate_per_s"].to_numpy(dtype=float), df["e2e_p99_s"].to_numpy(dtype=float))
+        k = knee(df["rate_per_s"].to_numpy(dtype=float, na_value=np.nan), df["e2e_p99_s"].to_numpy(dtype=float, na_value=np.nan))
         df["knee"] = df["rate_per_s"] == k if k is not None else False
     return df
 

@@ -53,8 +53,8 @@ def _events(dev: pd.DataFrame) -> np.ndarray:
 def _free_events(dev: pd.DataFrame, events: np.ndarray) -> np.ndarray:
     """Per alloc row, the event that freed it (NaN: live at the end); older reports: from free_t_ns."""
     if "free_event" in dev and (dev["free_event"].notna().any() or dev["free_t_ns"].isna().all()):
-        return dev["free_event"].to_numpy("float64")
-    free_t = dev["free_t_ns"].to_numpy("float64")
+        return dev["free_event"].to_numpy("float64", na_value=np.nan)
+    free_t = dev["free_t_ns"].to_numpy("float64", na_value=np.nan)
     t = dev["t_ns"].to_numpy("int64")
     out = np.full(len(dev), np.nan)
     ok = ~np.isnan(free_t)
@@ -110,11 +110,11 @@ def instant(report: Report, device: str, *, event: int | None = None, t_ns: floa
     key, value = ("step", step) if step is not None else ("phase", phase)
     if value is None or key not in dev:
         raise UsageError("an instant is an event, a time, a step or a phase")
-    sel = dev[key].astype("object").to_numpy() == (float(value) if key == "step" else value)
+    sel = (dev[key] == value).fillna(False).to_numpy(bool)  # a row outside every step (missing) is not in it
     if not sel.any():
         have = sorted({str(v) for v in dev[key].dropna().unique()})[:12] or ["none"]
         raise UsageError(f"{device}: no memory events in {key} {value!r}", hint=f"{key}s with events: {', '.join(have)}")
-    alloc = dev["allocated_bytes"].to_numpy("float64")
+    alloc = dev["allocated_bytes"].to_numpy("float64", na_value=np.nan)
     rows = np.flatnonzero(sel)
     return int(ev[rows[int(np.nanargmax(alloc[rows]))]])
 
@@ -178,19 +178,19 @@ def live_at(report: Report, device: str, event: int) -> pd.DataFrame:
         return pd.DataFrame(columns=["size_bytes", "category", "category_rule", "op", "module", "source", "stack",
                                      "alloc_event", "alloc_t_ns", "free_event", "free_t_ns", "addr", "preexisting"])
     live, events = _live_mask(dev, event)
-    live &= ~np.isnan(dev["addr"].to_numpy("float64"))
+    live &= ~np.isnan(dev["addr"].to_numpy("float64", na_value=np.nan))
     rows = dev[live]
     free_ev = _free_events(dev, events)[live]
     out = pd.DataFrame({
-        "size_bytes": rows["size_bytes"].to_numpy("float64"),
+        "size_bytes": rows["size_bytes"].to_numpy("float64", na_value=np.nan),
         "category": rows["category"].to_numpy(dtype=object),
         "category_rule": rows["category_rule"].to_numpy(dtype=object),
         "op": rows["op"].to_numpy(dtype=object), "module": rows["module"].to_numpy(dtype=object),
         "source": rows["source"].to_numpy(dtype=object),
         "stack": rows["stack"].to_numpy(dtype=object) if "stack" in rows else np.full(len(rows), None, dtype=object),
         "alloc_event": events[live], "alloc_t_ns": rows["t_ns"].to_numpy("int64"),
-        "free_event": free_ev, "free_t_ns": rows["free_t_ns"].to_numpy("float64"),
-        "addr": rows["addr"].to_numpy("float64"), "preexisting": rows["preexisting"].fillna(False).to_numpy(bool),
+        "free_event": free_ev, "free_t_ns": rows["free_t_ns"].to_numpy("float64", na_value=np.nan),
+        "addr": rows["addr"].to_numpy("float64", na_value=np.nan), "preexisting": rows["preexisting"].fillna(False).to_numpy(bool),
     })
     return out.sort_values("size_bytes", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -202,7 +202,7 @@ def by_category(report: Report, device: str, event: int) -> dict[str, float]:
     if not len(dev):
         return {}
     upto = _events(dev) <= event
-    delta = dev["delta_bytes"].to_numpy("float64")[upto]
+    delta = dev["delta_bytes"].to_numpy("float64", na_value=np.nan)[upto]
     cats = dev["category"].astype("object").to_numpy()[upto]
     moves = delta != 0
     sums = pd.Series(delta[moves]).groupby(pd.Series(cats[moves]).fillna("unknown").to_numpy()).sum()
@@ -217,8 +217,8 @@ def _segments_at(dev: pd.DataFrame, events: np.ndarray, event: int) -> dict[floa
     if not ((action == "segment_alloc") & (events < 0)).any() and not seg.any():
         return None
     have: dict[float, float] = {}
-    for a, kind, s in zip(dev["addr"].to_numpy("float64")[seg].tolist(), action[seg].tolist(),
-                          dev["size_bytes"].to_numpy("float64")[seg].tolist()):
+    for a, kind, s in zip(dev["addr"].to_numpy("float64", na_value=np.nan)[seg].tolist(), action[seg].tolist(),
+                          dev["size_bytes"].to_numpy("float64", na_value=np.nan)[seg].tolist()):
         if kind == "segment_alloc":
             have[a] = s
         else:
@@ -247,9 +247,9 @@ def breakdown(report: Report, device: str, event: int, *, top: int = TOP_TENSORS
     if segs and math.isfinite(reserved) and abs(sum(segs.values()) - reserved) <= 0.01 * max(reserved, 1.0):
         starts = np.array(sorted(segs), dtype="float64")
         sizes = np.array([segs[a] for a in starts.tolist()], dtype="float64")
-        k = np.searchsorted(starts, live["addr"].to_numpy("float64"), side="right") - 1
-        inside = (k >= 0) & (live["addr"].to_numpy("float64") < starts[np.maximum(k, 0)] + sizes[np.maximum(k, 0)])
-        used = np.bincount(k[inside], weights=live["size_bytes"].to_numpy("float64")[inside], minlength=len(starts))
+        k = np.searchsorted(starts, live["addr"].to_numpy("float64", na_value=np.nan), side="right") - 1
+        inside = (k >= 0) & (live["addr"].to_numpy("float64", na_value=np.nan) < starts[np.maximum(k, 0)] + sizes[np.maximum(k, 0)])
+        used = np.bincount(k[inside], weights=live["size_bytes"].to_numpy("float64", na_value=np.nan)[inside], minlength=len(starts))
         holding = used > 0
         fragmentation = float(np.sum(sizes[holding] - used[holding]))
     t = int(row["t_ns"]) if row is not None else None

@@ -29,12 +29,12 @@ def ttft_steps(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     dec = np.full(n, np.nan)
     busy = np.full(n, np.nan)
     if len(steps) and {"start_s", "end_s", "phase"} <= set(steps.columns) and steps["start_s"].notna().any():
-        s0 = steps["start_s"].to_numpy(dtype=float)
-        s1 = steps["end_s"].to_numpy(dtype=float)
+        s0 = steps["start_s"].to_numpy(dtype=float, na_value=np.nan)
+        s1 = steps["end_s"].to_numpy(dtype=float, na_value=np.nan)
         phase = steps["phase"].astype(str).to_numpy()
         runs = steps["run"].astype(str).to_numpy() if "run" in steps.columns else None
-        arrival = out["arrival_s"].to_numpy(dtype=float)
-        first = out["first_token_s"].to_numpy(dtype=float)
+        arrival = out["arrival_s"].to_numpy(dtype=float, na_value=np.nan)
+        first = out["first_token_s"].to_numpy(dtype=float, na_value=np.nan)
         req_runs = out["run"].astype(str).to_numpy() if "run" in out.columns else None
         for i in range(n):
             if not (np.isfinite(arrival[i]) and np.isfinite(first[i])):
@@ -57,7 +57,7 @@ REQUEST_TIMES = ("scheduled", "arrival", "admitted", "first_token", "end")
 
 def _ns(seconds: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Seconds as int64 ns (rounded) and a mask of the known ones."""
-    s = pd.to_numeric(seconds, errors="coerce").to_numpy(dtype=float)
+    s = pd.to_numeric(seconds, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     ok = np.isfinite(s)
     return np.where(ok, np.rint(np.where(ok, s, 0.0) * 1e9), 0).astype(np.int64), ok
 

@@ -228,7 +228,7 @@ def _model_flops(steps: pd.DataFrame) -> float:
 
 def flops_coverage(k: pd.DataFrame) -> float:
     """Share of the kernel time of ``k`` spent in kernels whose FLOPs are known (NaN without time)."""
-    dur = k["duration_ns"].to_numpy("float64")
+    dur = k["duration_ns"].to_numpy("float64", na_value=np.nan)
     total = float(np.nansum(dur))
     if not total > 0:
         return float("nan")

@@ -128,11 +128,11 @@ class RunSplit:
         if metric == "itl":
             rows = self.gaps
             cols = [f"{p}_s" for p in PARTS]
-            return rows["itl_s"].to_numpy(float), rows[cols].to_numpy(float) if len(rows) else np.zeros((0, len(PARTS))), rows
+            return rows["itl_s"].to_numpy(float, na_value=np.nan), rows[cols].to_numpy(float, na_value=np.nan) if len(rows) else np.zeros((0, len(PARTS))), rows
         rows = self.requests[self.requests[f"{metric}_s"].notna()] if len(self.requests) else self.requests
         cols = [f"{metric}_{p}_s" for p in PARTS]
-        return (rows[f"{metric}_s"].to_numpy(float),
-                rows[cols].to_numpy(float) if len(rows) else np.zeros((0, len(PARTS))), rows)
+        return (rows[f"{metric}_s"].to_numpy(float, na_value=np.nan),
+                rows[cols].to_numpy(float, na_value=np.nan) if len(rows) else np.zeros((0, len(PARTS))), rows)
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -204,20 +204,20 @@ def _decode_estimate(steps: pd.DataFrame) -> np.ndarray:
     """Per step, the time of its decode part: the whole step for a decode step, 0 for a prefill step,
     and for a mixed step the median pure decode step at its batch (linear between batches with
     data), else its decode tokens' share of its time."""
-    dur = (steps["end_s"].to_numpy(float) - steps["start_s"].to_numpy(float)).clip(0)
+    dur = (steps["end_s"].to_numpy(float, na_value=np.nan) - steps["start_s"].to_numpy(float, na_value=np.nan)).clip(0)
     phase = steps["phase"].astype(object).to_numpy()
     out = np.where(np.isin(phase, _DECODE_PHASES), dur, 0.0)
     mixed = np.isin(phase, _MIXED_PHASES)
     if not mixed.any():
         return out
-    seqs = pd.to_numeric(steps.get("decode_seqs", pd.Series(np.nan, index=steps.index)), errors="coerce").to_numpy(float)
-    toks = pd.to_numeric(steps.get("tokens", pd.Series(np.nan, index=steps.index)), errors="coerce").to_numpy(float)
+    seqs = pd.to_numeric(steps.get("decode_seqs", pd.Series(np.nan, index=steps.index)), errors="coerce").to_numpy(float, na_value=np.nan)
+    toks = pd.to_numeric(steps.get("tokens", pd.Series(np.nan, index=steps.index)), errors="coerce").to_numpy(float, na_value=np.nan)
     pure = np.isin(phase, _DECODE_PHASES) & np.isfinite(seqs)
     if "outlier" in steps.columns:  # a stalled or cold decode step is not the decode time at its batch
         pure &= steps["outlier"].isna().to_numpy()
     if pure.any():
         by = pd.Series(dur[pure]).groupby(seqs[pure]).median().sort_index()
-        est = np.interp(np.nan_to_num(seqs[mixed]), by.index.to_numpy(float), by.to_numpy(float))
+        est = np.interp(np.nan_to_num(seqs[mixed]), by.index.to_numpy(float, na_value=np.nan), by.to_numpy(float, na_value=np.nan))
     else:
         est = dur[mixed] * np.where(toks[mixed] > 0, np.nan_to_num(seqs[mixed]) / toks[mixed], 0.5)
     out[mixed] = np.minimum(est, dur[mixed])
@@ -237,8 +237,8 @@ def _host_stall_share(report: Report, steps: pd.DataFrame) -> np.ndarray:
 
     win = steps[["start_ns", "end_ns"]].astype("int64").reset_index(drop=True)
     launch = launch_times_ns(report.kernels, report.api)
-    gaps = host_gaps(win, step_of(launch, win), launch)["gap_ns"].to_numpy(float)
-    dur = (win["end_ns"] - win["start_ns"]).to_numpy(float)
+    gaps = host_gaps(win, step_of(launch, win), launch)["gap_ns"].to_numpy(float, na_value=np.nan)
+    dur = (win["end_ns"] - win["start_ns"]).to_numpy(float, na_value=np.nan)
     return np.where(flagged & (dur > 0), np.clip(gaps / np.where(dur > 0, dur, 1.0), 0.0, 1.0), 0.0)
 
 
@@ -267,7 +267,7 @@ class _Steps:
     @classmethod
     def of(cls, report: Report, steps: pd.DataFrame) -> _Steps:
         def num(col: str) -> np.ndarray:
-            return pd.to_numeric(steps[col], errors="coerce").to_numpy(float) if col in steps.columns \
+            return pd.to_numeric(steps[col], errors="coerce").to_numpy(float, na_value=np.nan) if col in steps.columns \
                 else np.full(len(steps), np.nan)
         # on the requests' grid: token times are stored to the ns, so a token made at a step's end meets it exactly
         s0, s1 = np.round(num("start_s"), 9), np.round(num("end_s"), 9)
@@ -523,9 +523,9 @@ def _gauge_queue(req: pd.DataFrame, gauges: pd.DataFrame) -> dict[int, tuple[lis
     w = gauges[gauges["metric"].astype(object) == "requests_waiting"][["t_s", "value"]].dropna().sort_values("t_s")
     if not len(w) or not len(req):
         return {}
-    wt, wv = w["t_s"].to_numpy(float), w["value"].to_numpy(float)
-    sent = req["arrival_s"].to_numpy(float)
-    first = req["first_token_s"].to_numpy(float) if "first_token_s" in req.columns else np.full(len(req), np.nan)
+    wt, wv = w["t_s"].to_numpy(float, na_value=np.nan), w["value"].to_numpy(float, na_value=np.nan)
+    sent = req["arrival_s"].to_numpy(float, na_value=np.nan)
+    first = req["first_token_s"].to_numpy(float, na_value=np.nan) if "first_token_s" in req.columns else np.full(len(req), np.nan)
     ids = req["request_id"].astype("int64").to_numpy()
     out: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
     for i in range(len(req)):
@@ -699,7 +699,7 @@ def step_families(report: Report, split: RunSplit) -> pd.DataFrame:
         cat = (k["category"].astype(object).fillna("other").to_numpy() if "category" in k.columns
                else np.full(len(k), "other", dtype=object))[hit]
         pos = win["pos"].to_numpy()[at[hit]]
-        frame = pd.DataFrame({"pos": pos, "category": cat, "ns": k["duration_ns"].to_numpy(float)[hit]})
+        frame = pd.DataFrame({"pos": pos, "category": cat, "ns": k["duration_ns"].to_numpy(float, na_value=np.nan)[hit]})
         return frame.pivot_table(index="pos", columns="category", values="ns", aggfunc="sum", fill_value=0.0)
     return memo(report, f"tails:families:{split.run}", build)
 

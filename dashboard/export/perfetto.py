@@ -8,7 +8,10 @@ NVML samples as counter tracks (one per device and metric); a load test's reques
 ``requests`` group, each with its TTFT (queued, prefill) and decode parts, on the kernels' clock
 (:func:`perfscope.analysis.summaries.server_timeline.request_times_ns`), and a flow (an arrow) from each
 request to every step it ran in where the scheduler logged it (``request_steps``: the engine's load
-test, ``perfscope serve`` under ``--profile``; a vLLM or SGLang step names no request, so none there). Each kernel slice's args carry its
+test, ``perfscope serve`` under ``--profile``; a vLLM or SGLang step names no request, so none there). A
+multi-rank report (``perfscope import --ranks``) gets one track group per rank, ``rank N (device)``,
+holding that rank's streams, host threads, steps, idle causes and counters, each on the rank's own
+clock. Each kernel slice's args carry its
 phase, step, module path (:mod:`perfscope.analysis.summaries.hierarchy`), op, FLOPs, DRAM bytes, FLOP/B,
 bound and % of roof; a value that was not measured is left out, never written as 0.
 
@@ -97,10 +100,25 @@ def _num(df: pd.DataFrame, col: str) -> np.ndarray:
     return pd.to_numeric(df[col], errors="coerce").to_numpy("float64", na_value=np.nan)
 
 
-def _tracks(group: str, keys: list[np.ndarray], label: Callable[..., str]) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    """Track index per row from the key columns ``keys`` (factorized together) and each track's name."""
-    codes, distinct = pd.MultiIndex.from_arrays(keys).factorize()
-    return codes.astype("int64"), [(group, label(*d)) for d in distinct]
+def _tracks(group: str, keys: list[np.ndarray], label: Callable[..., str],
+            rank: np.ndarray | None = None) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Track index per row from the key columns ``keys`` (factorized together) and each track's name.
+
+    With ``rank`` (a multi-rank report), every rank's tracks go under one group of their own,
+    ``rank N``: one track group per rank."""
+    if rank is None:
+        codes, distinct = pd.MultiIndex.from_arrays(keys).factorize()
+        return codes.astype("int64"), [(group, label(*d)) for d in distinct]
+    codes, distinct = pd.MultiIndex.from_arrays([rank, *keys]).factorize()
+    return codes.astype("int64"), [(f"rank {_int_text(d[0])}", label(*d[1:])) for d in distinct]
+
+
+def _rank_of(df: pd.DataFrame) -> np.ndarray | None:
+    """The ``rank`` column of a multi-rank report's table (None for one rank)."""
+    if "rank" not in df.columns or not len(df):
+        return None
+    r = _num(df, "rank")
+    return None if np.isnan(r).all() else r
 
 
 def _int_text(x: Any) -> str:
@@ -114,7 +132,7 @@ def _kernel_slices(report: Report | LeanReport) -> _Slices:
     cpu = k["device"].astype("object").fillna("").astype(str).str.startswith("cpu").to_numpy()
     lane = np.where(cpu, _num(k, "thread"), _num(k, "stream"))
     track, names = _tracks("kernels", [k["device"].astype("object").fillna("?").to_numpy(object), cpu, lane],
-                           lambda d, c, x: f"{d} {'thread' if c else 'stream'} {_int_text(x)}")
+                           lambda d, c, x: f"{d} {'thread' if c else 'stream'} {_int_text(x)}", _rank_of(k))
     name_codes, distinct = _codes(k["name"])
     paths, _, _ = kernel_paths(report)  # type: ignore[arg-type]  # a LeanReport has the tables it reads
     pcodes, pdistinct = pd.factorize(pd.Series(paths, dtype=object))
@@ -139,7 +157,8 @@ def _range_slices(report: Report | LeanReport) -> _Slices | None:
         return None
     source = r["source"].astype("object").fillna("ranges") if "source" in r else pd.Series("ranges", index=r.index)
     track, names = _tracks("host", [source.to_numpy(object), _num(r, "thread")],
-                           lambda s, t: f"{'nn.Module calls' if s == 'module' else f'{s} ranges'} (thread {_int_text(t)})")
+                           lambda s, t: f"{'nn.Module calls' if s == 'module' else f'{s} ranges'} (thread {_int_text(t)})",
+                           _rank_of(r))
     codes, distinct = _codes(r["name"])
     s = _Slices("range", r["start_ns"].to_numpy("int64"), r["end_ns"].to_numpy("int64"), track, names, codes, distinct)
     if "path" in r:
@@ -151,7 +170,7 @@ def _api_slices(report: Report | LeanReport) -> _Slices | None:
     a = report.api
     if not len(a):
         return None
-    track, names = _tracks("host", [_num(a, "thread")], lambda t: f"launch calls (thread {_int_text(t)})")
+    track, names = _tracks("host", [_num(a, "thread")], lambda t: f"launch calls (thread {_int_text(t)})", _rank_of(a))
     codes, distinct = _codes(a["name"])
     s = _Slices("api", a["start_ns"].to_numpy("int64"), a["end_ns"].to_numpy("int64"), track, names, codes, distinct)
     if "correlation" in a:
@@ -163,12 +182,20 @@ def _step_slices(report: Report | LeanReport) -> list[_Slices]:
     st = report.steps
     if not len(st):
         return []
+    rank = _rank_of(st)
+    if rank is not None:  # a multi-rank report: each rank's steps and phases in its own group
+        return [s for r in np.unique(rank[~np.isnan(rank)]).tolist()
+                for s in _steps_of(st[rank == r], f"rank {int(r)}")]
+    return _steps_of(st, "engine")
+
+
+def _steps_of(st: pd.DataFrame, group: str) -> list[_Slices]:
     st = st.sort_values("start_ns", kind="stable")
     phase = st["phase"].astype("object").fillna("?").astype(str)
     label = phase + " step " + st["step"].astype("object").astype(str) + " bs=" + st["batch"].astype("object").astype(str)
     codes, distinct = _codes(label)
     steps = _Slices("step", st["start_ns"].to_numpy("int64"), st["end_ns"].to_numpy("int64"),
-                    np.zeros(len(st), dtype="int64"), [("engine", "steps")], codes, distinct)
+                    np.zeros(len(st), dtype="int64"), [(group, "steps")], codes, distinct)
     steps.args["tokens"] = ("int", _num(st, "tokens"), None)
     steps.args["context_len"] = ("int", _num(st, "context_len"), None)
     run = st["run"].astype(object).where(st["run"].notna(), "") if "run" in st else pd.Series("", index=st.index)
@@ -178,7 +205,7 @@ def _step_slices(report: Report | LeanReport) -> list[_Slices]:
     last = np.r_[first[1:] - 1, len(st) - 1]
     pcodes, pdistinct = _codes(phase.iloc[first].reset_index(drop=True))
     phases = _Slices("phase", st["start_ns"].to_numpy("int64")[first], st["end_ns"].to_numpy("int64")[last],
-                     np.zeros(len(first), dtype="int64"), [("engine", "phases")], pcodes, pdistinct)
+                     np.zeros(len(first), dtype="int64"), [(group, "phases")], pcodes, pdistinct)
     phases.args["steps"] = ("int", (last - first + 1).astype("float64"), None)
     return [phases, steps]
 
@@ -192,6 +219,9 @@ def _per_device_series(table: pd.DataFrame, columns: Sequence[str], default_devi
         return out
     dev = (table["device"].astype("object").fillna(default_device).astype(str) if "device" in table
            else pd.Series(default_device, index=table.index))
+    rank = _rank_of(table)
+    if rank is not None:  # a multi-rank report: rank N's devices
+        dev = pd.Series([f"rank {_int_text(r)} {d}" for r, d in zip(rank.tolist(), dev.tolist())], index=table.index)
     t = table["t_ns"].to_numpy("int64")
     for d in sorted(dev.unique()):
         rows = (dev == d).to_numpy()
@@ -215,7 +245,7 @@ def _idle_slices(report: Report | LeanReport) -> _Slices | None:
     if idle is None or not len(idle):
         return None
     track, names = _tracks("idle", [idle["device"].astype("object").fillna("?").to_numpy(object)],
-                           lambda d: f"{d} idle causes")
+                           lambda d: f"{d} idle causes", _rank_of(idle))
     codes, distinct = _codes(idle["cause"])
     s = _Slices("idle", idle["start_ns"].to_numpy("int64"), idle["end_ns"].to_numpy("int64"), track, names,
                 codes, distinct)
@@ -280,8 +310,8 @@ def _finding_slices(findings: Sequence[Finding]) -> _Slices | None:
     out = _Slices("finding", df["start"].to_numpy("int64"), df["end"].to_numpy("int64"), track, names, codes, distinct)
     out.args["item"] = ("str", *_codes(df["kind"]))
     out.args["cause"] = ("str", *_codes(df["cause"]))
-    out.args["time_ms"] = ("double", df["time_ns"].to_numpy("float64") / 1e6, None)
-    out.args["share_of_stake_pct"] = ("double", df["share_pct"].to_numpy("float64"), None)
+    out.args["time_ms"] = ("double", df["time_ns"].to_numpy("float64", na_value=np.nan) / 1e6, None)
+    out.args["share_of_stake_pct"] = ("double", df["share_pct"].to_numpy("float64", na_value=np.nan), None)
     return out
 
 
@@ -446,6 +476,11 @@ def request_flows(report: Report | LeanReport, tree: _Tree | None, steps: _Slice
     return made
 
 
+def _group_title(name: str, device: str | None) -> str:
+    """A track group's title: the kernels' and each rank's name their device."""
+    return f"{name} ({device})" if device and (name == "kernels" or name.startswith("rank ")) else name
+
+
 # ---------------------------------------------------------------- Perfetto protobuf
 class _ProtoWriter:
     def __init__(self, out: IO[bytes], report: Report | LeanReport) -> None:
@@ -467,7 +502,7 @@ class _ProtoWriter:
     def group(self, name: str) -> int:
         if name not in self.group_uuids:
             u = self.group_uuids[name] = self._uuid()
-            title = f"{name} ({self.device})" if name == "kernels" and self.device else name
+            title = _group_title(name, self.device)
             self.write(pb.f_varint(10, SEQ) + pb.track_descriptor(u, title))
         return self.group_uuids[name]
 
@@ -607,7 +642,7 @@ class _ChromeWriter:
         if (group, name) not in self.tids:
             if group not in self.pids:
                 pid = self.pids[group] = len(self.pids) + 1
-                title = f"{group} ({self.device})" if group == "kernels" and self.device else group
+                title = _group_title(group, self.device)
                 self.emit([{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": title}}])
             pid = self.pids[group]
             tid = len([k for k in self.tids if k[0] == group]) + 1
@@ -693,14 +728,15 @@ class LeanReport:
 LEAN_COLUMNS = {
     "kernels": ("name", "device", "stream", "thread", "start_ns", "end_ns", "duration_ns", "correlation", "op",
                 "range", "phase", "step", "precision", "bound", "flops", "dram_bytes", "arith_intensity",
-                "pct_of_roof", "limiter", "limiter_pct"),
-    "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source"),
-    "api": ("name", "start_ns", "end_ns", "thread", "correlation"),
-    "idle": ("device", "start_ns", "end_ns", "cause", "host_kind", "range", "api", "op", "function", "wait", "bytes"),
+                "pct_of_roof", "limiter", "limiter_pct", "rank"),
+    "ranges": ("id", "name", "start_ns", "end_ns", "depth", "parent", "path", "thread", "source", "rank"),
+    "api": ("name", "start_ns", "end_ns", "thread", "correlation", "rank"),
+    "idle": ("device", "start_ns", "end_ns", "cause", "host_kind", "range", "api", "op", "function", "wait", "bytes",
+             "rank"),
     "steps": ("step", "phase", "batch", "tokens", "context_len", "start_ns", "end_ns", "label", "start_s", "end_s", "run",
-              "generate_call"),
-    "counters": ("t_ns", "device", *COUNTER_METRICS),
-    "memory": ("t_ns", "device", "allocated_bytes", "reserved_bytes", "delta_bytes", "category"),
+              "generate_call", "rank"),
+    "counters": ("t_ns", "device", *COUNTER_METRICS, "rank"),
+    "memory": ("t_ns", "device", "allocated_bytes", "reserved_bytes", "delta_bytes", "category", "rank"),
     "request_steps": ("request_id", "step", "role", "run"),
     "requests": ("request_id", "run", "generate_call", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
                  "scheduled_s", "arrival_s", "admitted_s", "first_token_s", "end_s", "dispatch_delay_s", "status",

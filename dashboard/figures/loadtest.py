@@ -55,7 +55,7 @@ def latency_cdf(report: Report) -> go.Figure:
     for i, run in enumerate(runs(report)):
         req = run_tables(report, run["run"], "requests")
         for col, (key, _) in enumerate(panels, start=1):
-            values = itl_values(req) if key == "itl_s" else req[key].to_numpy(dtype=float)
+            values = itl_values(req) if key == "itl_s" else req[key].to_numpy(dtype=float, na_value=np.nan)
             x, y = _ecdf(np.asarray(values, dtype=float))
             fig.add_trace(go.Scatter(x=x * 1e3, y=y, mode="lines", line={"shape": "hv", "color": _color(i)},
                                      name=esc(run["run"]), legendgroup=esc(run["run"]), showlegend=col == 1,
@@ -81,7 +81,7 @@ def load_over_time(report: Report) -> go.Figure:
         s = run_tables(report, run["run"], "steps").sort_values("start_s")
         for r, (col, title) in enumerate(rows, start=1):
             sub = s[s["phase"] == "decode"] if col == "decode_seqs" else s
-            y = sub[col].to_numpy(dtype=float) / (2 ** 20 if col.endswith("_bytes") else 1)
+            y = sub[col].to_numpy(dtype=float, na_value=np.nan) / (2 ** 20 if col.endswith("_bytes") else 1)
             fig.add_trace(go.Scatter(x=sub["start_s"], y=y, mode="lines", line={"shape": "hv", "color": _color(i)},
                                      name=esc(run["run"]), legendgroup=esc(run["run"]), showlegend=r == 1,
                                      hovertemplate="t=%{x:.3f} s: %{y}<extra>" + esc(title) + "</extra>"),
@@ -117,11 +117,13 @@ def decode_roofline(report: Report) -> go.Figure:
     dev = report.device
     prec = DTYPE_PRECISION.get(str(report.params.get("dtype")), "fp32")
     ridges = rd.ridge_points(dev, [prec] if dev else [])
-    xs = g["arith_intensity"].to_numpy(dtype=float)
+    xs = g["arith_intensity"].to_numpy(dtype=float, na_value=np.nan)
     lo = min([*xs, *(r[1] for r in ridges)]) / 4
     hi = max([*xs, *(r[1] for r in ridges)]) * 4
     fig = go.Figure(_roof_traces(rd.roof_lines(dev, [prec], lo, hi), ridges) if dev else [])
-    sizes = 8 + 22 * np.sqrt(g["duration_ns"] / g["duration_ns"].max())
+    dur = g["duration_ns"].to_numpy(dtype=float, na_value=np.nan)
+    top = np.nanmax(dur) if np.isfinite(dur).any() else 1.0
+    sizes = 8 + 22 * np.sqrt(np.nan_to_num(dur, nan=0.0) / max(top, 1.0))  # an unmeasured step: the smallest mark
     fig.add_trace(go.Scatter(
         x=g["arith_intensity"], y=g["achieved_flops_per_s"], mode="markers+text", name="decode steps by batch size",
         text=[f"b{int(b)}" for b in g["batch"]], textposition="top center", marker={"size": sizes, "color": "#d62728"},

@@ -70,12 +70,12 @@ def memory_timeline(report: Report) -> go.Figure:
         dev = mem[mem["device"] == device].reset_index(drop=True)
         alloc = dev["allocated_bytes"].astype("float64").to_numpy()
         pos = _thin(len(dev), alloc)
-        events = dev["event"].to_numpy("float64") if "event" in dev else np.arange(len(dev), dtype="float64")
+        events = dev["event"].to_numpy("float64", na_value=np.nan) if "event" in dev else np.arange(len(dev), dtype="float64")
         x = events[pos] + 1 if by_event else (dev["t_ns"].to_numpy("int64")[pos] - origin) / 1e6
         levels = category_levels(dev)
         by_cat = [" ".join(f"{c} {nbytes(v[i])}" for c, v in levels.items() if v[i] > 0) for i in pos]
         hover = [f"{esc(str(a))} {nbytes(s)} {esc(str(c))} {esc(str(o)) if isinstance(o, str) else ''}"
-                 for a, s, c, o in zip(dev["action"].to_numpy()[pos], dev["size_bytes"].to_numpy()[pos],
+                 for a, s, c, o in zip(dev["action"].to_numpy()[pos], dev["size_bytes"].to_numpy("float64", na_value=np.nan)[pos],
                                        dev["category"].to_numpy()[pos], dev["op"].to_numpy()[pos])]
         text = [f"{h}<br>live: {esc(b)}" for h, b in zip(hover, by_cat)]
         custom = np.stack([np.full(len(pos), device, dtype=object), events[pos].astype("int64")], axis=1)

@@ -40,7 +40,7 @@ def phase_breakdown(report: Report) -> go.Figure:
     c_labels = [str(c) for c in cats] + ["other"]
     cell = np.where(p_codes < 0, len(phases), p_codes) * len(c_labels) + np.where(c_codes < 0, len(cats), c_codes)
     shape = (len(p_labels), len(c_labels))
-    ms = np.bincount(cell, weights=k["duration_ns"].to_numpy(np.float64) / 1e6, minlength=shape[0] * shape[1])
+    ms = np.bincount(cell, weights=k["duration_ns"].to_numpy(np.float64, na_value=np.nan) / 1e6, minlength=shape[0] * shape[1])
     seen = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
     table = pd.DataFrame(ms.reshape(shape), index=p_labels, columns=c_labels)
     table = table.loc[seen.any(axis=1), seen.any(axis=0)]

@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from perfscope.analysis.ranks.partial_read import STEP_METRICS, rank_steps
 from perfscope.analysis.ranks.stats import RankTables, category_matrix, format_ranks, stragglers
 from perfscope.analysis.ranks.stats import kernel_spread as spread_table
+from perfscope.analysis.ranks.straggler import Stragglers, empty_stragglers
 
 from ..text import duration, esc, pct
 from .messages import message_figure
@@ -53,7 +55,7 @@ def category_heatmap(t: RankTables) -> go.Figure:
         customdata=hover, colorscale="Blues", colorbar={"title": "% of rank"},
         hovertemplate="%{y}, %{x}: %{customdata} (%{z:.1f}% of the rank's kernel time)<extra></extra>"))
     fig.update_layout(template="plotly_white", title="Kernel time by category per rank",
-                      height=max(260, 24 * len(wide) + 120), yaxis={"autorange": "reversed"},
+                      height=min(900, max(260, 24 * len(wide) + 120)), yaxis={"autorange": "reversed"},
                       meta={"kind": "rank_categories"})
     return fig
 
@@ -143,10 +145,37 @@ def kernel_spread(t: RankTables, top: int = 15) -> go.Figure:
     return fig
 
 
-def rank_figures(t: RankTables) -> dict[str, go.Figure]:
+def step_heatmap(t: RankTables, s: Stragglers | None = None, metric: str = "caused") -> go.Figure:
+    """Rank x step heat map of one of :data:`STEP_METRICS` (default: the wait each rank causes the
+    other ranks of its group, so the rank they wait for stands out); x is the step number, y the
+    rank (a click gives both: the dashboard then draws that rank's step)."""
+    label, column = STEP_METRICS.get(metric, STEP_METRICS["caused"])
+    steps = rank_steps(t, s if s is not None else empty_stragglers())
+    if not len(steps) or column not in steps or steps[column].isna().all():
+        why = "no steps in these ranks" if not len(steps) else f"no {label} in these ranks (no collective matched)"
+        return message_figure(why, "rank_step_heatmap")
+    wide = steps.pivot_table(index="rank", columns="step", values=column, aggfunc="sum")
+    ranks, step_numbers = wide.index.astype("int64").tolist(), wide.columns.astype("int64").tolist()
+    ms = wide.to_numpy(np.float64, na_value=np.nan) / 1e6
+    flagged = [] if s is None or not len(s.ranks) else [int(r) for r in s.flagged["rank"]]
+    fig = go.Figure(go.Heatmap(
+        z=ms, x=step_numbers, y=ranks, colorscale="Reds" if metric == "caused" else "Blues",
+        colorbar={"title": "ms"},
+        hovertemplate=f"rank %{{y}}, step %{{x}}: {esc(label)} %{{z:.3f}} ms<extra></extra>"))
+    title = f"Per rank and step: {label}"
+    if flagged:
+        title += f" (straggler{'s' if len(flagged) > 1 else ''}: rank {format_ranks(flagged)})"
+    fig.update_layout(template="plotly_white", title=esc(title), xaxis_title="step", yaxis_title="rank",
+                      height=min(900, max(300, 14 * len(ranks) + 160)),
+                      yaxis={"autorange": "reversed", "type": "linear"}, xaxis={"type": "linear"},
+                      meta={"kind": "rank_step_heatmap", "metric": metric, "stragglers": flagged})
+    return fig
+
+
+def rank_figures(t: RankTables, s: Stragglers | None = None) -> dict[str, go.Figure]:
     """Every rank-view figure, by name, in the order a page shows them."""
-    return {"steps": step_times(t), "overlap": overlap(t), "categories": category_heatmap(t),
-            "kernels": kernel_spread(t)}
+    return {"waits": step_heatmap(t, s), "steps": step_times(t), "overlap": overlap(t),
+            "categories": category_heatmap(t), "kernels": kernel_spread(t)}
 
 
 def _coverage_text(manifest: Mapping[str, Any], t: RankTables) -> str:
@@ -161,9 +190,9 @@ def _coverage_text(manifest: Mapping[str, Any], t: RankTables) -> str:
     return text
 
 
-def rank_view_html(t: RankTables, manifest: Mapping[str, Any]) -> str:
+def rank_view_html(t: RankTables, manifest: Mapping[str, Any], s: Stragglers | None = None) -> str:
     """A standalone, offline HTML page of the rank view (plotly.js inlined once)."""
-    figs = rank_figures(t)
+    figs = rank_figures(t, s)
     blocks = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
               for i, fig in enumerate(figs.values())]
     warnings = "".join(f"<li>{esc(w, 300)}</li>" for w in (manifest.get("warnings") or [])[:50])
@@ -174,8 +203,9 @@ def rank_view_html(t: RankTables, manifest: Mapping[str, Any]) -> str:
             f"<title>perfscope ranks: {esc(manifest.get('name'))}</title></head>"
             "<body style='font-family:sans-serif;margin:1.5em'>"
             f"<h1>{esc(manifest.get('name'))}: rank view</h1><p>{esc(_coverage_text(manifest, t))}. {esc(job)}</p>"
+            f"<p>{esc(s.statement() if s is not None else '')}</p>"
             + "".join(blocks) + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "") + "</body></html>")
 
 
 __all__ = ["category_heatmap", "kernel_spread", "overlap", "overlap_parts", "rank_figures", "rank_view_html",
-           "step_times"]
+           "step_heatmap", "step_times"]

@@ -77,7 +77,7 @@ ROOFLINE_HOVER = (
 
 
 def _marker_sizes(durations: pd.Series, dmax: float) -> np.ndarray:
-    return 6.0 + 28.0 * np.sqrt(durations.to_numpy(dtype="float64") / max(dmax, 1.0))
+    return 6.0 + 28.0 * np.sqrt(durations.to_numpy(dtype="float64", na_value=np.nan) / max(dmax, 1.0))
 
 
 def _point_traces(data: rd.RooflinePoints, color: str) -> list[go.Scatter | go.Scattergl]:

@@ -182,8 +182,8 @@ def _cells(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     at = report.kernels.index.get_indexer(frame["key"].to_numpy())
     codes = {col: (column_codes(report.kernels, col)[0][at], column_codes(report.kernels, col)[1])
              for col in ("name", "range", "phase", "bound", "precision", "op_shapes", "limiter", "roofline_bound")}
-    lx, ly = np.log10(frame["x"].to_numpy("float64")), np.log10(frame["y"].to_numpy("float64"))
-    order = np.argsort(-frame["duration_ns"].to_numpy("float64"), kind="stable")  # longest first
+    lx, ly = np.log10(frame["x"].to_numpy("float64", na_value=np.nan)), np.log10(frame["y"].to_numpy("float64", na_value=np.nan))
+    order = np.argsort(-frame["duration_ns"].to_numpy("float64", na_value=np.nan), kind="stable")  # longest first
     group = np.zeros(len(frame), dtype="int64")
     keys = [np.floor(lx / CELL_DECADES).astype("int64"), np.floor(ly / CELL_DECADES).astype("int64"),
             *(codes[c][0] for c in ("name", "range", "phase", "bound", "precision", "limiter", "roofline_bound"))]
@@ -193,10 +193,10 @@ def _cells(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     shapes = codes["op_shapes"][0].astype("float64")
     f = pd.DataFrame({
         "row": np.arange(len(frame)), "key": frame["key"].to_numpy(), "shape": np.where(shapes >= 0, shapes, np.nan),
-        "duration_ns": frame["duration_ns"].to_numpy("float64"), "count": frame["count"].to_numpy(),
-        "lx": lx, "ly": ly, "roof_flops_per_s": frame["roof_flops_per_s"].to_numpy("float64"),
-        "pct_of_roof": frame["pct_of_roof"].to_numpy("float64"), "share_pct": frame["share_pct"].to_numpy("float64"),
-        "limiter_pct": frame["limiter_pct"].to_numpy("float64"),
+        "duration_ns": frame["duration_ns"].to_numpy("float64", na_value=np.nan), "count": frame["count"].to_numpy(),
+        "lx": lx, "ly": ly, "roof_flops_per_s": frame["roof_flops_per_s"].to_numpy("float64", na_value=np.nan),
+        "pct_of_roof": frame["pct_of_roof"].to_numpy("float64", na_value=np.nan), "share_pct": frame["share_pct"].to_numpy("float64", na_value=np.nan),
+        "limiter_pct": frame["limiter_pct"].to_numpy("float64", na_value=np.nan),
     }).iloc[order]
     out = f.groupby(group[order], sort=False).agg(
         row=("row", "first"), key=("key", "first"), shape=("shape", "first"), duration_ns=("duration_ns", "sum"),
@@ -206,7 +206,7 @@ def _cells(report: Report, frame: pd.DataFrame) -> pd.DataFrame:
     rows = out["row"].to_numpy()
     for col in ("name", "range", "phase", "bound", "precision", "limiter", "roofline_bound"):  # constant in a cell
         out[col] = decode(codes[col][0][rows], codes[col][1])
-    shape = out["shape"].to_numpy("float64")
+    shape = out["shape"].to_numpy("float64", na_value=np.nan)
     out["op_shapes"] = decode(np.where(np.isnan(shape), -1, np.nan_to_num(shape)).astype("int64"), codes["op_shapes"][1])
     out["x"], out["y"] = 10 ** out["lx"], 10 ** out["ly"]
     return out.drop(columns=["row", "shape", "lx", "ly"])

@@ -36,7 +36,7 @@ def sweep_roofline(report: Report, summary: pd.DataFrame | None = None) -> go.Fi
     s = sweep_summary(report) if summary is None else summary
     s = s[s["decode_gemm_intensity"].notna() & (s["decode_gemm_intensity"] > 0)]
     dev = report.device
-    xs = s["decode_gemm_intensity"].to_numpy(dtype=float)
+    xs = s["decode_gemm_intensity"].to_numpy(dtype=float, na_value=np.nan)
     ridges = rd.ridge_points(dev, ["fp32", "bf16", "fp16"] if dev else [])
     lo = min([*xs, *(r[1] for r in ridges)], default=0.1) / 4
     hi = max([*xs, *(r[1] for r in ridges)], default=10.0) * 4

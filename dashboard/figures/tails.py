@@ -100,7 +100,7 @@ def requests_figure(report: Report) -> go.Figure:
                 x = [float(by_id.loc[int(i)]) for i in sel["request_id"]]
             custom = np.array([[split.run, int(i), float(t) * 1e3, float(e) * 1e3] for i, t, e in
                                zip(sel["request_id"], sel["ttft_s"], sel["e2e_s"])], dtype=object)
-            fig.add_trace(go.Scatter(x=x, y=sel["e2e_s"].to_numpy(float) * 1e3, mode="markers",
+            fig.add_trace(go.Scatter(x=x, y=sel["e2e_s"].to_numpy(float, na_value=np.nan) * 1e3, mode="markers",
                                      marker={"color": PART_COLORS[p], "size": 8}, name=esc(PART_WORDS[p]),
                                      legendgroup=p, showlegend=p not in seen, customdata=custom,
                                      hovertemplate="request %{customdata[1]} (%{customdata[0]}): TTFT "
@@ -145,10 +145,10 @@ def request_timeline_figure(report: Report, run: str | None, request_id: int) ->
         sel = seg[seg["part"] == p]
         if not len(sel):
             continue
-        base = (sel["at"].to_numpy(float) - t0) * 1e3
-        width = sel["seconds"].to_numpy(float) * 1e3
-        share = sel["seconds"].to_numpy(float) / np.maximum(sel["end_s"].to_numpy(float) - sel["start_s"].to_numpy(float), 1e-12)
-        custom = np.stack([sel["gap"].to_numpy(), sel["seconds"].to_numpy(float) * 1e3, share * 100], axis=1)
+        base = (sel["at"].to_numpy(float, na_value=np.nan) - t0) * 1e3
+        width = sel["seconds"].to_numpy(float, na_value=np.nan) * 1e3
+        share = sel["seconds"].to_numpy(float, na_value=np.nan) / np.maximum(sel["end_s"].to_numpy(float, na_value=np.nan) - sel["start_s"].to_numpy(float, na_value=np.nan), 1e-12)
+        custom = np.stack([sel["gap"].to_numpy(), sel["seconds"].to_numpy(float, na_value=np.nan) * 1e3, share * 100], axis=1)
         fig.add_trace(go.Bar(y=["this request"] * len(sel), x=width, base=base, orientation="h",
                              marker_color=PART_COLORS[p], opacity=0.9, name=esc(PART_WORDS[p]), legendgroup=p,
                              showlegend=p not in seen, customdata=custom,
@@ -177,8 +177,8 @@ def request_timeline_figure(report: Report, run: str | None, request_id: int) ->
                              f"{_int(r_.get('decode_seqs'))} decoding)"
                              + (f", {_int(r_.get('preempted'))} preempted before it" if _num(r_.get("preempted")) else "")
                              + f"<br>this request: {esc(role)}<br>kernels: {_families_text(fam, int(p_))}")
-            fig.add_trace(go.Bar(y=["steps"] * len(ph), x=(ph["end_s"] - ph["start_s"]).to_numpy(float) * 1e3,
-                                 base=(ph["start_s"].to_numpy(float) - t0) * 1e3, orientation="h",
+            fig.add_trace(go.Bar(y=["steps"] * len(ph), x=(ph["end_s"] - ph["start_s"]).to_numpy(float, na_value=np.nan) * 1e3,
+                                 base=(ph["start_s"].to_numpy(float, na_value=np.nan) - t0) * 1e3, orientation="h",
                                  marker_color=PHASE_COLORS.get(phase, "#8c8c8c"), opacity=0.6,
                                  marker_line={"width": 1, "color": "white"}, name=f"{esc(phase)} steps",
                                  text=texts, hovertemplate="%{text}<extra></extra>", textposition="none"))

@@ -137,7 +137,7 @@ def _kernel_lanes(k: pd.DataFrame, origin: int) -> list[Lane]:
     thread, stream = text_of(k["thread"].iloc[first], "?"), text_of(k["stream"].iloc[first], "?")
     labels = [f"{dev_labels[dev_codes[i]]} " + (f"thread {thread.iloc[j]}" if cpu[i] else f"stream {stream.iloc[j]}")
               for j, i in enumerate(first)]
-    busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64), minlength=len(labels))
+    busy = np.bincount(lane_of, weights=k["duration_ns"].to_numpy(np.float64, na_value=np.nan), minlength=len(labels))
     cat_codes, cats = column_codes(k, "category")
     groups = pd.Series(decode(cat_codes, cats, "other"), index=k.index, dtype="object")
     names = pd.Series(decode(*column_codes(k, "name")), index=k.index, dtype="object")

@@ -30,10 +30,10 @@ def default_out(source: str) -> Path:
     return Path(stem + REPORT_SUFFIX)
 
 
-def _render(tables: Any, manifest: Mapping[str, Any]) -> dict[str, str]:
+def _render(tables: Any, stragglers: Any, manifest: Mapping[str, Any]) -> dict[str, str]:
     from perfscope.dashboard.figures.ranks import rank_view_html
 
-    return {"ranks.html": rank_view_html(tables, manifest)}
+    return {"ranks.html": rank_view_html(tables, manifest, stragglers)}
 
 
 def run_rank_import(path: str, *, out: str | None, force: bool, html: bool, scheduler: str | None,
@@ -42,13 +42,18 @@ def run_rank_import(path: str, *, out: str | None, force: bool, html: bool, sche
     from tqdm import tqdm
 
     from perfscope.analysis.ranks.dask_import import import_ranks
-    from perfscope.analysis.ranks.stats import format_ranks, stragglers
+    from perfscope.analysis.ranks.stats import format_ranks, parse_ranks
 
     target = out_path(out, default=default_out(path))
     bar = tqdm(total=None, unit="rank", file=sys.stderr, leave=False, disable=None, desc="ranks")
 
     def progress(done: int, total: int, result: Any) -> None:
         bar.total = total
+        rank = result.identity.rank
+        who = f"rank {rank}" if rank is not None else Path(result.path).name
+        if result.error:  # a failing rank is named at once; the job goes on without it
+            tqdm.write(f"  {who} ({Path(result.path).name}) failed: {result.error}", file=sys.stderr)
+        bar.set_postfix_str(f"{who} {result.seconds or 0:.1f} s", refresh=False)
         bar.update(1)
 
     try:
@@ -56,13 +61,19 @@ def run_rank_import(path: str, *, out: str | None, force: bool, html: bool, sche
                            render=_render if html else None, progress=progress)
     finally:
         bar.close()
-    plan, pr = res.plan, res.tables.per_rank
+    plan, summary = res.plan, res.summary
     world = f" of world size {plan.world_size}" if plan.world_size else ""
     rows = res.manifest["tables"]
     click.echo(f"imported ranks {format_ranks(plan.ranks)}{world} from {path}: {rows['kernels']} kernels, "
                f"{rows['ranges']} ranges, {rows['transfers']} transfers -> {res.path}")
-    for row in stragglers(pr).itertuples(index=False):
-        click.echo(f"  straggler: rank {row.rank} {row.metric} {row.margin_pct:.1f}% above the median of the others")
+    for role, ranks in (summary.get("roles") or {}).items():
+        click.echo(f"  {role} ranks: {ranks}")
+    click.echo(f"  {summary.get('straggler', {}).get('statement', 'no straggler analysis')}")
+    waited = {r for g in summary.get("groups") or [] if g.get("stragglers") for r in parse_ranks(g["ranks"])}
+    for row in summary.get("stragglers") or []:
+        if row["rank"] not in waited:  # a group held back by its straggler is slow as a whole: said above
+            click.echo(f"  straggler: rank {row['rank']} {row['metric']} {row['margin_pct']:.1f}% above the median of "
+                       "the others")
     for s in plan.skipped:
         click.echo(f"  skipped {s['path']}: {s['reason']}", err=True)
     if plan.missing:

@@ -42,9 +42,9 @@ def analysis_payload(report: Report, top: int, memory_at: dict[str, Any] | None 
         "partial": bool(report.manifest.get("partial")),
     }
     if "rank" in report.kernels.columns:
-        from perfscope.analysis.ranks.stats import rank_summary
+        from perfscope.analysis.ranks.partial_read import rank_summary_of
 
-        payload["ranks"] = rank_summary(report)
+        payload["ranks"] = rank_summary_of(report)
     from perfscope.analysis.summaries.memory import capacity_section, memory_payload
 
     payload["memory"] = memory_payload(report, at=memory_at)

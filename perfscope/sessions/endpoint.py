@@ -489,8 +489,8 @@ def with_scheduler_times(requests: pd.DataFrame, scheduler: pd.DataFrame) -> pd.
     idx = pd.MultiIndex.from_arrays([requests["run"], requests["request_id"]])
     out = requests.copy()
     for col in ("considered_s", "admitted_s"):
-        got = s[col].reindex(idx).to_numpy(dtype=float)
-        old = out[col].to_numpy(dtype=float) if col in out else np.full(len(out), np.nan)
+        got = s[col].reindex(idx).to_numpy(dtype=float, na_value=np.nan)
+        old = out[col].to_numpy(dtype=float, na_value=np.nan) if col in out else np.full(len(out), np.nan)
         out[col] = np.where(np.isfinite(got), got, old)
     return out
 

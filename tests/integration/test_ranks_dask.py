@@ -3,6 +3,7 @@ and rank sets tiled from them, checked against direct computations on the trace 
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 from pathlib import Path
@@ -13,6 +14,7 @@ from perfscope.analysis.findings import run_rules
 from perfscope.analysis.ranks.dask_import import import_ranks
 from perfscope.analysis.ranks.partial_read import load_ranks
 from perfscope.analysis.ranks.stats import rank_summary
+from perfscope.analysis.ranks.tiling import SyncJob, load_trace, write_sync_job
 from perfscope.cli import main
 from perfscope.errors import InputFormatError, OutputExistsError, UsageError
 from perfscope.report import Report
@@ -21,6 +23,7 @@ from tests.unit.ranks_support import (
     RANK0,
     RANK1,
     build_rank_set,
+    collective_waits,
     intervals,
     load_json,
     rank_times,
@@ -44,14 +47,13 @@ def straggler_job(fixtures_dir, tmp_path_factory, scheduler):
     folder = tmp_path_factory.mktemp("job")
     files = build_rank_set(fixtures_dir, folder / "traces",
                            [(RANK0, 1.0), (RANK1, 1.0), (RANK0, 1.0), (RANK1, 1.25)], copies=2)
-    html = {}
+    res = import_ranks(folder / "traces", folder / "job.perfscope", scheduler=scheduler, render=_render)
+    return files, res, (res.path / "ranks.html").read_text()
 
-    def render(tables, manifest):
-        html["ranks"] = tables.ranks
-        return {"ranks.html": "<html>rank view</html>"}
 
-    res = import_ranks(folder / "traces", folder / "job.perfscope", scheduler=scheduler, render=render)
-    return files, res, html
+def _render(tables, stragglers, manifest):
+    """Run on a worker, from the views stored in the report (module-level: Dask pickles it by name)."""
+    return {"ranks.html": f"<html>ranks {tables.ranks} of {manifest['params']['ranks']['world_size']}</html>"}
 
 
 def test_every_rank_lands_in_its_partition_with_its_kernels(straggler_job):
@@ -65,7 +67,7 @@ def test_every_rank_lands_in_its_partition_with_its_kernels(straggler_job):
         one = load_ranks(res.path, "kernels", ranks=[rank], columns=["duration_ns"])
         assert one["duration_ns"].sum() == sum(e - s for s, e, _ in intervals(doc, ("kernel",)))
     assert res.manifest["params"]["ranks"]["ranks"] == [0, 1, 2, 3] and res.plan.skipped == []
-    assert html["ranks"] == [0, 1, 2, 3] and (res.path / "ranks.html").is_file()
+    assert html == "<html>ranks [0, 1, 2, 3] of 4</html>"
     assert not list(res.path.parent.glob(".job.perfscope.tmp-*"))
 
 
@@ -147,6 +149,19 @@ def test_nsys_exports_take_their_rank_from_the_file_name(fixtures_dir, tmp_path,
     assert report.kernels.groupby("rank").size().tolist() == [19, 19]
 
 
+def test_rocpd_databases_as_ranks(fixtures_dir, tmp_path, scheduler):
+    src = fixtures_dir / "rocprof" / "llamacpp_r9700_rocpd" / "32432_results.db"
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}_results.db").symlink_to(src)  # read in place
+    res = import_ranks(tmp_path, tmp_path / "rocpd.perfscope", scheduler=scheduler)
+    report = Report.load(res.path)
+    assert res.plan.ranks == [0, 1] and res.plan.skipped == []
+    from perfscope.analysis.readers.detect import import_file
+
+    assert report.kernels.groupby("rank").size().tolist() == [len(import_file(src).kernels)] * 2
+    assert not res.summary["straggler"]["found"]  # no collectives: nothing to match
+
+
 def test_nothing_readable_and_existing_outputs(fixtures_dir, tmp_path, scheduler):
     junk = tmp_path / "junk"
     junk.mkdir()
@@ -174,3 +189,62 @@ def test_cli_on_its_own_local_cluster(fixtures_dir, tmp_path, capsys, monkeypatc
     assert main(["import", str(tmp_path / "t"), "--ranks", "--scheduler", "tcp://127.0.0.1:9", "--out", "x"]) == 2
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err
     assert main(["import", str(tmp_path / "t"), "--workers", "2"]) == 2
+
+
+def test_64_ranks_with_a_planted_straggler(fixtures_dir, tmp_path, scheduler):
+    """Eight TP-8 groups of the real B200 vLLM prefill rank, synchronized at every collective; rank 37
+    works 15% slower. Every kernel is kept, the straggler and the wait it causes are found on the
+    cluster, and the finding comes from the views stored in the report."""
+    doc = load_trace(fixtures_dir / B200)
+    files = write_sync_job(doc, tmp_path / "t", SyncJob(world_size=64, group_size=8, slow=((37, 1.15),),
+                                                        jitter=0.01, seed=7, drop_python=True))
+    res = import_ranks(tmp_path / "t", tmp_path / "job.perfscope", scheduler=scheduler)
+    kernels = len(intervals(load_json(files[0]), ("kernel",)))
+    assert res.manifest["tables"]["kernels"] == 64 * kernels and res.plan.ranks == list(range(64))
+    straggler = res.summary["straggler"]
+    assert straggler["found"] and [r["rank"] for r in straggler["stragglers"]] == [37]
+    truth = collective_waits({r: load_json(files[r]) for r in range(32, 40)})
+    row = straggler["stragglers"][0]
+    assert row["gkey"] == "32-39" and row["kind"] == "TP"
+    assert row["wait_per_other_ns"] == pytest.approx(truth["caused"][37] / 7, rel=1e-9)
+    assert len(straggler["groups"]) == 8 and res.summary["roles"] == {"prefill": "0-63"}
+    assert res.manifest["params"]["ranks"]["straggler"]["found"]
+    # perfscope analyze: the finding, from the stored views
+    report = Report.load(res.path)
+    found = [f for f in run_rules(report, rules=["ranks"]) if f.id == "straggler"]
+    assert len(found) == 1 and found[0].evidence["rank"] == 37 and found[0].explained_share >= 0.9
+    steps = load_ranks(res.path, "kernels", ranks=[37], columns=["step"])
+    assert len(steps) == kernels
+
+
+def test_a_job_without_straggler_gets_no_straggler_finding(fixtures_dir, tmp_path, scheduler):
+    doc = load_trace(fixtures_dir / B200)
+    write_sync_job(doc, tmp_path / "t", SyncJob(world_size=16, group_size=8, jitter=0.02, seed=5, drop_python=True))
+    res = import_ranks(tmp_path / "t", tmp_path / "job.perfscope", scheduler=scheduler)
+    assert not res.summary["straggler"]["found"]
+    assert res.summary["straggler"]["statement"].startswith("no straggler: in each of the 2 groups")
+    found = run_rules(Report.load(res.path), rules=["ranks"])
+    assert not [f for f in found if f.id in ("straggler", "rank-imbalance")]
+
+
+def test_cli_names_the_straggler_and_a_rank_that_failed(fixtures_dir, tmp_path, capsys, monkeypatch):
+    doc = load_trace(fixtures_dir / B200)
+    write_sync_job(doc, tmp_path / "t", SyncJob(world_size=8, group_size=4, slow=((6, 1.2),), jitter=0.01,
+                                                drop_python=True), ranks=range(7))
+    (tmp_path / "t" / "rank-7.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00damaged")
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", str(tmp_path / "t"), "--ranks", "--workers", "2", "--no-html"]) == 0
+    captured = capsys.readouterr()
+    assert "imported ranks 0-6 of world size 8" in captured.out and "prefill ranks: 0-6" in captured.out
+    assert "1 straggler: rank 6 (4-7: last at 100% of its collectives" in captured.out
+    assert "rank-7.pt.trace.json.gz) failed: " in captured.err  # named as it fails
+    assert "missing: 1 ranks have no trace (7)" in captured.err
+    report = Report.load(tmp_path / "t.perfscope")
+    assert sorted(report.kernels["rank"].unique()) == list(range(7))
+    groups = {g["gkey"]: g for g in report.params["ranks"]["straggler"]["stragglers"]}
+    assert set(groups) == {"4-7"}
+    assert main(["analyze", str(tmp_path / "t.perfscope"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    straggler = next(f for f in doc["findings"] if f["id"] == "straggler")
+    assert straggler["evidence"]["rank"] == 6 and straggler["evidence"]["group_missing_ranks"] == "7"
+    assert doc["ranks"]["straggler"]["found"] and doc["ranks"]["roles"] == {"prefill": "0-6"}

@@ -108,6 +108,8 @@ def multi_rank_report(files: list[Path], world_size: int | None = None) -> Any:
     """The files read one by one and stacked with a ``rank`` column (what ``import_ranks`` stores)."""
     import pandas as pd
 
+    from perfscope.analysis.ranks.job import rank_identity
+    from perfscope.analysis.ranks.stats import format_ranks
     from perfscope.analysis.readers.kineto.reader import read_kineto
     from perfscope.report import Report
     from perfscope.schema import TABLES
@@ -117,4 +119,38 @@ def multi_rank_report(files: list[Path], world_size: int | None = None) -> Any:
         r = read_kineto(f)
         parts.append({n: r.table(n).assign(rank=rank) for n in TABLES})
     tables = {n: pd.concat([p[n] for p in parts], ignore_index=True) for n in TABLES}
-    return Report.build(tables, {"params": {"ranks": {"world_size": world_size or len(files)}}})
+    groups = {}
+    for f in files:  # the process groups the traces list, each once (as the import's manifest has them)
+        for g in rank_identity(f).groups:
+            groups.setdefault((g["name"], tuple(g["ranks"])), {**g, "ranks": format_ranks(g["ranks"])})
+    return Report.build(tables, {"params": {"ranks": {"world_size": world_size or len(files),
+                                                      "groups": list(groups.values())}}})
+
+
+def collective_waits(docs: dict[int, dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Directly from the JSON of one group's ranks: each rank's wait in its collectives (its kernel
+    time above the group's shortest kernel of the same collective, matched by order of name), how
+    often it was the last to arrive (the shortest kernel), and the others' wait it caused."""
+    seqs = {}
+    for rank, doc in docs.items():
+        per_name: dict[str, list[int]] = {}
+        for s, e, name in sorted(intervals(doc, ("kernel",))):
+            if is_collective(name):
+                per_name.setdefault(name, []).append(e - s)
+        seqs[rank] = per_name
+    wait = dict.fromkeys(docs, 0.0)
+    caused = dict.fromkeys(docs, 0.0)
+    last = dict.fromkeys(docs, 0.0)
+    names = set.intersection(*(set(p) for p in seqs.values()))
+    for name in names:
+        for k in range(min(len(seqs[r][name]) for r in docs)):
+            d = {r: seqs[r][name][k] for r in docs}
+            low = min(d.values())
+            lasts = [r for r, v in d.items() if v - low <= max(2000, 0.02 * low)]
+            total = sum(v - low for v in d.values())
+            for r, v in d.items():
+                wait[r] += v - low
+            for r in lasts:
+                caused[r] += total / len(lasts)
+                last[r] += 1 / len(lasts)
+    return {"wait": wait, "caused": caused, "last": last}

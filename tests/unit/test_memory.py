@@ -16,8 +16,10 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from perfscope.analysis.readers.detect import detect_format, import_file
@@ -212,3 +214,101 @@ def test_cpu_kineto_memory_has_ops(torch_cpu_run: Path) -> None:
     allocs = mem[mem["action"] == "alloc"]
     assert allocs["op"].notna().mean() > 0.6  # frees, and scalars made in Python, come between ops
     assert {"optimizer", "gradient"} & set(mem["category"])
+
+
+# --- the fast paths read the same table (issue 40: a 1 GB snapshot in torch's layout) -------------------
+
+
+def _same_table(a: Any, b: Any) -> None:
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_batches_and_trims_read_what_event_by_event_reads(fixtures_dir: Path, name: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each committed snapshot, and the same written at protocol 2 (BINPUT memo) and without a memo:
+    read in batches column by column with the memo trimmed every 500 events, it is the table the
+    event-by-event read (every value checked in Python, no trim) gives."""
+    from perfscope.analysis.readers import snapshot
+
+    path = fixtures_dir / name
+    with open(path, "rb") as fh:
+        snap = _PlainData(fh).load()
+    paths = [path]
+    for proto, fast in ((2, False), (4, True)):
+        out = tmp_path / f"p{proto}{fast}.pickle"
+        with open(out, "wb") as f:
+            pk = pickle.Pickler(f, protocol=proto)
+            pk.fast = fast
+            pk.dump(snap)
+        paths.append(out)
+    window = (snap["device_traces"][0][2000]["time_us"], snap["device_traces"][0][6000]["time_us"])
+    for p, lo, hi in ((path, None, None), (path, *window), *((q, None, None) for q in paths[1:])):
+        monkeypatch.setattr(snapshot, "TRIM_EVENTS", 500)
+        monkeypatch.setattr(snapshot, "SLOW_EVENTS", 100)
+        fast_read = snapshot.import_snapshot(p, start_us=lo, end_us=hi)
+        _, got = snapshot.load_snapshot(p)
+        assert got.trimmed and (got.trims > 0) == (p.name != "p4True.pickle")  # trimmed (a memo), read once
+        monkeypatch.setattr(snapshot, "TRIM_EVENTS", 1 << 40)
+        monkeypatch.setattr(snapshot, "SLOW_EVENTS", 1 << 40)
+        monkeypatch.setattr(snapshot._Reader, "_batch", lambda self, k, items: False)
+        slow_read = snapshot.import_snapshot(p, start_us=lo, end_us=hi)
+        monkeypatch.undo()
+        _same_table(fast_read.tables["memory"], slow_read.tables["memory"])
+        assert fast_read.manifest["params"] == slow_read.manifest["params"]
+
+
+def test_pairing_by_address_is_the_event_by_event_pairing(fixtures_dir: Path) -> None:
+    """Frees paired with their allocs at C speed (by address) as the event-by-event pairing does: on
+    random orders of events at a few addresses (frees twice, free_completed alone, no address, -0.0)
+    and on the committed snapshots' events."""
+    from perfscope.analysis.memory import _pair, _pair_each
+
+    rng = np.random.default_rng(40)
+    cases = []
+    for k in range(2000):
+        n = int(rng.integers(1, 40))
+        action = rng.choice([0, 1, 2, 3, 5], size=n, p=[0.35, 0.3, 0.25, 0.05, 0.05]).astype("int8") if k % 2 else \
+            np.array([[0, 1, 2], [0, 2, 0], [0, 1, 0]][k % 3] * 14, dtype="int8")[:n]  # well-formed runs
+        addr = rng.choice([1.0, 2.0, 3.0, np.nan, -0.0, 0.0], size=n) if k % 2 else np.repeat(rng.choice([1.0, 2.0]), n)
+        cases.append((action, rng.choice([512.0, 1024.0, np.nan], size=n), addr))
+    codes = {"alloc": 0, "free_requested": 1, "free": 1, "free_completed": 2, "segment_alloc": 3, "segment_free": 4}
+    for name in SNAPSHOTS:
+        with open(fixtures_dir / name, "rb") as fh:
+            events = [e for e in _PlainData(fh).load()["device_traces"][0] if e["action"] in codes]
+        cases.append((np.array([codes[e["action"]] for e in events], dtype="int8"),
+                      np.array([e["size"] for e in events], dtype="float64"),
+                      np.array([e["addr"] for e in events], dtype="float64")))
+    for action, size, addr in cases:
+        fast, each = _pair(action, size, addr), _pair_each(action, size, addr)
+        for x, y in zip(fast[:5], each[:5]):
+            np.testing.assert_array_equal(x, y)
+        assert set(fast[5].tolist()) == set(each[5].tolist())  # the addresses live at the end
+
+
+def test_a_large_memory_table_written_in_row_groups_reads_back_the_same(fixtures_dir: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A committed snapshot's memory table (nullable Int64, boolean, text with missing values, a column of
+    nothing but None) written in slices of 1,000 rows reads back as the table written in one piece, with
+    the schema's dtypes, and the peak breakdown read from it is the same."""
+    from perfscope import report as report_module
+    from perfscope.analysis.summaries.memory import peaks
+    from perfscope.report import Report
+    from perfscope.schema import MEMORY_COLUMNS
+
+    report = import_file(fixtures_dir / SNAPSHOTS[0])
+    mem = report.memory
+    assert len(mem) > 3000 and mem["module"].isna().all() and mem["free_t_ns"].isna().any()
+    whole = Report.load(report.save(tmp_path / "whole"))
+    monkeypatch.setattr(report_module, "ROW_GROUP", 1000)
+    sliced_path = report.save(tmp_path / "sliced")
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(sliced_path / "memory.parquet").num_row_groups == -(-len(mem) // 1000)
+    sliced = Report.load(sliced_path)
+    pd.testing.assert_frame_equal(sliced.memory, whole.memory, check_exact=True)
+    assert pq.ParquetFile(tmp_path / "whole" / "memory.parquet").num_row_groups == 1
+    numbers = [c.name for c in MEMORY_COLUMNS if c.kind != "str"]  # text reads back as pandas' str dtype
+    pd.testing.assert_frame_equal(sliced.memory[numbers], mem[numbers], check_exact=True)
+    assert str(sliced.memory["free_t_ns"].dtype) == "Int64" and str(sliced.memory["preexisting"].dtype) == "boolean"
+    assert peaks(sliced) == peaks(report)

@@ -22,9 +22,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from perfscope.analysis.findings import run_rules
+from perfscope.analysis.memory import with_steps
 from perfscope.analysis.readers.detect import import_file
 from perfscope.analysis.readers.snapshot import load_snapshot
 from perfscope.analysis.summaries.memory import (
@@ -36,6 +38,7 @@ from perfscope.analysis.summaries.memory import (
     peaks,
 )
 from perfscope.cli import main
+from perfscope.errors import UsageError
 
 from .memory_snapshots import Snapshot, frames, replay
 
@@ -187,6 +190,19 @@ def test_instant_a_user_picks(tmp_path: Path) -> None:
     (at,) = doc["memory"]["at"]
     assert at["event"] == instant(report, "cuda:0", t_ns=t0 + 300_000) and at["at"].startswith(f"event {at['event'] + 1}")
     assert sum(at["by_category"].values()) == at["allocated_bytes"]
+    # a step or a phase (rows outside every step have none): the highest allocated bytes within it
+    steps = pd.DataFrame({"step": [0, 1, 2], "phase": ["prefill", "decode", "decode"],
+                          "start_ns": [t0 + 7_000 * 2, t0 + 7_000 * 20, t0 + 7_000 * 10_000],
+                          "end_ns": [t0 + 7_000 * 9, t0 + 7_000 * 40, t0 + 7_000 * 10_001]})
+    stepped = report.replace(memory=with_steps(report.memory, steps))
+    mem = stepped.memory
+    assert str(mem["step"].dtype) == "Int64" and mem["step"].isna().any()
+    for (lo, hi), pick in (((2, 9), {"step": 0}), ((2, 9), {"phase": "prefill"}), ((20, 40), {"step": 1})):
+        rows = mem[(mem["t_ns"] >= t0 + 7_000 * lo) & (mem["t_ns"] <= t0 + 7_000 * hi)]
+        best = int(rows["event"].iloc[int(np.argmax(rows["allocated_bytes"].to_numpy("float64", na_value=np.nan)))])
+        assert instant(stepped, "cuda:0", **pick) == best
+    with pytest.raises(UsageError, match="no memory events in step 2"):
+        instant(stepped, "cuda:0", step=2)
 
 
 # ---------------------------------------------------------------------------- before the record

@@ -63,11 +63,13 @@ def test_b200_collectives_on_one_stream_are_all_exposed(fixtures_dir):
     _, t = _one(fixtures_dir / B200)
     row = t.per_rank.iloc[0]
     assert row["comm_ns"] > 0 and row["overlap_ns"] == 0 and row["exposed_comm_ns"] == row["comm_ns"]
-    # the engine step annotation is the one step; its duration is the annotation's
+    # the engine step annotation is the one step (read at import as a vLLM step, with its phase); its
+    # duration is the annotation's
     doc = load_json(fixtures_dir / B200)
     ann = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("execute_context_")]
-    assert len(t.steps) == 1 and t.steps["source"].iloc[0] == "engine annotation"
+    assert len(t.steps) == 1 and t.steps["source"].iloc[0] == "engine" and t.steps["phase"].iloc[0] == "prefill"
     assert t.steps["duration_ns"].iloc[0] == round(ann[0]["dur"] * 1000)
+    assert t.per_rank["role"].iloc[0] == "prefill"
 
 
 def test_profiler_steps_and_kernel_time_by_category(fixtures_dir):

@@ -184,3 +184,90 @@ def test_a_global_is_never_resolved(tmp_path: Path) -> None:
         assert proc.returncode == 3 and "Traceback" not in proc.stderr, (name, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
         assert not marker.exists(), name
+
+
+# --- the memo trimmed while reading (issue 40: torch's layout at C speed in bounded memory) -------------
+# The reader drops from the unpickler's memo the events it has read (and their tracebacks) as it goes.
+# A file that refers back to one of them after that is read again untrimmed, so it fails (or imports)
+# exactly as it would have: one line, nothing run. TRIM_EVENTS is lowered so a small file trims often.
+
+
+def _trimming(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Trim every 500 events; the list returned gets each read's ``trim`` (a second read: False)."""
+    from perfscope.analysis.readers import snapshot
+
+    monkeypatch.setattr(snapshot, "TRIM_EVENTS", 500)
+    monkeypatch.setattr(snapshot, "SLOW_EVENTS", 100)
+    reads: list[bool] = []
+    load = snapshot._load
+
+    def counted(*args: Any, trim: bool, **kw: Any) -> Any:
+        reads.append(trim)
+        return load(*args, trim=trim, **kw)
+
+    monkeypatch.setattr(snapshot, "_load", counted)
+    return reads
+
+
+def _many(n: int = 3000) -> list[dict[str, Any]]:
+    """``n`` events sharing their frame dicts (as torch's do), each its own traceback list."""
+    shared = [{"name": f"at::_ops::op{k}::call(at::Tensor const&)", "filename": "??", "line": 0} for k in range(5)]
+    user = [{"name": "forward", "filename": f"/work/model{k}.py", "line": k} for k in range(5)]
+    return [_event(addr=(i + 1) << 20, frames=[shared[i % 5], user[i % 5], user[(i + 1) % 5]]) for i in range(n)]
+
+
+def test_a_reference_to_an_event_read_before_a_trim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """An event referred to again thousands of events later (its memo entry long trimmed): read again
+    untrimmed, and refused in one line as any repeated event is."""
+    reads = _trimming(monkeypatch)
+    events = _many()
+    path = _write(tmp_path, "late_repeat", _snapshot(events=[[*events, events[10]]]))
+    assert "refers back to an event already read" in _one_line(path, capsys)
+    assert reads == [True, False]  # the trimmed read failed on the trimmed slot; the second named it
+
+
+def test_a_traceback_shared_across_a_trim_reads_right(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A traceback list shared by an early and a late event (not a free and its free_completed): the
+    late reference finds its memo entry trimmed, the file is read again untrimmed, and both events
+    carry the traceback's reading."""
+    reads = _trimming(monkeypatch)
+    events = _many()
+    late = _event(addr=1 << 40, frames=events[7]["frames"])
+    mem = import_snapshot(_write(tmp_path, "late_traceback", _snapshot(events=[[*events, late]]))).tables["memory"]
+    rows = mem[~mem["preexisting"].astype(bool)]
+    assert len(rows) == len(events) + 1
+    assert rows["op"].iloc[-1] == rows["op"].iloc[7] == "aten::op2" and rows["source"].iloc[-1] == rows["source"].iloc[7]
+    assert reads == [True, False]
+    reads.clear()  # without the late reference: one read, trimmed all the way
+    assert len(import_snapshot(_write(tmp_path, "no_late", _snapshot(events=[events]))).tables["memory"]) == len(events)
+    assert reads == [True]
+
+
+def test_a_frame_referred_to_as_an_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A frame dict (which the trimmed memo holds a stand-in for) put where an event belongs, after the
+    trims: one line naming the event, never the reader's stand-in."""
+    reads = _trimming(monkeypatch)
+    events = _many()
+    path = _write(tmp_path, "frame_event", _snapshot(events=[[*events, events[3]["frames"][0]]]))
+    err = _one_line(path, capsys)
+    assert "has no 'action'" in err and "_Frame" not in err and "_Read" not in err
+    assert reads == [True, False]
+
+
+def test_a_memo_slot_never_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A reference to a memo slot nothing was put in (inside the trace, after the sink went in): one line."""
+    good = pickle.dumps(_snapshot(events=[_many(3)]), protocol=4)
+    at = good.index(b"\x8c\x06action")  # the first event's first key: a reference to slot 999,999 there
+    path = tmp_path / "no_slot.pickle"
+    path.write_bytes(good[:at] + b"j" + (999_999).to_bytes(4, "little") + b"0" + good[at:])
+    assert "damaged or not a pickle" in _one_line(path, capsys)
+
+
+def test_the_memo_holders_names_are_not_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reader fills the trimmed memo from its own bytes through GLOBALs of module ``_``: the same
+    names in the file are refused like any other global."""
+    path = tmp_path / "holder_name.pickle"
+    path.write_bytes(b"\x80\x02c_\n0\n.")
+    assert "refused: the pickle asks for _.0" in _one_line(path, capsys)

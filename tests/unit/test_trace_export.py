@@ -216,3 +216,39 @@ def test_findings_track_marks_each_items_places(fixtures_dir: Path, tmp_path: Pa
     assert f"{len(places):,} finding slices" in capsys.readouterr().out
     assert main(["export", str(folder), "-o", str(tmp_path / "none.pftrace"), "--no-findings"]) == 0
     assert "finding slices" not in capsys.readouterr().out
+
+
+def test_a_multi_rank_report_has_one_track_group_per_rank(fixtures_dir: Path, tmp_path: Path) -> None:
+    """``perfscope import --ranks`` reports: each rank's streams, host threads, steps and idle causes
+    under a group ``rank N (device)``, read lean from the rank partitions; every kernel of each rank
+    on its rank's tracks."""
+    from perfscope.analysis.ranks.tiling import SyncJob, load_trace, write_sync_job
+    from perfscope.dashboard.export.perfetto import lean_report
+    from tests.unit.ranks_support import B200, multi_rank_report
+
+    files = write_sync_job(load_trace(fixtures_dir / B200), tmp_path / "t",
+                           SyncJob(world_size=3, group_size=3, drop_python=True))
+    report = multi_rank_report(files)
+    folder = tmp_path / "job.perfscope"
+    for name in ("kernels", "ranges", "api", "steps", "idle"):  # partitioned by rank, as the import writes them
+        for rank, part in report.table(name).groupby("rank"):
+            dest = folder / name / f"rank={int(rank)}" / "part-0.parquet"
+            dest.parent.mkdir(parents=True)
+            part.drop(columns="rank").to_parquet(dest, index=False)
+    from perfscope.analysis.readers.kineto.reader import read_kineto
+
+    device = read_kineto(files[0]).manifest["device"]  # the import keeps the first rank's device
+    (folder / "manifest.json").write_text(json.dumps({**report.manifest, "name": "job", "device": device}, default=str))
+    out = tmp_path / "job.pftrace"
+    stats = export_trace(lean_report(folder), out)
+    got = _read_pftrace(out)
+    groups = {name for name, parent in got["tracks"].values() if not parent}
+    assert {"rank 0 (NVIDIA B200)", "rank 1 (NVIDIA B200)", "rank 2 (NVIDIA B200)"} <= groups
+    per_rank = report.kernels.groupby("rank").size()
+    for rank in range(3):
+        assert got["slices"][f"rank {rank} (NVIDIA B200)"] >= per_rank[rank]
+    kernel_tracks = {name for name, parent in got["tracks"].values() if parent and "stream" in name}
+    assert kernel_tracks == {"cuda:0 stream 7"}  # one stream per rank, under each rank's group
+    assert stats.kernels == len(report.kernels)
+    steps = [t for t, (name, parent) in got["tracks"].items() if name == "steps"]
+    assert len(steps) == 3

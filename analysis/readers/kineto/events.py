@@ -39,7 +39,7 @@ BLOCK = 1 << 20
 MAX_PIECE = 256 << 20
 """One event larger than this is treated as damage rather than grown further."""
 
-Decode = Callable[[memoryview], "list[Any] | None"]
+Decode = Callable[[bytes], "list[Any] | None"]
 """Decodes the text ``[ev, ev, ...]`` of one block, or returns None when it cannot."""
 
 Take = Callable[[list[Any]], None]
@@ -100,8 +100,8 @@ _WS = b"\xef\xbb\xbf \t\r\n"
 
 
 class _Buffer:
-    """The unread event text, after a ``[`` kept at index 0 so that blocks decode in place
-    (no copy of the text per block: a ``]`` is written after the block while it decodes)."""
+    """The unread event text, after a ``[`` kept at index 0 so that a block is cut without joining
+    text (a ``]`` is written after the block while it is copied out to decode)."""
 
     def __init__(self, text: bytes) -> None:
         self.data = bytearray(b"[")
@@ -140,9 +140,13 @@ class _Buffer:
             data[end + 1] = saved
 
     def decode_prefix(self, decode: Decode, n: int) -> list[Any] | None:
-        """The events of ``data[:n]``, which must end with the ``]`` of the array."""
+        """The events of ``data[:n]``, which must end with the ``]`` of the array.
+
+        Decoded from a copy of the block (one memcpy of about a MB): decoded values may keep views
+        of their text (msgspec.Raw), which must not pin the growing buffer."""
         with memoryview(self.data) as whole, whole[:n] as view:
-            return decode(view)
+            block = bytes(view)
+        return decode(block)
 
 
 def _pieces(buf: bytes, stop: int) -> tuple[list[Any], int, str | None]:

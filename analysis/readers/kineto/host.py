@@ -185,7 +185,7 @@ def _python_rows(py: Mapping[str, np.ndarray] | None, base: int, strings: np.nda
     if is_math.any():  # the outermost math call only (the user's np.linalg.norm, not the numpy code inside)
         m = rows[is_math].sort_values(["thread", "start_ns", "end_ns"], ascending=[True, True, False], kind="stable")
         t, e = m["thread"].astype("float64").fillna(-1.0).to_numpy(), m["end_ns"].to_numpy(np.int64)
-        prev_end = pd.Series(e).groupby(t).cummax().groupby(t).shift(1).to_numpy(np.float64)
+        prev_end = pd.Series(e).groupby(t).cummax().groupby(t).shift(1).to_numpy(np.float64, na_value=np.nan)
         inner = m.index[~np.isnan(prev_end) & (m["start_ns"].to_numpy(np.int64) < prev_end)]
         rows = rows.drop(index=inner)
         math_rows = rows["kind"] == "math"

@@ -52,7 +52,7 @@ KIND_OF_CAT = {
 CPU_KINDS = ("ann", "op", "api")
 """Kinds kept together in :attr:`ParsedTrace.cpu`; its ``kind`` column indexes this."""
 
-STRING_FIELDS = ("name", "thread", "grid", "block", "kernel")
+STRING_FIELDS = ("name", "thread", "grid", "block", "kernel", "pg")
 """Fields holding codes into :attr:`ParsedTrace.strings` (-1: none)."""
 
 TS_LIMIT = 9.0e15
@@ -65,7 +65,7 @@ FIELDS = {
     "op": ("name", "thread", "tid", "ts", "dur", "ext", "sig"),
     "ann": ("name", "thread", "tid", "ts", "dur"),
     "kernel": ("name", "device", "stream", "ts", "dur", "corr", "ext", "grid", "block",
-               "regs", "smem", "occupancy"),
+               "regs", "smem", "occupancy", "pg"),
     "memcpy": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "memset": ("name", "device", "stream", "ts", "dur", "corr", "bytes"),
     "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver", "kernel"),
@@ -76,7 +76,8 @@ FIELDS = {
 (NaN when absent or not an exact integer), names, thread keys (``pid:tid``), grid and block as
 int32 codes into :attr:`ParsedTrace.strings`, ``kernel`` the kernel a launch call names in its
 ``args`` (ROCm traces; a CUDA-graph capture trace's only record of the kernels it captured),
-``sig`` an index into :attr:`ParsedTrace.sigs` (-1 when the op recorded no inputs). ``py`` holds
+``sig`` an index into :attr:`ParsedTrace.sigs` (-1 when the op recorded no inputs), ``pg`` the
+process group a collective kernel names (``Process Group Name``, PyTorch 2.x NCCL kernels). ``py`` holds
 the ``python_function`` events of traces recorded ``with_stack`` (``pyid``/``pyparent``: their
 ``Python id`` / ``Python parent id`` links), kept apart from the CPU nesting; the reader makes
 module ranges of them."""
@@ -88,19 +89,21 @@ class Args(msgspec.Struct, gc=False):
     ext: Any = msgspec.field(default=None, name="External id")
     ext_lower: Any = msgspec.field(default=None, name="external id")
     corr: Any = msgspec.field(default=None, name="correlation")
-    dims: Any = msgspec.field(default=None, name="Input Dims")
-    types: Any = msgspec.field(default=None, name="Input type")
-    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    # kept as the raw JSON text: an op's inputs are read once per distinct signature, not per op
+    dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
     device: Any = None
     from_device: Any = msgspec.field(default=None, name="fromDevice")
     stream: Any = None
-    grid: Any = None
-    block: Any = None
+    grid: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # raw too: a few distinct launch shapes
+    block: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     regs: Any = msgspec.field(default=None, name="registers per thread")
     smem: Any = msgspec.field(default=None, name="shared memory")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     nbytes: Any = msgspec.field(default=None, name="bytes")
     kernel: Any = None
+    pg: Any = msgspec.field(default=None, name="Process Group Name")
     pyid: Any = msgspec.field(default=None, name="Python id")
     pyparent: Any = msgspec.field(default=None, name="Python parent id")
     mbytes: Any = msgspec.field(default=None, name="Bytes")
@@ -129,12 +132,26 @@ _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _DECODER = msgspec.json.Decoder(list[Event])
 
 
-def decode_block(text: bytes | memoryview) -> list[Event] | None:
+def decode_block(text: bytes) -> list[Event] | None:
     """The events of the JSON array ``text``, or None when msgspec cannot decode it."""
     try:
         return _DECODER.decode(text)
     except (msgspec.MsgspecError, RecursionError):
         return None
+
+
+_RAW_ARGS = frozenset(("dims", "types", "concrete", "grid", "block"))
+"""The ``Args`` fields msgspec keeps as raw JSON text (:class:`msgspec.Raw`)."""
+
+
+def _as_raw(value: Any) -> msgspec.Raw:
+    """A plain JSON value (the slow path's) as raw JSON text, like msgspec's own for these fields."""
+    if value is None:
+        return msgspec.Raw()
+    try:
+        return msgspec.Raw(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return msgspec.Raw(orjson.dumps(repr(value)))
 
 
 def as_events(items: list[Any]) -> list[Event]:
@@ -145,7 +162,9 @@ def as_events(items: list[Any]) -> list[Event]:
             out.append(x)
         elif isinstance(x, dict):
             a = x.get("args")
-            args = Args(**{k: a.get(key) for k, key in _ARG_KEYS}) if isinstance(a, dict) else None
+            fields: dict[str, Any] = {k: _as_raw(a.get(key)) if k in _RAW_ARGS else a.get(key)
+                                      for k, key in _ARG_KEYS} if isinstance(a, dict) else {}
+            args = Args(**fields) if isinstance(a, dict) else None
             out.append(Event(ph=x.get("ph", "X"), cat=x.get("cat"), name=x.get("name"), pid=x.get("pid"),
                              tid=x.get("tid"), ts=x.get("ts"), dur=x.get("dur"), args=args))
     return out
@@ -238,6 +257,7 @@ class _Interner:
         self.codes: dict[str, int] = {}
         self.values: list[str] = []
         self.thread_codes: dict[tuple[Any, Any], int] = {}
+        self.dims_codes: dict[bytes, int] = {}
 
     def threads(self, pids: list[Any], tids: list[Any]) -> np.ndarray:
         """Codes of the ``pid:tid`` keys."""
@@ -274,8 +294,30 @@ class _Interner:
                          for v in values], dtype="int32")
 
     def dims3(self, values: Iterable[Any]) -> np.ndarray:
-        texts = [_dims3(v) if isinstance(v, list) and v else None for v in values]
-        return np.array([-1 if t is None else self._new(t) for t in texts], dtype="int32")
+        """Codes of ``(x, y, z)`` texts of grid / block values (raw JSON, or lists on the slow path)."""
+        memo = self.dims_codes
+        keys = [bytes(v) for v in values]  # raw JSON on every path (:func:`as_events`)
+        get = memo.get
+        out = [get(k, -2) for k in keys]
+        for i in [i for i, c in enumerate(out) if c == -2]:
+            value = _raw_value(keys[i])
+            text = _dims3(value) if isinstance(value, list) and value else None
+            out[i] = memo[keys[i]] = -1 if text is None else self._new(text)
+        return np.array(out, dtype="int32")
+
+
+_RAW = msgspec.Raw
+
+
+def _raw_value(v: Any) -> Any:
+    """The value of a raw JSON field (None when absent, ``null`` or not JSON orjson reads)."""
+    text = bytes(v)
+    if not text or text == b"null":
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return msgspec.json.decode(text)  # NaN / Infinity, which msgspec accepted in the block
 
 
 def _dims3(v: list[Any]) -> str | None:
@@ -389,7 +431,7 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if not evs:
         return
     args = [e.args or NO_ARGS for e in evs]
-    names = cols.strings.names(e.name for e in evs)
+    names = cols.strings.names([e.name for e in evs])
     if kind == "py":
         cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads([e.pid for e in evs], [e.tid for e in evs]),
                  tid=_ids([e.tid for e in evs]), pyid=_ids([a.pyid for a in args]),
@@ -433,7 +475,9 @@ def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
     if kind == "op":
         cols.add(kind, ext=ext, sig=_signatures(args, cols), **common)
         return
-    driver = np.array([_text(e.cat).lower() == "cuda_driver" for e in evs], dtype=bool)
+    cats = [e.cat for e in evs]
+    is_driver = {c: _text(c).lower() == "cuda_driver" for c in set(cats)}  # cats here are hashable: routed by them
+    driver = np.array([is_driver[c] for c in cats], dtype=bool)
     cols.add(kind, corr=_ids([a.corr for a in args]), ext=ext, driver=driver,
              kernel=cols.strings.optional(a.kernel for a in args), **common)
 
@@ -446,23 +490,24 @@ def _external_ids(args: list[Args]) -> list[Any]:
 
 
 def _signatures(args: list[Args], cols: _Columns) -> np.ndarray:
-    """Index of each op's (Input Dims, Input type, Concrete Inputs) in ``cols.sigs``."""
-    out = np.full(len(args), -1, dtype="int32")
+    """Index of each op's (Input Dims, Input type, Concrete Inputs) in ``cols.sigs``: keyed by their
+    raw JSON text, each distinct one decoded once."""
     index, sigs = cols.sig_index, cols.sigs
-    for i, a in enumerate(args):
-        sig = (a.dims, a.types, a.concrete)
-        if sig == (None, None, None):
-            continue
-        try:
-            key: Any = orjson.dumps(sig)
-        except (TypeError, orjson.JSONEncodeError):
-            key = repr(sig)
+    raw = _RAW
+    keys = [(bytes(a.dims), bytes(a.types), bytes(a.concrete)) for a in args]  # raw JSON on every path
+    get = index.get
+    codes = [get(k, -2) for k in keys]
+    for i in [i for i, c in enumerate(codes) if c == -2]:
+        key = keys[i]
         j = index.get(key)
         if j is None:
-            j = index[key] = len(sigs)
-            sigs.append(sig)
-        out[i] = j
-    return out
+            a = args[i]
+            sig = tuple(_raw_value(v) if v.__class__ is raw else v for v in (a.dims, a.types, a.concrete))
+            j = index[key] = -1 if sig == (None, None, None) else len(sigs)
+            if j >= 0:
+                sigs.append(sig)  # type: ignore[arg-type]
+        codes[i] = j
+    return np.array(codes, dtype="int32")
 
 
 def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
@@ -481,7 +526,8 @@ def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
              block=cols.strings.dims3(a.block for a in args),
              regs=_ids([a.regs for a in args]),
              smem=_ids([a.smem for a in args]),
-             occupancy=_floats([a.occupancy for a in args]), **common)
+             occupancy=_floats([a.occupancy for a in args]),
+             pg=cols.strings.optional(a.pg for a in args), **common)
 
 
 # ---------------------------------------------------------------------------- entry
@@ -501,7 +547,8 @@ def parse_trace(path: Path) -> ParsedTrace:
     def take(items: list[Any]) -> None:
         trace.n_events += len(items)
         take_budget(path, len(items))
-        route_block(items if all(x.__class__ is Event for x in items) else as_events(items), cols)
+        # a block msgspec decoded is all events; the slow paths' lists are all plain values
+        route_block(items if not items or items[0].__class__ is Event else as_events(items), cols)
 
     collecting = gc.isenabled()
     gc.disable()  # millions of short-lived containers: the cyclic GC would only rescan them

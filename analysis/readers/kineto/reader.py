@@ -260,6 +260,7 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnin
     launch_start[linked] = nodes["start_ns"][api_idx[linked]]
     warnings += graph_costs(Kernels(names, grid, block, start, dur, k["corr"], launch_name, launch_start, cost_op),
                             costs, nodes, captures)
+    groups = {"process_group": texts(strings, k["pg"])} if "pg" in k and (k["pg"] >= 0).any() else {}
     return _table({
         "name": names,
         "short_name": per_distinct(strings, k["name"], short_kernel_name),
@@ -273,6 +274,7 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnin
         "est_occupancy_pct": k["occupancy"],
         "range": rng, "phase": phase,
         **costs,
+        **groups,
     })
 
 

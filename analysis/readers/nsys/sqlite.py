@@ -130,12 +130,16 @@ class NsysDb:
         """
         names = list(exprs)
         select = ", ".join(f"COALESCE({e}, {NULL_SENTINEL})" for e in exprs.values())
-        rows = self.fetch(f'SELECT {select} FROM "{table}"')
+        parts = []
         try:
-            block = np.array(rows, dtype="int64").reshape(len(rows), len(names))
+            # a batch of rows at a time into int64: one batch of Python ints alive, never the table's
+            for batch in self.db.batches(f'SELECT {select} FROM "{table}"'):
+                parts.append(np.array(batch, dtype="int64").reshape(len(batch), len(names)))
         except (TypeError, ValueError, OverflowError):
+            parts = []
             frame = self.frame(f'SELECT {", ".join(exprs.values())} FROM "{table}"', names)
             return frame.apply(pd.to_numeric, errors="coerce")
+        block = np.concatenate(parts) if parts else np.zeros((0, len(names)), dtype="int64")
         out = {}
         for j, name in enumerate(names):
             col = block[:, j]

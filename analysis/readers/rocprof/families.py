@@ -143,7 +143,7 @@ def with_family_intensity(kernels: pd.DataFrame, warnings: list[str]) -> pd.Data
                         "shape (a one-dimensional grid as rocprof v1/v2 print it, a stream-k launch, or no "
                         "quantize_mmq_q8_1 dispatch before it): their cost stays unknown")
     if values.notna().any():
-        kernels = kernels.assign(family_intensity=values.to_numpy(np.float64))
+        kernels = kernels.assign(family_intensity=values.to_numpy(np.float64, na_value=np.nan))
         # both families multiply quantized weights by q8_1-quantized activations with int8 dot products
         # (dp4a, or the int8 matrix cores): their compute roof is the int8 one
         known = values.notna().to_numpy()

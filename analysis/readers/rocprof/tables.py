@@ -158,7 +158,7 @@ def innermost_range(kernels: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFra
         calls = api.dropna(subset=["correlation"]).drop_duplicates("correlation").set_index("correlation")
         launch = kernels["correlation"].map(calls["start_ns"]).astype("float64")
         when = launch.where(launch.notna(), when)
-    t = when.to_numpy("float64")
+    t = when.to_numpy("float64", na_value=np.nan)
     known = np.flatnonzero(~np.isnan(t))
     found = np.full(len(t), None, dtype=object)
     if len(known):
