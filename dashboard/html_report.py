@@ -112,7 +112,8 @@ def _header(report: Report) -> str:
         parts.append(f'<h2>Device: none profiled</h2><p class="muted">{esc(views.no_device_why(report))}.</p>')
     else:
         parts.append(f"<h2>Device: {esc(device.name if device else 'unknown')}</h2>")
-        parts.append(_dict_rows(views.roofs_rows(report)) if device else
+        roofs = views.roofs_rows(report) if device else []
+        parts.append(_dict_rows(roofs) if roofs else  # a named device with no roof says so, never a bare "none"
                      '<p class="muted">No roofs known for this device: every bound is unknown.</p>')
     notes = [*report.warnings] + [f"unavailable metric: {m}" for m in report.unavailable_metrics]
     if notes:

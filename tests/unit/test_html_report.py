@@ -166,3 +166,13 @@ def test_findings_show_their_items_and_the_unexplained_share(fixtures_dir: objec
     evil = dataclasses.replace(prefill, items=(Item("kernel", XSS, 1.0, False),))
     block = _finding(evil)
     assert XSS not in block and html.escape(XSS) in block and "<td>unknown</td>" in block
+
+
+def test_a_named_device_without_roofs_says_so_in_the_header(fixtures_dir: object) -> None:
+    """An RTX 4080 Laptop trace (no datasheet row): the device section says no roofs are known and every
+    bound is unknown, never a bare "none" under the device's name."""
+    page = render_html(imported("kineto/nanovllm_cpu_kv_attention__forward_10.json.gz"))
+    header = page.split("<header>", 1)[1].split("</header>", 1)[0]
+    assert "Device: NVIDIA GeForce RTX 4080 Laptop GPU" in header
+    assert "No roofs known for this device: every bound is unknown." in header
+    assert '<p class="muted">none</p>' not in header
