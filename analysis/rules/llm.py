@@ -562,6 +562,14 @@ def _speculation_items(report: Report, verify: pd.DataFrame, draft: pd.DataFrame
 
 
 
+def _largest_positive(*values: float) -> float:
+    """The profiled run's stake for items put on the headline's clock: the larger of the step's and the
+    attention's change, so the attention item never holds more than the whole stake (when the profiled
+    step moved less than its attention, the rest of the step moved the other way). NaN: none is positive."""
+    ok = [v for v in values if math.isfinite(v) and v > 0]
+    return max(ok) if ok else math.nan
+
+
 def kv_policy(report: Report) -> list[Finding]:
     """What a KV-cache policy (``--kv-policy``) saved in decode against the full cache measured in the same
     session (:mod:`perfscope.analysis.summaries.kv_policy`): the stake is the saving (or the loss) on the
@@ -620,7 +628,7 @@ def kv_policy(report: Report) -> list[Finding]:
     if saved > 0:
         items = [Item("kernels", f"decode attention (the cache's reads and writes, the policy's selection): {attn}",
                       time_ns=attn_saved, attrs=attrs)] if attn_saved > 0 else []
-        items = on_stake_clock(items, stake, prof_saved if prof_saved > 0 else attn_saved)
+        items = on_stake_clock(items, stake, _largest_positive(prof_saved, attn_saved))
         items += unexplained(stake - time_in(items, ("kernels",)), "decode time saved outside the attention kernels "
                              "(or the two runs' step times moving apart on a loaded machine)")
         title = (f"KV policy {name} saved {saved / 1e6:.3g} ms per decode step "
@@ -631,7 +639,7 @@ def kv_policy(report: Report) -> list[Finding]:
         return [dataclasses.replace(f, severity="info")]  # a saving, not something to fix
     items = [Item("kernels", f"the policy's cache work in decode (selection, eviction, attention): {attn}",
                   time_ns=-attn_saved, attrs=attrs)] if attn_saved < 0 else []
-    items = on_stake_clock(items, stake, -prof_saved if prof_saved < 0 else -attn_saved)
+    items = on_stake_clock(items, stake, _largest_positive(-prof_saved, -attn_saved))
     items += unexplained(stake - time_in(items, ("kernels",)), "decode time lost outside the attention kernels "
                          "(or the two runs' step times moving apart on a loaded machine)")
     title = (f"KV policy {name} did not pay: decode steps took {-saved / 1e6:.3g} ms longer than with the full "

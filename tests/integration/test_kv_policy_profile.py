@@ -75,6 +75,21 @@ def test_the_finding_decides_from_the_measured_steps(policy_report) -> None:
     assert f.severity == "info" and "no full-cache run" in f.title
 
 
+def test_no_item_holds_more_than_the_stake(policy_report) -> None:
+    """The profiled steps moved less than their attention (the rest of the step moved the other way, as
+    on a loaded machine): the attention item explains the whole stake, never more (it read 242%)."""
+    r = policy_report
+    own = kv_policy_summary(r)["policy_run"]
+    for factor in (2.0, 0.5):
+        ref = {**r.params["kv_policy_reference"], "step_ns": own["step_ns"] * factor,
+               "attention_ns_per_step": own["attention_ns_per_step"] * (factor * 3 if factor > 1 else factor / 3),
+               "profiled_step_ns": own["profiled_step_ns"] * (1.001 if factor > 1 else 0.999)}
+        (f,) = _finding(r.with_manifest(params={**r.params, "kv_policy_reference": ref}))
+        timed = [i for i in f.items if math.isfinite(i.time_ns)]
+        assert timed and all(0 <= i.time_ns <= f.time_at_stake_ns * (1 + 1e-9) for i in timed), f.items
+        assert f.explained_ns == pytest.approx(f.time_at_stake_ns)
+
+
 def test_whatif_projects_a_full_cache_run_under_a_policy(full_report) -> None:
     r = full_report
     assert "kv_policy_reference" not in r.params and kv_policy_summary(r) is None
