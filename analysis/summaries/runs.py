@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from perfscope.format import finite as _finite
+from perfscope.format import si
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -184,9 +185,11 @@ def range_text(report: Report) -> str | None:
         if phase == "all":
             continue
         tokens = float(steps.loc[steps["phase"] == phase, "tokens"].sum()) if len(steps) else math.nan
-        rate = (f" ({tokens / lo:,.4g}-{tokens / hi:,.4g} tok/s)" if tokens > 0 and lo > 0 and hi > 0 else "")
+        lo, hi = sorted((lo, hi))  # a phase of the second fastest pass can be the faster of the two
+        rate = (f" ({si(tokens / hi)}-{si(tokens / lo)} tok/s)" if tokens > 0 and lo > 0 and hi > 0 else "")
         parts.append(f"{phase} {_n(lo * 1e3, 1)}-{_n(hi * 1e3, 1)} ms{rate}")
     if not parts:
         return None
-    return ("headline range (the fastest warm unprofiled pass - the second fastest; the table shows the fastest): "
+    return ("headline range (between the fastest and the second fastest warm unprofiled pass; the table shows the "
+            "fastest): "
             + ", ".join(parts))
