@@ -22,6 +22,7 @@ import os
 import resource
 import shutil
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -264,12 +265,15 @@ def assemble_views(views: Sequence[Mapping[str, str]], groups: Sequence[tuple[st
     return job_summary(t, s)
 
 
-def render_into(render: Render, folder: str, manifest: Mapping[str, Any]) -> list[str]:
-    """The Dask task that renders extra files (``ranks.html``) from the stored views into ``folder``."""
+def render_into(render: bytes, folder: str, manifest: Mapping[str, Any]) -> list[str]:
+    """The Dask task that renders extra files (``ranks.html``) from the stored views into ``folder``.
+    ``render`` arrives cloudpickled by value (:func:`_by_value`)."""
+    import cloudpickle
+
     stored = read_views(folder)
     if stored is None:
         return []
-    files = render(stored[0], stored[1], manifest)
+    files = cloudpickle.loads(render)(stored[0], stored[1], manifest)
     write_extra_files(Path(folder), files)
     return sorted(files)
 
@@ -440,6 +444,23 @@ def _cross_rank(plan: JobPlan, tmp: Path, staging: Path, client: Any) -> dict[st
     return client.submit(assemble_views, views, done, ranks, str(tmp), pure=False).result()
 
 
+def _by_value(render: Render) -> bytes:
+    """``render`` pickled whole (cloudpickle by value). Dask pickles a module-level function by its name,
+    and a worker that cannot import that module (a caller's script or test module, absent from a
+    worker's path or node) fails to read the task message and drops its connection to the scheduler:
+    the job then waits for a worker forever. By value, the function needs only what it calls."""
+    import cloudpickle
+
+    module = sys.modules.get(getattr(render, "__module__", "") or "")
+    if module is None or module.__name__.startswith("perfscope"):  # our own: importable wherever perfscope is
+        return cloudpickle.dumps(render)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(render)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
 def _write(plan: JobPlan, tmp: Path, staging: Path, client: Any, source: str,
            render: Render | None) -> tuple[dict[str, Any], dict[str, Any]]:
     if not plan.kept:
@@ -457,7 +478,7 @@ def _write(plan: JobPlan, tmp: Path, staging: Path, client: Any, source: str,
     manifest = job_manifest(plan, summary, source, workers)
     write_manifest(tmp, manifest)
     if render is not None:
-        client.submit(render_into, render, str(tmp), manifest, pure=False).result()
+        client.submit(render_into, _by_value(render), str(tmp), manifest, pure=False).result()
     return manifest, summary
 
 
