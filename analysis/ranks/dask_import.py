@@ -452,7 +452,8 @@ def _by_value(render: Render) -> bytes:
     import cloudpickle
 
     module = sys.modules.get(getattr(render, "__module__", "") or "")
-    if module is None or module.__name__.startswith("perfscope"):  # our own: importable wherever perfscope is
+    if module is None or module.__name__.startswith("perfscope") or \
+            module.__name__ in cloudpickle.list_registry_pickle_by_value():  # ours, or the caller's own choice kept
         return cloudpickle.dumps(render)
     cloudpickle.register_pickle_by_value(module)
     try:
