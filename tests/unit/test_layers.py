@@ -288,3 +288,34 @@ def test_the_report_facade_imports_the_outputs_only_when_called() -> None:
 def test_a_cycle_is_found() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+FLOAT_DTYPES = {"float", "float64", "np.float64", "f8", "np.double"}
+
+
+def _float_to_numpy_without_na(tree: ast.AST) -> Iterator[int]:
+    """Lines of ``x.to_numpy(float)`` (or ``"float64"``, ``dtype=np.float64``) that name no ``na_value``."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to_numpy"):
+            continue
+        dtype = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "dtype"), None)
+        if dtype is None:
+            continue
+        name = dtype.value if isinstance(dtype, ast.Constant) else ast.unparse(dtype)
+        if name in FLOAT_DTYPES and not any(k.arg == "na_value" for k in node.keywords):
+            yield node.lineno
+
+
+def test_float_to_numpy_names_its_missing_value() -> None:
+    """pandas before 2.2.1 (the range allows 2.0) refuses ``to_numpy(float)`` of a nullable column holding
+    a missing value; ``na_value=np.nan`` reads it as NaN on every version (the lower-bounds CI pass failed
+    on 171 such calls)."""
+    bad = [f"{path.relative_to(REPO)}:{line}" for _, path in _modules()
+           for line in _float_to_numpy_without_na(ast.parse(path.read_text()))]
+    assert not bad, bad
+
+
+def test_a_float_to_numpy_without_na_value_is_found() -> None:
+    tree = ast.parse('a.to_numpy(float)\nb.to_numpy(dtype="float64")\nc.to_numpy(np.float64, na_value=np.nan)\n'
+                     'd.to_numpy("int64")\n')
+    assert list(_float_to_numpy_without_na(tree)) == [1, 2]
