@@ -56,13 +56,13 @@ Every slice also carries the innermost range around it, whatever its cause, so a
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfscope.memo import memo
-from perfscope.schema import column_codes, conform, decode, map_distinct
+from perfscope.schema import column_codes, conform, decode, map_distinct, rows_where, seed_codes
 
 from .intervals import activity, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
@@ -425,7 +425,7 @@ def idle_rows(report: Report) -> pd.DataFrame:
     if not len(acts):
         return pd.DataFrame()
     ctx = _Context(report, acts)
-    frames = []
+    slices: list[_Slices] = []
     starts, ends = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
     devices = acts["device"].astype("object").to_numpy()
     for device in sorted({d for d in devices.tolist() if d is not None}, key=str):
@@ -437,9 +437,10 @@ def idle_rows(report: Report) -> pd.DataFrame:
         if not len(window[0]):
             continue
         rows = np.flatnonzero(on)
-        frames.append(ctx.classify(str(device), idle_intervals(busy, window), window, rows))
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        got = ctx.classify(str(device), idle_intervals(busy, window), window, rows)
+        if got is not None and len(got):
+            slices.append(got)
+    return _table(slices, ctx.vocab.words) if slices else pd.DataFrame()
 
 
 def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -569,13 +570,12 @@ class _Context:
         return out
 
     def classify(self, device: str, idle: tuple[np.ndarray, np.ndarray], window: tuple[np.ndarray, np.ndarray],
-                 rows: np.ndarray) -> pd.DataFrame:
+                 rows: np.ndarray) -> _Slices | None:
         """Cut the idle intervals at every host boundary, give each piece its cause, host kind and evidence,
         and join neighbouring pieces that agree (text as codes of :class:`_Vocab` until the join)."""
         ist, ien = idle
         if not len(ist):
-            return pd.DataFrame()
-        C = self.code
+            return None
         cuts = [ist, ien]
         bounds = [*self.host_sets.values(), self.recorded]
         sources = [np.asarray(a, np.int64) for pair in bounds for a in pair]
@@ -591,9 +591,22 @@ class _Context:
         mid = a + (b - a) // 2
         keep = _inside(idle, mid)
         a, b, mid = a[keep], b[keep], mid[keep]
-        n = len(a)
+        del points, keep
         gap = np.searchsorted(ist, a, side="right") - 1
-        gap_len = (ien - ist)[gap]
+        per_gap = ((ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien))
+        parts = [self._pieces(a[lo:hi], b[lo:hi], mid[lo:hi], gap[lo:hi], per_gap)
+                 for lo, hi in _chunks(gap, PIECES_PER_CHUNK)]
+        del a, b, mid, gap
+        span = float((window[1] - window[0]).sum())
+        return _Slices(device, span, parts)
+
+    def _pieces(self, a: np.ndarray, b: np.ndarray, mid: np.ndarray, gap: np.ndarray,
+                per_gap: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, Any]:
+        """The cause, host kind and evidence of the pieces ``a``-``b`` (whole gaps), joined into slices
+        (:meth:`_joined`); ``per_gap``: each gap's length, the call that opened it, its graph replay."""
+        C = self.code
+        n = len(a)
+        gap_len = per_gap[0][gap]
         cause = np.full(n, C["host"], np.int64)
         unknown = ~_inside(self.recorded, mid)
         cause[unknown] = C["unknown"]
@@ -635,8 +648,7 @@ class _Context:
         kind[waiting] = C["waiting"]
         kind[computes] = C["cpu compute"]
         # the queue model: the rest of a gap that opened inside a sync (or a copy to the host) is that sync's
-        open_row = _call_at(self.openers, ist, closed=True)
-        gap_opened = open_row[gap]
+        gap_opened = per_gap[1][gap]
         rest = host & ~waiting & ~computes
         queued = rest & (gap_opened >= 0)
         queued[queued] = mid[queued] >= self.openers[1][gap_opened[queued]]
@@ -658,7 +670,7 @@ class _Context:
         kind[rest & short] = C["dispatch"]
         kind[rest & ~short] = C["host code"]
         # graph replays: the device runs the graph's nodes by itself, whatever the host does meanwhile
-        replay = self._graph_gaps(rows, ist, ien)[gap]
+        replay = per_gap[2][gap]
         in_graph = ~np.isnan(replay)
         if in_graph.any():
             cause[in_graph] = C["graph"]
@@ -688,14 +700,14 @@ class _Context:
             at = np.flatnonzero((cause == C[c]) & (api < 0))
             row = _call_at(call_set, mid[at])
             api[at[row >= 0]] = self.call_names[c][row[row >= 0]]
-        return self._joined(device, window, a, b, gap, {
+        return self._joined(a, b, gap, {
             "cause": cause, "host_kind": kind, "range": names, "api": api, "op": op, "op_shapes": op_shapes,
             "function": function, "wait": wait}, corr, nbytes, pinned)
 
-    def _joined(self, device: str, window: tuple[np.ndarray, np.ndarray], a: np.ndarray, b: np.ndarray,
-                gap: np.ndarray, codes: dict[str, np.ndarray], corr: np.ndarray, nbytes: np.ndarray,
-                pinned: np.ndarray) -> pd.DataFrame:
-        """Neighbouring pieces of one gap with the same cause and evidence, joined into one slice."""
+    def _joined(self, a: np.ndarray, b: np.ndarray, gap: np.ndarray, codes: dict[str, np.ndarray], corr: np.ndarray,
+                nbytes: np.ndarray, pinned: np.ndarray) -> dict[str, Any]:
+        """Neighbouring pieces of one gap with the same cause and evidence, joined into one slice: the slices'
+        columns, the text ones as codes of the vocabulary (-1: None)."""
         key_change = np.ones(len(a), bool)
         if len(a) > 1:
             same = (a[1:] == b[:-1]) & (gap[1:] == gap[:-1]) & \
@@ -705,24 +717,86 @@ class _Context:
             key_change[1:] = ~same
         first = np.flatnonzero(key_change)
         last = np.append(first[1:] - 1, len(a) - 1)
-        span = float((window[1] - window[0]).sum())
-        start, end = a[first], b[last]
-        dur = end - start
-        pin = np.array([None, False, True], dtype=object)[pinned[first] + 1]
-        table = np.array([*self.vocab.words, None], dtype=object)
+        return {"start_ns": a[first], "end_ns": b[last], "gap": gap[first], "correlation": corr[first],
+                "bytes": nbytes[first], "pinned": pinned[first], **{k: v[first] for k, v in codes.items()}}
 
-        def text(v: np.ndarray) -> pd.Series:  # object dtype kept: pandas 3 would infer Arrow text per row
-            c = v[first]
-            return pd.Series(table[np.where(c >= 0, c, len(table) - 1)], dtype=object, copy=False)
 
-        return pd.DataFrame({
-            "device": pd.Series(np.full(len(first), device, dtype=object), dtype=object, copy=False),
-            "start_ns": start, "end_ns": end, "duration_ns": dur,
-            **{k: text(v) for k, v in codes.items()},
-            "gap": gap[first], "correlation": corr[first], "bytes": nbytes[first],
-            "pinned": pd.Series(pin, dtype=object, copy=False),
-            "window_ns": np.full(len(first), span), "window_pct": dur / span * 100.0 if span > 0 else np.full(len(first), np.nan),
-        }, copy=False)
+PIECES_PER_CHUNK = 1 << 20
+"""The idle classification works on this many pieces at a time (whole gaps), so its working arrays stay
+a few hundred MB whatever the trace's size (a 5M-kernel trace cuts its gaps into ~20M pieces)."""
+
+
+def _chunks(gap: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """(start, stop) of runs of about ``size`` pieces of the sorted gap numbers ``gap``, cut between gaps."""
+    n, out, lo = len(gap), [], 0
+    while lo < n:
+        hi = min(lo + size, n)
+        if hi < n:
+            hi = int(np.searchsorted(gap, gap[hi], side="left"))
+            if hi <= lo:
+                hi = int(np.searchsorted(gap, gap[lo], side="right"))
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+class _Slices:
+    """One device's classified slices, in chunks of columns (text as vocabulary codes)."""
+
+    def __init__(self, device: str, span: float, parts: list[dict[str, Any]]) -> None:
+        self.device, self.span, self.parts = device, span, parts
+
+    def __len__(self) -> int:
+        return sum(len(p["start_ns"]) for p in self.parts)
+
+    def column(self, name: str) -> np.ndarray:
+        return np.concatenate([p[name] for p in self.parts]) if self.parts else np.zeros(0)
+
+
+TEXT_COLUMNS = ("cause", "host_kind", "range", "api", "op", "op_shapes", "function", "wait")
+"""The idle table's text columns, held as vocabulary codes while it is built."""
+
+
+def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
+    """The idle rows of every device's slices as one table, each column concatenated once (the chunks freed as
+    it goes), the text decoded from the vocabulary; each text column's codes memoized on the table."""
+    sizes = [len(s) for s in slices]
+    n = sum(sizes)
+    start, end = (np.concatenate([s.column(c) for s in slices]) for c in ("start_ns", "end_ns"))
+    dur = end - start
+    span = np.repeat(np.array([s.span for s in slices], np.float64), sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = np.where(span > 0, dur / np.where(span > 0, span, 1.0) * 100.0, np.nan)
+    cols: dict[str, Any] = {}
+    codes: dict[str, np.ndarray] = {}
+    vocab = np.array([*words, None], dtype=object)
+    for c in ("gap", "correlation", "bytes", "pinned", *TEXT_COLUMNS):
+        cols[c] = np.concatenate([s.column(c) for s in slices])
+        for s in slices:
+            for p in s.parts:
+                del p[c]
+        if c in TEXT_COLUMNS:
+            codes[c] = cols[c]
+            # object dtype kept: pandas 3 would infer Arrow text per row
+            cols[c] = pd.Series(vocab[np.where(codes[c] >= 0, codes[c], len(words))], dtype=object, copy=False)
+    devices = np.array([s.device for s in slices], dtype=object)
+    device_codes = np.repeat(np.arange(len(slices)), sizes)
+    out = pd.DataFrame({
+        "device": pd.Series(devices[device_codes] if n else np.zeros(0, dtype=object), dtype=object, copy=False),
+        "start_ns": start, "end_ns": end, "duration_ns": dur,
+        **{c: cols.pop(c) for c in TEXT_COLUMNS},
+        "gap": cols["gap"], "correlation": cols["correlation"], "bytes": cols["bytes"],
+        "pinned": pd.Series(np.array([None, False, True], dtype=object)[cols["pinned"] + 1], dtype=object, copy=False),
+        "window_ns": span, "window_pct": pct,
+    }, copy=False)
+    # the text columns' codes, known from the classification: the rules and sections that group the table by
+    # them hash no text (schema.column_codes; conform carries them to the stored table)
+    word_array = np.array(words, dtype=object)
+    for c, v in codes.items():
+        seed_codes(out, c, v, word_array)
+    seed_codes(out, "device", device_codes, devices)
+    return out
+
 
 
 # ---------------------------------------------------------------------------- kinds and gap sizes
@@ -772,7 +846,7 @@ def gap_ids(idle: pd.DataFrame) -> np.ndarray:
 
 def kind_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, float]:
     """Idle ns per kind (every kind of :data:`KINDS`, 0 where none), for one device or all."""
-    df = idle if device is None or not len(idle) else idle[idle["device"] == device]
+    df = idle if device is None or not len(idle) else rows_where(idle, "device", device)
     out = dict.fromkeys(KINDS, 0.0)
     if len(df):
         by = pd.Series(df["duration_ns"].to_numpy(np.float64, na_value=np.nan)).groupby(kinds_of(df)).sum()
@@ -919,7 +993,7 @@ def idle_summary(idle: pd.DataFrame) -> pd.DataFrame:
 
 def cause_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, float]:
     """Idle ns per cause (every cause of :data:`CAUSES`, 0 where none), for one device or all."""
-    df = idle if device is None else idle[idle["device"] == device]
+    df = idle if device is None else rows_where(idle, "device", device)
     by = df.groupby("cause")["duration_ns"].sum() if len(df) else pd.Series(dtype="float64")
     return {c: float(by.get(c, 0.0)) for c in CAUSES}
 
@@ -932,7 +1006,8 @@ def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
     if not len(idle):
         return out
     summary = idle_summary(idle)
-    for device, rows in idle.groupby("device", sort=True):
+    for device in sorted(column_codes(idle, "device")[1].tolist()):
+        rows = rows_where(idle, "device", device)
         total = float(rows["duration_ns"].sum())
         window = float(rows["window_ns"].iloc[0])
         totals = cause_totals(rows)

@@ -45,3 +45,22 @@ def memo(owner: object, key: str, build: Callable[[], T]) -> T:
 def memo_size() -> int:
     """How many owners currently have memoized values (for tests)."""
     return len(_STORE)
+
+
+def memo_peek(owner: object, key: str) -> Any:
+    """The value memoized for ``(owner, key)``, or None when none is (nothing is built)."""
+    with _LOCK:
+        slot = _STORE.get(id(owner))
+        return None if slot is None else slot.get(key)
+
+
+def memo_seed(owner: object, key: str, value: Any) -> None:
+    """Memoize ``value`` for ``(owner, key)`` (a value its maker knows already; kept when one is there)."""
+    memo(owner, key, lambda: value)
+
+
+def memo_prefixed(owner: object, prefix: str) -> dict[str, Any]:
+    """Every value memoized for ``owner`` under a key starting with ``prefix``."""
+    with _LOCK:
+        slot = _STORE.get(id(owner)) or {}
+        return {k: v for k, v in slot.items() if k.startswith(prefix)}

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ReportFormatError
-from .memo import memo
+from .memo import memo, memo_peek, memo_prefixed, memo_seed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -452,11 +452,78 @@ def map_codes(codes: np.ndarray, distinct: np.ndarray, fn: Callable[[object], ob
     return decode(codes, np.array([fn(u) for u in distinct], dtype=object), fn(None))
 
 
+CODES_KEY = "schema:codes:"
+"""The memo key prefix of a table's :func:`column_codes`."""
+ROWS_OF_KEY = "schema:rows-of"
+"""The memo key of a cut's (parent table, row positions), set by :func:`rows_where` and :func:`subset`."""
+
+
 def column_codes(table: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
     """``pd.factorize(table[column])`` computed once per table object: (codes, -1 where missing;
     the distinct values as an object array). Hashing a 1M-row text column costs a quarter of a
-    second; the rules, tables and figures of one report ask for the same few columns."""
-    return memo(table, f"schema:codes:{column}", lambda: factorize(table[column]))
+    second; the rules, tables and figures of one report ask for the same few columns. A cut made by
+    :func:`subset` or :func:`rows_where` takes its parent's codes (renumbered, not hashed again)."""
+    return memo(table, f"{CODES_KEY}{column}", lambda: _codes_of(table, column))
+
+
+def _codes_of(table: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    link = memo_peek(table, ROWS_OF_KEY)
+    if link is not None and column in link[0]:
+        parent, pos = link
+        codes, distinct = column_codes(parent, column)
+        return recode(codes[pos], distinct)
+    return factorize(table[column])
+
+
+def recode(codes: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of some rows of a factorized column (-1: missing) renumbered in order of first appearance,
+    with only the distinct values they use: what :func:`factorize` of those rows gives, without hashing text."""
+    per, used = pd.factorize(np.asarray(codes, np.int64))
+    used = np.asarray(used, np.int64)
+    blank = np.flatnonzero(used < 0)
+    if len(blank):  # the missing code is no value: -1 again, and the later codes one down
+        j = int(blank[0])
+        per = np.where(per == j, -1, per - (per > j))
+        used = np.delete(used, j)
+    return per.astype(np.intp, copy=False), np.asarray(distinct, dtype=object)[used]
+
+
+def seed_codes(table: pd.DataFrame, column: str, codes: np.ndarray, distinct: np.ndarray) -> None:
+    """Give ``table[column]`` its :func:`column_codes` from the codes its maker built it from (``codes``
+    index ``distinct``, -1 missing; any order, unused values allowed: renumbered as :func:`factorize` would)."""
+    memo_seed(table, f"{CODES_KEY}{column}", recode(codes, distinct))
+
+
+def carry_codes(source: pd.DataFrame, target: pd.DataFrame) -> None:
+    """Give ``target``, a table with the same rows in the same order as ``source`` (a conformed copy), the
+    column codes memoized on ``source``."""
+    if target is source:
+        return
+    for key, value in memo_prefixed(source, CODES_KEY).items():
+        col = key[len(CODES_KEY):]
+        if col in target.columns and col in source.columns and target[col].dtype == source[col].dtype:
+            memo_seed(target, key, value)
+
+
+def subset(table: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``table[mask]`` (``mask`` a bool array), or ``table`` itself when every row is kept (no copy, and
+    its memoized codes kept); the cut's :func:`column_codes` come from the table's, not hashed again."""
+    mask = np.asarray(mask, bool)
+    if mask.all():
+        return table
+    out = table[mask]
+    memo_seed(out, ROWS_OF_KEY, (table, np.flatnonzero(mask)))
+    return out
+
+
+def rows_where(table: pd.DataFrame, column: str, value: object) -> pd.DataFrame:
+    """The rows of ``table`` whose ``column`` is ``value``, compared on the column's memoized codes (no
+    per-row text compare): ``table`` itself when every row is (one device's report cut per device)."""
+    if not len(table):
+        return table
+    codes, distinct = column_codes(table, column)
+    hit = [i for i, v in enumerate(distinct.tolist()) if v == value]
+    return subset(table, codes == hit[0] if hit else np.zeros(len(table), bool))
 
 
 def value_mask(table: pd.DataFrame, column: str, predicate: Callable[[object], object]) -> np.ndarray:
@@ -596,6 +663,7 @@ def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
         if name not in out:
             out[name] = df[name]
     result = pd.DataFrame(out, index=df.index, copy=False).reset_index(drop=True)  # columns kept as they are shared
+    carry_codes(df, result)  # same rows, same text: the codes its maker memoized hold
     for col in spec:
         if col.required and col.kind == "int" and len(result) and result[col.name].isna().any():
             bad = int(result[col.name].isna().sum())

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import duration
+from perfscope.schema import rows_where
 
 from ._base import ITEM_SPANS, Item, group_key
 
@@ -62,7 +63,7 @@ def idle_in(idle: pd.DataFrame, ws: np.ndarray, we: np.ndarray, device: str | No
     every device), each cut to the windows (``duration_ns`` the part inside)."""
     if not len(idle):
         return idle
-    rows = idle if device is None else idle[idle["device"] == device]
+    rows = idle if device is None else rows_where(idle, "device", device)
     i, s, e = clip_to(rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64), ws, we)
     cols = [c for c in ("device", "start_ns", "end_ns", "duration_ns", "cause", "host_kind", "range", "api", "op",
                         "op_shapes", "function", "wait", "gap", "correlation", "bytes", "pinned") if c in rows]

@@ -20,7 +20,7 @@ import pandas as pd
 
 from perfscope.format import duration
 from perfscope.memo import memo
-from perfscope.schema import map_distinct, value_mask, value_positions
+from perfscope.schema import map_distinct, rows_where, subset, value_mask, value_positions
 
 from ..costs.compiled_steps import compiled_kernels
 from ..idle import cause_totals, graphs_help, idle_of, idle_summary, kind_totals, kinds_of
@@ -387,7 +387,7 @@ def gpu_idle(report: Report) -> list[Finding]:
         what = "is outside operators" if cpu else f"{idle.device} is idle"
         title = (f"{share:.0f}% of the active span {what} ({duration(idle.idle_ns)} in {len(idle.gaps)} gaps "
                  f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
-        rows = idle_all[(idle_all["device"] == idle.device).to_numpy(bool)] if len(idle_all) else idle_all
+        rows = rows_where(idle_all, "device", idle.device)
         items: list[Item] = idle_items(rows) if len(rows) else []
         graphs = False
         if len(rows):
@@ -539,7 +539,7 @@ def _gaps_before(report: Report, device: str, starts: np.ndarray,
     """For work starting at ``starts`` on ``device``: the kind of the idle gap that ends there (``unknown``
     where the idle table has none: outside the window), with ``time_ns`` per gap and the gaps' start and end."""
     idle = idle_of(report)
-    gaps = gap_table(idle[(idle["device"] == device).to_numpy(bool)] if len(idle) else idle)
+    gaps = gap_table(rows_where(idle, "device", device))
     kinds = np.full(len(starts), "unknown", dtype=object)
     g_start, g_end = starts.astype(np.float64) - time_ns, starts.astype(np.float64)
     if len(gaps) and len(starts):
@@ -616,8 +616,8 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
         return None  # the GPU does not wait (no idle time), or waits but not for launch calls: gpu-idle names the cause
     at_stake = launch_idle
     rows = idle_of(report)
-    rows = rows[(rows["device"] == device).to_numpy(bool)]
-    items = idle_items(rows[kinds_of(rows) == "launch"])
+    rows = rows_where(rows, "device", device)
+    items = idle_items(subset(rows, kinds_of(rows) == "launch"))
     evidence: dict[str, float | int | str] = {
         "device": device, "launches": len(m), "launch_api_ns": api_ns, "kernel_ns": kernel_ns,
         "launch_api_vs_kernel_pct": api_pct,
