@@ -718,7 +718,7 @@ class _Context:
         first = np.flatnonzero(key_change)
         last = np.append(first[1:] - 1, len(a) - 1)
         return {"start_ns": a[first], "end_ns": b[last], "gap": gap[first], "correlation": corr[first],
-                "bytes": nbytes[first], "pinned": pinned[first], **{k: v[first] for k, v in codes.items()}}
+                "bytes": nbytes[first], "pinned": pinned[first], **{k: v[first].astype(np.int32) for k, v in codes.items()}}
 
 
 PIECES_PER_CHUNK = 1 << 20
@@ -771,7 +771,7 @@ def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
     codes: dict[str, np.ndarray] = {}
     vocab = np.array([*words, None], dtype=object)
     for c in ("gap", "correlation", "bytes", "pinned", *TEXT_COLUMNS):
-        cols[c] = np.concatenate([s.column(c) for s in slices])
+        cols[c] = np.concatenate([s.column(c) for s in slices]) if n else np.zeros(0, np.int64)
         for s in slices:
             for p in s.parts:
                 del p[c]
@@ -780,13 +780,17 @@ def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
             # object dtype kept: pandas 3 would infer Arrow text per row
             cols[c] = pd.Series(vocab[np.where(codes[c] >= 0, codes[c], len(words))], dtype=object, copy=False)
     devices = np.array([s.device for s in slices], dtype=object)
-    device_codes = np.repeat(np.arange(len(slices)), sizes)
+    device_codes = np.repeat(np.arange(len(slices), dtype=np.int32), sizes)
     out = pd.DataFrame({
         "device": pd.Series(devices[device_codes] if n else np.zeros(0, dtype=object), dtype=object, copy=False),
         "start_ns": start, "end_ns": end, "duration_ns": dur,
         **{c: cols.pop(c) for c in TEXT_COLUMNS},
-        "gap": cols["gap"], "correlation": cols["correlation"], "bytes": cols["bytes"],
-        "pinned": pd.Series(np.array([None, False, True], dtype=object)[cols["pinned"] + 1], dtype=object, copy=False),
+        # in the contract's dtypes already (Int64, boolean): conform keeps them as they are, no copy
+        "gap": pd.arrays.IntegerArray(cols["gap"].astype(np.int64, copy=False), np.zeros(n, bool)),
+        "correlation": pd.arrays.IntegerArray(np.nan_to_num(cols["correlation"], nan=0.0).astype(np.int64),
+                                              np.isnan(cols["correlation"])),
+        "bytes": cols["bytes"],
+        "pinned": pd.arrays.BooleanArray(cols["pinned"] > 0, cols["pinned"] < 0),
         "window_ns": span, "window_pct": pct,
     }, copy=False)
     # the text columns' codes, known from the classification: the rules and sections that group the table by
