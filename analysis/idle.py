@@ -61,8 +61,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.memo import memo
-from perfscope.schema import column_codes, conform, decode, map_distinct, rows_where, seed_codes
+from perfscope.memo import memo, memo_seed
+from perfscope.schema import (
+    CODES_KEY,
+    column_codes,
+    conform,
+    decode,
+    map_distinct,
+    recode,
+    repeated,
+    rows_where,
+    seed_codes,
+)
 
 from .intervals import activity, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
@@ -587,16 +597,17 @@ class _Context:
             if len(p):
                 cuts.append(p[_inside(idle, p)])
         points = _sorted_unique(np.concatenate(cuts))
-        a, b = points[:-1], points[1:]
-        mid = a + (b - a) // 2
-        keep = _inside(idle, mid)
-        a, b, mid = a[keep], b[keep], mid[keep]
+        del cuts
+        keep = _inside(idle, points[:-1] + (points[1:] - points[:-1]) // 2)
+        a, b = points[:-1][keep], points[1:][keep]
         del points, keep
         gap = np.searchsorted(ist, a, side="right") - 1
         per_gap = ((ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien))
-        parts = [self._pieces(a[lo:hi], b[lo:hi], mid[lo:hi], gap[lo:hi], per_gap)
-                 for lo, hi in _chunks(gap, PIECES_PER_CHUNK)]
-        del a, b, mid, gap
+        parts = []
+        for lo, hi in _chunks(gap, PIECES_PER_CHUNK):
+            pa, pb = a[lo:hi], b[lo:hi]
+            parts.append(self._pieces(pa, pb, pa + (pb - pa) // 2, gap[lo:hi], per_gap))
+        del a, b, gap
         span = float((window[1] - window[0]).sum())
         return _Slices(device, span, parts)
 
@@ -762,27 +773,33 @@ def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
     it goes), the text decoded from the vocabulary; each text column's codes memoized on the table."""
     sizes = [len(s) for s in slices]
     n = sum(sizes)
-    start, end = (np.concatenate([s.column(c) for s in slices]) for c in ("start_ns", "end_ns"))
-    dur = end - start
-    span = np.repeat(np.array([s.span for s in slices], np.float64), sizes)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pct = np.where(span > 0, dur / np.where(span > 0, span, 1.0) * 100.0, np.nan)
     cols: dict[str, Any] = {}
-    codes: dict[str, np.ndarray] = {}
+    codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     vocab = np.array([*words, None], dtype=object)
-    for c in ("gap", "correlation", "bytes", "pinned", *TEXT_COLUMNS):
+    word_array = np.array(words, dtype=object)
+    for c in ("start_ns", "end_ns", "gap", "correlation", "bytes", "pinned", *TEXT_COLUMNS):
         cols[c] = np.concatenate([s.column(c) for s in slices]) if n else np.zeros(0, np.int64)
         for s in slices:
             for p in s.parts:
-                del p[c]
+                del p[c]  # each chunk's piece freed once the column holds it
         if c in TEXT_COLUMNS:
-            codes[c] = cols[c]
+            v = cols[c]
+            codes[c] = recode(v, word_array)  # renumbered as column_codes gives them; the vocabulary's freed
             # object dtype kept: pandas 3 would infer Arrow text per row
-            cols[c] = pd.Series(vocab[np.where(codes[c] >= 0, codes[c], len(words))], dtype=object, copy=False)
+            cols[c] = pd.Series(vocab[np.where(v >= 0, v, len(words))], dtype=object, copy=False)
+            del v
+    start, end = cols.pop("start_ns"), cols.pop("end_ns")
+    dur = end - start
+    spans = np.array([s.span for s in slices], np.float64)
+    # one device (the usual case): its window and name are one value each, held once (stride 0)
+    span = repeated(spans[0], n) if len(slices) == 1 else np.repeat(spans, sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = np.where(span > 0, dur / np.where(span > 0, span, 1.0) * 100.0, np.nan)
     devices = np.array([s.device for s in slices], dtype=object)
     device_codes = np.repeat(np.arange(len(slices), dtype=np.int32), sizes)
     out = pd.DataFrame({
-        "device": pd.Series(devices[device_codes] if n else np.zeros(0, dtype=object), dtype=object, copy=False),
+        "device": pd.Series(repeated(devices[:1], n) if len(slices) == 1 else devices[device_codes],
+                            dtype=object, copy=False),
         "start_ns": start, "end_ns": end, "duration_ns": dur,
         **{c: cols.pop(c) for c in TEXT_COLUMNS},
         # in the contract's dtypes already (Int64, boolean): conform keeps them as they are, no copy
@@ -795,9 +812,8 @@ def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
     }, copy=False)
     # the text columns' codes, known from the classification: the rules and sections that group the table by
     # them hash no text (schema.column_codes; conform carries them to the stored table)
-    word_array = np.array(words, dtype=object)
-    for c, v in codes.items():
-        seed_codes(out, c, v, word_array)
+    for c, known in codes.items():
+        memo_seed(out, CODES_KEY + c, known)
     seed_codes(out, "device", device_codes, devices)
     return out
 

@@ -585,15 +585,59 @@ def _missing_series(kind: str, n: int, index: pd.Index) -> pd.Series:
     (stride 0; an nsys export leaves ~30 optional kernel columns empty, 0.3 GB per million kernels when
     materialised). Readers see NaN / <NA> / None as from a full array; pandas copies it before any write."""
     if kind == "float":
-        return pd.Series(_repeated(np.float64(np.nan), n), index=index, dtype="float64", copy=False)
+        return pd.Series(repeated(np.float64(np.nan), n), index=index, dtype="float64", copy=False)
     if kind == "int":
-        return pd.Series(pd.arrays.IntegerArray(_repeated(np.int64(0), n), _repeated(np.True_, n)), index=index, copy=False)
+        return pd.Series(pd.arrays.IntegerArray(repeated(np.int64(0), n), repeated(np.True_, n)), index=index, copy=False)
     if kind == "bool":
-        return pd.Series(pd.arrays.BooleanArray(_repeated(np.False_, n), _repeated(np.True_, n)), index=index, copy=False)
-    return pd.Series(_repeated(np.array(None, dtype=object), n), index=index, dtype="object", copy=False)
+        return pd.Series(pd.arrays.BooleanArray(repeated(np.False_, n), repeated(np.True_, n)), index=index, copy=False)
+    return pd.Series(repeated(np.array(None, dtype=object), n), index=index, dtype="object", copy=False)
 
 
-def _repeated(value: Any, n: int) -> np.ndarray:
+def compact_missing(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each column whose every value is missing held as :func:`_missing_series` (no memory per
+    row); ``df`` itself when none is. Cheap: a column whose first value is known is not scanned."""
+    n = len(df)
+    if n < COMPACT_MIN_ROWS:
+        return df
+    swap = {}
+    for name in df.columns:
+        series = df[name]
+        kind = _kind_of(series.dtype)
+        if kind is None or _isrepeated(series) or not series.iloc[:1].isna().all() or not series.isna().all():
+            continue
+        swap[name] = _missing_series(kind, n, df.index)
+    if not swap:
+        return df
+    out = pd.DataFrame({name: swap.get(name, df[name]) for name in df.columns}, index=df.index, copy=False)
+    carry_codes(df, out)
+    return out
+
+
+COMPACT_MIN_ROWS = 4096
+"""Tables shorter than this keep their missing columns as they are (nothing worth saving)."""
+
+
+def _kind_of(dtype: Any) -> str | None:
+    """The contract kind whose missing column has ``dtype`` (None: a dtype not stored that way)."""
+    if dtype == "float64":
+        return "float"
+    if dtype == "Int64":
+        return "int"
+    if dtype == "boolean":
+        return "bool"
+    if dtype == object:
+        return "str"
+    return None
+
+
+def _isrepeated(series: pd.Series) -> bool:
+    """Whether ``series`` is already held as one repeated value (stride 0)."""
+    a = series.array
+    data = getattr(a, "_ndarray", getattr(a, "_data", None))
+    return isinstance(data, np.ndarray) and data.ndim == 1 and data.strides == (0,)
+
+
+def repeated(value: Any, n: int) -> np.ndarray:
     """``n`` times ``value`` as a read-only view of one element (no memory per row)."""
     return np.broadcast_to(np.asarray(value), (n,))
 
@@ -675,6 +719,7 @@ def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
             out[name] = df[name]
     result = pd.DataFrame(out, index=df.index, copy=False).reset_index(drop=True)  # columns kept as they are shared
     carry_codes(df, result)  # same rows, same text: the codes its maker memoized hold
+    result = compact_missing(result)  # a column a reader filled with missing values costs nothing per row
     for col in spec:
         if col.required and col.kind == "int" and len(result) and result[col.name].isna().any():
             bad = int(result[col.name].isna().sum())
