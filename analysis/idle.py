@@ -547,6 +547,8 @@ class _Context:
         self.graph = _graph_keys(report, acts, api)
         self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(api).items()}
         self.acts = acts
+        # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits
+        self.code_dtype = np.int16 if len(vocab.words) < np.iinfo(np.int16).max else np.int32
 
     @staticmethod
     def _graph_call_names(api: pd.DataFrame) -> dict[float, str]:
@@ -728,8 +730,9 @@ class _Context:
             key_change[1:] = ~same
         first = np.flatnonzero(key_change)
         last = np.append(first[1:] - 1, len(a) - 1)
-        return {"start_ns": a[first], "end_ns": b[last], "gap": gap[first], "correlation": corr[first],
-                "bytes": nbytes[first], "pinned": pinned[first], **{k: v[first].astype(np.int32) for k, v in codes.items()}}
+        return {"start_ns": a[first], "end_ns": b[last], "gap": gap[first].astype(np.int32), "correlation": corr[first],
+                "bytes": nbytes[first], "pinned": pinned[first],
+                **{k: v[first].astype(self.code_dtype) for k, v in codes.items()}}
 
 
 PIECES_PER_CHUNK = 1 << 20

@@ -480,14 +480,16 @@ def recode(codes: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray, np.ndar
     with only the distinct values they use: what :func:`factorize` of those rows gives, without hashing text."""
     per, used = pd.factorize(np.asarray(codes))
     used = np.asarray(used, np.int64)
-    # int32 codes stay int32 (the idle table's: half the memory); any others are intp, as pd.factorize gives
-    narrow = np.int32 if np.asarray(codes).dtype == np.int32 else np.intp
+    # codes held narrow (the idle table's) are int32, half the memory; any others are intp, as pd.factorize gives
+    narrow = np.int32 if np.asarray(codes).dtype.itemsize <= 4 else np.intp
     per = per.astype(narrow)
     blank = np.flatnonzero(used < 0)
     if len(blank):  # the missing code is no value: -1 again, and the later codes one down
         j = int(blank[0])
         per = np.where(per == j, narrow(-1), per - (per > j).astype(narrow))
         used = np.delete(used, j)
+    if len(used) <= 1 and len(per) >= COMPACT_MIN_ROWS and (per == per[0]).all():
+        per = repeated(per[0], len(per))  # one value (or none) in every row: held once
     return per, np.asarray(distinct, dtype=object)[used]
 
 
