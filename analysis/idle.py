@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.memo import memo, memo_seed
+from perfscope.memo import memo, memo_drop, memo_peek, memo_seed, release_free_memory
 from perfscope.schema import (
     CODES_KEY,
     column_codes,
@@ -74,7 +74,7 @@ from perfscope.schema import (
     seed_codes,
 )
 
-from .intervals import activity, merge_intervals
+from .intervals import ACTIVITY_KEY, activity, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
 from .summaries.kernels import is_cpu_report
 from .tree import innermost_at
@@ -431,9 +431,19 @@ def _graph_keys(report: Report, acts: pd.DataFrame, api: pd.DataFrame) -> np.nda
 
 def idle_rows(report: Report) -> pd.DataFrame:
     """The rows of :func:`idle_slices`, not yet conformed (``Report.replace(idle=...)`` conforms them)."""
+    had_activity = memo_peek(report, ACTIVITY_KEY) is not None
+    slices, words = _classified(report)
+    if not had_activity:  # made for this call only: freed before the table is built (the memo as the caller had it)
+        memo_drop(report, ACTIVITY_KEY)
+    release_free_memory()  # what the classification read and its chunks' working arrays
+    return _table(slices, words) if slices else pd.DataFrame()
+
+
+def _classified(report: Report) -> tuple[list[_Slices], list[str]]:
+    """Every device's idle slices, classified (text as codes of the returned vocabulary)."""
     acts = activity(report)
     if not len(acts):
-        return pd.DataFrame()
+        return [], []
     ctx = _Context(report, acts)
     slices: list[_Slices] = []
     starts, ends = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
@@ -450,7 +460,8 @@ def idle_rows(report: Report) -> pd.DataFrame:
         got = ctx.classify(str(device), idle_intervals(busy, window), window, rows)
         if got is not None and len(got):
             slices.append(got)
-    return _table(slices, ctx.vocab.words) if slices else pd.DataFrame()
+        release_free_memory()  # the chunks' working arrays
+    return slices, ctx.vocab.words
 
 
 def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -785,6 +796,7 @@ def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
         for s in slices:
             for p in s.parts:
                 del p[c]  # each chunk's piece freed once the column holds it
+        release_free_memory()
         if c in TEXT_COLUMNS:
             v = cols[c]
             codes[c] = recode(v, word_array)  # renumbered as column_codes gives them; the vocabulary's freed

@@ -78,7 +78,11 @@ def activity(report: Report) -> pd.DataFrame:
     device, or are dropped when there are several.
     Computed once per Report object (the timeline rules share it); do not modify it.
     """
-    return memo(report, "intervals:activity", lambda: _activity(report))
+    return memo(report, ACTIVITY_KEY, lambda: _activity(report))
+
+
+ACTIVITY_KEY = "intervals:activity"
+"""The memo key of :func:`activity`."""
 
 
 def _activity(report: Report) -> pd.DataFrame:

@@ -7,6 +7,7 @@ what keeps the Dash callbacks on a 1M-kernel report from redoing the same prepar
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -64,3 +65,33 @@ def memo_prefixed(owner: object, prefix: str) -> dict[str, Any]:
     with _LOCK:
         slot = _STORE.get(id(owner)) or {}
         return {k: v for k, v in slot.items() if k.startswith(prefix)}
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``; nothing elsewhere).
+
+    An import frees many arrays of a few MB (a chunk's working arrays, a reader's batches) that glibc keeps
+    in its heap, below its mmap threshold: they count in the process's resident memory until trimmed, while
+    the next large arrays (mmapped) come on top. Called between the import's large steps."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def memo_drop(owner: object, key: str) -> None:
+    """Forget the value memoized for ``(owner, key)`` (its memory freed; built again when next asked)."""
+    with _LOCK:
+        slot = _STORE.get(id(owner))
+        if slot is not None:
+            slot.pop(key, None)

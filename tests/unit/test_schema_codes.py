@@ -61,3 +61,45 @@ def test_recode_renumbers_in_order_of_first_appearance_and_keeps_missing() -> No
     text = pd.Series(["d", None, "b", "d", None, "a"], dtype=object)
     want_codes, want = pd.factorize(text, use_na_sentinel=True)
     assert codes.tolist() == want_codes.tolist() and used.tolist() == list(want)
+
+
+def _stride0(series: pd.Series) -> bool:
+    a = series.array
+    data = getattr(a, "_ndarray", getattr(a, "_data", None))
+    return isinstance(data, np.ndarray) and data.strides == (0,)
+
+
+def test_missing_columns_cost_nothing_and_read_as_missing_after_a_save(tmp_path) -> None:
+    """An nsys export has no counters and no host operators: those kernel columns are all missing, held as
+    one repeated missing value, and read back from the saved report exactly as before (NaN, <NA>, None)."""
+    import sys
+    from pathlib import Path
+
+    from perfscope.analysis.readers.nsys.reader import read_nsys_sqlite
+    from perfscope.report import Report
+    from perfscope.schema import compact_missing
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from ingest_nsys import FIXTURE, build  # the real export's kernels and launch calls, replicated
+
+    build(FIXTURE, tmp_path / "big.sqlite", 5000)
+    report = read_nsys_sqlite(tmp_path / "big.sqlite")
+    k = report.kernels
+    assert len(k) >= 4096  # long enough to be compacted
+    held_once = [c for c in k.columns if _stride0(k[c])]
+    assert {"flops", "op", "op_shapes", "arith_intensity", "step"} <= set(held_once)
+    for c in held_once:
+        assert k[c].isna().all(), c
+    assert not any(_stride0(k[c]) for c in ("name", "start_ns", "device"))
+    report.save(tmp_path / "r.perfscope")
+    back = Report.load(tmp_path / "r.perfscope")
+    for c in held_once:
+        assert back.kernels[c].isna().all(), c
+        assert back.kernels[c].dtype == k[c].dtype, c
+    pd.testing.assert_frame_equal(back.kernels[["name", "start_ns", "duration_ns"]], k[["name", "start_ns", "duration_ns"]],
+                                  check_dtype=False)  # text reads back as pandas 3 str
+    # a full-length missing column (a report saved before) compacts the same way, and a known one does not
+    full = pd.DataFrame({"x": np.full(5000, np.nan), "y": np.arange(5000.0), "z": [None] * 5000})
+    out = compact_missing(full)
+    assert _stride0(out["x"]) and _stride0(out["z"]) and not _stride0(out["y"])
+    pd.testing.assert_frame_equal(out, full)
