@@ -614,7 +614,7 @@ class _Context:
         keep = _inside(idle, points[:-1] + (points[1:] - points[:-1]) // 2)
         a, b = points[:-1][keep], points[1:][keep]
         del points, keep
-        gap = np.searchsorted(ist, a, side="right") - 1
+        gap = (np.searchsorted(ist, a, side="right") - 1).astype(np.int32 if len(ist) < 2**31 else np.int64)
         per_gap = ((ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien))
         parts = []
         for lo, hi in _chunks(gap, PIECES_PER_CHUNK):

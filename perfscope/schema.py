@@ -477,20 +477,30 @@ def _codes_of(table: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]
 
 def recode(codes: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes of some rows of a factorized column (-1: missing) renumbered in order of first appearance,
-    with only the distinct values they use: what :func:`factorize` of those rows gives, without hashing text."""
-    per, used = pd.factorize(np.asarray(codes))
-    used = np.asarray(used, np.int64)
-    # codes held narrow (the idle table's) are int32, half the memory; any others are intp, as pd.factorize gives
-    narrow = np.int32 if np.asarray(codes).dtype.itemsize <= 4 else np.intp
-    per = per.astype(narrow)
-    blank = np.flatnonzero(used < 0)
-    if len(blank):  # the missing code is no value: -1 again, and the later codes one down
-        j = int(blank[0])
-        per = np.where(per == j, narrow(-1), per - (per > j).astype(narrow))
-        used = np.delete(used, j)
-    if len(used) <= 1 and len(per) >= COMPACT_MIN_ROWS and (per == per[0]).all():
+    with only the distinct values they use: what :func:`factorize` of those rows gives, without hashing text.
+
+    The values seen are collected a million rows at a time (each slice's few distinct codes), so no
+    hash table or sort of the whole column is made: the only full-length array is the result."""
+    codes = np.asarray(codes)
+    narrow = np.int32 if codes.dtype.itemsize <= 4 else np.intp  # narrow codes (the idle table's) stay narrow
+    order: list[int] = []
+    seen: set[int] = set()
+    for lo in range(0, len(codes), RECODE_SLICE):
+        for c in pd.unique(codes[lo:lo + RECODE_SLICE]).tolist():
+            if c not in seen:
+                seen.add(c)
+                order.append(c)
+    used = np.array([c for c in order if c >= 0], dtype=np.int64)
+    table = np.full(len(distinct) + 1, -1, dtype=narrow)  # position 0 is the missing code -1
+    table[used + 1] = np.arange(len(used), dtype=narrow)
+    per = table[codes.astype(np.int64, copy=False) + 1] if codes.dtype.itemsize > 4 else table[codes + 1]
+    if len(order) <= 1 and len(per) >= COMPACT_MIN_ROWS:
         per = repeated(per[0], len(per))  # one value (or none) in every row: held once
     return per, np.asarray(distinct, dtype=object)[used]
+
+
+RECODE_SLICE = 1 << 20
+"""Rows :func:`recode` looks at a time."""
 
 
 def seed_codes(table: pd.DataFrame, column: str, codes: np.ndarray, distinct: np.ndarray) -> None:
