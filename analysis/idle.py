@@ -617,7 +617,7 @@ class _Context:
         gap = (np.searchsorted(ist, a, side="right") - 1).astype(np.int32 if len(ist) < 2**31 else np.int64)
         per_gap = ((ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien))
         parts = []
-        for lo, hi in _chunks(gap, PIECES_PER_CHUNK):
+        for lo, hi in _chunks(gap, _chunk_size(self)):
             pa, pb = a[lo:hi], b[lo:hi]
             parts.append(self._pieces(pa, pb, pa + (pb - pa) // 2, gap[lo:hi], per_gap))
         del a, b, gap
@@ -746,9 +746,16 @@ class _Context:
                 **{k: v[first].astype(self.code_dtype) for k, v in codes.items()}}
 
 
-PIECES_PER_CHUNK = 1 << 20
+PIECES_PER_CHUNK = 1 << 19
 """The idle classification works on this many pieces at a time (whole gaps), so its working arrays stay
-a few hundred MB whatever the trace's size (a 5M-kernel trace cuts its gaps into ~20M pieces)."""
+about 100 MB whatever the trace's size (a 5M-kernel nsys export cuts its gaps into ~20M pieces)."""
+
+
+def _chunk_size(ctx: _Context) -> int:
+    """Pieces per chunk: :data:`PIECES_PER_CHUNK`, or as many as the largest host track has rows (each chunk
+    looks its pieces up in every track, whose nesting costs a sort of the track: more chunks than that
+    would cost more than the pieces themselves)."""
+    return max(PIECES_PER_CHUNK, len(ctx.range_index.s), *(len(t) for t in ctx.tracks.values()))
 
 
 def _chunks(gap: np.ndarray, size: int) -> list[tuple[int, int]]:

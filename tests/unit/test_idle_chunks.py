@@ -20,7 +20,7 @@ from perfscope.analysis.idle import _chunks, idle_rows
 def test_chunked_classification_equals_whole(load, monkeypatch, name: str) -> None:
     report = load(name)
     whole = idle_rows(report)
-    monkeypatch.setattr(idle_mod, "PIECES_PER_CHUNK", 7)
+    monkeypatch.setattr(idle_mod, "_chunk_size", lambda ctx: 7)
     chunked = idle_rows(report)
     assert len(whole) > 7
     pd.testing.assert_frame_equal(chunked, whole)
