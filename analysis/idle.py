@@ -433,9 +433,10 @@ def idle_rows(report: Report) -> pd.DataFrame:
     """The rows of :func:`idle_slices`, not yet conformed (``Report.replace(idle=...)`` conforms them)."""
     had_activity = memo_peek(report, ACTIVITY_KEY) is not None
     slices, words = _classified(report)
+    rows = len(report.kernels) + len(report.transfers)
     if not had_activity:  # made for this call only: freed before the table is built (the memo as the caller had it)
         memo_drop(report, ACTIVITY_KEY)
-    release_free_memory()  # what the classification read and its chunks' working arrays
+    release_free_memory(rows)  # what the classification read and its chunks' working arrays
     return _table(slices, words) if slices else pd.DataFrame()
 
 
@@ -460,7 +461,7 @@ def _classified(report: Report) -> tuple[list[_Slices], list[str]]:
         got = ctx.classify(str(device), idle_intervals(busy, window), window, rows)
         if got is not None and len(got):
             slices.append(got)
-        release_free_memory()  # the chunks' working arrays
+        release_free_memory(len(acts))  # the chunks' working arrays
     return slices, ctx.vocab.words
 
 
@@ -803,7 +804,7 @@ def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
         for s in slices:
             for p in s.parts:
                 del p[c]  # each chunk's piece freed once the column holds it
-        release_free_memory()
+        release_free_memory(n)
         if c in TEXT_COLUMNS:
             v = cols[c]
             codes[c] = recode(v, word_array)  # renumbered as column_codes gives them; the vocabulary's freed

@@ -98,7 +98,7 @@ def finish(imported: Imported, steps: StepRule | None = None) -> Report:
         manifest["partial"] = True
     if "idle" in tables:  # given by the caller (a combined report): kept
         return Report.assemble(tables, manifest)
-    release_free_memory()  # the reader's batches, before the idle classification's arrays come on top
+    release_free_memory(len(tables.get("kernels", ())))  # the reader's batches, before the idle classification's arrays come on top
     # a placeholder idle table while the report is read to make the real one (conformed once, below)
     report = Report.assemble({**tables, "idle": pd.DataFrame()}, manifest)
     # 4. every idle slice of the device with its cause (analysis/idle.py)
