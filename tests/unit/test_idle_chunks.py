@@ -4,6 +4,8 @@ each moved to a gap border)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -32,7 +34,7 @@ def test_chunks_cut_between_gaps_only() -> None:
     gap = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
     parts = _chunks(gap, 2)
     assert parts[0][0] == 0 and parts[-1][1] == len(gap)
-    assert all(hi == lo2 for (_, hi), (lo2, _) in zip(parts, parts[1:]))
+    assert all(hi == lo2 for (_, hi), (lo2, _) in itertools.pairwise(parts))
     for lo, hi in parts:
         assert hi > lo
         assert lo == 0 or gap[lo] != gap[lo - 1]
