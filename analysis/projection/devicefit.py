@@ -93,6 +93,9 @@ SOURCES: dict[str, str] = {
                          "(rank 0 of 16)",
     "aiter-mi308x": "vjelic/aiter-glog-fork (MIT): FlashMLA decode under rocprof-compute 3.0 on MI308X",
     "perfscope-h200": "perfscope's own engine, Llama-3.2-1B batch 1 on one H200 (tests/fixtures/h200)",
+    "tracelens gemms": "AMD-AGI/TraceLens (MIT), tests/traces/{h100,mi300}/*_perf_report_csvs/GEMM.csv: the GEMM ops "
+                       "of Qwen1.5-0.5B, an NSFW image classifier and OWLv2, each traced with one harness on H100 and "
+                       "MI300X (kernel time per op and input shapes)",
 }
 """Every dataset the models are fitted from (tests/fixtures/README.md has the commits and licences)."""
 
@@ -127,6 +130,7 @@ TABLE_FAMILY = {
     "vidur llama-2-7b mlp_act": "elementwise", "vidur llama-2-7b attn_rope": "elementwise",
     "vidur llama-2-7b add": "elementwise", "vidur llama-2-7b input_layernorm": "reduction",
     "vidur llama-2-7b post_attention_layernorm": "reduction", "vidur llama-2-7b emb": "copy",
+    "tracelens gemms bf16": "gemm-bf16", "tracelens gemms fp16": "gemm-fp16", "tracelens gemms fp32": "gemm-fp32",
 }
 """A published table's family."""
 
@@ -170,6 +174,8 @@ def table_observations(root: Path = FIXTURES / "crossgpu") -> pd.DataFrame:
         for src, tgt, rows in loader(root):
             key = (rows["table"] + "|" + rows["flops"].round(0).astype(str) + "|" + rows["bytes"].round(0).astype(str)
                    + "|" + rows["size"].round(0).astype(str))
+            if "shape" in rows:  # a table that names its shapes: one key per shape
+                key = key + "|" + rows["shape"].astype(str)
             for gpu, col in ((src, "t_src_s"), (tgt, "t_tgt_s")):
                 model, vendor, gen = _table_device(gpu)
                 frames.append(pd.DataFrame({
@@ -366,8 +372,10 @@ def fit_curves(obs: pd.DataFrame) -> Fit:
                {str(f): prior[n] for n, f in enumerate(fam_keys)})
 
 
-TRACES = frozenset(PAIR_TRACES) | frozenset(SINGLE_TRACES)
-"""The datasets that are profiler traces (each kernel as a user's trace holds it); the rest are tables."""
+PROFILED_TABLES = ("tracelens gemms",)
+"""Tables whose times are kernels timed by a profiler in eager traces (TraceLens's per-op kernel times)."""
+TRACES = frozenset(PAIR_TRACES) | frozenset(SINGLE_TRACES) | frozenset(PROFILED_TABLES)
+"""The datasets of kernels as a user's trace holds them (profiler traces); the rest are tables."""
 
 
 FLOOR_ROOF_S = 1e-6
