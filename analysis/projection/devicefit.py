@@ -409,7 +409,7 @@ def _floor_ns(s: pd.DataFrame, family_floor: float | None) -> float:
 
 def _family_floors(obs: pd.DataFrame) -> pd.Series:
     """Per family, the median over the devices of their floor (trace, else timed table)."""
-    per = {}
+    per: dict[str, list[float]] = {}
     for (fam, _), s in obs.groupby(["family", "device"], sort=False):
         f = next((x for x in _floors_ns(s) if not np.isnan(x)), np.nan)
         if not np.isnan(f):
