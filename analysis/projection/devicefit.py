@@ -96,6 +96,10 @@ SOURCES: dict[str, str] = {
     "tracelens gemms": "AMD-AGI/TraceLens (MIT), tests/traces/{h100,mi300}/*_perf_report_csvs/GEMM.csv: the GEMM ops "
                        "of Qwen1.5-0.5B, an NSFW image classifier and OWLv2, each traced with one harness on H100 and "
                        "MI300X (kernel time per op and input shapes)",
+    "tracelens families": "AMD-AGI/TraceLens (MIT), tests/traces/{h100,mi300}/*_perf_report_csvs/{SDPA_fwd,"
+                          "BinaryElementwise,UnaryElementwise,Normalization,Reduce_fwd}.csv: the other ops of the same "
+                          "three models on H100 and MI300X (attention, elementwise, norm, copies; kernel time per op "
+                          "and inputs)",
 }
 """Every dataset the models are fitted from (tests/fixtures/README.md has the commits and licences)."""
 
@@ -176,11 +180,13 @@ def table_observations(root: Path = FIXTURES / "crossgpu") -> pd.DataFrame:
                    + "|" + rows["size"].round(0).astype(str))
             if "shape" in rows:  # a table that names its shapes: one key per shape
                 key = key + "|" + rows["shape"].astype(str)
+            # a table of many families names each row's; the others are one family per table
+            family = rows["family"] if "family" in rows else rows["table"].map(TABLE_FAMILY).fillna("other")
             for gpu, col in ((src, "t_src_s"), (tgt, "t_tgt_s")):
                 model, vendor, gen = _table_device(gpu)
                 frames.append(pd.DataFrame({
                     "dataset": name, "table": rows["table"], "key": key, "device": model, "vendor": vendor,
-                    "generation": gen, "family": rows["table"].map(TABLE_FAMILY).fillna("other"),
+                    "generation": gen, "family": family,
                     "precision": rows["precision"], "flops": rows["flops"], "bytes": rows["bytes"],
                     "time_s": rows[col], "count": 1}))
     obs = pd.concat(frames, ignore_index=True)
@@ -372,8 +378,9 @@ def fit_curves(obs: pd.DataFrame) -> Fit:
                {str(f): prior[n] for n, f in enumerate(fam_keys)})
 
 
-PROFILED_TABLES = ("tracelens gemms",)
-"""Tables whose times are kernels timed by a profiler in eager traces (TraceLens's per-op kernel times)."""
+PROFILED_TABLES = ("tracelens gemms", "tracelens families")
+"""Tables whose times are kernels timed by a profiler in eager traces (TraceLens's per-op kernel times, GEMMs
+and the other families)."""
 TRACES = frozenset(PAIR_TRACES) | frozenset(SINGLE_TRACES) | frozenset(PROFILED_TABLES)
 """The datasets of kernels as a user's trace holds them (profiler traces); the rest are tables."""
 

@@ -262,6 +262,39 @@ def test_tracelens_gemm_pairs_are_priced_from_their_shapes(fixtures_dir) -> None
     assert dfit.TRACES >= {"tracelens gemms"}  # kernels timed by a profiler: their floors are traces'
 
 
+def test_tracelens_family_pairs_are_priced_from_their_shapes(fixtures_dir) -> None:
+    """The other ops of the same perf reports (attention, elementwise, norm, copies): each op's work is
+    perfscope's cost formula of its shapes (an add of N elements: N FLOPs and 3N x 2 bytes in bf16; a flash
+    attention of B, H, S, D: 4·B·H·S²·D FLOPs without a mask, about half with a causal one), its family is the
+    one a trace's kernel of that op gets, and the rows left out are counted by reason and op."""
+    from perfscope.analysis.projection import crossgpu
+
+    rows, left = crossgpu.tracelens_family_rows(fixtures_dir / "crossgpu")
+    (src, tgt, same), = crossgpu.tracelens_families(fixtures_dir / "crossgpu")
+    assert (src, tgt) == ("h100", "mi300x") and len(same) == len(rows) == 53
+    n = 16 * 559 * 1024  # Qwen's residual add, [16, 559, 1024] + [16, 559, 1024] in bf16
+    add = rows[rows["shape"].str.contains(r"aten::add\|\[\[16, 559, 1024\], \[16, 559, 1024\]", regex=True)]
+    assert len(add) == 1 and add["flops"].iloc[0] == n and add["bytes"].iloc[0] == 3 * n * 2
+    assert add["table"].iloc[0] == "tracelens elementwise" and add["t_src_s"].iloc[0] == pytest.approx(17.856e-6, rel=1e-4)
+    sdpa = rows[rows["op"] == "aten::_scaled_dot_product_flash_attention"]
+    sdpa = sdpa.set_index(sdpa["shape"].str.split("_").str[0])
+    b, h, s, d = 4, 12, 197, 64  # Falconsai's ViT: no mask
+    assert sdpa.loc["Falconsai", "flops"] == 4 * b * h * s * s * d
+    b, h, s, d = 16, 16, 559, 64  # Qwen: causal, the diagonal included
+    assert sdpa.loc["Qwen", "flops"] == pytest.approx(4 * b * h * s * (s + 1) / 2 * d, rel=1e-9)
+    assert set(sdpa["table"]) == {"tracelens attention-prefill"}
+    assert set(rows["table"]) == {"tracelens attention-prefill", "tracelens elementwise", "tracelens reduction",
+                                  "tracelens copy"}
+    assert left == {"no kernel timed: aten::mul": 2, "no kernel timed: aten::add": 1, "no kernel timed: aten::copy_": 4,
+                    "no kernel timed: aten::sigmoid": 1, "no kernel timed: aten::max": 2,
+                    "host transfer: aten::copy_": 14, "parent of a priced op: aten::layer_norm": 5,
+                    "no cost formula: aten::convolution": 1, "no cost formula: aten::linalg_norm": 2}
+    obs = dfit.table_observations(fixtures_dir / "crossgpu")
+    mine = obs[obs["dataset"] == "tracelens families"]
+    assert mine["key"].nunique() == 53 and set(mine["family"]) == {"attention-prefill", "elementwise", "reduction", "copy"}
+    assert dfit.TRACES >= {"tracelens families"}
+
+
 # ----------------------------------------------------------------------------- GPU names a user types
 def test_a_family_name_takes_its_most_common_part_and_names_the_others() -> None:
     sheet, note = pick_datasheet("H100", "--gpu")
