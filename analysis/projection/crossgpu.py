@@ -261,7 +261,8 @@ def tracelens_family_rows(root: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         for op in j.loc[mask, "name"]:
             left[f"{why}: {op}"] = left.get(f"{why}: {op}", 0) + 1
 
-    t_s, t_t = j["Kernel Time (us)_median_s"].to_numpy(np.float64), j["Kernel Time (us)_median_t"].to_numpy(np.float64)
+    t_s = j["Kernel Time (us)_median_s"].to_numpy(np.float64, na_value=np.nan)
+    t_t = j["Kernel Time (us)_median_t"].to_numpy(np.float64, na_value=np.nan)
     untimed = ~((t_s > 0) & (t_t > 0))
     host = (j["memcpy_s"].str.startswith(HOST_COPY) | j["memcpy_t"].str.startswith(HOST_COPY)).to_numpy() & ~untimed
     parent = (j["name"] == "aten::layer_norm").to_numpy() & ~untimed & ~host
@@ -277,7 +278,7 @@ def tracelens_family_rows(root: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     prec = np.array([_precision(ast.literal_eval(ty)) for ty in j["Input type_first"]], object)
     f = np.array([c.flops for c in kept if c is not None], np.float64)
     b = np.array([c.bytes for c in kept if c is not None], np.float64)
-    fam = kernel_family([c.category for c in kept if c is not None], prec, f, b)
+    fam = kernel_family([c.category for c in kept if c is not None], list(prec), f, b)
     rows = pd.DataFrame({"table": ["tracelens " + x for x in fam], "op": j["name"].to_numpy(),
                          "kind": [family_group(x) for x in fam], "precision": prec, "flops": f, "bytes": b,
                          "t_src_s": t_s[keep] * 1e-6, "t_tgt_s": t_t[keep] * 1e-6, "size": f, "family": fam,
