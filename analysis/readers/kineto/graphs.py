@@ -399,15 +399,27 @@ class _Context:
             e = self.eager
             fl = self.cols["flops"][e].astype("float32")
             nb = self.cols["dram_bytes"][e].astype("float32")
-            df = pd.DataFrame({"n": self.k.names[e], "g": self.k.grid[e], "b": self.k.block[e], "i": e,
-                               "c": pd.factorize(pd.MultiIndex.from_arrays([np.nan_to_num(fl, nan=-1.0),
-                                                                            np.nan_to_num(nb, nan=-1.0)]))[0],
-                               "known": ~np.isnan(fl) & ~np.isnan(nb)})
-            df = df[df["g"].notna()]
-            g = df.groupby(["n", "g", "b"], sort=False)
-            agg = pd.DataFrame({"costs": g["c"].nunique(), "i": g["i"].first(), "known": g["known"].all()})
-            self._twins = {key: ((int(r.i),) if r.costs == 1 and r.known else None)
-                           for key, r in zip(agg.index, agg.itertuples(index=False))}
+            cost = pd.factorize(pd.MultiIndex.from_arrays([np.nan_to_num(fl, nan=-1.0),
+                                                           np.nan_to_num(nb, nan=-1.0)]))[0]
+            known = ~np.isnan(fl) & ~np.isnan(nb)
+            # (name, grid, block) as one integer key (kernels missing any of them have no twin)
+            parts = [pd.factorize(np.asarray(v, dtype=object)) for v in (self.k.names[e], self.k.grid[e], self.k.block[e])]
+            key = np.zeros(len(e), dtype="int64")
+            for codes, uniq in parts:
+                key = key * (len(uniq) + 1) + codes
+            rows = np.flatnonzero(np.all([codes >= 0 for codes, _ in parts], axis=0)) if len(e) else e[:0]
+            rows = rows[np.argsort(key[rows], kind="stable")]  # by key, eager order within one
+            k, c = key[rows], cost[rows]
+            starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(rows) else rows
+            # distinct costs per key: a cost unlike the previous one among the key's (cost-sorted) rows
+            by_cost = np.lexsort((c, k))
+            fresh = np.r_[True, (k[by_cost][1:] != k[by_cost][:-1]) | (c[by_cost][1:] != c[by_cost][:-1])]
+            n_costs = np.add.reduceat(fresh.astype("int64"), starts) if len(rows) else rows
+            all_known = np.logical_and.reduceat(known[rows], starts) if len(rows) else rows.astype(bool)
+            first = rows[starts]
+            (cn, un), (cg, ug), (cb, ub) = parts
+            self._twins = {(un[cn[i]], ug[cg[i]], ub[cb[i]]): ((int(e[i]),) if m == 1 and ok else None)
+                           for i, m, ok in zip(first.tolist(), n_costs.tolist(), all_known.tolist())}
         return self._twins
 
     # ------------------------------------------------------------------ reference step
