@@ -83,6 +83,11 @@ the ``python_function`` events of traces recorded ``with_stack`` (``pyid``/``pyp
 module ranges of them."""
 
 
+_NO_RAW = msgspec.Raw()
+"""An absent raw field: one shared empty value (a ``default_factory`` would call Python for every
+field of every event: it was half the decode's time)."""
+
+
 class Args(msgspec.Struct, gc=False):
     """The ``args`` fields any row reads (others are skipped while decoding)."""
 
@@ -90,14 +95,14 @@ class Args(msgspec.Struct, gc=False):
     ext_lower: Any = msgspec.field(default=None, name="external id")
     corr: Any = msgspec.field(default=None, name="correlation")
     # kept as the raw JSON text: an op's inputs are read once per distinct signature, not per op
-    dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
-    types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
+    dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     device: Any = None
     from_device: Any = msgspec.field(default=None, name="fromDevice")
     stream: Any = None
-    grid: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # raw too: a few distinct launch shapes
-    block: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    grid: msgspec.Raw = msgspec.field(default=_NO_RAW)  # raw too: a few distinct launch shapes
+    block: msgspec.Raw = msgspec.field(default=_NO_RAW)
     regs: Any = msgspec.field(default=None, name="registers per thread")
     smem: Any = msgspec.field(default=None, name="shared memory")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
