@@ -208,6 +208,7 @@ class _RefOp:
     flops: float
     nbytes: float
     dtype: Any
+    key: tuple[Any, ...] | None = None  # its content as text (memo key of :meth:`_Context._rescaled_cost`)
 
 
 class _Context:
@@ -221,6 +222,7 @@ class _Context:
         self._twins: dict[tuple[Any, Any, Any], tuple[int, ...] | None] | None = None
         self._refs: dict[int, tuple[list[_RefOp], list[str]]] = {}
         self._costs: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._rescaled: dict[tuple[Any, ...], tuple[str | None, float, float]] = {}
         self._by_anchors: dict[tuple[str, ...], dict[str, list[int]]] | None = None
         self._eager_steps: dict[int, np.ndarray] | None = None
         self._roles: dict[tuple[str, ...], list[str]] = {}
@@ -498,6 +500,18 @@ class _Context:
             self._costs[key] = (np.nan, np.nan) if cost is None else (cost.flops, cost.bytes)
         return (text, *self._costs[key])
 
+    def _rescaled_cost(self, o: _RefOp, batch: int, t_ref: int, t_new: int, s_new: int) -> tuple[str | None, float, float]:
+        """:meth:`_cost` of ``o`` at ``t_new`` tokens and KV length ``s_new`` (:func:`_rescale`),
+        memoised on the op's content: every replay at one KV length after an equal reference op
+        (each request's decode steps, each copy of a repeated run) is priced once."""
+        if o.key is None:
+            o.key = (o.name, _json(o.dims), _json(o.types), repr(o.concrete))
+        key = (o.key, batch, t_ref, t_new, s_new)
+        found = self._rescaled.get(key)
+        if found is None:
+            found = self._rescaled[key] = self._cost(o, _rescale(o, batch, t_ref, t_new, s_new))
+        return found
+
     def _derive(self, names: tuple[str, ...], roles: list[str], ops: list[_RefOp], oroles: list[str],
                 ref: Step, step: Step | None) -> dict[str, np.ndarray] | None:
         """The replay's costs from the reference step's ops: the step-independent part once per
@@ -519,7 +533,7 @@ class _Context:
         for c in ("op_shapes", "flops", "dram_bytes"):
             out[c] = out[c].copy()
         for i, o in tpl["attention"]:
-            text, out["flops"][i], out["dram_bytes"][i] = self._cost(o, _rescale(o, geom[0], t_ref, t_new, s_new))
+            text, out["flops"][i], out["dram_bytes"][i] = self._rescaled_cost(o, geom[0], t_ref, t_new, s_new)
             out["op_shapes"][out["unit"] == i] = text
         return out
 
