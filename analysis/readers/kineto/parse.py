@@ -406,7 +406,8 @@ def route_block(events: list[Event], cols: _Columns) -> None:
             kind = kinds[cat] = kind_of(cat)
         except TypeError:  # an unhashable cat is no cat we read
             continue
-        if kind is not None:
+        # rows are complete events ("X"); memory events are instants, filtered by their reader
+        if kind is not None and (e.ph == "X" or kind == "mem"):
             groups.setdefault(kind, []).append(e)
     ops = groups.get("op", [])
     if any(e.cat == "Operator" for e in ops):  # 2021 traces file ranges as Operator too
@@ -421,7 +422,6 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if kind == "mem":
         _route_memory(evs, cols)
         return
-    evs = [e for e in evs if e.ph == "X"]
     ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
