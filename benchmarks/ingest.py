@@ -29,6 +29,11 @@ round; medians over the repeats.
 Each child's CPU time (user + system, from ``getrusage``) is measured too: on a shared machine a
 process's wall time depends on everyone else's load, its CPU time much less.
 
+perfscope's children run with their bytecode cached (``PYTHONPYCACHEPREFIX``, filled by one untimed
+run first), as an installed package's is: HTA's venv holds the bytecode pip compiled at install,
+while a checkout run under ``PYTHONDONTWRITEBYTECODE=1`` recompiled every perfscope module in every
+run (0.2-0.4 CPU-s of a 3.5 CPU-s import, charged to perfscope in the results before 2026-12-05 05:00).
+
 The last line is ``ingest_speed_ratio=X ingest_cpu_ratio=C ingest_memory_ratio=Y ingest_load_ratio=Z``
 (HTA / perfscope: higher is better for perfscope).
 
