@@ -5,7 +5,9 @@ Tables read (``tests/fixtures/crossgpu/``, sources in tests/fixtures/README.md):
 
 - aiconfigurator (vLLM 0.14 kernels): 9,240 bf16 GEMM shapes, decode and prefill attention, A100 -> H100;
 - vidur: Llama-2-7B fp16 per-operator times (1 to 4096 tokens, TP 1/2/4/8), A100 -> H100 and A100 -> A40;
-- LLMCompass: fp16 matmul, softmax, layernorm and GELU sweeps, A100 -> MI210.
+- LLMCompass: fp16 matmul, softmax, layernorm and GELU sweeps, A100 -> MI210;
+- TraceLens's perf reports of three models traced with one harness on H100 and MI300X (Qwen1.5-0.5B,
+  an NSFW image classifier, OWLv2): each GEMM op's kernel time (median) at its input shapes, H100 -> MI300X.
 
 The work of every row comes from perfscope's cost formulas (:func:`perfscope.analysis.costs.operators.op_cost`
 and the framework formulas), the same ones that price a trace's operators; the time from
@@ -17,6 +19,7 @@ analytic tools' answer).
 
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,8 +38,9 @@ if TYPE_CHECKING:
 AIC = "aiconfigurator_vllm0.14_gemm_attn_a100_vs_h100"
 VIDUR = "vidur_llama2_7b_mlp"
 LLMC = "llmcompass_A100_vs_MI210"
+TLG = "tracelens_perf_report_gemms_h100_vs_mi300"
 DEVICE_NAMES = {"a100": "NVIDIA A100-SXM4-80GB", "h100": "NVIDIA H100 80GB HBM3", "a40": "NVIDIA A40",
-                "mi210": "AMD Instinct MI210"}
+                "mi210": "AMD Instinct MI210", "mi300x": "AMD Instinct MI300X"}
 """The device names the tables were measured on (as drivers print them), looked up in the datasheets."""
 
 BF16, FP16 = "c10::BFloat16", "c10::Half"
@@ -199,7 +203,34 @@ def llmcompass(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     yield "a100", "mi210", pd.concat(frames, ignore_index=True)
 
 
-SOURCES = {"aiconfigurator": aiconfigurator, "vidur": vidur, "llmcompass": llmcompass}
+TLG_PRECISION = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32"}
+
+
+def tracelens_gemms(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """(h100, mi300x, rows) of the GEMM ops of TraceLens's perf reports (``gemm_kernel_times.csv``: per model,
+    GPU, op and input shapes, the median over its calls of the op's kernel time, every kernel it launched);
+    an op of one model with the same shapes and types on both GPUs is one row, priced by perfscope's own
+    cost formula from its shapes."""
+    t = pd.read_csv(root / TLG / "gemm_kernel_times.csv")
+    keys = ["model", "name", "Input Dims_first", "Input type_first"]
+    j = t[t["gpu"] == "h100"].merge(t[t["gpu"] == "mi300x"], on=keys, suffixes=("_s", "_t"))
+    types = [ast.literal_eval(x) for x in j["Input type_first"]]
+    prec = np.array([TLG_PRECISION.get(ty[0], "bf16") for ty in types], object)
+    costs = np.array([_cost(op, ast.literal_eval(d), ty) for op, d, ty in zip(j["name"], j["Input Dims_first"], types)],
+                     np.float64).reshape(-1, 2)
+    shape = (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"]).to_numpy()
+    frames = []
+    for p in sorted(set(prec)):
+        sel = prec == p
+        rows = _rows(f"tracelens gemms {p}", "gemm", "gemm", str(p), [tuple(c) for c in costs[sel]],
+                     j["Kernel Time (us)_median_s"].to_numpy()[sel] * 1e-6,
+                     j["Kernel Time (us)_median_t"].to_numpy()[sel] * 1e-6, costs[sel, 0])
+        rows["shape"] = shape[sel]  # two bmm of OWLv2 have one work and two times: each is its own key
+        frames.append(rows)
+    yield "h100", "mi300x", pd.concat(frames, ignore_index=True)
+
+
+SOURCES = {"aiconfigurator": aiconfigurator, "vidur": vidur, "llmcompass": llmcompass, "tracelens gemms": tracelens_gemms}
 
 
 def project_rows(rows: pd.DataFrame, source: Roofs, target: Roofs) -> pd.DataFrame:

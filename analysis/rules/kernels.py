@@ -667,8 +667,9 @@ def fp32_matmul(report: Report) -> list[Finding]:
     """FP32 GEMM/attention kernels on a device whose tensor cores run TF32/BF16/FP16 much faster.
 
     The time at stake is what the kernels with known FLOPs and bytes would save at the faster
-    roof (max of FLOPs / matrix roof and bytes / DRAM roof); kernels without FLOPs add nothing
-    to it, and it is NaN when none has them.
+    roof (max of FLOPs / matrix roof and bytes / DRAM roof), plus, for kernels without FLOPs, a bound:
+    ``1 - 1/speedup`` of their time, what they save if the FP32 pipe limits them (the title says which
+    part is a bound, and ``at_stake_bound_ns`` holds it).
     """
     dev = report.device
     target = _faster_matrix(dev) if dev is not None else None
@@ -682,8 +683,15 @@ def fp32_matmul(report: Report) -> list[Finding]:
     known = mm[mm["flops"].notna() & mm["dram_bytes"].notna()]
     bw = dev.peak_bandwidth("dram") or math.inf
     floor_ns = np.maximum(known["flops"] / dev.compute[target].value, known["dram_bytes"] / bw) * 1e9
-    at_stake = float((known["duration_ns"] - floor_ns).clip(lower=0).sum()) if len(known) else math.nan
     speedup = dev.compute[target].value / dev.compute["fp32"].value
+    saved = pd.Series(np.nan, index=mm.index)
+    saved.loc[known.index] = (known["duration_ns"] - floor_ns).clip(lower=0)
+    unknown = mm.index.difference(known.index)
+    # Without FLOPs the saving is bounded, not measured: a kernel limited by the FP32 pipe saves at most
+    # 1 - 1/speedup of its time at the faster roof (one limited by its bytes saves less).
+    saved.loc[unknown] = mm.loc[unknown, "duration_ns"] * (1.0 - 1.0 / speedup)
+    at_stake = float(saved.sum()) if len(mm) else math.nan
+    bounded_ns = float(saved.loc[unknown].sum())
     evidence: dict[str, float | int | str] = {
         "fp32_matmul_kernels": len(mm), "fp32_matmul_time_ns": time_ns,
         "time_pct_of_kernel_time": pct(time_ns, kernel_ns), "kernels_with_flops": len(known),
@@ -691,6 +699,7 @@ def fp32_matmul(report: Report) -> list[Finding]:
         "fp32_roof_flops_per_s": float(dev.compute["fp32"].value), "target_precision": target,
         "target_roof_flops_per_s": float(dev.compute[target].value), "roof_ratio": speedup,
         "time_at_target_roof_ns": float(floor_ns.sum()),
+        "kernels_without_flops": len(unknown), "at_stake_bound_ns": bounded_ns,
     }
     if dev.kind == "cpu":
         title = (f"{len(mm)} matmul operators run in FP32 ({duration(time_ns)}, {pct(time_ns, kernel_ns):.3g}% of "
@@ -700,9 +709,12 @@ def fp32_matmul(report: Report) -> list[Finding]:
         title = (f"{len(mm)} matmul kernels run in FP32 off the tensor cores ({duration(time_ns)}, "
                  f"{pct(time_ns, kernel_ns):.3g}% of kernel time); the {target} roof is {speedup:.0f}x the FP32 roof")
         advice = TF32_ADVICE if target == "tf32" else LOW_PRECISION_ADVICE.format(target=target)
+    if len(unknown):  # the stake (printed after the title) is partly or wholly a bound: say which
+        title += ("; the stake is an upper bound: no FLOPs recorded, the kernels taken as limited by the FP32 pipe"
+                  if len(unknown) == len(mm) else
+                  f"; {duration(bounded_ns)} of the stake is an upper bound: {len(unknown)} of them have no FLOPs "
+                  "recorded and are taken as limited by the FP32 pipe")
     kernels = tuple(_top_by_time(mm))[:TOP_GROUPS]
-    saved = pd.Series(np.nan, index=mm.index)
-    saved.loc[known.index] = (known["duration_ns"] - floor_ns).clip(lower=0)
     units = "the CPU's matrix units" if dev.kind == "cpu" else "the tensor cores"  # a CPU report has no GPU words
     items = rows_items(effective_kernels(report), mm, saved, f"FP32 matmul off {units} ({target} roof "
                        f"{speedup:.0f}x)")
@@ -711,9 +723,6 @@ def fp32_matmul(report: Report) -> list[Finding]:
         i = max(other, key=lambda x: x.attrs.get("group_time_ns") or 0)
         advice += (f" Measured: {i.attrs['group']} is {i.attrs['bound']} ({limiter_words(i.attrs['limiter'], i.attrs['limiter_pct'])}), "
                    "not limited by the FP32 pipe, so it gains less than the roof ratio.")
-    if math.isnan(at_stake):
-        return [Finding("fp32-matmul", severity_for(time_ns, kernel_ns), title, evidence, advice, at_stake, kernels,
-                        items=items, explained_ns=explained_ns(items, at_stake))]
     return [ranked(report, "fp32-matmul", title, evidence, advice, at_stake, kernels=kernels, items=items)]
 
 

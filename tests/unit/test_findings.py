@@ -269,8 +269,16 @@ def test_fp32_sgemm_on_a_tensor_core_v100(load) -> None:
     sgemm = k[k["category"].isin(["gemm", "attention"]) & k["name"].str.contains("sgemm")]
     assert f.evidence["fp32_matmul_time_ns"] == sgemm["duration_ns"].sum()
     assert f.evidence["target_precision"] == "fp16" and f.evidence["roof_ratio"] == pytest.approx(125 / 15.7)
-    assert math.isnan(f.time_at_stake_ns)  # no FLOPs in this trace: the saving stays unknown
+    # No FLOPs in this trace: the stake is the bound of kernels limited by the FP32 pipe, 1 - 1/speedup of
+    # their time, and the title says it is a bound
+    assert f.evidence["kernels_without_flops"] == len(sgemm)
+    bound = sgemm["duration_ns"].sum() * (1 - 15.7 / 125)
+    assert f.time_at_stake_ns == pytest.approx(bound) and f.evidence["at_stake_bound_ns"] == pytest.approx(bound)
+    assert "upper bound" in f.title and "no FLOPs recorded" in f.title
     assert "float16" in f.recommendation
+    # ranked by that stake: ahead of the short-kernel finding's 1.4 ms
+    ids = [x.id for x in run_rules(r) if math.isfinite(x.time_at_stake_ns)]
+    assert ids.index("fp32-matmul") < ids.index("short-kernels")
 
 
 def test_fp32_matmul_silent_on_a_bf16_model(load) -> None:
