@@ -4,7 +4,8 @@
 
 Every public measurement of the same work on two GPUs (``tests/fixtures/crossgpu/``: aiconfigurator A100 /
 H100, vidur A100 / H100 / A40, LLMCompass A100 / MI210, TraceLens's BERT-small and TimeSformer on H100 /
-MI300X), projected from each GPU onto the other by device models fitted without it (two folds by a hash
+MI300X, and TraceLens's per-op perf-report tables of three more models on both: GEMM, attention,
+elementwise, norm, copy), projected from each GPU onto the other by device models fitted without it (two folds by a hash
 of the work's key: :func:`perfscope.analysis.projection.devicefit.cross_validate`), beside two baselines:
 ``ratio`` (the measured time x the datasheet ratio of the roof that binds) and ``roof`` (the kernel at the
 target's roofline), and the previous model (``v1``: each kernel keeps its measured efficiency).

@@ -137,11 +137,17 @@ class Curve:
         counts: measurements near each knot.
         lo, hi: log10 roof times of the smallest and largest kernel of the family measured on any GPU:
             outside them the curve is held at its end value (the floor takes over below).
-        floor_ns: the shortest measured kernel of the family on the device.
+        floor_ns: the shortest measured kernel of the family on the device: in a profiler trace where one
+            holds the family (:attr:`trace_floor_ns`), else in a published table (:attr:`table_floor_ns`),
+            else the family's floor over the GPUs measured.
         rows: how many (distinct) kernels it was fitted on.
         sources: the datasets it was fitted from.
         measured_lo, measured_hi: log10 roof times of this device's own smallest and largest kernel:
             outside them its curve returns to the family's curve over every GPU.
+        trace_floor_ns: the shortest kernel of the family in a profiler trace of the device (NaN: none).
+        table_floor_ns: the shortest in a published table timed on the GPU (NaN: none). A table's tuned
+            kernels (aiconfigurator's 2.5 us GEMMs on the H100) run under a trace's eager ones of the same
+            size (5-6 us), so two devices' floors are compared within one kind (:func:`pair_floors_ns`).
     """
 
     a: tuple[float, ...]
@@ -153,18 +159,21 @@ class Curve:
     sources: tuple[str, ...] = ()
     measured_lo: float = math.nan
     measured_hi: float = math.nan
+    trace_floor_ns: float = math.nan
+    table_floor_ns: float = math.nan
 
-    def time_s(self, roof_s: np.ndarray) -> np.ndarray:
+    def time_s(self, roof_s: np.ndarray, floor_ns: float | None = None) -> np.ndarray:
         """The time the device's typical kernel of this family takes at roof time ``roof_s``:
-        ``max(floor, R exp(a(log10 R)))``; a kernel with no work (``R`` = 0) takes the floor; NaN where
-        ``R`` is unknown."""
+        ``max(floor, R exp(a(log10 R)))`` (``floor_ns``, else :attr:`floor_ns`); a kernel with no work
+        (``R`` = 0) takes the floor; NaN where ``R`` is unknown."""
+        floor = self.floor_ns if floor_ns is None or math.isnan(floor_ns) else floor_ns
         r = np.asarray(roof_s, np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             lr = np.clip(np.log10(np.where(r > 0, r, np.nan)), self.lo, self.hi)
         i, w = interp_weights(np.nan_to_num(lr, nan=BIN_LO))
         a = np.asarray(self.a, np.float64)
         val = a[i] * (1.0 - w) + a[np.minimum(i + 1, N_BINS - 1)] * w
-        t = np.maximum(np.where(r > 0, r, 0.0) * np.exp(val), self.floor_ns * 1e-9)
+        t = np.maximum(np.where(r > 0, r, 0.0) * np.exp(val), floor * 1e-9)
         return np.where(r >= 0, t, np.nan)
 
     def efficiency(self, roof_s: np.ndarray) -> np.ndarray:
@@ -176,13 +185,38 @@ class Curve:
         return {"a": [round(float(x), 5) for x in self.a], "counts": [int(c) for c in self.counts],
                 "lo": round(float(self.lo), 4), "hi": round(float(self.hi), 4),
                 "floor_ns": round(float(self.floor_ns), 1), "rows": int(self.rows), "sources": list(self.sources),
-                "measured_lo": round(float(self.measured_lo), 4), "measured_hi": round(float(self.measured_hi), 4)}
+                "measured_lo": round(float(self.measured_lo), 4), "measured_hi": round(float(self.measured_hi), 4),
+                "trace_floor_ns": _round_or_none(self.trace_floor_ns),
+                "table_floor_ns": _round_or_none(self.table_floor_ns)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Curve:
         return cls(tuple(float(x) for x in d["a"]), tuple(int(c) for c in d["counts"]), float(d["lo"]),
                    float(d["hi"]), float(d["floor_ns"]), int(d["rows"]), tuple(d.get("sources", ())),
-                   float(d.get("measured_lo", math.nan)), float(d.get("measured_hi", math.nan)))
+                   float(d.get("measured_lo", math.nan)), float(d.get("measured_hi", math.nan)),
+                   _float_or_nan(d.get("trace_floor_ns")), _float_or_nan(d.get("table_floor_ns")))
+
+
+def _round_or_none(x: float) -> float | None:
+    return None if math.isnan(x) else round(float(x), 1)
+
+
+def _float_or_nan(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+def pair_floors_ns(source: Curve, target: Curve, prefer: str = "trace") -> tuple[float, float]:
+    """The floors of one family on two devices, of one kind of measurement on both where both have it:
+    ``prefer`` (``trace``: profiler traces, what a user's trace is; ``table``: published tables, for a
+    table's own rows), else the other kind, else each curve's :attr:`Curve.floor_ns`. A floor is its
+    harness's as much as its GPU's (the H100's shortest bf16 GEMM: 2.5 us in aiconfigurator's tuned table,
+    5.1 us in an eager trace), so a ratio of floors of two kinds would carry the harness."""
+    kinds = ("trace_floor_ns", "table_floor_ns")
+    for kind in (kinds if prefer == "trace" else kinds[::-1]):
+        fs, ft = getattr(source, kind), getattr(target, kind)
+        if not (math.isnan(fs) or math.isnan(ft)):
+            return fs, ft
+    return source.floor_ns, target.floor_ns
 
 
 @dataclass(frozen=True)
@@ -383,4 +417,4 @@ def device_models() -> DeviceModels:
 
 __all__ = ["BIN_LO", "BIN_STEP", "FAMILIES", "N_BINS", "Band", "Curve", "DeviceModel", "DeviceModels", "Resolved",
            "device_models", "family_group", "generation_of", "interp_weights", "kernel_family", "knots",
-           "sheet_identity", "spec_identity"]
+           "pair_floors_ns", "sheet_identity", "spec_identity"]

@@ -5,7 +5,11 @@ Tables read (``tests/fixtures/crossgpu/``, sources in tests/fixtures/README.md):
 
 - aiconfigurator (vLLM 0.14 kernels): 9,240 bf16 GEMM shapes, decode and prefill attention, A100 -> H100;
 - vidur: Llama-2-7B fp16 per-operator times (1 to 4096 tokens, TP 1/2/4/8), A100 -> H100 and A100 -> A40;
-- LLMCompass: fp16 matmul, softmax, layernorm and GELU sweeps, A100 -> MI210.
+- LLMCompass: fp16 matmul, softmax, layernorm and GELU sweeps, A100 -> MI210;
+- TraceLens's perf reports of three models traced with one harness on H100 and MI300X (Qwen1.5-0.5B,
+  an NSFW image classifier, OWLv2): each GEMM op's kernel time (median) at its input shapes, H100 -> MI300X;
+  and the other ops of the same reports (attention, elementwise, normalization, copies), priced from their
+  shapes and put in the family a trace's kernel of that op gets.
 
 The work of every row comes from perfscope's cost formulas (:func:`perfscope.analysis.costs.operators.op_cost`
 and the framework formulas), the same ones that price a trace's operators; the time from
@@ -17,12 +21,14 @@ analytic tools' answer).
 
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import find_datasheet, sheet_spec
+from perfscope.device_models import family_group, kernel_family
 from perfscope.errors import UsageError
 
 from ..costs.operators import op_cost
@@ -35,8 +41,9 @@ if TYPE_CHECKING:
 AIC = "aiconfigurator_vllm0.14_gemm_attn_a100_vs_h100"
 VIDUR = "vidur_llama2_7b_mlp"
 LLMC = "llmcompass_A100_vs_MI210"
+TLG = "tracelens_perf_report_gemms_h100_vs_mi300"
 DEVICE_NAMES = {"a100": "NVIDIA A100-SXM4-80GB", "h100": "NVIDIA H100 80GB HBM3", "a40": "NVIDIA A40",
-                "mi210": "AMD Instinct MI210"}
+                "mi210": "AMD Instinct MI210", "mi300x": "AMD Instinct MI300X"}
 """The device names the tables were measured on (as drivers print them), looked up in the datasheets."""
 
 BF16, FP16 = "c10::BFloat16", "c10::Half"
@@ -199,7 +206,94 @@ def llmcompass(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     yield "a100", "mi210", pd.concat(frames, ignore_index=True)
 
 
-SOURCES = {"aiconfigurator": aiconfigurator, "vidur": vidur, "llmcompass": llmcompass}
+TLG_PRECISION = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32"}
+TLF = "tracelens_perf_report_families_h100_vs_mi300"
+HOST_COPY = ("Memcpy HtoD", "Memcpy DtoH")
+"""Kernels that move data between host and device (PCIe, not DRAM): not priced by perfscope's formulas."""
+
+
+def _tracelens_pairs(path: Path, keys: list[str]) -> pd.DataFrame:
+    """A TraceLens perf-report extract's H100 and MI300X rows of one op at one set of inputs, joined."""
+    t = pd.read_csv(path, keep_default_na=False, na_values={"Kernel Time (us)_median": [""]})
+    return t[t["gpu"] == "h100"].merge(t[t["gpu"] == "mi300x"], on=keys, suffixes=("_s", "_t"))
+
+
+def _precision(types: list) -> str:
+    return TLG_PRECISION.get(types[0], "bf16") if types else "bf16"
+
+
+def tracelens_gemms(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """(h100, mi300x, rows) of the GEMM ops of TraceLens's perf reports (``gemm_kernel_times.csv``: per model,
+    GPU, op and input shapes, the median over its calls of the op's kernel time, every kernel it launched);
+    an op of one model with the same shapes and types on both GPUs is one row, priced by perfscope's own
+    cost formula from its shapes."""
+    j = _tracelens_pairs(root / TLG / "gemm_kernel_times.csv", ["model", "name", "Input Dims_first", "Input type_first"])
+    types = [ast.literal_eval(x) for x in j["Input type_first"]]
+    prec = np.array([_precision(ty) for ty in types], object)
+    costs = np.array([_cost(op, ast.literal_eval(d), ty) for op, d, ty in zip(j["name"], j["Input Dims_first"], types)],
+                     np.float64).reshape(-1, 2)
+    shape = (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"]).to_numpy()
+    frames = []
+    for p in sorted(set(prec)):
+        sel = prec == p
+        rows = _rows(f"tracelens gemms {p}", "gemm", "gemm", str(p), [tuple(c) for c in costs[sel]],
+                     j["Kernel Time (us)_median_s"].to_numpy()[sel] * 1e-6,
+                     j["Kernel Time (us)_median_t"].to_numpy()[sel] * 1e-6, costs[sel, 0])
+        rows["shape"] = shape[sel]  # two bmm of OWLv2 have one work and two times: each is its own key
+        frames.append(rows)
+    yield "h100", "mi300x", pd.concat(frames, ignore_index=True)
+
+
+def tracelens_family_rows(root: Path) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The other ops of TraceLens's perf reports (``family_kernel_times.csv``: SDPA, binary and unary
+    elementwise, normalization, reduction, convolution tables), one row per op of one model at the same
+    inputs (shapes, types, strides, scalars) on both GPUs, each priced by :func:`op_cost` from its shapes
+    (an SDPA's causal flag from its scalar inputs) and given the family a trace's kernel of that op gets
+    (:func:`perfscope.device_models.kernel_family`). Returns the rows and, per reason and op, the rows left
+    out: no kernel timed on a GPU, a host transfer (``Memcpy HtoD/DtoH``), a parent op whose kernel is its
+    child's row (``aten::layer_norm`` of ``aten::native_layer_norm``), no cost formula."""
+    keys = ["model", "table", "name", "Input Dims_first", "Input type_first", "Input Strides_first",
+            "Concrete Inputs_first"]
+    j = _tracelens_pairs(root / TLF / "family_kernel_times.csv", keys)
+    left: dict[str, int] = {}
+
+    def drop(mask: np.ndarray, why: str) -> None:
+        for op in j.loc[mask, "name"]:
+            left[f"{why}: {op}"] = left.get(f"{why}: {op}", 0) + 1
+
+    t_s = j["Kernel Time (us)_median_s"].to_numpy(np.float64, na_value=np.nan)
+    t_t = j["Kernel Time (us)_median_t"].to_numpy(np.float64, na_value=np.nan)
+    untimed = ~((t_s > 0) & (t_t > 0))
+    host = (j["memcpy_s"].str.startswith(HOST_COPY) | j["memcpy_t"].str.startswith(HOST_COPY)).to_numpy() & ~untimed
+    parent = (j["name"] == "aten::layer_norm").to_numpy() & ~untimed & ~host
+    costs = [op_cost(op, ast.literal_eval(d), ast.literal_eval(ty), ast.literal_eval(c))
+             for op, d, ty, c in zip(j["name"], j["Input Dims_first"], j["Input type_first"], j["Concrete Inputs_first"])]
+    unpriced = np.array([c is None for c in costs]) & ~untimed & ~host & ~parent
+    for mask, why in ((untimed, "no kernel timed"), (host, "host transfer"), (parent, "parent of a priced op"),
+                      (unpriced, "no cost formula")):
+        drop(mask, why)
+    keep = ~(untimed | host | parent | unpriced)
+    j = j[keep].reset_index(drop=True)
+    kept = [c for c, k in zip(costs, keep) if k]
+    prec = np.array([_precision(ast.literal_eval(ty)) for ty in j["Input type_first"]], object)
+    f = np.array([c.flops for c in kept if c is not None], np.float64)
+    b = np.array([c.bytes for c in kept if c is not None], np.float64)
+    fam = kernel_family([c.category for c in kept if c is not None], list(prec), f, b)
+    rows = pd.DataFrame({"table": ["tracelens " + x for x in fam], "op": j["name"].to_numpy(),
+                         "kind": [family_group(x) for x in fam], "precision": prec, "flops": f, "bytes": b,
+                         "t_src_s": t_s[keep] * 1e-6, "t_tgt_s": t_t[keep] * 1e-6, "size": f, "family": fam,
+                         "shape": (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"] + "|"
+                                   + j["Input type_first"] + "|" + j["Input Strides_first"]).to_numpy()})
+    return rows, left
+
+
+def tracelens_families(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """(h100, mi300x, rows) of :func:`tracelens_family_rows`."""
+    yield "h100", "mi300x", tracelens_family_rows(root)[0]
+
+
+SOURCES = {"aiconfigurator": aiconfigurator, "vidur": vidur, "llmcompass": llmcompass, "tracelens gemms": tracelens_gemms,
+           "tracelens families": tracelens_families}
 
 
 def project_rows(rows: pd.DataFrame, source: Roofs, target: Roofs) -> pd.DataFrame:

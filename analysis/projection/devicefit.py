@@ -54,6 +54,7 @@ from perfscope.device_models import (
     DeviceModels,
     family_group,
     interp_weights,
+    pair_floors_ns,
     sheet_identity,
     spec_identity,
 )
@@ -86,10 +87,19 @@ SOURCES: dict[str, str] = {
                              "(graph replay joined to its capture trace)",
     "tracelens-mi300x-sglang": "AMD-AGI/TraceLens @171dd747 (MIT): SGLang Qwen3-8B decode step on MI300X",
     "tracelens-mi300x-norms": "AMD-AGI/TraceLens (MIT): normalization layers test on MI300X",
+    "tracelens-mi300x-compile": "AMD-AGI/TraceLens (MIT): a torch.compile run on MI300X (hipBLASLt GEMMs of "
+                                "32768 rows, Triton kernels)",
     "hta-a100-training": "facebookresearch/HolisticTraceAnalysis (MIT): a training step on A100-SXM4-80GB "
                          "(rank 0 of 16)",
     "aiter-mi308x": "vjelic/aiter-glog-fork (MIT): FlashMLA decode under rocprof-compute 3.0 on MI308X",
     "perfscope-h200": "perfscope's own engine, Llama-3.2-1B batch 1 on one H200 (tests/fixtures/h200)",
+    "tracelens gemms": "AMD-AGI/TraceLens (MIT), tests/traces/{h100,mi300}/*_perf_report_csvs/GEMM.csv: the GEMM ops "
+                       "of Qwen1.5-0.5B, an NSFW image classifier and OWLv2, each traced with one harness on H100 and "
+                       "MI300X (kernel time per op and input shapes)",
+    "tracelens families": "AMD-AGI/TraceLens (MIT), tests/traces/{h100,mi300}/*_perf_report_csvs/{SDPA_fwd,"
+                          "BinaryElementwise,UnaryElementwise,Normalization,Reduce_fwd}.csv: the other ops of the same "
+                          "three models on H100 and MI300X (attention, elementwise, norm, copies; kernel time per op "
+                          "and inputs)",
 }
 """Every dataset the models are fitted from (tests/fixtures/README.md has the commits and licences)."""
 
@@ -109,6 +119,7 @@ SINGLE_TRACES = {
     "tracelens-mi300x-vllm": "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz",
     "tracelens-mi300x-sglang": "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz",
     "tracelens-mi300x-norms": "memory/tracelens_mi300x_normalization_profile_memory/normalization_layer_test.json.gz",
+    "tracelens-mi300x-compile": "kineto/tracelens_torch_compile_triton__trace.json.gz",
     "aiter-mi308x": "rocprof/aiter_fmla_MI308X_rocprof_compute",
     "perfscope-h200": "h200/h200_llama1b_b1_p2048_g64.perfscope",
 }
@@ -123,6 +134,7 @@ TABLE_FAMILY = {
     "vidur llama-2-7b mlp_act": "elementwise", "vidur llama-2-7b attn_rope": "elementwise",
     "vidur llama-2-7b add": "elementwise", "vidur llama-2-7b input_layernorm": "reduction",
     "vidur llama-2-7b post_attention_layernorm": "reduction", "vidur llama-2-7b emb": "copy",
+    "tracelens gemms bf16": "gemm-bf16", "tracelens gemms fp16": "gemm-fp16", "tracelens gemms fp32": "gemm-fp32",
 }
 """A published table's family."""
 
@@ -166,11 +178,15 @@ def table_observations(root: Path = FIXTURES / "crossgpu") -> pd.DataFrame:
         for src, tgt, rows in loader(root):
             key = (rows["table"] + "|" + rows["flops"].round(0).astype(str) + "|" + rows["bytes"].round(0).astype(str)
                    + "|" + rows["size"].round(0).astype(str))
+            if "shape" in rows:  # a table that names its shapes: one key per shape
+                key = key + "|" + rows["shape"].astype(str)
+            # a table of many families names each row's; the others are one family per table
+            family = rows["family"] if "family" in rows else rows["table"].map(TABLE_FAMILY).fillna("other")
             for gpu, col in ((src, "t_src_s"), (tgt, "t_tgt_s")):
                 model, vendor, gen = _table_device(gpu)
                 frames.append(pd.DataFrame({
                     "dataset": name, "table": rows["table"], "key": key, "device": model, "vendor": vendor,
-                    "generation": gen, "family": rows["table"].map(TABLE_FAMILY).fillna("other"),
+                    "generation": gen, "family": family,
                     "precision": rows["precision"], "flops": rows["flops"], "bytes": rows["bytes"],
                     "time_s": rows[col], "count": 1}))
     obs = pd.concat(frames, ignore_index=True)
@@ -362,15 +378,50 @@ def fit_curves(obs: pd.DataFrame) -> Fit:
                {str(f): prior[n] for n, f in enumerate(fam_keys)})
 
 
+PROFILED_TABLES = ("tracelens gemms", "tracelens families")
+"""Tables whose times are kernels timed by a profiler in eager traces (TraceLens's per-op kernel times, GEMMs
+and the other families)."""
+TRACES = frozenset(PAIR_TRACES) | frozenset(SINGLE_TRACES) | frozenset(PROFILED_TABLES)
+"""The datasets of kernels as a user's trace holds them (profiler traces); the rest are tables."""
+
+
+FLOOR_ROOF_S = 1e-6
+"""A floor is read from kernels whose work takes the GPU under this at its datasheet peaks (roof time): their
+time is the fixed cost. The shortest of a device's larger kernels is no floor (the MI300X's one traced
+prefill attention, 3.7 ms for 1.1 TFLOP, would make every short attention take 3.7 ms)."""
+
+
+def _floors_ns(s: pd.DataFrame) -> tuple[float, float]:
+    """(trace floor, table floor) of one device and family: its shortest small kernel (:data:`FLOOR_ROOF_S`)
+    in a profiler trace, and in a table timed on the GPU (not from the host: LLMCompass's rows hold its
+    harness's 21-48 us); NaN where there is none."""
+    t = s["time_s"].to_numpy(np.float64, na_value=np.nan) * 1e9
+    small = s["roof_s"].to_numpy(np.float64, na_value=np.nan) < FLOOR_ROOF_S
+    trace = s["dataset"].isin(TRACES).to_numpy() & small
+    table = ~s["dataset"].isin(TRACES).to_numpy() & ~s["dataset"].isin(HOST_TIMED).to_numpy() & small
+    return (float(t[trace].min()) if trace.any() else np.nan, float(t[table].min()) if table.any() else np.nan)
+
+
 def _floor_ns(s: pd.DataFrame, family_floor: float | None) -> float:
-    """A device's floor for a family: its shortest kernel timed on the GPU; a device measured only from the
-    host (LLMCompass's MI210) takes the family's floor over the GPUs a profiler timed."""
-    timed = s[~s["dataset"].isin(HOST_TIMED)]
-    if len(timed):
-        return float(timed["time_s"].min() * 1e9)
+    """A device's floor for a family: its shortest kernel in a profiler trace, else in a table timed on the
+    GPU; a device measured only from the host (LLMCompass's MI210) takes the family's floor over the GPUs
+    measured (:func:`_family_floors`)."""
+    for f in _floors_ns(s):
+        if not np.isnan(f):
+            return f
     if family_floor is not None and not np.isnan(family_floor):
         return float(family_floor)
     return float(s["time_s"].min() * 1e9)
+
+
+def _family_floors(obs: pd.DataFrame) -> pd.Series:
+    """Per family, the median over the devices of their floor (trace, else timed table)."""
+    per: dict[str, list[float]] = {}
+    for (fam, _), s in obs.groupby(["family", "device"], sort=False):
+        f = next((x for x in _floors_ns(s) if not np.isnan(x)), np.nan)
+        if not np.isnan(f):
+            per.setdefault(str(fam), []).append(f)
+    return pd.Series({fam: float(np.median(v)) for fam, v in per.items()}, dtype=float)
 
 
 def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float | None, float | None]] | None = None
@@ -378,8 +429,7 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
     """:class:`DeviceModels` from a fit and the observations it was fitted on."""
     devices: dict[str, DeviceModel] = {}
     # a kernel's floor is what a profiler timed on the GPU: a host-timed table's shortest row is its harness's
-    timed = obs[~obs["dataset"].isin(HOST_TIMED)]
-    family_floor = timed.groupby(["family", "device"])["time_s"].min().groupby(level=0).median() * 1e9
+    family_floor = _family_floors(obs)
     for dev, sub in obs.groupby("device", sort=False):
         curves = {}
         for fam, s in sub.groupby("family", sort=False):
@@ -387,10 +437,11 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
             every = np.log10(obs.loc[obs["family"] == fam, "roof_s"].to_numpy(np.float64, na_value=np.nan))
             i, _ = interp_weights(lr)
             counts = np.bincount(i, minlength=N_BINS)
+            trace_floor, table_floor = _floors_ns(s)
             curves[str(fam)] = Curve(tuple(float(x) for x in fit.curves[(str(dev), str(fam))]),
                                      tuple(int(c) for c in counts), float(every.min()), float(every.max()),
                                      _floor_ns(s, family_floor.get(fam)), len(s), tuple(sorted(set(s["dataset"]))),
-                                     float(lr.min()), float(lr.max()))
+                                     float(lr.min()), float(lr.max()), trace_floor, table_floor)
         first = sub.iloc[0]
         lc, gap = (launch or {}).get(str(dev), (None, None))
         devices[str(dev)] = DeviceModel(str(dev), str(first["vendor"]), str(first["generation"]), curves, lc, gap,
@@ -455,7 +506,14 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels) -> np.ndarray:
         if cs is None or ct is None:
             continue
         sub = rows.iloc[idx]
-        out[idx] = sub["time_s_s"].to_numpy() * ct.time_s(sub["roof_s_t"].to_numpy()) / cs.time_s(sub["roof_s_s"].to_numpy())
+        # a table's row meets the table's floors, a trace's the traces' (pair_floors_ns)
+        table = ~sub["dataset"].isin(TRACES).to_numpy()
+        for part, prefer in ((table, "table"), (~table, "trace")):
+            if part.any():
+                fl_s, fl_t = pair_floors_ns(cs, ct, prefer)
+                at = idx[part]
+                out[at] = (sub["time_s_s"].to_numpy()[part] * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t)
+                           / cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s))
     return out
 
 

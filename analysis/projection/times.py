@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope.device_models import pair_floors_ns
+
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
     from perfscope.device_models import DeviceModel, DeviceModels
@@ -233,7 +235,8 @@ def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: n
         if cs is None or ct is None:
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio[idx] = ct.time_s(roof_tgt_s[idx]) / cs.time_s(roof_src_s[idx])
+            fl_s, fl_t = pair_floors_ns(cs, ct)
+            ratio[idx] = ct.time_s(roof_tgt_s[idx], fl_t) / cs.time_s(roof_src_s[idx], fl_s)
         used[idx] = fs if fs == ft else f"{fs}/{ft}"
     return ratio, used
 

@@ -211,6 +211,90 @@ def test_the_target_gpu_gap_replaces_the_measured_one(fixtures_dir) -> None:
     assert len(queued) > 300 and np.mean(np.abs(queued - round(mi.gpu_gap_ns)) <= 1) > 0.95
 
 
+
+# ----------------------------------------------------------------------------- floors and the AMD data
+def test_floors_of_two_gpus_are_of_one_kind_of_measurement() -> None:
+    """A kernel moved between two GPUs meets floors read from the same kind of measurement on both."""
+    from perfscope.device_models import Curve, pair_floors_ns
+
+    a = (0.0,) * 21
+    h100 = Curve(a, (0,) * 21, -7.0, -2.0, 5056.0, 10, trace_floor_ns=5056.0, table_floor_ns=2477.0)
+    mi300 = Curve(a, (0,) * 21, -7.0, -2.0, 5010.0, 10, trace_floor_ns=5010.0)
+    a100 = Curve(a, (0,) * 21, -7.0, -2.0, 2454.0, 10, table_floor_ns=2454.0)
+    assert pair_floors_ns(h100, mi300) == (5056.0, 5010.0)  # traces on both
+    assert pair_floors_ns(h100, a100) == (2477.0, 2454.0)  # tables on both (the A100 has no traced bf16 GEMM)
+    assert pair_floors_ns(a100, h100, "table") == (2454.0, 2477.0)
+    assert pair_floors_ns(a100, mi300) == (2454.0, 5010.0)  # no common kind: each its own
+    # the floor changes the time only below the curve
+    assert h100.time_s(np.array([0.0]), 2477.0)[0] == pytest.approx(2477e-9)
+    assert h100.time_s(np.array([0.0]))[0] == pytest.approx(5056e-9)
+
+
+def test_fitted_floors_come_from_small_kernels_of_their_kind() -> None:
+    models = device_models()
+    h100 = models.devices["H100 SXM5 80 GB"].curves["gemm-bf16"]
+    # aiconfigurator's tuned GEMMs (a table: 2.5 us) run under the eager traces' smallest GEMM (2.8 us, OWLv2's bmm)
+    assert 2000.0 < h100.table_floor_ns < h100.trace_floor_ns < 6000.0
+    assert h100.floor_ns == h100.trace_floor_ns
+    mi_attn = models.devices["MI300X"].curves["attention-prefill"]
+    # the MI300X's traced prefill attentions: BERT-small's (27 us) and a torch.compile run's 3.7 ms one, whose
+    # work takes the MI300X 0.9 ms at its peaks: no floor (dfit.FLOOR_ROOF_S)
+    assert mi_attn.floor_ns < 100_000.0
+    assert "tracelens-mi300x-compile" in models.devices["MI300X"].sources
+
+
+def test_tracelens_gemm_pairs_are_priced_from_their_shapes(fixtures_dir) -> None:
+    """The GEMMs of three more models on H100 and MI300X (TraceLens's perf reports): each op's work is
+    perfscope's cost formula of its shapes, 2·B·M·N·K, and each shape is its own key."""
+    from perfscope.analysis.projection import crossgpu
+
+    (src, tgt, rows), = crossgpu.tracelens_gemms(fixtures_dir / "crossgpu")
+    assert (src, tgt) == ("h100", "mi300x") and len(rows) == 27
+    want = {"[[8944, 1024], [1024, 2816]]": 2 * 8944 * 1024 * 2816,
+            "[[16, 5185, 64], [16, 64, 5185]]": 2 * 16 * 5185 * 64 * 5185,
+            "[[1024], [5185, 1024], [1024, 1024], [], []]": 2 * 5185 * 1024 * 1024}
+    for dims, flops in want.items():
+        row = rows[rows["shape"].str.endswith(dims)]
+        assert len(row) == 1 and row["flops"].iloc[0] == pytest.approx(flops, rel=1e-3), dims
+    obs = dfit.table_observations(fixtures_dir / "crossgpu")
+    mine = obs[obs["dataset"] == "tracelens gemms"]
+    assert mine["key"].nunique() == 27 and set(mine["device"]) == {"H100 SXM5 80 GB", "MI300X"}
+    assert dfit.TRACES >= {"tracelens gemms"}  # kernels timed by a profiler: their floors are traces'
+
+
+def test_tracelens_family_pairs_are_priced_from_their_shapes(fixtures_dir) -> None:
+    """The other ops of the same perf reports (attention, elementwise, norm, copies): each op's work is
+    perfscope's cost formula of its shapes (an add of N elements: N FLOPs and 3N x 2 bytes in bf16; a flash
+    attention of B, H, S, D: 4·B·H·S²·D FLOPs without a mask, about half with a causal one), its family is the
+    one a trace's kernel of that op gets, and the rows left out are counted by reason and op."""
+    from perfscope.analysis.projection import crossgpu
+
+    rows, left = crossgpu.tracelens_family_rows(fixtures_dir / "crossgpu")
+    (src, tgt, same), = crossgpu.tracelens_families(fixtures_dir / "crossgpu")
+    assert (src, tgt) == ("h100", "mi300x") and len(same) == len(rows) == 53
+    n = 16 * 559 * 1024  # Qwen's residual add, [16, 559, 1024] + [16, 559, 1024] in bf16
+    add = rows[rows["shape"].str.contains(r"aten::add\|\[\[16, 559, 1024\], \[16, 559, 1024\]", regex=True)]
+    assert len(add) == 1 and add["flops"].iloc[0] == n and add["bytes"].iloc[0] == 3 * n * 2
+    assert add["table"].iloc[0] == "tracelens elementwise" and add["t_src_s"].iloc[0] == pytest.approx(17.856e-6, rel=1e-4)
+    sdpa = rows[rows["op"] == "aten::_scaled_dot_product_flash_attention"]
+    sdpa = sdpa.set_index(sdpa["shape"].str.split("_").str[0])
+    b, h, s, d = 4, 12, 197, 64  # Falconsai's ViT: no mask
+    assert sdpa.loc["Falconsai", "flops"] == 4 * b * h * s * s * d
+    b, h, s, d = 16, 16, 559, 64  # Qwen: causal, the diagonal included
+    assert sdpa.loc["Qwen", "flops"] == pytest.approx(4 * b * h * s * (s + 1) / 2 * d, rel=1e-9)
+    assert set(sdpa["table"]) == {"tracelens attention-prefill"}
+    assert set(rows["table"]) == {"tracelens attention-prefill", "tracelens elementwise", "tracelens reduction",
+                                  "tracelens copy"}
+    assert left == {"no kernel timed: aten::mul": 2, "no kernel timed: aten::add": 1, "no kernel timed: aten::copy_": 4,
+                    "no kernel timed: aten::sigmoid": 1, "no kernel timed: aten::max": 2,
+                    "host transfer: aten::copy_": 14, "parent of a priced op: aten::layer_norm": 5,
+                    "no cost formula: aten::convolution": 1, "no cost formula: aten::linalg_norm": 2}
+    obs = dfit.table_observations(fixtures_dir / "crossgpu")
+    mine = obs[obs["dataset"] == "tracelens families"]
+    assert mine["key"].nunique() == 53 and set(mine["family"]) == {"attention-prefill", "elementwise", "reduction", "copy"}
+    assert dfit.TRACES >= {"tracelens families"}
+
+
 # ----------------------------------------------------------------------------- GPU names a user types
 def test_a_family_name_takes_its_most_common_part_and_names_the_others() -> None:
     sheet, note = pick_datasheet("H100", "--gpu")

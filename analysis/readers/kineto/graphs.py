@@ -49,6 +49,7 @@ Replays none of these apply to keep NaN costs, and :func:`graph_costs` says why 
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -135,15 +136,14 @@ def graph_costs(k: Kernels, cols: dict[str, np.ndarray], nodes: CpuNodes,
     """Fill the op, cost and source columns of ``cols`` (from :func:`~.kineto_ops.attributed_costs`,
     aligned with ``k``) for every graph-launched kernel; ``captures`` reads the capture traces
     to join the replays to (when there are replays). Returns warnings."""
-    graph = pd.Series(k.launch_name, dtype=object).str.contains(GRAPH_LAUNCH, regex=False, na=False).to_numpy(bool)
+    graph = _per_distinct(k.launch_name, lambda n: isinstance(n, str) and GRAPH_LAUNCH in n, bool)
     if not graph.any():
         return []
     for c in ("flops", "dram_bytes"):
         cols[c][graph] = np.nan
     for c in COLUMNS:
         cols[c][graph] = None
-    names = pd.Series(k.names[graph], dtype=object)
-    cols["category"][graph] = names.map({n: category_of(None, n) for n in names.unique()}).to_numpy(object)
+    cols["category"][graph] = _per_distinct(k.names[graph], lambda n: category_of(None, n), object)
     order = np.argsort(k.start, kind="stable")
     eager = order[~graph[order]]
     steps = _steps(nodes)
@@ -208,6 +208,7 @@ class _RefOp:
     flops: float
     nbytes: float
     dtype: Any
+    key: tuple[Any, ...] | None = None  # its content as text (memo key of :meth:`_Context._rescaled_cost`)
 
 
 class _Context:
@@ -221,7 +222,9 @@ class _Context:
         self._twins: dict[tuple[Any, Any, Any], tuple[int, ...] | None] | None = None
         self._refs: dict[int, tuple[list[_RefOp], list[str]]] = {}
         self._costs: dict[tuple[Any, ...], tuple[float, float]] = {}
-        self._by_anchors: dict[tuple[str, ...], list[int]] | None = None
+        self._rescaled: dict[tuple[Any, ...], tuple[str | None, float, float]] = {}
+        self._by_anchors: dict[tuple[str, ...], dict[str, list[int]]] | None = None
+        self._eager_steps: dict[int, np.ndarray] | None = None
         self._roles: dict[tuple[str, ...], list[str]] = {}
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.captures: CaptureSet | None = None
@@ -398,15 +401,27 @@ class _Context:
             e = self.eager
             fl = self.cols["flops"][e].astype("float32")
             nb = self.cols["dram_bytes"][e].astype("float32")
-            df = pd.DataFrame({"n": self.k.names[e], "g": self.k.grid[e], "b": self.k.block[e], "i": e,
-                               "c": pd.factorize(pd.MultiIndex.from_arrays([np.nan_to_num(fl, nan=-1.0),
-                                                                            np.nan_to_num(nb, nan=-1.0)]))[0],
-                               "known": ~np.isnan(fl) & ~np.isnan(nb)})
-            df = df[df["g"].notna()]
-            g = df.groupby(["n", "g", "b"], sort=False)
-            agg = pd.DataFrame({"costs": g["c"].nunique(), "i": g["i"].first(), "known": g["known"].all()})
-            self._twins = {key: ((int(r.i),) if r.costs == 1 and r.known else None)
-                           for key, r in zip(agg.index, agg.itertuples(index=False))}
+            cost = pd.factorize(pd.MultiIndex.from_arrays([np.nan_to_num(fl, nan=-1.0),
+                                                           np.nan_to_num(nb, nan=-1.0)]))[0]
+            known = ~np.isnan(fl) & ~np.isnan(nb)
+            # (name, grid, block) as one integer key (kernels missing any of them have no twin)
+            parts = [pd.factorize(np.asarray(v, dtype=object)) for v in (self.k.names[e], self.k.grid[e], self.k.block[e])]
+            key = np.zeros(len(e), dtype="int64")
+            for codes, uniq in parts:
+                key = key * (len(uniq) + 1) + codes
+            rows = np.flatnonzero(np.all([codes >= 0 for codes, _ in parts], axis=0)) if len(e) else e[:0]
+            rows = rows[np.argsort(key[rows], kind="stable")]  # by key, eager order within one
+            k, c = key[rows], cost[rows]
+            starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(rows) else rows
+            # distinct costs per key: a cost unlike the previous one among the key's (cost-sorted) rows
+            by_cost = np.lexsort((c, k))
+            fresh = np.r_[True, (k[by_cost][1:] != k[by_cost][:-1]) | (c[by_cost][1:] != c[by_cost][:-1])]
+            n_costs = np.add.reduceat(fresh.astype("int64"), starts) if len(rows) else rows
+            all_known = np.logical_and.reduceat(known[rows], starts) if len(rows) else rows.astype(bool)
+            first = rows[starts]
+            (cn, un), (cg, ug), (cb, ub) = parts
+            self._twins = {(un[cn[i]], ug[cg[i]], ub[cb[i]]): ((int(e[i]),) if m == 1 and ok else None)
+                           for i, m, ok in zip(first.tolist(), n_costs.tolist(), all_known.tolist())}
         return self._twins
 
     # ------------------------------------------------------------------ reference step
@@ -426,21 +441,42 @@ class _Context:
         return None
 
     def _reference_steps(self, step: int, anchors: tuple[str, ...]) -> list[int]:
-        """Eager steps whose costed ops have the GEMM/attention sequence ``anchors``, the same
-        phase as ``step`` first, nearest first."""
+        """The eager step to re-derive ``step``'s shapes from, among those whose costed ops have the
+        GEMM/attention sequence ``anchors``: the nearest of ``step``'s phase, else (a decode step)
+        the nearest prefill; the earlier of two as near. Empty when there is none.
+
+        A bisection in each phase's sorted steps (a long trace has a reference step per prefill:
+        sorting them all for every replay made the import quadratic in the trace's length)."""
         if self._by_anchors is None:
             self._by_anchors = {}
-            for ref in np.unique(self.step_of[self.eager]).tolist():
-                if ref >= 0:
-                    key = tuple(r for r in self._ref_ops(int(ref))[1] if r != "fused")
-                    self._by_anchors.setdefault(key, []).append(int(ref))
+            for ref in self._eager_by_step():
+                key = tuple(r for r in self._ref_ops(ref)[1] if r != "fused")
+                by_phase = self._by_anchors.setdefault(key, {})
+                by_phase.setdefault(self.steps[ref].phase, []).append(ref)  # ascending: refs come sorted
         phase = self.steps[step].phase if step >= 0 else None
-        return sorted(self._by_anchors.get(anchors, []), key=lambda s: (self.steps[s].phase != phase, abs(s - step)))
+        by_phase = self._by_anchors.get(anchors, {})
+        for p in (phase, "prefill") if phase == "decode" else (phase,):
+            refs = by_phase.get(p) if p is not None else None
+            if refs:
+                return [_nearest(refs, step)]
+        return []
+
+    def _eager_by_step(self) -> dict[int, np.ndarray]:
+        """Eager kernel positions (``self.eager``'s order) of each step, ascending steps (one
+        grouping instead of a scan of every eager kernel per step)."""
+        if self._eager_steps is None:
+            of = self.step_of[self.eager]
+            order = np.argsort(of, kind="stable")
+            steps, first = np.unique(of[order], return_index=True)
+            cuts = np.append(first, len(order))
+            self._eager_steps = {int(s): self.eager[order[cuts[j]:cuts[j + 1]]]
+                                 for j, s in enumerate(steps.tolist()) if s >= 0}
+        return self._eager_steps
 
     def _ref_ops(self, ref: int) -> tuple[list[_RefOp], list[str]]:
         """The costed ops of an eager step in launch order, and their roles."""
         if ref not in self._refs:
-            pos = self.eager[self.step_of[self.eager] == ref]
+            pos = self._eager_by_step().get(ref, self.eager[:0])
             op_ids = self.k.cost_op[pos]
             op_ids = np.unique(op_ids[op_ids >= 0])
             nodes = self.nodes
@@ -464,6 +500,18 @@ class _Context:
             self._costs[key] = (np.nan, np.nan) if cost is None else (cost.flops, cost.bytes)
         return (text, *self._costs[key])
 
+    def _rescaled_cost(self, o: _RefOp, batch: int, t_ref: int, t_new: int, s_new: int) -> tuple[str | None, float, float]:
+        """:meth:`_cost` of ``o`` at ``t_new`` tokens and KV length ``s_new`` (:func:`_rescale`),
+        memoised on the op's content: every replay at one KV length after an equal reference op
+        (each request's decode steps, each copy of a repeated run) is priced once."""
+        if o.key is None:
+            o.key = (o.name, _json(o.dims), _json(o.types), repr(o.concrete))
+        key = (o.key, batch, t_ref, t_new, s_new)
+        found = self._rescaled.get(key)
+        if found is None:
+            found = self._rescaled[key] = self._cost(o, _rescale(o, batch, t_ref, t_new, s_new))
+        return found
+
     def _derive(self, names: tuple[str, ...], roles: list[str], ops: list[_RefOp], oroles: list[str],
                 ref: Step, step: Step | None) -> dict[str, np.ndarray] | None:
         """The replay's costs from the reference step's ops: the step-independent part once per
@@ -485,7 +533,7 @@ class _Context:
         for c in ("op_shapes", "flops", "dram_bytes"):
             out[c] = out[c].copy()
         for i, o in tpl["attention"]:
-            text, out["flops"][i], out["dram_bytes"][i] = self._cost(o, _rescale(o, geom[0], t_ref, t_new, s_new))
+            text, out["flops"][i], out["dram_bytes"][i] = self._rescaled_cost(o, geom[0], t_ref, t_new, s_new)
             out["op_shapes"][out["unit"] == i] = text
         return out
 
@@ -548,6 +596,22 @@ def _label(names: list[str], limit: int = 4) -> str:
     uniq = list(dict.fromkeys(names))
     more = f" + {len(uniq) - limit} more" if len(uniq) > limit else ""
     return " + ".join(uniq[:limit]) + more
+
+
+def _per_distinct(values: np.ndarray, fn: Any, dtype: Any) -> np.ndarray:
+    """``fn`` of each of ``values`` (an object array), called once per distinct value."""
+    codes, uniq = pd.factorize(values, use_na_sentinel=False)
+    return np.array([fn(u) for u in uniq], dtype=dtype)[codes] if len(uniq) else np.empty(0, dtype=dtype)
+
+
+def _nearest(refs: list[int], step: int) -> int:
+    """The element of the ascending ``refs`` nearest to ``step`` (the smaller of two as near)."""
+    j = bisect.bisect_left(refs, step)
+    if j == 0:
+        return refs[0]
+    if j == len(refs) or step - refs[j - 1] <= refs[j] - step:
+        return refs[j - 1]
+    return refs[j]
 
 
 def _segments(roles: list[str]) -> dict[int, list[int]]:

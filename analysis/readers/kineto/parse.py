@@ -83,6 +83,11 @@ the ``python_function`` events of traces recorded ``with_stack`` (``pyid``/``pyp
 module ranges of them."""
 
 
+_NO_RAW = msgspec.Raw()
+"""An absent raw field: one shared empty value (a ``default_factory`` would call Python for every
+field of every event: it was half the decode's time)."""
+
+
 class Args(msgspec.Struct, gc=False):
     """The ``args`` fields any row reads (others are skipped while decoding)."""
 
@@ -90,14 +95,14 @@ class Args(msgspec.Struct, gc=False):
     ext_lower: Any = msgspec.field(default=None, name="external id")
     corr: Any = msgspec.field(default=None, name="correlation")
     # kept as the raw JSON text: an op's inputs are read once per distinct signature, not per op
-    dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
-    types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
+    dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     device: Any = None
     from_device: Any = msgspec.field(default=None, name="fromDevice")
     stream: Any = None
-    grid: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # raw too: a few distinct launch shapes
-    block: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    grid: msgspec.Raw = msgspec.field(default=_NO_RAW)  # raw too: a few distinct launch shapes
+    block: msgspec.Raw = msgspec.field(default=_NO_RAW)
     regs: Any = msgspec.field(default=None, name="registers per thread")
     smem: Any = msgspec.field(default=None, name="shared memory")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
@@ -401,7 +406,8 @@ def route_block(events: list[Event], cols: _Columns) -> None:
             kind = kinds[cat] = kind_of(cat)
         except TypeError:  # an unhashable cat is no cat we read
             continue
-        if kind is not None:
+        # rows are complete events ("X"); memory events are instants, filtered by their reader
+        if kind is not None and (e.ph == "X" or kind == "mem"):
             groups.setdefault(kind, []).append(e)
     ops = groups.get("op", [])
     if any(e.cat == "Operator" for e in ops):  # 2021 traces file ranges as Operator too
@@ -416,7 +422,6 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if kind == "mem":
         _route_memory(evs, cols)
         return
-    evs = [e for e in evs if e.ph == "X"]
     ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)

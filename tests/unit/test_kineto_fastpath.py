@@ -1,0 +1,87 @@
+"""The Kineto reader's fast paths change no value.
+
+- The block decode (msgspec into small structs, absent raw args sharing one empty value) and the
+  event-by-event slow path (orjson dicts turned into the same structs) give the same columns.
+- CUDA-graph replays are priced from the nearest eager reference step of their own phase (else the
+  nearest prefill): a tiled trace prices every copy's replays as the single trace does, whatever
+  the number of copies (the search is a bisection, no longer a sort per replay).
+- The eager twin table (integer keys of name, grid and block) keeps its meaning: a (name, grid,
+  block) has a twin only when every eager kernel of it carries one known cost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfscope.analysis.readers.kineto import parse as kineto_parse
+from perfscope.analysis.readers.kineto.graphs import _nearest
+from perfscope.analysis.readers.kineto.parse import parse_trace
+from perfscope.analysis.readers.kineto.reader import import_kineto
+
+REPO = Path(__file__).resolve().parents[2]
+CUDAGRAPH = "h200/h200_llama1b_engine_cudagraph.pt.trace.json.gz"
+REAL = ("kineto/hta_negative_queue_length_values_check__rank0.json.gz",
+        "kineto/tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "kineto/kineto_resnet50_v100_2021.pt.trace.json.gz", CUDAGRAPH)
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_ingest", REPO / "benchmarks" / "ingest.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _same_parse(a, b) -> None:
+    assert a.n_events == b.n_events and a.partial == b.partial and a.warnings == b.warnings
+    assert list(a.strings) == list(b.strings)
+    assert a.sigs == b.sigs
+    assert a.cpu.keys() == b.cpu.keys()
+    for name in a.cpu:
+        np.testing.assert_array_equal(a.cpu[name], b.cpu[name], err_msg=name)
+    assert a.cols.keys() == b.cols.keys()
+    for kind in a.cols:
+        for name in a.cols[kind]:
+            np.testing.assert_array_equal(a.cols[kind][name], b.cols[kind][name], err_msg=f"{kind}.{name}")
+
+
+@pytest.mark.parametrize("rel", REAL)
+def test_the_block_decode_equals_the_event_by_event_path(fixtures_dir, monkeypatch, rel):
+    fast = parse_trace(fixtures_dir / rel)
+    assert fast.count("kernel") > 0
+    monkeypatch.setattr(kineto_parse, "decode_block", lambda text: None)  # every block read event by event
+    slow = parse_trace(fixtures_dir / rel)
+    _same_parse(fast, slow)
+    assert (fast.cpu["sig"] >= 0).any()  # the raw args (input shapes) were read on both paths
+
+
+def test_every_copy_of_a_tiled_graph_trace_is_priced_as_the_single_trace(fixtures_dir, tmp_path):
+    single = import_kineto(fixtures_dir / CUDAGRAPH).tables["kernels"]
+    plain, _, _ = _bench().build(fixtures_dir / CUDAGRAPH, tmp_path, 5, gzip=False)
+    tiled = import_kineto(plain).tables["kernels"]
+    n = len(single)
+    assert len(tiled) == 5 * n
+    graph = single["flops_source"].astype("object").str.startswith("graph").fillna(False).to_numpy(bool)
+    assert graph.sum() > 1000  # the replays are priced (graph-shapes, graph-scaled, graph-match)
+    for k in range(5):  # each copy's rows in start order are the single trace's, priced alike
+        copy = tiled.iloc[k * n:(k + 1) * n].reset_index(drop=True)
+        for col in ("name", "op", "op_shapes", "flops_source", "category"):
+            pd.testing.assert_series_equal(copy[col], single[col], check_names=False)
+        np.testing.assert_array_equal(copy["flops"].to_numpy(), single["flops"].to_numpy())
+        np.testing.assert_array_equal(copy["dram_bytes"].to_numpy(), single["dram_bytes"].to_numpy())
+
+
+@pytest.mark.parametrize(("refs", "step", "want"), [
+    ([3], 0, 3), ([3], 9, 3), ([1, 5], 3, 1), ([1, 5], 4, 5), ([1, 5], 2, 1), ([1, 5, 9], 9, 9),
+    ([1, 5, 9], 7, 5), ([1, 5, 9], 8, 9), ([2, 4], 3, 2)])
+def test_the_nearest_reference_step_takes_the_earlier_of_two_as_near(refs, step, want):
+    assert _nearest(refs, step) == want
+    # the definition it replaces: the first of the ascending refs at the least distance
+    assert want == min(refs, key=lambda s: abs(s - step))
