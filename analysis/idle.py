@@ -437,7 +437,7 @@ def idle_rows(report: Report) -> pd.DataFrame:
     if not had_activity:  # made for this call only: freed before the table is built (the memo as the caller had it)
         memo_drop(report, ACTIVITY_KEY)
     release_free_memory(rows)  # what the classification read and its chunks' working arrays
-    return _table(slices, words) if slices else pd.DataFrame()
+    return _table(slices, words, rows) if slices else pd.DataFrame()
 
 
 def _classified(report: Report) -> tuple[list[_Slices], list[str]]:
@@ -790,9 +790,10 @@ TEXT_COLUMNS = ("cause", "host_kind", "range", "api", "op", "op_shapes", "functi
 """The idle table's text columns, held as vocabulary codes while it is built."""
 
 
-def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
+def _table(slices: list[_Slices], words: list[str], rows: int) -> pd.DataFrame:
     """The idle rows of every device's slices as one table, each column concatenated once (the chunks freed as
-    it goes), the text decoded from the vocabulary; each text column's codes memoized on the table."""
+    it goes), the text decoded from the vocabulary; each text column's codes memoized on the table. ``rows``:
+    the device work classified (the C heap is trimmed as the chunks go from ``memo.TRIM_MIN_ROWS`` of it)."""
     sizes = [len(s) for s in slices]
     n = sum(sizes)
     cols: dict[str, Any] = {}
@@ -804,7 +805,7 @@ def _table(slices: list[_Slices], words: list[str]) -> pd.DataFrame:
         for s in slices:
             for p in s.parts:
                 del p[c]  # each chunk's piece freed once the column holds it
-        release_free_memory(n)
+        release_free_memory(rows)
         if c in TEXT_COLUMNS:
             v = cols[c]
             codes[c] = recode(v, word_array)  # renumbered as column_codes gives them; the vocabulary's freed
