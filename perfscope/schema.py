@@ -10,6 +10,7 @@ Missing values are NaN / None / <NA>, never 0: a number that could not be measur
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -650,8 +651,16 @@ def _isrepeated(series: pd.Series) -> bool:
 
 
 def repeated(value: Any, n: int) -> np.ndarray:
-    """``n`` times ``value`` as a read-only view of one element (no memory per row)."""
+    """``n`` times ``value`` as a read-only view of one element (no memory per row); a full array where
+    pandas cannot read a read-only buffer (:data:`READONLY_OK`)."""
+    if not READONLY_OK:
+        return np.full(n, value, dtype=np.asarray(value).dtype)
     return np.broadcast_to(np.asarray(value), (n,))
+
+
+READONLY_OK = tuple(int(x) for x in re.findall(r"\d+", pd.__version__)[:2]) >= (2, 2)
+"""Whether this pandas reads read-only arrays everywhere: before 2.2 its Cython hashing (``factorize`` of a
+nullable column) refuses them ("buffer source array is read-only"), so there a missing column is held in full."""
 
 
 def whole_numbers(values: Any) -> pd.Series:

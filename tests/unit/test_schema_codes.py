@@ -77,7 +77,7 @@ def test_missing_columns_cost_nothing_and_read_as_missing_after_a_save(tmp_path)
 
     from perfscope.analysis.readers.nsys.reader import read_nsys_sqlite
     from perfscope.report import Report
-    from perfscope.schema import compact_missing
+    from perfscope.schema import READONLY_OK, compact_missing
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from ingest_nsys import FIXTURE, build  # the real export's kernels and launch calls, replicated
@@ -87,7 +87,10 @@ def test_missing_columns_cost_nothing_and_read_as_missing_after_a_save(tmp_path)
     k = report.kernels
     assert len(k) >= 4096  # long enough to be compacted
     held_once = [c for c in k.columns if _stride0(k[c])]
-    assert {"flops", "op", "op_shapes", "arith_intensity", "step"} <= set(held_once)
+    missing = {"flops", "op", "op_shapes", "arith_intensity", "step"}
+    assert all(k[c].isna().all() for c in missing)
+    # held once where pandas reads a read-only view (>= 2.2); in full before (pandas 2.0's hashing refuses one)
+    assert missing <= set(held_once) if READONLY_OK else not held_once
     for c in held_once:
         assert k[c].isna().all(), c
     assert not any(_stride0(k[c]) for c in ("name", "start_ns", "device"))
@@ -101,5 +104,5 @@ def test_missing_columns_cost_nothing_and_read_as_missing_after_a_save(tmp_path)
     # a full-length missing column (a report saved before) compacts the same way, and a known one does not
     full = pd.DataFrame({"x": np.full(5000, np.nan), "y": np.arange(5000.0), "z": [None] * 5000})
     out = compact_missing(full)
-    assert _stride0(out["x"]) and _stride0(out["z"]) and not _stride0(out["y"])
+    assert (_stride0(out["x"]) and _stride0(out["z"]) if READONLY_OK else not _stride0(out["x"])) and not _stride0(out["y"])
     pd.testing.assert_frame_equal(out, full)
