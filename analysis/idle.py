@@ -782,9 +782,6 @@ class _Slices:
     def __len__(self) -> int:
         return sum(len(p["start_ns"]) for p in self.parts)
 
-    def column(self, name: str) -> np.ndarray:
-        return np.concatenate([p[name] for p in self.parts]) if self.parts else np.zeros(0)
-
 
 TEXT_COLUMNS = ("cause", "host_kind", "range", "api", "op", "op_shapes", "function", "wait")
 """The idle table's text columns, held as vocabulary codes while it is built."""
@@ -801,7 +798,8 @@ def _table(slices: list[_Slices], words: list[str], rows: int) -> pd.DataFrame:
     vocab = np.array([*words, None], dtype=object)
     word_array = np.array(words, dtype=object)
     for c in ("start_ns", "end_ns", "gap", "correlation", "bytes", "pinned", *TEXT_COLUMNS):
-        cols[c] = np.concatenate([s.column(c) for s in slices]) if n else np.zeros(0, np.int64)
+        # one copy: every device's chunks at once (a per-device join first would copy each column twice)
+        cols[c] = np.concatenate([p[c] for s in slices for p in s.parts]) if n else np.zeros(0, np.int64)
         for s in slices:
             for p in s.parts:
                 del p[c]  # each chunk's piece freed once the column holds it

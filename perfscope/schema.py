@@ -494,7 +494,7 @@ def recode(codes: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray, np.ndar
     used = np.array([c for c in order if c >= 0], dtype=np.int64)
     table = np.full(len(distinct) + 1, -1, dtype=narrow)  # position 0 is the missing code -1
     table[used + 1] = np.arange(len(used), dtype=narrow)
-    per = table[codes.astype(np.int64, copy=False) + 1] if codes.dtype.itemsize > 4 else table[codes + 1]
+    per = table[codes + 1]
     if len(order) <= 1 and len(per) >= COMPACT_MIN_ROWS:
         per = repeated(per[0], len(per))  # one value (or none) in every row: held once
     return per, np.asarray(distinct, dtype=object)[used]
