@@ -34,6 +34,7 @@ from ..idle import (
     graphs_help,
     kind_codes,
     kind_totals,
+    kinds_of,
     weighted_median,
 )
 from ._base import Item, pct
@@ -305,9 +306,16 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                          ": Python, dispatch and allocation (the launch calls themselves take less). To remove it, ",
                          graphs, graph_run)
     if kind == "launch":
-        return _overhead(f"The host was inside launch calls for {share:.0f}% of the idle time",
-                         ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather than "
-                         "speeding them up: ", graphs, graph_run)
+        head = f"The host was inside launch calls for {share:.0f}% of the idle time"
+        long = _long_launch(idle)
+        if long is not None:  # one blocked call, not the per-launch cost: graphs would not remove it
+            api, dur_ns, of_pct = long
+            return (f"{head}, {of_pct:.0f}% of it in one {api} call of {duration(dur_ns)}: a launch costs 5-20 µs, so "
+                    "this call was blocked, most often by the first launch of a kernel loading its code module (lazy "
+                    "loading, JIT compilation) or by a full launch queue. Run the step once before profiling so "
+                    "that loading is not in the measured time; what remains is the per-launch cost.")
+        return _overhead(head, ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather "
+                         "than speeding them up: ", graphs, graph_run)
     if kind == "cpu compute":
         ops = _names(items, kind, ("op",))
         fns = _names(items, kind, ("function", "range"))
@@ -377,6 +385,27 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
             "unknown. Record the CPU side "
             "too (torch.profiler with ProfilerActivity.CPU and with_stack=True, nsys with --trace=cuda,nvtx,osrt) "
             "to see why the GPU waits.")
+
+
+LONG_LAUNCH_NS = 1_000_000
+"""A launch slice this long is one blocked call (a launch itself takes 5-20 µs)."""
+
+
+def _long_launch(idle: pd.DataFrame) -> tuple[str, float, float] | None:
+    """(call, its ns, its % of the launch time) of the longest launch slice, when it is :data:`LONG_LAUNCH_NS`
+    or more and holds at least half of the launch time; else None."""
+    if not len(idle):
+        return None
+    at = np.flatnonzero(np.asarray(kinds_of(idle)) == "launch")
+    if not len(at):
+        return None
+    dur = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)[at]
+    big = int(np.nanargmax(dur))
+    total = float(np.nansum(dur))
+    if dur[big] < LONG_LAUNCH_NS or not dur[big] >= 0.5 * total:
+        return None
+    api = idle["api"].iloc[at[big]] if "api" in idle else None
+    return (str(api) if api else "launch", float(dur[big]), 100.0 * float(dur[big]) / total)
 
 
 def _overhead(head: str, why: str, graphs: bool, graph_run: str | None) -> str:

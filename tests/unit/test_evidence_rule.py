@@ -215,3 +215,13 @@ def test_speculation_items_set_the_drafts_and_verifies_against_the_saved_steps()
     saved = next(i for i in f.items if i.kind == "metric")
     assert saved.attrs["accepted_tokens"] == 12 and saved.attrs["saved_ns"] == pytest.approx(12 * 20 * MS)
     assert not _breaches([f], [f.to_dict()]) and "verify step costs more" in f.recommendation
+
+
+def test_one_blocked_launch_call_is_named_not_given_graph_advice(load) -> None:
+    """MI250 trace: 6.54 ms of the 6.63 ms the host spent in launch calls is one hipLaunchKernel (a launch costs
+    5-20 µs): the advice names that call and the warm-up, not CUDA graphs, which remove per-launch cost."""
+    r = load("kineto/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    idle = next(f for f in run_rules(r, rules=["gpu-idle"]) if f.id == "gpu-idle")
+    assert "in one hipLaunchKernel call of 6.54 ms" in idle.recommendation
+    assert "Run the step once before profiling" in idle.recommendation
+    assert "CUDA graph" not in idle.recommendation.split("For ")[0]
