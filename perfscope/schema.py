@@ -678,6 +678,28 @@ def whole_numbers(values: Any) -> pd.Series:
     return pd.Series(pd.arrays.IntegerArray(out, ~ok), index=series.index)
 
 
+def shared_text(series: pd.Series) -> pd.Series:
+    """``series`` (text) as an object column that holds each distinct value once: every row refers to one
+    shared ``str`` per value (8 bytes a row), where pandas 3's default ``str`` dtype stores each row's own
+    UTF-8 bytes (a 5M-kernel trace's kernel names alone are ~1 GB that way). Values, missing ones (None)
+    included, read the same; ``series`` itself when it is not in a pandas string dtype."""
+    if not isinstance(series.dtype, pd.StringDtype) and not _arrow_text(series.dtype):
+        return series
+    codes, distinct = pd.factorize(series, use_na_sentinel=True)
+    values = np.asarray(distinct, dtype=object)
+    return pd.Series(decode(codes, values), index=series.index, dtype=object, copy=False)
+
+
+def _arrow_text(dtype: Any) -> bool:
+    """Whether ``dtype`` is an Arrow string dtype (``string[pyarrow]`` read as ``ArrowDtype``)."""
+    pa_type = getattr(dtype, "pyarrow_dtype", None)
+    if pa_type is None:
+        return False
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(pa_type) or pa.types.is_large_string(pa_type))
+
+
 def _coerce(series: pd.Series, col: Column) -> pd.Series:
     dtype = series.dtype
     if (col.kind == "float" and dtype == "float64") or (col.kind == "bool" and dtype == "boolean") or \
@@ -692,7 +714,7 @@ def _coerce(series: pd.Series, col: Column) -> pd.Series:
         return values
     if col.kind == "bool":
         return series.astype("boolean")
-    return series
+    return shared_text(series)
 
 
 @functools.cache
@@ -737,7 +759,7 @@ def conform(df: pd.DataFrame, table: str, *, source: str) -> pd.DataFrame:
             out[col.name] = _missing_series(col.kind, len(df), df.index)
     for name in df.columns:
         if name not in out:
-            out[name] = df[name]
+            out[name] = shared_text(df[name])  # extra text (``process_group``, ncu's names) held once per value too
     result = pd.DataFrame(out, index=df.index, copy=False).reset_index(drop=True)  # columns kept as they are shared
     carry_codes(df, result)  # same rows, same text: the codes its maker memoized hold
     result = compact_missing(result)  # a column a reader filled with missing values costs nothing per row

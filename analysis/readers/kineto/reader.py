@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note, unusable_properties
 from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
+from perfscope.schema import decode, factorize
 from perfscope.vocab import device_label, is_amd_device
 
 from ...costs.operators import COMPOSITE_WHEN_PARENT, base_name
@@ -296,29 +295,24 @@ def _table(cols: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
 
 
 def _text_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with its text columns in pandas' default string dtype, as loaded from disk."""
+    """``df`` with each text column holding one shared, storable ``str`` per distinct value
+    (:func:`_column`)."""
     if len(df) < SMALL_TABLE:
         return df
     return pd.DataFrame({name: _column(df[name].to_numpy()) for name in df.columns}, copy=False)
 
 
-_STR = pd.Series(["text"]).dtype
-"""pandas' default dtype for text (Arrow-backed ``str`` in pandas 3, ``object`` before)."""
-
-
 def _column(v: np.ndarray) -> pd.Series:
-    """A column of ``v``. Text goes to :data:`_STR` through an Arrow dictionary decode of its
-    distinct values: one exact-size buffer, instead of the per-row conversion of every string
-    object (about half the peak memory on a million-row table)."""
-    if v.dtype != object or _STR == object:
+    """A column of ``v``. Text stays an object column whose rows refer to one ``str`` per distinct value
+    (each lone surrogate made U+FFFD, so it stores as UTF-8): 8 bytes a row, where pandas 3's ``str``
+    dtype holds each row's own bytes (a kernel table's text was 333 of its 406 MB at 626k kernels)."""
+    if v.dtype != object:
         return pd.Series(v, copy=False)
-    codes, uniq = pd.factorize(v)
+    codes, uniq = factorize(pd.Series(v, dtype=object, copy=False))
     if not len(uniq) or not all(isinstance(u, str) for u in uniq):
         return pd.Series(v)
-    pool = pa.system_memory_pool()  # exact-size buffers given back on free (mimalloc keeps ~1.6x)
-    words = pa.array([u if u.isascii() else clean_text(u) for u in uniq], type=pa.large_string(), memory_pool=pool)
-    decoded = pc.take(words, pa.array(codes, mask=codes < 0, memory_pool=pool), memory_pool=pool)
-    return pd.Series(pd.array(decoded, dtype=_STR), copy=False)
+    words = np.array([u if u.isascii() else clean_text(u) for u in uniq], dtype=object)
+    return pd.Series(decode(codes, words), dtype=object, copy=False)
 
 
 def short_kernel_name(name: str) -> str:
