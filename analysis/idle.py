@@ -807,9 +807,13 @@ def _table(slices: list[_Slices], words: list[str], rows: int) -> pd.DataFrame:
         if c in TEXT_COLUMNS:
             v = cols[c]
             codes[c] = recode(v, word_array)  # renumbered as column_codes gives them; the vocabulary's freed
+            # one value (or none: an nsys export's op, shapes, function, wait) in every row: held once (stride 0)
+            first = int(v[0]) if n and v[0] >= 0 else len(words)
             # object dtype kept: pandas 3 would infer Arrow text per row
-            cols[c] = pd.Series(vocab[np.where(v >= 0, v, len(words))], dtype=object, copy=False)
-            del v
+            text = repeated(vocab[first:first + 1], n) if n and codes[c][0].strides == (0,) else \
+                vocab[np.where(v >= 0, v, len(words))]
+            cols[c] = pd.Series(text, dtype=object, copy=False)
+            del v, text
     start, end = cols.pop("start_ns"), cols.pop("end_ns")
     dur = end - start
     spans = np.array([s.span for s in slices], np.float64)

@@ -690,6 +690,18 @@ def shared_text(series: pd.Series) -> pd.Series:
     return pd.Series(decode(codes, values), index=series.index, dtype=object, copy=False)
 
 
+def shared_texts(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each text column in a pandas string dtype as :func:`shared_text` (the roofline's
+    ``bound`` columns, set after :func:`conform`); ``df`` itself when none is."""
+    swap = {name: shared_text(df[name]) for name in df.columns if isinstance(df[name].dtype, pd.StringDtype)
+            or _arrow_text(df[name].dtype)}
+    if not swap:
+        return df
+    out = pd.DataFrame({name: swap.get(name, df[name]) for name in df.columns}, index=df.index, copy=False)
+    carry_codes(df, out)
+    return out
+
+
 def _arrow_text(dtype: Any) -> bool:
     """Whether ``dtype`` is an Arrow string dtype (``string[pyarrow]`` read as ``ArrowDtype``)."""
     pa_type = getattr(dtype, "pyarrow_dtype", None)

@@ -25,7 +25,7 @@ import pandas as pd
 
 from perfscope.memo import release_free_memory
 from perfscope.report import Report
-from perfscope.schema import compact_missing, conform, untimed, validate
+from perfscope.schema import compact_missing, conform, shared_texts, untimed, validate
 
 from ..costs.roofline import classify_conformed
 from ..idle import idle_rows
@@ -88,8 +88,9 @@ def finish(imported: Imported, steps: StepRule | None = None) -> Report:
     if "memory" in tables and "steps" in tables:
         tables["memory"] = memory_with_steps(tables["memory"], tables["steps"])
     if "kernels" in tables:
-        # the roofline's columns a capture without counters leaves missing cost nothing per row
-        tables["kernels"] = compact_missing(classify_conformed(tables["kernels"], device))
+        # the roofline's columns a capture without counters leaves missing cost nothing per row, and its
+        # bound labels one shared str per value
+        tables["kernels"] = compact_missing(shared_texts(classify_conformed(tables["kernels"], device)))
     # the roofs the kernels were classified against are the report's device, by construction
     manifest = {**imported.manifest, "device": device.to_dict() if device else None}
     if notes:
