@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.memo import memo, memo_drop, memo_peek, memo_seed, release_free_memory
+from perfscope.memo import memo, memo_peek, memo_seed, release_free_memory
 from perfscope.schema import (
     CODES_KEY,
     column_codes,
@@ -74,7 +74,7 @@ from perfscope.schema import (
     seed_codes,
 )
 
-from .intervals import ACTIVITY_KEY, activity, merge_intervals
+from .intervals import ACTIVITY_KEY, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
 from .summaries.kernels import is_cpu_report
 from .tree import innermost_at
@@ -425,24 +425,55 @@ def _graph_keys(report: Report, acts: pd.DataFrame, api: pd.DataFrame) -> np.nda
     k = report.kernels
     if "flops_source" in k and len(k):
         flagged = map_distinct(k["flops_source"], lambda s: isinstance(s, str) and s.startswith("graph-")).to_numpy(bool)
-        replay[:len(k)] |= flagged  # kernel rows come first in activity(), in the kernel table's order
+        replay[:len(k)] |= flagged  # kernel rows come first in the device work, in the kernel table's order
     return np.where(replay, corr, np.nan)
 
 
 def idle_rows(report: Report) -> pd.DataFrame:
     """The rows of :func:`idle_slices`, not yet conformed (``Report.replace(idle=...)`` conforms them)."""
-    had_activity = memo_peek(report, ACTIVITY_KEY) is not None
     slices, words = _classified(report)
     rows = len(report.kernels) + len(report.transfers)
-    if not had_activity:  # made for this call only: freed before the table is built (the memo as the caller had it)
-        memo_drop(report, ACTIVITY_KEY)
     release_free_memory(rows)  # what the classification read and its chunks' working arrays
     return _table(slices, words, rows) if slices else pd.DataFrame()
 
 
+def _device_work(report: Report) -> pd.DataFrame:
+    """The rows of :func:`.intervals.activity` (kernels first, in the kernel table's order, then the copies
+    with a device) with only the columns the classification reads: device, start_ns, end_ns, correlation, and
+    name on a CPU report; the memoized activity itself when a caller made it. Not memoized: the full table
+    copies every kernel's name, stream and kind as well (~120 bytes a kernel against 32 here, held at the
+    classification's peak: 0.4 GB at 5M kernels)."""
+    held = memo_peek(report, ACTIVITY_KEY)
+    if held is not None:
+        return held  # type: ignore[no-any-return]
+    k, t = report.kernels, report.transfers
+    if len(t):
+        recorded = column_codes(k, "device")[1]
+        dev = t["device"].astype("object")
+        if len(recorded) == 1:
+            dev = dev.where(dev.notna(), recorded[0])
+        keep = dev.notna().to_numpy(bool)
+        t = t[keep].assign(device=dev[keep], name=t.loc[keep, "kind"])
+    parts = [f for f in (k, t) if len(f)]
+    if not parts:
+        return pd.DataFrame(columns=["device", "start_ns", "end_ns", "correlation", "name"])
+
+    def joined(col: str, dtype: Any, **how: Any) -> np.ndarray:
+        return np.concatenate([f[col].to_numpy(dtype, **how) for f in parts])
+
+    cols: dict[str, Any] = {
+        "device": pd.Series(joined("device", object), dtype=object, copy=False),
+        "start_ns": joined("start_ns", np.int64), "end_ns": joined("end_ns", np.int64),
+        "correlation": joined("correlation", np.float64, na_value=np.nan),
+    }
+    if is_cpu_report(report):
+        cols["name"] = pd.Series(joined("name", object), dtype=object, copy=False)
+    return pd.DataFrame(cols, copy=False)
+
+
 def _classified(report: Report) -> tuple[list[_Slices], list[str]]:
     """Every device's idle slices, classified (text as codes of the returned vocabulary)."""
-    acts = activity(report)
+    acts = _device_work(report)
     if not len(acts):
         return [], []
     ctx = _Context(report, acts)
