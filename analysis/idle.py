@@ -882,7 +882,7 @@ def _table(slices: list[_Slices], words: list[str], rows: int) -> pd.DataFrame:
         "start_ns": start, "end_ns": end, "duration_ns": dur,
         **{c: cols.pop(c) for c in TEXT_COLUMNS},
         # in the contract's dtypes already (Int64, boolean): conform keeps them as they are, no copy
-        "gap": pd.arrays.IntegerArray(cols["gap"].astype(np.int64, copy=False), np.zeros(n, bool)),
+        "gap": pd.arrays.IntegerArray(cols["gap"].astype(np.int64, copy=False), repeated(np.False_, n)),
         "correlation": _whole_numbers(cols["correlation"]),
         "bytes": cols["bytes"],
         "pinned": pd.arrays.BooleanArray(cols["pinned"] > 0, cols["pinned"] < 0),
