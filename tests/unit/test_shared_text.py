@@ -5,8 +5,9 @@
 - ``conform`` does it for every text column, so a report's tables read the same from a reader, after the
   roofline's classification, and after a save and load;
 - the Kineto reader keeps a large table's text as shared objects (the same values as the small-table path);
-- the idle table's one-valued columns (an nsys export's op, shapes, function, wait) are held once, and read
-  the same as full columns; the classification's lean copy of the device work equals ``activity()``'s rows.
+- the idle table's one-valued number columns (an nsys export's copy bytes, correlation) are held once, its
+  text is categorical (codes in order of first appearance), and both read the same as full columns; the
+  classification's lean copy of the device work equals ``activity()``'s rows.
 """
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ def test_conform_holds_text_once_and_round_trips(tmp_path, load) -> None:
     for table in ("kernels", "api", "idle"):
         a, b = getattr(report, table), getattr(loaded, table)
         for col in a.columns:
-            if a[col].dtype == object:
-                assert b[col].dtype == object, (table, col)
-                assert _values(a[col]) == _values(b[col]), (table, col)
+            if a[col].dtype == object or isinstance(a[col].dtype, pd.CategoricalDtype):
+                assert b[col].dtype == object or type(b[col].dtype) is type(a[col].dtype), (table, col)
+                assert _values(a[col].astype(object)) == _values(b[col].astype(object)), (table, col)
 
 
 def test_kineto_large_tables_hold_shared_text(monkeypatch, fixtures_dir) -> None:
@@ -99,10 +100,15 @@ def test_idle_one_valued_columns_held_once(load, monkeypatch, name: str) -> None
     held = idle_mod.idle_rows(report)
     pd.testing.assert_frame_equal(held, whole)
     assert len(held) > 7
-    for col in ("correlation", "bytes", "pinned", *idle_mod.TEXT_COLUMNS):
+    for col in ("correlation", "bytes", "pinned"):
         values = held[col].to_numpy(object)
         if len(set(map(repr, values.tolist()))) == 1:  # one value: held once, not per row
             assert schema._isrepeated(held[col]) or not schema.READONLY_OK, col
+    for col in idle_mod.TEXT_COLUMNS:  # text: categorical, its codes those column_codes gives
+        assert isinstance(held[col].dtype, pd.CategoricalDtype), col
+        codes, distinct = pd.factorize(held[col].astype(object), use_na_sentinel=True)
+        np.testing.assert_array_equal(held[col].cat.codes.to_numpy(), codes)
+        assert list(held[col].cat.categories) == list(distinct)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
