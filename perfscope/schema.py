@@ -608,7 +608,8 @@ def _missing_series(kind: str, n: int, index: pd.Index) -> pd.Series:
 
 def compact_missing(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each column whose every value is missing held as :func:`_missing_series` (no memory per
-    row); ``df`` itself when none is. Cheap: a column whose first value is known is not scanned."""
+    row), and each text or whole-number column whose every row has one and the same value held as that value
+    once (:func:`_one_value`); ``df`` itself when none is. Cheap: a sample of rows rejects most columns."""
     n = len(df)
     if n < COMPACT_MIN_ROWS:
         return df
@@ -616,7 +617,13 @@ def compact_missing(df: pd.DataFrame) -> pd.DataFrame:
     for name in df.columns:
         series = df[name]
         kind = _kind_of(series.dtype)
-        if kind is None or _isrepeated(series) or not series.iloc[:1].isna().all() or not series.isna().all():
+        if kind is None or _isrepeated(series):
+            continue
+        if not series.iloc[:1].isna().all():
+            if (one := _one_value(series, kind)) is not None:
+                swap[name] = one
+            continue
+        if not series.isna().all():
             continue
         swap[name] = _missing_series(kind, n, df.index)
     if not swap:
@@ -624,6 +631,27 @@ def compact_missing(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({name: swap.get(name, df[name]) for name in df.columns}, index=df.index, copy=False)
     carry_codes(df, out)
     return out
+
+
+def _one_value(series: pd.Series, kind: str) -> pd.Series | None:
+    """``series`` held as its one value (stride 0) when every row has the same known text or whole number (a
+    trace's one device, stream or thread: 8-9 bytes a row otherwise); None when not, or not held that way."""
+    if not READONLY_OK or kind not in ("str", "int"):
+        return None
+    n = len(series)
+    if kind == "str":
+        values = series.to_numpy()
+        first = values[0]
+        if not isinstance(first, str) or not (values[:: max(1, n // 64)] == first).all() or not (values == first).all():
+            return None
+        return pd.Series(repeated(np.array([first], dtype=object), n), index=series.index, dtype=object, copy=False)
+    array = series.array
+    data, mask = getattr(array, "_data", None), getattr(array, "_mask", None)
+    if not isinstance(data, np.ndarray) or not isinstance(mask, np.ndarray) or mask.any() or \
+            not (data[:: max(1, n // 64)] == data[0]).all() or not (data == data[0]).all():
+        return None
+    return pd.Series(pd.arrays.IntegerArray(repeated(data[:1].copy(), n), repeated(np.False_, n)),
+                     index=series.index, copy=False)
 
 
 COMPACT_MIN_ROWS = 4096
