@@ -251,17 +251,58 @@ def nest_intervals(nodes: pd.DataFrame, *, group: str, range_kind: int, op_kind:
     return out
 
 
-def innermost_at(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
+def nesting_levels(starts: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """The intervals ``[start, end)`` of one thread by nesting level, outermost first: each level's positions,
+    sorted by start (within a level the intervals are disjoint). What :func:`innermost_at` searches; made once
+    for an interval set that is searched many times (the idle classification's chunks)."""
+    n = len(starts)
+    if not n:
+        return []
+    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    order = np.lexsort((-e, s))
+    par = _enclosing(np.zeros(n, np.int64), e[order])
+    depth = np.zeros(n, np.int64)
+    cur = par.copy()
+    while True:
+        active = np.flatnonzero(cur >= 0)
+        if not len(active):
+            break
+        depth[active] += 1
+        cur[active] = par[cur[active]]
+    return [order[depth == level] for level in range(int(depth.max()) + 1)]
+
+
+def innermost_at(starts: np.ndarray, ends: np.ndarray, x: np.ndarray,
+                 levels: list[np.ndarray] | None = None) -> np.ndarray:
     """Per point ``x``, the position of the innermost interval ``[start, end)`` around it (-1 where none).
 
     The intervals are one thread's, nested or disjoint (a partial overlap answers with one of the two).
-    The intervals are sorted and nested once (:func:`_enclosing`); then, from the deepest level out, each
-    level's intervals (disjoint) are searched for the points not found yet: no loop over the points, and
-    no sort of them (a million idle pieces against a few NVTX ranges costs a few binary searches)."""
+    The intervals are sorted and nested once (:func:`nesting_levels`, or ``levels`` as it gave them); then,
+    from the deepest level out, each level's intervals (disjoint) are searched for the points not found yet:
+    no loop over the points, and no sort of them (a million idle pieces against a few NVTX ranges costs a
+    few binary searches)."""
     n, m = len(starts), len(x)
     out = np.full(m, -1, dtype="int64")
     if not n or not m:
         return out
+    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    xs = np.asarray(x, np.int64)
+    if levels is None:
+        levels = nesting_levels(s, e)
+    todo = np.arange(m)
+    if len(levels) > 1:  # first drop the points that no outermost interval holds
+        top = levels[0]
+        i = np.searchsorted(s[top], xs, side="right") - 1
+        todo = todo[(i >= 0) & (xs < e[top][np.maximum(i, 0)])]
+    for sel in reversed(levels):
+        if not len(todo):
+            break
+        xi = xs[todo]
+        i = np.searchsorted(s[sel], xi, side="right") - 1
+        hit = (i >= 0) & (xi < e[sel][np.maximum(i, 0)])
+        out[todo[hit]] = sel[i[hit]]
+        todo = todo[~hit]
+    return out
     s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     xs = np.asarray(x, np.int64)
     order = np.lexsort((-e, s))
