@@ -303,30 +303,3 @@ def innermost_at(starts: np.ndarray, ends: np.ndarray, x: np.ndarray,
         out[todo[hit]] = sel[i[hit]]
         todo = todo[~hit]
     return out
-    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-    xs = np.asarray(x, np.int64)
-    order = np.lexsort((-e, s))
-    par = _enclosing(np.zeros(n, np.int64), e[order])
-    depth = np.zeros(n, np.int64)
-    cur = par.copy()
-    while True:
-        active = np.flatnonzero(cur >= 0)
-        if not len(active):
-            break
-        depth[active] += 1
-        cur[active] = par[cur[active]]
-    todo = np.arange(m)
-    for level in range(int(depth.max()), -1, -1):
-        if level == int(depth.max()) and level > 0:  # first drop the points that no outermost interval holds
-            top = order[depth == 0]
-            i = np.searchsorted(s[top], xs, side="right") - 1
-            todo = todo[(i >= 0) & (xs < e[top][np.maximum(i, 0)])]
-        sel = order[depth == level]
-        if not len(todo):
-            break
-        xi = xs[todo]
-        i = np.searchsorted(s[sel], xi, side="right") - 1
-        hit = (i >= 0) & (xi < e[sel][np.maximum(i, 0)])
-        out[todo[hit]] = sel[i[hit]]
-        todo = todo[~hit]
-    return out

@@ -38,3 +38,35 @@ def test_chunks_cut_between_gaps_only() -> None:
     for lo, hi in parts:
         assert hi > lo
         assert lo == 0 or gap[lo] != gap[lo - 1]
+
+
+def test_track_nested_once_answers_as_nesting_per_search() -> None:
+    """A host track is nested once (tree.nesting_levels) and searched per chunk: the innermost interval found
+    is the one a brute-force scan finds, with the levels given or made per call."""
+    from perfscope.analysis.tree import innermost_at, nesting_levels
+
+    rng = np.random.default_rng(7)
+    starts, ends = [], []
+
+    def spans(lo: int, hi: int, depth: int) -> None:  # nested or disjoint, as one thread's operators are
+        t = lo
+        while depth < 4 and t < hi - 4:
+            a = int(rng.integers(t, hi - 2))
+            b = int(rng.integers(a + 1, min(hi, a + (hi - lo) // 2 + 2)))
+            starts.append(a)
+            ends.append(b)
+            spans(a, b, depth + 1)
+            t = b + int(rng.integers(0, 5))
+
+    spans(0, 10_000, 0)
+    s, e = np.array(starts, np.int64), np.array(ends, np.int64)
+    x = rng.integers(-10, 10_010, 5000)
+    levels = nesting_levels(s, e)
+    assert len(levels) > 1
+    got = innermost_at(s, e, x, levels)
+    np.testing.assert_array_equal(got, innermost_at(s, e, x))
+    for xi, g in zip(x.tolist(), got.tolist(), strict=True):
+        inside = np.flatnonzero((s <= xi) & (xi < e))
+        want = inside[np.argmin(e[inside] - s[inside])] if len(inside) else -1
+        assert (g == -1) == (want == -1)
+        assert g == want or (e[g] - s[g] == e[want] - s[want] and s[g] <= xi < e[g])
