@@ -19,8 +19,9 @@ import gc
 import re
 from array import array
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -135,6 +136,75 @@ class Event(msgspec.Struct, gc=False):
 NO_ARGS = Args()
 _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _DECODER = msgspec.json.Decoder(list[Event])
+
+
+class Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+    """A complete event (``"ph": "X"``) as the fast decoder builds it: ``ts``/``dur`` decoded
+    straight to float (numpy takes a list of floats at once; big integers cost it a conversion
+    each). Read like an :class:`Event`."""
+
+    ph: ClassVar[str] = "X"
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: float | None = None
+    dur: float | None = None
+    args: Args | None = None
+
+
+class _Instant(msgspec.Struct, tag_field="ph", gc=False):
+    """An instant event (memory events are read from them), as the fast decoder builds it."""
+
+    dur: ClassVar[Any] = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    args: Args | None = None
+
+
+class InstantLower(_Instant, tag="i"):
+    ph: ClassVar[str] = "i"
+
+
+class InstantUpper(_Instant, tag="I"):
+    ph: ClassVar[str] = "I"
+
+
+def _skipped(ph: str) -> type:
+    """An event no row reads (flow, counter, metadata, ...): nothing of it is built but its class."""
+    return msgspec.defstruct(f"Skipped_{ord(ph)}", [], tag=ph, tag_field="ph", gc=False,
+                             namespace={"ph": ph, "cat": None})
+
+
+_SKIPPED = tuple(_skipped(ph) for ph in "BEbnestfPNODMVvRCc()")
+"""Every other phase of the Trace Event Format: no row reads them."""
+_FAST_TYPES = (Complete, InstantLower, InstantUpper, *_SKIPPED)
+_FAST = msgspec.json.Decoder(list[Union[_FAST_TYPES]])  # type: ignore[valid-type]  # noqa: UP007
+_DECODED = frozenset((Event, *_FAST_TYPES))
+"""The classes a decoded block holds (the slow paths' plain values become :class:`Event`)."""
+FAST = True
+"""Whether blocks go to :data:`_FAST` first (tests turn it off to compare the two decoders)."""
+
+
+class _Decoder:
+    """Decodes a block with :data:`_FAST` (a union tagged by ``ph``, ``ts``/``dur`` typed float), else
+    with :data:`_DECODER` (every field as it is): the first block the fast one refuses (a phase outside
+    the format, an event without ``ph``, a string ``ts``, a repeated key) sends the rest of the file
+    to the plain one, so an odd trace pays for at most one refused block. Both give the same rows."""
+
+    def __init__(self) -> None:
+        self.fast = FAST
+
+    def __call__(self, text: bytes) -> list[Any] | None:
+        if self.fast:
+            try:
+                return _FAST.decode(text)
+            except (msgspec.MsgspecError, RecursionError):
+                self.fast = False
+        return decode_block(text)
 
 
 def decode_block(text: bytes) -> list[Event] | None:
@@ -346,7 +416,7 @@ class _Columns:
         self.sigs: list[tuple[Any, Any, Any]] = []
         self.skipped = 0
         self.negative = 0
-        self.kinds: dict[Any, str | None] = {}
+        self.codes: dict[tuple[Any, Any], int] = {}
 
     def add(self, kind: str, **cols: np.ndarray) -> None:
         if kind not in CPU_KINDS:
@@ -394,21 +464,67 @@ def kind_of(cat: Any) -> str | None:
     return KIND_OF_CAT.get(cat.lower()) if isinstance(cat, str) else None
 
 
-def route_block(events: list[Event], cols: _Columns) -> None:
-    """Reduce one block of events into ``cols`` (other categories are skipped)."""
-    groups: dict[str, list[Event]] = {}
-    kinds = cols.kinds
-    for e in events:
-        cat = e.cat
+_PH_CAT = attrgetter("ph", "cat")
+_KINDS = (None, "op", "ann", "kernel", "memcpy", "memset", "api", "py", "mem", "op")
+"""Kind of each routing code (0: skipped); the last is an op filed as ``Operator`` (2021 traces,
+which file ranges as ``Operator`` too)."""
+_OPERATOR = len(_KINDS) - 1
+
+
+def _code(ph: Any, cat: Any) -> int:
+    """The routing code of an event's ``(ph, cat)``: rows are complete events ("X"); memory events
+    are instants, filtered by their reader."""
+    kind = kind_of(cat)
+    if kind is None or not (ph == "X" or kind == "mem"):
+        return 0
+    return _OPERATOR if cat == "Operator" else _KINDS.index(kind)
+
+
+def route_block(events: list[Any], cols: _Columns) -> None:
+    """Reduce one block of events into ``cols`` (other categories are skipped).
+
+    Each event's ``(ph, cat)`` becomes a routing code through one dict (a C-level ``map``, no Python
+    frame per event); the events of each kind are then gathered by index, kinds in the order they
+    first appear in the block (the rows' order)."""
+    codes_of = cols.codes
+    try:
+        codes = np.fromiter(map(codes_of.get, map(_PH_CAT, events)), dtype=np.int8, count=len(events))
+    except TypeError:  # a key not seen yet (None is no int8), or an unhashable ph or cat
         try:
-            kind = kinds[cat]
-        except KeyError:
-            kind = kinds[cat] = kind_of(cat)
-        except TypeError:  # an unhashable cat is no cat we read
+            for key in set(map(_PH_CAT, events)) - codes_of.keys():
+                codes_of[key] = _code(*key)
+        except TypeError:
+            _route_unhashable(events, cols)
+            return
+        codes = np.fromiter(map(codes_of.__getitem__, map(_PH_CAT, events)), dtype=np.int8, count=len(events))
+    present, first = np.unique(codes, return_index=True)
+    groups: dict[str, list[Any]] = {}
+    operator = _OPERATOR in present
+    for code in present[np.argsort(first, kind="stable")].tolist():
+        kind = _KINDS[code]
+        if kind is None or kind in groups:  # skipped; or ops, gathered with the Operator ones
             continue
-        # rows are complete events ("X"); memory events are instants, filtered by their reader
-        if kind is not None and (e.ph == "X" or kind == "mem"):
+        rows = (np.flatnonzero((codes == code) | (codes == _OPERATOR)) if kind == "op" and operator
+                else np.flatnonzero(codes == code))
+        groups[kind] = list(map(events.__getitem__, rows.tolist()))
+    _route_groups(groups, cols)
+
+
+def _route_unhashable(events: list[Any], cols: _Columns) -> None:
+    """:func:`route_block` for a block with an unhashable ``ph`` or ``cat`` (no such cat is read)."""
+    groups: dict[str, list[Any]] = {}
+    for e in events:
+        try:
+            hash(e.cat)
+        except TypeError:
+            continue
+        kind = _KINDS[_code(e.ph, e.cat)]
+        if kind is not None:
             groups.setdefault(kind, []).append(e)
+    _route_groups(groups, cols)
+
+
+def _route_groups(groups: dict[str, list[Any]], cols: _Columns) -> None:
     ops = groups.get("op", [])
     if any(e.cat == "Operator" for e in ops):  # 2021 traces file ranges as Operator too
         is_range = [e.cat == "Operator" and "::" not in _text(e.name) for e in ops]
@@ -553,13 +669,13 @@ def parse_trace(path: Path) -> ParsedTrace:
         trace.n_events += len(items)
         take_budget(path, len(items))
         # a block msgspec decoded is all events; the slow paths' lists are all plain values
-        route_block(items if not items or items[0].__class__ is Event else as_events(items), cols)
+        route_block(items if not items or items[0].__class__ in _DECODED else as_events(items), cols)
 
     collecting = gc.isenabled()
     gc.disable()  # millions of short-lived containers: the cyclic GC would only rescan them
     try:
         with counting():
-            trace.meta, damage = read_events(path, decode_block, take)
+            trace.meta, damage = read_events(path, _Decoder(), take)
     finally:
         if collecting:
             gc.enable()
