@@ -19,6 +19,7 @@ import gc
 import re
 from array import array
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Union
@@ -336,20 +337,42 @@ class _Interner:
 
     def threads(self, pids: list[Any], tids: list[Any]) -> np.ndarray:
         """Codes of the ``pid:tid`` keys."""
-        memo = self.thread_codes
         try:
-            return np.array([memo[k] if k in memo else self._thread(k) for k in zip(pids, tids)], dtype="int32")
+            return _codes(map(self.thread_codes.get, zip(pids, tids)), len(pids))
+        except TypeError:  # a key not seen yet (None is no code), or an unhashable pid or tid
+            pass
+        try:
+            out = list(map(self.thread_codes.get, zip(pids, tids)))
         except TypeError:  # an unhashable pid or tid
-            return self.names(f"{_text(p)}:{_text(t)}" for p, t in zip(pids, tids))
+            return self.names([f"{_text(p)}:{_text(t)}" for p, t in zip(pids, tids)])
+        for i in _nones(out):
+            out[i] = self._thread((pids[i], tids[i]))
+        return np.array(out, dtype="int32")
 
     def _thread(self, key: tuple[Any, Any]) -> int:
-        code = self.thread_codes[key] = self._new(f"{_text(key[0])}:{_text(key[1])}")
+        code = self.thread_codes.get(key)
+        if code is None:
+            code = self.thread_codes[key] = self._new(f"{_text(key[0])}:{_text(key[1])}")
         return code
 
-    def names(self, values: Iterable[Any]) -> np.ndarray:
+    def names(self, values: list[Any]) -> np.ndarray:
+        """Codes of ``values``: one C-level dict lookup each (only str are keys), the new ones added."""
+        try:
+            return _codes(map(self.codes.get, values), len(values))
+        except TypeError:  # a value not seen yet (None is no code), or an unhashable one
+            pass
+        out = self._known(values)
+        for i in _nones(out):
+            out[i] = self._new(values[i])
+        return np.array(out, dtype="int32")
+
+    def _known(self, values: list[Any]) -> list[int | None]:
+        """The codes of the strings seen before, None for the others."""
         get = self.codes.get
-        return np.array([c if v.__class__ is str and (c := get(v, -1)) >= 0 else self._new(v)
-                         for v in values], dtype="int32")
+        try:
+            return list(map(get, values))
+        except TypeError:  # an unhashable value
+            return [get(v) if v.__class__ is str else None for v in values]
 
     def _new(self, value: Any) -> int:
         text = _text(value)
@@ -362,23 +385,41 @@ class _Interner:
             self.codes[value] = code
         return code
 
-    def optional(self, values: Iterable[Any]) -> np.ndarray:
+    def optional(self, values: list[Any]) -> np.ndarray:
         """Codes of ``values`` (-1 for None)."""
-        get = self.codes.get
-        return np.array([-1 if v is None else c if v.__class__ is str and (c := get(v, -1)) >= 0 else self._new(v)
-                         for v in values], dtype="int32")
+        if values.count(None) == len(values):  # the usual case (an identity test per item)
+            return np.full(len(values), -1, dtype="int32")
+        out = self._known(values)
+        for i in _nones(out):
+            out[i] = -1 if values[i] is None else self._new(values[i])
+        return np.array(out, dtype="int32")
 
-    def dims3(self, values: Iterable[Any]) -> np.ndarray:
+    def dims3(self, values: list[Any]) -> np.ndarray:
         """Codes of ``(x, y, z)`` texts of grid / block values (raw JSON, or lists on the slow path)."""
         memo = self.dims_codes
-        keys = [bytes(v) for v in values]  # raw JSON on every path (:func:`as_events`)
-        get = memo.get
-        out = [get(k, -2) for k in keys]
-        for i in [i for i, c in enumerate(out) if c == -2]:
-            value = _raw_value(keys[i])
-            text = _dims3(value) if isinstance(value, list) and value else None
-            out[i] = memo[keys[i]] = -1 if text is None else self._new(text)
+        keys = list(map(bytes, values))  # raw JSON on every path (:func:`as_events`)
+        try:
+            return _codes(map(memo.get, keys), len(keys))
+        except TypeError:  # a value not seen yet
+            out = list(map(memo.get, keys))
+        for i in _nones(out):
+            code = memo.get(keys[i])
+            if code is None:
+                value = _raw_value(keys[i])
+                text = _dims3(value) if isinstance(value, list) and value else None
+                code = memo[keys[i]] = -1 if text is None else self._new(text)
+            out[i] = code
         return np.array(out, dtype="int32")
+
+
+def _codes(codes: Iterable[Any], n: int) -> np.ndarray:
+    """``n`` codes as int32; TypeError when one is None (not known yet)."""
+    return np.fromiter(codes, dtype=np.int32, count=n)
+
+
+def _nones(values: list[Any]) -> list[int]:
+    """Indices of the None in ``values``."""
+    return [i for i, v in enumerate(values) if v is None]
 
 
 _RAW = msgspec.Raw
@@ -534,11 +575,16 @@ def _route_groups(groups: dict[str, list[Any]], cols: _Columns) -> None:
         _route_kind(kind, evs, cols)
 
 
+def _col(items: list[Any], name: str) -> list[Any]:
+    """The attribute ``name`` of every item (a C-level map: no Python frame per item)."""
+    return list(map(attrgetter(name), items))
+
+
 def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if kind == "mem":
         _route_memory(evs, cols)
         return
-    ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
+    ts, dur = _floats(_col(evs, "ts")), _floats(_col(evs, "dur"))
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
         negative = ok & (dur < 0)  # an event cannot end before it starts
@@ -547,16 +593,16 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
         ok &= ~negative
     if not ok.all():
         cols.skipped += int((~ok).sum())
-        evs = [e for e, keep in zip(evs, ok) if keep]
+        evs = list(compress(evs, ok.tolist()))
         ts, dur = ts[ok], dur[ok]
     if not evs:
         return
     args = [e.args or NO_ARGS for e in evs]
-    names = cols.strings.names([e.name for e in evs])
+    names = cols.strings.names(_col(evs, "name"))
     if kind == "py":
-        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads([e.pid for e in evs], [e.tid for e in evs]),
-                 tid=_ids([e.tid for e in evs]), pyid=_ids([a.pyid for a in args]),
-                 pyparent=_ids([a.pyparent for a in args]))
+        tids = _col(evs, "tid")
+        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads(_col(evs, "pid"), tids),
+                 tid=_ids(tids), pyid=_ids(_col(args, "pyid")), pyparent=_ids(_col(args, "pyparent")))
     elif kind in ("op", "ann", "api"):
         _route_cpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
     else:
@@ -586,8 +632,8 @@ def _route_memory(evs: list[Event], cols: _Columns) -> None:
 
 
 def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
-    tids = [e.tid for e in evs]
-    common["thread"] = cols.strings.threads([e.pid for e in evs], tids)
+    tids = _col(evs, "tid")
+    common["thread"] = cols.strings.threads(_col(evs, "pid"), tids)
     common["tid"] = _ids(tids)
     if kind == "ann":
         cols.add(kind, **common)
@@ -596,15 +642,15 @@ def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
     if kind == "op":
         cols.add(kind, ext=ext, sig=_signatures(args, cols), **common)
         return
-    cats = [e.cat for e in evs]
+    cats = _col(evs, "cat")
     is_driver = {c: _text(c).lower() == "cuda_driver" for c in set(cats)}  # cats here are hashable: routed by them
-    driver = np.array([is_driver[c] for c in cats], dtype=bool)
-    cols.add(kind, corr=_ids([a.corr for a in args]), ext=ext, driver=driver,
-             kernel=cols.strings.optional(a.kernel for a in args), **common)
+    driver = np.fromiter(map(is_driver.__getitem__, cats), dtype=bool, count=len(cats))
+    cols.add(kind, corr=_ids(_col(args, "corr")), ext=ext, driver=driver,
+             kernel=cols.strings.optional(_col(args, "kernel")), **common)
 
 
 def _external_ids(args: list[Args]) -> list[Any]:
-    ext = [a.ext for a in args]
+    ext = _col(args, "ext")
     if None in ext:  # some writers spell it in lower case
         ext = [a.ext_lower if x is None else x for x, a in zip(ext, args)]
     return ext
@@ -615,10 +661,12 @@ def _signatures(args: list[Args], cols: _Columns) -> np.ndarray:
     raw JSON text, each distinct one decoded once."""
     index, sigs = cols.sig_index, cols.sigs
     raw = _RAW
-    keys = [(bytes(a.dims), bytes(a.types), bytes(a.concrete)) for a in args]  # raw JSON on every path
-    get = index.get
-    codes = [get(k, -2) for k in keys]
-    for i in [i for i, c in enumerate(codes) if c == -2]:
+    keys = list(zip(*(map(bytes, map(attrgetter(f), args)) for f in ("dims", "types", "concrete"))))  # raw JSON on every path
+    try:
+        return _codes(map(index.get, keys), len(keys))
+    except TypeError:  # a signature not seen yet
+        codes = list(map(index.get, keys))
+    for i in _nones(codes):
         key = keys[i]
         j = index.get(key)
         if j is None:
@@ -638,17 +686,17 @@ def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
         device = [a.device if a.device is not None else e.pid if a.from_device is None else a.from_device
                   for e, a in zip(evs, args)]
     common.update(device=_ids(device), stream=_ids([e.tid if a.stream is None else a.stream for e, a in zip(evs, args)]),
-                  corr=_ids([a.corr for a in args]))
+                  corr=_ids(_col(args, "corr")))
     if kind != "kernel":
-        cols.add(kind, bytes=_ids([a.nbytes for a in args]), **common)
+        cols.add(kind, bytes=_ids(_col(args, "nbytes")), **common)
         return
     cols.add(kind, ext=_ids(_external_ids(args)),
-             grid=cols.strings.dims3(a.grid for a in args),
-             block=cols.strings.dims3(a.block for a in args),
-             regs=_ids([a.regs for a in args]),
-             smem=_ids([a.smem for a in args]),
-             occupancy=_floats([a.occupancy for a in args]),
-             pg=cols.strings.optional(a.pg for a in args), **common)
+             grid=cols.strings.dims3(_col(args, "grid")),
+             block=cols.strings.dims3(_col(args, "block")),
+             regs=_ids(_col(args, "regs")),
+             smem=_ids(_col(args, "smem")),
+             occupancy=_floats(_col(args, "occupancy")),
+             pg=cols.strings.optional(_col(args, "pg")), **common)
 
 
 # ---------------------------------------------------------------------------- entry
