@@ -96,6 +96,37 @@ def test_the_fast_decoder_reads_every_phase_and_hands_an_odd_block_to_the_plain_
     _same_parse(fast, parse_trace(path))
 
 
+def test_args_read_per_kind_match_the_plain_and_slow_paths_whatever_their_shape(monkeypatch, tmp_path):
+    """The fast decoder keeps ``args`` as raw text and decodes each kind's at once into its own small
+    struct: absent, ``null``, ``{}``, a number, a list or full args give the same rows as the plain
+    decoder (one struct for every kind) and the event-by-event path, memory events included."""
+    shapes = ({"absent": True}, None, {}, 5, [1], {"External id": 7, "correlation": 9, "device": 1, "stream": 3,
+              "grid": [2, 1, 1], "block": [64, 1, 1], "bytes": 4096, "Input Dims": [[2, 3]], "Input type": ["float"],
+              "Python id": 4, "Python parent id": 2, "kernel": "k", "Process Group Name": "0"})
+    cats = ("cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver",
+            "python_function")
+    events: list[dict] = []
+    for i, (cat, args) in enumerate((c, a) for c in cats for a in shapes):
+        event = {"ph": "X", "cat": cat, "name": f"aten::e{i}" if cat == "cpu_op" else f"e{i}", "pid": 1, "tid": 2,
+                 "ts": 10 + i, "dur": 1}
+        if not (isinstance(args, dict) and args.get("absent")):
+            event["args"] = args
+        events.append(event)
+    for i, args in enumerate(shapes):
+        event = {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2, "ts": 50 + i}
+        if not (isinstance(args, dict) and args.get("absent")):
+            event["args"] = {"Bytes": 512, "Total Allocated": 1024, "Addr": 99, "Device Id": 0} if args == shapes[-1] else args
+        events.append(event)
+    path = tmp_path / "args.json"
+    path.write_bytes(orjson.dumps({"traceEvents": events}))
+    fast = parse_trace(path)
+    assert fast.count("kernel") == len(shapes) and fast.count("mem") == 2  # {} and full args (none of the others)
+    monkeypatch.setattr(kineto_parse, "FAST", False)
+    _same_parse(fast, parse_trace(path))
+    monkeypatch.setattr(kineto_parse, "decode_block", lambda text: None)
+    _same_parse(fast, parse_trace(path))
+
+
 def test_every_copy_of_a_tiled_graph_trace_is_priced_as_the_single_trace(fixtures_dir, tmp_path):
     single = import_kineto(fixtures_dir / CUDAGRAPH).tables["kernels"]
     plain, _, _ = _bench().build(fixtures_dir / CUDAGRAPH, tmp_path, 5, gzip=False)

@@ -139,10 +139,17 @@ _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _DECODER = msgspec.json.Decoder(list[Event])
 
 
+_ABSENT = msgspec.Raw(b"{}")
+"""Absent ``args`` in the fast decoder's events: one shared empty object (so a kind's args join into
+one array that decodes without a None; told from an explicit ``{}`` by identity where it matters)."""
+
+
 class Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
     """A complete event (``"ph": "X"``) as the fast decoder builds it: ``ts``/``dur`` decoded
     straight to float (numpy takes a list of floats at once; big integers cost it a conversion
-    each). Read like an :class:`Event`."""
+    each), ``args`` kept as raw JSON text until the event's kind is known (:func:`_kind_args`: a
+    struct of every field any kind reads, built and freed for every event, was a third of the
+    decode). Read like an :class:`Event` once its args are decoded."""
 
     ph: ClassVar[str] = "X"
     cat: Any = None
@@ -151,7 +158,7 @@ class Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
     tid: Any = None
     ts: float | None = None
     dur: float | None = None
-    args: Args | None = None
+    args: msgspec.Raw = _ABSENT
 
 
 class _Instant(msgspec.Struct, tag_field="ph", gc=False):
@@ -163,7 +170,7 @@ class _Instant(msgspec.Struct, tag_field="ph", gc=False):
     pid: Any = None
     tid: Any = None
     ts: Any = None
-    args: Args | None = None
+    args: msgspec.Raw = _ABSENT
 
 
 class InstantLower(_Instant, tag="i"):
@@ -206,6 +213,53 @@ class _Decoder:
             except (msgspec.MsgspecError, RecursionError):
                 self.fast = False
         return decode_block(text)
+
+
+KIND_ARGS = {
+    "op": ("ext", "ext_lower", "dims", "types", "concrete"),
+    "api": ("ext", "ext_lower", "corr", "kernel"),
+    "kernel": ("ext", "ext_lower", "corr", "device", "stream", "grid", "block", "regs", "smem", "occupancy", "pg"),
+    "memcpy": ("device", "from_device", "stream", "corr", "nbytes"),
+    "memset": ("device", "from_device", "stream", "corr", "nbytes"),
+    "py": ("pyid", "pyparent"),
+    "mem": ("mbytes", "total_alloc", "total_res", "addr", "dev_id", "dev_type"),
+}
+"""The :class:`Args` fields each kind's rows read (``ann`` reads none)."""
+
+
+def _args_struct(kind: str) -> type:
+    spec = {f.name: f for f in msgspec.structs.fields(Args)}
+    return msgspec.defstruct(f"Args_{kind}", [(n, spec[n].type, msgspec.field(default=spec[n].default, name=spec[n].encode_name))
+                                              for n in KIND_ARGS[kind]], gc=False)
+
+
+_ARGS_TYPES = {kind: _args_struct(kind) for kind in KIND_ARGS}
+_ARGS_DECODERS = {kind: msgspec.json.Decoder(list[t]) for kind, t in _ARGS_TYPES.items()}  # type: ignore[valid-type]
+_ONE_ARGS = {kind: msgspec.json.Decoder(t | None) for kind, t in _ARGS_TYPES.items()}  # type: ignore[operator]
+
+
+_NO_KIND_ARGS = {kind: t() for kind, t in _ARGS_TYPES.items()}
+
+
+def _kind_args(kind: str, evs: list[Any]) -> list[Any]:
+    """The args of ``evs`` (all of ``kind``, not ``mem``), all defaults where an event has none: the
+    plain decoder's :class:`Args` (:data:`NO_ARGS`), or the fast decoder's raw text decoded here, the
+    whole group at once, into the kind's own small struct. A group holding args that are no object
+    (``null``, a number) is decoded one by one: those are all defaults, as on the slow path."""
+    if not evs or evs[0].__class__ is Event:
+        return [e.args or NO_ARGS for e in evs]
+    raws = _col(evs, "args")
+    try:
+        return _ARGS_DECODERS[kind].decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.MsgspecError, RecursionError):
+        return [_one_args(kind, raw) or _NO_KIND_ARGS[kind] for raw in raws]
+
+
+def _one_args(kind: str, raw: msgspec.Raw) -> Any:
+    try:
+        return _ONE_ARGS[kind].decode(raw)
+    except (msgspec.MsgspecError, RecursionError):  # no object: none
+        return None
 
 
 def decode_block(text: bytes) -> list[Event] | None:
@@ -597,7 +651,7 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
         ts, dur = ts[ok], dur[ok]
     if not evs:
         return
-    args = [e.args or NO_ARGS for e in evs]
+    args = [] if kind == "ann" else _kind_args(kind, evs)  # an annotation reads no args
     names = cols.strings.names(_col(evs, "name"))
     if kind == "py":
         tids = _col(evs, "tid")
@@ -609,22 +663,27 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
         _route_gpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
 
 
-def _route_memory(evs: list[Event], cols: _Columns) -> None:
+def _route_memory(evs: list[Any], cols: _Columns) -> None:
     """``[memory]`` instant events (``profile_memory=True``): Bytes (negative for a free), the
     allocator's Total Allocated / Total Reserved after it, Addr, Device Id / Type."""
-    evs = [e for e in evs if e.name == "[memory]" and e.ph in ("i", "I") and e.args is not None]
+    evs = [e for e in evs if e.name == "[memory]" and e.ph in ("i", "I")]
+    if evs and evs[0].__class__ is not Event:  # raw args: absent ones are None, as on the other paths
+        found: list[Any] = [None if e.args is _ABSENT else _one_args("mem", e.args) for e in evs]
+    else:
+        found = _col(evs, "args")
+    kept: list[tuple[Any, Any]] = [(e, a) for e, a in zip(evs, found) if a is not None]
+    evs, found = [e for e, _ in kept], [a for _, a in kept]
     ts = _floats([e.ts for e in evs])
     with np.errstate(invalid="ignore"):
         ok = np.abs(ts) < TS_LIMIT
     if not ok.all():
         cols.skipped += int((~ok).sum())
         evs = [e for e, keep in zip(evs, ok) if keep]
+        found = [a for a, keep in zip(found, ok) if keep]
         ts = ts[ok]
     if not evs:
         return
-    args = [e.args for e in evs if e.args is not None]
-    if len(args) != len(evs):  # every [memory] event carries its args (the parser made them)
-        return
+    args = found
     cols.add("mem", tid=_ids([e.tid for e in evs]), ts=ts, mbytes=_ids([a.mbytes for a in args]),
              total_alloc=_ids([a.total_alloc for a in args]), total_res=_ids([a.total_res for a in args]),
              addr=_ids([a.addr for a in args]), dev_id=_ids([a.dev_id for a in args]),
