@@ -144,6 +144,16 @@ _ABSENT = msgspec.Raw(b"{}")
 one array that decodes without a None; told from an explicit ``{}`` by identity where it matters)."""
 
 
+class _Instants:
+    """The ``cat`` of every instant event of the fast decoder (its own is ``icat``)."""
+
+    def __repr__(self) -> str:
+        return "INSTANT"
+
+
+INSTANT = _Instants()
+
+
 class Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
     """A complete event (``"ph": "X"``) as the fast decoder builds it: ``ts``/``dur`` decoded
     straight to float (numpy takes a list of floats at once; big integers cost it a conversion
@@ -162,10 +172,12 @@ class Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
 
 
 class _Instant(msgspec.Struct, tag_field="ph", gc=False):
-    """An instant event (memory events are read from them), as the fast decoder builds it."""
+    """An instant event (memory events are read from them), as the fast decoder builds it. Its
+    ``cat`` is read into ``icat``: ``cat`` says "an instant" to the routing (:func:`route_block`)."""
 
     dur: ClassVar[Any] = None
-    cat: Any = None
+    cat: ClassVar[Any] = INSTANT
+    icat: Any = msgspec.field(default=None, name="cat")
     name: Any = None
     pid: Any = None
     tid: Any = None
@@ -511,7 +523,8 @@ class _Columns:
         self.sigs: list[tuple[Any, Any, Any]] = []
         self.skipped = 0
         self.negative = 0
-        self.codes: dict[tuple[Any, Any], int] = {}
+        self.codes: dict[tuple[Any, Any], int] = {}  # (ph, cat) -> routing code
+        self.cat_codes: dict[Any, int] = {}  # cat -> routing code, of the fast decoder's events
 
     def add(self, kind: str, **cols: np.ndarray) -> None:
         if kind not in CPU_KINDS:
@@ -560,10 +573,12 @@ def kind_of(cat: Any) -> str | None:
 
 
 _PH_CAT = attrgetter("ph", "cat")
-_KINDS = (None, "op", "ann", "kernel", "memcpy", "memset", "api", "py", "mem", "op")
-"""Kind of each routing code (0: skipped); the last is an op filed as ``Operator`` (2021 traces,
-which file ranges as ``Operator`` too)."""
-_OPERATOR = len(_KINDS) - 1
+_CAT = attrgetter("cat")
+_KINDS = (None, "op", "ann", "kernel", "memcpy", "memset", "api", "py", "mem", "op", None)
+"""Kind of each routing code (0: skipped); then an op filed as ``Operator`` (2021 traces, which
+file ranges as ``Operator`` too); last, an instant of the fast decoder, routed by its own cat."""
+_OPERATOR = len(_KINDS) - 2
+_INSTANT = len(_KINDS) - 1
 
 
 def _code(ph: Any, cat: Any) -> int:
@@ -581,17 +596,10 @@ def route_block(events: list[Any], cols: _Columns) -> None:
     Each event's ``(ph, cat)`` becomes a routing code through one dict (a C-level ``map``, no Python
     frame per event); the events of each kind are then gathered by index, kinds in the order they
     first appear in the block (the rows' order)."""
-    codes_of = cols.codes
-    try:
-        codes = np.fromiter(map(codes_of.get, map(_PH_CAT, events)), dtype=np.int8, count=len(events))
-    except TypeError:  # a key not seen yet (None is no int8), or an unhashable ph or cat
-        try:
-            for key in set(map(_PH_CAT, events)) - codes_of.keys():
-                codes_of[key] = _code(*key)
-        except TypeError:
-            _route_unhashable(events, cols)
-            return
-        codes = np.fromiter(map(codes_of.__getitem__, map(_PH_CAT, events)), dtype=np.int8, count=len(events))
+    codes = _route_codes(events, cols)
+    if codes is None:
+        _route_unhashable(events, cols)
+        return
     present, first = np.unique(codes, return_index=True)
     groups: dict[str, list[Any]] = {}
     operator = _OPERATOR in present
@@ -605,15 +613,39 @@ def route_block(events: list[Any], cols: _Columns) -> None:
     _route_groups(groups, cols)
 
 
+def _route_codes(events: list[Any], cols: _Columns) -> np.ndarray | None:
+    """Each event's routing code (:data:`_KINDS`), None when a ``ph`` or ``cat`` is unhashable.
+
+    The plain decoder's events are keyed by ``(ph, cat)``; the fast decoder's by ``cat`` alone (its
+    complete events are all "X", its skipped ones have no cat, and its instants say so, each then
+    routed by its own ``(ph, icat)``)."""
+    fast = bool(events) and events[0].__class__ is not Event
+    codes_of, key = (cols.cat_codes, _CAT) if fast else (cols.codes, _PH_CAT)
+    try:
+        codes = np.fromiter(map(codes_of.get, map(key, events)), dtype=np.int8, count=len(events))
+    except TypeError:  # a key not seen yet (None is no int8), or an unhashable ph or cat
+        try:
+            for k in set(map(key, events)) - codes_of.keys():
+                codes_of[k] = (_INSTANT if k is INSTANT else _code("X", k)) if fast else _code(*k)
+        except TypeError:
+            return None
+        codes = np.fromiter(map(codes_of.__getitem__, map(key, events)), dtype=np.int8, count=len(events))
+    if fast:
+        for i in np.flatnonzero(codes == _INSTANT).tolist():
+            codes[i] = _code(events[i].ph, events[i].icat)
+    return codes
+
+
 def _route_unhashable(events: list[Any], cols: _Columns) -> None:
     """:func:`route_block` for a block with an unhashable ``ph`` or ``cat`` (no such cat is read)."""
     groups: dict[str, list[Any]] = {}
     for e in events:
+        cat = e.icat if e.cat is INSTANT else e.cat
         try:
-            hash(e.cat)
+            hash(cat)
         except TypeError:
             continue
-        kind = _KINDS[_code(e.ph, e.cat)]
+        kind = _KINDS[_code(e.ph, cat)]
         if kind is not None:
             groups.setdefault(kind, []).append(e)
     _route_groups(groups, cols)
