@@ -1,12 +1,19 @@
 """Streaming parse of a PyTorch/Kineto chrome trace into compact per-kind columns.
 
-:mod:`.kineto_json` hands over the ``traceEvents`` array block by block (about a MB of text at
-a time); each block is decoded at once by msgspec into small typed structs that keep only the
+:mod:`.events` hands over the ``traceEvents`` array block by block (about a MB of text at
+a time); each block is decoded at once by msgspec into small structs that keep only the
 fields the report needs (everything else in the JSON is skipped without being built), and
 reduced to numpy columns and int32 string codes. So the whole JSON object tree never sits in
-memory, and the per-event Python work is a handful of list comprehensions. Events that reach
-us as plain JSON values (the slow path over damaged or unusual text, or the ijson path) are
-converted to the same structs.
+memory, and the per-event Python work is a handful of C-level maps over the events.
+
+The fast decoder (:class:`_Decoder`) reads a block as a union tagged by ``ph``: flow, counter
+and metadata events become empty structs, complete events get float ``ts``/``dur`` and keep
+their ``args`` as raw text, decoded per kind once the events are routed (each kind's args at
+once, into its own small struct). A block it refuses (an unknown phase, an event without
+``ph``, a string ``ts``) goes, with the rest of the file, to the plain decoder (:class:`Event`:
+every field as it is). Events that reach us as plain JSON values (the slow path over damaged or
+unusual text, or the ijson path) are converted to :class:`Event`. The three give the same rows
+(``tests/unit/test_kineto_fastpath.py``).
 
 Both the current categories (``cpu_op``, ``kernel``, ``cuda_runtime``, ...) and the 2021
 capitalised ones (``Operator``, ``Kernel``, ``Runtime``, ...) are understood. A trace cut
