@@ -617,7 +617,7 @@ def route_block(events: list[Any], cols: _Columns) -> None:
         rows = (np.flatnonzero((codes == code) | (codes == _OPERATOR)) if kind == "op" and operator
                 else np.flatnonzero(codes == code))
         groups[kind] = list(map(events.__getitem__, rows.tolist()))
-    _route_groups(groups, cols)
+    _route_groups(groups, cols, operator=operator)
 
 
 def _route_codes(events: list[Any], cols: _Columns) -> np.ndarray | None:
@@ -658,9 +658,12 @@ def _route_unhashable(events: list[Any], cols: _Columns) -> None:
     _route_groups(groups, cols)
 
 
-def _route_groups(groups: dict[str, list[Any]], cols: _Columns) -> None:
+def _route_groups(groups: dict[str, list[Any]], cols: _Columns, *, operator: bool | None = None) -> None:
+    """Route each kind's events; ``operator``: whether any op is filed as ``Operator`` (None: look)."""
     ops = groups.get("op", [])
-    if any(e.cat == "Operator" for e in ops):  # 2021 traces file ranges as Operator too
+    if operator is None:
+        operator = any(e.cat == "Operator" for e in ops)
+    if operator:  # 2021 traces file ranges as Operator too
         is_range = [e.cat == "Operator" and "::" not in _text(e.name) for e in ops]
         groups["op"] = [e for e, r in zip(ops, is_range) if not r]
         groups.setdefault("ann", []).extend(e for e, r in zip(ops, is_range) if r)
