@@ -474,6 +474,12 @@ def fit(obs: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None
                         models.priors, pair_corrections(obs, models))
 
 
+def _work(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A pair row's source roof time, FLOPs and bytes (the axes of a :class:`PairCorrection`)."""
+    r, f, b = (rows[c].to_numpy(np.float64, na_value=np.nan) for c in ("roof_s_s", "flops_s", "bytes_s"))
+    return r, f, b
+
+
 def pair_corrections(obs: pd.DataFrame, models: DeviceModels) -> dict[str, dict[str, PairCorrection]]:
     """Per ordered device pair and family, a smooth function of ``log(T_target / projected)`` over the pairs
     of ``obs`` (one key on both devices in one dataset) projected by ``models``' curves alone: along the
@@ -489,8 +495,7 @@ def pair_corrections(obs: pd.DataFrame, models: DeviceModels) -> dict[str, dict[
     for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=True).indices.items():
         sub = rows.iloc[idx]
         axis = pair_axis_name(str(fam))
-        x = pair_axis(axis, sub["roof_s_s"].to_numpy(np.float64), sub["flops_s"].to_numpy(np.float64),
-                      sub["bytes_s"].to_numpy(np.float64))
+        x = pair_axis(axis, *_work(sub))
         ok = np.isfinite(x)
         if not ok.any():
             continue
@@ -562,8 +567,7 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = Tr
                            / cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s))
         corr = models.pair_correction(ds, dt, fam) if corrected else None
         if corr is not None:
-            out[idx] *= corr.factor(sub["roof_s_s"].to_numpy(np.float64), sub["flops_s"].to_numpy(np.float64),
-                                    sub["bytes_s"].to_numpy(np.float64))
+            out[idx] *= corr.factor(*_work(sub))
     return out
 
 
