@@ -13,6 +13,9 @@ in the data and in docs/whatif.md):
   whatever its work (below the measured sizes the curve is not extrapolated; the floor holds);
 - per device and runtime the **launch cost** (the host's launch call, median) and the GPU's own gap
   between back-to-back kernels, where a trace measured them;
+- per ordered pair of devices and family, where both ran the same work in one dataset, a **pair
+  correction** (:class:`PairCorrection`): what the pair's own measurements say beyond the difference of
+  the two curves, along a GEMM's arithmetic intensity or any other family's roof time;
 - the **bands**: per family group and vendor pair, the p10 and p90 of the model's own held-out
   validation error (``benchmarks/whatif_crossgpu.py``), so every projected number carries a range.
 

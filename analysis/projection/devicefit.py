@@ -25,7 +25,9 @@ small weighted least-squares problem given ``u``; ``u`` a weighted mean given th
 
 **Projection.** A kernel measured ``T_s`` on device s takes ``T_s x g_t(R_t) / g_s(R_s)`` on device t,
 ``g_d(R) = max(floor, R exp(a_d(log10 R)))``: it keeps its own distance from its family's curve, and
-moves along the curves of the two devices.
+moves along the curves of the two devices; times ``exp(c(x))``, the pair's correction where the two devices
+ran the same work of the family (:func:`pair_corrections`: fitted on those pairs' residuals after the
+curves, along a GEMM's log FLOPs per byte or any other family's log roof time).
 
 **Validation** (:func:`cross_validate`). Two folds by a hash of the key: each fold's rows are projected
 with the models fitted on the other fold only (every device pair, both directions, that shares keys), so
