@@ -240,7 +240,13 @@ def test_whole_model_bert_small_within_15_percent_shipped_and_held_out(observati
 
 
 def test_a_pair_correction_holds_its_ends_and_runs_along_a_gemms_intensity() -> None:
-    from perfscope.device_models import INTENSITY_LO, INTENSITY_STEP, N_BINS, PairCorrection, pair_axis_name
+    from perfscope.device_models import (
+        INTENSITY_LO,
+        INTENSITY_STEP,
+        N_BINS,
+        PairCorrection,
+        pair_axis_name,
+    )
 
     # log factor 0.4 at FLOP/byte 1 (knot 4), falling linearly to 0 at 10 (knot 8): measured between 1 and 10
     a = tuple(0.4 * min(1.0, max(0.0, (8 - k) / 4)) for k in range(N_BINS))
