@@ -67,7 +67,15 @@ class DevicePair:
                                            "sources": list(r.model.sources), "launch_ns": r.model.launch_ns,
                                            "gpu_gap_ns": r.model.gpu_gap_ns}
         return {"source": one(self.source), "target": one(self.target), "vendor_pair": self.vendor_pair,
-                "moves": self.moves}
+                "moves": self.moves, "pair_corrections": self.corrections()}
+
+    def corrections(self) -> dict[str, dict[str, Any]]:
+        """Per family, the pair's own correction the projection applies (its axis, how many keys both GPUs
+        ran, from which datasets); empty where the two models were never measured together."""
+        if not self.moves or self.source is None or self.target is None:
+            return {}
+        per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
+        return {fam: {"axis": c.axis, "rows": c.rows, "sources": list(c.sources)} for fam, c in sorted(per.items())}
 
 
 def resolve_pair(source: DeviceSpec, target: DeviceSpec, models: DeviceModels) -> DevicePair:

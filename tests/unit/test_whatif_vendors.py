@@ -239,6 +239,15 @@ def test_whole_model_bert_small_within_15_percent_shipped_and_held_out(observati
     assert abs(w.error_pct) <= 15.0, w
 
 
+def test_the_projection_record_names_the_pair_corrections_it_applied(bert: Report) -> None:
+    rec = project(bert, Question(gpu="MI300X")).manifest["projection"]["device_models"]
+    corr = rec["pair_corrections"]
+    assert corr["gemm-bf16"]["axis"] == "intensity" and corr["elementwise"]["axis"] == "roof"
+    assert corr["gemm-bf16"]["rows"] >= 20 and "tracelens gemms" in corr["gemm-bf16"]["sources"]
+    # a pair never measured together (H100 -> B200) moves by the curves alone
+    assert project(bert, Question(gpu="B200")).manifest["projection"]["device_models"]["pair_corrections"] == {}
+
+
 def test_a_pair_correction_holds_its_ends_and_runs_along_a_gemms_intensity() -> None:
     from perfscope.device_models import (
         INTENSITY_LO,
