@@ -108,7 +108,8 @@ def families(kernels: pd.DataFrame, flops: np.ndarray, nbytes: np.ndarray, preci
 def move(pair: DevicePair, family: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
          ) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, the factor that moves its time (at its new work) from the measured GPU to the target,
-    ``g_t(R_t) / g_s(R_s)`` times the pair's correction where one was measured, NaN where either device has no curve for its family; and the family used."""
+    ``g_t(R_t) / g_s(R_s)`` times the pair's correction where one was measured, NaN where either device has
+    no curve for its family; and the family used."""
     if not pair.moves:
         return np.full(len(family), np.nan), np.full(len(family), "", object)
     assert pair.source is not None and pair.target is not None
