@@ -18,6 +18,9 @@ check: each H100 trace of the two pairs projected onto the MI300X (``perfscope w
 against the MI300X's measured total kernel time, with the shipped models (fitted on everything, these
 pairs included) and with models fitted without that model's pair (held out).
 
+``--rows 'SRC -> TGT:GROUP'`` prints every held-out row of that pair and family group (its work, times,
+the measured and projected ratio, and the three errors), to diagnose a miss row by row.
+
 ``--write`` refits the shipped models on every observation and writes ``perfscope/device_models.json``
 (the curves, floors, launch costs, the bands and this validation).
 """
@@ -43,6 +46,10 @@ def main() -> int:
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--csv", type=Path, help="write every held-out pair row here")
     ap.add_argument("--write", action="store_true", help=f"refit on everything and write {DATA.name}")
+    ap.add_argument("--rows", metavar="PAIR:GROUP", action="append", default=[],
+                    help="print every held-out row of a device pair and family group (e.g. 'MI210 -> A100:other'; "
+                         "each side matched as a substring of the device names), with the model's and both "
+                         "baselines' errors; repeatable")
     args = ap.parse_args()
     t0 = time.perf_counter()
     obs = dfit.all_observations(args.root)
@@ -58,6 +65,8 @@ def main() -> int:
         print(f"{r.pair:<36} {r.table[:42]:<42} {int(r.rows):>6} {r.model_median:>6.1f} {r.model_p90:>6.1f} "
               f"{r.ratio_median:>6.1f} {r.roof_median:>6.1f} {r.v1_median:>6.1f} {r.goal_pct:>5.0f}  "
               f"{'yes' if r.beats_both else 'no'}")
+    for spec in args.rows:
+        print_rows(rows, spec)
     print("\nbands (log measured / projected, held out):")
     for b in dfit.bands(rows):
         print(f"  {b.pair:<16} {b.group:<10} rows {b.rows:>6}  x{np.exp(b.q10):.3f} .. x{np.exp(b.q90):.3f}  "
@@ -84,6 +93,23 @@ def main() -> int:
     if args.write:
         print(f"\nwrote {models.write(SOURCE_DATA)}")
     return 0
+
+
+def print_rows(rows, spec: str) -> None:
+    """Every held-out row of one device pair (``SRC -> TGT``, substrings of the device names) and family group."""
+    pair, _, group = spec.rpartition(":")
+    src, _, tgt = pair.partition("->")
+    sel = (rows["device_s"].str.contains(src.strip(), regex=False) & rows["device_t"].str.contains(tgt.strip(), regex=False)
+           & (rows["group"] == group.strip()))
+    sub = rows[sel].sort_values(["table", "roof_s_s"])
+    print(f"\nheld-out rows, {spec} ({len(sub)}): measured ratio target / source, projected ratio, errors %")
+    print(f"  {'table':<34} {'fold':>4} {'roof us':>9} {'FLOP/B':>8} {'src us':>9} {'tgt us':>9} {'meas x':>7} "
+          f"{'proj x':>7} {'model':>6} {'ratio':>6} {'roof':>6}  key")
+    for r in sub.itertuples(index=False):
+        ai = r.flops_s / r.bytes_s if r.bytes_s > 0 else float("nan")
+        print(f"  {r.table[:34]:<34} {r.fold:>4} {r.roof_s_s * 1e6:>9.2f} {ai:>8.1f} {r.time_s_s * 1e6:>9.2f} "
+              f"{r.time_s_t * 1e6:>9.2f} {r.time_s_t / r.time_s_s:>7.3f} {r.pred_model_s / r.time_s_s:>7.3f} "
+              f"{r.err_model_pct:>6.1f} {r.err_ratio_pct:>6.1f} {r.err_roof_pct:>6.1f}  {str(r.key)[-70:]}")
 
 
 if __name__ == "__main__":

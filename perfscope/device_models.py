@@ -13,6 +13,9 @@ in the data and in docs/whatif.md):
   whatever its work (below the measured sizes the curve is not extrapolated; the floor holds);
 - per device and runtime the **launch cost** (the host's launch call, median) and the GPU's own gap
   between back-to-back kernels, where a trace measured them;
+- per ordered pair of devices and family, where both ran the same work in one dataset, a **pair
+  correction** (:class:`PairCorrection`): what the pair's own measurements say beyond the difference of
+  the two curves, along a GEMM's arithmetic intensity or any other family's roof time;
 - the **bands**: per family group and vendor pair, the p10 and p90 of the model's own held-out
   validation error (``benchmarks/whatif_crossgpu.py``), so every projected number carries a range.
 
@@ -65,6 +68,12 @@ BIN_LO = -10.0
 BIN_STEP = 0.5
 N_BINS = 21
 """The curve's knots: log10 of the roof time in seconds, -10 (0.1 ns) to 0 (1 s) by half decades."""
+
+INTENSITY_LO = -1.0
+INTENSITY_STEP = 0.25
+"""A GEMM pair correction's knots (:class:`PairCorrection`): log10 of its FLOPs per DRAM byte, -1 (0.1) to 4
+(10,000) by quarter decades, :data:`N_BINS` of them. A bf16 GEMM's intensity is about its smallest side (M,
+N or the batch's rows): 1 for a GEMV, 4-5 for a skinny GEMM, hundreds for a square one."""
 
 GAP_NS_DEFAULT = 3_000.0
 
@@ -121,9 +130,10 @@ def knots() -> np.ndarray:
     return BIN_LO + BIN_STEP * np.arange(N_BINS)
 
 
-def interp_weights(log_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(lower knot index, weight of the upper knot) of each log10 roof time, clamped to the knots."""
-    p = np.clip((np.asarray(log_r, np.float64) - BIN_LO) / BIN_STEP, 0.0, N_BINS - 1 - 1e-9)
+def interp_weights(log_r: np.ndarray, lo: float = BIN_LO, step: float = BIN_STEP) -> tuple[np.ndarray, np.ndarray]:
+    """(lower knot index, weight of the upper knot) of each log10 roof time (or any log10 value on knots
+    ``lo + step * k``), clamped to the knots."""
+    p = np.clip((np.asarray(log_r, np.float64) - lo) / step, 0.0, N_BINS - 1 - 1e-9)
     i = np.floor(p).astype(np.int64)
     return i, p - i
 
@@ -217,6 +227,74 @@ def pair_floors_ns(source: Curve, target: Curve, prefer: str = "trace") -> tuple
         if not (math.isnan(fs) or math.isnan(ft)):
             return fs, ft
     return source.floor_ns, target.floor_ns
+
+
+@dataclass(frozen=True)
+class PairCorrection:
+    """What one ordered pair of devices does for a family beyond the difference of their curves, measured on
+    work both ran (the same key in one dataset): a smooth function of ``log(T_target / projected)`` over the
+    work's size (the source's log10 roof time) or, for a GEMM, its arithmetic intensity (log10 FLOPs per
+    byte: which kernel class each vendor's library picks, a GEMV, a skinny or a square GEMM). The curves of
+    two devices can come from data of other kinds (the A100's large elementwise efficiency from vidur's small
+    kernels extrapolated, the MI210's from LLMCompass's sweeps); the pair's own measurements say how the two
+    compare in one harness.
+
+    Attributes:
+        axis: ``roof`` (log10 roof time on the source, :data:`BIN_LO`, :data:`BIN_STEP`) or ``intensity``
+            (log10 FLOP/byte, :data:`INTENSITY_LO`, :data:`INTENSITY_STEP`).
+        a: the correction (natural log) at each knot.
+        lo, hi: the measured range on the axis: outside it the end value holds.
+        rows: how many paired keys it was fitted on.
+        sources: the datasets they came from.
+    """
+
+    axis: str
+    a: tuple[float, ...]
+    lo: float
+    hi: float
+    rows: int
+    sources: tuple[str, ...] = ()
+
+    def knots(self) -> tuple[float, float]:
+        return (INTENSITY_LO, INTENSITY_STEP) if self.axis == "intensity" else (BIN_LO, BIN_STEP)
+
+    def factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None
+               ) -> np.ndarray:
+        """``exp(correction)`` of each kernel (1 where its position on the axis is unknown)."""
+        x = pair_axis(self.axis, roof_src_s, flops, nbytes)
+        lo, step = self.knots()
+        ok = np.isfinite(x)
+        i, w = interp_weights(np.clip(np.where(ok, x, self.lo), self.lo, self.hi), lo, step)
+        a = np.asarray(self.a, np.float64)
+        return np.where(ok, np.exp(a[i] * (1.0 - w) + a[np.minimum(i + 1, N_BINS - 1)] * w), 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"axis": self.axis, "a": [round(float(x), 5) for x in self.a], "lo": round(float(self.lo), 4),
+                "hi": round(float(self.hi), 4), "rows": int(self.rows), "sources": list(self.sources)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PairCorrection:
+        return cls(str(d["axis"]), tuple(float(x) for x in d["a"]), float(d["lo"]), float(d["hi"]), int(d["rows"]),
+                   tuple(d.get("sources", ())))
+
+
+def pair_axis_name(family: str) -> str:
+    """The axis a family's pair correction runs along: a GEMM's intensity, any other family's roof time."""
+    return "intensity" if family.startswith("gemm") else "roof"
+
+
+def pair_axis(axis: str, roof_src_s: np.ndarray, flops: np.ndarray | None = None,
+              nbytes: np.ndarray | None = None) -> np.ndarray:
+    """Each kernel's position on a correction's axis: log10 FLOP/byte (``intensity``; NaN without both) or
+    log10 of its roof time on the source (``roof``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if axis == "intensity":
+            if flops is None or nbytes is None:
+                return np.full(len(np.atleast_1d(roof_src_s)), np.nan)
+            f, b = np.asarray(flops, np.float64), np.asarray(nbytes, np.float64)
+            return np.where((f > 0) & (b > 0), np.log10(f / np.where(b > 0, b, 1.0)), np.nan)
+        r = np.asarray(roof_src_s, np.float64)
+        return np.where(r > 0, np.log10(np.where(r > 0, r, 1.0)), np.nan)
 
 
 @dataclass(frozen=True)
@@ -343,6 +421,17 @@ class DeviceModels:
     priors: Mapping[str, Curve] = field(default_factory=dict)
     """Per family, its curve over every GPU (what a GPU's own curve departs from, and what a GPU without a
     curve of the family takes)."""
+    pairs: Mapping[str, Mapping[str, PairCorrection]] = field(default_factory=dict)
+    """Per ordered device pair (``SOURCE -> TARGET``, the datasheet rows) and family: the pair's correction
+    (:class:`PairCorrection`), where both devices measured work of that family in one dataset."""
+
+    def pair_correction(self, source: str, target: str, family: str) -> PairCorrection | None:
+        """The correction of ``source -> target`` for ``family`` (or a :data:`FALLBACK` family's); None where
+        the two never ran the same work of it."""
+        per = self.pairs.get(f"{source} -> {target}")
+        if not per:
+            return None
+        return next((per[f] for f in (family, *FALLBACK.get(family, ())) if f in per), None)
 
     def curve(self, model: DeviceModel, family: str) -> tuple[Curve | None, str]:
         """A device's curve for ``family``: its own (or a :data:`FALLBACK` family's), else the family's
@@ -359,13 +448,16 @@ class DeviceModels:
         return cls({k: DeviceModel.from_dict(k, v) for k, v in d.get("devices", {}).items()},
                    tuple(Band.from_dict(b) for b in d.get("bands", ())), dict(d.get("sources", {})),
                    tuple(d.get("validation", ())), str(d.get("fitted_by", "")),
-                   {k: Curve.from_dict(c) for k, c in d.get("priors", {}).items()})
+                   {k: Curve.from_dict(c) for k, c in d.get("priors", {}).items()},
+                   {p: {f: PairCorrection.from_dict(c) for f, c in per.items()}
+                    for p, per in d.get("pairs", {}).items()})
 
     def to_dict(self) -> dict[str, Any]:
         return {"fitted_by": self.fitted_by, "knots_log10_s": [BIN_LO, BIN_STEP, N_BINS],
                 "sources": dict(sorted(self.sources.items())),
                 "devices": {k: m.to_dict() for k, m in sorted(self.devices.items())},
                 "priors": {k: c.to_dict() for k, c in sorted(self.priors.items())},
+                "pairs": {p: {f: c.to_dict() for f, c in sorted(per.items())} for p, per in sorted(self.pairs.items())},
                 "bands": [b.to_dict() for b in self.bands], "validation": list(self.validation)}
 
     def write(self, path: Path = DATA) -> Path:
@@ -415,6 +507,7 @@ def device_models() -> DeviceModels:
     return DeviceModels.from_dict(json.loads(DATA.read_text()))
 
 
-__all__ = ["BIN_LO", "BIN_STEP", "FAMILIES", "N_BINS", "Band", "Curve", "DeviceModel", "DeviceModels", "Resolved",
-           "device_models", "family_group", "generation_of", "interp_weights", "kernel_family", "knots",
-           "pair_floors_ns", "sheet_identity", "spec_identity"]
+__all__ = ["BIN_LO", "BIN_STEP", "FAMILIES", "INTENSITY_LO", "INTENSITY_STEP", "N_BINS", "Band", "Curve", "DeviceModel",
+           "DeviceModels", "PairCorrection", "Resolved", "device_models", "family_group", "generation_of",
+           "interp_weights", "kernel_family", "knots", "pair_axis", "pair_axis_name", "pair_floors_ns",
+           "sheet_identity", "spec_identity"]

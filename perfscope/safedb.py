@@ -26,7 +26,6 @@ import re
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.request import pathname2url
 
 from .errors import InputFormatError, PerfscopeError
 from .inputs import regular_file
@@ -231,6 +230,9 @@ class SafeDb:
 
 def _connect(path: Path, hint: str) -> sqlite3.Connection:
     """Open read-only; fall back to ``immutable=1`` for files on read-only media."""
+    # imported here: urllib.request imports http, ssl and email (about 10 ms of every start)
+    from urllib.request import pathname2url
+
     url = pathname2url(str(path.resolve()))
     last: BaseException | None = None
     for options in ("mode=ro", "mode=ro&immutable=1"):

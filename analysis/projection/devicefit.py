@@ -25,7 +25,9 @@ small weighted least-squares problem given ``u``; ``u`` a weighted mean given th
 
 **Projection.** A kernel measured ``T_s`` on device s takes ``T_s x g_t(R_t) / g_s(R_s)`` on device t,
 ``g_d(R) = max(floor, R exp(a_d(log10 R)))``: it keeps its own distance from its family's curve, and
-moves along the curves of the two devices.
+moves along the curves of the two devices; times ``exp(c(x))``, the pair's correction where the two devices
+ran the same work of the family (:func:`pair_corrections`: fitted on those pairs' residuals after the
+curves, along a GEMM's log FLOPs per byte or any other family's log roof time).
 
 **Validation** (:func:`cross_validate`). Two folds by a hash of the key: each fold's rows are projected
 with the models fitted on the other fold only (every device pair, both directions, that shares keys), so
@@ -47,13 +49,20 @@ import pandas as pd
 
 from perfscope.datasheets import find_datasheet
 from perfscope.device_models import (
+    BIN_LO,
+    BIN_STEP,
+    INTENSITY_LO,
+    INTENSITY_STEP,
     N_BINS,
     Band,
     Curve,
     DeviceModel,
     DeviceModels,
+    PairCorrection,
     family_group,
     interp_weights,
+    pair_axis,
+    pair_axis_name,
     pair_floors_ns,
     sheet_identity,
     spec_identity,
@@ -460,8 +469,51 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
 
 
 def fit(obs: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]] | None = None) -> DeviceModels:
-    """Device models fitted on ``obs`` (:func:`all_observations`)."""
-    return build_models(obs, fit_curves(obs), launch)
+    """Device models fitted on ``obs`` (:func:`all_observations`): the curves, then each device pair's
+    correction from the work both ran (:func:`pair_corrections`)."""
+    models = build_models(obs, fit_curves(obs), launch)
+    return DeviceModels(models.devices, models.bands, models.sources, models.validation, models.fitted_by,
+                        models.priors, pair_corrections(obs, models))
+
+
+def _work(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A pair row's source roof time, FLOPs and bytes (the axes of a :class:`PairCorrection`)."""
+    r, f, b = (rows[c].to_numpy(np.float64, na_value=np.nan) for c in ("roof_s_s", "flops_s", "bytes_s"))
+    return r, f, b
+
+
+def pair_corrections(obs: pd.DataFrame, models: DeviceModels) -> dict[str, dict[str, PairCorrection]]:
+    """Per ordered device pair and family, a smooth function of ``log(T_target / projected)`` over the pairs
+    of ``obs`` (one key on both devices in one dataset) projected by ``models``' curves alone: along the
+    source's roof time, or a GEMM's FLOPs per byte (:func:`perfscope.device_models.pair_axis_name`). Fitted
+    like a GPU's departure from its family's curve: the same smoothness (:data:`SMOOTH`), ridge toward 0
+    (:data:`DEVICE_RIDGE`, per knot) and Huber weights (:data:`HUBER`), every paired key weight 1."""
+    rows = pairs_of(obs)
+    if not len(rows):
+        return {}
+    le = np.log(rows["time_s_t"].to_numpy(np.float64, na_value=np.nan) / project_pairs(rows, models, corrected=False))
+    rows = rows.assign(le=le)[np.isfinite(le)]
+    out: dict[str, dict[str, PairCorrection]] = {}
+    for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=True).indices.items():
+        sub = rows.iloc[idx]
+        axis = pair_axis_name(str(fam))
+        x = pair_axis(axis, *_work(sub))
+        ok = np.isfinite(x)
+        if not ok.any():
+            continue
+        x, y = x[ok], sub["le"].to_numpy()[ok]
+        lo, step = (INTENSITY_LO, INTENSITY_STEP) if axis == "intensity" else (BIN_LO, BIN_STEP)
+        i, w_up = interp_weights(x, lo, step)
+        w = np.ones(len(y))
+        a = np.zeros(N_BINS)
+        for _ in range(ITERATIONS):
+            a = _curve_system(i, w_up, w, y, DEVICE_RIDGE)
+            resid = y - (a[i] * (1.0 - w_up) + a[np.minimum(i + 1, N_BINS - 1)] * w_up)
+            w = np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
+        out.setdefault(f"{ds} -> {dt}", {})[str(fam)] = PairCorrection(
+            axis, tuple(float(v) for v in a), float(x.min()), float(x.max()), len(y),
+            tuple(sorted(set(sub["dataset"].astype(str)))))
+    return out
 
 
 # ----------------------------------------------------------------------------- launch cost
@@ -492,10 +544,11 @@ def launch_costs(reports: Mapping[str, Report]) -> dict[str, tuple[float | None,
 
 
 # ----------------------------------------------------------------------------- projection of rows
-def project_pairs(rows: pd.DataFrame, models: DeviceModels) -> np.ndarray:
+def project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = True) -> np.ndarray:
     """Projected target time of each pair row (``device_s``, ``device_t``, ``family``, ``roof_s_s``,
-    ``roof_s_t``, ``time_s_s``) with ``models``: ``T_s x g_t(R_t) / g_s(R_s)``; NaN where either device
-    lacks the family's curve."""
+    ``roof_s_t``, ``time_s_s``, ``flops_s``, ``bytes_s``) with ``models``: ``T_s x g_t(R_t) / g_s(R_s)``, times
+    the pair's correction (``corrected``, where ``models`` has one); NaN where either device lacks the
+    family's curve."""
     out = np.full(len(rows), np.nan)
     for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
         ms, mt = models.devices.get(ds), models.devices.get(dt)
@@ -514,6 +567,9 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels) -> np.ndarray:
                 at = idx[part]
                 out[at] = (sub["time_s_s"].to_numpy()[part] * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t)
                            / cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s))
+        corr = models.pair_correction(ds, dt, fam) if corrected else None
+        if corr is not None:
+            out[idx] *= corr.factor(*_work(sub))
     return out
 
 
@@ -685,7 +741,7 @@ def shipped(obs: pd.DataFrame, rows: pd.DataFrame, launch: Mapping[str, tuple[fl
     """The models fitted on every observation, with the bands and validation of the held-out ``rows``."""
     models = fit(obs, launch)
     return DeviceModels(models.devices, bands(rows), dict(SOURCES), validation_records(error_table(rows)),
-                        "python benchmarks/whatif_crossgpu.py --write", models.priors)
+                        "python benchmarks/whatif_crossgpu.py --write", models.priors, models.pairs)
 
 
 def whole_model(models: DeviceModels, root: Path = FIXTURES, datasets: Sequence[str] | None = None
@@ -709,5 +765,5 @@ def whole_model(models: DeviceModels, root: Path = FIXTURES, datasets: Sequence[
 
 
 __all__ = ["GOALS", "PAIR_TRACES", "SINGLE_TRACES", "SOURCES", "all_observations", "bands", "coverage",
-           "cross_validate", "error_table", "fit", "fold_of", "launch_costs", "pair_observations", "project_pairs",
-           "shipped", "single_observations", "table_observations", "whole_model", "with_roofs"]
+           "cross_validate", "error_table", "fit", "fold_of", "launch_costs", "pair_corrections", "pair_observations",
+           "project_pairs", "shipped", "single_observations", "table_observations", "whole_model", "with_roofs"]

@@ -67,7 +67,15 @@ class DevicePair:
                                            "sources": list(r.model.sources), "launch_ns": r.model.launch_ns,
                                            "gpu_gap_ns": r.model.gpu_gap_ns}
         return {"source": one(self.source), "target": one(self.target), "vendor_pair": self.vendor_pair,
-                "moves": self.moves}
+                "moves": self.moves, "pair_corrections": self.corrections()}
+
+    def corrections(self) -> dict[str, dict[str, Any]]:
+        """Per family, the pair's own correction the projection applies (its axis, how many keys both GPUs
+        ran, from which datasets); empty where the two models were never measured together."""
+        if not self.moves or self.source is None or self.target is None:
+            return {}
+        per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
+        return {fam: {"axis": c.axis, "rows": c.rows, "sources": list(c.sources)} for fam, c in sorted(per.items())}
 
 
 def resolve_pair(source: DeviceSpec, target: DeviceSpec, models: DeviceModels) -> DevicePair:
@@ -100,13 +108,14 @@ def families(kernels: pd.DataFrame, flops: np.ndarray, nbytes: np.ndarray, preci
 def move(pair: DevicePair, family: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
          ) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, the factor that moves its time (at its new work) from the measured GPU to the target,
-    ``g_t(R_t) / g_s(R_s)``, NaN where either device has no curve for its family; and the family used."""
+    ``g_t(R_t) / g_s(R_s)`` times the pair's correction where one was measured, NaN where either device has
+    no curve for its family; and the family used."""
     if not pair.moves:
         return np.full(len(family), np.nan), np.full(len(family), "", object)
     assert pair.source is not None and pair.target is not None
     rs = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.source.device))
     rt = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.target.device))
-    return device_model_ratio(family, rs, rt, pair.source.model, pair.target.model, pair.models)
+    return device_model_ratio(family, rs, rt, pair.source.model, pair.target.model, pair.models, flops, nbytes)
 
 
 def kernel_bands(pair: DevicePair, family: np.ndarray, rule: np.ndarray, time_s: np.ndarray

@@ -132,7 +132,9 @@ def _subjects(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[str, tup
 
 
 def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: int, typical_ns: float,
-           shapes: str | None, extra: str = "", where_all: str = "") -> str:
+           shapes: str | None, extra: str = "", where_all: str = "", one_gap: tuple[float, float] | None = None) -> str:
+    """``one_gap``: (this group's time in one gap, that gap's length) when one gap holds most of the group's
+    time, so the label says so rather than "12 gaps of 6.6 ms" (which reads as twelve such gaps)."""
     where = []
     if key.get("function"):
         where.append(key["function"])
@@ -140,6 +142,8 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
         where.append(key["range"])
     at = f" in {' / '.join(where)}" if where else ""
     size = f" in {gaps:,} gap{'s' if gaps != 1 else ''} of {duration(typical_ns)}" if gaps else ""
+    if gaps > 1 and one_gap is not None:
+        size = f" in {gaps:,} gaps, {duration(one_gap[0])} of it in one gap of {duration(one_gap[1])}"
     head = f"{duration(time_ns)}{size}{where_all}"
     op = key.get("op") or ""
     if kind == "cpu compute":
@@ -236,6 +240,9 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
     gaps = len(pd.unique(gap_id[pos]))
     typical = weighted_median(gap_len[pos], dur[pos])
     big = pos[np.argmax(dur[pos])]
+    in_gap = pd.Series(dur[pos]).groupby(gap_id[pos]).sum()  # this group's time in each of its gaps
+    one_gap = ((float(in_gap.max()), float(gap_len[pos][gap_id[pos] == in_gap.idxmax()][0]))
+               if gaps > 1 and in_gap.max() > total / 2 else None)
     shapes = shapes_text(idle["op_shapes"].iloc[big]) if "op_shapes" in idle else None
     extra = ""
     if kind == "copy":
@@ -254,7 +261,7 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
         "wait": k["wait"] or None, "api": k["api"] or None, "slices": len(pos), "gaps": gaps,
         "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
     kind_name = "gap" if len(pos) == 1 else "gaps"
-    label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra, where)
+    label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra, where, one_gap)
     return Item(kind_name, label, total, explains, starts[big], ends[big], {a: v for a, v in attrs.items() if v is not None},
                 spans=spans_of(starts[pos], ends[pos]) if len(pos) > 1 else ())
 

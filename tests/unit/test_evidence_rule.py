@@ -225,3 +225,6 @@ def test_one_blocked_launch_call_is_named_not_given_graph_advice(load) -> None:
     assert "in one hipLaunchKernel call of 6.54 ms" in idle.recommendation
     assert "Run the step once before profiling" in idle.recommendation
     assert "CUDA graph" not in idle.recommendation.split("For ")[0]
+    # the item says the launch time is in one gap, not "12 gaps of 6.63 ms" (read as twelve such gaps)
+    launch = next(it for it in idle.items if it.attrs.get("kind") == "launch")
+    assert "6.63 ms in 12 gaps, 6.54 ms of it in one gap of 6.63 ms" in launch.label

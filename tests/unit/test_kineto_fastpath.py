@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pandas as pd
 import pytest
 
@@ -56,10 +58,73 @@ def _same_parse(a, b) -> None:
 def test_the_block_decode_equals_the_event_by_event_path(fixtures_dir, monkeypatch, rel):
     fast = parse_trace(fixtures_dir / rel)
     assert fast.count("kernel") > 0
+    monkeypatch.setattr(kineto_parse, "FAST", False)  # the plain decoder: every field as it is
+    plain = parse_trace(fixtures_dir / rel)
+    _same_parse(fast, plain)
     monkeypatch.setattr(kineto_parse, "decode_block", lambda text: None)  # every block read event by event
     slow = parse_trace(fixtures_dir / rel)
     _same_parse(fast, slow)
     assert (fast.cpu["sig"] >= 0).any()  # the raw args (input shapes) were read on both paths
+
+
+def test_the_fast_decoder_reads_every_phase_and_hands_an_odd_block_to_the_plain_one(fixtures_dir, monkeypatch,
+                                                                                   tmp_path):
+    """The fast decoder (a union tagged by ``ph``, float ``ts``/``dur``) takes every phase of the
+    format; a block it refuses (an event without ``ph``, an unknown phase, a string ``ts``) goes to
+    the plain decoder, and the rows are the plain decoder's whichever block the odd event is in."""
+    phases = "XBEbnestfPNODMVvRCc()iI"
+    events = [{"ph": ph, "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 1} for ph in phases]
+    decoder = kineto_parse._Decoder()
+    assert [e.ph for e in decoder(orjson.dumps(events))] == list(phases)
+    assert decoder.fast
+    for odd in ({"cat": "cpu_op", "name": "x", "ts": 1, "dur": 1}, {"ph": "Q", "cat": "cpu_op"},
+                {"ph": "X", "cat": "cpu_op", "name": "x", "ts": "7", "dur": 1}):
+        decoder = kineto_parse._Decoder()
+        assert decoder(orjson.dumps([*events, odd])) is not None and not decoder.fast
+    with gzip.open(fixtures_dir / REAL[0]) as fh:  # 109k events: the odd one lands in a middle block
+        doc = orjson.loads(fh.read())
+    trace = doc["traceEvents"]
+    middle = len(trace) // 2
+    trace.insert(middle, {"ph": "X", "cat": "cpu_op", "name": "aten::odd", "pid": 1, "tid": 1,
+                          "ts": str(trace[middle].get("ts", 0)), "dur": 2})
+    trace.insert(middle + 1, {"cat": "cpu_op", "name": "aten::no_phase", "pid": 1, "tid": 1, "ts": 3, "dur": 2})
+    path = tmp_path / "odd.json"
+    path.write_bytes(orjson.dumps(doc))
+    fast = parse_trace(path)
+    assert {"aten::odd", "aten::no_phase"} <= set(fast.strings)
+    monkeypatch.setattr(kineto_parse, "FAST", False)
+    _same_parse(fast, parse_trace(path))
+
+
+def test_args_read_per_kind_match_the_plain_and_slow_paths_whatever_their_shape(monkeypatch, tmp_path):
+    """The fast decoder keeps ``args`` as raw text and decodes each kind's at once into its own small
+    struct: absent, ``null``, ``{}``, a number, a list or full args give the same rows as the plain
+    decoder (one struct for every kind) and the event-by-event path, memory events included."""
+    shapes = ({"absent": True}, None, {}, 5, [1], {"External id": 7, "correlation": 9, "device": 1, "stream": 3,
+              "grid": [2, 1, 1], "block": [64, 1, 1], "bytes": 4096, "Input Dims": [[2, 3]], "Input type": ["float"],
+              "Python id": 4, "Python parent id": 2, "kernel": "k", "Process Group Name": "0"})
+    cats = ("cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver",
+            "python_function")
+    events: list[dict] = []
+    for i, (cat, args) in enumerate((c, a) for c in cats for a in shapes):
+        event = {"ph": "X", "cat": cat, "name": f"aten::e{i}" if cat == "cpu_op" else f"e{i}", "pid": 1, "tid": 2,
+                 "ts": 10 + i, "dur": 1}
+        if not (isinstance(args, dict) and args.get("absent")):
+            event["args"] = args
+        events.append(event)
+    for i, args in enumerate(shapes):
+        event = {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2, "ts": 50 + i}
+        if not (isinstance(args, dict) and args.get("absent")):
+            event["args"] = {"Bytes": 512, "Total Allocated": 1024, "Addr": 99, "Device Id": 0} if args == shapes[-1] else args
+        events.append(event)
+    path = tmp_path / "args.json"
+    path.write_bytes(orjson.dumps({"traceEvents": events}))
+    fast = parse_trace(path)
+    assert fast.count("kernel") == len(shapes) and fast.count("mem") == 2  # {} and full args (none of the others)
+    monkeypatch.setattr(kineto_parse, "FAST", False)
+    _same_parse(fast, parse_trace(path))
+    monkeypatch.setattr(kineto_parse, "decode_block", lambda text: None)
+    _same_parse(fast, parse_trace(path))
 
 
 def test_every_copy_of_a_tiled_graph_trace_is_priced_as_the_single_trace(fixtures_dir, tmp_path):

@@ -1,12 +1,19 @@
 """Streaming parse of a PyTorch/Kineto chrome trace into compact per-kind columns.
 
-:mod:`.kineto_json` hands over the ``traceEvents`` array block by block (about a MB of text at
-a time); each block is decoded at once by msgspec into small typed structs that keep only the
+:mod:`.events` hands over the ``traceEvents`` array block by block (about a MB of text at
+a time); each block is decoded at once by msgspec into small structs that keep only the
 fields the report needs (everything else in the JSON is skipped without being built), and
 reduced to numpy columns and int32 string codes. So the whole JSON object tree never sits in
-memory, and the per-event Python work is a handful of list comprehensions. Events that reach
-us as plain JSON values (the slow path over damaged or unusual text, or the ijson path) are
-converted to the same structs.
+memory, and the per-event Python work is a handful of C-level maps over the events.
+
+The fast decoder (:class:`_Decoder`) reads a block as a union tagged by ``ph``: flow, counter
+and metadata events become empty structs, complete events get float ``ts``/``dur`` and keep
+their ``args`` as raw text, decoded per kind once the events are routed (each kind's args at
+once, into its own small struct). A block it refuses (an unknown phase, an event without
+``ph``, a string ``ts``) goes, with the rest of the file, to the plain decoder (:class:`Event`:
+every field as it is). Events that reach us as plain JSON values (the slow path over damaged or
+unusual text, or the ijson path) are converted to :class:`Event`. The three give the same rows
+(``tests/unit/test_kineto_fastpath.py``).
 
 Both the current categories (``cpu_op``, ``kernel``, ``cuda_runtime``, ...) and the 2021
 capitalised ones (``Operator``, ``Kernel``, ``Runtime``, ...) are understood. A trace cut
@@ -19,8 +26,10 @@ import gc
 import re
 from array import array
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -135,6 +144,141 @@ class Event(msgspec.Struct, gc=False):
 NO_ARGS = Args()
 _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 _DECODER = msgspec.json.Decoder(list[Event])
+
+
+_ABSENT = msgspec.Raw(b"{}")
+"""Absent ``args`` in the fast decoder's events: one shared empty object (so a kind's args join into
+one array that decodes without a None; told from an explicit ``{}`` by identity where it matters)."""
+
+
+class _Instants:
+    """The ``cat`` of every instant event of the fast decoder (its own is ``icat``)."""
+
+    def __repr__(self) -> str:
+        return "INSTANT"
+
+
+INSTANT = _Instants()
+
+
+class Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+    """A complete event (``"ph": "X"``) as the fast decoder builds it: ``ts``/``dur`` decoded
+    straight to float (numpy takes a list of floats at once; big integers cost it a conversion
+    each), ``args`` kept as raw JSON text until the event's kind is known (:func:`_kind_args`: a
+    struct of every field any kind reads, built and freed for every event, was a third of the
+    decode). Read like an :class:`Event` once its args are decoded."""
+
+    ph: ClassVar[str] = "X"
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: float | None = None
+    dur: float | None = None
+    args: msgspec.Raw = _ABSENT
+
+
+class _Instant(msgspec.Struct, tag_field="ph", gc=False):
+    """An instant event (memory events are read from them), as the fast decoder builds it. Its
+    ``cat`` is read into ``icat``: ``cat`` says "an instant" to the routing (:func:`route_block`)."""
+
+    dur: ClassVar[Any] = None
+    cat: ClassVar[Any] = INSTANT
+    icat: Any = msgspec.field(default=None, name="cat")
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    args: msgspec.Raw = _ABSENT
+
+
+class InstantLower(_Instant, tag="i"):
+    ph: ClassVar[str] = "i"
+
+
+class InstantUpper(_Instant, tag="I"):
+    ph: ClassVar[str] = "I"
+
+
+def _skipped(ph: str) -> type:
+    """An event no row reads (flow, counter, metadata, ...): nothing of it is built but its class."""
+    return msgspec.defstruct(f"Skipped_{ord(ph)}", [], tag=ph, tag_field="ph", gc=False,
+                             namespace={"ph": ph, "cat": None})
+
+
+_SKIPPED = tuple(_skipped(ph) for ph in "BEbnestfPNODMVvRCc()")
+"""Every other phase of the Trace Event Format: no row reads them."""
+_FAST_TYPES = (Complete, InstantLower, InstantUpper, *_SKIPPED)
+_FAST = msgspec.json.Decoder(list[Union[_FAST_TYPES]])  # type: ignore[valid-type]  # noqa: UP007
+_DECODED = frozenset((Event, *_FAST_TYPES))
+"""The classes a decoded block holds (the slow paths' plain values become :class:`Event`)."""
+FAST = True
+"""Whether blocks go to :data:`_FAST` first (tests turn it off to compare the two decoders)."""
+
+
+class _Decoder:
+    """Decodes a block with :data:`_FAST` (a union tagged by ``ph``, ``ts``/``dur`` typed float), else
+    with :data:`_DECODER` (every field as it is): the first block the fast one refuses (a phase outside
+    the format, an event without ``ph``, a string ``ts``, a repeated key) sends the rest of the file
+    to the plain one, so an odd trace pays for at most one refused block. Both give the same rows."""
+
+    def __init__(self) -> None:
+        self.fast = FAST
+
+    def __call__(self, text: bytes) -> list[Any] | None:
+        if self.fast:
+            try:
+                return _FAST.decode(text)
+            except (msgspec.MsgspecError, RecursionError):
+                self.fast = False
+        return decode_block(text)
+
+
+KIND_ARGS = {
+    "op": ("ext", "ext_lower", "dims", "types", "concrete"),
+    "api": ("ext", "ext_lower", "corr", "kernel"),
+    "kernel": ("ext", "ext_lower", "corr", "device", "stream", "grid", "block", "regs", "smem", "occupancy", "pg"),
+    "memcpy": ("device", "from_device", "stream", "corr", "nbytes"),
+    "memset": ("device", "from_device", "stream", "corr", "nbytes"),
+    "py": ("pyid", "pyparent"),
+    "mem": ("mbytes", "total_alloc", "total_res", "addr", "dev_id", "dev_type"),
+}
+"""The :class:`Args` fields each kind's rows read (``ann`` reads none)."""
+
+
+def _args_struct(kind: str) -> type:
+    spec = {f.name: f for f in msgspec.structs.fields(Args)}
+    return msgspec.defstruct(f"Args_{kind}", [(n, spec[n].type, msgspec.field(default=spec[n].default, name=spec[n].encode_name))
+                                              for n in KIND_ARGS[kind]], gc=False)
+
+
+_ARGS_TYPES = {kind: _args_struct(kind) for kind in KIND_ARGS}
+_ARGS_DECODERS = {kind: msgspec.json.Decoder(list[t]) for kind, t in _ARGS_TYPES.items()}  # type: ignore[valid-type]
+_ONE_ARGS = {kind: msgspec.json.Decoder(t | None) for kind, t in _ARGS_TYPES.items()}  # type: ignore[operator]
+
+
+_NO_KIND_ARGS = {kind: t() for kind, t in _ARGS_TYPES.items()}
+
+
+def _kind_args(kind: str, evs: list[Any]) -> list[Any]:
+    """The args of ``evs`` (all of ``kind``, not ``mem``), all defaults where an event has none: the
+    plain decoder's :class:`Args` (:data:`NO_ARGS`), or the fast decoder's raw text decoded here, the
+    whole group at once, into the kind's own small struct. A group holding args that are no object
+    (``null``, a number) is decoded one by one: those are all defaults, as on the slow path."""
+    if not evs or evs[0].__class__ is Event:
+        return [e.args or NO_ARGS for e in evs]
+    raws = _col(evs, "args")
+    try:
+        return _ARGS_DECODERS[kind].decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.MsgspecError, RecursionError):
+        return [_one_args(kind, raw) or _NO_KIND_ARGS[kind] for raw in raws]
+
+
+def _one_args(kind: str, raw: msgspec.Raw) -> Any:
+    try:
+        return _ONE_ARGS[kind].decode(raw)
+    except (msgspec.MsgspecError, RecursionError):  # no object: none
+        return None
 
 
 def decode_block(text: bytes) -> list[Event] | None:
@@ -266,20 +410,42 @@ class _Interner:
 
     def threads(self, pids: list[Any], tids: list[Any]) -> np.ndarray:
         """Codes of the ``pid:tid`` keys."""
-        memo = self.thread_codes
         try:
-            return np.array([memo[k] if k in memo else self._thread(k) for k in zip(pids, tids)], dtype="int32")
+            return _codes(map(self.thread_codes.get, zip(pids, tids)), len(pids))
+        except TypeError:  # a key not seen yet (None is no code), or an unhashable pid or tid
+            pass
+        try:
+            out = list(map(self.thread_codes.get, zip(pids, tids)))
         except TypeError:  # an unhashable pid or tid
-            return self.names(f"{_text(p)}:{_text(t)}" for p, t in zip(pids, tids))
+            return self.names([f"{_text(p)}:{_text(t)}" for p, t in zip(pids, tids)])
+        for i in _nones(out):
+            out[i] = self._thread((pids[i], tids[i]))
+        return np.array(out, dtype="int32")
 
     def _thread(self, key: tuple[Any, Any]) -> int:
-        code = self.thread_codes[key] = self._new(f"{_text(key[0])}:{_text(key[1])}")
+        code = self.thread_codes.get(key)
+        if code is None:
+            code = self.thread_codes[key] = self._new(f"{_text(key[0])}:{_text(key[1])}")
         return code
 
-    def names(self, values: Iterable[Any]) -> np.ndarray:
+    def names(self, values: list[Any]) -> np.ndarray:
+        """Codes of ``values``: one C-level dict lookup each (only str are keys), the new ones added."""
+        try:
+            return _codes(map(self.codes.get, values), len(values))
+        except TypeError:  # a value not seen yet (None is no code), or an unhashable one
+            pass
+        out = self._known(values)
+        for i in _nones(out):
+            out[i] = self._new(values[i])
+        return np.array(out, dtype="int32")
+
+    def _known(self, values: list[Any]) -> list[int | None]:
+        """The codes of the strings seen before, None for the others."""
         get = self.codes.get
-        return np.array([c if v.__class__ is str and (c := get(v, -1)) >= 0 else self._new(v)
-                         for v in values], dtype="int32")
+        try:
+            return list(map(get, values))
+        except TypeError:  # an unhashable value
+            return [get(v) if v.__class__ is str else None for v in values]
 
     def _new(self, value: Any) -> int:
         text = _text(value)
@@ -292,23 +458,41 @@ class _Interner:
             self.codes[value] = code
         return code
 
-    def optional(self, values: Iterable[Any]) -> np.ndarray:
+    def optional(self, values: list[Any]) -> np.ndarray:
         """Codes of ``values`` (-1 for None)."""
-        get = self.codes.get
-        return np.array([-1 if v is None else c if v.__class__ is str and (c := get(v, -1)) >= 0 else self._new(v)
-                         for v in values], dtype="int32")
+        if values.count(None) == len(values):  # the usual case (an identity test per item)
+            return np.full(len(values), -1, dtype="int32")
+        out = self._known(values)
+        for i in _nones(out):
+            out[i] = -1 if values[i] is None else self._new(values[i])
+        return np.array(out, dtype="int32")
 
-    def dims3(self, values: Iterable[Any]) -> np.ndarray:
+    def dims3(self, values: list[Any]) -> np.ndarray:
         """Codes of ``(x, y, z)`` texts of grid / block values (raw JSON, or lists on the slow path)."""
         memo = self.dims_codes
-        keys = [bytes(v) for v in values]  # raw JSON on every path (:func:`as_events`)
-        get = memo.get
-        out = [get(k, -2) for k in keys]
-        for i in [i for i, c in enumerate(out) if c == -2]:
-            value = _raw_value(keys[i])
-            text = _dims3(value) if isinstance(value, list) and value else None
-            out[i] = memo[keys[i]] = -1 if text is None else self._new(text)
+        keys = list(map(bytes, values))  # raw JSON on every path (:func:`as_events`)
+        try:
+            return _codes(map(memo.get, keys), len(keys))
+        except TypeError:  # a value not seen yet
+            out = list(map(memo.get, keys))
+        for i in _nones(out):
+            code = memo.get(keys[i])
+            if code is None:
+                value = _raw_value(keys[i])
+                text = _dims3(value) if isinstance(value, list) and value else None
+                code = memo[keys[i]] = -1 if text is None else self._new(text)
+            out[i] = code
         return np.array(out, dtype="int32")
+
+
+def _codes(codes: Iterable[Any], n: int) -> np.ndarray:
+    """``n`` codes as int32; TypeError when one is None (not known yet)."""
+    return np.fromiter(codes, dtype=np.int32, count=n)
+
+
+def _nones(values: list[Any]) -> list[int]:
+    """Indices of the None in ``values``."""
+    return [i for i, v in enumerate(values) if v is None]
 
 
 _RAW = msgspec.Raw
@@ -346,7 +530,8 @@ class _Columns:
         self.sigs: list[tuple[Any, Any, Any]] = []
         self.skipped = 0
         self.negative = 0
-        self.kinds: dict[Any, str | None] = {}
+        self.codes: dict[tuple[Any, Any], int] = {}  # (ph, cat) -> routing code
+        self.cat_codes: dict[Any, int] = {}  # cat -> routing code, of the fast decoder's events
 
     def add(self, kind: str, **cols: np.ndarray) -> None:
         if kind not in CPU_KINDS:
@@ -394,23 +579,91 @@ def kind_of(cat: Any) -> str | None:
     return KIND_OF_CAT.get(cat.lower()) if isinstance(cat, str) else None
 
 
-def route_block(events: list[Event], cols: _Columns) -> None:
-    """Reduce one block of events into ``cols`` (other categories are skipped)."""
-    groups: dict[str, list[Event]] = {}
-    kinds = cols.kinds
-    for e in events:
-        cat = e.cat
-        try:
-            kind = kinds[cat]
-        except KeyError:
-            kind = kinds[cat] = kind_of(cat)
-        except TypeError:  # an unhashable cat is no cat we read
+_PH_CAT = attrgetter("ph", "cat")
+_CAT = attrgetter("cat")
+_KINDS = (None, "op", "ann", "kernel", "memcpy", "memset", "api", "py", "mem", "op", None)
+"""Kind of each routing code (0: skipped); then an op filed as ``Operator`` (2021 traces, which
+file ranges as ``Operator`` too); last, an instant of the fast decoder, routed by its own cat."""
+_OPERATOR = len(_KINDS) - 2
+_INSTANT = len(_KINDS) - 1
+
+
+def _code(ph: Any, cat: Any) -> int:
+    """The routing code of an event's ``(ph, cat)``: rows are complete events ("X"); memory events
+    are instants, filtered by their reader."""
+    kind = kind_of(cat)
+    if kind is None or not (ph == "X" or kind == "mem"):
+        return 0
+    return _OPERATOR if cat == "Operator" else _KINDS.index(kind)
+
+
+def route_block(events: list[Any], cols: _Columns) -> None:
+    """Reduce one block of events into ``cols`` (other categories are skipped).
+
+    Each event's ``(ph, cat)`` becomes a routing code through one dict (a C-level ``map``, no Python
+    frame per event); the events of each kind are then gathered by index, kinds in the order they
+    first appear in the block (the rows' order)."""
+    codes = _route_codes(events, cols)
+    if codes is None:
+        _route_unhashable(events, cols)
+        return
+    present, first = np.unique(codes, return_index=True)
+    groups: dict[str, list[Any]] = {}
+    operator = _OPERATOR in present
+    for code in present[np.argsort(first, kind="stable")].tolist():
+        kind = _KINDS[code]
+        if kind is None or kind in groups:  # skipped; or ops, gathered with the Operator ones
             continue
-        # rows are complete events ("X"); memory events are instants, filtered by their reader
-        if kind is not None and (e.ph == "X" or kind == "mem"):
+        rows = (np.flatnonzero((codes == code) | (codes == _OPERATOR)) if kind == "op" and operator
+                else np.flatnonzero(codes == code))
+        groups[kind] = list(map(events.__getitem__, rows.tolist()))
+    _route_groups(groups, cols, operator=operator)
+
+
+def _route_codes(events: list[Any], cols: _Columns) -> np.ndarray | None:
+    """Each event's routing code (:data:`_KINDS`), None when a ``ph`` or ``cat`` is unhashable.
+
+    The plain decoder's events are keyed by ``(ph, cat)``; the fast decoder's by ``cat`` alone (its
+    complete events are all "X", its skipped ones have no cat, and its instants say so, each then
+    routed by its own ``(ph, icat)``)."""
+    fast = bool(events) and events[0].__class__ is not Event
+    codes_of, key = (cols.cat_codes, _CAT) if fast else (cols.codes, _PH_CAT)
+    try:
+        codes = np.fromiter(map(codes_of.get, map(key, events)), dtype=np.int8, count=len(events))
+    except TypeError:  # a key not seen yet (None is no int8), or an unhashable ph or cat
+        try:
+            for k in set(map(key, events)) - codes_of.keys():
+                codes_of[k] = (_INSTANT if k is INSTANT else _code("X", k)) if fast else _code(*k)
+        except TypeError:
+            return None
+        codes = np.fromiter(map(codes_of.__getitem__, map(key, events)), dtype=np.int8, count=len(events))
+    if fast:
+        for i in np.flatnonzero(codes == _INSTANT).tolist():
+            codes[i] = _code(events[i].ph, events[i].icat)
+    return codes
+
+
+def _route_unhashable(events: list[Any], cols: _Columns) -> None:
+    """:func:`route_block` for a block with an unhashable ``ph`` or ``cat`` (no such cat is read)."""
+    groups: dict[str, list[Any]] = {}
+    for e in events:
+        cat = e.icat if e.cat is INSTANT else e.cat
+        try:
+            hash(cat)
+        except TypeError:
+            continue
+        kind = _KINDS[_code(e.ph, cat)]
+        if kind is not None:
             groups.setdefault(kind, []).append(e)
+    _route_groups(groups, cols)
+
+
+def _route_groups(groups: dict[str, list[Any]], cols: _Columns, *, operator: bool | None = None) -> None:
+    """Route each kind's events; ``operator``: whether any op is filed as ``Operator`` (None: look)."""
     ops = groups.get("op", [])
-    if any(e.cat == "Operator" for e in ops):  # 2021 traces file ranges as Operator too
+    if operator is None:
+        operator = any(e.cat == "Operator" for e in ops)
+    if operator:  # 2021 traces file ranges as Operator too
         is_range = [e.cat == "Operator" and "::" not in _text(e.name) for e in ops]
         groups["op"] = [e for e, r in zip(ops, is_range) if not r]
         groups.setdefault("ann", []).extend(e for e, r in zip(ops, is_range) if r)
@@ -418,11 +671,16 @@ def route_block(events: list[Event], cols: _Columns) -> None:
         _route_kind(kind, evs, cols)
 
 
+def _col(items: list[Any], name: str) -> list[Any]:
+    """The attribute ``name`` of every item (a C-level map: no Python frame per item)."""
+    return list(map(attrgetter(name), items))
+
+
 def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if kind == "mem":
         _route_memory(evs, cols)
         return
-    ts, dur = _floats([e.ts for e in evs]), _floats([e.dur for e in evs])
+    ts, dur = _floats(_col(evs, "ts")), _floats(_col(evs, "dur"))
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
         negative = ok & (dur < 0)  # an event cannot end before it starts
@@ -431,38 +689,43 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
         ok &= ~negative
     if not ok.all():
         cols.skipped += int((~ok).sum())
-        evs = [e for e, keep in zip(evs, ok) if keep]
+        evs = list(compress(evs, ok.tolist()))
         ts, dur = ts[ok], dur[ok]
     if not evs:
         return
-    args = [e.args or NO_ARGS for e in evs]
-    names = cols.strings.names([e.name for e in evs])
+    args = [] if kind == "ann" else _kind_args(kind, evs)  # an annotation reads no args
+    names = cols.strings.names(_col(evs, "name"))
     if kind == "py":
-        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads([e.pid for e in evs], [e.tid for e in evs]),
-                 tid=_ids([e.tid for e in evs]), pyid=_ids([a.pyid for a in args]),
-                 pyparent=_ids([a.pyparent for a in args]))
+        tids = _col(evs, "tid")
+        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads(_col(evs, "pid"), tids),
+                 tid=_ids(tids), pyid=_ids(_col(args, "pyid")), pyparent=_ids(_col(args, "pyparent")))
     elif kind in ("op", "ann", "api"):
         _route_cpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
     else:
         _route_gpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
 
 
-def _route_memory(evs: list[Event], cols: _Columns) -> None:
+def _route_memory(evs: list[Any], cols: _Columns) -> None:
     """``[memory]`` instant events (``profile_memory=True``): Bytes (negative for a free), the
     allocator's Total Allocated / Total Reserved after it, Addr, Device Id / Type."""
-    evs = [e for e in evs if e.name == "[memory]" and e.ph in ("i", "I") and e.args is not None]
+    evs = [e for e in evs if e.name == "[memory]" and e.ph in ("i", "I")]
+    if evs and evs[0].__class__ is not Event:  # raw args: absent ones are None, as on the other paths
+        found: list[Any] = [None if e.args is _ABSENT else _one_args("mem", e.args) for e in evs]
+    else:
+        found = _col(evs, "args")
+    kept: list[tuple[Any, Any]] = [(e, a) for e, a in zip(evs, found) if a is not None]
+    evs, found = [e for e, _ in kept], [a for _, a in kept]
     ts = _floats([e.ts for e in evs])
     with np.errstate(invalid="ignore"):
         ok = np.abs(ts) < TS_LIMIT
     if not ok.all():
         cols.skipped += int((~ok).sum())
         evs = [e for e, keep in zip(evs, ok) if keep]
+        found = [a for a, keep in zip(found, ok) if keep]
         ts = ts[ok]
     if not evs:
         return
-    args = [e.args for e in evs if e.args is not None]
-    if len(args) != len(evs):  # every [memory] event carries its args (the parser made them)
-        return
+    args = found
     cols.add("mem", tid=_ids([e.tid for e in evs]), ts=ts, mbytes=_ids([a.mbytes for a in args]),
              total_alloc=_ids([a.total_alloc for a in args]), total_res=_ids([a.total_res for a in args]),
              addr=_ids([a.addr for a in args]), dev_id=_ids([a.dev_id for a in args]),
@@ -470,8 +733,8 @@ def _route_memory(evs: list[Event], cols: _Columns) -> None:
 
 
 def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
-    tids = [e.tid for e in evs]
-    common["thread"] = cols.strings.threads([e.pid for e in evs], tids)
+    tids = _col(evs, "tid")
+    common["thread"] = cols.strings.threads(_col(evs, "pid"), tids)
     common["tid"] = _ids(tids)
     if kind == "ann":
         cols.add(kind, **common)
@@ -480,15 +743,15 @@ def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
     if kind == "op":
         cols.add(kind, ext=ext, sig=_signatures(args, cols), **common)
         return
-    cats = [e.cat for e in evs]
+    cats = _col(evs, "cat")
     is_driver = {c: _text(c).lower() == "cuda_driver" for c in set(cats)}  # cats here are hashable: routed by them
-    driver = np.array([is_driver[c] for c in cats], dtype=bool)
-    cols.add(kind, corr=_ids([a.corr for a in args]), ext=ext, driver=driver,
-             kernel=cols.strings.optional(a.kernel for a in args), **common)
+    driver = np.fromiter(map(is_driver.__getitem__, cats), dtype=bool, count=len(cats))
+    cols.add(kind, corr=_ids(_col(args, "corr")), ext=ext, driver=driver,
+             kernel=cols.strings.optional(_col(args, "kernel")), **common)
 
 
 def _external_ids(args: list[Args]) -> list[Any]:
-    ext = [a.ext for a in args]
+    ext = _col(args, "ext")
     if None in ext:  # some writers spell it in lower case
         ext = [a.ext_lower if x is None else x for x, a in zip(ext, args)]
     return ext
@@ -499,10 +762,12 @@ def _signatures(args: list[Args], cols: _Columns) -> np.ndarray:
     raw JSON text, each distinct one decoded once."""
     index, sigs = cols.sig_index, cols.sigs
     raw = _RAW
-    keys = [(bytes(a.dims), bytes(a.types), bytes(a.concrete)) for a in args]  # raw JSON on every path
-    get = index.get
-    codes = [get(k, -2) for k in keys]
-    for i in [i for i, c in enumerate(codes) if c == -2]:
+    keys = list(zip(*(map(bytes, map(attrgetter(f), args)) for f in ("dims", "types", "concrete"))))  # raw JSON on every path
+    try:
+        return _codes(map(index.get, keys), len(keys))
+    except TypeError:  # a signature not seen yet
+        codes = list(map(index.get, keys))
+    for i in _nones(codes):
         key = keys[i]
         j = index.get(key)
         if j is None:
@@ -522,17 +787,17 @@ def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
         device = [a.device if a.device is not None else e.pid if a.from_device is None else a.from_device
                   for e, a in zip(evs, args)]
     common.update(device=_ids(device), stream=_ids([e.tid if a.stream is None else a.stream for e, a in zip(evs, args)]),
-                  corr=_ids([a.corr for a in args]))
+                  corr=_ids(_col(args, "corr")))
     if kind != "kernel":
-        cols.add(kind, bytes=_ids([a.nbytes for a in args]), **common)
+        cols.add(kind, bytes=_ids(_col(args, "nbytes")), **common)
         return
     cols.add(kind, ext=_ids(_external_ids(args)),
-             grid=cols.strings.dims3(a.grid for a in args),
-             block=cols.strings.dims3(a.block for a in args),
-             regs=_ids([a.regs for a in args]),
-             smem=_ids([a.smem for a in args]),
-             occupancy=_floats([a.occupancy for a in args]),
-             pg=cols.strings.optional(a.pg for a in args), **common)
+             grid=cols.strings.dims3(_col(args, "grid")),
+             block=cols.strings.dims3(_col(args, "block")),
+             regs=_ids(_col(args, "regs")),
+             smem=_ids(_col(args, "smem")),
+             occupancy=_floats(_col(args, "occupancy")),
+             pg=cols.strings.optional(_col(args, "pg")), **common)
 
 
 # ---------------------------------------------------------------------------- entry
@@ -553,13 +818,13 @@ def parse_trace(path: Path) -> ParsedTrace:
         trace.n_events += len(items)
         take_budget(path, len(items))
         # a block msgspec decoded is all events; the slow paths' lists are all plain values
-        route_block(items if not items or items[0].__class__ is Event else as_events(items), cols)
+        route_block(items if not items or items[0].__class__ in _DECODED else as_events(items), cols)
 
     collecting = gc.isenabled()
     gc.disable()  # millions of short-lived containers: the cyclic GC would only rescan them
     try:
         with counting():
-            trace.meta, damage = read_events(path, decode_block, take)
+            trace.meta, damage = read_events(path, _Decoder(), take)
     finally:
         if collecting:
             gc.enable()
