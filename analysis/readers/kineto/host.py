@@ -159,14 +159,19 @@ def _op_rows(nodes: CpuNodes) -> pd.DataFrame:
         inner_op[best["root"].to_numpy()] = nodes.names(best["op"].to_numpy())
     device_calls = n_calls[roots]
     inputs = op_inputs(nodes, roots)
+    def text(values: np.ndarray) -> pd.Series:
+        # an object column of the nodes' shared strings (pandas 3 would copy each row's text into an Arrow
+        # string column, which conform turns back into shared strings)
+        return pd.Series(np.asarray(values, dtype=object), dtype=object, copy=False)
+
     return pd.DataFrame({
-        "kind": "op", "name": nodes.names(roots),
+        "kind": "op", "name": text(nodes.names(roots)),
         "start_ns": nodes["start_ns"][roots], "end_ns": nodes["end_ns"][roots], "duration_ns": nodes.durations(roots),
         "thread": nodes["tid"][roots],
         "device_calls": device_calls.astype("int64"),
         "host_compute": (device_calls == 0) & has_compute[roots],
-        "inner_op": inner_op[roots],
-        "op_shapes": inputs["op_shapes"], "op_input_types": inputs["op_input_types"],
+        "inner_op": text(inner_op[roots]),
+        "op_shapes": text(inputs["op_shapes"]), "op_input_types": text(inputs["op_input_types"]),
     })
 
 

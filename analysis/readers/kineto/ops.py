@@ -168,12 +168,15 @@ def _first_dtype(types: Any) -> str | None:
 def op_inputs(nodes: CpuNodes, idx: np.ndarray) -> dict[str, np.ndarray]:
     """``op_shapes``, ``op_input_types`` (JSON text) and ``dtype`` of the ops ``idx``."""
     sig = nodes["sig"][idx]
-    texts = {s: (_json(d), _json(t), _first_dtype(t)) for s, (d, t, _) in
-             ((s, nodes.sigs[s]) for s in np.unique(sig[sig >= 0]))}
-    texts[-1] = (None, None, None)
-    rows = [texts[s] for s in sig.tolist()]
-    return {name: np.array([r[k] for r in rows], dtype=object)
-            for k, name in enumerate(("op_shapes", "op_input_types", "dtype"))}
+    used, where = np.unique(sig, return_inverse=True)  # each distinct signature's text made once
+    texts = [(_json(d), _json(t), _first_dtype(t)) if s >= 0 else (None, None, None)
+             for s, (d, t, _) in ((s, nodes.sigs[s] if s >= 0 else (None, None, None)) for s in used.tolist())]
+    out = {}
+    for k, name in enumerate(("op_shapes", "op_input_types", "dtype")):
+        values = np.empty(len(texts), dtype=object)
+        values[:] = [t[k] for t in texts]
+        out[name] = values[where.reshape(-1)] if len(sig) else np.empty(0, dtype=object)
+    return out
 
 
 def op_costs(nodes: CpuNodes, idx: np.ndarray) -> dict[str, np.ndarray]:
