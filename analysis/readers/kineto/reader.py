@@ -25,7 +25,7 @@ import pandas as pd
 from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note, unusable_properties
 from perfscope.device import DeviceSpec
 from perfscope.report import Report, source_info
-from perfscope.schema import decode, factorize
+from perfscope.schema import decode, factorize, map_distinct
 from perfscope.vocab import device_label, is_amd_device
 
 from ...costs.operators import COMPOSITE_WHEN_PARENT, base_name
@@ -556,7 +556,9 @@ def _uncosted(kernels: pd.DataFrame) -> list[tuple[tuple[str, bool], str]] | Non
     from ...costs.operators import has_formula
 
     # an op without a formula is one group, shapes or not (the shapes only tell the other reasons apart)
-    shaped = shapes[mask].map(_has_shapes).astype(bool) | ~names[mask].map(has_formula).astype(bool)
+    # each distinct text tested once (a trace's uncosted rows repeat a few names and shapes)
+    shaped = (map_distinct(shapes[mask], _has_shapes).astype(bool)
+              | ~map_distinct(names[mask], lambda n: n is not None and has_formula(str(n))).astype(bool))
     grouped = kernels[mask].groupby([names[mask], shaped])["duration_ns"].agg(["count", "sum"])
     grouped = grouped.sort_values("sum", ascending=False)
     return [((str(n), bool(s)), f"{n} ({int(r['count'])} rows, {100 * r['sum'] / total:.1f}% of time)")
