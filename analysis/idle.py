@@ -67,6 +67,7 @@ from perfscope.schema import (
     column_codes,
     conform,
     decode,
+    map_codes,
     map_distinct,
     recode,
     repeated,
@@ -80,6 +81,8 @@ from .summaries.kernels import is_cpu_report
 from .tree import innermost_at, nesting_levels
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from perfscope.report import Report
 
 CAUSES = ("launch", "host", "sync", "copy", "graph", "profiler", "unknown")
@@ -305,6 +308,13 @@ class _Track:
         return innermost_at(self.s, self.e, x, self.levels)
 
 
+def api_names_map(report: Report, fn: Callable[[object], object]) -> np.ndarray:
+    """``fn`` of each row's ``api`` ``name`` (an object array), called once per distinct name: on the
+    api table's memoized codes (:func:`perfscope.schema.column_codes`: its reader seeds them; else the
+    column is hashed once for all the classification's questions)."""
+    return map_codes(*column_codes(report.api, "name"), fn)
+
+
 def launching_thread(report: Report) -> float | None:
     """The thread that made the most launch, copy and sync calls (a CPU report: the most operators):
     the one that keeps the device's queue full, whose activity explains its gaps. None when unknown."""
@@ -319,8 +329,8 @@ def launching_thread(report: Report) -> float | None:
     api = report.api
     if not len(api):
         return None
-    calls = map_distinct(api["name"], lambda n: bool(re.search(r"launch|memcpy|memset|synchroni", str(n), re.IGNORECASE)))
-    return pick(api[calls.to_numpy(bool)])
+    calls = api_names_map(report, lambda n: bool(re.search(r"launch|memcpy|memset|synchroni", str(n), re.IGNORECASE)))
+    return pick(api[calls.astype(bool)])
 
 
 def _host_tracks(report: Report) -> dict[str, _Track]:
@@ -391,7 +401,7 @@ def _host_calls(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
             return "launch"
         return None
 
-    cause = map_distinct(api["name"], cause_of).to_numpy(object).copy()
+    cause = api_names_map(report, cause_of)
     is_copy = cause == "copy"
     if is_copy.any() and len(copy_kind):
         kind = pd.Series(corr[is_copy]).map(copy_kind).to_numpy(object)
@@ -425,7 +435,7 @@ def _graph_keys(report: Report, acts: pd.DataFrame, api: pd.DataFrame) -> np.nda
     corr = acts["correlation"].to_numpy(np.float64, na_value=np.nan)
     replay = np.zeros(len(acts), bool)
     if len(api):
-        graph_call = map_distinct(api["name"], lambda n: bool(GRAPH_API.search(str(n)))).to_numpy(bool)
+        graph_call = api_names_map(report, lambda n: bool(GRAPH_API.search(str(n)))).astype(bool)
         ids = np.sort(api.loc[graph_call, "correlation"].to_numpy(np.float64, na_value=np.nan))
         ids = ids[~np.isnan(ids)]
         if len(ids):
@@ -597,16 +607,16 @@ class _Context:
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object))
         self.opener_names = vocab.codes(self.openers[2])
         self.graph = _graph_keys(report, acts, api)
-        self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(api).items()}
+        self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(report, api).items()}
         self.acts = acts
         # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits
         self.code_dtype = np.int16 if len(vocab.words) < np.iinfo(np.int16).max else np.int32
 
     @staticmethod
-    def _graph_call_names(api: pd.DataFrame) -> dict[float, str]:
+    def _graph_call_names(report: Report, api: pd.DataFrame) -> dict[float, str]:
         if not len(api):
             return {}
-        is_graph = map_distinct(api["name"], lambda n: bool(GRAPH_API.search(str(n)))).to_numpy(bool)
+        is_graph = api_names_map(report, lambda n: bool(GRAPH_API.search(str(n)))).astype(bool)
         rows = api[is_graph]
         return dict(zip(rows["correlation"].to_numpy(np.float64, na_value=np.nan).tolist(),
                         rows["name"].astype("object").tolist()))

@@ -24,8 +24,9 @@ import pandas as pd
 
 from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note, unusable_properties
 from perfscope.device import DeviceSpec
+from perfscope.memo import memo_seed
 from perfscope.report import Report, source_info
-from perfscope.schema import decode, factorize, map_distinct
+from perfscope.schema import CODES_KEY, decode, factorize, map_distinct
 from perfscope.vocab import device_label, is_amd_device
 
 from ...costs.operators import COMPOSITE_WHEN_PARENT, base_name
@@ -154,7 +155,13 @@ def build_tables(trace: ParsedTrace, captures: CaptureLoader | None = None, memo
         tables["memory"] = memory_table(trace.cols.get("mem"), base, nodes, tables["ranges"], memory_known,
                                         memory_known_in_totals)
     del nodes  # before the text columns take their final (larger) form
-    return {name: _text_columns(df) for name, df in tables.items()}, warnings
+    return {name: _text_columns(df, MEMOIZED_CODES.get(name, ())) for name, df in tables.items()}, warnings
+
+
+MEMOIZED_CODES = {"api": ("name",)}
+"""Text columns whose factorization :func:`_text_columns` makes is kept as their
+:func:`perfscope.schema.column_codes` (int32, 4 bytes a row while the report lives): the idle
+classification asks four questions of every host call's name."""
 
 
 def _ranges(nodes: CpuNodes) -> pd.DataFrame:
@@ -297,25 +304,36 @@ def _table(cols: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
     return pd.DataFrame({k: pd.Series(v, dtype=v.dtype, copy=False) for k, v in arrays.items()}, copy=False)
 
 
-def _text_columns(df: pd.DataFrame) -> pd.DataFrame:
+def _text_columns(df: pd.DataFrame, memoized: Sequence[str] = ()) -> pd.DataFrame:
     """``df`` with each text column holding one shared, storable ``str`` per distinct value
-    (:func:`_column`)."""
+    (:func:`_column`); the columns ``memoized`` keep their codes (:data:`MEMOIZED_CODES`)."""
     if len(df) < SMALL_TABLE:
         return df
-    return pd.DataFrame({name: _column(df[name].to_numpy()) for name in df.columns}, copy=False)
+    columns = {name: _column(df[name].to_numpy()) for name in df.columns}
+    out = pd.DataFrame({name: col for name, (col, _) in columns.items()}, copy=False)
+    for name in memoized:
+        known = columns[name][1] if name in columns else None
+        if known is not None:  # the factorization just made is the column's: not hashed again
+            codes, words = known
+            narrow = codes.astype(np.int32) if len(words) < np.iinfo(np.int32).max else codes
+            memo_seed(out, f"{CODES_KEY}{name}", (narrow, words))
+    return out
 
 
-def _column(v: np.ndarray) -> pd.Series:
-    """A column of ``v``. Text stays an object column whose rows refer to one ``str`` per distinct value
-    (each lone surrogate made U+FFFD, so it stores as UTF-8): 8 bytes a row, where pandas 3's ``str``
-    dtype holds each row's own bytes (a kernel table's text was 333 of its 406 MB at 626k kernels)."""
+def _column(v: np.ndarray) -> tuple[pd.Series, tuple[np.ndarray, np.ndarray] | None]:
+    """A column of ``v``, and for text its :func:`perfscope.schema.column_codes` when they are known. Text
+    stays an object column whose rows refer to one ``str`` per distinct value (each lone surrogate made
+    U+FFFD, so it stores as UTF-8): 8 bytes a row, where pandas 3's ``str`` dtype holds each row's own
+    bytes (a kernel table's text was 333 of its 406 MB at 626k kernels)."""
     if v.dtype != object:
-        return pd.Series(v, copy=False)
+        return pd.Series(v, copy=False), None
     codes, uniq = factorize(pd.Series(v, dtype=object, copy=False))
     if not len(uniq) or not all(isinstance(u, str) for u in uniq):
-        return pd.Series(v)
+        return pd.Series(v), None
     words = np.array([u if u.isascii() else clean_text(u) for u in uniq], dtype=object)
-    return pd.Series(decode(codes, words), dtype=object, copy=False)
+    # cleaning can make two distinct texts one (two lone surrogates): then the codes are not the column's
+    kept = all(w is u or w == u for w, u in zip(words, uniq))
+    return pd.Series(decode(codes, words), dtype=object, copy=False), (codes, words) if kept else None
 
 
 def short_kernel_name(name: str) -> str:
