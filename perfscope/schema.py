@@ -406,7 +406,7 @@ def column_names(table: str) -> list[str]:
     return [c.name for c in TABLES[table]]
 
 
-FACTORIZE_BY_IDENTITY_MIN_ROWS = 100_000
+FACTORIZE_BY_IDENTITY_MIN_ROWS = 20_000
 """From this many rows, an object column whose rows share a few string objects (names looked up
 from a string table) is factorized by object identity first (see :func:`factorize`)."""
 
