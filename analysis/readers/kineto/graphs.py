@@ -57,6 +57,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfscope.schema import factorize
+
 from ...costs.args import OpContext, StepAttention, step_attention
 from ...costs.base import ATTENTION, CATEGORY_OF
 from ...costs.operators import base_name, category_of, needs_step, op_cost
@@ -401,11 +403,13 @@ class _Context:
             e = self.eager
             fl = self.cols["flops"][e].astype("float32")
             nb = self.cols["dram_bytes"][e].astype("float32")
-            cost = pd.factorize(pd.MultiIndex.from_arrays([np.nan_to_num(fl, nan=-1.0),
-                                                           np.nan_to_num(nb, nan=-1.0)]))[0]
+            # the (flops, bytes) pair as one integer of the two float32 bit patterns (+ 0.0: -0.0 is 0.0)
+            bits = [(np.nan_to_num(v, nan=-1.0) + np.float32(0.0)).view(np.uint32).astype(np.int64) for v in (fl, nb)]
+            cost = pd.factorize((bits[0] << 32) | bits[1])[0]
             known = ~np.isnan(fl) & ~np.isnan(nb)
             # (name, grid, block) as one integer key (kernels missing any of them have no twin)
-            parts = [pd.factorize(np.asarray(v, dtype=object)) for v in (self.k.names[e], self.k.grid[e], self.k.block[e])]
+            parts = [factorize(pd.Series(np.asarray(v, dtype=object), dtype=object, copy=False))
+                     for v in (self.k.names[e], self.k.grid[e], self.k.block[e])]
             key = np.zeros(len(e), dtype="int64")
             for codes, uniq in parts:
                 key = key * (len(uniq) + 1) + codes

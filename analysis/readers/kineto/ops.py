@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from perfscope.schema import factorize
+
 from ...costs.framework import OpContext, kernel_precision, step_attention
 from ...costs.operators import (
     COMPOSITE_WHEN_PARENT,
@@ -44,7 +46,7 @@ def per_distinct_text(values: np.ndarray, fn: Any) -> np.ndarray:
     """``fn(v)`` for each value of an object array, computed once per distinct value."""
     if not len(values):
         return np.empty(0, dtype=object)
-    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    codes, uniq = factorize(pd.Series(values, dtype=object, copy=False))  # long shared names: by identity
     table = np.array([fn(u) for u in uniq] + [None], dtype=object)
     return table[codes]
 
