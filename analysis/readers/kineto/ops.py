@@ -53,8 +53,12 @@ def per_distinct_text(values: np.ndarray, fn: Any) -> np.ndarray:
 
 def times_ns(cols: Mapping[str, np.ndarray], base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start_ns, end_ns, duration_ns) from ``ts``/``dur`` in microseconds; negative durations are 0."""
-    start = np.rint(cols["ts"] * 1000.0).astype("int64") + base
-    dur = np.maximum(np.rint(cols["dur"] * 1000.0).astype("int64"), 0)
+    scaled = np.multiply(cols["ts"], 1000.0)  # one scratch array, rounded in place
+    start = np.rint(scaled, out=scaled).astype("int64")
+    start += base
+    np.multiply(cols["dur"], 1000.0, out=scaled)
+    dur = np.rint(scaled, out=scaled).astype("int64")
+    np.maximum(dur, 0, out=dur)
     return start, start + dur, dur
 
 
