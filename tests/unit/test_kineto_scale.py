@@ -209,3 +209,19 @@ def test_vectorised_nesting_equals_the_stack_walk(seed):
             d, p = d + 1, ranges[p]
         depth.append(d)
     assert got.range_depth(np.arange(n)).tolist() == depth
+
+
+def test_the_api_name_codes_the_reader_seeds_are_the_columns_own(fixtures_dir):
+    """A large api table (33,924 calls) keeps the codes its text-column pass made: the report holds them
+    already, and they are exactly a fresh factorization of the column (the idle classification reads them)."""
+    from perfscope.memo import memo_peek
+    from perfscope.schema import CODES_KEY, column_codes
+
+    report = read_kineto(fixtures_dir / A100)
+    assert len(report.api) >= 20_000
+    assert memo_peek(report.api, f"{CODES_KEY}name") is not None  # seeded, carried through conform
+    codes, distinct = column_codes(report.api, "name")
+    fresh_codes, fresh = pd.factorize(report.api["name"].astype(object), use_na_sentinel=True)
+    assert np.array_equal(codes, fresh_codes)
+    assert list(distinct) == list(fresh)
+    assert all(isinstance(d, str) for d in distinct) and len(distinct) > 1
