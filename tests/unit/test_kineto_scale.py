@@ -211,17 +211,41 @@ def test_vectorised_nesting_equals_the_stack_walk(seed):
     assert got.range_depth(np.arange(n)).tolist() == depth
 
 
-def test_the_api_name_codes_the_reader_seeds_are_the_columns_own(fixtures_dir):
-    """A large api table (33,924 calls) keeps the codes its text-column pass made: the report holds them
-    already, and they are exactly a fresh factorization of the column (the idle classification reads them)."""
+def test_the_api_name_codes_the_report_holds_are_the_columns_own(fixtures_dir):
+    """A large api table (33,924 calls): the name codes the report holds after its import (seeded by the
+    reader's text-column pass, carried through conform, read by the idle classification) are exactly a
+    fresh factorization of the column."""
     from perfscope.memo import memo_peek
     from perfscope.schema import CODES_KEY, column_codes
 
     report = read_kineto(fixtures_dir / A100)
     assert len(report.api) >= 20_000
-    assert memo_peek(report.api, f"{CODES_KEY}name") is not None  # seeded, carried through conform
+    assert memo_peek(report.api, f"{CODES_KEY}name") is not None
     codes, distinct = column_codes(report.api, "name")
     fresh_codes, fresh = pd.factorize(report.api["name"].astype(object), use_na_sentinel=True)
     assert np.array_equal(codes, fresh_codes)
     assert list(distinct) == list(fresh)
     assert all(isinstance(d, str) for d in distinct) and len(distinct) > 1
+
+
+def test_the_text_column_pass_seeds_only_codes_that_hold():
+    """``_text_columns`` memoizes the factorization it made for the columns asked (not others), and not
+    where cleaning made two texts one (two lone surrogates both become U+FFFD)."""
+    from perfscope.analysis.readers.kineto.reader import SMALL_TABLE, _text_columns
+    from perfscope.memo import memo_peek
+    from perfscope.schema import CODES_KEY
+
+    n = SMALL_TABLE + 5
+    pool = np.array(["cudaLaunchKernel", "cudaMemcpyAsync", None, "cuda\u00e9"], dtype=object)
+    names = pool[np.arange(n) % len(pool)]
+    df = pd.DataFrame({"name": pd.Series(names, dtype=object), "kind": pd.Series(names[::-1], dtype=object),
+                       "start_ns": np.arange(n)})
+    out = _text_columns(df, ("name",))
+    codes, distinct = memo_peek(out, f"{CODES_KEY}name")
+    fresh_codes, fresh = pd.factorize(out["name"], use_na_sentinel=True)
+    assert np.array_equal(codes, fresh_codes) and list(distinct) == list(fresh)
+    assert memo_peek(out, f"{CODES_KEY}kind") is None  # not asked for
+    lone = np.array(["a\ud800", "a\udc00", "b"], dtype=object)[np.arange(n) % 3]
+    merged = _text_columns(pd.DataFrame({"name": pd.Series(lone, dtype=object), "start_ns": np.arange(n)}), ("name",))
+    assert set(merged["name"]) == {"a\ufffd", "b"}
+    assert memo_peek(merged, f"{CODES_KEY}name") is None  # its codes would name one text twice
