@@ -66,7 +66,8 @@ def test_requests_and_serving_metrics(tiny_report):
     assert phases.loc["decode", "mbu_source"] == "model"
     assert 0 < phases.loc["decode", "mbu"] and 0 < phases.loc["prefill", "mfu"]
     # MFU from the model's FLOPs (the steps'), like MBU from its bytes
-    steps = tiny_report.steps_unprofiled
+    disturbed = tiny_report.params["baseline_verdict"] == "disturbed"  # a busy machine: the profiled steps lead
+    steps = tiny_report.steps if disturbed else tiny_report.steps_unprofiled
     for phase in ("prefill", "decode"):
         row = phases.loc[phase]
         assert row["mfu_source"] == "model"
@@ -94,6 +95,12 @@ def test_profiler_overhead_is_measured(tiny_report):
 
 def test_headline_comes_from_a_warm_unprofiled_run(tiny_report):
     r, p = tiny_report, tiny_report.params
+    if p["baseline_verdict"] == "disturbed":
+        # a busy machine made every warm pass slower than the profiled run, rechecks included: the passes are
+        # not kept and a warning says to believe the profiled run (the same rule as test_hf_generate's)
+        assert not len(r.steps_unprofiled) and any("Believe the profiled run" in w for w in r.warnings)
+        assert set(phase_summary(r)["timing"]) == {"profiled"}
+        return
     # the unprofiled run did the same work as the profiled one, step for step
     assert r.steps_unprofiled["phase"].tolist() == r.steps["phase"].tolist()
     assert r.steps_unprofiled["tokens"].tolist() == r.steps["tokens"].tolist()
@@ -176,6 +183,9 @@ def test_text_summary_labels_headline_and_profiled(tiny_report):
     from perfscope.text_report import render_text
 
     text = render_text(tiny_report)
+    if tiny_report.params["baseline_verdict"] == "disturbed":  # a busy machine: the profiled run is the headline
+        assert "timing: profiled run" in text and "the headline" in text and "Believe the profiled run" in text
+        return
     assert "timing: warm unprofiled run" in text and "headline" in text
     assert "prof. MBU %" in text and "profiled run: TTFT" in text
     assert "(profiler overhead x" in text or "profiler overhead not measured" in text
@@ -303,9 +313,12 @@ def test_cli_analyze_json(tmp_path, tiny_report):
     doc = json.loads(proc.stdout)
     assert {"device", "phases", "phases_profiled", "requests", "requests_profiled", "top_kernels"} <= set(doc)
     assert doc["params"]["profiler_overhead_ratio"] > 0
-    assert {p["timing"] for p in doc["phases"]} == {"unprofiled"}
+    # the warm unprofiled passes are the headline unless a busy machine disturbed them: then the profiled run is
+    disturbed = tiny_report.params["baseline_verdict"] == "disturbed"
+    assert {p["timing"] for p in doc["phases"]} == {"profiled" if disturbed else "unprofiled"}
     assert {p["timing"] for p in doc["phases_profiled"]} == {"profiled"}
-    assert doc["requests"]["tpot_s_mean"] == pytest.approx(tiny_report.requests_unprofiled["tpot_s"].mean())
+    headline = tiny_report.requests if disturbed else tiny_report.requests_unprofiled
+    assert doc["requests"]["tpot_s_mean"] == pytest.approx(headline["tpot_s"].mean())
     assert doc["device"]["roofs"][0]["provenance"] == "measured"
     assert {p["phase"] for p in doc["phases"]} == {"prefill", "decode"}
     text = run_cli("analyze", str(path), cwd=tmp_path)

@@ -80,7 +80,14 @@ def test_engine_profile_goes_through_the_one_pipeline(tmp_path):
     run = EngineRun(model="tiny", batch=1, prompt_len=8, gen_len=3, device="cpu")
     report, seen = _calls(lambda: profile_engine(run, roofs=cpu, keep_trace_dir=tmp_path, baseline=1))
     _once_each(seen)
-    assert {"conform:steps", "conform:requests", "conform:steps_unprofiled"} <= set(seen)
+    assert {"conform:steps", "conform:requests"} <= set(seen)
+    # the warm passes are the headline unless this (busy) machine disturbed them: then they are not kept
+    # (docs/report-format.md); which one happened depends on the machine's load, not on the pipeline
+    disturbed = report.params.get("baseline_verdict") == "disturbed"
+    if disturbed:
+        assert len(report.steps_unprofiled) == 0
+    else:
+        assert "conform:steps_unprofiled" in seen and len(report.steps_unprofiled) > 0
     (trace,) = tmp_path.glob("*.json.gz")
     imported = import_file(trace, device=cpu)
     pd.testing.assert_frame_equal(report.kernels, imported.kernels)
