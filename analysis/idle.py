@@ -67,6 +67,7 @@ from perfscope.schema import (
     column_codes,
     conform,
     decode,
+    held_once,
     map_codes,
     map_distinct,
     recode,
@@ -792,28 +793,19 @@ class _Context:
             key_change[1:] = ~same
         first = np.flatnonzero(key_change)
         last = np.append(first[1:] - 1, len(a) - 1)
+        # a column with one value in every row is held once: an nsys export's slices carry no copy bytes, no
+        # correlation, no operator, shapes, function or wait (25 of a slice's 53 bytes while chunks wait)
         return {"start_ns": a[first], "end_ns": b[last], "gap": gap[first].astype(np.int32),
-                "correlation": _held_once(corr[first]), "bytes": _held_once(nbytes[first]),
-                "pinned": _held_once(pinned[first]),
-                **{k: _held_once(v[first].astype(self.code_dtype)) for k, v in codes.items()}}
-
-
-def _held_once(values: np.ndarray) -> np.ndarray:
-    """A chunk's column, held as one value (a read-only stride-0 view, :func:`.schema.repeated`) when every row
-    has it (NaN counts as one value): an nsys export's slices carry no copy bytes, no correlation, no operator,
-    shapes, function or wait (25 of a slice's 53 bytes while the chunks wait to be joined)."""
-    if len(values) < 2:
-        return values
-    one = values[:1].copy()
-    same = np.isnan(values).all() if values.dtype.kind == "f" and np.isnan(one[0]) else (values == one[0]).all()
-    return repeated(one, len(values)) if same else values
+                "correlation": held_once(corr[first]), "bytes": held_once(nbytes[first]),
+                "pinned": held_once(pinned[first]),
+                **{k: held_once(v[first].astype(self.code_dtype)) for k, v in codes.items()}}
 
 
 def _join_pieces(pieces: list[np.ndarray]) -> np.ndarray:
-    """The chunks' pieces of one column as one array; held once (:func:`_held_once`) when every piece is one
-    and the same value."""
+    """The chunks' pieces of one column as one array; held once (:func:`.schema.held_once`) when every piece is
+    one and the same value."""
     if pieces and all(p.strides == (0,) for p in pieces):
-        firsts = _held_once(np.concatenate([p[:1] for p in pieces]))
+        firsts = held_once(np.concatenate([p[:1] for p in pieces]))
         if firsts.strides == (0,) or len(firsts) == 1:
             return repeated(firsts[:1].copy(), sum(len(p) for p in pieces))
     return np.concatenate(pieces)

@@ -638,20 +638,31 @@ def _one_value(series: pd.Series, kind: str) -> pd.Series | None:
     trace's one device, stream or thread: 8-9 bytes a row otherwise); None when not, or not held that way."""
     if not READONLY_OK or kind not in ("str", "int"):
         return None
-    n = len(series)
     if kind == "str":
         values = series.to_numpy()
-        first = values[0]
-        if not isinstance(first, str) or not (values[:: max(1, n // 64)] == first).all() or not (values == first).all():
+        if not isinstance(values[0], str) or (held := held_once(values)) is values:
             return None
-        return pd.Series(repeated(np.array([first], dtype=object), n), index=series.index, dtype=object, copy=False)
+        return pd.Series(held, index=series.index, dtype=object, copy=False)
     array = series.array
     data, mask = getattr(array, "_data", None), getattr(array, "_mask", None)
     if not isinstance(data, np.ndarray) or not isinstance(mask, np.ndarray) or mask.any() or \
-            not (data[:: max(1, n // 64)] == data[0]).all() or not (data == data[0]).all():
+            (held := held_once(data)) is data:
         return None
-    return pd.Series(pd.arrays.IntegerArray(repeated(data[:1].copy(), n), repeated(np.False_, n)),
-                     index=series.index, copy=False)
+    return pd.Series(pd.arrays.IntegerArray(held, repeated(np.False_, len(data))), index=series.index, copy=False)
+
+
+def held_once(values: np.ndarray) -> np.ndarray:
+    """``values`` held as its one value (:func:`repeated`) when every row has it (NaN counts as one value);
+    ``values`` itself otherwise. A sample of rows rejects most arrays before the full comparison."""
+    n = len(values)
+    if n < 2 or values.strides == (0,):
+        return values
+    first = values[:1].copy()
+    if values.dtype.kind == "f" and np.isnan(first[0]):
+        same = bool(np.isnan(values[:: max(1, n // 64)]).all() and np.isnan(values).all())
+    else:
+        same = bool((values[:: max(1, n // 64)] == first[0]).all() and (values == first[0]).all())
+    return repeated(first, n) if same else values
 
 
 COMPACT_MIN_ROWS = 4096

@@ -174,14 +174,19 @@ def _first_dtype(types: Any) -> str | None:
 def op_inputs(nodes: CpuNodes, idx: np.ndarray) -> dict[str, np.ndarray]:
     """``op_shapes``, ``op_input_types`` (JSON text) and ``dtype`` of the ops ``idx``."""
     sig = nodes["sig"][idx]
+    def text(s: int) -> tuple[Any, Any, Any]:
+        if s < 0:  # the op recorded no inputs
+            return None, None, None
+        dims, types, _ = nodes.sigs[s]
+        return _json(dims), _json(types), _first_dtype(types)
+
     used, where = np.unique(sig, return_inverse=True)  # each distinct signature's text made once
-    texts = [(_json(d), _json(t), _first_dtype(t)) if s >= 0 else (None, None, None)
-             for s, (d, t, _) in ((s, nodes.sigs[s] if s >= 0 else (None, None, None)) for s in used.tolist())]
+    texts = [text(s) for s in used.tolist()]
     out = {}
     for k, name in enumerate(("op_shapes", "op_input_types", "dtype")):
         values = np.empty(len(texts), dtype=object)
         values[:] = [t[k] for t in texts]
-        out[name] = values[where.reshape(-1)] if len(sig) else np.empty(0, dtype=object)
+        out[name] = values[where.reshape(-1)]
     return out
 
 
