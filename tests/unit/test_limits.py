@@ -11,6 +11,7 @@ from __future__ import annotations
 import bz2
 import csv
 import gzip
+import io
 import json
 import lzma
 import os
@@ -25,7 +26,7 @@ import pytest
 from perfscope.analysis.readers.detect import detect_format, import_file
 from perfscope.cli import main
 from perfscope.errors import InputFormatError
-from perfscope.inputs import read_csv, read_text, regular_file
+from perfscope.inputs import DAMAGED, open_input, read_bytes, read_csv, read_text, regular_file
 from perfscope.report import Report
 from perfscope.safedb import SafeDb
 from perfscope.schema import untimed, validate, whole_numbers
@@ -120,6 +121,47 @@ def test_every_text_format_is_decompressed_by_content(compress, fixtures_dir: Pa
         path.write_bytes(compress((fixtures_dir / rel).read_bytes()))
         assert detect_format(path) == fmt
         assert len(import_file(path).kernels) == len(import_file(fixtures_dir / rel).kernels)
+
+
+def _chunks(stream: object, size: int) -> tuple[list[bytes], str | None]:
+    """What a reader gets from ``stream`` in reads of ``size`` bytes, and the error that ended it."""
+    out: list[bytes] = []
+    try:
+        while chunk := stream.read(size):  # type: ignore[attr-defined]
+            out.append(chunk)
+    except DAMAGED as exc:
+        return out, type(exc).__name__
+    return out, None
+
+
+def _gzip_variants(gz: bytes) -> dict[str, bytes]:
+    crc = bytearray(gz)
+    crc[-6] ^= 1
+    size = bytearray(gz)
+    size[-2] ^= 1
+    body = bytearray(gz)
+    body[len(gz) // 2] ^= 0xFF
+    return {"whole": gz, "two members": gz + gzip.compress(b"[]"), "truncated": gz[:len(gz) // 2],
+            "no trailer": gz[:-8], "header only": gz[:10], "bad crc": bytes(crc), "bad size": bytes(size),
+            "damaged body": bytes(body), "trailing zeros": gz + bytes(16), "trailing garbage": gz + b"garbage"}
+
+
+@pytest.mark.parametrize("size", [1 << 16, 1 << 20])
+def test_gzip_reads_exactly_what_gzipfile_reads_whole_or_damaged(size: int, fixtures_dir: Path,
+                                                               tmp_path: Path) -> None:
+    # the fast inflater hands out GzipFile's bytes, read for read, and stops where and as it stops
+    gz = (fixtures_dir / "kineto" / "hta_trace_filter__sampled_rank-0.json.gz").read_bytes()
+    for name, data in _gzip_variants(gz).items():
+        path = tmp_path / f"{name.replace(' ', '_')}.gz"
+        path.write_bytes(data)
+        with open_input(path, strict=False) as stream:
+            got = _chunks(stream, size)
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as ref:
+            want = _chunks(ref, size)
+        assert got == want, name
+        if want[1] is not None:  # strict: the file's one error line
+            with pytest.raises(InputFormatError, match="truncated or damaged compressed data"):
+                read_bytes(path)
 
 
 def test_zstd_without_the_package_and_compressed_sqlite_are_one_line(fixtures_dir: Path, tmp_path: Path,
