@@ -352,7 +352,7 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
         them = "it" if len(none) == 1 else "them"
         head = UNEXPLAINED.format(groups=", ".join(shown), stake=duration(stake))
         tool = "" if cpu else collect_advice(report, "{counters}")
-        parts.append(head + (tool if from_ncu(report) else UNEXPLAINED_MEASURE[cpu].format(them=them, tool=tool)))
+        parts.append(f"{head[:-2]}. {tool}" if from_ncu(report) else head + UNEXPLAINED_MEASURE[cpu].format(them=them, tool=tool))
     return parts
 
 
