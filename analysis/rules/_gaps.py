@@ -132,26 +132,27 @@ def _subjects(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[str, tup
 
 
 FILLED_SHARE = 0.5
-"""A group that fills at least half of its gaps' time reads right as "N gaps of T" (T their time-weighted
-length); one that fills less is said as "half of it in gaps of T or longer" (N x T would overstate it)."""
+"""A group reads right as "N gaps of T" (T their length weighted by the group's time in them) only when its time
+is at least half of both its gaps' time and N x T (what the words suggest); otherwise it is said as "half of it in
+gaps of T or longer", which cannot be read as N x T."""
 
 
 def gap_size_text(time_ns: float, gaps: int, typical_ns: float, gaps_ns: float,
                   one_gap: tuple[float, float] | None = None) -> str:
-    """Where a group's ``time_ns`` lies: " in N gaps of T" when it fills at least :data:`FILLED_SHARE` of its
-    gaps' time ``gaps_ns`` (T: the gaps' length weighted by the group's time in them, ``typical_ns``); else
-    " in N gaps; half of it in gaps of T or longer", which cannot be read as N x T. ``one_gap``: (the group's time
-    in one gap, that gap's length) when one gap holds more than half of it (T is then that gap's length): " in N
-    gaps, X of it in one gap of T"."""
+    """Where a group's ``time_ns`` lies: " in N gaps of T" when it fills at least :data:`FILLED_SHARE` of its gaps'
+    time ``gaps_ns`` and of N x T (``typical_ns``: the gaps' length weighted by the group's time in them, a median);
+    else " in N gaps, X of it in one gap of T" when one gap holds more than half of it (``one_gap``: its time
+    there, that gap's length), or " in N gaps; half of it in gaps of T or longer"."""
     if not gaps:
         return ""
     if gaps == 1:
         return f" in 1 gap of {duration(typical_ns)}"
+    filled = time_ns >= FILLED_SHARE * gaps * typical_ns and not (time_ns < FILLED_SHARE * gaps_ns)
+    if filled:
+        return f" in {gaps:,} gaps of {duration(typical_ns)}"
     if one_gap is not None:
         return f" in {gaps:,} gaps, {duration(one_gap[0])} of it in one gap of {duration(one_gap[1])}"
-    if math.isfinite(gaps_ns) and time_ns < FILLED_SHARE * gaps_ns:
-        return f" in {gaps:,} gaps; half of it in gaps of {duration(typical_ns)} or longer"
-    return f" in {gaps:,} gaps of {duration(typical_ns)}"
+    return f" in {gaps:,} gaps; half of it in gaps of {duration(typical_ns)} or longer"
 
 
 def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: int, typical_ns: float,

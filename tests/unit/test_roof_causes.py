@@ -123,9 +123,11 @@ def test_gap_size_text_cannot_be_read_as_n_times_t() -> None:
     assert gap_size_text(9 * ms, 3, 3 * ms, 9.5 * ms) == " in 3 gaps of 3 ms"
     # the V100 ResNet-50's aten::to: 26.9 ms in 260 gaps whose time-weighted length is 57.3 ms
     assert gap_size_text(26.9 * ms, 260, 57.3 * ms, 300 * ms) == " in 260 gaps; half of it in gaps of 57.3 ms or longer"
-    # one gap holds more than half of it: that gap is said
-    assert gap_size_text(6.63 * ms, 12, 6.63 * ms, 20 * ms, (6.54 * ms, 6.63 * ms)) == (
+    # one gap holds more than half of it, and the group fills its gaps (6.74 ms) but not 12 x 6.63 ms: that gap is said
+    assert gap_size_text(6.63 * ms, 12, 6.63 * ms, 6.74 * ms, (6.54 * ms, 6.63 * ms)) == (
         " in 12 gaps, 6.54 ms of it in one gap of 6.63 ms")
+    # gaps of like length that the group fills: N x T is right
+    assert gap_size_text(3.1 * ms, 2, 1.6 * ms, 3.2 * ms, (1.6 * ms, 1.6 * ms)) == " in 2 gaps of 1.6 ms"
     assert gap_size_text(1 * ms, 1, 4 * ms, 4 * ms) == " in 1 gap of 4 ms"
 
 
