@@ -143,6 +143,12 @@ def weight_share(m: int, k: int | None, n: int | None, shapes: list[list[int]], 
     return max(0.0, 1.0 - act / per_launch)
 
 
+def _short(name: object, most: int = 48) -> str:
+    """A group's name as the advice names it: cut to ``most`` characters, with an ellipsis where cut."""
+    text = str(name)
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
 def _mode(values: pd.Series) -> object:
     v = values.dropna()
     return v.mode().iloc[0] if len(v) else None
@@ -216,7 +222,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         rows = np.flatnonzero(codes == codes[first]) if first >= 0 else np.zeros(0, dtype=np.int64)
         g = k.iloc[rows]
         c = Causes()
-        name = str(row["group"])[:48]
+        name = _short(row["group"])
         count = max(int(row["count"]), 1)
         cat = _mode(g["category"]) if "category" in g else None
         c.attrs["category"] = str(cat) if isinstance(cat, str) else None
@@ -273,9 +279,9 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         if cat in FUSIBLE:
             near, share = _neighbours(k, rows)
             if near and share >= FUSE_SHARE:
-                c.clauses.append(f"launched beside {', '.join(n[:40] for n in near[:2])} ({share:.0%} of launches)")
+                c.clauses.append(f"launched beside {', '.join(_short(n) for n in near[:2])} ({share:.0%} of launches)")
                 c.attrs["fusible_neighbours"] = "; ".join(n[:80] for n in near[:3])
-                c.advice["fuse"] = f"{name} with {', '.join(n[:40] for n in near[:2])}"
+                c.advice["fuse"] = f"{name} with {', '.join(_short(n) for n in near[:2])}"
             if prec == "fp32":
                 c.clauses.append("FP32 tensors")
                 c.advice["fp32"] = name
@@ -348,7 +354,7 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
     none = [(n, s) for c, s, n in zip(causes, stakes, names) if not c.advice]
     if none:
         stake = float(sum(s for _, s in none if np.isfinite(s)))
-        shown = [n[:40] for n, _ in none[:3]] + ([f"{len(none) - 3} more group(s)"] if len(none) > 3 else [])
+        shown = [_short(n) for n, _ in none[:3]] + ([f"{len(none) - 3} more group(s)"] if len(none) > 3 else [])
         them = "it" if len(none) == 1 else "them"
         head = UNEXPLAINED.format(groups=", ".join(shown), stake=duration(stake))
         tool = "" if cpu else collect_advice(report, "{counters}")
