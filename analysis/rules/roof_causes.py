@@ -149,6 +149,12 @@ def _short(name: object, most: int = 48) -> str:
     return text if len(text) <= most else text[:most - 1] + "…"
 
 
+def _median(values: object) -> float:
+    """The median of the known values; NaN when none is known (no warning)."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna() if values is not None else pd.Series(dtype=float)
+    return float(v.median()) if len(v) else math.nan
+
+
 def _mode(values: pd.Series) -> object:
     v = values.dropna()
     return v.mode().iloc[0] if len(v) else None
@@ -228,7 +234,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         c.attrs["category"] = str(cat) if isinstance(cat, str) else None
         # the grid against the SMs
         if gpu and sms and "grid" in g:
-            blocks = g["grid"].map(_blocks).median()
+            blocks = _median(g["grid"].map(_blocks))
             if np.isfinite(blocks):
                 c.attrs.update(grid_blocks=float(blocks), sm_count=sms)
                 if blocks <= UNDERFILL_WAVES * sms:
@@ -288,12 +294,12 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         # Kineto's estimated occupancy, with what caps it
         if gpu and cat not in MATMUL and "est_occupancy_pct" in g:
             occ = pd.to_numeric(g["est_occupancy_pct"], errors="coerce")
-            occ = occ[occ > 0].median()  # 0: Kineto did not estimate it (a running kernel has warps)
+            occ = _median(occ[occ > 0])  # 0: Kineto did not estimate it (a running kernel has warps)
             if np.isfinite(occ):
                 c.attrs["est_occupancy_pct"] = float(occ)
                 if occ < OCCUPANCY_LOW_PCT:
-                    regs = pd.to_numeric(g.get("registers_per_thread"), errors="coerce").median()
-                    smem = pd.to_numeric(g.get("shared_mem_bytes"), errors="coerce").median()
+                    regs = _median(pd.to_numeric(g.get("registers_per_thread"), errors="coerce"))
+                    smem = _median(pd.to_numeric(g.get("shared_mem_bytes"), errors="coerce"))
                     caps = ", ".join(x for x in (f"{regs:.0f} registers per thread" if np.isfinite(regs) else "",
                                                  f"{nbytes(smem)} shared memory per block" if smem > 0 else "") if x)
                     c.clauses.append(f"estimated occupancy {occ:.0f}%" + (f" ({caps})" if caps else ""))
