@@ -177,13 +177,11 @@ def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> tuple[list[str], float]:
     and the share of the rows that have one."""
     if "stream" not in k or "category" not in k or not len(rows):
         return [], 0.0
-    order = _stream_order(k)
+    order, lane = _stream_order(k)
     pos = np.empty(len(order), dtype=np.int64)
     pos[order] = np.arange(len(order))
     codes, names = group_codes(k)
-    cat = k["category"].to_numpy(object)
-    dev = k["device"].to_numpy(object) if "device" in k else np.zeros(len(k), dtype=object)
-    stream = k["stream"].to_numpy(object)
+    fusible = k["category"].map(lambda c: c in FUSIBLE).to_numpy(bool)
     found: dict[str, int] = {}
     having = 0
     for r in rows.tolist():
@@ -191,8 +189,7 @@ def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> tuple[list[str], float]:
         for q in (p - 1, p + 1):
             if 0 <= q < len(order):
                 o = order[q]
-                if (stream[o] == stream[r] and dev[o] == dev[r] and cat[o] in FUSIBLE and codes[o] >= 0
-                        and codes[o] != codes[r]):
+                if lane[o] == lane[r] and fusible[o] and codes[o] >= 0 and codes[o] != codes[r]:
                     name = str(names[codes[o]])
                     found[name] = found.get(name, 0) + 1
                     hit = True
@@ -200,13 +197,15 @@ def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> tuple[list[str], float]:
     return [n for n, _ in sorted(found.items(), key=lambda kv: -kv[1])], having / len(rows)
 
 
-def _stream_order(k: pd.DataFrame) -> np.ndarray:
-    """Row positions of ``k`` by device, stream and start (kernels one after another on a stream)."""
-    def build() -> np.ndarray:
+def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions of ``k`` by device, stream and start (kernels one after another on a stream), and each row's
+    (device, stream) lane code (a missing device or stream is a lane of its own)."""
+    def build() -> tuple[np.ndarray, np.ndarray]:
         dev = pd.factorize(k["device"].astype(str) if "device" in k else pd.Series("", index=k.index))[0]
         stream = pd.factorize(k["stream"].astype(str))[0]
         start = k["start_ns"].to_numpy("float64", na_value=np.nan)
-        return np.lexsort((start, stream, dev))
+        lane = dev.astype(np.int64) * (int(stream.max(initial=0)) + 2) + stream
+        return np.lexsort((start, stream, dev)), lane
     return memo(k, "rules:stream_order", build)
 
 
@@ -265,7 +264,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             if bound == "memory" and m is not None:
                 share = weight_share(m, kk, n, _shapes(shapes), per_launch, prec)
                 if np.isfinite(share) and share >= WEIGHT_SHARE:
-                    c.clauses.append(f"{m} rows ({op}): the weights are {share:.0%} of its bytes")
+                    c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its bytes")
                     c.attrs["weight_share"] = share
                     c.advice["weights"] = name
             if bound == "compute" and kk is not None and n is not None and m is not None:
@@ -319,9 +318,9 @@ CAUSE_ADVICE = {
                 "amortise them."),
     "kv": ("{groups}: decode attention reads the KV cache: split-KV / flash-decoding spreads short batches over "
            "more blocks, a lower-precision KV cache (FP8) cuts the bytes."),
-    "fuse": ("Fuse {groups} (torch.compile, a fused kernel): back-to-back elementwise/norm/copy kernels each read and "
+    "fuse": ("Fuse {groups} (torch.compile, a fused kernel): back-to-back elementwise/norm/copy {what} each read and "
              "write the tensor again."),
-    "fp32": "{groups}: FP32 tensors: in BF16 the same kernels move half the bytes.",
+    "fp32": "{groups}: FP32 tensors: in BF16 the same {what} move half the bytes.",
     "shape": ("{groups}: the GEMM shape tiles badly (a tiny inner dimension, or sizes off multiples of 8): pad the "
               "sizes to multiples of 16, or batch the small GEMMs into one grouped/batched GEMM."),
     "fp32mm": "{groups}: FP32 matmuls: the fp32-matmul finding gives their gain on the tensor cores.",
@@ -355,8 +354,15 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
     parts = []
     for code in sorted(weight, key=lambda x: -weight[x]):
         names_ = list(dict.fromkeys(who[code]))
+        if code == "fuse":  # "silu with mul" says "mul with silu" too
+            kept: list[str] = []
+            for entry in names_:
+                if not any(entry.split(" with ")[0] in e.split(" with ", 1)[1].split(", ") for e in kept):
+                    kept.append(entry)
+            names_ = kept
         shown = names_[:3] + ([f"{len(names_) - 3} more"] if len(names_) > 3 else [])
-        parts.append(CAUSE_ADVICE[code].format(groups="; ".join(shown), unit=unit))
+        parts.append(CAUSE_ADVICE[code].format(groups="; ".join(shown), unit=unit,
+                                               what="operators" if cpu else "kernels"))
     none = [(n, s) for c, s, n in zip(causes, stakes, names) if not c.advice]
     if none:
         stake = float(sum(s for _, s in none if np.isfinite(s)))

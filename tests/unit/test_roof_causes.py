@@ -139,3 +139,52 @@ def test_v100_resnet_idle_label(load) -> None:
     (to,) = [i for i in f.items if i.attrs.get("op") == "aten::to"]
     assert "in 260 gaps; half of it in gaps of 57.3 ms or longer" in to.label
     assert to.attrs["gaps"] == 260 and to.time_ns < 0.5 * 260 * to.attrs["typical_gap_ns"]
+
+
+def test_compute_bound_gemm_off_multiples_of_8(load) -> None:
+    """TimeSformer on MI300X: the compute-bound GEMMs of M = 25089 rows (8 x 3136 patches + 1 class token)."""
+    r = load("crossgpu/tracelens_h100_vs_mi300/mi300__facebook_timesformer-base-finetuned-k400__1016002.json.gz")
+    (f,) = RULES["compute-below-roof"](r)
+    shaped = [i for i in f.items if i.attrs.get("causes") == "shape"]
+    assert shaped and all(i.attrs["gemm_m"] % 8 and i.attrs["gemm_k"] >= 64 for i in shaped)
+    assert all(f"M={i.attrs['gemm_m']}" in i.label and "not a multiple of 8" in i.label for i in shaped)
+    assert "multiples of 16" in f.recommendation
+
+
+def test_low_estimated_occupancy_names_registers_and_shared_memory(load) -> None:
+    """Kineto's est. achieved occupancy: the B200 trace's elementwise group given 12% (its real registers and shared
+    memory kept), and 0 read as not estimated."""
+    from dataclasses import replace
+
+    from perfscope.analysis.rules.kernels import _group_totals, effective_kernels
+    from perfscope.analysis.rules.roof_causes import group_causes
+
+    r = load(B200)
+    k = effective_kernels(r)
+    groups = _group_totals(k, "memory")
+    row = groups[groups["group"] == "elementwise_kernel"]
+    at = group_key(k) == "elementwise_kernel"
+    (before,) = group_causes(r, k, row, "memory")
+    assert "occupancy" not in before.advice
+    low = k.assign(est_occupancy_pct=k["est_occupancy_pct"].where(~at, 12.0))
+    (c,) = group_causes(replace(r, kernels=low), low, row, "memory")
+    regs = int(k.loc[at, "registers_per_thread"].median())
+    assert c.advice["occupancy"] == "elementwise_kernel" and c.attrs["est_occupancy_pct"] == 12.0
+    assert f"estimated occupancy 12% ({regs} registers per thread" in "; ".join(c.clauses)
+    zero = k.assign(est_occupancy_pct=k["est_occupancy_pct"].where(~at, 0.0))
+    (z,) = group_causes(replace(r, kernels=zero), zero, row, "memory")
+    assert "occupancy" not in z.advice and "est_occupancy_pct" not in z.attrs
+
+
+def test_cpu_report_gets_only_cpu_causes(sample_reports_dir) -> None:
+    from perfscope.api import load as load_report
+
+    r = load_report(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope")
+    (f,) = RULES["memory-below-roof"](r)
+    causes = {c for i in f.items for c in str(i.attrs.get("causes") or "").split(", ") if c}
+    assert causes and causes <= {"fuse", "fp32", "weights", "shape", "fp32mm"}
+    assert not any("grid_blocks" in i.attrs or "stream_at_roof_ns" in i.attrs for i in f.items)
+    assert "Nsight" not in f.recommendation and "SM" not in f.recommendation.split()
+    # a fusion pair is named once ("silu with mul", not also "mul with silu"), of operators, not kernels
+    assert "silu with mul" in f.recommendation and "mul with silu" not in f.recommendation
+    assert "elementwise/norm/copy operators" in f.recommendation and "perf stat" in f.recommendation
