@@ -74,6 +74,8 @@ MATMUL = ("gemm", "attention")
 GEMM_OPS = {"aten::mm": (0, 1), "aten::matmul": (0, 1), "aten::addmm": (1, 2), "aten::linear": (0, 1),
             "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
 """Operators whose (activation, weight) inputs give M, K and N (position in ``op_shapes``)."""
+BATCHED = ("aten::bmm", "aten::baddbmm")
+"""Batched matmuls: their second operand is another activation (attention's K or V), not weights."""
 
 
 @dataclass
@@ -261,7 +263,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         if cat == "gemm":
             m, kk, n = gemm_dims(op, shapes)
             c.attrs.update(gemm_m=m, gemm_k=kk, gemm_n=n)
-            if bound == "memory" and m is not None:
+            if bound == "memory" and m is not None and op not in BATCHED:  # a bmm's operands are both activations
                 share = weight_share(m, kk, n, _shapes(shapes), per_launch, prec)
                 if np.isfinite(share) and share >= WEIGHT_SHARE:
                     c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its bytes")
