@@ -109,7 +109,8 @@ def texts(strings: np.ndarray, codes: np.ndarray) -> np.ndarray:
 def per_distinct(strings: np.ndarray, codes: np.ndarray, fn: Any) -> np.ndarray:
     """``fn(text)`` for each string code, computed once per distinct code (None for -1)."""
     table = np.full(len(strings) + 1, None, dtype=object)  # the last slot answers code -1
-    for code in np.unique(codes[codes >= 0]).tolist():
+    # the distinct codes, ascending, by counting (codes index ``strings``): a tenth of np.unique's sort
+    for code in np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(strings))).tolist():
         table[code] = fn(strings[code])
     return table[codes]
 

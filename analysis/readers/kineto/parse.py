@@ -399,6 +399,10 @@ def _ids(values: list[Any]) -> np.ndarray:
     return arr
 
 
+_PID_TID = attrgetter("pid", "tid")
+_NAME = attrgetter("name")
+
+
 class _Interner:
     """Distinct strings (names, thread keys, grid and block text) and their int32 codes."""
 
@@ -407,6 +411,21 @@ class _Interner:
         self.values: list[str] = []
         self.thread_codes: dict[tuple[Any, Any], int] = {}
         self.dims_codes: dict[bytes, int] = {}
+
+    def threads_of(self, evs: list[Any], tids: list[Any]) -> np.ndarray:
+        """:meth:`threads` of the events ``evs`` (``tids``: their ``tid``): the known keys straight from
+        the events, their ``(pid, tid)`` made by one C call each."""
+        try:
+            return _codes(map(self.thread_codes.get, map(_PID_TID, evs)), len(evs))
+        except TypeError:  # a key not seen yet (None is no code), or an unhashable pid or tid
+            return self.threads(_col(evs, "pid"), tids)
+
+    def names_of(self, evs: list[Any]) -> np.ndarray:
+        """:meth:`names` of the ``name`` of ``evs`` (the known ones without a list in between)."""
+        try:
+            return _codes(map(self.codes.get, map(_NAME, evs)), len(evs))
+        except TypeError:  # a value not seen yet (None is no code), or an unhashable one
+            return self.names(_col(evs, "name"))
 
     def threads(self, pids: list[Any], tids: list[Any]) -> np.ndarray:
         """Codes of the ``pid:tid`` keys."""
@@ -676,11 +695,22 @@ def _col(items: list[Any], name: str) -> list[Any]:
     return list(map(attrgetter(name), items))
 
 
+def _times(evs: list[Any], name: str) -> np.ndarray:
+    """``ts`` or ``dur`` of ``evs`` as :func:`_floats` makes them: straight from the fast decoder's
+    floats (no list in between: 30% less time) unless one is missing, else through :func:`_floats`."""
+    if evs and evs[0].__class__ is Complete:  # a kind's events of one block: all alike; ts/dur float or None
+        try:
+            return np.fromiter(map(attrgetter(name), evs), dtype=np.float64, count=len(evs))
+        except TypeError:  # a None
+            pass
+    return _floats(_col(evs, name))
+
+
 def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if kind == "mem":
         _route_memory(evs, cols)
         return
-    ts, dur = _floats(_col(evs, "ts")), _floats(_col(evs, "dur"))
+    ts, dur = _times(evs, "ts"), _times(evs, "dur")
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
         negative = ok & (dur < 0)  # an event cannot end before it starts
@@ -694,10 +724,10 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if not evs:
         return
     args = [] if kind == "ann" else _kind_args(kind, evs)  # an annotation reads no args
-    names = cols.strings.names(_col(evs, "name"))
+    names = cols.strings.names_of(evs)
     if kind == "py":
         tids = _col(evs, "tid")
-        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads(_col(evs, "pid"), tids),
+        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads_of(evs, tids),
                  tid=_ids(tids), pyid=_ids(_col(args, "pyid")), pyparent=_ids(_col(args, "pyparent")))
     elif kind in ("op", "ann", "api"):
         _route_cpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
@@ -734,7 +764,7 @@ def _route_memory(evs: list[Any], cols: _Columns) -> None:
 
 def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
     tids = _col(evs, "tid")
-    common["thread"] = cols.strings.threads(_col(evs, "pid"), tids)
+    common["thread"] = cols.strings.threads_of(evs, tids)
     common["tid"] = _ids(tids)
     if kind == "ann":
         cols.add(kind, **common)
@@ -757,12 +787,19 @@ def _external_ids(args: list[Args]) -> list[Any]:
     return ext
 
 
+_SIG_FIELDS = attrgetter("dims", "types", "concrete")
+_NUL_JOIN = b"\0".join
+
+
 def _signatures(args: list[Args], cols: _Columns) -> np.ndarray:
     """Index of each op's (Input Dims, Input type, Concrete Inputs) in ``cols.sigs``: keyed by their
     raw JSON text, each distinct one decoded once."""
     index, sigs = cols.sig_index, cols.sigs
     raw = _RAW
-    keys = list(zip(*(map(bytes, map(attrgetter(f), args)) for f in ("dims", "types", "concrete"))))  # raw JSON on every path
+    # one bytes per op, the three raw JSON texts (on every path) joined by NUL, which JSON text cannot
+    # hold (a control character is escaped in a string, and no token has one): a third of the time of
+    # a tuple of three bytes
+    keys = list(map(_NUL_JOIN, map(_SIG_FIELDS, args)))
     try:
         return _codes(map(index.get, keys), len(keys))
     except TypeError:  # a signature not seen yet
