@@ -125,12 +125,14 @@ def host_rows(nodes: CpuNodes, py: Mapping[str, np.ndarray] | None, base: int, s
 def _root_of(ancestor: np.ndarray, start: np.ndarray) -> np.ndarray:
     """The outermost op along ``ancestor`` from each ``start`` (itself when it has none; -1 stays -1)."""
     cur = start.astype("int64").copy()
+    active = np.flatnonzero(cur >= 0)  # the walks still climbing (each round looks at those only)
     for _ in range(4096):
-        up = np.where(cur >= 0, ancestor[np.maximum(cur, 0)], -1)
+        up = ancestor[cur[active]]
         move = up >= 0
-        if not move.any():
+        active = active[move]
+        if not len(active):
             break
-        cur[move] = up[move]
+        cur[active] = up[move]
     return cur
 
 

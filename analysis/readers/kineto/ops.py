@@ -15,7 +15,7 @@ per-name or per-input work (cost formulas, JSON text) is done once per distinct 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,6 +84,8 @@ class CpuNodes:
     strings: np.ndarray
     world_size: int | None = None
     """Ranks of the job (``distributedInfo``), for the costs of collectives and sharded layers."""
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    """What several tables ask of the nodes, made once (:func:`launch_calls`, :func:`launch_ops`)."""
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.cols[key]
@@ -247,14 +249,30 @@ def launches(nodes: CpuNodes, *, costed: bool = True) -> tuple[pd.Index, np.ndar
     The costed op is the launching op (by External id, else by time containment) or its
     nearest op ancestor that has a formula.
     """
-    api = nodes.of(API)
-    corr = nodes["corr"][api]
-    keep = ~np.isnan(corr) & ~pd.Series(corr).duplicated().to_numpy()
-    api, corr = api[keep], corr[keep]
+    index, api = launch_calls(nodes)
     if not costed:
-        return pd.Index(corr), api, np.full(len(api), -1)
-    start = launching_ops(nodes, api)
-    return pd.Index(corr), api, first_along(start, _costed_flags(nodes), nodes.nesting.op_ancestor)
+        return index, api, np.full(len(api), -1)
+    return index, api, first_along(launch_ops(nodes), _costed_flags(nodes), nodes.nesting.op_ancestor)
+
+
+def launch_calls(nodes: CpuNodes) -> tuple[pd.Index, np.ndarray]:
+    """The launch calls with a correlation id, the first of each id: (their ids, node positions);
+    made once per nodes (the kernel and the transfer tables both ask)."""
+    got = nodes.memo.get("launch_calls")
+    if got is None:
+        api = nodes.of(API)
+        corr = nodes["corr"][api]
+        keep = ~np.isnan(corr) & ~pd.Series(corr).duplicated().to_numpy()
+        got = nodes.memo["launch_calls"] = (pd.Index(corr[keep]), api[keep])
+    return got  # type: ignore[no-any-return]
+
+
+def launch_ops(nodes: CpuNodes) -> np.ndarray:
+    """:func:`launching_ops` of the :func:`launch_calls`, made once per nodes."""
+    got = nodes.memo.get("launch_ops")
+    if got is None:
+        got = nodes.memo["launch_ops"] = launching_ops(nodes, launch_calls(nodes)[1])
+    return got  # type: ignore[no-any-return]
 
 
 def launching_ops(nodes: CpuNodes, api: np.ndarray) -> np.ndarray:

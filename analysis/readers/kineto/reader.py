@@ -44,8 +44,8 @@ from .ops import (
     attributed_costs,
     cpu_nodes,
     labels,
+    launch_ops,
     launches,
-    launching_ops,
     op_costs,
     op_inputs,
     per_distinct,
@@ -252,7 +252,7 @@ def _gpu_kernels(k: Mapping[str, np.ndarray], base: int, nodes: CpuNodes, warnin
     link = corr_index.get_indexer(k["corr"]) if len(corr_index) else np.full(len(k["corr"]), -1)
     linked = link >= 0
     api_idx, cost_op = take_at(api_pos, link, -1), take_at(cost_pos, link, -1)
-    launcher = take_at(launching_ops(nodes, api_pos), link, -1)
+    launcher = take_at(launch_ops(nodes), link, -1)  # launches' own, not made again
     rng, phase = np.full(len(link), None, dtype=object), np.full(len(link), None, dtype=object)
     rng[linked] = nodes.nesting.range_path(api_idx[linked])
     phase[linked] = nodes.nesting.phase(api_idx[linked])
