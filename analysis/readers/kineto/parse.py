@@ -390,9 +390,28 @@ def clean_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+def _floats_of(items: list[Any], name: str) -> np.ndarray:
+    """:func:`_floats` of the attribute ``name`` of ``items``, read straight from them (no list in
+    between: about 30% less time); through the list when a value is no plain number (numpy converts
+    what both ways convert alike, None to NaN included)."""
+    try:
+        return np.fromiter(map(attrgetter(name), items), dtype=np.float64, count=len(items))
+    except (TypeError, ValueError, OverflowError):
+        return _floats(_col(items, name))
+
+
 def _ids(values: list[Any]) -> np.ndarray:
     """Like :func:`_floats`, but only exact integers below 2**53 survive (others are NaN)."""
-    arr = _floats(values)
+    return _exact(_floats(values))
+
+
+def _ids_of(items: list[Any], name: str) -> np.ndarray:
+    """:func:`_ids` of the attribute ``name`` of ``items`` (read as :func:`_floats_of` reads it)."""
+    return _exact(_floats_of(items, name))
+
+
+def _exact(arr: np.ndarray) -> np.ndarray:
+    """``arr`` with every value that is no exact integer below 2**53 made NaN (in place)."""
     with np.errstate(invalid="ignore"):
         bad = ~(np.abs(arr) < ID_LIMIT) | (arr != np.round(arr))
     arr[bad] = np.nan
@@ -412,13 +431,13 @@ class _Interner:
         self.thread_codes: dict[tuple[Any, Any], int] = {}
         self.dims_codes: dict[bytes, int] = {}
 
-    def threads_of(self, evs: list[Any], tids: list[Any]) -> np.ndarray:
-        """:meth:`threads` of the events ``evs`` (``tids``: their ``tid``): the known keys straight from
-        the events, their ``(pid, tid)`` made by one C call each."""
+    def threads_of(self, evs: list[Any]) -> np.ndarray:
+        """:meth:`threads` of the events ``evs``: the known keys straight from the events, their
+        ``(pid, tid)`` made by one C call each."""
         try:
             return _codes(map(self.thread_codes.get, map(_PID_TID, evs)), len(evs))
         except TypeError:  # a key not seen yet (None is no code), or an unhashable pid or tid
-            return self.threads(_col(evs, "pid"), tids)
+            return self.threads(_col(evs, "pid"), _col(evs, "tid"))
 
     def names_of(self, evs: list[Any]) -> np.ndarray:
         """:meth:`names` of the ``name`` of ``evs`` (the known ones without a list in between)."""
@@ -695,22 +714,11 @@ def _col(items: list[Any], name: str) -> list[Any]:
     return list(map(attrgetter(name), items))
 
 
-def _times(evs: list[Any], name: str) -> np.ndarray:
-    """``ts`` or ``dur`` of ``evs`` as :func:`_floats` makes them: straight from the fast decoder's
-    floats (no list in between: 30% less time) unless one is missing, else through :func:`_floats`."""
-    if evs and evs[0].__class__ is Complete:  # a kind's events of one block: all alike; ts/dur float or None
-        try:
-            return np.fromiter(map(attrgetter(name), evs), dtype=np.float64, count=len(evs))
-        except TypeError:  # a None
-            pass
-    return _floats(_col(evs, name))
-
-
 def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     if kind == "mem":
         _route_memory(evs, cols)
         return
-    ts, dur = _times(evs, "ts"), _times(evs, "dur")
+    ts, dur = _floats_of(evs, "ts"), _floats_of(evs, "dur")
     with np.errstate(invalid="ignore"):
         ok = (np.abs(ts) < TS_LIMIT) & (np.abs(dur) < TS_LIMIT)
         negative = ok & (dur < 0)  # an event cannot end before it starts
@@ -726,9 +734,8 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
     args = [] if kind == "ann" else _kind_args(kind, evs)  # an annotation reads no args
     names = cols.strings.names_of(evs)
     if kind == "py":
-        tids = _col(evs, "tid")
-        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads_of(evs, tids),
-                 tid=_ids(tids), pyid=_ids(_col(args, "pyid")), pyparent=_ids(_col(args, "pyparent")))
+        cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads_of(evs),
+                 tid=_ids_of(evs, "tid"), pyid=_ids_of(args, "pyid"), pyparent=_ids_of(args, "pyparent"))
     elif kind in ("op", "ann", "api"):
         _route_cpu(kind, evs, args, cols, name=names, ts=ts, dur=dur)
     else:
@@ -763,21 +770,28 @@ def _route_memory(evs: list[Any], cols: _Columns) -> None:
 
 
 def _route_cpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **common: Any) -> None:
-    tids = _col(evs, "tid")
-    common["thread"] = cols.strings.threads_of(evs, tids)
-    common["tid"] = _ids(tids)
+    common["thread"] = cols.strings.threads_of(evs)
+    common["tid"] = _ids_of(evs, "tid")
     if kind == "ann":
         cols.add(kind, **common)
         return
-    ext = _ids(_external_ids(args))
+    ext = _ext_ids(args)
     if kind == "op":
         cols.add(kind, ext=ext, sig=_signatures(args, cols), **common)
         return
     cats = _col(evs, "cat")
     is_driver = {c: _text(c).lower() == "cuda_driver" for c in set(cats)}  # cats here are hashable: routed by them
     driver = np.fromiter(map(is_driver.__getitem__, cats), dtype=bool, count=len(cats))
-    cols.add(kind, corr=_ids(_col(args, "corr")), ext=ext, driver=driver,
+    cols.add(kind, corr=_ids_of(args, "corr"), ext=ext, driver=driver,
              kernel=cols.strings.optional(_col(args, "kernel")), **common)
+
+
+def _ext_ids(args: list[Args]) -> np.ndarray:
+    """:func:`_ids` of the :func:`_external_ids` (read from the args while none is missing)."""
+    arr = _floats_of(args, "ext")
+    if np.isnan(arr).any():  # a None (or a value no number): the lower-case spelling may hold it
+        return _ids(_external_ids(args))
+    return _exact(arr)
 
 
 def _external_ids(args: list[Args]) -> list[Any]:
@@ -824,16 +838,16 @@ def _route_gpu(kind: str, evs: list[Event], args: list[Args], cols: _Columns, **
         device = [a.device if a.device is not None else e.pid if a.from_device is None else a.from_device
                   for e, a in zip(evs, args)]
     common.update(device=_ids(device), stream=_ids([e.tid if a.stream is None else a.stream for e, a in zip(evs, args)]),
-                  corr=_ids(_col(args, "corr")))
+                  corr=_ids_of(args, "corr"))
     if kind != "kernel":
-        cols.add(kind, bytes=_ids(_col(args, "nbytes")), **common)
+        cols.add(kind, bytes=_ids_of(args, "nbytes"), **common)
         return
-    cols.add(kind, ext=_ids(_external_ids(args)),
+    cols.add(kind, ext=_ext_ids(args),
              grid=cols.strings.dims3(_col(args, "grid")),
              block=cols.strings.dims3(_col(args, "block")),
-             regs=_ids(_col(args, "regs")),
-             smem=_ids(_col(args, "smem")),
-             occupancy=_floats(_col(args, "occupancy")),
+             regs=_ids_of(args, "regs"),
+             smem=_ids_of(args, "smem"),
+             occupancy=_floats_of(args, "occupancy"),
              pg=cols.strings.optional(_col(args, "pg")), **common)
 
 
