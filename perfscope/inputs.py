@@ -24,9 +24,7 @@ import gzip
 import io
 import json
 import lzma
-import queue
 import stat
-import threading
 import zlib
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -138,14 +136,15 @@ class Stream(_Blocks):
 
 
 class _Gzip(_Blocks):
-    """A gzip stream inflated ahead, on a thread, by Arrow's codec (which releases the GIL: the
-    inflating overlaps the reader's parsing, and takes about a quarter less CPU than
-    :class:`gzip.GzipFile`, measured on a 13 MB trace: 0.16 against 0.22 CPU-s), with the standard
-    library's reader as the authority on damage: at Arrow's first error (truncated, damaged,
-    trailing bytes, a CRC that does not match) the stream is reopened with :class:`gzip.GzipFile`,
-    which skips the bytes already handed out and goes on from there. So every read gives what
-    ``GzipFile`` gives, and a damaged file ends exactly where, and with the error that, ``GzipFile``
-    ends it. At most :data:`AHEAD` blocks wait inflated."""
+    """A gzip stream inflated by Arrow's codec (pyarrow, already loaded with pandas: about a quarter less
+    CPU than :class:`gzip.GzipFile`, measured on a 13 MB trace: 0.16 against 0.22 CPU-s), with the
+    standard library's reader as the authority on damage: at Arrow's first error (truncated, damaged,
+    trailing bytes, a CRC that does not match) the stream is reopened with :class:`gzip.GzipFile`, which
+    skips the bytes already handed out and goes on from there. So every read gives what ``GzipFile``
+    gives, and a damaged file ends exactly where, and with the error that, ``GzipFile`` ends it.
+
+    (Inflating ahead on a thread was tried: on the shared 2-core machine it took nothing off the wall
+    time, there being no idle core, and it took no less CPU.)"""
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -154,19 +153,12 @@ class _Gzip(_Blocks):
         self.path = path
         self.file: IO[bytes] | None = None  # the fallback's own handle
         self.pos = 0  # bytes handed out
+        self.fast: Any = pa.CompressedInputStream(pa.OSFile(str(path)), "gzip")
         self.slow: gzip.GzipFile | None = None
-        self.rest = b""  # inflated bytes taken from the thread and not yet handed out
-        self.done = False
-        self.chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=AHEAD)
-        self.stop = threading.Event()
-        fast = pa.CompressedInputStream(pa.OSFile(str(path)), "gzip")
-        # the thread holds the stream, the queue and the flag, not this object (dropped, it closes)
-        self.thread = threading.Thread(target=_inflate, args=(fast, self.chunks, self.stop), daemon=True,
-                                       name="perfscope-gunzip")
-        self.thread.start()
 
     def _fallback(self) -> gzip.GzipFile:
-        self._stop()
+        self.fast.close()  # Arrow closed it at the error: a no-op then
+        self.fast = None
         self.file = open(self.path, "rb")  # noqa: SIM115 - closed with the stream
         slow = self.slow = gzip.GzipFile(fileobj=self.file, mode="rb")
         left = self.pos
@@ -180,75 +172,26 @@ class _Gzip(_Blocks):
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
             return self.readall()
-        data = self.slow.read(size) if self.slow is not None else self._ahead(size)
+        if self.fast is not None:
+            try:
+                data: bytes = self.fast.read(size)
+            except (OSError, ValueError):  # Arrow's IOError / ArrowInvalid: GzipFile decides
+                data = self._fallback().read(size)
+        else:
+            data = self.slow.read(size)  # type: ignore[union-attr]
         self.pos += len(data)
         return data
 
-    def _ahead(self, size: int) -> bytes:
-        """Up to ``size`` bytes from the thread's blocks (fewer only at the end)."""
-        parts, n = [], 0
-        while n < size and not self.done:
-            if not self.rest:
-                item = self.chunks.get()
-                if isinstance(item, BaseException):  # Arrow's IOError / ArrowInvalid: GzipFile decides
-                    return self._fallback().read(size)
-                if not item:
-                    self.done = True
-                    break
-                self.rest = item
-            take = self.rest if len(self.rest) <= size - n else self.rest[:size - n]
-            self.rest = self.rest[len(take):]
-            parts.append(take)
-            n += len(take)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _stop(self) -> None:
-        self.stop.set()
-        while True:  # free the blocks waiting, and a thread waiting to add one
-            try:
-                self.chunks.get_nowait()
-            except queue.Empty:
-                break
-        self.thread.join(timeout=10)
-
     def close(self) -> None:
         try:
-            self._stop()
+            if self.fast is not None:
+                self.fast.close()
             if self.slow is not None:
                 self.slow.close()
             if self.file is not None:
                 self.file.close()
         finally:
             super().close()
-
-
-AHEAD = 4
-"""Inflated blocks of :data:`BLOCK` bytes a gzip stream's thread keeps ready."""
-
-
-def _inflate(fast: Any, chunks: queue.Queue[bytes | BaseException], stop: threading.Event) -> None:
-    """The gzip thread: ``fast``'s blocks into ``chunks`` (empty at the end, the exception at an error)
-    until ``stop``."""
-    def put(item: bytes | BaseException) -> None:
-        while not stop.is_set():
-            try:
-                chunks.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    try:
-        while not stop.is_set():
-            try:
-                data = fast.read(BLOCK)
-            except (OSError, ValueError) as exc:
-                put(exc)
-                return
-            put(data)
-            if not data:
-                return
-    finally:
-        fast.close()
 
 
 def _zstd(path: Path, fh: IO[bytes]) -> IO[bytes]:

@@ -17,7 +17,6 @@ import lzma
 import os
 import shutil
 import sqlite3
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -163,19 +162,6 @@ def test_gzip_reads_exactly_what_gzipfile_reads_whole_or_damaged(size: int, fixt
         if want[1] is not None:  # strict: the file's one error line
             with pytest.raises(InputFormatError, match="truncated or damaged compressed data"):
                 read_bytes(path)
-
-
-def test_a_gzip_stream_closed_early_or_dropped_stops_its_thread(tmp_path: Path) -> None:
-    path = tmp_path / "big.json.gz"
-    text = b"".join(b'{"ph": "X", "ts": %d},' % i for i in range(600_000))  # ~14 MB: more blocks than wait ahead
-    path.write_bytes(gzip.compress(text, compresslevel=1))
-    with open_input(path) as stream:
-        assert stream.read(1000) == text[:1000]
-    stream = open_input(path)
-    assert stream.read(1 << 20) == text[:1 << 20]
-    del stream  # dropped unclosed: closed when collected
-    assert not [t for t in threading.enumerate() if t.name == "perfscope-gunzip"]
-    assert read_bytes(path) == text
 
 
 def test_zstd_without_the_package_and_compressed_sqlite_are_one_line(fixtures_dir: Path, tmp_path: Path,
