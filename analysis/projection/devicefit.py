@@ -504,7 +504,7 @@ has the curves' smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_R
 level :data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean) and the Huber weights
 (:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
 
-INNER_FOLDS = 2
+INNER_FOLDS = 4
 INNER_SALT = "inner|"
 """The inner split of :func:`select_pair_choices`: a hash (crc32) of ``INNER_SALT + key``, mod
 :data:`INNER_FOLDS`: independent of the outer folds (:func:`fold_of`), so inside one outer training fold the
@@ -597,6 +597,17 @@ def pair_corrections(obs: pd.DataFrame, models: DeviceModels, choices: Mapping[s
     return out
 
 
+CELL_WEIGHT = "equal"
+"""How :func:`select_pair_choices` weighs each pair and family's median error: ``equal``, or ``sqrt`` (the
+square root of its inner held-out rows: a median's standard error falls as one over it)."""
+
+
+def _cell_mean(cells: list[tuple[float, int]]) -> float:
+    med = np.array([m for m, _ in cells])
+    w = np.ones(len(cells)) if CELL_WEIGHT == "equal" else np.sqrt([n for _, n in cells])
+    return float(np.sum(w * med) / np.sum(w))
+
+
 def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
     """Per ordered device pair and family, the terms of its correction (:data:`CANDIDATES`) picked by
     cross-validation inside ``obs`` alone: ``obs``'s keys split in :data:`INNER_FOLDS` by a salted hash
@@ -608,9 +619,10 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
     :func:`cross_validate` the choice never sees the outer held-out fold. Returns the choice per group and
     every candidate's score (% error, the mean of the logs)."""
     obs = obs.reset_index(drop=True)
-    inner = np.array([zlib.crc32((INNER_SALT + str(k)).encode()) % INNER_FOLDS for k in obs["key"]], np.int64)
+    k_in = INNER_FOLDS
+    inner = np.array([zlib.crc32((INNER_SALT + str(k)).encode()) % k_in for k in obs["key"]], np.int64)
     errs: dict[tuple[str, str, str], dict[str, list[float]]] = {}
-    for g in range(INNER_FOLDS):
+    for g in range(k_in):
         train, test = obs[inner != g], obs[inner == g]
         if not len(train) or not len(test):
             continue
@@ -635,11 +647,11 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
         group = _group_of(key[2])
         for c, v in per.items():
             if v:
-                cells.setdefault(group, {}).setdefault(c, []).append(float(np.median(v)))
+                cells.setdefault(group, {}).setdefault(c, []).append((float(np.median(v)), len(v)))
     choices: dict[str, str] = {}
     scores: dict[str, dict[str, float]] = {}
     for group, per in cells.items():
-        sc = {c: float((np.exp(np.mean(v)) - 1.0) * 100.0) for c, v in per.items()}
+        sc = {c: float((np.exp(_cell_mean(v)) - 1.0) * 100.0) for c, v in per.items()}
         order = CANDIDATES[group]
         choices[group] = min(sc, key=lambda c: (round(sc[c], 6), order.index(c)))
         scores[group] = sc
