@@ -495,7 +495,8 @@ def _classes(rows: pd.DataFrame) -> np.ndarray | None:
     return rows["shape_class_s"].to_numpy(object) if "shape_class_s" in rows else None
 
 
-CANDIDATES = {"gemm": ("none", "roof", "intensity", "roof+class", "intensity+class", "intensity+roof"),
+CANDIDATES = {"gemm": ("none", "roof", "intensity", "roof+class", "intensity+class", "intensity+roof",
+                       "intensity+roof+class"),
               "other": ("none", "roof")}
 """The terms a pair correction may have, per family group, simplest first (a tie goes to the simpler):
 nothing; a smooth function of the source's roof time or of a GEMM's FLOPs per byte; either plus a level per
@@ -645,6 +646,8 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
     cells: dict[str, dict[str, list[float]]] = {}
     for key, per in errs.items():
         group = _group_of(key[2])
+        if len({round(float(np.median(v)), 12) for v in per.values() if v}) <= 1:
+            continue  # no candidate could be fitted (a pair and family of one key): it tells none apart
         for c, v in per.items():
             if v:
                 cells.setdefault(group, {}).setdefault(c, []).append((float(np.median(v)), len(v)))
