@@ -300,7 +300,8 @@ def _parse_shapes(text: str) -> tuple[Any, ...] | None:
     return tuple(v) if isinstance(v, (list, tuple)) else None
 
 
-def shape_classes(op: Sequence[Any], shapes: Sequence[Any], family: Sequence[Any] | None = None) -> np.ndarray:
+def shape_classes(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
+                  family: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
     """:func:`gemm_shape_class` of each kernel (once per distinct op and shapes); "" for a kernel of a family
     other than a GEMM (``family`` given) or without shapes."""
     ops = np.asarray(op, object)

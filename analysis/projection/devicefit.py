@@ -543,7 +543,7 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     ok = np.logical_and.reduce([np.isfinite(x) for x in xs])
     if not ok.any():
         return None
-    y = sub["le"].to_numpy(np.float64)[ok]
+    y = sub["le"].to_numpy(np.float64, na_value=np.nan)[ok]
     xs = [x[ok] for x in xs]
     grid = [interp_weights(x, *axis_knots(a)) for x, a in zip(xs, axes)]
     cls = sub["shape_class_s"].to_numpy(object)[ok].astype(str) if use_class else np.full(len(y), "", object)
@@ -643,7 +643,7 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
                 per.setdefault(cand, []).extend(np.abs(sub["le"].to_numpy() - lf).tolist())
     # one choice per family group: each pair and family's median error counts once (a pair of 17 keys as
     # much as one of 4,000), and the candidate with the smallest mean of them wins
-    cells: dict[str, dict[str, list[float]]] = {}
+    cells: dict[str, dict[str, list[tuple[float, int]]]] = {}
     for key, per in errs.items():
         group = _group_of(key[2])
         if len({round(float(np.median(v)), 12) for v in per.values() if v}) <= 1:
@@ -653,8 +653,8 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
                 cells.setdefault(group, {}).setdefault(c, []).append((float(np.median(v)), len(v)))
     choices: dict[str, str] = {}
     scores: dict[str, dict[str, float]] = {}
-    for group, per in cells.items():
-        sc = {c: float((np.exp(_cell_mean(v)) - 1.0) * 100.0) for c, v in per.items()}
+    for group, by_cand in cells.items():
+        sc = {c: float((np.exp(_cell_mean(v)) - 1.0) * 100.0) for c, v in by_cand.items()}
         order = CANDIDATES[group]
         choices[group] = min(sc, key=lambda c: (round(sc[c], 6), order.index(c)))
         scores[group] = sc
