@@ -381,7 +381,8 @@ class PairCorrection:
             arr = np.asarray(a, np.float64)
             out += np.where(ok, arr[i] * (1.0 - w) + arr[np.minimum(i + 1, N_BINS - 1)] * w, 0.0)
         if self.classes and shape_class is not None:
-            out += np.array([self.classes.get(str(c), 0.0) for c in np.asarray(shape_class, object)], np.float64)
+            levels = pd.Series(np.asarray(shape_class, object)).map(dict(self.classes))
+            out += levels.astype(np.float64).fillna(0.0).to_numpy()
         return out
 
     def factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
