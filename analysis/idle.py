@@ -852,8 +852,9 @@ def _join_pieces(pieces: list[np.ndarray]) -> np.ndarray:
 
 
 PIECES_PER_CHUNK = 1 << 19
-"""The idle classification works on this many pieces at a time (whole gaps), so its working arrays stay
-about 100 MB whatever the trace's size (a 5M-kernel nsys export cuts its gaps into ~20M pieces)."""
+"""The idle classification works on this many cut points (at most as many pieces) at a time, whole gaps, so its
+working arrays stay about 100 MB whatever the trace's size (a 5M-kernel nsys export cuts its gaps into ~20M
+pieces); the pieces are made per chunk from the sorted cut points, not for the whole trace first."""
 
 
 def _chunk_size(ctx: _Context) -> int:
