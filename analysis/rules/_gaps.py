@@ -131,19 +131,42 @@ def _subjects(idle: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[str, tup
     return pd.factorize(key)[0].astype(np.int64), kc, {"kind": (kc, kd), **fields}
 
 
+FILLED_SHARE = 0.5
+"""A group reads right as "N gaps of T" (T their length weighted by the group's time in them) only when its time
+is at least half of both its gaps' time and N x T (what the words suggest); otherwise it is said as "half of it in
+gaps of T or longer", which cannot be read as N x T."""
+
+
+def gap_size_text(time_ns: float, gaps: int, typical_ns: float, gaps_ns: float,
+                  one_gap: tuple[float, float] | None = None) -> str:
+    """Where a group's ``time_ns`` lies: " in N gaps of T" when it fills at least :data:`FILLED_SHARE` of its gaps'
+    time ``gaps_ns`` and of N x T (``typical_ns``: the gaps' length weighted by the group's time in them, a median);
+    else " in N gaps, X of it in one gap of T" when one gap holds more than half of it (``one_gap``: its time
+    there, that gap's length), or " in N gaps; half of it in gaps of T or longer"."""
+    if not gaps:
+        return ""
+    if gaps == 1:
+        return f" in 1 gap of {duration(typical_ns)}"
+    filled = time_ns >= FILLED_SHARE * gaps * typical_ns and not (time_ns < FILLED_SHARE * gaps_ns)
+    if filled:
+        return f" in {gaps:,} gaps of {duration(typical_ns)}"
+    if one_gap is not None:
+        return f" in {gaps:,} gaps, {duration(one_gap[0])} of it in one gap of {duration(one_gap[1])}"
+    return f" in {gaps:,} gaps; half of it in gaps of {duration(typical_ns)} or longer"
+
+
 def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: int, typical_ns: float,
-           shapes: str | None, extra: str = "", where_all: str = "", one_gap: tuple[float, float] | None = None) -> str:
-    """``one_gap``: (this group's time in one gap, that gap's length) when one gap holds most of the group's
-    time, so the label says so rather than "12 gaps of 6.6 ms" (which reads as twelve such gaps)."""
+           shapes: str | None, extra: str = "", where_all: str = "", one_gap: tuple[float, float] | None = None,
+           gaps_ns: float = math.nan) -> str:
+    """The item's line: its time and where it lies (:func:`gap_size_text`: ``gaps_ns``, the length of the gaps
+    its slices lie in; ``one_gap``), where the host was and what it did."""
     where = []
     if key.get("function"):
         where.append(key["function"])
     if key.get("range"):
         where.append(key["range"])
     at = f" in {' / '.join(where)}" if where else ""
-    size = f" in {gaps:,} gap{'s' if gaps != 1 else ''} of {duration(typical_ns)}" if gaps else ""
-    if gaps > 1 and one_gap is not None:
-        size = f" in {gaps:,} gaps, {duration(one_gap[0])} of it in one gap of {duration(one_gap[1])}"
+    size = gap_size_text(time_ns, gaps, typical_ns, gaps_ns, one_gap)
     head = f"{duration(time_ns)}{size}{where_all}"
     op = key.get("op") or ""
     if kind == "cpu compute":
@@ -261,7 +284,8 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
         "wait": k["wait"] or None, "api": k["api"] or None, "slices": len(pos), "gaps": gaps,
         "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
     kind_name = "gap" if len(pos) == 1 else "gaps"
-    label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra, where, one_gap)
+    gaps_ns = float(pd.Series(gap_len[pos]).groupby(gap_id[pos]).first().sum())  # the length of its gaps
+    label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra, where, one_gap, gaps_ns)
     return Item(kind_name, label, total, explains, starts[big], ends[big], {a: v for a, v in attrs.items() if v is not None},
                 spans=spans_of(starts[pos], ends[pos]) if len(pos) > 1 else ())
 

@@ -51,6 +51,7 @@ from ._base import (
     ranked,
     severity_for,
 )
+from .roof_causes import Causes, causes_advice, group_causes
 from .timeline import SHORT_KERNEL_NS
 
 if TYPE_CHECKING:
@@ -109,28 +110,6 @@ CPU_LOW_PRECISION_ADVICE = (
     "the model in {target} (model.to(torch.bfloat16), or torch.autocast('cpu', dtype=torch.bfloat16)), which "
     "also halves the bytes each decode step reads. Check the accuracy after the change.")
 
-ADVICE: dict[tuple[str, bool], str] = {
-    ("memory-below-roof", False): (
-        "Memory-bound kernels should stream at 70-90% of DRAM bandwidth. Check the access pattern (coalesced, "
-        "vectorised 16-byte loads, no strided or transposed reads), launch enough blocks to cover every SM, and "
-        "fuse neighbouring elementwise/norm kernels so each tensor is read once (torch.compile, fused kernels)."),
-    ("memory-below-roof", True): (
-        "Memory-bound operators should stream at most of the measured DRAM bandwidth. Small tensors that fit in "
-        "cache, per-operator dispatch overhead and single-threaded operators keep them far below it: fuse chains "
-        "of elementwise/norm operators (torch.compile), use contiguous tensors, and give each operator more "
-        "data (larger batch)."),
-    ("compute-below-roof", False): (
-        "Compute-bound kernels should reach 70-80% of the matrix roof. Use shapes the library tiles well "
-        "(multiples of 64/128, no tiny inner dimension), batch small GEMMs together (grouped/batched GEMM), make "
-        "sure the precision runs on tensor cores, and try torch.compile(mode='max-autotune') or cuBLASLt "
-        "heuristics for the hot shapes."),
-    ("compute-below-roof", True): (
-        "Compute-bound operators should reach a good share of the measured matmul roof. Check that every core "
-        "works (torch.get_num_threads(), no oversubscription with other processes), that GEMMs are large enough "
-        "to amortise the library's blocking (batch requests together), and that weights are contiguous in the "
-        "layout the BLAS expects."),
-}
-"""Recommendations of the roof rules, for GPU (False) and CPU (True) reports."""
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -457,8 +436,7 @@ def memory_below_roof(report: Report) -> list[Finding]:
     measured = pd.to_numeric(groups["limiter_pct"], errors="coerce")
     groups["pct_of_roof"] = measured.where(measured.notna(), groups["dram_bytes"] / (groups["time_ns"] * 1e-9) / bw * 100.0)
     return _below_roof(report, k, groups, "memory-below-roof", "DRAM bandwidth", MEMORY_ROOF_LOW_PCT, {
-        "dram_roof_bytes_per_s": float(bw), "dram_roof_provenance": dev.memory["dram"].provenance if dev else ""},
-        ADVICE["memory-below-roof", is_cpu_report(report)])
+        "dram_roof_bytes_per_s": float(bw), "dram_roof_provenance": dev.memory["dram"].provenance if dev else ""})
 
 
 def _compute_groups(report: Report) -> pd.DataFrame | None:
@@ -482,7 +460,7 @@ def compute_below_roof(report: Report) -> list[Finding]:
     if groups is None:
         return []
     return _below_roof(report, effective_kernels(report), groups, "compute-below-roof", "compute roof",
-                       COMPUTE_ROOF_LOW_PCT, {}, ADVICE["compute-below-roof", is_cpu_report(report)])
+                       COMPUTE_ROOF_LOW_PCT, {})
 
 
 def _at_stake(report: Report, groups: pd.DataFrame, share: str) -> tuple[pd.DataFrame | None, float, float]:
@@ -501,8 +479,16 @@ def _at_stake(report: Report, groups: pd.DataFrame, share: str) -> tuple[pd.Data
     return kept, kernel_ns, at_stake
 
 
+def _with_causes(item: Item, c: Causes) -> Item:
+    """A group item whose limiter was not measured, with what its trace evidence shows (:func:`group_causes`): it
+    explains its time when a cause is named, else it says that nothing in the trace does."""
+    said = "; ".join(c.clauses) if c.advice else "nothing in the trace explains it"
+    attrs = {**item.attrs, **{a: v for a, v in c.attrs.items() if v is not None}, "causes": ", ".join(c.advice) or None}
+    return replace(item, label=f"{item.label}; {said}", explains=bool(c.advice), attrs=attrs)
+
+
 def _below_roof(report: Report, k: pd.DataFrame, groups: pd.DataFrame, rule: str, roof: str, low_pct: float,
-                extra: dict[str, float | int | str], advice: str) -> list[Finding]:
+                extra: dict[str, float | int | str]) -> list[Finding]:
     below, kernel_ns, at_stake = _at_stake(report, groups[groups["pct_of_roof"] < low_pct], "pct_of_roof")
     if below is None:
         return []
@@ -522,10 +508,14 @@ def _below_roof(report: Report, k: pd.DataFrame, groups: pd.DataFrame, rule: str
     if isinstance(top["limiter"], str):
         title += ", " + limiter_words(top["limiter"], top["limiter_pct"], top.get(f"pipe_{top['limiter']}_pct"))
     items = group_items(below, bound, extra="pct_of_roof")
-    measured = [i for i in items if i.explains]
     parts = advice_from(below, group_categories(k, below))
-    if len(measured) < len(items):  # groups whose limiter was not measured: the roofline's general advice
-        parts.append(advice)
+    unmeasured = [n for n, i in enumerate(items) if not i.explains]
+    if unmeasured:  # groups whose limiter was not measured: the causes their trace evidence shows, or none
+        rows = below.iloc[unmeasured]
+        causes = group_causes(report, k, rows, bound)
+        by_row = dict(zip(unmeasured, causes))
+        items = tuple(_with_causes(i, by_row[n]) if n in by_row else i for n, i in enumerate(items))
+        parts += causes_advice(report, causes, [float(v) for v in rows["stake_ns"]], [str(g) for g in rows["group"]])
     return [ranked(report, rule, title, evidence, " ".join(parts), at_stake,
                    kernels=tuple(str(g) for g in below["group"].head(TOP_GROUPS)), items=items)]
 

@@ -1,0 +1,379 @@
+"""Why a kernel group runs far below its roof when no counter measured its limiter: the causes the trace
+itself shows (docs/findings.md, "Below the roof without counters").
+
+``memory-below-roof`` and ``compute-below-roof`` list their groups; where Nsight Compute or rocprof-compute
+measured a group's limiter, that limiter's advice applies (``kernels.LIMITER_ADVICE``). For the others this
+module reads what a trace does hold, per group, and names a cause only where its evidence is present:
+
+- ``grid``: the launch's blocks (Kineto's ``grid`` column) below the device's SM/CU count: under one wave,
+  some SMs idle for the whole kernel.
+- ``small``: the bytes of one launch stream in under :data:`SMALL_STREAM_NS` at the DRAM roof (and, where the
+  L2 size is known, fit in it many times over): fixed per-kernel costs, not DRAM bandwidth, set its time.
+- ``weights``: a memory-bound GEMM of few rows (decode-sized M) whose bytes are its weights.
+- ``kv``: a memory-bound attention kernel of a decode phase: its bytes are the KV cache.
+- ``fuse``: an elementwise/norm/copy/reduction group launched back to back with kernels of the same kinds:
+  each reads and writes its tensor again.
+- ``fp32``: an FP32 elementwise/norm/copy group: BF16 halves its bytes.
+- ``shape``: a compute-bound GEMM with a tiny inner dimension or sizes off multiples of 8.
+- ``occupancy``: Kineto's estimated occupancy under a quarter with the registers and shared memory that cap
+  it (not for GEMM/attention, whose warp-specialised kernels run at low occupancy by design).
+
+A group none of these explain is reported as unexplained, and the advice names the measurement that would tell.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from perfscope.format import duration, nbytes
+from perfscope.memo import memo
+from perfscope.vocab import is_amd
+
+from ..summaries.kernels import group_codes
+from ._base import collect_advice, from_ncu, is_cpu_report
+
+if TYPE_CHECKING:
+    from perfscope.report import Report
+
+SMALL_STREAM_NS = 1_000.0
+"""A launch whose bytes stream in under 1 µs at the DRAM roof is too small to approach it: a GPU kernel
+spends a few µs ramping up its blocks and draining the last wave whatever its size, so such a kernel's time
+is those fixed costs, not its bytes."""
+L2_RESIDENT_SHARE = 0.25
+"""Bytes per launch under a quarter of the L2 can stay in it between launches (the working set is
+cache-resident: its reads need not come from DRAM at all)."""
+L2_BYTES = {"V100": 6 * 2**20, "A100": 40 * 2**20, "H100": 50 * 2**20}
+"""L2 size by datasheet family where the device properties do not give it (``l2_cache_bytes``): NVIDIA Tesla
+V100 whitepaper (6144 KB), A100 whitepaper (40 MB), H100 whitepaper (50 MB). Families whose sources disagree
+(B200: 96 or 126 MB) are left out: the clause is then given without the L2 size."""
+UNDERFILL_WAVES = 0.75
+"""A grid that gives at most three quarters of the SMs a block leaves a quarter or more idle for the whole launch
+(a grid just under one wave costs its few idle SMs only: not a cause of a group far below its roof)."""
+ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5, "int4": 0.5}
+WEIGHT_SHARE = 0.5
+"""A GEMM whose weights are at least half its bytes streams its weights."""
+FUSIBLE = ("elementwise", "norm", "memory", "reduction")
+"""Kernel categories that read and write whole tensors with little work per byte: fused chains read each once."""
+FUSE_SHARE = 0.5
+"""A group is launched back to back with fusible kernels when at least half of its launches have one beside
+them on their stream."""
+TINY_INNER = 64
+"""A GEMM inner dimension under 64 gives each output few multiply-adds: the tensor-core tiles are mostly
+loads and epilogue."""
+ALIGN = 8
+"""GEMM sizes off multiples of 8 elements miss the 16-byte aligned tensor-core paths (cuBLAS / hipBLASLt)."""
+OCCUPANCY_LOW_PCT = 25.0
+"""As in :mod:`.occupancy`: under a quarter of the warps per SM leaves too few to hide memory latency."""
+MATMUL = ("gemm", "attention")
+GEMM_OPS = {"aten::mm": (0, 1), "aten::matmul": (0, 1), "aten::addmm": (1, 2), "aten::linear": (0, 1),
+            "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+"""Operators whose (activation, weight) inputs give M, K and N (position in ``op_shapes``)."""
+BATCHED = ("aten::bmm", "aten::baddbmm")
+"""Batched matmuls: their second operand is another activation (attention's K or V), not weights."""
+
+
+@dataclass
+class Causes:
+    """What the trace shows about one group: ``clauses`` (what the label says), ``advice`` per cause code (what
+    the recommendation says), ``attrs`` (the numbers behind them, units in the keys)."""
+
+    clauses: list[str] = field(default_factory=list)
+    advice: dict[str, str] = field(default_factory=dict)
+    attrs: dict[str, float | int | str | None] = field(default_factory=dict)
+
+
+def _blocks(grid: object) -> float:
+    """The blocks of a launch grid ``(x, y, z)``; NaN when not a grid."""
+    if not isinstance(grid, str):
+        return math.nan
+    try:
+        dims = [int(v) for v in grid.strip("()[] ").split(",") if v.strip()]
+    except ValueError:
+        return math.nan
+    return float(np.prod(dims)) if dims and all(d > 0 for d in dims) else math.nan
+
+
+def _shapes(text: object) -> list[list[int]]:
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        dims = json.loads(text)
+    except ValueError:
+        return []
+    return [s if isinstance(s, list) and all(isinstance(d, int) for d in s) else [] for s in dims] if isinstance(dims, list) else []
+
+
+def gemm_dims(op: object, shapes: object) -> tuple[int | None, int | None, int | None]:
+    """(M, K, N) of a GEMM operator from its input shapes: M the rows of the activation (all its leading
+    dimensions but a bmm's batch), K and N from the weight where the operator's layout is known
+    (:data:`GEMM_OPS`); for another operator of a GEMM kernel (a fused MoE), M only, from its first input's
+    leading dimensions. None where the shapes do not say."""
+    s = _shapes(shapes)
+    if not s:
+        return None, None, None
+    pos = GEMM_OPS.get(str(op)) if isinstance(op, str) else None
+    if pos is None:
+        a = s[0]
+        return (int(np.prod(a[:-1])) if len(a) >= 2 else None), None, None
+    ia, iw = pos
+    if len(s) <= iw or len(s[ia]) < 2 or len(s[iw]) < 2:
+        return None, None, None
+    a, w = s[ia], s[iw]
+    m = a[-2] if op in ("aten::bmm", "aten::baddbmm") else int(np.prod(a[:-1]))
+    k = a[-1]
+    n = w[-2] if op == "aten::linear" else w[-1]
+    return int(m), int(k), int(n)
+
+
+def weight_share(m: int, k: int | None, n: int | None, shapes: list[list[int]], per_launch: float,
+                 precision: object) -> float:
+    """The share of a memory-bound GEMM's bytes that are its weights: ``K*N / (K*N + M*K + M*N)`` where K and N are
+    known; else (an operator such as a fused MoE) what its activation (the first input, read and its like written)
+    leaves of the bytes per launch. NaN when neither is known."""
+    if k and n:
+        return k * n / (k * n + m * k + m * n)
+    size = ITEMSIZE.get(str(precision), 2)
+    if not shapes or not shapes[0] or not per_launch > 0:
+        return math.nan
+    act = 2.0 * float(np.prod(shapes[0])) * size
+    return max(0.0, 1.0 - act / per_launch)
+
+
+def _short(name: object, most: int = 48) -> str:
+    """A group's name as the advice names it: cut to ``most`` characters, with an ellipsis where cut."""
+    text = str(name)
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def _median(values: object) -> float:
+    """The median of the known values; NaN when none is known (no warning)."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna() if values is not None else pd.Series(dtype=float)
+    return float(v.median()) if len(v) else math.nan
+
+
+def _mode(values: pd.Series) -> object:
+    v = values.dropna()
+    return v.mode().iloc[0] if len(v) else None
+
+
+def l2_bytes(report: Report) -> float:
+    """The device's L2 size: its properties' ``l2_cache_bytes``, else :data:`L2_BYTES` by datasheet family; NaN."""
+    dev = report.device
+    if dev is None:
+        return math.nan
+    v = dev.properties.get("l2_cache_bytes")
+    if isinstance(v, (int, float)) and v > 0:
+        return float(v)
+    sheet = str(dev.properties.get("datasheet") or dev.name or "").upper()
+    return next((float(b) for fam, b in L2_BYTES.items() if fam in sheet.split() or sheet.startswith(fam)), math.nan)
+
+
+def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> tuple[list[str], float]:
+    """The fusible kernel groups launched right before or after the ``rows`` on their stream (most frequent first)
+    and the share of the rows that have one."""
+    if "stream" not in k or "category" not in k or not len(rows):
+        return [], 0.0
+    order, lane = _stream_order(k)
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    codes, names = group_codes(k)
+    fusible = k["category"].map(lambda c: c in FUSIBLE).to_numpy(bool)
+    found: dict[str, int] = {}
+    having = 0
+    for r in rows.tolist():
+        p, hit = pos[r], False
+        for q in (p - 1, p + 1):
+            if 0 <= q < len(order):
+                o = order[q]
+                if lane[o] == lane[r] and fusible[o] and codes[o] >= 0 and codes[o] != codes[r]:
+                    name = str(names[codes[o]])
+                    found[name] = found.get(name, 0) + 1
+                    hit = True
+        having += hit
+    return [n for n, _ in sorted(found.items(), key=lambda kv: -kv[1])], having / len(rows)
+
+
+def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions of ``k`` by device, stream and start (kernels one after another on a stream), and each row's
+    (device, stream) lane code (a missing device or stream is a lane of its own)."""
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        dev = pd.factorize(k["device"].astype(str) if "device" in k else pd.Series("", index=k.index))[0]
+        stream = pd.factorize(k["stream"].astype(str))[0]
+        start = k["start_ns"].to_numpy("float64", na_value=np.nan)
+        lane = dev.astype(np.int64) * (int(stream.max(initial=0)) + 2) + stream
+        return np.lexsort((start, stream, dev)), lane
+    return memo(k, "rules:stream_order", build)
+
+
+def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: str) -> list[Causes]:
+    """Per row of ``groups`` (``_group_totals`` of ``k``: group, count, time_ns, dram_bytes, precision, first),
+    the causes its trace evidence shows (empty :class:`Causes` when none); a CPU report's only
+    :data:`CPU_CAUSES`."""
+    gpu = not is_cpu_report(report)
+    dev = report.device
+    sms = dev.properties.get("sm_count") if dev is not None else None
+    sms = int(sms) if isinstance(sms, (int, float)) and sms > 0 else None
+    unit = "CU" if is_amd(dev) else "SM"
+    bw = dev.peak_bandwidth("dram") if dev is not None else None
+    l2 = l2_bytes(report)
+    codes, _ = group_codes(k)
+    out = []
+    for row in groups.to_dict("records"):
+        first = int(row["first"])
+        rows = np.flatnonzero(codes == codes[first]) if first >= 0 else np.zeros(0, dtype=np.int64)
+        g = k.iloc[rows]
+        c = Causes()
+        name = _short(row["group"])
+        count = max(int(row["count"]), 1)
+        cat = _mode(g["category"]) if "category" in g else None
+        c.attrs["category"] = str(cat) if isinstance(cat, str) else None
+        # the grid against the SMs
+        if gpu and sms and "grid" in g:
+            blocks = _median(g["grid"].map(_blocks))
+            if np.isfinite(blocks):
+                c.attrs.update(grid_blocks=float(blocks), sm_count=sms)
+                if blocks <= UNDERFILL_WAVES * sms:
+                    c.clauses.append(f"grid of {blocks:.0f} block{'s' if blocks != 1 else ''} on {sms} {unit}s "
+                                     f"({blocks / sms:.2g} wave)")
+                    c.advice["grid"] = name
+        # bytes per launch against the DRAM roof and the L2
+        per_launch = float(row["dram_bytes"]) / count
+        if gpu and bound == "memory" and bw and per_launch > 0:
+            stream_ns = per_launch / bw * 1e9
+            c.attrs.update(bytes_per_launch=per_launch, stream_at_roof_ns=stream_ns,
+                           mean_launch_ns=float(row["time_ns"]) / count)
+            if np.isfinite(l2):
+                c.attrs["l2_bytes"] = l2
+            if stream_ns < SMALL_STREAM_NS:
+                fits = (f", a {per_launch / l2:.1%} of the {nbytes(l2)} L2" if np.isfinite(l2)
+                        and per_launch < L2_RESIDENT_SHARE * l2 else "")
+                c.clauses.append(f"{nbytes(per_launch)} per launch{fits}: {duration(stream_ns)} at the DRAM roof of "
+                                 f"a {duration(float(row['time_ns']) / count)} launch")
+                c.advice["small"] = name
+        # the category and the shapes
+        per_launch = float(row["dram_bytes"]) / count
+        op, shapes = (_mode(g["op"]) if "op" in g else None), (_mode(g["op_shapes"]) if "op_shapes" in g else None)
+        prec = row.get("precision")
+        if cat == "gemm":
+            m, kk, n = gemm_dims(op, shapes)
+            c.attrs.update(gemm_m=m, gemm_k=kk, gemm_n=n)
+            if bound == "memory" and m is not None and op not in BATCHED:  # a bmm's operands are both activations
+                share = weight_share(m, kk, n, _shapes(shapes), per_launch, prec)
+                if np.isfinite(share) and share >= WEIGHT_SHARE:
+                    c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its bytes")
+                    c.attrs["weight_share"] = share
+                    c.advice["weights"] = name
+            if bound == "compute" and kk is not None and n is not None and m is not None:
+                off = [f"{d}={v}" for d, v in (("M", m), ("K", kk), ("N", n)) if v % ALIGN]
+                if kk < TINY_INNER:
+                    c.clauses.append(f"inner dimension K={kk}")
+                    c.advice["shape"] = name
+                elif off:
+                    c.clauses.append(f"{', '.join(off)} not a multiple of {ALIGN}")
+                    c.advice["shape"] = name
+            if prec == "fp32":
+                c.clauses.append("FP32 matmul")
+                c.advice["fp32mm"] = name
+        if gpu and cat == "attention" and bound == "memory" and "phase" in g and _mode(g["phase"]) == "decode":
+            c.clauses.append("attention of a decode phase: its bytes are the KV cache")
+            c.advice["kv"] = name
+        if cat in FUSIBLE:
+            near, share = _neighbours(k, rows)
+            if near and share >= FUSE_SHARE:
+                c.clauses.append(f"launched beside {', '.join(_short(n) for n in near[:2])} ({share:.0%} of launches)")
+                c.attrs["fusible_neighbours"] = "; ".join(n[:80] for n in near[:3])
+                c.advice["fuse"] = f"{name} with {', '.join(_short(n) for n in near[:2])}"
+            if prec == "fp32":
+                c.clauses.append("FP32 tensors")
+                c.advice["fp32"] = name
+        # Kineto's estimated occupancy, with what caps it
+        if gpu and cat not in MATMUL and "est_occupancy_pct" in g:
+            occ = pd.to_numeric(g["est_occupancy_pct"], errors="coerce")
+            occ = _median(occ[occ > 0])  # 0: Kineto did not estimate it (a running kernel has warps)
+            if np.isfinite(occ):
+                c.attrs["est_occupancy_pct"] = float(occ)
+                if occ < OCCUPANCY_LOW_PCT:
+                    regs = _median(pd.to_numeric(g.get("registers_per_thread"), errors="coerce"))
+                    smem = _median(pd.to_numeric(g.get("shared_mem_bytes"), errors="coerce"))
+                    caps = ", ".join(x for x in (f"{regs:.0f} registers per thread" if np.isfinite(regs) else "",
+                                                 f"{nbytes(smem)} shared memory per block" if smem > 0 else "") if x)
+                    c.clauses.append(f"estimated occupancy {occ:.0f}%" + (f" ({caps})" if caps else ""))
+                    c.advice["occupancy"] = name
+        out.append(c)
+    return out
+
+
+CAUSE_ADVICE = {
+    "grid": ("{groups}: the grid has fewer blocks than the device has {unit}s, so some stay idle for the whole "
+             "launch: more blocks per launch (split-K / split-KV, smaller tiles, more requests per batch)."),
+    "small": ("{groups}: each launch moves too few bytes to approach the DRAM roof: fixed per-kernel costs (ramp-up, "
+              "the last wave) set its time, not DRAM bandwidth: give each launch more work (a larger batch) or fuse "
+              "it with its neighbours, so that fewer launches pay those costs."),
+    "weights": ("{groups}: the bytes are the weights (weight streaming: each weight is read for few rows): "
+                "lower-precision weights (FP8, INT4/MXFP4) cut the bytes, more rows per launch (a larger batch) "
+                "amortise them."),
+    "kv": ("{groups}: decode attention reads the KV cache: split-KV / flash-decoding spreads short batches over "
+           "more blocks, a lower-precision KV cache (FP8) cuts the bytes."),
+    "fuse": ("Fuse {groups} (torch.compile, a fused kernel): back-to-back elementwise/norm/copy {what} each read and "
+             "write the tensor again."),
+    "fp32": "{groups}: FP32 tensors: in BF16 the same {what} move half the bytes.",
+    "shape": ("{groups}: the GEMM shape tiles badly (a tiny inner dimension, or sizes off multiples of 8): pad the "
+              "sizes to multiples of 16, or batch the small GEMMs into one grouped/batched GEMM."),
+    "fp32mm": "{groups}: FP32 matmuls: the fp32-matmul finding gives their gain on the tensor cores.",
+    "occupancy": ("{groups}: a low estimated occupancy (Kineto's estimate from registers and shared memory per "
+                  "block): fewer registers per thread or less shared memory per block leave room for more warps."),
+}
+"""The advice per cause code of :func:`group_causes`, naming the groups (``{groups}``) that show it."""
+CPU_CAUSES = ("fuse", "fp32", "weights", "shape", "fp32mm")
+"""Causes a CPU report's operators can show (no grid, no SMs, no GPU occupancy)."""
+UNEXPLAINED = "Nothing in the trace explains {groups} ({stake} at stake): "
+UNEXPLAINED_MEASURE = {
+    False: "measure {them} with {tool}, whose limiter (the busiest unit and its % of peak) says what holds {them} back.",
+    True: ("measure {them} with a hardware-counter profiler (perf stat, VTune, uProf), whose cache-miss and "
+           "bandwidth counters say what holds {them} back."),
+}
+"""The advice for the groups nothing explains: the measurement that would tell, never a recipe."""
+
+
+def causes_advice(report: Report, causes: list[Causes], stakes: list[float], names: list[str]) -> list[str]:
+    """The advice sentences, one per cause in order of the stake of the groups showing it, then the groups nothing
+    explains with the measurement that would tell (:func:`._base.collect_advice`: the vendor's counter profiler,
+    or the sections an Nsight Compute report lacks)."""
+    cpu = is_cpu_report(report)
+    unit = "CU" if is_amd(report.device) else "SM"
+    weight: dict[str, float] = {}
+    who: dict[str, list[str]] = {}
+    for c, s in zip(causes, stakes):
+        for code, name in c.advice.items():
+            weight[code] = weight.get(code, 0.0) + (s if np.isfinite(s) else 0.0)
+            who.setdefault(code, []).append(name)
+    parts = []
+    for code in sorted(weight, key=lambda x: -weight[x]):
+        names_ = list(dict.fromkeys(who[code]))
+        if code == "fuse":  # "silu with mul" says "mul with silu" too
+            kept: list[str] = []
+            for entry in names_:
+                if not any(entry.split(" with ")[0] in e.split(" with ", 1)[1].split(", ") for e in kept):
+                    kept.append(entry)
+            names_ = kept
+        shown = names_[:3] + ([f"{len(names_) - 3} more"] if len(names_) > 3 else [])
+        parts.append(CAUSE_ADVICE[code].format(groups="; ".join(shown), unit=unit,
+                                               what="operators" if cpu else "kernels"))
+    none = [(n, s) for c, s, n in zip(causes, stakes, names) if not c.advice]
+    if none:
+        stake = float(sum(s for _, s in none if np.isfinite(s)))
+        shown = [_short(n) for n, _ in none[:3]] + ([f"{len(none) - 3} more group(s)"] if len(none) > 3 else [])
+        them = "it" if len(none) == 1 else "them"
+        head = UNEXPLAINED.format(groups=", ".join(shown), stake=duration(stake))
+        tool = "" if cpu else collect_advice(report, "{counters}")
+        parts.append(f"{head[:-2]}. {tool}" if from_ncu(report) else head + UNEXPLAINED_MEASURE[cpu].format(them=them, tool=tool))
+    return parts
+
+
+__all__ = ["CAUSE_ADVICE", "CPU_CAUSES", "Causes", "causes_advice", "gemm_dims", "group_causes", "l2_bytes"]

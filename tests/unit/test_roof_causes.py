@@ -1,0 +1,190 @@
+"""memory-below-roof / compute-below-roof without measured counters: each group's advice comes from the causes
+its trace shows (analysis/rules/roof_causes.py), checked against the kernel table's own columns and known
+truth (a GEMM's weights K*N against its M*K + M*N activations); a group none explains is listed as unexplained,
+with the measurement that would tell. The idle label's gap sizes (analysis/rules/_gaps.py gap_size_text)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from perfscope.analysis.findings import RULES
+from perfscope.analysis.rules._gaps import gap_size_text
+from perfscope.analysis.rules.roof_causes import (
+    SMALL_STREAM_NS,
+    UNDERFILL_WAVES,
+    gemm_dims,
+    weight_share,
+)
+from perfscope.analysis.summaries.kernels import group_key
+
+B200 = "kineto/tracelens_b200__eager_trace.json.gz"
+MI300X_GRAPH = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
+H200_EAGER = "h200/h200_llama1b_engine_eager.pt.trace.json.gz"  # not looked at while the rule was written
+STOCK = ("access pattern", "coalesced", "70-90% of DRAM", "tiles well")
+
+
+def _items(f):
+    return {i.attrs["group"]: i for i in f.items}
+
+
+def _blocks(grid: str) -> int:
+    return int(np.prod([int(v) for v in grid.strip("()").split(",")]))
+
+
+def test_gemm_dims_from_the_operators_shapes() -> None:
+    assert gemm_dims("aten::addmm", "[[5120],[32,2880],[2880,5120],[],[]]") == (32, 2880, 5120)
+    assert gemm_dims("aten::mm", "[[2,2048],[2048,8192]]") == (2, 2048, 8192)
+    assert gemm_dims("aten::linear", "[[4,16,2048],[8192,2048],[8192]]") == (64, 2048, 8192)
+    assert gemm_dims("aten::bmm", "[[8,128,64],[8,64,256]]") == (128, 64, 256)
+    assert gemm_dims("vllm::moe_forward", "[[32,3072],[32,32],[]]") == (32, None, None)  # M only
+    assert gemm_dims("aten::mm", None) == (None, None, None)
+    # K*N against M*K + M*N: a decode GEMM's bytes are its weights, a prefill GEMM's are not
+    assert weight_share(32, 2880, 5120, [], 0.0, "bf16") == pytest.approx(2880 * 5120 / (2880 * 5120 + 32 * 2880
+                                                                                           + 32 * 5120))
+    assert weight_share(888, 2880, 640, [], 0.0, "bf16") < 0.5
+
+
+def test_b200_below_roof_names_the_causes_its_trace_shows(load) -> None:
+    r = load(B200)
+    (f,) = RULES["memory-below-roof"](r)
+    k = r.kernels
+    g = group_key(k)
+    items = _items(f)
+    sms = r.device.properties["sm_count"]
+    assert sms == 148 and not any(s in f.recommendation for s in STOCK)
+    # the attention group: a grid of 4 x 8 = 32 blocks on 148 SMs, and 1.48 MB per launch
+    (fmha,) = [i for n, i in items.items() if n.startswith("fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausal")]
+    rows = k[g == fmha.attrs["group"]]
+    assert fmha.attrs["grid_blocks"] == np.median([_blocks(x) for x in rows["grid"]]) == 32
+    assert f"grid of 32 blocks on {sms} SMs" in fmha.label and 32 <= UNDERFILL_WAVES * sms
+    per_launch = rows.loc[rows["bound"] == "memory", "dram_bytes"].sum() / fmha.attrs["count"]
+    assert fmha.attrs["bytes_per_launch"] == pytest.approx(per_launch)
+    assert fmha.attrs["stream_at_roof_ns"] == pytest.approx(per_launch / r.device.peak_bandwidth("dram") * 1e9)
+    assert fmha.attrs["stream_at_roof_ns"] < SMALL_STREAM_NS and fmha.explains
+    # the MoE bmm: vllm::moe_forward on [888, 3072] fp8 activations, 139 MB per launch: the rest are the weights
+    (bmm,) = [i for n, i in items.items() if n.startswith("bmm_MxE4m3")]
+    rows = k[(g == bmm.attrs["group"]) & (k["bound"] == "memory")]
+    act = 2 * 888 * 3072 * 1  # read and written, fp8
+    assert json.loads(rows["op_shapes"].iloc[0])[0] == [888, 3072] and rows["precision"].iloc[0] == "fp8"
+    assert bmm.attrs["weight_share"] == pytest.approx(1 - act / (rows["dram_bytes"].sum() / len(rows)))
+    assert "weights are 96% of its bytes" in bmm.label and "weight streaming" in f.recommendation
+    # a group nothing explains: listed as such, its time unexplained, and the advice names the measurement
+    (norm,) = [i for n, i in items.items() if "fused_add_rms_norm" in n]
+    assert not norm.explains and "nothing in the trace explains it" in norm.label
+    assert "Nothing in the trace explains" in f.recommendation and "Nsight Compute" in f.recommendation
+    explained = sum(i.time_ns for i in f.items if i.explains)
+    assert f.explained_ns == pytest.approx(explained) and f.unexplained_ns > 0
+
+
+def test_mi300x_decode_graph_weights_kv_and_fusion(load) -> None:
+    r = load(MI300X_GRAPH)
+    (f,) = RULES["memory-below-roof"](r)
+    assert not any(s in f.recommendation for s in STOCK)
+    by = {}
+    for i in f.items:
+        by.setdefault(i.attrs.get("causes"), []).append(i)
+    # the dense decode GEMMs: aten::addmm of 32 rows, K=2880, N=5120 (op_shapes): weights 98% of the bytes
+    addmm = [i for i in f.items if i.attrs.get("gemm_k") == 2880 and i.attrs.get("gemm_n") == 5120]
+    assert addmm and all(i.attrs["gemm_m"] == 32 and "weights" in i.attrs["causes"] for i in addmm)
+    assert addmm[0].attrs["weight_share"] == pytest.approx(2880 * 5120 / (2880 * 5120 + 32 * 2880 + 32 * 5120))
+    # the attention of the decode phase reads the KV cache; a graph replay records no grid: no grid clause
+    att = [i for i in f.items if i.attrs.get("category") == "attention"]
+    assert att and all("kv" in i.attrs["causes"] and "grid_blocks" not in i.attrs for i in att)
+    assert "KV cache" in f.recommendation and "CUs" not in f.recommendation
+    assert f.explained_share == pytest.approx(1.0)
+
+
+def test_unseen_h200_trace_reads_right(load) -> None:
+    """A trace the rule was not tuned on: the H200 eager Llama-1B decode (batch 2)."""
+    r = load(H200_EAGER)
+    (f,) = RULES["memory-below-roof"](r)
+    (gemm,) = [i for i in f.items if i.attrs.get("category") == "gemm"]
+    assert gemm.attrs["gemm_m"] == 2 and gemm.attrs["weight_share"] > 0.99 and gemm.explains
+    assert gemm.attrs["grid_blocks"] < 132 and gemm.attrs["sm_count"] == 132
+    assert all(i.explains == bool(i.attrs.get("causes")) for i in f.items)
+    assert not any(s in f.recommendation for s in STOCK)
+
+
+def test_measured_ncu_path_is_unchanged(load) -> None:
+    """Where ncu measured the limiter, the limiter's advice alone: no trace-evidence clause, nothing unexplained."""
+    r = load("ncu/esmm_a10g_roofline_set.ncu-rep")
+    (f,) = RULES["compute-below-roof"](r)
+    assert [i.attrs["limiter"] for i in f.items] == ["lsu"] and all(i.explains for i in f.items)
+    assert "causes" not in f.items[0].attrs and "Nothing in the trace" not in f.recommendation
+    assert f.recommendation.startswith("The LSU pipe")
+
+
+def test_gap_size_text_cannot_be_read_as_n_times_t() -> None:
+    ms = 1e6
+    # the group fills most of its gaps: "N gaps of T" reads right
+    assert gap_size_text(9 * ms, 3, 3 * ms, 9.5 * ms) == " in 3 gaps of 3 ms"
+    # the V100 ResNet-50's aten::to: 26.9 ms in 260 gaps whose time-weighted length is 57.3 ms
+    assert gap_size_text(26.9 * ms, 260, 57.3 * ms, 300 * ms) == " in 260 gaps; half of it in gaps of 57.3 ms or longer"
+    # one gap holds more than half of it, and the group fills its gaps (6.74 ms) but not 12 x 6.63 ms: that gap is said
+    assert gap_size_text(6.63 * ms, 12, 6.63 * ms, 6.74 * ms, (6.54 * ms, 6.63 * ms)) == (
+        " in 12 gaps, 6.54 ms of it in one gap of 6.63 ms")
+    # gaps of like length that the group fills: N x T is right
+    assert gap_size_text(3.1 * ms, 2, 1.6 * ms, 3.2 * ms, (1.6 * ms, 1.6 * ms)) == " in 2 gaps of 1.6 ms"
+    assert gap_size_text(1 * ms, 1, 4 * ms, 4 * ms) == " in 1 gap of 4 ms"
+
+
+def test_v100_resnet_idle_label(load) -> None:
+    from perfscope.analysis.findings import run_rules
+
+    r = load("kineto/kineto_resnet50_v100_2021.pt.trace.json.gz")
+    (f,) = [x for x in run_rules(r, rules=["gpu-idle"]) if x.id == "gpu-idle"]
+    (to,) = [i for i in f.items if i.attrs.get("op") == "aten::to"]
+    assert "in 260 gaps; half of it in gaps of 57.3 ms or longer" in to.label
+    assert to.attrs["gaps"] == 260 and to.time_ns < 0.5 * 260 * to.attrs["typical_gap_ns"]
+
+
+def test_compute_bound_gemm_off_multiples_of_8(load) -> None:
+    """TimeSformer on MI300X: the compute-bound GEMMs of M = 25089 rows (8 x 3136 patches + 1 class token)."""
+    r = load("crossgpu/tracelens_h100_vs_mi300/mi300__facebook_timesformer-base-finetuned-k400__1016002.json.gz")
+    (f,) = RULES["compute-below-roof"](r)
+    shaped = [i for i in f.items if i.attrs.get("causes") == "shape"]
+    assert shaped and all(i.attrs["gemm_m"] % 8 and i.attrs["gemm_k"] >= 64 for i in shaped)
+    assert all(f"M={i.attrs['gemm_m']}" in i.label and "not a multiple of 8" in i.label for i in shaped)
+    assert "multiples of 16" in f.recommendation
+
+
+def test_low_estimated_occupancy_names_registers_and_shared_memory(load) -> None:
+    """Kineto's est. achieved occupancy: the B200 trace's elementwise group given 12% (its real registers and shared
+    memory kept), and 0 read as not estimated."""
+    from dataclasses import replace
+
+    from perfscope.analysis.rules.kernels import _group_totals, effective_kernels
+    from perfscope.analysis.rules.roof_causes import group_causes
+
+    r = load(B200)
+    k = effective_kernels(r)
+    groups = _group_totals(k, "memory")
+    row = groups[groups["group"] == "elementwise_kernel"]
+    at = group_key(k) == "elementwise_kernel"
+    (before,) = group_causes(r, k, row, "memory")
+    assert "occupancy" not in before.advice
+    low = k.assign(est_occupancy_pct=k["est_occupancy_pct"].where(~at, 12.0))
+    (c,) = group_causes(replace(r, kernels=low), low, row, "memory")
+    regs = int(k.loc[at, "registers_per_thread"].median())
+    assert c.advice["occupancy"] == "elementwise_kernel" and c.attrs["est_occupancy_pct"] == 12.0
+    assert f"estimated occupancy 12% ({regs} registers per thread" in "; ".join(c.clauses)
+    zero = k.assign(est_occupancy_pct=k["est_occupancy_pct"].where(~at, 0.0))
+    (z,) = group_causes(replace(r, kernels=zero), zero, row, "memory")
+    assert "occupancy" not in z.advice and "est_occupancy_pct" not in z.attrs
+
+
+def test_cpu_report_gets_only_cpu_causes(sample_reports_dir) -> None:
+    from perfscope.api import load as load_report
+
+    r = load_report(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope")
+    (f,) = RULES["memory-below-roof"](r)
+    causes = {c for i in f.items for c in str(i.attrs.get("causes") or "").split(", ") if c}
+    assert causes and causes <= {"fuse", "fp32", "weights", "shape", "fp32mm"}
+    assert not any("grid_blocks" in i.attrs or "stream_at_roof_ns" in i.attrs for i in f.items)
+    assert "Nsight" not in f.recommendation and "SM" not in f.recommendation.split()
+    # a fusion pair is named once ("silu with mul", not also "mul with silu"), of operators, not kernels
+    assert "silu with mul" in f.recommendation and "mul with silu" not in f.recommendation
+    assert "elementwise/norm/copy operators" in f.recommendation and "perf stat" in f.recommendation
