@@ -81,3 +81,19 @@ def test_track_nested_once_answers_as_nesting_per_search() -> None:
         want = inside[np.argmin(e[inside] - s[inside])] if len(inside) else -1
         assert (g == -1) == (want == -1)
         assert g == want or (e[g] - s[g] == e[want] - s[want] and s[g] <= xi < e[g])
+
+
+def test_stored_idle_codes_are_the_categoricals_own(load) -> None:
+    """The idle table's memoized text codes are its categoricals' codes (int8 / int16, not a second int32 copy: ~0.3
+    GB at 5M kernels), with the values and order ``pd.factorize`` gives."""
+    from perfscope.schema import column_codes
+
+    idle = load("h200/h200_llama1b_engine_eager.pt.trace.json.gz").idle
+    assert len(idle) > 1000
+    for c in idle_mod.TEXT_COLUMNS:
+        codes, distinct = column_codes(idle, c)
+        # the same narrow dtype (pandas 3: the very array; pandas 2.0's conform copies the column, and the codes)
+        assert codes.dtype == idle[c].array.codes.dtype, c
+        want, uniques = pd.factorize(idle[c].astype(object), use_na_sentinel=True)
+        np.testing.assert_array_equal(np.asarray(codes, np.int64), want)
+        assert list(distinct) == list(uniques)
