@@ -79,6 +79,12 @@ def main() -> int:
         print(f"coverage, bands from {name}: {cov.iloc[-1]['inside_pct']:.1f}% of {int(cov.iloc[-1]['rows'])} rows "
               f"inside ({parts})")
     models = dfit.shipped(obs, rows, launch)
+    print("\npair-correction terms, picked by the inner cross-validation of each fit (never the rows it is checked on):")
+    for f, sel in rows.attrs.get("pair_selection", {}).items():
+        print(f"  fit for held-out fold {f} (on the other fold): " + ", ".join(f"{g} {c}" for g, c in sorted(sel.items())))
+    for g, v in sorted(models.pair_selection.items()):
+        sc = ", ".join(f"{c} {x:.1f}%" for c, x in v["scores_pct"].items())
+        print(f"  shipped fit (every row), {g}: {v['choice']}  (inner {v['inner_folds']}-fold error per candidate: {sc})")
     print("\nwhole model, H100 trace projected onto the MI300X (total kernel time):")
     for label, per in (("shipped models (fitted on every dataset, this pair included)", None),
                        ("held out (fitted without this model's pair)", "lomo")):

@@ -229,23 +229,121 @@ def pair_floors_ns(source: Curve, target: Curve, prefer: str = "trace") -> tuple
     return source.floor_ns, target.floor_ns
 
 
+SHAPE_CLASSES = ("batched-small", "k-tiny", "gemv", "skinny", "square")
+"""A GEMM's shape class (:func:`gemm_shape_class`): the kernel each vendor's library picks differs by class, not
+only by FLOPs per byte (a term of a :class:`PairCorrection` where the inner cross-validation picks it)."""
+
+
+def gemm_dims(op: str, shapes: Sequence[Any]) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a GEMM op from its input shapes as a trace records them (``aten::mm`` ``[[M, K],
+    [K, N]]``, ``aten::addmm`` / ``baddbmm`` with the bias first, ``aten::bmm`` ``[[B, M, K], [B, K, N]]``,
+    ``aten::linear`` ``[[..., K], [N, K]]``; a ``matmul`` of a 3-D by a 2-D tensor folds the batch into M);
+    None where the shapes do not say."""
+    name = str(op).split("::")[-1]
+    dims = [list(d) for d in shapes if isinstance(d, (list, tuple))]
+    first = 1 if name in ("addmm", "baddbmm", "addbmm", "addmv") else 0
+    mats = [d for d in dims[first:first + 2]]
+    if len(mats) < 2 or any(len(d) < 1 for d in mats):
+        return None
+    a, b = mats
+    try:
+        if name == "linear":
+            k = int(a[-1])
+            m = int(np.prod(a[:-1])) if len(a) > 1 else 1
+            n = int(b[0]) if len(b) == 2 else 1
+            return 1, m, n, k
+        if len(a) < 2:
+            return None
+        m, k = int(a[-2]), int(a[-1])
+        n = int(b[-1]) if len(b) >= 2 else 1
+        if len(b) <= 2:  # a batch of rows against one matrix: one GEMM of all the rows
+            return 1, int(np.prod(a[:-1])), n, k
+        return int(np.prod(a[:-2])) if len(a) > 2 else 1, m, n, k
+    except (TypeError, ValueError):
+        return None
+
+
+def gemm_shape_class(op: str, shapes: Sequence[Any] | str | None) -> str:
+    """A GEMM's shape class (:data:`SHAPE_CLASSES`), "" where its shapes do not say: many small matrices
+    (``batched-small``: 64+ matrices of at most 64 x 64 outputs), a tiny inner dimension (``k-tiny``: K <= 16,
+    an outer product), a GEMV (``gemv``: M or N <= 2), a skinny GEMM (``skinny``: M or N <= 32), else
+    ``square``. ``shapes`` as a list, or its text (``[[141, 512], [512, 512]]``)."""
+    if shapes is None or (isinstance(shapes, float) and math.isnan(shapes)):
+        return ""
+    if isinstance(shapes, str):
+        shapes = _parse_shapes(shapes)
+        if shapes is None:
+            return ""
+    d = gemm_dims(op, shapes)
+    if d is None:
+        return ""
+    batch, m, n, k = d
+    if batch >= 64 and m * n <= 64 * 64:
+        return "batched-small"
+    if k <= 16:
+        return "k-tiny"
+    if min(m, n) <= 2:
+        return "gemv"
+    if min(m, n) <= 32:
+        return "skinny"
+    return "square"
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_shapes(text: str) -> tuple[Any, ...] | None:
+    import ast
+
+    try:
+        v = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return tuple(v) if isinstance(v, (list, tuple)) else None
+
+
+def shape_classes(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
+                  family: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
+    """:func:`gemm_shape_class` of each kernel (once per distinct op and shapes); "" for a kernel of a family
+    other than a GEMM (``family`` given) or without shapes."""
+    ops = np.asarray(op, object)
+    sh = np.asarray(shapes, object)
+    out = np.full(len(ops), "", object)
+    at = (np.arange(len(ops)) if family is None
+          else np.flatnonzero(np.char.startswith(np.asarray(family, object).astype(str), "gemm")))
+    if not len(at):
+        return out
+    key = pd.Series(ops[at]).astype(str) + "\x00" + pd.Series(sh[at]).astype(str)
+    codes, uniq = pd.factorize(key)
+    first = np.zeros(len(uniq), np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    vals = np.array([gemm_shape_class(str(ops[at[i]]), sh[at[i]] if isinstance(sh[at[i]], (str, list, tuple)) else None)
+                     for i in first], object)
+    out[at] = vals[codes]
+    return out
+
+
 @dataclass(frozen=True)
 class PairCorrection:
     """What one ordered pair of devices does for a family beyond the difference of their curves, measured on
-    work both ran (the same key in one dataset): a smooth function of ``log(T_target / projected)`` over the
-    work's size (the source's log10 roof time) or, for a GEMM, its arithmetic intensity (log10 FLOPs per
-    byte: which kernel class each vendor's library picks, a GEMV, a skinny or a square GEMM). The curves of
-    two devices can come from data of other kinds (the A100's large elementwise efficiency from vidur's small
-    kernels extrapolated, the MI210's from LLMCompass's sweeps); the pair's own measurements say how the two
-    compare in one harness.
+    work both ran (the same key in one dataset): ``log(T_target / projected)`` as a smooth function of the
+    work's position on an axis (the source's log10 roof time, ``roof``, or a GEMM's log10 FLOPs per byte,
+    ``intensity``), optionally plus a second axis's function and a level per GEMM shape class
+    (:data:`SHAPE_CLASSES`), each pulled to 0 by a ridge. Which of these terms a pair and family gets
+    (:attr:`choice`) is picked by a cross-validation inside the data it is fitted on
+    (:func:`perfscope.analysis.projection.devicefit.select_pair_choices`); ``none`` is a correction of 1.
+    The curves of two devices can come from data of other kinds (the A100's large elementwise efficiency from
+    vidur's small kernels extrapolated, the MI210's from LLMCompass's sweeps); the pair's own measurements
+    say how the two compare in one harness.
 
     Attributes:
-        axis: ``roof`` (log10 roof time on the source, :data:`BIN_LO`, :data:`BIN_STEP`) or ``intensity``
-            (log10 FLOP/byte, :data:`INTENSITY_LO`, :data:`INTENSITY_STEP`).
-        a: the correction (natural log) at each knot.
+        axis: ``roof`` (log10 roof time on the source, :data:`BIN_LO`, :data:`BIN_STEP`), ``intensity``
+            (log10 FLOP/byte, :data:`INTENSITY_LO`, :data:`INTENSITY_STEP`) or ``none`` (no axis term).
+        a: the correction (natural log) at each knot of ``axis``.
         lo, hi: the measured range on the axis: outside it the end value holds.
         rows: how many paired keys it was fitted on.
         sources: the datasets they came from.
+        axis2, a2, lo2, hi2: a second axis's term ("": none).
+        classes: shape class -> its level (natural log), where the choice has a class term.
+        choice: the terms picked (``intensity``, ``intensity+class``, ``intensity+roof``, ``none``...).
     """
 
     axis: str
@@ -254,28 +352,67 @@ class PairCorrection:
     hi: float
     rows: int
     sources: tuple[str, ...] = ()
+    axis2: str = ""
+    a2: tuple[float, ...] = ()
+    lo2: float = math.nan
+    hi2: float = math.nan
+    classes: Mapping[str, float] = field(default_factory=dict)
+    choice: str = ""
 
     def knots(self) -> tuple[float, float]:
-        return (INTENSITY_LO, INTENSITY_STEP) if self.axis == "intensity" else (BIN_LO, BIN_STEP)
+        return axis_knots(self.axis)
 
-    def factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None
-               ) -> np.ndarray:
+    @property
+    def uses_classes(self) -> bool:
+        return bool(self.classes)
+
+    def log_factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
+                   shape_class: np.ndarray | None = None) -> np.ndarray:
+        """The correction (natural log) of each kernel: 0 where its position on an axis is unknown."""
+        n = len(np.atleast_1d(roof_src_s))
+        out = np.zeros(n)
+        for axis, a, lo, hi in ((self.axis, self.a, self.lo, self.hi), (self.axis2, self.a2, self.lo2, self.hi2)):
+            if axis in ("", "none") or not len(a):
+                continue
+            x = pair_axis(axis, roof_src_s, flops, nbytes)
+            ok = np.isfinite(x)
+            klo, step = axis_knots(axis)
+            i, w = interp_weights(np.clip(np.where(ok, x, lo), lo, hi), klo, step)
+            arr = np.asarray(a, np.float64)
+            out += np.where(ok, arr[i] * (1.0 - w) + arr[np.minimum(i + 1, N_BINS - 1)] * w, 0.0)
+        if self.classes and shape_class is not None:
+            levels = pd.Series(np.asarray(shape_class, object)).map(dict(self.classes))
+            out += levels.astype(np.float64).fillna(0.0).to_numpy()
+        return out
+
+    def factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
+               shape_class: np.ndarray | None = None) -> np.ndarray:
         """``exp(correction)`` of each kernel (1 where its position on the axis is unknown)."""
-        x = pair_axis(self.axis, roof_src_s, flops, nbytes)
-        lo, step = self.knots()
-        ok = np.isfinite(x)
-        i, w = interp_weights(np.clip(np.where(ok, x, self.lo), self.lo, self.hi), lo, step)
-        a = np.asarray(self.a, np.float64)
-        return np.where(ok, np.exp(a[i] * (1.0 - w) + a[np.minimum(i + 1, N_BINS - 1)] * w), 1.0)
+        return np.exp(self.log_factor(roof_src_s, flops, nbytes, shape_class))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"axis": self.axis, "a": [round(float(x), 5) for x in self.a], "lo": round(float(self.lo), 4),
-                "hi": round(float(self.hi), 4), "rows": int(self.rows), "sources": list(self.sources)}
+        d: dict[str, Any] = {"axis": self.axis, "a": [round(float(x), 5) for x in self.a], "lo": round(float(self.lo), 4),
+                             "hi": round(float(self.hi), 4), "rows": int(self.rows), "sources": list(self.sources)}
+        if self.axis2:
+            d.update({"axis2": self.axis2, "a2": [round(float(x), 5) for x in self.a2], "lo2": round(float(self.lo2), 4),
+                      "hi2": round(float(self.hi2), 4)})
+        if self.classes:
+            d["classes"] = {k: round(float(v), 5) for k, v in sorted(self.classes.items())}
+        if self.choice:
+            d["choice"] = self.choice
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PairCorrection:
         return cls(str(d["axis"]), tuple(float(x) for x in d["a"]), float(d["lo"]), float(d["hi"]), int(d["rows"]),
-                   tuple(d.get("sources", ())))
+                   tuple(d.get("sources", ())), str(d.get("axis2", "")), tuple(float(x) for x in d.get("a2", ())),
+                   float(d.get("lo2", math.nan)), float(d.get("hi2", math.nan)),
+                   {str(k): float(v) for k, v in d.get("classes", {}).items()}, str(d.get("choice", "")))
+
+
+def axis_knots(axis: str) -> tuple[float, float]:
+    """(first knot, step) of a correction's axis."""
+    return (INTENSITY_LO, INTENSITY_STEP) if axis == "intensity" else (BIN_LO, BIN_STEP)
 
 
 def pair_axis_name(family: str) -> str:
@@ -424,6 +561,10 @@ class DeviceModels:
     pairs: Mapping[str, Mapping[str, PairCorrection]] = field(default_factory=dict)
     """Per ordered device pair (``SOURCE -> TARGET``, the datasheet rows) and family: the pair's correction
     (:class:`PairCorrection`), where both devices measured work of that family in one dataset."""
+    pair_selection: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per family group (``gemm``, ``other``): the terms its pair corrections have (``choice``) and every
+    candidate's inner cross-validation error (``scores_pct``), from
+    :func:`perfscope.analysis.projection.devicefit.select_pair_choices`."""
 
     def pair_correction(self, source: str, target: str, family: str) -> PairCorrection | None:
         """The correction of ``source -> target`` for ``family`` (or a :data:`FALLBACK` family's); None where
@@ -450,13 +591,14 @@ class DeviceModels:
                    tuple(d.get("validation", ())), str(d.get("fitted_by", "")),
                    {k: Curve.from_dict(c) for k, c in d.get("priors", {}).items()},
                    {p: {f: PairCorrection.from_dict(c) for f, c in per.items()}
-                    for p, per in d.get("pairs", {}).items()})
+                    for p, per in d.get("pairs", {}).items()}, dict(d.get("pair_selection", {})))
 
     def to_dict(self) -> dict[str, Any]:
         return {"fitted_by": self.fitted_by, "knots_log10_s": [BIN_LO, BIN_STEP, N_BINS],
                 "sources": dict(sorted(self.sources.items())),
                 "devices": {k: m.to_dict() for k, m in sorted(self.devices.items())},
                 "priors": {k: c.to_dict() for k, c in sorted(self.priors.items())},
+                "pair_selection": {g: dict(v) for g, v in sorted(self.pair_selection.items())},
                 "pairs": {p: {f: c.to_dict() for f, c in sorted(per.items())} for p, per in sorted(self.pairs.items())},
                 "bands": [b.to_dict() for b in self.bands], "validation": list(self.validation)}
 
@@ -507,7 +649,33 @@ def device_models() -> DeviceModels:
     return DeviceModels.from_dict(json.loads(DATA.read_text()))
 
 
-__all__ = ["BIN_LO", "BIN_STEP", "FAMILIES", "INTENSITY_LO", "INTENSITY_STEP", "N_BINS", "Band", "Curve", "DeviceModel",
-           "DeviceModels", "PairCorrection", "Resolved", "device_models", "family_group", "generation_of",
-           "interp_weights", "kernel_family", "knots", "pair_axis", "pair_axis_name", "pair_floors_ns",
-           "sheet_identity", "spec_identity"]
+__all__ = [
+    "BIN_LO",
+    "BIN_STEP",
+    "FAMILIES",
+    "INTENSITY_LO",
+    "INTENSITY_STEP",
+    "N_BINS",
+    "SHAPE_CLASSES",
+    "Band",
+    "Curve",
+    "DeviceModel",
+    "DeviceModels",
+    "PairCorrection",
+    "Resolved",
+    "axis_knots",
+    "device_models",
+    "family_group",
+    "gemm_dims",
+    "gemm_shape_class",
+    "generation_of",
+    "interp_weights",
+    "kernel_family",
+    "knots",
+    "pair_axis",
+    "pair_axis_name",
+    "pair_floors_ns",
+    "shape_classes",
+    "sheet_identity",
+    "spec_identity",
+]

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import find_datasheet, sheet_spec
-from perfscope.device_models import family_group, kernel_family
+from perfscope.device_models import family_group, gemm_shape_class, kernel_family
 from perfscope.errors import UsageError
 
 from ..costs.operators import op_cost
@@ -94,14 +94,20 @@ def _cost(op: str, dims: list, types: list) -> tuple[float, float]:
 
 
 def _rows(table: str, op: str, kind: str, precision: str, costs: list[tuple[float, float]],
-          t_src_s: np.ndarray, t_tgt_s: np.ndarray, size: np.ndarray) -> pd.DataFrame:
+          t_src_s: np.ndarray, t_tgt_s: np.ndarray, size: np.ndarray, shape_class: list[str] | None = None
+          ) -> pd.DataFrame:
     f, b = (np.array(x, np.float64) for x in zip(*costs)) if costs else (np.array([]), np.array([]))
     return pd.DataFrame({"table": table, "op": op, "kind": kind, "precision": precision, "flops": f, "bytes": b,
-                         "t_src_s": t_src_s, "t_tgt_s": t_tgt_s, "size": size})
+                         "t_src_s": t_src_s, "t_tgt_s": t_tgt_s, "size": size,
+                         "shape_class": shape_class if shape_class is not None else ""})
 
 
 def _gemm_costs(m: np.ndarray, n: np.ndarray, k: np.ndarray, dtype: str) -> list[tuple[float, float]]:
     return [_cost("aten::mm", [[int(a), int(c)], [int(c), int(b)]], [dtype, dtype]) for a, b, c in zip(m, n, k)]
+
+
+def _gemm_classes(m: np.ndarray, n: np.ndarray, k: np.ndarray) -> list[str]:
+    return [gemm_shape_class("aten::mm", [[int(a), int(c)], [int(c), int(b)]]) for a, b, c in zip(m, n, k)]
 
 
 def aiconfigurator(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
@@ -113,7 +119,8 @@ def aiconfigurator(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     yield "a100", "h100", _rows("aiconfigurator gemm", "gemm", "gemm", "bf16",
                                 _gemm_costs(g["m"].to_numpy(), g["n"].to_numpy(), g["k"].to_numpy(), BF16),
                                 g["latency_s"].to_numpy() * 1e-3, g["latency_t"].to_numpy() * 1e-3,
-                                (2.0 * g["m"] * g["n"] * g["k"]).to_numpy())
+                                (2.0 * g["m"] * g["n"] * g["k"]).to_numpy(),
+                                _gemm_classes(g["m"].to_numpy(), g["n"].to_numpy(), g["k"].to_numpy()))
     keys = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step"]
     for part, label in (("generation", "decode attention"), ("context", "prefill attention")):
         s = pd.read_parquet(base / "a100_sxm" / f"attention_{part}_attention_perf.parquet")
@@ -160,16 +167,17 @@ def vidur(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
         j = a.merge(t, on=keys, suffixes=("_s", "_t"))
         frames = []
         for col, shape_of in VIDUR_OPS.items():
-            costs = []
+            costs, classes = [], []
+            kind = "gemm" if col.endswith("_proj") else "other"
             for row in j[keys + ["n_embd_s", "n_head_s", "n_kv_head_s", "n_expanded_embd_s"]].itertuples(index=False):
                 tokens, tp, hidden, hq, hk, inter = (int(x) for x in row)
                 op, dims, types = shape_of(tokens, hidden, hq, hk, inter, tp)
                 costs.append(_cost(op, dims, types))
-            kind = "gemm" if col.endswith("_proj") else "other"
+                classes.append(gemm_shape_class(op, dims) if kind == "gemm" else "")
             frames.append(_rows(f"vidur llama-2-7b {col}", col, kind, "fp16", costs,
                                 j[f"time_stats.{col}.median_s"].to_numpy() * 1e-3,
                                 j[f"time_stats.{col}.median_t"].to_numpy() * 1e-3,
-                                j["num_tokens"].to_numpy().astype(np.float64)))
+                                j["num_tokens"].to_numpy().astype(np.float64), classes))
         yield "a100", tgt, pd.concat(frames, ignore_index=True)
 
 
@@ -187,7 +195,8 @@ def llmcompass(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     j = s.merge(t, on=[0, 1, 2], suffixes=("_s", "_t"))
     frames.append(_rows("llmcompass matmul", "matmul", "gemm", "fp16",
                         _gemm_costs(j[0].to_numpy(), j[1].to_numpy(), j[2].to_numpy(), FP16),
-                        j["t_s"].to_numpy(), j["t_t"].to_numpy(), (2.0 * j[0] * j[1] * j[2]).to_numpy()))
+                        j["t_s"].to_numpy(), j["t_t"].to_numpy(), (2.0 * j[0] * j[1] * j[2]).to_numpy(),
+                        _gemm_classes(j[0].to_numpy(), j[1].to_numpy(), j[2].to_numpy())))
     for op, aten in (("softmax", "aten::_softmax"), ("layernorm", "aten::native_layer_norm")):
         s, t = _llmc(base / f"{op}_A100.csv"), _llmc(base / f"{op}_MI210.csv")
         j = s.merge(t, on=[0, 1], suffixes=("_s", "_t"))
@@ -233,12 +242,13 @@ def tracelens_gemms(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     costs = np.array([_cost(op, ast.literal_eval(d), ty) for op, d, ty in zip(j["name"], j["Input Dims_first"], types)],
                      np.float64).reshape(-1, 2)
     shape = (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"]).to_numpy()
+    classes = np.array([gemm_shape_class(op, d) for op, d in zip(j["name"], j["Input Dims_first"])], object)
     frames = []
     for p in sorted(set(prec)):
         sel = prec == p
         rows = _rows(f"tracelens gemms {p}", "gemm", "gemm", str(p), [tuple(c) for c in costs[sel]],
                      j["Kernel Time (us)_median_s"].to_numpy()[sel] * 1e-6,
-                     j["Kernel Time (us)_median_t"].to_numpy()[sel] * 1e-6, costs[sel, 0])
+                     j["Kernel Time (us)_median_t"].to_numpy()[sel] * 1e-6, costs[sel, 0], list(classes[sel]))
         rows["shape"] = shape[sel]  # two bmm of OWLv2 have one work and two times: each is its own key
         frames.append(rows)
     yield "h100", "mi300x", pd.concat(frames, ignore_index=True)

@@ -39,6 +39,7 @@ fold's rows.
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,21 +50,19 @@ import pandas as pd
 
 from perfscope.datasheets import find_datasheet
 from perfscope.device_models import (
-    BIN_LO,
-    BIN_STEP,
-    INTENSITY_LO,
-    INTENSITY_STEP,
     N_BINS,
     Band,
     Curve,
     DeviceModel,
     DeviceModels,
     PairCorrection,
+    axis_knots,
     family_group,
     interp_weights,
     pair_axis,
     pair_axis_name,
     pair_floors_ns,
+    shape_classes,
     sheet_identity,
     spec_identity,
 )
@@ -155,7 +154,7 @@ at least :data:`PLATEAU_FACTOR` times above it on the device (below, the time is
 PLATEAU_FACTOR = 2.0
 
 OBS_COLUMNS = ["dataset", "table", "key", "device", "vendor", "generation", "family", "precision", "flops",
-               "bytes", "time_s", "count"]
+               "bytes", "time_s", "count", "shape_class"]
 
 RIDGE = 0.3
 """The pull of a key's own difficulty ``u`` to 0, in observation weights: a key seen once keeps half its
@@ -197,7 +196,8 @@ def table_observations(root: Path = FIXTURES / "crossgpu") -> pd.DataFrame:
                     "dataset": name, "table": rows["table"], "key": key, "device": model, "vendor": vendor,
                     "generation": gen, "family": family,
                     "precision": rows["precision"], "flops": rows["flops"], "bytes": rows["bytes"],
-                    "time_s": rows[col], "count": 1}))
+                    "time_s": rows[col], "count": 1,
+                    "shape_class": rows.get("shape_class", "")}))
     obs = pd.concat(frames, ignore_index=True)
     obs = obs[np.isfinite(obs["time_s"]) & (obs["time_s"] > 0)]
     host = obs["dataset"].isin(HOST_TIMED).to_numpy()
@@ -238,7 +238,8 @@ def report_observations(report: Report, dataset: str, table: str | None = None) 
                         "vendor": vendor, "generation": gen, "family": fam,
                         "precision": k["precision"].astype("object").to_numpy(), "flops": np.nan_to_num(f),
                         "bytes": np.nan_to_num(b), "time_s": k["duration_ns"].to_numpy(np.float64, na_value=np.nan) * 1e-9,
-                        "count": 1})[ok]
+                        "count": 1, "shape_class": shape_classes(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object),
+                                                                 fam)})[ok]
     return _collapse(obs)
 
 
@@ -468,12 +469,19 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
     return DeviceModels(devices, sources=dict(SOURCES), priors=priors)
 
 
-def fit(obs: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]] | None = None) -> DeviceModels:
+def fit(obs: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]] | None = None,
+        choices: Mapping[str, str] | None = None) -> DeviceModels:
     """Device models fitted on ``obs`` (:func:`all_observations`): the curves, then each device pair's
-    correction from the work both ran (:func:`pair_corrections`)."""
+    correction from the work both ran (:func:`pair_corrections`), its terms picked by a cross-validation
+    inside ``obs`` (:func:`select_pair_choices`; ``choices`` given: those)."""
     models = build_models(obs, fit_curves(obs), launch)
+    scores: dict[str, dict[str, float]] = {}
+    if choices is None:
+        choices, scores = select_pair_choices(obs)
+    selection = {g: {"choice": c, "scores_pct": {k: round(v, 3) for k, v in scores.get(g, {}).items()},
+                     "inner_folds": INNER_FOLDS} for g, c in sorted(choices.items())}
     return DeviceModels(models.devices, models.bands, models.sources, models.validation, models.fitted_by,
-                        models.priors, pair_corrections(obs, models))
+                        models.priors, pair_corrections(obs, models, choices), selection)
 
 
 def _work(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -482,38 +490,175 @@ def _work(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return r, f, b
 
 
-def pair_corrections(obs: pd.DataFrame, models: DeviceModels) -> dict[str, dict[str, PairCorrection]]:
-    """Per ordered device pair and family, a smooth function of ``log(T_target / projected)`` over the pairs
-    of ``obs`` (one key on both devices in one dataset) projected by ``models``' curves alone: along the
-    source's roof time, or a GEMM's FLOPs per byte (:func:`perfscope.device_models.pair_axis_name`). Fitted
-    like a GPU's departure from its family's curve: the same smoothness (:data:`SMOOTH`), ridge toward 0
-    (:data:`DEVICE_RIDGE`, per knot) and Huber weights (:data:`HUBER`), every paired key weight 1."""
+def _classes(rows: pd.DataFrame) -> np.ndarray | None:
+    """A pair row's GEMM shape class on the source (None where the rows carry none)."""
+    return rows["shape_class_s"].to_numpy(object) if "shape_class_s" in rows else None
+
+
+CANDIDATES = {"gemm": ("none", "roof", "intensity", "roof+class", "intensity+class", "intensity+roof",
+                       "intensity+roof+class"),
+              "other": ("none", "roof")}
+"""The terms a pair correction may have, per family group, simplest first (a tie goes to the simpler):
+nothing; a smooth function of the source's roof time or of a GEMM's FLOPs per byte; either plus a level per
+GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted). Each term
+has the curves' smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_RIDGE` per knot; a class
+level :data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean) and the Huber weights
+(:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
+
+INNER_FOLDS = 4
+INNER_SALT = "inner|"
+"""The inner split of :func:`select_pair_choices`: a hash (crc32) of ``INNER_SALT + key``, mod
+:data:`INNER_FOLDS`: independent of the outer folds (:func:`fold_of`), so inside one outer training fold the
+keys fall in both inner folds."""
+
+
+def _group_of(family: str) -> str:
+    """A family's group of :data:`CANDIDATES` (``gemm`` or ``other``)."""
+    return "gemm" if str(family).startswith("gemm") else "other"
+
+
+def _candidates(family: str) -> tuple[str, ...]:
+    return CANDIDATES[_group_of(family)]
+
+
+def _pair_rows(obs: pd.DataFrame, models: DeviceModels) -> pd.DataFrame:
+    """The pairs of ``obs`` with ``le = log(T_target / projected by the curves alone)`` (finite only)."""
     rows = pairs_of(obs)
     if not len(rows):
-        return {}
+        return rows.assign(le=np.zeros(0))
     le = np.log(rows["time_s_t"].to_numpy(np.float64, na_value=np.nan) / project_pairs(rows, models, corrected=False))
-    rows = rows.assign(le=le)[np.isfinite(le)]
+    return rows.assign(le=le)[np.isfinite(le)].reset_index(drop=True)
+
+
+def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
+    """One pair and family's correction with the terms of ``choice`` (:data:`CANDIDATES`), fitted on ``sub``
+    (pair rows with ``le``); None where it has no term or no row places it."""
+    parts = choice.split("+")
+    axes = [a for a in parts if a in ("roof", "intensity")]
+    use_class = "class" in parts and "shape_class_s" in sub
+    if not axes:
+        return None
+    r, f, b = _work(sub)
+    xs = [pair_axis(a, r, f, b) for a in axes]
+    ok = np.logical_and.reduce([np.isfinite(x) for x in xs])
+    if not ok.any():
+        return None
+    y = sub["le"].to_numpy(np.float64, na_value=np.nan)[ok]
+    xs = [x[ok] for x in xs]
+    grid = [interp_weights(x, *axis_knots(a)) for x, a in zip(xs, axes)]
+    cls = sub["shape_class_s"].to_numpy(object)[ok].astype(str) if use_class else np.full(len(y), "", object)
+    codes, names = pd.factorize(pd.Series(cls, dtype=object))
+    level = np.zeros(len(names))
+    terms = [np.zeros(N_BINS) for _ in axes]
+    w = np.ones(len(y))
+
+    def at(a: np.ndarray, g: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        i, u = g
+        return a[i] * (1.0 - u) + a[np.minimum(i + 1, N_BINS - 1)] * u
+
+    for _ in range(ITERATIONS):
+        for n, g in enumerate(grid):
+            others = sum((at(terms[m], grid[m]) for m in range(len(grid)) if m != n), np.zeros(len(y)))
+            terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes], DEVICE_RIDGE)
+        fitted = sum((at(t, g) for t, g in zip(terms, grid)), np.zeros(len(y)))
+        if use_class:
+            level = np.bincount(codes, w * (y - fitted), len(names)) / (np.bincount(codes, w, len(names)) + DATASET_RIDGE)
+            level[np.asarray(names, object) == ""] = 0.0  # a GEMM of unknown shape: no class level
+        resid = y - fitted - level[codes]
+        w = np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
+    lo1, hi1 = float(xs[0].min()), float(xs[0].max())
+    second = len(axes) > 1
+    return PairCorrection(
+        axes[0], tuple(float(v) for v in terms[0]), lo1, hi1, len(y), tuple(sorted(set(sub["dataset"].astype(str)))),
+        axes[1] if second else "", tuple(float(v) for v in terms[1]) if second else (),
+        float(xs[1].min()) if second else math.nan, float(xs[1].max()) if second else math.nan,
+        {str(k): float(v) for k, v in zip(names, level) if str(k) and use_class}, choice)
+
+
+def pair_corrections(obs: pd.DataFrame, models: DeviceModels, choices: Mapping[str, str] | None = None,
+                     ) -> dict[str, dict[str, PairCorrection]]:
+    """Per ordered device pair and family, a correction of ``log(T_target / projected)`` over the pairs of
+    ``obs`` (one key on both devices in one dataset) projected by ``models``' curves alone, with the terms
+    ``choices`` names for its family group (``gemm`` / ``other`` -> a :data:`CANDIDATES` entry; missing, or
+    no ``choices``: the family's default axis, :func:`perfscope.device_models.pair_axis_name`); a pair and
+    family whose choice is ``none`` gets a correction of 1 that says so."""
+    rows = _pair_rows(obs, models)
     out: dict[str, dict[str, PairCorrection]] = {}
+    if not len(rows):
+        return out
     for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=True).indices.items():
         sub = rows.iloc[idx]
-        axis = pair_axis_name(str(fam))
-        x = pair_axis(axis, *_work(sub))
-        ok = np.isfinite(x)
-        if not ok.any():
-            continue
-        x, y = x[ok], sub["le"].to_numpy()[ok]
-        lo, step = (INTENSITY_LO, INTENSITY_STEP) if axis == "intensity" else (BIN_LO, BIN_STEP)
-        i, w_up = interp_weights(x, lo, step)
-        w = np.ones(len(y))
-        a = np.zeros(N_BINS)
-        for _ in range(ITERATIONS):
-            a = _curve_system(i, w_up, w, y, DEVICE_RIDGE)
-            resid = y - (a[i] * (1.0 - w_up) + a[np.minimum(i + 1, N_BINS - 1)] * w_up)
-            w = np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
-        out.setdefault(f"{ds} -> {dt}", {})[str(fam)] = PairCorrection(
-            axis, tuple(float(v) for v in a), float(x.min()), float(x.max()), len(y),
-            tuple(sorted(set(sub["dataset"].astype(str)))))
+        key = _group_of(str(fam))
+        choice = (choices or {}).get(key, pair_axis_name(str(fam)))
+        corr = _fit_terms(sub, choice)
+        if corr is None:  # no term: a correction of 1, which says the inner cross-validation chose none
+            corr = PairCorrection("none", (0.0,) * N_BINS, 0.0, 0.0, len(sub),
+                                  tuple(sorted(set(sub["dataset"].astype(str)))), choice="none")
+        out.setdefault(f"{ds} -> {dt}", {})[str(fam)] = corr
     return out
+
+
+CELL_WEIGHT = "equal"
+"""How :func:`select_pair_choices` weighs each pair and family's median error: ``equal``, or ``sqrt`` (the
+square root of its inner held-out rows: a median's standard error falls as one over it)."""
+
+
+def _cell_mean(cells: list[tuple[float, int]]) -> float:
+    med = np.array([m for m, _ in cells])
+    w = np.ones(len(cells)) if CELL_WEIGHT == "equal" else np.sqrt([n for _, n in cells])
+    return float(np.sum(w * med) / np.sum(w))
+
+
+def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """Per ordered device pair and family, the terms of its correction (:data:`CANDIDATES`) picked by
+    cross-validation inside ``obs`` alone: ``obs``'s keys split in :data:`INNER_FOLDS` by a salted hash
+    (:data:`INNER_SALT`); for each inner fold, the curves are fitted on the other inner folds, every
+    candidate correction on their pairs, and the inner fold's pairs projected. Per family group (GEMMs,
+    the rest) the candidate with the smallest mean over the device pairs and families of their median
+    ``|log(measured / projected)|`` on the inner held-out pairs wins (a tie: the simpler), so a pair of few
+    keys weighs as much as one of thousands but its noise is not its own choice. Inside
+    :func:`cross_validate` the choice never sees the outer held-out fold. Returns the choice per group and
+    every candidate's score (% error, the mean of the logs)."""
+    obs = obs.reset_index(drop=True)
+    k_in = INNER_FOLDS
+    inner = np.array([zlib.crc32((INNER_SALT + str(k)).encode()) % k_in for k in obs["key"]], np.int64)
+    errs: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for g in range(k_in):
+        train, test = obs[inner != g], obs[inner == g]
+        if not len(train) or not len(test):
+            continue
+        models = build_models(train, fit_curves(train))
+        fit_rows = _pair_rows(train, models)
+        test_rows = _pair_rows(test, models)
+        if not len(test_rows):
+            continue
+        by_fit = fit_rows.groupby(["device_s", "device_t", "family"], sort=False).indices if len(fit_rows) else {}
+        for (ds, dt, fam), idx in test_rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
+            sub = test_rows.iloc[idx]
+            train_idx = by_fit.get((ds, dt, fam))
+            per = errs.setdefault((str(ds), str(dt), str(fam)), {})
+            for cand in _candidates(str(fam)):
+                corr = None if train_idx is None or cand == "none" else _fit_terms(fit_rows.iloc[train_idx], cand)
+                lf = corr.log_factor(*_work(sub), _classes(sub)) if corr is not None else np.zeros(len(sub))
+                per.setdefault(cand, []).extend(np.abs(sub["le"].to_numpy() - lf).tolist())
+    # one choice per family group: each pair and family's median error counts once (a pair of 17 keys as
+    # much as one of 4,000), and the candidate with the smallest mean of them wins
+    cells: dict[str, dict[str, list[tuple[float, int]]]] = {}
+    for key, per in errs.items():
+        group = _group_of(key[2])
+        if len({round(float(np.median(v)), 12) for v in per.values() if v}) <= 1:
+            continue  # no candidate could be fitted (a pair and family of one key): it tells none apart
+        for c, v in per.items():
+            if v:
+                cells.setdefault(group, {}).setdefault(c, []).append((float(np.median(v)), len(v)))
+    choices: dict[str, str] = {}
+    scores: dict[str, dict[str, float]] = {}
+    for group, by_cand in cells.items():
+        sc = {c: float((np.exp(_cell_mean(v)) - 1.0) * 100.0) for c, v in by_cand.items()}
+        order = CANDIDATES[group]
+        choices[group] = min(sc, key=lambda c: (round(sc[c], 6), order.index(c)))
+        scores[group] = sc
+    return choices, scores
 
 
 # ----------------------------------------------------------------------------- launch cost
@@ -569,14 +714,14 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = Tr
                            / cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s))
         corr = models.pair_correction(ds, dt, fam) if corrected else None
         if corr is not None:
-            out[idx] *= corr.factor(*_work(sub))
+            out[idx] *= corr.factor(*_work(sub), _classes(sub))
     return out
 
 
 def pairs_of(obs: pd.DataFrame) -> pd.DataFrame:
     """Every (source, target) pair of observations of one key on two devices (both directions)."""
     cols = ["dataset", "table", "key", "device", "vendor", "family", "precision", "flops", "bytes", "time_s",
-            "roof_s"]
+            "roof_s", "shape_class"]
     o = obs[cols]
     j = o.merge(o, on=["dataset", "key"], suffixes=("_s", "_t"))
     j = j[j["device_s"] != j["device_t"]].copy()
@@ -629,12 +774,15 @@ def cross_validate(obs: pd.DataFrame, folds: int = 2,
     rows = pairs_of(obs.assign(key=obs["key"]))
     rows["fold"] = fold_of(rows["key"], folds)
     rows["pred_model_s"] = np.nan
+    selection = {}
     for f in range(folds):
-        models = fit(obs[obs["fold"] != f], launch)
+        models = fit(obs[obs["fold"] != f], launch)  # its pair corrections' terms picked inside the fold
+        selection[f] = {g: v["choice"] for g, v in models.pair_selection.items()}
         idx = np.flatnonzero(rows["fold"].to_numpy() == f)
         rows.loc[idx, "pred_model_s"] = project_pairs(rows.iloc[idx], models)
-    rows = pd.concat([rows, baselines(rows)], axis=1)
-    return with_errors(rows)
+    rows = with_errors(pd.concat([rows, baselines(rows)], axis=1))
+    rows.attrs["pair_selection"] = selection  # per held-out fold: the terms the fit of the other folds picked
+    return rows
 
 
 def with_errors(rows: pd.DataFrame) -> pd.DataFrame:
@@ -741,7 +889,8 @@ def shipped(obs: pd.DataFrame, rows: pd.DataFrame, launch: Mapping[str, tuple[fl
     """The models fitted on every observation, with the bands and validation of the held-out ``rows``."""
     models = fit(obs, launch)
     return DeviceModels(models.devices, bands(rows), dict(SOURCES), validation_records(error_table(rows)),
-                        "python benchmarks/whatif_crossgpu.py --write", models.priors, models.pairs)
+                        "python benchmarks/whatif_crossgpu.py --write", models.priors, models.pairs,
+                        models.pair_selection)
 
 
 def whole_model(models: DeviceModels, root: Path = FIXTURES, datasets: Sequence[str] | None = None

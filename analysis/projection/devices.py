@@ -75,7 +75,16 @@ class DevicePair:
         if not self.moves or self.source is None or self.target is None:
             return {}
         per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
-        return {fam: {"axis": c.axis, "rows": c.rows, "sources": list(c.sources)} for fam, c in sorted(per.items())}
+        return {fam: {"axis": c.axis, "choice": c.choice or c.axis, "rows": c.rows, "sources": list(c.sources)}
+                for fam, c in sorted(per.items())}
+
+    @property
+    def uses_classes(self) -> bool:
+        """A correction of this pair has a GEMM shape-class term (the kernels' classes are needed)."""
+        if not self.moves or self.source is None or self.target is None:
+            return False
+        per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
+        return any(c.uses_classes for c in per.values())
 
 
 def resolve_pair(source: DeviceSpec, target: DeviceSpec, models: DeviceModels) -> DevicePair:
@@ -106,16 +115,18 @@ def families(kernels: pd.DataFrame, flops: np.ndarray, nbytes: np.ndarray, preci
 
 
 def move(pair: DevicePair, family: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
-         ) -> tuple[np.ndarray, np.ndarray]:
+         shape_class: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, the factor that moves its time (at its new work) from the measured GPU to the target,
-    ``g_t(R_t) / g_s(R_s)`` times the pair's correction where one was measured, NaN where either device has
-    no curve for its family; and the family used."""
+    ``g_t(R_t) / g_s(R_s)`` times the pair's correction where one was measured (``shape_class``: each
+    kernel's GEMM shape class, :func:`perfscope.device_models.shape_classes`, for a correction with a class
+    term), NaN where either device has no curve for its family; and the family used."""
     if not pair.moves:
         return np.full(len(family), np.nan), np.full(len(family), "", object)
     assert pair.source is not None and pair.target is not None
     rs = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.source.device))
     rt = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.target.device))
-    return device_model_ratio(family, rs, rt, pair.source.model, pair.target.model, pair.models, flops, nbytes)
+    return device_model_ratio(family, rs, rt, pair.source.model, pair.target.model, pair.models, flops, nbytes,
+                              shape_class)
 
 
 def kernel_bands(pair: DevicePair, family: np.ndarray, rule: np.ndarray, time_s: np.ndarray

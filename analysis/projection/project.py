@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import lookup_datasheet, pick_datasheet, sheet_spec
-from perfscope.device_models import DeviceModels, device_models
+from perfscope.device_models import DeviceModels, device_models, shape_classes
 from perfscope.errors import UsageError
 from perfscope.kv_policy import parse_kv_policy
 from perfscope.report import Report, source_info
@@ -478,7 +478,10 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
         # family's curves to the target: the measured GPU's typical time there against the target's
         here = project_times(dur_s, flops0, bytes0, precision, family, src, src, new_flops=new_f, new_bytes=new_b,
                              new_precision=new_prec, fit=question.changes_shapes, tensor=tensor)
-        factor, _ = move(pair, kfam, new_f, new_b, new_prec)
+        # a GEMM's shape class (a pair correction's class term) at its measured shapes
+        classes = (shape_classes(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object), kfam)
+                   if pair.uses_classes else None)
+        factor, _ = move(pair, kfam, new_f, new_b, new_prec, classes)
         on = np.isfinite(factor) & np.isin(here["rule"].to_numpy(object), KNOWN_RULES)
         time_s = np.where(on, here["time_s"].to_numpy() * factor, time_s)
         rule[on] = "device-model"

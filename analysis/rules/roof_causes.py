@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
 from perfscope.vocab import is_amd
@@ -71,9 +72,8 @@ ALIGN = 8
 OCCUPANCY_LOW_PCT = 25.0
 """As in :mod:`.occupancy`: under a quarter of the warps per SM leaves too few to hide memory latency."""
 MATMUL = ("gemm", "attention")
-GEMM_OPS = {"aten::mm": (0, 1), "aten::matmul": (0, 1), "aten::addmm": (1, 2), "aten::linear": (0, 1),
-            "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
-"""Operators whose (activation, weight) inputs give M, K and N (position in ``op_shapes``)."""
+GEMM_OPS = ("aten::mm", "aten::matmul", "aten::addmm", "aten::linear", "aten::bmm", "aten::baddbmm")
+"""Operators whose input shapes give M, K and N (their layouts: :func:`perfscope.device_models.gemm_dims`)."""
 BATCHED = ("aten::bmm", "aten::baddbmm")
 """Batched matmuls: their second operand is another activation (attention's K or V), not weights."""
 
@@ -110,25 +110,21 @@ def _shapes(text: object) -> list[list[int]]:
 
 
 def gemm_dims(op: object, shapes: object) -> tuple[int | None, int | None, int | None]:
-    """(M, K, N) of a GEMM operator from its input shapes: M the rows of the activation (all its leading
-    dimensions but a bmm's batch), K and N from the weight where the operator's layout is known
-    (:data:`GEMM_OPS`); for another operator of a GEMM kernel (a fused MoE), M only, from its first input's
-    leading dimensions. None where the shapes do not say."""
+    """(M, K, N) of a GEMM operator from its input shapes (``op_shapes`` text), read by the one GEMM shape
+    reader (:func:`perfscope.device_models.gemm_dims`: M the rows of one matrix, a bmm's batch apart) where the
+    operator's layout is known (:data:`GEMM_OPS`); for another operator of a GEMM kernel (a fused MoE), M only,
+    from its first input's leading dimensions. None where the shapes do not say."""
     s = _shapes(shapes)
     if not s:
         return None, None, None
-    pos = GEMM_OPS.get(str(op)) if isinstance(op, str) else None
-    if pos is None:
+    if not (isinstance(op, str) and op in GEMM_OPS):
         a = s[0]
         return (int(np.prod(a[:-1])) if len(a) >= 2 else None), None, None
-    ia, iw = pos
-    if len(s) <= iw or len(s[ia]) < 2 or len(s[iw]) < 2:
+    dims = shape_dims(op, s)
+    if dims is None:
         return None, None, None
-    a, w = s[ia], s[iw]
-    m = a[-2] if op in ("aten::bmm", "aten::baddbmm") else int(np.prod(a[:-1]))
-    k = a[-1]
-    n = w[-2] if op == "aten::linear" else w[-1]
-    return int(m), int(k), int(n)
+    _, m, n, k = dims
+    return m, k, n
 
 
 def weight_share(m: int, k: int | None, n: int | None, shapes: list[list[int]], per_launch: float,

@@ -432,3 +432,62 @@ def test_html_dashboard_and_terminal_show_the_whole_run_and_its_band(bert: Repor
     assert "nvidia->amd" in tree
     text = render_text(p)
     assert "kernel time" in text and "busy time" in text and "wall time" in text and "device-model" in text
+
+
+def test_gemm_shape_classes_from_the_shapes_a_trace_records() -> None:
+    from perfscope.device_models import gemm_dims, gemm_shape_class, shape_classes
+
+    assert gemm_dims("aten::addmm", [[512], [141, 512], [512, 2048], [], []]) == (1, 141, 2048, 512)
+    assert gemm_dims("aten::bmm", [[37632, 8, 64], [37632, 64, 8]]) == (37632, 8, 8, 64)
+    assert gemm_dims("aten::linear", [[4, 7, 64], [128, 64]]) == (1, 28, 128, 64)
+    assert gemm_dims("aten::matmul", [[2, 5, 64], [64, 32]]) == (1, 10, 32, 64)  # the batch folded into M
+    assert gemm_shape_class("aten::bmm", "[[37632, 8, 64], [37632, 64, 8]]") == "batched-small"
+    assert gemm_shape_class("aten::bmm", [[1, 32, 1], [1, 1, 559]]) == "k-tiny"
+    assert gemm_shape_class("aten::addmm", [[1], [5184, 1024], [1024, 1], [], []]) == "gemv"
+    assert gemm_shape_class("aten::addmm", [[768], [5, 768], [768, 768], [], []]) == "skinny"
+    assert gemm_shape_class("aten::mm", [[8944, 1024], [1024, 2816]]) == "square"
+    assert gemm_shape_class("aten::mm", "not shapes") == "" and gemm_shape_class("aten::mm", None) == ""
+    got = shape_classes(np.array(["aten::mm", "aten::add", "aten::mm"], object),
+                        np.array(["[[1, 768], [768, 768]]", "[[4, 4], [4, 4]]", "[[1, 768], [768, 768]]"], object),
+                        np.array(["gemm-bf16", "elementwise", "gemm-bf16"], object))
+    assert list(got) == ["gemv", "", "gemv"]  # a kernel of another family has no class
+
+
+def test_a_class_term_moves_only_its_class_and_round_trips() -> None:
+    from perfscope.device_models import N_BINS, PairCorrection
+
+    corr = PairCorrection("intensity", (0.0,) * N_BINS, 0.0, 3.0, 20, ("t",), "roof", (0.0,) * N_BINS, -6.0, -3.0,
+                          {"batched-small": 0.5}, "intensity+roof+class")
+    f = corr.factor(np.ones(3), np.full(3, 1e9), np.full(3, 1e7), np.array(["batched-small", "square", ""], object))
+    assert f == pytest.approx([np.exp(0.5), 1.0, 1.0])
+    assert corr.factor(np.ones(1), np.array([1e9]), np.array([1e7]))[0] == 1.0  # no classes given: no class term
+    again = PairCorrection.from_dict(corr.to_dict())
+    assert again.classes == {"batched-small": 0.5} and again.choice == "intensity+roof+class" and again.axis2 == "roof"
+
+
+def test_the_pair_correction_terms_are_picked_inside_the_fitted_data(observations: pd.DataFrame) -> None:
+    """Nested: the choice of terms uses an inner split of the rows the fit is given, never others. The inner
+    split is independent of the outer folds (each outer training fold holds keys of every inner fold), the
+    choice is one of the candidates per family group with its inner error, and a fit told the choice keeps it."""
+    obs = observations[observations["dataset"].isin(["tracelens gemms", "tracelens families", "llmcompass"])]
+    outer = dfit.fold_of(obs["key"])
+    train = obs[outer != 0]
+    inner = np.array([dfit.zlib.crc32((dfit.INNER_SALT + str(k)).encode()) % dfit.INNER_FOLDS for k in train["key"]])
+    assert len(set(inner)) == dfit.INNER_FOLDS
+    choices, scores = dfit.select_pair_choices(train)
+    assert set(choices) == {"gemm", "other"}
+    for group, choice in choices.items():
+        assert choice in dfit.CANDIDATES[group] and set(scores[group]) == set(dfit.CANDIDATES[group])
+        assert scores[group][choice] == min(scores[group].values())
+    # the rows of the other outer fold do not change the choice made on this one
+    moved = obs.copy()
+    moved.loc[outer == 0, "time_s"] *= 10.0
+    assert dfit.select_pair_choices(moved[outer != 0])[0] == choices
+    models = dfit.fit(train, choices={"gemm": "none", "other": "roof"})
+    corr = models.pair_correction("H100 SXM5 80 GB", "MI300X", "gemm-bf16")
+    assert corr is not None and corr.choice == "none" and corr.factor(np.ones(2), np.ones(2), np.ones(2)) == pytest.approx(1.0)
+    shipped = device_models()
+    assert set(shipped.pair_selection) == {"gemm", "other"}
+    for group, sel in shipped.pair_selection.items():
+        assert all(c.choice == sel["choice"] for per in shipped.pairs.values() for f, c in per.items()
+                   if (f.startswith("gemm")) == (group == "gemm") and c.choice != "none")
