@@ -148,10 +148,11 @@ def _merged(df: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def _sorted_unique(x: np.ndarray) -> np.ndarray:
     """The distinct values of an int64 array, sorted: a sort and a neighbour compare (numpy 2's hashing
-    ``np.unique`` took 4 s on the 5M cut points of a 1.25M-kernel trace)."""
+    ``np.unique`` took 4 s on the 5M cut points of a 1.25M-kernel trace). ``x`` is sorted in place (the
+    caller's own array: no second copy at the classification's peak)."""
     if not len(x):
         return x
-    x = np.sort(x, kind="stable")  # runs of already sorted pieces: the merge sort joins them in linear time
+    x.sort(kind="stable")  # in place; runs of already sorted pieces: the merge sort joins them in linear time
     keep = np.ones(len(x), bool)
     keep[1:] = x[1:] != x[:-1]
     return x[keep]
@@ -273,24 +274,28 @@ class _Track:
     of the innermost one around points."""
 
     def __init__(self, rows: pd.DataFrame) -> None:
-        rows = rows[(rows["end_ns"] > rows["start_ns"]).to_numpy(bool)]
-        self.rows = rows.reset_index(drop=True)
-        self.s = self.rows["start_ns"].to_numpy(np.int64)
-        self.e = self.rows["end_ns"].to_numpy(np.int64)
-        hc = self.rows["host_compute"] if "host_compute" in self.rows else pd.Series(False, index=self.rows.index)
+        rows = rows[(rows["end_ns"] > rows["start_ns"]).to_numpy(bool)].reset_index(drop=True)
+        # the bounds copied out of the rows' blocks, and only the text kept until :meth:`encode`: the rows
+        # themselves (every column of the host table's operators) are not held through the classification
+        self.s = rows["start_ns"].to_numpy(np.int64, copy=True)
+        self.e = rows["end_ns"].to_numpy(np.int64, copy=True)
+        hc = rows["host_compute"] if "host_compute" in rows else pd.Series(False, index=rows.index)
         self.computes = hc.astype("boolean").fillna(False).to_numpy(bool)
-        calls = self.rows["device_calls"] if "device_calls" in self.rows else pd.Series(0, index=self.rows.index)
+        calls = rows["device_calls"] if "device_calls" in rows else pd.Series(0, index=rows.index)
         self.queues = pd.to_numeric(calls, errors="coerce").fillna(0).to_numpy(np.float64, na_value=np.nan) > 0
+        self.text: dict[str, np.ndarray] | None = {
+            c: rows[c].astype("object").to_numpy() for c in ("name", "op_shapes") if c in rows}
         self.names = np.zeros(len(self.s), np.int64)
         self.shapes = np.full(len(self.s), -1, np.int64)
         self.levels: list[np.ndarray] | None = None
 
     def encode(self, vocab: _Vocab) -> _Track:
         """Code the names (and operator shapes) with ``vocab``."""
+        text, self.text = self.text or {}, None
         if len(self.s):
-            self.names = vocab.codes(self.rows["name"].astype("object").to_numpy())
-            if "op_shapes" in self.rows:
-                self.shapes = vocab.codes(self.rows["op_shapes"].astype("object").to_numpy())
+            self.names = vocab.codes(text["name"])
+            if "op_shapes" in text:
+                self.shapes = vocab.codes(text["op_shapes"])
         return self
 
     def __len__(self) -> int:
@@ -492,27 +497,40 @@ def _device_work(report: Report) -> pd.DataFrame:
 
 
 def _classified(report: Report) -> tuple[list[_Slices], list[str]]:
-    """Every device's idle slices, classified (text as codes of the returned vocabulary)."""
+    """Every device's idle slices, classified (text as codes of the returned vocabulary).
+
+    Each device's gaps, and what each gap needs of the device work (its graph replay), are found first; the
+    device work (32 bytes a kernel, and the graph keys) is then let go, so it is not held while the gaps'
+    slices accumulate (the classification's peak)."""
     acts = _device_work(report)
     if not len(acts):
         return [], []
     ctx = _Context(report, acts)
-    slices: list[_Slices] = []
+    n_acts = len(acts)
     starts, ends = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
     devices = acts["device"].astype("object").to_numpy()
+    work = []
     for device in sorted({d for d in devices.tolist() if d is not None}, key=str):
         on = (devices == device) & ~ctx.sync_op
         if not on.any():
             continue
         busy = merge_intervals(starts[on], ends[on])
-        window = ctx.windows if ctx.windows is not None else (busy[0][:1], busy[1][-1:])
+        window = ctx.windows if ctx.windows is not None else (busy[0][:1].copy(), busy[1][-1:].copy())
         if not len(window[0]):
             continue
-        rows = np.flatnonzero(on)
-        got = ctx.classify(str(device), idle_intervals(busy, window), window, rows)
-        if got is not None and len(got):
+        idle = idle_intervals(busy, window)
+        del busy
+        if len(idle[0]):
+            work.append((str(device), idle, window, ctx.per_gap(idle, np.flatnonzero(on))))
+    del acts, starts, ends, devices
+    ctx.release_device_work()
+    release_free_memory(n_acts)
+    slices: list[_Slices] = []
+    while work:
+        got = ctx.classify(*work.pop(0))
+        if len(got):
             slices.append(got)
-        release_free_memory(len(acts))  # the chunks' working arrays
+        release_free_memory(n_acts)  # the chunks' working arrays
     return slices, ctx.vocab.words
 
 
@@ -609,7 +627,7 @@ class _Context:
         self.opener_names = vocab.codes(self.openers[2])
         self.graph = _graph_keys(report, acts, api)
         self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(report, api).items()}
-        self.acts = acts
+        self.acts: pd.DataFrame | None = acts
         # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits
         self.code_dtype = np.int16 if len(vocab.words) < np.iinfo(np.int16).max else np.int32
 
@@ -622,19 +640,39 @@ class _Context:
         return dict(zip(rows["correlation"].to_numpy(np.float64, na_value=np.nan).tolist(),
                         rows["name"].astype("object").tolist()))
 
+    def release_device_work(self) -> None:
+        """Let go of the device work (read by :meth:`per_gap` only) before the gaps are classified."""
+        self.acts = None
+        self.graph = np.zeros(0)
+        self.sync_op = np.zeros(0, bool)
+
     # ------------------------------------------------------------------ per device
+    def per_gap(self, idle: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per gap of ``idle`` (a device's; ``rows``: its device work): its length, the call that opened it (row
+        of :attr:`openers`, -1: none) and the correlation of the graph replay it lies in (NaN: none)."""
+        ist, ien = idle
+        return (ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien)
+
     def _graph_gaps(self, rows: np.ndarray, ist: np.ndarray, ien: np.ndarray) -> np.ndarray:
-        """Per gap: the correlation of the graph replay whose kernels lie on both sides of it (NaN: none)."""
-        s = self.acts["start_ns"].to_numpy(np.int64)[rows]
-        e = self.acts["end_ns"].to_numpy(np.int64)[rows]
-        key = self.graph[rows]
+        """Per gap: the correlation of the graph replay whose kernels lie on both sides of it (NaN: none). The
+        device work's copies are made one at a time and freed as soon as they are read (this runs while the
+        report's tables are all held)."""
+        assert self.acts is not None, "the device work was released"
         out = np.full(len(ist), np.nan)
-        if not len(s) or np.isnan(key).all():
+        key = self.graph[rows]
+        if not len(key) or np.isnan(key).all():
             return out
+        s = self.acts["start_ns"].to_numpy(np.int64)[rows]
         order = np.argsort(s, kind="stable")
-        s, e, key = s[order], e[order], key[order]
-        run = np.maximum.accumulate(e)
-        setter = np.maximum.accumulate(np.where(e == run, np.arange(len(e)), 0))  # the row holding the running end
+        s = s[order]
+        key = key[order]
+        e = self.acts["end_ns"].to_numpy(np.int64)[rows[order]]
+        del order
+        # the row holding the running end: its position where the end is the running maximum, else 0, accumulated
+        setter = np.arange(len(e))
+        setter[e != np.maximum.accumulate(e)] = 0
+        del e
+        np.maximum.accumulate(setter, out=setter)
         before = np.searchsorted(s, ist, side="left") - 1
         after = np.searchsorted(s, ien, side="left")
         ok = (before >= 0) & (after < len(s))
@@ -645,12 +683,11 @@ class _Context:
         return out
 
     def classify(self, device: str, idle: tuple[np.ndarray, np.ndarray], window: tuple[np.ndarray, np.ndarray],
-                 rows: np.ndarray) -> _Slices | None:
+                 per_gap: tuple[np.ndarray, np.ndarray, np.ndarray]) -> _Slices:
         """Cut the idle intervals at every host boundary, give each piece its cause, host kind and evidence,
-        and join neighbouring pieces that agree (text as codes of :class:`_Vocab` until the join)."""
+        and join neighbouring pieces that agree (text as codes of :class:`_Vocab` until the join); ``per_gap``:
+        :meth:`per_gap` of ``idle``."""
         ist, ien = idle
-        if not len(ist):
-            return None
         cuts = [ist, ien]
         bounds = [*self.host_sets.values(), self.recorded]
         sources = [np.asarray(a, np.int64) for pair in bounds for a in pair]
@@ -661,18 +698,21 @@ class _Context:
         for p in sources:
             if len(p):
                 cuts.append(p[_inside(idle, p)])
-        points = _sorted_unique(np.concatenate(cuts))
-        del cuts
-        keep = _inside(idle, points[:-1] + (points[1:] - points[:-1]) // 2)
-        a, b = points[:-1][keep], points[1:][keep]
-        del points, keep
-        gap = (np.searchsorted(ist, a, side="right") - 1).astype(np.int32 if len(ist) < 2**31 else np.int64)
-        per_gap = ((ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien))
+        points = np.concatenate(cuts)
+        del cuts, sources
+        points = _sorted_unique(points)
+        # the pieces (between neighbouring cut points, inside a gap) are made a chunk at a time from the points:
+        # no full-length piece bounds, midpoints or gap numbers are held while the chunks' slices accumulate
         parts = []
-        for lo, hi in _chunks(gap, _chunk_size(self)):
-            pa, pb = a[lo:hi], b[lo:hi]
-            parts.append(self._pieces(pa, pb, pa + (pb - pa) // 2, gap[lo:hi], per_gap))
-        del a, b, gap
+        gap_type = np.int32 if len(ist) < 2**31 else np.int64
+        for lo, hi in _point_chunks(points, ist, _chunk_size(self)):
+            pts = points[lo:hi]
+            mid = pts[:-1] + (pts[1:] - pts[:-1]) // 2
+            keep = _inside(idle, mid)
+            a, b, mid = pts[:-1][keep], pts[1:][keep], mid[keep]
+            gap = (np.searchsorted(ist, a, side="right") - 1).astype(gap_type)
+            parts.append(self._pieces(a, b, mid, gap, per_gap))
+        del points
         span = float((window[1] - window[0]).sum())
         return _Slices(device, span, parts)
 
@@ -812,8 +852,9 @@ def _join_pieces(pieces: list[np.ndarray]) -> np.ndarray:
 
 
 PIECES_PER_CHUNK = 1 << 19
-"""The idle classification works on this many pieces at a time (whole gaps), so its working arrays stay
-about 100 MB whatever the trace's size (a 5M-kernel nsys export cuts its gaps into ~20M pieces)."""
+"""The idle classification works on this many cut points (at most as many pieces) at a time, whole gaps, so its
+working arrays stay about 100 MB whatever the trace's size (a 5M-kernel nsys export cuts its gaps into ~20M
+pieces); the pieces are made per chunk from the sorted cut points, not for the whole trace first."""
 
 
 def _chunk_size(ctx: _Context) -> int:
@@ -823,16 +864,22 @@ def _chunk_size(ctx: _Context) -> int:
     return PIECES_PER_CHUNK
 
 
-def _chunks(gap: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """(start, stop) of runs of about ``size`` pieces of the sorted gap numbers ``gap``, cut between gaps."""
-    n, out, lo = len(gap), [], 0
-    while lo < n:
-        hi = min(lo + size, n)
-        if hi < n:
-            hi = int(np.searchsorted(gap, gap[hi], side="left"))
-            if hi <= lo:
-                hi = int(np.searchsorted(gap, gap[lo], side="right"))
-        out.append((lo, hi))
+def _point_chunks(points: np.ndarray, ist: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """(start, stop) of runs of about ``size`` of the sorted cut ``points`` (neighbouring runs share their
+    boundary point), cut only at a gap's start (``ist``, each one a cut point), so every gap's pieces lie in
+    one run."""
+    n, out, lo = len(points), [], 0
+    while lo < n - 1:
+        hi = min(lo + size, n - 1)
+        if hi < n - 1:
+            # the last gap start at or before the point ``hi``; past it, the first one after ``lo``
+            g = int(np.searchsorted(ist, points[hi], side="right")) - 1
+            cut = int(np.searchsorted(points, ist[g])) if g >= 0 else lo
+            if cut <= lo:
+                g = int(np.searchsorted(ist, points[lo], side="right"))
+                cut = int(np.searchsorted(points, ist[g])) if g < len(ist) else n - 1
+            hi = cut
+        out.append((lo, hi + 1))
         lo = hi
     return out
 
@@ -869,12 +916,15 @@ def _table(slices: list[_Slices], words: list[str], rows: int) -> pd.DataFrame:
         release_free_memory(rows)
         if c in TEXT_COLUMNS:
             v = cols[c]
-            codes[c] = recode(v, word_array)  # renumbered as column_codes gives them; the vocabulary's freed
+            per, distinct = recode(v, word_array)  # renumbered as column_codes gives them; the vocabulary's freed
             # the text as a categorical: a byte or two a row (its codes), not an 8-byte pointer (10M slices x 6
             # columns: ~0.4 GB at 5M kernels); the categories are the values in order of first appearance, so
-            # the categorical's codes are column_codes' (memoized as int32 below)
-            cols[c] = pd.Series(pd.Categorical.from_codes(codes[c][0], categories=pd.Index(codes[c][1], dtype=object)),
-                                copy=False)
+            # the categorical's codes are column_codes' values: memoized as they are (a read-only view, int8 or
+            # int16), not as a second, int32 copy (4 bytes a row per column: ~0.3 GB at 5M kernels)
+            cat = pd.Categorical.from_codes(per, categories=pd.Index(distinct, dtype=object))
+            del per
+            codes[c] = (cat.codes, distinct)
+            cols[c] = pd.Series(cat, copy=False)
             del v
     start, end = cols.pop("start_ns"), cols.pop("end_ns")
     dur = end - start
