@@ -91,6 +91,23 @@ def test_kineto_large_tables_hold_shared_text(monkeypatch, fixtures_dir) -> None
             assert _values(df[col].astype(object)) == _values(small[name][col].astype(object)), (name, col)
 
 
+def test_kineto_columns_built_shared_skip_the_text_pass(monkeypatch, fixtures_dir) -> None:
+    """Columns the reader builds shared and clean (``Shared``) are not hashed again by the text pass, and
+    the API names' memoized codes made from the string codes are what factorizing the column gives."""
+    path = fixtures_dir / "h200/h200_llama1b_engine_eager.pt.trace.json.gz"
+    monkeypatch.setattr(kineto_reader, "SMALL_TABLE", 0)
+    hashed: list[int] = []
+    column = kineto_reader._column
+    monkeypatch.setattr(kineto_reader, "_column", lambda v: hashed.append(len(v)) or column(v))
+    tables = kineto_reader.import_kineto(path).tables
+    api = tables["api"]
+    assert len(api) and len(hashed) < sum(len(df.columns) for df in tables.values())
+    codes, words = schema.column_codes(api, "name")
+    want_codes, want_words = pd.factorize(api["name"], use_na_sentinel=True)
+    assert codes.tolist() == want_codes.tolist() and list(words) == list(want_words)
+    assert set(api["kind"]) <= {"driver", "runtime"} and _shares(api["kind"]) and _shares(api["name"])
+
+
 @pytest.mark.parametrize("name", FIXTURES)
 def test_idle_one_valued_columns_held_once(load, monkeypatch, name: str) -> None:
     report = load(name)
