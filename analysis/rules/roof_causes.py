@@ -34,6 +34,7 @@ import pandas as pd
 from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
+from perfscope.schema import map_distinct
 from perfscope.vocab import is_amd
 
 from ..summaries.kernels import group_codes
@@ -171,39 +172,41 @@ def l2_bytes(report: Report) -> float:
 
 
 def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> tuple[list[str], float]:
-    """The fusible kernel groups launched right before or after the ``rows`` on their stream (most frequent first)
-    and the share of the rows that have one."""
+    """The fusible kernel groups launched right before or after the ``rows`` on their stream (most frequent first,
+    ties in order of first sight: row by row, the one before, then the one after) and the share of the rows that
+    have one."""
     if "stream" not in k or "category" not in k or not len(rows):
         return [], 0.0
-    order, lane = _stream_order(k)
-    pos = np.empty(len(order), dtype=np.int64)
-    pos[order] = np.arange(len(order))
+    order, lane, pos = _stream_order(k)
     codes, names = group_codes(k)
-    fusible = k["category"].map(lambda c: c in FUSIBLE).to_numpy(bool)
-    found: dict[str, int] = {}
-    having = 0
-    for r in rows.tolist():
-        p, hit = pos[r], False
-        for q in (p - 1, p + 1):
-            if 0 <= q < len(order):
-                o = order[q]
-                if lane[o] == lane[r] and fusible[o] and codes[o] >= 0 and codes[o] != codes[r]:
-                    name = str(names[codes[o]])
-                    found[name] = found.get(name, 0) + 1
-                    hit = True
-        having += hit
-    return [n for n, _ in sorted(found.items(), key=lambda kv: -kv[1])], having / len(rows)
+    fusible = memo(k, "rules:fusible", lambda: k["category"].isin(FUSIBLE).to_numpy(bool))
+    p = pos[rows]
+    near = np.empty((len(rows), 2), dtype=np.int64)  # per row: the row before and after it on its stream
+    hit = np.empty((len(rows), 2), dtype=bool)
+    for j, q in enumerate((p - 1, p + 1)):
+        inside = (q >= 0) & (q < len(order))
+        o = order[np.clip(q, 0, len(order) - 1)]
+        near[:, j] = codes[o]
+        hit[:, j] = inside & (lane[o] == lane[rows]) & fusible[o] & (codes[o] >= 0) & (codes[o] != codes[rows])
+    found, which = pd.factorize(near[hit])  # row-major: row by row, before then after
+    counts = np.bincount(found, minlength=len(which))
+    ranked = np.argsort(-counts, kind="stable")
+    return [str(names[which[i]]) for i in ranked], float(hit.any(axis=1).sum()) / len(rows)
 
 
-def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Row positions of ``k`` by device, stream and start (kernels one after another on a stream), and each row's
-    (device, stream) lane code (a missing device or stream is a lane of its own)."""
-    def build() -> tuple[np.ndarray, np.ndarray]:
+def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row positions of ``k`` by device, stream and start (kernels one after another on a stream), each row's
+    (device, stream) lane code (a missing device or stream is a lane of its own), and each row's place in that
+    order."""
+    def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         dev = pd.factorize(k["device"].astype(str) if "device" in k else pd.Series("", index=k.index))[0]
         stream = pd.factorize(k["stream"].astype(str))[0]
         start = k["start_ns"].to_numpy("float64", na_value=np.nan)
         lane = dev.astype(np.int64) * (int(stream.max(initial=0)) + 2) + stream
-        return np.lexsort((start, stream, dev)), lane
+        order = np.lexsort((start, stream, dev))
+        pos = np.empty(len(order), dtype=np.int64)
+        pos[order] = np.arange(len(order))
+        return order, lane, pos
     return memo(k, "rules:stream_order", build)
 
 
@@ -231,7 +234,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         c.attrs["category"] = str(cat) if isinstance(cat, str) else None
         # the grid against the SMs
         if gpu and sms and "grid" in g:
-            blocks = _median(g["grid"].map(_blocks))
+            blocks = _median(map_distinct(g["grid"], _blocks))
             if np.isfinite(blocks):
                 c.attrs.update(grid_blocks=float(blocks), sm_count=sms)
                 if blocks <= UNDERFILL_WAVES * sms:
@@ -253,7 +256,6 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                                  f"a {duration(float(row['time_ns']) / count)} launch")
                 c.advice["small"] = name
         # the category and the shapes
-        per_launch = float(row["dram_bytes"]) / count
         op, shapes = (_mode(g["op"]) if "op" in g else None), (_mode(g["op_shapes"]) if "op_shapes" in g else None)
         prec = row.get("precision")
         if cat == "gemm":
