@@ -289,6 +289,56 @@ def gemm_shape_class(op: str, shapes: Sequence[Any] | str | None) -> str:
     return "square"
 
 
+WAVE_TILES = {"nvidia": ((128, 128),), "amd": ((128, 128), (256, 128), (256, 256))}
+"""A GEMM's nominal output tile (rows x columns) per vendor, the candidates of a pair correction's wave term
+(:func:`wave_fill`; the inner cross-validation picks one, :data:`perfscope.analysis.projection.devicefit.CANDIDATES`).
+What the committed traces' GEMM kernels name: cuBLAS on the H100 ``sm90_xmma_gemm_..._tilesize128x128x64`` (every
+large GEMM of the TimeSformer and Qwen traces; ``64x64x64`` for BERT-small's), hipBLASLt on the MI300X
+``Cijk_..._MT256x128x64`` / ``MT256x192x64`` / ``MT256x224x64`` / ``MT128x256x32`` (TimeSformer's) and ``MT16x16x128``
+to ``MT128x144x64`` (BERT-small's): each library picks its tile by shape; one nominal tile is the model's
+simplification."""
+
+
+def wave_fill(batch: np.ndarray, m: np.ndarray, n: np.ndarray, tile: tuple[int, int], units: int) -> np.ndarray:
+    """Each GEMM's wave (tile) occupancy on a device of ``units`` SMs / CUs with output tiles of ``tile``:
+    ``tiles = batch * ceil(M / tm) * ceil(N / tn)`` spread over ``ceil(tiles / units)`` waves of ``units``
+    slots, ``fill = tiles / (ceil(tiles / units) * units)`` (1: every slot of every wave busy). NaN where a
+    dimension is unknown (NaN or not positive)."""
+    b, mm, nn = (np.asarray(x, np.float64) for x in (batch, m, n))
+    ok = np.isfinite(b) & np.isfinite(mm) & np.isfinite(nn) & (b > 0) & (mm > 0) & (nn > 0) & (units > 0)
+    with np.errstate(invalid="ignore"):
+        tiles = np.where(ok, b, 1.0) * np.ceil(np.where(ok, mm, 1.0) / tile[0]) * np.ceil(np.where(ok, nn, 1.0) / tile[1])
+        fill = tiles / (np.ceil(tiles / units) * units) if units > 0 else np.full(len(tiles), np.nan)
+    return np.where(ok, fill, np.nan)
+
+
+def gemm_bmn(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
+             family: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
+    """(batch, M, N) of each kernel's GEMM (:func:`gemm_dims`, once per distinct op and shapes; ``shapes`` as
+    lists or their text), an array of shape (n, 3); NaN for a kernel of a family other than a GEMM (``family``
+    given) or whose shapes do not say."""
+    ops = np.asarray(op, object)
+    sh = np.asarray(shapes, object)
+    out = np.full((len(ops), 3), np.nan)
+    at = (np.arange(len(ops)) if family is None
+          else np.flatnonzero(np.char.startswith(np.asarray(family, object).astype(str), "gemm")))
+    if not len(at):
+        return out
+    key = pd.Series(ops[at]).astype(str) + "\x00" + pd.Series(sh[at]).astype(str)
+    codes, uniq = pd.factorize(key)
+    first = np.zeros(len(uniq), np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    vals = np.full((len(uniq), 3), np.nan)
+    for u, i in enumerate(first):
+        s = sh[at[i]]
+        parsed = _parse_shapes(s) if isinstance(s, str) else (s if isinstance(s, (list, tuple)) else None)
+        d = gemm_dims(str(ops[at[i]]), parsed) if parsed is not None else None
+        if d is not None:
+            vals[u] = d[:3]
+    out[at] = vals[codes]
+    return out
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_shapes(text: str) -> tuple[Any, ...] | None:
     import ast
@@ -344,6 +394,11 @@ class PairCorrection:
         axis2, a2, lo2, hi2: a second axis's term ("": none).
         classes: shape class -> its level (natural log), where the choice has a class term.
         choice: the terms picked (``intensity``, ``intensity+class``, ``intensity+roof``, ``none``...).
+        wave_tiles: the nominal output tile (rows, columns) on the source and on the target, where the choice
+            has a wave term (``wave128x128/256x128``: the NVIDIA / AMD tile); () where it has none.
+        wave_units: the SMs / CUs of the source and the target (their datasheets).
+        wave_coef: the wave term's weight: ``log(fill_source / fill_target)`` (:func:`wave_fill`) times it is
+            added (1: the physical factor, time in proportion to the waves; a ``wave~`` choice fits it).
     """
 
     axis: str
@@ -358,6 +413,9 @@ class PairCorrection:
     hi2: float = math.nan
     classes: Mapping[str, float] = field(default_factory=dict)
     choice: str = ""
+    wave_tiles: tuple[tuple[int, int], ...] = ()
+    wave_units: tuple[int, ...] = ()
+    wave_coef: float = 0.0
 
     def knots(self) -> tuple[float, float]:
         return axis_knots(self.axis)
@@ -366,11 +424,28 @@ class PairCorrection:
     def uses_classes(self) -> bool:
         return bool(self.classes)
 
+    @property
+    def uses_wave(self) -> bool:
+        return len(self.wave_tiles) == 2 and self.wave_coef != 0.0
+
+    def wave_log(self, dims: np.ndarray | None, n: int) -> np.ndarray:
+        """``log(fill_source / fill_target)`` of each GEMM (``dims``: (batch, M, N) rows, :func:`gemm_bmn`), 0
+        where its dimensions are unknown or the correction has no wave term."""
+        if not self.uses_wave or dims is None or not len(dims):
+            return np.zeros(n)
+        d = np.asarray(dims, np.float64).reshape(-1, 3)
+        fs = wave_fill(d[:, 0], d[:, 1], d[:, 2], self.wave_tiles[0], self.wave_units[0])
+        ft = wave_fill(d[:, 0], d[:, 1], d[:, 2], self.wave_tiles[1], self.wave_units[1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = np.log(fs / ft)
+        return np.where(np.isfinite(x), x, 0.0)
+
     def log_factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
-                   shape_class: np.ndarray | None = None) -> np.ndarray:
-        """The correction (natural log) of each kernel: 0 where its position on an axis is unknown."""
+                   shape_class: np.ndarray | None = None, dims: np.ndarray | None = None) -> np.ndarray:
+        """The correction (natural log) of each kernel: 0 where its position on an axis is unknown (``dims``:
+        each GEMM's (batch, M, N), for a wave term)."""
         n = len(np.atleast_1d(roof_src_s))
-        out = np.zeros(n)
+        out = self.wave_coef * self.wave_log(dims, n) if self.uses_wave else np.zeros(n)
         for axis, a, lo, hi in ((self.axis, self.a, self.lo, self.hi), (self.axis2, self.a2, self.lo2, self.hi2)):
             if axis in ("", "none") or not len(a):
                 continue
@@ -386,9 +461,9 @@ class PairCorrection:
         return out
 
     def factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
-               shape_class: np.ndarray | None = None) -> np.ndarray:
+               shape_class: np.ndarray | None = None, dims: np.ndarray | None = None) -> np.ndarray:
         """``exp(correction)`` of each kernel (1 where its position on the axis is unknown)."""
-        return np.exp(self.log_factor(roof_src_s, flops, nbytes, shape_class))
+        return np.exp(self.log_factor(roof_src_s, flops, nbytes, shape_class, dims))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"axis": self.axis, "a": [round(float(x), 5) for x in self.a], "lo": round(float(self.lo), 4),
@@ -400,6 +475,9 @@ class PairCorrection:
             d["classes"] = {k: round(float(v), 5) for k, v in sorted(self.classes.items())}
         if self.choice:
             d["choice"] = self.choice
+        if self.uses_wave:
+            d.update({"wave_tiles": [list(t) for t in self.wave_tiles], "wave_units": list(self.wave_units),
+                      "wave_coef": round(float(self.wave_coef), 5)})
         return d
 
     @classmethod
@@ -407,7 +485,9 @@ class PairCorrection:
         return cls(str(d["axis"]), tuple(float(x) for x in d["a"]), float(d["lo"]), float(d["hi"]), int(d["rows"]),
                    tuple(d.get("sources", ())), str(d.get("axis2", "")), tuple(float(x) for x in d.get("a2", ())),
                    float(d.get("lo2", math.nan)), float(d.get("hi2", math.nan)),
-                   {str(k): float(v) for k, v in d.get("classes", {}).items()}, str(d.get("choice", "")))
+                   {str(k): float(v) for k, v in d.get("classes", {}).items()}, str(d.get("choice", "")),
+                   tuple((int(t[0]), int(t[1])) for t in d.get("wave_tiles", ())),
+                   tuple(int(u) for u in d.get("wave_units", ())), float(d.get("wave_coef", 0.0)))
 
 
 def axis_knots(axis: str) -> tuple[float, float]:
@@ -657,6 +737,7 @@ __all__ = [
     "INTENSITY_STEP",
     "N_BINS",
     "SHAPE_CLASSES",
+    "WAVE_TILES",
     "Band",
     "Curve",
     "DeviceModel",
@@ -666,6 +747,7 @@ __all__ = [
     "axis_knots",
     "device_models",
     "family_group",
+    "gemm_bmn",
     "gemm_dims",
     "gemm_shape_class",
     "generation_of",
@@ -678,4 +760,5 @@ __all__ = [
     "shape_classes",
     "sheet_identity",
     "spec_identity",
+    "wave_fill",
 ]

@@ -28,7 +28,13 @@ import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import find_datasheet, sheet_spec
-from perfscope.device_models import family_group, gemm_shape_class, kernel_family
+from perfscope.device_models import (
+    family_group,
+    gemm_bmn,
+    gemm_dims,
+    gemm_shape_class,
+    kernel_family,
+)
 from perfscope.errors import UsageError
 
 from ..costs.operators import op_cost
@@ -94,12 +100,19 @@ def _cost(op: str, dims: list, types: list) -> tuple[float, float]:
 
 
 def _rows(table: str, op: str, kind: str, precision: str, costs: list[tuple[float, float]],
-          t_src_s: np.ndarray, t_tgt_s: np.ndarray, size: np.ndarray, shape_class: list[str] | None = None
-          ) -> pd.DataFrame:
+          t_src_s: np.ndarray, t_tgt_s: np.ndarray, size: np.ndarray, shape_class: list[str] | None = None,
+          dims: np.ndarray | None = None) -> pd.DataFrame:
     f, b = (np.array(x, np.float64) for x in zip(*costs)) if costs else (np.array([]), np.array([]))
+    bmn = np.full((len(f), 3), np.nan) if dims is None else np.asarray(dims, np.float64).reshape(-1, 3)
     return pd.DataFrame({"table": table, "op": op, "kind": kind, "precision": precision, "flops": f, "bytes": b,
                          "t_src_s": t_src_s, "t_tgt_s": t_tgt_s, "size": size,
-                         "shape_class": shape_class if shape_class is not None else ""})
+                         "shape_class": shape_class if shape_class is not None else "",
+                         "gemm_b": bmn[:, 0], "gemm_m": bmn[:, 1], "gemm_n": bmn[:, 2]})
+
+
+def _mn(m: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(batch 1, M, N) rows of a table's GEMMs (a GEMM's wave term, :func:`perfscope.device_models.wave_fill`)."""
+    return np.column_stack([np.ones(len(m)), np.asarray(m, np.float64), np.asarray(n, np.float64)])
 
 
 def _gemm_costs(m: np.ndarray, n: np.ndarray, k: np.ndarray, dtype: str) -> list[tuple[float, float]]:
@@ -120,7 +133,8 @@ def aiconfigurator(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
                                 _gemm_costs(g["m"].to_numpy(), g["n"].to_numpy(), g["k"].to_numpy(), BF16),
                                 g["latency_s"].to_numpy() * 1e-3, g["latency_t"].to_numpy() * 1e-3,
                                 (2.0 * g["m"] * g["n"] * g["k"]).to_numpy(),
-                                _gemm_classes(g["m"].to_numpy(), g["n"].to_numpy(), g["k"].to_numpy()))
+                                _gemm_classes(g["m"].to_numpy(), g["n"].to_numpy(), g["k"].to_numpy()),
+                                _mn(g["m"].to_numpy(), g["n"].to_numpy()))
     keys = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step"]
     for part, label in (("generation", "decode attention"), ("context", "prefill attention")):
         s = pd.read_parquet(base / "a100_sxm" / f"attention_{part}_attention_perf.parquet")
@@ -167,17 +181,19 @@ def vidur(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
         j = a.merge(t, on=keys, suffixes=("_s", "_t"))
         frames = []
         for col, shape_of in VIDUR_OPS.items():
-            costs, classes = [], []
+            costs, classes, dims_of = [], [], []
             kind = "gemm" if col.endswith("_proj") else "other"
             for row in j[keys + ["n_embd_s", "n_head_s", "n_kv_head_s", "n_expanded_embd_s"]].itertuples(index=False):
                 tokens, tp, hidden, hq, hk, inter = (int(x) for x in row)
                 op, dims, types = shape_of(tokens, hidden, hq, hk, inter, tp)
                 costs.append(_cost(op, dims, types))
                 classes.append(gemm_shape_class(op, dims) if kind == "gemm" else "")
+                bmn = gemm_dims(op, dims) if kind == "gemm" else None
+                dims_of.append(bmn[:3] if bmn is not None else (np.nan,) * 3)
             frames.append(_rows(f"vidur llama-2-7b {col}", col, kind, "fp16", costs,
                                 j[f"time_stats.{col}.median_s"].to_numpy() * 1e-3,
                                 j[f"time_stats.{col}.median_t"].to_numpy() * 1e-3,
-                                j["num_tokens"].to_numpy().astype(np.float64), classes))
+                                j["num_tokens"].to_numpy().astype(np.float64), classes, np.array(dims_of, np.float64)))
         yield "a100", tgt, pd.concat(frames, ignore_index=True)
 
 
@@ -196,7 +212,8 @@ def llmcompass(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     frames.append(_rows("llmcompass matmul", "matmul", "gemm", "fp16",
                         _gemm_costs(j[0].to_numpy(), j[1].to_numpy(), j[2].to_numpy(), FP16),
                         j["t_s"].to_numpy(), j["t_t"].to_numpy(), (2.0 * j[0] * j[1] * j[2]).to_numpy(),
-                        _gemm_classes(j[0].to_numpy(), j[1].to_numpy(), j[2].to_numpy())))
+                        _gemm_classes(j[0].to_numpy(), j[1].to_numpy(), j[2].to_numpy()),
+                        _mn(j[0].to_numpy(), j[1].to_numpy())))
     for op, aten in (("softmax", "aten::_softmax"), ("layernorm", "aten::native_layer_norm")):
         s, t = _llmc(base / f"{op}_A100.csv"), _llmc(base / f"{op}_MI210.csv")
         j = s.merge(t, on=[0, 1], suffixes=("_s", "_t"))
@@ -243,12 +260,14 @@ def tracelens_gemms(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
                      np.float64).reshape(-1, 2)
     shape = (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"]).to_numpy()
     classes = np.array([gemm_shape_class(op, d) for op, d in zip(j["name"], j["Input Dims_first"])], object)
+    bmn = gemm_bmn(j["name"].to_numpy(object), j["Input Dims_first"].to_numpy(object))
     frames = []
     for p in sorted(set(prec)):
         sel = prec == p
         rows = _rows(f"tracelens gemms {p}", "gemm", "gemm", str(p), [tuple(c) for c in costs[sel]],
                      j["Kernel Time (us)_median_s"].to_numpy()[sel] * 1e-6,
-                     j["Kernel Time (us)_median_t"].to_numpy()[sel] * 1e-6, costs[sel, 0], list(classes[sel]))
+                     j["Kernel Time (us)_median_t"].to_numpy()[sel] * 1e-6, costs[sel, 0], list(classes[sel]),
+                     bmn[sel])
         rows["shape"] = shape[sel]  # two bmm of OWLv2 have one work and two times: each is its own key
         frames.append(rows)
     yield "h100", "mi300x", pd.concat(frames, ignore_index=True)

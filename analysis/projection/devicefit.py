@@ -48,9 +48,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.datasheets import find_datasheet
+from perfscope.datasheets import DATASHEETS, find_datasheet
 from perfscope.device_models import (
     N_BINS,
+    WAVE_TILES,
     Band,
     Curve,
     DeviceModel,
@@ -58,6 +59,7 @@ from perfscope.device_models import (
     PairCorrection,
     axis_knots,
     family_group,
+    gemm_bmn,
     interp_weights,
     pair_axis,
     pair_axis_name,
@@ -154,7 +156,7 @@ at least :data:`PLATEAU_FACTOR` times above it on the device (below, the time is
 PLATEAU_FACTOR = 2.0
 
 OBS_COLUMNS = ["dataset", "table", "key", "device", "vendor", "generation", "family", "precision", "flops",
-               "bytes", "time_s", "count", "shape_class"]
+               "bytes", "time_s", "count", "shape_class", "gemm_b", "gemm_m", "gemm_n"]
 
 RIDGE = 0.3
 """The pull of a key's own difficulty ``u`` to 0, in observation weights: a key seen once keeps half its
@@ -197,7 +199,8 @@ def table_observations(root: Path = FIXTURES / "crossgpu") -> pd.DataFrame:
                     "generation": gen, "family": family,
                     "precision": rows["precision"], "flops": rows["flops"], "bytes": rows["bytes"],
                     "time_s": rows[col], "count": 1,
-                    "shape_class": rows.get("shape_class", "")}))
+                    "shape_class": rows.get("shape_class", ""),
+                    **{c: rows.get(c, np.nan) for c in ("gemm_b", "gemm_m", "gemm_n")}}))
     obs = pd.concat(frames, ignore_index=True)
     obs = obs[np.isfinite(obs["time_s"]) & (obs["time_s"] > 0)]
     host = obs["dataset"].isin(HOST_TIMED).to_numpy()
@@ -239,7 +242,9 @@ def report_observations(report: Report, dataset: str, table: str | None = None) 
                         "precision": k["precision"].astype("object").to_numpy(), "flops": np.nan_to_num(f),
                         "bytes": np.nan_to_num(b), "time_s": k["duration_ns"].to_numpy(np.float64, na_value=np.nan) * 1e-9,
                         "count": 1, "shape_class": shape_classes(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object),
-                                                                 fam)})[ok]
+                                                                 fam),
+                        **dict(zip(("gemm_b", "gemm_m", "gemm_n"),
+                                   gemm_bmn(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object), fam).T))})[ok]
     return _collapse(obs)
 
 
@@ -495,15 +500,58 @@ def _classes(rows: pd.DataFrame) -> np.ndarray | None:
     return rows["shape_class_s"].to_numpy(object) if "shape_class_s" in rows else None
 
 
+def _dims(rows: pd.DataFrame) -> np.ndarray | None:
+    """A pair row's GEMM (batch, M, N) on the source, shape (n, 3) (None where the rows carry none)."""
+    cols = ("gemm_b_s", "gemm_m_s", "gemm_n_s")
+    if not all(c in rows for c in cols):
+        return None
+    return np.column_stack([rows[c].to_numpy(np.float64, na_value=np.nan) for c in cols])
+
+
+def _tile_name(nv: tuple[int, int], amd: tuple[int, int]) -> str:
+    return f"{nv[0]}x{nv[1]}/{amd[0]}x{amd[1]}"
+
+
+WAVES = tuple(f"wave{_tile_name(nv, amd)}" for nv in WAVE_TILES["nvidia"] for amd in WAVE_TILES["amd"])
+"""The wave (tile occupancy) terms a GEMM correction may have, one per nominal tile of each vendor
+(:data:`perfscope.device_models.WAVE_TILES`): ``waveNV/AMD`` adds the physical factor ``log(fill_source /
+fill_target)`` (:func:`perfscope.device_models.wave_fill`; a GEMM that fills the H100's 132 SMs and a fraction of
+the MI300X's 304 CUs runs relatively slower on the MI300X), ``wave~NV/AMD`` the same times a fitted weight
+(pulled to 0 by :data:`WAVE_RIDGE`)."""
+WAVE_RIDGE = 1.0
+"""The pull of a fitted wave weight (``wave~``) to 0, in observation weights."""
+
 CANDIDATES = {"gemm": ("none", "roof", "intensity", "roof+class", "intensity+class", "intensity+roof",
-                       "intensity+roof+class"),
+                       "intensity+roof+class",
+                       *(f"{w}" for w in WAVES), *(f"wave~{w[4:]}" for w in WAVES),
+                       *(f"intensity+roof+{w}" for w in WAVES), *(f"intensity+roof+wave~{w[4:]}" for w in WAVES),
+                       *(f"intensity+roof+class+{w}" for w in WAVES),
+                       *(f"intensity+roof+class+wave~{w[4:]}" for w in WAVES)),
               "other": ("none", "roof")}
 """The terms a pair correction may have, per family group, simplest first (a tie goes to the simpler):
 nothing; a smooth function of the source's roof time or of a GEMM's FLOPs per byte; either plus a level per
-GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted). Each term
-has the curves' smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_RIDGE` per knot; a class
-level :data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean) and the Huber weights
-(:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
+GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted); a GEMM's wave
+(tile occupancy) term (:data:`WAVES`) alone or with the axes (and the classes). Each term has the curves'
+smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_RIDGE` per knot; a class level
+:data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean; a wave weight :data:`WAVE_RIDGE`) and
+the Huber weights (:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
+
+
+def _wave_of(part: str) -> tuple[bool, tuple[int, int], tuple[int, int]] | None:
+    """(fitted weight, NVIDIA tile, AMD tile) of a ``wave...`` term of a choice; None for any other term."""
+    if not part.startswith("wave"):
+        return None
+    fitted = part.startswith("wave~")
+    nv, amd = part[5 if fitted else 4:].split("/")
+    a, b = (tuple(int(x) for x in t.split("x")) for t in (nv, amd))
+    return fitted, (a[0], a[1]), (b[0], b[1])
+
+
+@functools.lru_cache(maxsize=64)
+def _units(device: str) -> int:
+    """A datasheet row's SMs / CUs (0 where it does not say)."""
+    sheet = next((d for d in DATASHEETS if d.model == device), None)
+    return int(sheet.sm_count or 0) if sheet is not None else 0
 
 INNER_FOLDS = 4
 INNER_SALT = "inner|"
@@ -536,13 +584,26 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     parts = choice.split("+")
     axes = [a for a in parts if a in ("roof", "intensity")]
     use_class = "class" in parts and "shape_class_s" in sub
-    if not axes:
+    wave = next((w for w in map(_wave_of, parts) if w is not None), None)
+    wave_tiles: tuple[tuple[int, int], ...] = ()
+    wave_units: tuple[int, ...] = ()
+    if wave is not None and len(sub):
+        tile = {"nvidia": wave[1], "amd": wave[2]}
+        first = sub.iloc[0]
+        vs, vt = str(first["vendor_s"]), str(first["vendor_t"])
+        units = (_units(str(first["device_s"])), _units(str(first["device_t"])))
+        if vs in tile and vt in tile and min(units) > 0:
+            wave_tiles, wave_units = (tile[vs], tile[vt]), units
+    if not axes and not wave_tiles:
         return None
     r, f, b = _work(sub)
     xs = [pair_axis(a, r, f, b) for a in axes]
-    ok = np.logical_and.reduce([np.isfinite(x) for x in xs])
+    ok = np.logical_and.reduce([np.isfinite(x) for x in xs]) if xs else np.ones(len(sub), bool)
     if not ok.any():
         return None
+    probe = PairCorrection("none", (), 0.0, 0.0, 0, wave_tiles=wave_tiles, wave_units=wave_units, wave_coef=1.0)
+    xw = probe.wave_log(_dims(sub), len(sub))[ok]
+    coef = 1.0 if wave_tiles else 0.0
     y = sub["le"].to_numpy(np.float64, na_value=np.nan)[ok]
     xs = [x[ok] for x in xs]
     grid = [interp_weights(x, *axis_knots(a)) for x, a in zip(xs, axes)]
@@ -559,20 +620,26 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     for _ in range(ITERATIONS):
         for n, g in enumerate(grid):
             others = sum((at(terms[m], grid[m]) for m in range(len(grid)) if m != n), np.zeros(len(y)))
-            terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes], DEVICE_RIDGE)
+            terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes] - coef * xw, DEVICE_RIDGE)
         fitted = sum((at(t, g) for t, g in zip(terms, grid)), np.zeros(len(y)))
         if use_class:
-            level = np.bincount(codes, w * (y - fitted), len(names)) / (np.bincount(codes, w, len(names)) + DATASET_RIDGE)
+            level = np.bincount(codes, w * (y - fitted - coef * xw), len(names)) / (
+                np.bincount(codes, w, len(names)) + DATASET_RIDGE)
             level[np.asarray(names, object) == ""] = 0.0  # a GEMM of unknown shape: no class level
-        resid = y - fitted - level[codes]
+        if wave_tiles and wave is not None and wave[0]:  # a fitted weight of the wave term
+            coef = float(np.sum(w * xw * (y - fitted - level[codes])) / (np.sum(w * xw * xw) + WAVE_RIDGE))
+        resid = y - fitted - level[codes] - coef * xw
         w = np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
-    lo1, hi1 = float(xs[0].min()), float(xs[0].max())
+    first_axis = bool(axes)
+    lo1, hi1 = (float(xs[0].min()), float(xs[0].max())) if first_axis else (0.0, 0.0)
     second = len(axes) > 1
     return PairCorrection(
-        axes[0], tuple(float(v) for v in terms[0]), lo1, hi1, len(y), tuple(sorted(set(sub["dataset"].astype(str)))),
+        axes[0] if first_axis else "none", tuple(float(v) for v in terms[0]) if first_axis else (0.0,) * N_BINS,
+        lo1, hi1, len(y), tuple(sorted(set(sub["dataset"].astype(str)))),
         axes[1] if second else "", tuple(float(v) for v in terms[1]) if second else (),
         float(xs[1].min()) if second else math.nan, float(xs[1].max()) if second else math.nan,
-        {str(k): float(v) for k, v in zip(names, level) if str(k) and use_class}, choice)
+        {str(k): float(v) for k, v in zip(names, level) if str(k) and use_class}, choice,
+        wave_tiles if coef != 0.0 else (), wave_units if coef != 0.0 else (), coef if wave_tiles else 0.0)
 
 
 def pair_corrections(obs: pd.DataFrame, models: DeviceModels, choices: Mapping[str, str] | None = None,
@@ -639,7 +706,7 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
             per = errs.setdefault((str(ds), str(dt), str(fam)), {})
             for cand in _candidates(str(fam)):
                 corr = None if train_idx is None or cand == "none" else _fit_terms(fit_rows.iloc[train_idx], cand)
-                lf = corr.log_factor(*_work(sub), _classes(sub)) if corr is not None else np.zeros(len(sub))
+                lf = corr.log_factor(*_work(sub), _classes(sub), _dims(sub)) if corr is not None else np.zeros(len(sub))
                 per.setdefault(cand, []).extend(np.abs(sub["le"].to_numpy() - lf).tolist())
     # one choice per family group: each pair and family's median error counts once (a pair of 17 keys as
     # much as one of 4,000), and the candidate with the smallest mean of them wins
@@ -714,14 +781,14 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = Tr
                            / cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s))
         corr = models.pair_correction(ds, dt, fam) if corrected else None
         if corr is not None:
-            out[idx] *= corr.factor(*_work(sub), _classes(sub))
+            out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub))
     return out
 
 
 def pairs_of(obs: pd.DataFrame) -> pd.DataFrame:
     """Every (source, target) pair of observations of one key on two devices (both directions)."""
     cols = ["dataset", "table", "key", "device", "vendor", "family", "precision", "flops", "bytes", "time_s",
-            "roof_s", "shape_class"]
+            "roof_s", "shape_class", "gemm_b", "gemm_m", "gemm_n"]
     o = obs[cols]
     j = o.merge(o, on=["dataset", "key"], suffixes=("_s", "_t"))
     j = j[j["device_s"] != j["device_t"]].copy()

@@ -87,6 +87,15 @@ class DevicePair:
         return any(c.uses_classes for c in per.values())
 
 
+    @property
+    def uses_wave(self) -> bool:
+        """A correction of this pair has a wave (tile occupancy) term (the GEMMs' dimensions are needed)."""
+        if not self.moves or self.source is None or self.target is None:
+            return False
+        per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
+        return any(c.uses_wave for c in per.values())
+
+
 def resolve_pair(source: DeviceSpec, target: DeviceSpec, models: DeviceModels) -> DevicePair:
     """The models of a projection's measured and target devices."""
     return DevicePair(models.resolve(spec_identity(source)), models.resolve(spec_identity(target)), models)
@@ -115,18 +124,19 @@ def families(kernels: pd.DataFrame, flops: np.ndarray, nbytes: np.ndarray, preci
 
 
 def move(pair: DevicePair, family: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
-         shape_class: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+         shape_class: np.ndarray | None = None, dims: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, the factor that moves its time (at its new work) from the measured GPU to the target,
     ``g_t(R_t) / g_s(R_s)`` times the pair's correction where one was measured (``shape_class``: each
     kernel's GEMM shape class, :func:`perfscope.device_models.shape_classes`, for a correction with a class
-    term), NaN where either device has no curve for its family; and the family used."""
+    term; ``dims``: each GEMM's (batch, M, N), for a correction with a wave term), NaN where either device has
+    no curve for its family; and the family used."""
     if not pair.moves:
         return np.full(len(family), np.nan), np.full(len(family), "", object)
     assert pair.source is not None and pair.target is not None
     rs = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.source.device))
     rt = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.target.device))
     return device_model_ratio(family, rs, rt, pair.source.model, pair.target.model, pair.models, flops, nbytes,
-                              shape_class)
+                              shape_class, dims)
 
 
 def kernel_bands(pair: DevicePair, family: np.ndarray, rule: np.ndarray, time_s: np.ndarray

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.datasheets import lookup_datasheet, pick_datasheet, sheet_spec
-from perfscope.device_models import DeviceModels, device_models, shape_classes
+from perfscope.device_models import DeviceModels, device_models, gemm_bmn, shape_classes
 from perfscope.errors import UsageError
 from perfscope.kv_policy import parse_kv_policy
 from perfscope.report import Report, source_info
@@ -193,6 +193,19 @@ def _policy_dims(steps: pd.DataFrame, news: list[Dims], q: Question, n_layer: in
         n = max(1, round(policy.read_entries(d.context, layers)))
         out.append(Dims(d.batch, d.q_len, n, n))  # a kernel attending the whole cache reads what the policy reads
     return out
+
+
+def _gemm_dims_at(k: pd.DataFrame, kfam: np.ndarray, gemm: pd.DataFrame) -> np.ndarray:
+    """Each GEMM's (batch, M, N) from its measured shapes (:func:`perfscope.device_models.gemm_bmn`), its rows
+    scaled to the question's where its weight GEMM's rows change (``gemm``'s ``m_old`` -> ``m_new``)."""
+    dims = gemm_bmn(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object), kfam)
+    if {"m_old", "m_new"} <= set(gemm.columns) and len(gemm) == len(dims):
+        m_old = gemm["m_old"].to_numpy(np.float64, na_value=np.nan)
+        m_new = gemm["m_new"].to_numpy(np.float64, na_value=np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = np.where(np.isfinite(m_old) & np.isfinite(m_new) & (m_old > 0), m_new / m_old, 1.0)
+        dims[:, 1] = np.ceil(dims[:, 1] * scale)
+    return dims
 
 
 def _new_work(k: pd.DataFrame, step_pos: np.ndarray, olds: list[Dims], news: list[Dims], q: Question
@@ -481,7 +494,9 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
         # a GEMM's shape class (a pair correction's class term) at its measured shapes
         classes = (shape_classes(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object), kfam)
                    if pair.uses_classes else None)
-        factor, _ = move(pair, kfam, new_f, new_b, new_prec, classes)
+        # a GEMM's (batch, M, N) at its new rows (a pair correction's wave term)
+        dims = _gemm_dims_at(k, kfam, gemm) if pair.uses_wave else None
+        factor, _ = move(pair, kfam, new_f, new_b, new_prec, classes, dims)
         on = np.isfinite(factor) & np.isin(here["rule"].to_numpy(object), KNOWN_RULES)
         time_s = np.where(on, here["time_s"].to_numpy() * factor, time_s)
         rule[on] = "device-model"

@@ -222,13 +222,14 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
 
 def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: np.ndarray, source: DeviceModel,
                        target: DeviceModel, models: DeviceModels, flops: np.ndarray | None = None,
-                       nbytes: np.ndarray | None = None, shape_class: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       nbytes: np.ndarray | None = None, shape_class: np.ndarray | None = None,
+                       dims: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, ``g_t(R_t) / g_s(R_s)``: the target's typical time for its family at its roof time there,
     over the source's (:meth:`perfscope.device_models.Curve.time_s`), times the pair's own correction where
     the two devices ran the same work of the family (:class:`perfscope.device_models.PairCorrection`, along
     the roof time, or a GEMM's FLOPs per byte from ``flops`` and ``nbytes``, and its shape class from
-    ``shape_class`` where the correction has a class term); and the family whose curves were
+    ``shape_class`` where the correction has a class term, each GEMM's (batch, M, N) from ``dims`` where it
+    has a wave term); and the family whose curves were
     used (a :data:`perfscope.device_models.FALLBACK` where a device lacks its own, else the family's curve
     over every GPU; "" and NaN where there is none)."""
     ratio = np.full(len(family), np.nan)
@@ -246,7 +247,8 @@ def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: n
         if corr is not None:
             ratio[idx] *= corr.factor(roof_src_s[idx], None if flops is None else np.asarray(flops, np.float64)[idx],
                                       None if nbytes is None else np.asarray(nbytes, np.float64)[idx],
-                                      None if shape_class is None else np.asarray(shape_class, object)[idx])
+                                      None if shape_class is None else np.asarray(shape_class, object)[idx],
+                                      None if dims is None else np.asarray(dims, np.float64).reshape(-1, 3)[idx])
         used[idx] = fs if fs == ft else f"{fs}/{ft}"
     return ratio, used
 
