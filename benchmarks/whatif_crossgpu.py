@@ -50,11 +50,17 @@ def main() -> int:
                     help="print every held-out row of a device pair and family group (e.g. 'MI210 -> A100:other'; "
                          "each side matched as a substring of the device names), with the model's and both "
                          "baselines' errors; repeatable")
+    ap.add_argument("--wave", action="store_true",
+                    help="offer the GEMM wave (tile occupancy) terms to the inner cross-validation too "
+                         "(devicefit.WAVE_CANDIDATES; not with --write: the shipped models use the default terms)")
     args = ap.parse_args()
+    if args.wave and args.write:
+        ap.error("--wave is a measurement of the wave terms; --write fits the shipped (default) candidates")
+    cands = dfit.WAVE_CANDIDATES if args.wave else None
     t0 = time.perf_counter()
     obs = dfit.all_observations(args.root)
     launch = dfit.launch_costs(dfit.trace_reports(args.root))
-    rows = dfit.cross_validate(obs, launch=launch)
+    rows = dfit.cross_validate(obs, launch=launch, candidates=cands)
     table = dfit.error_table(rows)
     print(f"{len(obs):,} observations ({obs['device'].nunique()} GPUs, {obs['dataset'].nunique()} datasets); "
           f"{len(rows):,} held-out pair rows; {time.perf_counter() - t0:.1f} s")
@@ -78,7 +84,7 @@ def main() -> int:
                           if c.group != "ALL")
         print(f"coverage, bands from {name}: {cov.iloc[-1]['inside_pct']:.1f}% of {int(cov.iloc[-1]['rows'])} rows "
               f"inside ({parts})")
-    models = dfit.shipped(obs, rows, launch)
+    models = dfit.shipped(obs, rows, launch, cands)
     print("\npair-correction terms, picked by the inner cross-validation of each fit (never the rows it is checked on):")
     for f, sel in rows.attrs.get("pair_selection", {}).items():
         print(f"  fit for held-out fold {f} (on the other fold): " + ", ".join(f"{g} {c}" for g, c in sorted(sel.items())))
@@ -89,7 +95,7 @@ def main() -> int:
     for label, per in (("shipped models (fitted on every dataset, this pair included)", None),
                        ("held out (fitted without this model's pair)", "lomo")):
         for name in dfit.PAIR_TRACES:
-            m = models if per is None else dfit.fit(obs[obs["dataset"] != name], launch)
+            m = models if per is None else dfit.fit(obs[obs["dataset"] != name], launch, candidates=cands)
             w = dfit.whole_model(m, args.root, [name]).iloc[0]
             band = f" (band {w.low_s * 1e3:.2f}-{w.high_s * 1e3:.2f} ms)" if per is None else ""
             print(f"  {label}: {name}: H100 {w.source_s * 1e3:.2f} ms -> projected {w.projected_s * 1e3:.2f} ms"

@@ -169,6 +169,34 @@ DEVICE_RIDGE = 0.03
 """The pull of a GPU's departure from its family's curve to 0, per knot, in observation weights."""
 SMOOTH = 4.0
 """The second-difference penalty on each curve, in observation weights per knot."""
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    """The curves' smoothness and ridges (:func:`fit_curves`): :data:`SMOOTH`, :data:`DEVICE_RIDGE`,
+    :data:`DATASET_RIDGE`, :data:`RIDGE` by default."""
+
+    smooth: float = SMOOTH
+    device_ridge: float = DEVICE_RIDGE
+    dataset_ridge: float = DATASET_RIDGE
+    key_ridge: float = RIDGE
+
+    @property
+    def name(self) -> str:
+        return (f"smooth {self.smooth:g}, device {self.device_ridge:g}, dataset {self.dataset_ridge:g}, "
+                f"key {self.key_ridge:g}")
+
+    def to_dict(self) -> dict[str, float]:
+        return {"smooth": self.smooth, "device_ridge": self.device_ridge, "dataset_ridge": self.dataset_ridge,
+                "key_ridge": self.key_ridge}
+
+
+CURVE_SETTINGS = (CurveSettings(), CurveSettings(smooth=1.0), CurveSettings(smooth=16.0),
+                  CurveSettings(device_ridge=0.01), CurveSettings(device_ridge=0.1),
+                  CurveSettings(dataset_ridge=3.0), CurveSettings(dataset_ridge=30.0))
+"""The curves' settings :func:`select_pair_choices` picks among, by the same inner cross-validation as the
+pair corrections' terms (never on rows it is checked on): the defaults, and each setting one step (smoothness
+x4, ridges about x3) either side of its default with the others at theirs; the first (the defaults) wins a tie."""
 HUBER = 0.25
 """Residuals (natural log) past this are down-weighted: errors past ~28% count linearly, not squared."""
 ITERATIONS = 25
@@ -322,7 +350,7 @@ def with_roofs(obs: pd.DataFrame) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- fit
 def _curve_system(i: np.ndarray, w_up: np.ndarray, weights: np.ndarray, target: np.ndarray,
-                  ridge: float = 1e-6) -> np.ndarray:
+                  ridge: float = 1e-6, smooth: float = SMOOTH) -> np.ndarray:
     """Weighted least squares for one curve's knot values, with the smoothness penalty and a ridge (toward 0)."""
     ata = np.zeros((N_BINS, N_BINS))
     atb = np.zeros(N_BINS)
@@ -335,7 +363,7 @@ def _curve_system(i: np.ndarray, w_up: np.ndarray, weights: np.ndarray, target: 
     d2 = np.zeros((N_BINS - 2, N_BINS))
     for r in range(N_BINS - 2):
         d2[r, r:r + 3] = (1.0, -2.0, 1.0)
-    ata += SMOOTH * d2.T @ d2 + ridge * np.eye(N_BINS)
+    ata += smooth * d2.T @ d2 + ridge * np.eye(N_BINS)
     return np.linalg.solve(ata, atb)
 
 
@@ -348,11 +376,13 @@ class Fit:
     priors: dict[str, np.ndarray]
 
 
-def fit_curves(obs: pd.DataFrame) -> Fit:
+def fit_curves(obs: pd.DataFrame, settings: CurveSettings | None = None) -> Fit:
     """The curves ``a[device, family] = p[family] + d[device, family]``, datasets' ``c`` and keys' ``u`` of
     ``y = a(log10 R) + c + u + noise`` (module docstring): ``p`` is the family's curve over every GPU, ``d``
     a GPU's own departure from it, pulled to 0 by :data:`DEVICE_RIDGE` (so past a GPU's measured sizes its
-    curve returns to the family's)."""
+    curve returns to the family's). ``settings``: the smoothness and ridges (:class:`CurveSettings`; the
+    defaults where None)."""
+    cs = settings or CurveSettings()
     y = obs["y"].to_numpy(np.float64, na_value=np.nan)
     base_w = np.sqrt(obs["count"].to_numpy(np.float64, na_value=np.nan))
     i, w_up = interp_weights(np.log10(obs["roof_s"].to_numpy(np.float64, na_value=np.nan)))
@@ -377,15 +407,15 @@ def fit_curves(obs: pd.DataFrame) -> Fit:
     for _ in range(ITERATIONS):
         target = y - u[key_codes] - c[set_codes] - at(d, curve_codes)
         for f, idx in enumerate(fgroups):
-            prior[f] = _curve_system(i[idx], w_up[idx], w[idx], target[idx])
+            prior[f] = _curve_system(i[idx], w_up[idx], w[idx], target[idx], smooth=cs.smooth)
         target = y - u[key_codes] - c[set_codes] - at(prior, fam_codes)
         for k, idx in enumerate(groups):
-            d[k] = _curve_system(i[idx], w_up[idx], w[idx], target[idx], DEVICE_RIDGE)
+            d[k] = _curve_system(i[idx], w_up[idx], w[idx], target[idx], cs.device_ridge, cs.smooth)
         fitted = at(prior, fam_codes) + at(d, curve_codes)
         rest = y - fitted - u[key_codes]
-        c = np.bincount(set_codes, w * rest, len(c)) / (np.bincount(set_codes, w, len(c)) + DATASET_RIDGE)
+        c = np.bincount(set_codes, w * rest, len(c)) / (np.bincount(set_codes, w, len(c)) + cs.dataset_ridge)
         rest = y - fitted - c[set_codes]
-        u = np.bincount(key_codes, w * rest, len(u)) / (np.bincount(key_codes, w, len(u)) + RIDGE)
+        u = np.bincount(key_codes, w * rest, len(u)) / (np.bincount(key_codes, w, len(u)) + cs.key_ridge)
         resid = rest - u[key_codes]
         w = base_w * np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
     fam_index = {str(f): n for n, f in enumerate(fam_keys)}
@@ -475,16 +505,22 @@ def build_models(obs: pd.DataFrame, fit: Fit, launch: Mapping[str, tuple[float |
 
 
 def fit(obs: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]] | None = None,
-        choices: Mapping[str, str] | None = None) -> DeviceModels:
+        choices: Mapping[str, str] | None = None, candidates: Mapping[str, tuple[str, ...]] | None = None
+        ) -> DeviceModels:
     """Device models fitted on ``obs`` (:func:`all_observations`): the curves, then each device pair's
     correction from the work both ran (:func:`pair_corrections`), its terms picked by a cross-validation
-    inside ``obs`` (:func:`select_pair_choices`; ``choices`` given: those)."""
-    models = build_models(obs, fit_curves(obs), launch)
+    inside ``obs`` among ``candidates`` (:func:`select_pair_choices`; ``choices`` given: those)."""
     scores: dict[str, dict[str, float]] = {}
+    settings = CurveSettings()
     if choices is None:
-        choices, scores = select_pair_choices(obs)
+        choices, scores, settings = select_pair_choices(obs, candidates, CURVE_SETTINGS)
+    models = build_models(obs, fit_curves(obs, settings), launch)
     selection = {g: {"choice": c, "scores_pct": {k: round(v, 3) for k, v in scores.get(g, {}).items()},
                      "inner_folds": INNER_FOLDS} for g, c in sorted(choices.items())}
+    if "curves" in scores:  # the curves' settings, picked in the same inner cross-validation
+        selection["curves"] = {"choice": settings.name, "settings": settings.to_dict(),
+                               "scores_pct": {k: round(v, 3) for k, v in scores["curves"].items()},
+                               "inner_folds": INNER_FOLDS}
     return DeviceModels(models.devices, models.bands, models.sources, models.validation, models.fitted_by,
                         models.priors, pair_corrections(obs, models, choices), selection)
 
@@ -521,20 +557,25 @@ the MI300X's 304 CUs runs relatively slower on the MI300X), ``wave~NV/AMD`` the 
 WAVE_RIDGE = 1.0
 """The pull of a fitted wave weight (``wave~``) to 0, in observation weights."""
 
-CANDIDATES = {"gemm": ("none", "roof", "intensity", "roof+class", "intensity+class", "intensity+roof",
-                       "intensity+roof+class",
-                       *(f"{w}" for w in WAVES), *(f"wave~{w[4:]}" for w in WAVES),
-                       *(f"intensity+roof+{w}" for w in WAVES), *(f"intensity+roof+wave~{w[4:]}" for w in WAVES),
-                       *(f"intensity+roof+class+{w}" for w in WAVES),
-                       *(f"intensity+roof+class+wave~{w[4:]}" for w in WAVES)),
-              "other": ("none", "roof")}
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "gemm": ("none", "roof", "intensity", "roof+class", "intensity+class", "intensity+roof", "intensity+roof+class"),
+    "other": ("none", "roof")}
 """The terms a pair correction may have, per family group, simplest first (a tie goes to the simpler):
 nothing; a smooth function of the source's roof time or of a GEMM's FLOPs per byte; either plus a level per
-GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted); a GEMM's wave
-(tile occupancy) term (:data:`WAVES`) alone or with the axes (and the classes). Each term has the curves'
-smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_RIDGE` per knot; a class level
-:data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean; a wave weight :data:`WAVE_RIDGE`) and
-the Huber weights (:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
+GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted). Each term
+has the curves' smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_RIDGE` per knot; a class
+level :data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean) and the Huber weights
+(:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
+
+WAVE_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "gemm": (*CANDIDATES["gemm"], *WAVES, *(f"wave~{w[4:]}" for w in WAVES),
+             *(f"intensity+roof+{w}" for w in WAVES), *(f"intensity+roof+wave~{w[4:]}" for w in WAVES),
+             *(f"intensity+roof+class+{w}" for w in WAVES), *(f"intensity+roof+class+wave~{w[4:]}" for w in WAVES)),
+    "other": CANDIDATES["other"]}
+""":data:`CANDIDATES` with a GEMM's wave (tile occupancy) term (:data:`WAVES`, its weight :data:`WAVE_RIDGE`) alone
+or beside the axes (and the classes): offered to the inner cross-validation by ``python
+benchmarks/whatif_crossgpu.py --wave`` (``candidates=WAVE_CANDIDATES``). Not the default: on every row the inner
+cross-validation did not pick it (docs/whatif.md, "Wave quantisation")."""
 
 
 def _wave_of(part: str) -> tuple[bool, tuple[int, int], tuple[int, int]] | None:
@@ -565,8 +606,8 @@ def _group_of(family: str) -> str:
     return "gemm" if str(family).startswith("gemm") else "other"
 
 
-def _candidates(family: str) -> tuple[str, ...]:
-    return CANDIDATES[_group_of(family)]
+def _candidates(family: str, candidates: Mapping[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:
+    return (candidates or CANDIDATES)[_group_of(family)]
 
 
 def _pair_rows(obs: pd.DataFrame, models: DeviceModels) -> pd.DataFrame:
@@ -676,7 +717,9 @@ def _cell_mean(cells: list[tuple[float, int]]) -> float:
     return float(np.sum(w * med) / np.sum(w))
 
 
-def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+def select_pair_choices(obs: pd.DataFrame, candidates: Mapping[str, tuple[str, ...]] | None = None,
+                        settings: Sequence[CurveSettings] = (CurveSettings(),)
+                        ) -> tuple[dict[str, str], dict[str, dict[str, float]], CurveSettings]:
     """Per ordered device pair and family, the terms of its correction (:data:`CANDIDATES`) picked by
     cross-validation inside ``obs`` alone: ``obs``'s keys split in :data:`INNER_FOLDS` by a salted hash
     (:data:`INNER_SALT`); for each inner fold, the curves are fitted on the other inner folds, every
@@ -684,17 +727,39 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
     the rest) the candidate with the smallest mean over the device pairs and families of their median
     ``|log(measured / projected)|`` on the inner held-out pairs wins (a tie: the simpler), so a pair of few
     keys weighs as much as one of thousands but its noise is not its own choice. Inside
-    :func:`cross_validate` the choice never sees the outer held-out fold. Returns the choice per group and
-    every candidate's score (% error, the mean of the logs)."""
+    :func:`cross_validate` the choice never sees the outer held-out fold.
+
+    The curves' own settings (``settings``; :func:`fit` passes :data:`CURVE_SETTINGS`) are picked in the same
+    loop: each inner fold's curves are fitted with each setting and every candidate scored on them; a setting's
+    score is the mean over the family groups of its best candidate's score, the smallest wins (a tie: the
+    first), and the groups' choices are the ones under it. Returns the choice per group, every candidate's
+    score under the chosen setting (% error, the mean of the logs; and ``curves``: each setting's score, where
+    there were several), and the setting.
+    """
     obs = obs.reset_index(drop=True)
+    inner = np.array([zlib.crc32((INNER_SALT + str(k)).encode()) % INNER_FOLDS for k in obs["key"]], np.int64)
+    per_setting = [_inner_scores(obs, inner, candidates, st) for st in settings]
+    totals = [float(np.mean([min(sc.values()) for sc in scores.values()])) if scores else math.inf
+              for _, scores in per_setting]
+    best = min(range(len(settings)), key=lambda n: (round(totals[n], 6), n))
+    choices, scores = per_setting[best]
+    scores = dict(scores)
+    if len(settings) > 1:
+        scores["curves"] = {st.name: t for st, t in zip(settings, totals)}
+    return choices, scores, settings[best]
+
+
+def _inner_scores(obs: pd.DataFrame, inner: np.ndarray, candidates: Mapping[str, tuple[str, ...]] | None,
+                  settings: CurveSettings) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """:func:`select_pair_choices`'s inner cross-validation with the curves fitted at ``settings``: the choice
+    per family group and every candidate's score."""
     k_in = INNER_FOLDS
-    inner = np.array([zlib.crc32((INNER_SALT + str(k)).encode()) % k_in for k in obs["key"]], np.int64)
     errs: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     for g in range(k_in):
         train, test = obs[inner != g], obs[inner == g]
         if not len(train) or not len(test):
             continue
-        models = build_models(train, fit_curves(train))
+        models = build_models(train, fit_curves(train, settings))
         fit_rows = _pair_rows(train, models)
         test_rows = _pair_rows(test, models)
         if not len(test_rows):
@@ -704,7 +769,7 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
             sub = test_rows.iloc[idx]
             train_idx = by_fit.get((ds, dt, fam))
             per = errs.setdefault((str(ds), str(dt), str(fam)), {})
-            for cand in _candidates(str(fam)):
+            for cand in _candidates(str(fam), candidates):
                 corr = None if train_idx is None or cand == "none" else _fit_terms(fit_rows.iloc[train_idx], cand)
                 lf = corr.log_factor(*_work(sub), _classes(sub), _dims(sub)) if corr is not None else np.zeros(len(sub))
                 per.setdefault(cand, []).extend(np.abs(sub["le"].to_numpy() - lf).tolist())
@@ -722,7 +787,7 @@ def select_pair_choices(obs: pd.DataFrame) -> tuple[dict[str, str], dict[str, di
     scores: dict[str, dict[str, float]] = {}
     for group, by_cand in cells.items():
         sc = {c: float((np.exp(_cell_mean(v)) - 1.0) * 100.0) for c, v in by_cand.items()}
-        order = CANDIDATES[group]
+        order = (candidates or CANDIDATES)[group]
         choices[group] = min(sc, key=lambda c: (round(sc[c], 6), order.index(c)))
         scores[group] = sc
     return choices, scores
@@ -832,7 +897,8 @@ def fold_of(keys: pd.Series, folds: int = 2) -> np.ndarray:
 
 
 def cross_validate(obs: pd.DataFrame, folds: int = 2,
-                   launch: Mapping[str, tuple[float | None, float | None]] | None = None) -> pd.DataFrame:
+                   launch: Mapping[str, tuple[float | None, float | None]] | None = None,
+                   candidates: Mapping[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
     """Every pair row projected by models fitted without its fold (module docstring), with the baselines
     and each error: ``err_{model,ratio,roof,v1}_pct`` (absolute, %) and ``log_err`` (log measured / projected)."""
     obs = obs.reset_index(drop=True)
@@ -843,7 +909,7 @@ def cross_validate(obs: pd.DataFrame, folds: int = 2,
     rows["pred_model_s"] = np.nan
     selection = {}
     for f in range(folds):
-        models = fit(obs[obs["fold"] != f], launch)  # its pair corrections' terms picked inside the fold
+        models = fit(obs[obs["fold"] != f], launch, candidates=candidates)  # terms picked inside the fold
         selection[f] = {g: v["choice"] for g, v in models.pair_selection.items()}
         idx = np.flatnonzero(rows["fold"].to_numpy() == f)
         rows.loc[idx, "pred_model_s"] = project_pairs(rows.iloc[idx], models)
@@ -951,10 +1017,10 @@ def validation_records(table: pd.DataFrame) -> list[dict[str, Any]]:
              "roof_median_pct": round(float(r.roof_median), 2)} for r in sel.itertuples(index=False)]
 
 
-def shipped(obs: pd.DataFrame, rows: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]]
-            ) -> DeviceModels:
+def shipped(obs: pd.DataFrame, rows: pd.DataFrame, launch: Mapping[str, tuple[float | None, float | None]],
+            candidates: Mapping[str, tuple[str, ...]] | None = None) -> DeviceModels:
     """The models fitted on every observation, with the bands and validation of the held-out ``rows``."""
-    models = fit(obs, launch)
+    models = fit(obs, launch, candidates=candidates)
     return DeviceModels(models.devices, bands(rows), dict(SOURCES), validation_records(error_table(rows)),
                         "python benchmarks/whatif_crossgpu.py --write", models.priors, models.pairs,
                         models.pair_selection)

@@ -474,7 +474,8 @@ def test_the_pair_correction_terms_are_picked_inside_the_fitted_data(observation
     train = obs[outer != 0]
     inner = np.array([dfit.zlib.crc32((dfit.INNER_SALT + str(k)).encode()) % dfit.INNER_FOLDS for k in train["key"]])
     assert len(set(inner)) == dfit.INNER_FOLDS
-    choices, scores = dfit.select_pair_choices(train)
+    choices, scores, settings = dfit.select_pair_choices(train)
+    assert settings == dfit.CurveSettings() and "curves" not in scores  # one setting given: nothing to pick
     assert set(choices) == {"gemm", "other"}
     for group, choice in choices.items():
         assert choice in dfit.CANDIDATES[group] and set(scores[group]) == set(dfit.CANDIDATES[group])
@@ -487,7 +488,53 @@ def test_the_pair_correction_terms_are_picked_inside_the_fitted_data(observation
     corr = models.pair_correction("H100 SXM5 80 GB", "MI300X", "gemm-bf16")
     assert corr is not None and corr.choice == "none" and corr.factor(np.ones(2), np.ones(2), np.ones(2)) == pytest.approx(1.0)
     shipped = device_models()
-    assert set(shipped.pair_selection) == {"gemm", "other"}
-    for group, sel in shipped.pair_selection.items():
+    assert set(shipped.pair_selection) == {"gemm", "other", "curves"}
+    curves = shipped.pair_selection["curves"]
+    assert curves["choice"] in {st.name for st in dfit.CURVE_SETTINGS}
+    assert set(curves["scores_pct"]) == {st.name for st in dfit.CURVE_SETTINGS}
+    assert curves["scores_pct"][curves["choice"]] == min(curves["scores_pct"].values())
+    for group, sel in ((g, v) for g, v in shipped.pair_selection.items() if g != "curves"):
         assert all(c.choice == sel["choice"] for per in shipped.pairs.values() for f, c in per.items()
                    if (f.startswith("gemm")) == (group == "gemm") and c.choice != "none")
+
+
+def test_wave_fill_is_the_share_of_the_waves_slots_the_tiles_take() -> None:
+    """Known truth: 128 x 132 rows of 128-row tiles fill 132 SMs exactly (one wave, 1.0); one tile more needs a
+    second wave of which it takes one slot (133 / 264); a batch multiplies the tiles; unknown dimensions: NaN."""
+    from perfscope.device_models import gemm_bmn, wave_fill
+
+    got = wave_fill(np.array([1, 1, 1, 2, np.nan]), np.array([128 * 132, 128 * 133, 141, 128, 64]),
+                    np.array([128, 128, 512, 128 * 66, 64]), (128, 128), 132)
+    assert got[:4] == pytest.approx([1.0, 133 / 264, 8 / 132, 1.0]) and math.isnan(got[4])
+    # BERT-small's 141 x 512 GEMM: 8 tiles of 128 x 128 on the MI300X's 304 CUs, 2 of 256 x 256
+    assert wave_fill(np.array([1]), np.array([141]), np.array([512]), (256, 256), 304)[0] == pytest.approx(2 / 304)
+    dims = gemm_bmn(np.array(["aten::addmm", "aten::bmm", "aten::linear", "aten::add"], object),
+                    np.array(["[[512], [141, 512], [512, 512], [], []]", [[96, 3137, 64], [96, 64, 3137]],
+                              [[2, 7, 64], [32, 64]], [[4, 4], [4, 4]]], object),
+                    np.array(["gemm-bf16", "gemm-bf16", "gemm-fp32", "elementwise"], object))
+    assert dims[:3].tolist() == [[1, 141, 512], [96, 3137, 3137], [1, 14, 32]] and np.isnan(dims[3]).all()
+
+
+def test_a_wave_term_is_the_fill_ratio_times_its_weight(observations: pd.DataFrame) -> None:
+    """A correction with a wave term adds ``weight x log(fill_source / fill_target)``: a GEMM of 133 tiles fills
+    the H100's 132 SMs to 133/264 and the MI300X's 304 CUs to 133/304, so with weight 1 it runs 304/264 x
+    (1.15 x) relatively slower on the MI300X; a GEMM of unknown dimensions is not corrected. A fitted wave term
+    (``wave~``) is pulled toward 0, a fixed one keeps weight 1, and both keep their tiles and units through the
+    data file."""
+    from perfscope.device_models import PairCorrection
+
+    corr = PairCorrection("none", (0.0,) * 21, 0.0, 0.0, 1, wave_tiles=((128, 128), (128, 128)), wave_units=(132, 304),
+                          wave_coef=1.0)
+    dims = np.array([[1, 128 * 133, 128], [np.nan, np.nan, np.nan]])
+    f = corr.factor(np.ones(2), dims=dims)
+    assert f[0] == pytest.approx((133 / 264) / (133 / 304)) and f[1] == pytest.approx(1.0)
+    assert PairCorrection.from_dict(corr.to_dict()) == corr
+    pairs = observations[observations["dataset"] == "tracelens gemms"]
+    sub = dfit._pair_rows(pairs, dfit.build_models(pairs, dfit.fit_curves(pairs)))
+    sub = sub[(sub["device_s"] == "H100 SXM5 80 GB") & (sub["device_t"] == "MI300X") & (sub["family"] == "gemm-bf16")]
+    assert np.isfinite(sub["gemm_m_s"]).all()  # every TraceLens GEMM row carries its dimensions
+    fitted = dfit._fit_terms(sub, "wave~128x128/256x128")
+    assert fitted is not None and fitted.uses_wave and fitted.wave_units == (132, 304)
+    assert fitted.wave_tiles == ((128, 128), (256, 128)) and 0.0 < abs(fitted.wave_coef) < 1.0  # pulled toward 0
+    fixed = dfit._fit_terms(sub, "wave128x128/256x128")
+    assert fixed is not None and fixed.wave_coef == 1.0 and fixed.axis == "none"
