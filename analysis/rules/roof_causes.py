@@ -23,7 +23,6 @@ A group none of these explain is reported as unexplained, and the advice names t
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,12 +34,15 @@ from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
 from perfscope.schema import map_distinct
+from perfscope.shapes import tensor_shapes
 from perfscope.vocab import is_amd
 
 from ..summaries.kernels import group_codes
 from ._base import collect_advice, from_ncu, is_cpu_report
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from perfscope.report import Report
 
 SMALL_STREAM_NS = 1_000.0
@@ -100,22 +102,12 @@ def _blocks(grid: object) -> float:
     return float(np.prod(dims)) if dims and all(d > 0 for d in dims) else math.nan
 
 
-def _shapes(text: object) -> list[list[int]]:
-    if not isinstance(text, str) or not text:
-        return []
-    try:
-        dims = json.loads(text)
-    except ValueError:
-        return []
-    return [s if isinstance(s, list) and all(isinstance(d, int) for d in s) else [] for s in dims] if isinstance(dims, list) else []
-
-
 def gemm_dims(op: object, shapes: object) -> tuple[int | None, int | None, int | None]:
     """(M, K, N) of a GEMM operator from its input shapes (``op_shapes`` text), read by the one GEMM shape
     reader (:func:`perfscope.device_models.gemm_dims`: M the rows of one matrix, a bmm's batch apart) where the
     operator's layout is known (:data:`GEMM_OPS`); for another operator of a GEMM kernel (a fused MoE), M only,
     from its first input's leading dimensions. None where the shapes do not say."""
-    s = _shapes(shapes)
+    s = tensor_shapes(shapes)
     if not s:
         return None, None, None
     if not (isinstance(op, str) and op in GEMM_OPS):
@@ -128,7 +120,7 @@ def gemm_dims(op: object, shapes: object) -> tuple[int | None, int | None, int |
     return m, k, n
 
 
-def weight_share(m: int, k: int | None, n: int | None, shapes: list[list[int]], per_launch: float,
+def weight_share(m: int, k: int | None, n: int | None, shapes: Sequence[Sequence[int]], per_launch: float,
                  precision: object) -> float:
     """The share of a memory-bound GEMM's bytes that are its weights: ``K*N / (K*N + M*K + M*N)`` where K and N are
     known; else (an operator such as a fused MoE) what its activation (the first input, read and its like written)
@@ -262,7 +254,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             m, kk, n = gemm_dims(op, shapes)
             c.attrs.update(gemm_m=m, gemm_k=kk, gemm_n=n)
             if bound == "memory" and m is not None and op not in BATCHED:  # a bmm's operands are both activations
-                share = weight_share(m, kk, n, _shapes(shapes), per_launch, prec)
+                share = weight_share(m, kk, n, tensor_shapes(shapes), per_launch, prec)
                 if np.isfinite(share) and share >= WEIGHT_SHARE:
                     c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its bytes")
                     c.attrs["weight_share"] = share
