@@ -33,7 +33,7 @@ import pandas as pd
 from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
-from perfscope.schema import map_distinct
+from perfscope.schema import column_codes, map_distinct
 from perfscope.shapes import tensor_shapes
 from perfscope.vocab import is_amd
 
@@ -163,27 +163,107 @@ def l2_bytes(report: Report) -> float:
     return next((float(b) for fam, b in L2_BYTES.items() if fam in sheet.split() or sheet.startswith(fam)), math.nan)
 
 
-def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> tuple[list[str], float]:
+SCOPES = ("capture_module", "range")
+"""Where the kernel table records the scope each kernel was launched in, in order of preference: the nn.Module
+call path of a CUDA-graph replay joined to its capture, else the innermost record_function / NVTX path."""
+SCOPE_WORDS = {"capture_module": "module calls", "range": "record_function / NVTX ranges"}
+"""How a label names the scopes that put two kernels in one op chain."""
+STEP_SCOPE_SHARE = 0.5
+"""A scope that holds more than half of the table's kernels is a whole step or model call (vLLM's
+``execute_context_...`` range, a compiled graph's module), not an op chain: kernels in it are stream neighbours
+only."""
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """Each row's launch scope (:data:`SCOPES`) as codes over one dictionary of the scopes and their parents
+    (``code``, -1: none recorded, or a scope of a whole step), its parent scope's code (``parent``, -1 at the top),
+    and the column they come from ("" when the table records none)."""
+
+    code: np.ndarray
+    parent: np.ndarray
+    column: str
+
+
+def _scopes(k: pd.DataFrame) -> Scopes:
+    """:class:`Scopes` of the kernel table: from its codes of the scope column (the first of :data:`SCOPES` with a
+    value), each distinct path's parent made once; a scope of more than :data:`STEP_SCOPE_SHARE` of the kernels
+    counts as none."""
+    def build() -> Scopes:
+        col = next((c for c in SCOPES if c in k and k[c].notna().any()), "")
+        if not col:
+            none = np.full(len(k), -1, dtype=np.int64)
+            return Scopes(none, none, "")
+        codes, values = column_codes(k, col)
+        counts = np.bincount(codes[codes >= 0], minlength=len(values))
+        paths = [str(v) for v in values]
+        parents = [v.rsplit("/", 1)[0] if "/" in v else "" for v in paths]
+        joint, _ = pd.factorize(pd.Series(paths + parents, dtype=object))
+        own = np.where(counts <= STEP_SCOPE_SHARE * len(k), joint[:len(paths)], -1)
+        up = np.where(np.array([bool(p) for p in parents], dtype=bool), joint[len(paths):], -1)
+        lut = np.append(own, -1).astype(np.int64), np.append(up, -1).astype(np.int64)  # code -1: the last
+        at = np.where(codes >= 0, codes, len(values))
+        return Scopes(lut[0][at], lut[1][at], col)
+    return memo(k, "rules:scopes", build)
+
+
+def _one_chain(sc: Scopes, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether rows ``a`` and ``b`` were launched in one op chain: the same scope, one inside the other, or two
+    calls of one parent (``layer.0/attn/q_norm`` beside ``layer.0/attn/rope``); False where either has no scope."""
+    sa, sb, pa, pb = sc.code[a], sc.code[b], sc.parent[a], sc.parent[b]
+    return (sa >= 0) & (sb >= 0) & ((sa == sb) | (pa == sb) | (sa == pb) | ((pa >= 0) & (pa == pb)))
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """The fusible kernel groups launched beside a group's launches (most frequent first) and the share of its
+    launches that have one; ``chain``: whether the trace's scopes put at least :data:`FUSE_SHARE` of the launches in
+    one op chain with such a neighbour (``column``: the scope column that says so), else they are stream
+    neighbours (the scopes say nothing: none recorded, or one around a whole step)."""
+
+    names: list[str]
+    share: float
+    chain: bool
+    column: str
+
+
+def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> Neighbours:
     """The fusible kernel groups launched right before or after the ``rows`` on their stream (most frequent first,
-    ties in order of first sight: row by row, the one before, then the one after) and the share of the rows that
-    have one."""
+    ties in order of first sight: row by row, the one before, then the one after), and the share of the rows that
+    have one. Where the trace records both kernels' scopes (:func:`_scopes`) they must be one op chain
+    (:func:`_one_chain`): a neighbour the scopes put in another module or range is not counted."""
     if "stream" not in k or "category" not in k or not len(rows):
-        return [], 0.0
+        return Neighbours([], 0.0, False, "")
     order, lane, pos = _stream_order(k)
     codes, names = group_codes(k)
     fusible = memo(k, "rules:fusible", lambda: k["category"].isin(FUSIBLE).to_numpy(bool))
+    sc = _scopes(k)
     p = pos[rows]
     near = np.empty((len(rows), 2), dtype=np.int64)  # per row: the row before and after it on its stream
     hit = np.empty((len(rows), 2), dtype=bool)
+    chain = np.empty((len(rows), 2), dtype=bool)  # a hit whose scopes put both in one op chain
     for j, q in enumerate((p - 1, p + 1)):
         inside = (q >= 0) & (q < len(order))
         o = order[np.clip(q, 0, len(order) - 1)]
         near[:, j] = codes[o]
         hit[:, j] = inside & (lane[o] == lane[rows]) & fusible[o] & (codes[o] >= 0) & (codes[o] != codes[rows])
+        known = (sc.code[rows] >= 0) & (sc.code[o] >= 0)
+        one = _one_chain(sc, rows, o)
+        hit[:, j] &= ~known | one
+        chain[:, j] = hit[:, j] & known & one
     found, which = pd.factorize(near[hit])  # row-major: row by row, before then after
     counts = np.bincount(found, minlength=len(which))
     ranked = np.argsort(-counts, kind="stable")
-    return [str(names[which[i]]) for i in ranked], float(hit.any(axis=1).sum()) / len(rows)
+    by_chain = float(chain.any(axis=1).sum()) / len(rows) >= FUSE_SHARE
+    return Neighbours([str(names[which[i]]) for i in ranked], float(hit.any(axis=1).sum()) / len(rows), by_chain,
+                      sc.column if by_chain else "")
+
+
+def _lane_codes(k: pd.DataFrame, column: str) -> np.ndarray:
+    """The column's codes (:func:`perfscope.schema.column_codes`, no text pass), missing as a code of its own (0)."""
+    if column not in k:
+        return np.zeros(len(k), dtype=np.int64)
+    return column_codes(k, column)[0].astype(np.int64) + 1
 
 
 def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -191,10 +271,9 @@ def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     (device, stream) lane code (a missing device or stream is a lane of its own), and each row's place in that
     order."""
     def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        dev = pd.factorize(k["device"].astype(str) if "device" in k else pd.Series("", index=k.index))[0]
-        stream = pd.factorize(k["stream"].astype(str))[0]
+        dev, stream = _lane_codes(k, "device"), _lane_codes(k, "stream")
         start = k["start_ns"].to_numpy("float64", na_value=np.nan)
-        lane = dev.astype(np.int64) * (int(stream.max(initial=0)) + 2) + stream
+        lane = dev * (int(stream.max(initial=0)) + 1) + stream
         order = np.lexsort((start, stream, dev))
         pos = np.empty(len(order), dtype=np.int64)
         pos[order] = np.arange(len(order))
@@ -274,10 +353,14 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             c.clauses.append("attention of a decode phase: its bytes are the KV cache")
             c.advice["kv"] = name
         if cat in FUSIBLE:
-            near, share = _neighbours(k, rows)
-            if near and share >= FUSE_SHARE:
-                c.clauses.append(f"launched beside {', '.join(_short(n) for n in near[:2])} ({share:.0%} of launches)")
+            nb = _neighbours(k, rows)
+            near = nb.names
+            if near and nb.share >= FUSE_SHARE:
+                where = (f"{nb.share:.0%} of launches, one op chain by their {SCOPE_WORDS[nb.column]}" if nb.chain
+                         else f"stream neighbours, {nb.share:.0%} of launches: the trace records no scope of its op chain")
+                c.clauses.append(f"launched beside {', '.join(_short(n) for n in near[:2])} ({where})")
                 c.attrs["fusible_neighbours"] = "; ".join(n[:80] for n in near[:3])
+                c.attrs["neighbours_scope"] = nb.column or "stream"
                 c.advice["fuse"] = f"{name} with {', '.join(_short(n) for n in near[:2])}"
             if prec == "fp32":
                 c.clauses.append("FP32 tensors")

@@ -188,3 +188,98 @@ def test_cpu_report_gets_only_cpu_causes(sample_reports_dir) -> None:
     # a fusion pair is named once ("silu with mul", not also "mul with silu"), of operators, not kernels
     assert "silu with mul" in f.recommendation and "mul with silu" not in f.recommendation
     assert "elementwise/norm/copy operators" in f.recommendation and "perf stat" in f.recommendation
+
+
+NORMS = "memory/tracelens_mi300x_normalization_profile_memory/normalization_layer_test.json.gz"
+SGLANG = "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+
+
+def _stream_pairs(k):
+    """Reference: (row, next row) on each (device, stream), from the columns' text (what the codes must equal)."""
+    import pandas as pd
+
+    t = pd.DataFrame({"d": k["device"].astype(str), "s": k["stream"].astype(str), "t": k["start_ns"],
+                      "i": np.arange(len(k))}).sort_values(["d", "s", "t"], kind="stable")
+    same = (t["d"].to_numpy()[1:] == t["d"].to_numpy()[:-1]) & (t["s"].to_numpy()[1:] == t["s"].to_numpy()[:-1])
+    i = t["i"].to_numpy()
+    return set(zip(i[:-1][same].tolist(), i[1:][same].tolist()))
+
+
+@pytest.mark.parametrize("name", [H200_EAGER, SGLANG, "kineto/hta_negative_queue_length_values_check__rank0.json.gz"])
+def test_stream_order_from_codes_equals_the_text_order(load, name) -> None:
+    """The stream order is built from the device and stream columns' codes (no text pass over the table): each
+    kernel's next one on its stream is the one the columns' text gives (missing streams a lane of their own)."""
+    from perfscope.analysis.rules.roof_causes import _stream_order
+    from perfscope.memo import memo_peek
+    from perfscope.schema import CODES_KEY
+
+    k = load(name).kernels.copy()
+    order, lane, pos = _stream_order(k)
+    assert memo_peek(k, f"{CODES_KEY}stream") is not None  # the column's codes, kept for the other rules
+    a, b = order[:-1], order[1:]
+    same = lane[a] == lane[b]
+    assert set(zip(a[same].tolist(), b[same].tolist())) == _stream_pairs(k)
+    assert (pos[order] == np.arange(len(k))).all()
+
+
+def test_fuse_needs_one_op_chain_where_the_trace_records_scopes(load) -> None:
+    """MI300X normalization benchmarks: each norm runs in its own record_function range (``LayerNorm affine=True``
+    beside ``BatchNorm affine=True``); stream neighbours of two benchmarks are not a fusible chain."""
+    from perfscope.analysis.rules.roof_causes import _scopes
+
+    r = load(NORMS)
+    (f,) = RULES["memory-below-roof"](r)
+    (ln,) = [i for i in f.items if "vectorized_layer_norm_kernel<float" in i.attrs["group"]]
+    assert "fuse" not in ln.attrs["causes"] and "launched beside" not in ln.label
+    k = r.kernels
+    at = np.flatnonzero((group_key(k) == ln.attrs["group"]).to_numpy())
+    sc = _scopes(k)
+    assert sc.column == "range" and (sc.code[at] >= 0).all()
+    # the kernel before each launch on its stream is another benchmark's: another range, not its parent or sibling
+    ks = k.sort_values("start_ns", kind="stable")
+    prev = {i: ks.index[j - 1] for j, i in enumerate(ks.index) if j}
+    ranges = {str(k.at[prev[k.index[i]], "range"]) for i in at if k.index[i] in prev}
+    assert ranges and not ranges & set(k["range"].iloc[at].astype(str))
+
+
+def test_fuse_in_one_module_call_of_a_graph_capture(load) -> None:
+    """SGLang Qwen3-8B decode replays, joined to their capture's nn.Module calls: rotary embedding beside the
+    KV-cache store and the fused add-RMSNorm of its attention block is one op chain by its module calls; the
+    embedding gather beside the first layer's norm is not (another module: VocabParallelEmbedding)."""
+    r = load(SGLANG)
+    (f,) = RULES["memory-below-roof"](r)
+    items = _items(f)
+    (rope,) = [i for n, i in items.items() if n.startswith("rotary_embedding_kernel")]
+    assert "fuse" in rope.attrs["causes"] and rope.attrs["neighbours_scope"] == "capture_module"
+    assert "one op chain by their module calls" in rope.label
+    k = r.kernels
+    mods = k.loc[group_key(k) == rope.attrs["group"], "capture_module"].dropna().astype(str)
+    assert len(mods) and all("Qwen3Attention_" in m for m in mods)
+    (gather,) = [i for n, i in items.items() if n.startswith("vectorized_gather_kernel")]
+    assert "fuse" not in gather.attrs["causes"] and "small" in gather.attrs["causes"]
+    assert set(k.loc[group_key(k) == gather.attrs["group"], "capture_module"].astype(str)) == {
+        "Qwen3Model_0/VocabParallelEmbedding_0"}
+
+
+def test_fuse_says_stream_neighbours_without_scopes(load) -> None:
+    """B200 eager: one record_function range holds 766 of its 768 kernels (vLLM's step), no op chain: the
+    elementwise group's neighbours are stream neighbours, and its label says so."""
+    r = load(B200)
+    (f,) = RULES["memory-below-roof"](r)
+    (ew,) = [i for n, i in _items(f).items() if n == "elementwise_kernel"]
+    assert "fuse" in ew.attrs["causes"] and ew.attrs["neighbours_scope"] == "stream"
+    assert "stream neighbours" in ew.label and "one op chain" not in ew.label
+    assert r.kernels["range"].value_counts().iloc[0] > 0.5 * len(r.kernels)
+
+
+def test_unseen_h200_fuse_by_ranges(load) -> None:
+    """A trace not looked at while the scope rule was written: the H200 eager Llama-1B's reduce_kernel beside its
+    elementwise kernel, one op chain by the engine's record_function ranges (``decode/layer.N/...``)."""
+    r = load(H200_EAGER)
+    (f,) = RULES["memory-below-roof"](r)
+    fused = [i for i in f.items if "fuse" in str(i.attrs.get("causes"))]
+    assert fused and {i.attrs["neighbours_scope"] for i in fused} == {"range"}
+    (red,) = [i for i in fused if i.attrs["group"] == "reduce_kernel"]
+    assert red.attrs["fusible_neighbours"].split("; ")[0] == "elementwise_kernel"
+    assert all(("one op chain by their record_function / NVTX ranges" in i.label)
+               == (i.attrs["neighbours_scope"] == "range") for i in fused)
