@@ -23,13 +23,16 @@ A group none of these explain is reported as unexplained, and the advice names t
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 
+from perfscope.device_models import Curve, device_models, kernel_family, spec_identity
 from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
@@ -46,16 +49,38 @@ if TYPE_CHECKING:
     from perfscope.report import Report
 
 SMALL_STREAM_NS = 1_000.0
-"""A launch whose bytes stream in under 1 µs at the DRAM roof is too small to approach it: a GPU kernel
-spends a few µs ramping up its blocks and draining the last wave whatever its size, so such a kernel's time
-is those fixed costs, not its bytes."""
+"""The default kernel-time floor, where no device model measured one for the family on the device or a device of its
+vendor (:func:`kernel_floor`): a GPU kernel spends a few µs ramping up its blocks and draining the last wave whatever
+its size, so a launch whose bytes stream in under 1 µs at the DRAM roof is those fixed costs, not its bytes."""
 L2_RESIDENT_SHARE = 0.25
 """Bytes per launch under a quarter of the L2 can stay in it between launches (the working set is
 cache-resident: its reads need not come from DRAM at all)."""
-L2_BYTES = {"V100": 6 * 2**20, "A100": 40 * 2**20, "H100": 50 * 2**20}
-"""L2 size by datasheet family where the device properties do not give it (``l2_cache_bytes``): NVIDIA Tesla
-V100 whitepaper (6144 KB), A100 whitepaper (40 MB), H100 whitepaper (50 MB). Families whose sources disagree
-(B200: 96 or 126 MB) are left out: the clause is then given without the L2 size."""
+MiB = 2**20
+L2_BYTES = {
+    "V100": 6 * MiB,  # NVIDIA Tesla V100 GPU Architecture whitepaper: 6144 KB L2
+    "A100": 40 * MiB,  # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 40 MB L2
+    "H100": 50 * MiB,  # NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (H100 SXM5); an H100 nsys
+    # fixture's own cudaDeviceProp.l2CacheSize says the same (tests/fixtures/nsys/nvfuser_h100_matmul.sqlite: 52428800)
+    "H200": 60 * MiB,  # the device's own CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, recorded by Nsight Compute on an H200
+    # (tests/fixtures/h200/h200_engine_gemm_attn_full.ncu-rep: 62914560 B): the full GH100's 60 MB (Chips and Cheese,
+    # "Nvidia's H100: Funny L2", 2023); NVIDIA's H200 datasheet gives no L2 size, and pages that copy H100's 50 MB are
+    # not the device
+    "A10G": 6 * MiB,  # NVIDIA Ampere GA102 GPU Architecture whitepaper: 6144 KB L2; the A10G's own
+    "A10": 6 * MiB,  # device attribute in tests/fixtures/ncu/esmm_a10g_roofline_set.ncu-rep: 6291456 B
+    "T4": 4 * MiB,  # the T4's own cudaDeviceProp.l2CacheSize (tests/fixtures/nsys/aws_t4_softmax.sqlite: 4194304 B);
+    # Jia et al., "Dissecting the NVidia Turing T4 GPU via Microbenchmarking" (arXiv:1903.07486): 4 MiB
+    # AMD: the L2 one die's CUs share ("Shared by all compute units on the same GCD", AMD's ROCm "AMD GPU
+    # specifications" table, rocm.docs.amd.com/en/latest/reference/gpu-specs.html), which is what hipDeviceProp and
+    # rocprof-compute report (tests/fixtures/rocprof/aiter_fmla_MI308X_rocprof_compute: 4096 KiB, an MI300-series XCD)
+    "MI300X": 4 * MiB,  # that table: "32 (4 per XCD)"; the 256 MiB Infinity Cache behind it is not counted
+    "MI250X": 8 * MiB,  # that table: "16 (8 per GCD)"; each GCD is a device of its own to HIP
+    "MI250": 8 * MiB,  # that table: "16 (8 per GCD)"
+    "MI210": 8 * MiB,  # that table: 8 (one GCD)
+    "R9700": 8 * MiB,  # that table, Radeon AI PRO R9700 (RDNA4): L2 8 MiB, Infinity Cache 64 MiB not counted
+}
+"""L2 size by datasheet family where the device properties do not give it (``l2_cache_bytes``), the source of each in
+its comment. Left out where the sources disagree or none was found: B200 (96 or 126 MB), MI308X (not in AMD's table;
+its rocprof-compute reports carry their own 4 MiB per XCD), the RTX 4080 Laptop GPU (no vendor figure found)."""
 UNDERFILL_WAVES = 0.75
 """A grid that gives at most three quarters of the SMs a block leaves a quarter or more idle for the whole launch
 (a grid just under one wave costs its few idle SMs only: not a cause of a group far below its roof)."""
@@ -151,16 +176,117 @@ def _mode(values: pd.Series) -> object:
     return v.mode().iloc[0] if len(v) else None
 
 
+@dataclass(frozen=True)
+class Floor:
+    """The kernel-time floor ``small`` measures a launch's bytes against: the shortest kernel of the family
+    (``family``) measured on ``device`` (``kind``: ``trace``, a profiler trace; ``table``, a published benchmark
+    table), or the documented default (``kind`` ``default``, ``device`` ""); ``stand_in``: why the device is not the
+    report's own ("" when it is)."""
+
+    ns: float
+    device: str
+    family: str
+    kind: str
+    stand_in: str = ""
+
+    def source(self) -> str:
+        """Which floor it is and where it came from, as the item's attrs say it."""
+        if self.kind == "default":
+            return f"default {SMALL_STREAM_NS:.0f} ns ({self.stand_in})"
+        if self.kind == "this trace":
+            return f"the shortest {self.family} kernel of this trace ({self.stand_in})"
+        return f"{self.device} {self.family}, shortest in a {self.kind}" + (f"; {self.stand_in}" if self.stand_in else "")
+
+    def words(self) -> str:
+        """The floor as the label says it."""
+        if self.kind == "default":
+            return f"the {duration(self.ns)} default floor ({self.stand_in})"
+        if self.kind == "this trace":
+            return f"the shortest {self.family} kernel of this trace, {duration(self.ns)} ({self.stand_in})"
+        return (f"the shortest {self.family} kernel measured on {self.device}, {duration(self.ns)}"
+                + (f" ({self.stand_in})" if self.stand_in else ""))
+
+
+def _measured_floor(curve: Curve) -> tuple[float, str]:
+    """A curve's measured floor: the shortest kernel in a profiler trace, else in a published table; NaN when the
+    device measured neither (its curve's floor then is the family's over every GPU, not its own)."""
+    for kind in ("trace", "table"):
+        v = float(getattr(curve, f"{kind}_floor_ns"))
+        if np.isfinite(v) and v > 0:
+            return v, kind
+    return math.nan, ""
+
+
+@functools.lru_cache(maxsize=256)
+def _floor(identity: tuple[str, str, str] | None, family: str) -> Floor:
+    models = device_models()
+    if identity is None:
+        return Floor(SMALL_STREAM_NS, "", family, "default", "no device model: the device has no datasheet row")
+    tried: set[str] = set()
+    while True:  # the device's own model, then the nearest measured device of its vendor (DeviceModels.resolve)
+        pool = replace(models, devices={k: m for k, m in models.devices.items() if k not in tried})
+        got = pool.resolve(identity)
+        if got is None:
+            return Floor(SMALL_STREAM_NS, "", family, "default",
+                         f"no {identity[1]} device measured a {family} kernel")
+        tried.add(got.model.device)
+        curve, fam = got.model.curve(family)
+        ns, kind = _measured_floor(curve) if curve is not None else (math.nan, "")
+        if np.isfinite(ns):
+            own = got.model.device == identity[0]
+            why = "" if own else (f"{identity[0]} measured no {family} kernel" if identity[0] in models.devices
+                                  else f"{identity[0]} has no device model") + f": {got.model.device}'s stands in"
+            return Floor(ns, got.model.device, fam, kind, why)
+
+
+def _trace_floors(k: pd.DataFrame) -> dict[str, float]:
+    """Per kernel family (:func:`perfscope.device_models.kernel_family`), the shortest kernel of the table."""
+    def build() -> dict[str, float]:
+        if not len(k) or "category" not in k or "duration_ns" not in k:
+            return {}
+        def col(c: str) -> Sequence[Any]:
+            return cast("Sequence[Any]", k[c].to_numpy(object) if c in k else np.full(len(k), None, dtype=object))
+
+        def num(c: str) -> np.ndarray:
+            if c not in k:
+                return np.full(len(k), np.nan)
+            return pd.to_numeric(k[c], errors="coerce").to_numpy("float64", na_value=np.nan)
+        fam = kernel_family(col("category"), col("precision"), num("flops"), num("dram_bytes"),
+                            col("phase") if "phase" in k else None)
+        dur = pd.to_numeric(k["duration_ns"], errors="coerce").to_numpy("float64", na_value=np.nan)
+        ok = dur > 0
+        t = pd.Series(dur[ok]).groupby(fam[ok]).min()
+        return {str(f): float(v) for f, v in t.items()}
+    return memo(k, "rules:trace_floors", build)
+
+
+def kernel_floor(report: Report, family: str, k: pd.DataFrame | None = None) -> Floor:
+    """The shortest kernel of ``family`` (:func:`perfscope.device_models.kernel_family`) measured on the report's
+    device (its device model, :mod:`perfscope.device_models`), else on the nearest measured device of its vendor
+    (the one :meth:`~perfscope.device_models.DeviceModels.resolve` picks, then the next), else the documented
+    default :data:`SMALL_STREAM_NS`; where the kernel table ``k`` holds a shorter kernel of the family, that one (a
+    floor no kernel the device ran can go under)."""
+    dev = report.device
+    floor = _floor(spec_identity(dev) if dev is not None else None, family)
+    own = _trace_floors(k).get(family, math.nan) if k is not None else math.nan
+    if np.isfinite(own) and own < floor.ns:
+        was = "the default" if floor.kind == "default" else f"{floor.device}'s"
+        return Floor(own, "", family, "this trace", f"under {was} {duration(floor.ns)}")
+    return floor
+
+
 def l2_bytes(report: Report) -> float:
-    """The device's L2 size: its properties' ``l2_cache_bytes``, else :data:`L2_BYTES` by datasheet family; NaN."""
+    """The device's L2 size: its properties' ``l2_cache_bytes``, else :data:`L2_BYTES` of the family its datasheet row
+    or its name names as a word (``NVIDIA A100-SXM4-80GB``: A100, never A10); NaN."""
     dev = report.device
     if dev is None:
         return math.nan
     v = dev.properties.get("l2_cache_bytes")
     if isinstance(v, (int, float)) and v > 0:
         return float(v)
-    sheet = str(dev.properties.get("datasheet") or dev.name or "").upper()
-    return next((float(b) for fam, b in L2_BYTES.items() if fam in sheet.split() or sheet.startswith(fam)), math.nan)
+    names = (str(dev.properties.get("datasheet") or ""), str(dev.name or ""))
+    words = {w for n in names for w in re.split(r"[\s\-_/(),]+", n.upper()) if w}
+    return next((float(b) for fam, b in L2_BYTES.items() if fam in words), math.nan)
 
 
 SCOPES = ("capture_module", "range")
@@ -316,15 +442,20 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         per_launch = float(row["dram_bytes"]) / count
         if gpu and bound == "memory" and bw and per_launch > 0:
             stream_ns = per_launch / bw * 1e9
+            family = str(kernel_family([cat], [row.get("precision")], np.array([float(row.get("flops", np.nan))]),
+                                       np.array([float(row["dram_bytes"])]),
+                                       [_mode(g["phase"])] if "phase" in g else None)[0])
+            floor = kernel_floor(report, family, k)
             c.attrs.update(bytes_per_launch=per_launch, stream_at_roof_ns=stream_ns,
-                           mean_launch_ns=float(row["time_ns"]) / count)
+                           mean_launch_ns=float(row["time_ns"]) / count, floor_ns=floor.ns,
+                           floor_source=floor.source())
             if np.isfinite(l2):
                 c.attrs["l2_bytes"] = l2
-            if stream_ns < SMALL_STREAM_NS:
+            if stream_ns < floor.ns:
                 fits = (f", a {per_launch / l2:.1%} of the {nbytes(l2)} L2" if np.isfinite(l2)
                         and per_launch < L2_RESIDENT_SHARE * l2 else "")
                 c.clauses.append(f"{nbytes(per_launch)} per launch{fits}: {duration(stream_ns)} at the DRAM roof of "
-                                 f"a {duration(float(row['time_ns']) / count)} launch")
+                                 f"a {duration(float(row['time_ns']) / count)} launch, under {floor.words()}")
                 c.advice["small"] = name
         # the category and the shapes
         op, shapes = (_mode(g["op"]) if "op" in g else None), (_mode(g["op_shapes"]) if "op_shapes" in g else None)
@@ -449,4 +580,5 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
     return parts
 
 
-__all__ = ["CAUSE_ADVICE", "CPU_CAUSES", "Causes", "causes_advice", "gemm_dims", "group_causes", "l2_bytes"]
+__all__ = ["CAUSE_ADVICE", "CPU_CAUSES", "Causes", "Floor", "causes_advice", "gemm_dims", "group_causes", "kernel_floor",
+           "l2_bytes"]

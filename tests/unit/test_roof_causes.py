@@ -19,6 +19,7 @@ from perfscope.analysis.rules.roof_causes import (
     weight_share,
 )
 from perfscope.analysis.summaries.kernels import group_key
+from perfscope.device_models import device_models, kernel_family
 
 B200 = "kineto/tracelens_b200__eager_trace.json.gz"
 MI300X_GRAPH = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
@@ -71,9 +72,23 @@ def test_b200_below_roof_names_the_causes_its_trace_shows(load) -> None:
     assert json.loads(rows["op_shapes"].iloc[0])[0] == [888, 3072] and rows["precision"].iloc[0] == "fp8"
     assert bmm.attrs["weight_share"] == pytest.approx(1 - act / (rows["dram_bytes"].sum() / len(rows)))
     assert "weights are 96% of its bytes" in bmm.label and "weight streaming" in f.recommendation
-    # a group nothing explains: listed as such, its time unexplained, and the advice names the measurement
+    # the fused add-RMSNorm: B200 measured no reduction kernel, so H100's measured floor stands in, and says so
     (norm,) = [i for n, i in items.items() if "fused_add_rms_norm" in n]
-    assert not norm.explains and "nothing in the trace explains it" in norm.label
+    h100 = device_models().devices["H100 SXM5 80 GB"].curves["reduction"].trace_floor_ns
+    assert norm.attrs["floor_ns"] == h100 and norm.attrs["stream_at_roof_ns"] < h100 < norm.attrs["mean_launch_ns"]
+    assert "B200 (HGX, per GPU) measured no reduction kernel: H100 SXM5 80 GB's stands in" in norm.label
+    assert norm.explains and norm.attrs["causes"] == "small"
+    explained = sum(i.time_ns for i in f.items if i.explains)
+    assert f.explained_ns == pytest.approx(explained)
+
+
+def test_a_group_nothing_explains(load) -> None:
+    """TimeSformer on H100: the softmax, Kernel2 and elementwise groups show no cause: listed as such, their time
+    unexplained, and the advice names the measurement that would tell."""
+    r = load("crossgpu/tracelens_h100_vs_mi300/h100__facebook_timesformer-base-finetuned-k400__1016002.json.gz")
+    (f,) = RULES["memory-below-roof"](r)
+    none = [i for i in f.items if not i.explains]
+    assert none and all("nothing in the trace explains it" in i.label and not i.attrs.get("causes") for i in none)
     assert "Nothing in the trace explains" in f.recommendation and "Nsight Compute" in f.recommendation
     explained = sum(i.time_ns for i in f.items if i.explains)
     assert f.explained_ns == pytest.approx(explained) and f.unexplained_ns > 0
@@ -283,3 +298,83 @@ def test_unseen_h200_fuse_by_ranges(load) -> None:
     assert red.attrs["fusible_neighbours"].split("; ")[0] == "elementwise_kernel"
     assert all(("one op chain by their record_function / NVTX ranges" in i.label)
                == (i.attrs["neighbours_scope"] == "range") for i in fused)
+
+
+def _trace_floor(k, family: str) -> float:
+    """The shortest kernel of ``family`` in the table, from the columns (what the rule's cap must equal)."""
+    fam = kernel_family(k["category"].to_numpy(object), k["precision"].to_numpy(object),
+                        k["flops"].to_numpy("float64"), k["dram_bytes"].to_numpy("float64"), k["phase"].to_numpy(object))
+    return float(k["duration_ns"].to_numpy("float64")[fam == family].min())
+
+
+def test_small_is_measured_against_the_devices_own_floor(load) -> None:
+    """H200 eager: the reduce kernel's 513 kB per launch stream in 107 ns at the DRAM roof, under the shortest reduction
+    kernel the H200's device model measured in a trace (not a fixed 1 µs): its attrs say which floor and where from."""
+    r = load(H200_EAGER)
+    (f,) = RULES["memory-below-roof"](r)
+    (red,) = [i for i in f.items if i.attrs["group"] == "reduce_kernel"]
+    own = device_models().devices["H200 SXM 141 GB"].curves["reduction"].trace_floor_ns
+    assert np.isfinite(own) and own != SMALL_STREAM_NS and own <= _trace_floor(r.kernels, "reduction")
+    assert red.attrs["floor_ns"] == own and red.attrs["floor_source"] == "H200 SXM 141 GB reduction, shortest in a trace"
+    assert "small" in red.attrs["causes"] and red.attrs["stream_at_roof_ns"] < own
+    assert "under the shortest reduction kernel measured on H200 SXM 141 GB" in red.label
+
+
+def test_floor_capped_by_the_traces_own_shortest_kernel(load) -> None:
+    """vLLM GPT-OSS decode on MI300X (a trace the floor was not tuned on): MI300X measured no decode attention, so
+    MI308X's model stands in with 60.9 µs, longer than kernels this very trace ran: the trace's own shortest decode
+    attention kernel is the floor, and the 99.5 MB unified-attention launch (18.8 µs at the roof) is not called small."""
+    r = load(MI300X_GRAPH)
+    (f,) = RULES["memory-below-roof"](r)
+    k = r.kernels
+    stand_in = device_models().devices["MI308X"].curves["attention-decode"].trace_floor_ns
+    own = _trace_floor(k, "attention-decode")
+    assert own < stand_in
+    att = [i for i in f.items if i.attrs.get("category") == "attention"]
+    assert att and all(i.attrs["floor_ns"] == own and "this trace" in i.attrs["floor_source"] for i in att)
+    (uni,) = [i for i in att if i.attrs["group"] == "kernel_unified_attention_3d"]
+    assert own < uni.attrs["stream_at_roof_ns"] < stand_in and "small" not in uni.attrs["causes"]
+    (seg,) = [i for i in att if i.attrs["group"] == "reduce_segments"]
+    assert seg.attrs["stream_at_roof_ns"] < own and "small" in seg.attrs["causes"]
+    assert "under the shortest attention-decode kernel of this trace" in seg.label
+
+
+def test_floor_default_where_no_device_of_the_vendor_measured_one() -> None:
+    from perfscope.analysis.rules.roof_causes import _floor
+
+    none = _floor(None, "elementwise")
+    assert none.ns == SMALL_STREAM_NS and none.kind == "default" and "no datasheet row" in none.source()
+    other = _floor(("Gaudi 3", "intel", "intel-3"), "elementwise")
+    assert other.ns == SMALL_STREAM_NS and "no intel device measured a elementwise kernel" in other.source()
+
+
+@pytest.mark.parametrize(("measured", "family"), [("h200/h200_engine_gemm_attn_full.ncu-rep", "H200"),
+                                                   ("ncu/esmm_a10g_roofline_set.ncu-rep", "A10G")])
+def test_l2_table_equals_the_devices_own_attribute(load, measured, family) -> None:
+    """The table's H200 and A10G figures are what the devices themselves report (Nsight Compute's
+    device__attribute_l2_cache_size in the committed reports)."""
+    from perfscope.analysis.rules.roof_causes import L2_BYTES
+
+    assert L2_BYTES[family] == load(measured).device.properties["l2_cache_bytes"]
+
+
+def test_l2_of_a_trace_without_the_property(load) -> None:
+    """Kineto traces carry no L2 size: the table by the datasheet row or the device name's words (never a prefix:
+    ``A100-SXM4-80GB`` is an A100, not an A10)."""
+    from dataclasses import replace
+
+    from perfscope.analysis.rules.roof_causes import L2_BYTES, l2_bytes
+
+    mib = 2**20
+    for name, want in [(H200_EAGER, 60 * mib), (SGLANG, 4 * mib), ("kineto/kineto_resnet50_v100_2021.pt.trace.json.gz",
+                        6 * mib), ("kineto/hta_negative_queue_length_values_check__rank0.json.gz", 40 * mib),
+                       ("kineto/tracelens_mi210__gpu_only_trace__gpu_only_trace.json.gz", 8 * mib),
+                       (B200, None)]:
+        r = load(name)
+        assert "l2_cache_bytes" not in r.device.properties
+        got = l2_bytes(r)
+        assert (np.isnan(got) if want is None else got == want), (name, got)
+    r = load(H200_EAGER)
+    dev = replace(r.device, name="NVIDIA A10", properties={})
+    a10 = replace(r, manifest={**r.manifest, "device": dev.to_dict()})
+    assert l2_bytes(a10) == L2_BYTES["A10"] and "B200" not in L2_BYTES
