@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from perfscope.device_models import Curve, device_models, kernel_family, spec_identity
+from perfscope.device_models import (
+    DECODE_INTENSITY,
+    Curve,
+    device_models,
+    kernel_family,
+    spec_identity,
+)
 from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
@@ -240,23 +246,41 @@ def _floor(identity: tuple[str, str, str] | None, family: str) -> Floor:
 
 
 def _trace_floors(k: pd.DataFrame) -> dict[str, float]:
-    """Per kernel family (:func:`perfscope.device_models.kernel_family`), the shortest kernel of the table."""
+    """Per kernel family (:func:`perfscope.device_models.kernel_family`), the shortest kernel of the table: the family
+    decided once per distinct (category, precision, phase, low intensity) from the columns' codes (no text pass)."""
     def build() -> dict[str, float]:
         if not len(k) or "category" not in k or "duration_ns" not in k:
             return {}
-        def col(c: str) -> Sequence[Any]:
-            return cast("Sequence[Any]", k[c].to_numpy(object) if c in k else np.full(len(k), None, dtype=object))
+        parts = []
+        for c in ("category", "precision", "phase"):
+            codes, values = column_codes(k, c) if c in k else (np.full(len(k), -1, np.int64), np.zeros(0, object))
+            parts.append((codes.astype(np.int64) + 1, np.concatenate([[None], values]).astype(object)))
 
         def num(c: str) -> np.ndarray:
             if c not in k:
                 return np.full(len(k), np.nan)
             return pd.to_numeric(k[c], errors="coerce").to_numpy("float64", na_value=np.nan)
-        fam = kernel_family(col("category"), col("precision"), num("flops"), num("dram_bytes"),
-                            col("phase") if "phase" in k else None)
+        f, b = num("flops"), num("dram_bytes")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low = (np.where(b > 0, f / b, np.inf) < DECODE_INTENSITY).astype(np.int64)
+        (cc, cv), (pc, pv), (hc, hv) = parts
+        key = ((cc * len(pv) + pc) * len(hv) + hc) * 2 + low
+        inverse, uniq = pd.factorize(key)
+        rest, lo = np.divmod(uniq, 2)
+        rest, ph = np.divmod(rest, len(hv))
+        ca, pr = np.divmod(rest, len(pv))
+        fam = kernel_family(cast("Sequence[Any]", cv[ca]), cast("Sequence[Any]", pv[pr]),
+                            np.where(lo == 1, 0.0, np.inf), np.ones(len(uniq)),
+                            cast("Sequence[Any]", hv[ph]) if "phase" in k else None)
         dur = pd.to_numeric(k["duration_ns"], errors="coerce").to_numpy("float64", na_value=np.nan)
+        shortest = np.full(len(uniq), np.inf)
         ok = dur > 0
-        t = pd.Series(dur[ok]).groupby(fam[ok]).min()
-        return {str(f): float(v) for f, v in t.items()}
+        np.minimum.at(shortest, inverse[ok], dur[ok])  # per distinct key, then per family over the few keys
+        out: dict[str, float] = {}
+        for x, v in zip(fam.tolist(), shortest.tolist()):
+            if np.isfinite(v):
+                out[str(x)] = min(v, out.get(str(x), math.inf))
+        return out
     return memo(k, "rules:trace_floors", build)
 
 
