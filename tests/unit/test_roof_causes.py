@@ -378,3 +378,16 @@ def test_l2_of_a_trace_without_the_property(load) -> None:
     dev = replace(r.device, name="NVIDIA A10", properties={})
     a10 = replace(r, manifest={**r.manifest, "device": dev.to_dict()})
     assert l2_bytes(a10) == L2_BYTES["A10"] and "B200" not in L2_BYTES
+
+
+def test_unseen_torch_compile_mi300x_trace(load) -> None:
+    """A trace not looked at while floors and the L2 table were written: TraceLens's torch.compile MI300X trace. Its
+    fused Triton SiLU-mul moves 1.07 GB per launch (203 µs at the DRAM roof), far above MI300X's own measured
+    elementwise floor, so it is not small; Kineto records no L2 size, the table gives MI300X's 4 MiB per XCD."""
+    r = load("kineto/tracelens_torch_compile_triton__trace.json.gz")
+    (f,) = RULES["memory-below-roof"](r)
+    (silu,) = f.items
+    own = device_models().devices["MI300X"].curves["elementwise"].trace_floor_ns
+    assert silu.attrs["floor_ns"] == own and silu.attrs["floor_source"] == "MI300X elementwise, shortest in a trace"
+    assert silu.attrs["stream_at_roof_ns"] > 100 * own and not silu.explains and silu.attrs["l2_bytes"] == 4 * 2**20
+    assert "l2_cache_bytes" not in r.device.properties
