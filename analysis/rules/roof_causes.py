@@ -295,7 +295,8 @@ def kernel_floor(report: Report, family: str, k: pd.DataFrame | None = None) -> 
     own = _trace_floors(k).get(family, math.nan) if k is not None else math.nan
     if np.isfinite(own) and own < floor.ns:
         was = "the default" if floor.kind == "default" else f"{floor.device}'s"
-        return Floor(own, "", family, "this trace", f"under {was} {duration(floor.ns)}")
+        return Floor(own, "", family, "this trace", f"under {was} {duration(floor.ns)}"
+                     + (f", the stand-in: {floor.stand_in.split(':')[0]}" if floor.stand_in else ""))
     return floor
 
 
