@@ -7,8 +7,9 @@ module reads what a trace does hold, per group, and names a cause only where its
 
 - ``grid``: the launch's blocks (Kineto's ``grid`` column) below the device's SM/CU count: under one wave,
   some SMs idle for the whole kernel.
-- ``small``: the bytes of one launch stream in under :data:`SMALL_STREAM_NS` at the DRAM roof (and, where the
-  L2 size is known, fit in it many times over): fixed per-kernel costs, not DRAM bandwidth, set its time.
+- ``small``: the bytes of one launch stream at the DRAM roof in less than its family's kernel-time floor
+  (:func:`kernel_floor`), and that floor is at least half of what a launch loses to the roof
+  (:data:`FLOOR_SHARE`): fixed per-kernel costs, not DRAM bandwidth, set its time.
 - ``weights``: a memory-bound GEMM of few rows (decode-sized M) whose bytes are its weights.
 - ``kv``: a memory-bound attention kernel of a decode phase: its bytes are the KV cache.
 - ``fuse``: an elementwise/norm/copy/reduction group launched back to back with kernels of the same kinds:
@@ -58,6 +59,11 @@ SMALL_STREAM_NS = 1_000.0
 """The default kernel-time floor, where no device model measured one for the family on the device or a device of its
 vendor (:func:`kernel_floor`): a GPU kernel spends a few µs ramping up its blocks and draining the last wave whatever
 its size, so a launch whose bytes stream in under 1 µs at the DRAM roof is those fixed costs, not its bytes."""
+FLOOR_SHARE = 0.5
+"""``small`` explains a group only where the floor is at least half of what one launch loses to the roof (its mean
+time less its bytes' time at the DRAM roof): a kernel takes about the floor plus its bytes' time, so a launch far
+longer than that loses most of its time to something else (a 6.3 µs launch whose bytes need 1.2 µs is not explained
+by a 2.6 µs floor), and the fixed cost is then not named as its cause."""
 L2_RESIDENT_SHARE = 0.25
 """Bytes per launch under a quarter of the L2 can stay in it between launches (the working set is
 cache-resident: its reads need not come from DRAM at all)."""
@@ -476,11 +482,16 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                            floor_source=floor.source())
             if np.isfinite(l2):
                 c.attrs["l2_bytes"] = l2
-            if stream_ns < floor.ns:
+            mean_ns = float(row["time_ns"]) / count
+            lost_ns = mean_ns - stream_ns  # what one launch loses to the roof
+            share = floor.ns / lost_ns if lost_ns > 0 else math.nan
+            c.attrs["floor_share"] = share
+            if stream_ns < floor.ns and np.isfinite(share) and share >= FLOOR_SHARE:
                 fits = (f", a {per_launch / l2:.1%} of the {nbytes(l2)} L2" if np.isfinite(l2)
                         and per_launch < L2_RESIDENT_SHARE * l2 else "")
                 c.clauses.append(f"{nbytes(per_launch)} per launch{fits}: {duration(stream_ns)} at the DRAM roof of "
-                                 f"a {duration(float(row['time_ns']) / count)} launch, under {floor.words()}")
+                                 f"a {duration(mean_ns)} launch, under {floor.words()}, "
+                                 f"{min(share, 1.0):.0%} of the {duration(lost_ns)} a launch loses to the roof")
                 c.advice["small"] = name
         # the category and the shapes
         op, shapes = (_mode(g["op"]) if "op" in g else None), (_mode(g["op_shapes"]) if "op_shapes" in g else None)
