@@ -339,15 +339,10 @@ def gemm_bmn(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
     return out
 
 
-@functools.lru_cache(maxsize=4096)
 def _parse_shapes(text: str) -> tuple[Any, ...] | None:
-    import ast
+    from .shapes import parse_shapes
 
-    try:
-        v = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return tuple(v) if isinstance(v, (list, tuple)) else None
+    return parse_shapes(text)
 
 
 def shape_classes(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
