@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from .datasheets import Datasheet
     from .device import DeviceSpec
@@ -312,30 +312,39 @@ def wave_fill(batch: np.ndarray, m: np.ndarray, n: np.ndarray, tile: tuple[int, 
     return np.where(ok, fill, np.nan)
 
 
+def _each_distinct(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
+                   family: Sequence[Any] | np.ndarray | None, of: Callable[[str, Any], Any]
+                   ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """``of(op, shapes)`` once per distinct op and shapes of the kernels of a GEMM family (every kernel where
+    ``family`` is None): (their positions, each one's distinct code, the values per code)."""
+    ops = np.asarray(op, object)
+    sh = np.asarray(shapes, object)
+    at = (np.arange(len(ops)) if family is None
+          else np.flatnonzero(np.char.startswith(np.asarray(family, object).astype(str), "gemm")))
+    if not len(at):
+        return at, np.zeros(0, np.int64), []
+    key = pd.Series(ops[at]).astype(str) + "\x00" + pd.Series(sh[at]).astype(str)
+    codes, uniq = pd.factorize(key)
+    first = np.zeros(len(uniq), np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return at, codes, [of(str(ops[at[i]]), sh[at[i]]) for i in first]
+
+
+def _bmn(op: str, shapes: Any) -> tuple[float, float, float]:
+    parsed = _parse_shapes(shapes) if isinstance(shapes, str) else (shapes if isinstance(shapes, (list, tuple)) else None)
+    d = gemm_dims(op, parsed) if parsed is not None else None
+    return (float(d[0]), float(d[1]), float(d[2])) if d is not None else (math.nan,) * 3
+
+
 def gemm_bmn(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
              family: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
     """(batch, M, N) of each kernel's GEMM (:func:`gemm_dims`, once per distinct op and shapes; ``shapes`` as
     lists or their text), an array of shape (n, 3); NaN for a kernel of a family other than a GEMM (``family``
     given) or whose shapes do not say."""
-    ops = np.asarray(op, object)
-    sh = np.asarray(shapes, object)
-    out = np.full((len(ops), 3), np.nan)
-    at = (np.arange(len(ops)) if family is None
-          else np.flatnonzero(np.char.startswith(np.asarray(family, object).astype(str), "gemm")))
-    if not len(at):
-        return out
-    key = pd.Series(ops[at]).astype(str) + "\x00" + pd.Series(sh[at]).astype(str)
-    codes, uniq = pd.factorize(key)
-    first = np.zeros(len(uniq), np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
-    vals = np.full((len(uniq), 3), np.nan)
-    for u, i in enumerate(first):
-        s = sh[at[i]]
-        parsed = _parse_shapes(s) if isinstance(s, str) else (s if isinstance(s, (list, tuple)) else None)
-        d = gemm_dims(str(ops[at[i]]), parsed) if parsed is not None else None
-        if d is not None:
-            vals[u] = d[:3]
-    out[at] = vals[codes]
+    out = np.full((len(np.asarray(op, object)), 3), np.nan)
+    at, codes, vals = _each_distinct(op, shapes, family, _bmn)
+    if len(at):
+        out[at] = np.array(vals, np.float64).reshape(-1, 3)[codes]
     return out
 
 
@@ -349,20 +358,11 @@ def shape_classes(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.nda
                   family: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
     """:func:`gemm_shape_class` of each kernel (once per distinct op and shapes); "" for a kernel of a family
     other than a GEMM (``family`` given) or without shapes."""
-    ops = np.asarray(op, object)
-    sh = np.asarray(shapes, object)
-    out = np.full(len(ops), "", object)
-    at = (np.arange(len(ops)) if family is None
-          else np.flatnonzero(np.char.startswith(np.asarray(family, object).astype(str), "gemm")))
-    if not len(at):
-        return out
-    key = pd.Series(ops[at]).astype(str) + "\x00" + pd.Series(sh[at]).astype(str)
-    codes, uniq = pd.factorize(key)
-    first = np.zeros(len(uniq), np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
-    vals = np.array([gemm_shape_class(str(ops[at[i]]), sh[at[i]] if isinstance(sh[at[i]], (str, list, tuple)) else None)
-                     for i in first], object)
-    out[at] = vals[codes]
+    out = np.full(len(np.asarray(op, object)), "", object)
+    at, codes, vals = _each_distinct(op, shapes, family, lambda o, s: gemm_shape_class(
+        o, s if isinstance(s, (str, list, tuple)) else None))
+    if len(at):
+        out[at] = np.array(vals, object)[codes]
     return out
 
 

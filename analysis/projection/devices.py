@@ -24,6 +24,7 @@ import pandas as pd
 from perfscope.datasheets import DATASHEETS, sheet_spec
 from perfscope.device_models import (
     DeviceModels,
+    PairCorrection,
     Resolved,
     family_group,
     kernel_family,
@@ -33,6 +34,8 @@ from perfscope.device_models import (
 from .times import Roofs, device_model_ratio, roof_time_s
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from perfscope.device import DeviceSpec
 
 BAND_TEXT = "p10-p90 of the held-out validation error"
@@ -69,31 +72,27 @@ class DevicePair:
         return {"source": one(self.source), "target": one(self.target), "vendor_pair": self.vendor_pair,
                 "moves": self.moves, "pair_corrections": self.corrections()}
 
+    def _pair_corrections(self) -> Mapping[str, PairCorrection]:
+        """Per family, the pair's own corrections; empty where the two models were never measured together."""
+        if not self.moves or self.source is None or self.target is None:
+            return {}
+        return self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
+
     def corrections(self) -> dict[str, dict[str, Any]]:
         """Per family, the pair's own correction the projection applies (its axis, how many keys both GPUs
         ran, from which datasets); empty where the two models were never measured together."""
-        if not self.moves or self.source is None or self.target is None:
-            return {}
-        per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
         return {fam: {"axis": c.axis, "choice": c.choice or c.axis, "rows": c.rows, "sources": list(c.sources)}
-                for fam, c in sorted(per.items())}
+                for fam, c in sorted(self._pair_corrections().items())}
 
     @property
     def uses_classes(self) -> bool:
         """A correction of this pair has a GEMM shape-class term (the kernels' classes are needed)."""
-        if not self.moves or self.source is None or self.target is None:
-            return False
-        per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
-        return any(c.uses_classes for c in per.values())
-
+        return any(c.uses_classes for c in self._pair_corrections().values())
 
     @property
     def uses_wave(self) -> bool:
         """A correction of this pair has a wave (tile occupancy) term (the GEMMs' dimensions are needed)."""
-        if not self.moves or self.source is None or self.target is None:
-            return False
-        per = self.models.pairs.get(f"{self.source.model.device} -> {self.target.model.device}") or {}
-        return any(c.uses_wave for c in per.values())
+        return any(c.uses_wave for c in self._pair_corrections().values())
 
 
 def resolve_pair(source: DeviceSpec, target: DeviceSpec, models: DeviceModels) -> DevicePair:
