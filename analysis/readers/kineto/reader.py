@@ -201,8 +201,8 @@ def _cpu_rows(nodes: CpuNodes) -> pd.DataFrame:
         return pd.DataFrame()
     costs = op_costs(nodes, idx)
     names = nodes.names(idx)
-    zero_view = (costs["category"] == "view") | nodes.per_name(
-        idx, lambda n: base_name(n) in COMPOSITE_WHEN_PARENT).astype(bool)
+    zero_view = (costs["category"] == "view") | nodes.name_flags(
+        idx, lambda n: base_name(n) in COMPOSITE_WHEN_PARENT)
     costs["flops"][zero_view] = 0.0
     costs["dram_bytes"][zero_view] = 0.0
     costs["category"][zero_view] = "view"
