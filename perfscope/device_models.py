@@ -289,15 +289,10 @@ def gemm_shape_class(op: str, shapes: Sequence[Any] | str | None) -> str:
     return "square"
 
 
-@functools.lru_cache(maxsize=4096)
 def _parse_shapes(text: str) -> tuple[Any, ...] | None:
-    import ast
+    from .shapes import parse_shapes
 
-    try:
-        v = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return tuple(v) if isinstance(v, (list, tuple)) else None
+    return parse_shapes(text)
 
 
 def shape_classes(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,

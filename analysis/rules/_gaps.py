@@ -14,7 +14,6 @@ range, function or operator around it) is an item that explains nothing.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ import pandas as pd
 
 from perfscope.format import duration, nbytes, si
 from perfscope.schema import column_codes, decode, map_distinct
+from perfscope.shapes import shapes_text
 
 from ..idle import (
     GRAPH_KINDS,
@@ -67,19 +67,6 @@ def function_name(name: object) -> str | None:
     if not isinstance(name, str) or not name:
         return None
     return name.split("): ", 1)[1] if "): " in name else name
-
-
-def shapes_text(shapes: object) -> str | None:
-    """The tensor shapes of an operator's inputs (``[[8,2,38],[8,38,128],[]]`` -> ``8x2x38, 8x38x128``)."""
-    if not isinstance(shapes, str) or not shapes:
-        return None
-    try:
-        dims = json.loads(shapes)
-    except ValueError:
-        return None
-    out = ["x".join(str(d) for d in s) for s in dims if isinstance(s, list) and s and
-           all(isinstance(d, int) for d in s)]
-    return ", ".join(out[:3]) or None
 
 
 def _text(df: pd.DataFrame, col: str) -> np.ndarray:

@@ -7,8 +7,9 @@ module reads what a trace does hold, per group, and names a cause only where its
 
 - ``grid``: the launch's blocks (Kineto's ``grid`` column) below the device's SM/CU count: under one wave,
   some SMs idle for the whole kernel.
-- ``small``: the bytes of one launch stream in under :data:`SMALL_STREAM_NS` at the DRAM roof (and, where the
-  L2 size is known, fit in it many times over): fixed per-kernel costs, not DRAM bandwidth, set its time.
+- ``small``: the bytes of one launch stream at the DRAM roof in less than its family's kernel-time floor
+  (:func:`kernel_floor`), and that floor is at least half of what a launch loses to the roof
+  (:data:`FLOOR_SHARE`): fixed per-kernel costs, not DRAM bandwidth, set its time.
 - ``weights``: a memory-bound GEMM of few rows (decode-sized M) whose bytes are its weights.
 - ``kv``: a memory-bound attention kernel of a decode phase: its bytes are the KV cache.
 - ``fuse``: an elementwise/norm/copy/reduction group launched back to back with kernels of the same kinds:
@@ -23,37 +24,75 @@ A group none of these explain is reported as unexplained, and the advice names t
 
 from __future__ import annotations
 
-import json
+import functools
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 
+from perfscope.device_models import (
+    DECODE_INTENSITY,
+    Curve,
+    device_models,
+    kernel_family,
+    spec_identity,
+)
 from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
-from perfscope.schema import map_distinct
+from perfscope.schema import column_codes, map_distinct
+from perfscope.shapes import tensor_shapes
 from perfscope.vocab import is_amd
 
 from ..summaries.kernels import group_codes
 from ._base import collect_advice, from_ncu, is_cpu_report
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from perfscope.report import Report
 
 SMALL_STREAM_NS = 1_000.0
-"""A launch whose bytes stream in under 1 µs at the DRAM roof is too small to approach it: a GPU kernel
-spends a few µs ramping up its blocks and draining the last wave whatever its size, so such a kernel's time
-is those fixed costs, not its bytes."""
+"""The default kernel-time floor, where no device model measured one for the family on the device or a device of its
+vendor (:func:`kernel_floor`): a GPU kernel spends a few µs ramping up its blocks and draining the last wave whatever
+its size, so a launch whose bytes stream in under 1 µs at the DRAM roof is those fixed costs, not its bytes."""
+FLOOR_SHARE = 0.5
+"""``small`` explains a group only where the floor is at least half of what one launch loses to the roof (its mean
+time less its bytes' time at the DRAM roof): a kernel takes about the floor plus its bytes' time, so a launch far
+longer than that loses most of its time to something else (a 6.3 µs launch whose bytes need 1.2 µs is not explained
+by a 2.6 µs floor), and the fixed cost is then not named as its cause."""
 L2_RESIDENT_SHARE = 0.25
 """Bytes per launch under a quarter of the L2 can stay in it between launches (the working set is
 cache-resident: its reads need not come from DRAM at all)."""
-L2_BYTES = {"V100": 6 * 2**20, "A100": 40 * 2**20, "H100": 50 * 2**20}
-"""L2 size by datasheet family where the device properties do not give it (``l2_cache_bytes``): NVIDIA Tesla
-V100 whitepaper (6144 KB), A100 whitepaper (40 MB), H100 whitepaper (50 MB). Families whose sources disagree
-(B200: 96 or 126 MB) are left out: the clause is then given without the L2 size."""
+MiB = 2**20
+L2_BYTES = {
+    "V100": 6 * MiB,  # NVIDIA Tesla V100 GPU Architecture whitepaper: 6144 KB L2
+    "A100": 40 * MiB,  # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 40 MB L2
+    "H100": 50 * MiB,  # NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (H100 SXM5); an H100 nsys
+    # fixture's own cudaDeviceProp.l2CacheSize says the same (tests/fixtures/nsys/nvfuser_h100_matmul.sqlite: 52428800)
+    "H200": 60 * MiB,  # the device's own CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, recorded by Nsight Compute on an H200
+    # (tests/fixtures/h200/h200_engine_gemm_attn_full.ncu-rep: 62914560 B): the full GH100's 60 MB (Chips and Cheese,
+    # "Nvidia's H100: Funny L2", 2023); NVIDIA's H200 datasheet gives no L2 size, and pages that copy H100's 50 MB are
+    # not the device
+    "A10G": 6 * MiB,  # NVIDIA Ampere GA102 GPU Architecture whitepaper: 6144 KB L2; the A10G's own
+    "A10": 6 * MiB,  # device attribute in tests/fixtures/ncu/esmm_a10g_roofline_set.ncu-rep: 6291456 B
+    "T4": 4 * MiB,  # the T4's own cudaDeviceProp.l2CacheSize (tests/fixtures/nsys/aws_t4_softmax.sqlite: 4194304 B);
+    # Jia et al., "Dissecting the NVidia Turing T4 GPU via Microbenchmarking" (arXiv:1903.07486): 4 MiB
+    # AMD: the L2 one die's CUs share ("Shared by all compute units on the same GCD", AMD's ROCm "AMD GPU
+    # specifications" table, rocm.docs.amd.com/en/latest/reference/gpu-specs.html), which is what hipDeviceProp and
+    # rocprof-compute report (tests/fixtures/rocprof/aiter_fmla_MI308X_rocprof_compute: 4096 KiB, an MI300-series XCD)
+    "MI300X": 4 * MiB,  # that table: "32 (4 per XCD)"; the 256 MiB Infinity Cache behind it is not counted
+    "MI250X": 8 * MiB,  # that table: "16 (8 per GCD)"; each GCD is a device of its own to HIP
+    "MI250": 8 * MiB,  # that table: "16 (8 per GCD)"
+    "MI210": 8 * MiB,  # that table: 8 (one GCD)
+    "R9700": 8 * MiB,  # that table, Radeon AI PRO R9700 (RDNA4): L2 8 MiB, Infinity Cache 64 MiB not counted
+}
+"""L2 size by datasheet family where the device properties do not give it (``l2_cache_bytes``), the source of each in
+its comment. Left out where the sources disagree or none was found: B200 (96 or 126 MB), MI308X (not in AMD's table;
+its rocprof-compute reports carry their own 4 MiB per XCD), the RTX 4080 Laptop GPU (no vendor figure found)."""
 UNDERFILL_WAVES = 0.75
 """A grid that gives at most three quarters of the SMs a block leaves a quarter or more idle for the whole launch
 (a grid just under one wave costs its few idle SMs only: not a cause of a group far below its roof)."""
@@ -100,22 +139,12 @@ def _blocks(grid: object) -> float:
     return float(np.prod(dims)) if dims and all(d > 0 for d in dims) else math.nan
 
 
-def _shapes(text: object) -> list[list[int]]:
-    if not isinstance(text, str) or not text:
-        return []
-    try:
-        dims = json.loads(text)
-    except ValueError:
-        return []
-    return [s if isinstance(s, list) and all(isinstance(d, int) for d in s) else [] for s in dims] if isinstance(dims, list) else []
-
-
 def gemm_dims(op: object, shapes: object) -> tuple[int | None, int | None, int | None]:
     """(M, K, N) of a GEMM operator from its input shapes (``op_shapes`` text), read by the one GEMM shape
     reader (:func:`perfscope.device_models.gemm_dims`: M the rows of one matrix, a bmm's batch apart) where the
     operator's layout is known (:data:`GEMM_OPS`); for another operator of a GEMM kernel (a fused MoE), M only,
     from its first input's leading dimensions. None where the shapes do not say."""
-    s = _shapes(shapes)
+    s = tensor_shapes(shapes)
     if not s:
         return None, None, None
     if not (isinstance(op, str) and op in GEMM_OPS):
@@ -128,7 +157,7 @@ def gemm_dims(op: object, shapes: object) -> tuple[int | None, int | None, int |
     return m, k, n
 
 
-def weight_share(m: int, k: int | None, n: int | None, shapes: list[list[int]], per_launch: float,
+def weight_share(m: int, k: int | None, n: int | None, shapes: Sequence[Sequence[int]], per_launch: float,
                  precision: object) -> float:
     """The share of a memory-bound GEMM's bytes that are its weights: ``K*N / (K*N + M*K + M*N)`` where K and N are
     known; else (an operator such as a fused MoE) what its activation (the first input, read and its like written)
@@ -159,39 +188,239 @@ def _mode(values: pd.Series) -> object:
     return v.mode().iloc[0] if len(v) else None
 
 
+@dataclass(frozen=True)
+class Floor:
+    """The kernel-time floor ``small`` measures a launch's bytes against: the shortest kernel of the family
+    (``family``) measured on ``device`` (``kind``: ``trace``, a profiler trace; ``table``, a published benchmark
+    table), or the documented default (``kind`` ``default``, ``device`` ""); ``stand_in``: why the device is not the
+    report's own ("" when it is)."""
+
+    ns: float
+    device: str
+    family: str
+    kind: str
+    stand_in: str = ""
+
+    def source(self) -> str:
+        """Which floor it is and where it came from, as the item's attrs say it."""
+        if self.kind == "default":
+            return f"default {SMALL_STREAM_NS:.0f} ns ({self.stand_in})"
+        if self.kind == "this trace":
+            return f"the shortest {self.family} kernel of this trace ({self.stand_in})"
+        return f"{self.device} {self.family}, shortest in a {self.kind}" + (f"; {self.stand_in}" if self.stand_in else "")
+
+    def words(self) -> str:
+        """The floor as the label says it."""
+        if self.kind == "default":
+            return f"the {duration(self.ns)} default floor ({self.stand_in})"
+        if self.kind == "this trace":
+            return f"the shortest {self.family} kernel of this trace, {duration(self.ns)} ({self.stand_in})"
+        return (f"the shortest {self.family} kernel measured on {self.device}, {duration(self.ns)}"
+                + (f" ({self.stand_in})" if self.stand_in else ""))
+
+
+def _measured_floor(curve: Curve) -> tuple[float, str]:
+    """A curve's measured floor: the shortest kernel in a profiler trace, else in a published table; NaN when the
+    device measured neither (its curve's floor then is the family's over every GPU, not its own)."""
+    for kind in ("trace", "table"):
+        v = float(getattr(curve, f"{kind}_floor_ns"))
+        if np.isfinite(v) and v > 0:
+            return v, kind
+    return math.nan, ""
+
+
+@functools.lru_cache(maxsize=256)
+def _floor(identity: tuple[str, str, str] | None, family: str) -> Floor:
+    models = device_models()
+    if identity is None:
+        return Floor(SMALL_STREAM_NS, "", family, "default", "no device model: the device has no datasheet row")
+    tried: set[str] = set()
+    while True:  # the device's own model, then the nearest measured device of its vendor (DeviceModels.resolve)
+        pool = replace(models, devices={k: m for k, m in models.devices.items() if k not in tried})
+        got = pool.resolve(identity)
+        if got is None:
+            return Floor(SMALL_STREAM_NS, "", family, "default",
+                         f"no {identity[1]} device measured a {family} kernel")
+        tried.add(got.model.device)
+        curve, fam = got.model.curve(family)
+        ns, kind = _measured_floor(curve) if curve is not None else (math.nan, "")
+        if np.isfinite(ns):
+            own = got.model.device == identity[0]
+            why = "" if own else (f"{identity[0]} measured no {family} kernel" if identity[0] in models.devices
+                                  else f"{identity[0]} has no device model") + f": {got.model.device}'s stands in"
+            return Floor(ns, got.model.device, fam, kind, why)
+
+
+def _trace_floors(k: pd.DataFrame) -> dict[str, float]:
+    """Per kernel family (:func:`perfscope.device_models.kernel_family`), the shortest kernel of the table: the family
+    decided once per distinct (category, precision, phase, low intensity) from the columns' codes (no text pass)."""
+    def build() -> dict[str, float]:
+        if not len(k) or "category" not in k or "duration_ns" not in k:
+            return {}
+        parts = []
+        for c in ("category", "precision", "phase"):
+            codes, values = column_codes(k, c) if c in k else (np.full(len(k), -1, np.int64), np.zeros(0, object))
+            parts.append((codes.astype(np.int64) + 1, np.concatenate([[None], values]).astype(object)))
+
+        def num(c: str) -> np.ndarray:
+            if c not in k:
+                return np.full(len(k), np.nan)
+            return pd.to_numeric(k[c], errors="coerce").to_numpy("float64", na_value=np.nan)
+        f, b = num("flops"), num("dram_bytes")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low = (np.where(b > 0, f / b, np.inf) < DECODE_INTENSITY).astype(np.int64)
+        (cc, cv), (pc, pv), (hc, hv) = parts
+        key = ((cc * len(pv) + pc) * len(hv) + hc) * 2 + low
+        inverse, uniq = pd.factorize(key)
+        rest, lo = np.divmod(uniq, 2)
+        rest, ph = np.divmod(rest, len(hv))
+        ca, pr = np.divmod(rest, len(pv))
+        fam = kernel_family(cast("Sequence[Any]", cv[ca]), cast("Sequence[Any]", pv[pr]),
+                            np.where(lo == 1, 0.0, np.inf), np.ones(len(uniq)),
+                            cast("Sequence[Any]", hv[ph]) if "phase" in k else None)
+        dur = pd.to_numeric(k["duration_ns"], errors="coerce").to_numpy("float64", na_value=np.nan)
+        shortest = np.full(len(uniq), np.inf)
+        ok = dur > 0
+        np.minimum.at(shortest, inverse[ok], dur[ok])  # per distinct key, then per family over the few keys
+        out: dict[str, float] = {}
+        for x, v in zip(fam.tolist(), shortest.tolist()):
+            if np.isfinite(v):
+                out[str(x)] = min(v, out.get(str(x), math.inf))
+        return out
+    return memo(k, "rules:trace_floors", build)
+
+
+def kernel_floor(report: Report, family: str, k: pd.DataFrame | None = None) -> Floor:
+    """The shortest kernel of ``family`` (:func:`perfscope.device_models.kernel_family`) measured on the report's
+    device (its device model, :mod:`perfscope.device_models`), else on the nearest measured device of its vendor
+    (the one :meth:`~perfscope.device_models.DeviceModels.resolve` picks, then the next), else the documented
+    default :data:`SMALL_STREAM_NS`; where the kernel table ``k`` holds a shorter kernel of the family, that one (a
+    floor no kernel the device ran can go under)."""
+    dev = report.device
+    floor = _floor(spec_identity(dev) if dev is not None else None, family)
+    own = _trace_floors(k).get(family, math.nan) if k is not None else math.nan
+    if np.isfinite(own) and own < floor.ns:
+        was = "the default" if floor.kind == "default" else f"{floor.device}'s"
+        return Floor(own, "", family, "this trace", f"under {was} {duration(floor.ns)}"
+                     + (f", the stand-in: {floor.stand_in.split(':')[0]}" if floor.stand_in else ""))
+    return floor
+
+
 def l2_bytes(report: Report) -> float:
-    """The device's L2 size: its properties' ``l2_cache_bytes``, else :data:`L2_BYTES` by datasheet family; NaN."""
+    """The device's L2 size: its properties' ``l2_cache_bytes``, else :data:`L2_BYTES` of the family its datasheet row
+    or its name names as a word (``NVIDIA A100-SXM4-80GB``: A100, never A10); NaN."""
     dev = report.device
     if dev is None:
         return math.nan
     v = dev.properties.get("l2_cache_bytes")
     if isinstance(v, (int, float)) and v > 0:
         return float(v)
-    sheet = str(dev.properties.get("datasheet") or dev.name or "").upper()
-    return next((float(b) for fam, b in L2_BYTES.items() if fam in sheet.split() or sheet.startswith(fam)), math.nan)
+    names = (str(dev.properties.get("datasheet") or ""), str(dev.name or ""))
+    words = {w for n in names for w in re.split(r"[\s\-_/(),]+", n.upper()) if w}
+    return next((float(b) for fam, b in L2_BYTES.items() if fam in words), math.nan)
 
 
-def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> tuple[list[str], float]:
+SCOPES = ("capture_module", "range")
+"""Where the kernel table records the scope each kernel was launched in, in order of preference: the nn.Module
+call path of a CUDA-graph replay joined to its capture, else the innermost record_function / NVTX path."""
+SCOPE_WORDS = {"capture_module": "module calls", "range": "record_function / NVTX ranges"}
+"""How a label names the scopes that put two kernels in one op chain."""
+STEP_SCOPE_SHARE = 0.5
+"""A scope that holds more than half of the table's kernels is a whole step or model call (vLLM's
+``execute_context_...`` range, a compiled graph's module), not an op chain: kernels in it are stream neighbours
+only."""
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """Each row's launch scope (:data:`SCOPES`) as codes over one dictionary of the scopes and their parents
+    (``code``, -1: none recorded, or a scope of a whole step), its parent scope's code (``parent``, -1 at the top),
+    and the column they come from ("" when the table records none)."""
+
+    code: np.ndarray
+    parent: np.ndarray
+    column: str
+
+
+def _scopes(k: pd.DataFrame) -> Scopes:
+    """:class:`Scopes` of the kernel table: from its codes of the scope column (the first of :data:`SCOPES` with a
+    value), each distinct path's parent made once; a scope of more than :data:`STEP_SCOPE_SHARE` of the kernels
+    counts as none."""
+    def build() -> Scopes:
+        col = next((c for c in SCOPES if c in k and k[c].notna().any()), "")
+        if not col:
+            none = np.full(len(k), -1, dtype=np.int64)
+            return Scopes(none, none, "")
+        codes, values = column_codes(k, col)
+        counts = np.bincount(codes[codes >= 0], minlength=len(values))
+        paths = [str(v) for v in values]
+        parents = [v.rsplit("/", 1)[0] if "/" in v else "" for v in paths]
+        joint, _ = pd.factorize(pd.Series(paths + parents, dtype=object))
+        own = np.where(counts <= STEP_SCOPE_SHARE * len(k), joint[:len(paths)], -1)
+        up = np.where(np.array([bool(p) for p in parents], dtype=bool), joint[len(paths):], -1)
+        lut = np.append(own, -1).astype(np.int64), np.append(up, -1).astype(np.int64)  # code -1: the last
+        at = np.where(codes >= 0, codes, len(values))
+        return Scopes(lut[0][at], lut[1][at], col)
+    return memo(k, "rules:scopes", build)
+
+
+def _one_chain(sc: Scopes, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether rows ``a`` and ``b`` were launched in one op chain: the same scope, one inside the other, or two
+    calls of one parent (``layer.0/attn/q_norm`` beside ``layer.0/attn/rope``); False where either has no scope."""
+    sa, sb, pa, pb = sc.code[a], sc.code[b], sc.parent[a], sc.parent[b]
+    return (sa >= 0) & (sb >= 0) & ((sa == sb) | (pa == sb) | (sa == pb) | ((pa >= 0) & (pa == pb)))
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """The fusible kernel groups launched beside a group's launches (most frequent first) and the share of its
+    launches that have one; ``chain``: whether the trace's scopes put at least :data:`FUSE_SHARE` of the launches in
+    one op chain with such a neighbour (``column``: the scope column that says so), else they are stream
+    neighbours (the scopes say nothing: none recorded, or one around a whole step)."""
+
+    names: list[str]
+    share: float
+    chain: bool
+    column: str
+
+
+def _neighbours(k: pd.DataFrame, rows: np.ndarray) -> Neighbours:
     """The fusible kernel groups launched right before or after the ``rows`` on their stream (most frequent first,
-    ties in order of first sight: row by row, the one before, then the one after) and the share of the rows that
-    have one."""
+    ties in order of first sight: row by row, the one before, then the one after), and the share of the rows that
+    have one. Where the trace records both kernels' scopes (:func:`_scopes`) they must be one op chain
+    (:func:`_one_chain`): a neighbour the scopes put in another module or range is not counted."""
     if "stream" not in k or "category" not in k or not len(rows):
-        return [], 0.0
+        return Neighbours([], 0.0, False, "")
     order, lane, pos = _stream_order(k)
     codes, names = group_codes(k)
     fusible = memo(k, "rules:fusible", lambda: k["category"].isin(FUSIBLE).to_numpy(bool))
+    sc = _scopes(k)
     p = pos[rows]
     near = np.empty((len(rows), 2), dtype=np.int64)  # per row: the row before and after it on its stream
     hit = np.empty((len(rows), 2), dtype=bool)
+    chain = np.empty((len(rows), 2), dtype=bool)  # a hit whose scopes put both in one op chain
     for j, q in enumerate((p - 1, p + 1)):
         inside = (q >= 0) & (q < len(order))
         o = order[np.clip(q, 0, len(order) - 1)]
         near[:, j] = codes[o]
         hit[:, j] = inside & (lane[o] == lane[rows]) & fusible[o] & (codes[o] >= 0) & (codes[o] != codes[rows])
+        known = (sc.code[rows] >= 0) & (sc.code[o] >= 0)
+        one = _one_chain(sc, rows, o)
+        hit[:, j] &= ~known | one
+        chain[:, j] = hit[:, j] & known & one
     found, which = pd.factorize(near[hit])  # row-major: row by row, before then after
     counts = np.bincount(found, minlength=len(which))
     ranked = np.argsort(-counts, kind="stable")
-    return [str(names[which[i]]) for i in ranked], float(hit.any(axis=1).sum()) / len(rows)
+    by_chain = float(chain.any(axis=1).sum()) / len(rows) >= FUSE_SHARE
+    return Neighbours([str(names[which[i]]) for i in ranked], float(hit.any(axis=1).sum()) / len(rows), by_chain,
+                      sc.column if by_chain else "")
+
+
+def _lane_codes(k: pd.DataFrame, column: str) -> np.ndarray:
+    """The column's codes (:func:`perfscope.schema.column_codes`, no text pass), missing as a code of its own (0)."""
+    if column not in k:
+        return np.zeros(len(k), dtype=np.int64)
+    return column_codes(k, column)[0].astype(np.int64) + 1
 
 
 def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,10 +428,9 @@ def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     (device, stream) lane code (a missing device or stream is a lane of its own), and each row's place in that
     order."""
     def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        dev = pd.factorize(k["device"].astype(str) if "device" in k else pd.Series("", index=k.index))[0]
-        stream = pd.factorize(k["stream"].astype(str))[0]
+        dev, stream = _lane_codes(k, "device"), _lane_codes(k, "stream")
         start = k["start_ns"].to_numpy("float64", na_value=np.nan)
-        lane = dev.astype(np.int64) * (int(stream.max(initial=0)) + 2) + stream
+        lane = dev * (int(stream.max(initial=0)) + 1) + stream
         order = np.lexsort((start, stream, dev))
         pos = np.empty(len(order), dtype=np.int64)
         pos[order] = np.arange(len(order))
@@ -245,15 +473,25 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
         per_launch = float(row["dram_bytes"]) / count
         if gpu and bound == "memory" and bw and per_launch > 0:
             stream_ns = per_launch / bw * 1e9
+            family = str(kernel_family([cat], [row.get("precision")], np.array([float(row.get("flops", np.nan))]),
+                                       np.array([float(row["dram_bytes"])]),
+                                       [_mode(g["phase"])] if "phase" in g else None)[0])
+            floor = kernel_floor(report, family, k)
             c.attrs.update(bytes_per_launch=per_launch, stream_at_roof_ns=stream_ns,
-                           mean_launch_ns=float(row["time_ns"]) / count)
+                           mean_launch_ns=float(row["time_ns"]) / count, floor_ns=floor.ns,
+                           floor_source=floor.source())
             if np.isfinite(l2):
                 c.attrs["l2_bytes"] = l2
-            if stream_ns < SMALL_STREAM_NS:
+            mean_ns = float(row["time_ns"]) / count
+            lost_ns = mean_ns - stream_ns  # what one launch loses to the roof
+            share = floor.ns / lost_ns if lost_ns > 0 else math.nan
+            c.attrs["floor_share"] = share
+            if stream_ns < floor.ns and np.isfinite(share) and share >= FLOOR_SHARE:
                 fits = (f", a {per_launch / l2:.1%} of the {nbytes(l2)} L2" if np.isfinite(l2)
                         and per_launch < L2_RESIDENT_SHARE * l2 else "")
                 c.clauses.append(f"{nbytes(per_launch)} per launch{fits}: {duration(stream_ns)} at the DRAM roof of "
-                                 f"a {duration(float(row['time_ns']) / count)} launch")
+                                 f"a {duration(mean_ns)} launch, under {floor.words()}, "
+                                 f"{min(share, 1.0):.0%} of the {duration(lost_ns)} a launch loses to the roof")
                 c.advice["small"] = name
         # the category and the shapes
         op, shapes = (_mode(g["op"]) if "op" in g else None), (_mode(g["op_shapes"]) if "op_shapes" in g else None)
@@ -262,7 +500,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             m, kk, n = gemm_dims(op, shapes)
             c.attrs.update(gemm_m=m, gemm_k=kk, gemm_n=n)
             if bound == "memory" and m is not None and op not in BATCHED:  # a bmm's operands are both activations
-                share = weight_share(m, kk, n, _shapes(shapes), per_launch, prec)
+                share = weight_share(m, kk, n, tensor_shapes(shapes), per_launch, prec)
                 if np.isfinite(share) and share >= WEIGHT_SHARE:
                     c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its bytes")
                     c.attrs["weight_share"] = share
@@ -282,10 +520,14 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             c.clauses.append("attention of a decode phase: its bytes are the KV cache")
             c.advice["kv"] = name
         if cat in FUSIBLE:
-            near, share = _neighbours(k, rows)
-            if near and share >= FUSE_SHARE:
-                c.clauses.append(f"launched beside {', '.join(_short(n) for n in near[:2])} ({share:.0%} of launches)")
+            nb = _neighbours(k, rows)
+            near = nb.names
+            if near and nb.share >= FUSE_SHARE:
+                where = (f"{nb.share:.0%} of launches, one op chain by their {SCOPE_WORDS[nb.column]}" if nb.chain
+                         else f"stream neighbours, {nb.share:.0%} of launches: the trace records no scope of its op chain")
+                c.clauses.append(f"launched beside {', '.join(_short(n) for n in near[:2])} ({where})")
                 c.attrs["fusible_neighbours"] = "; ".join(n[:80] for n in near[:3])
+                c.attrs["neighbours_scope"] = nb.column or "stream"
                 c.advice["fuse"] = f"{name} with {', '.join(_short(n) for n in near[:2])}"
             if prec == "fp32":
                 c.clauses.append("FP32 tensors")
@@ -374,4 +616,5 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
     return parts
 
 
-__all__ = ["CAUSE_ADVICE", "CPU_CAUSES", "Causes", "causes_advice", "gemm_dims", "group_causes", "l2_bytes"]
+__all__ = ["CAUSE_ADVICE", "CPU_CAUSES", "Causes", "Floor", "causes_advice", "gemm_dims", "group_causes", "kernel_floor",
+           "l2_bytes"]

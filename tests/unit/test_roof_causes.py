@@ -13,12 +13,14 @@ import pytest
 from perfscope.analysis.findings import RULES
 from perfscope.analysis.rules._gaps import gap_size_text
 from perfscope.analysis.rules.roof_causes import (
+    FLOOR_SHARE,
     SMALL_STREAM_NS,
     UNDERFILL_WAVES,
     gemm_dims,
     weight_share,
 )
 from perfscope.analysis.summaries.kernels import group_key
+from perfscope.device_models import device_models, kernel_family
 
 B200 = "kineto/tracelens_b200__eager_trace.json.gz"
 MI300X_GRAPH = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
@@ -71,9 +73,23 @@ def test_b200_below_roof_names_the_causes_its_trace_shows(load) -> None:
     assert json.loads(rows["op_shapes"].iloc[0])[0] == [888, 3072] and rows["precision"].iloc[0] == "fp8"
     assert bmm.attrs["weight_share"] == pytest.approx(1 - act / (rows["dram_bytes"].sum() / len(rows)))
     assert "weights are 96% of its bytes" in bmm.label and "weight streaming" in f.recommendation
-    # a group nothing explains: listed as such, its time unexplained, and the advice names the measurement
+    # the fused add-RMSNorm: B200 measured no reduction kernel, so H100's measured floor stands in, and says so
     (norm,) = [i for n, i in items.items() if "fused_add_rms_norm" in n]
-    assert not norm.explains and "nothing in the trace explains it" in norm.label
+    h100 = device_models().devices["H100 SXM5 80 GB"].curves["reduction"].trace_floor_ns
+    assert norm.attrs["floor_ns"] == h100 and norm.attrs["stream_at_roof_ns"] < h100 < norm.attrs["mean_launch_ns"]
+    assert "B200 (HGX, per GPU) measured no reduction kernel: H100 SXM5 80 GB's stands in" in norm.label
+    assert norm.explains and norm.attrs["causes"] == "small"
+    explained = sum(i.time_ns for i in f.items if i.explains)
+    assert f.explained_ns == pytest.approx(explained)
+
+
+def test_a_group_nothing_explains(load) -> None:
+    """TimeSformer on H100: the softmax, Kernel2 and elementwise groups show no cause: listed as such, their time
+    unexplained, and the advice names the measurement that would tell."""
+    r = load("crossgpu/tracelens_h100_vs_mi300/h100__facebook_timesformer-base-finetuned-k400__1016002.json.gz")
+    (f,) = RULES["memory-below-roof"](r)
+    none = [i for i in f.items if not i.explains]
+    assert none and all("nothing in the trace explains it" in i.label and not i.attrs.get("causes") for i in none)
     assert "Nothing in the trace explains" in f.recommendation and "Nsight Compute" in f.recommendation
     explained = sum(i.time_ns for i in f.items if i.explains)
     assert f.explained_ns == pytest.approx(explained) and f.unexplained_ns > 0
@@ -188,3 +204,201 @@ def test_cpu_report_gets_only_cpu_causes(sample_reports_dir) -> None:
     # a fusion pair is named once ("silu with mul", not also "mul with silu"), of operators, not kernels
     assert "silu with mul" in f.recommendation and "mul with silu" not in f.recommendation
     assert "elementwise/norm/copy operators" in f.recommendation and "perf stat" in f.recommendation
+
+
+NORMS = "memory/tracelens_mi300x_normalization_profile_memory/normalization_layer_test.json.gz"
+SGLANG = "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+
+
+def _stream_pairs(k):
+    """Reference: (row, next row) on each (device, stream), from the columns' text (what the codes must equal)."""
+    import pandas as pd
+
+    t = pd.DataFrame({"d": k["device"].astype(str), "s": k["stream"].astype(str), "t": k["start_ns"],
+                      "i": np.arange(len(k))}).sort_values(["d", "s", "t"], kind="stable")
+    same = (t["d"].to_numpy()[1:] == t["d"].to_numpy()[:-1]) & (t["s"].to_numpy()[1:] == t["s"].to_numpy()[:-1])
+    i = t["i"].to_numpy()
+    return set(zip(i[:-1][same].tolist(), i[1:][same].tolist()))
+
+
+@pytest.mark.parametrize("name", [H200_EAGER, SGLANG, "kineto/hta_negative_queue_length_values_check__rank0.json.gz"])
+def test_stream_order_from_codes_equals_the_text_order(load, name) -> None:
+    """The stream order is built from the device and stream columns' codes (no text pass over the table): each
+    kernel's next one on its stream is the one the columns' text gives (missing streams a lane of their own)."""
+    from perfscope.analysis.rules.roof_causes import _stream_order
+    from perfscope.memo import memo_peek
+    from perfscope.schema import CODES_KEY
+
+    k = load(name).kernels.copy()
+    order, lane, pos = _stream_order(k)
+    assert memo_peek(k, f"{CODES_KEY}stream") is not None  # the column's codes, kept for the other rules
+    a, b = order[:-1], order[1:]
+    same = lane[a] == lane[b]
+    assert set(zip(a[same].tolist(), b[same].tolist())) == _stream_pairs(k)
+    assert (pos[order] == np.arange(len(k))).all()
+
+
+def test_fuse_needs_one_op_chain_where_the_trace_records_scopes(load) -> None:
+    """MI300X normalization benchmarks: each norm runs in its own record_function range (``LayerNorm affine=True``
+    beside ``BatchNorm affine=True``); stream neighbours of two benchmarks are not a fusible chain."""
+    from perfscope.analysis.rules.roof_causes import _scopes
+
+    r = load(NORMS)
+    (f,) = RULES["memory-below-roof"](r)
+    (ln,) = [i for i in f.items if "vectorized_layer_norm_kernel<float" in i.attrs["group"]]
+    assert "fuse" not in ln.attrs["causes"] and "launched beside" not in ln.label
+    k = r.kernels
+    at = np.flatnonzero((group_key(k) == ln.attrs["group"]).to_numpy())
+    sc = _scopes(k)
+    assert sc.column == "range" and (sc.code[at] >= 0).all()
+    # the kernel before each launch on its stream is another benchmark's: another range, not its parent or sibling
+    ks = k.sort_values("start_ns", kind="stable")
+    prev = {i: ks.index[j - 1] for j, i in enumerate(ks.index) if j}
+    ranges = {str(k.at[prev[k.index[i]], "range"]) for i in at if k.index[i] in prev}
+    assert ranges and not ranges & set(k["range"].iloc[at].astype(str))
+
+
+def test_fuse_in_one_module_call_of_a_graph_capture(load) -> None:
+    """SGLang Qwen3-8B decode replays, joined to their capture's nn.Module calls: rotary embedding beside the
+    KV-cache store and the fused add-RMSNorm of its attention block is one op chain by its module calls; the
+    embedding gather beside the first layer's norm is not (another module: VocabParallelEmbedding)."""
+    r = load(SGLANG)
+    (f,) = RULES["memory-below-roof"](r)
+    items = _items(f)
+    (rope,) = [i for n, i in items.items() if n.startswith("rotary_embedding_kernel")]
+    assert "fuse" in rope.attrs["causes"] and rope.attrs["neighbours_scope"] == "capture_module"
+    assert "one op chain by their module calls" in rope.label
+    k = r.kernels
+    mods = k.loc[group_key(k) == rope.attrs["group"], "capture_module"].dropna().astype(str)
+    assert len(mods) and all("Qwen3Attention_" in m for m in mods)
+    (gather,) = [i for n, i in items.items() if n.startswith("vectorized_gather_kernel")]
+    # its 13.5 µs launch is far over the ~2 µs elementwise floor: neither the floor nor a neighbour explains it
+    assert not gather.attrs["causes"] and not gather.explains and gather.attrs["floor_share"] < FLOOR_SHARE
+    assert set(k.loc[group_key(k) == gather.attrs["group"], "capture_module"].astype(str)) == {
+        "Qwen3Model_0/VocabParallelEmbedding_0"}
+
+
+def test_fuse_says_stream_neighbours_without_scopes(load) -> None:
+    """B200 eager: one record_function range holds 766 of its 768 kernels (vLLM's step), no op chain: the
+    elementwise group's neighbours are stream neighbours, and its label says so."""
+    r = load(B200)
+    (f,) = RULES["memory-below-roof"](r)
+    (ew,) = [i for n, i in _items(f).items() if n == "elementwise_kernel"]
+    assert "fuse" in ew.attrs["causes"] and ew.attrs["neighbours_scope"] == "stream"
+    assert "stream neighbours" in ew.label and "one op chain" not in ew.label
+    assert r.kernels["range"].value_counts().iloc[0] > 0.5 * len(r.kernels)
+
+
+def test_unseen_h200_fuse_by_ranges(load) -> None:
+    """A trace not looked at while the scope rule was written: the H200 eager Llama-1B's reduce_kernel beside its
+    elementwise kernel, one op chain by the engine's record_function ranges (``decode/layer.N/...``)."""
+    r = load(H200_EAGER)
+    (f,) = RULES["memory-below-roof"](r)
+    fused = [i for i in f.items if "fuse" in str(i.attrs.get("causes"))]
+    assert fused and {i.attrs["neighbours_scope"] for i in fused} == {"range"}
+    (red,) = [i for i in fused if i.attrs["group"] == "reduce_kernel"]
+    assert red.attrs["fusible_neighbours"].split("; ")[0] == "elementwise_kernel"
+    assert all(("one op chain by their record_function / NVTX ranges" in i.label)
+               == (i.attrs["neighbours_scope"] == "range") for i in fused)
+
+
+def _trace_floor(k, family: str) -> float:
+    """The shortest kernel of ``family`` in the table, from the columns (what the rule's cap must equal)."""
+    fam = kernel_family(k["category"].to_numpy(object), k["precision"].to_numpy(object),
+                        k["flops"].to_numpy("float64"), k["dram_bytes"].to_numpy("float64"), k["phase"].to_numpy(object))
+    return float(k["duration_ns"].to_numpy("float64")[fam == family].min())
+
+
+def test_small_is_measured_against_the_devices_own_floor(load) -> None:
+    """H200 eager: the reduce kernel's 513 kB per launch stream in 107 ns at the DRAM roof, under the shortest reduction
+    kernel the H200's device model measured in a trace (not a fixed 1 µs): its attrs say which floor and where from;
+    small is its cause only where that floor is at least half of what a launch loses to the roof."""
+    r = load(H200_EAGER)
+    (f,) = RULES["memory-below-roof"](r)
+    (red,) = [i for i in f.items if i.attrs["group"] == "reduce_kernel"]
+    own = device_models().devices["H200 SXM 141 GB"].curves["reduction"].trace_floor_ns
+    assert np.isfinite(own) and own != SMALL_STREAM_NS and own <= _trace_floor(r.kernels, "reduction")
+    assert red.attrs["floor_ns"] == own and red.attrs["floor_source"] == "H200 SXM 141 GB reduction, shortest in a trace"
+    # its bytes stream under the floor, but a 35.7 µs launch is far over it: the floor is 5% of what a launch loses
+    # to the roof (the fixed cost is not its cause; its 1-wave grid is)
+    assert red.attrs["stream_at_roof_ns"] < own
+    lost = red.attrs["mean_launch_ns"] - red.attrs["stream_at_roof_ns"]
+    assert red.attrs["floor_share"] == pytest.approx(own / lost) and red.attrs["floor_share"] < FLOOR_SHARE
+    assert "small" not in red.attrs["causes"] and "grid" in red.attrs["causes"]
+    # the sm90 attention's 9.07 µs launch is about the floor plus its bytes' time: the floor explains it
+    (att,) = [i for i in f.items if str(i.attrs["group"]).startswith("cudnn_generated_fort_native_sdpa_sm90")]
+    assert att.attrs["floor_share"] >= FLOOR_SHARE and "small" in att.attrs["causes"] and att.explains
+    assert "a launch loses to the roof" in att.label
+
+
+def test_floor_capped_by_the_traces_own_shortest_kernel(load) -> None:
+    """vLLM GPT-OSS decode on MI300X (a trace the floor was not tuned on): MI300X measured no decode attention, so
+    MI308X's model stands in with 60.9 µs, longer than kernels this very trace ran: the trace's own shortest decode
+    attention kernel is the floor, and the 99.5 MB unified-attention launch (18.8 µs at the roof) is not called small."""
+    r = load(MI300X_GRAPH)
+    (f,) = RULES["memory-below-roof"](r)
+    k = r.kernels
+    stand_in = device_models().devices["MI308X"].curves["attention-decode"].trace_floor_ns
+    own = _trace_floor(k, "attention-decode")
+    assert own < stand_in
+    att = [i for i in f.items if i.attrs.get("category") == "attention"]
+    assert att and all(i.attrs["floor_ns"] == own and "this trace" in i.attrs["floor_source"] for i in att)
+    (uni,) = [i for i in att if i.attrs["group"] == "kernel_unified_attention_3d"]
+    assert own < uni.attrs["stream_at_roof_ns"] < stand_in and "small" not in uni.attrs["causes"]
+    (seg,) = [i for i in att if i.attrs["group"] == "reduce_segments"]
+    assert seg.attrs["stream_at_roof_ns"] < own and "small" in seg.attrs["causes"]
+    assert "under the shortest attention-decode kernel of this trace" in seg.label
+
+
+def test_floor_default_where_no_device_of_the_vendor_measured_one() -> None:
+    from perfscope.analysis.rules.roof_causes import _floor
+
+    none = _floor(None, "elementwise")
+    assert none.ns == SMALL_STREAM_NS and none.kind == "default" and "no datasheet row" in none.source()
+    other = _floor(("Gaudi 3", "intel", "intel-3"), "elementwise")
+    assert other.ns == SMALL_STREAM_NS and "no intel device measured a elementwise kernel" in other.source()
+
+
+@pytest.mark.parametrize(("measured", "family"), [("h200/h200_engine_gemm_attn_full.ncu-rep", "H200"),
+                                                   ("ncu/esmm_a10g_roofline_set.ncu-rep", "A10G")])
+def test_l2_table_equals_the_devices_own_attribute(load, measured, family) -> None:
+    """The table's H200 and A10G figures are what the devices themselves report (Nsight Compute's
+    device__attribute_l2_cache_size in the committed reports)."""
+    from perfscope.analysis.rules.roof_causes import L2_BYTES
+
+    assert L2_BYTES[family] == load(measured).device.properties["l2_cache_bytes"]
+
+
+def test_l2_of_a_trace_without_the_property(load) -> None:
+    """Kineto traces carry no L2 size: the table by the datasheet row or the device name's words (never a prefix:
+    ``A100-SXM4-80GB`` is an A100, not an A10)."""
+    from dataclasses import replace
+
+    from perfscope.analysis.rules.roof_causes import L2_BYTES, l2_bytes
+
+    mib = 2**20
+    for name, want in [(H200_EAGER, 60 * mib), (SGLANG, 4 * mib), ("kineto/kineto_resnet50_v100_2021.pt.trace.json.gz",
+                        6 * mib), ("kineto/hta_negative_queue_length_values_check__rank0.json.gz", 40 * mib),
+                       ("kineto/tracelens_mi210__gpu_only_trace__gpu_only_trace.json.gz", 8 * mib),
+                       (B200, None)]:
+        r = load(name)
+        assert "l2_cache_bytes" not in r.device.properties
+        got = l2_bytes(r)
+        assert (np.isnan(got) if want is None else got == want), (name, got)
+    r = load(H200_EAGER)
+    dev = replace(r.device, name="NVIDIA A10", properties={})
+    a10 = replace(r, manifest={**r.manifest, "device": dev.to_dict()})
+    assert l2_bytes(a10) == L2_BYTES["A10"] and "B200" not in L2_BYTES
+
+
+def test_unseen_torch_compile_mi300x_trace(load) -> None:
+    """A trace not looked at while floors and the L2 table were written: TraceLens's torch.compile MI300X trace. Its
+    fused Triton SiLU-mul moves 1.07 GB per launch (203 µs at the DRAM roof), far above MI300X's own measured
+    elementwise floor, so it is not small; Kineto records no L2 size, the table gives MI300X's 4 MiB per XCD."""
+    r = load("kineto/tracelens_torch_compile_triton__trace.json.gz")
+    (f,) = RULES["memory-below-roof"](r)
+    (silu,) = f.items
+    own = device_models().devices["MI300X"].curves["elementwise"].trace_floor_ns
+    assert silu.attrs["floor_ns"] == own and silu.attrs["floor_source"] == "MI300X elementwise, shortest in a trace"
+    assert silu.attrs["stream_at_roof_ns"] > 100 * own and not silu.explains and silu.attrs["l2_bytes"] == 4 * 2**20
+    assert "l2_cache_bytes" not in r.device.properties
