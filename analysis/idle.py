@@ -631,7 +631,8 @@ class _Context:
         # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits;
         # every code array a chunk's pieces take theirs from is in it too, so each chunk's code columns are made
         # in it (2 bytes a piece, not 8: a chunk's working arrays, and the heap they need, are that much smaller)
-        self.code_dtype = code = np.int16 if len(vocab.words) < np.iinfo(np.int16).max else np.int32
+        code: type[np.signedinteger[Any]] = np.int16 if len(vocab.words) < np.iinfo(np.int16).max else np.int32
+        self.code_dtype = code
         for track in self.tracks.values():
             track.names, track.shapes = track.names.astype(code), track.shapes.astype(code)
         self.range_index.names = self.range_index.names.astype(code)
