@@ -255,7 +255,7 @@ class _RangeIndex:
 
     def at(self, x: np.ndarray) -> np.ndarray:
         """The name code of the innermost range around each point (-1: none)."""
-        out = np.full(len(x), -1, np.int64)
+        out = np.full(len(x), -1, self.names.dtype)
         todo = np.arange(len(x))
         if self.levels is None:
             self.levels = [nesting_levels(self.s[rows], self.e[rows]) for _, rows in self.threads]
@@ -628,8 +628,16 @@ class _Context:
         self.graph = _graph_keys(report, acts, api)
         self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(report, api).items()}
         self.acts: pd.DataFrame | None = acts
-        # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits
-        self.code_dtype = np.int16 if len(vocab.words) < np.iinfo(np.int16).max else np.int32
+        # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits;
+        # every code array a chunk's pieces take theirs from is in it too, so each chunk's code columns are made
+        # in it (2 bytes a piece, not 8: a chunk's working arrays, and the heap they need, are that much smaller)
+        code: type[np.signedinteger[Any]] = np.int16 if len(vocab.words) < np.iinfo(np.int16).max else np.int32
+        self.code_dtype = code
+        for track in self.tracks.values():
+            track.names, track.shapes = track.names.astype(code), track.shapes.astype(code)
+        self.range_index.names = self.range_index.names.astype(code)
+        self.copy_names, self.opener_names = self.copy_names.astype(code), self.opener_names.astype(code)
+        self.call_names = {c: names.astype(code) for c, names in self.call_names.items()}
 
     @staticmethod
     def _graph_call_names(report: Report, api: pd.DataFrame) -> dict[float, str]:
@@ -722,8 +730,8 @@ class _Context:
         (:meth:`_joined`); ``per_gap``: each gap's length, the call that opened it, its graph replay."""
         C = self.code
         n = len(a)
-        gap_len = per_gap[0][gap]
-        cause = np.full(n, C["host"], np.int64)
+        code = self.code_dtype  # the text codes' dtype; rows of the host tracks in int32 (a piece: ~70 bytes, not ~190)
+        cause = np.full(n, C["host"], code)
         unknown = ~_inside(self.recorded, mid)
         cause[unknown] = C["unknown"]
         done = unknown.copy()
@@ -731,26 +739,26 @@ class _Context:
             hit = ~done & _inside(self.host_sets[c], mid)
             cause[hit] = C[c]
             done |= hit
-        api = np.full(n, -1, np.int64)
+        api = np.full(n, -1, code)
         corr = np.full(n, np.nan)
         # the host's own activity: the operator, the Python function, the wait, the math call
         ops, py, waits, maths = (self.tracks[k] for k in ("op", "python", "wait", "math"))
         known = np.flatnonzero(~unknown)
-        op_row = np.full(n, -1, np.int64)
+        op_row = np.full(n, -1, np.int32)
         op_row[known] = ops.at(mid[known])
-        fn_row = np.full(n, -1, np.int64)
+        fn_row = np.full(n, -1, np.int32)
         fn_row[known] = py.at(mid[known])
         host = cause == C["host"]
         at_host = np.flatnonzero(host)
-        wait_row = np.full(n, -1, np.int64)
+        wait_row = np.full(n, -1, np.int32)
         wait_row[at_host] = waits.at(mid[at_host])
-        math_row = np.full(n, -1, np.int64)
+        math_row = np.full(n, -1, np.int32)
         math_row[at_host] = maths.at(mid[at_host])
         op = _take(ops.names, op_row)
         op_shapes = _take(ops.shapes, op_row)
         function = _take(py.names, fn_row)
         wait = _take(waits.names, wait_row)
-        kind = np.full(n, -1, np.int64)
+        kind = np.full(n, -1, code)
         waiting = host & (wait_row >= 0)
         in_op = host & (op_row >= 0)
         in_math = host & ~waiting & (math_row >= 0)
@@ -782,7 +790,7 @@ class _Context:
         queues = in_op & _take(ops.queues, op_row, False).astype(bool)
         limit = DISPATCH_GAP_NS if len(ops) else DISPATCH_GAP_UNSEEN_NS
         stretch = _run_lengths(rest, a, b, gap, op_row)  # host code in one operator (or between two), in one gap
-        short = (gap_len < limit) | (stretch < np.where(queues, DISPATCH_OP_NS, limit))
+        short = (per_gap[0][gap] < limit) | (stretch < np.where(queues, DISPATCH_OP_NS, limit))
         kind[rest & short] = C["dispatch"]
         kind[rest & ~short] = C["host code"]
         # graph replays: the device runs the graph's nodes by itself, whatever the host does meanwhile
@@ -794,7 +802,7 @@ class _Context:
             api[in_graph] = [self.graph_call.get(c, C["graph replay"]) for c in replay[in_graph].tolist()]
             for col in (kind, op, op_shapes, function, wait):
                 col[in_graph] = -1
-        names = np.full(n, -1, np.int64)
+        names = np.full(n, -1, code)
         named = np.flatnonzero(~unknown & ~in_graph)
         names[named] = self.range_index.at(mid[named])
         wait[cause != C["host"]] = -1
@@ -851,10 +859,13 @@ def _join_pieces(pieces: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(pieces)
 
 
-PIECES_PER_CHUNK = 1 << 19
+PIECES_PER_CHUNK = 1 << 17
 """The idle classification works on this many cut points (at most as many pieces) at a time, whole gaps, so its
-working arrays stay about 100 MB whatever the trace's size (a 5M-kernel nsys export cuts its gaps into ~20M
-pieces); the pieces are made per chunk from the sorted cut points, not for the whole trace first."""
+working arrays stay about 20 MB whatever the trace's size (a 5M-kernel nsys export cuts its gaps into ~20M
+pieces); the pieces are made per chunk from the sorted cut points, not for the whole trace first. Small enough
+that a chunk's arrays fit in the heap the reader's columns left free (1.09M-event Kineto trace, 247k pieces: 1 <<
+19 grew the heap by ~45 MB, ~11,000 page faults; 1 << 17: none); each chunk costs ~2 ms of its own (lookups
+per nesting level), ~0.3 s over a 5M-kernel trace's ~150 chunks."""
 
 
 def _chunk_size(ctx: _Context) -> int:

@@ -108,26 +108,41 @@ def nest(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, kinds: np.nda
     rng = _first_of(par, k == range_kind)
     sorted_ranges = np.flatnonzero(k == range_kind)
     depth, paths = _range_paths(rng, sorted_ranges, names(order[sorted_ranges]))
-    out = [np.full(n, -1, dtype="int64") for _ in range(3)]
-    for dst, src in zip(out, (par, op_anc, rng)):
-        ok = src >= 0
-        dst[order[ok]] = order[src[ok]]
+    out = [_unsorted(order, src) for src in (par, op_anc, rng)]
     ranges = order[sorted_ranges]
     by_pos = np.argsort(ranges, kind="stable")
     phases = np.array([phase_of(p) for p in paths] + [None], dtype=object)[:-1]
     return Nesting(out[0], out[1], out[2], ranges[by_pos], depth[by_pos], paths[by_pos], phases[by_pos])
 
 
+def _unsorted(order: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """Positions ``src`` into the sorted intervals (-1: none), as positions into the input, in input order."""
+    vals = order[src]  # a -1 reads the last one: made -1 again below
+    vals[src < 0] = -1
+    out = np.empty(len(order), dtype="int64")
+    out[order] = vals
+    return out
+
+
 def _enclosing(g: np.ndarray, e: np.ndarray) -> np.ndarray:
     """For sorted intervals: the nearest earlier one of the same group with end >= own end."""
     n = len(e)
-    idx = np.arange(n)
-    new_group = np.ones(n, dtype=bool)
-    new_group[1:] = g[1:] != g[:-1]
-    gstart = np.maximum.accumulate(np.where(new_group, idx, 0)) if n else idx
-    cand = idx - 1
-    cand[cand < gstart] = -1
-    active = np.flatnonzero(cand >= 0)
+    cand = np.arange(-1, n - 1)  # the previous interval, or -1 for the first of a group
+    if n < 2:
+        return cand
+    same = g[1:] == g[:-1]
+    cand[1:][~same] = -1
+    # first round on views (every candidate is the previous interval): no gathers of n positions;
+    # the intervals the previous one contains are done
+    fail = e[:-1] < e[1:]
+    fail &= same
+    del same
+    active = np.flatnonzero(fail)
+    del fail
+    active += 1
+    nxt = cand[active - 1]
+    cand[active] = nxt
+    active = active[nxt >= 0]
     while active.size:
         c = cand[active]
         fail = e[c] < e[active]

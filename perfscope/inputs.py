@@ -104,6 +104,9 @@ class Stream(_Blocks):
         self.path, self.raw, self.file, self.strict = path, raw, file, strict
         self.count = 0
         self.next_check = BLOCK
+        # a plain file reads straight into the caller's buffer: no fresh bytes per block to fault in,
+        # copy and free (a 200 MB trace: 200 blocks of 1 MB)
+        self.native_into = raw.readinto if isinstance(raw, io.BufferedReader) else None
 
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
@@ -114,17 +117,30 @@ class Stream(_Blocks):
             if not self.strict:  # the caller keeps what was read before the damage
                 raise
             raise damaged(self.path, exc) from None
-        self.count += len(data)
+        self._counted(len(data))
+        return data
+
+    def _counted(self, n: int) -> None:
+        """Count ``n`` bytes read; each :data:`BLOCK` checks the memory budget and the deadline."""
+        self.count += n
         if self.count >= self.next_check:
             self.next_check = self.count + BLOCK
             check_memory(self.path)
             check_deadline(self.path)
-        return data
 
     def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
+        if self.native_into is None:
+            data = self.read(len(buffer))
+            buffer[:len(data)] = data
+            return len(data)
+        try:
+            n: int = self.native_into(buffer) or 0
+        except DAMAGED as exc:
+            if not self.strict:
+                raise
+            raise damaged(self.path, exc) from None
+        self._counted(n)
+        return n
 
     def close(self) -> None:
         try:

@@ -124,8 +124,8 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
     if device is None:
         df["roof_flops_per_s"] = np.nan
         df["pct_of_roof"] = np.nan
-        df["bound"] = "unknown"
-        df["roofline_bound"] = "unknown"
+        df["bound"] = _labels(np.full(len(df), 2, np.int8), df.index)
+        df["roofline_bound"] = df["bound"]
         apply_limiter(df)  # a measured limiter needs no roofs
         return df
 
@@ -144,13 +144,24 @@ def classify_conformed(df: pd.DataFrame, device: DeviceSpec | None) -> pd.DataFr
         pct_cmp = df["achieved_flops_per_s"] / peak * 100.0
 
     df["roof_flops_per_s"] = roof.where(known)
-    df["bound"] = np.select([memory, compute], ["memory", "compute"], default="unknown")
+    df["bound"] = _labels(np.select([memory, compute], [0, 1], default=2).astype(np.int8), df.index)
     df["pct_of_roof"] = np.select([memory, compute], [pct_mem, pct_cmp], default=np.nan)
     df["pct_of_roof"] = df["pct_of_roof"].astype("float64")
     df["roofline_bound"] = df["bound"]
     _classify_levels(df, flops, nbytes, peak, device)
     apply_limiter(df)
     return df
+
+
+BOUNDS = np.array(["memory", "compute", "unknown"], dtype=object)
+"""The roofline's bounds, indexed by the codes :func:`classify_conformed` computes."""
+
+
+def _labels(codes: np.ndarray, index: pd.Index) -> pd.Series:
+    """The bound of each row as the object column the stored table holds (one shared ``str`` per bound), built
+    from its codes: not a pandas ``str`` column (Arrow's buffers, first writes to its memory pool) that
+    :func:`perfscope.schema.shared_texts` would turn back into objects."""
+    return pd.Series(BOUNDS[codes], index=index, dtype=object, copy=False)
 
 
 ABOVE_ROOF_PCT = 100.0

@@ -18,8 +18,6 @@ from perfscope.limits import counting
 from perfscope.outpaths import single_report
 from perfscope.report import MANIFEST, Report
 
-from .rocprof.reader import sniff as sniff_rocprof
-
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
 
@@ -49,6 +47,24 @@ SUPPORTED = (
     "rocpd *_results.db), rocprof v1/v2 results.csv/.db/.json, a rocprof-compute workload folder, CUDA memory snapshot (.pickle), "
     "torch.profiler export_memory_timeline (.json)"
 )
+
+
+ROCPROF_JSON_HINTS = (b'"rocprof', b'Ns"')
+"""Bytes every JSON head that AMD's sniff can claim holds (rocprofv3's ``"rocprofiler-sdk-tool"``, rocprof v1's
+``"BeginNs"`` / ``"DispatchNs"``): a JSON head with none of them, not named ``*.csv`` (rocprof-compute's files), is
+not AMD's, and the rocprof reader (with its SQLite, CSV and counter modules) is not imported to say so."""
+
+
+def sniff_rocprof(path: Path, head: bytes) -> str | None:
+    """The rocprof format of ``path`` (:func:`.rocprof.reader.sniff`), or None; the rocprof reader is imported only
+    when the head could be one of its formats (a Kineto trace's JSON head is decided here, :data:`ROCPROF_JSON_HINTS`)."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if (text[:1] in (b"{", b"[") and not path.name.lower().endswith(".csv")
+            and not any(hint in head for hint in ROCPROF_JSON_HINTS)):
+        return None
+    from .rocprof.reader import sniff
+
+    return sniff(path, head)
 
 
 class Reader(Protocol):

@@ -211,6 +211,17 @@ def test_vectorised_nesting_equals_the_stack_walk(seed):
     assert got.range_depth(np.arange(n)).tolist() == depth
 
 
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_nesting_of_none_one_and_two_intervals(n):
+    groups, kinds = np.zeros(n, dtype="int32"), np.ones(n, dtype="int8")
+    starts, ends = np.arange(n, dtype="int64"), np.full(n, 10, dtype="int64")  # the second inside the first
+    got = nest(groups, starts, ends, kinds, lambda pos: pos, range_kind=0, op_kind=1)
+    assert got.parent.tolist() == [-1, 0][:n]
+    assert got.op_ancestor.tolist() == [-1, 0][:n]
+    assert got.range_parent.tolist() == [-1] * n
+    assert got.parent.dtype == np.int64
+
+
 def test_the_api_name_codes_the_report_holds_are_the_columns_own(fixtures_dir):
     """A large api table (33,924 calls): the name codes the report holds after its import (seeded by the
     reader's text-column pass, carried through conform, read by the idle classification) are exactly a

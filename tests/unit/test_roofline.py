@@ -105,3 +105,16 @@ def test_cached_cpu_roofs_are_measured_again_on_another_cpu(tmp_path, monkeypatc
     monkeypatch.setattr(roofs, "cpu_signature", lambda: signature.replace("|", "|other ", 1))
     again = roofs.device_roofs("cpu", measure=measure)  # another host's CPU: measured again
     assert "cached" not in again.properties and len(measured) == 2
+
+
+def test_bound_columns_are_the_shared_object_text_the_stored_table_holds():
+    """``bound`` / ``roofline_bound`` are built as object columns of str (one shared str per bound), the form the
+    import's stored kernel table holds, with or without a device."""
+    df = kernels(flops=[50e6, 200e6, np.nan], dram_bytes=[10e6, 10e6, 1e6], duration_ns=[1e6] * 3,
+                 dtype=["float32", "float32", "float32"])
+    for dev, want in ((DEV, ["memory", "compute", "unknown"]), (None, ["unknown"] * 3)):
+        out = classify(df, dev)
+        for col in ("bound", "roofline_bound"):
+            assert out[col].dtype == object
+            assert out[col].tolist() == want
+            assert all(type(v) is str for v in out[col])

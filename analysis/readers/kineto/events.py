@@ -22,7 +22,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
-import ijson
 import orjson
 
 from perfscope.errors import InputFormatError
@@ -585,6 +584,8 @@ def _batches(items: Iterator[Any], size: int = 4096) -> Iterator[list[Any]]:
 
 def _parse_ijson(path: Path, first: bytes, take: Take) -> tuple[dict[str, Any], bool, str | None]:
     """The ijson path: (meta, whether the head names an events array, damage or None)."""
+    import ijson  # only a trace the block reader cannot cut comes here: not loaded for the others
+
     damage = None
     with _open(path) as raw:
         keeper = _Keeper(raw)

@@ -145,11 +145,11 @@ def _op_rows(nodes: CpuNodes) -> pd.DataFrame:
     roots = ops[anc[ops] < 0]
     # the device calls under each root op
     api = nodes.of(API)
-    calls = api[nodes.per_name(api, lambda n: bool(DEVICE_CALL.search(str(n)))).astype(bool)] if len(api) else api
+    calls = api[nodes.name_flags(api, lambda n: DEVICE_CALL.search(str(n)))] if len(api) else api
     call_root = _root_of(anc, anc[calls]) if len(calls) else np.zeros(0, np.int64)
     n_calls = np.bincount(call_root[call_root >= 0], minlength=len(nodes["kind"]))
     # ops that compute (more than a view, an allocation or a scalar read), per root
-    computes = nodes.per_name(ops, lambda n: category_of(str(n)) != "view").astype(bool)
+    computes = nodes.name_flags(ops, lambda n: category_of(str(n)) != "view")
     has_compute = np.zeros(len(nodes["kind"]), bool)
     has_compute[root_of_op[computes]] = True
     # the longest computing op inside each root (not the root itself)
@@ -166,8 +166,10 @@ def _op_rows(nodes: CpuNodes) -> pd.DataFrame:
         # string column, which conform turns back into shared strings)
         return pd.Series(np.asarray(values, dtype=object), dtype=object, copy=False)
 
+    kind = np.empty(len(roots), dtype=object)
+    kind.fill("op")  # one shared str (a literal would be an Arrow column of a str per row, made back into this)
     return pd.DataFrame({
-        "kind": "op", "name": text(nodes.names(roots)),
+        "kind": text(kind), "name": text(nodes.names(roots)),
         "start_ns": nodes["start_ns"][roots], "end_ns": nodes["end_ns"][roots], "duration_ns": nodes.durations(roots),
         "thread": nodes["tid"][roots],
         "device_calls": device_calls.astype("int64"),

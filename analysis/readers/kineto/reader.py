@@ -201,8 +201,8 @@ def _cpu_rows(nodes: CpuNodes) -> pd.DataFrame:
         return pd.DataFrame()
     costs = op_costs(nodes, idx)
     names = nodes.names(idx)
-    zero_view = (costs["category"] == "view") | nodes.per_name(
-        idx, lambda n: base_name(n) in COMPOSITE_WHEN_PARENT).astype(bool)
+    zero_view = (costs["category"] == "view") | nodes.name_flags(
+        idx, lambda n: base_name(n) in COMPOSITE_WHEN_PARENT)
     costs["flops"][zero_view] = 0.0
     costs["dram_bytes"][zero_view] = 0.0
     costs["category"][zero_view] = "view"
@@ -335,7 +335,7 @@ def _table(cols: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
     data = {k: shared[k].values if k in shared else v if order is None or not isinstance(v, np.ndarray) else v[order]
             for k, v in cols.items()}
     if n < SMALL_TABLE:
-        return pd.DataFrame(data, index=pd.RangeIndex(n))
+        return pd.DataFrame({k: _as_object(v, n) for k, v in data.items()}, index=pd.RangeIndex(n))
     for k, v in data.items():
         if not isinstance(v, np.ndarray) and _clean(v):  # one literal text in every row
             one = np.empty(n, dtype=object)
@@ -347,6 +347,21 @@ def _table(cols: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
     for k, v in shared.items():
         memo_seed(df, f"{SHARED_KEY}{k}", (v.codes, v.words))
     return df
+
+
+def _as_object(v: Any, n: int) -> Any:
+    """A small table's column ``v``, text kept an object column of the strings it holds: pandas 3 would copy
+    each row's text into an Arrow string column, which :func:`perfscope.schema.conform` turns back into an
+    object column of the same values. Those copies were the import's first writes to Arrow's memory pool,
+    which asks the kernel for huge pages: 0.003-0.13 s of system time for 20,000 short strings, by how
+    fragmented the machine's memory was (the ranges' and transfers' tables of the 1.09M-event trace)."""
+    if isinstance(v, np.ndarray):
+        return pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
+    if isinstance(v, str):
+        one = np.empty(n, dtype=object)
+        one.fill(v)  # the one str in every row
+        return pd.Series(one, dtype=object, copy=False)
+    return v
 
 
 def _text_columns(df: pd.DataFrame, memoized: Sequence[str] = ()) -> pd.DataFrame:
