@@ -24,10 +24,11 @@ old cost. A kernel whose op has no formula keeps its work and is counted.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from perfscope.shapes import parse_shapes
 
 from ..costs.base import ATTENTION
 from ..costs.operators import base_name, op_cost
@@ -57,14 +58,15 @@ class Dims:
         return self.batch * self.q_len
 
 
+def _thaw(v: Any) -> Any:
+    return [_thaw(x) for x in v] if isinstance(v, tuple) else v
+
+
 def _parse(text: Any) -> list[Any] | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, list) else None
+    """The recorded shapes or dtypes (the one reader, :func:`perfscope.shapes.parse_shapes`) as fresh lists, which
+    :func:`rewrite` may change."""
+    value = parse_shapes(text)
+    return _thaw(value) if value is not None else None
 
 
 def _is_shape(s: Any) -> bool:
