@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from .shapes import parse_shapes
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
@@ -271,7 +273,7 @@ def gemm_shape_class(op: str, shapes: Sequence[Any] | str | None) -> str:
     if shapes is None or (isinstance(shapes, float) and math.isnan(shapes)):
         return ""
     if isinstance(shapes, str):
-        shapes = _parse_shapes(shapes)
+        shapes = parse_shapes(shapes)
         if shapes is None:
             return ""
     d = gemm_dims(op, shapes)
@@ -331,7 +333,7 @@ def _each_distinct(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.nd
 
 
 def _bmn(op: str, shapes: Any) -> tuple[float, float, float]:
-    parsed = _parse_shapes(shapes) if isinstance(shapes, str) else (shapes if isinstance(shapes, (list, tuple)) else None)
+    parsed = parse_shapes(shapes) if isinstance(shapes, str) else (shapes if isinstance(shapes, (list, tuple)) else None)
     d = gemm_dims(op, parsed) if parsed is not None else None
     return (float(d[0]), float(d[1]), float(d[2])) if d is not None else (math.nan,) * 3
 
@@ -346,12 +348,6 @@ def gemm_bmn(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,
     if len(at):
         out[at] = np.array(vals, np.float64).reshape(-1, 3)[codes]
     return out
-
-
-def _parse_shapes(text: str) -> tuple[Any, ...] | None:
-    from .shapes import parse_shapes
-
-    return parse_shapes(text)
 
 
 def shape_classes(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.ndarray,

@@ -27,7 +27,17 @@ import numpy as np
 import pandas as pd
 
 from ...costs.operators import category_of
-from .ops import API, OP, CpuNodes, op_inputs, per_distinct, per_distinct_text, texts, times_ns
+from .ops import (
+    API,
+    OP,
+    CpuNodes,
+    one_text,
+    op_inputs,
+    per_distinct,
+    per_distinct_text,
+    texts,
+    times_ns,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -166,10 +176,8 @@ def _op_rows(nodes: CpuNodes) -> pd.DataFrame:
         # string column, which conform turns back into shared strings)
         return pd.Series(np.asarray(values, dtype=object), dtype=object, copy=False)
 
-    kind = np.empty(len(roots), dtype=object)
-    kind.fill("op")  # one shared str (a literal would be an Arrow column of a str per row, made back into this)
     return pd.DataFrame({
-        "kind": text(kind), "name": text(nodes.names(roots)),
+        "kind": text(one_text("op", len(roots))), "name": text(nodes.names(roots)),
         "start_ns": nodes["start_ns"][roots], "end_ns": nodes["end_ns"][roots], "duration_ns": nodes.durations(roots),
         "thread": nodes["tid"][roots],
         "device_calls": device_calls.astype("int64"),

@@ -62,6 +62,14 @@ def times_ns(cols: Mapping[str, np.ndarray], base: int) -> tuple[np.ndarray, np.
     return start, start + dur, dur
 
 
+def one_text(text: str, n: int) -> np.ndarray:
+    """An object column of ``n`` rows that all hold the one ``text`` object (``np.full`` would make a str per row;
+    a pandas literal, an Arrow string column that :func:`perfscope.schema.conform` turns back into this)."""
+    out = np.empty(n, dtype=object)
+    out.fill(text)
+    return out
+
+
 def labels(mask: np.ndarray, yes: str | None, no: str | None) -> np.ndarray:
     """``yes`` where ``mask``, else ``no``: one shared object each (no string per row)."""
     choices = np.empty(2, dtype=object)

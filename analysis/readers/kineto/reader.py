@@ -46,6 +46,7 @@ from .ops import (
     labels,
     launch_ops,
     launches,
+    one_text,
     op_costs,
     op_inputs,
     per_distinct,
@@ -338,9 +339,7 @@ def _table(cols: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
         return pd.DataFrame({k: _as_object(v, n) for k, v in data.items()}, index=pd.RangeIndex(n))
     for k, v in data.items():
         if not isinstance(v, np.ndarray) and _clean(v):  # one literal text in every row
-            one = np.empty(n, dtype=object)
-            one.fill(v)  # the one object in every row (np.full would make a str per row)
-            shared[k] = Shared(one, np.zeros(n, dtype=np.int8), np.array([v], dtype=object))
+            shared[k] = Shared(one_text(v, n), np.zeros(n, dtype=np.int8), np.array([v], dtype=object))
     arrays = {k: shared[k].values if k in shared else v if isinstance(v, np.ndarray) else np.full(n, v, dtype=object)
               for k, v in data.items()}
     df = pd.DataFrame({k: pd.Series(v, dtype=v.dtype, copy=False) for k, v in arrays.items()}, copy=False)
@@ -358,9 +357,7 @@ def _as_object(v: Any, n: int) -> Any:
     if isinstance(v, np.ndarray):
         return pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
     if isinstance(v, str):
-        one = np.empty(n, dtype=object)
-        one.fill(v)  # the one str in every row
-        return pd.Series(one, dtype=object, copy=False)
+        return pd.Series(one_text(v, n), dtype=object, copy=False)
     return v
 
 
