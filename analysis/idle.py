@@ -1094,6 +1094,8 @@ def gap_sizes_text(lengths: np.ndarray, most: int = 3) -> str:
             parts.append(f"{duration(b['time_ns'])} in {gaps} of {duration(b['typical_ns'])}")
         elif b["lo_ns"] == 0:
             parts.append(f"{gaps} under {duration(b['hi_ns'])} add {duration(b['time_ns'])}")
+        elif not np.isfinite(b["hi_ns"]):  # the last bucket has no upper edge
+            parts.append(f"{gaps} of {duration(b['lo_ns'])} or longer add {duration(b['time_ns'])}")
         else:
             parts.append(f"{gaps} of {duration(b['lo_ns'])}-{duration(b['hi_ns'])} add {duration(b['time_ns'])}")
     return "; ".join(parts)

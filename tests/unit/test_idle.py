@@ -575,6 +575,9 @@ def test_gap_sizes_are_weighted_by_time() -> None:
     assert gap_sizes_text(lengths) == "640 ms in 64 gaps of 10 ms; 1,983 gaps under 5 µs add 1.98 ms"
     (big, small) = gap_size_buckets(lengths)
     assert big["gaps"] == 64 and big["time_ns"] == 640e6 and small["gaps"] == 1983 and small["hi_ns"] == 5_000
+    # the last bucket has no upper edge: "of 50 ms or longer", never "50 ms-n/a" (the T4 nsys export's 277 ms gap)
+    lengths = np.array([2_000_000] * 300 + [277_000_000], dtype=float)
+    assert gap_sizes_text(lengths) == "600 ms in 300 gaps of 2 ms; 1 gap of 50 ms or longer add 277 ms"
 
 
 # ---------------------------------------------------------------------------- the other timeline and copy findings' items
