@@ -21,7 +21,6 @@ analytic tools' answer).
 
 from __future__ import annotations
 
-import ast
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +37,7 @@ from perfscope.device_models import (
 from perfscope.errors import UsageError
 
 from ..costs.operators import op_cost
+from .shapes import parse_lists
 from .times import Roofs, project_times
 
 if TYPE_CHECKING:
@@ -254,9 +254,9 @@ def tracelens_gemms(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     an op of one model with the same shapes and types on both GPUs is one row, priced by perfscope's own
     cost formula from its shapes."""
     j = _tracelens_pairs(root / TLG / "gemm_kernel_times.csv", ["model", "name", "Input Dims_first", "Input type_first"])
-    types = [ast.literal_eval(x) for x in j["Input type_first"]]
+    types = [parse_lists(x) for x in j["Input type_first"]]
     prec = np.array([_precision(ty) for ty in types], object)
-    costs = np.array([_cost(op, ast.literal_eval(d), ty) for op, d, ty in zip(j["name"], j["Input Dims_first"], types)],
+    costs = np.array([_cost(op, parse_lists(d), ty) for op, d, ty in zip(j["name"], j["Input Dims_first"], types)],
                      np.float64).reshape(-1, 2)
     shape = (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"]).to_numpy()
     classes = np.array([gemm_shape_class(op, d) for op, d in zip(j["name"], j["Input Dims_first"])], object)
@@ -295,7 +295,7 @@ def tracelens_family_rows(root: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     untimed = ~((t_s > 0) & (t_t > 0))
     host = (j["memcpy_s"].str.startswith(HOST_COPY) | j["memcpy_t"].str.startswith(HOST_COPY)).to_numpy() & ~untimed
     parent = (j["name"] == "aten::layer_norm").to_numpy() & ~untimed & ~host
-    costs = [op_cost(op, ast.literal_eval(d), ast.literal_eval(ty), ast.literal_eval(c))
+    costs = [op_cost(op, parse_lists(d), parse_lists(ty), parse_lists(c))
              for op, d, ty, c in zip(j["name"], j["Input Dims_first"], j["Input type_first"], j["Concrete Inputs_first"])]
     unpriced = np.array([c is None for c in costs]) & ~untimed & ~host & ~parent
     for mask, why in ((untimed, "no kernel timed"), (host, "host transfer"), (parent, "parent of a priced op"),
@@ -304,7 +304,7 @@ def tracelens_family_rows(root: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     keep = ~(untimed | host | parent | unpriced)
     j = j[keep].reset_index(drop=True)
     kept = [c for c, k in zip(costs, keep) if k]
-    prec = np.array([_precision(ast.literal_eval(ty)) for ty in j["Input type_first"]], object)
+    prec = np.array([_precision(parse_lists(ty)) for ty in j["Input type_first"]], object)
     f = np.array([c.flops for c in kept if c is not None], np.float64)
     b = np.array([c.bytes for c in kept if c is not None], np.float64)
     fam = kernel_family([c.category for c in kept if c is not None], list(prec), f, b)

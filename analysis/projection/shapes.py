@@ -62,9 +62,10 @@ def _thaw(v: Any) -> Any:
     return [_thaw(x) for x in v] if isinstance(v, tuple) else v
 
 
-def _parse(text: Any) -> list[Any] | None:
-    """The recorded shapes or dtypes (the one reader, :func:`perfscope.shapes.parse_shapes`) as fresh lists, which
-    :func:`rewrite` may change."""
+def parse_lists(text: Any) -> list[Any] | None:
+    """The recorded shapes, dtypes or concrete inputs (a trace's ``op_shapes``, a TraceLens table's ``Input Dims``,
+    ``Input type``, ``Concrete Inputs``; the one reader, :func:`perfscope.shapes.parse_shapes`) as fresh lists, the
+    form the cost formulas (:func:`perfscope.analysis.costs.operators.op_cost`) read and :func:`rewrite` may change."""
     value = parse_shapes(text)
     return _thaw(value) if value is not None else None
 
@@ -130,7 +131,7 @@ def gemm_rows(op: Any, shapes_text: Any, types_text: Any, old: Dims, new: Dims) 
     input features whichever way it is laid out (``linear``'s [N, K], ``mm``'s [K, N])."""
     if not isinstance(op, str):
         return None
-    shapes, types = _parse(shapes_text), _parse(types_text)
+    shapes, types = parse_lists(shapes_text), parse_lists(types_text)
     if shapes is None:
         return None
     shapes = [list(s) if _is_shape(s) else s for s in shapes]
@@ -211,7 +212,7 @@ def recost(op: Any, shapes_text: Any, types_text: Any, old: Dims, new: Dims, *,
     has no formula (or its shapes do not fit it)."""
     if not isinstance(op, str):
         return None
-    shapes, types = _parse(shapes_text), _parse(types_text)
+    shapes, types = parse_lists(shapes_text), parse_lists(types_text)
     if shapes is None or types is None:
         return None
     before = op_cost(op, shapes, types)
