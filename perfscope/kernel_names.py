@@ -14,17 +14,16 @@ is ``softmax_warp_forward``, never ``void``.
 
 from __future__ import annotations
 
-import functools
 import re
 
 ANONYMOUS = "(anonymous namespace)"
 _MANGLED_PART = re.compile(r"(\d+)")
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def short_kernel_name(name: str) -> str:
     """The base function name of a kernel ``name`` (:mod:`perfscope.kernel_names`); ``name`` itself where none
-    can be read (an empty or odd name is never made up)."""
+    can be read (an empty or odd name is never made up). Not cached: the readers call it once per distinct
+    name (``per_distinct`` / ``map_distinct``), and a cache would keep a hostile trace's names alive."""
     if name.startswith("_Z"):
         return _mangled(name) or name
     text = name.replace(ANONYMOUS, "{anonymous}")
