@@ -53,10 +53,13 @@ def main() -> int:
     ap.add_argument("--wave", action="store_true",
                     help="offer the GEMM wave (tile occupancy) terms to the inner cross-validation too "
                          "(devicefit.WAVE_CANDIDATES; not with --write: the shipped models use the default terms)")
+    ap.add_argument("--no-keep", action="store_true",
+                    help="offer the candidates before the persistence term (devicefit.BASE_CANDIDATES: no 'keep'), "
+                         "to measure what it changed (not with --write)")
     args = ap.parse_args()
-    if args.wave and args.write:
-        ap.error("--wave is a measurement of the wave terms; --write fits the shipped (default) candidates")
-    cands = dfit.WAVE_CANDIDATES if args.wave else None
+    if (args.wave or args.no_keep) and args.write:
+        ap.error("--wave and --no-keep are measurements; --write fits the shipped (default) candidates")
+    cands = dfit.WAVE_CANDIDATES if args.wave else dfit.BASE_CANDIDATES if args.no_keep else None
     t0 = time.perf_counter()
     obs = dfit.all_observations(args.root)
     launch = dfit.launch_costs(dfit.trace_reports(args.root))

@@ -390,6 +390,12 @@ class PairCorrection:
         wave_units: the SMs / CUs of the source and the target (their datasheets).
         wave_coef: the wave term's weight: ``log(fill_source / fill_target)`` (:func:`wave_fill`) times it is
             added (1: the physical factor, time in proportion to the waves; a ``wave~`` choice fits it).
+        keep_coef: the persistence term's weight (a ``keep`` choice; 0: none): the kernel's own distance from
+            its family's curve on the source, ``d = log(T_source / g_source(R_source))``, times it is added, so
+            the kernel keeps ``1 + keep_coef`` of that distance on the target (0: all of it, the curves' rule;
+            -1: none, the target's typical time). A shape (or a harness) that is slow on one vendor's library
+            is only partly slow on another's.
+        keep_lo, keep_hi: the measured range of ``d``: outside it the end value holds.
     """
 
     axis: str
@@ -407,6 +413,9 @@ class PairCorrection:
     wave_tiles: tuple[tuple[int, int], ...] = ()
     wave_units: tuple[int, ...] = ()
     wave_coef: float = 0.0
+    keep_coef: float = 0.0
+    keep_lo: float = math.nan
+    keep_hi: float = math.nan
 
     def knots(self) -> tuple[float, float]:
         return axis_knots(self.axis)
@@ -414,6 +423,20 @@ class PairCorrection:
     @property
     def uses_classes(self) -> bool:
         return bool(self.classes)
+
+    @property
+    def uses_keep(self) -> bool:
+        return self.keep_coef != 0.0 and math.isfinite(self.keep_lo) and math.isfinite(self.keep_hi)
+
+    def keep_log(self, source_resid: np.ndarray | None, n: int) -> np.ndarray:
+        """The persistence term (natural log) of each kernel from its distance ``source_resid`` from its
+        family's curve on the source (``log(T_source / g_source(R_source))``), clipped to the measured range;
+        0 where it is unknown or the correction has no such term."""
+        if not self.uses_keep or source_resid is None:
+            return np.zeros(n)
+        d = np.asarray(source_resid, np.float64)
+        ok = np.isfinite(d)
+        return np.where(ok, self.keep_coef * np.clip(np.where(ok, d, 0.0), self.keep_lo, self.keep_hi), 0.0)
 
     @property
     def uses_wave(self) -> bool:
@@ -432,11 +455,14 @@ class PairCorrection:
         return np.where(np.isfinite(x), x, 0.0)
 
     def log_factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
-                   shape_class: np.ndarray | None = None, dims: np.ndarray | None = None) -> np.ndarray:
+                   shape_class: np.ndarray | None = None, dims: np.ndarray | None = None,
+                   source_resid: np.ndarray | None = None) -> np.ndarray:
         """The correction (natural log) of each kernel: 0 where its position on an axis is unknown (``dims``:
-        each GEMM's (batch, M, N), for a wave term)."""
+        each GEMM's (batch, M, N), for a wave term; ``source_resid``: its distance from its family's curve on
+        the source, for a persistence term, :meth:`keep_log`)."""
         n = len(np.atleast_1d(roof_src_s))
         out = self.wave_coef * self.wave_log(dims, n) if self.uses_wave else np.zeros(n)
+        out = out + self.keep_log(source_resid, n)
         for axis, a, lo, hi in ((self.axis, self.a, self.lo, self.hi), (self.axis2, self.a2, self.lo2, self.hi2)):
             if axis in ("", "none") or not len(a):
                 continue
@@ -452,9 +478,10 @@ class PairCorrection:
         return out
 
     def factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
-               shape_class: np.ndarray | None = None, dims: np.ndarray | None = None) -> np.ndarray:
+               shape_class: np.ndarray | None = None, dims: np.ndarray | None = None,
+               source_resid: np.ndarray | None = None) -> np.ndarray:
         """``exp(correction)`` of each kernel (1 where its position on the axis is unknown)."""
-        return np.exp(self.log_factor(roof_src_s, flops, nbytes, shape_class, dims))
+        return np.exp(self.log_factor(roof_src_s, flops, nbytes, shape_class, dims, source_resid))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"axis": self.axis, "a": [round(float(x), 5) for x in self.a], "lo": round(float(self.lo), 4),
@@ -469,6 +496,9 @@ class PairCorrection:
         if self.uses_wave:
             d.update({"wave_tiles": [list(t) for t in self.wave_tiles], "wave_units": list(self.wave_units),
                       "wave_coef": round(float(self.wave_coef), 5)})
+        if self.uses_keep:
+            d.update({"keep_coef": round(float(self.keep_coef), 5), "keep_lo": round(float(self.keep_lo), 4),
+                      "keep_hi": round(float(self.keep_hi), 4)})
         return d
 
     @classmethod
@@ -478,7 +508,8 @@ class PairCorrection:
                    float(d.get("lo2", math.nan)), float(d.get("hi2", math.nan)),
                    {str(k): float(v) for k, v in d.get("classes", {}).items()}, str(d.get("choice", "")),
                    tuple((int(t[0]), int(t[1])) for t in d.get("wave_tiles", ())),
-                   tuple(int(u) for u in d.get("wave_units", ())), float(d.get("wave_coef", 0.0)))
+                   tuple(int(u) for u in d.get("wave_units", ())), float(d.get("wave_coef", 0.0)),
+                   float(d.get("keep_coef", 0.0)), float(d.get("keep_lo", math.nan)), float(d.get("keep_hi", math.nan)))
 
 
 def axis_knots(axis: str) -> tuple[float, float]:

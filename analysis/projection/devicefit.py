@@ -536,6 +536,11 @@ def _classes(rows: pd.DataFrame) -> np.ndarray | None:
     return rows["shape_class_s"].to_numpy(object) if "shape_class_s" in rows else None
 
 
+def _resid(rows: pd.DataFrame) -> np.ndarray | None:
+    """A pair row's distance from its family's curve on the source (None where the rows carry none)."""
+    return rows["res_s"].to_numpy(np.float64, na_value=np.nan) if "res_s" in rows else None
+
+
 def _dims(rows: pd.DataFrame) -> np.ndarray | None:
     """A pair row's GEMM (batch, M, N) on the source, shape (n, 3) (None where the rows carry none)."""
     cols = ("gemm_b_s", "gemm_m_s", "gemm_n_s")
@@ -557,22 +562,34 @@ the MI300X's 304 CUs runs relatively slower on the MI300X), ``wave~NV/AMD`` the 
 WAVE_RIDGE = 1.0
 """The pull of a fitted wave weight (``wave~``) to 0, in observation weights."""
 
-CANDIDATES: dict[str, tuple[str, ...]] = {
+KEEP_RIDGE = 1.0
+"""The pull of a persistence weight (a ``keep`` term, :attr:`perfscope.device_models.PairCorrection.keep_coef`)
+to 0 (the kernel keeps all its distance from its curve), in observation weights: :data:`WAVE_RIDGE`'s."""
+
+BASE_CANDIDATES: dict[str, tuple[str, ...]] = {
     "gemm": ("none", "roof", "intensity", "roof+class", "intensity+class", "intensity+roof", "intensity+roof+class"),
     "other": ("none", "roof")}
+"""The candidates before the persistence term (``keep``) was offered (``python benchmarks/whatif_crossgpu.py
+--no-keep`` measures them)."""
+
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "gemm": (*BASE_CANDIDATES["gemm"], "keep", "intensity+keep", "intensity+roof+keep", "intensity+roof+class+keep"),
+    "other": BASE_CANDIDATES["other"]}
 """The terms a pair correction may have, per family group, simplest first (a tie goes to the simpler):
 nothing; a smooth function of the source's roof time or of a GEMM's FLOPs per byte; either plus a level per
-GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted). Each term
+GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted); ``keep``: the
+kernel's own distance from its family's curve on the source times a fitted weight (:data:`KEEP_RIDGE`), the share
+of that distance it does not keep on the target (:attr:`perfscope.device_models.PairCorrection.keep_coef`). Each term
 has the curves' smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_RIDGE` per knot; a class
 level :data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean) and the Huber weights
 (:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
 
 WAVE_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "gemm": (*CANDIDATES["gemm"], *WAVES, *(f"wave~{w[4:]}" for w in WAVES),
+    "gemm": (*BASE_CANDIDATES["gemm"], *WAVES, *(f"wave~{w[4:]}" for w in WAVES),
              *(f"intensity+roof+{w}" for w in WAVES), *(f"intensity+roof+wave~{w[4:]}" for w in WAVES),
              *(f"intensity+roof+class+{w}" for w in WAVES), *(f"intensity+roof+class+wave~{w[4:]}" for w in WAVES)),
-    "other": CANDIDATES["other"]}
-""":data:`CANDIDATES` with a GEMM's wave (tile occupancy) term (:data:`WAVES`, its weight :data:`WAVE_RIDGE`) alone
+    "other": BASE_CANDIDATES["other"]}
+""":data:`BASE_CANDIDATES` with a GEMM's wave (tile occupancy) term (:data:`WAVES`, its weight :data:`WAVE_RIDGE`) alone
 or beside the axes (and the classes): offered to the inner cross-validation by ``python
 benchmarks/whatif_crossgpu.py --wave`` (``candidates=WAVE_CANDIDATES``). Not the default: on every row the inner
 cross-validation did not pick it (docs/whatif.md, "Wave quantisation")."""
@@ -611,12 +628,14 @@ def _candidates(family: str, candidates: Mapping[str, tuple[str, ...]] | None = 
 
 
 def _pair_rows(obs: pd.DataFrame, models: DeviceModels) -> pd.DataFrame:
-    """The pairs of ``obs`` with ``le = log(T_target / projected by the curves alone)`` (finite only)."""
+    """The pairs of ``obs`` with ``le = log(T_target / projected by the curves alone)`` (finite only) and
+    ``res_s``, the source's distance from its family's curve (:func:`_project_pairs`)."""
     rows = pairs_of(obs)
     if not len(rows):
-        return rows.assign(le=np.zeros(0))
-    le = np.log(rows["time_s_t"].to_numpy(np.float64, na_value=np.nan) / project_pairs(rows, models, corrected=False))
-    return rows.assign(le=le)[np.isfinite(le)].reset_index(drop=True)
+        return rows.assign(le=np.zeros(0), res_s=np.zeros(0))
+    pred, resid = _project_pairs(rows, models, corrected=False)
+    le = np.log(rows["time_s_t"].to_numpy(np.float64, na_value=np.nan) / pred)
+    return rows.assign(le=le, res_s=resid)[np.isfinite(le)].reset_index(drop=True)
 
 
 def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
@@ -625,6 +644,7 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     parts = choice.split("+")
     axes = [a for a in parts if a in ("roof", "intensity")]
     use_class = "class" in parts and "shape_class_s" in sub
+    use_keep = "keep" in parts and "res_s" in sub
     wave = next((w for w in map(_wave_of, parts) if w is not None), None)
     wave_tiles: tuple[tuple[int, int], ...] = ()
     wave_units: tuple[int, ...] = ()
@@ -635,16 +655,22 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
         units = (_units(str(first["device_s"])), _units(str(first["device_t"])))
         if vs in tile and vt in tile and min(units) > 0:
             wave_tiles, wave_units = (tile[vs], tile[vt]), units
-    if not axes and not wave_tiles:
+    if not axes and not wave_tiles and not use_keep:
         return None
     r, f, b = _work(sub)
     xs = [pair_axis(a, r, f, b) for a in axes]
-    ok = np.logical_and.reduce([np.isfinite(x) for x in xs]) if xs else np.ones(len(sub), bool)
+    if use_keep:  # the source's distance from its curve: a row without one is no evidence for this term
+        xs_k = sub["res_s"].to_numpy(np.float64, na_value=np.nan)
+        ok = np.logical_and.reduce([np.isfinite(x) for x in [*xs, xs_k]])
+    else:
+        ok = np.logical_and.reduce([np.isfinite(x) for x in xs]) if xs else np.ones(len(sub), bool)
     if not ok.any():
         return None
     probe = PairCorrection("none", (), 0.0, 0.0, 0, wave_tiles=wave_tiles, wave_units=wave_units, wave_coef=1.0)
     xw = probe.wave_log(_dims(sub), len(sub))[ok]
     coef = 1.0 if wave_tiles else 0.0
+    xk = xs_k[ok] if use_keep else np.zeros(int(ok.sum()))
+    kcoef = 0.0
     y = sub["le"].to_numpy(np.float64, na_value=np.nan)[ok]
     xs = [x[ok] for x in xs]
     grid = [interp_weights(x, *axis_knots(a)) for x, a in zip(xs, axes)]
@@ -661,15 +687,17 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     for _ in range(ITERATIONS):
         for n, g in enumerate(grid):
             others = sum((at(terms[m], grid[m]) for m in range(len(grid)) if m != n), np.zeros(len(y)))
-            terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes] - coef * xw, DEVICE_RIDGE)
+            terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes] - coef * xw - kcoef * xk, DEVICE_RIDGE)
         fitted = sum((at(t, g) for t, g in zip(terms, grid)), np.zeros(len(y)))
         if use_class:
-            level = np.bincount(codes, w * (y - fitted - coef * xw), len(names)) / (
+            level = np.bincount(codes, w * (y - fitted - coef * xw - kcoef * xk), len(names)) / (
                 np.bincount(codes, w, len(names)) + DATASET_RIDGE)
             level[np.asarray(names, object) == ""] = 0.0  # a GEMM of unknown shape: no class level
         if wave_tiles and wave is not None and wave[0]:  # a fitted weight of the wave term
-            coef = float(np.sum(w * xw * (y - fitted - level[codes])) / (np.sum(w * xw * xw) + WAVE_RIDGE))
-        resid = y - fitted - level[codes] - coef * xw
+            coef = float(np.sum(w * xw * (y - fitted - level[codes] - kcoef * xk)) / (np.sum(w * xw * xw) + WAVE_RIDGE))
+        if use_keep:  # the persistence weight, pulled to 0 (the kernel keeps all its distance)
+            kcoef = float(np.sum(w * xk * (y - fitted - level[codes] - coef * xw)) / (np.sum(w * xk * xk) + KEEP_RIDGE))
+        resid = y - fitted - level[codes] - coef * xw - kcoef * xk
         w = np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
     first_axis = bool(axes)
     lo1, hi1 = (float(xs[0].min()), float(xs[0].max())) if first_axis else (0.0, 0.0)
@@ -680,7 +708,8 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
         axes[1] if second else "", tuple(float(v) for v in terms[1]) if second else (),
         float(xs[1].min()) if second else math.nan, float(xs[1].max()) if second else math.nan,
         {str(k): float(v) for k, v in zip(names, level) if str(k) and use_class}, choice,
-        wave_tiles if coef != 0.0 else (), wave_units if coef != 0.0 else (), coef if wave_tiles else 0.0)
+        wave_tiles if coef != 0.0 else (), wave_units if coef != 0.0 else (), coef if wave_tiles else 0.0,
+        kcoef, float(xk.min()) if use_keep else math.nan, float(xk.max()) if use_keep else math.nan)
 
 
 def pair_corrections(obs: pd.DataFrame, models: DeviceModels, choices: Mapping[str, str] | None = None,
@@ -771,7 +800,8 @@ def _inner_scores(obs: pd.DataFrame, inner: np.ndarray, candidates: Mapping[str,
             per = errs.setdefault((str(ds), str(dt), str(fam)), {})
             for cand in _candidates(str(fam), candidates):
                 corr = None if train_idx is None or cand == "none" else _fit_terms(fit_rows.iloc[train_idx], cand)
-                lf = corr.log_factor(*_work(sub), _classes(sub), _dims(sub)) if corr is not None else np.zeros(len(sub))
+                lf = (corr.log_factor(*_work(sub), _classes(sub), _dims(sub), _resid(sub)) if corr is not None
+                      else np.zeros(len(sub)))
                 per.setdefault(cand, []).extend(np.abs(sub["le"].to_numpy() - lf).tolist())
     # one choice per family group: each pair and family's median error counts once (a pair of 17 keys as
     # much as one of 4,000), and the candidate with the smallest mean of them wins
@@ -826,7 +856,14 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = Tr
     ``roof_s_t``, ``time_s_s``, ``flops_s``, ``bytes_s``) with ``models``: ``T_s x g_t(R_t) / g_s(R_s)``, times
     the pair's correction (``corrected``, where ``models`` has one); NaN where either device lacks the
     family's curve."""
+    return _project_pairs(rows, models, corrected)[0]
+
+
+def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`project_pairs`, and each row's distance from its family's curve on the source, ``log(T_s /
+    g_s(R_s))`` (a persistence term's input, :meth:`perfscope.device_models.PairCorrection.keep_log`)."""
     out = np.full(len(rows), np.nan)
+    resid = np.full(len(rows), np.nan)
     for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
         ms, mt = models.devices.get(ds), models.devices.get(dt)
         if ms is None or mt is None:
@@ -842,12 +879,15 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = Tr
             if part.any():
                 fl_s, fl_t = pair_floors_ns(cs, ct, prefer)
                 at = idx[part]
-                out[at] = (sub["time_s_s"].to_numpy()[part] * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t)
-                           / cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s))
+                t_s = sub["time_s_s"].to_numpy()[part]
+                g_s = cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s)
+                out[at] = t_s * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t) / g_s
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    resid[at] = np.log(t_s / g_s)
         corr = models.pair_correction(ds, dt, fam) if corrected else None
         if corr is not None:
-            out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub))
-    return out
+            out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub), resid[idx])
+    return out, resid
 
 
 def pairs_of(obs: pd.DataFrame) -> pd.DataFrame:

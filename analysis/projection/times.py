@@ -223,13 +223,15 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
 def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: np.ndarray, source: DeviceModel,
                        target: DeviceModel, models: DeviceModels, flops: np.ndarray | None = None,
                        nbytes: np.ndarray | None = None, shape_class: np.ndarray | None = None,
-                       dims: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       dims: np.ndarray | None = None, source_time_s: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, ``g_t(R_t) / g_s(R_s)``: the target's typical time for its family at its roof time there,
     over the source's (:meth:`perfscope.device_models.Curve.time_s`), times the pair's own correction where
     the two devices ran the same work of the family (:class:`perfscope.device_models.PairCorrection`, along
     the roof time, or a GEMM's FLOPs per byte from ``flops`` and ``nbytes``, and its shape class from
     ``shape_class`` where the correction has a class term, each GEMM's (batch, M, N) from ``dims`` where it
-    has a wave term); and the family whose curves were
+    has a wave term, its time on the source from ``source_time_s`` where it has a persistence term: its distance
+    from the source's curve); and the family whose curves were
     used (a :data:`perfscope.device_models.FALLBACK` where a device lacks its own, else the family's curve
     over every GPU; "" and NaN where there is none)."""
     ratio = np.full(len(family), np.nan)
@@ -242,13 +244,16 @@ def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: n
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
             fl_s, fl_t = pair_floors_ns(cs, ct)
-            ratio[idx] = ct.time_s(roof_tgt_s[idx], fl_t) / cs.time_s(roof_src_s[idx], fl_s)
+            g_s = cs.time_s(roof_src_s[idx], fl_s)
+            ratio[idx] = ct.time_s(roof_tgt_s[idx], fl_t) / g_s
+            resid = None if source_time_s is None else np.log(np.asarray(source_time_s, np.float64)[idx] / g_s)
         corr = models.pair_correction(source.device, target.device, str(name))
         if corr is not None:
             ratio[idx] *= corr.factor(roof_src_s[idx], None if flops is None else np.asarray(flops, np.float64)[idx],
                                       None if nbytes is None else np.asarray(nbytes, np.float64)[idx],
                                       None if shape_class is None else np.asarray(shape_class, object)[idx],
-                                      None if dims is None else np.asarray(dims, np.float64).reshape(-1, 3)[idx])
+                                      None if dims is None else np.asarray(dims, np.float64).reshape(-1, 3)[idx],
+                                      resid)
         used[idx] = fs if fs == ft else f"{fs}/{ft}"
     return ratio, used
 

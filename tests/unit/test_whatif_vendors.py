@@ -544,3 +544,43 @@ def test_a_wave_term_is_the_fill_ratio_times_its_weight(observations: pd.DataFra
     assert fitted.wave_tiles == ((128, 128), (256, 128)) and 0.0 < abs(fitted.wave_coef) < 1.0  # pulled toward 0
     fixed = dfit._fit_terms(sub, "wave128x128/256x128")
     assert fixed is not None and fixed.wave_coef == 1.0 and fixed.axis == "none"
+
+
+def test_a_persistence_term_keeps_a_share_of_the_kernels_distance_from_its_curve() -> None:
+    """Known truth: a correction with a persistence term (``keep``, weight k) adds ``k x d``, ``d = log(T_source /
+    g_source(R_source))``: a kernel twice as slow as its family's curve on the source is ``2^(1 + k)`` times the
+    target's curve there (with k = -0.5, sqrt(2)), ``d`` is clipped to its measured range, an unknown ``d`` is not
+    corrected; fitted on rows whose truth is exactly ``-0.4 x d`` the weight is that slope shrunk by the ridge,
+    ``-0.4 x S / (S + KEEP_RIDGE)`` (S the sum of ``d^2``); the projection's path (``device_model_ratio``) takes
+    ``d`` from the kernel's time on the measured GPU, and the term survives the data file."""
+    from dataclasses import replace
+
+    from perfscope.analysis.projection.times import device_model_ratio
+    from perfscope.device_models import PairCorrection
+
+    corr = PairCorrection("none", (0.0,) * 21, 0.0, 0.0, 1, keep_coef=-0.5, keep_lo=-1.0, keep_hi=1.0, choice="keep")
+    f = corr.factor(np.ones(4), source_resid=np.array([math.log(2.0), 0.0, 5.0, np.nan]))
+    assert f == pytest.approx([2.0 ** -0.5, 1.0, math.exp(-0.5), 1.0])
+    assert corr.factor(np.ones(2)) == pytest.approx(1.0)  # no distance given: no correction
+    assert PairCorrection.from_dict(corr.to_dict()) == corr
+    d = np.linspace(-1.0, 1.0, 41)
+    rows = pd.DataFrame({"roof_s_s": 1e-5, "flops_s": 1e9, "bytes_s": 1e7, "le": -0.4 * d, "res_s": d,
+                         "dataset": "synthetic", "vendor_s": "nvidia", "vendor_t": "amd", "device_s": "H100 SXM5 80 GB",
+                         "device_t": "MI300X"})
+    fitted = dfit._fit_terms(rows, "keep")
+    s = float(np.sum(d * d))
+    assert fitted is not None and fitted.uses_keep and fitted.axis == "none"
+    assert fitted.keep_coef == pytest.approx(-0.4 * s / (s + dfit.KEEP_RIDGE), rel=1e-9)
+    assert (fitted.keep_lo, fitted.keep_hi) == (-1.0, 1.0)
+    assert dfit._fit_terms(rows.drop(columns="res_s"), "keep") is None  # no distance: no term
+    models = device_models()
+    src, tgt = models.devices["H100 SXM5 80 GB"], models.devices["MI300X"]
+    pairs = {"H100 SXM5 80 GB -> MI300X": {"gemm-bf16": corr}}
+    mine = replace(models, pairs=pairs)
+    fam = np.array(["gemm-bf16"], object)
+    base, _ = device_model_ratio(fam, np.array([1e-5]), np.array([8e-6]), src, tgt, replace(models, pairs={}))
+    g_s = models.curve(src, "gemm-bf16")[0].time_s(np.array([1e-5]))  # type: ignore[union-attr]
+    kept, _ = device_model_ratio(fam, np.array([1e-5]), np.array([8e-6]), src, tgt, mine, source_time_s=2.0 * g_s)
+    assert kept[0] == pytest.approx(base[0] * 2.0 ** -0.5)
+    unknown, _ = device_model_ratio(fam, np.array([1e-5]), np.array([8e-6]), src, tgt, mine)
+    assert unknown[0] == pytest.approx(base[0])
