@@ -94,7 +94,7 @@ def roofs_for(gpu: str, assumed: dict[str, Roofs] | None = None) -> Roofs:
     return Roofs.of(sheet_spec(sheet, name=name))
 
 
-def _cost(op: str, dims: list, types: list) -> tuple[float, float]:
+def _cost(op: str, dims: list | None, types: list | None) -> tuple[float, float]:
     c = op_cost(op, dims, types)
     return (np.nan, np.nan) if c is None else (c.flops, c.bytes)
 
@@ -244,7 +244,7 @@ def _tracelens_pairs(path: Path, keys: list[str]) -> pd.DataFrame:
     return t[t["gpu"] == "h100"].merge(t[t["gpu"] == "mi300x"], on=keys, suffixes=("_s", "_t"))
 
 
-def _precision(types: list) -> str:
+def _precision(types: list | None) -> str:
     return TLG_PRECISION.get(types[0], "bf16") if types else "bf16"
 
 
