@@ -23,7 +23,7 @@ from perfscope.memo import memo
 from perfscope.schema import map_distinct, rows_where, subset, value_mask, value_positions
 
 from ..costs.compiled_steps import compiled_kernels
-from ..idle import cause_totals, graphs_help, idle_of, idle_summary, kind_totals, kinds_of
+from ..idle import cause_totals, graphs_help, idle_of, idle_summary, kind_totals, kinds_of, unrecorded_facts
 from ..ranks.stats import comm_mask
 from ..steps import has_framework_steps
 from ..steps import inference_windows as step_inference_windows
@@ -368,16 +368,28 @@ def gpu_idle(report: Report) -> list[Finding]:
     idle_all = idle_of(report)
     findings = []
     for idle in device_idle(report):
-        share = pct(idle.idle_ns, idle.span_ns)
+        rows = rows_where(idle_all, "device", idle.device)
+        # gaps over which the trace lacks dispatches are not idle time: left out of the share, said apart
+        unrec = unrecorded_facts(rows)
+        unrec_ns = float(unrec["ns"])
+        measured_ns, measured_span = idle.idle_ns - unrec_ns, idle.span_ns - unrec_ns
+        share = pct(measured_ns, measured_span)
         if not share >= IDLE_MIN_PCT:
             continue
         host_wait = idle.host_wait_ns
         host_pct = pct(host_wait, idle.idle_ns)
-        gap_ev, ranges = _largest_gaps(report, idle, idle.first_ns)
+        gap_ev, ranges = _largest_gaps(report, _without_unrecorded(idle, rows) if unrec_ns else idle, idle.first_ns)
+        gaps = len(idle.gaps) - int(unrec["gaps"])
         evidence: dict[str, float | int | str] = {
             "device": idle.device, "span_ns": idle.span_ns, "busy_ns": idle.busy_ns,
-            "idle_ns": idle.idle_ns, "idle_pct": share, "gaps": len(idle.gaps),
+            "idle_ns": idle.idle_ns, "idle_pct": pct(idle.idle_ns, idle.span_ns), "gaps": len(idle.gaps),
         }
+        if unrec_ns:
+            evidence.update({"unrecorded_ns": unrec_ns, "unrecorded_gaps": int(unrec["gaps"]),
+                             "unrecorded_dispatches": int(unrec["dispatches"]),
+                             "unrecorded_first_id": int(unrec["first"]), "unrecorded_last_id": int(unrec["last"]),
+                             "measured_idle_ns": measured_ns, "measured_span_ns": measured_span,
+                             "measured_idle_pct": share})
         if not math.isnan(host_wait):
             evidence["idle_waiting_for_launch_ns"] = host_wait
             evidence["idle_waiting_for_launch_pct"] = host_pct
@@ -385,9 +397,11 @@ def gpu_idle(report: Report) -> list[Finding]:
         if mode.is_graph_run and not cpu:
             evidence.update(mode.evidence())
         what = "is outside operators" if cpu else f"{idle.device} is idle"
-        title = (f"{share:.0f}% of the active span {what} ({duration(idle.idle_ns)} in {len(idle.gaps)} gaps "
-                 f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
-        rows = rows_where(idle_all, "device", idle.device)
+        left_out = (f"; {duration(unrec_ns)} in {int(unrec['gaps'])} gaps over which the trace lacks "
+                    f"{int(unrec['dispatches']):,} dispatches left out, not idle" if unrec_ns else "")
+        title = (f"{share:.0f}% of the active span {what} ({duration(measured_ns)} in {gaps} gaps "
+                 f"over {duration(measured_span)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))}"
+                 f"{left_out})")
         items: list[Item] = idle_items(rows) if len(rows) else []
         graphs = False
         if len(rows):
@@ -416,10 +430,23 @@ def gpu_idle(report: Report) -> list[Finding]:
                 advice += knob(fw, "graphs", graphs=mode.is_graph_run,
                                tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").astype("float64").max()))
         findings.append(Finding(
-            "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
+            "time-outside-ops" if cpu else "gpu-idle", severity_for(measured_ns, measured_span), title,
             evidence, advice, idle.idle_ns, ranges=ranges, items=tuple(items),
             explained_ns=explained_ns(items, idle.idle_ns)))
     return findings
+
+
+def _without_unrecorded(idle: DeviceIdle, rows: pd.DataFrame) -> DeviceIdle:
+    """``idle`` without the gaps that hold ``unrecorded`` slices (the trace lacks dispatches over them)."""
+    slices = rows_where(rows, "cause", "unrecorded")
+    s = np.sort(slices["start_ns"].to_numpy(np.int64))
+    e = slices["end_ns"].to_numpy(np.int64)[np.argsort(slices["start_ns"].to_numpy(np.int64), kind="stable")]
+    lo = idle.gaps["gap_start_ns"].to_numpy(np.int64)
+    mid = lo + idle.gaps["gap_ns"].to_numpy(np.int64) // 2
+    at = np.searchsorted(s, mid, side="right") - 1
+    inside = (at >= 0) & (mid < e[np.maximum(at, 0)]) if len(s) else np.zeros(len(mid), bool)
+    return DeviceIdle(idle.device, idle.first_ns, idle.span_ns, idle.busy_ns,
+                      idle.gaps[~inside].reset_index(drop=True))
 
 
 def _names_of(items: list[Item], attr: str) -> list[str]:
