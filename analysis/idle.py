@@ -268,7 +268,7 @@ def unrecorded_summary(kernels: pd.DataFrame) -> dict[str, int] | None:
     """What the whole trace lacks of its dispatch ids: ``missing`` of ``ids`` (first to last, per process,
     summed), ``first`` / ``last`` (the lowest and highest id), ``runs`` (runs of missing ids) and ``largest_run``;
     None when the kernels carry no dispatch id."""
-    ids, group, sets = held_ids(kernels)
+    ids, _, sets = held_ids(kernels)
     if not sets:
         return None
     missing = span = runs = largest = 0

@@ -23,7 +23,15 @@ from perfscope.memo import memo
 from perfscope.schema import map_distinct, rows_where, subset, value_mask, value_positions
 
 from ..costs.compiled_steps import compiled_kernels
-from ..idle import cause_totals, graphs_help, idle_of, idle_summary, kind_totals, kinds_of, unrecorded_facts
+from ..idle import (
+    cause_totals,
+    graphs_help,
+    idle_of,
+    idle_summary,
+    kind_totals,
+    kinds_of,
+    unrecorded_facts,
+)
 from ..ranks.stats import comm_mask
 from ..steps import has_framework_steps
 from ..steps import inference_windows as step_inference_windows
@@ -524,6 +532,14 @@ def short_kernels(report: Report) -> list[Finding]:
         front = short & ~replayed & (gap > 0)
         kinds, front_ns, g_start, g_end = _gaps_before(report, str(device), kernels["start_ns"].to_numpy(np.int64)[rows[front]],
                                                        np.minimum(gap[front], LAUNCH_GAP_CAP_NS).astype(np.float64))
+        # a gap over which the trace lacks dispatches is not a launch gap: the device likely ran kernels there
+        unrec = kinds == "unrecorded"
+        if unrec.any():
+            evidence["gaps_before_short_unrecorded"] = int(unrec.sum())
+            evidence["gaps_before_short_unrecorded_ns"] = float(front_ns[unrec].sum())
+            at_stake -= float(front_ns[unrec].sum())
+            evidence["launch_gaps_before_short_ns"] = at_stake
+            kinds, front_ns, g_start, g_end = kinds[~unrec], front_ns[~unrec], g_start[~unrec], g_end[~unrec]
         items = grouped_items(kinds, front_ns, g_start, g_end, f"short {unit}", {"device": str(device)})
         totals = {str(k): float(front_ns[kinds == k].sum()) for k in pd.unique(kinds)}
         graphs = graphs_help(totals)
@@ -545,6 +561,10 @@ def short_kernels(report: Report) -> list[Finding]:
             advice = (f"The gaps in front of these kernels are mostly {lead} ({pct(totals[lead], at_stake):.0f}% of "
                       f"their time), not launch or dispatch work, so fusing them or capturing CUDA graphs would not "
                       f"close those gaps; the gpu-idle finding names where the {lead} time goes.")
+        if unrec.any():
+            n = int(unrec.sum())
+            advice += (f" {n} gap{'s' if n != 1 else ''} before short {unit} {'lie' if n != 1 else 'lies'} over "
+                       "dispatches the trace lacks (the GPU likely ran kernels there): not counted as launch gaps.")
         if compiled_cpu_run(report):
             advice = _compiled_cpu_short_advice(kernels, rows[short], evidence)
         elif mode.is_graph_run and not cpu:
