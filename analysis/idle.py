@@ -199,7 +199,7 @@ def dispatch_ids(kernels: pd.DataFrame) -> np.ndarray:
     has none or a damaged one (text, negative, fractional, past :data:`DISPATCH_ID_MAX`)."""
     if "dispatch_id" not in kernels or not len(kernels):
         return np.full(len(kernels), np.nan)
-    v = pd.to_numeric(kernels["dispatch_id"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    v = pd.to_numeric(kernels["dispatch_id"], errors="coerce").to_numpy(np.float64, na_value=np.nan, copy=True)
     with np.errstate(invalid="ignore"):
         v[~((v >= 0) & (v <= DISPATCH_ID_MAX) & (v == np.floor(v)))] = np.nan
     return v
