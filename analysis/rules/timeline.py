@@ -471,7 +471,7 @@ def _cause_evidence(idle: pd.DataFrame, evidence: dict[str, float | int | str]) 
     for cause, ns in totals.items():
         evidence[f"idle_{cause}_ns"] = ns
         evidence[f"idle_{cause}_pct"] = pct(ns, total)
-    known = {c: ns for c, ns in totals.items() if c != "unknown" and ns > 0}
+    known = {c: ns for c, ns in totals.items() if c not in ("unknown", "unrecorded") and ns > 0}  # measured idle's
     cause = max(known, key=lambda c: known[c]) if known else "unknown"
     evidence["idle_cause"] = cause
     summary = idle_summary(idle)
