@@ -53,7 +53,11 @@ first that applies, in this order; docs/idle.md):
     operator that queues device work, a stretch under 1 ms (:data:`DISPATCH_OP_NS`: its host side,
     what a graph replay skips);
   - ``host code``: the rest: the user's own code (or one long operator's), named by its range,
-    Python function and operator.
+    Python function and operator;
+  - ``untraced``: what would be ``host code``, in a gap whose next kernel's launch call is not in the trace
+    although the trace records the host's calls (its correlation id has no API row: API records thinned,
+    filtered or lost; read where the kernels carry dispatch ids, the AMD traces whose API trace is every HIP
+    call): the host may have been in calls the trace lacks, so what it did there is unknown, not its own code.
 
 Every slice also carries the innermost range around it, whatever its cause, so a ``sync`` inside
 ``sampler`` says so, and the Python function and CPU operator the host was in.
@@ -96,11 +100,11 @@ if TYPE_CHECKING:
 CAUSES = ("launch", "host", "sync", "copy", "graph", "profiler", "unrecorded", "unknown")
 """Every cause an idle slice can have (``idle.cause``)."""
 
-HOST_KINDS = ("dispatch", "cpu compute", "waiting", "host code")
+HOST_KINDS = ("dispatch", "cpu compute", "waiting", "host code", "untraced")
 """What the host did in a ``host`` slice (``idle.host_kind``), each with its own fix (docs/idle.md)."""
 
-KINDS = ("launch", "dispatch", "cpu compute", "waiting", "host code", "sync", "copy", "graph", "profiler", "unrecorded",
-         "unknown")
+KINDS = ("launch", "dispatch", "cpu compute", "waiting", "host code", "untraced", "sync", "copy", "graph", "profiler",
+         "unrecorded", "unknown")
 """The causes with ``host`` split into its kinds: what the findings weigh and advise on."""
 
 GRAPH_KINDS = ("launch", "dispatch")
@@ -749,6 +753,7 @@ class _Context:
         self.ids[:len(ids)] = ids  # kernel rows come first in the device work, in the kernel table's order
         self.process = np.full(len(acts), -1, np.int64)
         self.process[:len(group)] = group
+        self.untraced = self._untraced_launches(report, acts, api, ids)
         self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(report, api).items()}
         self.acts: pd.DataFrame | None = acts
         # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits;
@@ -771,11 +776,28 @@ class _Context:
         return dict(zip(rows["correlation"].to_numpy(np.float64, na_value=np.nan).tolist(),
                         rows["name"].astype("object").tolist()))
 
+    @staticmethod
+    def _untraced_launches(report: Report, acts: pd.DataFrame, api: pd.DataFrame, ids: np.ndarray) -> np.ndarray:
+        """Per device-work row: a kernel whose launch call the trace lacks (its correlation id has no API row) in a
+        trace that records the host's calls by correlation id; read only where the kernels carry dispatch ids (AMD's
+        traces: the HIP API trace holds every call, so a kernel without its call means API records are missing)."""
+        out = np.zeros(len(acts), bool)
+        if not len(api) or "correlation" not in api or not (~np.isnan(ids)).any():
+            return out
+        held = api["correlation"].to_numpy(np.float64, na_value=np.nan)
+        held = np.unique(held[~np.isnan(held)])
+        if not len(held):
+            return out
+        corr = acts["correlation"].to_numpy(np.float64, na_value=np.nan)[:len(report.kernels)]
+        at = np.clip(np.searchsorted(held, corr), 0, len(held) - 1)
+        out[:len(corr)] = ~np.isnan(corr) & (held[at] != corr)
+        return out
+
     def release_device_work(self) -> None:
         """Let go of the device work (read by :meth:`per_gap` only) before the gaps are classified."""
         self.acts = None
         self.graph = np.zeros(0)
-        self.ids, self.process = np.zeros(0), np.zeros(0, np.int64)
+        self.ids, self.process, self.untraced = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, bool)
         self.sync_op = np.zeros(0, bool)
 
     # ------------------------------------------------------------------ per device
@@ -785,7 +807,20 @@ class _Context:
         ids the trace lacks over it with the ids either side (:func:`unrecorded_gaps`; 0 and NaN: none)."""
         ist, ien = idle
         return ((ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien),
-                *self._unrecorded(rows, ist, ien))
+                *self._unrecorded(rows, ist, ien), self._untraced_after(rows, ien))
+
+    def _untraced_after(self, rows: np.ndarray, ien: np.ndarray) -> np.ndarray:
+        """Per gap: the device work that ends it (the first started at its end) is a kernel whose launch call the
+        trace lacks (:meth:`_untraced_launches`)."""
+        assert self.acts is not None, "the device work was released"
+        flag = self.untraced[rows]
+        if not flag.any():
+            return np.zeros(len(ien), bool)
+        s = self.acts["start_ns"].to_numpy(np.int64)[rows]
+        order = np.argsort(s, kind="stable")
+        at = np.searchsorted(s[order], ien, side="left")
+        ok = at < len(s)
+        return ok & flag[order][np.minimum(at, len(s) - 1)]
 
     def _unrecorded(self, rows: np.ndarray, ist: np.ndarray, ien: np.ndarray) -> tuple[np.ndarray, ...]:
         """:func:`unrecorded_gaps` of the device's kernels, against the ids of their process (none when the device's
@@ -933,6 +968,8 @@ class _Context:
         short = (per_gap[0][gap] < limit) | (stretch < np.where(queues, DISPATCH_OP_NS, limit))
         kind[rest & short] = C["dispatch"]
         kind[rest & ~short] = C["host code"]
+        # host code before a kernel whose launch call the trace lacks: the host's calls there are not all recorded
+        kind[rest & ~short & per_gap[6][gap]] = C["untraced"]
         # graph replays: the device runs the graph's nodes by itself, whatever the host does meanwhile
         replay = per_gap[2][gap]
         in_graph = ~np.isnan(replay)

@@ -280,7 +280,7 @@ def _idle_lines(report: Report, n: int = 5) -> list[str]:
         causes = " · ".join(f"{c['cause']} {_num(c['idle_pct'], 1, 0)}%" for c in dev["causes"]  # type: ignore[attr-defined]
                             if c["duration_ns"])
         host = " · ".join(f"{k['kind']} {_num(k['idle_pct'], 1, 0)}%" for k in dev["kinds"]  # type: ignore[attr-defined]
-                          if k["duration_ns"] and k["kind"] in ("dispatch", "cpu compute", "waiting", "host code"))
+                          if k["duration_ns"] and k["kind"] in ("dispatch", "cpu compute", "waiting", "host code", "untraced"))
         unrec = dev.get("unrecorded") or {}
         if unrec.get("ns"):  # type: ignore[attr-defined]
             # gaps over which the trace lacks dispatches are not idle: left out of the idle time and its window

@@ -82,10 +82,10 @@ def _text(df: pd.DataFrame, col: str) -> np.ndarray:
 SUBJECT_FIELDS = ("op", "function", "wait", "api", "range")
 USES = {
     "op": ("cpu compute", "host code", "sync", "copy"),
-    "function": ("cpu compute", "host code", "waiting", "sync"),
+    "function": ("cpu compute", "host code", "untraced", "waiting", "sync"),
     "wait": ("waiting",),
     "api": ("sync", "copy", "launch", "graph", "profiler"),
-    "range": ("dispatch", "cpu compute", "waiting", "host code", "sync", "copy", "profiler", "unrecorded"),
+    "range": ("dispatch", "cpu compute", "waiting", "host code", "untraced", "sync", "copy", "profiler", "unrecorded"),
 }
 """Which fields name what the host did, by kind (empty where a kind does not use one)."""
 
@@ -168,6 +168,9 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
         inside = f" inside {op}" if op else ""
         return (f"{head}: the host ran its own code{inside}{at}, no launch, copy or sync in flight" if (at or inside)
                 else f"{head}: the host ran code no range, function or operator names")
+    if kind == "untraced":
+        return (f"{head}{at}: before kernels whose launch call the trace lacks (API records thinned, filtered or lost): "
+                "the host's calls there are not all recorded, so what it did is unknown")
     if kind == "dispatch":
         return f"{head}: per-operator dispatch between launches (Python, framework, allocation){at}"
     if kind == "sync":
@@ -274,7 +277,7 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
     fn_full = idle["function"].iloc[big] if "function" in idle else None
     attrs: dict[str, float | int | str | None] = {
         "kind": kind, "cause": str(idle["cause"].iloc[big]), "host_kind": kind if kind in
-        ("dispatch", "cpu compute", "waiting", "host code") else None,
+        ("dispatch", "cpu compute", "waiting", "host code", "untraced") else None,
         "range": k["range"] or None, "op": k["op"] or None, "function": function_label(fn_full) if k["function"] else None,
         "wait": k["wait"] or None, "api": k["api"] or None, "slices": len(pos), "gaps": gaps,
         "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
@@ -418,6 +421,11 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                 "itself and no host call is involved, so no host change shortens it. It is the graph's own "
                 "scheduling (small nodes, dependencies between streams): fuse small nodes or check the graph's "
                 "dependencies.")
+    if kind == "untraced":
+        return (f"For {share:.0f}% of the idle time the host ran no recorded call, in gaps before kernels whose launch "
+                f"call the trace lacks{where}: the API trace is missing records there (thinned, filtered or lost), so "
+                "whether the host ran its own code or sat in a launch, copy or sync is unknown. Record the full API "
+                "trace (rocprofv3 --hip-trace without a filter) before moving host work.")
     if kind == "unrecorded":
         return (f"{unrecorded_text(unrecorded_facts(idle))}. Re-profile without the kernel filter (rocprofv3 without "
                 "--kernel-include-regex / --kernel-exclude-regex, the whole dispatch range, no sampling) to measure it, "
@@ -496,7 +504,7 @@ def kind_evidence(totals: dict[str, float], idle: pd.DataFrame) -> dict[str, flo
     ev: dict[str, float | int | str] = {}
     for k in KINDS:
         key = k.replace(" ", "_")
-        if k in ("dispatch", "cpu compute", "waiting", "host code"):
+        if k in ("dispatch", "cpu compute", "waiting", "host code", "untraced"):
             ev[f"idle_{key}_ns"] = totals.get(k, 0.0)
             ev[f"idle_{key}_pct"] = pct(totals.get(k, 0.0), total)
     live = {k: v for k, v in totals.items() if v > 0 and k != "unrecorded"}  # the lead of the idle time as measured

@@ -421,7 +421,8 @@ def gpu_idle(report: Report) -> list[Finding]:
             evidence.update(kind_evidence(totals, rows))
             lead = str(evidence.get("idle_kind", ""))
             names = lead_names(items, lead)
-            title += f"; mostly {lead}" + (f" in {', '.join(names)}" if names and lead not in ("launch", "graph") else "")
+            said = {"untraced": "host time whose calls the trace lacks"}.get(lead, lead)
+            title += f"; mostly {said}" + (f" in {', '.join(names)}" if names and lead not in ("launch", "graph") else "")
             if "gap_sizes" in evidence:
                 title += f"; {evidence['gap_sizes']}"
             ranges = tuple(dict.fromkeys([*_names_of(items, "range"), *ranges]))

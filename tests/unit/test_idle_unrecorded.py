@@ -225,3 +225,46 @@ def test_damaged_ids_read_as_missing() -> None:
     assert got[0] == 7 and got[-1] == 8 and np.isnan(got[1:6]).all()
     dup = pd.DataFrame({"dispatch_id": [4, 4, 4, 6]})
     assert unrecorded_summary(dup) == {"missing": 1, "ids": 3, "first": 4, "last": 6, "runs": 1, "largest_run": 1}
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_host_code_before_kernels_without_their_launch_call_is_untraced(fixtures_dir: Path, phase: str) -> None:
+    """The same run's API file was thinned too (every 20th row): a gap before a kernel whose Correlation_Id has no
+    HIP API row (checked here with the csv module) is not "host code", it is host time the trace does not cover."""
+    kernels = _rows(fixtures_dir / RUN / f"{phase}_kernel_trace.csv")
+    calls = {r["Correlation_Id"] for r in _rows(fixtures_dir / RUN / f"{phase}_hip_api_trace.csv")}
+    no_call = {int(r["Start_Timestamp"]) for r in kernels if r["Correlation_Id"] not in calls}
+    assert 0 < len(no_call) < len(kernels)
+    report = import_file(fixtures_dir / RUN / f"{phase}_kernel_trace.csv")
+    shift = int(report.kernels["start_ns"].min()) - min(int(r["Start_Timestamp"]) for r in kernels)
+    idle = idle_of(report)
+    untraced = idle[idle["host_kind"] == "untraced"]
+    assert len(untraced) and not (idle["host_kind"] == "host code").any()
+    gap_end = idle.groupby("gap")["end_ns"].max()
+    for g in untraced["gap"].unique():
+        assert int(gap_end[g]) - shift in no_call  # the kernel after the gap has no launch call in the trace
+    f = next(f for f in run_rules(report) if f.id == "gpu-idle") if phase == "decode" else None
+    if f is not None:
+        assert "host time whose calls the trace lacks" in f.title
+        assert "Record the full API trace" in f.recommendation and "Move or overlap this host work" not in f.recommendation
+        item = next(i for i in f.items if i.attrs.get("kind") == "untraced")
+        assert not item.explains  # what the host did there is unknown
+
+
+def test_complete_api_trace_has_no_untraced_time(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The decode run cut to the kernels whose launch call its API file holds (no committed AMD capture has a
+    complete API trace: the R9700 rocpd DB keeps no regions): no gap is untraced; what the host did stays read."""
+    kernels = _rows(fixtures_dir / RUN / "decode_kernel_trace.csv")
+    api = fixtures_dir / RUN / "decode_hip_api_trace.csv"
+    calls = {r["Correlation_Id"] for r in _rows(api)}
+    keep = [r for r in kernels if r["Correlation_Id"] in calls]
+    out = tmp_path / "decode_kernel_trace.csv"
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(kernels[0]), quoting=csv.QUOTE_ALL)
+        w.writeheader()
+        w.writerows(keep)
+    (tmp_path / "decode_hip_api_trace.csv").write_bytes(api.read_bytes())
+    report = import_file(out)
+    assert len(report.api) and report.kernels["correlation"].isin(report.api["correlation"]).all()
+    idle = idle_of(report)
+    assert len(idle) and not (idle["host_kind"] == "untraced").any()
