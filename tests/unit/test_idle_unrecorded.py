@@ -10,6 +10,7 @@ here (a file the mechanism was not tuned on)."""
 from __future__ import annotations
 
 import csv
+import itertools
 import re
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def _truth(path: Path) -> tuple[set[int], list[tuple[int, int]], dict[int, tuple
     times = {int(r["Dispatch_Id"]): (int(r["Start_Timestamp"]), int(r["End_Timestamp"])) for r in rows}
     ids = sorted(times)
     missing = set(range(ids[0], ids[-1] + 1)) - set(ids)
-    runs = [(a, b) for a, b in zip(ids, ids[1:], strict=False) if b - a > 1]
+    runs = [(a, b) for a, b in itertools.pairwise(ids) if b - a > 1]
     return missing, runs, times
 
 
