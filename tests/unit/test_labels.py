@@ -11,7 +11,12 @@ import pytest
 
 from perfscope.analysis.costs.roofline import above_roof_note
 from perfscope.analysis.summaries.hierarchy import SPANS_PHASES, hierarchy
-from perfscope.analysis.summaries.kernels import aggregate_by_name, limiter_notes, roof_notes, top_kernels
+from perfscope.analysis.summaries.kernels import (
+    aggregate_by_name,
+    limiter_notes,
+    roof_notes,
+    top_kernels,
+)
 from perfscope.device import DeviceSpec, Roof
 from perfscope.report import Report
 from perfscope.text_report import render_text
