@@ -748,12 +748,18 @@ class _Context:
         self.opener_names = vocab.codes(self.openers[2])
         self.graph = _graph_keys(report, acts, api)
         # each kernel's dispatch id (copies: none) and process, and the ids each process's kernels hold
-        ids, group, self.held = held_ids(report.kernels)
-        self.ids = np.full(len(acts), np.nan)
-        self.ids[:len(ids)] = ids  # kernel rows come first in the device work, in the kernel table's order
-        self.process = np.full(len(acts), -1, np.int64)
-        self.process[:len(group)] = group
-        self.untraced = self._untraced_launches(report, acts, api, ids)
+        # (none, and no per-row array, where the kernels carry no dispatch id: Kineto and nsys traces, whose 5M-kernel
+        # imports must not pay 3 arrays of 8 bytes a row here)
+        self.held: dict[int, np.ndarray] = {}
+        self.ids, self.process, self.untraced = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, bool)
+        if "dispatch_id" in report.kernels and len(report.kernels):
+            ids, group, self.held = held_ids(report.kernels)
+            if self.held:
+                self.ids = np.full(len(acts), np.nan)
+                self.ids[:len(ids)] = ids  # kernel rows come first in the device work, in the kernel table's order
+                self.process = np.full(len(acts), -1, np.int64)
+                self.process[:len(group)] = group
+                self.untraced = self._untraced_launches(report, acts, api, ids)
         self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(report, api).items()}
         self.acts: pd.DataFrame | None = acts
         # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits;
@@ -813,9 +819,11 @@ class _Context:
         """Per gap: the device work that ends it (the first started at its end) is a kernel whose launch call the
         trace lacks (:meth:`_untraced_launches`)."""
         assert self.acts is not None, "the device work was released"
+        if not len(self.untraced):
+            return repeated(np.False_, len(ien))
         flag = self.untraced[rows]
         if not flag.any():
-            return np.zeros(len(ien), bool)
+            return repeated(np.False_, len(ien))
         s = self.acts["start_ns"].to_numpy(np.int64)[rows]
         order = np.argsort(s, kind="stable")
         at = np.searchsorted(s[order], ien, side="left")
@@ -826,7 +834,10 @@ class _Context:
         """:func:`unrecorded_gaps` of the device's kernels, against the ids of their process (none when the device's
         kernels come from several processes: their ids are not one sequence)."""
         assert self.acts is not None, "the device work was released"
-        none = (np.zeros(len(ist), np.int64), np.full(len(ist), np.nan), np.full(len(ist), np.nan))
+        none = (repeated(np.int64(0), len(ist)), repeated(np.float64(np.nan), len(ist)),
+                repeated(np.float64(np.nan), len(ist)))
+        if not self.held:
+            return none
         ids = self.ids[rows]
         known = ~np.isnan(ids)
         procs = np.unique(self.process[rows][known])
