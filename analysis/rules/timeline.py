@@ -438,10 +438,13 @@ def gpu_idle(report: Report) -> list[Finding]:
             if graphs or mode.is_graph_run:
                 advice += knob(fw, "graphs", graphs=mode.is_graph_run,
                                tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").astype("float64").max()))
+        # the time at stake is the measured idle: a gap over which the trace lacks dispatches is not idle time, so
+        # it is neither at stake nor an item (the title, the advice, the evidence and the import's warning say it)
+        items = [i for i in items if i.attrs.get("cause") != "unrecorded"]
         findings.append(Finding(
             "time-outside-ops" if cpu else "gpu-idle", severity_for(measured_ns, measured_span), title,
-            evidence, advice, idle.idle_ns, ranges=ranges, items=tuple(items),
-            explained_ns=explained_ns(items, idle.idle_ns)))
+            evidence, advice, measured_ns, ranges=ranges, items=tuple(items),
+            explained_ns=explained_ns(items, measured_ns)))
     return findings
 
 
