@@ -250,8 +250,8 @@ def _kernel_lines(report: Report, n: int) -> list[str]:
 
     kind = "CPU operators" if (report.kernels["device"] == "cpu").all() else "kernels"
     head = ["#", "name", "calls", "total ms", "% time", "FLOP/B", "achieved", "bound", "% roof", "phase"]
-    notes = [f"  above the roof: {n}" for n in roof_notes(top, report.device)]
-    notes += [f"  measured limiter disagrees: {n}" for n in limiter_notes(top)]
+    notes = [f"  above the roof: {n}" for n in roof_notes(top, report.device, width=60)]
+    notes += [f"  measured limiter disagrees: {n}" for n in limiter_notes(top, width=60)]
     return [f"top {kind} by total time (one row per name and phase):", table(head, rows), *notes]
 
 

@@ -180,7 +180,9 @@ def _headline(groups: pd.DataFrame, peak: float) -> str:
     n = int(g["count"])
     kind = ROLE_NAMES.get(str(g["role"]), ("tensor", "tensors"))[0 if n == 1 else 1]
     count = COUNT_WORDS.get(n, f"{n:,}")
-    text = f"{count} {nbytes(float(g['size_bytes']))} {kind}"
+    size = nbytes(float(g["size_bytes"]))
+    # "two 1.07 GB tensors" reads; "287 41.9 MB tensors" does not: a numeral count takes "of N each"
+    text = f"{count} {size} {kind}" if n in COUNT_WORDS else f"{count} {kind} of {size} each"
     if g["who"]:
         text += " from " + " and ".join(g["who"][:2]) + (f" and {len(g['who']) - 2} more" if len(g["who"]) > 2 else "")
     text += " is live" if n == 1 else " are live"

@@ -7,11 +7,12 @@ row "aten::mm x 240" sits on the roofline where its calls sit on average, time-w
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from perfscope.format import clip
 from perfscope.memo import memo
 from perfscope.schema import column_codes, decode, value_mask
 
@@ -19,7 +20,7 @@ from ..costs.limiter import UNIT_COLUMNS, limiter_note
 from ..costs.roofline import classify
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from perfscope.device import DeviceSpec
     from perfscope.report import Report
@@ -265,31 +266,35 @@ def _is_cpu_report(report: Report) -> bool:
     return bool(len(k)) and bool(value_mask(k, "device", lambda d: d == "cpu").all())
 
 
-def roof_notes(rows: pd.DataFrame, device: DeviceSpec | None) -> list[str]:
+def roof_notes(rows: pd.DataFrame, device: DeviceSpec | None, width: int | None = None) -> list[str]:
     """A note for every row of a kernel table that sits above its roof (``name (phase): why``), in
     the table's order: above the roof, the roof or the count is wrong for that kernel, and the
     note says which (:func:`perfscope.analysis.costs.roofline.above_roof_note`)."""
     from ..costs.roofline import above_roof_note
 
-    notes = []
-    for _, r in rows.iterrows():
-        why = above_roof_note(r, device)
-        if why:
-            phase = f" ({r['phase']})" if isinstance(r.get("phase"), str) else ""
-            notes.append(f"{r['name']}{phase}: {why}")
-    return notes
+    return _row_notes(rows, lambda r: above_roof_note(r, device), width)
 
 
-def limiter_notes(rows: pd.DataFrame) -> list[str]:
+def limiter_notes(rows: pd.DataFrame, width: int | None = None) -> list[str]:
     """A note for every row of a kernel table whose measured limiter contradicts its roofline reading
     (``name (phase): the FLOPs and bytes put it memory-bound ...; measured: compute (alu) ...``), in order:
     the point stays where its FLOPs and bytes put it, the bound is the measured one."""
     if "roofline_bound" not in rows or "limiter" not in rows:
         return []
+    return _row_notes(rows, limiter_note, width)
+
+
+def _row_notes(rows: pd.DataFrame, note: Callable[[Any], str | None], width: int | None) -> list[str]:
+    """``name (phase): why`` for every row ``note`` has something to say of. With ``width``, the name is
+    clipped to it and the row's number in the table is given (``name… (#3, decode): why``), so that a
+    kernel's mangled name (often over 1,000 characters) does not fill the text report."""
     notes = []
-    for _, r in rows.iterrows():
-        why = limiter_note(r)
+    for i, (_, r) in enumerate(rows.iterrows()):
+        why = note(r)
         if why:
-            phase = f" ({r['phase']})" if isinstance(r.get("phase"), str) else ""
-            notes.append(f"{r['name']}{phase}: {why}")
+            where = [f"#{i + 1}"] if width is not None else []
+            if isinstance(r.get("phase"), str):
+                where.append(r["phase"])
+            name = clip(r["name"], width) if width is not None else r["name"]
+            notes.append(f"{name}{' (' + ', '.join(where) + ')' if where else ''}: {why}")
     return notes

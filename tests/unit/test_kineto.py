@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from perfscope.analysis.readers.detect import detect_format, import_file
-from perfscope.analysis.readers.kineto.reader import parse_copy_name, read_kineto, short_kernel_name
+from perfscope.analysis.readers.kineto.reader import parse_copy_name, read_kineto
 from perfscope.errors import InputFormatError
+from perfscope.kernel_names import short_kernel_name
 from perfscope.report import Report
 from tests.conftest import _fixtures_dir
 

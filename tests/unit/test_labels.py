@@ -11,7 +11,12 @@ import pytest
 
 from perfscope.analysis.costs.roofline import above_roof_note
 from perfscope.analysis.summaries.hierarchy import SPANS_PHASES, hierarchy
-from perfscope.analysis.summaries.kernels import aggregate_by_name, roof_notes, top_kernels
+from perfscope.analysis.summaries.kernels import (
+    aggregate_by_name,
+    limiter_notes,
+    roof_notes,
+    top_kernels,
+)
 from perfscope.device import DeviceSpec, Roof
 from perfscope.report import Report
 from perfscope.text_report import render_text
@@ -125,3 +130,25 @@ def test_an_existing_output_names_the_commands_own_option(sample_reports_dir: Pa
         err = capsys.readouterr().err
         assert "choose another -o" in err and "--out" not in err
         assert out.read_text() == "keep me"
+
+
+def test_a_limiter_note_names_its_row_not_a_thousand_character_mangled_name() -> None:
+    """rocprof-compute's MI308X FlashMLA run: its kernels' names run to 1,000+ characters; the text report's
+    notes clip each to 60 and give its row number in the kernel table (seen reading the run as a user)."""
+    from perfscope.analysis.readers.detect import import_file
+
+    report = import_file(Path(__file__).parents[1] / "fixtures/rocprof/aiter_fmla_MI308X_rocprof_compute")
+    top = top_kernels(report, 12)
+    full = limiter_notes(top)
+    short = limiter_notes(top, width=60)
+    assert len(full) == len(short) >= 5
+    assert max(len(top["name"].iloc[i]) for i in range(len(top))) > 1000
+    for f, s in zip(full, short, strict=True):
+        name, why = s.split(" (#", 1)
+        row = int(why.split(")", 1)[0].split(",")[0]) - 1
+        assert len(name) <= 60
+        assert top["name"].iloc[row].startswith(name.rstrip("…"))
+        assert f.endswith(why.split("): ", 1)[1])
+    text = render_text(report, top=12, findings=False)
+    lines = [ln for ln in text.splitlines() if "measured limiter disagrees" in ln]
+    assert len(lines) == len(short) and all(len(ln) < 400 for ln in lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -314,3 +315,22 @@ def test_list_bytes_inside_a_string_import_right(tmp_path: Path) -> None:
     s.write(good)
     np.testing.assert_array_equal(import_file(path).memory["allocated_bytes"].to_numpy(),
                                   import_file(good).memory["allocated_bytes"].to_numpy())
+
+
+def test_the_peak_headline_counts_a_large_group_in_numerals_then_its_size(fixtures_dir: Path) -> None:
+    """The forward snapshot's largest group at its peak is 287 optimizer states of one allocator block size:
+    the headline reads "287 optimizer states of 41.9 MB each" (a numeral before a size read "287 41.9 MB"),
+    and the count and size are a direct replay's (the live blocks of that size at the peak)."""
+    from perfscope.format import nbytes
+
+    path = fixtures_dir / SNAPSHOTS[0]
+    report = import_file(path)
+    (p,) = peaks(report)
+    _, live = replay(_plain(path), upto=p["event"])
+    (finding,) = [f for f in run_rules(report) if "memory peaks at" in f.title]
+    m = re.search(r": ([\d,]+) optimizer states of ([\d.]+ [kMGT]?B) each from ", finding.title)
+    assert m, finding.title
+    n, size = int(m[1].replace(",", "")), m[2]
+    assert n > 12
+    sizes = [s for s in live.values() if nbytes(float(s)) == size]
+    assert len(sizes) >= n  # the group is the optimizer states among the blocks of that size

@@ -24,6 +24,7 @@ import pandas as pd
 
 from perfscope.datasheets import ROOFS_FLAG, gpu_spec, roofs_note, unusable_properties
 from perfscope.device import DeviceSpec
+from perfscope.kernel_names import short_kernel_name
 from perfscope.memo import memo_peek, memo_seed
 from perfscope.report import Report, source_info
 from perfscope.schema import CODES_KEY, decode, factorize, map_distinct, recode
@@ -402,38 +403,6 @@ def _column(v: np.ndarray) -> tuple[pd.Series, tuple[np.ndarray, np.ndarray] | N
     return pd.Series(decode(codes, words), dtype=object, copy=False), (codes, words) if kept else None
 
 
-def short_kernel_name(name: str) -> str:
-    """Base function name of a (demangled) kernel name: no return type, namespace or arguments."""
-    text = name
-    depth, cut = 0, len(text)
-    for i, ch in enumerate(text):
-        if ch in "<(":
-            if depth == 0 and ch == "(":
-                cut = i
-                break
-            depth += 1
-        elif ch in ">)":
-            depth = max(depth - 1, 0)
-    head = text[:cut].strip()
-    tokens = []
-    depth = 0
-    word = ""
-    for ch in head:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == " " and depth == 0:
-            tokens.append(word)
-            word = ""
-            continue
-        if depth == 0 and ch not in "<>":
-            word += ch
-    tokens.append(word)
-    last = tokens[-1] if tokens[-1] else head
-    return last.split("::")[-1] or name
-
-
 def _transfers(trace: ParsedTrace, base: int, nodes: CpuNodes, *, amd: bool = False) -> pd.DataFrame:
     kinds = [k for k in ("memcpy", "memset") if trace.count(k)]
     if not kinds:
@@ -649,4 +618,4 @@ def _uncosted(kernels: pd.DataFrame) -> list[tuple[tuple[str, bool], str]] | Non
             for (n, s), r in grouped.iterrows()]
 
 
-__all__ = ["PHASES", "parse_copy_name", "read", "read_kineto", "short_kernel_name"]
+__all__ = ["PHASES", "parse_copy_name", "read", "read_kineto"]

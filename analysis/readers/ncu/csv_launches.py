@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 from perfscope.errors import InputFormatError
 from perfscope.inputs import read_bytes
+from perfscope.kernel_names import short_kernel_name
 
-from .metrics import Launch, Value, short_name_of
+from .metrics import Launch, Value
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -199,7 +200,7 @@ def _launch(table: _Table, fields: list[str]) -> Launch:
 
     name = get("Kernel Name") or "(unnamed kernel)"
     nvtx_col = next((h for h in table.header if NVTX_COLUMN in h), None)
-    return Launch(id=int(get("ID") or 0), name=name, short_name=short_name_of(name),
+    return Launch(id=int(get("ID") or 0), name=name, short_name=short_kernel_name(name),
                   grid=_dims_text(get("Grid Size")), block=_dims_text(get("Block Size")),
                   device=get("Device"), cc=get("CC"), nvtx=nvtx_ranges(get(nvtx_col) if nvtx_col else None))
 

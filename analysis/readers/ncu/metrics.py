@@ -134,21 +134,6 @@ class Launch:
         return value if isinstance(value, str) and value else None
 
 
-def short_name_of(name: str) -> str:
-    """``void ns::k<(int)4>(float *)`` -> ``k``: the function name at template depth 0."""
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(depth - 1, 0)
-        elif ch == "(" and depth == 0 and i > 0:
-            cut = i
-            break
-    head = re.sub(r"<.*>", "", name[:cut]).strip()
-    return head.split()[-1].split("::")[-1] if head else name
-
-
 # ------------------------------------------------------------------------------ counts
 def _op_total(launch: Launch, op: str, seconds: float | None) -> float | None:
     """Executed instructions of one SASS op: a ``.sum`` counter, or its rate x elapsed time."""

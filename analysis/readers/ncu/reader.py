@@ -25,6 +25,7 @@ import pandas as pd
 
 from perfscope.datasheets import datasheet_spec
 from perfscope.errors import InputFormatError, ToolNotFoundError
+from perfscope.kernel_names import short_kernel_name
 from perfscope.limits import take
 from perfscope.report import Report, source_info
 
@@ -37,7 +38,6 @@ from .metrics import (
     device_name,
     launch_row,
     roofs_spec,
-    short_name_of,
 )
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def _action(ncu_report: Any, action: Any, index: int) -> Launch:
         if math.isfinite(value):
             metrics[name] = value * unit_scale(metric.unit())
     name = action.name(ncu_report.IAction.NameBase_DEMANGLED) or action.name() or f"(unnamed launch {index})"
-    return Launch(id=index, name=name, short_name=action.name() or short_name_of(name), metrics=metrics,
+    return Launch(id=index, name=name, short_name=action.name() or short_kernel_name(name), metrics=metrics,
                   nvtx=_nvtx_stack(action))
 
 

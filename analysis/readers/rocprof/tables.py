@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 
 from perfscope import inputs
+from perfscope.kernel_names import short_kernel_name
 from perfscope.schema import map_distinct, whole_numbers
 
 from ...costs.operators import category_of
 from ...tree import nest
-from ..ncu.metrics import short_name_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -84,7 +84,7 @@ def kernel_table(name: Sequence[Any] | pd.Series, device: Sequence[Any] | pd.Ser
     end_ns = ints(end).reset_index(drop=True)
     out = pd.DataFrame({
         "name": names.reset_index(drop=True),
-        "short_name": map_distinct(names, lambda n: short_name_of(n) if isinstance(n, str) else None).reset_index(drop=True),
+        "short_name": map_distinct(names, lambda n: short_kernel_name(n) if isinstance(n, str) else None).reset_index(drop=True),
         "device": pd.Series(list(device), dtype="object"),
         "start_ns": start_ns, "end_ns": end_ns, "duration_ns": end_ns - start_ns,
         "category": map_distinct(names, lambda n: amd_category(n) if isinstance(n, str) else None).reset_index(drop=True),
