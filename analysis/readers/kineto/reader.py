@@ -392,8 +392,6 @@ def _column(v: np.ndarray) -> tuple[pd.Series, tuple[np.ndarray, np.ndarray] | N
     bytes (a kernel table's text was 333 of its 406 MB at 626k kernels)."""
     if v.dtype != object:
         return pd.Series(v, copy=False), None
-    if len(v) and v[0] is None and v.tolist().count(None) == len(v):  # no value at all (a count of identities):
-        return pd.Series(v), None  # nothing to hash; what a factorization finding no value leads to below
     codes, uniq = factorize(pd.Series(v, dtype=object, copy=False))
     if not len(uniq) or not all(isinstance(u, str) for u in uniq):
         return pd.Series(v), None
