@@ -506,13 +506,15 @@ def idle_of(report: Report) -> pd.DataFrame:
     return memo(report, "idle:slices", lambda: idle_slices(report))
 
 
-def _host_calls(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
-    """The host's API calls (name, start_ns, end_ns, correlation, thread) and the cause each one stands
-    for (None: a call that is none of them, such as cudaEventRecord)."""
+def _host_calls(report: Report) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The host's API calls (name, start_ns, end_ns, correlation, thread) and, per cause of
+    :data:`PRIORITY`, which of them stand for it (none: a call that is none of them, such as
+    cudaEventRecord). The cause is found once per distinct name and held as a small code per call,
+    so each cause's rows are one integer compare (not an object compare of every call per cause)."""
     cols = [c for c in ("name", "start_ns", "end_ns", "correlation", "thread") if c in report.api]
     api = report.api[cols]
     if not len(api):
-        return api, np.zeros(0, dtype=object)
+        return api, {c: np.zeros(0, bool) for c in PRIORITY}
     copy_kind = _copy_kinds(report)
     corr = api["correlation"].to_numpy(np.float64, na_value=np.nan)
 
@@ -528,15 +530,19 @@ def _host_calls(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
             return "launch"
         return None
 
-    cause = api_names_map(report, cause_of)
-    is_copy = cause == "copy"
+    code_of: dict[str | None, int] = {c: i for i, c in enumerate(PRIORITY)}
+    code_of[None] = -1
+    codes, distinct = column_codes(report.api, "name")  # -1: a missing name, read as cause_of(None)
+    per_name = np.array([code_of[cause_of(u)] for u in distinct] + [code_of[cause_of(None)]], dtype=np.int8)
+    cause = per_name[codes]
+    is_copy = cause == code_of["copy"]
     if is_copy.any() and len(copy_kind):
         kind = pd.Series(corr[is_copy]).map(copy_kind).to_numpy(object)
         device_side = np.array([k is not None and not (isinstance(k, float)) and k not in HOST_DEVICE_COPIES
                                 for k in kind])
         idx = np.flatnonzero(is_copy)[device_side]
-        cause[idx] = "launch"  # a device-to-device copy call only queues work, like a launch
-    return api, cause
+        cause[idx] = code_of["launch"]  # a device-to-device copy call only queues work, like a launch
+    return api, {c: cause == i for c, i in code_of.items() if c is not None}
 
 
 def _copy_kinds(report: Report) -> dict[float, str]:
@@ -662,9 +668,9 @@ def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.n
             rows["name"].astype("object").to_numpy())
 
 
-def _copy_calls(report: Report, api: pd.DataFrame, cause: np.ndarray) -> pd.DataFrame:
-    """The copy calls sorted by start, with their copy's bytes, pinned flag and kind (by correlation)."""
-    calls = api[cause == "copy"].sort_values("start_ns", kind="stable")
+def _copy_calls(report: Report, api: pd.DataFrame, is_copy: np.ndarray) -> pd.DataFrame:
+    """The copy calls (``is_copy``) sorted by start, with their copy's bytes, pinned flag and kind (by correlation)."""
+    calls = api[is_copy].sort_values("start_ns", kind="stable")
     t = report.transfers
     if len(calls) and len(t) and "correlation" in t:
         t = t[t["correlation"].notna()].drop_duplicates("correlation")
@@ -710,8 +716,8 @@ class _Context:
         self.report = report
         self.cpu = is_cpu_report(report)
         self.windows = _windows(report)
-        api, api_cause = _host_calls(report)
-        self.host_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {c: _merged(api, api_cause == c) for c in PRIORITY}
+        api, is_cause = _host_calls(report)
+        self.host_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {c: _merged(api, is_cause[c]) for c in PRIORITY}
         self.ranges = _host_ranges(report.ranges)
         if len(self.ranges):
             prof = map_distinct(self.ranges["name"], lambda n: bool(PROFILER_RANGE.search(str(n)))).to_numpy(bool)
@@ -734,15 +740,15 @@ class _Context:
         self.recorded = (np.array([min(int(s) for s, _ in spans)], np.int64),
                          np.array([max(int(e) for _, e in spans)], np.int64)) \
             if spans else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        self.copies = _copy_calls(report, api, api_cause)
+        self.copies = _copy_calls(report, api, is_cause["copy"])
         self.copy_names = vocab.codes(self.copies["name"].astype("object").to_numpy())
-        self.calls = {c: _sorted_calls(api, api_cause == c) for c in ("profiler", "sync", "launch")}
+        self.calls = {c: _sorted_calls(api, is_cause[c]) for c in ("profiler", "sync", "launch")}
         self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
         # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
         to_host = (self.copies["kind"].astype("object") == "DtoH").to_numpy(bool) if len(self.copies) else np.zeros(0, bool)
         to_host_calls = self.copies.loc[to_host, list(api.columns)]
         to_host_calls = to_host_calls.assign(name=[f"{n} (DtoH)" for n in to_host_calls["name"].astype("object")])
-        opener = pd.concat([api[api_cause == "sync"], to_host_calls], ignore_index=True)
+        opener = pd.concat([api[is_cause["sync"]], to_host_calls], ignore_index=True)
         self.openers = _sorted_calls(opener, np.ones(len(opener), bool)) if not self.cpu else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object))
         self.opener_names = vocab.codes(self.openers[2])
