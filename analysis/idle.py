@@ -14,6 +14,12 @@ A *gap* is one idle interval, from the end of a piece of device work to the star
 it is cut into *slices*, each with one cause, from what the host was doing at that moment (the
 first that applies, in this order; docs/idle.md):
 
+- ``unrecorded``: the trace lacks dispatches over the gap. AMD traces number every kernel dispatch of a
+  process (rocprofv3 ``Dispatch_Id``, rocpd ``dispatch_id``, rocprof v1/v2 ``Index``; the kernel table's
+  ``dispatch_id``), across agents and queues: when ids that no kernel of the whole trace holds lie between the
+  last id dispatched before the gap and the first started after it, the device was likely running kernels the
+  trace does not hold (a kernel filter, sampling, lost records). Such a gap is not evidence of idleness nor of
+  host work, whatever the host did meanwhile (:func:`unrecorded_gaps`);
 - ``graph``: the gap lies between two kernels of one CUDA / HIP graph replay: the device runs the
   graph's nodes back to back by itself, and no host call queued the next one;
 - ``unknown``: the trace has no host side for that moment (a GPU-only trace, or before the first
@@ -47,7 +53,11 @@ first that applies, in this order; docs/idle.md):
     operator that queues device work, a stretch under 1 ms (:data:`DISPATCH_OP_NS`: its host side,
     what a graph replay skips);
   - ``host code``: the rest: the user's own code (or one long operator's), named by its range,
-    Python function and operator.
+    Python function and operator;
+  - ``untraced``: what would be ``host code``, in a gap whose next kernel's launch call is not in the trace
+    although the trace records the host's calls (its correlation id has no API row: API records thinned,
+    filtered or lost; read where the kernels carry dispatch ids, the AMD traces whose API trace is every HIP
+    call): the host may have been in calls the trace lacks, so what it did there is unknown, not its own code.
 
 Every slice also carries the innermost range around it, whatever its cause, so a ``sync`` inside
 ``sampler`` says so, and the Python function and CPU operator the host was in.
@@ -74,6 +84,7 @@ from perfscope.schema import (
     repeated,
     rows_where,
     seed_codes,
+    subset,
 )
 
 from .intervals import ACTIVITY_KEY, merge_intervals
@@ -86,13 +97,14 @@ if TYPE_CHECKING:
 
     from perfscope.report import Report
 
-CAUSES = ("launch", "host", "sync", "copy", "graph", "profiler", "unknown")
+CAUSES = ("launch", "host", "sync", "copy", "graph", "profiler", "unrecorded", "unknown")
 """Every cause an idle slice can have (``idle.cause``)."""
 
-HOST_KINDS = ("dispatch", "cpu compute", "waiting", "host code")
+HOST_KINDS = ("dispatch", "cpu compute", "waiting", "host code", "untraced")
 """What the host did in a ``host`` slice (``idle.host_kind``), each with its own fix (docs/idle.md)."""
 
-KINDS = ("launch", "dispatch", "cpu compute", "waiting", "host code", "sync", "copy", "graph", "profiler", "unknown")
+KINDS = ("launch", "dispatch", "cpu compute", "waiting", "host code", "untraced", "sync", "copy", "graph", "profiler",
+         "unrecorded", "unknown")
 """The causes with ``host`` split into its kinds: what the findings weigh and advise on."""
 
 GRAPH_KINDS = ("launch", "dispatch")
@@ -178,6 +190,115 @@ def idle_intervals(busy: tuple[np.ndarray, np.ndarray],
     s, e = np.maximum(lo[hole], ws[win]), np.minimum(hi[hole], we[win])
     ok = e > s
     return s[ok], e[ok]
+
+
+# ---------------------------------------------------------------------------- dispatch ids
+DISPATCH_ID_MAX = 1 << 53
+"""The largest dispatch id read as one (float64 holds whole numbers exactly up to 2^53); a negative, fractional or
+larger id is damage, read as missing."""
+
+
+def dispatch_ids(kernels: pd.DataFrame) -> np.ndarray:
+    """Per kernel row: its dispatch sequence number (the kernel table's ``dispatch_id``) as float64, NaN where it
+    has none or a damaged one (text, negative, fractional, past :data:`DISPATCH_ID_MAX`)."""
+    if "dispatch_id" not in kernels or not len(kernels):
+        return np.full(len(kernels), np.nan)
+    v = pd.to_numeric(kernels["dispatch_id"], errors="coerce").to_numpy(np.float64, na_value=np.nan, copy=True)
+    with np.errstate(invalid="ignore"):
+        v[~((v >= 0) & (v <= DISPATCH_ID_MAX) & (v == np.floor(v)))] = np.nan
+    return v
+
+
+def _process_groups(kernels: pd.DataFrame, ids: np.ndarray) -> np.ndarray:
+    """Per kernel row: a number for its process (dispatch ids count per process); one group when the table names
+    no process."""
+    if "pid" not in kernels or not len(kernels):
+        return np.zeros(len(ids), np.int64)
+    pid = kernels["pid"].to_numpy(np.float64, na_value=np.nan) if kernels["pid"].dtype != object else \
+        pd.to_numeric(kernels["pid"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    return pd.factorize(pid, use_na_sentinel=False)[0].astype(np.int64)
+
+
+def held_ids(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+    """(per kernel row its dispatch id (:func:`dispatch_ids`), its process group, and per process group the sorted
+    distinct ids the trace holds)."""
+    ids = dispatch_ids(kernels)
+    group = _process_groups(kernels, ids)
+    ok = ~np.isnan(ids)
+    sets = {int(g): _sorted_unique(ids[ok & (group == g)].astype(np.int64)) for g in np.unique(group[ok]).tolist()}
+    return ids, group, sets
+
+
+def missing_between(held: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per pair: how many ids strictly between ``lo`` and ``hi`` (float; NaN: unknown) the sorted distinct ids
+    ``held`` lack (0 where ``hi <= lo + 1`` or either is unknown)."""
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    with np.errstate(invalid="ignore"):
+        some = hi > lo + 1  # NaN compares False
+    out = np.zeros(len(lo), np.int64)
+    if not some.any():
+        return out
+    a, b = lo[some].astype(np.int64), hi[some].astype(np.int64)
+    inside = np.searchsorted(held, b, side="left") - np.searchsorted(held, a, side="right")
+    out[some] = np.maximum(b - a - 1 - inside, 0)
+    return out
+
+
+def unrecorded_gaps(starts: np.ndarray, ids: np.ndarray, held: np.ndarray, ist: np.ndarray,
+                    ien: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per gap ``ist``-``ien`` of one device whose kernels start at ``starts`` with dispatch ids ``ids`` (NaN: none):
+    the ids the trace lacks (``held``: its sorted distinct ids, the whole process's, every device) between the
+    highest id dispatched before the gap (of the kernels started before it) and the lowest started after it; and
+    those two ids (NaN where the gap has no kernel with an id on one side). Dispatch ids are global across agents
+    and queues: an id no kernel of the trace holds is a dispatch the trace lacks, and one that lies between the
+    kernels either side of an idle gap was likely running in it. Sorts and searches: linear in the kernels."""
+    n = len(ist)
+    nan = np.full(n, np.nan)
+    ok = ~np.isnan(ids)
+    if not ok.any() or not n:
+        return np.zeros(n, np.int64), nan, nan.copy()
+    s, d = np.asarray(starts, np.int64)[ok], ids[ok]
+    order = np.argsort(s, kind="stable")
+    s, d = s[order], d[order]
+    before = np.searchsorted(s, ist, side="left") - 1  # the kernels started before the gap: the highest id
+    after = np.searchsorted(s, ien, side="left")  # those started at or after its end: the lowest id
+    has = (before >= 0) & (after < len(s))
+    lo = np.where(has, np.maximum.accumulate(d)[np.maximum(before, 0)], np.nan)
+    hi = np.where(has, np.minimum.accumulate(d[::-1])[::-1][np.minimum(after, len(s) - 1)], np.nan)
+    return missing_between(held, lo, hi), lo, hi
+
+
+def unrecorded_summary(kernels: pd.DataFrame) -> dict[str, int] | None:
+    """What the whole trace lacks of its dispatch ids: ``missing`` of ``ids`` (first to last, per process,
+    summed), ``first`` / ``last`` (the lowest and highest id), ``runs`` (runs of missing ids) and ``largest_run``;
+    None when the kernels carry no dispatch id."""
+    ids, _, sets = held_ids(kernels)
+    if not sets:
+        return None
+    missing = span = runs = largest = 0
+    for held in sets.values():
+        span += int(held[-1] - held[0] + 1)
+        jump = np.diff(held) - 1
+        missing += int(jump.sum())
+        runs += int((jump > 0).sum())
+        largest = max(largest, int(jump.max()) if len(jump) else 0)
+    ok = ids[~np.isnan(ids)]
+    return {"missing": missing, "ids": span, "first": int(ok.min()), "last": int(ok.max()), "runs": runs,
+            "largest_run": largest}
+
+
+def unrecorded_warning(kernels: pd.DataFrame) -> str | None:
+    """The import's warning when the trace lacks dispatch ids between its first and last kernel (None: it lacks
+    none, or numbers none)."""
+    got = unrecorded_summary(kernels)
+    if got is None or not got["missing"]:
+        return None
+    runs = got["runs"]
+    return (f"the trace lacks {got['missing']:,} of the {got['ids']:,} dispatch ids between its first and last kernel "
+            f"(ids {got['first']}..{got['last']}; {runs:,} run{'s' if runs != 1 else ''} of missing ids, the largest "
+            f"{got['largest_run']:,}): the GPU ran kernels the trace does not hold (a kernel filter such as "
+            "--kernel-include-regex, sampling or lost records). Idle gaps over them are cause 'unrecorded', not idle "
+            "time nor host work (docs/idle.md); re-profile without the filter to measure them")
 
 
 # ---------------------------------------------------------------------------- ranges
@@ -385,13 +506,15 @@ def idle_of(report: Report) -> pd.DataFrame:
     return memo(report, "idle:slices", lambda: idle_slices(report))
 
 
-def _host_calls(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
-    """The host's API calls (name, start_ns, end_ns, correlation, thread) and the cause each one stands
-    for (None: a call that is none of them, such as cudaEventRecord)."""
+def _host_calls(report: Report) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The host's API calls (name, start_ns, end_ns, correlation, thread) and, per cause of
+    :data:`PRIORITY`, which of them stand for it (none: a call that is none of them, such as
+    cudaEventRecord). The cause is found once per distinct name and held as a small code per call,
+    so each cause's rows are one integer compare (not an object compare of every call per cause)."""
     cols = [c for c in ("name", "start_ns", "end_ns", "correlation", "thread") if c in report.api]
     api = report.api[cols]
     if not len(api):
-        return api, np.zeros(0, dtype=object)
+        return api, {c: np.zeros(0, bool) for c in PRIORITY}
     copy_kind = _copy_kinds(report)
     corr = api["correlation"].to_numpy(np.float64, na_value=np.nan)
 
@@ -407,15 +530,19 @@ def _host_calls(report: Report) -> tuple[pd.DataFrame, np.ndarray]:
             return "launch"
         return None
 
-    cause = api_names_map(report, cause_of)
-    is_copy = cause == "copy"
+    code_of: dict[str | None, int] = {c: i for i, c in enumerate(PRIORITY)}
+    code_of[None] = -1
+    codes, distinct = column_codes(report.api, "name")  # -1: a missing name, read as cause_of(None)
+    per_name = np.array([code_of[cause_of(u)] for u in distinct] + [code_of[cause_of(None)]], dtype=np.int8)
+    cause = per_name[codes]
+    is_copy = cause == code_of["copy"]
     if is_copy.any() and len(copy_kind):
         kind = pd.Series(corr[is_copy]).map(copy_kind).to_numpy(object)
         device_side = np.array([k is not None and not (isinstance(k, float)) and k not in HOST_DEVICE_COPIES
                                 for k in kind])
         idx = np.flatnonzero(is_copy)[device_side]
-        cause[idx] = "launch"  # a device-to-device copy call only queues work, like a launch
-    return api, cause
+        cause[idx] = code_of["launch"]  # a device-to-device copy call only queues work, like a launch
+    return api, {c: cause == i for c, i in code_of.items() if c is not None}
 
 
 def _copy_kinds(report: Report) -> dict[float, str]:
@@ -541,9 +668,9 @@ def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.n
             rows["name"].astype("object").to_numpy())
 
 
-def _copy_calls(report: Report, api: pd.DataFrame, cause: np.ndarray) -> pd.DataFrame:
-    """The copy calls sorted by start, with their copy's bytes, pinned flag and kind (by correlation)."""
-    calls = api[cause == "copy"].sort_values("start_ns", kind="stable")
+def _copy_calls(report: Report, api: pd.DataFrame, is_copy: np.ndarray) -> pd.DataFrame:
+    """The copy calls (``is_copy``) sorted by start, with their copy's bytes, pinned flag and kind (by correlation)."""
+    calls = api[is_copy].sort_values("start_ns", kind="stable")
     t = report.transfers
     if len(calls) and len(t) and "correlation" in t:
         t = t[t["correlation"].notna()].drop_duplicates("correlation")
@@ -589,8 +716,8 @@ class _Context:
         self.report = report
         self.cpu = is_cpu_report(report)
         self.windows = _windows(report)
-        api, api_cause = _host_calls(report)
-        self.host_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {c: _merged(api, api_cause == c) for c in PRIORITY}
+        api, is_cause = _host_calls(report)
+        self.host_sets: dict[str, tuple[np.ndarray, np.ndarray]] = {c: _merged(api, is_cause[c]) for c in PRIORITY}
         self.ranges = _host_ranges(report.ranges)
         if len(self.ranges):
             prof = map_distinct(self.ranges["name"], lambda n: bool(PROFILER_RANGE.search(str(n)))).to_numpy(bool)
@@ -613,19 +740,32 @@ class _Context:
         self.recorded = (np.array([min(int(s) for s, _ in spans)], np.int64),
                          np.array([max(int(e) for _, e in spans)], np.int64)) \
             if spans else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        self.copies = _copy_calls(report, api, api_cause)
+        self.copies = _copy_calls(report, api, is_cause["copy"])
         self.copy_names = vocab.codes(self.copies["name"].astype("object").to_numpy())
-        self.calls = {c: _sorted_calls(api, api_cause == c) for c in ("profiler", "sync", "launch")}
+        self.calls = {c: _sorted_calls(api, is_cause[c]) for c in ("profiler", "sync", "launch")}
         self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
         # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
         to_host = (self.copies["kind"].astype("object") == "DtoH").to_numpy(bool) if len(self.copies) else np.zeros(0, bool)
         to_host_calls = self.copies.loc[to_host, list(api.columns)]
         to_host_calls = to_host_calls.assign(name=[f"{n} (DtoH)" for n in to_host_calls["name"].astype("object")])
-        opener = pd.concat([api[api_cause == "sync"], to_host_calls], ignore_index=True)
+        opener = pd.concat([api[is_cause["sync"]], to_host_calls], ignore_index=True)
         self.openers = _sorted_calls(opener, np.ones(len(opener), bool)) if not self.cpu else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object))
         self.opener_names = vocab.codes(self.openers[2])
         self.graph = _graph_keys(report, acts, api)
+        # each kernel's dispatch id (copies: none) and process, and the ids each process's kernels hold
+        # (none, and no per-row array, where the kernels carry no dispatch id: Kineto and nsys traces, whose 5M-kernel
+        # imports must not pay 3 arrays of 8 bytes a row here)
+        self.held: dict[int, np.ndarray] = {}
+        self.ids, self.process, self.untraced = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, bool)
+        if "dispatch_id" in report.kernels and len(report.kernels):
+            ids, group, self.held = held_ids(report.kernels)
+            if self.held:
+                self.ids = np.full(len(acts), np.nan)
+                self.ids[:len(ids)] = ids  # kernel rows come first in the device work, in the kernel table's order
+                self.process = np.full(len(acts), -1, np.int64)
+                self.process[:len(group)] = group
+                self.untraced = self._untraced_launches(report, acts, api, ids)
         self.graph_call = {c: vocab.code(n) for c, n in self._graph_call_names(report, api).items()}
         self.acts: pd.DataFrame | None = acts
         # the slices' text codes while the chunks wait to be joined: the narrowest integers the vocabulary fits;
@@ -648,18 +788,69 @@ class _Context:
         return dict(zip(rows["correlation"].to_numpy(np.float64, na_value=np.nan).tolist(),
                         rows["name"].astype("object").tolist()))
 
+    @staticmethod
+    def _untraced_launches(report: Report, acts: pd.DataFrame, api: pd.DataFrame, ids: np.ndarray) -> np.ndarray:
+        """Per device-work row: a kernel whose launch call the trace lacks (its correlation id has no API row) in a
+        trace that records the host's calls by correlation id; read only where the kernels carry dispatch ids (AMD's
+        traces: the HIP API trace holds every call, so a kernel without its call means API records are missing)."""
+        out = np.zeros(len(acts), bool)
+        if not len(api) or "correlation" not in api or not (~np.isnan(ids)).any():
+            return out
+        held = api["correlation"].to_numpy(np.float64, na_value=np.nan)
+        held = np.unique(held[~np.isnan(held)])
+        if not len(held):
+            return out
+        corr = acts["correlation"].to_numpy(np.float64, na_value=np.nan)[:len(report.kernels)]
+        at = np.clip(np.searchsorted(held, corr), 0, len(held) - 1)
+        out[:len(corr)] = ~np.isnan(corr) & (held[at] != corr)
+        return out
+
     def release_device_work(self) -> None:
         """Let go of the device work (read by :meth:`per_gap` only) before the gaps are classified."""
         self.acts = None
         self.graph = np.zeros(0)
+        self.ids, self.process, self.untraced = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, bool)
         self.sync_op = np.zeros(0, bool)
 
     # ------------------------------------------------------------------ per device
-    def per_gap(self, idle: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def per_gap(self, idle: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per gap of ``idle`` (a device's; ``rows``: its device work): its length, the call that opened it (row
-        of :attr:`openers`, -1: none) and the correlation of the graph replay it lies in (NaN: none)."""
+        of :attr:`openers`, -1: none), the correlation of the graph replay it lies in (NaN: none), and the dispatch
+        ids the trace lacks over it with the ids either side (:func:`unrecorded_gaps`; 0 and NaN: none)."""
         ist, ien = idle
-        return (ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien)
+        return ((ien - ist), _call_at(self.openers, ist, closed=True), self._graph_gaps(rows, ist, ien),
+                *self._unrecorded(rows, ist, ien), self._untraced_after(rows, ien))
+
+    def _untraced_after(self, rows: np.ndarray, ien: np.ndarray) -> np.ndarray:
+        """Per gap: the device work that ends it (the first started at its end) is a kernel whose launch call the
+        trace lacks (:meth:`_untraced_launches`)."""
+        assert self.acts is not None, "the device work was released"
+        if not len(self.untraced):
+            return repeated(np.False_, len(ien))
+        flag = self.untraced[rows]
+        if not flag.any():
+            return repeated(np.False_, len(ien))
+        s = self.acts["start_ns"].to_numpy(np.int64)[rows]
+        order = np.argsort(s, kind="stable")
+        at = np.searchsorted(s[order], ien, side="left")
+        ok = at < len(s)
+        return ok & flag[order][np.minimum(at, len(s) - 1)]
+
+    def _unrecorded(self, rows: np.ndarray, ist: np.ndarray, ien: np.ndarray) -> tuple[np.ndarray, ...]:
+        """:func:`unrecorded_gaps` of the device's kernels, against the ids of their process (none when the device's
+        kernels come from several processes: their ids are not one sequence)."""
+        assert self.acts is not None, "the device work was released"
+        none = (repeated(np.int64(0), len(ist)), repeated(np.float64(np.nan), len(ist)),
+                repeated(np.float64(np.nan), len(ist)))
+        if not self.held:
+            return none
+        ids = self.ids[rows]
+        known = ~np.isnan(ids)
+        procs = np.unique(self.process[rows][known])
+        if len(procs) != 1 or int(procs[0]) not in self.held:
+            return none
+        starts = self.acts["start_ns"].to_numpy(np.int64)[rows]
+        return unrecorded_gaps(starts, ids, self.held[int(procs[0])], ist, ien)
 
     def _graph_gaps(self, rows: np.ndarray, ist: np.ndarray, ien: np.ndarray) -> np.ndarray:
         """Per gap: the correlation of the graph replay whose kernels lie on both sides of it (NaN: none). The
@@ -691,7 +882,7 @@ class _Context:
         return out
 
     def classify(self, device: str, idle: tuple[np.ndarray, np.ndarray], window: tuple[np.ndarray, np.ndarray],
-                 per_gap: tuple[np.ndarray, np.ndarray, np.ndarray]) -> _Slices:
+                 per_gap: tuple[np.ndarray, ...]) -> _Slices:
         """Cut the idle intervals at every host boundary, give each piece its cause, host kind and evidence,
         and join neighbouring pieces that agree (text as codes of :class:`_Vocab` until the join); ``per_gap``:
         :meth:`per_gap` of ``idle``."""
@@ -725,9 +916,10 @@ class _Context:
         return _Slices(device, span, parts)
 
     def _pieces(self, a: np.ndarray, b: np.ndarray, mid: np.ndarray, gap: np.ndarray,
-                per_gap: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, Any]:
+                per_gap: tuple[np.ndarray, ...]) -> dict[str, Any]:
         """The cause, host kind and evidence of the pieces ``a``-``b`` (whole gaps), joined into slices
-        (:meth:`_joined`); ``per_gap``: each gap's length, the call that opened it, its graph replay."""
+        (:meth:`_joined`); ``per_gap``: each gap's length, the call that opened it, its graph replay, the dispatch
+        ids the trace lacks over it and the ids either side."""
         C = self.code
         n = len(a)
         code = self.code_dtype  # the text codes' dtype; rows of the host tracks in int32 (a piece: ~70 bytes, not ~190)
@@ -793,6 +985,8 @@ class _Context:
         short = (per_gap[0][gap] < limit) | (stretch < np.where(queues, DISPATCH_OP_NS, limit))
         kind[rest & short] = C["dispatch"]
         kind[rest & ~short] = C["host code"]
+        # host code before a kernel whose launch call the trace lacks: the host's calls there are not all recorded
+        kind[rest & ~short & per_gap[6][gap]] = C["untraced"]
         # graph replays: the device runs the graph's nodes by itself, whatever the host does meanwhile
         replay = per_gap[2][gap]
         in_graph = ~np.isnan(replay)
@@ -802,6 +996,20 @@ class _Context:
             api[in_graph] = [self.graph_call.get(c, C["graph replay"]) for c in replay[in_graph].tolist()]
             for col in (kind, op, op_shapes, function, wait):
                 col[in_graph] = -1
+        # dispatches the trace lacks over the gap: the device likely ran kernels it does not hold, whatever the host
+        # did (the range around it stays: where the host was)
+        missing = per_gap[3][gap]
+        unrecorded = missing > 0
+        gone = np.full(n, np.nan)
+        before, after = gone.copy(), gone.copy()
+        if unrecorded.any():
+            cause[unrecorded] = C["unrecorded"]
+            corr[unrecorded] = np.nan
+            for col in (kind, api, op, op_shapes, function, wait):
+                col[unrecorded] = -1
+            gone[unrecorded] = missing[unrecorded]
+            before[unrecorded] = per_gap[4][gap][unrecorded]
+            after[unrecorded] = per_gap[5][gap][unrecorded]
         names = np.full(n, -1, code)
         named = np.flatnonzero(~unknown & ~in_graph)
         names[named] = self.range_index.at(mid[named])
@@ -826,12 +1034,14 @@ class _Context:
             api[at[row >= 0]] = self.call_names[c][row[row >= 0]]
         return self._joined(a, b, gap, {
             "cause": cause, "host_kind": kind, "range": names, "api": api, "op": op, "op_shapes": op_shapes,
-            "function": function, "wait": wait}, corr, nbytes, pinned)
+            "function": function, "wait": wait}, corr, nbytes, pinned,
+            {"unrecorded_dispatches": gone, "dispatch_before": before, "dispatch_after": after})
 
     def _joined(self, a: np.ndarray, b: np.ndarray, gap: np.ndarray, codes: dict[str, np.ndarray], corr: np.ndarray,
-                nbytes: np.ndarray, pinned: np.ndarray) -> dict[str, Any]:
+                nbytes: np.ndarray, pinned: np.ndarray, per_gap: dict[str, np.ndarray]) -> dict[str, Any]:
         """Neighbouring pieces of one gap with the same cause and evidence, joined into one slice: the slices'
-        columns, the text ones as codes of the vocabulary (-1: None)."""
+        columns, the text ones as codes of the vocabulary (-1: None); ``per_gap``: columns with one value per gap
+        (float, NaN: none), taken from each slice's first piece."""
         key_change = np.ones(len(a), bool)
         if len(a) > 1:
             same = (a[1:] == b[:-1]) & (gap[1:] == gap[:-1]) & \
@@ -846,6 +1056,7 @@ class _Context:
         return {"start_ns": a[first], "end_ns": b[last], "gap": gap[first].astype(np.int32),
                 "correlation": held_once(corr[first]), "bytes": held_once(nbytes[first]),
                 "pinned": held_once(pinned[first]),
+                **{k: held_once(v[first]) for k, v in per_gap.items()},
                 **{k: held_once(v[first].astype(self.code_dtype)) for k, v in codes.items()}}
 
 
@@ -905,6 +1116,8 @@ class _Slices:
         return sum(len(p["start_ns"]) for p in self.parts)
 
 
+GAP_ID_COLUMNS = ("unrecorded_dispatches", "dispatch_before", "dispatch_after")
+"""The idle table's dispatch-id columns of ``unrecorded`` slices (one value per gap; missing elsewhere)."""
 TEXT_COLUMNS = ("cause", "host_kind", "range", "api", "op", "op_shapes", "function", "wait")
 """The idle table's text columns, held as vocabulary codes while it is built."""
 
@@ -918,7 +1131,7 @@ def _table(slices: list[_Slices], words: list[str], rows: int) -> pd.DataFrame:
     cols: dict[str, Any] = {}
     codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     word_array = np.array(words, dtype=object)
-    for c in ("start_ns", "end_ns", "gap", "correlation", "bytes", "pinned", *TEXT_COLUMNS):
+    for c in ("start_ns", "end_ns", "gap", "correlation", "bytes", "pinned", *GAP_ID_COLUMNS, *TEXT_COLUMNS):
         # one copy: every device's chunks at once (a per-device join first would copy each column twice)
         cols[c] = _join_pieces([p[c] for s in slices for p in s.parts]) if n else np.zeros(0, np.int64)
         for s in slices:
@@ -957,6 +1170,7 @@ def _table(slices: list[_Slices], words: list[str], rows: int) -> pd.DataFrame:
         "bytes": cols["bytes"],
         "pinned": pd.arrays.BooleanArray(cols["pinned"] > 0, cols["pinned"] < 0),
         "window_ns": span, "window_pct": pct,
+        **{c: _whole_numbers(cols[c]) for c in GAP_ID_COLUMNS},
     }, copy=False)
     # the text columns' codes, known from the classification: the rules and sections that group the table by
     # them hash no text (schema.column_codes; conform carries them to the stored table)
@@ -1032,8 +1246,9 @@ def kind_totals(idle: pd.DataFrame, device: str | None = None) -> dict[str, floa
 
 
 def largest_kind(totals: dict[str, float]) -> str | None:
-    """The kind with the most idle time (None when there is none)."""
-    live = {k: v for k, v in totals.items() if v > 0}
+    """The kind with the most idle time as measured (None when there is none): ``unrecorded`` time, where the trace
+    lacks the dispatches the device likely ran, is not idle time and never leads."""
+    live = {k: v for k, v in totals.items() if v > 0 and k != "unrecorded"}
     return max(live, key=lambda k: live[k]) if live else None
 
 
@@ -1041,6 +1256,38 @@ def graphs_help(totals: dict[str, float]) -> bool:
     """Whether CUDA graphs / fusion address the largest share of these gaps: the largest kind is
     ``dispatch`` or ``launch`` (:data:`GRAPH_KINDS`)."""
     return largest_kind(totals) in GRAPH_KINDS
+
+
+def measured(idle: pd.DataFrame) -> pd.DataFrame:
+    """The slices of ``idle`` outside the ``unrecorded`` gaps (whole gaps: every slice of such a gap is one):
+    the idle time as measured; ``idle`` itself when it has none."""
+    if not len(idle):
+        return idle
+    codes, distinct = column_codes(idle, "cause")
+    hit = [i for i, v in enumerate(distinct.tolist()) if v == "unrecorded"]
+    return idle if not hit else subset(idle, codes != hit[0])
+
+
+def unrecorded_facts(idle: pd.DataFrame) -> dict[str, float | int]:
+    """What the ``unrecorded`` slices of ``idle`` (one device's, or all) hold: ``ns`` (their time), ``gaps``,
+    ``dispatches`` (the ids the trace lacks over them, each run of missing ids once: two gaps on either side of a
+    copy share one run), ``first`` / ``last`` (the lowest and highest missing id, -1 when none)."""
+    out: dict[str, float | int] = {"ns": 0.0, "gaps": 0, "dispatches": 0, "first": -1, "last": -1}
+    if not len(idle) or "unrecorded_dispatches" not in idle:
+        return out
+    rows = rows_where(idle, "cause", "unrecorded")
+    if not len(rows):
+        return out
+    out["ns"] = float(rows["duration_ns"].to_numpy(np.float64, na_value=np.nan).sum())
+    out["gaps"] = len(np.unique(gap_ids(rows)))
+    lo = rows["dispatch_before"].to_numpy(np.float64, na_value=np.nan)
+    hi = rows["dispatch_after"].to_numpy(np.float64, na_value=np.nan)
+    n = rows["unrecorded_dispatches"].to_numpy(np.float64, na_value=np.nan)
+    runs = pd.DataFrame({"lo": lo, "hi": hi, "n": n}).dropna().drop_duplicates(["lo", "hi"])
+    if len(runs):
+        out["dispatches"] = int(runs["n"].sum())
+        out["first"], out["last"] = int(runs["lo"].min()) + 1, int(runs["hi"].max()) - 1
+    return out
 
 
 GAP_BUCKETS_NS = (5_000, 50_000, 500_000, 5_000_000, 50_000_000)
@@ -1191,10 +1438,16 @@ def idle_overview(idle: pd.DataFrame, top: int = 8) -> list[dict[str, object]]:
         window = float(rows["window_ns"].iloc[0])
         totals = cause_totals(rows)
         kinds = kind_totals(rows)
-        lengths = gap_lengths(rows)
+        lengths = gap_lengths(measured(rows))  # the gaps over which the trace lacks dispatches are not idle
+        unrec = unrecorded_facts(rows)
+        kept, kept_window = total - float(unrec["ns"]), window - float(unrec["ns"])
         out.append({
             "device": device, "window_ns": window, "idle_ns": total,
             "idle_pct": total / window * 100 if window > 0 else None,
+            # the idle time as measured: the unrecorded gaps (dispatches the trace lacks) left out of idle and window
+            "measured_idle_ns": kept, "measured_window_ns": kept_window,
+            "measured_idle_pct": kept / kept_window * 100 if kept_window > 0 else None,
+            "unrecorded": unrec,
             "causes": [{"cause": c, "duration_ns": ns, "idle_pct": ns / total * 100 if total > 0 else None}
                        for c, ns in sorted(totals.items(), key=lambda kv: -kv[1])],
             "kinds": [{"kind": k, "duration_ns": ns, "idle_pct": ns / total * 100 if total > 0 else None}
@@ -1209,17 +1462,20 @@ __all__ = [
     "CAUSES",
     "DISPATCH_GAP_NS",
     "DISPATCH_GAP_UNSEEN_NS",
+    "DISPATCH_ID_MAX",
     "DISPATCH_OP_NS",
     "GRAPH_KINDS",
     "HOST_KINDS",
     "KINDS",
     "cause_totals",
+    "dispatch_ids",
     "function_label",
     "gap_ids",
     "gap_lengths",
     "gap_size_buckets",
     "gap_sizes_text",
     "graphs_help",
+    "held_ids",
     "idle_intervals",
     "idle_of",
     "idle_overview",
@@ -1232,5 +1488,11 @@ __all__ = [
     "kinds_of",
     "largest_kind",
     "launching_thread",
+    "measured",
+    "missing_between",
+    "unrecorded_facts",
+    "unrecorded_gaps",
+    "unrecorded_summary",
+    "unrecorded_warning",
     "weighted_median",
 ]

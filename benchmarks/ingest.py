@@ -24,7 +24,9 @@ exit), which is what a user waits for, and the load alone (measured inside the c
 one call). The speed ratio is of whole processes (issue #44: >= 8); the load-only ratio is printed
 beside it. Peak memory is the child's peak resident set (``VmHWM``: whole process, interpreter,
 imports and the load), so it is what a user's machine must have. Runs are interleaved round by
-round; medians over the repeats.
+round; medians over the repeats (the headline). The min-of-N whole-process wall ratio (HTA's fastest run of
+its fastest backend over perfscope's fastest run: timeit's convention on a noisy machine, where a
+neighbour's bursts only ever add time) is printed beside it, labelled as such; it does not replace it.
 
 Each child's CPU time (user + system, from ``getrusage``) is measured too: on a shared machine a
 process's wall time depends on everyone else's load, its CPU time much less.
@@ -34,7 +36,8 @@ run first), as an installed package's is: HTA's venv holds the bytecode pip comp
 while a checkout run under ``PYTHONDONTWRITEBYTECODE=1`` recompiled every perfscope module in every
 run (0.2-0.4 CPU-s of a 3.5 CPU-s import, charged to perfscope in the results before 2026-12-05 05:00).
 
-The last line is ``ingest_speed_ratio=X ingest_cpu_ratio=C ingest_memory_ratio=Y ingest_load_ratio=Z``
+The last line is ``ingest_speed_ratio=X ingest_cpu_ratio=C ingest_memory_ratio=Y ingest_load_ratio=Z
+ingest_speed_ratio_min_of_n=B``
 (HTA / perfscope: higher is better for perfscope).
 
 Usage::
@@ -250,6 +253,7 @@ def measure(readers: list[str], path: Path, repeat: int, hta_python: str = HTA_P
         m = dict(rs[-1])
         m["seconds"] = statistics.median(r["seconds"] for r in rs)
         m["process_s"] = statistics.median(r["process_s"] for r in rs)
+        m["process_min_s"] = min(r["process_s"] for r in rs)
         m["cpu_s"] = statistics.median(r["cpu_s"] for r in rs)
         m["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in rs)
         m["all_seconds"] = [round(r["seconds"], 2) for r in rs]
@@ -266,9 +270,9 @@ def _line(label: str, m: dict[str, Any]) -> str:
 
 
 def compare(path: Path, repeat: int, backends: tuple[str, ...] = HTA_BACKENDS,
-            hta_python: str = HTA_PYTHON) -> tuple[float, float, float]:
+            hta_python: str = HTA_PYTHON) -> tuple[float, float, float, float, float]:
     """Print the measurements for one file; return (whole-process speed ratio, memory ratio, load-only
-    speed ratio), HTA / perfscope."""
+    speed ratio, CPU-time ratio, min-of-N whole-process speed ratio), HTA / perfscope."""
     found = measure(["perfscope", *(f"hta:{b}" for b in backends)], path, repeat, hta_python)
     ours = found.pop("perfscope")
     print(f"{path.name} ({path.stat().st_size / 2**20:.0f} MiB on disk), load average {_loadavg()}:")
@@ -276,15 +280,17 @@ def compare(path: Path, repeat: int, backends: tuple[str, ...] = HTA_BACKENDS,
     for reader, m in found.items():
         print(_line(f"HTA TraceAnalysis [{reader.split(':')[1]}]", m) + f"  rows={m['rows']:,}")
     fastest = min(m["process_s"] for m in found.values())
+    fastest_min = min(m["process_min_s"] for m in found.values())
     fastest_load = min(m["seconds"] for m in found.values())
     fastest_cpu = min(m["cpu_s"] for m in found.values())
     leanest = min(m["peak_rss_mib"] for m in found.values())
     speed, memory = fastest / ours["process_s"], leanest / ours["peak_rss_mib"]
     load, cpu = fastest_load / ours["seconds"], fastest_cpu / ours["cpu_s"]
+    best = fastest_min / ours["process_min_s"]
     print(f"  -> as whole processes perfscope is {speed:.2f}x faster than HTA's fastest backend in wall time "
-          f"({cpu:.2f}x in CPU time; {load:.2f}x the load alone) and uses 1/{memory:.2f} of the peak memory of its "
-          "leanest one", flush=True)
-    return speed, memory, load, cpu
+          f"(medians; min of {repeat} runs each: {best:.2f}x) ({cpu:.2f}x in CPU time; {load:.2f}x the load alone) "
+          f"and uses 1/{memory:.2f} of the peak memory of its leanest one", flush=True)
+    return speed, memory, load, cpu, best
 
 
 def _loadavg() -> str:
@@ -341,12 +347,14 @@ def main() -> None:
     memory = min(r[1] for r in ratios)
     load = min(r[2] for r in ratios)
     cpu = min(r[3] for r in ratios)
+    best = min(r[4] for r in ratios)
     print(f"goals: speed >= 8 as whole processes ({'met' if speed >= 8 else 'NOT met'} in wall time, "
-          f"{'met' if cpu >= 8 else 'NOT met'} in CPU time), memory >= 3 ({'met' if memory >= 3 else 'NOT met'}); "
+          f"{'met' if cpu >= 8 else 'NOT met'} in CPU time; {best:.2f}x as the min of {args.repeat} runs each, "
+          f"timeit's convention on a noisy machine), memory >= 3 ({'met' if memory >= 3 else 'NOT met'}); "
           f"worst of the files; load average {_loadavg()} (on a shared machine a process's wall time depends on the "
           "others' load; its CPU time much less)")
     print(f"ingest_speed_ratio={speed:.2f} ingest_cpu_ratio={cpu:.2f} ingest_memory_ratio={memory:.2f} "
-          f"ingest_load_ratio={load:.2f}")
+          f"ingest_load_ratio={load:.2f} ingest_speed_ratio_min_of_n={best:.2f}")
 
 
 if __name__ == "__main__":

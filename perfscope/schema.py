@@ -138,6 +138,15 @@ KERNEL_COMM_COLUMNS = _cols(
 """Collective kernels' process group: declared here, not in :data:`KERNEL_COLUMNS`, so that a kernel
 table whose trace names no group does not carry it; :func:`conform` keeps it as an extra column."""
 
+KERNEL_DISPATCH_COLUMNS = _cols(
+    ("dispatch_id", "int", False, "the dispatch's sequence number in its process (rocprofv3 Dispatch_Id, rocpd "
+     "dispatch_id, rocprof v1/v2 Index / Dispatch_ID): global across agents and queues, so the ids a trace lacks "
+     "between its first and last kernel are dispatches it does not hold (a kernel filter, sampling, lost records)"),
+)
+"""AMD traces' dispatch sequence numbers: declared here, not in :data:`KERNEL_COLUMNS`, so that a kernel table whose
+trace numbers no dispatch does not carry it; :func:`conform` keeps it as an extra column. The idle classification
+reads it (:mod:`perfscope.analysis.idle`: cause ``unrecorded``)."""
+
 RANGE_COLUMNS = _cols(
     ("id", "int", True, "range id, unique in the report"),
     ("name", "str", True, "range message"),
@@ -279,7 +288,7 @@ IDLE_COLUMNS = _cols(
     ("start_ns", "int", True, "start of the idle slice on the report's timeline, ns"),
     ("end_ns", "int", True, "end, ns"),
     ("duration_ns", "int", True, "end_ns - start_ns"),
-    ("cause", "str", True, "why the device waits: launch, host, sync, copy, graph, profiler or unknown (docs/idle.md)"),
+    ("cause", "str", True, "why the device waits: launch, host, sync, copy, graph, profiler, unrecorded or unknown (docs/idle.md)"),
     ("host_kind", "str", False, "host slices: dispatch, cpu compute, waiting or host code (docs/idle.md); None otherwise"),
     ("range", "str", False, "innermost NVTX / record_function / nn.Module range around the slice on the host"),
     ("api", "str", False, "the host call the slice fell in (copies: the copy call; sync: the sync call whose return "
@@ -297,6 +306,11 @@ IDLE_COLUMNS = _cols(
     ("pinned", "bool", False, "the copy's host memory is pinned (None when unknown)"),
     ("window_ns", "float", False, "length of the device's window (inference window, or first to last work), ns"),
     ("window_pct", "float", False, "the slice's share of that window, percent"),
+    ("unrecorded_dispatches", "int", False, "unrecorded slices: the dispatch ids the whole trace lacks between the "
+     "last kernel dispatched before the gap and the first started after it (kernels the trace does not hold); "
+     "None on other slices and on traces without dispatch ids"),
+    ("dispatch_before", "int", False, "unrecorded slices: the highest dispatch id started before the gap"),
+    ("dispatch_after", "int", False, "unrecorded slices: the lowest dispatch id started after the gap"),
 )
 
 HOST_COLUMNS = _cols(

@@ -280,9 +280,19 @@ def _idle_lines(report: Report, n: int = 5) -> list[str]:
         causes = " · ".join(f"{c['cause']} {_num(c['idle_pct'], 1, 0)}%" for c in dev["causes"]  # type: ignore[attr-defined]
                             if c["duration_ns"])
         host = " · ".join(f"{k['kind']} {_num(k['idle_pct'], 1, 0)}%" for k in dev["kinds"]  # type: ignore[attr-defined]
-                          if k["duration_ns"] and k["kind"] in ("dispatch", "cpu compute", "waiting", "host code"))
-        lines.append(f"idle on {dev['device']}: {_num(dev['idle_ns'], 1e6, 2)} ms, {_num(dev['idle_pct'], 1, 1)}% of "
-                     f"{_num(dev['window_ns'], 1e6, 2)} ms: {causes}" + (f" (host: {host})" if host else ""))
+                          if k["duration_ns"] and k["kind"] in ("dispatch", "cpu compute", "waiting", "host code", "untraced"))
+        unrec = dev.get("unrecorded") or {}
+        if unrec.get("ns"):  # type: ignore[attr-defined]
+            # gaps over which the trace lacks dispatches are not idle: left out of the idle time and its window
+            lines.append(f"idle on {dev['device']}: {_num(dev['measured_idle_ns'], 1e6, 2)} ms, "
+                         f"{_num(dev['measured_idle_pct'], 1, 1)}% of {_num(dev['measured_window_ns'], 1e6, 2)} ms as "
+                         f"measured; {_num(unrec['ns'], 1e6, 2)} ms in {unrec['gaps']} gaps over which the trace lacks "  # type: ignore[index]
+                         f"{unrec['dispatches']:,} dispatches left out (of {_num(dev['idle_ns'], 1e6, 2)} ms, "  # type: ignore[index]
+                         f"{_num(dev['idle_pct'], 1, 1)}% of {_num(dev['window_ns'], 1e6, 2)} ms as traced): {causes}"
+                         + (f" (host: {host})" if host else ""))
+        else:
+            lines.append(f"idle on {dev['device']}: {_num(dev['idle_ns'], 1e6, 2)} ms, {_num(dev['idle_pct'], 1, 1)}% of "
+                         f"{_num(dev['window_ns'], 1e6, 2)} ms: {causes}" + (f" (host: {host})" if host else ""))
         if dev.get("gap_sizes_text"):
             lines.append(f"  gaps by time: {dev['gap_sizes_text']}")
         rows = [[str(r["cause"]) + (f" ({r['host_kind']})" if isinstance(r.get("host_kind"), str) else ""),  # type: ignore[attr-defined]

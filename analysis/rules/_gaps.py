@@ -35,6 +35,8 @@ from ..idle import (
     kind_codes,
     kind_totals,
     kinds_of,
+    measured,
+    unrecorded_facts,
     weighted_median,
 )
 from ._base import Item, pct
@@ -47,9 +49,10 @@ TOP_ITEMS = 8
 """How many groups a finding lists one by one; the rest of each kind is one item."""
 ADVISE_MIN_PCT = 10.0
 """A kind that holds at least a tenth of the idle time gets its own advice."""
-EXPLAINED = {"launch", "dispatch", "cpu compute", "waiting", "sync", "copy", "graph", "profiler"}
+EXPLAINED = {"launch", "dispatch", "cpu compute", "waiting", "sync", "copy", "graph", "profiler", "unrecorded"}
 """Kinds whose cause the trace shows; ``host code`` explains only when a range, function or operator
-names it, ``unknown`` never."""
+names it, ``unknown`` never. ``unrecorded`` time is explained by the dispatches the trace lacks over it (the
+device likely ran kernels it does not hold), not by the host."""
 
 
 
@@ -79,10 +82,10 @@ def _text(df: pd.DataFrame, col: str) -> np.ndarray:
 SUBJECT_FIELDS = ("op", "function", "wait", "api", "range")
 USES = {
     "op": ("cpu compute", "host code", "sync", "copy"),
-    "function": ("cpu compute", "host code", "waiting", "sync"),
+    "function": ("cpu compute", "host code", "untraced", "waiting", "sync"),
     "wait": ("waiting",),
     "api": ("sync", "copy", "launch", "graph", "profiler"),
-    "range": ("dispatch", "cpu compute", "waiting", "host code", "sync", "copy", "profiler"),
+    "range": ("dispatch", "cpu compute", "waiting", "host code", "untraced", "sync", "copy", "profiler", "unrecorded"),
 }
 """Which fields name what the host did, by kind (empty where a kind does not use one)."""
 
@@ -165,6 +168,9 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
         inside = f" inside {op}" if op else ""
         return (f"{head}: the host ran its own code{inside}{at}, no launch, copy or sync in flight" if (at or inside)
                 else f"{head}: the host ran code no range, function or operator names")
+    if kind == "untraced":
+        return (f"{head}{at}: before kernels whose launch call the trace lacks (API records thinned, filtered or lost): "
+                "the host's calls there are not all recorded, so what it did is unknown")
     if kind == "dispatch":
         return f"{head}: per-operator dispatch between launches (Python, framework, allocation){at}"
     if kind == "sync":
@@ -179,6 +185,9 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
         return f"{head}: between the nodes of a graph replay ({key.get('api') or 'graph launch'}); no host call queued them"
     if kind == "profiler":
         return f"{head}: the profiler's own work ({key.get('api') or key.get('range') or 'buffer flushes'})"
+    if kind == "unrecorded":
+        return (f"{head}{extra}{at}: the GPU was likely running kernels the trace does not hold (a kernel filter, "
+                "sampling or lost records); not idle time")
     return f"{head}: no host activity recorded there"
 
 
@@ -262,11 +271,13 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
         pin = once["pinned"].dropna().astype(bool)
         pinned = "unknown" if not len(pin) else "pinned" if pin.all() else "pageable" if not pin.any() else "mixed"
         extra = f" ({len(once)} copies, {nbytes(moved)}, host memory {pinned})"
+    if kind == "unrecorded":
+        extra = _lacks_text(unrecorded_facts(idle.iloc[pos]))
     explains = _explains(k)
     fn_full = idle["function"].iloc[big] if "function" in idle else None
     attrs: dict[str, float | int | str | None] = {
         "kind": kind, "cause": str(idle["cause"].iloc[big]), "host_kind": kind if kind in
-        ("dispatch", "cpu compute", "waiting", "host code") else None,
+        ("dispatch", "cpu compute", "waiting", "host code", "untraced") else None,
         "range": k["range"] or None, "op": k["op"] or None, "function": function_label(fn_full) if k["function"] else None,
         "wait": k["wait"] or None, "api": k["api"] or None, "slices": len(pos), "gaps": gaps,
         "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
@@ -275,6 +286,22 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
     label = _label(kind, k, total, len(pos), gaps, typical, shapes, extra, where, one_gap, gaps_ns)
     return Item(kind_name, label, total, explains, starts[big], ends[big], {a: v for a, v in attrs.items() if v is not None},
                 spans=spans_of(starts[pos], ends[pos]) if len(pos) > 1 else ())
+
+
+def _lacks_text(facts: dict[str, float | int]) -> str:
+    """`` over which the trace lacks 4,590 dispatches (ids 188..4873)`` (:func:`..idle.unrecorded_facts`)."""
+    n = int(facts["dispatches"])
+    ids = f" (ids {facts['first']}..{facts['last']})" if int(facts["first"]) >= 0 else ""
+    return f" over which the trace lacks {n:,} dispatch{'es' if n != 1 else ''}{ids}"
+
+
+def unrecorded_text(facts: dict[str, float | int]) -> str:
+    """What the ``unrecorded`` gaps hold, as a finding says it: ``131 ms of the idle span lies in 5 gaps over which
+    the trace lacks 4,590 dispatches (ids 188..4873): ...; that time is not idle``."""
+    gaps = int(facts["gaps"])
+    return (f"{duration(float(facts['ns']))} of the idle span lies in {gaps:,} gap{'s' if gaps != 1 else ''}"
+            f"{_lacks_text(facts)}: the GPU was likely running kernels the trace does not hold (a kernel filter, "
+            "sampling or lost records); that time is not idle")
 
 
 # ---------------------------------------------------------------------------- advice
@@ -394,6 +421,15 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                 "itself and no host call is involved, so no host change shortens it. It is the graph's own "
                 "scheduling (small nodes, dependencies between streams): fuse small nodes or check the graph's "
                 "dependencies.")
+    if kind == "untraced":
+        return (f"For {share:.0f}% of the idle time the host ran no recorded call, in gaps before kernels whose launch "
+                f"call the trace lacks{where}: the API trace is missing records there (thinned, filtered or lost), so "
+                "whether the host ran its own code or sat in a launch, copy or sync is unknown. Record the full API "
+                "trace (rocprofv3 --hip-trace without a filter) before moving host work.")
+    if kind == "unrecorded":
+        return (f"{unrecorded_text(unrecorded_facts(idle))}. Re-profile without the kernel filter (rocprofv3 without "
+                "--kernel-include-regex / --kernel-exclude-regex, the whole dispatch range, no sampling) to measure it, "
+                "or read the rest as measured.")
     if kind == "profiler":
         return (f"For {share:.0f}% of the idle time the profiler itself was working (buffer flushes, start-up). "
                 "This is measurement overhead, not the program's: profile more steps after a warm-up "
@@ -439,10 +475,14 @@ def idle_advice(idle: pd.DataFrame, items: Sequence[Item], *, cpu: bool = False,
     """Advice for the gaps ``idle`` from their kinds, largest share first (each kind with at least
     :data:`ADVISE_MIN_PCT` of the time, the largest always), and the ns per kind."""
     totals = kind_totals(idle)
-    total = sum(totals.values())
+    # unrecorded time (dispatches the trace lacks) is said first and is not idle: the other kinds' shares are of
+    # the idle time as measured, the rest
+    total = sum(v for k, v in totals.items() if k != "unrecorded")
     graphs = graphs_help(totals)
-    ranked_kinds = [k for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if v > 0]
+    ranked_kinds = [k for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if v > 0 and k != "unrecorded"]
     chosen = [k for i, k in enumerate(ranked_kinds) if i == 0 or pct(totals[k], total) >= ADVISE_MIN_PCT]
+    if totals.get("unrecorded", 0.0) > 0:
+        chosen.insert(0, "unrecorded")
     parts, told = [], False  # the graph advice (capture, or what a graph run leaves) is said once
     for k in chosen:
         share = pct(totals[k], total)
@@ -464,13 +504,13 @@ def kind_evidence(totals: dict[str, float], idle: pd.DataFrame) -> dict[str, flo
     ev: dict[str, float | int | str] = {}
     for k in KINDS:
         key = k.replace(" ", "_")
-        if k in ("dispatch", "cpu compute", "waiting", "host code"):
+        if k in ("dispatch", "cpu compute", "waiting", "host code", "untraced"):
             ev[f"idle_{key}_ns"] = totals.get(k, 0.0)
             ev[f"idle_{key}_pct"] = pct(totals.get(k, 0.0), total)
-    live = {k: v for k, v in totals.items() if v > 0}
+    live = {k: v for k, v in totals.items() if v > 0 and k != "unrecorded"}  # the lead of the idle time as measured
     if live:
         ev["idle_kind"] = max(live, key=lambda k: live[k])
-    lengths = gap_lengths(idle)
+    lengths = gap_lengths(measured(idle))  # gaps over which the trace lacks dispatches are not idle gaps
     if len(lengths):
         ev["gap_sizes"] = gap_sizes_text(lengths)
     return ev
@@ -541,4 +581,5 @@ __all__ = [
     "lead_names",
     "range_family",
     "shapes_text",
+    "unrecorded_text",
 ]

@@ -231,6 +231,10 @@ ADVICE = {
              "(.item(), .cpu(), printing tensors) from that rank's step."),
     "copy": "Rank {rank} waits for host-device copies its peers do not make: pin the host buffers and overlap them.",
     "profiler": "Part of rank {rank}'s delay is the profiler's own work: trace fewer events on that rank.",
+    "untraced": ("Rank {rank}'s trace lacks launch calls around its longer gaps (API records thinned, filtered or "
+                 "lost): record that rank's full API trace to see what its host did."),
+    "unrecorded": ("Rank {rank}'s trace lacks dispatches over its longer gaps (a kernel filter, sampling or lost "
+                   "records): its device likely ran kernels there; re-profile that rank without the filter."),
     "unknown": ("Neither rank {rank}'s kernels nor its device idle time explain its lateness: compare its host "
                 "side and its node (network, CPU, clocks) with a peer's."),
 }

@@ -23,7 +23,15 @@ from perfscope.memo import memo
 from perfscope.schema import map_distinct, rows_where, subset, value_mask, value_positions
 
 from ..costs.compiled_steps import compiled_kernels
-from ..idle import cause_totals, graphs_help, idle_of, idle_summary, kind_totals, kinds_of
+from ..idle import (
+    cause_totals,
+    graphs_help,
+    idle_of,
+    idle_summary,
+    kind_totals,
+    kinds_of,
+    unrecorded_facts,
+)
 from ..ranks.stats import comm_mask
 from ..steps import has_framework_steps
 from ..steps import inference_windows as step_inference_windows
@@ -368,16 +376,28 @@ def gpu_idle(report: Report) -> list[Finding]:
     idle_all = idle_of(report)
     findings = []
     for idle in device_idle(report):
-        share = pct(idle.idle_ns, idle.span_ns)
+        rows = rows_where(idle_all, "device", idle.device)
+        # gaps over which the trace lacks dispatches are not idle time: left out of the share, said apart
+        unrec = unrecorded_facts(rows)
+        unrec_ns = float(unrec["ns"])
+        measured_ns, measured_span = idle.idle_ns - unrec_ns, idle.span_ns - unrec_ns
+        share = pct(measured_ns, measured_span)
         if not share >= IDLE_MIN_PCT:
             continue
         host_wait = idle.host_wait_ns
         host_pct = pct(host_wait, idle.idle_ns)
-        gap_ev, ranges = _largest_gaps(report, idle, idle.first_ns)
+        gap_ev, ranges = _largest_gaps(report, _without_unrecorded(idle, rows) if unrec_ns else idle, idle.first_ns)
+        gaps = len(idle.gaps) - int(unrec["gaps"])
         evidence: dict[str, float | int | str] = {
             "device": idle.device, "span_ns": idle.span_ns, "busy_ns": idle.busy_ns,
-            "idle_ns": idle.idle_ns, "idle_pct": share, "gaps": len(idle.gaps),
+            "idle_ns": idle.idle_ns, "idle_pct": pct(idle.idle_ns, idle.span_ns), "gaps": len(idle.gaps),
         }
+        if unrec_ns:
+            evidence.update({"unrecorded_ns": unrec_ns, "unrecorded_gaps": int(unrec["gaps"]),
+                             "unrecorded_dispatches": int(unrec["dispatches"]),
+                             "unrecorded_first_id": int(unrec["first"]), "unrecorded_last_id": int(unrec["last"]),
+                             "measured_idle_ns": measured_ns, "measured_span_ns": measured_span,
+                             "measured_idle_pct": share})
         if not math.isnan(host_wait):
             evidence["idle_waiting_for_launch_ns"] = host_wait
             evidence["idle_waiting_for_launch_pct"] = host_pct
@@ -385,9 +405,11 @@ def gpu_idle(report: Report) -> list[Finding]:
         if mode.is_graph_run and not cpu:
             evidence.update(mode.evidence())
         what = "is outside operators" if cpu else f"{idle.device} is idle"
-        title = (f"{share:.0f}% of the active span {what} ({duration(idle.idle_ns)} in {len(idle.gaps)} gaps "
-                 f"over {duration(idle.span_ns)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))})")
-        rows = rows_where(idle_all, "device", idle.device)
+        left_out = (f"; {duration(unrec_ns)} in {int(unrec['gaps'])} gaps over which the trace lacks "
+                    f"{int(unrec['dispatches']):,} dispatches left out, not idle" if unrec_ns else "")
+        title = (f"{share:.0f}% of the active span {what} ({duration(measured_ns)} in {gaps} gaps "
+                 f"over {duration(measured_span)}; largest {duration(float(gap_ev.get('gap1_ns', math.nan)))}"
+                 f"{left_out})")
         items: list[Item] = idle_items(rows) if len(rows) else []
         graphs = False
         if len(rows):
@@ -399,7 +421,8 @@ def gpu_idle(report: Report) -> list[Finding]:
             evidence.update(kind_evidence(totals, rows))
             lead = str(evidence.get("idle_kind", ""))
             names = lead_names(items, lead)
-            title += f"; mostly {lead}" + (f" in {', '.join(names)}" if names and lead not in ("launch", "graph") else "")
+            said = {"untraced": "host time whose calls the trace lacks"}.get(lead, lead)
+            title += f"; mostly {said}" + (f" in {', '.join(names)}" if names and lead not in ("launch", "graph") else "")
             if "gap_sizes" in evidence:
                 title += f"; {evidence['gap_sizes']}"
             ranges = tuple(dict.fromkeys([*_names_of(items, "range"), *ranges]))
@@ -415,11 +438,27 @@ def gpu_idle(report: Report) -> list[Finding]:
             if graphs or mode.is_graph_run:
                 advice += knob(fw, "graphs", graphs=mode.is_graph_run,
                                tokens=float(pd.to_numeric(report.steps["tokens"], errors="coerce").astype("float64").max()))
+        # the time at stake is the measured idle: a gap over which the trace lacks dispatches is not idle time, so
+        # it is neither at stake nor an item (the title, the advice, the evidence and the import's warning say it)
+        items = [i for i in items if i.attrs.get("cause") != "unrecorded"]
         findings.append(Finding(
-            "time-outside-ops" if cpu else "gpu-idle", severity_for(idle.idle_ns, idle.span_ns), title,
-            evidence, advice, idle.idle_ns, ranges=ranges, items=tuple(items),
-            explained_ns=explained_ns(items, idle.idle_ns)))
+            "time-outside-ops" if cpu else "gpu-idle", severity_for(measured_ns, measured_span), title,
+            evidence, advice, measured_ns, ranges=ranges, items=tuple(items),
+            explained_ns=explained_ns(items, measured_ns)))
     return findings
+
+
+def _without_unrecorded(idle: DeviceIdle, rows: pd.DataFrame) -> DeviceIdle:
+    """``idle`` without the gaps that hold ``unrecorded`` slices (the trace lacks dispatches over them)."""
+    slices = rows_where(rows, "cause", "unrecorded")
+    s = np.sort(slices["start_ns"].to_numpy(np.int64))
+    e = slices["end_ns"].to_numpy(np.int64)[np.argsort(slices["start_ns"].to_numpy(np.int64), kind="stable")]
+    lo = idle.gaps["gap_start_ns"].to_numpy(np.int64)
+    mid = lo + idle.gaps["gap_ns"].to_numpy(np.int64) // 2
+    at = np.searchsorted(s, mid, side="right") - 1
+    inside = (at >= 0) & (mid < e[np.maximum(at, 0)]) if len(s) else np.zeros(len(mid), bool)
+    return DeviceIdle(idle.device, idle.first_ns, idle.span_ns, idle.busy_ns,
+                      idle.gaps[~inside].reset_index(drop=True))
 
 
 def _names_of(items: list[Item], attr: str) -> list[str]:
@@ -436,7 +475,7 @@ def _cause_evidence(idle: pd.DataFrame, evidence: dict[str, float | int | str]) 
     for cause, ns in totals.items():
         evidence[f"idle_{cause}_ns"] = ns
         evidence[f"idle_{cause}_pct"] = pct(ns, total)
-    known = {c: ns for c, ns in totals.items() if c != "unknown" and ns > 0}
+    known = {c: ns for c, ns in totals.items() if c not in ("unknown", "unrecorded") and ns > 0}  # measured idle's
     cause = max(known, key=lambda c: known[c]) if known else "unknown"
     evidence["idle_cause"] = cause
     summary = idle_summary(idle)
@@ -497,6 +536,14 @@ def short_kernels(report: Report) -> list[Finding]:
         front = short & ~replayed & (gap > 0)
         kinds, front_ns, g_start, g_end = _gaps_before(report, str(device), kernels["start_ns"].to_numpy(np.int64)[rows[front]],
                                                        np.minimum(gap[front], LAUNCH_GAP_CAP_NS).astype(np.float64))
+        # a gap over which the trace lacks dispatches is not a launch gap: the device likely ran kernels there
+        unrec = kinds == "unrecorded"
+        if unrec.any():
+            evidence["gaps_before_short_unrecorded"] = int(unrec.sum())
+            evidence["gaps_before_short_unrecorded_ns"] = float(front_ns[unrec].sum())
+            at_stake -= float(front_ns[unrec].sum())
+            evidence["launch_gaps_before_short_ns"] = at_stake
+            kinds, front_ns, g_start, g_end = kinds[~unrec], front_ns[~unrec], g_start[~unrec], g_end[~unrec]
         items = grouped_items(kinds, front_ns, g_start, g_end, f"short {unit}", {"device": str(device)})
         totals = {str(k): float(front_ns[kinds == k].sum()) for k in pd.unique(kinds)}
         graphs = graphs_help(totals)
@@ -518,6 +565,10 @@ def short_kernels(report: Report) -> list[Finding]:
             advice = (f"The gaps in front of these kernels are mostly {lead} ({pct(totals[lead], at_stake):.0f}% of "
                       f"their time), not launch or dispatch work, so fusing them or capturing CUDA graphs would not "
                       f"close those gaps; the gpu-idle finding names where the {lead} time goes.")
+        if unrec.any():
+            n = int(unrec.sum())
+            advice += (f" {n} gap{'s' if n != 1 else ''} before short {unit} {'lie' if n != 1 else 'lies'} over "
+                       "dispatches the trace lacks (the GPU likely ran kernels there): not counted as launch gaps.")
         if compiled_cpu_run(report):
             advice = _compiled_cpu_short_advice(kernels, rows[short], evidence)
         elif mode.is_graph_run and not cpu:

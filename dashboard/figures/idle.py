@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from perfscope.report import Report
 
 CAUSE_COLORS = {"launch": "#d62728", "host": "#1f77b4", "sync": "#9467bd", "copy": "#ff7f0e", "graph": "#2ca02c",
-                "profiler": "#7f7f7f", "unknown": "#c7c7c7"}
+                "profiler": "#7f7f7f", "unrecorded": "#bcbd22", "unknown": "#c7c7c7"}
 
 
 def idle_causes(report: Report) -> go.Figure:
@@ -40,6 +40,10 @@ def idle_causes(report: Report) -> go.Figure:
             mine = [r for r in ranges if r["cause"] == cause][:3]  # type: ignore[attr-defined,index]
             where = "<br>".join(f"{esc(r['range'] or '(no range)')}: {r['duration_ns'] / 1e6:.2f} ms" for r in mine)
             share = c["idle_pct"] if c["idle_pct"] is not None else 0.0
+            facts = dev.get("unrecorded")
+            if cause == "unrecorded" and isinstance(facts, dict):  # dispatches the trace lacks: the device likely ran kernels there
+                where = (f"the trace lacks {int(facts.get('dispatches', 0)):,} dispatches over these "
+                         f"{int(facts.get('gaps', 0))} gaps: the GPU likely ran kernels it does not hold; not idle")
             fig.add_trace(go.Bar(
                 y=[row], x=[float(c["duration_ns"]) / 1e6], orientation="h",
                 name=cause, marker_color=CAUSE_COLORS.get(cause, "#333"), legendgroup=cause,
@@ -54,7 +58,13 @@ def idle_causes(report: Report) -> go.Figure:
     from perfscope.analysis.summaries.kernels import is_cpu_report
 
     who = "Why the cores wait: time outside operators" if is_cpu_report(report) else "Why the GPU waits: idle time"
-    fig.update_layout(template="plotly_white", title={"text": f"{who} per cause"},
+    left = 0.0
+    for d in overview:
+        unrec = d.get("unrecorded")
+        left += float(unrec.get("ns", 0.0)) if isinstance(unrec, dict) else 0.0
+    note = (f"<br><sub>{duration(left)} of it lies over dispatches the trace lacks ('unrecorded': a kernel filter "
+            "or lost records): not idle</sub>" if left > 0 else "")
+    fig.update_layout(template="plotly_white", title={"text": f"{who} per cause{note}"},
                       xaxis_title="idle ms inside the window", height=max(240, 140 + 34 * n), barmode="overlay",
                       yaxis={"categoryorder": "array", "categoryarray": [
                           r for r in (f"{esc(str(d['device']))} {c}" for d in overview for c in reversed(CAUSES))

@@ -416,6 +416,27 @@ def csv_cases(seed: Make, start: str, end: str, name_col: str, name: str | None 
             ("long-line", _csv(seed, _long_line(8 << 20), name))]
 
 
+def _dup(col: str) -> Callable[[list[list[str]]], list[list[str]]]:
+    """Every row's ``col`` the first row's (every dispatch id one id)."""
+    def fn(rows: list[list[str]]) -> list[list[str]]:
+        if col in rows[0] and len(rows) > 1:
+            i = rows[0].index(col)
+            for r in rows[1:]:
+                if i < len(r):
+                    r[i] = rows[1][i]
+        return rows
+    return fn
+
+
+def dispatch_id_cases(seed: Make, col: str) -> list[Case]:
+    """Damaged dispatch ids (read into ``kernels.dispatch_id``, and by the idle classification's ``unrecorded``
+    cause): the column missing, text, duplicated, negative, huge (past int64 and past 2^53)."""
+    return [(f"missing-{col}", _csv(seed, _drop(col))), (f"text-in-{col}", _csv(seed, _set(col, "soon", 3))),
+            (f"duplicate-{col}", _csv(seed, _dup(col))), (f"negative-{col}", _csv(seed, _set(col, "-5", 2))),
+            (f"huge-{col}", _csv(seed, _set(col, "9" * 40, 5))),
+            (f"beyond-2-53-{col}", _csv(seed, _set(col, str((1 << 60) + 7), 7)))]
+
+
 def roctx_nested(n: int) -> Make:
     def make(f: Path, out: Path) -> Path:
         path = seed_v3_csv(f, out)
@@ -602,10 +623,12 @@ GENERATORS: dict[str, Callable[[], list[Case]]] = {
     "nvml": nvml_cases,
     "rocprofv3-csv": lambda: [*common(seed_v3_csv),
                               *csv_cases(seed_v3_csv, "Start_Timestamp", "End_Timestamp", "Kernel_Name"),
+                              *dispatch_id_cases(seed_v3_csv, "Dispatch_Id"),
                               ("roctx-nested-5000", roctx_nested(5000))],
     "rocprofv3-json": v3_json_cases,
     "rocpd": rocpd_cases,
-    "rocprof-csv": lambda: [*common(seed_v1_csv), *csv_cases(seed_v1_csv, "BeginNs", "EndNs", "KernelName")],
+    "rocprof-csv": lambda: [*common(seed_v1_csv), *csv_cases(seed_v1_csv, "BeginNs", "EndNs", "KernelName"),
+                            *dispatch_id_cases(seed_v1_csv, "Dispatch_ID")],
     "rocprof-db": v1_db_cases,
     "rocprof-json": v1_json_cases,
     "rocprof-stats": lambda: [*common(seed_stats),

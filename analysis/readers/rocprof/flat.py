@@ -17,7 +17,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "end": ("End_Timestamp", "EndNs", "end"),
     "agent": ("Agent_Id", "GPU_ID", "gpu-id", "agent_abs_index"),
     "correlation": ("Correlation_Id", "Correlation_ID", "Dispatch_ID", "Index", "corr_id"),
-    "dispatch": ("Dispatch_Id", "Dispatch_ID", "Index", "dispatch_id"),
+    # rocpd's own column first: a counter join adds a Dispatch_Id that is empty on kernels without counters
+    "dispatch": ("dispatch_id", "Dispatch_Id", "Dispatch_ID", "Index"),
     "stream": ("Stream_Id", "Queue_Id", "Queue_ID", "queue-id", "stream_id"),
     "pid": ("Process_Id", "PID", "pid"),
     "vgpr": ("VGPR_Count", "Arch_VGPR", "arch_vgpr", "vgpr_count"),
@@ -70,7 +71,7 @@ def flat_kernels(df: pd.DataFrame, warnings: list[str], *, source: str, lds_bank
     agent = pick(df, "agent")
     extra: dict[str, Any] = {}
     for key, col in (("correlation", "correlation"), ("stream", "stream"), ("registers_per_thread", "vgpr"),
-                     ("shared_mem_bytes", "lds"), ("pid", "pid")):
+                     ("shared_mem_bytes", "lds"), ("pid", "pid"), ("dispatch_id", "dispatch")):
         values = pick(df, col)
         if values is not None:
             extra[key] = ints(values)

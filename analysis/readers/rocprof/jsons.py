@@ -84,7 +84,7 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     kernels = kernel_table(frame["name"], frame["device"], frame["start"], frame["end"],
                            correlation=ints(frame["correlation"]),
                            stream=ints(frame["stream"]),
-                           grid=frame["grid"], block=frame["block"])
+                           grid=frame["grid"], block=frame["block"], dispatch_id=ints(frame["dispatch"]))
     if counters is not None and has_cost_counters(frame):
         costs = costs_from_counters(frame)
         for col in costs.columns:
@@ -177,15 +177,15 @@ def read_v1_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
                 begin, end = ts * 1000, (ts + dur) * 1000
             rows.append({"name": args.get("KernelName") or ev.get("name"), "device": gpu_label(args.get("gpu-id", ev.get("pid"))),
                          "start": begin, "end": end, "correlation": args.get("Index", args.get("index")),
-                         "stream": args.get("queue-id")})
+                         "dispatch": args.get("Index", args.get("index")), "stream": args.get("queue-id")})
         else:
             ts, dur = float(ev.get("ts", "nan")), float(ev.get("dur", "nan"))
             api_rows.append({"name": ev.get("name"), "start": ts * 1000, "end": (ts + dur) * 1000, "thread": ev.get("tid")})
-    frame = pd.DataFrame(rows, columns=["name", "device", "start", "end", "correlation", "stream"])
+    frame = pd.DataFrame(rows, columns=["name", "device", "start", "end", "correlation", "dispatch", "stream"])
     kernels = kernel_table(frame["name"], frame["device"], pd.to_numeric(frame["start"], errors="coerce"),
                            pd.to_numeric(frame["end"], errors="coerce"),
                            correlation=ints(frame["correlation"]),
-                           stream=ints(frame["stream"]))
+                           stream=ints(frame["stream"]), dispatch_id=ints(frame["dispatch"]))
     no_counter_note(kernels, warnings)
     tables = {"kernels": kernels}
     if api_rows:

@@ -25,6 +25,7 @@ from perfscope.errors import InputFormatError
 from perfscope.inputs import read_text
 from perfscope.report import Report, source_info
 
+from ...idle import unrecorded_warning
 from ..finish import Imported, finish
 from .compute import PMC, read_compute
 from .device import agent_spec, rocminfo_agents
@@ -104,6 +105,9 @@ def _finish(fmt: str, path: Path, parse: Callable[[Path, list[str]], Parsed], de
     if len(kernels):
         kernels = with_family_intensity(kernels, warnings)
         tables = {**tables, "kernels": kernels}
+        gone = unrecorded_warning(kernels)  # dispatch ids the trace lacks: kernels filtered, sampled or lost
+        if gone:
+            warnings.append(gone)
     dropped = any("dropped" in w for w in warnings)
     manifest = {
         "name": path.name.split(".")[0] if path.is_file() else path.name,
