@@ -170,7 +170,9 @@ def _empty_paths(n: int) -> np.ndarray:
 def _range_paths(report: Report) -> np.ndarray:
     k = report.kernels
     codes, distinct = pd.factorize(k["range"])
-    labels = set(report.steps["label"].dropna().astype(str)) if "label" in report.steps else set()
+    # str per value, not astype(str): pandas 2.0 casts a categorical's codes there (a RuntimeWarning on a multi-rank
+    # report's steps)
+    labels = {str(v) for v in report.steps["label"].dropna().tolist()} if "label" in report.steps else set()
 
     def clean(path: Any) -> tuple[str, ...]:
         parts = str(path).split("/")
