@@ -15,13 +15,14 @@ range, function or operator around it) is an item that explains nothing.
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfscope.format import duration, nbytes, si
-from perfscope.schema import column_codes, decode, map_distinct
+from perfscope.schema import column_codes, decode, map_distinct, value_mask
 from perfscope.shapes import shapes_text
 
 from ..idle import (
@@ -320,6 +321,40 @@ def _names(items: Sequence[Item], kind: str, fields: Sequence[str], most: int = 
     return out[:most]
 
 
+JIT_NAMES = re.compile(r"nvrtc|\bcompile(?:program|fusion|_fx|_ir)?\b|compile_fx|_inductor|_dynamo|convert_frame|"
+                       r"gpulower|codegen|ptxas|\b(?:cu|hip)modulel(?:oad|oaddata)\b", re.IGNORECASE)
+"""Names of a JIT compiler's host work (NVRTC, nvFuser's lowering and ``compileFusion``, TorchDynamo and Inductor,
+Triton's ``compile``, module loading): host code under one of them is kernel compilation, a cost of a first run."""
+
+JIT_SHARE = 0.5
+"""Host-code time whose ranges or functions name a compiler (:data:`JIT_NAMES`) must hold this share of the host
+code for the advice to be about compilation."""
+
+
+def jit_time(idle: pd.DataFrame) -> tuple[float, float, list[str]]:
+    """(ns of the idle table's ``host code`` slices under a compiler's range, function or operator
+    (:data:`JIT_NAMES`), ns of all its ``host code`` slices, the compiler names, most time first). Read from the
+    table's rows (each distinct name matched once), not from a finding's items, which gather small groups."""
+    if not len(idle) or "host_kind" not in idle:
+        return 0.0, 0.0, []
+    host = value_mask(idle, "host_kind", lambda v: v == "host code")
+    if not host.any():
+        return 0.0, 0.0, []
+    ns = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    hit = np.zeros(len(idle), bool)
+    by_name: dict[str, float] = {}
+    for col in ("range", "function", "op"):  # a slice counts once, named by the first of its names that matches
+        if col not in idle:
+            continue
+        here = np.flatnonzero(host & ~hit & value_mask(idle, col, lambda v: isinstance(v, str)
+                                                       and JIT_NAMES.search(v) is not None))
+        codes, distinct = column_codes(idle, col)
+        for code, t in pd.Series(ns[here]).groupby(codes[here]).sum().items():
+            by_name[str(distinct[int(code)])] = by_name.get(str(distinct[int(code)]), 0.0) + float(t)
+        hit[here] = True
+    return float(ns[hit].sum()), float(ns[host].sum()), sorted(by_name, key=lambda n: -by_name[n])
+
+
 def lead_names(items: Sequence[Item], kind: str) -> list[str]:
     """What a kind's largest items name: functions, then ranges, then operators or calls."""
     return _names(items, kind, ("function", "range", "op", "wait", "api"))
@@ -384,6 +419,16 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                 "device's queue empty. Remove the wait from the launching thread: load or prefetch in a background "
                 "thread, queue the next device work before waiting, or use non-blocking I/O.")
     if kind == "host code":
+        jit, total, compilers = jit_time(idle)
+        if total > 0 and jit >= JIT_SHARE * total:
+            shown = [function_name(n) or n for n in compilers[:3]]
+            named = "" if set(shown) <= set(names) else f" ({', '.join(shown)})"  # not the names said just before
+            return (f"For {share:.0f}% of the {'time between operators' if cpu else 'idle time'} the host ran its own "
+                    f"code{where}; {100 * jit / total:.0f}% of that is under a compiler{named}: kernels being "
+                    "compiled (JIT), a cost of a first run, not of every step. Run the step once before profiling so "
+                    "that compilation is not in the measured time, and keep compiled kernels cached across runs "
+                    "(Inductor's and Triton's caches, nvFuser's kernel cache); if it recurs in a steady state, "
+                    "shapes or guards change between steps and recompile. CUDA graphs would not remove it.")
         if cpu:
             return (f"For {share:.0f}% of the time between operators the host ran its own code{where}. Move or "
                     "overlap this host work: make it faster, take it out of the loop, or do it in another thread.")
