@@ -209,13 +209,12 @@ def dispatch_ids(kernels: pd.DataFrame) -> np.ndarray:
     return v
 
 
-def _process_groups(kernels: pd.DataFrame, ids: np.ndarray) -> np.ndarray:
+def _process_groups(kernels: pd.DataFrame) -> np.ndarray:
     """Per kernel row: a number for its process (dispatch ids count per process); one group when the table names
     no process."""
     if "pid" not in kernels or not len(kernels):
-        return np.zeros(len(ids), np.int64)
-    pid = kernels["pid"].to_numpy(np.float64, na_value=np.nan) if kernels["pid"].dtype != object else \
-        pd.to_numeric(kernels["pid"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        return np.zeros(len(kernels), np.int64)
+    pid = pd.to_numeric(kernels["pid"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
     return pd.factorize(pid, use_na_sentinel=False)[0].astype(np.int64)
 
 
@@ -223,7 +222,7 @@ def held_ids(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[int, n
     """(per kernel row its dispatch id (:func:`dispatch_ids`), its process group, and per process group the sorted
     distinct ids the trace holds)."""
     ids = dispatch_ids(kernels)
-    group = _process_groups(kernels, ids)
+    group = _process_groups(kernels)
     ok = ~np.isnan(ids)
     sets = {int(g): _sorted_unique(ids[ok & (group == g)].astype(np.int64)) for g in np.unique(group[ok]).tolist()}
     return ids, group, sets

@@ -289,7 +289,7 @@ IDLE_COLUMNS = _cols(
     ("end_ns", "int", True, "end, ns"),
     ("duration_ns", "int", True, "end_ns - start_ns"),
     ("cause", "str", True, "why the device waits: launch, host, sync, copy, graph, profiler, unrecorded or unknown (docs/idle.md)"),
-    ("host_kind", "str", False, "host slices: dispatch, cpu compute, waiting or host code (docs/idle.md); None otherwise"),
+    ("host_kind", "str", False, "host slices: dispatch, cpu compute, waiting, host code or untraced (docs/idle.md); None otherwise"),
     ("range", "str", False, "innermost NVTX / record_function / nn.Module range around the slice on the host"),
     ("api", "str", False, "the host call the slice fell in (copies: the copy call; sync: the sync call whose return "
      "opened the gap; graph: the graph launch)"),

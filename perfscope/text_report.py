@@ -273,14 +273,14 @@ def _bound_text(row: Any) -> str:
 
 def _idle_lines(report: Report, n: int = 5) -> list[str]:
     """Why the device waits: its idle time per cause and the largest (cause, range) rows (docs/idle.md)."""
-    from perfscope.analysis.idle import idle_of, idle_overview
+    from perfscope.analysis.idle import HOST_KINDS, idle_of, idle_overview
 
     lines = []
     for dev in idle_overview(idle_of(report), n):
         causes = " · ".join(f"{c['cause']} {_num(c['idle_pct'], 1, 0)}%" for c in dev["causes"]  # type: ignore[attr-defined]
                             if c["duration_ns"])
         host = " · ".join(f"{k['kind']} {_num(k['idle_pct'], 1, 0)}%" for k in dev["kinds"]  # type: ignore[attr-defined]
-                          if k["duration_ns"] and k["kind"] in ("dispatch", "cpu compute", "waiting", "host code", "untraced"))
+                          if k["duration_ns"] and k["kind"] in HOST_KINDS)
         unrec = dev.get("unrecorded") or {}
         if unrec.get("ns"):  # type: ignore[attr-defined]
             # gaps over which the trace lacks dispatches are not idle: left out of the idle time and its window

@@ -659,17 +659,16 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
         return None
     r, f, b = _work(sub)
     xs = [pair_axis(a, r, f, b) for a in axes]
-    if use_keep:  # the source's distance from its curve: a row without one is no evidence for this term
-        xs_k = sub["res_s"].to_numpy(np.float64, na_value=np.nan)
-        ok = np.logical_and.reduce([np.isfinite(x) for x in [*xs, xs_k]])
-    else:
-        ok = np.logical_and.reduce([np.isfinite(x) for x in xs]) if xs else np.ones(len(sub), bool)
+    # the source's distance from its curve (a keep term): a row without one is no evidence for this term
+    xs_k = sub["res_s"].to_numpy(np.float64, na_value=np.nan) if use_keep else None
+    known = [*xs, xs_k] if xs_k is not None else xs
+    ok = np.logical_and.reduce([np.isfinite(x) for x in known]) if known else np.ones(len(sub), bool)
     if not ok.any():
         return None
     probe = PairCorrection("none", (), 0.0, 0.0, 0, wave_tiles=wave_tiles, wave_units=wave_units, wave_coef=1.0)
     xw = probe.wave_log(_dims(sub), len(sub))[ok]
     coef = 1.0 if wave_tiles else 0.0
-    xk = xs_k[ok] if use_keep else np.zeros(int(ok.sum()))
+    xk = xs_k[ok] if xs_k is not None else np.zeros(int(ok.sum()))
     kcoef = 0.0
     y = sub["le"].to_numpy(np.float64, na_value=np.nan)[ok]
     xs = [x[ok] for x in xs]

@@ -27,7 +27,7 @@ from perfscope.shapes import shapes_text
 
 from ..idle import (
     GRAPH_KINDS,
-    KINDS,
+    HOST_KINDS,
     function_label,
     gap_ids,
     gap_lengths,
@@ -36,6 +36,7 @@ from ..idle import (
     kind_codes,
     kind_totals,
     kinds_of,
+    largest_kind,
     measured,
     unrecorded_facts,
     weighted_median,
@@ -277,8 +278,7 @@ def _item(idle: pd.DataFrame, k: dict[str, str], pos: np.ndarray, total: float, 
     explains = _explains(k)
     fn_full = idle["function"].iloc[big] if "function" in idle else None
     attrs: dict[str, float | int | str | None] = {
-        "kind": kind, "cause": str(idle["cause"].iloc[big]), "host_kind": kind if kind in
-        ("dispatch", "cpu compute", "waiting", "host code", "untraced") else None,
+        "kind": kind, "cause": str(idle["cause"].iloc[big]), "host_kind": kind if kind in HOST_KINDS else None,
         "range": k["range"] or None, "op": k["op"] or None, "function": function_label(fn_full) if k["function"] else None,
         "wait": k["wait"] or None, "api": k["api"] or None, "slices": len(pos), "gaps": gaps,
         "typical_gap_ns": typical, "largest_ns": float(dur[big]), "device": device, "op_shapes": shapes}
@@ -547,14 +547,13 @@ def kind_evidence(totals: dict[str, float], idle: pd.DataFrame) -> dict[str, flo
     sizes weighted by time."""
     total = sum(totals.values())
     ev: dict[str, float | int | str] = {}
-    for k in KINDS:
+    for k in HOST_KINDS:
         key = k.replace(" ", "_")
-        if k in ("dispatch", "cpu compute", "waiting", "host code", "untraced"):
-            ev[f"idle_{key}_ns"] = totals.get(k, 0.0)
-            ev[f"idle_{key}_pct"] = pct(totals.get(k, 0.0), total)
-    live = {k: v for k, v in totals.items() if v > 0 and k != "unrecorded"}  # the lead of the idle time as measured
-    if live:
-        ev["idle_kind"] = max(live, key=lambda k: live[k])
+        ev[f"idle_{key}_ns"] = totals.get(k, 0.0)
+        ev[f"idle_{key}_pct"] = pct(totals.get(k, 0.0), total)
+    lead = largest_kind(totals)  # the lead of the idle time as measured (never unrecorded)
+    if lead is not None:
+        ev["idle_kind"] = lead
     lengths = gap_lengths(measured(idle))  # gaps over which the trace lacks dispatches are not idle gaps
     if len(lengths):
         ev["gap_sizes"] = gap_sizes_text(lengths)
