@@ -56,10 +56,14 @@ def main() -> int:
     ap.add_argument("--no-keep", action="store_true",
                     help="offer the candidates before the persistence term (devicefit.BASE_CANDIDATES: no 'keep'), "
                          "to measure what it changed (not with --write)")
+    ap.add_argument("--keep-only", action="store_true",
+                    help="offer the candidates before the run-level and op terms (devicefit.KEEP_CANDIDATES: the "
+                         "persistence term for GEMMs only), to measure what they changed (not with --write)")
     args = ap.parse_args()
-    if (args.wave or args.no_keep) and args.write:
-        ap.error("--wave and --no-keep are measurements; --write fits the shipped (default) candidates")
-    cands = dfit.WAVE_CANDIDATES if args.wave else dfit.BASE_CANDIDATES if args.no_keep else None
+    if (args.wave or args.no_keep or args.keep_only) and args.write:
+        ap.error("--wave, --no-keep and --keep-only are measurements; --write fits the shipped (default) candidates")
+    cands = (dfit.WAVE_CANDIDATES if args.wave else dfit.BASE_CANDIDATES if args.no_keep
+             else dfit.KEEP_CANDIDATES if args.keep_only else None)
     t0 = time.perf_counter()
     obs = dfit.all_observations(args.root)
     launch = dfit.launch_costs(dfit.trace_reports(args.root))
@@ -94,6 +98,14 @@ def main() -> int:
     for g, v in sorted(models.pair_selection.items()):
         sc = ", ".join(f"{c} {x:.1f}%" for c, x in v["scores_pct"].items())
         print(f"  shipped fit (every row), {g}: {v['choice']}  (inner {v['inner_folds']}-fold error per candidate: {sc})")
+    print("\nshipped persistence, run-level and op terms (factor exp(level); the five largest op levels per pair and family):")
+    for pair, per in sorted(models.pairs.items()):
+        for fam, c in sorted(per.items()):
+            if not (c.uses_keep or c.uses_run or c.ops):
+                continue
+            top = sorted(c.ops.items(), key=lambda kv: -abs(kv[1]))[:5]
+            ops = ", ".join(f"{o} x{np.exp(v):.2f}" for o, v in top)
+            print(f"  {pair:<36} {fam:<18} keep {c.keep_coef:+.2f}  run {c.run_coef:+.2f}  ops ({len(c.ops)}): {ops}")
     print("\nwhole model, H100 trace projected onto the MI300X (total kernel time):")
     for label, per in (("shipped models (fitted on every dataset, this pair included)", None),
                        ("held out (fitted without this model's pair)", "lomo")):

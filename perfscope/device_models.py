@@ -396,6 +396,16 @@ class PairCorrection:
             -1: none, the target's typical time). A shape (or a harness) that is slow on one vendor's library
             is only partly slow on another's.
         keep_lo, keep_hi: the measured range of ``d``: outside it the end value holds.
+        run_coef: the run-level term's weight (a ``run`` choice; 0: none): the level of the kernel's run on
+            the source, ``D`` = the median of ``d`` over the distinct works of its family in the same trace or
+            table (:func:`run_level`), times it is added. With a ``keep`` term beside it, a kernel keeps ``1 +
+            keep_coef`` of its own departure from its run and ``1 + keep_coef + run_coef`` of its run's level: a
+            harness (library, eager or tuned kernels) that is fast on one vendor need not be on another.
+        run_lo, run_hi: the measured range of ``D``: outside it the end value holds.
+        ops: operator -> its level (natural log), where the choice has an op term: what the pair measured of
+            that operator (``aten::add``, ``aten::bmm``, ``_C::silu_and_mul``) beyond the rest of the
+            correction, pulled to 0 by a ridge; a kernel of another operator gets none. An operator whose
+            kernel one vendor's library runs well and another's does not, on work of the same size.
     """
 
     axis: str
@@ -416,6 +426,10 @@ class PairCorrection:
     keep_coef: float = 0.0
     keep_lo: float = math.nan
     keep_hi: float = math.nan
+    run_coef: float = 0.0
+    run_lo: float = math.nan
+    run_hi: float = math.nan
+    ops: Mapping[str, float] = field(default_factory=dict)
 
     def knots(self) -> tuple[float, float]:
         return axis_knots(self.axis)
@@ -439,6 +453,19 @@ class PairCorrection:
         return np.where(ok, self.keep_coef * np.clip(np.where(ok, d, 0.0), self.keep_lo, self.keep_hi), 0.0)
 
     @property
+    def uses_run(self) -> bool:
+        return self.run_coef != 0.0 and math.isfinite(self.run_lo) and math.isfinite(self.run_hi)
+
+    def run_log(self, source_run: np.ndarray | None, n: int) -> np.ndarray:
+        """The run-level term (natural log) of each kernel from its run's level ``source_run`` on the source
+        (:func:`run_level`), clipped to the measured range; 0 where it is unknown or there is no such term."""
+        if not self.uses_run or source_run is None:
+            return np.zeros(n)
+        d = np.asarray(source_run, np.float64)
+        ok = np.isfinite(d)
+        return np.where(ok, self.run_coef * np.clip(np.where(ok, d, 0.0), self.run_lo, self.run_hi), 0.0)
+
+    @property
     def uses_wave(self) -> bool:
         return len(self.wave_tiles) == 2 and self.wave_coef != 0.0
 
@@ -456,13 +483,15 @@ class PairCorrection:
 
     def log_factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
                    shape_class: np.ndarray | None = None, dims: np.ndarray | None = None,
-                   source_resid: np.ndarray | None = None) -> np.ndarray:
+                   source_resid: np.ndarray | None = None, source_run: np.ndarray | None = None,
+                   op: np.ndarray | None = None) -> np.ndarray:
         """The correction (natural log) of each kernel: 0 where its position on an axis is unknown (``dims``:
         each GEMM's (batch, M, N), for a wave term; ``source_resid``: its distance from its family's curve on
-        the source, for a persistence term, :meth:`keep_log`)."""
+        the source, for a persistence term, :meth:`keep_log`; ``source_run``: its run's level there, for a
+        run-level term, :meth:`run_log`; ``op``: its operator, for an op term)."""
         n = len(np.atleast_1d(roof_src_s))
         out = self.wave_coef * self.wave_log(dims, n) if self.uses_wave else np.zeros(n)
-        out = out + self.keep_log(source_resid, n)
+        out = out + self.keep_log(source_resid, n) + self.run_log(source_run, n)
         for axis, a, lo, hi in ((self.axis, self.a, self.lo, self.hi), (self.axis2, self.a2, self.lo2, self.hi2)):
             if axis in ("", "none") or not len(a):
                 continue
@@ -472,16 +501,18 @@ class PairCorrection:
             i, w = interp_weights(np.clip(np.where(ok, x, lo), lo, hi), klo, step)
             arr = np.asarray(a, np.float64)
             out += np.where(ok, arr[i] * (1.0 - w) + arr[np.minimum(i + 1, N_BINS - 1)] * w, 0.0)
-        if self.classes and shape_class is not None:
-            levels = pd.Series(np.asarray(shape_class, object)).map(dict(self.classes))
-            out += levels.astype(np.float64).fillna(0.0).to_numpy()
+        for table, keys in ((self.classes, shape_class), (self.ops, op)):
+            if table and keys is not None:
+                levels = pd.Series(np.asarray(keys, object)).map(dict(table))
+                out += levels.astype(np.float64).fillna(0.0).to_numpy()
         return out
 
     def factor(self, roof_src_s: np.ndarray, flops: np.ndarray | None = None, nbytes: np.ndarray | None = None,
                shape_class: np.ndarray | None = None, dims: np.ndarray | None = None,
-               source_resid: np.ndarray | None = None) -> np.ndarray:
+               source_resid: np.ndarray | None = None, source_run: np.ndarray | None = None,
+               op: np.ndarray | None = None) -> np.ndarray:
         """``exp(correction)`` of each kernel (1 where its position on the axis is unknown)."""
-        return np.exp(self.log_factor(roof_src_s, flops, nbytes, shape_class, dims, source_resid))
+        return np.exp(self.log_factor(roof_src_s, flops, nbytes, shape_class, dims, source_resid, source_run, op))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"axis": self.axis, "a": [round(float(x), 5) for x in self.a], "lo": round(float(self.lo), 4),
@@ -499,6 +530,11 @@ class PairCorrection:
         if self.uses_keep:
             d.update({"keep_coef": round(float(self.keep_coef), 5), "keep_lo": round(float(self.keep_lo), 4),
                       "keep_hi": round(float(self.keep_hi), 4)})
+        if self.ops:
+            d["ops"] = {k: round(float(v), 5) for k, v in sorted(self.ops.items())}
+        if self.uses_run:
+            d.update({"run_coef": round(float(self.run_coef), 5), "run_lo": round(float(self.run_lo), 4),
+                      "run_hi": round(float(self.run_hi), 4)})
         return d
 
     @classmethod
@@ -509,7 +545,21 @@ class PairCorrection:
                    {str(k): float(v) for k, v in d.get("classes", {}).items()}, str(d.get("choice", "")),
                    tuple((int(t[0]), int(t[1])) for t in d.get("wave_tiles", ())),
                    tuple(int(u) for u in d.get("wave_units", ())), float(d.get("wave_coef", 0.0)),
-                   float(d.get("keep_coef", 0.0)), float(d.get("keep_lo", math.nan)), float(d.get("keep_hi", math.nan)))
+                   float(d.get("keep_coef", 0.0)), float(d.get("keep_lo", math.nan)), float(d.get("keep_hi", math.nan)),
+                   float(d.get("run_coef", 0.0)), float(d.get("run_lo", math.nan)), float(d.get("run_hi", math.nan)),
+                   {str(k): float(v) for k, v in d.get("ops", {}).items()})
+
+
+def run_level(resid: np.ndarray, work: np.ndarray) -> float:
+    """A run's level on its device for one family: the median, over its distinct works (``work``: a value per
+    kernel that tells works apart, e.g. the roof time), of each work's median distance from the family's curve
+    (``resid``: ``log(T / g(R))`` per kernel); NaN where none is finite. Each work counts once, as a table lists
+    each shape once, however often a trace launched it."""
+    d = pd.Series(np.asarray(resid, np.float64))
+    ok = np.isfinite(d.to_numpy())
+    if not ok.any():
+        return math.nan
+    return float(d[ok].groupby(np.asarray(work)[ok], sort=False).median().median())
 
 
 def axis_knots(axis: str) -> tuple[float, float]:
@@ -779,6 +829,7 @@ __all__ = [
     "pair_axis",
     "pair_axis_name",
     "pair_floors_ns",
+    "run_level",
     "shape_classes",
     "sheet_identity",
     "spec_identity",

@@ -182,18 +182,20 @@ def vidur(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
         frames = []
         for col, shape_of in VIDUR_OPS.items():
             costs, classes, dims_of = [], [], []
+            aten = ""  # the operator a trace's kernel row of this column names
             kind = "gemm" if col.endswith("_proj") else "other"
             for row in j[keys + ["n_embd_s", "n_head_s", "n_kv_head_s", "n_expanded_embd_s"]].itertuples(index=False):
                 tokens, tp, hidden, hq, hk, inter = (int(x) for x in row)
-                op, dims, types = shape_of(tokens, hidden, hq, hk, inter, tp)
-                costs.append(_cost(op, dims, types))
-                classes.append(gemm_shape_class(op, dims) if kind == "gemm" else "")
-                bmn = gemm_dims(op, dims) if kind == "gemm" else None
+                aten, dims, types = shape_of(tokens, hidden, hq, hk, inter, tp)
+                costs.append(_cost(aten, dims, types))
+                classes.append(gemm_shape_class(aten, dims) if kind == "gemm" else "")
+                bmn = gemm_dims(aten, dims) if kind == "gemm" else None
                 dims_of.append(bmn[:3] if bmn is not None else (np.nan,) * 3)
             frames.append(_rows(f"vidur llama-2-7b {col}", col, kind, "fp16", costs,
                                 j[f"time_stats.{col}.median_s"].to_numpy() * 1e-3,
                                 j[f"time_stats.{col}.median_t"].to_numpy() * 1e-3,
-                                j["num_tokens"].to_numpy().astype(np.float64), classes, np.array(dims_of, np.float64)))
+                                j["num_tokens"].to_numpy().astype(np.float64), classes, np.array(dims_of, np.float64))
+                          .assign(aten=aten))
         yield "a100", tgt, pd.concat(frames, ignore_index=True)
 
 
@@ -213,7 +215,7 @@ def llmcompass(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
                         _gemm_costs(j[0].to_numpy(), j[1].to_numpy(), j[2].to_numpy(), FP16),
                         j["t_s"].to_numpy(), j["t_t"].to_numpy(), (2.0 * j[0] * j[1] * j[2]).to_numpy(),
                         _gemm_classes(j[0].to_numpy(), j[1].to_numpy(), j[2].to_numpy()),
-                        _mn(j[0].to_numpy(), j[1].to_numpy())))
+                        _mn(j[0].to_numpy(), j[1].to_numpy())).assign(aten="aten::mm"))
     for op, aten in (("softmax", "aten::_softmax"), ("layernorm", "aten::native_layer_norm")):
         s, t = _llmc(base / f"{op}_A100.csv"), _llmc(base / f"{op}_MI210.csv")
         j = s.merge(t, on=[0, 1], suffixes=("_s", "_t"))
@@ -222,13 +224,15 @@ def llmcompass(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
                 for m, n in zip(j[0], j[1]))
         types = [FP16, "Scalar"] if op == "softmax" else [FP16, "ScalarList", FP16, FP16]
         frames.append(_rows(f"llmcompass {op}", op, "other", "fp16", [_cost(aten, d, types) for d in dims],
-                            elems / (j["2_s"].to_numpy() * 1e9), elems / (j["2_t"].to_numpy() * 1e9), elems))
+                            elems / (j["2_s"].to_numpy() * 1e9), elems / (j["2_t"].to_numpy() * 1e9), elems)
+                      .assign(aten=aten))
     s, t = _llmc(base / "gelu_A100.csv"), _llmc(base / "gelu_MI210.csv")
     j = s.merge(t, on=[0], suffixes=("_s", "_t"))
     elems = j[0].to_numpy().astype(np.float64)
     frames.append(_rows("llmcompass gelu", "gelu", "other", "fp16",
                         [_cost("aten::gelu", [[int(n)]], [FP16]) for n in j[0]],
-                        elems / (j["1_s"].to_numpy() * 1e9), elems / (j["1_t"].to_numpy() * 1e9), elems))
+                        elems / (j["1_s"].to_numpy() * 1e9), elems / (j["1_t"].to_numpy() * 1e9), elems)
+                  .assign(aten="aten::gelu"))
     yield "a100", "mi210", pd.concat(frames, ignore_index=True)
 
 
@@ -269,6 +273,8 @@ def tracelens_gemms(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
                      j["Kernel Time (us)_median_t"].to_numpy()[sel] * 1e-6, costs[sel, 0], list(classes[sel]),
                      bmn[sel])
         rows["shape"] = shape[sel]  # two bmm of OWLv2 have one work and two times: each is its own key
+        rows["run"] = j["model"].to_numpy()[sel]  # each model is its own harness run
+        rows["aten"] = j["name"].to_numpy()[sel]
         frames.append(rows)
     yield "h100", "mi300x", pd.concat(frames, ignore_index=True)
 
@@ -312,7 +318,8 @@ def tracelens_family_rows(root: Path) -> tuple[pd.DataFrame, dict[str, int]]:
                          "kind": [family_group(x) for x in fam], "precision": prec, "flops": f, "bytes": b,
                          "t_src_s": t_s[keep] * 1e-6, "t_tgt_s": t_t[keep] * 1e-6, "size": f, "family": fam,
                          "shape": (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"] + "|"
-                                   + j["Input type_first"] + "|" + j["Input Strides_first"]).to_numpy()})
+                                   + j["Input type_first"] + "|" + j["Input Strides_first"]).to_numpy(),
+                         "run": j["model"].to_numpy(), "aten": j["name"].to_numpy()})
     return rows, left
 
 

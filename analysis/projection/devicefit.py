@@ -156,7 +156,11 @@ at least :data:`PLATEAU_FACTOR` times above it on the device (below, the time is
 PLATEAU_FACTOR = 2.0
 
 OBS_COLUMNS = ["dataset", "table", "key", "device", "vendor", "generation", "family", "precision", "flops",
-               "bytes", "time_s", "count", "shape_class", "gemm_b", "gemm_m", "gemm_n"]
+               "bytes", "time_s", "count", "shape_class", "gemm_b", "gemm_m", "gemm_n", "run", "op"]
+"""``run``: one harness run on one device (a trace, a table; a perf report's model), whose kernels of one family
+share a level on the source (a run-level term, :attr:`perfscope.device_models.PairCorrection.run_coef`); ``op``:
+the operator a trace's kernel row names (``aten::add``, ``_C::silu_and_mul``; "" where a table's row is no
+such operator), an op term's key (:attr:`perfscope.device_models.PairCorrection.ops`)."""
 
 RIDGE = 0.3
 """The pull of a key's own difficulty ``u`` to 0, in observation weights: a key seen once keeps half its
@@ -228,7 +232,9 @@ def table_observations(root: Path = FIXTURES / "crossgpu") -> pd.DataFrame:
                     "precision": rows["precision"], "flops": rows["flops"], "bytes": rows["bytes"],
                     "time_s": rows[col], "count": 1,
                     "shape_class": rows.get("shape_class", ""),
-                    **{c: rows.get(c, np.nan) for c in ("gemm_b", "gemm_m", "gemm_n")}}))
+                    **{c: rows.get(c, np.nan) for c in ("gemm_b", "gemm_m", "gemm_n")},
+                    "run": name + "|" + rows["run"].astype(str) if "run" in rows else name,
+                    "op": rows["aten"].fillna("").astype(str) if "aten" in rows else ""}))
     obs = pd.concat(frames, ignore_index=True)
     obs = obs[np.isfinite(obs["time_s"]) & (obs["time_s"] > 0)]
     host = obs["dataset"].isin(HOST_TIMED).to_numpy()
@@ -272,7 +278,8 @@ def report_observations(report: Report, dataset: str, table: str | None = None) 
                         "count": 1, "shape_class": shape_classes(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object),
                                                                  fam),
                         **dict(zip(("gemm_b", "gemm_m", "gemm_n"),
-                                   gemm_bmn(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object), fam).T))})[ok]
+                                   gemm_bmn(k["op"].to_numpy(object), k["op_shapes"].to_numpy(object), fam).T)),
+                        "run": dataset, "op": k["op"].astype("object").fillna("").astype(str).to_numpy()})[ok]
     return _collapse(obs)
 
 
@@ -541,6 +548,37 @@ def _resid(rows: pd.DataFrame) -> np.ndarray | None:
     return rows["res_s"].to_numpy(np.float64, na_value=np.nan) if "res_s" in rows else None
 
 
+def _ops(rows: pd.DataFrame) -> np.ndarray | None:
+    """A pair row's operator on the source (None where the rows carry none)."""
+    return rows["op_s"].to_numpy(object) if "op_s" in rows else None
+
+
+def _run(rows: pd.DataFrame) -> np.ndarray | None:
+    """A pair row's run level on the source (None where the rows carry none)."""
+    return rows["res_run_s"].to_numpy(np.float64, na_value=np.nan) if "res_run_s" in rows else None
+
+
+RUN_KEYS = ["run_s", "device_s", "device_t", "family"]
+"""A run's kernels of one family, on one pair of devices (its level, :func:`_run_levels`)."""
+
+
+def _run_levels(rows: pd.DataFrame, resid: np.ndarray) -> pd.Series:
+    """Each run's level on the source (:func:`perfscope.device_models.run_level`) over the pair rows ``rows``
+    (one per key: each work once), indexed by :data:`RUN_KEYS`."""
+    df = pd.DataFrame({k: rows[k].to_numpy(object) for k in RUN_KEYS}).assign(d=resid)
+    df = df[np.isfinite(df["d"].to_numpy(np.float64))]
+    if not len(df):
+        return pd.Series(dtype=np.float64)
+    return df.groupby(RUN_KEYS, sort=False)["d"].median()
+
+
+def _map_levels(rows: pd.DataFrame, levels: pd.Series) -> np.ndarray:
+    """Each pair row's run level from ``levels`` (:func:`_run_levels`); NaN where its run has none."""
+    if not len(rows) or not len(levels):
+        return np.full(len(rows), np.nan)
+    return levels.reindex(pd.MultiIndex.from_frame(rows[RUN_KEYS].astype(object))).to_numpy(np.float64)
+
+
 def _dims(rows: pd.DataFrame) -> np.ndarray | None:
     """A pair row's GEMM (batch, M, N) on the source, shape (n, 3) (None where the rows carry none)."""
     cols = ("gemm_b_s", "gemm_m_s", "gemm_n_s")
@@ -572,14 +610,25 @@ BASE_CANDIDATES: dict[str, tuple[str, ...]] = {
 """The candidates before the persistence term (``keep``) was offered (``python benchmarks/whatif_crossgpu.py
 --no-keep`` measures them)."""
 
-CANDIDATES: dict[str, tuple[str, ...]] = {
+KEEP_CANDIDATES: dict[str, tuple[str, ...]] = {
     "gemm": (*BASE_CANDIDATES["gemm"], "keep", "intensity+keep", "intensity+roof+keep", "intensity+roof+class+keep"),
     "other": BASE_CANDIDATES["other"]}
+"""The candidates before the run-level and op terms were offered, and before the persistence term was offered to
+the other families (``python benchmarks/whatif_crossgpu.py --keep-only`` measures them)."""
+
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "gemm": (*KEEP_CANDIDATES["gemm"], "intensity+keep+run", "intensity+roof+keep+run", "intensity+roof+class+keep+run",
+             "intensity+roof+keep+op", "intensity+roof+class+keep+op", "intensity+roof+keep+run+op"),
+    "other": (*BASE_CANDIDATES["other"], "keep", "roof+keep", "roof+keep+run", "roof+op", "roof+keep+op", "roof+keep+run+op")}
 """The terms a pair correction may have, per family group, simplest first (a tie goes to the simpler):
 nothing; a smooth function of the source's roof time or of a GEMM's FLOPs per byte; either plus a level per
 GEMM shape class (:data:`perfscope.device_models.SHAPE_CLASSES`); both axes, added (backfitted); ``keep``: the
 kernel's own distance from its family's curve on the source times a fitted weight (:data:`KEEP_RIDGE`), the share
-of that distance it does not keep on the target (:attr:`perfscope.device_models.PairCorrection.keep_coef`). Each term
+of that distance it does not keep on the target (:attr:`perfscope.device_models.PairCorrection.keep_coef`);
+``run``: the level of the kernel's run (its trace or table) on the source times a fitted weight
+(:attr:`~perfscope.device_models.PairCorrection.run_coef`); ``op``: a level per operator (``aten::add``,
+``aten::bmm``...) the pair measured, pulled to 0 like a class's (:attr:`~perfscope.device_models.PairCorrection.ops`).
+Each term
 has the curves' smoothness (:data:`SMOOTH`), its ridge toward 0 (:data:`DEVICE_RIDGE` per knot; a class
 level :data:`DATASET_RIDGE`, so a class of few rows keeps little of its mean) and the Huber weights
 (:data:`HUBER`). Which one a pair and family gets is picked by :func:`select_pair_choices`."""
@@ -627,15 +676,21 @@ def _candidates(family: str, candidates: Mapping[str, tuple[str, ...]] | None = 
     return (candidates or CANDIDATES)[_group_of(family)]
 
 
-def _pair_rows(obs: pd.DataFrame, models: DeviceModels) -> pd.DataFrame:
-    """The pairs of ``obs`` with ``le = log(T_target / projected by the curves alone)`` (finite only) and
-    ``res_s``, the source's distance from its family's curve (:func:`_project_pairs`)."""
+def _pair_rows(obs: pd.DataFrame, models: DeviceModels, run_obs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The pairs of ``obs`` with ``le = log(T_target / projected by the curves alone)`` (finite only),
+    ``res_s``, the source's distance from its family's curve, and ``res_run_s``, its run's level there
+    (:func:`_project_pairs`; the runs' levels over the pairs of ``run_obs`` where given: a run's keys
+    beyond ``obs``, whose source times a user's trace holds too)."""
     rows = pairs_of(obs)
     if not len(rows):
-        return rows.assign(le=np.zeros(0), res_s=np.zeros(0))
-    pred, resid = _project_pairs(rows, models, corrected=False)
+        return rows.assign(le=np.zeros(0), res_s=np.zeros(0), res_run_s=np.zeros(0))
+    levels = None
+    if run_obs is not None:
+        every = pairs_of(run_obs)
+        levels = _run_levels(every, _project_pairs(every, models, corrected=False)[1])
+    pred, resid, run = _project_pairs(rows, models, corrected=False, levels=levels)
     le = np.log(rows["time_s_t"].to_numpy(np.float64, na_value=np.nan) / pred)
-    return rows.assign(le=le, res_s=resid)[np.isfinite(le)].reset_index(drop=True)
+    return rows.assign(le=le, res_s=resid, res_run_s=run)[np.isfinite(le)].reset_index(drop=True)
 
 
 def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
@@ -644,7 +699,9 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     parts = choice.split("+")
     axes = [a for a in parts if a in ("roof", "intensity")]
     use_class = "class" in parts and "shape_class_s" in sub
+    use_op = "op" in parts and "op_s" in sub
     use_keep = "keep" in parts and "res_s" in sub
+    use_run = "run" in parts and "res_run_s" in sub
     wave = next((w for w in map(_wave_of, parts) if w is not None), None)
     wave_tiles: tuple[tuple[int, int], ...] = ()
     wave_units: tuple[int, ...] = ()
@@ -655,13 +712,14 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
         units = (_units(str(first["device_s"])), _units(str(first["device_t"])))
         if vs in tile and vt in tile and min(units) > 0:
             wave_tiles, wave_units = (tile[vs], tile[vt]), units
-    if not axes and not wave_tiles and not use_keep:
+    if not axes and not wave_tiles and not use_keep and not use_run and not use_op:
         return None
     r, f, b = _work(sub)
     xs = [pair_axis(a, r, f, b) for a in axes]
     # the source's distance from its curve (a keep term): a row without one is no evidence for this term
     xs_k = sub["res_s"].to_numpy(np.float64, na_value=np.nan) if use_keep else None
-    known = [*xs, xs_k] if xs_k is not None else xs
+    xs_r = sub["res_run_s"].to_numpy(np.float64, na_value=np.nan) if use_run else None
+    known = [*xs, *(x for x in (xs_k, xs_r) if x is not None)]
     ok = np.logical_and.reduce([np.isfinite(x) for x in known]) if known else np.ones(len(sub), bool)
     if not ok.any():
         return None
@@ -670,12 +728,17 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     coef = 1.0 if wave_tiles else 0.0
     xk = xs_k[ok] if xs_k is not None else np.zeros(int(ok.sum()))
     kcoef = 0.0
+    xr = xs_r[ok] if xs_r is not None else np.zeros(int(ok.sum()))
+    rcoef = 0.0
     y = sub["le"].to_numpy(np.float64, na_value=np.nan)[ok]
     xs = [x[ok] for x in xs]
     grid = [interp_weights(x, *axis_knots(a)) for x, a in zip(xs, axes)]
     cls = sub["shape_class_s"].to_numpy(object)[ok].astype(str) if use_class else np.full(len(y), "", object)
     codes, names = pd.factorize(pd.Series(cls, dtype=object))
     level = np.zeros(len(names))
+    opn = sub["op_s"].to_numpy(object)[ok].astype(str) if use_op else np.full(len(y), "", object)
+    ocodes, onames = pd.factorize(pd.Series(opn, dtype=object))
+    olevel = np.zeros(len(onames))
     terms = [np.zeros(N_BINS) for _ in axes]
     w = np.ones(len(y))
 
@@ -686,17 +749,28 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     for _ in range(ITERATIONS):
         for n, g in enumerate(grid):
             others = sum((at(terms[m], grid[m]) for m in range(len(grid)) if m != n), np.zeros(len(y)))
-            terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes] - coef * xw - kcoef * xk, DEVICE_RIDGE)
+            terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes] - olevel[ocodes] - coef * xw - kcoef * xk
+                                     - rcoef * xr, DEVICE_RIDGE)
         fitted = sum((at(t, g) for t, g in zip(terms, grid)), np.zeros(len(y)))
         if use_class:
-            level = np.bincount(codes, w * (y - fitted - coef * xw - kcoef * xk), len(names)) / (
+            level = np.bincount(codes, w * (y - fitted - olevel[ocodes] - coef * xw - kcoef * xk - rcoef * xr),
+                                len(names)) / (
                 np.bincount(codes, w, len(names)) + DATASET_RIDGE)
             level[np.asarray(names, object) == ""] = 0.0  # a GEMM of unknown shape: no class level
+        if use_op:  # a level per operator, pulled to 0 like a class's
+            olevel = np.bincount(ocodes, w * (y - fitted - level[codes] - coef * xw - kcoef * xk - rcoef * xr),
+                                 len(onames)) / (np.bincount(ocodes, w, len(onames)) + DATASET_RIDGE)
+            olevel[np.asarray(onames, object) == ""] = 0.0  # a row of no operator: no level
         if wave_tiles and wave is not None and wave[0]:  # a fitted weight of the wave term
-            coef = float(np.sum(w * xw * (y - fitted - level[codes] - kcoef * xk)) / (np.sum(w * xw * xw) + WAVE_RIDGE))
+            coef = float(np.sum(w * xw * (y - fitted - level[codes] - olevel[ocodes] - kcoef * xk - rcoef * xr))
+                         / (np.sum(w * xw * xw) + WAVE_RIDGE))
         if use_keep:  # the persistence weight, pulled to 0 (the kernel keeps all its distance)
-            kcoef = float(np.sum(w * xk * (y - fitted - level[codes] - coef * xw)) / (np.sum(w * xk * xk) + KEEP_RIDGE))
-        resid = y - fitted - level[codes] - coef * xw - kcoef * xk
+            kcoef = float(np.sum(w * xk * (y - fitted - level[codes] - olevel[ocodes] - coef * xw - rcoef * xr))
+                          / (np.sum(w * xk * xk) + KEEP_RIDGE))
+        if use_run:  # the run level's weight, pulled to 0 likewise
+            rcoef = float(np.sum(w * xr * (y - fitted - level[codes] - olevel[ocodes] - coef * xw - kcoef * xk))
+                          / (np.sum(w * xr * xr) + KEEP_RIDGE))
+        resid = y - fitted - level[codes] - olevel[ocodes] - coef * xw - kcoef * xk - rcoef * xr
         w = np.minimum(1.0, HUBER / np.maximum(np.abs(resid), 1e-12))
     first_axis = bool(axes)
     lo1, hi1 = (float(xs[0].min()), float(xs[0].max())) if first_axis else (0.0, 0.0)
@@ -708,7 +782,9 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
         float(xs[1].min()) if second else math.nan, float(xs[1].max()) if second else math.nan,
         {str(k): float(v) for k, v in zip(names, level) if str(k) and use_class}, choice,
         wave_tiles if coef != 0.0 else (), wave_units if coef != 0.0 else (), coef if wave_tiles else 0.0,
-        kcoef, float(xk.min()) if use_keep else math.nan, float(xk.max()) if use_keep else math.nan)
+        kcoef, float(xk.min()) if use_keep else math.nan, float(xk.max()) if use_keep else math.nan,
+        rcoef, float(xr.min()) if use_run else math.nan, float(xr.max()) if use_run else math.nan,
+        {str(k): float(v) for k, v in zip(onames, olevel) if str(k) and use_op})
 
 
 def pair_corrections(obs: pd.DataFrame, models: DeviceModels, choices: Mapping[str, str] | None = None,
@@ -789,7 +865,7 @@ def _inner_scores(obs: pd.DataFrame, inner: np.ndarray, candidates: Mapping[str,
             continue
         models = build_models(train, fit_curves(train, settings))
         fit_rows = _pair_rows(train, models)
-        test_rows = _pair_rows(test, models)
+        test_rows = _pair_rows(test, models, run_obs=obs)  # a run's level from all its keys' source times
         if not len(test_rows):
             continue
         by_fit = fit_rows.groupby(["device_s", "device_t", "family"], sort=False).indices if len(fit_rows) else {}
@@ -799,7 +875,8 @@ def _inner_scores(obs: pd.DataFrame, inner: np.ndarray, candidates: Mapping[str,
             per = errs.setdefault((str(ds), str(dt), str(fam)), {})
             for cand in _candidates(str(fam), candidates):
                 corr = None if train_idx is None or cand == "none" else _fit_terms(fit_rows.iloc[train_idx], cand)
-                lf = (corr.log_factor(*_work(sub), _classes(sub), _dims(sub), _resid(sub)) if corr is not None
+                lf = (corr.log_factor(*_work(sub), _classes(sub), _dims(sub), _resid(sub), _run(sub), _ops(sub))
+                      if corr is not None
                       else np.zeros(len(sub)))
                 per.setdefault(cand, []).extend(np.abs(sub["le"].to_numpy() - lf).tolist())
     # one choice per family group: each pair and family's median error counts once (a pair of 17 keys as
@@ -858,9 +935,12 @@ def project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = Tr
     return _project_pairs(rows, models, corrected)[0]
 
 
-def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = True, levels: pd.Series | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`project_pairs`, and each row's distance from its family's curve on the source, ``log(T_s /
-    g_s(R_s))`` (a persistence term's input, :meth:`perfscope.device_models.PairCorrection.keep_log`)."""
+    g_s(R_s))`` (a persistence term's input, :meth:`perfscope.device_models.PairCorrection.keep_log`), and its
+    run's level there (a run-level term's, :meth:`~perfscope.device_models.PairCorrection.run_log`: from
+    ``levels``, :func:`_run_levels`, where given, else over ``rows``)."""
     out = np.full(len(rows), np.nan)
     resid = np.full(len(rows), np.nan)
     for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
@@ -883,17 +963,22 @@ def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = T
                 out[at] = t_s * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t) / g_s
                 with np.errstate(divide="ignore", invalid="ignore"):
                     resid[at] = np.log(t_s / g_s)
-        corr = models.pair_correction(ds, dt, fam) if corrected else None
+    run = _map_levels(rows, levels if levels is not None else _run_levels(rows, resid))
+    if not corrected:
+        return out, resid, run
+    for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
+        corr = models.pair_correction(ds, dt, fam)
         if corr is not None:
-            out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub), resid[idx])
-    return out, resid
+            sub = rows.iloc[idx]
+            out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub), resid[idx], run[idx], _ops(sub))
+    return out, resid, run
 
 
 def pairs_of(obs: pd.DataFrame) -> pd.DataFrame:
     """Every (source, target) pair of observations of one key on two devices (both directions)."""
     cols = ["dataset", "table", "key", "device", "vendor", "family", "precision", "flops", "bytes", "time_s",
-            "roof_s", "shape_class", "gemm_b", "gemm_m", "gemm_n"]
-    o = obs[cols]
+            "roof_s", "shape_class", "gemm_b", "gemm_m", "gemm_n", "run", "op"]
+    o = obs.assign(**{c: obs.get(c, d) for c, d in (("run", obs["dataset"]), ("op", ""))})[cols]
     j = o.merge(o, on=["dataset", "key"], suffixes=("_s", "_t"))
     j = j[j["device_s"] != j["device_t"]].copy()
     j["table"] = j["table_s"]
@@ -951,7 +1036,9 @@ def cross_validate(obs: pd.DataFrame, folds: int = 2,
         models = fit(obs[obs["fold"] != f], launch, candidates=candidates)  # terms picked inside the fold
         selection[f] = {g: v["choice"] for g, v in models.pair_selection.items()}
         idx = np.flatnonzero(rows["fold"].to_numpy() == f)
-        rows.loc[idx, "pred_model_s"] = project_pairs(rows.iloc[idx], models)
+        # a run's level on the source from all its keys (source times only, as a user's trace holds them)
+        levels = _run_levels(rows, _project_pairs(rows, models, corrected=False)[1])
+        rows.loc[idx, "pred_model_s"] = _project_pairs(rows.iloc[idx], models, levels=levels)[0]
     rows = with_errors(pd.concat([rows, baselines(rows)], axis=1))
     rows.attrs["pair_selection"] = selection  # per held-out fold: the terms the fit of the other folds picked
     return rows
@@ -969,11 +1056,13 @@ def with_errors(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- bands and tables
-BAND_MARGIN_SE = 1.0
+BAND_MARGIN_SE = 1.645
 """Each end of a band is moved out by this many standard errors of its quantile's coverage
 (``sqrt(0.1 x 0.9 / n)``): the p10 / p90 of n held-out rows, taken as the band of rows not yet seen, hold
-80% of them only on average; widened, at least 80% (on 16,000 rows the band is the p9.8-p90.2, on 31
-rows the p4.6-p95.4)."""
+80% of them only on average; widened, each end holds its 10% with 95% confidence (one-sided) against the
+sampling of the rows it came from (on 16,000 rows the band is the p9.6-p90.4, on 58 rows the p3.5-p96.5).
+It was one standard error (p9.8-p90.2, p6.1-p93.9) until the op and run-level terms, with which one coverage
+check held 79.9% (docs/whatif.md, "Bands")."""
 
 
 MIN_BAND_ROWS = 10

@@ -124,12 +124,13 @@ def families(kernels: pd.DataFrame, flops: np.ndarray, nbytes: np.ndarray, preci
 
 def move(pair: DevicePair, family: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, precision: pd.Series,
          shape_class: np.ndarray | None = None, dims: np.ndarray | None = None,
-         source_time_s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+         source_time_s: np.ndarray | None = None, op: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, the factor that moves its time (at its new work) from the measured GPU to the target,
     ``g_t(R_t) / g_s(R_s)`` times the pair's correction where one was measured (``shape_class``: each
     kernel's GEMM shape class, :func:`perfscope.device_models.shape_classes`, for a correction with a class
     term; ``dims``: each GEMM's (batch, M, N), for a correction with a wave term; ``source_time_s``: each
-    kernel's time on the measured GPU at its new work, for a correction with a persistence term), NaN where either device has
+    kernel's time on the measured GPU at its new work, for a correction with a persistence term; ``op``: each
+    kernel's operator, for one with an op term), NaN where either device has
     no curve for its family; and the family used."""
     if not pair.moves:
         return np.full(len(family), np.nan), np.full(len(family), "", object)
@@ -137,7 +138,7 @@ def move(pair: DevicePair, family: np.ndarray, flops: np.ndarray, nbytes: np.nda
     rs = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.source.device))
     rt = roof_times(flops, nbytes, precision, family, datasheet_roofs(pair.target.device))
     return device_model_ratio(family, rs, rt, pair.source.model, pair.target.model, pair.models, flops, nbytes,
-                              shape_class, dims, source_time_s)
+                              shape_class, dims, source_time_s, op)
 
 
 def kernel_bands(pair: DevicePair, family: np.ndarray, rule: np.ndarray, time_s: np.ndarray

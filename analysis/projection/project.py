@@ -497,7 +497,9 @@ def project(report: Report, question: Question, *, models: DeviceModels | None =
         # a GEMM's (batch, M, N) at its new rows (a pair correction's wave term)
         dims = _gemm_dims_at(k, kfam, gemm) if pair.uses_wave else None
         # each kernel's time here at its new work: its distance from its family's curve (a persistence term)
-        factor, _ = move(pair, kfam, new_f, new_b, new_prec, classes, dims, here["time_s"].to_numpy(np.float64, na_value=np.nan))
+        # and its operator (an op term)
+        factor, _ = move(pair, kfam, new_f, new_b, new_prec, classes, dims, here["time_s"].to_numpy(np.float64, na_value=np.nan),
+                         k["op"].astype("object").fillna("").to_numpy(object))
         on = np.isfinite(factor) & np.isin(here["rule"].to_numpy(object), KNOWN_RULES)
         time_s = np.where(on, here["time_s"].to_numpy() * factor, time_s)
         rule[on] = "device-model"

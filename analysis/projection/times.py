@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.device_models import pair_floors_ns
+from perfscope.device_models import pair_floors_ns, run_level
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
@@ -223,15 +223,16 @@ def project_times(duration_s: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
 def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: np.ndarray, source: DeviceModel,
                        target: DeviceModel, models: DeviceModels, flops: np.ndarray | None = None,
                        nbytes: np.ndarray | None = None, shape_class: np.ndarray | None = None,
-                       dims: np.ndarray | None = None, source_time_s: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       dims: np.ndarray | None = None, source_time_s: np.ndarray | None = None,
+                       op: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel, ``g_t(R_t) / g_s(R_s)``: the target's typical time for its family at its roof time there,
     over the source's (:meth:`perfscope.device_models.Curve.time_s`), times the pair's own correction where
     the two devices ran the same work of the family (:class:`perfscope.device_models.PairCorrection`, along
     the roof time, or a GEMM's FLOPs per byte from ``flops`` and ``nbytes``, and its shape class from
     ``shape_class`` where the correction has a class term, each GEMM's (batch, M, N) from ``dims`` where it
     has a wave term, its time on the source from ``source_time_s`` where it has a persistence term: its distance
-    from the source's curve); and the family whose curves were
+    from the source's curve, and the median of those distances over the family's kernels, the run's level, where
+    it has a run-level term, its operator from ``op`` where it has an op term); and the family whose curves were
     used (a :data:`perfscope.device_models.FALLBACK` where a device lacks its own, else the family's curve
     over every GPU; "" and NaN where there is none)."""
     ratio = np.full(len(family), np.nan)
@@ -248,12 +249,15 @@ def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: n
             ratio[idx] = ct.time_s(roof_tgt_s[idx], fl_t) / g_s
             resid = None if source_time_s is None else np.log(np.asarray(source_time_s, np.float64)[idx] / g_s)
         corr = models.pair_correction(source.device, target.device, str(name))
+        # the run's level: these kernels are one run of this family on the source (a run-level term)
+        run = (np.full(len(idx), run_level(resid, roof_src_s[idx])) if corr is not None and corr.uses_run
+               and resid is not None else None)
         if corr is not None:
             ratio[idx] *= corr.factor(roof_src_s[idx], None if flops is None else np.asarray(flops, np.float64)[idx],
                                       None if nbytes is None else np.asarray(nbytes, np.float64)[idx],
                                       None if shape_class is None else np.asarray(shape_class, object)[idx],
                                       None if dims is None else np.asarray(dims, np.float64).reshape(-1, 3)[idx],
-                                      resid)
+                                      resid, run, None if op is None else np.asarray(op, object)[idx])
         used[idx] = fs if fs == ft else f"{fs}/{ft}"
     return ratio, used
 
