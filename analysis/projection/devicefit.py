@@ -566,7 +566,7 @@ def _run_levels(rows: pd.DataFrame, resid: np.ndarray) -> pd.Series:
     """Each run's level on the source (:func:`perfscope.device_models.run_level`) over the pair rows ``rows``
     (one per key: each work once), indexed by :data:`RUN_KEYS`."""
     df = pd.DataFrame({k: rows[k].to_numpy(object) for k in RUN_KEYS}).assign(d=resid)
-    df = df[np.isfinite(df["d"].to_numpy(np.float64))]
+    df = df[np.isfinite(df["d"].to_numpy(np.float64, na_value=np.nan))]
     if not len(df):
         return pd.Series(dtype=np.float64)
     return df.groupby(RUN_KEYS, sort=False)["d"].median()
@@ -576,7 +576,7 @@ def _map_levels(rows: pd.DataFrame, levels: pd.Series) -> np.ndarray:
     """Each pair row's run level from ``levels`` (:func:`_run_levels`); NaN where its run has none."""
     if not len(rows) or not len(levels):
         return np.full(len(rows), np.nan)
-    return levels.reindex(pd.MultiIndex.from_frame(rows[RUN_KEYS].astype(object))).to_numpy(np.float64)
+    return levels.reindex(pd.MultiIndex.from_frame(rows[RUN_KEYS].astype(object))).to_numpy(np.float64, na_value=np.nan)
 
 
 def _dims(rows: pd.DataFrame) -> np.ndarray | None:
