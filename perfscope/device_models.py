@@ -362,6 +362,16 @@ def shape_classes(op: Sequence[Any] | np.ndarray, shapes: Sequence[Any] | np.nda
     return out
 
 
+def _clipped_term(coef: float, x: np.ndarray | None, lo: float, hi: float, n: int) -> np.ndarray:
+    """``coef x clip(x, lo, hi)`` per kernel (a persistence or run-level term); 0 where ``x`` is unknown, or
+    everywhere when there is no term (``coef`` 0) or no ``x``."""
+    if coef == 0.0 or x is None:
+        return np.zeros(n)
+    d = np.asarray(x, np.float64)
+    ok = np.isfinite(d)
+    return np.where(ok, coef * np.clip(np.where(ok, d, 0.0), lo, hi), 0.0)
+
+
 @dataclass(frozen=True)
 class PairCorrection:
     """What one ordered pair of devices does for a family beyond the difference of their curves, measured on
@@ -446,11 +456,7 @@ class PairCorrection:
         """The persistence term (natural log) of each kernel from its distance ``source_resid`` from its
         family's curve on the source (``log(T_source / g_source(R_source))``), clipped to the measured range;
         0 where it is unknown or the correction has no such term."""
-        if not self.uses_keep or source_resid is None:
-            return np.zeros(n)
-        d = np.asarray(source_resid, np.float64)
-        ok = np.isfinite(d)
-        return np.where(ok, self.keep_coef * np.clip(np.where(ok, d, 0.0), self.keep_lo, self.keep_hi), 0.0)
+        return _clipped_term(self.keep_coef if self.uses_keep else 0.0, source_resid, self.keep_lo, self.keep_hi, n)
 
     @property
     def uses_run(self) -> bool:
@@ -459,11 +465,7 @@ class PairCorrection:
     def run_log(self, source_run: np.ndarray | None, n: int) -> np.ndarray:
         """The run-level term (natural log) of each kernel from its run's level ``source_run`` on the source
         (:func:`run_level`), clipped to the measured range; 0 where it is unknown or there is no such term."""
-        if not self.uses_run or source_run is None:
-            return np.zeros(n)
-        d = np.asarray(source_run, np.float64)
-        ok = np.isfinite(d)
-        return np.where(ok, self.run_coef * np.clip(np.where(ok, d, 0.0), self.run_lo, self.run_hi), 0.0)
+        return _clipped_term(self.run_coef if self.uses_run else 0.0, source_run, self.run_lo, self.run_hi, n)
 
     @property
     def uses_wave(self) -> bool:
