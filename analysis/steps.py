@@ -594,6 +594,8 @@ def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndar
     median = out.groupby(key)["duration_ns"].transform("median").to_numpy(np.float64, na_value=np.nan)
     ratio = np.where(median > 0, wall / median, np.nan)
     names = kernels.get("name")
+    if names is not None and "short_name" in kernels:  # a kernel by its base name where it has one
+        names = kernels["short_name"].astype("object").where(kernels["short_name"].notna(), names)
     reasons: list[str | None] = []
     for i in range(len(out)):
         gap = float(gaps["gap_ns"].iloc[i])
@@ -616,7 +618,8 @@ def flag_outliers(steps: pd.DataFrame, kernels: pd.DataFrame, launch_ns: np.ndar
 
 def _launched_before(pos: np.ndarray, step: int, launch_ns: np.ndarray, t_ns: int,
                      names: pd.Series | None) -> str | None:
-    """The kernel of ``step`` whose launch opens the stretch starting at ``t_ns`` (first 60 characters)."""
+    """The kernel of ``step`` whose launch opens the stretch starting at ``t_ns`` (its base name where the
+    kernels carry one, first 60 characters)."""
     if names is None:
         return None
     hit = np.flatnonzero((pos == step) & (launch_ns == t_ns))

@@ -20,6 +20,7 @@ from perfscope.analysis.steps import (
     parse_step_label,
     steps_from_ranges,
 )
+from perfscope.kernel_names import short_kernel_name
 
 B200 = "kineto/tracelens_b200__eager_trace.json.gz"
 VLLM_GRAPH = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
@@ -310,6 +311,13 @@ def test_sglang_host_stall_is_the_steps_stall_not_decodes_bottleneck(fixtures_di
     longest_us = max(b - a for a, b in itertools.pairwise(points))
     assert longest_us > 0.9 * step["dur"]
     assert f"{longest_us / 1000:.3g} ms" in stall.title and "host stall" in stall.title
+    # the launch that opens the stall, named by its kernel's base name (no template or parameter text)
+    start = next(a for a, b in itertools.pairwise(points) if b - a == longest_us)
+    corr = next(e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime" and e["ts"] == start
+                and e.get("args", {}).get("correlation") in kernel_corr)
+    kernel = next(e["name"] for e in events if e.get("cat") == "kernel" and e["args"]["correlation"] == corr)
+    assert stall.evidence["step1_cause"].endswith(f"after launching {short_kernel_name(kernel)}")
+    assert "<" not in stall.evidence["step1_cause"] and "<" in kernel
     assert stall.evidence["step1_kernel_time_ns"] == pytest.approx(
         sum(e["dur"] for e in events if e.get("cat") == "kernel") * 1000, rel=1e-6)
     one = next(f for f in findings if f.id == "steady-state")
