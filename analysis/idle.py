@@ -87,7 +87,7 @@ from perfscope.schema import (
     subset,
 )
 
-from .intervals import ACTIVITY_KEY, merge_intervals
+from .intervals import ACTIVITY_KEY, inside, merge_intervals
 from .steps import GPU_RANGE_SOURCES, has_framework_steps, inference_windows
 from .summaries.kernels import is_cpu_report
 from .tree import innermost_at, nesting_levels
@@ -141,16 +141,6 @@ IDLE_TABLE = "idle"
 
 
 # ---------------------------------------------------------------------------- interval sets
-
-def _inside(sets: tuple[np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
-    """Whether each point ``x`` lies in the sorted, disjoint ``[start, end)`` intervals ``sets``."""
-    s, e = sets
-    if not len(s):
-        return np.zeros(len(x), bool)
-    i = np.searchsorted(s, x, side="right") - 1
-    j = np.maximum(i, 0)
-    return (i >= 0) & (x < e[j])
-
 
 def _merged(df: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rows = df[mask]
@@ -895,7 +885,7 @@ class _Context:
         sources.append(self.openers[1])
         for p in sources:
             if len(p):
-                cuts.append(p[_inside(idle, p)])
+                cuts.append(p[inside(idle, p)])
         points = np.concatenate(cuts)
         del cuts, sources
         points = _sorted_unique(points)
@@ -906,7 +896,7 @@ class _Context:
         for lo, hi in _point_chunks(points, ist, _chunk_size(self)):
             pts = points[lo:hi]
             mid = pts[:-1] + (pts[1:] - pts[:-1]) // 2
-            keep = _inside(idle, mid)
+            keep = inside(idle, mid)
             a, b, mid = pts[:-1][keep], pts[1:][keep], mid[keep]
             gap = (np.searchsorted(ist, a, side="right") - 1).astype(gap_type)
             parts.append(self._pieces(a, b, mid, gap, per_gap))
@@ -923,11 +913,11 @@ class _Context:
         n = len(a)
         code = self.code_dtype  # the text codes' dtype; rows of the host tracks in int32 (a piece: ~70 bytes, not ~190)
         cause = np.full(n, C["host"], code)
-        unknown = ~_inside(self.recorded, mid)
+        unknown = ~inside(self.recorded, mid)
         cause[unknown] = C["unknown"]
         done = unknown.copy()
         for c in PRIORITY:
-            hit = ~done & _inside(self.host_sets[c], mid)
+            hit = ~done & inside(self.host_sets[c], mid)
             cause[hit] = C[c]
             done |= hit
         api = np.full(n, -1, code)

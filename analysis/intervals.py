@@ -33,6 +33,17 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     return s[idx], np.maximum.reduceat(e, idx)
 
 
+def inside(sets: tuple[np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Whether each point ``x`` lies in the sorted, disjoint ``[start, end)`` intervals ``sets``
+    (:func:`merge_intervals`)."""
+    s, e = sets
+    if not len(s):
+        return np.zeros(len(x), bool)
+    i = np.searchsorted(s, x, side="right") - 1
+    j = np.maximum(i, 0)
+    return (i >= 0) & (x < e[j])
+
+
 def covered_ns(merged: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each ``[start, end)``, how many ns of it the merged intervals cover."""
     ms, me = merged

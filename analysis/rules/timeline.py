@@ -32,6 +32,7 @@ from ..idle import (
     kinds_of,
     unrecorded_facts,
 )
+from ..intervals import inside
 from ..ranks.stats import comm_mask
 from ..steps import has_framework_steps
 from ..steps import inference_windows as step_inference_windows
@@ -451,14 +452,10 @@ def gpu_idle(report: Report) -> list[Finding]:
 def _without_unrecorded(idle: DeviceIdle, rows: pd.DataFrame) -> DeviceIdle:
     """``idle`` without the gaps that hold ``unrecorded`` slices (the trace lacks dispatches over them)."""
     slices = rows_where(rows, "cause", "unrecorded")
-    s = np.sort(slices["start_ns"].to_numpy(np.int64))
-    e = slices["end_ns"].to_numpy(np.int64)[np.argsort(slices["start_ns"].to_numpy(np.int64), kind="stable")]
-    lo = idle.gaps["gap_start_ns"].to_numpy(np.int64)
-    mid = lo + idle.gaps["gap_ns"].to_numpy(np.int64) // 2
-    at = np.searchsorted(s, mid, side="right") - 1
-    inside = (at >= 0) & (mid < e[np.maximum(at, 0)]) if len(s) else np.zeros(len(mid), bool)
+    held = merge_intervals(slices["start_ns"].to_numpy(np.int64), slices["end_ns"].to_numpy(np.int64))
+    mid = idle.gaps["gap_start_ns"].to_numpy(np.int64) + idle.gaps["gap_ns"].to_numpy(np.int64) // 2
     return DeviceIdle(idle.device, idle.first_ns, idle.span_ns, idle.busy_ns,
-                      idle.gaps[~inside].reset_index(drop=True))
+                      idle.gaps[~inside(held, mid)].reset_index(drop=True))
 
 
 def _names_of(items: list[Item], attr: str) -> list[str]:
