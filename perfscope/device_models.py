@@ -552,16 +552,26 @@ class PairCorrection:
                    {str(k): float(v) for k, v in d.get("ops", {}).items()})
 
 
-def run_level(resid: np.ndarray, work: np.ndarray) -> float:
-    """A run's level on its device for one family: the median, over its distinct works (``work``: a value per
-    kernel that tells works apart, e.g. the roof time), of each work's median distance from the family's curve
-    (``resid``: ``log(T / g(R))`` per kernel); NaN where none is finite. Each work counts once, as a table lists
-    each shape once, however often a trace launched it."""
-    d = pd.Series(np.asarray(resid, np.float64))
-    ok = np.isfinite(d.to_numpy())
+def run_levels(resid: np.ndarray, work: np.ndarray, runs: pd.DataFrame) -> pd.Series:
+    """Each run's level on its device for one family, indexed by ``runs``' columns (a run per distinct row of
+    them, one row per kernel): the median, over the run's distinct works (``work``: a value per kernel that
+    tells works apart, e.g. the roof time), of each work's median distance from the family's curve (``resid``:
+    ``log(T / g(R))`` per kernel). A run with no finite distance has no entry. Each work counts once, as a table
+    lists each shape once, however often a trace launched it."""
+    d = np.asarray(resid, np.float64)
+    ok = np.isfinite(d)
+    keys = [runs[c].to_numpy(object)[ok] for c in runs.columns]
     if not ok.any():
-        return math.nan
-    return float(d[ok].groupby(np.asarray(work)[ok], sort=False).median().median())
+        return pd.Series(dtype=np.float64)
+    per_work = pd.Series(d[ok]).groupby([*keys, np.asarray(work)[ok]], sort=False).median()
+    levels = per_work.groupby(level=list(range(len(keys))), sort=False).median()
+    return levels.rename_axis(list(runs.columns))
+
+
+def run_level(resid: np.ndarray, work: np.ndarray) -> float:
+    """One run's level (:func:`run_levels`: all of ``resid`` is one run); NaN where none is finite."""
+    levels = run_levels(resid, work, pd.DataFrame({"run": np.zeros(len(np.atleast_1d(resid)))}))
+    return float(levels.iloc[0]) if len(levels) else math.nan
 
 
 def axis_knots(axis: str) -> tuple[float, float]:
@@ -832,6 +842,7 @@ __all__ = [
     "pair_axis_name",
     "pair_floors_ns",
     "run_level",
+    "run_levels",
     "shape_classes",
     "sheet_identity",
     "spec_identity",

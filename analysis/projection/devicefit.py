@@ -64,6 +64,7 @@ from perfscope.device_models import (
     pair_axis,
     pair_axis_name,
     pair_floors_ns,
+    run_levels,
     shape_classes,
     sheet_identity,
     spec_identity,
@@ -563,13 +564,12 @@ RUN_KEYS = ["run_s", "device_s", "device_t", "family"]
 
 
 def _run_levels(rows: pd.DataFrame, resid: np.ndarray) -> pd.Series:
-    """Each run's level on the source (:func:`perfscope.device_models.run_level`) over the pair rows ``rows``
-    (one per key: each work once), indexed by :data:`RUN_KEYS`."""
-    df = pd.DataFrame({k: rows[k].to_numpy(object) for k in RUN_KEYS}).assign(d=resid)
-    df = df[np.isfinite(df["d"].to_numpy(np.float64, na_value=np.nan))]
-    if not len(df):
+    """Each run's level on the source over the pair rows ``rows`` (:func:`perfscope.device_models.run_levels`,
+    a work per source roof time, as a user's projection reads it), indexed by :data:`RUN_KEYS`."""
+    if not len(rows):
         return pd.Series(dtype=np.float64)
-    return df.groupby(RUN_KEYS, sort=False)["d"].median()
+    return run_levels(resid, rows["roof_s_s"].to_numpy(np.float64, na_value=np.nan),
+                      pd.DataFrame({k: rows[k].to_numpy(object) for k in RUN_KEYS}))
 
 
 def _map_levels(rows: pd.DataFrame, levels: pd.Series) -> np.ndarray:
@@ -693,6 +693,14 @@ def _pair_rows(obs: pd.DataFrame, models: DeviceModels, run_obs: pd.DataFrame | 
     return rows.assign(le=le, res_s=resid, res_run_s=run)[np.isfinite(le)].reset_index(drop=True)
 
 
+def _levels(codes: np.ndarray, names: pd.Index, w: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """A level per name (a shape class, an operator): the weighted mean of its rows' ``r``, pulled toward 0 by
+    :data:`DATASET_RIDGE`; 0 for the name "" (rows that carry none)."""
+    level = np.bincount(codes, w * r, len(names)) / (np.bincount(codes, w, len(names)) + DATASET_RIDGE)
+    level[np.asarray(names, object) == ""] = 0.0
+    return level
+
+
 def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
     """One pair and family's correction with the terms of ``choice`` (:data:`CANDIDATES`), fitted on ``sub``
     (pair rows with ``le``); None where it has no term or no row places it."""
@@ -752,15 +760,10 @@ def _fit_terms(sub: pd.DataFrame, choice: str) -> PairCorrection | None:
             terms[n] = _curve_system(g[0], g[1], w, y - others - level[codes] - olevel[ocodes] - coef * xw - kcoef * xk
                                      - rcoef * xr, DEVICE_RIDGE)
         fitted = sum((at(t, g) for t, g in zip(terms, grid)), np.zeros(len(y)))
-        if use_class:
-            level = np.bincount(codes, w * (y - fitted - olevel[ocodes] - coef * xw - kcoef * xk - rcoef * xr),
-                                len(names)) / (
-                np.bincount(codes, w, len(names)) + DATASET_RIDGE)
-            level[np.asarray(names, object) == ""] = 0.0  # a GEMM of unknown shape: no class level
-        if use_op:  # a level per operator, pulled to 0 like a class's
-            olevel = np.bincount(ocodes, w * (y - fitted - level[codes] - coef * xw - kcoef * xk - rcoef * xr),
-                                 len(onames)) / (np.bincount(ocodes, w, len(onames)) + DATASET_RIDGE)
-            olevel[np.asarray(onames, object) == ""] = 0.0  # a row of no operator: no level
+        if use_class:  # a GEMM of unknown shape: no class level
+            level = _levels(codes, names, w, y - fitted - olevel[ocodes] - coef * xw - kcoef * xk - rcoef * xr)
+        if use_op:  # a level per operator, pulled to 0 like a class's; a row of no operator: none
+            olevel = _levels(ocodes, onames, w, y - fitted - level[codes] - coef * xw - kcoef * xk - rcoef * xr)
         if wave_tiles and wave is not None and wave[0]:  # a fitted weight of the wave term
             coef = float(np.sum(w * xw * (y - fitted - level[codes] - olevel[ocodes] - kcoef * xk - rcoef * xr))
                          / (np.sum(w * xw * xw) + WAVE_RIDGE))
