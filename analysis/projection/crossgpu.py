@@ -6,8 +6,9 @@ Tables read (``tests/fixtures/crossgpu/``, sources in tests/fixtures/README.md):
 - aiconfigurator (vLLM 0.14 kernels): 9,240 bf16 GEMM shapes, decode and prefill attention, A100 -> H100;
 - vidur: Llama-2-7B fp16 per-operator times (1 to 4096 tokens, TP 1/2/4/8), A100 -> H100 and A100 -> A40;
 - LLMCompass: fp16 matmul, softmax, layernorm and GELU sweeps, A100 -> MI210;
-- TraceLens's perf reports of three models traced with one harness on H100 and MI300X (Qwen1.5-0.5B,
-  an NSFW image classifier, OWLv2): each GEMM op's kernel time (median) at its input shapes, H100 -> MI300X;
+- TraceLens's perf reports of four models traced with one harness on H100 and MI300X (Qwen1.5-0.5B,
+  an NSFW image classifier, OWLv2, and llama3_2 of its comparative evals): each GEMM op's kernel time
+  (median) at its input shapes, H100 -> MI300X;
   and the other ops of the same reports (attention, elementwise, normalization, copies), priced from their
   shapes and put in the family a trace's kernel of that op gets.
 
@@ -36,6 +37,7 @@ from perfscope.device_models import (
 )
 from perfscope.errors import UsageError
 
+from ..costs.attention import SDPA_SIGNATURES
 from ..costs.operators import op_cost
 from .shapes import parse_lists
 from .times import Roofs, project_times
@@ -242,9 +244,36 @@ HOST_COPY = ("Memcpy HtoD", "Memcpy DtoH")
 """Kernels that move data between host and device (PCIe, not DRAM): not priced by perfscope's formulas."""
 
 
+def _sdpa_call(name: str, dims: str, types: str, strides: str, concrete: str) -> tuple[str, str, str, str, str]:
+    """An attention op's call as both GPUs share it: its query, key and value inputs and its causal flag. PyTorch
+    picks the SDPA backend per GPU (cuDNN on the H100, the memory-efficient kernel on the MI300X for one call),
+    and the backends record the mask with other broadcast dims, so the op's name and its other inputs differ."""
+    pos = SDPA_SIGNATURES.get(name.removeprefix("aten::"), (None, "", None))[0]
+    d, ty, st, c = (parse_lists(x) or [] for x in (dims, types, strides, concrete))
+    flag = str(c[pos]) if pos is not None and pos < len(c) else ""
+    return "attention", str(d[:3]), str(ty[:3]), str(st[:3]), flag
+
+
 def _tracelens_pairs(path: Path, keys: list[str]) -> pd.DataFrame:
-    """A TraceLens perf-report extract's H100 and MI300X rows of one op at one set of inputs, joined."""
+    """A TraceLens perf-report extract's H100 and MI300X rows of one op at one set of inputs, joined; an
+    attention op's rows by its call (:func:`_sdpa_call`), the H100's name and inputs kept for pricing."""
     t = pd.read_csv(path, keep_default_na=False, na_values={"Kernel Time (us)_median": [""]})
+    t = t.assign(**{k: "" for k in keys if k not in t})  # an input the extract did not keep: the same on both
+    # one op at one set of inputs listed twice on a GPU (the library picked another kernel for some calls:
+    # llama3_2's H100 GEMMs, cuBLAS's nvjet for most calls and a CUTLASS sm80 kernel for the rest): the row
+    # of most calls is the op's kernel
+    calls = pd.to_numeric(t["name_count"], errors="coerce").fillna(0)
+    t = t.assign(_calls=calls).sort_values("_calls", ascending=False, kind="stable")
+    t = t.drop_duplicates(["gpu", *keys]).sort_index().drop(columns="_calls")
+    call = ["name", "Input Dims_first", "Input type_first", "Input Strides_first", "Concrete Inputs_first"]
+    if "table" in t and (t["table"] == "SDPA_fwd").any() and all(c in keys for c in call):
+        match = t[call].astype(str).copy()
+        sdpa = (t["table"] == "SDPA_fwd").to_numpy()
+        match.loc[sdpa, call] = [list(_sdpa_call(*r)) for r in t.loc[sdpa, call].itertuples(index=False)]
+        t = t.assign(**{f"{c} match": match[c] for c in call})
+        keys = [k for k in keys if k not in call] + [f"{c} match" for c in call]
+        j = t[t["gpu"] == "h100"].merge(t[t["gpu"] == "mi300x"], on=keys, suffixes=("", "_t"))
+        return j.rename(columns={c: f"{c}_s" for c in t.columns if c not in keys and c not in call})
     return t[t["gpu"] == "h100"].merge(t[t["gpu"] == "mi300x"], on=keys, suffixes=("_s", "_t"))
 
 
@@ -256,13 +285,16 @@ def tracelens_gemms(root: Path) -> Iterator[tuple[str, str, pd.DataFrame]]:
     """(h100, mi300x, rows) of the GEMM ops of TraceLens's perf reports (``gemm_kernel_times.csv``: per model,
     GPU, op and input shapes, the median over its calls of the op's kernel time, every kernel it launched);
     an op of one model with the same shapes and types on both GPUs is one row, priced by perfscope's own
-    cost formula from its shapes."""
-    j = _tracelens_pairs(root / TLG / "gemm_kernel_times.csv", ["model", "name", "Input Dims_first", "Input type_first"])
+    cost formula from its shapes; where the extract keeps the inputs' strides (a model whose report lists one
+    shape twice, once per layout: a weight read transposed or not), they are part of the op's inputs."""
+    j = _tracelens_pairs(root / TLG / "gemm_kernel_times.csv",
+                         ["model", "name", "Input Dims_first", "Input type_first", "Input Strides_first"])
     types = [parse_lists(x) for x in j["Input type_first"]]
     prec = np.array([_precision(ty) for ty in types], object)
     costs = np.array([_cost(op, parse_lists(d), ty) for op, d, ty in zip(j["name"], j["Input Dims_first"], types)],
                      np.float64).reshape(-1, 2)
-    shape = (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"]).to_numpy()
+    strides = j["Input Strides_first"].map(lambda x: f"|{x}" if x else "")
+    shape = (j["model"] + "|" + j["name"] + "|" + j["Input Dims_first"] + strides).to_numpy()
     classes = np.array([gemm_shape_class(op, d) for op, d in zip(j["name"], j["Input Dims_first"])], object)
     bmn = gemm_bmn(j["name"].to_numpy(object), j["Input Dims_first"].to_numpy(object))
     frames = []
