@@ -86,7 +86,7 @@ def cutlass_scaled_fp4_mm(name: str, ins: OpInputs) -> OpCost | None:
     return OpCost(2.0 * a[0] * b[0] * k, nbytes, "gemm", precision="fp4")
 
 
-PRECISION_WIDTH = {"fp4": 0, "fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 3}
+PRECISION_WIDTH = {"fp4": 0, "int4": 0, "fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 3}
 
 
 def _gemm_precision(*dtypes: str) -> str | None:
@@ -179,3 +179,29 @@ def kernel_precision(kernel: str | None) -> str | None:
     if not formats or any(f is None for f in formats):
         return None
     return max(formats, key=lambda p: PRECISION_WIDTH.get(p or "", 3))  # type: ignore[arg-type]
+
+
+NAME_FORMATS = re.compile(r"mxfp4|nvfp4|mxfp8|e2m1|e4m3|e5m2|fp8|fp4|uint4|int4|int8|w4a16|w4a8|w8a8|w8a16",
+                          re.IGNORECASE)
+NAME_FORMAT = {"mxfp4": "fp4", "nvfp4": "fp4", "e2m1": "fp4", "fp4": "fp4", "mxfp8": "fp8", "e4m3": "fp8",
+               "e5m2": "fp8", "fp8": "fp8", "uint4": "int4", "int4": "int4", "w4a16": "int4", "w4a8": "int4",
+               "int8": "int8", "w8a8": "int8", "w8a16": "int8"}
+"""Operand formats a GEMM kernel's name can state (TensorRT-LLM's ``MxE2m1``, triton_kernels' ``mxfp4``,
+CUTLASS's ``e4m3``, the ``w4a16``-style names of weight-only kernels), each as the precision it stores."""
+
+
+def narrowest_operand(kernel: object, dtypes: object = ()) -> tuple[str, str] | None:
+    """The narrowest operand precision of a GEMM, and where it was read: the formats its kernel's own name states
+    (a weight-quantized kernel names its packed format: the op's dtypes cannot, the quantization is inside the op),
+    else its op's tensor input dtypes (``dtypes``: the names torch prints; scalars and unknown names skipped).
+    A weight-streaming GEMM's narrowest operand is its weights. None when neither says."""
+    from .roofline import precision_of
+
+    found = [NAME_FORMAT[m.lower()] for m in NAME_FORMATS.findall(kernel)] if isinstance(kernel, str) else []
+    where = "the kernel's name"
+    if not found:
+        found = [p for p in (precision_of(d) for d in (dtypes if isinstance(dtypes, (list, tuple)) else ()))
+                 if p in PRECISION_WIDTH]
+        where = "the op's input types"
+    return (min(found, key=lambda p: PRECISION_WIDTH[p]), where) if found else None
+

@@ -25,6 +25,7 @@ A group none of these explain is reported as unexplained, and the advice names t
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -47,6 +48,7 @@ from perfscope.schema import column_codes, map_distinct
 from perfscope.shapes import tensor_shapes
 from perfscope.vocab import is_amd
 
+from ..costs.quantized import narrowest_operand
 from ..summaries.kernels import group_codes
 from ._base import collect_advice, from_ncu, is_cpu_report
 
@@ -502,8 +504,11 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             if bound == "memory" and m is not None and op not in BATCHED:  # a bmm's operands are both activations
                 share = weight_share(m, kk, n, tensor_shapes(shapes), per_launch, prec)
                 if np.isfinite(share) and share >= WEIGHT_SHARE:
-                    c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its bytes")
-                    c.attrs["weight_share"] = share
+                    fmt = weight_format(g)
+                    stored = f" at {WIDTH_WORDS[fmt[0]]} ({fmt[1]})" if fmt else ""
+                    c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its "
+                                     f"bytes{stored}")
+                    c.attrs.update(weight_share=share, weight_precision=fmt[0] if fmt else None)
                     c.advice["weights"] = name
             if bound == "compute" and kk is not None and n is not None and m is not None:
                 off = [f"{d}={v}" for d, v in (("M", m), ("K", kk), ("N", n)) if v % ALIGN]
@@ -556,8 +561,7 @@ CAUSE_ADVICE = {
               "the last wave) set its time, not DRAM bandwidth: give each launch more work (a larger batch) or fuse "
               "it with its neighbours, so that fewer launches pay those costs."),
     "weights": ("{groups}: the bytes are the weights (weight streaming: each weight is read for few rows): "
-                "lower-precision weights (FP8, INT4/MXFP4) cut the bytes, more rows per launch (a larger batch) "
-                "amortise them."),
+                "{cut}more rows per launch (a larger batch) amortise them."),
     "kv": ("{groups}: decode attention reads the KV cache: split-KV / flash-decoding spreads short batches over "
            "more blocks, a lower-precision KV cache (FP8) cuts the bytes."),
     "fuse": ("Fuse {groups} (torch.compile, a fused kernel): back-to-back elementwise/norm/copy {what} each read and "
@@ -570,6 +574,32 @@ CAUSE_ADVICE = {
                   "block): fewer registers per thread or less shared memory per block leave room for more warps."),
 }
 """The advice per cause code of :func:`group_causes`, naming the groups (``{groups}``) that show it."""
+WEIGHT_CUT = {
+    "fp4": "they already stream at 4 bits, so no lower precision cuts them further; ",
+    "int4": "they already stream at 4 bits, so no lower precision cuts them further; ",
+    "fp8": "they stream at 8 bits: 4-bit weights (INT4, MXFP4/NVFP4) would halve the bytes, ",
+    "int8": "they stream at 8 bits: 4-bit weights (INT4, MXFP4/NVFP4) would halve the bytes, ",
+    "bf16": "they stream at 16 bits: FP8 weights halve the bytes and 4-bit ones (INT4, MXFP4/NVFP4) quarter them, ",
+    "fp16": "they stream at 16 bits: FP8 weights halve the bytes and 4-bit ones (INT4, MXFP4/NVFP4) quarter them, ",
+    "fp32": "they stream at 32 bits: BF16 weights halve the bytes and FP8 ones quarter them, ",
+    None: ("the trace states neither the kernel's format nor the op's input types, so how far a lower-precision "
+           "weight format would cut the bytes is unknown; "),
+}
+"""What a weight format leaves to cut, by the precision the weights stream at (:func:`weight_format`)."""
+WIDTH_WORDS = {"fp4": "4 bits", "int4": "4 bits", "fp8": "8 bits", "int8": "8 bits", "bf16": "16 bits",
+               "fp16": "16 bits", "fp32": "32 bits"}
+
+
+def weight_format(g: pd.DataFrame) -> tuple[str, str] | None:
+    """The precision a weight-streaming GEMM group's weights are stored at and where the trace says it: its kernel's
+    name, else its op's input types (:func:`narrowest_operand`); None when neither says."""
+    name = _mode(g["name"]) if "name" in g else None
+    types = _mode(g["op_input_types"]) if "op_input_types" in g else None
+    try:
+        dtypes = json.loads(types) if isinstance(types, str) else []
+    except ValueError:
+        dtypes = []
+    return narrowest_operand(name, dtypes if isinstance(dtypes, list) else [])
 CPU_CAUSES = ("fuse", "fp32", "weights", "shape", "fp32mm")
 """Causes a CPU report's operators can show (no grid, no SMs, no GPU occupancy)."""
 UNEXPLAINED = "Nothing in the trace explains {groups} ({stake} at stake): "
@@ -602,6 +632,17 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
                 if not any(entry.split(" with ")[0] in e.split(" with ", 1)[1].split(", ") for e in kept):
                     kept.append(entry)
             names_ = kept
+        if code == "weights":  # one sentence per precision the weights stream at: what is left to cut differs
+            by_fmt: dict[str | None, list[str]] = {}
+            for c in causes:
+                if "weights" in c.advice:
+                    fmt = c.attrs.get("weight_precision")
+                    by_fmt.setdefault(fmt if isinstance(fmt, str) else None, []).append(c.advice["weights"])
+            for fmt, names_ in by_fmt.items():
+                names_ = list(dict.fromkeys(names_))
+                shown = names_[:3] + ([f"{len(names_) - 3} more"] if len(names_) > 3 else [])
+                parts.append(CAUSE_ADVICE[code].format(groups="; ".join(shown), cut=WEIGHT_CUT.get(fmt, WEIGHT_CUT[None])))
+            continue
         shown = names_[:3] + ([f"{len(names_) - 3} more"] if len(names_) > 3 else [])
         parts.append(CAUSE_ADVICE[code].format(groups="; ".join(shown), unit=unit,
                                                what="operators" if cpu else "kernels"))

@@ -73,6 +73,9 @@ def test_b200_below_roof_names_the_causes_its_trace_shows(load) -> None:
     assert json.loads(rows["op_shapes"].iloc[0])[0] == [888, 3072] and rows["precision"].iloc[0] == "fp8"
     assert bmm.attrs["weight_share"] == pytest.approx(1 - act / (rows["dram_bytes"].sum() / len(rows)))
     assert "weights are 96% of its bytes" in bmm.label and "weight streaming" in f.recommendation
+    # its weights are MXFP4 already (MxE2m1 in the kernel's name): no lower-precision weights offered
+    assert bmm.attrs["weight_precision"] == "fp4" and "at 4 bits (the kernel's name)" in bmm.label
+    assert "already stream at 4 bits" in f.recommendation and "FP8 weights halve" not in f.recommendation
     # the fused add-RMSNorm: B200 measured no reduction kernel, so H100's measured floor stands in, and says so
     (norm,) = [i for n, i in items.items() if "fused_add_rms_norm" in n]
     h100 = device_models().devices["H100 SXM5 80 GB"].curves["reduction"].trace_floor_ns
@@ -106,6 +109,16 @@ def test_mi300x_decode_graph_weights_kv_and_fusion(load) -> None:
     addmm = [i for i in f.items if i.attrs.get("gemm_k") == 2880 and i.attrs.get("gemm_n") == 5120]
     assert addmm and all(i.attrs["gemm_m"] == 32 and "weights" in i.attrs["causes"] for i in addmm)
     assert addmm[0].attrs["weight_share"] == pytest.approx(2880 * 5120 / (2880 * 5120 + 32 * 2880 + 32 * 5120))
+    # the advice follows the precision the weights stream at: the dense ones bf16 (the op's input types), the
+    # experts' MXFP4 (triton_kernels' ``bf16xbf16xmxfp4`` kernel name): one sentence each, each its own cut
+    assert all(i.attrs["weight_precision"] == "bf16" and "at 16 bits (the op's input types)" in i.label for i in addmm)
+    ogs = [i for i in f.items if i.attrs["group"].startswith("_matmul_ogs_NNT_bf16xbf16xmxfp4")]
+    assert len(ogs) == 2 and all(i.attrs["weight_precision"] == "fp4" for i in ogs)
+    sentences = [s for s in f.recommendation.split(". ") if "weight streaming" in s]
+    (fp4,) = [s for s in sentences if "_matmul_ogs" in s]
+    (bf16,) = [s for s in sentences if "Cijk_" in s]
+    assert "already stream at 4 bits" in fp4 and "FP8" not in fp4
+    assert "FP8 weights halve the bytes" in bf16 and "_matmul_ogs" not in bf16
     # the attention of the decode phase reads the KV cache; a graph replay records no grid: no grid clause
     att = [i for i in f.items if i.attrs.get("category") == "attention"]
     assert att and all("kv" in i.attrs["causes"] and "grid_blocks" not in i.attrs for i in att)
@@ -119,9 +132,30 @@ def test_unseen_h200_trace_reads_right(load) -> None:
     (f,) = RULES["memory-below-roof"](r)
     (gemm,) = [i for i in f.items if i.attrs.get("category") == "gemm"]
     assert gemm.attrs["gemm_m"] == 2 and gemm.attrs["weight_share"] > 0.99 and gemm.explains
+    assert gemm.attrs["weight_precision"] == "bf16" and "FP8 weights halve the bytes" in f.recommendation
     assert gemm.attrs["grid_blocks"] < 132 and gemm.attrs["sm_count"] == 132
     assert all(i.explains == bool(i.attrs.get("causes")) for i in f.items)
     assert not any(s in f.recommendation for s in STOCK)
+
+
+def test_the_weights_precision_from_the_kernel_name_else_the_op_types() -> None:
+    """What a weight-streaming GEMM's weights are stored at: the narrowest format its kernel's name states (each
+    family's spelling), else its op's narrowest tensor input, else unknown: then the advice says it is unknown."""
+    from perfscope.analysis.costs.quantized import narrowest_operand
+    from perfscope.analysis.rules.roof_causes import CAUSE_ADVICE, WEIGHT_CUT
+
+    name = "the kernel's name"
+    assert narrowest_operand("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16") == ("fp4", name)
+    assert narrowest_operand("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1_swiglu") == ("fp4", name)
+    assert narrowest_operand("sm90_xmma_gemm_e4m3e4m3_bf16_f32_tn_n_tilesize64x128x128") == ("fp8", name)
+    assert narrowest_operand("gemm_w4a16_kernel<128>") == ("int4", name)
+    assert narrowest_operand("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", ["c10::BFloat16", "c10::BFloat16"]) == (
+        "bf16", "the op's input types")
+    assert narrowest_operand("Cijk_Alik_Bljk_SB", ["float", "float", "Scalar"]) == ("fp32", "the op's input types")
+    assert narrowest_operand("Cijk_Alik_Bljk_SB", ["c10::BFloat16", "c10::Float8_e4m3fn"])[0] == "fp8"
+    assert narrowest_operand("gemm_kernel", []) is None and narrowest_operand(None, ["Scalar"]) is None
+    unknown = CAUSE_ADVICE["weights"].format(groups="g", cut=WEIGHT_CUT[None])
+    assert "unknown" in unknown and "FP8" not in unknown
 
 
 def test_measured_ncu_path_is_unchanged(load) -> None:
