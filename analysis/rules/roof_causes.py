@@ -25,7 +25,6 @@ A group none of these explain is reported as unexplained, and the advice names t
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -45,10 +44,10 @@ from perfscope.device_models import gemm_dims as shape_dims
 from perfscope.format import duration, nbytes
 from perfscope.memo import memo
 from perfscope.schema import column_codes, map_distinct
-from perfscope.shapes import tensor_shapes
+from perfscope.shapes import parse_shapes, tensor_shapes
 from perfscope.vocab import is_amd
 
-from ..costs.quantized import narrowest_operand
+from ..costs.quantized import PRECISION_WIDTH, narrowest_operand
 from ..summaries.kernels import group_codes
 from ._base import collect_advice, from_ncu, is_cpu_report
 
@@ -505,7 +504,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                 share = weight_share(m, kk, n, tensor_shapes(shapes), per_launch, prec)
                 if np.isfinite(share) and share >= WEIGHT_SHARE:
                     fmt = weight_format(g)
-                    stored = f" at {WIDTH_WORDS[fmt[0]]} ({fmt[1]})" if fmt else ""
+                    stored = f" at {weight_bits(fmt[0])} bits ({fmt[1]})" if fmt else ""
                     c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its "
                                      f"bytes{stored}")
                     c.attrs.update(weight_share=share, weight_precision=fmt[0] if fmt else None)
@@ -575,31 +574,29 @@ CAUSE_ADVICE = {
 }
 """The advice per cause code of :func:`group_causes`, naming the groups (``{groups}``) that show it."""
 WEIGHT_CUT = {
-    "fp4": "they already stream at 4 bits, so no lower precision cuts them further; ",
-    "int4": "they already stream at 4 bits, so no lower precision cuts them further; ",
-    "fp8": "they stream at 8 bits: 4-bit weights (INT4, MXFP4/NVFP4) would halve the bytes, ",
-    "int8": "they stream at 8 bits: 4-bit weights (INT4, MXFP4/NVFP4) would halve the bytes, ",
-    "bf16": "they stream at 16 bits: FP8 weights halve the bytes and 4-bit ones (INT4, MXFP4/NVFP4) quarter them, ",
-    "fp16": "they stream at 16 bits: FP8 weights halve the bytes and 4-bit ones (INT4, MXFP4/NVFP4) quarter them, ",
-    "fp32": "they stream at 32 bits: BF16 weights halve the bytes and FP8 ones quarter them, ",
+    4: "they already stream at 4 bits, so no lower precision cuts them further; ",
+    8: "they stream at 8 bits: 4-bit weights (INT4, MXFP4/NVFP4) would halve the bytes, ",
+    16: "they stream at 16 bits: FP8 weights halve the bytes and 4-bit ones (INT4, MXFP4/NVFP4) quarter them, ",
+    32: "they stream at 32 bits: BF16 weights halve the bytes and FP8 ones quarter them, ",
     None: ("the trace states neither the kernel's format nor the op's input types, so how far a lower-precision "
            "weight format would cut the bytes is unknown; "),
 }
-"""What a weight format leaves to cut, by the precision the weights stream at (:func:`weight_format`)."""
-WIDTH_WORDS = {"fp4": "4 bits", "int4": "4 bits", "fp8": "8 bits", "int8": "8 bits", "bf16": "16 bits",
-               "fp16": "16 bits", "fp32": "32 bits"}
+"""What a weight format leaves to cut, by the bits the weights stream at (:func:`weight_bits`)."""
+
+
+def weight_bits(precision: object) -> int | None:
+    """The bits per weight of a precision :func:`weight_format` reads (``fp4``/``int4`` 4, ``fp8``/``int8`` 8,
+    ``bf16``/``fp16`` 16, ``fp32`` 32: each rank of :data:`PRECISION_WIDTH` doubles the width); None for another."""
+    rank = PRECISION_WIDTH.get(precision) if isinstance(precision, str) else None
+    return None if rank is None else 4 << rank
 
 
 def weight_format(g: pd.DataFrame) -> tuple[str, str] | None:
     """The precision a weight-streaming GEMM group's weights are stored at and where the trace says it: its kernel's
     name, else its op's input types (:func:`narrowest_operand`); None when neither says."""
     name = _mode(g["name"]) if "name" in g else None
-    types = _mode(g["op_input_types"]) if "op_input_types" in g else None
-    try:
-        dtypes = json.loads(types) if isinstance(types, str) else []
-    except ValueError:
-        dtypes = []
-    return narrowest_operand(name, dtypes if isinstance(dtypes, list) else [])
+    types = parse_shapes(_mode(g["op_input_types"])) if "op_input_types" in g else None
+    return narrowest_operand(name, types or ())
 CPU_CAUSES = ("fuse", "fp32", "weights", "shape", "fp32mm")
 """Causes a CPU report's operators can show (no grid, no SMs, no GPU occupancy)."""
 UNEXPLAINED = "Nothing in the trace explains {groups} ({stake} at stake): "
@@ -609,6 +606,11 @@ UNEXPLAINED_MEASURE = {
            "bandwidth counters say what holds {them} back."),
 }
 """The advice for the groups nothing explains: the measurement that would tell, never a recipe."""
+
+
+def _shown(names: list[str]) -> str:
+    """The first three names an advice sentence names, then how many more."""
+    return "; ".join(names[:3] + ([f"{len(names) - 3} more"] if len(names) > 3 else []))
 
 
 def causes_advice(report: Report, causes: list[Causes], stakes: list[float], names: list[str]) -> list[str]:
@@ -639,12 +641,10 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
                     fmt = c.attrs.get("weight_precision")
                     by_fmt.setdefault(fmt if isinstance(fmt, str) else None, []).append(c.advice["weights"])
             for fmt, names_ in by_fmt.items():
-                names_ = list(dict.fromkeys(names_))
-                shown = names_[:3] + ([f"{len(names_) - 3} more"] if len(names_) > 3 else [])
-                parts.append(CAUSE_ADVICE[code].format(groups="; ".join(shown), cut=WEIGHT_CUT.get(fmt, WEIGHT_CUT[None])))
+                parts.append(CAUSE_ADVICE[code].format(groups=_shown(list(dict.fromkeys(names_))),
+                                                       cut=WEIGHT_CUT[weight_bits(fmt)]))
             continue
-        shown = names_[:3] + ([f"{len(names_) - 3} more"] if len(names_) > 3 else [])
-        parts.append(CAUSE_ADVICE[code].format(groups="; ".join(shown), unit=unit,
+        parts.append(CAUSE_ADVICE[code].format(groups=_shown(names_), unit=unit,
                                                what="operators" if cpu else "kernels"))
     none = [(n, s) for c, s, n in zip(causes, stakes, names) if not c.advice]
     if none:
