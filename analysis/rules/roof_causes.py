@@ -10,7 +10,9 @@ module reads what a trace does hold, per group, and names a cause only where its
 - ``small``: the bytes of one launch stream at the DRAM roof in less than its family's kernel-time floor
   (:func:`kernel_floor`), and that floor is at least half of what a launch loses to the roof
   (:data:`FLOOR_SHARE`): fixed per-kernel costs, not DRAM bandwidth, set its time.
-- ``weights``: a memory-bound GEMM of few rows (decode-sized M) whose bytes are its weights.
+- ``weights``: a memory-bound GEMM of few rows (decode-sized M) whose bytes are its weights. In a fused op whose
+  kernels share its bytes by time, a kernel is not the weights' reader where another GEMM kernel of the op names
+  the packed weight format and its own name does not (:func:`packed_readers`): it is said so, with no weights advice.
 - ``kv``: a memory-bound attention kernel of a decode phase: its bytes are the KV cache.
 - ``fuse``: an elementwise/norm/copy/reduction group launched back to back with kernels of the same kinds:
   each reads and writes its tensor again.
@@ -47,7 +49,8 @@ from perfscope.schema import column_codes, map_distinct
 from perfscope.shapes import parse_shapes, tensor_shapes
 from perfscope.vocab import is_amd
 
-from ..costs.quantized import PRECISION_WIDTH, narrowest_operand
+from ..costs.operators import category_of
+from ..costs.quantized import PRECISION_WIDTH, kernel_precision, narrowest_operand
 from ..summaries.kernels import group_codes
 from ._base import collect_advice, from_ncu, is_cpu_report
 
@@ -502,7 +505,14 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             c.attrs.update(gemm_m=m, gemm_k=kk, gemm_n=n)
             if bound == "memory" and m is not None and op not in BATCHED:  # a bmm's operands are both activations
                 share = weight_share(m, kk, n, tensor_shapes(shapes), per_launch, prec)
-                if np.isfinite(share) and share >= WEIGHT_SHARE:
+                readers = packed_readers(k, g) if np.isfinite(share) and share >= WEIGHT_SHARE else None
+                if readers is not None:
+                    bits, names = readers
+                    c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): its bytes are a time share of the op's; "
+                                     f"the op's {bits}-bit weights are read by {_shown(names)} (their names state the "
+                                     f"format, this kernel's does not)")
+                    c.attrs.update(weights_read_by="; ".join(names), weight_precision=None)
+                elif np.isfinite(share) and share >= WEIGHT_SHARE:
                     fmt = weight_format(g)
                     stored = f" at {weight_bits(fmt[0])} bits ({fmt[1]})" if fmt else ""
                     c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its "
@@ -597,6 +607,51 @@ def weight_format(g: pd.DataFrame) -> tuple[str, str] | None:
     name = _mode(g["name"]) if "name" in g else None
     types = parse_shapes(_mode(g["op_input_types"])) if "op_input_types" in g else None
     return narrowest_operand(name, types or ())
+OP_KEY = ("op", "op_shapes", "op_input_types")
+"""The columns that name one op with one set of inputs: the kernels a fused op launched share them."""
+
+
+def _op_kernels(k: pd.DataFrame) -> dict[tuple[str, ...], frozenset[str]]:
+    """The kernel names launched by each op with each set of inputs (:data:`OP_KEY`), made once per table."""
+    def build() -> dict[tuple[str, ...], frozenset[str]]:
+        cols = [c for c in OP_KEY if c in k]
+        if "op" not in cols or "name" not in k:
+            return {}
+        d = k[cols + ["name"]].dropna(subset=["op", "name"]).astype(str).drop_duplicates()
+        return {tuple(key) if isinstance(key, tuple) else (key,): frozenset(v)
+                for key, v in d.groupby(cols, sort=False)["name"]}
+    return memo(k, "rules:op_kernels", build)
+
+
+def packed_readers(k: pd.DataFrame, g: pd.DataFrame) -> tuple[int, list[str]] | None:
+    """Where a GEMM group's kernels are not the readers of their op's packed weights: the weights' bits and the
+    kernels that read them, else None. A fused op (a MoE) launches several kernels and its bytes are split among them
+    by time; packed weights are read by the kernel that unpacks them, whose name states their format
+    (:func:`narrowest_operand`). Another GEMM kernel of the same op and inputs whose name states a format narrower
+    than this group's (from its own name or the op's input types) reads them; this group (a finalize / scatter
+    epilogue, ``_finalize_matmul_scatter_bf16`` beside ``_matmul_ogs_..._bf16xbf16xmxfp4``) does not. A sibling
+    that is not a GEMM by its name (a quantize or dequantize kernel) is not a reader."""
+    cols = [c for c in OP_KEY if c in g]
+    if "op" not in cols or "name" not in g or not len(g):
+        return None
+    own = set(g["name"].dropna().astype(str))
+    mine = weight_format(g)
+    if mine is None or mine[1] == "the kernel's name":
+        return None
+    keys = {tuple(r) for r in g[cols].dropna(subset=["op"]).astype(str).drop_duplicates().itertuples(index=False)}
+    launched = _op_kernels(k)
+    others = sorted({n for key in keys for n in launched.get(key, ())} - own)
+    readers = []
+    for n in others:
+        fmt = narrowest_operand(n)
+        gemm = kernel_precision(n) is not None or category_of(None, n) == "gemm"  # trtllm's bmm_: by its formats
+        if fmt is not None and gemm and PRECISION_WIDTH[fmt[0]] < PRECISION_WIDTH.get(mine[0], 99):
+            readers.append((PRECISION_WIDTH[fmt[0]], fmt[0], n))
+    if not readers:
+        return None
+    return weight_bits(min(readers)[1]) or 0, [_short(n) for *_, n in readers]
+
+
 CPU_CAUSES = ("fuse", "fp32", "weights", "shape", "fp32mm")
 """Causes a CPU report's operators can show (no grid, no SMs, no GPU occupancy)."""
 UNEXPLAINED = "Nothing in the trace explains {groups} ({stake} at stake): "

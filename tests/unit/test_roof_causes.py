@@ -119,6 +119,14 @@ def test_mi300x_decode_graph_weights_kv_and_fusion(load) -> None:
     (bf16,) = [s for s in sentences if "Cijk_" in s]
     assert "already stream at 4 bits" in fp4 and "FP8" not in fp4
     assert "FP8 weights halve the bytes" in bf16 and "_matmul_ogs" not in bf16
+    # the experts' finalize epilogue: category gemm (its op, vllm::moe_forward) and bytes a time share of the op's,
+    # 96% of them above its activations: not the weights' reader, since its siblings' names state MXFP4 and its own
+    # does not; said so, with no weights advice (it was told "they stream at 16 bits: FP8 weights halve the bytes")
+    (fin,) = [i for i in f.items if i.attrs["group"] == "_finalize_matmul_scatter_bf16"]
+    assert "weights" not in fin.attrs["causes"] and fin.attrs.get("weight_precision") is None
+    assert fin.attrs["weights_read_by"].count("_matmul_ogs_NNT_bf16xbf16xmxfp4") == 2
+    assert "the op's 4-bit weights are read by _matmul_ogs" in fin.label and "time share" in fin.label
+    assert "_finalize" not in bf16 and "_finalize" not in fp4
     # the attention of the decode phase reads the KV cache; a graph replay records no grid: no grid clause
     att = [i for i in f.items if i.attrs.get("category") == "attention"]
     assert att and all("kv" in i.attrs["causes"] and "grid_blocks" not in i.attrs for i in att)
@@ -136,6 +144,38 @@ def test_unseen_h200_trace_reads_right(load) -> None:
     assert gemm.attrs["grid_blocks"] < 132 and gemm.attrs["sm_count"] == 132
     assert all(i.explains == bool(i.attrs.get("causes")) for i in f.items)
     assert not any(s in f.recommendation for s in STOCK)
+
+
+def test_which_kernels_of_a_fused_op_read_its_packed_weights(load) -> None:
+    """A fused MoE op's bytes are split among its kernels by time; its packed weights are read by the GEMM kernels
+    whose names state the format. Checked on a table built to the rule's cases and on the B200 trace (TensorRT-LLM's
+    ``bmm_..._MxE2m1`` experts, whose finalize and routing kernels the op also launched)."""
+    import pandas as pd
+
+    from perfscope.analysis.rules.roof_causes import packed_readers
+
+    def table(*names: str, types: str = '["c10::BFloat16","c10::BFloat16"]') -> pd.DataFrame:
+        return pd.DataFrame({"name": list(names), "op": "vllm::moe_forward", "op_shapes": "[[32,3072],[32,32]]",
+                             "op_input_types": types})
+
+    k = table("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1", "_finalize_matmul_scatter_bf16")
+    assert packed_readers(k, k.iloc[[1]]) == (4, ["_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1"])
+    assert packed_readers(k, k.iloc[[0]]) is None  # the reader names its format itself
+    # a dequantize kernel is no GEMM: the bf16 GEMM after it reads the weights it wrote
+    k = table("dequantize_int4_to_bf16_kernel", "Cijk_Alik_Bljk_BBS_BH")
+    assert packed_readers(k, k.iloc[[1]]) is None
+    # no sibling names a narrower format (a bf16 fused MoE): no reader is known, the weights clause stays
+    k = table("fused_moe_kernel", "moe_align_block_size_kernel")
+    assert packed_readers(k, k.iloc[[0]]) is None and packed_readers(k, k.iloc[[1]]) is None
+    # the same kernels under another op or other inputs are not siblings
+    k = pd.concat([table("_finalize_matmul_scatter_bf16"),
+                   table("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1").assign(op_shapes="[[64,3072],[64,32]]")])
+    assert packed_readers(k, k.iloc[[0]]) is None
+    b200 = load(B200).kernels
+    for part in ("finalizeKernelVecLoad", "routingIndicesOffsetsKernel"):
+        bits, names = packed_readers(b200, b200[b200["name"].str.contains(part, regex=False)])
+        assert bits == 4 and len(names) == 2 and all(n.startswith("bmm_") for n in names)
+    assert packed_readers(b200, b200[b200["name"].str.startswith("bmm_MxE4m3")]) is None
 
 
 def test_the_weights_precision_from_the_kernel_name_else_the_op_types() -> None:
