@@ -355,6 +355,22 @@ def jit_time(idle: pd.DataFrame) -> tuple[float, float, list[str]]:
     return float(ns[hit].sum()), float(ns[host].sum()), sorted(by_name, key=lambda n: -by_name[n])
 
 
+UNNAMED_SHARE = 0.1
+"""Host code that no range, function or operator names (:func:`unnamed_host_ns`) gets its own sentence when it holds
+at least this share of the host code, and the advice to move named host work only for the rest above it."""
+
+
+def unnamed_host_ns(idle: pd.DataFrame) -> tuple[float, float]:
+    """The idle time of host code that no range, function or operator names, and of all host code (ns)."""
+    host = np.asarray(kinds_of(idle)) == "host code" if len(idle) else np.zeros(0, bool)
+    named = np.zeros(len(idle), bool)
+    for col in ("range", "function", "op"):
+        if col in idle:
+            named |= value_mask(idle, col, lambda v: isinstance(v, str) and bool(v))
+    ns = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    return float(np.nansum(ns[host & ~named])), float(np.nansum(ns[host]))
+
+
 def lead_names(items: Sequence[Item], kind: str) -> list[str]:
     """What a kind's largest items name: functions, then ranges, then operators or calls."""
     return _names(items, kind, ("function", "range", "op", "wait", "api"))
@@ -429,13 +445,27 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                     "that compilation is not in the measured time, and keep compiled kernels cached across runs "
                     "(Inductor's and Triton's caches, nvFuser's kernel cache); if it recurs in a steady state, "
                     "shapes or guards change between steps and recompile. CUDA graphs would not remove it.")
-        if cpu:
-            return (f"For {share:.0f}% of the time between operators the host ran its own code{where}. Move or "
-                    "overlap this host work: make it faster, take it out of the loop, or do it in another thread.")
-        return (f"For {share:.0f}% of the idle time the host ran its own code{where}, with no launch, copy or sync "
-                "in flight. Move or overlap this host work: make it faster, take it out of the loop, or do it for "
-                "the next step while the GPU runs this one (another thread or process). Launch overhead is not "
-                "the cause: CUDA graphs would not remove it.")
+        unnamed, host = unnamed_host_ns(idle)
+        part = unnamed / host if host > 0 else 0.0
+        span = "time between operators" if cpu else "idle time"
+        said = []
+        if part < 1.0 - UNNAMED_SHARE:  # the host code that a range, function or operator names
+            if cpu:
+                said.append(f"For {share * (1 - part):.0f}% of the time between operators the host ran its own "
+                            f"code{where}. Move or overlap this host work: make it faster, take it out of the loop, "
+                            "or do it in another thread.")
+            else:
+                said.append(f"For {share * (1 - part):.0f}% of the idle time the host ran its own code{where}, with "
+                            "no launch, copy or sync in flight. Move or overlap this host work: make it faster, take it "
+                            "out of the loop, or do it for the next step while the GPU runs this one (another thread or "
+                            "process). Launch overhead is not the cause: CUDA graphs would not remove it.")
+        if part >= UNNAMED_SHARE:
+            said.append(f"For {share * part:.0f}% of the {span} the host was in no recorded operator, range, Python "
+                        f"function{'' if cpu else ' or CUDA call'}: the trace does not show what it did (its own code, a "
+                        "sleep, I/O or a lock wait look the same without a record). Record it before changing "
+                        "anything: ranges around the loop's host code (record_function, NVTX), Python stacks (torch.profiler's "
+                        f"with_stack=True) or Nsight Systems' CPU sampling (--sample=cpu) name it.{'' if cpu else ' No launch was in flight: CUDA graphs would not remove it.'}")
+        return " ".join(said)
     if kind == "sync":
         syncs = _names(items, kind, ("api",))
         behind = _names(items, kind, ("op",))

@@ -153,3 +153,22 @@ def test_kv_capacity_items_are_its_budget(fixtures_dir: object) -> None:
     (f,) = kv_capacity(report)
     assert [i.kind for i in f.items] == ["metric"] * 3
     assert f.items[2].attrs["max_sequences"] == f.evidence["max_sequences"]
+
+
+def test_host_code_no_record_names_is_unexplained_in_the_advice_too() -> None:
+    """Host code that no range, function or operator names: the trace does not show what the host did, so the advice
+    says so and how to record it, instead of telling the user to move host work it cannot name; named host code beside
+    it keeps its own sentence, each with its share."""
+    named = [(0, 10_000_000, "host", "ensure_layer_3_weights", None)]
+    unnamed = [(20_000_000, 38_000_000, "host", None, None)]
+    for rows, moved, unrecorded in ((unnamed, None, 100), (named + unnamed, 36, 64), (named, 100, None)):
+        idle = _idle(rows)
+        items = idle_items(idle)
+        text = kind_advice("host code", 100.0, items, idle)
+        assert ("Move or overlap this host work" in text) == (moved is not None)
+        assert ("no recorded operator, range, Python function or CUDA call" in text) == (unrecorded is not None)
+        if moved is not None:
+            assert f"For {moved}% of the idle time the host ran its own code in ensure_layer_N_weights" in text
+        if unrecorded is not None:
+            assert f"For {unrecorded}% of the idle time the host was in no recorded" in text
+            assert "with_stack=True" in text and "CUDA graphs would not remove it" in text

@@ -433,3 +433,16 @@ def test_roof_exceeded_says_the_roof_is_too_low() -> None:
 def test_roof_exceeded_silent_at_or_below_the_roof() -> None:
     report = _gemm_report(achieved_flops_per_s=36e9, roof_flops_per_s=36.3e9)
     assert not [f for f in run_rules(report) if f.id == "roof-exceeded"]
+
+
+def test_an_idle_gap_no_record_names_is_not_given_a_host_work_recipe(load) -> None:
+    """The event-sync trace idles 18.5 ms between two CUDA calls with no operator, range or Python function recorded
+    on the host (its raw events: a cudaEventRecord, then nothing until the next one): the finding says the trace does
+    not show it and how to record it; its evidence counts it unexplained."""
+    r = load(EVENT_SYNC)
+    (f,) = RULES["gpu-idle"](r)
+    unexplained = sum(i.time_ns for i in f.items if not i.explains)
+    assert unexplained > 0.95 * f.time_at_stake_ns
+    assert "For 97% of the idle time the host was in no recorded operator, range, Python function or CUDA call" in \
+        f.recommendation
+    assert "Move or overlap this host work" not in f.recommendation and "with_stack=True" in f.recommendation
