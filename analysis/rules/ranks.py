@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import clip, duration
-from perfscope.schema import value_mask
 
 from ..ranks.partial_read import read_views
 from ..ranks.stats import (
@@ -42,7 +41,15 @@ from ._base import (
     top_groups,
 )
 from ._gaps import EXPLAINED
-from .evidence import ITEMS_TOP, kernel_items, unexplained
+from .collectives import (
+    WORDS,
+    advice_for,
+    collective_kind,
+    collective_pass,
+    passes_by_time,
+    unreliable_names,
+)
+from .evidence import ITEMS_TOP, unexplained
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -54,13 +61,11 @@ active span: the same tenth as the idle rule, below which the overlap there is t
 METRIC_WORDS = {"step_mean_ns": "mean step time", "compute_per_step_ns": "compute time per step"}
 
 IMBALANCE_WAIT = ("Every other rank waits for it at each collective, so its excess is lost on all ranks.")
-EXPOSED_ADVICE = (
-    "Hide the collectives behind compute: issue them with async_op=True (or on a side stream) and wait "
-    "as late as possible, and reduce their volume (bf16 or compressed data, fewer and larger messages).")
-EXPOSED_TRAINING = (
-    "This trace has a backward pass: in DDP let gradient all-reduce run during backward (tune "
-    "bucket_cap_mb, static_graph=True, avoid find_unused_parameters); in FSDP enable forward and "
-    "backward prefetch.")
+EXPOSED_LEAD = ("Issue them early (async_op=True, or on a side stream) and wait as late as possible, so that "
+                "compute runs beside them; by what they exchanged and in which pass: ")
+"""The exposed-comm advice's lead; a clause per collective kind and pass follows (:mod:`.collectives`)."""
+EXPOSED_TOP = 3
+"""The exposed-comm advice names this many (kind, pass) groups, largest exposed time first."""
 EXPOSED_WAIT = (
     "Collective kernels also count the time spent waiting for the slowest rank: fix a straggler "
     "(rank-imbalance) first.")
@@ -162,9 +167,18 @@ def _exposed(report: Report, t: RankTables) -> list[Finding]:
         "ranks_covered": format_ranks(t.ranks),
     }
     items = _exposed_items(report, n)
-    advice = EXPOSED_ADVICE
-    if _training(report):
-        advice += " " + EXPOSED_TRAINING
+    groups = sorted((i for i in items if i.time_ns > 0), key=lambda i: -i.time_ns)
+    total = sum(i.time_ns for i in groups)
+    said: dict[str, list[str]] = {}  # one clause per advice, naming every group it covers
+    for i in groups[:EXPOSED_TOP]:
+        said.setdefault(advice_for(str(i.attrs["kind"]), str(i.attrs["pass"])), []).append(
+            f"{100 * i.time_ns / total:.0f}% {i.attrs['collective']}")
+    clauses = [f"{' and '.join(who)}: {text}" for text, who in said.items()] if total > 0 else []
+    rest = sum(i.time_ns for i in groups[EXPOSED_TOP:])
+    if rest > 0:
+        clauses.append(f"{100 * rest / total:.0f}% in {len(groups) - EXPOSED_TOP} other kind(s) and pass(es) (the items)")
+    advice = EXPOSED_LEAD + "; ".join(clauses) + "." if clauses else EXPOSED_LEAD.split(";")[0] + "."
+    evidence["exposed_kinds"] = "; ".join(f"{i.attrs['kind']}/{i.attrs['pass']}" for i in groups[:EXPOSED_TOP])
     if n > 1 or len(report_ranks(report)) > 1:
         advice += " " + EXPOSED_WAIT
     return [ranked(report, "exposed-comm", title, evidence, advice, float(exposed.mean()),
@@ -172,8 +186,9 @@ def _exposed(report: Report, t: RankTables) -> list[Finding]:
 
 
 def _exposed_items(report: Report, n_ranks: int) -> tuple[Item, ...]:
-    """The collective kernels' time with no compute beside it on their device, per kernel name,
-    averaged over the ranks (as the finding's stake is)."""
+    """The collective kernels' time with no compute beside it on their device, per collective kind and pass
+    (:func:`.collectives.collective_kind`, :func:`.collectives.collective_pass`: what the ``nccl:`` ranges, c10d
+    operators and kernel names say), averaged over the ranks (as the finding's stake is)."""
     k = report.kernels
     comm = comm_mask(k)
     rows = np.flatnonzero(comm)
@@ -189,18 +204,56 @@ def _exposed_items(report: Report, n_ranks: int) -> tuple[Item, ...]:
         merged = merge_intervals(starts[comp], ends[comp])
         sel = same[rows]
         exposed[sel] = (ends[rows][sel] - starts[rows][sel]) - covered_ns(merged, starts[rows][sel], ends[rows][sel])
-    return tuple(kernel_items(k, rows, exposed / max(n_ranks, 1), explains=np.ones(len(rows), bool),
-                              describe=lambda g: "with no compute beside it", what="collective"))
+
+    def col(c: str) -> list[object]:
+        return k[c].iloc[rows].astype(object).tolist() if c in k else [None] * len(rows)
+
+    names, ops, paths = col("name"), col("op"), col("range")
+    memo: dict[tuple[object, object, object], tuple[tuple[str, str], str]] = {}
+    keys = [memo.setdefault((n, o, p), (collective_kind(n, o, p), collective_pass(o, p)))
+            for n, o, p in zip(names, ops, paths)]
+    doubtful = unreliable_names([kk for kk, _ in keys], names)  # names this trace shows running other collectives
+    kinds = ["unknown" if source == "name" and n in doubtful else kind for ((kind, source), _), n in zip(keys, names)]
+    phases = np.array([pp for _, pp in keys], dtype=object)
+    by_time = np.zeros(len(rows), bool)
+    unknown = phases == "unknown"
+    if unknown.any():  # no pass on its own path: the step's pass range around it when it was launched
+        timed = passes_by_time(report.ranges, _launched_ns(report, rows)[unknown],
+                               rank[rows][unknown] if "rank" in k else None)
+        by_time[np.flatnonzero(unknown)] = timed != "unknown"
+        phases[unknown] = timed
+    per = pd.DataFrame({"kind": kinds, "pass": phases, "by_time": by_time, "name": names,
+                        "exposed": exposed / max(n_ranks, 1), "start": starts[rows], "end": ends[rows]})
+    items = []
+    for (kind, phase, timed_), g in per.groupby(["kind", "pass", "by_time"], sort=False):
+        t = float(g["exposed"].sum())
+        words = WORDS[str(kind)] + (f" in the {phase} pass" if phase != "unknown" else " (pass not recorded)") + \
+            (" (by time: inside its range)" if timed_ else "")
+        kernel = clip(str(g["name"].mode().iloc[0]), 60) if g["name"].notna().any() else "collective kernels"
+        big = g["exposed"].idxmax()
+        items.append(Item("kernels", f"{words}: {duration(t)} in {len(g)} collective(s) ({kernel}), with no compute "
+                                     "beside it", t, kind != "unknown", float(g.at[big, "start"]),
+                          float(g.at[big, "end"]),
+                          attrs={"kind": str(kind), "pass": str(phase), "collective": words, "collectives": len(g),
+                                 "name": kernel, "pass_by_time": bool(timed_)}))
+    return tuple(sorted(items, key=lambda i: -i.time_ns))
 
 
-def _training(report: Report) -> bool:
-    """Whether the trace shows a backward pass (the DDP/FSDP advice applies to training only)."""
-    k = report.kernels
-    for col in ("op", "range", "name"):
-        if col in k and value_mask(k, col, lambda v: isinstance(v, str) and "backward" in v.lower()).any():
-            return True
-    r = report.ranges
-    return bool(len(r) and value_mask(r, "name", lambda v: isinstance(v, str) and "backward" in v.lower()).any())
+def _launched_ns(report: Report, rows: np.ndarray) -> np.ndarray:
+    """When each kernel of ``rows`` was launched: the start of the runtime call of its correlation id (on its rank,
+    where the tables carry ranks), else the kernel's own start."""
+    k, api = report.kernels, report.api
+    out = k["start_ns"].to_numpy(np.float64, na_value=np.nan)[rows]
+    if not len(api) or "correlation" not in k or "correlation" not in api:
+        return out
+    keys = ["rank", "correlation"] if "rank" in k and "rank" in api else ["correlation"]
+    calls = api.dropna(subset=["correlation"]).drop_duplicates(keys)
+    index = pd.MultiIndex.from_frame(calls[keys].astype("float64"))
+    want = pd.MultiIndex.from_frame(k[keys].iloc[rows].astype("float64"))
+    at = index.get_indexer(want)
+    ok = at >= 0
+    out[ok] = calls["start_ns"].to_numpy(np.float64, na_value=np.nan)[at[ok]]
+    return out
 
 
 # ---------------------------------------------------------------------------- straggler
