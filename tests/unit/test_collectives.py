@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfscope.analysis.rules.ranks import rank_findings
 from perfscope.analysis.rules.collectives import (
     collective_kind,
     collective_pass,
     passes_by_time,
     unreliable_names,
 )
+from perfscope.analysis.rules.ranks import rank_findings
 
 FILTER0 = "kineto/hta_trace_filter__sampled_rank-0.json.gz"
 NEGATIVE = "kineto/hta_negative_queue_length_values_check__rank0.json.gz"
