@@ -460,11 +460,16 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                             "out of the loop, or do it for the next step while the GPU runs this one (another thread or "
                             "process). Launch overhead is not the cause: CUDA graphs would not remove it.")
         if part >= UNNAMED_SHARE:
+            stacks = "function" in idle and bool(idle["function"].notna().any())  # the trace recorded Python calls
+            record = ("Python stacks were recorded and none covers this time, so the host was in native code or "
+                      "waited outside Python: ranges around the loop's host code (record_function, NVTX) or Nsight "
+                      "Systems' CPU sampling (--sample=cpu) name it" if stacks else
+                      "ranges around the loop's host code (record_function, NVTX), Python stacks (torch.profiler's "
+                      "with_stack=True) or Nsight Systems' CPU sampling (--sample=cpu) name it")
             said.append(f"For {share * part:.0f}% of the {span} the host was in no recorded operator, range, Python "
                         f"function{'' if cpu else ' or CUDA call'}: the trace does not show what it did (its own code, a "
-                        "sleep, I/O or a lock wait look the same without a record). Record it before changing "
-                        "anything: ranges around the loop's host code (record_function, NVTX), Python stacks (torch.profiler's "
-                        f"with_stack=True) or Nsight Systems' CPU sampling (--sample=cpu) name it.{'' if cpu else ' No launch was in flight: CUDA graphs would not remove it.'}")
+                        f"sleep, I/O or a lock wait look the same without a record). Record it before changing "
+                        f"anything: {record}.{'' if cpu else ' No launch was in flight: CUDA graphs would not remove it.'}")
         return " ".join(said)
     if kind == "sync":
         syncs = _names(items, kind, ("api",))

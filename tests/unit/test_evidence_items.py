@@ -172,3 +172,7 @@ def test_host_code_no_record_names_is_unexplained_in_the_advice_too() -> None:
         if unrecorded is not None:
             assert f"For {unrecorded}% of the idle time the host was in no recorded" in text
             assert "with_stack=True" in text and "CUDA graphs would not remove it" in text
+    # a trace that recorded Python stacks, none of them over this time: not told to record them again
+    idle = _idle(named + unnamed).assign(function=["step_loop (model.py:10)", None])
+    text = kind_advice("host code", 100.0, idle_items(idle), idle)
+    assert "with_stack=True" not in text and "Python stacks were recorded and none covers this time" in text

@@ -140,6 +140,8 @@ def test_copy_names_and_short_kernel_names():
     assert parse_copy_name("Memcpy HtoD (Pageable -> Device)") == ("HtoD", "Pageable", "Device", False)
     assert parse_copy_name("Memcpy DtoH (Device -> Pinned)") == ("DtoH", "Device", "Pinned", True)
     assert parse_copy_name("Memset (Device)")[0] == "memset"
+    # ROCm's traces name the host side "Host": whether it was pinned is not recorded (it was read as pageable)
+    assert parse_copy_name("Memcpy HtoD (Host -> Device)") == ("HtoD", "Host", "Device", None)
     assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, Foo<int> >(int, Bar)") == \
         "vectorized_elementwise_kernel"
     assert short_kernel_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == \

@@ -429,7 +429,8 @@ def _transfers(trace: ParsedTrace, base: int, nodes: CpuNodes, *, amd: bool = Fa
 
 
 def parse_copy_name(name: str) -> tuple[str, str | None, str | None, bool | None]:
-    """``Memcpy HtoD (Pageable -> Device)`` -> (HtoD, Pageable, Device, pinned=False)."""
+    """``Memcpy HtoD (Pageable -> Device)`` -> (HtoD, Pageable, Device, pinned=False); ``Memcpy HtoD (Host -> Device)``
+    (ROCm) -> pinned None: not recorded."""
     kind, src, dst = "other", None, None
     text = name.strip()
     if text.lower().startswith("memset"):
@@ -442,7 +443,8 @@ def parse_copy_name(name: str) -> tuple[str, str | None, str | None, bool | None
         inner = text[text.find("(") + 1: text.rfind(")")]
         src, dst = (s.strip() for s in inner.split("->", 1))
     host = src if kind.startswith("HtoD") else dst if kind.startswith("DtoH") else None
-    pinned = None if host is None else host.lower() == "pinned"
+    # CUPTI names the host memory Pinned or Pageable; ROCm's traces say only "Host": its pinning is not recorded
+    pinned = {"pinned": True, "pageable": False}.get(host.lower()) if host is not None else None
     return kind, src, dst, pinned
 
 
