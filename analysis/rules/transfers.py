@@ -184,10 +184,63 @@ def pageable_copies(report: Report) -> list[Finding]:
     title = f"{len(pageable)} copies use pageable host memory: {duration(ns)} at {rate}"
     family = pageable["range"].astype("object").map(
         lambda r: re.sub(r"\d+", "N", str(r).rsplit("/", 1)[-1]) if isinstance(r, str) and r else "(no range)")
-    items = copy_items(pageable.assign(where=family.to_numpy()), ["kind", "where"], "duration_ns",
-                       lambda k, n, b: f"{n} pageable {k[0]} copies of {nbytes(b)} in {k[1]}")
-    advice = ("Pin the host side: DataLoader(pin_memory=True), tensor.pin_memory(), or allocate staging buffers "
-              "with torch.empty(..., pin_memory=True); then copy with .to(device, non_blocking=True). Pageable "
-              "copies go through a driver bounce buffer, run slower and block the CPU, so they can never overlap "
-              "with compute.")
+    stepped = _in_steps(report, pageable)
+    items = copy_items(pageable.assign(where=family.to_numpy(), in_steps=stepped), ["kind", "where", "in_steps"],
+                       "duration_ns", lambda k, n, b: f"{n} pageable {k[0]} copies of {nbytes(b)} in {k[1]}"
+                       + {"yes": "", "no": ", outside the steps", "unknown": ""}[str(k[2])])
+    evidence["pageable_outside_steps_ns"] = float(pageable["duration_ns"][stepped == "no"].sum())
+    advice = " ".join(_pageable_advice(items, ns)) + (
+        " Pageable copies go through a driver bounce buffer, run slower and block the CPU, so they can never overlap "
+        "with compute.")
     return [ranked(report, "pageable-copies", title, evidence, advice, ns, items=items)]
+
+
+PAGEABLE_SHARE = 0.1
+"""A kind of pageable copy (upload or download, in or outside the steps) gets its own advice at this share of the
+pageable copy time."""
+
+
+def _in_steps(report: Report, t: pd.DataFrame) -> np.ndarray:
+    """Per copy: ``yes`` where it starts inside a step of the report, ``no`` outside every step, ``unknown`` where the
+    report has no steps."""
+    steps = report.steps
+    if not len(steps) or "start_ns" not in steps or "end_ns" not in steps:
+        return np.full(len(t), "unknown", dtype=object)
+    s = steps["start_ns"].to_numpy(np.float64, na_value=np.nan)
+    e = steps["end_ns"].to_numpy(np.float64, na_value=np.nan)
+    order = np.argsort(s, kind="stable")
+    s, reach = s[order], np.maximum.accumulate(np.nan_to_num(e[order], nan=-np.inf))
+    at = t["start_ns"].to_numpy(np.float64, na_value=np.nan)
+    i = np.searchsorted(s, at, side="right") - 1
+    inside = (i >= 0) & (reach[np.clip(i, 0, None)] > at)
+    return np.where(inside, "yes", "no").astype(object)
+
+
+def _pageable_advice(items: tuple[Item, ...], total_ns: float) -> list[str]:
+    """What to pin, from what the pageable copies are: uploads, downloads, and copies outside the steps (set-up)."""
+    share: dict[str, float] = {}
+    where: dict[str, list[str]] = {}
+    for i in items:
+        what = "setup" if i.attrs.get("in_steps") == "no" else "up" if i.attrs.get("kind") == "HtoD" else "down"
+        share[what] = share.get(what, 0.0) + i.time_ns / total_ns
+        name = str(i.attrs.get("where"))
+        if name != "(no range)" and name not in where.setdefault(what, []):
+            where[what].append(name)
+    out = []
+    for what in sorted(share, key=lambda w: -share[w]):
+        if share[what] < PAGEABLE_SHARE:
+            continue
+        inside = f" in {', '.join(where[what][:2])}" if where.get(what) else ""
+        if what == "up":
+            out.append(f"{share[what]:.0%} are uploads{inside}: allocate their source pinned (DataLoader(pin_memory="
+                       "True) for input batches, tensor.pin_memory() or a pinned staging buffer reused every step), "
+                       "then copy with .to(device, non_blocking=True).")
+        elif what == "down":
+            out.append(f"{share[what]:.0%} are downloads{inside} (results the host reads): copy them into a pinned "
+                       "buffer (torch.empty(..., pin_memory=True)) with non_blocking=True and wait on an event only "
+                       "where the values are used.")
+        else:
+            out.append(f"{share[what]:.0%} run outside the steps{inside} (set-up, such as loading weights): they do "
+                       "not recur per step, so pinning them saves that once; pin what recurs first.")
+    return out or ["Pin the host side of the copies that recur (tensor.pin_memory(), DataLoader(pin_memory=True)), "
+                   "then copy with non_blocking=True."]

@@ -214,6 +214,29 @@ def test_unknown_pinning_is_not_called_pageable(load) -> None:
     r = load(T4)
     assert r.transfers["pinned"].isna().all()
     assert RULES["pageable-copies"](r) == []
+    # ROCm names the host side of a copy "Host" (HTA's MI250 trace): its pinning is not recorded either
+    r = load("kineto/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    host = r.transfers[r.transfers["kind"].isin(["HtoD", "DtoH"])]
+    assert len(host) and (host["src_kind"].eq("Host") | host["dst_kind"].eq("Host")).all()
+    assert host["pinned"].isna().all() and RULES["pageable-copies"](r) == []
+
+
+def test_pageable_advice_follows_what_the_copies_are(load) -> None:
+    """Uploads get a pinned source (DataLoader, staging buffer), downloads a pinned destination with an event, each
+    with its share: the nano-vllm trace's KV-cache reads back (DtoH, 69%) and its small uploads (31%)."""
+    f = only(RULES["pageable-copies"](load("kineto/nanovllm_cpu_kv_attention__forward_10.json.gz")), "pageable-copies")
+    down = sum(i.time_ns for i in f.items if i.attrs["kind"] == "DtoH") / f.time_at_stake_ns
+    assert f"{down:.0%} are downloads (results the host reads)" in f.recommendation
+    assert f"{1 - down:.0%} are uploads" in f.recommendation
+    assert f.recommendation.index("downloads") < f.recommendation.index("uploads")  # the larger first
+    # the same copies outside the steps of a report: set-up, not per step
+    from perfscope.analysis.rules._base import Item
+    from perfscope.analysis.rules.transfers import _pageable_advice
+
+    items = (Item("copies", "x", 9.5, True, attrs={"kind": "HtoD", "where": "load_weights", "in_steps": "no"}),
+             Item("copies", "y", 0.5, True, attrs={"kind": "HtoD", "where": "ProfilerStep#N", "in_steps": "yes"}))
+    (setup,) = _pageable_advice(items, 10.0)
+    assert setup.startswith("95% run outside the steps in load_weights (set-up") and "5%" not in setup[3:]
 
 
 # ---------------------------------------------------------------------------- roofline
