@@ -551,10 +551,13 @@ def short_kernels(report: Report) -> list[Finding]:
         if cpu:
             advice = ("Operators this short are mostly dispatch overhead: fuse chains of them with torch.compile and "
                       "avoid per-element tensor work in Python.")
-        elif graphs:
-            advice = ("Kernels this short cost more to launch (5-20 µs of CPU each) than to run. Fuse them "
-                      "(torch.compile, fused norms/activations, foreach ops), capture repeated sequences in CUDA "
-                      "graphs, and avoid tiny tensor ops (scalar math, per-element indexing) in the loop.")
+        elif graphs and lead is not None:
+            ops = _top_ops(kernels, rows[short])
+            from_ops = f" (most launched by {', '.join(ops)})" if ops else ""
+            advice = (f"The gaps in front of them hold {duration(at_stake)}, {pct(totals[lead], at_stake):.0f}% of it "
+                      f"{GAP_WORDS.get(lead, lead)}: kernels this short cost more to launch than to run{from_ops}. "
+                      "Fuse them (torch.compile, fused norms/activations, foreach ops), capture repeated sequences in "
+                      "CUDA graphs, and avoid tiny tensor ops (scalar math, per-element indexing) in the loop.")
         elif lead is None:
             advice = ("These kernels run back to back, with no idle gap in front of them: their launches are hidden "
                       "behind the queue and cost the GPU no time here.")
@@ -580,6 +583,18 @@ def short_kernels(report: Report) -> list[Finding]:
         findings.append(ranked(report, "short-kernels", title, evidence, advice,
                                 at_stake, kernels=top_groups(kernels, rows[short]), items=tuple(items)))
     return findings
+
+
+GAP_WORDS = {"dispatch": "the framework's per-operator dispatch", "launch": "inside launch calls"}
+"""How the kind of the gaps in front of short kernels reads in their advice."""
+
+
+def _top_ops(kernels: pd.DataFrame, rows: np.ndarray, most: int = 3) -> list[str]:
+    """The operators that launched most of the kernels ``rows``, most first (none where the table has no ``op``)."""
+    if "op" not in kernels or not len(rows):
+        return []
+    ops = kernels["op"].iloc[rows].dropna().astype(str)
+    return [str(o) for o in ops.value_counts().head(most).index] if len(ops) else []
 
 
 def _gaps_before(report: Report, device: str, starts: np.ndarray,

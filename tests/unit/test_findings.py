@@ -101,6 +101,22 @@ def test_short_kernels_fire_on_the_a100_training_trace(load) -> None:
     assert 0 < f.time_at_stake_ns <= len(short) * timeline.LAUNCH_GAP_CAP_NS
 
 
+def test_short_kernels_advice_states_its_gaps_and_operators(load) -> None:
+    """The H200 eager decode: the advice says how much time the gaps in front of the short kernels hold, the share
+    of the kind that chose it (dispatch), and the operators that launched most of them, all from the trace."""
+    r = load("h200/h200_llama1b_engine_eager.pt.trace.json.gz")
+    f = only(RULES["short-kernels"](r), "short-kernels")
+    assert f.evidence["gaps_before_short_kind"] == "dispatch"
+    from perfscope.format import duration
+
+    head = (f"The gaps in front of them hold {duration(f.evidence['launch_gaps_before_short_ns'])}, "
+            f"{f.evidence['gaps_before_short_kind_pct']:.0f}% of it the framework's per-operator dispatch")
+    assert f.recommendation.startswith(head)
+    k = r.kernels
+    ops = k.loc[k["duration_ns"] < timeline.SHORT_KERNEL_NS, "op"].dropna().value_counts().head(3).index.tolist()
+    assert f"(most launched by {', '.join(ops)})" in f.recommendation
+
+
 def test_short_kernels_silent_on_qwen(load) -> None:
     r = load(QWEN)
     share = (r.kernels["duration_ns"] < timeline.SHORT_KERNEL_NS).mean() * 100
