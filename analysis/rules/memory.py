@@ -110,6 +110,16 @@ def memory_peak(report: Report) -> list[Finding]:
                                   + (f"; up to {nbytes(save)} less at this peak." if save > 0 else "."))
                     if save > 0:
                         evidence[f"{role}_saving_bytes"] = save
+        # bytes the peak counts that no recorded allocation accounts for: made before the profiler recorded
+        unrecorded = peak - float(live["size_bytes"].sum()) if len(live) else float(peak)
+        if unrecorded >= max(ADVICE_SHARE * peak, ADVICE_MIN_BYTES):
+            evidence["unrecorded_bytes"] = unrecorded
+            advice.append(f"{nbytes(unrecorded)} ({100 * unrecorded / peak:.0f}% of the peak) was allocated before the "
+                          "record began: the trace counts it in the total but records no tensor for it, so what it is "
+                          "(weights and caches, most often) is not known here: " + ADVICE["before_recording"] + ".")
+            items = (*items, Item("tensor", f"{nbytes(unrecorded)} allocated before the record began: no tensor "
+                                            "recorded for it", explains=False,
+                                  attrs={"bytes": unrecorded, "role": "before_recording"}))
         severity = "info"
         frag, reserved = b["fragmentation_bytes"], b["reserved_bytes"]
         unused = b["reserved_unused_bytes"]
