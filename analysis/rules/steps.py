@@ -329,9 +329,13 @@ def step_idle(report: Report) -> list[Finding]:
                       + (idle_advice(rows, items, graph_run=left[0].upper() + left[1:])[0] if len(rows)
                          else left[0].upper() + left[1:])
                       + (knob(fw, "graphs", graphs=True, tokens=tokens) if lead is None or graphs_help(totals) else ""))
-        elif lead is None or graphs_help(totals):
-            advice = ("The host, not the kernels, sets the step time: launches, Python and scheduling between them. "
-                      "Run the step from a CUDA graph so it is one launch." + knob(fw, "graphs", graphs=False, tokens=tokens))
+        elif lead is None:  # no idle slice says what the host did
+            advice = ("The host, not the kernels, sets the step time, but the trace records nothing of what the host "
+                      "did between the kernels (no CPU events or API calls in the gaps): record the host side too "
+                      "(torch.profiler with ProfilerActivity.CPU, nsys --trace=cuda,nvtx,osrt) before changing it.")
+        elif graphs_help(totals):
+            advice = ("The host, not the kernels, sets the step time: " + idle_advice(rows, items)[0]
+                      + knob(fw, "graphs", graphs=False, tokens=tokens))
         else:
             advice = ("The host, not the kernels, sets the step time, and not by launching: "
                       + idle_advice(rows, items)[0])

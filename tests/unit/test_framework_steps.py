@@ -410,6 +410,8 @@ def test_launch_bound_decode_names_the_frameworks_knob() -> None:
     assert f[0].evidence["idle_kind"] == "dispatch"
     assert "--cuda-graph-max-bs" in f[0].recommendation and "--enforce-eager" not in f[0].recommendation
     assert f[0].items and f[0].explained_share > 0.95
+    # the advice states the evidence that chose it: the gaps' dispatch share, from the idle slices
+    assert "% is the framework's per-operator work between launches" in f[0].recommendation
 
 
 def test_decode_idle_in_a_long_host_tail_is_not_sent_to_cuda_graphs() -> None:
