@@ -51,7 +51,15 @@ from ._base import (
     severity_for,
     top_groups,
 )
-from ._gaps import gap_table, grouped_items, idle_advice, idle_items, kind_evidence, lead_names
+from ._gaps import (
+    LONG_LAUNCH_NS,
+    gap_table,
+    grouped_items,
+    idle_advice,
+    idle_items,
+    kind_evidence,
+    lead_names,
+)
 from .evidence import spans_of
 
 if TYPE_CHECKING:
@@ -693,10 +701,25 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
     title = (f"Launch-bound on {device}: {starved:.0f}% of {len(m)} kernels start within "
              f"{STARVED_NS / 1000:.0f} µs of their launch returning; launch calls take {duration(api_ns)} "
              f"vs {duration(kernel_ns)} of kernels")
-    advice = ("The CPU cannot launch kernels as fast as the GPU runs them, so the queue stays empty. Remove "
-              "launches rather than speeding them up: CUDA graphs (torch.compile(mode='reduce-overhead'), "
-              "torch.cuda.CUDAGraph) replay a whole step with one launch; fusion (torch.compile, fused "
-              "kernels) cuts the kernel count; a larger batch gives each launch more work.")
+    calls_ns = (call_end - call_start).astype(np.float64)
+    long = calls_ns >= LONG_LAUNCH_NS
+    evidence["long_launch_calls"] = int(long.sum())
+    evidence["long_launch_calls_ns"] = float(calls_ns[long].sum())
+    if calls_ns[long].sum() >= 0.5 * api_ns:  # a few blocked calls, not the per-launch cost
+        others = calls_ns[~long]
+        rest = (f" The other {len(others):,} calls take a median {duration(float(np.median(others)))} each."
+                if len(others) else "")
+        advice = (f"{100 * calls_ns[long].sum() / api_ns:.0f}% of the launch-call time is in {int(long.sum())} call(s) "
+                  f"of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(float(calls_ns.max()))}): a launch "
+                  "costs 5-20 µs, so these calls were blocked, most often by a kernel's first launch loading its code "
+                  "module (lazy loading, JIT compilation) or by a full launch queue. Run the step once before "
+                  "profiling so that loading is not in the measured time; CUDA graphs would not remove it." + rest)
+    else:
+        advice = (f"The CPU cannot launch kernels as fast as the GPU runs them, so the queue stays empty (a median "
+                  f"launch call of {duration(float(np.median(calls_ns)))}). Remove launches rather than speeding them "
+                  "up: CUDA graphs (torch.compile(mode='reduce-overhead'), torch.cuda.CUDAGraph) replay a whole step "
+                  "with one launch; fusion (torch.compile, fused kernels) cuts the kernel count; a larger batch gives "
+                  "each launch more work.")
     if mode is not None:
         evidence.update(mode.evidence())
         title = title.replace("kernels start", "kernels launched outside CUDA graphs start", 1)

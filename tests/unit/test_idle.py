@@ -634,3 +634,17 @@ def test_short_kernels_weigh_the_gaps_in_front_of_them(load, name: str, lead: st
         assert f.evidence["gaps_before_short_kind"] == top
         assert bool(RECOMMENDS_GRAPHS.search(f.recommendation)) == (top in ("dispatch", "launch"))
         assert top == lead
+
+
+def test_launch_time_in_a_few_blocked_calls_is_not_sent_to_cuda_graphs(load) -> None:
+    """TraceLens's MI300X normalization test: launch calls take 1.09 s against 992 µs of kernels, but ten calls of
+    1 ms or more (the longest 332 ms) hold nearly all of it: blocked calls (module loading), not the per-launch cost.
+    The advice says so, with the other calls' median, and does not recommend CUDA graphs."""
+    from perfscope.analysis.rules._gaps import LONG_LAUNCH_NS
+
+    r = load("memory/tracelens_mi300x_normalization_profile_memory/normalization_layer_test.json.gz")
+    (f,) = RULES["launch-overhead"](r)
+    assert f.evidence["long_launch_calls"] == 10
+    assert f.evidence["long_launch_calls_ns"] >= 0.5 * f.evidence["launch_api_ns"]
+    assert f"call(s) of {LONG_LAUNCH_NS // 1_000_000} ms or longer" in f.recommendation
+    assert "these calls were blocked" in f.recommendation and not RECOMMENDS_GRAPHS.search(f.recommendation)
