@@ -32,9 +32,8 @@ _SPELLINGS = (
     ("barrier", re.compile(r"barrier", re.IGNORECASE)),
     ("send_recv", re.compile(r"send_?recv|\b(?:c10d::)?(?:send|recv)_?\b|nccl:(?:send|recv)\b", re.IGNORECASE)),
 )
-"""Each kind's spellings, in the order they are tried: ``reduce_scatter`` before ``all_reduce`` (NCCL's
-``ReduceScatter`` holds neither ``all_reduce`` nor ``allreduce``, but a c10d name may read
-``_reduce_scatter_base``)."""
+"""Each kind's spellings, tried in this order, the first match wins (a TorchRec range such as
+``reduce_scatter_base_bw (all_gather)`` names its own collective first)."""
 
 NCCL_RANGE = re.compile(r"nccl:([A-Za-z_]+)")
 """ProcessGroupNCCL's range around a collective: ``nccl:all_reduce``, ``nccl:_all_gather_base``."""

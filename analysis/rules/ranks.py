@@ -50,6 +50,7 @@ from .collectives import (
     unreliable_names,
 )
 from .evidence import ITEMS_TOP, unexplained
+from .timeline import launch_calls, launch_positions
 
 if TYPE_CHECKING:
     from perfscope.report import Report
@@ -246,13 +247,16 @@ def _launched_ns(report: Report, rows: np.ndarray) -> np.ndarray:
     out = k["start_ns"].to_numpy(np.float64, na_value=np.nan)[rows]
     if not len(api) or "correlation" not in k or "correlation" not in api:
         return out
-    keys = ["rank", "correlation"] if "rank" in k and "rank" in api else ["correlation"]
-    calls = api.dropna(subset=["correlation"]).drop_duplicates(keys)
-    index = pd.MultiIndex.from_frame(calls[keys].astype("float64"))
-    want = pd.MultiIndex.from_frame(k[keys].iloc[rows].astype("float64"))
-    at = index.get_indexer(want)
+    if "rank" in k and "rank" in api:  # correlation ids repeat across ranks: each rank's own calls
+        calls = api.dropna(subset=["correlation"]).drop_duplicates(["rank", "correlation"])
+        index = pd.MultiIndex.from_frame(calls[["rank", "correlation"]].astype("float64"))
+        at = index.get_indexer(pd.MultiIndex.from_frame(k[["rank", "correlation"]].iloc[rows].astype("float64")))
+        start = calls["start_ns"].to_numpy(np.float64, na_value=np.nan)
+    else:  # the rules' one lookup of launch calls by correlation id
+        at = launch_positions(report, k["correlation"].to_numpy(np.float64, na_value=np.nan)[rows])
+        start = launch_calls(report)["start_ns"].to_numpy(np.float64, na_value=np.nan)
     ok = at >= 0
-    out[ok] = calls["start_ns"].to_numpy(np.float64, na_value=np.nan)[at[ok]]
+    out[ok] = start[at[ok]]
     return out
 
 
