@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ..intervals import inside, merge_intervals
+
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv", "barrier", "unknown")
 """The collective kinds :func:`collective_kind` tells apart."""
 
@@ -110,9 +112,10 @@ def passes_by_time(ranges: pd.DataFrame, starts: np.ndarray, ranks: np.ndarray |
                       for ph, pa in zip(phase, paths)], dtype=bool)
     if not outer.any():
         return out
+    outer &= ranges["start_ns"].notna().to_numpy() & ranges["end_ns"].notna().to_numpy()
     r = ranges[outer]
     ph = phase[outer]
-    rs, re_ = r["start_ns"].to_numpy(np.float64, na_value=np.nan), r["end_ns"].to_numpy(np.float64, na_value=np.nan)
+    rs, re_ = r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)
     if ranks is not None and "rank" in r:  # each rank's own ranges, sliced from one sort by rank (no mask per rank)
         codes = pd.factorize(pd.concat([r["rank"].reset_index(drop=True), pd.Series(ranks)], ignore_index=True))[0]
         rk, qk = codes[:len(r)], codes[len(r):]
@@ -129,12 +132,9 @@ def passes_by_time(ranges: pd.DataFrame, starts: np.ndarray, ranks: np.ndarray |
         t = starts[at]
         hits = np.zeros(len(at), dtype=np.int64)
         found = np.full(len(at), "unknown", dtype=object)
-        for name in pd.unique(ph[mine_r]):  # per pass: does any of its ranges hold t (a running maximum of their ends)
+        for name in pd.unique(ph[mine_r]):  # per pass: does any of its ranges hold t
             mine = mine_r[ph[mine_r] == name]
-            order = np.argsort(rs[mine], kind="stable")
-            s0, reach = rs[mine][order], np.maximum.accumulate(re_[mine][order])
-            i = np.searchsorted(s0, t, side="right") - 1
-            held = (i >= 0) & (reach[np.clip(i, 0, None)] > t)
+            held = inside(merge_intervals(rs[mine], re_[mine]), t)
             hits += held
             found[held] = name
         one = hits == 1  # held by ranges of two passes (threads overlapping them): not told

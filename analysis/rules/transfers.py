@@ -17,6 +17,7 @@ from perfscope.format import duration, nbytes
 from perfscope.memo import memo
 from perfscope.schema import column_codes
 
+from ..intervals import inside
 from ._base import (
     HOST_COPY_KINDS,
     Finding,
@@ -206,14 +207,10 @@ def _in_steps(report: Report, t: pd.DataFrame) -> np.ndarray:
     steps = report.steps
     if not len(steps) or "start_ns" not in steps or "end_ns" not in steps:
         return np.full(len(t), "unknown", dtype=object)
-    s = steps["start_ns"].to_numpy(np.float64, na_value=np.nan)
-    e = steps["end_ns"].to_numpy(np.float64, na_value=np.nan)
-    order = np.argsort(s, kind="stable")
-    s, reach = s[order], np.maximum.accumulate(np.nan_to_num(e[order], nan=-np.inf))
-    at = t["start_ns"].to_numpy(np.float64, na_value=np.nan)
-    i = np.searchsorted(s, at, side="right") - 1
-    inside = (i >= 0) & (reach[np.clip(i, 0, None)] > at)
-    return np.where(inside, "yes", "no").astype(object)
+    ok = steps["start_ns"].notna() & steps["end_ns"].notna()
+    spans = merge_intervals(steps.loc[ok, "start_ns"].to_numpy(np.int64), steps.loc[ok, "end_ns"].to_numpy(np.int64))
+    held = inside(spans, t["start_ns"].to_numpy(np.int64))
+    return np.where(held, "yes", "no").astype(object)
 
 
 def _pageable_advice(items: tuple[Item, ...], total_ns: float) -> list[str]:
