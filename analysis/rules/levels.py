@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import clip, duration
+from perfscope.kernel_names import short_kernel_name
 
 from ..costs.limiter import UNIT_NAMES
 from ._base import Finding, Item, info, is_cpu_report, pct, ranked
@@ -33,6 +34,22 @@ TOP = 3
 LEVEL_BUSY_MIN = 0.3
 """A kernel is held back by its binding cache level when moving its bytes there at the level's roof
 takes at least 30% of its time."""
+
+
+def _lowest_roof_advice(known: pd.DataFrame, lead: str) -> str:
+    """What the lowest roof of most of the time says, naming the kernels that hold most of that time."""
+    mine = known[known["bound_level"] == lead]
+    by = mine.groupby("name")["duration_ns"].sum()
+    by = by.groupby([clip(short_kernel_name(str(n)), 48) for n in by.index]).sum()  # one name per kernel family
+    names = [str(n) for n in by.sort_values(ascending=False).head(TOP).index]
+    where = f" (most of it in {', '.join(names)})" if names else ""
+    if lead == "dram":
+        return (f"Where HBM/DRAM is the lowest roof{where}, only fewer bytes from it shorten those kernels; the cache "
+                "levels have headroom. The below-roof findings name, per kernel group, what its bytes are (weights, "
+                "KV cache, re-read tensors) where the trace shows it.")
+    return (f"{LEVEL_NAMES.get(lead, lead)} is the lowest memory roof for most of the time{where}, yet the kernels its "
+            f"bandwidth holds back (busy there for {LEVEL_BUSY_MIN:.0%} of their time or more) hold under "
+            f"{CACHE_BOUND_MIN_PCT:.0f}% of it: the rest is compute-bound at every level or runs below every roof.")
 
 
 def memory_level(report: Report) -> list[Finding]:
@@ -76,9 +93,7 @@ def memory_level(report: Report) -> list[Finding]:
         return [info("memory-level", f"Hierarchical roofline: {evidence[f'{lead}_bound_time_pct']:.0f}% of the time of "
                      f"{len(known)} kernels with per-level bytes has its lowest memory roof at "
                      f"{LEVEL_NAMES.get(lead, lead)}; {evidence['compute_bound_every_level_time_pct']:.0f}% is "
-                     "compute-bound at every level",
-                     "Where HBM binds, fewer bytes from HBM (fusion, lower-precision weights or KV cache) are the "
-                     "lever; the cache levels have headroom.", **evidence)]
+                     "compute-bound at every level", _lowest_roof_advice(known, lead), **evidence)]
     at_stake = float((caches["duration_ns"] - needed).clip(lower=0).sum())
     by_name = caches.groupby("name")["duration_ns"].sum().sort_values(ascending=False)
     lead = str(caches.groupby("bound_level")["duration_ns"].sum().idxmax())

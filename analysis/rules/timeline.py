@@ -557,8 +557,19 @@ def short_kernels(report: Report) -> list[Finding]:
             evidence["gaps_before_short_kind"] = lead
             evidence["gaps_before_short_kind_pct"] = pct(totals[lead], at_stake)
         if cpu:
-            advice = ("Operators this short are mostly dispatch overhead: fuse chains of them with torch.compile and "
-                      "avoid per-element tensor work in Python.")
+            names = _top_ops(kernels, rows[short], column="name")
+            most = f" (most: {', '.join(names)})" if names else ""
+            if lead == "dispatch":
+                advice = (f"The gaps in front of them hold {duration(at_stake)}, {pct(totals[lead], at_stake):.0f}% of "
+                          f"it per-operator dispatch: operators this short{most} cost more to dispatch than to run. "
+                          "Fuse chains of them with torch.compile and avoid per-element tensor work in Python.")
+            elif lead is None:
+                advice = (f"These operators{most} run back to back, with no gap in front of them: their dispatch is "
+                          "not what the time between operators is spent on.")
+            else:
+                advice = (f"The gaps in front of these operators{most} are mostly {lead} ({pct(totals[lead], at_stake):.0f}% "
+                          "of their time), not dispatch, so fusing them would not close those gaps; the "
+                          f"time-outside-ops finding names where the {lead} time goes.")
         elif graphs and lead is not None:
             ops = _top_ops(kernels, rows[short])
             from_ops = f" (most launched by {', '.join(ops)})" if ops else ""
@@ -597,11 +608,12 @@ GAP_WORDS = {"dispatch": "the framework's per-operator dispatch", "launch": "ins
 """How the kind of the gaps in front of short kernels reads in their advice."""
 
 
-def _top_ops(kernels: pd.DataFrame, rows: np.ndarray, most: int = 3) -> list[str]:
-    """The operators that launched most of the kernels ``rows``, most first (none where the table has no ``op``)."""
-    if "op" not in kernels or not len(rows):
+def _top_ops(kernels: pd.DataFrame, rows: np.ndarray, most: int = 3, column: str = "op") -> list[str]:
+    """The operators that launched most of the kernels ``rows`` (``column`` ``name``: the CPU report's operators
+    themselves), most first; none where the table has no such column."""
+    if column not in kernels or not len(rows):
         return []
-    ops = kernels["op"].iloc[rows].dropna().astype(str)
+    ops = kernels[column].iloc[rows].dropna().astype(str)
     return [str(o) for o in ops.value_counts().head(most).index] if len(ops) else []
 
 

@@ -117,6 +117,22 @@ def test_short_kernels_advice_states_its_gaps_and_operators(load) -> None:
     assert f"(most launched by {', '.join(ops)})" in f.recommendation
 
 
+def test_short_operators_of_a_cpu_report_state_their_gaps_and_names(sample_reports_dir) -> None:
+    """A CPU engine report: the short operators' advice says what the gaps in front of them are (dispatch, with its
+    share) and which operators they are, most first, from the report's own table."""
+    from perfscope.api import load as load_report
+    from perfscope.format import duration
+
+    r = load_report(str(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope"))
+    f = only(RULES["short-kernels"](r), "short-kernels")
+    assert f.evidence["gaps_before_short_kind"] == "dispatch"
+    k = r.kernels
+    names = k.loc[k["duration_ns"] < timeline.SHORT_KERNEL_NS, "name"].value_counts().head(3).index.tolist()
+    assert f.recommendation.startswith(f"The gaps in front of them hold {duration(f.time_at_stake_ns)}, "
+                                       f"{f.evidence['gaps_before_short_kind_pct']:.0f}% of it per-operator dispatch")
+    assert f"(most: {', '.join(names)})" in f.recommendation and "torch.compile" in f.recommendation
+
+
 def test_short_kernels_silent_on_qwen(load) -> None:
     r = load(QWEN)
     share = (r.kernels["duration_ns"] < timeline.SHORT_KERNEL_NS).mean() * 100

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.analysis.readers.detect import import_file
+from perfscope.kernel_names import short_kernel_name
 
 
 def test_prefill_gemm_is_compute_bound_at_every_level(fixtures_dir: Path) -> None:
@@ -64,6 +65,11 @@ def test_finding_names_the_binding_level(fixtures_dir: Path, tmp_path: Path) -> 
     assert decode.severity == "info" and decode.evidence["below_every_roof_kernels"] >= 1
     (vcopy,) = RULES["memory-level"](import_file(fixtures_dir / "rocprof" / "rocprof_compute_vcopy_MI200"))
     assert "HBM" in vcopy.title
+    # its advice names the kernels that hold the HBM-bound time, from the report's own table
+    k = import_file(fixtures_dir / "rocprof" / "rocprof_compute_vcopy_MI200").kernels
+    top = k.groupby("name")["duration_ns"].sum().idxmax()
+    assert vcopy.recommendation.startswith("Where HBM/DRAM is the lowest roof (most of it in ")
+    assert short_kernel_name(str(top))[:40] in vcopy.recommendation
 
 
 def test_roofline_figure_draws_one_roof_and_one_point_set_per_level(fixtures_dir: Path) -> None:
