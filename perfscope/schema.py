@@ -163,7 +163,7 @@ RANGE_COLUMNS = _cols(
 
 TRANSFER_COLUMNS = _cols(
     ("kind", "str", True, "HtoD, DtoH, DtoD, PtoP, HtoH, memset, other"),
-    ("bytes", "int", True, "bytes copied or set"),
+    ("bytes", "int", False, "bytes copied or set (None where the trace does not record them: ROCm's Kineto copies)"),
     ("start_ns", "int", True, "start, ns"),
     ("end_ns", "int", True, "end, ns"),
     ("duration_ns", "int", False, "end_ns - start_ns"),
@@ -882,7 +882,7 @@ def validate(df: pd.DataFrame, table: str) -> tuple[pd.DataFrame, list[str]]:
     - a row whose time is out of range (``start_ns``, ``end_ns``, ``t_ns`` beyond ±:data:`MAX_NS`), whose
       ``duration_ns`` is negative or past :data:`MAX_NS`, or which ends before it starts, is dropped;
     - a size (a ``*_bytes`` column but :data:`SIGNED_BYTES`, ``bytes``) that is negative, past
-      :data:`MAX_BYTES` or not finite becomes missing; a transfer without its (required) bytes is dropped;
+      :data:`MAX_BYTES` or not finite becomes missing (a transfer keeps its row: its time is still measured);
     - ``flops`` negative, past :data:`MAX_FLOPS` or not finite becomes missing;
     - any other float that is not finite (±inf) becomes missing.
     """
@@ -922,13 +922,10 @@ def validate(df: pd.DataFrame, table: str) -> tuple[pd.DataFrame, list[str]]:
             if out is df:
                 out = df.copy()
             out[col] = out[col].mask(pd.Series(bad, index=out.index))
-    if table == "transfers" and "bytes" in changed:
-        keep = out["bytes"].notna().to_numpy()
-        out = out.loc[keep].reset_index(drop=True)
     if changed:
         what = ", ".join(f"{col} {n}" for col, n in sorted(changed.items()))
-        action = "dropped" if table == "transfers" and "bytes" in changed else "made missing"
-        notes.append(f"{table}: values that are not finite, negative where a size is, or out of range {action} ({what})")
+        notes.append(f"{table}: values that are not finite, negative where a size is, or out of range made missing "
+                     f"({what})")
     return out, notes
 
 

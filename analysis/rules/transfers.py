@@ -82,8 +82,15 @@ def _kernel_streams(report: Report) -> set[int]:
 
 
 def _gb_per_s(rows: pd.DataFrame) -> float:
-    ns = float(rows["duration_ns"].sum())
-    return float(rows["bytes"].sum()) / ns if ns > 0 else math.nan
+    """Bytes per ns over the copies whose bytes the trace records (NaN where none does)."""
+    sized = rows[rows["bytes"].notna()]
+    ns = float(sized["duration_ns"].sum())
+    return float(sized["bytes"].sum()) / ns if ns > 0 else math.nan
+
+
+def _moved(rows: pd.DataFrame) -> float:
+    """The bytes of ``rows``, NaN where no copy of them records its bytes (never 0)."""
+    return float(rows["bytes"].astype("float64").sum(min_count=1))
 
 
 def _unified(rows: pd.DataFrame) -> int:
@@ -103,10 +110,10 @@ def copies_exposed(report: Report) -> list[Finding]:
         return []
     on_compute = t["stream"].isin(list(_kernel_streams(report)))
     evidence: dict[str, float | int | str] = {
-        "copies": len(t), "bytes": int(t["bytes"].sum()), "copy_time_ns": float(t["duration_ns"].sum()),
+        "copies": len(t), "bytes": _moved(t), "copy_time_ns": float(t["duration_ns"].sum()),
         "exposed_ns": exposed, "exposed_pct_of_copy_time": pct(exposed, float(t["duration_ns"].sum())),
         "exposed_pct_of_busy_time": pct(exposed, busy),
-        "median_copy_bytes": float(t["bytes"].median()),
+        "median_copy_bytes": float(t["bytes"].astype("float64").median()),
         "copies_on_kernel_streams": int(on_compute.sum()),
         "pageable_copies": int((t["pinned"] == False).sum()),
         "unified_memory_copies": _unified(t),
@@ -135,7 +142,7 @@ def copy_items(t: pd.DataFrame, keys: list[str], time_col: str, label: Callable[
         if not total > 0:
             continue
         big = g[time_col].astype("float64").idxmax()
-        moved = float(g["bytes"].sum())
+        moved = _moved(g)
         items.append(Item("copy" if len(g) == 1 else "copies", f"{duration(total)}: " + label(key, len(g), moved),
                           total, True, float(g.at[big, "start_ns"]), float(g.at[big, "end_ns"]),
                           {**{k: (v if isinstance(v, (int, float, str)) else str(v)) for k, v in zip(keys, key)},
@@ -174,7 +181,7 @@ def pageable_copies(report: Report) -> list[Finding]:
         return []
     pinned = t[t["pinned"] == True]
     evidence: dict[str, float | int | str] = {
-        "pageable_copies": len(pageable), "pageable_bytes": int(pageable["bytes"].sum()),
+        "pageable_copies": len(pageable), "pageable_bytes": _moved(pageable),
         "pageable_time_ns": ns, "pageable_pct_of_busy_time": pct(ns, busy),
         "pageable_bytes_per_s": _gb_per_s(pageable) * 1e9,
         "pinned_copies": len(pinned),

@@ -242,7 +242,7 @@ def test_pageable_copies_fire_on_alexnet(load) -> None:
     assert "pin_memory" in f.recommendation
 
 
-def test_unknown_pinning_is_not_called_pageable(load) -> None:
+def test_unknown_pinning_is_not_called_pageable(load, fixtures_dir) -> None:
     r = load(T4)
     assert r.transfers["pinned"].isna().all()
     assert RULES["pageable-copies"](r) == []
@@ -251,6 +251,14 @@ def test_unknown_pinning_is_not_called_pageable(load) -> None:
     host = r.transfers[r.transfers["kind"].isin(["HtoD", "DtoH"])]
     assert len(host) and (host["src_kind"].eq("Host") | host["dst_kind"].eq("Host")).all()
     assert host["pinned"].isna().all() and RULES["pageable-copies"](r) == []
+    # nor their sizes: the raw events carry no bytes, so the bytes are missing, never 0 (they were stored as 0)
+    import gzip
+    import json
+
+    raw = json.load(gzip.open(fixtures_dir / "kineto/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"))
+    memcpy = [e for e in raw["traceEvents"] if e.get("cat") == "gpu_memcpy"]
+    assert memcpy and not any("bytes" in e.get("args", {}) for e in memcpy)
+    assert len(r.transfers) == len(memcpy) and r.transfers["bytes"].isna().all()
 
 
 def test_pageable_advice_follows_what_the_copies_are(load) -> None:

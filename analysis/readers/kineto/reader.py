@@ -418,7 +418,7 @@ def _transfers(trace: ParsedTrace, base: int, nodes: CpuNodes, *, amd: bool = Fa
     start, end, dur = times_ns(cols, base)
     return _table({
         "kind": np.where(is_memset, labels(is_memset, "memset", None), part["kind"]).astype(object),
-        "bytes": np.where(np.isnan(cols["bytes"]), 0, cols["bytes"]).astype("int64"),
+        "bytes": cols["bytes"],  # missing where the event records none (ROCm's copies): never 0
         "start_ns": start, "end_ns": end, "duration_ns": dur,
         "device": _device_names(cols["device"], amd=amd),
         "stream": cols["stream"],

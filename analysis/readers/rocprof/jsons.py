@@ -126,10 +126,13 @@ def read_v3_json(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
             "kind": [DIRECTION.get(d, "other") for d in direction],
             "bytes": ints([c.get("bytes", c.get("size")) for c in copies]),
             "start_ns": s, "end_ns": e, "duration_ns": e - s})
-        sized = moved["bytes"].notna() & s.notna() & e.notna()
-        if not sized.all():
-            warnings.append(f"{int((~sized).sum())} of {len(moved)} memory copies without a size or times: not imported")
-        tables["transfers"] = moved[sized].reset_index(drop=True)
+        timed = s.notna() & e.notna()
+        if not timed.all():
+            warnings.append(f"{int((~timed).sum())} of {len(moved)} memory copies without their times: not imported")
+        if moved.loc[timed, "bytes"].isna().any():
+            warnings.append(f"{int(moved.loc[timed, 'bytes'].isna().sum())} of {len(moved)} memory copies record no "
+                            "size: imported with their bytes missing")
+        tables["transfers"] = moved[timed].reset_index(drop=True)
     gpus = [a for a in agents.values() if a.get("type") in (2, "GPU")]
     busy = kernels["device"].value_counts().index[0] if len(kernels) else None
     chosen = next((a for a in gpus if gpu_label(a.get("logical_node_id", a.get("node_id"))) == busy), None)

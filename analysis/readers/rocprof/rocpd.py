@@ -131,7 +131,7 @@ def _read_rocpd(db: SafeDb, path: Path, warnings: list[str], agent_spec: Any) ->
             moved = pd.DataFrame({"kind": kind, "bytes": ints(m["size"]), "start_ns": s, "end_ns": e,
                                   "duration_ns": e - s, "correlation": ints(m["corr_id"]),
                                   "stream": ints(m["stream_id"])})
-            tables["transfers"] = moved[moved["bytes"].notna() & s.notna() & e.notna()].reset_index(drop=True)
+            tables["transfers"] = moved[s.notna() & e.notna()].reset_index(drop=True)  # no size: bytes missing
     agents = _frame(db, "SELECT absolute_index, type, name, product_name, extdata FROM rocpd_info_agent", path) \
         if "rocpd_info_agent" in names else pd.DataFrame()
     spec = agent_spec(_agent(agents, kernels), warnings)

@@ -108,20 +108,20 @@ def _busiest(agents: pd.DataFrame, kernels: pd.DataFrame) -> dict[str, Any] | No
 
 
 def copies(t: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
-    """The run's copies; a layout without a size column (rocprofv3 before it recorded one) cannot fill
-    the transfers table, whose bytes are required: the copies are counted in a warning instead."""
+    """The run's copies; a layout without a size column (rocprofv3 before it recorded one) keeps its copies, their
+    times measured and their bytes missing (never 0), and says so in a warning."""
     s, e = ints(t["Start_Timestamp"]), ints(t["End_Timestamp"])
     size = next((t[c] for c in ("Size", "Bytes", "Copy_Bytes") if c in t), None)
     if size is None:
         warnings.append(f"memory_copy_trace.csv has no size column (this rocprofv3 records none): its {len(t)} "
-                        f"copies ({float((e - s).sum()) / 1e6:.3f} ms) are not imported as transfers")
-        return pd.DataFrame()
+                        f"copies ({float((e - s).sum()) / 1e6:.3f} ms) are imported with their bytes missing")
+        size = pd.Series(pd.NA, index=t.index, dtype="Int64")
     direction = t.get("Direction", t.get("Operation", pd.Series("", index=t.index))).astype(str)
     kind = direction.str.replace("MEMORY_COPY_", "", regex=False).map(DIRECTION).fillna("other")
     out = pd.DataFrame({"kind": kind, "bytes": ints(size), "start_ns": s, "end_ns": e, "duration_ns": e - s,
                         "correlation": ints(t["Correlation_Id"]) if "Correlation_Id" in t else pd.NA,
                         "stream": ints(t["Stream_Id"]) if "Stream_Id" in t else pd.NA})
-    return out[out["bytes"].notna() & out["start_ns"].notna() & out["end_ns"].notna()].reset_index(drop=True)
+    return out[out["start_ns"].notna() & out["end_ns"].notna()].reset_index(drop=True)
 
 
 def stats_check(stats: pd.DataFrame, kernels: pd.DataFrame, warnings: list[str]) -> dict[str, Any]:
