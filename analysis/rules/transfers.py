@@ -88,6 +88,11 @@ def _gb_per_s(rows: pd.DataFrame) -> float:
     return float(sized["bytes"].sum()) / ns if ns > 0 else math.nan
 
 
+def _size(moved: float) -> str:
+    """A copy size in words: its bytes, or that the trace does not record them."""
+    return "a size the trace does not record" if math.isnan(moved) else nbytes(moved)
+
+
 def _moved(rows: pd.DataFrame) -> float:
     """The bytes of ``rows``, NaN where no copy of them records its bytes (never 0)."""
     return float(rows["bytes"].astype("float64").sum(min_count=1))
@@ -122,11 +127,11 @@ def copies_exposed(report: Report) -> list[Finding]:
     for kind, ns in by_kind.items():
         evidence[f"exposed_{kind}_ns"] = float(ns)
     title = (f"{duration(exposed)} of host-device copies run with no kernel beside them "
-             f"({len(t)} copies, {nbytes(float(evidence['bytes']))}, {float(evidence['exposed_pct_of_busy_time']):.3g}% of GPU busy time)")
+             f"({len(t)} copies, {_size(float(evidence['bytes']))}, {float(evidence['exposed_pct_of_busy_time']):.3g}% of GPU busy time)")
     pin = t["pinned"].astype("object").map(lambda p: "pinned" if p is True else "pageable" if p is False else "unknown")
     groups = t.assign(memory=pin.to_numpy(), on_kernel_stream=on_compute.to_numpy())
     items = copy_items(groups, ["kind", "memory", "on_kernel_stream"], "exposed_ns",
-                       lambda k, n, b: (f"{n} {k[0]} copies of {nbytes(b)} from {k[1]} host memory"
+                       lambda k, n, b: (f"{n} {k[0]} copies of {_size(b)} from {k[1]} host memory"
                                         + (", on a stream that runs kernels" if k[2] else "")
                                         + ": no kernel beside them"))
     return [ranked(report, "copies-exposed", title, evidence, _copy_advice(evidence), exposed, items=items)]
@@ -194,7 +199,7 @@ def pageable_copies(report: Report) -> list[Finding]:
         lambda r: re.sub(r"\d+", "N", str(r).rsplit("/", 1)[-1]) if isinstance(r, str) and r else "(no range)")
     stepped = _in_steps(report, pageable)
     items = copy_items(pageable.assign(where=family.to_numpy(), in_steps=stepped), ["kind", "where", "in_steps"],
-                       "duration_ns", lambda k, n, b: f"{n} pageable {k[0]} copies of {nbytes(b)} in {k[1]}"
+                       "duration_ns", lambda k, n, b: f"{n} pageable {k[0]} copies of {_size(b)} in {k[1]}"
                        + {"yes": "", "no": ", outside the steps", "unknown": ""}[str(k[2])])
     evidence["pageable_outside_steps_ns"] = float(pageable["duration_ns"][stepped == "no"].sum())
     advice = " ".join(_pageable_advice(items, ns)) + (

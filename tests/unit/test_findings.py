@@ -255,7 +255,8 @@ def test_unknown_pinning_is_not_called_pageable(load, fixtures_dir) -> None:
     import gzip
     import json
 
-    raw = json.load(gzip.open(fixtures_dir / "kineto/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"))
+    with gzip.open(fixtures_dir / "kineto/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz") as fh:
+        raw = json.load(fh)
     memcpy = [e for e in raw["traceEvents"] if e.get("cat") == "gpu_memcpy"]
     assert memcpy and not any("bytes" in e.get("args", {}) for e in memcpy)
     assert len(r.transfers) == len(memcpy) and r.transfers["bytes"].isna().all()
