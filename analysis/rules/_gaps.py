@@ -406,10 +406,8 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
         long = _long_launch(idle)
         if long is not None:  # one blocked call, not the per-launch cost: graphs would not remove it
             api, dur_ns, of_pct = long
-            return (f"{head}, {of_pct:.0f}% of it in one {api} call of {duration(dur_ns)}: a launch costs 5-20 µs, so "
-                    "this call was blocked, most often by the first launch of a kernel loading its code module (lazy "
-                    "loading, JIT compilation) or by a full launch queue. Run the step once before profiling so "
-                    "that loading is not in the measured time; what remains is the per-launch cost.")
+            return (f"{head}, {of_pct:.0f}% of it in one {api} call of {duration(dur_ns)}: "
+                    f"{BLOCKED_LAUNCH.format(calls='this call was')}; what remains is the per-launch cost.")
         return _overhead(head, ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather "
                          "than speeding them up: ", graphs, graph_run)
     if kind == "cpu compute":
@@ -523,6 +521,10 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
 
 LONG_LAUNCH_NS = 1_000_000
 """A launch slice this long is one blocked call (a launch itself takes 5-20 µs)."""
+BLOCKED_LAUNCH = ("a launch costs 5-20 µs, so {calls} blocked, most often by the first launch of a kernel loading its "
+                  "code module (lazy loading, JIT compilation) or by a full launch queue. Run the step once before "
+                  "profiling so that loading is not in the measured time")
+"""Why launch calls of :data:`LONG_LAUNCH_NS` or more take that long, and what to do (``{calls}``: which were)."""
 
 
 def _long_launch(idle: pd.DataFrame) -> tuple[str, float, float] | None:

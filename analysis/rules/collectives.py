@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from perfscope.schema import map_distinct
+
 from ..intervals import inside, merge_intervals
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv", "barrier", "unknown")
@@ -99,17 +101,18 @@ def collective_pass(op: object = None, path: object = None) -> str:
 def passes_by_time(ranges: pd.DataFrame, starts: np.ndarray, ranks: np.ndarray | None = None) -> np.ndarray:
     """For kernels launched at ``starts`` (of ``ranks``, where the ranges carry a ``rank``): the pass of the outermost
     pass ranges (a range whose name :func:`collective_pass` reads, no pass range above it in its ``path``, on any
-    thread) that hold each time; ``unknown`` where none does, or ranges of two passes do. A collective issued from another thread than the step's (DDP's reducer
-    on autograd's thread) records no pass on its own path; the step's ``## backward ##`` around it in time does."""
+    thread) that hold each time; ``unknown`` where none does, or ranges of two passes do. A collective issued from
+    another thread than the step's (DDP's reducer on autograd's thread) records no pass on its own path; the step's
+    ``## backward ##`` around it in time does. Each distinct name and path is read once (a thousand ranks repeat
+    them)."""
     out = np.full(len(starts), "unknown", dtype=object)
     if not len(ranges) or not len(starts) or "name" not in ranges:
         return out
-    names = ranges["name"].astype(object).tolist()
-    paths = ranges["path"].astype(object).tolist() if "path" in ranges else names
-    phase = np.array([collective_pass(None, n) if isinstance(n, str) else "unknown" for n in names], dtype=object)
-    outer = np.array([ph != "unknown" and (not isinstance(pa, str) or
-                                           collective_pass(None, pa.rsplit("/", 1)[0] if "/" in pa else "") == "unknown")
-                      for ph, pa in zip(phase, paths)], dtype=bool)
+    phase = map_distinct(ranges["name"], lambda n: collective_pass(None, n)).to_numpy(object)
+    above = (map_distinct(ranges["path"], lambda p: collective_pass(None, p.rsplit("/", 1)[0])
+                          if isinstance(p, str) and "/" in p else "unknown").to_numpy(object)
+             if "path" in ranges else np.full(len(ranges), "unknown", dtype=object))
+    outer = (phase != "unknown") & (above == "unknown")
     if not outer.any():
         return out
     outer &= ranges["start_ns"].notna().to_numpy() & ranges["end_ns"].notna().to_numpy()

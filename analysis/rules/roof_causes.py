@@ -505,7 +505,8 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             c.attrs.update(gemm_m=m, gemm_k=kk, gemm_n=n)
             if bound == "memory" and m is not None and op not in BATCHED:  # a bmm's operands are both activations
                 share = weight_share(m, kk, n, tensor_shapes(shapes), per_launch, prec)
-                readers = packed_readers(k, g) if np.isfinite(share) and share >= WEIGHT_SHARE else None
+                fmt = weight_format(g) if np.isfinite(share) and share >= WEIGHT_SHARE else None
+                readers = packed_readers(k, g, fmt) if fmt is not None else None
                 if readers is not None:
                     bits, names = readers
                     c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): its bytes are a time share of the op's; "
@@ -513,7 +514,6 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                                      f"format, this kernel's does not)")
                     c.attrs.update(weights_read_by="; ".join(names), weight_precision=None)
                 elif np.isfinite(share) and share >= WEIGHT_SHARE:
-                    fmt = weight_format(g)
                     stored = f" at {weight_bits(fmt[0])} bits ({fmt[1]})" if fmt else ""
                     c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its "
                                      f"bytes{stored}")
@@ -607,6 +607,8 @@ def weight_format(g: pd.DataFrame) -> tuple[str, str] | None:
     name = _mode(g["name"]) if "name" in g else None
     types = parse_shapes(_mode(g["op_input_types"])) if "op_input_types" in g else None
     return narrowest_operand(name, types or ())
+
+
 OP_KEY = ("op", "op_shapes", "op_input_types")
 """The columns that name one op with one set of inputs: the kernels a fused op launched share them."""
 
@@ -623,19 +625,21 @@ def _op_kernels(k: pd.DataFrame) -> dict[tuple[str, ...], frozenset[str]]:
     return memo(k, "rules:op_kernels", build)
 
 
-def packed_readers(k: pd.DataFrame, g: pd.DataFrame) -> tuple[int, list[str]] | None:
+def packed_readers(k: pd.DataFrame, g: pd.DataFrame, mine: tuple[str, str] | None = None
+                   ) -> tuple[int, list[str]] | None:
     """Where a GEMM group's kernels are not the readers of their op's packed weights: the weights' bits and the
     kernels that read them, else None. A fused op (a MoE) launches several kernels and its bytes are split among them
     by time; packed weights are read by the kernel that unpacks them, whose name states their format
     (:func:`narrowest_operand`). Another GEMM kernel of the same op and inputs whose name states a format narrower
     than this group's (from its own name or the op's input types) reads them; this group (a finalize / scatter
     epilogue, ``_finalize_matmul_scatter_bf16`` beside ``_matmul_ogs_..._bf16xbf16xmxfp4``) does not. A sibling
-    that is not a GEMM by its name (a quantize or dequantize kernel) is not a reader."""
+    that is not a GEMM by its name (a quantize or dequantize kernel) is not a reader. ``mine``: the group's
+    :func:`weight_format`, where the caller has read it."""
     cols = [c for c in OP_KEY if c in g]
     if "op" not in cols or "name" not in g or not len(g):
         return None
     own = set(g["name"].dropna().astype(str))
-    mine = weight_format(g)
+    mine = mine or weight_format(g)
     if mine is None or mine[1] == "the kernel's name":
         return None
     keys = {tuple(r) for r in g[cols].dropna(subset=["op"]).astype(str).drop_duplicates().itertuples(index=False)}

@@ -52,6 +52,7 @@ from ._base import (
     top_groups,
 )
 from ._gaps import (
+    BLOCKED_LAUNCH,
     LONG_LAUNCH_NS,
     gap_table,
     grouped_items,
@@ -722,10 +723,8 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
         rest = (f" The other {len(others):,} calls take a median {duration(float(np.median(others)))} each."
                 if len(others) else "")
         advice = (f"{100 * calls_ns[long].sum() / api_ns:.0f}% of the launch-call time is in {int(long.sum())} call(s) "
-                  f"of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(float(calls_ns.max()))}): a launch "
-                  "costs 5-20 µs, so these calls were blocked, most often by a kernel's first launch loading its code "
-                  "module (lazy loading, JIT compilation) or by a full launch queue. Run the step once before "
-                  "profiling so that loading is not in the measured time; CUDA graphs would not remove it." + rest)
+                  f"of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(float(calls_ns.max()))}): "
+                  f"{BLOCKED_LAUNCH.format(calls='these calls were')}; CUDA graphs would not remove it." + rest)
     else:
         advice = (f"The CPU cannot launch kernels as fast as the GPU runs them, so the queue stays empty (a median "
                   f"launch call of {duration(float(np.median(calls_ns)))}). Remove launches rather than speeding them "
