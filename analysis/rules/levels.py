@@ -37,7 +37,9 @@ takes at least 30% of its time."""
 
 
 def _lowest_roof_advice(known: pd.DataFrame, lead: str) -> str:
-    """What the lowest roof of most of the time says, naming the kernels that hold most of that time."""
+    """What the lowest roof of most of the time says, naming the memory-bound kernels (``known``: those below their
+    compute roof at that level) that hold most of that time: a kernel compute-bound at every level is not shortened
+    by fewer bytes."""
     mine = known[known["bound_level"] == lead]
     by = mine.groupby("name")["duration_ns"].sum()
     by = by.groupby([clip(short_kernel_name(str(n)), 48) for n in by.index]).sum()  # one name per kernel family
@@ -93,7 +95,7 @@ def memory_level(report: Report) -> list[Finding]:
         return [info("memory-level", f"Hierarchical roofline: {evidence[f'{lead}_bound_time_pct']:.0f}% of the time of "
                      f"{len(known)} kernels with per-level bytes has its lowest memory roof at "
                      f"{LEVEL_NAMES.get(lead, lead)}; {evidence['compute_bound_every_level_time_pct']:.0f}% is "
-                     "compute-bound at every level", _lowest_roof_advice(known, lead), **evidence)]
+                     "compute-bound at every level", _lowest_roof_advice(known[memory_bound], lead), **evidence)]
     at_stake = float((caches["duration_ns"] - needed).clip(lower=0).sum())
     by_name = caches.groupby("name")["duration_ns"].sum().sort_values(ascending=False)
     lead = str(caches.groupby("bound_level")["duration_ns"].sum().idxmax())

@@ -84,3 +84,21 @@ def test_roofline_figure_draws_one_roof_and_one_point_set_per_level(fixtures_dir
     k = report.kernels
     l2 = levels["L2 intensity"]
     assert sorted(l2.x) == pytest.approx(sorted((k["flops"] / k["l2_bytes"]).dropna()))
+
+
+def test_lowest_roof_advice_names_only_kernels_fewer_bytes_would_shorten(fixtures_dir: Path) -> None:
+    """The H100 Qwen trace: 28% of its time is compute-bound at every level (the bf16 sm90 GEMMs). The summary's
+    advice, "only fewer bytes from it shorten those kernels", names the memory-bound kernels that hold the HBM-bound
+    time, never a GEMM that fewer bytes would not shorten."""
+    from perfscope.analysis.findings import RULES
+
+    report = import_file(fixtures_dir / "kineto" / "tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    (f,) = RULES["memory-level"](report)
+    assert f.evidence["compute_bound_every_level_time_pct"] > 20
+    named = f.recommendation.split("(most of it in ", 1)[1].split(")", 1)[0].split(", ")
+    k = report.kernels
+    short = k["name"].map(lambda n: short_kernel_name(str(n)))
+    for name in named:  # a long name is clipped with an ellipsis
+        rows = k[short.str.startswith(name.rstrip("…"))]
+        assert len(rows) and rows["bound"].eq("memory").any(), name
+    assert not any(n.startswith("sm90_xmma_gemm") for n in named)
