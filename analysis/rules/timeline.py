@@ -12,6 +12,7 @@ operators, so "idle" is the time outside them.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -726,11 +727,7 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
                   f"of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(float(calls_ns.max()))}): "
                   f"{BLOCKED_LAUNCH.format(calls='these calls were')}; CUDA graphs would not remove it." + rest)
     else:
-        advice = (f"The CPU cannot launch kernels as fast as the GPU runs them, so the queue stays empty (a median "
-                  f"launch call of {duration(float(np.median(calls_ns)))}). Remove launches rather than speeding them "
-                  "up: CUDA graphs (torch.compile(mode='reduce-overhead'), torch.cuda.CUDAGraph) replay a whole step "
-                  "with one launch; fusion (torch.compile, fused kernels) cuts the kernel count; a larger batch gives "
-                  "each launch more work.")
+        advice = _per_launch_advice(report, m, call_start, calls_ns, evidence)
     if mode is not None:
         evidence.update(mode.evidence())
         title = title.replace("kernels start", "kernels launched outside CUDA graphs start", 1)
@@ -739,6 +736,88 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
                   + graph_advice(report, mode, graphs=graphs_help(kind_totals(rows))))
     return ranked(report, "launch-overhead", title, evidence, advice,  # m's index: kernel positions
                    at_stake, kernels=top_groups(report.kernels, m.index.to_numpy()), items=tuple(items))
+
+
+FUSABLE = ("elementwise", "norm", "softmax", "reduction", "memory", "view")
+"""Kernel categories that fusion merges into their neighbours (a matrix product or attention kernel stays one)."""
+
+
+def _per_launch_advice(report: Report, m: pd.DataFrame, call_start: np.ndarray, calls_ns: np.ndarray,
+                       evidence: dict[str, float | int | str]) -> str:
+    """What removes the launches of ``m`` (kernels launched one by one, index: kernel positions; their launch
+    calls start at ``call_start`` and take ``calls_ns``), chosen by what
+    they are: elementwise and normalisation kernels not yet fused (fusion), kernels already compiled by Inductor
+    (a CUDA graph), the launches of each repeated step (a CUDA graph), short matrix products (a larger batch)."""
+    pos = m.index.to_numpy()
+    k = report.kernels
+    cat = k["category"].iloc[pos].astype("object").to_numpy() if "category" in k else np.full(len(pos), None, object)
+    names = k["name"].iloc[pos].astype("string")
+    compiled = names.str.startswith("triton_").fillna(False).to_numpy(bool)
+    fusable = np.isin(cat, FUSABLE) & ~compiled
+    gemm = cat == "gemm"
+    n = len(pos)
+    evidence.update({"launches_fusable": int(fusable.sum()), "launches_compiled": int(compiled.sum()),
+                     "launches_gemm": int(gemm.sum()), "median_kernel_ns": float(np.median(m["duration_ns"]))})
+    head = (f"Each launch call takes a median {duration(float(np.median(calls_ns)))} and each kernel runs a median "
+            f"{duration(float(np.median(m['duration_ns'])))}, so the CPU cannot keep the queue full: remove launches "
+            "rather than speed them up.")
+    tips = []
+    if fusable.sum() >= 0.3 * n:
+        ops = _top_ops(k, pos[fusable])
+        tips.append(f"{int(fusable.sum()):,} of the {n:,} launches are elementwise, normalisation or copy kernels"
+                    + (f" (most from {', '.join(ops)})" if ops else "")
+                    + ": fusing them (torch.compile, fused kernels) removes most of those launches.")
+    if compiled.sum() >= 0.3 * n:
+        tips.append(f"{int(compiled.sum()):,} of the {n:,} launches are already Inductor's fused Triton kernels, so fusion is done: "
+                    "torch.compile(mode='reduce-overhead') replays the compiled step as a CUDA graph, one launch.")
+    unit = _repeated_unit(report, call_start)
+    if unit is not None:
+        evidence.update({"repeated_range": unit[0], "repeats": unit[1], "launches_in_repeats": unit[2]})
+    if unit is not None and not compiled.sum() >= 0.3 * n:
+        what = "steps" if unit[0] == STEP else f"'{unit[0]}' ranges"
+        tips.append(f"The trace's {unit[1]:,} {what} launch about {unit[2] / unit[1]:,.0f} of these kernels each: "
+                    "capture one in a CUDA graph (torch.cuda.CUDAGraph, torch.compile(mode='reduce-overhead')) and "
+                    "replay it with one launch.")
+    elif unit is None and not tips:
+        tips.append("The trace marks no repeated range around these launches (a step, a layer) to tell whether one "
+                    "CUDA graph could replay them: mark the step (torch.profiler.record_function, NVTX) and profile "
+                    "again.")
+    if gemm.sum() >= 0.5 * n:
+        tips.append(f"{int(gemm.sum()):,} of the launches are matrix products (median "
+                    f"{duration(float(np.median(m['duration_ns'].to_numpy()[gemm])))}): a larger batch gives each "
+                    "more work for the same launch.")
+    return " ".join([head, *tips])
+
+
+STEP = "(steps)"
+""":func:`_repeated_unit`'s name for the report's own steps."""
+
+
+def _repeated_unit(report: Report, call_start: np.ndarray) -> tuple[str, int, int] | None:
+    """The coarsest repeated unit whose occurrences hold at least half the launch calls starting at
+    ``call_start``: the report's steps, else a range family (its name with digits as ``N``: ``decode_step N``,
+    ``layer_N``) that occurs at least twice; (name, occurrences, launches inside), None where none does."""
+    n = len(call_start)
+    families: list[tuple[str, np.ndarray, np.ndarray]] = []
+    if len(report.steps) >= 2:
+        families.append((STEP, report.steps["start_ns"].to_numpy(np.int64), report.steps["end_ns"].to_numpy(np.int64)))
+    r = report.ranges
+    if len(r):
+        fam = map_distinct(r["name"], lambda x: re.sub(r"\d+", "N", str(x))).to_numpy(object)
+        names, counts = np.unique(fam.astype(str), return_counts=True)
+        starts, ends = r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)
+        for i in np.argsort(counts, kind="stable")[(np.sort(counts) >= 2)][:REPEAT_CANDIDATES]:
+            sel = fam == names[i]
+            families.append((str(names[i]), starts[sel], ends[sel]))
+    for name, s, e in families:
+        hit = int(inside(merge_intervals(s, e), call_start).sum())
+        if n and hit >= 0.5 * n:
+            return name, len(s), hit
+    return None
+
+
+REPEAT_CANDIDATES = 20
+"""Range families tried by :func:`_repeated_unit`, fewest occurrences first."""
 
 
 def _launch_idle(report: Report, device: str) -> tuple[float, float]:

@@ -202,9 +202,7 @@ def pageable_copies(report: Report) -> list[Finding]:
                        "duration_ns", lambda k, n, b: f"{n} pageable {k[0]} copies of {_size(b)} in {k[1]}"
                        + {"yes": "", "no": ", outside the steps", "unknown": ""}[str(k[2])])
     evidence["pageable_outside_steps_ns"] = float(pageable["duration_ns"][stepped == "no"].sum())
-    advice = " ".join(_pageable_advice(items, ns)) + (
-        " Pageable copies go through a driver bounce buffer, run slower and block the CPU, so they can never overlap "
-        "with compute.")
+    advice = " ".join([*_pageable_advice(items, ns), _pageable_seen(report, pageable, evidence)])
     return [ranked(report, "pageable-copies", title, evidence, advice, ns, items=items)]
 
 
@@ -223,6 +221,39 @@ def _in_steps(report: Report, t: pd.DataFrame) -> np.ndarray:
     spans = merge_intervals(steps.loc[ok, "start_ns"].to_numpy(np.int64), steps.loc[ok, "end_ns"].to_numpy(np.int64))
     held = inside(spans, t["start_ns"].to_numpy(np.int64))
     return np.where(held, "yes", "no").astype(object)
+
+
+def _pageable_seen(report: Report, pageable: pd.DataFrame, evidence: dict[str, float | int | str]) -> str:
+    """What the trace shows the pageable copies cost: how much of their time kernels ran beside them, how much of
+    it the CPU sat inside their calls (a pageable copy holds its call while it stages the data), and their rate
+    against the pinned copies' in the same trace; what it does not record is said to be unknown."""
+    total = float(pageable["duration_ns"].sum())
+    overlapped = total - float(pageable["exposed_ns"].sum())
+    evidence["pageable_overlapped_ns"] = overlapped
+    said = [f"In this trace kernels ran beside them for {pct(overlapped, total):.0f}% of their {duration(total)}"]
+    api = report.api
+    corr = pageable["correlation"].astype("Float64")
+    calls = api[api["correlation"].astype("Float64").isin(corr.dropna())] if len(api) else api
+    if len(calls):
+        by = calls.groupby(calls["correlation"].astype("Float64"))
+        keys = by["start_ns"].min().index.to_numpy(np.float64)
+        firsts, lasts = by["start_ns"].min().to_numpy(np.int64), by["end_ns"].max().to_numpy(np.int64)
+        want = corr.to_numpy(np.float64, na_value=np.nan)
+        at = np.clip(np.searchsorted(keys, want), 0, len(keys) - 1)
+        seen = keys[at] == want  # int64 ns throughout: float64 rounds epoch times by 256 ns
+        start, end = pageable["start_ns"].to_numpy(np.int64), pageable["end_ns"].to_numpy(np.int64)
+        held = int(np.clip(np.minimum(lasts[at], end) - np.maximum(firsts[at], start), 0, None)[seen].sum())
+        seen_ns = float((end - start)[seen].sum())
+        evidence.update({"pageable_calls_seen": int(seen.sum()), "pageable_time_in_call_ns": float(held)})
+        said.append(f"the CPU sat inside the copy calls for {pct(float(held), seen_ns):.0f}% of the copy time"
+                    + (f" ({int(seen.sum())} of {len(pageable)} calls recorded)" if seen.sum() < len(pageable) else ""))
+    else:
+        said.append("the trace records none of their calls, so whether the CPU waited on them is unknown")
+    text = ", and ".join(said)
+    if "pinned_bytes_per_s" in evidence:
+        text += (f"; its pinned copies moved {nbytes(float(evidence['pinned_bytes_per_s']))}/s against these "
+                 f"{nbytes(float(evidence['pageable_bytes_per_s']))}/s")
+    return text + "."
 
 
 def _pageable_advice(items: tuple[Item, ...], total_ns: float) -> list[str]:

@@ -130,18 +130,19 @@ def weight_streaming(tokens: int = 4, layers: int = 4) -> HostTrace:
     return t
 
 
-def launch_bound(steps: int = 3, launches: int = 40) -> HostTrace:
-    """``decode_step`` ranges of back-to-back 20 µs launch calls of 3 µs kernels: the GPU waits
-    inside the launch calls."""
+def launch_bound(steps: int = 3, launches: int = 40, kernel: str = "gemm_kernel", ranges: bool = True) -> HostTrace:
+    """``decode_step`` ranges (none without ``ranges``) of back-to-back 20 µs launch calls of 3 µs kernels
+    named ``kernel``: the GPU waits inside the launch calls."""
     t = HostTrace()
     now = 0
     for step in range(steps):
         start = now
         for _ in range(launches):
-            t.launch(now, 20, now + 21, 3)
+            t.launch(now, 20, now + 21, 3, name=kernel)
             now += 20
         now += 30
-        t.range(f"decode_step {step}", start, now)
+        if ranges:
+            t.range(f"decode_step {step}", start, now)
     return t
 
 

@@ -240,6 +240,20 @@ def test_pageable_copies_fire_on_alexnet(load) -> None:
     assert f.evidence["pageable_time_ns"] == pageable["duration_ns"].sum() == f.time_at_stake_ns
     assert f.evidence["pageable_bytes_per_s"] == pytest.approx(pageable["bytes"].sum() / pageable["duration_ns"].sum() * 1e9)
     assert "pin_memory" in f.recommendation
+    # what the trace shows they cost: no kernel beside them, the CPU inside cudaMemcpyAsync for nearly all of it
+    calls = r.api[r.api["correlation"].isin(pageable["correlation"])].set_index("correlation")
+    held = sum(max(0, min(calls.at[c, "end_ns"], e) - max(calls.at[c, "start_ns"], s))
+               for c, s, e in zip(pageable["correlation"], pageable["start_ns"], pageable["end_ns"]))
+    assert f.evidence["pageable_time_in_call_ns"] == held and f.evidence["pageable_overlapped_ns"] == 0
+    share = held / pageable["duration_ns"].sum()
+    assert share > 0.95 and ("kernels ran beside them for 0% of their 55.5 ms, and the CPU sat inside the copy calls "
+                             f"for {share:.0%} of the copy time.") in f.recommendation
+    # without the runtime calls the trace cannot say whether the CPU waited, and says so
+    import dataclasses
+
+    bare = only(RULES["pageable-copies"](dataclasses.replace(r, api=r.api.iloc[:0])), "pageable-copies")
+    assert "the trace records none of their calls, so whether the CPU waited on them is unknown" in bare.recommendation
+    assert "pageable_time_in_call_ns" not in bare.evidence
 
 
 def test_unknown_pinning_is_not_called_pageable(load, fixtures_dir) -> None:

@@ -121,6 +121,28 @@ def test_launch_bound_trace_is_claimed_launch_bound(tmp_path: Path) -> None:
     assert idle.evidence["idle_cause"] == "launch" and "CUDA graph" in idle.recommendation
 
 
+@pytest.mark.parametrize("kernel, ranges, says, not_says", [
+    ("gemm_kernel", True, ("The trace's 3 'decode_step N' ranges launch about 40 of these kernels each",
+                           "120 of the launches are matrix products (median 3 µs)"), ("fusing",)),
+    ("vectorized_elementwise_kernel", True, ("120 of the 120 launches are elementwise", "fusing them"),
+     ("matrix products",)),
+    ("triton_poi_fused_add_mul_0", True, ("120 of the 120 launches are already Inductor's fused Triton kernels", "reduce-overhead"),
+     ("ranges launch about", "fusing them")),
+    ("gemm_kernel", False, ("marks no repeated range around these launches",), ("ranges launch about",)),
+])
+def test_launch_bound_advice_follows_what_the_launches_are(tmp_path: Path, kernel: str, ranges: bool,
+                                                           says: tuple[str, ...], not_says: tuple[str, ...]) -> None:
+    """The same launch-bound timeline with other kernels: the advice says what the launches are (matrix products:
+    a larger batch; unfused elementwise kernels: fusion; Inductor's Triton kernels: a graph of the compiled step),
+    and captures the repeated range the trace shows, or says that it shows none."""
+    r = read_kineto(launch_bound(kernel=kernel, ranges=ranges).write(tmp_path / "t.json"))
+    (f,) = RULES["launch-overhead"](r)
+    text = f.recommendation
+    assert text.startswith("Each launch call takes a median 20 µs and each kernel runs a median 3 µs")
+    assert all(s in text for s in says) and not any(s in text for s in not_says), text
+    assert f.evidence["launches_in_repeats" if ranges else "launches"] == 120
+
+
 def test_sync_bound_trace_names_the_sync_and_its_range(tmp_path: Path) -> None:
     trace = sync_bound()
     r = read_kineto(trace.write(tmp_path / "t.json"))
