@@ -382,6 +382,82 @@ GRAPHS_TEXT = ("capture the steady-state step in a CUDA graph (torch.compile(mod
 """The advice to capture graphs and fuse: given only when dispatch or launch holds the largest share."""
 
 
+HOST_WORK = (
+    ("warm-up", re.compile(r"warm[\s_-]?up", re.IGNORECASE),
+     "a first run's costs (cuDNN's algorithm search, lazy initialisation, the allocator growing), not a step's: "
+     "start the profile after the warm-up (torch.profiler.schedule(wait=..., warmup=..., active=...)) and read the "
+     "steps after it"),
+    ("the optimizer step", re.compile(r"optimizer|zero_grad", re.IGNORECASE),
+     "a fused or foreach optimizer (torch.optim.AdamW(fused=True), foreach=True) updates every parameter in a few "
+     "launches instead of a loop over tensors{foreach}"),
+    ("data loading", re.compile(r"data[\s_-]?load|_next_data|collate|__next__", re.IGNORECASE),
+     "load the next batch in worker processes (DataLoader(num_workers=N, pin_memory=True, persistent_workers=True)) "
+     "so it is ready when the step starts"),
+    ("metrics, logging or checkpoints", re.compile(r"metric|logg|\bprint|checkpoint|\bsave|tensorboard|wandb",
+                                                  re.IGNORECASE),
+     "compute them every N steps or in a background thread, off the step's critical path"),
+    ("backward", re.compile(r"backward|autograd", re.IGNORECASE),
+     "the autograd engine's own work and the hooks on it (DistributedDataParallel's reducer, gradient hooks and "
+     "clipping); Python stacks (with_stack=True) or CPU sampling say which"),
+)
+"""What named host code is, from its range, Python function or operator name (first match), and the advice it
+takes: :func:`host_work_advice`."""
+
+HOST_WORK_SHARE = 0.1
+"""The least share of the named host time a kind of host work needs to get its own clause."""
+
+
+def host_work_advice(items: Sequence[Item], cpu: bool = False) -> str:
+    """What the named host code of ``items`` (``host code`` items) is, by :data:`HOST_WORK`, each kind at
+    :data:`HOST_WORK_SHARE` or more with its share, names and advice; the rest said to be named only by where it
+    ran, with the generic advice to move it."""
+    share: dict[str, float] = {}
+    names: dict[str, list[str]] = {}
+    ops: dict[str, list[str]] = {}
+    for it in items:
+        if it.attrs.get("kind") != "host code" or not any(isinstance(it.attrs.get(f), str) and it.attrs.get(f)
+                                                          for f in ("function", "range", "op")):
+            continue
+        text = " ".join(str(it.attrs.get(f) or "") for f in ("range", "function", "path", "op"))
+        what = next((label for label, pat, _ in HOST_WORK if pat.search(text)), "")
+        share[what] = share.get(what, 0.0) + it.time_ns
+        where = _names([it], "host code", ("function", "range", "op"))
+        names.setdefault(what, []).extend(n for n in where if n not in names.get(what, []))
+        if isinstance(it.attrs.get("op"), str) and it.attrs["op"] not in ops.setdefault(what, []):
+            ops[what].append(str(it.attrs["op"]))
+    total = sum(share.values())
+    if not total > 0:
+        return ". " + _MOVE_HOST_WORK[cpu]
+    advice = {label: text for label, _, text in HOST_WORK}
+    parts = []
+    for what in sorted(share, key=lambda w: -share[w]):
+        frac = share[what] / total
+        if not what or frac < HOST_WORK_SHARE:
+            continue
+        foreach = [o for o in ops.get(what, []) if "_foreach_" in o]
+        text = advice[what].format(foreach=(f"; this one already runs foreach ops ({', '.join(foreach[:2])}), so the "
+                                            "rest is its own Python per step: step it less often, or profile it "
+                                            "with with_stack=True" if foreach else ""))
+        parts.append(f"{frac:.0%} of it is {what} ({', '.join(names[what][:2])}): {text}")
+    if not parts:
+        return ". " + _MOVE_HOST_WORK[cpu]
+    rest = [w for w, v in share.items() if not w or v / total < HOST_WORK_SHARE]
+    out = ". " + "; ".join(parts) + "."
+    if sum(share[w] for w in rest) / total >= HOST_WORK_SHARE:
+        where = [n for w in sorted(rest, key=lambda w: -share[w]) for n in names[w]][:2]
+        out += (f" The other {sum(share[w] for w in rest) / total:.0%} is named only by where it ran "
+                f"({', '.join(where)}): {_MOVE_HOST_WORK[cpu].split(': ', 1)[1]}")
+    return out
+
+
+_MOVE_HOST_WORK = {
+    False: ("Move or overlap this host work: make it faster, take it out of the loop, or do it for the next step while "
+            "the GPU runs this one (another thread or process)."),
+    True: "Move or overlap this host work: make it faster, take it out of the loop, or do it in another thread.",
+}
+"""The advice for host work the trace names only by where it ran (a range, function or operator of the model)."""
+
+
 def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFrame, *, cpu: bool = False,
                 compiled_cpu: bool = False, graphs: bool = True, graph_run: str | None = None) -> str:
     """The sentence of advice for ``kind`` holding ``share`` % of the idle time, naming its items (``graphs``:
@@ -448,15 +524,11 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
         span = "time between operators" if cpu else "idle time"
         said = []
         if part < 1.0 - UNNAMED_SHARE:  # the host code that a range, function or operator names
-            if cpu:
-                said.append(f"For {share * (1 - part):.0f}% of the time between operators the host ran its own "
-                            f"code{where}. Move or overlap this host work: make it faster, take it out of the loop, "
-                            "or do it in another thread.")
-            else:
-                said.append(f"For {share * (1 - part):.0f}% of the idle time the host ran its own code{where}, with "
-                            "no launch, copy or sync in flight. Move or overlap this host work: make it faster, take it "
-                            "out of the loop, or do it for the next step while the GPU runs this one (another thread or "
-                            "process). Launch overhead is not the cause: CUDA graphs would not remove it.")
+            head = (f"For {share * (1 - part):.0f}% of the time between operators the host ran its own code{where}"
+                    if cpu else f"For {share * (1 - part):.0f}% of the idle time the host ran its own code{where}, "
+                    "with no launch, copy or sync in flight")
+            said.append(head + host_work_advice(items, cpu)
+                        + ("" if cpu else " Launch overhead is not the cause: CUDA graphs would not remove it."))
         if part >= UNNAMED_SHARE:
             stacks = "function" in idle and bool(idle["function"].notna().any())  # the trace recorded Python calls
             record = ("Python stacks were recorded and none covers this time, so the host was in native code or "

@@ -176,3 +176,38 @@ def test_host_code_no_record_names_is_unexplained_in_the_advice_too() -> None:
     idle = _idle(named + unnamed).assign(function=["step_loop (model.py:10)", None])
     text = kind_advice("host code", 100.0, idle_items(idle), idle)
     assert "with_stack=True" not in text and "Python stacks were recorded and none covers this time" in text
+
+
+@pytest.mark.parametrize("ranges, says, not_says", [
+    ({"warmup|forward": 9}, ("100% of it is warm-up (warmup|forward)", "torch.profiler.schedule"),
+     ("Move or overlap", "fused=True")),
+    ({"Optimizer.step#AdamW.step": 12, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__": 6,
+      "train_step_N": 1},  # under a tenth: no clause of its own
+     ("63% of it is the optimizer step (Optimizer.step#AdamW.step)", "fused=True",
+      "32% of it is data loading", "num_workers"), ("foreach ops", "named only by where", "Move or overlap")),
+    ({"## backward ##": 5, "## recmetrics_update ##": 3, "DistributedDataParallel.forward": 2},
+     ("50% of it is backward", "with_stack=True", "30% of it is metrics, logging or checkpoints",
+      "The other 20% is named only by where it ran (DistributedDataParallel.forward): make it faster"),
+     ("Move or overlap",)),
+    ({"ensure_layer_3_weights": 10}, ("Move or overlap this host work: make it faster",), ("of it is",)),
+])
+def test_named_host_code_takes_the_advice_of_what_it_is(ranges: dict[str, int], says: tuple[str, ...],
+                                                         not_says: tuple[str, ...]) -> None:
+    """Host code named by a range or function: the warm-up, the optimizer step, data loading, metrics or logging,
+    backward each get their own advice with their share; what matches none is said to be named only by where it
+    ran, and only that part gets the generic advice to move it."""
+    rows, now = [], 0
+    for name, ms in ranges.items():
+        rows.append((now, now + ms * 1_000_000, "host", name, None))
+        now += ms * 1_000_000 + 1_000_000
+    idle = _idle(rows)
+    text = kind_advice("host code", 100.0, idle_items(idle), idle)
+    assert all(s in text for s in says) and not any(s in text for s in not_says), text
+    assert text.endswith("Launch overhead is not the cause: CUDA graphs would not remove it.")
+
+
+def test_an_optimizer_that_already_runs_foreach_ops_is_not_told_to_use_them() -> None:
+    idle = _idle([(0, 10_000_000, "host", "Optimizer.step#Shampoo.step", None)]).assign(op=["aten::_foreach_mul_"])
+    text = kind_advice("host code", 100.0, idle_items(idle), idle)
+    assert "this one already runs foreach ops (aten::_foreach_mul_), so the rest is its own Python per step" in text
+
