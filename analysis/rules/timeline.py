@@ -575,10 +575,14 @@ def short_kernels(report: Report) -> list[Finding]:
         elif graphs and lead is not None:
             ops = _top_ops(kernels, rows[short])
             from_ops = f" (most launched by {', '.join(ops)})" if ops else ""
-            advice = (f"The gaps in front of them hold {duration(at_stake)}, {pct(totals[lead], at_stake):.0f}% of it "
-                      f"{GAP_WORDS.get(lead, lead)}: kernels this short cost more to launch than to run{from_ops}. "
-                      "Fuse them (torch.compile, fused norms/activations, foreach ops), capture repeated sequences in "
-                      "CUDA graphs, and avoid tiny tensor ops (scalar math, per-element indexing) in the loop.")
+            pos = rows[short & ~replayed]  # launched one by one; a kernel starts just after its launch when short
+            tips = launch_tips(report, pos, kernels["start_ns"].to_numpy(np.int64)[pos],
+                               all_dur[pos].astype(np.float64), evidence)
+            if any("(most from " in t for t in tips):  # the fusion tip names the operators already
+                from_ops = ""
+            advice = " ".join([
+                f"The gaps in front of them hold {duration(at_stake)}, {pct(totals[lead], at_stake):.0f}% of it "
+                f"{GAP_WORDS.get(lead, lead)}: kernels this short cost more to launch than to run{from_ops}.", *tips])
         elif lead is None:
             advice = ("These kernels run back to back, with no idle gap in front of them: their launches are hidden "
                       "behind the queue and cost the GPU no time here.")
@@ -744,11 +748,21 @@ FUSABLE = ("elementwise", "norm", "softmax", "reduction", "memory", "view")
 
 def _per_launch_advice(report: Report, m: pd.DataFrame, call_start: np.ndarray, calls_ns: np.ndarray,
                        evidence: dict[str, float | int | str]) -> str:
-    """What removes the launches of ``m`` (kernels launched one by one, index: kernel positions; their launch
-    calls start at ``call_start`` and take ``calls_ns``), chosen by what
-    they are: elementwise and normalisation kernels not yet fused (fusion), kernels already compiled by Inductor
-    (a CUDA graph), the launches of each repeated step (a CUDA graph), short matrix products (a larger batch)."""
-    pos = m.index.to_numpy()
+    """The per-launch cost of ``m`` (kernels launched one by one, index: kernel positions; their launch calls
+    start at ``call_start`` and take ``calls_ns``), then what removes those launches (:func:`launch_tips`)."""
+    head = (f"Each launch call takes a median {duration(float(np.median(calls_ns)))} and each kernel runs a median "
+            f"{duration(float(np.median(m['duration_ns'])))}, so the CPU cannot keep the queue full: remove launches "
+            "rather than speed them up.")
+    return " ".join([head, *launch_tips(report, m.index.to_numpy(), call_start,
+                                        m["duration_ns"].to_numpy(np.float64), evidence)])
+
+
+def launch_tips(report: Report, pos: np.ndarray, call_start: np.ndarray, dur_ns: np.ndarray,
+                evidence: dict[str, float | int | str]) -> list[str]:
+    """What removes the launches of the kernels at positions ``pos`` (launched at ``call_start``, running
+    ``dur_ns``), chosen by what they are: elementwise and normalisation kernels not yet fused (fusion), kernels
+    already compiled by Inductor (a CUDA graph of the compiled step), the launches of each repeated unit the trace
+    marks (a CUDA graph of one), short matrix products (a larger batch)."""
     k = report.kernels
     cat = k["category"].iloc[pos].astype("object").to_numpy() if "category" in k else np.full(len(pos), None, object)
     names = k["name"].iloc[pos].astype("string")
@@ -757,10 +771,7 @@ def _per_launch_advice(report: Report, m: pd.DataFrame, call_start: np.ndarray, 
     gemm = cat == "gemm"
     n = len(pos)
     evidence.update({"launches_fusable": int(fusable.sum()), "launches_compiled": int(compiled.sum()),
-                     "launches_gemm": int(gemm.sum()), "median_kernel_ns": float(np.median(m["duration_ns"]))})
-    head = (f"Each launch call takes a median {duration(float(np.median(calls_ns)))} and each kernel runs a median "
-            f"{duration(float(np.median(m['duration_ns'])))}, so the CPU cannot keep the queue full: remove launches "
-            "rather than speed them up.")
+                     "launches_gemm": int(gemm.sum()), "median_kernel_ns": float(np.median(dur_ns))})
     tips = []
     if fusable.sum() >= 0.3 * n:
         ops = _top_ops(k, pos[fusable])
@@ -784,9 +795,9 @@ def _per_launch_advice(report: Report, m: pd.DataFrame, call_start: np.ndarray, 
                     "again.")
     if gemm.sum() >= 0.5 * n:
         tips.append(f"{int(gemm.sum()):,} of the launches are matrix products (median "
-                    f"{duration(float(np.median(m['duration_ns'].to_numpy()[gemm])))}): a larger batch gives each "
-                    "more work for the same launch.")
-    return " ".join([head, *tips])
+                    f"{duration(float(np.median(dur_ns[gemm])))}): a larger batch gives each more work for the same "
+                    "launch.")
+    return tips
 
 
 STEP = "(steps)"

@@ -113,8 +113,16 @@ def test_short_kernels_advice_states_its_gaps_and_operators(load) -> None:
             f"{f.evidence['gaps_before_short_kind_pct']:.0f}% of it the framework's per-operator dispatch")
     assert f.recommendation.startswith(head)
     k = r.kernels
-    ops = k.loc[k["duration_ns"] < timeline.SHORT_KERNEL_NS, "op"].dropna().value_counts().head(3).index.tolist()
-    assert f"(most launched by {', '.join(ops)})" in f.recommendation
+    short = k[k["duration_ns"] < timeline.SHORT_KERNEL_NS]
+    # what the short kernels are: unfused elementwise / norm / copy kernels, named by the operators that launched them
+    fusable = short[short["category"].astype("object").isin(timeline.FUSABLE)]
+    ops = fusable["op"].dropna().value_counts().head(3).index.tolist()
+    assert (f"{len(fusable):,} of the {len(short):,} launches are elementwise, normalisation or copy kernels (most "
+            f"from {', '.join(ops)}): fusing them") in f.recommendation
+    assert f.evidence["launches_fusable"] == len(fusable) == 2694 and "most launched by" not in f.recommendation
+    # and the repeated range they are launched in: the engine's 7 decode steps
+    assert f.evidence["repeated_range"] == "decode" and f.evidence["repeats"] == 7
+    assert "The trace's 7 'decode' ranges launch about" in f.recommendation
 
 
 def test_short_operators_of_a_cpu_report_state_their_gaps_and_names(sample_reports_dir) -> None:
