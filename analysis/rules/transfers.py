@@ -158,20 +158,42 @@ def copy_items(t: pd.DataFrame, keys: list[str], time_col: str, label: Callable[
 
 
 def _copy_advice(ev: dict[str, float | int | str]) -> str:
-    tips = [("Overlap the copies with compute: copy the next batch while the current one runs, from pinned "
-            "memory with non_blocking=True on a side stream (torch.cuda.Stream), synchronising with an event "
-            "only where the data is used.")]
-    if int(ev["copies_on_kernel_streams"]):
-        tips.append(f"{ev['copies_on_kernel_streams']} copies sit on a stream that also runs kernels, so they "
-                    "serialise with compute whatever the memory type.")
+    """What to do about exposed copies, from what they are: unified-memory migrations (prefetch), uploads (copy
+    the next batch ahead), downloads (into pinned memory, read late), each with its share of the exposed time;
+    then what keeps them from overlapping: a stream that runs kernels, pageable memory, small sizes."""
+    exposed = float(ev["exposed_ns"])
+    copies, unified = int(ev["copies"]), int(ev["unified_memory_copies"])
+    tips = []
+    if unified:
+        tips.append(f"{unified} of the {copies} copies are unified-memory migrations (pages moved when a kernel or "
+                    "the host touches them): prefetch the pages before the kernel (cudaMemPrefetchAsync) or use "
+                    "explicit device buffers.")
+    if unified < 0.5 * copies:
+        said = {"HtoD": "uploads: copy the next input while the current step runs, from pinned memory with "
+                        "non_blocking=True on a side stream (torch.cuda.Stream), with an event where it is used.",
+                "DtoH": "downloads (results the host reads): copy them with non_blocking=True into pinned memory "
+                        "and wait on an event only where they are read, or read them a step later."}
+        share = {k: float(ev.get(f"exposed_{k}_ns", 0.0)) / exposed if exposed > 0 else 0.0 for k in said}
+        for i, k in enumerate(sorted((k for k in said if share[k] >= COPY_SHARE), key=lambda k: -share[k])):
+            tips.append(f"{share[k]:.0%} {'of the exposed time ' if not i else ''}is {said[k]}")
+    n = int(ev["copies_on_kernel_streams"])
+    if n:
+        tips.append(f"{n} of the {copies} {'copy' if copies == 1 else 'copies'} {'runs' if n == 1 else 'run'} on a "
+                    "stream that also runs kernels, so they wait for its kernels and its kernels for them, whatever "
+                    "the memory type: issue them on a side stream.")
     if int(ev["pageable_copies"]):
-        tips.append("Pageable copies cannot overlap at all; pin the host buffers first.")
-    if int(ev["unified_memory_copies"]):
-        tips.append("Unified-memory migrations appear as copies: prefetch the pages before the kernel "
-                    "(cudaMemPrefetchAsync) or use explicit device buffers.")
-    if float(ev["median_copy_bytes"]) < 64 * 1024:
-        tips.append("The copies are small; batch them into fewer, larger transfers.")
-    return " ".join(tips)
+        tips.append(f"{ev['pageable_copies']} are from or to pageable memory, which a copy cannot overlap from: pin "
+                    "those buffers first (the pageable-copies finding measures them).")
+    median = float(ev["median_copy_bytes"])
+    if median < 64 * 1024 and unified < 0.5 * copies:  # migrations move pages, not the program's transfers
+        tips.append(f"The median copy moves {nbytes(median)}, where a copy's fixed cost (a few µs) outweighs its "
+                    "bytes: batch them into fewer, larger transfers.")
+    return " ".join(tips) or ("Overlap the copies with compute: issue them on a side stream from pinned memory with "
+                              "non_blocking=True, with an event where the data is used.")
+
+
+COPY_SHARE = 0.1
+"""The least share of the exposed copy time uploads or downloads need for their own advice."""
 
 
 def pageable_copies(report: Report) -> list[Finding]:

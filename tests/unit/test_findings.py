@@ -264,6 +264,23 @@ def test_pageable_copies_fire_on_alexnet(load) -> None:
     assert "pageable_time_in_call_ns" not in bare.evidence
 
 
+def test_exposed_copy_advice_follows_what_the_copies_are(load) -> None:
+    """copies-exposed: the larger of uploads and downloads first, each with its share of the exposed time; unified-
+    memory migrations get prefetching and nothing about transfer sizes; the nano-vllm trace's KV reads back."""
+    from perfscope.analysis.rules.transfers import _copy_advice
+
+    f = only(RULES["copies-exposed"](load("kineto/nanovllm_cpu_kv_attention__forward_10.json.gz")), "copies-exposed")
+    down = f.evidence["exposed_DtoH_ns"] / f.evidence["exposed_ns"]
+    assert f.recommendation.startswith(f"{down:.0%} of the exposed time is downloads (results the host reads)")
+    assert f"{1 - down:.0%} is uploads" in f.recommendation
+    base = {"exposed_ns": 100.0, "copies": 10, "copies_on_kernel_streams": 0, "pageable_copies": 0,
+            "median_copy_bytes": 1e6}
+    um = _copy_advice({**base, "unified_memory_copies": 10, "exposed_HtoD_ns": 100.0, "median_copy_bytes": 4096.0})
+    assert "cudaMemPrefetchAsync" in um and "uploads" not in um and "batch them" not in um
+    up = _copy_advice({**base, "unified_memory_copies": 0, "exposed_HtoD_ns": 95.0, "exposed_DtoH_ns": 5.0})
+    assert up.startswith("95% of the exposed time is uploads") and "downloads" not in up  # 5%: under a tenth
+
+
 def test_unknown_pinning_is_not_called_pageable(load, fixtures_dir) -> None:
     r = load(T4)
     assert r.transfers["pinned"].isna().all()
