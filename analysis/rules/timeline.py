@@ -754,7 +754,7 @@ def _per_launch_advice(report: Report, m: pd.DataFrame, call_start: np.ndarray, 
             f"{duration(float(np.median(m['duration_ns'])))}, so the CPU cannot keep the queue full: remove launches "
             "rather than speed them up.")
     return " ".join([head, *launch_tips(report, m.index.to_numpy(), call_start,
-                                        m["duration_ns"].to_numpy(np.float64), evidence)])
+                                        m["duration_ns"].to_numpy(np.float64, na_value=np.nan), evidence)])
 
 
 def launch_tips(report: Report, pos: np.ndarray, call_start: np.ndarray, dur_ns: np.ndarray,

@@ -258,7 +258,7 @@ def _pageable_seen(report: Report, pageable: pd.DataFrame, evidence: dict[str, f
     calls = api[api["correlation"].astype("Float64").isin(corr.dropna())] if len(api) else api
     if len(calls):
         by = calls.groupby(calls["correlation"].astype("Float64"))
-        keys = by["start_ns"].min().index.to_numpy(np.float64)
+        keys = by["start_ns"].min().index.to_numpy(np.float64, na_value=np.nan)
         firsts, lasts = by["start_ns"].min().to_numpy(np.int64), by["end_ns"].max().to_numpy(np.int64)
         want = corr.to_numpy(np.float64, na_value=np.nan)
         at = np.clip(np.searchsorted(keys, want), 0, len(keys) - 1)
