@@ -5,15 +5,16 @@
 Every public measurement of the same work on two GPUs (``tests/fixtures/crossgpu/``: aiconfigurator A100 /
 H100, vidur A100 / H100 / A40, LLMCompass A100 / MI210, TraceLens's BERT-small and TimeSformer on H100 /
 MI300X, and TraceLens's per-op perf-report tables of three more models on both: GEMM, attention,
-elementwise, norm, copy), projected from each GPU onto the other by device models fitted without it (two folds by a hash
-of the work's key: :func:`perfscope.analysis.projection.devicefit.cross_validate`), beside two baselines:
+elementwise, norm, copy), projected from each GPU onto the other by device models fitted without it (four folds by a hash
+of the work's key, each fitted on the other three: :func:`perfscope.analysis.projection.devicefit.cross_validate`), beside two baselines:
 ``ratio`` (the measured time x the datasheet ratio of the roof that binds) and ``roof`` (the kernel at the
 target's roofline), and the previous model (``v1``: each kernel keeps its measured efficiency).
 
 Prints, per table and GPU pair, then per pair and family group, then per vendor pair: the rows, the
 model's median and p90 absolute error (%), both baselines' and v1's median, the goal and whether the model
 beats both baselines. Then the bands (the p10-p90 of the held-out error, widened by their sampling
-error), their coverage (bands taken from one fold's rows, checked on the other's), and the whole-model
+error and the variation between the folds' fits), their coverage (bands taken from the other folds' rows, checked
+on each fold's), and the whole-model
 check: each H100 trace of the two pairs projected onto the MI300X (``perfscope whatif --gpu MI300X``)
 against the MI300X's measured total kernel time, with the shipped models (fitted on everything, these
 pairs included) and with models fitted without that model's pair (held out).
@@ -50,6 +51,9 @@ def main() -> int:
                     help="print every held-out row of a device pair and family group (e.g. 'MI210 -> A100:other'; "
                          "each side matched as a substring of the device names), with the model's and both "
                          "baselines' errors; repeatable")
+    ap.add_argument("--folds", type=int, default=dfit.OUTER_FOLDS,
+                    help=f"outer folds of the cross-validation (default {dfit.OUTER_FOLDS}; 2 was the default until "
+                         "this stop; not with --write: the shipped bands come from the default)")
     ap.add_argument("--wave", action="store_true",
                     help="offer the GEMM wave (tile occupancy) terms to the inner cross-validation too "
                          "(devicefit.WAVE_CANDIDATES; not with --write: the shipped models use the default terms)")
@@ -60,6 +64,8 @@ def main() -> int:
                     help="offer the candidates before the run-level and op terms (devicefit.KEEP_CANDIDATES: the "
                          "persistence term for GEMMs only), to measure what they changed (not with --write)")
     args = ap.parse_args()
+    if args.folds != dfit.OUTER_FOLDS and args.write:
+        ap.error("--write ships the bands of the default folds")
     if (args.wave or args.no_keep or args.keep_only) and args.write:
         ap.error("--wave, --no-keep and --keep-only are measurements; --write fits the shipped (default) candidates")
     cands = (dfit.WAVE_CANDIDATES if args.wave else dfit.BASE_CANDIDATES if args.no_keep
@@ -67,7 +73,7 @@ def main() -> int:
     t0 = time.perf_counter()
     obs = dfit.all_observations(args.root)
     launch = dfit.launch_costs(dfit.trace_reports(args.root))
-    rows = dfit.cross_validate(obs, launch=launch, candidates=cands)
+    rows = dfit.cross_validate(obs, folds=args.folds, launch=launch, candidates=cands)
     table = dfit.error_table(rows)
     print(f"{len(obs):,} observations ({obs['device'].nunique()} GPUs, {obs['dataset'].nunique()} datasets); "
           f"{len(rows):,} held-out pair rows; {time.perf_counter() - t0:.1f} s")
@@ -84,8 +90,8 @@ def main() -> int:
     for b in dfit.bands(rows):
         print(f"  {b.pair:<16} {b.group:<10} rows {b.rows:>6}  x{np.exp(b.q10):.3f} .. x{np.exp(b.q90):.3f}  "
               f"median |err| {b.median_abs_pct:.1f}%  p90 {b.p90_abs_pct:.1f}%")
-    fold0 = rows["fold"].to_numpy() == 0
-    for name, fit_on in (("fold 0 -> fold 1", fold0), ("fold 1 -> fold 0", ~fold0)):
+    fold = rows["fold"].to_numpy()
+    for name, fit_on in ((f"the other folds -> fold {k}", fold != k) for k in range(args.folds)):
         cov = dfit.coverage(rows, fit_on)
         parts = ", ".join(f"{c.pair} {c.group} {c.inside_pct:.0f}% of {c.rows}" for c in cov.itertuples(index=False)
                           if c.group != "ALL")
@@ -94,7 +100,7 @@ def main() -> int:
     models = dfit.shipped(obs, rows, launch, cands)
     print("\npair-correction terms, picked by the inner cross-validation of each fit (never the rows it is checked on):")
     for f, sel in rows.attrs.get("pair_selection", {}).items():
-        print(f"  fit for held-out fold {f} (on the other fold): " + ", ".join(f"{g} {c}" for g, c in sorted(sel.items())))
+        print(f"  fit for held-out fold {f} (on the other folds): " + ", ".join(f"{g} {c}" for g, c in sorted(sel.items())))
     for g, v in sorted(models.pair_selection.items()):
         sc = ", ".join(f"{c} {x:.1f}%" for c, x in v["scores_pct"].items())
         print(f"  shipped fit (every row), {g}: {v['choice']}  (inner {v['inner_folds']}-fold error per candidate: {sc})")

@@ -29,11 +29,11 @@ moves along the curves of the two devices; times ``exp(c(x))``, the pair's corre
 ran the same work of the family (:func:`pair_corrections`: fitted on those pairs' residuals after the
 curves, along a GEMM's log FLOPs per byte or any other family's log roof time).
 
-**Validation** (:func:`cross_validate`). Two folds by a hash of the key: each fold's rows are projected
-with the models fitted on the other fold only (every device pair, both directions, that shares keys), so
-every error is held out. The bands are the p10 / p90 of ``log(measured / projected)`` per family group
-and vendor pair (:func:`bands`); :func:`coverage` checks bands taken from one fold's rows on the other
-fold's rows.
+**Validation** (:func:`cross_validate`). :data:`OUTER_FOLDS` folds by a hash of the key: each fold's rows are
+projected with the models fitted on the other folds only (every device pair, both directions, that shares keys),
+so every error is held out. The bands are the p10 / p90 of ``log(measured / projected)`` per family group
+and vendor pair, widened (:func:`bands`); :func:`coverage` checks bands taken from the other folds' rows on
+each fold's rows.
 """
 
 from __future__ import annotations
@@ -687,7 +687,7 @@ def _pair_rows(obs: pd.DataFrame, models: DeviceModels, run_obs: pd.DataFrame | 
     levels = None
     if run_obs is not None:
         every = pairs_of(run_obs)
-        levels = _run_levels(every, _project_pairs(every, models, corrected=False)[1])
+        levels = _run_levels(every, _curve_pairs(every, models)[1])
     pred, resid, run = _project_pairs(rows, models, corrected=False, levels=levels)
     le = np.log(rows["time_s_t"].to_numpy(np.float64, na_value=np.nan) / pred)
     return rows.assign(le=le, res_s=resid, res_run_s=run)[np.isfinite(le)].reset_index(drop=True)
@@ -944,6 +944,21 @@ def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = T
     g_s(R_s))`` (a persistence term's input, :meth:`perfscope.device_models.PairCorrection.keep_log`), and its
     run's level there (a run-level term's, :meth:`~perfscope.device_models.PairCorrection.run_log`: from
     ``levels``, :func:`_run_levels`, where given, else over ``rows``)."""
+    out, resid = _curve_pairs(rows, models)
+    run = _map_levels(rows, levels if levels is not None else _run_levels(rows, resid))
+    if not corrected:
+        return out, resid, run
+    for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
+        corr = models.pair_correction(ds, dt, fam)
+        if corr is not None:
+            sub = rows.iloc[idx]
+            out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub), resid[idx], run[idx], _ops(sub))
+    return out, resid, run
+
+
+def _curve_pairs(rows: pd.DataFrame, models: DeviceModels) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair row projected along the two devices' curves alone (no pair correction), and its distance from
+    its family's curve on the source (:func:`_project_pairs`)."""
     out = np.full(len(rows), np.nan)
     resid = np.full(len(rows), np.nan)
     for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
@@ -966,15 +981,7 @@ def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = T
                 out[at] = t_s * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t) / g_s
                 with np.errstate(divide="ignore", invalid="ignore"):
                     resid[at] = np.log(t_s / g_s)
-    run = _map_levels(rows, levels if levels is not None else _run_levels(rows, resid))
-    if not corrected:
-        return out, resid, run
-    for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
-        corr = models.pair_correction(ds, dt, fam)
-        if corr is not None:
-            sub = rows.iloc[idx]
-            out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub), resid[idx], run[idx], _ops(sub))
-    return out, resid, run
+    return out, resid
 
 
 def pairs_of(obs: pd.DataFrame) -> pd.DataFrame:
@@ -1018,12 +1025,18 @@ def baselines(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def fold_of(keys: pd.Series, folds: int = 2) -> np.ndarray:
+OUTER_FOLDS = 4
+"""The outer folds of :func:`cross_validate`: each fit sees three quarters of the keys. Two (each fit on half)
+until this stop: a fit on half the keys is further from the shipped fit on all of them, and a band checked on one
+fold with two folds comes from one fit only, so it cannot see how much the fits differ (:func:`between_fits`)."""
+
+
+def fold_of(keys: pd.Series, folds: int = OUTER_FOLDS) -> np.ndarray:
     """A key's fold: a stable hash (crc32) of it, mod ``folds``."""
     return np.array([zlib.crc32(str(k).encode()) % folds for k in keys], np.int64)
 
 
-def cross_validate(obs: pd.DataFrame, folds: int = 2,
+def cross_validate(obs: pd.DataFrame, folds: int = OUTER_FOLDS,
                    launch: Mapping[str, tuple[float | None, float | None]] | None = None,
                    candidates: Mapping[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
     """Every pair row projected by models fitted without its fold (module docstring), with the baselines
@@ -1040,7 +1053,7 @@ def cross_validate(obs: pd.DataFrame, folds: int = 2,
         selection[f] = {g: v["choice"] for g, v in models.pair_selection.items()}
         idx = np.flatnonzero(rows["fold"].to_numpy() == f)
         # a run's level on the source from all its keys (source times only, as a user's trace holds them)
-        levels = _run_levels(rows, _project_pairs(rows, models, corrected=False)[1])
+        levels = _run_levels(rows, _curve_pairs(rows, models)[1])
         rows.loc[idx, "pred_model_s"] = _project_pairs(rows.iloc[idx], models, levels=levels)[0]
     rows = with_errors(pd.concat([rows, baselines(rows)], axis=1))
     rows.attrs["pair_selection"] = selection  # per held-out fold: the terms the fit of the other folds picked
@@ -1060,27 +1073,54 @@ def with_errors(rows: pd.DataFrame) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- bands and tables
 BAND_MARGIN_SE = 1.645
-"""Each end of a band is moved out by this many standard errors of its quantile's coverage
-(``sqrt(0.1 x 0.9 / n)``): the p10 / p90 of n held-out rows, taken as the band of rows not yet seen, hold
-80% of them only on average; widened, each end holds its 10% with 95% confidence (one-sided) against the
-sampling of the rows it came from (on 16,000 rows the band is the p9.6-p90.4, on 58 rows the p3.5-p96.5).
-It was one standard error (p9.8-p90.2, p6.1-p93.9) until the op and run-level terms, with which one coverage
-check held 79.9% (docs/whatif.md, "Bands")."""
+"""Each end of a band is moved out by this many standard errors of its quantile's coverage: the p10 / p90 of n
+held-out rows, taken as the band of rows not yet seen, hold 80% of them only on average; widened, each end holds
+its 10% with 95% confidence (one-sided) against the sampling of the rows it came from (``0.1 x 0.9 / n``: on
+16,000 rows the band is the p9.6-p90.4, on 58 rows the p3.5-p96.5) and, since this stop, against the variation
+between fits (:func:`between_fits`). It was one standard error until the op and run-level terms, with which one
+coverage check held 79.9%; the sampling margin alone then held 79.1% on one check, the NVIDIA GEMM band moving
+with the fold's fit by more than its rows' sampling (docs/whatif.md, "Bands")."""
 
 
 MIN_BAND_ROWS = 10
 """A family group and vendor pair validated on fewer held-out rows has no band (it says unvalidated)."""
 
 
-def band_levels(n: int) -> tuple[float, float]:
-    """The quantile levels of a band from ``n`` held-out rows: 0.1 and 0.9, widened (:data:`BAND_MARGIN_SE`)."""
-    margin = BAND_MARGIN_SE * float(np.sqrt(0.1 * 0.9 / max(n, 1)))
-    return max(0.0, 0.1 - margin), min(1.0, 0.9 + margin)
+def band_levels(n: int, between: tuple[float, float] = (0.0, 0.0), fits: int = 1) -> tuple[float, float]:
+    """The quantile levels of a band from ``n`` held-out rows: 0.1 and 0.9, each moved out by
+    :data:`BAND_MARGIN_SE` standard errors of its coverage: the sampling of the rows (``0.1 x 0.9 / n``) and, for
+    a band pooled from the held-out rows of ``fits`` fits, the variance between fits of the share beyond each end
+    (``between``, :func:`between_fits`), as a new fit's share varies (``x (1 + 1 / fits)``)."""
+    levels = []
+    for p, v, side in ((0.1, between[0], -1.0), (0.9, between[1], 1.0)):
+        margin = BAND_MARGIN_SE * float(np.sqrt(0.1 * 0.9 / max(n, 1) + v * (1.0 + 1.0 / max(fits, 1))))
+        levels.append(min(1.0, max(0.0, p + side * margin)))
+    return levels[0], levels[1]
+
+
+BETWEEN_MIN_ROWS = 100
+"""The fewest held-out rows per fold for :func:`between_fits` to measure anything: below it a fold's share beyond a
+band's end has a sampling spread of more than 3 points (``sqrt(0.1 x 0.9 / 100)``), and four folds' spread of
+such shares is noise, not a difference between the fits (the AMD GEMM rows, 32-36 a fold, would send their band
+to the slowest and fastest row); such a band keeps the sampling margin alone."""
+
+
+def between_fits(beyond: np.ndarray, fold: np.ndarray) -> float:
+    """The variance between the fits of the outer folds of the share of their held-out rows beyond a band's end
+    (``beyond``: True past it), less what the sampling of each fold's rows explains (the method of moments of a
+    random-effects meta-analysis, DerSimonian and Laird 1986); 0 with fewer than two folds, or a fold of fewer
+    than :data:`BETWEEN_MIN_ROWS` rows."""
+    folds, counts = np.unique(fold, return_counts=True)
+    if len(folds) < 2 or counts.min() < BETWEEN_MIN_ROWS:
+        return 0.0
+    share = np.array([beyond[fold == f].mean() for f in folds])
+    sampling = np.mean([0.1 * 0.9 / int((fold == f).sum()) for f in folds])
+    return max(0.0, float(np.var(share, ddof=1)) - float(sampling))
 
 
 def bands(rows: pd.DataFrame) -> list[Band]:
     """Per family group and vendor pair: the p10 / p90 of the held-out ``log(measured / projected)``, widened
-    by the sampling error of those quantiles (:func:`band_levels`)."""
+    by the sampling error of those quantiles and their variation between the folds' fits (:func:`band_levels`)."""
     ok = rows[np.isfinite(rows["log_err"])]
     out = []
     for (group, pair), g in ok.groupby(["group", "vendor_pair"], sort=True):
@@ -1088,7 +1128,9 @@ def bands(rows: pd.DataFrame) -> list[Band]:
             continue
         le = g["log_err"].to_numpy()
         err = g["err_model_pct"].to_numpy()
-        lo, hi = band_levels(len(le))
+        fold = g["fold"].to_numpy() if "fold" in g else np.zeros(len(g), np.int64)
+        between = (between_fits(le < np.quantile(le, 0.1), fold), between_fits(le > np.quantile(le, 0.9), fold))
+        lo, hi = band_levels(len(le), between, len(np.unique(fold)))
         out.append(Band(str(group), str(pair), float(np.quantile(le, lo)), float(np.quantile(le, hi)), len(g),
                         float(np.median(err)), float(np.quantile(err, 0.9))))
     return out

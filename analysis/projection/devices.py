@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from perfscope.device import DeviceSpec
 
-BAND_TEXT = "p10-p90 of the held-out validation error (widened for the rows it rests on)"
+BAND_TEXT = "p10-p90 of the held-out validation error (widened for the rows it rests on and the spread between fits)"
 """How a band is named in the outputs."""
 
 

@@ -3,9 +3,9 @@
 whole-run output of a trace without steps, and the GPU names a user types.
 
 Which data fits and which checks: :func:`devicefit.cross_validate` splits every measured key (a table's
-shape, a trace's op and input shapes) into two folds by a hash of the key; each fold's pair rows are
-projected by models fitted on the other fold only. The bands of :func:`test_bands_hold_the_truth...`
-are taken from one fold's held-out rows and checked on the other fold's held-out rows, both ways, so
+shape, a trace's op and input shapes) into four folds by a hash of the key; each fold's pair rows are
+projected by models fitted on the other three only. The bands of :func:`test_bands_hold_the_truth...`
+are taken from three folds' held-out rows and checked on the fourth fold's held-out rows, each fold in turn, so
 neither the fit nor the band ever saw the rows they are checked on."""
 
 from __future__ import annotations
@@ -128,12 +128,13 @@ def test_held_out_error_meets_the_goals_on_nvidia_pairs_and_beats_both_baselines
     assert mi300x_h100["beats_both"].all()
     # the other families onto the MI300X meet the goal on 518 rows (llama3_2's element-wise tables joined: 409)
     assert h100_mi300x.loc["other", "rows"] >= 500 and h100_mi300x.loc["other", "model_median"] <= 20.0
-    # H100 <-> MI300X misses the issue's other goals (docs/whatif.md): GEMMs 15.6 / 15.9% on 122 held-out rows
-    # each way, other 20.7% MI300X -> H100, attention 24.4 / 25.9% on 12. These bounds guard the measured
-    # figures against getting worse; they are not the goals.
-    assert h100_mi300x.loc["gemm", "model_median"] <= 17.0 and mi300x_h100.loc["gemm", "model_median"] <= 17.0
-    assert mi300x_h100.loc["other", "model_median"] <= 22.0
-    assert h100_mi300x.loc["attention", "rows"] >= 10 and mi300x_h100.loc["attention", "model_median"] <= 28.0
+    # H100 <-> MI300X, four folds (docs/whatif.md): GEMMs 15.2% H100 -> MI300X (the goal is 15) and 13.9% back on
+    # 122 held-out rows each way; other 16.7 / 18.9%; attention 21.4% onto the MI300X (the goal is 20) and 18.4%
+    # back, on 12. These bounds guard the measured figures against getting worse; they are not the goals.
+    assert h100_mi300x.loc["gemm", "model_median"] <= 16.0 and mi300x_h100.loc["gemm", "model_median"] <= 15.0
+    assert mi300x_h100.loc["other", "model_median"] <= 20.0
+    assert h100_mi300x.loc["attention", "rows"] >= 10 and mi300x_h100.loc["attention", "model_median"] <= 20.0
+    assert h100_mi300x.loc["attention", "model_median"] <= 23.0
     # vidur's `add` (259 rows per pair): the A100 and H100 run PyTorch's add near their bandwidth and vLLM's own
     # elementwise kernels at about half of it, the A40 all of them at its bandwidth; 41-71% off every way the
     # A40 is in before the op term, which the pair's measured `aten::add` rows now carry
@@ -142,20 +143,39 @@ def test_held_out_error_meets_the_goals_on_nvidia_pairs_and_beats_both_baselines
 
 
 def test_bands_hold_the_truth_on_rows_they_were_not_taken_from(held_out: pd.DataFrame) -> None:
-    """Fit: the other fold. Bands: one fold's held-out rows. Check: the other fold's held-out rows."""
-    fold0 = held_out["fold"].to_numpy() == 0
-    inside = rows = 0.0
-    for bands_from in (fold0, ~fold0):
-        cov = dfit.coverage(held_out, bands_from)
+    """Fit: the other three folds. Bands: the other three folds' held-out rows (three fits, so the bands see how
+    much the fits differ). Check: the fold's own held-out rows, each fold in turn."""
+    fold = held_out["fold"].to_numpy()
+    assert sorted(set(fold)) == list(range(dfit.OUTER_FOLDS)) == [0, 1, 2, 3]
+    for k in range(dfit.OUTER_FOLDS):
+        cov = dfit.coverage(held_out, fold != k)
         overall = cov.iloc[-1]
-        assert overall["group"] == "ALL" and overall["rows"] > 30_000
-        # one check holds 79.0% (82.8% the other): the NVIDIA GEMM band moves with the fold's fit by a point or
-        # two (docs/whatif.md, Bands); every held-out row, checked once with the other fold's bands: >= 80%
-        assert overall["inside_pct"] >= 78.0, cov
-        inside += overall["inside_pct"] * overall["rows"]
-        rows += overall["rows"]
-    assert inside / rows >= 80.0
+        assert overall["group"] == "ALL" and overall["rows"] > 16_000
+        # 83.2, 83.4, 80.5 and 82.6% (docs/whatif.md, Bands); with the rows' sampling margin alone, 81.7, 82.1,
+        # 79.0 and 80.3%: the NVIDIA GEMM band moves with the fit by more than its rows' sampling
+        assert overall["inside_pct"] >= 80.0, cov
     assert all(b.q10 < 0 < b.q90 for b in device_models().bands)
+
+
+def test_the_band_margin_grows_with_the_variation_between_fits() -> None:
+    """:func:`devicefit.between_fits`: the spread across folds of the share of rows beyond a band's end, less its
+    sampling part; nothing with one fold or small folds; a band widens by it."""
+    rng = np.random.default_rng(0)
+    fold = np.repeat(np.arange(4), 1000)
+    same = rng.random(4000) < 0.1  # every fold 10% beyond: the spread is sampling alone
+    assert dfit.between_fits(same, fold) == pytest.approx(0.0, abs=2e-4)
+    shares = np.array([0.05, 0.10, 0.15, 0.10])  # the fits differ: 5, 10, 15, 10% beyond
+    differ = np.concatenate([rng.random(1000) < p for p in shares])
+    v = dfit.between_fits(differ, fold)
+    assert v == pytest.approx(np.var(shares, ddof=1), rel=0.5)
+    assert dfit.between_fits(differ, np.zeros(4000, np.int64)) == 0.0  # one fold: nothing to compare
+    small = np.repeat(np.arange(4), dfit.BETWEEN_MIN_ROWS - 1)
+    assert dfit.between_fits(np.arange(len(small)) % 3 == 0, small) == 0.0
+    lo, hi = dfit.band_levels(4000)
+    wide_lo, wide_hi = dfit.band_levels(4000, (v, v), 4)
+    assert wide_lo < lo < 0.1 and 0.9 < hi < wide_hi
+    margin = dfit.BAND_MARGIN_SE * np.sqrt(0.09 / 4000 + v * 1.25)
+    assert wide_lo == pytest.approx(0.1 - margin) and wide_hi == pytest.approx(0.9 + margin)
 
 
 def test_a_trace_without_steps_gets_its_whole_run_and_families(bert: Report, fixtures_dir) -> None:
