@@ -12,7 +12,6 @@ operators, so "idle" is the time outside them.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,6 +60,7 @@ from ._gaps import (
     idle_items,
     kind_evidence,
     lead_names,
+    range_family,
 )
 from .evidence import spans_of
 
@@ -814,8 +814,9 @@ def _repeated_unit(report: Report, call_start: np.ndarray) -> tuple[str, int, in
         families.append((STEP, report.steps["start_ns"].to_numpy(np.int64), report.steps["end_ns"].to_numpy(np.int64)))
     r = report.ranges
     if len(r):
-        fam = map_distinct(r["name"], lambda x: re.sub(r"\d+", "N", str(x))).to_numpy(object)
+        fam = map_distinct(r["name"], lambda x: range_family(x) or "").to_numpy(object)
         names, counts = np.unique(fam.astype(str), return_counts=True)
+        counts[names == ""] = 0  # a range without a name is no family
         starts, ends = r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)
         for i in np.argsort(counts, kind="stable")[(np.sort(counts) >= 2)][:REPEAT_CANDIDATES]:
             sel = fam == names[i]

@@ -28,6 +28,7 @@ from ._base import (
     ranked,
 )
 from .evidence import spans_of
+from .timeline import launch_calls, launch_positions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -253,19 +254,15 @@ def _pageable_seen(report: Report, pageable: pd.DataFrame, evidence: dict[str, f
     overlapped = total - float(pageable["exposed_ns"].sum())
     evidence["pageable_overlapped_ns"] = overlapped
     said = [f"In this trace kernels ran beside them for {pct(overlapped, total):.0f}% of their {duration(total)}"]
-    api = report.api
-    corr = pageable["correlation"].astype("Float64")
-    calls = api[api["correlation"].astype("Float64").isin(corr.dropna())] if len(api) else api
-    if len(calls):
-        by = calls.groupby(calls["correlation"].astype("Float64"))
-        keys = by["start_ns"].min().index.to_numpy(np.float64, na_value=np.nan)
-        firsts, lasts = by["start_ns"].min().to_numpy(np.int64), by["end_ns"].max().to_numpy(np.int64)
-        want = corr.to_numpy(np.float64, na_value=np.nan)
-        at = np.clip(np.searchsorted(keys, want), 0, len(keys) - 1)
-        seen = keys[at] == want  # int64 ns throughout: float64 rounds epoch times by 256 ns
-        start, end = pageable["start_ns"].to_numpy(np.int64), pageable["end_ns"].to_numpy(np.int64)
-        held = int(np.clip(np.minimum(lasts[at], end) - np.maximum(firsts[at], start), 0, None)[seen].sum())
-        seen_ns = float((end - start)[seen].sum())
+    row = launch_positions(report, pageable["correlation"].to_numpy(np.float64, na_value=np.nan))
+    seen = row >= 0  # the runtime call of each copy, by correlation id (every call that has one, not only launches)
+    if seen.any():
+        calls = launch_calls(report)
+        firsts = calls["start_ns"].to_numpy(np.int64)[row[seen]]  # int64 ns: float64 rounds epoch times by 256 ns
+        lasts = calls["end_ns"].to_numpy(np.int64)[row[seen]]
+        start, end = pageable["start_ns"].to_numpy(np.int64)[seen], pageable["end_ns"].to_numpy(np.int64)[seen]
+        held = int(np.clip(np.minimum(lasts, end) - np.maximum(firsts, start), 0, None).sum())
+        seen_ns = float((end - start).sum())
         evidence.update({"pageable_calls_seen": int(seen.sum()), "pageable_time_in_call_ns": float(held)})
         said.append(f"the CPU sat inside the copy calls for {pct(float(held), seen_ns):.0f}% of the copy time"
                     + (f" ({int(seen.sum())} of {len(pageable)} calls recorded)" if seen.sum() < len(pageable) else ""))
