@@ -231,6 +231,21 @@ def pair_floors_ns(source: Curve, target: Curve, prefer: str = "trace") -> tuple
     return source.floor_ns, target.floor_ns
 
 
+def floor_bound_s(source_time_s: np.ndarray, floor_s_ns: float, floor_t_ns: float) -> np.ndarray:
+    """The shortest a kernel measured ``source_time_s`` on the source may be projected on the target: the
+    target's floor of its family (the shortest kernel of the family measured there, whatever its work),
+    times its own time over the source's floor where it ran under that floor (another harness's shorter
+    kernels keep their ratio to it). Applied after a pair's correction, which is fitted along work or time
+    and may otherwise carry a short kernel below anything the target was measured to run (H100 -> MI300X
+    attention: 9-15 us kernels projected at 17-28 us, where the MI300X's shortest took 27 us); NaN where a
+    floor is unknown (no bound)."""
+    t = np.asarray(source_time_s, np.float64)
+    if not (floor_s_ns > 0 and floor_t_ns > 0):
+        return np.full(t.shape, np.nan)
+    with np.errstate(invalid="ignore"):
+        return floor_t_ns * 1e-9 * np.minimum(1.0, t / (floor_s_ns * 1e-9))
+
+
 SHAPE_CLASSES = ("batched-small", "k-tiny", "gemv", "skinny", "square")
 """A GEMM's shape class (:func:`gemm_shape_class`): the kernel each vendor's library picks differs by class, not
 only by FLOPs per byte (a term of a :class:`PairCorrection` where the inner cross-validation picks it)."""
@@ -831,6 +846,7 @@ __all__ = [
     "axis_knots",
     "device_models",
     "family_group",
+    "floor_bound_s",
     "gemm_bmn",
     "gemm_dims",
     "gemm_shape_class",

@@ -59,6 +59,7 @@ from perfscope.device_models import (
     PairCorrection,
     axis_knots,
     family_group,
+    floor_bound_s,
     gemm_bmn,
     interp_weights,
     pair_axis,
@@ -944,7 +945,7 @@ def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = T
     g_s(R_s))`` (a persistence term's input, :meth:`perfscope.device_models.PairCorrection.keep_log`), and its
     run's level there (a run-level term's, :meth:`~perfscope.device_models.PairCorrection.run_log`: from
     ``levels``, :func:`_run_levels`, where given, else over ``rows``)."""
-    out, resid = _curve_pairs(rows, models)
+    out, resid, bound = _curve_pairs(rows, models)
     run = _map_levels(rows, levels if levels is not None else _run_levels(rows, resid))
     if not corrected:
         return out, resid, run
@@ -953,14 +954,17 @@ def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = T
         if corr is not None:
             sub = rows.iloc[idx]
             out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub), resid[idx], run[idx], _ops(sub))
-    return out, resid, run
+    # never under the target's floor (floor_bound_s); a row not projected (NaN) stays NaN
+    return np.where(np.isnan(out), out, np.fmax(out, bound)), resid, run
 
 
-def _curve_pairs(rows: pd.DataFrame, models: DeviceModels) -> tuple[np.ndarray, np.ndarray]:
-    """Each pair row projected along the two devices' curves alone (no pair correction), and its distance from
-    its family's curve on the source (:func:`_project_pairs`)."""
+def _curve_pairs(rows: pd.DataFrame, models: DeviceModels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair row projected along the two devices' curves alone (no pair correction), its distance from
+    its family's curve on the source (:func:`_project_pairs`), and the shortest time it may be projected at
+    (:func:`perfscope.device_models.floor_bound_s`; NaN: no bound)."""
     out = np.full(len(rows), np.nan)
     resid = np.full(len(rows), np.nan)
+    bound = np.full(len(rows), np.nan)
     for (ds, dt, fam), idx in rows.groupby(["device_s", "device_t", "family"], sort=False).indices.items():
         ms, mt = models.devices.get(ds), models.devices.get(dt)
         if ms is None or mt is None:
@@ -979,9 +983,10 @@ def _curve_pairs(rows: pd.DataFrame, models: DeviceModels) -> tuple[np.ndarray, 
                 t_s = sub["time_s_s"].to_numpy()[part]
                 g_s = cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s)
                 out[at] = t_s * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t) / g_s
+                bound[at] = floor_bound_s(t_s, fl_s, fl_t)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     resid[at] = np.log(t_s / g_s)
-    return out, resid
+    return out, resid, bound
 
 
 def pairs_of(obs: pd.DataFrame) -> pd.DataFrame:

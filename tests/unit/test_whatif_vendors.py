@@ -128,13 +128,14 @@ def test_held_out_error_meets_the_goals_on_nvidia_pairs_and_beats_both_baselines
     assert mi300x_h100["beats_both"].all()
     # the other families onto the MI300X meet the goal on 518 rows (llama3_2's element-wise tables joined: 409)
     assert h100_mi300x.loc["other", "rows"] >= 500 and h100_mi300x.loc["other", "model_median"] <= 20.0
-    # H100 <-> MI300X, four folds (docs/whatif.md): GEMMs 15.2% H100 -> MI300X (the goal is 15) and 13.9% back on
-    # 122 held-out rows each way; other 16.7 / 18.9%; attention 21.4% onto the MI300X (the goal is 20) and 18.4%
-    # back, on 12. These bounds guard the measured figures against getting worse; they are not the goals.
+    # H100 <-> MI300X, four folds (docs/whatif.md): GEMMs 15.2% H100 -> MI300X (the goal is 15: this bound guards
+    # the measured figure against getting worse, it is not the goal) and 13.7% back on 122 held-out rows each way;
+    # other 16.7 / 18.7%; attention 14.7% onto the MI300X and 18.4% back, on 12 (21.4% onto the MI300X before
+    # projections stopped at the target's floor: one row, the NSFW classifier's 10 us attention, 26.7 -> 12.5%)
     assert h100_mi300x.loc["gemm", "model_median"] <= 16.0 and mi300x_h100.loc["gemm", "model_median"] <= 15.0
     assert mi300x_h100.loc["other", "model_median"] <= 20.0
     assert h100_mi300x.loc["attention", "rows"] >= 10 and mi300x_h100.loc["attention", "model_median"] <= 20.0
-    assert h100_mi300x.loc["attention", "model_median"] <= 23.0
+    assert h100_mi300x.loc["attention", "model_median"] <= 20.0
     # vidur's `add` (259 rows per pair): the A100 and H100 run PyTorch's add near their bandwidth and vLLM's own
     # elementwise kernels at about half of it, the A40 all of them at its bandwidth; 41-71% off every way the
     # A40 is in before the op term, which the pair's measured `aten::add` rows now carry
@@ -151,8 +152,9 @@ def test_bands_hold_the_truth_on_rows_they_were_not_taken_from(held_out: pd.Data
         cov = dfit.coverage(held_out, fold != k)
         overall = cov.iloc[-1]
         assert overall["group"] == "ALL" and overall["rows"] > 16_000
-        # 83.2, 83.4, 80.5 and 82.6% (docs/whatif.md, Bands); with the rows' sampling margin alone, 81.7, 82.1,
-        # 79.0 and 80.3%: the NVIDIA GEMM band moves with the fit by more than its rows' sampling
+        # 83.3, 83.4, 80.7 and 82.6% (docs/whatif.md, Bands); with the rows' sampling margin alone (before the
+        # floor bound), 81.7, 82.1, 79.0 and 80.3%: the NVIDIA GEMM band moves with the fit by more than its rows'
+        # sampling
         assert overall["inside_pct"] >= 80.0, cov
     assert all(b.q10 < 0 < b.q90 for b in device_models().bands)
 
@@ -284,9 +286,12 @@ def test_whole_model_bert_small_onto_the_mi300x_inside_its_band_and_guarded(with
     on every dataset) and with models fitted without BERT-small's pair. The issue's goal (within 15%) is missed
     since llama3_2's element-wise tables joined (+10.5 / +15.1% before): its MI300X training step ran small
     element-wise kernels at a median 6.5 us where BERT-small's took 3.1 us, and the MI300X's curve follows the
-    run of most rows (docs/whatif.md). The bounds guard the measured +17.7 / +22.2%; they are not the goal."""
+    run of most rows (docs/whatif.md). The bounds guard the measured +19.3 / +22.2%; they are not the goal. (The
+    shipped figure was +17.7% before projections stopped at the target's floor: its four attention kernels now
+    project at the MI300X's floor, 109 us for 114 measured where they were 103, so less of the element-wise
+    kernels' excess, 79.5 us for 47.7, is offset.)"""
     shipped = dfit.whole_model(device_models(), fixtures_dir, ["tracelens bert-small"]).iloc[0]
-    assert 0 < shipped.error_pct <= 19.0, shipped
+    assert 0 < shipped.error_pct <= 21.0, shipped
     assert shipped.low_s <= shipped.measured_s <= shipped.high_s
     w = dfit.whole_model(without_bert, fixtures_dir, ["tracelens bert-small"]).iloc[0]
     assert 0 < w.error_pct <= 24.0, w
@@ -373,6 +378,37 @@ def test_floors_of_two_gpus_are_of_one_kind_of_measurement() -> None:
     # the floor changes the time only below the curve
     assert h100.time_s(np.array([0.0]), 2477.0)[0] == pytest.approx(2477e-9)
     assert h100.time_s(np.array([0.0]))[0] == pytest.approx(5056e-9)
+
+
+def test_a_projection_never_goes_under_the_targets_floor() -> None:
+    """The pair's correction is fitted along work or time and could carry a short kernel under the shortest the
+    target was ever measured to run (H100 -> MI300X attention: 9-15 us kernels projected at 17-28 us where the
+    MI300X's shortest prefill attention took 27 us). A projection stops at the target's floor, scaled by the
+    kernel's own ratio to the source's floor where it ran under it (another harness's shorter kernels)."""
+    from perfscope.analysis.projection.times import device_model_ratio
+    from perfscope.device_models import floor_bound_s, pair_floors_ns
+
+    assert floor_bound_s(np.array([20e-6, 5e-6, 0.0]), 10_000.0, 30_000.0) == pytest.approx([30e-6, 15e-6, 0.0])
+    assert np.isnan(floor_bound_s(np.array([1e-6]), math.nan, 30_000.0)).all()
+    models = device_models()
+    h100, mi300x = models.devices["H100 SXM5 80 GB"], models.devices["MI300X"]
+    fam = "attention-prefill"
+    fl_s, fl_t = pair_floors_ns(models.curve(h100, fam)[0], models.curve(mi300x, fam)[0])
+    t_src = np.geomspace(0.5 * fl_s, 400 * fl_s, 40) * 1e-9  # H100 kernels from under its floor to ~4 ms
+    roof_s = t_src * 0.3  # a share of the datasheet roof a short attention reaches
+    n = len(t_src)
+    ratio, used = device_model_ratio(np.full(n, fam, object), roof_s, roof_s * 0.8, h100, mi300x, models,
+                                     flops=roof_s * 900e12, nbytes=np.full(n, 1e6), source_time_s=t_src,
+                                     op=np.full(n, "aten::_flash_attention_forward", object))
+    assert (used == fam).all() and np.isfinite(ratio).all()
+    bound = floor_bound_s(t_src, fl_s, fl_t)
+    assert (t_src * ratio >= bound * (1 - 1e-12)).all()
+    # the shortest are held at the bound (the curves and the shipped correction alone put them under it)
+    assert np.allclose(t_src[:3] * ratio[:3], bound[:3])
+    # without the source's time there is no bound, and the same kernels keep the curves' and correction's ratio
+    free, _ = device_model_ratio(np.full(n, fam, object), roof_s, roof_s * 0.8, h100, mi300x, models,
+                                 flops=roof_s * 900e12, nbytes=np.full(n, 1e6))
+    assert np.isfinite(free).all()
 
 
 def test_fitted_floors_come_from_small_kernels_of_their_kind() -> None:
