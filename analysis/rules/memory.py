@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from perfscope.format import nbytes
@@ -251,6 +252,9 @@ def server_gauges(report: Report) -> list[Finding]:
     waiting, running, kv = peak("requests_waiting"), peak("requests_running"), peak("kv_cache_usage_pct")
     pre = during.loc[during["metric"] == "preemptions_total", "value"]
     preempted = float(pre.max() - pre.min()) if pre.notna().any() else math.nan
+    run_all = g.loc[g["metric"] == "requests_running", "value"]
+    slots = float(run_all.max()) if run_all.notna().any() else math.nan  # the most the server ran at once, seen
+    in_flight = _in_flight_max(req, last["arrival_s"].to_numpy(np.float64, na_value=np.nan))
     causes = []
     if kv >= KV_SATURATED_PCT:
         causes.append(f"the KV cache was {kv:.0f}% full")
@@ -258,12 +262,22 @@ def server_gauges(report: Report) -> list[Finding]:
         causes.append(f"{preempted:.0f} preemptions")
     if waiting > 0:
         causes.append(f"up to {waiting:.0f} requests waited in the queue behind {running:.0f} running")
+    inferred = not waiting > 0 and slots >= 1 and in_flight > slots
+    if inferred:
+        # the queue gauge is sampled (--metrics-interval) and can miss a queue shorter than its interval; the
+        # client's own requests cannot: more in flight than the server ever ran at once had to wait
+        extra = in_flight - slots
+        causes.append(f"up to {extra:.0f} request{'s' if extra != 1 else ''} waited in the queue (the client had {in_flight:.0f} "
+                      f"in flight where the server's gauges never showed more than {slots:.0f} running; the "
+                      "queue gauge's samples missed it)")
     evidence = {"ttft_first_quarter_s": t_first, "ttft_last_quarter_s": t_last, "requests_waiting_max": waiting,
-                "requests_running_max": running, "kv_cache_usage_max_pct": kv, "preemptions_during": preempted}
+                "requests_running_max": running, "kv_cache_usage_max_pct": kv, "preemptions_during": preempted,
+                "requests_in_flight_max": in_flight, "requests_running_max_run": slots}
     items = _gauge_items(last, t_first, {"KV-cache usage": (kv, "%", kv >= KV_SATURATED_PCT),
                                          "preemptions": (preempted, "", preempted > 0),
                                          "requests waiting": (waiting, "", waiting > 0),
-                                         "requests running": (running, "", False)})
+                                         "requests running": (running, "", False),
+                                         "requests in flight at the client": (in_flight, "", inferred)})
     if not causes:
         title = (f"TTFT rose {t_last / t_first:.1f}x over the run ({t_first * 1e3:.0f} -> {t_last * 1e3:.0f} ms) "
                  "without queueing or KV saturation in the server's gauges")
@@ -278,6 +292,24 @@ def server_gauges(report: Report) -> list[Finding]:
         advice = ("Queueing: requests arrive faster than the server admits them (max running sequences reached "
                   "while the KV cache has room). Raise max_num_seqs / the batch, or lower the rate.")
     return [Finding("ttft-gauges", "medium", title, evidence, advice, math.nan, items=items)]
+
+
+def _in_flight_max(req: pd.DataFrame, at_s: np.ndarray) -> float:
+    """The most requests the client had in flight (sent, last token not yet received) at any of the moments
+    ``at_s`` (s from the run's start); a request with no known end is left out; NaN where none has one."""
+    arrival = req["arrival_s"].to_numpy(np.float64, na_value=np.nan)
+    if "end_s" in req and req["end_s"].notna().any():
+        end = req["end_s"].to_numpy(np.float64, na_value=np.nan)
+    else:
+        end = arrival + req["e2e_s"].to_numpy(np.float64, na_value=np.nan)
+    known = np.isfinite(arrival) & np.isfinite(end)
+    at = np.asarray(at_s, np.float64)
+    at = at[np.isfinite(at)]
+    if not known.any() or not len(at):
+        return math.nan
+    sent = np.searchsorted(np.sort(arrival[known]), at, side="right")
+    ended = np.searchsorted(np.sort(end[known]), at, side="right")
+    return float((sent - ended).max())
 
 
 def _gauge_items(last: pd.DataFrame, t_first: float, gauges: dict[str, tuple[float, str, bool]]) -> tuple[Item, ...]:

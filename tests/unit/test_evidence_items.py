@@ -211,3 +211,33 @@ def test_an_optimizer_that_already_runs_foreach_ops_is_not_told_to_use_them() ->
     text = kind_advice("host code", 100.0, idle_items(idle), idle)
     assert "this one already runs foreach ops (aten::_foreach_mul_), so the rest is its own Python per step" in text
 
+
+
+def test_ttft_gauges_names_a_queue_the_gauge_samples_missed() -> None:
+    """A server that runs one request at a time, its queue gauge sampled where the queue happened to be empty:
+    the client's own requests show it (three in flight where the server never ran more than one), so the
+    rise is put down to queueing, said to be inferred, not to the server's step time."""
+    from perfscope.analysis.rules.memory import server_gauges
+    from perfscope.report import Report
+
+    # 16 requests of 20 ms each on one slot; the last four arrive together and wait for each other
+    arrival = np.r_[np.arange(12) * 0.05, np.full(4, 0.7)]
+    ttft = np.r_[np.full(12, 0.005), 0.005, 0.025, 0.045, 0.065]
+    e2e = ttft + 0.015
+    requests = pd.DataFrame({"request_id": range(16), "arrival_s": arrival, "ttft_s": ttft, "e2e_s": e2e,
+                             "end_s": arrival + e2e, "output_tokens": 16})
+    t = np.arange(0, 1.0, 0.1)  # no sample falls in 0.7-0.78 s, while the queue held
+    gauges = pd.concat([pd.DataFrame({"t_s": t, "metric": "requests_waiting", "value": 0.0}),
+                        pd.DataFrame({"t_s": t, "metric": "requests_running", "value": 1.0}),
+                        pd.DataFrame({"t_s": t, "metric": "kv_cache_usage_pct", "value": 5.0})])
+    (f,) = server_gauges(Report.build({"requests": requests, "gauges": gauges}))
+    assert f.evidence["requests_waiting_max"] == 0 and f.evidence["requests_in_flight_max"] == 4
+    assert "up to 3 requests waited in the queue" in f.title and "samples missed it" in f.title
+    assert "Queueing" in f.recommendation
+    cause = [i for i in f.items if i.kind == "metric" and i.explains]
+    assert [i.attrs["gauge"] for i in cause] == ["requests in flight at the client"]
+    # the same requests one after another (none overlaps): no queue, the server's own step time
+    alone = requests.assign(arrival_s=np.r_[np.arange(12) * 0.05, 0.7, 0.8, 0.9, 1.0])
+    alone["end_s"] = alone["arrival_s"] + alone["e2e_s"]
+    (g,) = server_gauges(Report.build({"requests": alone, "gauges": gauges}))
+    assert "without queueing" in g.title and g.evidence["requests_in_flight_max"] == 1
