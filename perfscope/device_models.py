@@ -246,6 +246,13 @@ def floor_bound_s(source_time_s: np.ndarray, floor_s_ns: float, floor_t_ns: floa
         return floor_t_ns * 1e-9 * np.minimum(1.0, t / (floor_s_ns * 1e-9))
 
 
+def at_least(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """``values`` raised to ``bound`` where the bound is known (:func:`floor_bound_s`); a NaN value (nothing
+    projected) stays NaN, a NaN bound leaves its value as it is."""
+    v = np.asarray(values, np.float64)
+    return np.where(np.isnan(v), v, np.fmax(v, bound))
+
+
 SHAPE_CLASSES = ("batched-small", "k-tiny", "gemv", "skinny", "square")
 """A GEMM's shape class (:func:`gemm_shape_class`): the kernel each vendor's library picks differs by class, not
 only by FLOPs per byte (a term of a :class:`PairCorrection` where the inner cross-validation picks it)."""
@@ -843,6 +850,7 @@ __all__ = [
     "DeviceModels",
     "PairCorrection",
     "Resolved",
+    "at_least",
     "axis_knots",
     "device_models",
     "family_group",

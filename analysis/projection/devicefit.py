@@ -57,6 +57,7 @@ from perfscope.device_models import (
     DeviceModel,
     DeviceModels,
     PairCorrection,
+    at_least,
     axis_knots,
     family_group,
     floor_bound_s,
@@ -954,8 +955,7 @@ def _project_pairs(rows: pd.DataFrame, models: DeviceModels, corrected: bool = T
         if corr is not None:
             sub = rows.iloc[idx]
             out[idx] *= corr.factor(*_work(sub), _classes(sub), _dims(sub), resid[idx], run[idx], _ops(sub))
-    # never under the target's floor (floor_bound_s); a row not projected (NaN) stays NaN
-    return np.where(np.isnan(out), out, np.fmax(out, bound)), resid, run
+    return at_least(out, bound), resid, run  # never under the target's floor (floor_bound_s)
 
 
 def _curve_pairs(rows: pd.DataFrame, models: DeviceModels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.device_models import floor_bound_s, pair_floors_ns, run_level
+from perfscope.device_models import at_least, floor_bound_s, pair_floors_ns, run_level
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
@@ -261,8 +261,7 @@ def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: n
                                       resid, run, None if op is None else np.asarray(op, object)[idx])
         if t_src is not None:  # never under the target's floor (floor_bound_s)
             with np.errstate(divide="ignore", invalid="ignore"):
-                r = ratio[idx]
-                ratio[idx] = np.where(np.isnan(r), r, np.fmax(r, floor_bound_s(t_src, fl_s, fl_t) / t_src))
+                ratio[idx] = at_least(ratio[idx], floor_bound_s(t_src, fl_s, fl_t) / t_src)
         used[idx] = fs if fs == ft else f"{fs}/{ft}"
     return ratio, used
 

@@ -245,15 +245,14 @@ def server_gauges(report: Report) -> list[Finding]:
     if not len(during):
         during = g
 
-    def peak(metric: str) -> float:
-        v = during.loc[during["metric"] == metric, "value"]
+    def peak(metric: str, frame: pd.DataFrame = during) -> float:
+        v = frame.loc[frame["metric"] == metric, "value"]
         return float(v.max()) if v.notna().any() else math.nan
 
     waiting, running, kv = peak("requests_waiting"), peak("requests_running"), peak("kv_cache_usage_pct")
     pre = during.loc[during["metric"] == "preemptions_total", "value"]
     preempted = float(pre.max() - pre.min()) if pre.notna().any() else math.nan
-    run_all = g.loc[g["metric"] == "requests_running", "value"]
-    slots = float(run_all.max()) if run_all.notna().any() else math.nan  # the most the server ran at once, seen
+    slots = peak("requests_running", g)  # the most the server ran at once, seen over the whole run
     in_flight = _in_flight_max(req, last["arrival_s"].to_numpy(np.float64, na_value=np.nan))
     causes = []
     if kv >= KV_SATURATED_PCT:
