@@ -246,6 +246,27 @@ def floor_bound_s(source_time_s: np.ndarray, floor_s_ns: float, floor_t_ns: floa
         return floor_t_ns * 1e-9 * np.minimum(1.0, t / (floor_s_ns * 1e-9))
 
 
+def curve_step(source: Curve, target: Curve, roof_src_s: np.ndarray, roof_tgt_s: np.ndarray,
+               source_time_s: np.ndarray | None = None, prefer: str = "trace"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kernels of one family moved from one device to another along the two devices' curves, before any pair
+    correction: ``g_t(R_t) / g_s(R_s)`` at the floors of one kind of measurement (:func:`pair_floors_ns`,
+    ``prefer``), each kernel's distance from the source's curve ``log(T_s / g_s(R_s))`` (a persistence or
+    run-level term's input) and the shortest time it may be projected at (:func:`floor_bound_s`); the last two
+    NaN where ``source_time_s`` is None. The one step that ``perfscope whatif``
+    (:func:`perfscope.analysis.projection.times.device_model_ratio`) and the held-out check
+    (:mod:`perfscope.analysis.projection.devicefit`) both take, so the check measures what a user runs."""
+    fl_s, fl_t = pair_floors_ns(source, target, prefer)
+    n = len(np.atleast_1d(roof_src_s))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g_s = source.time_s(roof_src_s, fl_s)
+        ratio = target.time_s(roof_tgt_s, fl_t) / g_s
+        if source_time_s is None:
+            return ratio, np.full(n, np.nan), np.full(n, np.nan)
+        t = np.asarray(source_time_s, np.float64)
+        return ratio, np.log(t / g_s), floor_bound_s(t, fl_s, fl_t)
+
+
 def at_least(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """``values`` raised to ``bound`` where the bound is known (:func:`floor_bound_s`); a NaN value (nothing
     projected) stays NaN, a NaN bound leaves its value as it is."""
@@ -852,6 +873,7 @@ __all__ = [
     "Resolved",
     "at_least",
     "axis_knots",
+    "curve_step",
     "device_models",
     "family_group",
     "floor_bound_s",

@@ -59,13 +59,12 @@ from perfscope.device_models import (
     PairCorrection,
     at_least,
     axis_knots,
+    curve_step,
     family_group,
-    floor_bound_s,
     gemm_bmn,
     interp_weights,
     pair_axis,
     pair_axis_name,
-    pair_floors_ns,
     run_levels,
     shape_classes,
     sheet_identity,
@@ -978,14 +977,11 @@ def _curve_pairs(rows: pd.DataFrame, models: DeviceModels) -> tuple[np.ndarray, 
         table = ~sub["dataset"].isin(TRACES).to_numpy()
         for part, prefer in ((table, "table"), (~table, "trace")):
             if part.any():
-                fl_s, fl_t = pair_floors_ns(cs, ct, prefer)
                 at = idx[part]
-                t_s = sub["time_s_s"].to_numpy()[part]
-                g_s = cs.time_s(sub["roof_s_s"].to_numpy()[part], fl_s)
-                out[at] = t_s * ct.time_s(sub["roof_s_t"].to_numpy()[part], fl_t) / g_s
-                bound[at] = floor_bound_s(t_s, fl_s, fl_t)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    resid[at] = np.log(t_s / g_s)
+                t_s = sub["time_s_s"].to_numpy(np.float64, na_value=np.nan)[part]
+                ratio, resid[at], bound[at] = curve_step(cs, ct, sub["roof_s_s"].to_numpy()[part],
+                                                         sub["roof_s_t"].to_numpy()[part], t_s, prefer)
+                out[at] = t_s * ratio
     return out, resid, bound
 
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.device_models import at_least, floor_bound_s, pair_floors_ns, run_level
+from perfscope.device_models import at_least, curve_step, run_level
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
@@ -243,12 +243,9 @@ def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: n
         ct, ft = models.curve(target, str(name))
         if cs is None or ct is None:
             continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fl_s, fl_t = pair_floors_ns(cs, ct)
-            g_s = cs.time_s(roof_src_s[idx], fl_s)
-            ratio[idx] = ct.time_s(roof_tgt_s[idx], fl_t) / g_s
-            t_src = None if source_time_s is None else np.asarray(source_time_s, np.float64)[idx]
-            resid = None if t_src is None else np.log(t_src / g_s)
+        t_src = None if source_time_s is None else np.asarray(source_time_s, np.float64)[idx]
+        ratio[idx], dist, bound = curve_step(cs, ct, roof_src_s[idx], roof_tgt_s[idx], t_src)
+        resid = None if t_src is None else dist
         corr = models.pair_correction(source.device, target.device, str(name))
         # the run's level: these kernels are one run of this family on the source (a run-level term)
         run = (np.full(len(idx), run_level(resid, roof_src_s[idx])) if corr is not None and corr.uses_run
@@ -261,7 +258,7 @@ def device_model_ratio(family: np.ndarray, roof_src_s: np.ndarray, roof_tgt_s: n
                                       resid, run, None if op is None else np.asarray(op, object)[idx])
         if t_src is not None:  # never under the target's floor (floor_bound_s)
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio[idx] = at_least(ratio[idx], floor_bound_s(t_src, fl_s, fl_t) / t_src)
+                ratio[idx] = at_least(ratio[idx], bound / t_src)
         used[idx] = fs if fs == ft else f"{fs}/{ft}"
     return ratio, used
 

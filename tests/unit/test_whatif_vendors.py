@@ -411,6 +411,34 @@ def test_a_projection_never_goes_under_the_targets_floor() -> None:
     assert np.isfinite(free).all()
 
 
+def test_the_held_out_check_takes_the_projections_own_step(observations: pd.DataFrame) -> None:
+    """The held-out check (``devicefit.project_pairs``) and ``perfscope whatif`` (``device_model_ratio``) move a
+    kernel by one function (``perfscope.device_models.curve_step``), then the pair's correction and the floor
+    bound: on one run's kernels, BERT-small on the H100 projected onto the MI300X with the shipped models, the two
+    paths give the same time for every kernel of every family (its curves, floors, persistence, run level and
+    operator terms all in play)."""
+    from perfscope.analysis.projection.times import device_model_ratio
+
+    models = device_models()
+    rows = dfit.pairs_of(observations[observations["dataset"] == "tracelens bert-small"])
+    rows = rows[(rows["device_s"] == "H100 SXM5 80 GB") & (rows["device_t"] == "MI300X")].reset_index(drop=True)
+    assert len(rows) >= 10 and rows["family"].nunique() >= 4
+    checked = dfit.project_pairs(rows, models)
+    t_s = rows["time_s_s"].to_numpy(np.float64)
+    dims = np.column_stack([rows[c].to_numpy(np.float64, na_value=np.nan) for c in ("gemm_b_s", "gemm_m_s", "gemm_n_s")])
+    ratio, used = device_model_ratio(rows["family"].to_numpy(object), rows["roof_s_s"].to_numpy(np.float64),
+                                     rows["roof_s_t"].to_numpy(np.float64), models.devices["H100 SXM5 80 GB"],
+                                     models.devices["MI300X"], models, flops=rows["flops_s"].to_numpy(np.float64),
+                                     nbytes=rows["bytes_s"].to_numpy(np.float64),
+                                     shape_class=rows["shape_class_s"].to_numpy(object), dims=dims,
+                                     source_time_s=t_s, op=rows["op_s"].to_numpy(object))
+    assert (used != "").all() and np.isfinite(checked).all()
+    assert t_s * ratio == pytest.approx(checked, rel=1e-12)
+    # and neither is the curves' ratio alone: the corrections and the bound moved these kernels
+    base = dfit.project_pairs(rows, models, corrected=False)
+    assert not np.allclose(base, checked, rtol=1e-3)
+
+
 def test_fitted_floors_come_from_small_kernels_of_their_kind() -> None:
     models = device_models()
     h100 = models.devices["H100 SXM5 80 GB"].curves["gemm-bf16"]
