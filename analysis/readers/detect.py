@@ -129,7 +129,9 @@ def detect_format(path: str | Path) -> str:
         return "memory-timeline"
     if text[:1] in (b"{", b"["):
         return "kineto"
-    if b'"ID","Process ID"' in head or b"==PROF==" in head or b'"Kernel Name"' in head:
+    from .ncu.csv_launches import looks_like_csv
+
+    if looks_like_csv(head):
         return "ncu-csv"
     if name.endswith(".ncu-rep"):
         return "ncu-rep"

@@ -65,6 +65,29 @@ def test_wide_raw_page_with_program_output_equals_long(long_csv: Path, long_rows
     assert read_ncu_csv(wide).params["csv_shape"] == "wide"
 
 
+@pytest.mark.parametrize("shape", ["long", "wide"])
+def test_a_csv_rewritten_with_minimal_quoting_reads_the_same(shape: str, long_csv: Path, long_rows: list,
+                                                              tmp_path: Path) -> None:
+    """ncu quotes every field; a CSV writer that rewrote the file (pandas ``to_csv``, Python's csv module, a
+    spreadsheet) quotes only the fields that need it, so the header reads ``ID,Process ID,...``. Found by
+    fuzzing the readers: the rewritten file was 'format not recognised'."""
+    pd = pytest.importorskip("pandas")
+    if shape == "long":
+        rows = [list(long_rows[0])] + [list(r.values()) for r in long_rows]
+    else:
+        rows = wide_rows(long_rows)
+    minimal = tmp_path / f"{shape}_minimal.csv"
+    with open(minimal, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    assert minimal.read_text().startswith("ID,Process ID,")
+    frame = tmp_path / f"{shape}_pandas.csv"
+    pd.read_csv(minimal, dtype=str, keep_default_na=False).to_csv(frame, index=False)
+    for path in (minimal, frame):
+        assert detect_format(path) == "ncu-csv"
+        assert key_columns(path) == key_columns(long_csv)
+        assert read_ncu_csv(path).params["csv_shape"] == shape
+
+
 def test_wide_with_scaled_units(long_csv: Path, long_rows: list, tmp_path: Path) -> None:
     scale = {"gpu__time_duration.sum": ("usecond", 1e3), "dram__bytes.sum": ("Mbyte", 1e6)}
     wide = write_csv(tmp_path / "scaled.csv", wide_rows(long_rows, scale))

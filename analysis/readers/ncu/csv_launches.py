@@ -150,12 +150,32 @@ class _Table:
         return fields[index].strip() if index is not None and index < len(fields) else ""
 
 
+def is_header(line: str) -> bool:
+    """Whether ``line`` is an ncu CSV's header: its first field is ``ID`` and it names the kernel (``Kernel
+    Name``) or the process (``Process ID``), every field quoted as ncu writes it or only where needed, as a CSV
+    writer leaves a file it rewrote (``pandas.DataFrame.to_csv``, a spreadsheet)."""
+    if "ID" not in line:
+        return False
+    try:
+        fields = [f.strip() for f in next(csv.reader([line]))]
+    except (csv.Error, StopIteration):
+        return False
+    return bool(fields) and fields[0].lstrip("\ufeff") == "ID" and ("Kernel Name" in fields or "Process ID" in fields)
+
+
+def looks_like_csv(head: bytes) -> bool:
+    """Whether the first bytes of a file are an ncu CSV's: a header line (:func:`is_header`) or ncu's own
+    ``==PROF==`` lines."""
+    if b"==PROF==" in head:
+        return True
+    return any(is_header(line) for line in head.decode("utf-8-sig", errors="replace").splitlines())
+
+
 def _read_table(path: Path) -> _Table:
     raw = read_bytes(path)  # decompressed by content, memory budget checked as read
     text = raw.decode("utf-8-sig", errors="replace")
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith('"ID"')
-                  or ('"Kernel Name"' in line and '"ID"' in line)), None)
+    start = next((i for i, line in enumerate(lines) if is_header(line)), None)
     if start is None:
         raise InputFormatError(path, "no Nsight Compute CSV header (a line starting with \"ID\",\"Process ID\")",
                                hint=CSV_HINT)
