@@ -14,7 +14,6 @@ Screenshots of each section are saved under tests/browser/screenshots/ (words-<p
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Any
 
@@ -72,17 +71,19 @@ return {gpu: text.match(gpuWords) || [], cut: cut, emptyRows: emptyRows, bars: b
 
 
 def _shoot_sections(drv: Any, name: str) -> list[Path]:
-    """Each header and section of the page as a PNG (clipped, beyond the viewport)."""
-    boxes = drv.execute_script(
-        "return Array.from(document.querySelectorAll('header, section')).map(s => {const r = s.getBoundingClientRect();"
-        "return [s.id || s.tagName.toLowerCase(), r.top + window.scrollY, r.height];});")
+    """Each header and section of the page as a PNG: an element screenshot, the section scrolled into the
+    window (its part in the 1400 x 1000 window for a taller one). A capture beyond the viewport of every
+    section (``Page.captureScreenshot`` with ``captureBeyondViewport``) made Chromium lay out the whole page
+    at each shot and, on a loaded machine, took past the driver's 120 s and hung the session for the
+    tests after it."""
+    from selenium.webdriver.common.by import By
+
     out = []
-    for sid, top, height in boxes:
-        shot = drv.execute_cdp_cmd("Page.captureScreenshot", {
-            "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": top, "width": 1400, "height": max(min(height, 2400), 10), "scale": 0.6}})
-        path = SHOTS / f"words-{name}-{sid}.png"
-        path.write_bytes(base64.b64decode(shot["data"]))
+    for el in drv.find_elements(By.CSS_SELECTOR, "header, section"):
+        if not (el.is_displayed() and el.size.get("height", 0) > 0):
+            continue
+        path = SHOTS / f"words-{name}-{el.get_attribute('id') or el.tag_name.lower()}.png"
+        path.write_bytes(el.screenshot_as_png)
         out.append(path)
     return out
 
