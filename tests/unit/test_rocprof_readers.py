@@ -181,6 +181,30 @@ def test_truncated_csv_imports_complete_rows_as_partial(fixtures_dir: Path, tmp_
     assert any("dropped" in w for w in report.manifest["warnings"])
 
 
+@pytest.mark.parametrize("rel", ["rocprofv3_llamacpp_gfx1151_trimmed/decode_kernel_trace.csv",
+                                 "aiter_fmla_MI308X_rocprofv2_trace/results_430889.csv"])
+@pytest.mark.parametrize("value", ["1e400", "-1e400", "9" * 30, "-1"])
+def test_a_launch_dimension_no_launch_has_leaves_that_kernels_grid_unknown(fixtures_dir: Path, tmp_path: Path,
+                                                                          rel: str, value: str) -> None:
+    """One grid or workgroup cell that is no launch's (infinite, past 32 bits, negative) is that kernel's grid
+    unknown, not the whole file refused ("holds a value no rocprofv3 output has (OverflowError)" before; found by
+    fuzzing the readers): every kernel imports, the others keep their grids."""
+    src = fixtures_dir / "rocprof" / rel
+    shutil.copytree(src.parent, tmp_path / "run")
+    path = tmp_path / "run" / src.name
+    rows = list(csv.reader(path.open(newline="")))
+    col = next(i for i, c in enumerate(rows[0]) if c in ("Grid_Size_X", "Grid_Size"))
+    rows[3][col] = value
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    clean, hostile = import_file(src), import_file(path)
+    assert len(hostile.kernels) == len(clean.kernels)
+    k, c = hostile.kernels.sort_values("start_ns"), clean.kernels.sort_values("start_ns")
+    changed = (k["grid"].to_numpy(object) != c["grid"].to_numpy(object))
+    assert changed.sum() == 1 and k["grid"].isna().sum() == c["grid"].isna().sum() + 1
+    assert (k["duration_ns"].to_numpy() == c["duration_ns"].to_numpy()).all()
+
+
 def test_truncated_json_is_one_error_line(fixtures_dir: Path, tmp_path: Path) -> None:
     src = fixtures_dir / "rocprof/llamacpp_r9700_rocprof_v1/results.json"
     cut = tmp_path / "results.json"

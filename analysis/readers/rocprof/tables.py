@@ -59,11 +59,20 @@ def dims(x: Any, y: Any = 1, z: Any = 1) -> str | None:
         return None
 
 
+MAX_DIM = 2**32
+"""A launch's grid or workgroup dimension is a 32-bit count; a value past it (1e400 read as infinity) is no launch's."""
+
+
 def dims_column(x: pd.Series, y: pd.Series | None = None, z: pd.Series | None = None) -> pd.Series:
+    """Each kernel's launch dimensions ``(x, y, z)`` as text; None where one of them is missing or no launch's
+    (not a number, negative, infinite or past :data:`MAX_DIM`): that kernel's grid is unknown, the others keep
+    theirs."""
     xs = pd.to_numeric(x, errors="coerce")
     ys = pd.to_numeric(y, errors="coerce") if y is not None else pd.Series(1, index=x.index)
     zs = pd.to_numeric(z, errors="coerce") if z is not None else pd.Series(1, index=x.index)
-    ok = xs.notna() & ys.notna() & zs.notna()
+    ok = pd.Series(True, index=x.index)
+    for v in (xs, ys, zs):
+        ok &= v.notna() & (v >= 0) & (v < MAX_DIM)
     out = pd.Series(None, index=x.index, dtype="object")
     out[ok] = ["(" + f"{int(a)}, {int(b)}, {int(c)}" + ")" for a, b, c in zip(xs[ok], ys[ok], zs[ok])]
     return out
