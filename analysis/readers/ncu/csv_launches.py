@@ -164,9 +164,10 @@ def is_header(line: str) -> bool:
 
 
 def looks_like_csv(head: bytes) -> bool:
-    """Whether the first bytes of a file are an ncu CSV's: a header line (:func:`is_header`) or ncu's own
-    ``==PROF==`` lines."""
-    if b"==PROF==" in head:
+    """Whether the first bytes of a file are an ncu CSV's: a header line (:func:`is_header`), ncu's own
+    ``==PROF==`` lines, or its quoted ``"Kernel Name"`` column (a page without the ``ID`` column, which the
+    reader then names in its own error line)."""
+    if b"==PROF==" in head or b'"Kernel Name"' in head:
         return True
     return any(is_header(line) for line in head.decode("utf-8-sig", errors="replace").splitlines())
 
