@@ -52,13 +52,6 @@ def amd_category(name: object) -> str:
     return base
 
 
-def dims(x: Any, y: Any = 1, z: Any = 1) -> str | None:
-    try:
-        return f"({int(x)}, {int(y)}, {int(z)})"
-    except (TypeError, ValueError):
-        return None
-
-
 MAX_DIM = 2**32
 """A launch's grid or workgroup dimension is a 32-bit count; a value past it (1e400 read as infinity) is no launch's."""
 
