@@ -190,3 +190,56 @@ def test_domains_registered_strings_start_end_and_open_ranges(source: Path, tmp_
     assert r.loc["async work", "depth"] == 0 and r.loc["async work", "path"] == "async work"
     assert r.loc["never closed", "end_ns"] == last
     assert any("1 NVTX range(s) never closed" in w for w in report.warnings)
+
+
+DAMAGE = ("'garbage'", "1e400", "-1e400", "1.5e30")
+"""Cells no nsys export writes in an integer column: text, ±inf, a number past int64 (stored as REAL)."""
+
+
+@pytest.mark.parametrize("value", DAMAGE)
+def test_an_unreadable_time_costs_its_row_and_says_which_table_and_column(source: Path, tmp_path: Path,
+                                                                           value: str) -> None:
+    """One kernel's start, one API call's end and one NVTX range's start set to a value no export has:
+    those three rows are dropped, every other row is read as from the clean file, and the warnings name
+    each table and column (the whole file was refused before: 'holds a value no nsys export has')."""
+    clean = read_nsys_sqlite(source)
+    with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as conn:
+        (kernel_id,) = conn.execute(f"SELECT MIN(rowid) FROM {KERNELS}").fetchone()
+        (lost_name,) = conn.execute(f"SELECT s.value FROM {KERNELS} k JOIN StringIds s ON s.id = k.demangledName "
+                                    f"WHERE k.rowid = {kernel_id}").fetchone()
+    conn.close()
+    path = reduced(
+        source, tmp_path,
+        f"UPDATE {KERNELS} SET start = {value} WHERE rowid = {kernel_id}",
+        f"UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET end = {value} WHERE rowid = (SELECT MIN(rowid) FROM "
+        "CUPTI_ACTIVITY_KIND_RUNTIME)",
+        f"UPDATE NVTX_EVENTS SET start = {value} WHERE rowid = (SELECT MIN(rowid) FROM NVTX_EVENTS "
+        "WHERE eventType = 59)",
+    )
+    report = read_nsys_sqlite(path)
+    assert len(report.kernels) == len(clean.kernels) - 1
+    assert len(report.api) == len(clean.api) - 1
+    assert len(report.ranges) == len(clean.ranges) - 1
+    lost = clean.kernels.loc[clean.kernels["name"] == lost_name, "duration_ns"]
+    assert report.kernels["duration_ns"].sum() == clean.kernels["duration_ns"].sum() - lost.iloc[0]
+    for column in (f"{KERNELS}.start", "CUPTI_ACTIVITY_KIND_RUNTIME.end", "NVTX_EVENTS.start"):
+        assert any(w.startswith(f"{column}: 1 value(s) not a whole number") for w in report.warnings), column
+    assert any("kernels: 1 row(s) without a readable" in w for w in report.warnings)
+
+
+def test_an_unreadable_id_leaves_that_rows_link_unknown(source: Path, tmp_path: Path) -> None:
+    """Text in a kernel's correlationId and in every API call's globalTid: each kernel is still read, with
+    its time; only what those ids join (the launching thread, the NVTX range) is unknown where they are."""
+    clean = read_nsys_sqlite(source)
+    path = reduced(source, tmp_path,
+                   f"UPDATE {KERNELS} SET correlationId = 'x' WHERE rowid = (SELECT MIN(rowid) FROM {KERNELS})",
+                   "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 'x'",
+                   "UPDATE TARGET_INFO_GPU SET memoryBandwidth = 'x'")
+    report = read_nsys_sqlite(path)
+    assert len(report.kernels) == len(clean.kernels)
+    assert report.kernels["duration_ns"].sum() == clean.kernels["duration_ns"].sum()
+    assert report.kernels["launch_thread"].isna().all() and clean.kernels["launch_thread"].notna().all()
+    assert report.device.name == clean.device.name
+    for column in (f"{KERNELS}.correlationId", "CUPTI_ACTIVITY_KIND_RUNTIME.globalTid",
+                   "TARGET_INFO_GPU.memoryBandwidth"):
+        assert any(w.startswith(f"{column}: ") for w in report.warnings), column

@@ -42,18 +42,18 @@ def read_ranges(db: NsysDb) -> tuple[pd.DataFrame, list[str]]:
     codes = (*PUSH_POP, *START_END, DOMAIN_CREATE)
     sql = (f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM {NVTX_TABLE} '
            f'WHERE eventType IN ({",".join(map(str, codes))})')
-    ev = db.frame(sql, cols)
+    ev = db.whole(NVTX_TABLE, db.frame(sql, cols), [c for c in cols if c != "text"])
     ev = ev.reindex(columns=list(wanted))
     ev["message"] = _messages(db, ev)
-    is_domain = ev["eventType"] == DOMAIN_CREATE
-    ranges = ev.loc[~is_domain].copy()
+    is_domain = (ev["eventType"] == DOMAIN_CREATE).fillna(False).astype(bool)
+    ranges = ev.loc[~is_domain & ev["start"].notna() & ev["globalTid"].notna()].copy()  # unreadable: db.notes
     warnings: list[str] = []
     if ranges.empty:
         return pd.DataFrame(), ["no NVTX ranges were recorded (NVTX_EVENTS holds no push/pop or start/end rows)"]
     open_count = int(ranges["end"].isna().sum())
     if open_count:
         last = db.max_timestamp(NVTX_TABLE)
-        ranges["end"] = ranges["end"].fillna(last)
+        ranges["end"] = ranges["end"].fillna(ranges["start"] if last is None else last)
         warnings.append(f"{open_count} NVTX range(s) never closed; they end at the last NVTX timestamp")
     ranges["domain"] = _domains(ev.loc[is_domain], ranges)
     return nest(_shape(ranges)), warnings
@@ -75,16 +75,16 @@ def _domains(created: pd.DataFrame, ranges: pd.DataFrame) -> pd.Series:
     names = {
         (int(p), int(d)): m
         for p, d, m in zip(pid_of(created["globalTid"]), created["domainId"], created["message"])
-        if pd.notna(d)
+        if pd.notna(d) and pd.notna(p)
     }
     keys = zip(pid_of(ranges["globalTid"]), ranges["domainId"])
-    return pd.Series([names.get((int(p), int(d))) if pd.notna(d) else None for p, d in keys],
+    return pd.Series([names.get((int(p), int(d))) if pd.notna(d) and pd.notna(p) else None for p, d in keys],
                      index=ranges.index, dtype="object")
 
 
 def _shape(r: pd.DataFrame) -> pd.DataFrame:
-    start = r["start"].astype("int64")
-    end = np.maximum(r["end"].astype("int64"), start)
+    start = r["start"].to_numpy(dtype="int64")
+    end = np.maximum(r["end"].to_numpy(dtype="int64"), start)
     display = np.where(r["domain"].notna(), text_of(r["domain"]) + ":" + text_of(r["message"]),
                        r["message"])
     return pd.DataFrame({
@@ -95,7 +95,7 @@ def _shape(r: pd.DataFrame) -> pd.DataFrame:
         "domain": r["domain"],
         "thread": tid_of(r["globalTid"]),
         "pid": pid_of(r["globalTid"]),
-        "global_tid": r["globalTid"].astype("int64"),
+        "global_tid": r["globalTid"].to_numpy(dtype="int64"),
         "push_pop": r["eventType"].isin(PUSH_POP),
         "cross_thread": r["endGlobalTid"].notna() & (r["endGlobalTid"] != r["globalTid"]),
         "source": "nvtx",

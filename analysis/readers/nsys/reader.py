@@ -24,6 +24,7 @@ from perfscope.datasheets import ROOFS_FLAG, gpu_spec
 from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import CollectorError, InputFormatError, ToolNotFoundError
 from perfscope.report import Report, source_info
+from perfscope.schema import whole_numbers
 
 from ..finish import Imported, finish
 from .nvtx import innermost_range, range_columns, read_ranges
@@ -96,6 +97,7 @@ def _read_sqlite(path: str | Path, *, device: DeviceSpec | None) -> Report:
         if db.views:
             warnings.append(f"{len(db.views)} view(s) in the export not read (an nsys export holds tables; a view "
                             f"is a query perfscope does not run): {', '.join(db.views[:5])}")
+        warnings += db.notes
     warnings += nvtx_warnings
     spec = device or _device_from(gpus, kernels, warnings)
     if len(kernels):
@@ -168,7 +170,7 @@ def _kernels(db: NsysDb, runtime: pd.DataFrame, ranges: pd.DataFrame,
         warnings.append(f"no CUDA kernels: table {KERNEL_TABLE} is empty")
         return pd.DataFrame()
     names, short = _kernel_names(db, k)
-    start, end = k["start"].astype("int64"), k["end"].astype("int64")
+    start, end = k["start"], k["end"]  # missing where unreadable: schema.untimed drops and counts those rows
     out = pd.DataFrame({
         "name": names,
         "short_name": short,
@@ -247,13 +249,17 @@ def _launch_calls(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     api_keys = _call_keys(processes, process_key(runtime["globalTid"]), runtime["correlationId"])
     op_keys = _call_keys(processes, ops["globalPid"], ops["correlationId"])
     first = ~pd.Index(api_keys).duplicated(keep="first") & (api_keys >= 0)
+    if not first.any():  # no call with a known thread and correlation id
+        return empty
     pos = pd.Index(api_keys[first]).get_indexer(op_keys)
     rows = np.flatnonzero(first)[np.maximum(pos, 0)]
     found = (pos >= 0) & (op_keys >= 0)
-    return pd.DataFrame({
-        name: pd.arrays.IntegerArray(runtime[col].to_numpy(dtype="int64")[rows], ~found)
-        for name, col in (("global_tid", "globalTid"), ("api_start", "start"), ("api_end", "end"))
-    })
+    out = {}
+    for name, col in (("global_tid", "globalTid"), ("api_start", "start"), ("api_end", "end")):
+        values = whole_numbers(runtime[col])
+        out[name] = pd.arrays.IntegerArray(values.to_numpy(dtype="int64", na_value=0)[rows],
+                                           values.isna().to_numpy()[rows] | ~found)
+    return pd.DataFrame(out)
 
 
 def _call_keys(processes: pd.Index, pkey: pd.Series, corr: pd.Series) -> np.ndarray:
@@ -272,6 +278,7 @@ def _osrt(db: NsysDb) -> pd.DataFrame:
     if not db.has(OSRT_TABLE) or set(db.present(OSRT_TABLE, wanted)) != set(wanted):
         return pd.DataFrame()
     rows = db.int_frame(OSRT_TABLE, {c: f'"{c}"' for c in wanted})
+    rows = rows.loc[rows["start"].notna() & rows["end"].notna()]  # an unreadable time: noted by db.whole
     if not len(rows):
         return pd.DataFrame()
     names = lookup_strings(rows["nameId"], db.strings(rows["nameId"]), "(unnamed call)")
@@ -335,11 +342,11 @@ def _activity(db: NsysDb, table: str, extra: tuple[str, ...]) -> pd.DataFrame:
     cols = db.present(table, wanted)
     if not {"start", "end", "bytes"} <= set(cols):
         return pd.DataFrame()
-    return db.frame(f'SELECT {", ".join(cols)} FROM {table}', cols).reindex(columns=list(wanted))
+    return db.int_frame(table, {c: f'"{c}"' for c in cols}).reindex(columns=list(wanted))
 
 
 def _common(t: pd.DataFrame) -> pd.DataFrame:
-    start, end = t["start"].astype("int64"), t["end"].astype("int64")
+    start, end = t["start"], t["end"]  # missing where unreadable: schema.untimed drops and counts those rows
     return pd.DataFrame({
         "bytes": t["bytes"], "start_ns": start, "end_ns": end, "duration_ns": end - start,
         "device": _labels(t["deviceId"], lambda d: f"cuda:{d}"),
@@ -387,7 +394,9 @@ def _gpu_rows(db: NsysDb) -> pd.DataFrame:
     cols = db.present(GPU_TABLE, GPU_COLUMNS)
     if "name" not in cols or "id" not in cols:
         return pd.DataFrame(columns=list(GPU_COLUMNS))
-    return db.frame(f'SELECT {", ".join(cols)} FROM {GPU_TABLE}', cols).reindex(columns=list(GPU_COLUMNS))
+    rows = db.frame(f'SELECT {", ".join(cols)} FROM {GPU_TABLE}', cols)
+    rows = db.whole(GPU_TABLE, rows, [c for c in cols if c not in ("name", "chipName")])
+    return rows.loc[rows["id"].notna()].reindex(columns=list(GPU_COLUMNS))
 
 
 def _device_from(gpus: pd.DataFrame, kernels: pd.DataFrame, warnings: list[str]) -> DeviceSpec | None:

@@ -19,9 +19,10 @@ import pandas as pd
 
 from perfscope.errors import InputFormatError
 from perfscope.safedb import SafeDb
+from perfscope.schema import whole_numbers
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from types import TracebackType
 
 METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -38,23 +39,28 @@ EXPORT_HINT = (
 )
 
 
-def _ints(series: pd.Series) -> np.ndarray:
-    return series.to_numpy(dtype="int64")
+def _bits(ids: pd.Series, fn: Callable[[np.ndarray], np.ndarray]) -> pd.Series:
+    """``fn`` over the whole numbers of ``ids``; missing where an id is unknown (NULL, or a value no
+    export has: :meth:`NsysDb.whole`), so one damaged id costs its row's thread or process, not the file."""
+    values = whole_numbers(ids)
+    missing = values.isna().to_numpy()
+    bits = fn(values.to_numpy(dtype="int64", na_value=0))
+    return pd.Series(pd.arrays.IntegerArray(bits, missing) if missing.any() else bits, index=ids.index)
 
 
 def process_key(global_tid: pd.Series) -> pd.Series:
     """``globalTid & 0xFFFFFFFFFF000000``: the process key equal to the GPU tables' globalPid."""
-    return pd.Series((_ints(global_tid) >> PID_SHIFT) << PID_SHIFT, index=global_tid.index)
+    return _bits(global_tid, lambda v: (v >> PID_SHIFT) << PID_SHIFT)
 
 
 def tid_of(global_tid: pd.Series) -> pd.Series:
     """Operating-system thread id (low 24 bits of a serialized globalTid)."""
-    return pd.Series(_ints(global_tid) & 0xFFFFFF, index=global_tid.index)
+    return _bits(global_tid, lambda v: v & 0xFFFFFF)
 
 
 def pid_of(global_id: pd.Series) -> pd.Series:
     """Operating-system process id (bits 24-47 of a serialized globalTid / globalPid)."""
-    return pd.Series((_ints(global_id) >> PID_SHIFT) & 0xFFFFFF, index=global_id.index)
+    return _bits(global_id, lambda v: (v >> PID_SHIFT) & 0xFFFFFF)
 
 
 class NsysDb:
@@ -67,6 +73,8 @@ class NsysDb:
         self.path = Path(path)
         self.db = SafeDb(self.path, hint=EXPORT_HINT)
         self._columns: dict[str, tuple[str, ...]] = {}
+        self.notes: list[str] = []
+        """What was read as unknown, naming its table and column (:meth:`whole`): for the report's warnings."""
         self.tables: frozenset[str] = self.db.tables
         self.views = sorted(self.db.views)  # an nsys export holds tables only: a view is never run
         if not any(t in self.tables for t in NSYS_MARKER_TABLES):
@@ -138,7 +146,7 @@ class NsysDb:
         except (TypeError, ValueError, OverflowError):
             parts = []
             frame = self.frame(f'SELECT {", ".join(exprs.values())} FROM "{table}"', names)
-            return frame.apply(pd.to_numeric, errors="coerce")
+            return self.whole(table, frame, names)
         block = np.concatenate(parts) if parts else np.zeros((0, len(names)), dtype="int64")
         out = {}
         for j, name in enumerate(names):
@@ -146,6 +154,23 @@ class NsysDb:
             missing = col == NULL_SENTINEL
             out[name] = pd.arrays.IntegerArray(col, missing) if missing.any() else col
         return pd.DataFrame(out)
+
+    def whole(self, table: str, frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+        """``frame`` (rows of ``table``) with ``columns`` as nullable whole numbers. nsys writes typed
+        integer columns, but SQLite keeps whatever a cell was given: a value that is not a whole number in
+        int64 (text, ±inf, past 2^63) is read as unknown, and each column's count is noted in :attr:`notes`
+        under its table and column, so the report says what was lost and the rest of the file is read."""
+        out = frame.copy()
+        for col in columns:
+            if col not in out:
+                continue
+            values = whole_numbers(out[col])
+            lost = int((out[col].notna() & values.isna()).sum())
+            if lost:
+                self.notes.append(f"{table}.{col}: {lost} value(s) not a whole number (no nsys export writes "
+                                  "one), read as unknown")
+            out[col] = values
+        return out
 
     def strings(self, ids: Iterable[object]) -> dict[int, str]:
         """``StringIds`` values for the given ids (missing ids are absent from the result)."""
@@ -182,7 +207,8 @@ class NsysDb:
         cols = self.present(table, ("start", "end"))
         if not cols:
             return None
-        maxes = ", ".join(f'MAX("{c}")' for c in cols)
+        # integers only: SQLite's MAX ranks text above every number, and a text cell is no time
+        maxes = ", ".join(f"""MAX(CASE WHEN typeof("{c}") = 'integer' THEN "{c}" END)""" for c in cols)
         row = self.fetch(f'SELECT {maxes} FROM "{table}"')
         values = [int(v) for v in row[0] if v is not None] if row else []
         return max(values) if values else None
