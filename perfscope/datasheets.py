@@ -190,8 +190,10 @@ NVIDIA: tuple[Datasheet, ...] = (
               _A100_SPARSE, _A100_DS, 1410, 80, 108, "8.0"),
     Datasheet("A100 40 GB", r"\bA100\b.*40GB", _A100, 1555.0, _A100_STATUS + "; SXM4 and PCIe print the same",
               _A100_SPARSE, _A100_DS, 1410, 40, 108, "8.0"),
-    Datasheet("V100 SXM2", r"\bV100\b.*\bSXM", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, 900.0,
-              "[D] compute; [P] bandwidth", {}, "NVIDIA Tesla V100 datasheet (SXM2 column)", 1530, None, 80, "7.0"),
+    Datasheet("V100 SXM2", r"\bV100\b.*\b(SXM|DGXS)", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, 900.0,
+              "[D] compute; [P] bandwidth; a DGX Station's `Tesla V100-DGXS-*` is this part: its four V100s are "
+              "NVLink (SXM2) modules, per NVIDIA's DGX Station white paper (WP-V01, section 2)", {},
+              "NVIDIA Tesla V100 datasheet (SXM2 column)", 1530, None, 80, "7.0"),
     Datasheet("V100 PCIe", r"\bV100\b.*\bPCIE", {"fp64": 7.0, "fp32": 14.0, "fp16": 112.0}, 900.0,
               "[P] not checked against the datasheet", {}, "NVIDIA Tesla V100 datasheet (PCIe column)", 1380,
               None, 80, "7.0"),

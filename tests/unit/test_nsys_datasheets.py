@@ -15,6 +15,7 @@ from perfscope.datasheets import DATASHEETS, datasheet_spec, find_datasheet
     ("NVIDIA A100 80GB PCIe", "A100 80 GB PCIe"),
     ("NVIDIA A100-PCIE-40GB", "A100 40 GB"),
     ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+    ("Tesla V100-DGXS-32GB", "V100 SXM2"),  # the DGX Station's NVLink V100 (kineto_resnet50_v100_2021)
     ("Tesla V100-PCIE-32GB", "V100 PCIe"),
     ("Tesla T4", "T4"),
     ("NVIDIA L4", "L4"),
@@ -32,7 +33,7 @@ def test_driver_names_find_their_row(name: str, model: str) -> None:
     assert sheet is not None and sheet.model == model
 
 
-@pytest.mark.parametrize("name", ["NVIDIA L40", "NVIDIA GeForce RTX 4090 D", "AMD Instinct MI300",
+@pytest.mark.parametrize("name", ["NVIDIA L40", "NVIDIA GeForce RTX 4090 D", "AMD Instinct MI300", "Tesla V100S-PCIE-32GB",
                                   "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "", None])
 def test_unlisted_or_different_parts_are_not_guessed(name: str | None) -> None:
     assert find_datasheet(name) is None and datasheet_spec(name) is None
