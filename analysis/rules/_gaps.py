@@ -480,10 +480,13 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
     if kind == "launch":
         head = f"The host was inside launch calls for {share:.0f}% of the idle time"
         long = _long_launch(idle)
-        if long is not None:  # one blocked call, not the per-launch cost: graphs would not remove it
-            api, dur_ns, of_pct = long
-            return (f"{head}, {of_pct:.0f}% of it in one {api} call of {duration(dur_ns)}: "
-                    f"{BLOCKED_LAUNCH.format(calls='this call was')}; what remains is the per-launch cost.")
+        if long is not None:  # blocked calls, not the per-launch cost: graphs would not remove it
+            api, n, _, of_pct, longest_ns = long
+            calls = (f"one {api} call of {duration(longest_ns)}" if n == 1 else
+                     f"{n:,} {api} calls of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(longest_ns)})")
+            return (f"{head}, {of_pct:.0f}% of it in {calls}: "
+                    f"{BLOCKED_LAUNCH.format(calls='this call was' if n == 1 else 'these calls were')}; what remains "
+                    "is the per-launch cost.")
         return _overhead(head, ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather "
                          "than speeding them up: ", graphs, graph_run)
     if kind == "cpu compute":
@@ -594,26 +597,31 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
 LONG_LAUNCH_NS = 1_000_000
 """A launch slice this long is one blocked call (a launch itself takes 5-20 µs)."""
 BLOCKED_LAUNCH = ("a launch costs 5-20 µs, so {calls} blocked, most often by the first launch of a kernel loading its "
-                  "code module (lazy loading, JIT compilation) or by a full launch queue. Run the step once before "
-                  "profiling so that loading is not in the measured time")
+                  "code module (lazy loading, JIT compilation), by a full launch queue, or by a profiler replaying "
+                  "each kernel to collect hardware counters (torch.profiler's profiler_metrics, Nsight Compute). Run "
+                  "the step once before profiling so that loading is not in the measured time, and time it without "
+                  "counter collection")
 """Why launch calls of :data:`LONG_LAUNCH_NS` or more take that long, and what to do (``{calls}``: which were)."""
 
 
-def _long_launch(idle: pd.DataFrame) -> tuple[str, float, float] | None:
-    """(call, its ns, its % of the launch time) of the longest launch slice, when it is :data:`LONG_LAUNCH_NS`
-    or more and holds at least half of the launch time; else None."""
+def _long_launch(idle: pd.DataFrame) -> tuple[str, int, float, float, float] | None:
+    """(call, how many, their ns, their % of the launch time, the longest's ns) of the launch slices of
+    :data:`LONG_LAUNCH_NS` or more, when together they hold at least half of the launch time (one blocked call,
+    or a profiler's replay inside every launch); else None. ``call``: the longest one's API."""
     if not len(idle):
         return None
     at = np.flatnonzero(np.asarray(kinds_of(idle)) == "launch")
     if not len(at):
         return None
     dur = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)[at]
-    big = int(np.nanargmax(dur))
     total = float(np.nansum(dur))
-    if dur[big] < LONG_LAUNCH_NS or not dur[big] >= 0.5 * total:
+    long = dur >= LONG_LAUNCH_NS
+    held = float(dur[long].sum())
+    if not long.any() or not held >= 0.5 * total:
         return None
+    big = int(np.nanargmax(dur))
     api = idle["api"].iloc[at[big]] if "api" in idle else None
-    return (str(api) if api else "launch", float(dur[big]), 100.0 * float(dur[big]) / total)
+    return (str(api) if api else "launch", int(long.sum()), held, 100.0 * held / total, float(dur[big]))
 
 
 def _overhead(head: str, why: str, graphs: bool, graph_run: str | None) -> str:
@@ -632,7 +640,7 @@ def idle_advice(idle: pd.DataFrame, items: Sequence[Item], *, cpu: bool = False,
     # unrecorded time (dispatches the trace lacks) is said first and is not idle: the other kinds' shares are of
     # the idle time as measured, the rest
     total = sum(v for k, v in totals.items() if k != "unrecorded")
-    graphs = graphs_help(totals)
+    graphs = graphs_remove(idle, totals)
     ranked_kinds = [k for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if v > 0 and k != "unrecorded"]
     chosen = [k for i, k in enumerate(ranked_kinds) if i == 0 or pct(totals[k], total) >= ADVISE_MIN_PCT]
     if totals.get("unrecorded", 0.0) > 0:
@@ -647,8 +655,17 @@ def idle_advice(idle: pd.DataFrame, items: Sequence[Item], *, cpu: bool = False,
             continue
         parts.append(kind_advice(k, share, items, idle, cpu=cpu, compiled_cpu=compiled_cpu,
                                  graphs=graphs and k in GRAPH_KINDS, graph_run=graph_run))
-        told |= k in GRAPH_KINDS
+        told |= graphs and k in GRAPH_KINDS
     return " ".join(parts), totals
+
+
+def graphs_remove(idle: pd.DataFrame, totals: dict[str, float]) -> bool:
+    """Whether CUDA graphs / fusion address the largest share of the gaps ``idle`` (kind totals ``totals``):
+    dispatch or launch leads (:func:`graphs_help`), and when launch leads, its time is the per-launch cost,
+    not calls blocked for a millisecond or more (:func:`_long_launch`), which a graph replay would not remove."""
+    if not graphs_help(totals):
+        return False
+    return largest_kind(totals) != "launch" or _long_launch(idle) is None
 
 
 def kind_evidence(totals: dict[str, float], idle: pd.DataFrame) -> dict[str, float | int | str]:

@@ -55,6 +55,7 @@ from ._gaps import (
     BLOCKED_LAUNCH,
     LONG_LAUNCH_NS,
     gap_table,
+    graphs_remove,
     grouped_items,
     idle_advice,
     idle_items,
@@ -425,7 +426,7 @@ def gpu_idle(report: Report) -> list[Finding]:
         graphs = False
         if len(rows):
             totals = kind_totals(rows)
-            graphs = graphs_help(totals)
+            graphs = graphs_remove(rows, totals)
             graph = graph_advice(report, mode, graphs=graphs) if mode.is_graph_run and not cpu else None
             advice, totals = idle_advice(rows, items, cpu=cpu, compiled_cpu=compiled_cpu, graph_run=graph)
             _cause_evidence(rows, evidence)
