@@ -530,7 +530,10 @@ def planted(logits, params, gen):
 
 
 decoding.sample = planted
-generate(build_model("tiny"), [[1, 2, 3, 4, 5, 6, 7, 8]], 3)
+try:
+    generate(build_model("tiny"), [[1, 2, 3, 4, 5, 6, 7, 8]], 3)
+finally:
+    decoding.sample = original  # the script runs in the test's process: leave the engine as it was
 """
 
 
@@ -547,15 +550,28 @@ def test_engine_script_with_planted_wait_math_and_sync(tmp_path: Path) -> None:
     script.write_text(PLANTED)
     r = profile_script([sys.executable, str(script)], device="cpu", roofs=DeviceSpec(name="cpu", kind="cpu"),
                        baseline=False, stack=True)
+    from perfscope.engine import decoding
+
+    assert decoding.sample.__name__ == "sample"  # the script put the engine back as it found it
     idle = idle_of(r)
-    by = idle.groupby(["range", "host_kind"], dropna=False)["duration_ns"].sum()
     sleeps = r.ranges[r.ranges["name"] == "planted_wait"]
     assert len(sleeps) == 3
     waited = idle[(idle["range"] == "planted_wait") & (idle["host_kind"] == "waiting")]
     assert set(waited["wait"]) == {"sleep"} and waited["duration_ns"].sum() >= 3 * 0.004e9 * 0.99
-    assert by["planted_wait"].idxmax() == "waiting"
+    # against the trace's own record of the numpy calls, not against how long they took beside the rest of the
+    # range (a loaded machine, or BLAS threads, make the 48 x 48 svd take 0.1-50 ms): every idle slice inside an
+    # svd call is cpu compute, and those slices hold the svd calls' whole time
+    h = r.host
+    svd = h[(h["kind"].astype(str) == "math") & h["name"].astype(str).str.match(r"numpy\.linalg\.(_linalg|linalg)\.svd$")]
+    assert len(svd) == 3
+    s0, s1 = svd["start_ns"].to_numpy(np.int64), svd["end_ns"].to_numpy(np.int64)
+    mid = (idle["start_ns"].to_numpy(np.int64) + idle["end_ns"].to_numpy(np.int64)) // 2
+    in_svd = ((mid[:, None] >= s0) & (mid[:, None] < s1)).any(axis=1)
+    inside = idle[in_svd]
+    assert set(inside["range"]) == {"planted_math"} and set(inside["host_kind"]) == {"cpu compute"}
+    assert inside["duration_ns"].sum() >= 0.99 * float((s1 - s0).sum())
     math = idle[(idle["range"] == "planted_math") & (idle["host_kind"] == "cpu compute")]  # numpy < 2: linalg.linalg
-    assert len(math) and {"numpy.linalg._linalg.svd", "numpy.linalg.linalg.svd"} & set(math["op"]) and by["planted_math"].idxmax() == "cpu compute"
+    assert {"numpy.linalg._linalg.svd", "numpy.linalg.linalg.svd"} & set(math["op"])
     sync = idle[(idle["range"] == "planted_sync") & (idle["cause"] == "sync")]
     assert len(sync) and set(sync["op"]) == {"aten::item"}
     # the functions the host was in are the script's own
