@@ -481,7 +481,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
         head = f"The host was inside launch calls for {share:.0f}% of the idle time"
         long = _long_launch(idle)
         if long is not None:  # blocked calls, not the per-launch cost: graphs would not remove it
-            api, n, _, of_pct, longest_ns = long
+            api, n, of_pct, longest_ns = long
             calls = (f"one {api} call of {duration(longest_ns)}" if n == 1 else
                      f"{n:,} {api} calls of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(longest_ns)})")
             return (f"{head}, {of_pct:.0f}% of it in {calls}: "
@@ -604,24 +604,30 @@ BLOCKED_LAUNCH = ("a launch costs 5-20 µs, so {calls} blocked, most often by th
 """Why launch calls of :data:`LONG_LAUNCH_NS` or more take that long, and what to do (``{calls}``: which were)."""
 
 
-def _long_launch(idle: pd.DataFrame) -> tuple[str, int, float, float, float] | None:
-    """(call, how many, their ns, their % of the launch time, the longest's ns) of the launch slices of
-    :data:`LONG_LAUNCH_NS` or more, when together they hold at least half of the launch time (one blocked call,
-    or a profiler's replay inside every launch); else None. ``call``: the longest one's API."""
+def blocked_calls(calls_ns: np.ndarray) -> np.ndarray | None:
+    """Which launch calls (or launch slices) of ``calls_ns`` were blocked: those of :data:`LONG_LAUNCH_NS` or
+    more, when together they hold at least half of the time (one blocked call, or a profiler's replay inside
+    every launch); None when they do not, and the time is the per-launch cost."""
+    long = calls_ns >= LONG_LAUNCH_NS
+    return long if long.any() and float(calls_ns[long].sum()) >= 0.5 * float(np.nansum(calls_ns)) else None
+
+
+def _long_launch(idle: pd.DataFrame) -> tuple[str, int, float, float] | None:
+    """(call, how many, their % of the launch time, the longest's ns) of the blocked launch slices of ``idle``
+    (:func:`blocked_calls`), else None. ``call``: the longest one's API."""
     if not len(idle):
         return None
     at = np.flatnonzero(np.asarray(kinds_of(idle)) == "launch")
     if not len(at):
         return None
     dur = idle["duration_ns"].to_numpy(np.float64, na_value=np.nan)[at]
-    total = float(np.nansum(dur))
-    long = dur >= LONG_LAUNCH_NS
-    held = float(dur[long].sum())
-    if not long.any() or not held >= 0.5 * total:
+    long = blocked_calls(dur)
+    if long is None:
         return None
     big = int(np.nanargmax(dur))
     api = idle["api"].iloc[at[big]] if "api" in idle else None
-    return (str(api) if api else "launch", int(long.sum()), held, 100.0 * held / total, float(dur[big]))
+    return (str(api) if api else "launch", int(long.sum()), 100.0 * float(dur[long].sum()) / float(np.nansum(dur)),
+            float(dur[big]))
 
 
 def _overhead(head: str, why: str, graphs: bool, graph_run: str | None) -> str:

@@ -54,6 +54,7 @@ from ._base import (
 from ._gaps import (
     BLOCKED_LAUNCH,
     LONG_LAUNCH_NS,
+    blocked_calls,
     gap_table,
     graphs_remove,
     grouped_items,
@@ -724,7 +725,7 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
     long = calls_ns >= LONG_LAUNCH_NS
     evidence["long_launch_calls"] = int(long.sum())
     evidence["long_launch_calls_ns"] = float(calls_ns[long].sum())
-    if calls_ns[long].sum() >= 0.5 * api_ns:  # a few blocked calls, not the per-launch cost
+    if blocked_calls(calls_ns) is not None:  # a few blocked calls, not the per-launch cost
         others = calls_ns[~long]
         rest = (f" The other {len(others):,} calls take a median {duration(float(np.median(others)))} each."
                 if len(others) else "")

@@ -24,7 +24,6 @@ from perfscope.datasheets import ROOFS_FLAG, gpu_spec
 from perfscope.device import DeviceSpec, Roof
 from perfscope.errors import CollectorError, InputFormatError, ToolNotFoundError
 from perfscope.report import Report, source_info
-from perfscope.schema import whole_numbers
 
 from ..finish import Imported, finish
 from .nvtx import innermost_range, range_columns, read_ranges
@@ -256,7 +255,7 @@ def _launch_calls(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     found = (pos >= 0) & (op_keys >= 0)
     out = {}
     for name, col in (("global_tid", "globalTid"), ("api_start", "start"), ("api_end", "end")):
-        values = whole_numbers(runtime[col])
+        values = runtime[col]  # whole numbers or missing already (NsysDb.int_frame)
         out[name] = pd.arrays.IntegerArray(values.to_numpy(dtype="int64", na_value=0)[rows],
                                            values.isna().to_numpy()[rows] | ~found)
     return pd.DataFrame(out)
