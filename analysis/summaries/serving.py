@@ -7,8 +7,9 @@
   compute roof of the phase's dominant precision, MBU = bytes per second ÷ the DRAM roof. For
   engine reports FLOPs and bytes are the model's, from its steps (matmuls and attention, analytic;
   weights + KV cache read: ``mfu_source`` / ``mbu_source = "model"``); otherwise the kernels'
-  (``"kernels"``): their FLOPs are left missing, not summed from part of them, when kernels with a
-  FLOP count cover under :data:`FLOPS_MIN_COVERAGE` of the phase's kernel time.
+  (``"kernels"``): their FLOPs (bytes) are left missing, not summed from part of them, when kernels
+  with a FLOP (byte) count cover under :data:`FLOPS_MIN_COVERAGE` of the phase's kernel time (the
+  steps' rule, :mod:`..steps`).
 
 Headline and profiled: an engine report holds two runs of one workload. The headline figures
 (``profiled=False``, the default) come from the warm unprofiled run (``steps_unprofiled``,
@@ -29,7 +30,13 @@ import pandas as pd
 
 from perfscope.schema import value_mask
 
-from ..steps import RECORDED_FRAMEWORKS, has_framework_steps, headline_steps, step_windows
+from ..steps import (
+    FLOPS_MIN_COVERAGE,
+    RECORDED_FRAMEWORKS,
+    has_framework_steps,
+    headline_steps,
+    step_windows,
+)
 from ..tree import PHASES
 
 if TYPE_CHECKING:
@@ -38,9 +45,6 @@ if TYPE_CHECKING:
 SUMMARY_PHASES = ("prefill", "decode", "mixed", *PHASES[2:])
 """Phases of the phase table, in order: ``mixed`` is a step with prefill and decode tokens
 (chunked prefill riding with decodes), a phase of framework steps only."""
-
-FLOPS_MIN_COVERAGE = 0.9
-"""Share of a phase's kernel time that kernels with known FLOPs must cover for its FLOPs and MFU."""
 
 PHASE_COLUMNS = ["phase", "steps", "tokens", "wall_s", "kernel_time_s", "flops", "dram_bytes",
                  "model_flops", "model_bytes", "achieved_flops_per_s", "achieved_bytes_per_s", "tokens_per_s",
@@ -155,9 +159,9 @@ def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
 
 
 def phase_notes(table: pd.DataFrame) -> list[str]:
-    """Why a row of :func:`phase_summary` has no rates or no MFU, one line per reason (empty when
-    every number is there): every step of the phase an outlier, or FLOPs known for too little of
-    its kernel time."""
+    """Why a row of :func:`phase_summary` has no rates, no MFU or no MBU, one line per reason (empty
+    when every number is there): every step of the phase an outlier, or FLOPs (bytes) known for too
+    little of its kernel time."""
     notes = []
     both = "timing" in table and table["timing"].nunique() > 1  # the headline run's rows and the profiled run's
     for _, r in table.iterrows():
@@ -166,9 +170,15 @@ def phase_notes(table: pd.DataFrame) -> list[str]:
         if pd.notna(out) and pd.notna(steps) and int(steps) > 0 and int(out) >= int(steps):
             notes.append(f"{label}: every step is an outlier ({int(out)} of {int(steps)}; see the step-outliers "
                          "finding), so its tok/s, FLOP/s, bytes/s, MFU and MBU are n/a")
-        elif pd.isna(r["flops"]) and float(r["kernel_time_s"] or 0) > 0 and r["mfu_source"] == "kernels":
+            continue
+        timed = float(r["kernel_time_s"] or 0) > 0
+        if pd.isna(r["flops"]) and timed and r["mfu_source"] == "kernels":
             notes.append(f"{label}: MFU n/a: kernel FLOPs are known for under {100 * FLOPS_MIN_COVERAGE:.0f}% "
                          "of its kernel time (collectives have none; other kernels need recorded shapes)")
+        if pd.isna(r["dram_bytes"]) and timed and r["mbu_source"] == "kernels":
+            notes.append(f"{label}: bytes/s and MBU n/a: kernel bytes are known for under "
+                         f"{100 * FLOPS_MIN_COVERAGE:.0f}% of its kernel time (they need recorded shapes or "
+                         "measured counters)")
     return notes
 
 
@@ -188,10 +198,9 @@ def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFr
     wall_s, n_steps, tokens = _phase_wall_s(report, phase, k, all_steps)
     if phase == "all":
         wall_s = float(k["end_ns"].max() - k["start_ns"].min()) / 1e9 if len(k) else float("nan")
-    flops = float(k["flops"].sum(min_count=1)) if len(k) else float("nan")
-    if flops_coverage(k) < FLOPS_MIN_COVERAGE:
-        flops = float("nan")  # a partial sum would understate the phase's FLOPs without saying so
-    nbytes = float(k["dram_bytes"].sum(min_count=1)) if len(k) else float("nan")
+    # a partial sum would understate the phase's FLOPs (bytes) without saying so: missing instead
+    flops = _covered_sum(k, "flops")
+    nbytes = _covered_sum(k, "dram_bytes")
     steps = all_steps[all_steps["phase"] == phase]
     model_bytes = float((steps["weight_bytes"] + steps["kv_cache_bytes"]).sum(min_count=1)) if len(steps) else float("nan")
     model_flops = _model_flops(steps)
@@ -226,13 +235,25 @@ def _model_flops(steps: pd.DataFrame) -> float:
     return float(values.sum()) if values.notna().all() else float("nan")
 
 
-def flops_coverage(k: pd.DataFrame) -> float:
-    """Share of the kernel time of ``k`` spent in kernels whose FLOPs are known (NaN without time)."""
+def flops_coverage(k: pd.DataFrame, column: str = "flops") -> float:
+    """Share of the kernel time of ``k`` spent in kernels whose FLOPs (``column``: bytes) are known
+    (NaN without time)."""
     dur = k["duration_ns"].to_numpy("float64", na_value=np.nan)
     total = float(np.nansum(dur))
     if not total > 0:
         return float("nan")
-    return float(np.nansum(dur[k["flops"].notna().to_numpy()])) / total
+    return float(np.nansum(dur[k[column].notna().to_numpy()])) / total
+
+
+def _covered_sum(k: pd.DataFrame, column: str) -> float:
+    """The sum of ``column`` over ``k``; NaN without rows, or when the kernels that have it cover under
+    :data:`FLOPS_MIN_COVERAGE` of the kernel time (every kernel has ``0`` time: the rows' sum)."""
+    if not len(k):
+        return float("nan")
+    share = flops_coverage(k, column)
+    if share < FLOPS_MIN_COVERAGE:
+        return float("nan")
+    return float(k[column].sum(min_count=1))
 
 
 STATS = ("p50", "p90", "p99", "mean")

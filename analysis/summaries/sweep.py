@@ -42,7 +42,7 @@ def split_runs(report: Report) -> dict[str, Report]:
 
 def _decode_gemm(run: Report) -> dict[str, float | str]:
     k = run.kernels
-    g = k[(k["phase"] == "decode") & (k["category"] == "gemm") & k["flops"].notna()]
+    g = k[(k["phase"] == "decode") & (k["category"] == "gemm") & k["flops"].notna() & k["dram_bytes"].notna()]
     if not len(g):
         return {"decode_gemm_intensity": np.nan, "decode_gemm_flops_per_s": np.nan,
                 "decode_gemm_bound": "unknown", "decode_gemm_pct_of_roof": np.nan}

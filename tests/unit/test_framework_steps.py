@@ -346,6 +346,41 @@ def test_a_phase_whose_every_step_is_an_outlier_has_no_rates(fixtures_dir: Path)
     assert phase_notes(steady_table) == []
 
 
+def test_phase_bytes_and_mbu_are_missing_not_zero_when_few_kernels_have_a_byte_count(fixtures_dir: Path) -> None:
+    """The bytes of an imported trace's phase follow the FLOPs' rule: a sum over under 90% of its kernel
+    time is missing, and so are bytes/s and MBU. The A100 trace taken in CUPTI's range-profiler mode has
+    no shapes (no op has a byte count but the zero-byte ``aten::empty``/``view``): its phase said
+    "0 B/s, MBU 0.0" before. B200's prefill, with every kernel's bytes, keeps its MBU until the bytes of
+    the kernels holding a fifth of its time are dropped."""
+    from perfscope.analysis.summaries.serving import (
+        FLOPS_MIN_COVERAGE,
+        flops_coverage,
+        phase_notes,
+        phase_summary,
+    )
+
+    cupti = read_kineto(fixtures_dir / "kineto/hta_cupti_profiler__benchmark_result_924719_1679055439_trace.json.gz")
+    (row,) = phase_summary(cupti).to_dict("records")
+    assert row["phase"] == "all" and row["mbu_source"] == "kernels"
+    assert (cupti.kernels["dram_bytes"].fillna(0) == 0).all() and cupti.kernels["dram_bytes"].notna().any()
+    assert all(np.isnan(row[c]) for c in ("dram_bytes", "achieved_bytes_per_s", "mbu"))
+    assert "all: bytes/s and MBU n/a: kernel bytes are known for under 90% of its kernel time" in " ".join(
+        phase_notes(phase_summary(cupti)))
+
+    r = read_kineto(fixtures_dir / B200)
+    k = r.kernels
+    pre = (k["phase"] == "prefill").to_numpy()
+    before = phase_summary(r).set_index("phase").loc["prefill"]
+    assert flops_coverage(k[pre], "dram_bytes") >= FLOPS_MIN_COVERAGE and before["mbu"] > 0
+    order = k.index[pre][np.argsort(-k.loc[pre, "duration_ns"].to_numpy())]
+    share = k.loc[order, "duration_ns"].cumsum() / k.loc[pre, "duration_ns"].sum()
+    nbytes = k["dram_bytes"].copy()
+    nbytes[order[: int((share < 0.2).sum()) + 1]] = np.nan
+    after = phase_summary(r.replace(kernels=k.assign(dram_bytes=nbytes))).set_index("phase").loc["prefill"]
+    assert np.isnan(after["dram_bytes"]) and np.isnan(after["mbu"]) and np.isnan(after["achieved_bytes_per_s"])
+    assert after["wall_s"] == before["wall_s"] and after["kernel_time_s"] == before["kernel_time_s"]
+
+
 def test_prefill_mfu_is_not_claimed_from_a_partial_flop_sum(fixtures_dir: Path) -> None:
     """B200: 20% of the prefill kernel time is a collective without FLOPs. The phase table leaves
     MFU missing, and the prefill-mfu finding says why instead of an MFU from 80% of the FLOPs."""
