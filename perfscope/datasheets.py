@@ -34,7 +34,7 @@ from .errors import UsageError
 from .vocab import speak
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 TERA = 1e12
 GIGA = 1e9
@@ -377,7 +377,8 @@ AMD: tuple[Datasheet, ...] = (
               "microarchitecture\" page prints them (1.6384 TB/s = 4,096 bits x 3.2 Gbps, which it rounds), and 208 "
               "CUs / 128 GiB / gfx90a / GFXIP 9.0 in AMD's ROCm GPU specifications; halved here: a trace sees each of "
               "the package's two GCDs (104 CUs, 64 GB) as one device. Per GCD it is an MI210 (same CUs, clock and "
-              "memory), so an unnamed gfx90a device with 104 CUs matches both rows: name it with `--roofs`", {},
+              "memory), so an unnamed gfx90a device with 104 CUs matches both rows, and takes the figures they agree on "
+              "(`--roofs` names one)", {},
               "AMD ROCm documentation, \"AMD Instinct MI250 microarchitecture\" (peak-performance table of the MI250 "
               "OAM); " + _ROCM_SPECS, 1700, 64, 104, "9.0", "amd", gfx_arch="gfx90a", memory_type="HBM2e"),
     Datasheet("MI210", r"\bMI210\b", _MI210, 1638.4,
@@ -571,13 +572,61 @@ def match_datasheet(name: str | None, properties: Mapping[str, Any] | None = Non
     rows = [s for s in DATASHEETS if s.family in words] or list(DATASHEETS)
     hits = [s for s in rows if _same_device(s, None if cc is None else str(cc), int(sms),
                                             None if mem is None else float(mem), arch)]
-    if len(hits) != 1:
+    agreed = agreeing_rows(hits) if len(hits) > 1 else None
+    if len(hits) != 1 and agreed is None:
         return None, (f"{len(hits)} rows match its properties ({', '.join(s.model for s in hits)})" if hits
                       else "no row matches its properties")
     facts = [f"gfx arch {arch}" if arch else f"compute capability {cc}", f"{sms} SMs/CUs"]
     if mem is not None:
         facts.append(f"{float(mem) / GIB:.0f} GiB")
+    if agreed is not None:
+        return agreed, (f"device properties ({', '.join(facts)}), which {len(hits)} rows fit "
+                        f"({', '.join(s.model for s in hits)}); their figures agree, so theirs are taken and a "
+                        "precision not every row prints is left out")
     return hits[0], f"device properties ({', '.join(facts)})"
+
+
+AGREE_REL = 0.01
+"""Rows whose figures differ by no more than this (relative) agree: one part seen two ways (an MI250 GCD
+and an MI210 print 22.65 and 22.6 TFLOP/s FP64, the same silicon, clock and memory, rounded apart)."""
+
+
+def _agree(values: list[float]) -> bool:
+    return max(values) <= (1.0 + AGREE_REL) * min(values)
+
+
+def agreeing_rows(rows: Sequence[Datasheet]) -> Datasheet | None:
+    """One row standing for ``rows`` when the device could be any of them and their figures agree
+    (within :data:`AGREE_REL`): its bandwidth, and each precision (dense and with sparsity) that every
+    row prints, the lowest of their figures; a precision one row lacks is left out, not guessed. None
+    when they differ in vendor, arch, bandwidth or any shared figure, or share none."""
+    first = rows[0]
+    if any((s.vendor, s.gfx_arch, s.compute_capability, s.sm_count) !=
+           (first.vendor, first.gfx_arch, first.compute_capability, first.sm_count) for s in rows):
+        return None
+    bws = [s.bandwidth_gb_s for s in rows]
+    if any(b is None for b in bws) or not _agree([float(b) for b in bws if b is not None]):
+        return None
+
+    def shared(tables: list[dict[str, float]]) -> dict[str, float] | None:
+        keys = set.intersection(*(set(t) for t in tables))
+        if any(not _agree([t[k] for t in tables]) for k in keys):
+            return None
+        return {k: min(t[k] for t in tables) for k in sorted(keys)}
+
+    dense, sparse = shared([s.tflops for s in rows]), shared([s.sparse_tflops for s in rows])
+    if not dense or sparse is None:
+        return None
+    clocks = {s.boost_clock_mhz for s in rows}
+    models = " or ".join(s.model for s in rows)
+    return Datasheet(
+        models, "(?!)", dense, min(float(b) for b in bws if b is not None),
+        f"[P] the figures {models} agree on (within {100 * AGREE_REL:.0f}%), the lowest of each: the device "
+        "could be any of them", sparse, "; ".join(dict.fromkeys(s.source for s in rows)),
+        clocks.pop() if len(clocks) == 1 else None, min((s.memory_gb for s in rows if s.memory_gb), default=None),
+        first.sm_count, first.compute_capability, first.vendor, gfx_arch=first.gfx_arch,
+        memory_type=first.memory_type if len({s.memory_type for s in rows}) == 1 else None,
+        unified=all(s.unified for s in rows))
 
 
 def _same_memory(sheet: Datasheet, memory_bytes: float) -> bool:

@@ -98,12 +98,33 @@ def test_gfx_arch_helper_for_rocprof_sources() -> None:
 
 
 def test_gfx90a_with_104_cus_is_mi210_or_one_mi250_gcd_and_says_so() -> None:
-    # the HTA MI250 trace: "AMD Radeon Graphics", 104 CUs, gfx90a, 64 GiB: an MI250 GCD and an MI210 look alike
+    # the HTA MI250 trace: "AMD Radeon Graphics", 104 CUs, gfx90a, 64 GiB: an MI250 GCD and an MI210 look alike.
+    # Their figures agree (one silicon, clock and memory): the roofs both print are taken, the lowest of each
     props = {"numSms": 104, "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 68702699520}
     sheet, how = match_datasheet("AMD Radeon Graphics", props)
-    assert sheet is None and "MI250 (per GCD)" in how and "MI210" in how
+    assert sheet is not None and sheet.model == "MI250 (per GCD) or MI210"
+    assert "2 rows fit (MI250 (per GCD), MI210); their figures agree" in how
+    mi250, mi210 = _row("MI250 (per GCD)"), _row("MI210")
+    assert sheet.tflops == {p: min(mi250.tflops[p], mi210.tflops[p]) for p in set(mi250.tflops) & set(mi210.tflops)}
+    assert "bf16" in mi250.tflops and "bf16" not in sheet.tflops  # the MI210 copy prints none: left out, not guessed
+    assert sheet.bandwidth_gb_s == 1638.4 and sheet.boost_clock_mhz == 1700 and sheet.gfx_arch == "gfx90a"
     assert find_datasheet("AMD Instinct MI250X/MI250", props).model == "MI250 (per GCD)"  # the family decides
     assert find_datasheet("AMD Instinct MI210", props).model == "MI210"
+
+
+def test_rows_that_disagree_are_never_merged() -> None:
+    """One row stands for several only when every shared figure agrees within 1%: an MI250X GCD (110 CUs) and an
+    MI250 GCD differ in CUs; an H100 PCIe and SXM5 in every figure."""
+    from perfscope.datasheets import agreeing_rows
+
+    assert agreeing_rows([_row("MI250 (per GCD)"), _row("MI210")]) is not None
+    assert agreeing_rows([_row("MI250X (per GCD)"), _row("MI250 (per GCD)")]) is None
+    assert agreeing_rows([_row("H100 SXM5 80 GB"), _row("H100 PCIe 80 GB")]) is None
+    mi210 = _row("MI210")
+    faster = Datasheet(**{**mi210.__dict__, "model": "MI210 fast", "tflops": {**mi210.tflops, "fp16": 190.0}})
+    assert agreeing_rows([mi210, faster]) is None  # 5% apart on one shared figure
+    slower_memory = Datasheet(**{**mi210.__dict__, "model": "MI210 slow", "bandwidth_gb_s": 1500.0})
+    assert agreeing_rows([mi210, slower_memory]) is None
 
 
 @pytest.mark.parametrize(("model", "precision", "dense", "sparse"), [

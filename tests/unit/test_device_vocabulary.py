@@ -65,9 +65,10 @@ def test_an_amd_trace_without_hip_metadata_is_still_amd(fixtures_dir: Path) -> N
     report = import_file(fixtures_dir / MI250)
     assert report.device.kind == "rocm" and report.device.name == "AMD Radeon Graphics"
     assert report.kernels["device"].astype(str).str.startswith("gpu:").all()
-    note = next(w for w in report.warnings if "no device roofs known" in w)
-    # 104 CUs of gfx90a with 64 GiB: one MI250 GCD or an MI210; the note names both and speaks CUs
-    assert "MI250 (per GCD)" in note and "MI210" in note and "CUs 104" in note and "SMs" not in note
+    note = next(w for w in report.warnings if "datasheet roofs of" in w)
+    # 104 CUs of gfx90a with 64 GiB: one MI250 GCD or an MI210, whose figures agree; the note names both
+    assert "MI250 (per GCD) or MI210" in note and "104 CUs" in note and "SMs" not in note
+    assert report.device.peak_flops("fp16") == 181.0e12 and report.device.peak_bandwidth("dram") == 1638.4e9
     assert not NVIDIA_WORDS.search(render_text(report))
 
 

@@ -384,6 +384,25 @@ def test_fp32_sgemm_on_a_tensor_core_v100(load) -> None:
     assert ids.index("fp32-matmul") < ids.index("short-kernels")
 
 
+def test_fp32_mfma_and_a_matmul_ops_elementwise_kernel_are_not_fp32_matmuls_off_the_matrix_cores(load) -> None:
+    """HTA's MI250 trace (now with roofs: an MI250 GCD and an MI210 agree): its two FP32 Tensile GEMMs name their
+    MatrixInstruction (``MI16x16x1``: ``v_mfma_f32_16x16x1f32``), so they run on the matrix cores, and the third
+    FP32 "gemm" is ``aten::addmm``'s bias broadcast, an ``elementwise_kernel``. None is an FP32 matmul off the
+    matrix cores (the rule said "3 matmul kernels run in FP32 off the matrix cores, fp16 roof 8x" for them)."""
+    from perfscope.analysis.rules.kernels import fp32_matmuls
+
+    r = load("kineto/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    k = r.kernels
+    fp32_gemm = k[(k["category"] == "gemm") & (k["precision"] == "fp32")]
+    names = sorted(fp32_gemm["name"].str[:20])
+    assert names == ["Cijk_Ailk_Bjlk_SB_Bi", "Cijk_Alik_Bljk_SB_Bi", "void at::native::ele"]
+    assert fp32_gemm["name"].str.contains(r"_MI16x16x1_").sum() == 2 and r.device.peak_flops("fp16")
+    assert len(fp32_matmuls(k)) == 0 and RULES["fp32-matmul"](r) == []
+    # the same names on the vector units (a ThreadTile, no MatrixInstruction) and a real GEMM kernel stay in
+    vector = fp32_gemm.assign(name=fp32_gemm["name"].str.replace(r"_MI16x16x1_", "_TT4_4_", regex=True))
+    assert len(fp32_matmuls(vector)) == 2
+
+
 def test_fp32_matmul_silent_on_a_bf16_model(load) -> None:
     assert RULES["fp32-matmul"](load(QWEN)) == []
 
