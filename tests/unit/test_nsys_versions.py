@@ -227,6 +227,34 @@ def test_an_unreadable_time_costs_its_row_and_says_which_table_and_column(source
     assert any("kernels: 1 row(s) without a readable" in w for w in report.warnings)
 
 
+@pytest.mark.parametrize(("name", "table", "statement", "column"), [
+    ("nvfuser_h100_matmul.sqlite", "NVTX_EVENTS",
+     "UPDATE NVTX_EVENTS SET start = NULL WHERE rowid = (SELECT MIN(rowid) FROM NVTX_EVENTS WHERE eventType = 59)",
+     "start/globalTid"),
+    ("aws_t4_softmax.sqlite", "OSRT_API", "UPDATE OSRT_API SET \"end\" = NULL WHERE rowid IN "
+     "(SELECT rowid FROM OSRT_API ORDER BY rowid LIMIT 3)", "start/end"),
+])
+def test_a_row_without_a_time_is_dropped_and_counted(fixtures_dir: Path, tmp_path: Path, name: str, table: str,
+                                                     statement: str, column: str) -> None:
+    """A NULL in an NVTX range's start or an OS-runtime call's end (no nsys export writes one) costs that row,
+    and the report says how many rows of which table it lost (they were dropped without a word before)."""
+    source = fixtures_dir / "nsys" / name
+    clean = read_nsys_sqlite(source)
+    # nsys declares its times NOT NULL; a file made otherwise (the same table without the constraint) is read too
+    unconstrained = (f"CREATE TABLE copied AS SELECT * FROM {table}", f"DROP TABLE {table}",
+                     f"ALTER TABLE copied RENAME TO {table}")
+    report = read_nsys_sqlite(reduced(source, tmp_path, *unconstrained, statement))
+    lost = 1 if table == "NVTX_EVENTS" else 3
+    note = f"{table}: {lost} row(s) without a readable {column} dropped"
+    assert note in report.warnings and note not in clean.warnings
+    if table == "NVTX_EVENTS":
+        assert len(report.ranges) == len(clean.ranges) - 1
+    else:
+        waits = clean.host[clean.host["kind"] == "wait"]
+        assert len(report.host[report.host["kind"] == "wait"]) == len(waits) - 3
+    assert len(report.kernels) == len(clean.kernels)
+
+
 def test_an_unreadable_id_leaves_that_rows_link_unknown(source: Path, tmp_path: Path) -> None:
     """Text in a kernel's correlationId and in every API call's globalTid: each kernel is still read, with
     its time; only what those ids join (the launching thread, the NVTX range) is unknown where they are."""

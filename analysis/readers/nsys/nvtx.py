@@ -46,7 +46,7 @@ def read_ranges(db: NsysDb) -> tuple[pd.DataFrame, list[str]]:
     ev = ev.reindex(columns=list(wanted))
     ev["message"] = _messages(db, ev)
     is_domain = (ev["eventType"] == DOMAIN_CREATE).fillna(False).astype(bool)
-    ranges = ev.loc[~is_domain & ev["start"].notna() & ev["globalTid"].notna()].copy()  # unreadable: db.notes
+    ranges = db.timed(NVTX_TABLE, ev.loc[~is_domain], ("start", "globalTid")).copy()
     warnings: list[str] = []
     if ranges.empty:
         return pd.DataFrame(), ["no NVTX ranges were recorded (NVTX_EVENTS holds no push/pop or start/end rows)"]

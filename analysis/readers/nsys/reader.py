@@ -277,7 +277,7 @@ def _osrt(db: NsysDb) -> pd.DataFrame:
     if not db.has(OSRT_TABLE) or set(db.present(OSRT_TABLE, wanted)) != set(wanted):
         return pd.DataFrame()
     rows = db.int_frame(OSRT_TABLE, {c: f'"{c}"' for c in wanted})
-    rows = rows.loc[rows["start"].notna() & rows["end"].notna()]  # an unreadable time: noted by db.whole
+    rows = db.timed(OSRT_TABLE, rows, ("start", "end"))
     if not len(rows):
         return pd.DataFrame()
     names = lookup_strings(rows["nameId"], db.strings(rows["nameId"]), "(unnamed call)")

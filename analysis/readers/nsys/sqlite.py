@@ -172,6 +172,17 @@ class NsysDb:
             out[col] = values
         return out
 
+    def timed(self, table: str, frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+        """The rows of ``frame`` (rows of ``table``) whose ``columns`` (their times) are all known; the rows
+        without (NULL, or unreadable: :meth:`whole`) are dropped and counted in :attr:`notes` under their
+        table, so a report never loses rows without saying so."""
+        cols = [c for c in columns if c in frame]
+        known = frame[cols].notna().all(axis=1).to_numpy(bool) if cols else np.ones(len(frame), dtype=bool)
+        if known.all():
+            return frame
+        self.notes.append(f"{table}: {int((~known).sum())} row(s) without a readable {'/'.join(cols)} dropped")
+        return frame.loc[known]
+
     def strings(self, ids: Iterable[object]) -> dict[int, str]:
         """``StringIds`` values for the given ids (missing ids are absent from the result)."""
         values = pd.to_numeric(pd.Series(ids if isinstance(ids, pd.Series) else list(ids)), errors="coerce")
