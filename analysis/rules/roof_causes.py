@@ -528,8 +528,18 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                     c.clauses.append(f"{', '.join(off)} not a multiple of {ALIGN}")
                     c.advice["shape"] = name
             if prec == "fp32":
-                c.clauses.append("FP32 matmul")
-                c.advice["fp32mm"] = name
+                from .kernels import (  # here: .kernels imports this module
+                    TENSOR_CORE_FP32_NAME,
+                    fp32_matmuls,
+                )
+
+                if len(fp32_matmuls(g)):
+                    c.clauses.append("FP32 matmul")
+                    c.advice["fp32mm"] = name
+                elif g["name"].astype(str).str.contains(TENSOR_CORE_FP32_NAME).any():
+                    c.clauses.append("FP32 matmul on the tensor cores (TF32 / MFMA, by its name)")
+                else:  # aten::addmm's bias broadcast: an elementwise kernel in a matmul op
+                    c.clauses.append("FP32, launched by a matmul op but no matmul kernel by its name")
         if gpu and cat == "attention" and bound == "memory" and "phase" in g and _mode(g["phase"]) == "decode":
             c.clauses.append("attention of a decode phase: its bytes are the KV cache")
             c.advice["kv"] = name

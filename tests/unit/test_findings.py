@@ -398,6 +398,12 @@ def test_fp32_mfma_and_a_matmul_ops_elementwise_kernel_are_not_fp32_matmuls_off_
     assert names == ["Cijk_Ailk_Bjlk_SB_Bi", "Cijk_Alik_Bljk_SB_Bi", "void at::native::ele"]
     assert fp32_gemm["name"].str.contains(r"_MI16x16x1_").sum() == 2 and r.device.peak_flops("fp16")
     assert len(fp32_matmuls(k)) == 0 and RULES["fp32-matmul"](r) == []
+    # so no other finding sends the reader to it: the roof finding's evidence says where the GEMMs ran
+    (below,) = RULES["memory-below-roof"](r)
+    assert "fp32-matmul finding" not in below.recommendation
+    gemms = [i for i in below.items if "_MI16x16x1_" in str(i.attrs.get("group"))]
+    assert len(gemms) == 2 and all("FP32 matmul on the tensor cores (TF32 / MFMA, by its name)" in i.label
+                                   for i in gemms)
     # the same names on the vector units (a ThreadTile, no MatrixInstruction) and a real GEMM kernel stay in
     vector = fp32_gemm.assign(name=fp32_gemm["name"].str.replace(r"_MI16x16x1_", "_TT4_4_", regex=True))
     assert len(fp32_matmuls(vector)) == 2
