@@ -16,7 +16,6 @@ a group whose limiter was not measured is listed, but its cause is not known (it
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -51,6 +50,7 @@ from ._base import (
     ranked,
     severity_for,
 )
+from .matmul_units import MATMUL_CATEGORIES, TF32_NAME, fp32_matmuls
 from .roof_causes import Causes, causes_advice, group_causes
 from .timeline import SHORT_KERNEL_NS
 
@@ -68,15 +68,6 @@ ROOF_MIN_STAKE_PCT = 1.0
 """Roofline findings need at least 1% of kernel time at stake (fewer is noise in a ranking)."""
 TOP_GROUPS = 3
 """How many kernel groups the evidence names."""
-TENSOR_CORE_FP32_NAME = re.compile(r"tf32|tensorop_s\d{3,}|_MI\d+x\d+x\d+", re.IGNORECASE)
-"""Kernel names of FP32 GEMMs that already run on the tensor / matrix cores: TF32 on NVIDIA's (cuBLAS
-``..._tf32f32_...``, cutlass ``tensorop_s1688gemm``), FP32 MFMA on AMD's (a Tensile / hipBLASLt kernel
-names its MatrixInstruction ``MI<M>x<N>x<K>``: ``Cijk_..._SB_..._MI16x16x1_...`` is
-``v_mfma_f32_16x16x1f32``; a kernel on the vector units names a ThreadTile instead)."""
-FP32_SIMT_GEMM_NAME = re.compile(r"sgemm", re.IGNORECASE)
-"""Single-precision SIMT GEMM kernels by name (cuBLAS ``volta_sgemm_*``, ``ampere_sgemm_*``, cuDNN
-``implicit_convolve_sgemm``): FP32 even when the trace records no dtype."""
-MATMUL_CATEGORIES = ("gemm", "attention")
 ROOFLINE_COLUMNS = ("precision", "arith_intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "bound",
                     "roofline_bound", "roof_flops_per_s", "pct_of_roof")
 """The columns ``classify`` fills, copied back for the re-classified rows."""
@@ -128,7 +119,7 @@ def _effective_kernels(report: Report) -> pd.DataFrame:
         return k
     fp32_mm = k.index[(k["precision"] == "fp32") & k["category"].isin(MATMUL_CATEGORIES)]
     names = text_of(k.loc[fp32_mm, "name"])
-    tf32 = names.index[names.str.contains(TENSOR_CORE_FP32_NAME)]
+    tf32 = names.index[names.str.contains(TF32_NAME)]
     if not len(tf32):
         return k
     fixed = classify(k.loc[tf32].assign(precision="tf32"), dev)
@@ -643,25 +634,6 @@ def _faster_matrix(dev: DeviceSpec) -> str | None:
     return None
 
 
-NOT_MATMUL_BY_NAME = ("elementwise", "memory", "reduction")
-"""Name-only categories (:func:`..costs.operators.category_of` without the op) of kernels that a matmul op
-launches but that do no matmul: ``aten::addmm``'s bias broadcast is an ``elementwise_kernel``."""
-
-
-def fp32_matmuls(k: pd.DataFrame) -> pd.DataFrame:
-    """GEMM/attention kernels that run FP32 off the tensor cores: precision fp32, or no precision
-    but a SIMT single-precision GEMM name (``volta_sgemm``, ``implicit_convolve_sgemm``). A kernel
-    whose own name is an elementwise, copy or reduction kernel is not one, whatever op launched it."""
-    from ..costs.operators import category_of
-
-    simt, tensor_core = re.compile(FP32_SIMT_GEMM_NAME), re.compile(TENSOR_CORE_FP32_NAME)
-    fp32 = value_mask(k, "precision", lambda p: p == "fp32")
-    unknown = value_mask(k, "precision", lambda p: p is None)
-    named = value_mask(k, "name", lambda n: n is not None and simt.search(str(n)) is not None)
-    on_tensor_cores = value_mask(k, "name", lambda n: n is not None and tensor_core.search(str(n)) is not None)
-    no_matmul = value_mask(k, "name", lambda n: n is not None and category_of(None, str(n)) in NOT_MATMUL_BY_NAME)
-    return k[value_mask(k, "category", lambda c: c in MATMUL_CATEGORIES) & (fp32 | (unknown & named))
-             & ~on_tensor_cores & ~no_matmul]
 
 
 def fp32_matmul(report: Report) -> list[Finding]:

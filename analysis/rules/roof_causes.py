@@ -53,6 +53,7 @@ from ..costs.operators import category_of
 from ..costs.quantized import PRECISION_WIDTH, kernel_precision, narrowest_operand
 from ..summaries.kernels import group_codes
 from ._base import collect_advice, from_ncu, is_cpu_report
+from .matmul_units import TENSOR_CORE_FP32_NAME, fp32_matmuls
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -528,11 +529,6 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                     c.clauses.append(f"{', '.join(off)} not a multiple of {ALIGN}")
                     c.advice["shape"] = name
             if prec == "fp32":
-                from .kernels import (  # here: .kernels imports this module
-                    TENSOR_CORE_FP32_NAME,
-                    fp32_matmuls,
-                )
-
                 if len(fp32_matmuls(g)):
                     c.clauses.append("FP32 matmul")
                     c.advice["fp32mm"] = name

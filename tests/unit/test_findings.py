@@ -409,6 +409,24 @@ def test_fp32_mfma_and_a_matmul_ops_elementwise_kernel_are_not_fp32_matmuls_off_
     assert len(fp32_matmuls(vector)) == 2
 
 
+
+def test_fp32_mfma_kernels_keep_the_fp32_roof_on_a_device_with_a_tf32_roof(fixtures_dir) -> None:
+    """FP32 MFMA runs at the FP32 matrix rate, not TF32's: classified against an MI300X (which has a TF32 roof),
+    the MI250 trace's two MFMA GEMMs stay fp32, where a kernel named for TF32 would move to the TF32 roof."""
+    from perfscope.analysis.readers.detect import import_file
+    from perfscope.analysis.rules.kernels import effective_kernels
+    from perfscope.datasheets import pick_datasheet, sheet_spec
+
+    spec = sheet_spec(pick_datasheet("MI300X")[0])
+    assert spec.peak_flops("tf32")
+    r = import_file(fixtures_dir / "kineto/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz", device=spec)
+    k = effective_kernels(r)
+    mfma = k["name"].str.contains("_MI16x16x1_")
+    assert mfma.sum() == 2 and (k.loc[mfma, "precision"] == "fp32").all()
+    renamed = r.replace(kernels=r.kernels.assign(name=r.kernels["name"].str.replace("_MI16x16x1_", "_tf32_")))
+    assert (effective_kernels(renamed).loc[mfma.to_numpy(), "precision"] == "tf32").all()
+
+
 def test_fp32_matmul_silent_on_a_bf16_model(load) -> None:
     assert RULES["fp32-matmul"](load(QWEN)) == []
 
