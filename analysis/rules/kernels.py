@@ -634,8 +634,6 @@ def _faster_matrix(dev: DeviceSpec) -> str | None:
     return None
 
 
-
-
 def fp32_matmul(report: Report) -> list[Finding]:
     """FP32 GEMM/attention kernels on a device whose tensor cores run TF32/BF16/FP16 much faster.
 
