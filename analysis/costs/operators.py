@@ -344,37 +344,73 @@ def op_cost(op: str, dims: Any, types: Any, concrete: Any = None, context: Any =
         return None
 
 
+MATMUL_CATEGORIES = ("gemm", "attention")
+"""Categories of the ops and kernels that do matrix multiplies."""
+ASIDE_BY_NAME = ("elementwise", "memory")
+"""Name-only categories (:func:`category_of` without the op) of the kernels a matmul op launches beside its
+work (:func:`launched_aside`). A reduction kernel is not one: under a matmul op it is the split-K / split-KV
+combine of the op's own work (cuBLAS ``splitKreduce_kernel``, vLLM's ``reduce_segments``)."""
+
+
 def category_of(op: str | None, kernel_name: str | None = None) -> str:
-    """A coarse category for an op or kernel name: gemm, attention, comm, memory, ..."""
+    """A coarse category for an op or kernel name: gemm, attention, comm, memory, ...
+
+    The op's category, else the kernel name's; a collective kernel is ``comm`` whatever launched it, and a
+    kernel a matmul op launched beside its work (:func:`launched_aside`) keeps its own name's category."""
+    by_name = _name_category(kernel_name)
+    if by_name == "comm" or not op:
+        return by_name
+    own = _op_category(op)
+    return by_name if own is None or _aside(own, by_name) else own
+
+
+def launched_aside(op: str | None, kernel_name: str | None) -> bool:
+    """True when a kernel ``op`` launched is not the op's own matmul: the op is a GEMM or attention op and the
+    kernel's name says element-wise or copy (``aten::addmm``'s bias copy, an ``elementwise_kernel`` before the
+    cuBLAS or Tensile GEMM). Such a kernel takes none of the op's FLOPs or bytes
+    (:func:`..readers.kineto.ops.split_by_time`)."""
+    return bool(op) and _aside(_op_category(str(op)), _name_category(kernel_name))
+
+
+def _aside(op_category: str | None, name_category: str) -> bool:
+    return op_category in MATMUL_CATEGORIES and name_category in ASIDE_BY_NAME
+
+
+def _op_category(op: str) -> str | None:
+    """The category an op's name gives (None: its name says none)."""
+    from .framework import framework_category
+
+    own = framework_category(op)
+    if own is not None:
+        return own
+    name = base_name(op)
+    if _by_name(op) is not None:
+        return "attention"
+    if name in CATEGORY_OF["gemm"]:
+        return "gemm"
+    if name in ATTENTION:
+        return "attention"
+    if name in ZERO_COST:
+        return "view"
+    if name in COPIES or name in GATHERS or name in SCATTERS or name in FILLS or name in ("cat", "stack"):
+        return "memory"
+    if name in REDUCTIONS:
+        return "reduction"
+    if "norm" in name:
+        return "norm"
+    if "softmax" in name:
+        return "softmax"
+    if name in ELEMENTWISE:
+        return "elementwise"
+    return None
+
+
+def _name_category(kernel_name: str | None) -> str:
+    """The category a kernel's name alone gives (``other``: none)."""
     text = (kernel_name or "").lower()
     if any(s in text for s in ("nccl", "allreduce", "all_reduce", "allgather", "reducescatter",
                                "all_to_all", "alltoall", "sendrecv")):
         return "comm"
-    if op:
-        from .framework import framework_category
-
-        own = framework_category(op)
-        if own is not None:
-            return own
-        name = base_name(op)
-        if _by_name(op) is not None:
-            return "attention"
-        if name in CATEGORY_OF["gemm"]:
-            return "gemm"
-        if name in ATTENTION:
-            return "attention"
-        if name in ZERO_COST:
-            return "view"
-        if name in COPIES or name in GATHERS or name in SCATTERS or name in FILLS or name in ("cat", "stack"):
-            return "memory"
-        if name in REDUCTIONS:
-            return "reduction"
-        if "norm" in name:
-            return "norm"
-        if "softmax" in name:
-            return "softmax"
-        if name in ELEMENTWISE:
-            return "elementwise"
     if any(s in text for s in ("flash", "fmha", "attention", "attn", "sdpa")):
         return "attention"  # before the GEMM markers: cuDNN's flash kernels are named ..._sm90_flash_fprop_wgmma_...
     if any(s in text for s in ("gemm", "cutlass", "cublas", "nvjet", "xmma", "sm90_", "sm80_", "wgmma", "matmul")):
@@ -386,3 +422,5 @@ def category_of(op: str | None, kernel_name: str | None = None) -> str:
     if "reduce" in text or "norm" in text:
         return "reduction"
     return "other"
+
+

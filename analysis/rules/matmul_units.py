@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from perfscope.schema import value_mask
 
-from ..costs.operators import category_of
+from ..costs.operators import MATMUL_CATEGORIES, category_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +26,6 @@ TENSOR_CORE_FP32_NAME = re.compile(f"{TF32_NAME.pattern}|{MFMA_NAME.pattern}", r
 FP32_SIMT_GEMM_NAME = re.compile(r"sgemm", re.IGNORECASE)
 """Single-precision SIMT GEMM kernels by name (cuBLAS ``volta_sgemm_*``, ``ampere_sgemm_*``, cuDNN
 ``implicit_convolve_sgemm``): FP32 even when the trace records no dtype."""
-MATMUL_CATEGORIES = ("gemm", "attention")
 NOT_MATMUL_BY_NAME = ("elementwise", "memory", "reduction")
 """Name-only categories (:func:`..costs.operators.category_of` without the op) of kernels that a matmul op
 launches but that do no matmul: ``aten::addmm``'s bias broadcast is an ``elementwise_kernel``."""

@@ -456,3 +456,34 @@ def test_pieces_of_a_graph_join_as_contiguous_runs(fixtures_dir: Path, tmp_path:
     assert parts["flops"].isna().to_numpy()[in_cut].all()
     same = ~in_cut
     assert np.allclose(parts["flops"].to_numpy()[same], whole["flops"].to_numpy()[same], equal_nan=True)
+
+
+def test_a_copy_kernel_beside_a_replayed_matmul_takes_none_of_its_ops_cost(fixtures_dir: Path, tmp_path: Path) -> None:
+    """vLLM's MoE op launches two matmul kernels and a finalize kernel per call. With the finalize kernel
+    renamed to an element-wise one (in the capture and in the replay, so the join still holds), it is set
+    aside: its own category, no FLOPs or bytes, and the two matmul kernels carry the op's whole cost."""
+    old, new = "_finalize_matmul_scatter_bf16", "_finalize_scatter_elementwise_bf16"
+    captures = _folder(tmp_path, fixtures_dir / VLLM / "capture_traces" / CAPTURES[VLLM],
+                       json.loads((fixtures_dir / VLLM / "capture_traces" / "execution_details.json").read_text()),
+                       rename=(old, new))
+    with gzip.open(fixtures_dir / VLLM / TRACES[VLLM], "rt") as fh:
+        text = fh.read()
+    assert text.count(old) > 0
+    trace = tmp_path / TRACES[VLLM]
+    with gzip.open(trace, "wt") as fh:
+        fh.write(text.replace(old, new))
+    (graph,) = read_captures(captures, found="--capture").graphs
+    k, before = _replayed(import_file(trace, capture=captures)), _replayed(_report(fixtures_dir / VLLM / TRACES[VLLM]))
+    moe = (k["op"] == "vllm::moe_forward").to_numpy()
+    aside = moe & (k["name"] == new).to_numpy()
+    assert aside.sum() > 1 and (k["category"][aside] == "elementwise").all()
+    assert k["flops"][aside].isna().all() and k["dram_bytes"][aside].isna().all()
+    assert (k["category"][moe & ~aside] == "gemm").all() and k["flops"][moe & ~aside].notna().all()
+    # each MoE call's cost, whole, on its two matmul kernels; the same total as the unrenamed trace
+    unit = graph.cols["unit"]
+    for head in np.unique(unit[moe]):
+        mine = (unit == head) & ~aside
+        assert k["flops"].to_numpy()[mine].sum() == pytest.approx(graph.cols["flops"][head], rel=1e-9)
+    assert k["flops"][moe].sum() == pytest.approx(before["flops"][moe].sum(), rel=1e-9)
+    # the graph's other kernels are priced as before
+    assert k["flops"][~moe].fillna(-1).tolist() == before["flops"][~moe].fillna(-1).tolist()

@@ -93,6 +93,73 @@ def test_kernels_inherit_their_launching_op_and_its_analytic_cost(fixtures_dir):
     assert (k["bound"].isin(["memory", "compute"])).sum() > 1000
 
 
+GEMM_INPUTS = {"aten::mm": (0, 1), "aten::addmm": (1, 2)}
+"""Where a GEMM op's ``[M, K]`` and ``[K, N]`` operands are in its ``Input Dims``."""
+
+
+def _gemm_calls(doc) -> dict[int, tuple[str, int]]:
+    """Each launch correlation of a 2-D ``aten::mm`` / ``aten::addmm`` call: (the call, its 2*M*N*K)."""
+    ext = lambda e: e.get("args", {}).get("External id", e.get("args", {}).get("external id"))
+    ops = {ext(e): e for e in events(doc, "cpu_op", "Operator") if e["name"] in GEMM_INPUTS}
+    out = {}
+    for rt in events(doc, "cuda_runtime", "Runtime", "cuda_driver"):
+        op = ops.get(ext(rt))
+        if op is None or "correlation" not in rt.get("args", {}):
+            continue
+        a, b = GEMM_INPUTS[op["name"]]
+        dims = op["args"].get("Input Dims", [])
+        if len(dims) > b and len(dims[a]) == 2 and len(dims[b]) == 2:
+            (m, kk), (_, n) = dims[a], dims[b]
+            out[rt["args"]["correlation"]] = (f"{op['name']}@{op['ts']}", 2 * m * n * kk)
+    return out
+
+
+def test_a_gemm_ops_flops_go_to_its_gemm_kernels_not_to_the_copy_it_launches_beside_them(fixtures_dir):
+    """``aten::addmm`` launches its bias copy (an element-wise copy kernel) beside its GEMM. Every kernel of a
+    2-D mm/addmm call whose own name says element-wise or copy takes its name's category and none of the
+    call's FLOPs; the call's other kernels carry all of them, 2*M*N*K from its recorded shapes. Checked on
+    every Kineto fixture (cuBLAS on a V100 with split-K, Tensile on an MI250, cuBLAS on an H100)."""
+    from perfscope.analysis.costs.operators import category_of
+
+    checked, aside, calls_with_aside = 0, 0, set()
+    for rel in _kineto_fixtures():
+        doc = load_json(fixtures_dir / rel)
+        calls = _gemm_calls(doc)
+        if not calls:
+            continue
+        k = read_kineto(fixtures_dir / rel).kernels
+        k = k[k["correlation"].isin(list(calls))]
+        by_call: dict[str, list] = defaultdict(list)
+        for row in k.itertuples():
+            by_call[calls[row.correlation][0]].append(row)
+        for call, rows in by_call.items():
+            want = calls[rows[0].correlation][1]
+            own = [r for r in rows if category_of(None, r.name) not in ("elementwise", "memory")]
+            beside = [r for r in rows if r not in own]
+            for r in beside:
+                assert r.category == category_of(None, r.name) and r.flops != r.flops, (rel, call, r.name)
+            assert own, (rel, call)
+            assert sum(r.flops for r in own) == pytest.approx(want), (rel, call)
+            assert all(r.category == "gemm" for r in own), (rel, call)
+            checked += 1
+            aside += len(beside)
+            calls_with_aside |= {(rel, call)} if beside else set()
+    assert checked > 100
+    assert aside >= 7 and {rel for rel, _ in calls_with_aside} >= {OLD, f"{K}/hta_amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"}
+
+
+def test_split_by_time_gives_kernels_set_aside_nothing_unless_their_whole_op_is_set_aside():
+    import numpy as np
+
+    from perfscope.analysis.readers.kineto.ops import split_by_time
+
+    got = split_by_time(np.array([10.0, 10, 10, 6, 6]), np.array([0, 0, 0, 1, 1]), np.array([3.0, 1, 0, 0, 0]),
+                        np.array([True, False, True, False, False]))
+    # op 0: the two kernels that take share 10 by time (3 : 0); op 1: none takes, so both share it equally
+    assert np.isnan(got[1]) and got[[0, 2, 3, 4]].tolist() == [10.0, 0.0, 3.0, 3.0]
+    assert split_by_time(np.array([8.0, 8]), np.array([0, 0]), np.array([1.0, 3])).tolist() == [2.0, 6.0]
+
+
 def test_kernels_without_a_launch_record_stay_unknown(fixtures_dir):
     doc = load_json(fixtures_dir / QWEN)
     launched = {e["args"]["correlation"] for e in events(doc, "cuda_runtime", "cuda_driver")}

@@ -61,11 +61,11 @@ from perfscope.schema import factorize
 
 from ...costs.args import OpContext, StepAttention, step_attention
 from ...costs.base import ATTENTION, CATEGORY_OF
-from ...costs.operators import base_name, category_of, needs_step, op_cost
+from ...costs.operators import base_name, category_of, launched_aside, needs_step, op_cost
 from ...tree import PHASES
 from .capture import SOURCE as CAPTURE_SOURCE
 from .capture import CaptureLoader, CaptureSet, join_graph, step_batch
-from .ops import ANN, CpuNodes, _first_dtype, _json, op_costs
+from .ops import ANN, CpuNodes, _first_dtype, _json, op_costs, pair_flags, split_by_time
 
 GRAPH_LAUNCH = "GraphLaunch"
 """Substring of the launch calls that replay a graph (``cudaGraphLaunch``, ``cuGraphLaunch``,
@@ -261,11 +261,15 @@ class _Context:
                 modules = self.cols.setdefault(CAPTURE_MODULE, np.full(len(self.k.names), None, dtype=object))
                 modules[idx[todo]] = found["module"][todo]
                 self.joined.append(len(idx))
-            flops = _split(found["flops"], found["unit"], dur)
-            nbytes = _split(found["dram_bytes"], found["unit"], dur)
+            unit = found["unit"]
+            aside = pair_flags(found["op"], self.k.names[idx], launched_aside)
+            flops = split_by_time(found["flops"][unit], unit, dur, ~aside)
+            nbytes = split_by_time(found["dram_bytes"][unit], unit, dur, ~aside)
             # a unit (a GEMM and its reduction, the fused kernels of one segment) is priced whole
-            # by one method, or its cost would be counted twice
-            take = todo & ~np.isnan(flops) & ~np.isin(found["unit"], found["unit"][~todo])
+            # by one method, or its cost would be counted twice; a kernel launched aside its op's
+            # work goes with its op, uncosted
+            priced = ~np.isnan(flops) | (aside & ~np.isnan(found["flops"][unit]))
+            take = todo & priced & ~np.isin(unit, unit[~todo])
             for c in COLUMNS:
                 self.cols[c][idx[take]] = found[c][take]
             self.cols["flops"][idx[take]], self.cols["dram_bytes"][idx[take]] = flops[take], nbytes[take]
@@ -628,14 +632,6 @@ def _segments(roles: list[str]) -> dict[int, list[int]]:
         elif r == "fused":
             out.setdefault(seen, []).append(i)
     return out
-
-
-def _split(values: np.ndarray, unit: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Each unit's value (held at the unit's head) split over its kernels by kernel time."""
-    total = np.bincount(unit, weights=dur, minlength=len(unit))[unit]
-    count = np.bincount(unit, minlength=len(unit))[unit]
-    frac = np.where(total > 0, dur / np.where(total > 0, total, 1.0), 1.0 / count)
-    return values[unit] * frac
 
 
 def _geometry(op: _RefOp) -> tuple[int, int, int] | None:

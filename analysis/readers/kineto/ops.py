@@ -29,6 +29,7 @@ from ...costs.operators import (
     base_name,
     category_of,
     has_formula,
+    launched_aside,
     needs_step,
     op_cost,
 )
@@ -36,7 +37,7 @@ from ...tree import Nesting, nest
 from .parse import ParsedTrace, clean_text
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 ANN, OP, API = 0, 1, 2
 """Node kinds: the index of ``ann``, ``op``, ``api`` in ``kineto_parse.CPU_KINDS``."""
@@ -337,6 +338,35 @@ def first_along(start: np.ndarray, flag: np.ndarray, ancestor: np.ndarray, limit
     return out
 
 
+def split_by_time(values: np.ndarray, group: np.ndarray, dur: np.ndarray,
+                  takes: np.ndarray | None = None) -> np.ndarray:
+    """Each kernel's share of its group's value (``values``: the group's, at each kernel), split over the
+    group's kernels by kernel time (equally where their time is 0). With ``takes``, only the kernels it marks
+    share the value and the others get NaN (a kernel :func:`launched_aside`), unless none of the group's
+    kernels is marked: then all of them share it, so that no op's count is lost."""
+    dur = np.asarray(dur, dtype="float64")
+    if takes is None:
+        takes = np.ones(len(group), dtype=bool)
+    marked = np.bincount(group, weights=takes.astype("float64"), minlength=len(group))[group] > 0
+    takes = takes | ~marked
+    weight = np.where(takes, dur, 0.0)
+    total = np.bincount(group, weights=weight, minlength=len(group))[group]
+    count = np.bincount(group, weights=takes.astype("float64"), minlength=len(group))[group]
+    frac = np.where(total > 0, weight / np.where(total > 0, total, 1.0), takes / np.where(count > 0, count, 1.0))
+    return np.where(takes, values * frac, np.nan)
+
+
+def per_pair(ops: np.ndarray, names: np.ndarray, fn: Callable[[Any, Any], Any]) -> list[Any]:
+    """``fn(op, kernel name)`` for each kernel, computed once per distinct pair."""
+    memo: dict[tuple[Any, Any], Any] = {}
+    return [memo[key] if key in memo else memo.setdefault(key, fn(*key)) for key in zip(ops.tolist(), names.tolist())]
+
+
+def pair_flags(ops: np.ndarray, names: np.ndarray, fn: Callable[[Any, Any], bool]) -> np.ndarray:
+    """:func:`per_pair` of a yes/no test, as a boolean array."""
+    return np.array(per_pair(ops, names, fn), dtype=bool).reshape(-1)
+
+
 def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
                       nodes: CpuNodes, launcher: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The costed op's name, inputs and FLOPs/bytes for each kernel, split by kernel time; a
@@ -361,22 +391,17 @@ def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
         ops, inverse = np.unique(cost_op[has], return_inverse=True)
         inverse = inverse.reshape(-1)
         costs = op_costs(nodes, ops)
-        mine = dur[has].astype("float64")
-        total = np.bincount(inverse, weights=mine)[inverse]
-        count = np.bincount(inverse)[inverse]
-        frac = np.where(total > 0, mine / np.where(total > 0, total, 1.0), 1.0 / count)
         cols["op"][has] = nodes.names(ops)[inverse]
         for name, values in op_inputs(nodes, ops).items():
             cols[name][has] = values[inverse]
-        flops[has] = costs["flops"][inverse] * frac
-        nbytes[has] = costs["dram_bytes"][inverse] * frac
+        takes = ~pair_flags(cols["op"][has], names[has], launched_aside)
+        flops[has] = split_by_time(costs["flops"][inverse], inverse, dur[has], takes)
+        nbytes[has] = split_by_time(costs["dram_bytes"][inverse], inverse, dur[has], takes)
         cols["precision"][has] = costs["precision"][inverse]
     stated = per_distinct_text(names, kernel_precision)
     cols["precision"] = np.where(has & pd.notna(stated), stated, cols["precision"])
     known = ~np.isnan(flops)
     moved = ~np.isnan(nbytes)
-    memo: dict[tuple[Any, Any], str] = {}
-    category = [memo[key] if key in memo else memo.setdefault(key, category_of(*key))
-                for key in zip(cols["op"].tolist(), names.tolist())]
+    category = per_pair(cols["op"], names, category_of)
     return {**cols, "flops": flops, "dram_bytes": nbytes, "category": np.array(category, dtype=object),
             "flops_source": labels(known, "analytic", None), "bytes_source": labels(moved, "analytic", None)}
