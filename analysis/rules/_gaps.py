@@ -28,6 +28,7 @@ from perfscope.shapes import shapes_text
 from ..idle import (
     GRAPH_KINDS,
     HOST_KINDS,
+    LAUNCH_API,
     function_label,
     gap_ids,
     gap_lengths,
@@ -186,7 +187,10 @@ def _label(kind: str, key: dict[str, str], time_ns: float, slices: int, gaps: in
     if kind == "graph":
         return f"{head}: between the nodes of a graph replay ({key.get('api') or 'graph launch'}); no host call queued them"
     if kind == "profiler":
-        return f"{head}: the profiler's own work ({key.get('api') or key.get('range') or 'buffer flushes'})"
+        api = key.get("api")
+        if api and LAUNCH_API.search(str(api)):
+            return f"{head}: the profiler replaying kernels to count hardware counters, inside {api}"
+        return f"{head}: the profiler's own work ({api or key.get('range') or 'buffer flushes'})"
     if kind == "unrecorded":
         return (f"{head}{extra}{at}: the GPU was likely running kernels the trace does not hold (a kernel filter, "
                 "sampling or lost records); not idle time")
@@ -484,9 +488,8 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
             api, n, of_pct, longest_ns = long
             calls = (f"one {api} call of {duration(longest_ns)}" if n == 1 else
                      f"{n:,} {api} calls of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(longest_ns)})")
-            return (f"{head}, {of_pct:.0f}% of it in {calls}: "
-                    f"{BLOCKED_LAUNCH.format(calls='this call was' if n == 1 else 'these calls were')}; what remains "
-                    "is the per-launch cost.")
+            return (f"{head}, {of_pct:.0f}% of it in {calls}: {blocked_launch_text(n, queue_empty=True)}; what "
+                    "remains is the per-launch cost.")
         return _overhead(head, ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather "
                          "than speeding them up: ", graphs, graph_run)
     if kind == "cpu compute":
@@ -584,24 +587,73 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                 "--kernel-include-regex / --kernel-exclude-regex, the whole dispatch range, no sampling) to measure it, "
                 "or read the rest as measured.")
     if kind == "profiler":
-        return (f"For {share:.0f}% of the idle time the profiler itself was working (buffer flushes, start-up). "
-                "This is measurement overhead, not the program's: profile more steps after a warm-up "
-                "(torch.profiler.schedule), record fewer event kinds (with_stack, record_shapes off), and read the "
-                "other causes.")
+        return _profiler_advice(share, idle[idle["cause"] == "profiler"])
     return (f"{share:.0f}% has no host activity around it: the host side was not recorded there, so its cause is "
             "unknown. Record the CPU side "
             "too (torch.profiler with ProfilerActivity.CPU and with_stack=True, nsys with --trace=cuda,nvtx,osrt) "
             "to see why the GPU waits.")
 
 
+def _profiler_advice(share: float, rows: pd.DataFrame) -> str:
+    """What the profiler's own time (``rows``, :data:`..idle.CAUSES` ``profiler``) was, by the calls it fell in:
+    launch calls in which it replayed each kernel to count hardware counters (a trace that says it collected
+    them, ``report.params['counter_replays']``), else its buffer flushes and start-up."""
+    calls = rows["api"].astype("object") if "api" in rows else pd.Series(None, index=rows.index, dtype=object)
+    launch = value_mask(rows.assign(api=calls), "api", lambda a: a is not None and LAUNCH_API.search(str(a)) is not None)
+    dur = rows["duration_ns"].to_numpy(np.float64, na_value=0.0)
+    total = float(dur.sum())
+    replay = pct(float(dur[launch].sum()), total) if total > 0 else 0.0
+    said = []
+    if replay > 0:
+        names = calls[launch].dropna().astype(str)
+        api = names.mode().iloc[0] if len(names) else "launch"
+        said.append(f"For {share * replay / 100:.0f}% of the idle time the host was inside {int(launch.sum()):,} {api} "
+                    f"calls (the longest {duration(float(dur[launch].max()))}) in which the "
+                    "profiler replayed each kernel to collect hardware counters (the trace holds its counter records: "
+                    "CUPTI's range profiler, torch.profiler's experimental_config profiler_metrics), not in the "
+                    "launches themselves. This is measurement overhead, not the program's: time the run without "
+                    "counter collection, and collect counters in a run of their own (or with Nsight Compute on the "
+                    "kernels that matter).")
+    if replay < 100:
+        said.append(f"For {share * (100 - replay) / 100:.0f}% of the idle time the profiler itself was working (buffer "
+                    "flushes, start-up). This is measurement overhead, not the program's: profile more steps after a "
+                    "warm-up (torch.profiler.schedule), record fewer event kinds (with_stack, record_shapes off), and "
+                    "read the other causes.")
+    return " ".join(said)
+
+
 LONG_LAUNCH_NS = 1_000_000
 """A launch slice this long is one blocked call (a launch itself takes 5-20 µs)."""
-BLOCKED_LAUNCH = ("a launch costs 5-20 µs, so {calls} blocked, most often by the first launch of a kernel loading its "
-                  "code module (lazy loading, JIT compilation), by a full launch queue, or by a profiler replaying "
-                  "each kernel to collect hardware counters (torch.profiler's profiler_metrics, Nsight Compute). Run "
-                  "the step once before profiling so that loading is not in the measured time, and time it without "
-                  "counter collection")
-"""Why launch calls of :data:`LONG_LAUNCH_NS` or more take that long, and what to do (``{calls}``: which were)."""
+def blocked_launch_text(n: int, *, replays: int = 0, first: int | None = None, queue_empty: bool = False) -> str:
+    """Why ``n`` launch calls of :data:`LONG_LAUNCH_NS` or more took that long, from what the trace shows, and what
+    to do: the profiler's counter replay when the trace holds its records (``replays``: how many); else the
+    causes the trace rules out (``queue_empty``: the GPU had nothing queued during the calls, idle or running
+    each kernel as its call returned, so no full launch queue held them) and ``first``, how many of them launched a kernel for the first time in the
+    trace (module loading), None when the trace does not say which kernels they launched."""
+    calls = "this call was" if n == 1 else "these calls were"
+    head = f"a launch costs 5-20 µs, so {calls} blocked"
+    if replays:
+        return (f"{head} by the profiler: it replayed each kernel inside its launch call to collect hardware counters "
+                f"(the trace holds counter records of {replays:,} launches). Time the run without counter collection")
+    ruled_out = "the trace records no counter collection"
+    if queue_empty:
+        ruled_out = (f"the GPU had nothing queued while {'it' if n == 1 else 'they'} ran (it was idle, or ran the "
+                     "kernel as the call returned), so no full launch queue held it, and " + ruled_out)
+    load = ("loading its code module (lazy loading, JIT compilation). Run the step once before profiling so that "
+            "loading is not in the measured time")
+    unknown = "a driver lock, another process on the GPU, the host being descheduled" + ("" if queue_empty else
+                                                                                       ", a full launch queue")
+    if first is None:
+        cause = f"The likeliest cause left is a kernel's first launch {load}"
+    elif first == n:
+        cause = (f"{'It' if n == 1 else 'Each'} launched a kernel for the first time in the trace: {load}")
+    elif first:
+        cause = (f"{first} of them launched a kernel for the first time in the trace ({load}); what blocked the "
+                 f"other {n - first}, which launched kernels launched before, the trace does not show ({unknown})")
+    else:
+        cause = (f"{'It' if n == 1 else 'Each'} launched a kernel launched before in the trace, so it was not "
+                 f"module loading: what blocked {'it' if n == 1 else 'them'} the trace does not show ({unknown})")
+    return f"{head}; {ruled_out}. {cause}"
 
 
 def blocked_calls(calls_ns: np.ndarray) -> np.ndarray | None:
@@ -610,6 +662,18 @@ def blocked_calls(calls_ns: np.ndarray) -> np.ndarray | None:
     every launch); None when they do not, and the time is the per-launch cost."""
     long = calls_ns >= LONG_LAUNCH_NS
     return long if long.any() and float(calls_ns[long].sum()) >= 0.5 * float(np.nansum(calls_ns)) else None
+
+
+def first_launches(kernels: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
+    """For the kernels at ``positions`` (rows of ``kernels``), whether each is the first of its name on its device
+    in the trace (by start): the launch that loads the kernel's code module where modules load lazily."""
+    if not len(positions):
+        return np.zeros(0, dtype=bool)
+    cols = [c for c in ("device", "name") if c in kernels]
+    order = np.argsort(kernels["start_ns"].to_numpy(np.int64), kind="stable")
+    first = np.zeros(len(kernels), dtype=bool)
+    first[order] = ~kernels.iloc[order][cols].astype("object").duplicated().to_numpy()
+    return first[np.asarray(positions, dtype=np.int64)]
 
 
 def _long_launch(idle: pd.DataFrame) -> tuple[str, int, float, float] | None:

@@ -52,9 +52,10 @@ from ._base import (
     top_groups,
 )
 from ._gaps import (
-    BLOCKED_LAUNCH,
     LONG_LAUNCH_NS,
     blocked_calls,
+    blocked_launch_text,
+    first_launches,
     gap_table,
     graphs_remove,
     grouped_items,
@@ -729,9 +730,12 @@ def _launch_finding(report: Report, device: str, m: pd.DataFrame, launch: tuple[
         others = calls_ns[~long]
         rest = (f" The other {len(others):,} calls take a median {duration(float(np.median(others)))} each."
                 if len(others) else "")
+        blocked = blocked_launch_text(int(long.sum()), replays=int((report.params or {}).get("counter_replays") or 0),
+                                      first=int(first_launches(report.kernels, m.index.to_numpy()[long]).sum()),
+                                      queue_empty=bool((delay[long] < STARVED_NS).all()))
         advice = (f"{100 * calls_ns[long].sum() / api_ns:.0f}% of the launch-call time is in {int(long.sum())} call(s) "
                   f"of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(float(calls_ns.max()))}): "
-                  f"{BLOCKED_LAUNCH.format(calls='these calls were')}; CUDA graphs would not remove it." + rest)
+                  f"{blocked}; CUDA graphs would not remove it." + rest)
     else:
         advice = _per_launch_advice(report, m, call_start, calls_ns, evidence)
     if mode is not None:

@@ -489,6 +489,11 @@ def kineto_cases() -> list[Case]:
             ("negative-durations", _edit_json(seed_kineto, _events(lambda e: e.update(dur=-3.95)))),
             ("wrong-types", _edit_json(seed_kineto, _events(lambda e: e.update(dur=[1], ts={"a": 1}, args="lots")))),
             ("huge-integers", _edit_json(seed_kineto, _events(lambda e: e.update(ts=10**30)))),
+            # counter ranges (CUPTI's range profiler): every event one, with names and args no range has
+            ("counter-ranges", _edit_json(seed_kineto, _events(lambda e: e.update(
+                cat="cuda_profiler_range", name=[1, {"a": None}], args={"smsp__x.sum": "lots", "": [None]})))),
+            ("counter-ranges-bad-times", _edit_json(seed_kineto, _events(lambda e: e.update(
+                cat="cuda_profiler_range", ts=float("nan"), dur=-1, args=7)))),
             ("top-is-a-list-of-lists", _json_file("trace.json", [[1, 2], [3]]))]
 
 

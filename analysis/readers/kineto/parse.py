@@ -55,6 +55,7 @@ KIND_OF_CAT = {
     "cuda_driver": "api",
     "python_function": "py",
     "cpu_instant_event": "mem",
+    "cuda_profiler_range": "prof",
 }
 """Lower-cased ``cat`` -> the kind of row it feeds."""
 
@@ -80,6 +81,7 @@ FIELDS = {
     "api": ("name", "thread", "tid", "ts", "dur", "corr", "ext", "driver", "kernel"),
     "py": ("name", "thread", "tid", "ts", "dur", "pyid", "pyparent"),
     "mem": ("tid", "ts", "mbytes", "total_alloc", "total_res", "addr", "dev_id", "dev_type"),
+    "prof": ("name", "ts", "dur"),
 }
 """Columns kept per kind: ``ts``/``dur`` in microseconds (float64), ids and sizes as float64
 (NaN when absent or not an exact integer), names, thread keys (``pid:tid``), grid and block as
@@ -89,7 +91,10 @@ int32 codes into :attr:`ParsedTrace.strings`, ``kernel`` the kernel a launch cal
 process group a collective kernel names (``Process Group Name``, PyTorch 2.x NCCL kernels). ``py`` holds
 the ``python_function`` events of traces recorded ``with_stack`` (``pyid``/``pyparent``: their
 ``Python id`` / ``Python parent id`` links), kept apart from the CPU nesting; the reader makes
-module ranges of them."""
+module ranges of them. ``prof`` holds the ``cuda_profiler_range`` events of a trace whose profiler
+collected hardware counters with CUPTI's range profiler (torch.profiler's ``experimental_config``
+``profiler_metrics``): one per kernel launch, named by its kernel, each kernel replayed to count them;
+their ``ts``/``dur`` are the profiler's, not the kernel's."""
 
 
 _NO_RAW = msgspec.Raw()
@@ -562,7 +567,7 @@ class _Columns:
     def __init__(self) -> None:
         cpu_fields = sorted({f for k in CPU_KINDS for f in FIELDS[k]}) + ["kind"]
         self.cpu = {f: array(_TYPECODE[_dtype(f)]) for f in cpu_fields}
-        self.gpu = {k: {f: array(_TYPECODE[_dtype(f)]) for f in FIELDS[k]} for k in ("kernel", "memcpy", "memset", "py", "mem")}
+        self.gpu = {k: {f: array(_TYPECODE[_dtype(f)]) for f in FIELDS[k]} for k in ("kernel", "memcpy", "memset", "py", "mem", "prof")}
         self.strings = _Interner()
         self.sig_index: dict[Any, int] = {}
         self.sigs: list[tuple[Any, Any, Any]] = []
@@ -619,7 +624,7 @@ def kind_of(cat: Any) -> str | None:
 
 _PH_CAT = attrgetter("ph", "cat")
 _CAT = attrgetter("cat")
-_KINDS = (None, "op", "ann", "kernel", "memcpy", "memset", "api", "py", "mem", "op", None)
+_KINDS = (None, "op", "ann", "kernel", "memcpy", "memset", "api", "py", "mem", "prof", "op", None)
 """Kind of each routing code (0: skipped); then an op filed as ``Operator`` (2021 traces, which
 file ranges as ``Operator`` too); last, an instant of the fast decoder, routed by its own cat."""
 _OPERATOR = len(_KINDS) - 2
@@ -731,8 +736,11 @@ def _route_kind(kind: str, evs: list[Event], cols: _Columns) -> None:
         ts, dur = ts[ok], dur[ok]
     if not evs:
         return
-    args = [] if kind == "ann" else _kind_args(kind, evs)  # an annotation reads no args
     names = cols.strings.names_of(evs)
+    if kind == "prof":  # a counter range: its kernel's name (its args are counters no row reads)
+        cols.add(kind, name=names, ts=ts, dur=dur)
+        return
+    args = [] if kind == "ann" else _kind_args(kind, evs)  # an annotation reads no args
     if kind == "py":
         cols.add(kind, name=names, ts=ts, dur=dur, thread=cols.strings.threads_of(evs),
                  tid=_ids_of(evs, "tid"), pyid=_ids_of(args, "pyid"), pyparent=_ids_of(args, "pyparent"))

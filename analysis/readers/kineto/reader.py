@@ -90,6 +90,7 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
     n_kernels, n_ops = trace.count("kernel"), trace.count("op")
     meta, notes = trace.meta, trace.warnings
     n_py = trace.count("py")
+    n_replays = trace.count("prof")
     has_gpu = n_kernels > 0 or gpu_calls(trace)
     frontend = frontend_markers(trace) if not has_gpu else ()
     manifest: dict[str, Any] = {"name": Path(path).name.split(".")[0], "partial": trace.partial,
@@ -97,6 +98,9 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
                                            "with_stack": bool(meta.get("with_stack")) or n_py > 0}}
     if (record := captures.manifest()) is not None:
         manifest["params"]["capture_traces"] = record
+    if n_replays:
+        manifest["params"]["counter_replays"] = n_replays  # the kernel launches replayed for counters
+        warnings.append(counter_replay_warning(n_replays, n_kernels))
     del trace  # its columns are no longer needed: free them before the tables are checked
     spec = device or device_from_meta(meta, has_gpu=has_gpu)
     warnings += device_properties_warning(meta)
@@ -123,6 +127,14 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
 
 
 read = read_kineto
+
+def counter_replay_warning(replays: int, kernels: int) -> str:
+    """What a trace whose profiler replayed ``replays`` kernel launches for hardware counters means for its times."""
+    timed = "it records no kernel timings, and " if not kernels else ""
+    return (f"the profiler collected hardware counters by replaying {replays:,} kernel launch(es) inside their launch "
+            f"calls (the trace's cuda_profiler_range records: CUPTI's range profiler, torch.profiler's "
+            f"experimental_config profiler_metrics): {timed}its launch and operator times include the replays. Time "
+            f"the run without counter collection, and collect counters in a run of their own")
 
 
 # ---------------------------------------------------------------------------- time
