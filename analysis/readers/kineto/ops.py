@@ -387,14 +387,17 @@ def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
     cols: dict[str, np.ndarray] = {c: np.full(n, None, dtype=object)
                                    for c in ("op", "op_shapes", "op_input_types", "dtype", "precision")}
     flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
+    ops, inverse = np.unique(cost_op[has], return_inverse=True)
+    inverse = inverse.reshape(-1)
+    cols["op"][has] = nodes.names(ops)[inverse]
+    # each kernel's category and whether its op launched it beside its work, in one pass per distinct pair
+    pairs = per_pair(cols["op"], names, lambda op, name: (category_of(op, name), launched_aside(op, name)))
+    category = np.array([c for c, _ in pairs], dtype=object)
     if has.any():
-        ops, inverse = np.unique(cost_op[has], return_inverse=True)
-        inverse = inverse.reshape(-1)
         costs = op_costs(nodes, ops)
-        cols["op"][has] = nodes.names(ops)[inverse]
         for name, values in op_inputs(nodes, ops).items():
             cols[name][has] = values[inverse]
-        takes = ~pair_flags(cols["op"][has], names[has], launched_aside)
+        takes = ~np.array([a for _, a in pairs], dtype=bool)[has]
         flops[has] = split_by_time(costs["flops"][inverse], inverse, dur[has], takes)
         nbytes[has] = split_by_time(costs["dram_bytes"][inverse], inverse, dur[has], takes)
         cols["precision"][has] = costs["precision"][inverse]
@@ -402,6 +405,5 @@ def attributed_costs(names: np.ndarray, dur: np.ndarray, cost_op: np.ndarray,
     cols["precision"] = np.where(has & pd.notna(stated), stated, cols["precision"])
     known = ~np.isnan(flops)
     moved = ~np.isnan(nbytes)
-    category = per_pair(cols["op"], names, category_of)
-    return {**cols, "flops": flops, "dram_bytes": nbytes, "category": np.array(category, dtype=object),
+    return {**cols, "flops": flops, "dram_bytes": nbytes, "category": category,
             "flops_source": labels(known, "analytic", None), "bytes_source": labels(moved, "analytic", None)}
