@@ -579,7 +579,41 @@ def idle_rows(report: Report) -> pd.DataFrame:
     slices, words = _classified(report)
     rows = len(report.kernels) + len(report.transfers)
     release_free_memory(rows)  # what the classification read and its chunks' working arrays
-    return _table(slices, words, rows) if slices else pd.DataFrame()
+    if not slices:
+        return pd.DataFrame()
+    out = _table(slices, words, rows)
+    out["first_launch"] = _first_launch(report.kernels, out)
+    return out
+
+
+def first_launches(kernels: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
+    """For the kernels at ``positions`` (rows of ``kernels``), whether each is the first of its name on its device
+    in the trace (by start): the launch that loads the kernel's code module where modules load lazily."""
+    if not len(positions):
+        return np.zeros(0, dtype=bool)
+    cols = [c for c in ("device", "name") if c in kernels]
+    order = np.argsort(kernels["start_ns"].to_numpy(np.int64), kind="stable")
+    first = np.zeros(len(kernels), dtype=bool)
+    first[order] = ~kernels.iloc[order][cols].astype("object").duplicated().to_numpy()
+    return first[np.asarray(positions, dtype=np.int64)]
+
+
+def _first_launch(kernels: pd.DataFrame, idle: pd.DataFrame) -> pd.arrays.BooleanArray:
+    """The ``first_launch`` column of the idle table ``idle``: per launch slice whose call's correlation id names
+    exactly one kernel, whether that kernel is its name's first on its device (:func:`first_launches`); missing
+    elsewhere."""
+    n = len(idle)
+    known, value = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    corr = idle["correlation"].to_numpy(np.float64, na_value=np.nan)
+    at = np.flatnonzero((idle["cause"] == "launch").to_numpy(bool) & ~np.isnan(corr))
+    if len(at) and len(kernels) and "correlation" in kernels:
+        kc = kernels["correlation"].to_numpy(np.float64, na_value=np.nan)
+        one = ~np.isnan(kc) & ~pd.Series(kc).duplicated(keep=False).to_numpy()  # a graph replay's kernels share one
+        hit = pd.Index(kc[one]).get_indexer(corr[at])
+        found = hit >= 0
+        known[at[found]] = True
+        value[at[found]] = first_launches(kernels, np.flatnonzero(one)[hit[found]])
+    return pd.arrays.BooleanArray(value, ~known)
 
 
 def _device_work(report: Report) -> pd.DataFrame:
@@ -736,6 +770,9 @@ class _Context:
         self.copies = _copy_calls(report, api, is_cause["copy"])
         self.copy_names = vocab.codes(self.copies["name"].astype("object").to_numpy())
         self.calls = {c: _sorted_calls(api, is_cause[c]) for c in ("profiler", "sync", "launch")}
+        launches = api[is_cause["launch"]].sort_values("start_ns", kind="stable")  # in self.calls["launch"]'s order
+        self.launch_corr = (launches["correlation"].to_numpy(np.float64, na_value=np.nan) if "correlation" in api
+                            else np.full(len(launches), np.nan))
         self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
         # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
         to_host = (self.copies["kind"].astype("object") == "DtoH").to_numpy(bool) if len(self.copies) else np.zeros(0, bool)
@@ -1025,6 +1062,8 @@ class _Context:
             at = np.flatnonzero((cause == C[c]) & (api < 0))
             row = _call_at(call_set, mid[at])
             api[at[row >= 0]] = self.call_names[c][row[row >= 0]]
+            if c == "launch":  # which kernel the call launched (first_launch)
+                corr[at[row >= 0]] = self.launch_corr[row[row >= 0]]
         return self._joined(a, b, gap, {
             "cause": cause, "host_kind": kind, "range": names, "api": api, "op": op, "op_shapes": op_shapes,
             "function": function, "wait": wait}, corr, nbytes, pinned,

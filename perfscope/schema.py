@@ -301,9 +301,12 @@ IDLE_COLUMNS = _cols(
      "(time.sleep, lock acquire) the host was in"),
     ("gap", "int", False, "the gap (idle interval between two pieces of device work) the slice belongs to, numbered "
      "per device from 0"),
-    ("correlation", "int", False, "the copy call's correlation id (graph: the replay's)"),
+    ("correlation", "int", False, "the copy call's correlation id (launch: the launch call's; graph: the replay's)"),
     ("bytes", "float", False, "bytes of the copy the call made (copies)"),
     ("pinned", "bool", False, "the copy's host memory is pinned (None when unknown)"),
+    ("first_launch", "bool", False, "launch slices: the call launched the first kernel of its name on its device in "
+     "the trace (where modules load lazily, the launch that loads its code); None on other slices and where the "
+     "trace does not say which kernel the call launched"),
     ("window_ns", "float", False, "length of the device's window (inference window, or first to last work), ns"),
     ("window_pct", "float", False, "the slice's share of that window, percent"),
     ("unrecorded_dispatches", "int", False, "unrecorded slices: the dispatch ids the whole trace lacks between the "

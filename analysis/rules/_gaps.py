@@ -485,10 +485,10 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
         head = f"The host was inside launch calls for {share:.0f}% of the idle time"
         long = _long_launch(idle)
         if long is not None:  # blocked calls, not the per-launch cost: graphs would not remove it
-            api, n, of_pct, longest_ns = long
+            api, n, of_pct, longest_ns, first = long
             calls = (f"one {api} call of {duration(longest_ns)}" if n == 1 else
                      f"{n:,} {api} calls of {duration(LONG_LAUNCH_NS)} or longer (the longest {duration(longest_ns)})")
-            return (f"{head}, {of_pct:.0f}% of it in {calls}: {blocked_launch_text(n, queue_empty=True)}; what "
+            return (f"{head}, {of_pct:.0f}% of it in {calls}: {blocked_launch_text(n, first=first, queue_empty=True)}; what "
                     "remains is the per-launch cost.")
         return _overhead(head, ": the CPU cannot queue kernels as fast as the GPU runs them. Remove launches rather "
                          "than speeding them up: ", graphs, graph_run)
@@ -638,7 +638,8 @@ def blocked_launch_text(n: int, *, replays: int = 0, first: int | None = None, q
     ruled_out = "the trace records no counter collection"
     if queue_empty:
         ruled_out = (f"the GPU had nothing queued while {'it' if n == 1 else 'they'} ran (it was idle, or ran the "
-                     "kernel as the call returned), so no full launch queue held it, and " + ruled_out)
+                     f"kernel as the call returned), so no full launch queue held {'it' if n == 1 else 'them'}, and "
+                     + ruled_out)
     load = ("loading its code module (lazy loading, JIT compilation). Run the step once before profiling so that "
             "loading is not in the measured time")
     unknown = "a driver lock, another process on the GPU, the host being descheduled" + ("" if queue_empty else
@@ -664,20 +665,9 @@ def blocked_calls(calls_ns: np.ndarray) -> np.ndarray | None:
     return long if long.any() and float(calls_ns[long].sum()) >= 0.5 * float(np.nansum(calls_ns)) else None
 
 
-def first_launches(kernels: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
-    """For the kernels at ``positions`` (rows of ``kernels``), whether each is the first of its name on its device
-    in the trace (by start): the launch that loads the kernel's code module where modules load lazily."""
-    if not len(positions):
-        return np.zeros(0, dtype=bool)
-    cols = [c for c in ("device", "name") if c in kernels]
-    order = np.argsort(kernels["start_ns"].to_numpy(np.int64), kind="stable")
-    first = np.zeros(len(kernels), dtype=bool)
-    first[order] = ~kernels.iloc[order][cols].astype("object").duplicated().to_numpy()
-    return first[np.asarray(positions, dtype=np.int64)]
-
-
-def _long_launch(idle: pd.DataFrame) -> tuple[str, int, float, float] | None:
-    """(call, how many, their % of the launch time, the longest's ns) of the blocked launch slices of ``idle``
+def _long_launch(idle: pd.DataFrame) -> tuple[str, int, float, float, int | None] | None:
+    """(call, how many, their % of the launch time, the longest's ns, how many launched the first kernel of its name
+    in the trace: None where the table does not say for each) of the blocked launch slices of ``idle``
     (:func:`blocked_calls`), else None. ``call``: the longest one's API."""
     if not len(idle):
         return None
@@ -690,8 +680,12 @@ def _long_launch(idle: pd.DataFrame) -> tuple[str, int, float, float] | None:
         return None
     big = int(np.nanargmax(dur))
     api = idle["api"].iloc[at[big]] if "api" in idle else None
+    first = None
+    if "first_launch" in idle:
+        said = idle["first_launch"].astype("boolean").to_numpy(dtype=object, na_value=None)[at[long]]
+        first = None if any(v is None for v in said) else int(sum(bool(v) for v in said))
     return (str(api) if api else "launch", int(long.sum()), 100.0 * float(dur[long].sum()) / float(np.nansum(dur)),
-            float(dur[big]))
+            float(dur[big]), first)
 
 
 def _overhead(head: str, why: str, graphs: bool, graph_run: str | None) -> str:

@@ -534,7 +534,8 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                     c.advice["fp32mm"] = name
                 elif g["name"].astype(str).str.contains(TENSOR_CORE_FP32_NAME).any():
                     c.clauses.append("FP32 matmul on the tensor cores (TF32 / MFMA, by its name)")
-                else:  # aten::addmm's bias broadcast: an elementwise kernel in a matmul op
+                else:  # a matmul op's kernel that names no matmul (a split-K reduction; in a report saved before
+                    # the import set copies aside, aten::addmm's bias copy)
                     c.clauses.append("FP32, launched by a matmul op but no matmul kernel by its name")
         if gpu and cat == "attention" and bound == "memory" and "phase" in g and _mode(g["phase"]) == "decode":
             c.clauses.append("attention of a decode phase: its bytes are the KV cache")

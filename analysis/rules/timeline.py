@@ -25,6 +25,7 @@ from perfscope.schema import map_distinct, rows_where, subset, value_mask, value
 from ..costs.compiled_steps import compiled_kernels
 from ..idle import (
     cause_totals,
+    first_launches,
     graphs_help,
     idle_of,
     idle_summary,
@@ -55,7 +56,6 @@ from ._gaps import (
     LONG_LAUNCH_NS,
     blocked_calls,
     blocked_launch_text,
-    first_launches,
     gap_table,
     graphs_remove,
     grouped_items,

@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 
 from perfscope.analysis.findings import RULES
+from perfscope.analysis.idle import first_launches
 from perfscope.analysis.readers.kineto import parse
 from perfscope.analysis.readers.kineto.reader import read_kineto
-from perfscope.analysis.rules._gaps import blocked_launch_text, first_launches
+from perfscope.analysis.rules._gaps import blocked_launch_text
 
 CUPTI = "kineto/hta_cupti_profiler__benchmark_result_924719_1679055439_trace.json.gz"
 NORMS = "memory/tracelens_mi300x_normalization_profile_memory/normalization_layer_test.json.gz"
@@ -86,3 +87,26 @@ def test_first_launches_are_per_device_and_name_in_start_order() -> None:
     # by start: b@10 (first), a@20 (first), a@30 (again), a@40 on cuda:1 (first there), b@50 (again)
     assert first_launches(k, np.arange(5)).tolist() == [False, True, True, True, False]
     assert first_launches(k, np.array([0, 3])).tolist() == [False, True]
+
+
+def test_the_idle_table_says_which_launch_slices_launched_a_kernel_for_the_first_time(load) -> None:
+    """Each launch slice carries its call's correlation id and whether the kernel it launched is the first of its
+    name on its device in the trace; checked against the kernel table by hand, and read by gpu-idle's advice."""
+    r = load(NORMS)
+    idle, k = r.idle, r.kernels
+    launch = idle[idle["cause"] == "launch"]
+    assert len(launch) and launch["correlation"].notna().all()
+    seen: set[tuple[str, str]] = set()
+    first_of: dict[float, bool] = {}
+    for row in k.sort_values("start_ns", kind="stable").itertuples():
+        first_of[float(row.correlation)] = (row.device, row.name) not in seen
+        seen.add((row.device, row.name))
+    said = launch["first_launch"].astype("boolean")
+    known = said.notna().to_numpy()
+    assert known.sum() >= 0.9 * len(launch)
+    want = [first_of.get(float(c)) for c in launch["correlation"][known]]
+    assert said[known].tolist() == want and any(want) and not all(want)
+    assert idle.loc[idle["cause"] != "launch", "first_launch"].isna().all()
+    (f,) = [f for f in RULES["gpu-idle"](r) if "hipLaunchKernel calls of 1 ms or longer" in f.recommendation]
+    assert "Each launched a kernel for the first time in the trace: loading its code module" in f.recommendation
+    assert "so no full launch queue held them" in f.recommendation

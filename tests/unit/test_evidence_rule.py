@@ -224,6 +224,8 @@ def test_one_blocked_launch_call_is_named_not_given_graph_advice(load) -> None:
     idle = next(f for f in run_rules(r, rules=["gpu-idle"]) if f.id == "gpu-idle")
     assert "in one hipLaunchKernel call of 6.54 ms" in idle.recommendation
     assert "Run the step once before profiling" in idle.recommendation
+    # from the trace, not a guess: the call launched the first kernel of its name
+    assert "It launched a kernel for the first time in the trace: loading its code module" in idle.recommendation
     assert "CUDA graph" not in idle.recommendation.split("For ")[0]
     # the item says the launch time is in one gap, not "12 gaps of 6.63 ms" (read as twelve such gaps)
     launch = next(it for it in idle.items if it.attrs.get("kind") == "launch")
