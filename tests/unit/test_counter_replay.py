@@ -110,3 +110,14 @@ def test_the_idle_table_says_which_launch_slices_launched_a_kernel_for_the_first
     (f,) = [f for f in RULES["gpu-idle"](r) if "hipLaunchKernel calls of 1 ms or longer" in f.recommendation]
     assert "Each launched a kernel for the first time in the trace: loading its code module" in f.recommendation
     assert "so no full launch queue held them" in f.recommendation
+
+
+def test_an_nsys_export_gets_the_same_evidence(load) -> None:
+    """nvFuser's H100 matmul export (Nsight Systems; not looked at while writing this): its 8 launch calls of 1 ms
+    or more sit between JIT compilations, and each launched the first kernel of its name."""
+    r = load("nsys/nvfuser_h100_matmul.sqlite")
+    launch = r.idle[r.idle["cause"] == "launch"]
+    assert launch["correlation"].notna().all() and launch["first_launch"].notna().sum() >= len(launch) - 1
+    (f,) = RULES["gpu-idle"](r)
+    assert "cudaLaunchKernel calls of 1 ms or longer" in f.recommendation
+    assert "Each launched a kernel for the first time in the trace" in f.recommendation
