@@ -688,11 +688,13 @@ def _classified(report: Report) -> tuple[list[_Slices], list[str]]:
     return slices, ctx.vocab.words
 
 
-def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts sorted, ends, names) of the calls ``mask`` selects."""
+def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(starts sorted, ends, names, correlation ids: NaN where none) of the calls ``mask`` selects."""
     rows = api[mask].sort_values("start_ns", kind="stable")
+    corr = (rows["correlation"].to_numpy(np.float64, na_value=np.nan) if "correlation" in rows
+            else np.full(len(rows), np.nan))
     return (rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64),
-            rows["name"].astype("object").to_numpy())
+            rows["name"].astype("object").to_numpy(), corr)
 
 
 def _copy_calls(report: Report, api: pd.DataFrame, is_copy: np.ndarray) -> pd.DataFrame:
@@ -710,10 +712,10 @@ def _copy_calls(report: Report, api: pd.DataFrame, is_copy: np.ndarray) -> pd.Da
     return calls.reset_index(drop=True)
 
 
-def _call_at(calls: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray, *, closed: bool = False) -> np.ndarray:
-    """Per point, the row of the latest-started call around it (-1 where none); ``closed``: a point at a
-    call's end counts as inside it."""
-    cs, ce, _ = calls
+def _call_at(calls: tuple[np.ndarray, ...], x: np.ndarray, *, closed: bool = False) -> np.ndarray:
+    """Per point, the row of the latest-started call around it (-1 where none; ``calls``: :func:`_sorted_calls`);
+    ``closed``: a point at a call's end counts as inside it."""
+    cs, ce = calls[0], calls[1]
     if not len(cs) or not len(x):
         return np.full(len(x), -1, np.int64)
     i = np.searchsorted(cs, x, side="right") - 1
@@ -770,9 +772,6 @@ class _Context:
         self.copies = _copy_calls(report, api, is_cause["copy"])
         self.copy_names = vocab.codes(self.copies["name"].astype("object").to_numpy())
         self.calls = {c: _sorted_calls(api, is_cause[c]) for c in ("profiler", "sync", "launch")}
-        launches = api[is_cause["launch"]].sort_values("start_ns", kind="stable")  # in self.calls["launch"]'s order
-        self.launch_corr = (launches["correlation"].to_numpy(np.float64, na_value=np.nan) if "correlation" in api
-                            else np.full(len(launches), np.nan))
         self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
         # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
         to_host = (self.copies["kind"].astype("object") == "DtoH").to_numpy(bool) if len(self.copies) else np.zeros(0, bool)
@@ -780,7 +779,7 @@ class _Context:
         to_host_calls = to_host_calls.assign(name=[f"{n} (DtoH)" for n in to_host_calls["name"].astype("object")])
         opener = pd.concat([api[is_cause["sync"]], to_host_calls], ignore_index=True)
         self.openers = _sorted_calls(opener, np.ones(len(opener), bool)) if not self.cpu else \
-            (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object))
+            (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.float64))
         self.opener_names = vocab.codes(self.openers[2])
         self.graph = _graph_keys(report, acts, api)
         # each kernel's dispatch id (copies: none) and process, and the ids each process's kernels hold
@@ -1063,7 +1062,7 @@ class _Context:
             row = _call_at(call_set, mid[at])
             api[at[row >= 0]] = self.call_names[c][row[row >= 0]]
             if c == "launch":  # which kernel the call launched (first_launch)
-                corr[at[row >= 0]] = self.launch_corr[row[row >= 0]]
+                corr[at[row >= 0]] = call_set[3][row[row >= 0]]
         return self._joined(a, b, gap, {
             "cause": cause, "host_kind": kind, "range": names, "api": api, "op": op, "op_shapes": op_shapes,
             "function": function, "wait": wait}, corr, nbytes, pinned,

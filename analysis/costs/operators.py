@@ -422,5 +422,3 @@ def _name_category(kernel_name: str | None) -> str:
     if "reduce" in text or "norm" in text:
         return "reduction"
     return "other"
-
-

@@ -262,7 +262,9 @@ class _Context:
                 modules[idx[todo]] = found["module"][todo]
                 self.joined.append(len(idx))
             unit = found["unit"]
-            aside = pair_flags(found["op"], self.k.names[idx], launched_aside)
+            if "aside" not in found:  # once per memoized result, not per replay
+                found["aside"] = pair_flags(found["op"], self.k.names[idx], launched_aside)
+            aside = found["aside"]
             flops = split_by_time(found["flops"][unit], unit, dur, ~aside)
             nbytes = split_by_time(found["dram_bytes"][unit], unit, dur, ~aside)
             # a unit (a GEMM and its reduction, the fused kernels of one segment) is priced whole
