@@ -17,11 +17,14 @@ import pandas as pd
 TTFT_COLUMNS = ("ttft_prefill_steps", "ttft_decode_steps", "ttft_steps_s")
 
 
-def ttft_steps(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def ttft_steps(requests: pd.DataFrame, steps: pd.DataFrame, links: pd.DataFrame | None = None) -> pd.DataFrame:
     """``requests`` with :data:`TTFT_COLUMNS` added: the steps that started in [arrival, first token).
 
     Steps need ``start_s``/``end_s`` on the requests' clock; rows without a first token (failed
-    requests) or steps without times get missing values, not 0.
+    requests) or steps without times get missing values, not 0. With ``links`` (``request_steps``: the
+    steps each request took part in), a request's window ends where the step that made its first token
+    (its last prefill chunk) ends: a step that started after that, while the token was on its way to the
+    client, did not delay it.
     """
     out = requests.copy()
     n = len(out)
@@ -35,13 +38,16 @@ def ttft_steps(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         runs = steps["run"].astype(str).to_numpy() if "run" in steps.columns else None
         arrival = out["arrival_s"].to_numpy(dtype=float, na_value=np.nan)
         first = out["first_token_s"].to_numpy(dtype=float, na_value=np.nan)
+        own_end = _first_token_step_end(out, steps, links)
         req_runs = out["run"].astype(str).to_numpy() if "run" in out.columns else None
         for i in range(n):
             if not (np.isfinite(arrival[i]) and np.isfinite(first[i])):
                 continue
             # the step that made the first token started before it (its end and the token's
-            # receipt differ by the transfer and the clock offset's uncertainty)
-            inside = (s0 >= arrival[i]) & (s0 < first[i])
+            # receipt differ by the transfer and the clock offset's uncertainty); where the links
+            # name that step, the window ends with it
+            until = own_end[i] if np.isfinite(own_end[i]) else first[i]
+            inside = (s0 >= arrival[i]) & (s0 < until)
             if runs is not None and req_runs is not None:
                 inside &= runs == req_runs[i]
             pre[i] = float((inside & (phase == "prefill")).sum())
@@ -49,6 +55,22 @@ def ttft_steps(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             busy[i] = float((s1[inside] - s0[inside]).sum())
     out["ttft_prefill_steps"], out["ttft_decode_steps"], out["ttft_steps_s"] = pre, dec, busy
     return out
+
+
+def _first_token_step_end(requests: pd.DataFrame, steps: pd.DataFrame, links: pd.DataFrame | None) -> np.ndarray:
+    """Per request: ``end_s`` of the step that made its first token (the last step it took part in as
+    ``prefill``), NaN where ``links`` do not name one."""
+    n = len(requests)
+    need = {"request_id", "step", "role"}
+    if links is None or not len(links) or not need <= set(links.columns) or "request_id" not in requests \
+            or "step" not in steps:
+        return np.full(n, np.nan)
+    keys = ["run"] if "run" in links.columns and "run" in requests.columns and "run" in steps.columns else []
+    chunks = links[links["role"].astype(str) == "prefill"]
+    last = chunks.groupby([*keys, "request_id"], as_index=False)["step"].max()
+    ends = last.merge(steps[[*keys, "step", "end_s"]], on=[*keys, "step"], how="left")
+    got = requests[[*keys, "request_id"]].merge(ends, on=[*keys, "request_id"], how="left")
+    return pd.to_numeric(got["end_s"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
 REQUEST_TIMES = ("scheduled", "arrival", "admitted", "first_token", "end")

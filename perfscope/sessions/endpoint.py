@@ -672,7 +672,7 @@ def _report(run: EndpointRun, url: Url, model: str, requests: pd.DataFrame, runs
 
         tables.update(profile["tables"])
         if "steps" in tables:
-            tables["requests"] = ttft_steps(requests, tables["steps"])
+            tables["requests"] = ttft_steps(requests, tables["steps"], tables.get("request_steps"))
     manifest = {
         "name": name,
         "source": source_info("endpoint-loadtest", str(url), "perfscope-http-client"),

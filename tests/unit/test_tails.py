@@ -470,3 +470,25 @@ def test_a_mixed_step_splits_into_decode_at_its_batch_and_the_prefill_riding_wit
     assert gap["itl_s"] == pytest.approx(0.03)
     assert gap["decode_s"] == pytest.approx(0.010) and gap["prefill_stall_s"] == pytest.approx(0.020)
     assert split.gaps.set_index("gap").loc[1, "decode_s"] == pytest.approx(0.010)
+
+
+def test_ttft_steps_end_with_the_step_that_made_the_first_token() -> None:
+    """A request sent at 0.100 s: its prefill runs 0.101-0.110 s and makes its first token, which reaches the
+    client at 0.115 s; another request's decode starts at 0.112 s while the token is on its way. Without the
+    links (request_steps) the decode counts towards the TTFT (a step that started before the token arrived);
+    with them the window ends with the request's own prefill, so its steps' time is not more than its TTFT."""
+    from perfscope.analysis.summaries.server_timeline import ttft_steps
+
+    requests = pd.DataFrame({"request_id": [0], "arrival_s": [0.100], "first_token_s": [0.115], "run": ["r"]})
+    steps = pd.DataFrame({"step": [0, 1], "phase": ["prefill", "decode"], "start_s": [0.101, 0.112],
+                          "end_s": [0.110, 0.120], "run": ["r", "r"]})
+    links = pd.DataFrame({"request_id": [0], "step": [0], "role": ["prefill"], "run": ["r"]})
+    blind = ttft_steps(requests, steps).iloc[0]
+    assert (blind["ttft_prefill_steps"], blind["ttft_decode_steps"]) == (1, 1)
+    assert blind["ttft_steps_s"] == pytest.approx(0.017)
+    seen = ttft_steps(requests, steps, links).iloc[0]
+    assert (seen["ttft_prefill_steps"], seen["ttft_decode_steps"]) == (1, 0)
+    assert seen["ttft_steps_s"] == pytest.approx(0.009) and seen["ttft_steps_s"] <= 0.115 - 0.100
+    # a request the links do not name keeps the window to its first token
+    other = ttft_steps(requests, steps, links.assign(request_id=[7])).iloc[0]
+    assert other["ttft_steps_s"] == pytest.approx(0.017)
