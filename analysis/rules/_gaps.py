@@ -624,12 +624,15 @@ def _profiler_advice(share: float, rows: pd.DataFrame) -> str:
 
 LONG_LAUNCH_NS = 1_000_000
 """A launch slice this long is one blocked call (a launch itself takes 5-20 µs)."""
+
+
 def blocked_launch_text(n: int, *, replays: int = 0, first: int | None = None, queue_empty: bool = False) -> str:
     """Why ``n`` launch calls of :data:`LONG_LAUNCH_NS` or more took that long, from what the trace shows, and what
     to do: the profiler's counter replay when the trace holds its records (``replays``: how many); else the
     causes the trace rules out (``queue_empty``: the GPU had nothing queued during the calls, idle or running
-    each kernel as its call returned, so no full launch queue held them) and ``first``, how many of them launched a kernel for the first time in the
-    trace (module loading), None when the trace does not say which kernels they launched."""
+    each kernel as its call returned, so no full launch queue held them) and ``first``, how many of them
+    launched a kernel for the first time in the trace (module loading), None when the trace does not say which
+    kernels they launched."""
     calls = "this call was" if n == 1 else "these calls were"
     head = f"a launch costs 5-20 µs, so {calls} blocked"
     if replays:

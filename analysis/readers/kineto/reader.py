@@ -128,6 +128,7 @@ def import_kineto(path: str | Path, *, device: DeviceSpec | None = None,
 
 read = read_kineto
 
+
 def counter_replay_warning(replays: int, kernels: int) -> str:
     """What a trace whose profiler replayed ``replays`` kernel launches for hardware counters means for its times."""
     timed = "it records no kernel timings, and " if not kernels else ""
