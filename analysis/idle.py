@@ -697,6 +697,27 @@ def _sorted_calls(api: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.n
             rows["name"].astype("object").to_numpy(), corr)
 
 
+def _with_copy_way(openers: tuple[np.ndarray, ...], copies: pd.DataFrame, ops: _Track | None) -> np.ndarray:
+    """The names of the calls that open gaps (:func:`_sorted_calls`), a sync call named with the direction of the
+    copy it waited for: the latest copy call before it inside the same operator (``aten::to``'s
+    ``cudaMemcpyAsync`` then ``cudaStreamSynchronize``: ``cudaStreamSynchronize (HtoD)``), where the copy's
+    transfer says its direction."""
+    names = openers[2].copy()
+    if not len(names) or not len(copies) or ops is None or not len(ops):
+        return names
+    cs = copies["start_ns"].to_numpy(np.int64)
+    ways = copies["kind"].astype("object").to_numpy()
+    i = np.searchsorted(cs, openers[0], side="right") - 1
+    j = np.maximum(i, 0)
+    op_at_sync, op_at_copy = ops.at(openers[0]), ops.at(cs[j])
+    same = (i >= 0) & (op_at_sync >= 0) & (op_at_sync == op_at_copy)
+    for k in np.flatnonzero(same):
+        name, way = names[k], ways[j[k]]
+        if way in HOST_DEVICE_COPIES and isinstance(name, str) and SYNC_API.search(name):
+            names[k] = f"{name} ({way})"
+    return names
+
+
 def _copy_calls(report: Report, api: pd.DataFrame, is_copy: np.ndarray) -> pd.DataFrame:
     """The copy calls (``is_copy``) sorted by start, with their copy's bytes, pinned flag and kind (by correlation)."""
     calls = api[is_copy].sort_values("start_ns", kind="stable")
@@ -770,7 +791,10 @@ class _Context:
                          np.array([max(int(e) for _, e in spans)], np.int64)) \
             if spans else (np.zeros(0, np.int64), np.zeros(0, np.int64))
         self.copies = _copy_calls(report, api, is_cause["copy"])
-        self.copy_names = vocab.codes(self.copies["name"].astype("object").to_numpy())
+        # a copy call's slices name its direction where its transfer says it: cudaMemcpyAsync (HtoD)
+        kinds = self.copies["kind"].astype("object").to_numpy() if len(self.copies) else np.zeros(0, object)
+        self.copy_names = vocab.codes(np.array([f"{n} ({k})" if k in HOST_DEVICE_COPIES else n for n, k in
+                                                zip(self.copies["name"].astype("object"), kinds, strict=True)], object))
         self.calls = {c: _sorted_calls(api, is_cause[c]) for c in ("profiler", "sync", "launch")}
         self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
         # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
@@ -780,7 +804,7 @@ class _Context:
         opener = pd.concat([api[is_cause["sync"]], to_host_calls], ignore_index=True)
         self.openers = _sorted_calls(opener, np.ones(len(opener), bool)) if not self.cpu else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.float64))
-        self.opener_names = vocab.codes(self.openers[2])
+        self.opener_names = vocab.codes(_with_copy_way(self.openers, self.copies, self.tracks.get("op")))
         self.graph = _graph_keys(report, acts, api)
         # each kernel's dispatch id (copies: none) and process, and the ids each process's kernels hold
         # (none, and no per-row array, where the kernels carry no dispatch id: Kineto and nsys traces, whose 5M-kernel

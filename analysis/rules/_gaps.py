@@ -548,15 +548,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                         f"anything: {record}.{'' if cpu else ' No launch was in flight: CUDA graphs would not remove it.'}")
         return " ".join(said)
     if kind == "sync":
-        syncs = _names(items, kind, ("api",))
-        behind = _names(items, kind, ("op",))
-        what = ", ".join(syncs) or "synchronisations"
-        behind_text = f" behind {', '.join(behind)}" if behind else ""
-        return (f"For {share:.0f}% of the idle time the host was blocked in or had just returned from {what}{behind_text}"
-                f"{where}: it waited until the device ran dry, so nothing was queued ahead. Remove or defer the "
-                "sync: keep the value on the device (torch.where instead of a Python if, sampling and stop checks "
-                "on the GPU), read results a step later, or copy them with non_blocking=True into pinned memory "
-                "and wait on an event only where they are used.")
+        return sync_advice(share, idle)
     if kind == "copy":
         rows = idle[idle["cause"] == "copy"]
         once = rows[rows["correlation"].notna()].drop_duplicates("correlation")
@@ -592,6 +584,160 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
             "unknown. Record the CPU side "
             "too (torch.profiler with ProfilerActivity.CPU and with_stack=True, nsys with --trace=cuda,nvtx,osrt) "
             "to see why the GPU waits.")
+
+
+COPY_OPS = re.compile(r"^aten::(to|_to_copy|copy_|cpu|cuda|tolist|numpy)$")
+"""The operators that copy between host and device: a sync behind one waited for its copy."""
+
+SYNC_MECHANISMS = (
+    ("reads", re.compile(r"^aten::(item|_local_scalar_dense)$"),
+     "read a value to the host ({names}: .item(), int(t), float(t))",
+     "keep the value on the device (torch.where and masked ops instead of a Python branch, sampling and stop "
+     "checks on the GPU), or read it a step later"),
+    ("branches", re.compile(r"^aten::(is_nonzero|equal|allclose)$"),
+     "branched on a device tensor ({names}: a Python if, while or assert on a tensor)",
+     "replace the branch with device ops (torch.where, masked_fill, torch._assert_async), or test it every N "
+     "steps instead of every step"),
+    ("sizes", re.compile(r"^aten::(nonzero|masked_select|unique|_unique2|unique_dim|unique_consecutive|"
+                         r"repeat_interleave|bincount|index|index_put_|_index_put_impl_|masked_scatter|where)$"),
+     "ran operators whose output size depends on the data ({names}: boolean-mask indexing, nonzero, unique, "
+     "repeat_interleave), so the host had to read that size",
+     "give the size ahead (torch.nonzero_static(size=...), repeat_interleave(output_size=...)) or keep the shapes "
+     "static with masks (torch.where, masked_fill)"),
+    ("copies to the host", COPY_OPS,
+     "copied results to the host ({names}: .cpu(), .to('cpu'), .tolist())",
+     "copy with non_blocking=True into pinned memory and wait on an event only where the value is used, or use it "
+     "a step later"),
+    ("copies from pageable memory", COPY_OPS,
+     "copied data from pageable host memory to the device ({names}: .to('cuda') of an unpinned tensor, which "
+     "returns only once the copy is done)",
+     "pin the source (tensor.pin_memory(), DataLoader(pin_memory=True)) and copy with non_blocking=True, so the "
+     "copy is queued like a kernel and overlaps the work queued before it"),
+    ("copies", COPY_OPS,
+     "copied between host and device ({names}; the trace does not say which way: a copy to the host waits for "
+     "the device, and so does one from unpinned host memory)",
+     "use pinned host memory with non_blocking=True and wait on an event only where the data is used"),
+)
+"""How a sync the trace shows behind an operator drained the queue, by that operator: (label, operator pattern,
+what the host did, advice). Calls with no operator around them are explicit synchronisations
+(:func:`sync_advice`); an operator none of these names synchronised for a reason the trace does not show."""
+
+SYNC_EXPLICIT = ("called {names} outside any operator ({calls}, or a library's)",
+                 "take them out of the step: to time code record CUDA events and read elapsed_time after the run; to "
+                 "wait for one result wait on its stream's event, after queueing the next work")
+"""The sync calls that no operator is behind in a trace that records operators: explicit synchronisations."""
+
+SYNC_UNATTRIBUTED = ("called {names}, and the trace records no operators, so what made the call is not shown",
+                     "record the CPU side (torch.profiler with ProfilerActivity.CPU; nsys with NVTX ranges from "
+                     "torch.autograd.profiler.emit_nvtx) to see whether an operator (.item(), .cpu(), a size that "
+                     "depends on the data) or the code itself synchronised")
+"""The sync calls of a trace that records no operators (a GPU-only trace, Nsight Systems without NVTX)."""
+
+SYNC_CALLS = ((re.compile(r"devicesynchroni[sz]e", re.IGNORECASE), "torch.cuda.synchronize()"),
+              (re.compile(r"streamsynchroni[sz]e", re.IGNORECASE), "stream.synchronize()"),
+              (re.compile(r"eventsynchroni[sz]e", re.IGNORECASE), "event.synchronize()"),
+              (re.compile(r"memcpy.*dtoh|dtoh.*memcpy", re.IGNORECASE), ".cpu()"))
+"""The Python call that makes each synchronising API call when no operator is behind it."""
+
+
+def _copy_ways(idle: pd.DataFrame) -> pd.DataFrame:
+    """Per (device, gap, op) of ``idle``, the direction its copy calls name (``way``: ``HtoD``, ``DtoH``, ``HtoH``,
+    from their ``api``: ``cudaMemcpyAsync (HtoD)``), where one direction is named."""
+    api = idle["api"].astype(object)
+    rows = idle.assign(way=api.str.extract(r"\((HtoD|DtoH|HtoH)\)$", expand=False))
+    rows = rows[rows["way"].notna().to_numpy()]
+    key = [rows[c].astype(object) for c in ("device", "gap", "op")]
+    ways = rows.groupby(key, sort=False)["way"].agg(["first", "nunique"])
+    return ways.loc[ways["nunique"] == 1, ["first"]].rename(columns={"first": "way"}).rename_axis(
+        ["device", "gap", "op"]).reset_index()
+
+
+COPY_WAYS = {"DtoH": "copies to the host", "HtoD": "copies from pageable memory", "HtoH": "copies"}
+"""The mechanism of a sync behind a copy operator, by the direction of the copy (:func:`_copy_ways`)."""
+
+
+def _sync_label(op: object, ops_recorded: bool) -> str:
+    """The mechanism of a sync behind ``op`` (:data:`SYNC_MECHANISMS`; ``copies`` for a copy operator, whose
+    direction :func:`sync_groups` reads), ``explicit`` / ``unattributed`` with none, ``op:NAME`` for another."""
+    if not isinstance(op, str) or not op:
+        return "explicit" if ops_recorded else "unattributed"
+    if COPY_OPS.match(op):
+        return "copies"
+    return next((lab for lab, pat, _, _ in SYNC_MECHANISMS if pat.match(op)), f"op:{op}")
+
+
+def sync_groups(idle: pd.DataFrame) -> list[tuple[str, float, int, list[str], list[str]]]:
+    """The ``sync`` idle slices of ``idle`` by how they drained the queue (:data:`SYNC_MECHANISMS`; a copy
+    operator's by its copy's direction, from the call (``cudaStreamSynchronize (HtoD)``) or the copy calls of its
+    gap; ``explicit`` for calls with no operator behind them in a trace that records operators, ``unattributed``
+    in one that records none, ``op:NAME`` for another operator): (label, ns, gaps, names, ranges), most time
+    first; names are the operators (or the calls) most time first, ranges the ranges around them. Grouped on the
+    distinct operators and calls, not row by row."""
+    if not len(idle) or "cause" not in idle:
+        return []
+    rows = idle[value_mask(idle, "cause", lambda v: v == "sync")]
+    if not len(rows):
+        return []
+    ops_recorded = "op" in idle and bool(idle["op"].notna().any())
+    frame = pd.DataFrame({c: (rows[c].astype(object).to_numpy() if c in rows else np.full(len(rows), None, object))
+                          for c in ("device", "gap", "op", "api", "range")})
+    frame["ns"] = rows["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    frame["label"] = map_distinct(frame["op"], lambda o: _sync_label(o, ops_recorded)).to_numpy(object)
+    copies = np.flatnonzero((frame["label"] == "copies").to_numpy())
+    if len(copies):  # the direction: the call's own (named by the classification), else its gap's copy calls'
+        part = frame.iloc[copies]
+        own = part["api"].astype(object).str.extract(r"\((HtoD|DtoH|HtoH)\)$", expand=False)
+        gap_way = part[["device", "gap", "op"]].merge(_copy_ways(idle), how="left", on=["device", "gap", "op"])["way"]
+        way = own.fillna(pd.Series(gap_way.to_numpy(object), index=own.index))
+        frame.loc[part.index, "label"] = way.map(lambda w: COPY_WAYS.get(w, "copies")).to_numpy(object)
+    frame["name"] = frame["op"].where(frame["op"].map(lambda o: isinstance(o, str) and bool(o)), frame["api"])
+    out = []
+    for lab, g in frame.groupby("label", sort=False):
+        names = g.groupby("name", sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+        rng = g[g["range"].map(lambda r: isinstance(r, str) and bool(r)).to_numpy()
+                & (g["range"] != g["name"]).to_numpy()]
+        ranges = rng.groupby("range", sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+        gaps = len(g[["device", "gap"]].drop_duplicates())
+        out.append((str(lab), float(np.nansum(g["ns"])), gaps, [str(n) for n in names.index[:2]],
+                    [str(r) for r in ranges.index[:2]]))
+    return sorted(out, key=lambda x: -x[1])
+
+
+def sync_advice(share: float, idle: pd.DataFrame) -> str:
+    """What the ``sync`` idle time (``share`` % of the idle time ``idle``) was, from the operators behind
+    its calls (:func:`sync_groups`), each group at :data:`HOST_WORK_SHARE` or more with its share and its advice;
+    an operator that synchronised for a reason the trace does not show is said to be unexplained."""
+    head = (f"For {share:.0f}% of the idle time the host was blocked in a synchronisation or had just returned from "
+            "one, so the device ran dry with nothing queued ahead (CUDA graphs would not remove it)")
+    groups = sync_groups(idle)
+    total = sum(g[1] for g in groups)
+    if not total > 0:
+        return head + ". Remove or defer the sync, or queue the next work before it."
+    what = {lab: (text, advice) for lab, _, text, advice in SYNC_MECHANISMS}
+    what["explicit"], what["unattributed"] = SYNC_EXPLICIT, SYNC_UNATTRIBUTED
+    parts = []
+    for lab, ns, gaps, names, rngs in groups:
+        if ns / total < HOST_WORK_SHARE:
+            continue
+        inside = f" in {', '.join(rngs)}" if rngs else ""
+        count = f"{gaps:,} gap{'s' if gaps != 1 else ''}"
+        if lab.startswith("op:"):
+            parts.append(f"{ns / total:.0%} ({count}) behind {lab[3:]}{inside}, which synchronised for a reason the "
+                         "trace does not show (an output size or a value read to the host): its Python stack "
+                         "(with_stack=True) or its source says which, and that decides the fix")
+            continue
+        text, advice = what[lab]
+        calls = [py for api in names for pat, py in SYNC_CALLS if pat.search(api)]
+        text = text.format(names=", ".join(names) or "synchronisations",
+                           calls=", ".join(dict.fromkeys(calls)) or "a synchronize call")
+        parts.append(f"{ns / total:.0%} ({count}) {text}"
+                     f"{inside}: {advice}")
+    rest = [g for g in groups if g[1] / total < HOST_WORK_SHARE]
+    if rest:
+        names = list(dict.fromkeys(n for g in rest for n in g[3]))[:3]
+        parts.append(f"the other {sum(g[1] for g in rest) / total:.0%} ({sum(g[2] for g in rest):,} gaps) behind "
+                     f"{', '.join(names) or 'other calls'}")
+    return head + ". Of it, " + "; ".join(parts) + "."
 
 
 def _profiler_advice(share: float, rows: pd.DataFrame) -> str:

@@ -30,6 +30,11 @@ class HostTrace:
         self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": TID,
                             "ts": start, "dur": end - start})
 
+    def op(self, name: str, start: int, end: int) -> None:
+        """A CPU operator (``cpu_op``) around the host's calls from ``start`` to ``end``."""
+        self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": TID, "ts": start,
+                            "dur": end - start, "args": {}})
+
     def _call(self, name: str, start: int, dur: int, kind: str = "") -> int:
         self.corr += 1
         self.calls.append((start, start + dur, name, kind))
@@ -146,10 +151,12 @@ def launch_bound(steps: int = 3, launches: int = 40, kernel: str = "gemm_kernel"
     return t
 
 
-def sync_bound(steps: int = 3) -> HostTrace:
-    """Per step a forward of 4 launches, then ``sampler``: a DtoH copy of the logits and a blocking
-    ``cudaStreamSynchronize`` that returns long after the GPU drained (the .item() pattern), then
-    400 µs of Python in ``postprocess``."""
+def sync_bound(steps: int = 3, *, op: str | None = None, copy: str | None = "DtoH",
+               api: str = "cudaStreamSynchronize", ops_elsewhere: bool = False) -> HostTrace:
+    """Per step a forward of 4 launches, then ``sampler``: a copy (``copy``: DtoH, the logits; HtoD from pageable
+    memory; None: no copy) and a blocking ``api`` call that returns long after the GPU drained (the .item()
+    pattern), inside the operator ``op`` where one is given, then 400 µs of Python in ``postprocess``.
+    ``ops_elsewhere``: each launch is inside an ``aten::mm``, so the trace records operators."""
     t = HostTrace()
     now = 0
     for step in range(steps):
@@ -158,13 +165,18 @@ def sync_bound(steps: int = 3) -> HostTrace:
         for _ in range(4):
             gpu = max(gpu, now + 12)
             t.launch(now, 10, gpu, 50)
+            if ops_elsewhere:
+                t.op("aten::mm", now, now + 10)
             gpu += 50
             now += 10
         samp = now
-        t.copy(now, 20, gpu, 5, 4096, kind="DtoH")
-        now += 20
-        t.sync(now, 600)
+        if copy:
+            t.copy(now, 20, gpu, 5, 4096, kind=copy)
+            now += 20
+        t.sync(now, 600, api)
         now += 600
+        if op:
+            t.op(op, samp, now)
         t.range("sampler", samp, now)
         post = now
         now += 400
