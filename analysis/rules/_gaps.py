@@ -550,20 +550,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
     if kind == "sync":
         return sync_advice(share, idle)
     if kind == "copy":
-        rows = idle[idle["cause"] == "copy"]
-        once = rows[rows["correlation"].notna()].drop_duplicates("correlation")
-        moved = float(once["bytes"].sum()) if len(once) and once["bytes"].notna().any() else math.nan
-        rate = moved / (float(rows["duration_ns"].sum()) / 1e9) if len(rows) else math.nan
-        pin = once["pinned"].dropna().astype(bool)
-        pinned = "unknown" if not len(pin) else "all" if pin.all() else "none" if not pin.any() else \
-            f"{int(pin.sum())} of {len(pin)}"
-        pin_tip = ("copy from pinned memory (tensor.pin_memory(), non_blocking=True) so the copy is a DMA instead of "
-                   "a staged host copy, " if pinned != "all" else "")
-        return (f"For {share:.0f}% of the idle time the host was inside host<->device copies{where}: {len(once)} "
-                f"copies of {nbytes(moved)} ({si(rate, 'B/s')} over the idle time they cause; host memory pinned: "
-                f"{pinned}). The GPU waits for data, not for launches, so CUDA graphs would change nothing. Keep the "
-                f"data resident on the device (load it once instead of per step), {pin_tip}and prefetch the next "
-                "piece on a side stream while the GPU computes on this one.")
+        return copy_advice(share, idle, where)
     if kind == "graph":
         return (f"{share:.0f}% lies between the nodes of graph replays: the device runs them back to back by "
                 "itself and no host call is involved, so no host change shortens it. It is the graph's own "
@@ -584,6 +571,65 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
             "unknown. Record the CPU side "
             "too (torch.profiler with ProfilerActivity.CPU and with_stack=True, nsys with --trace=cuda,nvtx,osrt) "
             "to see why the GPU waits.")
+
+
+SMALL_COPY_BYTES = 4096
+"""Copies to the host of this size or less on average are waits for the device, not transfers of data."""
+
+
+def _pinned_text(pin: pd.Series) -> str:
+    """``all`` / ``none`` / ``3 of 8`` / ``unknown``: how many of the copies read or wrote pinned host memory."""
+    pin = pin.dropna().astype(bool)
+    return "unknown" if not len(pin) else "all" if pin.all() else "none" if not pin.any() else \
+        f"{int(pin.sum())} of {len(pin)}"
+
+
+def copy_advice(share: float, idle: pd.DataFrame, where: str = "") -> str:
+    """What the ``copy`` idle time (``share`` % of the idle time ``idle``) moved and which way (the direction its
+    calls name: ``cudaMemcpyAsync (HtoD)``), each direction at :data:`HOST_WORK_SHARE` or more of the copy time
+    with its advice: to the device, keep data used again resident, pin and prefetch new data (the trace does not
+    show which it is); to the host, copy back less and read it later, or, for small copies
+    (:data:`SMALL_COPY_BYTES`), read it later; a direction the trace does not record, both."""
+    rows = idle[value_mask(idle, "cause", lambda v: v == "copy")]
+    once = rows[rows["correlation"].notna()].drop_duplicates("correlation")
+    moved = float(once["bytes"].sum()) if len(once) and once["bytes"].notna().any() else math.nan
+    rate = moved / (float(rows["duration_ns"].sum()) / 1e9) if len(rows) else math.nan
+    head = (f"For {share:.0f}% of the idle time the host was inside host<->device copies{where}: {len(once)} "
+            f"copies of {nbytes(moved)} ({si(rate, 'B/s')} over the idle time they cause; host memory pinned: "
+            f"{_pinned_text(once['pinned'])}). The GPU waits for data, not for launches, so CUDA graphs would change "
+            "nothing.")
+    way_of = rows["api"].astype(object).str.extract(r"\((HtoD|DtoH)\)$", expand=False).fillna("")
+    ns = rows["duration_ns"].to_numpy(np.float64, na_value=np.nan)
+    total = float(np.nansum(ns))
+    parts = []
+    for way in ("HtoD", "DtoH", ""):
+        mine = (way_of == way).to_numpy()
+        if not total > 0 or float(np.nansum(ns[mine])) / total < HOST_WORK_SHARE:
+            continue
+        frac = float(np.nansum(ns[mine])) / total
+        these = once[(way_of.loc[once.index] == way).to_numpy()]
+        n, sizes = len(these), these["bytes"].dropna()
+        pinned = _pinned_text(these["pinned"])
+        pin_tip = "" if pinned == "all" else "pin the host memory and copy with non_blocking=True (a queued DMA), "
+        amount = f"{n} cop{'ies' if n != 1 else 'y'}, {nbytes(float(sizes.sum())) if len(sizes) else 'size unknown'}"
+        if way == "HtoD":  # the trace has no content: whether it is the same data each step is not shown
+            parts.append(f"{frac:.0%} ({amount}) went to the device: if it is the same data each time (weights, "
+                         "constants), keep it resident on the device; if it is new data (inputs), "
+                         f"{pin_tip}and prefetch the next piece on a side stream while the GPU computes on this one")
+        elif way == "DtoH":
+            each = float(sizes.mean()) if len(sizes) else math.nan
+            if each <= SMALL_COPY_BYTES:
+                parts.append(f"{frac:.0%} ({amount}) came back to the host, {nbytes(each)} each on average: the "
+                             "wait is for the device to finish, not for the bytes, so read the value a step later and "
+                             "queue the next step first")
+            else:
+                parts.append(f"{frac:.0%} ({amount}) came back to the host: copy back only what the host reads (the "
+                             f"chosen index or a reduced value, not the whole tensor), {pin_tip}and read it a step "
+                             "later, so that the next step is queued first")
+        else:
+            parts.append(f"{frac:.0%} ({amount}) went a way the trace does not record: {pin_tip}keep data that "
+                         "is used again resident on the device, and overlap the copies with compute on a side stream")
+    return head + (" Of that time, " + "; ".join(parts) + "." if parts else "")
 
 
 COPY_OPS = re.compile(r"^aten::(to|_to_copy|copy_|cpu|cuda|tolist|numpy)$")

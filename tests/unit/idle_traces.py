@@ -185,6 +185,25 @@ def sync_bound(steps: int = 3, *, op: str | None = None, copy: str | None = "Dto
     return t
 
 
+def copy_back(nbytes: int, steps: int = 3) -> HostTrace:
+    """Per step a forward of 4 launches, then one copy of ``nbytes`` to the host whose call blocks for 800 µs
+    (the DMA in its last 5 µs, after the kernels): the GPU waits inside the copy call."""
+    t = HostTrace()
+    now = 0
+    for step in range(steps):
+        start = now
+        gpu = now
+        for _ in range(4):
+            gpu = max(gpu, now + 12)
+            t.launch(now, 10, gpu, 50)
+            gpu += 50
+            now += 10
+        t.copy(now, 800, now + 795, 5, nbytes, kind="DtoH")
+        now += 800
+        t.range(f"iteration {step}", start, now)
+    return t
+
+
 def layer_streaming(layers: int = 64, launches: int = 32, wait_us: int = 9_900, waits: tuple[str, ...] = ("futex",),
                     ) -> HostTrace:
     """The shape of issue 39's RTX 4060 Ti trace: per layer, ``ensure_layer_N_weights`` stages the layer's

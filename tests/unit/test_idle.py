@@ -29,6 +29,7 @@ from perfscope.report import Report
 from tests.unit.idle_traces import (
     NSYS_TEMPLATE,
     OSRT_TEMPLATE,
+    copy_back,
     launch_bound,
     layer_streaming,
     profiler_flush,
@@ -105,6 +106,10 @@ def test_weight_streaming_is_copy_and_host_in_the_ensure_ranges_not_launch(tmp_p
     assert "mostly copy in ensure_layer_N_weights" in f[0].title
     text = f[0].recommendation
     assert "pinned" in text.lower() and "resident" in text and "reduce-overhead" not in text
+    # the copies' direction is read from their transfers: to the device, and the trace cannot say whether it is the
+    # same data each time (here: the same layer weights) or new data, so the advice says both
+    assert "100% (15 copies, 62.9 MB) went to the device: if it is the same data each time" in text, text
+    assert "came back to the host" not in text
     summary = idle_summary(r.idle)
     copy_rows = summary[summary["cause"] == "copy"]
     assert copy_rows["bytes"].sum() == 15 * (4 << 20) and set(copy_rows["pinned"]) == {"none"}
@@ -142,6 +147,24 @@ def test_launch_bound_advice_follows_what_the_launches_are(tmp_path: Path, kerne
     assert text.startswith("Each launch call takes a median 20 µs and each kernel runs a median 3 µs")
     assert all(s in text for s in says) and not any(s in text for s in not_says), text
     assert f.evidence["launches_in_repeats" if ranges else "launches"] == 120
+
+
+@pytest.mark.parametrize("nbytes, says, not_says", [
+    (64, ("100% (3 copies, 192 B) came back to the host, 64 B each on average: the wait is for the device",),
+     ("copy back only what the host reads", "went to the device")),
+    (64 << 20, ("100% (3 copies, 201 MB) came back to the host: copy back only what the host reads",
+                "pin the host memory"), ("the wait is for the device", "went to the device")),
+])
+def test_copy_advice_follows_the_copies_direction_and_size(tmp_path: Path, nbytes: int, says: tuple[str, ...],
+                                                           not_says: tuple[str, ...]) -> None:
+    """A GPU that waits inside copies to the host: small ones are waits for the device (read the value later),
+    large ones are data (copy back less, pinned); neither is told to keep data resident."""
+    r = read_kineto(copy_back(nbytes).write(tmp_path / "t.json"))
+    (f,) = [g for g in RULES["gpu-idle"](r) if g.id == "gpu-idle"]
+    assert f.evidence["idle_cause"] == "copy"
+    text = f.recommendation
+    assert all(s in text for s in says) and not any(s in text for s in not_says), text
+    assert "resident" not in text and "reduce-overhead" not in text
 
 
 def test_sync_bound_trace_names_the_sync_and_its_range(tmp_path: Path) -> None:
