@@ -505,15 +505,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
                 "run it for the next step while the GPU runs this one (another thread or a side stream). CUDA "
                 "graphs cannot capture host math, so they would not help.")
     if kind == "waiting":
-        waits = _names(items, kind, ("wait",))
-        inw = f" in {', '.join(waits)}" if waits else ""
-        if cpu:
-            return (f"For {share:.0f}% of the time between operators the host waited{inw}{where}: sleep, a lock or "
-                    "I/O. Remove the wait from the loop: load or prefetch in a background thread, or use "
-                    "non-blocking I/O.")
-        return (f"For {share:.0f}% of the idle time the host waited{inw}{where}: sleep, a lock or I/O, with the "
-                "device's queue empty. Remove the wait from the launching thread: load or prefetch in a background "
-                "thread, queue the next device work before waiting, or use non-blocking I/O.")
+        return wait_advice(share, idle, where, cpu)
     if kind == "host code":
         jit, total, compilers = jit_time(idle)
         if total > 0 and jit >= JIT_SHARE * total:
@@ -630,6 +622,69 @@ def copy_advice(share: float, idle: pd.DataFrame, where: str = "") -> str:
             parts.append(f"{frac:.0%} ({amount}) went a way the trace does not record: {pin_tip}keep data that "
                          "is used again resident on the device, and overlap the copies with compute on a side stream")
     return head + (" Of that time, " + "; ".join(parts) + "." if parts else "")
+
+
+WAIT_CLASSES = (
+    ("sleeps", re.compile(r"^(sleep|nanosleep|clock_nanosleep|usleep)$", re.IGNORECASE),
+     "slept ({names})", "a sleep in the loop is time the host chose to lose: remove it, or wait on the event it "
+     "stands for (a queue, a condition) instead of a fixed time"),
+    ("locks", re.compile(r"^(acquire|futex|pthread_(cond_(timed)?wait|mutex_(timed)?lock|rwlock_\w+|join)|"
+                         r"sem_(timed)?wait|wait|waitpid|wait4|waitid)$", re.IGNORECASE),
+     "waited on a lock, another thread or a process ({names})",
+     "it waited for a producer (a data-loader worker, a tokenizer or scheduler thread, another process) or for a "
+     "lock another thread held: keep the producer ahead (more workers, a deeper queue, prefetch), and do not take "
+     "locks on the launching thread"),
+    ("polls", re.compile(r"^(select|poll|ppoll|pselect\d*|epoll_p?wait\d*)$", re.IGNORECASE),
+     "waited for a file or socket to be ready ({names})",
+     "an event loop or a pipe from a worker with nothing to read yet: in a server with an empty queue that is idle "
+     "time, not a cost; otherwise feed it from a background thread so the next work is ready"),
+    ("I/O", re.compile(r"^(p?read\w*|recv\w*|p?write\w*|send\w*|f?open\w*|fread|fwrite|accept\d*|connect|"
+                       r"fsync|fdatasync|mmap\w*|stat\w*)$", re.IGNORECASE),
+     "did file or network I/O ({names})",
+     "read ahead or cache it in memory, and do it in a background thread or with non-blocking I/O"),
+    ("driver calls", re.compile(r"^ioctl$", re.IGNORECASE),
+     "was in driver calls ({names})",
+     "the device driver's own work outside the traced CUDA API (memory allocation and mapping, a library's "
+     "synchronisation); the trace does not say which: CPU samples of the thread with backtraces (nsys "
+     "--sample=cpu --backtrace=dwarf) name the caller"),
+)
+"""What the host waited in, by the blocking call's name (Python's or the OS runtime's): (label, name pattern, what
+the host did, advice); a call none names is said by its name, with the advice to take it off the launching
+thread."""
+
+
+def wait_advice(share: float, idle: pd.DataFrame, where: str = "", cpu: bool = False) -> str:
+    """What the ``waiting`` idle time (``share`` % of the idle time ``idle``) blocked in, by its calls
+    (:data:`WAIT_CLASSES`), each class at :data:`HOST_WORK_SHARE` or more with its share and its advice."""
+    span = "the time between operators" if cpu else "the idle time"
+    head = f"For {share:.0f}% of {span} the host waited{where}{'' if cpu else ', with the device queue empty'}"
+    rows = idle[np.asarray(kinds_of(idle)) == "waiting"] if len(idle) else idle
+    if not len(rows) or "wait" not in rows:
+        return head + ". Take the wait off the launching thread, or queue the next device work before it."
+    names = rows["wait"].astype(object).fillna("")
+    ns = pd.Series(rows["duration_ns"].to_numpy(np.float64, na_value=np.nan), index=rows.index)
+    label = map_distinct(names, lambda n: next((lab for lab, pat, _, _ in WAIT_CLASSES if pat.match(str(n))),
+                                               f"call:{n}" if n else "call:")).to_numpy(object)
+    by = ns.groupby(label).sum().sort_values(ascending=False, kind="stable")
+    total = float(by.sum())
+    what = {lab: (text, advice) for lab, _, text, advice in WAIT_CLASSES}
+    parts = []
+    for lab, t in by.items():
+        if not total > 0 or t / total < HOST_WORK_SHARE:
+            continue
+        mine = label == lab
+        called = ns[mine].groupby(names[mine].to_numpy(object)).sum().sort_values(ascending=False, kind="stable")
+        shown = ", ".join(str(n) for n in called.index[:3] if n) or "unnamed calls"
+        if str(lab).startswith("call:"):
+            parts.append(f"{t / total:.0%} blocked in {shown}, a blocking call perfscope does not classify: take it off the "
+                         "launching thread, or queue the next device work before it")
+            continue
+        text, advice = what[str(lab)]
+        parts.append(f"{t / total:.0%} {text.format(names=shown)}: {advice}")
+    rest = total - sum(t for t in by if total > 0 and t / total >= HOST_WORK_SHARE)
+    if total > 0 and rest > 0:
+        parts.append(f"the other {rest / total:.0%} in calls of under {HOST_WORK_SHARE:.0%} each")
+    return head + (". Of that time, " + "; ".join(parts) + "." if parts else ".")
 
 
 COPY_OPS = re.compile(r"^aten::(to|_to_copy|copy_|cpu|cuda|tolist|numpy)$")

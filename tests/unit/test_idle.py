@@ -24,7 +24,7 @@ from perfscope.analysis.findings import RULES
 from perfscope.analysis.idle import CAUSES, cause_totals, idle_of, idle_summary
 from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.analysis.rules import timeline
-from perfscope.analysis.rules._gaps import sync_advice
+from perfscope.analysis.rules._gaps import WAIT_CLASSES, sync_advice
 from perfscope.report import Report
 from tests.unit.idle_traces import (
     NSYS_TEMPLATE,
@@ -589,6 +589,32 @@ def test_weight_staging_with_os_waits_is_waiting_in_ensure_layer_not_graphs(tmp_
     assert "futex" in f.recommendation and "ensure_layer_N_weights" in f.recommendation
     assert not RECOMMENDS_GRAPHS.search(f.recommendation) and RULES["launch-overhead"](r) == []
     assert f.explained_share > 0.99
+
+
+@pytest.mark.parametrize("waits, says", [
+    (("futex", "nanosleep"), ("57% slept (nanosleep): a sleep in the loop", "43% waited on a lock, another thread or "
+                              "a process (futex)")),
+    (("read",), ("100% did file or network I/O (read): read ahead or cache it",)),
+    (("ioctl",), ("100% was in driver calls (ioctl)", "the trace does not say which")),
+    (("epoll_wait",), ("100% waited for a file or socket to be ready (epoll_wait)",)),
+    (("weird_call",), ("100% blocked in weird_call, a blocking call perfscope does not classify",)),
+])
+def test_wait_advice_follows_the_call_the_host_blocked_in(tmp_path: Path, fixtures_dir: Path, waits: tuple[str, ...],
+                                                          says: tuple[str, ...]) -> None:
+    """Issue 39's weight staging with the host blocked in other OS calls: the advice is the one for what it blocked
+    in (a sleep, a lock or another thread, a file or socket, I/O, the driver), by share, and a call it does not
+    know is named as such, not given another's advice."""
+    from perfscope.analysis.readers.nsys.reader import read_nsys_sqlite
+
+    out = write_nsys(layer_streaming(layers=8, waits=waits), fixtures_dir / NSYS_TEMPLATE, tmp_path / "t.sqlite",
+                     fixtures_dir / OSRT_TEMPLATE)
+    (f,) = RULES["gpu-idle"](read_nsys_sqlite(out))
+    text = f.recommendation
+    assert f.evidence["idle_kind"] == "waiting" and "in ensure_layer_N_weights" in text
+    assert all(s in text for s in says), text
+    others = [adv for lab, pat, _, adv in WAIT_CLASSES if not any(pat.match(w) for w in waits)]
+    assert not any(adv in text for adv in others), text
+    assert not RECOMMENDS_GRAPHS.search(text)
 
 
 def test_weight_staging_without_os_runtime_rows_is_host_code_in_the_range(tmp_path: Path, fixtures_dir: Path) -> None:
