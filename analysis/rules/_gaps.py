@@ -544,10 +544,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
     if kind == "copy":
         return copy_advice(share, idle, where)
     if kind == "graph":
-        return (f"{share:.0f}% lies between the nodes of graph replays: the device runs them back to back by "
-                "itself and no host call is involved, so no host change shortens it. It is the graph's own "
-                "scheduling (small nodes, dependencies between streams): fuse small nodes or check the graph's "
-                "dependencies.")
+        return graph_advice(share, idle)
     if kind == "untraced":
         return (f"For {share:.0f}% of the idle time the host ran no recorded call, in gaps before kernels whose launch "
                 f"call the trace lacks{where}: the API trace is missing records there (thinned, filtered or lost), so "
@@ -685,6 +682,44 @@ def wait_advice(share: float, idle: pd.DataFrame, where: str = "", cpu: bool = F
     if total > 0 and rest > 0:
         parts.append(f"the other {rest / total:.0%} in calls of under {HOST_WORK_SHARE:.0%} each")
     return head + (". Of that time, " + "; ".join(parts) + "." if parts else ".")
+
+
+NODE_GAP_NS = 5_000
+"""A gap between two nodes of a graph replay up to this long is the device's own cost per node (about 0.5-3 µs
+measured between the nodes of a replay: 0.45 µs median on the H200, 1 ns on the MI300X's vLLM graph); a longer
+one is the graph waiting on something inside itself."""
+
+
+def graph_advice(share: float, idle: pd.DataFrame) -> str:
+    """What the ``graph`` idle time (``share`` % of the idle time ``idle``) is, by its gaps' lengths: gaps of
+    :data:`NODE_GAP_NS` or less are the device's per-node cost (fewer, larger nodes shorten them), longer ones a
+    dependency inside the graph the trace does not show (what to dump to see it)."""
+    head = (f"{share:.0f}% lies between the nodes of graph replays: the device runs them back to back by itself and "
+            "no host call is involved, so no host change shortens it")
+    rows = idle[value_mask(idle, "cause", lambda v: v == "graph")] if len(idle) else idle
+    if not len(rows):
+        return head + "."
+    gaps = rows.groupby([rows["device"].astype(object), rows["gap"].astype(object)], sort=False)["duration_ns"].sum()
+    ns = gaps.to_numpy(np.float64, na_value=np.nan)
+    total = float(np.nansum(ns))
+    replays = int(rows["correlation"].nunique()) if "correlation" in rows else 0
+    short = ns <= NODE_GAP_NS
+    parts = []
+    if total > 0 and float(ns[short].sum()) / total >= HOST_WORK_SHARE:
+        parts.append(f"{float(ns[short].sum()) / total:.0%} in {int(short.sum()):,} gaps of {duration(NODE_GAP_NS)} "
+                     f"or less (median {duration(float(np.median(ns[short])))}), the device's own cost per node: "
+                     "fewer, larger nodes shorten it (fuse the small kernels inside the captured region, "
+                     "torch.compile)")
+    if total > 0 and float(ns[~short].sum()) / total >= HOST_WORK_SHARE:
+        parts.append(f"{float(ns[~short].sum()) / total:.0%} in {int((~short).sum()):,} gaps over "
+                     f"{duration(NODE_GAP_NS)} (median {duration(float(np.median(ns[~short])))}, the largest "
+                     f"{duration(float(ns[~short].max()))}), far longer than a node's own cost: the graph waited "
+                     "inside itself on something the trace does not show (an event from another stream or from the "
+                     "host, a host-function node, a memory node); dump the graph (PyTorch's graph.enable_debug_mode() "
+                     "before capture and graph.debug_dump(path) after, cudaGraphDebugDotPrint) to see what those "
+                     "nodes wait on")
+    where = f" ({replays:,} replay{'s' if replays != 1 else ''})" if replays else ""
+    return head + (f". Of that time{where}, " + "; ".join(parts) + "." if parts else ".")
 
 
 COPY_OPS = re.compile(r"^aten::(to|_to_copy|copy_|cpu|cuda|tolist|numpy)$")

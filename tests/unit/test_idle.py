@@ -24,7 +24,7 @@ from perfscope.analysis.findings import RULES
 from perfscope.analysis.idle import CAUSES, cause_totals, idle_of, idle_summary
 from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.analysis.rules import timeline
-from perfscope.analysis.rules._gaps import WAIT_CLASSES, sync_advice
+from perfscope.analysis.rules._gaps import WAIT_CLASSES, graph_advice, sync_advice
 from perfscope.report import Report
 from tests.unit.idle_traces import (
     NSYS_TEMPLATE,
@@ -536,6 +536,23 @@ def test_real_traces_sync_time_is_told_by_the_operator_behind_it(load, name: str
     that record no operators, which say so instead of guessing."""
     text = sync_advice(10.0, idle_of(load(name)))
     assert all(s in text for s in says), text
+
+
+@pytest.mark.parametrize("name, says, not_says", [
+    (VLLM_GRAPH, ("(1 replay), 100% in 420 gaps of 5 µs or less (median 1 ns), the device's own cost per node",),
+     ("waited inside itself",)),
+    (H200_GRAPH, ("(7 replays), 100% in 1,386 gaps of 5 µs or less (median 448 ns)", "fewer, larger nodes"),
+     ("waited inside itself",)),
+    (A100, ("(39 replays), 100% in 163 gaps over 5 µs (median 513 µs, the largest 6.28 ms)",
+            "the graph waited inside itself on something the trace does not show", "debug_dump(path)"),
+     ("fewer, larger nodes",)),
+])
+def test_graph_gaps_are_told_by_their_length(load, name: str, says: tuple[str, ...], not_says: tuple[str, ...]) -> None:
+    """The time between a replay's nodes: sub-µs gaps (vLLM's FULL graph on the MI300X, the engine's on the H200)
+    are the device's cost per node, which fewer nodes shorten; TorchRec's replays (HTA) wait 0.5-6 ms between
+    nodes on one stream, which no per-node cost explains: a dependency inside the graph the trace does not show."""
+    text = graph_advice(10.0, idle_of(load(name)))
+    assert all(s in text for s in says) and not any(s in text for s in not_says), text
 
 
 @pytest.mark.parametrize("name", [VLLM_GRAPH, H200_GRAPH])
