@@ -151,6 +151,20 @@ def launch_bound(steps: int = 3, launches: int = 40, kernel: str = "gemm_kernel"
     return t
 
 
+def _forward(t: HostTrace, now: int, op: str | None = None) -> tuple[int, int]:
+    """4 launches of 10 µs calls from ``now``, each kernel 50 µs, queued 12 µs after its call (each inside
+    ``op`` where one is given): (when the host is done, when the GPU is)."""
+    gpu = now
+    for _ in range(4):
+        gpu = max(gpu, now + 12)
+        t.launch(now, 10, gpu, 50)
+        if op:
+            t.op(op, now, now + 10)
+        gpu += 50
+        now += 10
+    return now, gpu
+
+
 def sync_bound(steps: int = 3, *, op: str | None = None, copy: str | None = "DtoH",
                api: str = "cudaStreamSynchronize", ops_elsewhere: bool = False) -> HostTrace:
     """Per step a forward of 4 launches, then ``sampler``: a copy (``copy``: DtoH, the logits; HtoD from pageable
@@ -161,14 +175,7 @@ def sync_bound(steps: int = 3, *, op: str | None = None, copy: str | None = "Dto
     now = 0
     for step in range(steps):
         start = now
-        gpu = now
-        for _ in range(4):
-            gpu = max(gpu, now + 12)
-            t.launch(now, 10, gpu, 50)
-            if ops_elsewhere:
-                t.op("aten::mm", now, now + 10)
-            gpu += 50
-            now += 10
+        now, gpu = _forward(t, now, "aten::mm" if ops_elsewhere else None)
         samp = now
         if copy:
             t.copy(now, 20, gpu, 5, 4096, kind=copy)
@@ -192,12 +199,7 @@ def copy_back(nbytes: int, steps: int = 3) -> HostTrace:
     now = 0
     for step in range(steps):
         start = now
-        gpu = now
-        for _ in range(4):
-            gpu = max(gpu, now + 12)
-            t.launch(now, 10, gpu, 50)
-            gpu += 50
-            now += 10
+        now, _ = _forward(t, now)
         t.copy(now, 800, now + 795, 5, nbytes, kind="DtoH")
         now += 800
         t.range(f"iteration {step}", start, now)
