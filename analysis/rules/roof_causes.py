@@ -7,6 +7,9 @@ module reads what a trace does hold, per group, and names a cause only where its
 
 - ``grid``: the launch's blocks (Kineto's ``grid`` column) below the device's SM/CU count: under one wave,
   some SMs idle for the whole kernel.
+- ``tail``: (NVIDIA) a grid of more than one wave whose last wave leaves SMs without a block for a quarter or more
+  of the launch's SM time (wave quantization), the blocks an SM holds counted from the launch's block size, registers
+  and shared memory (:func:`resident_blocks`).
 - ``small``: the bytes of one launch stream at the DRAM roof in less than its family's kernel-time floor
   (:func:`kernel_floor`), and that floor is at least half of what a launch loses to the roof
   (:data:`FLOOR_SHARE`): fixed per-kernel costs, not DRAM bandwidth, set its time.
@@ -101,6 +104,29 @@ its rocprof-compute reports carry their own 4 MiB per XCD), the RTX 4080 Laptop 
 UNDERFILL_WAVES = 0.75
 """A grid that gives at most three quarters of the SMs a block leaves a quarter or more idle for the whole launch
 (a grid just under one wave costs its few idle SMs only: not a cause of a group far below its roof)."""
+SM_LIMITS = {
+    # compute capability: (resident warps, resident blocks, shared memory per SM in KiB), registers 64K on every one
+    "7.0": (64, 32, 96), "7.2": (64, 32, 96), "7.5": (32, 16, 64),
+    "8.0": (64, 32, 164), "8.6": (48, 16, 100), "8.7": (48, 16, 164), "8.9": (48, 24, 100),
+    "9.0": (64, 32, 228), "10.0": (64, 32, 228), "12.0": (48, 32, 128),
+}
+"""Per compute capability, what one SM holds at once: the CUDA C++ Programming Guide's "Technical Specifications
+per Compute Capability" (7.0-9.0) and the Blackwell Tuning Guide, section 1.4.1.1 Occupancy (10.0: 64 warps, 32
+blocks, 228 KB; 12.0: 48 warps, 32 blocks, 128 KB). A capability not here is not guessed."""
+REGISTERS_PER_SM = 65536
+REGISTER_UNIT = 256
+SUB_PARTITIONS = 4
+"""Registers are allocated per warp in units of 256, within each of an SM's 4 sub-partitions: the warps that fit
+are 4 x (65536 / 4 / the registers of one warp), as CUDA's occupancy calculator (``cuda_occupancy.h``,
+``cudaOccMaxBlocksPerSMRegsLimit``) counts them."""
+SHARED_UNIT = 128
+SHARED_RESERVED = 1024
+"""Shared memory is allocated per block in units of 128 bytes, plus 1 KB the runtime reserves per block (compute
+capability 8.0 and later)."""
+TAIL_IDLE = 0.25
+"""A launch of more than one wave whose last wave leaves SMs without a block for a quarter or more of the launch's
+SM time (wave quantization, each wave taken to last as long): the same quarter :data:`UNDERFILL_WAVES` allows a grid
+of under one wave. Only SMs that get no block count: an SM holding fewer blocks than it could is not idle."""
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5, "int4": 0.5}
 WEIGHT_SHARE = 0.5
 """A GEMM whose weights are at least half its bytes streams its weights."""
@@ -443,6 +469,51 @@ def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return memo(k, "rules:stream_order", build)
 
 
+def resident_blocks(capability: object, threads: float, registers: float, shared: float) -> int | None:
+    """Blocks of ``threads`` threads, ``registers`` per thread and ``shared`` bytes of shared memory that one SM of
+    ``capability`` (``"9.0"``) holds at once: the least of the warp, block, register and shared-memory limits
+    (:data:`SM_LIMITS`, the occupancy calculator's allocation rules); None where the capability or an input is
+    unknown, or one block does not fit."""
+    limits = SM_LIMITS.get(str(capability))
+    if limits is None or not all(np.isfinite(v) for v in (threads, registers, shared)) or threads <= 0:
+        return None
+    warps_max, blocks_max, shared_kib = limits
+    warps = math.ceil(threads / 32)
+    by_warps = warps_max // warps
+    per_warp = math.ceil(max(registers, 1) * 32 / REGISTER_UNIT) * REGISTER_UNIT
+    if per_warp * math.ceil(warps / SUB_PARTITIONS) * SUB_PARTITIONS > REGISTERS_PER_SM:
+        return None  # the block does not fit the register file (the hardware's per-block check)
+    by_registers = (REGISTERS_PER_SM // SUB_PARTITIONS // per_warp) * SUB_PARTITIONS // warps
+    per_block = math.ceil(max(shared, 0) / SHARED_UNIT) * SHARED_UNIT
+    per_block += SHARED_RESERVED if float(str(capability)) >= 8.0 else 0
+    by_shared = (shared_kib * 1024) // per_block if per_block > 0 else blocks_max
+    n = int(min(blocks_max, by_warps, by_registers, by_shared))
+    return n if n > 0 else None
+
+
+def _tail(dev: object, g: pd.DataFrame, blocks: float, sms: int) -> tuple[int, float, int, float] | None:
+    """(resident blocks per SM, waves, the blocks of the last wave, the share of the launch's SM time that SMs with
+    no block in it leave idle) of a group's median launch, where that share is :data:`TAIL_IDLE` or more over more
+    than one wave; None where it is not, or where the block, registers, shared memory or the device's capability is
+    not known. Each wave is taken to last as long, the last one's blocks one per SM."""
+    cap = getattr(dev, "properties", {}).get("compute_capability")
+    if cap is None or not {"block", "registers_per_thread", "shared_mem_bytes"} <= set(g.columns):
+        return None
+    threads = _median(map_distinct(g["block"], _blocks))
+    regs = _median(pd.to_numeric(g["registers_per_thread"], errors="coerce"))
+    smem = _median(pd.to_numeric(g["shared_mem_bytes"], errors="coerce"))
+    resident = resident_blocks(cap, threads, regs, smem)
+    if resident is None:
+        return None
+    slots = sms * resident
+    waves = blocks / slots
+    last = int(blocks - math.floor(waves) * slots) if waves > 1 else 0
+    if last <= 0 or last >= sms:
+        return None
+    idle = (sms - last) / sms / math.ceil(waves)
+    return (resident, waves, last, idle) if idle >= TAIL_IDLE else None
+
+
 def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: str) -> list[Causes]:
     """Per row of ``groups`` (``_group_totals`` of ``k``: group, count, time_ns, dram_bytes, precision, first),
     the causes its trace evidence shows (empty :class:`Causes` when none); a CPU report's only
@@ -474,6 +545,16 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                     c.clauses.append(f"grid of {blocks:.0f} block{'s' if blocks != 1 else ''} on {sms} {unit}s "
                                      f"({blocks / sms:.2g} wave)")
                     c.advice["grid"] = name
+                elif not is_amd(dev):
+                    tail = _tail(dev, g, blocks, sms)
+                    if tail is not None:
+                        resident, waves, last, idle = tail
+                        c.attrs.update(resident_blocks_per_sm=resident, waves=waves, last_wave_blocks=last,
+                                       tail_idle_share=idle)
+                        c.clauses.append(f"{blocks:.0f} blocks on {sms} SMs x {resident} resident: {waves:.2f} waves, "
+                                         f"the last of {last} block{'s' if last != 1 else ''}, so {sms - last} SMs "
+                                         f"have none through it ({idle:.0%} of the launch's SM time)")
+                        c.advice["tail"] = name
         # bytes per launch against the DRAM roof and the L2
         per_launch = float(row["dram_bytes"]) / count
         if gpu and bound == "memory" and bw and per_launch > 0:
@@ -573,6 +654,9 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
 CAUSE_ADVICE = {
     "grid": ("{groups}: the grid has fewer blocks than the device has {unit}s, so some stay idle for the whole "
              "launch: more blocks per launch (split-K / split-KV, smaller tiles, more requests per batch)."),
+    "tail": ("{groups}: the grid ends in a partial wave (wave quantization): the SMs that get no block in the last "
+             "wave idle through it. A grid of whole waves fills them: tiles or a split-K chosen for this device's "
+             "SM count, or a persistent (stream-K) kernel that spreads the work over all SMs."),
     "small": ("{groups}: each launch moves too few bytes to approach the DRAM roof: fixed per-kernel costs (ramp-up, "
               "the last wave) set its time, not DRAM bandwidth: give each launch more work (a larger batch) or fuse "
               "it with its neighbours, so that fewer launches pay those costs."),

@@ -17,6 +17,7 @@ from perfscope.analysis.rules.roof_causes import (
     SMALL_STREAM_NS,
     UNDERFILL_WAVES,
     gemm_dims,
+    resident_blocks,
     weight_share,
 )
 from perfscope.analysis.summaries.kernels import group_key
@@ -264,6 +265,61 @@ def test_low_estimated_occupancy_names_registers_and_shared_memory(load) -> None
     zero = k.assign(est_occupancy_pct=k["est_occupancy_pct"].where(~at, 0.0))
     (z,) = group_causes(replace(r, kernels=zero), zero, row, "memory")
     assert "occupancy" not in z.advice and "est_occupancy_pct" not in z.attrs
+
+
+@pytest.mark.parametrize("cap, threads, registers, shared, blocks", [
+    ("9.0", 256, 128, 0, 2),  # registers: 4,096 a warp, 4 x (16,384 // 4,096) = 16 warps = 2 blocks of 8
+    ("8.0", 128, 240, 147456, 1),  # shared memory: 144 KiB + 1 KiB reserved of 164 KiB
+    ("8.9", 1024, 32, 0, 1),  # warps: 48 // 32
+    ("7.5", 1024, 32, 0, 1),  # warps: 32 // 32
+    ("7.0", 128, 32, 0, 16),  # warps: 64 // 4
+    ("8.6", 64, 16, 0, 16),  # the block limit of 8.6
+    ("9.0", 128, 200, 0, 2),  # 6,400 a warp: 2 warps per sub-partition, 8 per SM, 2 blocks of 4 (not 10 // 4)
+    ("9.0", 384, 168, 134144, 1),  # the H200 engine's cuDNN flash attention kernel
+    ("10.0", 128, 255, 0, 2),  # 8,192 a warp
+    ("11.0", 128, 32, 0, None),  # a capability the table does not hold is not guessed
+    ("9.0", 128, 32, 300000, None),  # more shared memory than an SM has
+    ("9.0", 1024, 255, 0, None),  # more registers than the register file
+])
+def test_resident_blocks_by_cudas_occupancy_rules(cap: str, threads: int, registers: int, shared: int,
+                                                  blocks: int | None) -> None:
+    """Blocks one SM holds at once, counted by hand with CUDA's occupancy rules (cuda_occupancy.h: registers per
+    warp rounded to 256 within 4 sub-partitions, shared memory in 128-byte units plus 1 KiB a block on 8.0+, and
+    the capability's warp and block limits)."""
+    assert resident_blocks(cap, threads, registers, shared) == blocks
+
+
+@pytest.mark.parametrize("grid, tail", [(133, (1, 133 / 132, 1, 131 / 132 / 2)), (264, None), (200, None), (100, None)])
+def test_a_grid_that_ends_in_a_partial_wave_is_a_tail(load, grid: int, tail: tuple | None) -> None:
+    """The H200 engine's cuDNN flash attention (384 threads, 168 registers, 131 KiB of shared memory: one block per
+    SM) at grids it could have had: 133 blocks on 132 SMs is two waves, the second of one block, so 131 SMs idle
+    through half the launch; 264 is two full waves; 200 leaves 64 SMs idle through the second of two waves, 24% of the
+    SM time (under the quarter a cause needs); 100 is under one wave (the grid cause)."""
+    from dataclasses import replace
+
+    from perfscope.analysis.rules.kernels import _group_totals, effective_kernels
+    from perfscope.analysis.rules.roof_causes import causes_advice, group_causes
+
+    r = load(H200_EAGER)
+    k = effective_kernels(r)
+    name = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0"
+    at = (group_key(k) == name).to_numpy()
+    assert at.any()
+    k = k.assign(grid=k["grid"].astype(object).where(~at, f"({grid}, 1, 1)"))
+    groups = _group_totals(k, "memory")
+    (c,) = group_causes(replace(r, kernels=k), k, groups[groups["group"] == name], "memory")
+    if tail is None:
+        assert "tail" not in c.advice and "waves" not in c.attrs
+        assert ("grid" in c.advice) == (grid <= UNDERFILL_WAVES * 132)
+        return
+    resident, waves, last, idle = tail
+    assert "tail" in c.advice and "grid" not in c.advice
+    assert (c.attrs["resident_blocks_per_sm"], c.attrs["last_wave_blocks"]) == (resident, last)
+    assert c.attrs["waves"] == pytest.approx(waves) and c.attrs["tail_idle_share"] == pytest.approx(idle)
+    assert ("133 blocks on 132 SMs x 1 resident: 1.01 waves, the last of 1 block, so 131 SMs have none through it "
+            "(50% of the launch's SM time)") in "; ".join(c.clauses)
+    advice = " ".join(causes_advice(replace(r, kernels=k), [c], [1.0], [name]))
+    assert "the grid ends in a partial wave (wave quantization)" in advice and "persistent (stream-K)" in advice
 
 
 def test_cpu_report_gets_only_cpu_causes(sample_reports_dir) -> None:
