@@ -713,7 +713,7 @@ def _with_copy_way(openers: tuple[np.ndarray, ...], copies: pd.DataFrame, ops: _
     same = (i >= 0) & (op_at_sync >= 0) & (op_at_sync == op_at_copy)
     for k in np.flatnonzero(same):
         name, way = names[k], ways[j[k]]
-        if way in HOST_DEVICE_COPIES and isinstance(name, str) and SYNC_API.search(name):
+        if isinstance(way, str) and way in HOST_DEVICE_COPIES and isinstance(name, str) and SYNC_API.search(name):
             names[k] = f"{name} ({way})"
     return names
 
@@ -793,8 +793,9 @@ class _Context:
         self.copies = _copy_calls(report, api, is_cause["copy"])
         # a copy call's slices name its direction where its transfer says it: cudaMemcpyAsync (HtoD)
         kinds = self.copies["kind"].astype("object").to_numpy() if len(self.copies) else np.zeros(0, object)
-        self.copy_names = vocab.codes(np.array([f"{n} ({k})" if k in HOST_DEVICE_COPIES else n for n, k in
-                                                zip(self.copies["name"].astype("object"), kinds, strict=True)], object))
+        self.copy_names = vocab.codes(np.array([f"{n} ({k})" if isinstance(k, str) and k in HOST_DEVICE_COPIES else n
+                                                for n, k in zip(self.copies["name"].astype("object"), kinds,
+                                                                strict=True)], object))
         self.calls = {c: _sorted_calls(api, is_cause[c]) for c in ("profiler", "sync", "launch")}
         self.call_names = {c: vocab.codes(calls[2]) for c, calls in self.calls.items()}
         # the calls whose return can open a gap the host could not queue into: syncs and copies to the host
