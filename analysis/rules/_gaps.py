@@ -544,7 +544,7 @@ def kind_advice(kind: str, share: float, items: Sequence[Item], idle: pd.DataFra
     if kind == "copy":
         return copy_advice(share, idle, where)
     if kind == "graph":
-        return graph_advice(share, idle)
+        return graph_gap_advice(share, idle)
     if kind == "untraced":
         return (f"For {share:.0f}% of the idle time the host ran no recorded call, in gaps before kernels whose launch "
                 f"call the trace lacks{where}: the API trace is missing records there (thinned, filtered or lost), so "
@@ -690,7 +690,7 @@ measured between the nodes of a replay: 0.45 µs median on the H200, 1 ns on the
 one is the graph waiting on something inside itself."""
 
 
-def graph_advice(share: float, idle: pd.DataFrame) -> str:
+def graph_gap_advice(share: float, idle: pd.DataFrame) -> str:
     """What the ``graph`` idle time (``share`` % of the idle time ``idle``) is, by its gaps' lengths: gaps of
     :data:`NODE_GAP_NS` or less are the device's per-node cost (fewer, larger nodes shorten them), longer ones a
     dependency inside the graph the trace does not show (what to dump to see it)."""

@@ -50,12 +50,11 @@ from ._base import (
     ranked,
     severity_for,
 )
-from .matmul_units import MATMUL_CATEGORIES, TF32_NAME, fp32_matmuls
+from .matmul_units import MATMUL_CATEGORIES, TF32_NAME, faster_matrix, fp32_matmuls
 from .roof_causes import Causes, causes_advice, group_causes
 from .timeline import SHORT_KERNEL_NS
 
 if TYPE_CHECKING:
-    from perfscope.device import DeviceSpec
     from perfscope.report import Report
 
 MEMORY_ROOF_LOW_PCT = 50.0
@@ -73,11 +72,6 @@ ROOFLINE_COLUMNS = ("precision", "arith_intensity", "achieved_flops_per_s", "ach
 """The columns ``classify`` fills, copied back for the re-classified rows."""
 FP32_MATMUL_MIN_PCT = 5.0
 """FP32 matmuls worth moving to tensor cores: at least 5% of the kernel time."""
-FASTER_MATRIX_PRECISIONS = ("tf32", "bf16", "fp16")
-"""Tried in order as the FP32 matmul's replacement; TF32 first because it needs no dtype change."""
-MATRIX_SPEEDUP_MIN = 2.0
-"""A lower-precision roof only "applies" when it is at least twice the FP32 roof (tensor cores);
-CPUs without matrix units measure bf16 at or below fp32."""
 FLOPS_TOLERANCE = 1.25
 """Measured and analytic FLOPs disagree when their ratio leaves [1/1.25, 1.25]: beyond counting
 conventions of a few percent (FMA = 2, masked lanes), 25% means a wrong formula, a wrong kernel to
@@ -625,15 +619,6 @@ def roof_exceeded(report: Report) -> list[Finding]:
 
 
 # ---------------------------------------------------------------------------- FP32 matmuls
-def _faster_matrix(dev: DeviceSpec) -> str | None:
-    fp32 = dev.peak_flops("fp32")
-    for p in FASTER_MATRIX_PRECISIONS:
-        peak = dev.compute[p].value if p in dev.compute else None
-        if fp32 and peak and peak >= MATRIX_SPEEDUP_MIN * fp32:
-            return p
-    return None
-
-
 def fp32_matmul(report: Report) -> list[Finding]:
     """FP32 GEMM/attention kernels on a device whose tensor cores run TF32/BF16/FP16 much faster.
 
@@ -643,7 +628,7 @@ def fp32_matmul(report: Report) -> list[Finding]:
     part is a bound, and ``at_stake_bound_ns`` holds it).
     """
     dev = report.device
-    target = _faster_matrix(dev) if dev is not None else None
+    target = faster_matrix(dev)
     if target is None or dev is None:
         return []
     mm = fp32_matmuls(effective_kernels(report))

@@ -49,9 +49,11 @@ from .evidence import (
     time_in,
     unexplained,
 )
+from .matmul_units import faster_matrix, no_faster_matrix_text
 from .timeline import SHORT_KERNEL_NS, compiled_cpu_run, graph_advice, graph_mode
 
 if TYPE_CHECKING:
+    from perfscope.device import DeviceSpec
     from perfscope.report import Report
 
 DECODE_MBU_LOW_PCT = 50.0
@@ -338,7 +340,7 @@ def prefill_mfu(report: Report) -> list[Finding]:
     if gap_ns > kernel_ns:
         advice = _gap_advice(idle, items, _run_of(report))
     else:
-        advice = _prefill_advice(items, k, precision)
+        advice = _prefill_advice(items, k, precision, report.device)
     if has_framework_steps(steps):
         from .knobs import framework_of, knob
 
@@ -379,7 +381,7 @@ def _prefill_items(report: Report, idle: pd.DataFrame, k: pd.DataFrame, bw: floa
     return items + kernel_items(report.kernels, pos, above, explains=known, describe=describe)
 
 
-def _prefill_advice(items: list[Item], k: pd.DataFrame, precision: str) -> str:
+def _prefill_advice(items: list[Item], k: pd.DataFrame, precision: str, device: DeviceSpec | None) -> str:
     """Advice for prefill kernels below their speed of light, from what the largest kernel items are."""
     top = largest_kernel(items)
     kinds = [i for i in items if i.kind in ("kernel", "kernels") and i.explains]
@@ -392,7 +394,10 @@ def _prefill_advice(items: list[Item], k: pd.DataFrame, precision: str) -> str:
     if "attention" in cats or "softmax" in names or "bmm" in names:
         parts.append("Use a fused attention kernel (SDPA/flash) instead of materialised scores.")
     if precision in ("fp32", "tf32"):
-        parts.append(f"It computes in {precision}: a tensor-core precision (bf16) raises the roof itself.")
+        faster = faster_matrix(device)
+        parts.append(f"It computes in {precision}: a tensor-core precision ({faster}) raises the roof itself." if faster
+                     else f"It computes in {precision}, and {no_faster_matrix_text(device)}: a lower precision would "
+                     "not raise the roof here.")
     if len(parts) == 1:
         parts.append("Check those kernels against their roof (memory-below-roof, compute-below-roof).")
     return " ".join(parts)

@@ -56,7 +56,7 @@ from ..costs.operators import category_of
 from ..costs.quantized import PRECISION_WIDTH, kernel_precision, narrowest_operand
 from ..summaries.kernels import group_codes
 from ._base import collect_advice, from_ncu, is_cpu_report
-from .matmul_units import TENSOR_CORE_FP32_NAME, fp32_matmuls
+from .matmul_units import TENSOR_CORE_FP32_NAME, faster_matrix, fp32_matmuls, no_faster_matrix_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -610,9 +610,11 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                     c.clauses.append(f"{', '.join(off)} not a multiple of {ALIGN}")
                     c.advice["shape"] = name
             if prec == "fp32":
-                if len(fp32_matmuls(g)):
+                if len(fp32_matmuls(g)) and faster_matrix(dev) is not None:
                     c.clauses.append("FP32 matmul")
                     c.advice["fp32mm"] = name
+                elif len(fp32_matmuls(g)):  # no faster matrix roof here: FP32 is not what holds it back
+                    c.clauses.append(f"FP32 matmul ({no_faster_matrix_text(dev)}: not a cause here)")
                 elif g["name"].astype(str).str.contains(TENSOR_CORE_FP32_NAME).any():
                     c.clauses.append("FP32 matmul on the tensor cores (TF32 / MFMA, by its name)")
                 else:  # a matmul op's kernel that names no matmul (a split-K reduction; in a report saved before
@@ -791,8 +793,13 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
                     fmt = c.attrs.get("weight_precision")
                     by_fmt.setdefault(fmt if isinstance(fmt, str) else None, []).append(c.advice["weights"])
             for fmt, names_ in by_fmt.items():
-                parts.append(CAUSE_ADVICE[code].format(groups=_shown(list(dict.fromkeys(names_))),
-                                                       cut=WEIGHT_CUT[weight_bits(fmt)]))
+                bits = weight_bits(fmt)
+                cut = WEIGHT_CUT[bits]
+                if bits == 32 and faster_matrix(report.device) is None:  # bf16 has no faster path on this device
+                    cut = (f"they stream at 32 bits; BF16 weights would halve the bytes, but "
+                           f"{no_faster_matrix_text(report.device)}, so the arithmetic of a bf16 matmul may cost more "
+                           "than the bytes save: measure it before converting; ")
+                parts.append(CAUSE_ADVICE[code].format(groups=_shown(list(dict.fromkeys(names_))), cut=cut))
             continue
         parts.append(CAUSE_ADVICE[code].format(groups=_shown(names_), unit=unit,
                                                what="operators" if cpu else "kernels"))

@@ -24,7 +24,7 @@ from perfscope.analysis.findings import RULES
 from perfscope.analysis.idle import CAUSES, cause_totals, idle_of, idle_summary
 from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.analysis.rules import timeline
-from perfscope.analysis.rules._gaps import WAIT_CLASSES, graph_advice, sync_advice
+from perfscope.analysis.rules._gaps import WAIT_CLASSES, graph_gap_advice, sync_advice
 from perfscope.report import Report
 from tests.unit.idle_traces import (
     NSYS_TEMPLATE,
@@ -551,7 +551,7 @@ def test_graph_gaps_are_told_by_their_length(load, name: str, says: tuple[str, .
     """The time between a replay's nodes: sub-µs gaps (vLLM's FULL graph on the MI300X, the engine's on the H200)
     are the device's cost per node, which fewer nodes shorten; TorchRec's replays (HTA) wait 0.5-6 ms between
     nodes on one stream, which no per-node cost explains: a dependency inside the graph the trace does not show."""
-    text = graph_advice(10.0, idle_of(load(name)))
+    text = graph_gap_advice(10.0, idle_of(load(name)))
     assert all(s in text for s in says) and not any(s in text for s in not_says), text
 
 

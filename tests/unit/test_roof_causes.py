@@ -22,6 +22,7 @@ from perfscope.analysis.rules.roof_causes import (
 )
 from perfscope.analysis.summaries.kernels import group_key
 from perfscope.device_models import device_models, kernel_family
+from perfscope.format import si
 
 B200 = "kineto/tracelens_b200__eager_trace.json.gz"
 MI300X_GRAPH = "thirdparty/tracelens_vllm_decode_full/graph_execution.json.gz"
@@ -334,6 +335,48 @@ def test_cpu_report_gets_only_cpu_causes(sample_reports_dir) -> None:
     # a fusion pair is named once ("silu with mul", not also "mul with silu"), of operators, not kernels
     assert "silu with mul" in f.recommendation and "mul with silu" not in f.recommendation
     assert "elementwise/norm/copy operators" in f.recommendation and "perf stat" in f.recommendation
+
+
+@pytest.mark.parametrize("bf16", [None, 1.34e9])
+def test_lower_precision_is_advised_only_where_the_device_computes_it_faster(sample_reports_dir,
+                                                                            bf16: float | None) -> None:
+    """The sample CPU report (a CPU whose measured bf16 roof is 2.3x its fp32 one) and the same report with the bf16
+    roof this project's AMD EPYC measures without a bf16 matrix path (1.34 GFLOP/s against 161 GFLOP/s fp32): BF16
+    weights and a tensor-core precision are advised on the first; on the second the advice says why not, and an FP32
+    matmul is not called a cause of running below the roof. Its decode matmul group (fp32 weights, one row), priced
+    as the below-roof findings price it."""
+    from dataclasses import replace
+
+    from perfscope.analysis.rules.kernels import _group_totals, effective_kernels
+    from perfscope.analysis.rules.llm import _prefill_advice
+    from perfscope.analysis.rules.roof_causes import causes_advice, group_causes
+    from perfscope.api import load as load_report
+    from perfscope.device import Roof
+
+    r = load_report(sample_reports_dir / "cpu-small-b1-p128-g32.perfscope")
+    dev = r.device
+    assert dev.compute["bf16"].value >= 2 * dev.compute["fp32"].value
+    if bf16 is not None:
+        r = r.with_manifest(device=replace(dev, compute={**dev.compute, "bf16": Roof(bf16, "measured", "torch.mm")})
+                            .to_dict())
+    k = effective_kernels(r)
+    groups = _group_totals(k, "memory")
+    (c,) = group_causes(r, k, groups[groups["group"] == "matmul"], "memory")
+    assert c.attrs["weight_precision"] == "fp32" and c.advice.get("weights") == "matmul"
+    advice = " ".join(causes_advice(r, [c], [1.0], ["matmul"]))
+    clauses = "; ".join(c.clauses)
+    prefill = _prefill_advice([], r.kernels, "fp32", r.device)  # what prefill-mfu says of an fp32 prefill
+    if bf16 is None:
+        assert "fp32mm" in c.advice and "FP32 matmul" in clauses
+        assert "they stream at 32 bits: BF16 weights halve the bytes and FP8 ones quarter them" in advice
+        assert "a tensor-core precision (bf16) raises the roof itself" in prefill
+        return
+    said = f"this device computes bf16 at 1.34 GFLOP/s against {si(dev.compute['fp32'].value, 'FLOP/s')} in fp32"
+    assert "fp32mm" not in c.advice and f"FP32 matmul ({said}: not a cause here)" in clauses
+    assert f"It computes in fp32, and {said}: a lower precision would not raise the roof here" in prefill
+    assert "tensor-core precision" not in prefill
+    assert f"they stream at 32 bits; BF16 weights would halve the bytes, but {said}" in advice
+    assert "BF16 weights halve" not in advice
 
 
 NORMS = "memory/tracelens_mi300x_normalization_profile_memory/normalization_layer_test.json.gz"
