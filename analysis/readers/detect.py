@@ -99,6 +99,8 @@ def detect_format(path: str | Path) -> str:
     if regular_file(p).stat().st_size == 0:  # a FIFO, a device, a link loop: one line, never opened
         raise InputFormatError(p, "is empty", hint="the profiler wrote nothing; re-run the capture")
     name = p.name.lower()
+    if p.name == MANIFEST and b'"perfscope_version"' in head_bytes(p, SNIFF_BYTES):
+        return "report"  # a report's manifest opens its folder
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     head = _head(p)
@@ -152,8 +154,8 @@ def import_file(path: str | Path, *, device: DeviceSpec | None = None, capture: 
     if capture is not None and fmt != "kineto":
         raise UsageError(f"capture traces join the graph replays of a Kineto trace; {p} is {fmt}",
                          hint="give --capture with a PyTorch/Kineto trace")
-    if fmt == "report":  # a report folder, or a folder that holds exactly one
-        return Report.load(single_report(p) or p)
+    if fmt == "report":  # a report folder, its manifest, or a folder that holds exactly one
+        return Report.load(p.parent if p.is_file() else single_report(p) or p)
     module = importlib.import_module(READERS[fmt])
     reader: Reader = getattr(module, f"read_{fmt.replace('-', '_')}", None) or module.read
     try:

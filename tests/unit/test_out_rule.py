@@ -54,6 +54,16 @@ def test_a_folder_with_one_report_opens_as_it(tmp_path: Path, fixtures_dir: Path
     assert main(["analyze", str(tmp_path / "one")]) == 3
 
 
+def test_a_reports_manifest_opens_its_folder(tmp_path: Path, fixtures_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", str(fixtures_dir / TRACE), "--out", str(tmp_path / "r"), "--no-html"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "r.perfscope" / "manifest.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["report"] == "hta_triton_example__triton_example"
+    (tmp_path / "manifest.json").write_text('{"name": "not a report"}')  # another tool's manifest is not one
+    assert main(["analyze", str(tmp_path / "manifest.json")]) == 3
+    assert "not a trace" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("given, written", [
     ("x", "x.perfscope"), ("x.perfscope", "x.perfscope"), ("d/", "d/hta_triton_example__triton_example.perfscope"),
 ])
