@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .tree import PHASES
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -356,10 +358,22 @@ def assign_kernels_to_steps(kernels: pd.DataFrame, steps: pd.DataFrame, api: pd.
 
 
 # ---------------------------------------------------------------------------- steps of any engine
+PHASE_WORDS = re.compile(r"(?<![a-z])(" + "|".join((*PHASES, "mixed")) + r")(?![a-z])", re.IGNORECASE)
+"""A phase's name as a word of a range's name (``decode``, ``decode_step_12``, ``Prefill chunk``; not ``decoder``)."""
+
+
+def phase_in_name(name: str) -> str | None:
+    """The phase a range's name states (:data:`PHASE_WORDS`): its one phase word, None with none or with
+    different ones (``prefill_and_decode``)."""
+    found = {w.lower() for w in PHASE_WORDS.findall(name)}
+    return found.pop() if len(found) == 1 else None
+
+
 @dataclass(frozen=True)
 class StepRule:
     """Which ranges are steps when no framework marks them (``--steps REGEX``), and their phase
-    (``--phase-of REGEX=PHASE``: the first whose regex finds a match in the range's name)."""
+    (``--phase-of REGEX=PHASE``: the first whose regex finds a match in the range's name; else the phase
+    the name states, :func:`phase_in_name`)."""
 
     pattern: re.Pattern[str]
     phases: tuple[tuple[re.Pattern[str], str], ...] = ()
@@ -384,9 +398,10 @@ class StepRule:
         return cls(compiled(steps, "--steps"), tuple(phases))
 
     def label(self, name: str) -> StepLabel:
-        """The step a matching range stands for: framework ``user``, the phase --phase-of gives (None
-        when none does), and batch / tokens from named groups ``batch`` / ``tokens`` of the regex."""
-        phase = next((p for rx, p in self.phases if rx.search(name)), None)
+        """The step a matching range stands for: framework ``user``, the phase --phase-of gives (else the
+        one its name states, :func:`phase_in_name`; None when neither does), and batch / tokens from named
+        groups ``batch`` / ``tokens`` of the regex."""
+        phase = next((p for rx, p in self.phases if rx.search(name)), None) or phase_in_name(name)
         m = self.pattern.search(name)
         groups = m.groupdict() if m else {}
 
@@ -452,19 +467,28 @@ def propose_steps(ranges: pd.DataFrame, launch_ns: np.ndarray) -> tuple[str, str
     launches = np.sort(np.asarray(launch_ns, np.int64))
     depth = pd.to_numeric(r["depth"], errors="coerce") if "depth" in r else pd.Series(0, index=r.index)
     best: tuple[float, int, str, str, int] | None = None
+    phased = []  # the templates whose names state a phase and whose ranges hold launches: the best's siblings
     for template, g in r.groupby(templates, sort=False):
-        if len(g) < PROPOSE_MIN_REPEATS:
-            continue
         ms, me = _merged_windows(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
         inside = np.searchsorted(ms, launches, side="right") - 1
         held = int(((inside >= 0) & (launches <= me[np.maximum(inside, 0)])).sum())
-        if held < PROPOSE_MIN_LAUNCH_SHARE * len(launches):
-            continue
         d = float(depth.loc[g.index].median()) if depth.loc[g.index].notna().any() else 0.0
         key = (d, -len(g), str(template), str(g["name"].iloc[0]), len(g))
+        if held and phase_in_name(key[3]):
+            phased.append(key)
+        if len(g) < PROPOSE_MIN_REPEATS or held < PROPOSE_MIN_LAUNCH_SHARE * len(launches):
+            continue
         if best is None or key[:2] < best[:2]:
             best = key
-    return None if best is None else (best[2], best[3], best[4])
+    if best is None:
+        return None
+    phase = phase_in_name(best[3])
+    others = [k for k in phased if k[0] == best[0] and phase_in_name(k[3]) not in (None, phase)] if phase else []
+    if not others:
+        return best[2], best[3], best[4]
+    # the other phases' ranges at the same depth are steps too (an engine's one `prefill` beside its `decode`s)
+    keys = sorted([best, *others], key=lambda k: k[4:0:-1])
+    return "^(?:" + "|".join(k[2][1:-1] for k in keys) + ")$", best[3], sum(k[4] for k in keys)
 
 
 def _merged_windows(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -484,7 +508,8 @@ def proposal_note(found: tuple[str, str, int]) -> str:
     regex, example, n = found
     return (f"{PROPOSAL_PREFIX} {example!r} repeats ({n} ranges matching {regex}) as the "
             f"outermost range around the GPU work: import with --steps '{regex}' to make each one a step "
-            "(add --phase-of REGEX=PHASE to name their phase; none is guessed)")
+            "(a step's phase is the one its name states, prefill, decode, mixed, draft or verify; else add "
+            "--phase-of REGEX=PHASE to name it: none is guessed)")
 
 
 def with_framework_steps(tables: Mapping[str, pd.DataFrame],

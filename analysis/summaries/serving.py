@@ -131,6 +131,9 @@ def phase_summary(report: Report, *, profiled: bool = False) -> pd.DataFrame:
     framework = has_framework_steps(steps)
     in_phase = {p: value_mask(kernels, "phase", partial(operator.eq, p)) for p in SUMMARY_PHASES}
     phases = [p for p in SUMMARY_PHASES if in_phase[p].any() or (steps["phase"] == p).any()]
+    if not phases and framework:  # steps that name no phase: one row over them and their kernels
+        steps, phases = steps.assign(phase="all"), ["all"]
+        in_phase["all"] = kernels["step"].isin(steps["step"]).to_numpy(bool)
     rows = []
     for p in phases:
         if not framework:
@@ -196,7 +199,7 @@ def _token_split(steps: pd.DataFrame) -> dict[str, float]:
 def _phase_row(report: Report, phase: str, k: pd.DataFrame, all_steps: pd.DataFrame) -> dict[str, Any]:
     device = report.device
     wall_s, n_steps, tokens = _phase_wall_s(report, phase, k, all_steps)
-    if phase == "all":
+    if phase == "all" and not n_steps:
         wall_s = float(k["end_ns"].max() - k["start_ns"].min()) / 1e9 if len(k) else float("nan")
     # a partial sum would understate the phase's FLOPs (bytes) without saying so: missing instead
     flops = _covered_sum(k, "flops")

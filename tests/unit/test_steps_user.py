@@ -25,12 +25,13 @@ def _note(report: Report) -> list[str]:
     return [w for w in report.warnings if w.startswith("no step annotations found")]
 
 
-@pytest.mark.parametrize(("build", "regex", "n"), [
-    (weight_streaming, r"^token_\d+_processing$", 4),
-    (launch_bound, r"^decode_step \d+$", 3),
-    (sync_bound, r"^iteration \d+$", 3),
+@pytest.mark.parametrize(("build", "regex", "n", "phase"), [
+    (weight_streaming, r"^token_\d+_processing$", 4, None),
+    (launch_bound, r"^decode_step \d+$", 3, "decode"),  # the phase its name states
+    (sync_bound, r"^iteration \d+$", 3, None),
 ])
-def test_the_repeating_outermost_range_is_proposed_not_taken(tmp_path: Path, build, regex: str, n: int) -> None:
+def test_the_repeating_outermost_range_is_proposed_not_taken(tmp_path: Path, build, regex: str, n: int,
+                                                              phase: str | None) -> None:
     r = read_kineto(build().write(tmp_path / "t.json"))
     assert len(r.steps) == 0  # nothing is guessed
     (note,) = _note(r)
@@ -38,7 +39,41 @@ def test_the_repeating_outermost_range_is_proposed_not_taken(tmp_path: Path, bui
     # the proposed regex, accepted, gives one step per range
     stepped = with_steps(r, StepRule.parse(regex))
     assert len(stepped.steps) == n and not _note(stepped)
-    assert stepped.steps["phase"].isna().all() and set(stepped.steps["framework"]) == {"user"}
+    assert list(stepped.steps["phase"]) == [phase] * n and set(stepped.steps["framework"]) == {"user"}
+    if phase is None:  # steps that name no phase are one row of the phase table, with their count
+        from perfscope.analysis.summaries.serving import phase_summary
+
+        (row,) = phase_summary(stepped).to_dict("records")
+        assert row["phase"] == "all" and row["steps"] == n
+        assert row["kernel_time_s"] * 1e9 == pytest.approx(float(
+            stepped.kernels.loc[stepped.kernels["step"].notna(), "duration_ns"].sum()))
+
+
+@pytest.mark.parametrize(("name", "phase"), [
+    ("decode", "decode"), ("decode_step 12", "decode"), ("Prefill chunk", "prefill"), ("DECODE[bs=4]", "decode"),
+    ("verify_3", "verify"), ("draft", "draft"), ("mixed step", "mixed"),
+    ("decoder", None), ("predecode", None), ("prefill_and_decode", None), ("token_0_processing", None),
+])
+def test_the_phase_a_name_states(name: str, phase: str | None) -> None:
+    from perfscope.analysis.steps import phase_in_name
+
+    assert phase_in_name(name) == phase
+    assert StepRule.parse(".").label(name).phase == phase
+    assert StepRule.parse(".", [".=decode"]).label(name).phase == "decode"  # --phase-of says first
+
+
+def test_the_engines_prefill_and_decode_are_proposed_together(load) -> None:
+    """The reference engine's own trace on the H200 (one prefill, then 7 decode ranges of generate(..., 8)):
+    the proposal takes both names, and its regex gives each range its phase from its name."""
+    r = load("h200/h200_llama1b_engine_eager.pt.trace.json.gz")
+    (note,) = _note(r)
+    assert "--steps '^(?:prefill|decode)$'" in note and "(8 ranges" in note
+    s = with_steps(r, StepRule.parse("^(?:prefill|decode)$"))
+    assert list(s.steps["phase"]) == ["prefill"] + ["decode"] * 7
+    from perfscope.analysis.summaries.serving import phase_summary
+
+    table = phase_summary(s).set_index("phase")
+    assert table.loc["prefill", "steps"] == 1 and table.loc["decode", "steps"] == 7
 
 
 def test_steps_and_phases_from_the_flags(tmp_path: Path) -> None:
