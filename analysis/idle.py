@@ -279,12 +279,14 @@ def unrecorded_summary(kernels: pd.DataFrame) -> dict[str, int] | None:
 def unrecorded_warning(kernels: pd.DataFrame) -> str | None:
     """The import's warning when the trace lacks dispatch ids between its first and last kernel (None: it lacks
     none, or numbers none)."""
+    from perfscope.format import counted
+
     got = unrecorded_summary(kernels)
     if got is None or not got["missing"]:
         return None
     runs = got["runs"]
     return (f"the trace lacks {got['missing']:,} of the {got['ids']:,} dispatch ids between its first and last kernel "
-            f"(ids {got['first']}..{got['last']}; {runs:,} run{'s' if runs != 1 else ''} of missing ids, the largest "
+            f"(ids {got['first']}..{got['last']}; {counted(runs, 'run')} of missing ids, the largest "
             f"{got['largest_run']:,}): the GPU ran kernels the trace does not hold (a kernel filter such as "
             "--kernel-include-regex, sampling or lost records). Idle gaps over them are cause 'unrecorded', not idle "
             "time nor host work (docs/idle.md); re-profile without the filter to measure them")
@@ -1387,12 +1389,12 @@ def gap_size_buckets(lengths: np.ndarray) -> list[dict[str, float]]:
 
 def gap_sizes_text(lengths: np.ndarray, most: int = 3) -> str:
     """Gap sizes weighted by time: ``640 ms in 64 gaps of 10.0 ms; 1,983 gaps under 5 µs add 2 ms``."""
-    from perfscope.format import duration
+    from perfscope.format import counted, duration
 
     parts = []
     for i, b in enumerate(gap_size_buckets(lengths)[:most]):
         n = int(b["gaps"])
-        gaps = f"{n:,} gap{'s' if n != 1 else ''}"
+        gaps = f"{counted(n, 'gap')}"
         if i == 0:
             parts.append(f"{duration(b['time_ns'])} in {gaps} of {duration(b['typical_ns'])}")
         elif b["lo_ns"] == 0:

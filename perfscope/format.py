@@ -249,13 +249,18 @@ def evidence_item(item: Any, time_at_stake_ns: Any) -> tuple[str, str, str]:
     return share, "known" if getattr(item, "explains", False) else "unknown", str(getattr(item, "label", ""))
 
 
+def counted(n: float, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun, plural unless ``n`` is 1: ``1 gap``, ``3 gaps``, ``1,204 kernel groups``."""
+    return f"{n:,.0f} {noun if n == 1 else plural or noun + 's'}"
+
+
 def evidence_more(items: Sequence[Any], shown: int) -> str | None:
     """The line for the items past the first ``shown``: ``+ 9 more items (120 ms)``; None when none."""
     rest = list(items)[shown:]
     if not rest:
         return None
     t = sum(v for v in (finite(getattr(i, "time_ns", None)) for i in rest) if v is not None)
-    return f"+ {len(rest)} more item{'s' if len(rest) != 1 else ''}" + (f" ({duration(t)})" if t > 0 else "")
+    return f"+ {counted(len(rest), 'more item', 'more items')}" + (f" ({duration(t)})" if t > 0 else "")
 
 
 # ---------------------------------------------------------------------------- JSON

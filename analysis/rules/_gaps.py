@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration, nbytes, si
+from perfscope.format import counted, duration, nbytes, si
 from perfscope.schema import column_codes, decode, map_distinct, value_mask
 from perfscope.shapes import shapes_text
 
@@ -247,7 +247,7 @@ def idle_items(idle: pd.DataFrame, *, top: int = TOP_ITEMS, where: str = "") -> 
             big = pos[np.argmax(dur[pos])]
             named = "" if explains or kind != "host code" else " that no range, function or operator names"
             items.append(Item("gaps", f"{duration(total)} more {kind}{named}{where} in {len(pos):,} slices of "
-                                      f"{gaps:,} gap{'s' if gaps != 1 else ''}",
+                                      f"{counted(gaps, 'gap')}",
                               total, explains, starts[big], ends[big],
                               {"kind": kind, "slices": len(pos), "gaps": gaps, "device": device},
                               spans=spans_of(starts[pos], ends[pos])))
@@ -304,7 +304,7 @@ def unrecorded_text(facts: dict[str, float | int]) -> str:
     """What the ``unrecorded`` gaps hold, as a finding says it: ``131 ms of the idle span lies in 5 gaps over which
     the trace lacks 4,590 dispatches (ids 188..4873): ...; that time is not idle``."""
     gaps = int(facts["gaps"])
-    return (f"{duration(float(facts['ns']))} of the idle span lies in {gaps:,} gap{'s' if gaps != 1 else ''}"
+    return (f"{duration(float(facts['ns']))} of the idle span lies in {counted(gaps, 'gap')}"
             f"{_lacks_text(facts)}: the GPU was likely running kernels the trace does not hold (a kernel filter, "
             "sampling or lost records); that time is not idle")
 
@@ -718,7 +718,7 @@ def graph_gap_advice(share: float, idle: pd.DataFrame) -> str:
                      "host, a host-function node, a memory node); dump the graph (PyTorch's graph.enable_debug_mode() "
                      "before capture and graph.debug_dump(path) after, cudaGraphDebugDotPrint) to see what those "
                      "nodes wait on")
-    where = f" ({replays:,} replay{'s' if replays != 1 else ''})" if replays else ""
+    where = f" ({counted(replays, 'replay')})" if replays else ""
     return head + (f". Of that time{where}, " + "; ".join(parts) + "." if parts else ".")
 
 
@@ -856,7 +856,7 @@ def sync_advice(share: float, idle: pd.DataFrame) -> str:
         if ns / total < HOST_WORK_SHARE:
             continue
         inside = f" in {', '.join(rngs)}" if rngs else ""
-        count = f"{gaps:,} gap{'s' if gaps != 1 else ''}"
+        count = f"{counted(gaps, 'gap')}"
         if lab.startswith("op:"):
             parts.append(f"{ns / total:.0%} ({count}) behind {lab[3:]}{inside}, which synchronised for a reason the "
                          "trace does not show (an output size or a value read to the host): its Python stack "

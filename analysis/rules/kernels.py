@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import counted, duration
 from perfscope.memo import memo
 from perfscope.schema import column_codes, text_of, value_mask
 
@@ -490,7 +490,8 @@ def _below_roof(report: Report, k: pd.DataFrame, groups: pd.DataFrame, rule: str
     bound = rule.split("-")[0]
     top = below.iloc[0]
     unit = "operator" if is_cpu_report(report) else "kernel"
-    title = (f"{len(below)} {bound}-bound {unit} group(s) run at {weighted:.2g}% of the {roof} "
+    title = (f"{counted(len(below), f'{bound}-bound {unit} group')} run{'s' if len(below) == 1 else ''} at "
+             f"{weighted:.2g}% of the {roof} "
              f"({duration(time_ns)}); worst: {str(top['group'])[:60]} at {top['pct_of_roof']:.2g}%")
     if isinstance(top["limiter"], str):
         title += ", " + limiter_words(top["limiter"], top["limiter_pct"], top.get(f"pipe_{top['limiter']}_pct"))
@@ -535,7 +536,8 @@ def latency_bound(report: Report) -> list[Finding]:
         evidence[f"top{i}_limiter_pct"] = float(row.limiter_pct)
         evidence[f"top{i}_time_ns"] = float(row.time_ns)
     top = groups.iloc[0]
-    title = (f"{len(groups)} kernel group(s) are latency-bound ({duration(time_ns)}, {pct(time_ns, kernel_ns):.3g}% "
+    title = (f"{counted(len(groups), 'kernel group')} {'is' if len(groups) == 1 else 'are'} latency-bound "
+             f"({duration(time_ns)}, {pct(time_ns, kernel_ns):.3g}% "
              f"of kernel time): no unit reaches {LATENCY_PCT:.0f}% of its peak; worst: {str(top['group'])[:60]} "
              f"(busiest: {UNIT_NAMES.get(str(top['limiter']), top['limiter'])} at {top['limiter_pct']:.0f}%)")
     return [ranked(report, "latency-bound", title, evidence, _latency_advice(k, groups), at_stake,
@@ -605,7 +607,8 @@ def roof_exceeded(report: Report) -> list[Finding]:
         evidence["roofs_measured_at"] = str(measured_at)
     evidence.update(_top_evidence(over, "pct_of_roof"))
     unit = "operator" if is_cpu_report(report) else "kernel"
-    title = (f"{len(over)} compute-bound {unit} group(s) run above their roof (up to {top['pct_of_roof']:.0f}%): "
+    title = (f"{counted(len(over), f'compute-bound {unit} group')} run{'s' if len(over) == 1 else ''} above "
+             f"{'its' if len(over) == 1 else 'their'} roof (up to {top['pct_of_roof']:.0f}%): "
              f"the {precision or 'compute'} roof of {dev.name} is too low")
     advice = ("No kernel runs faster than the hardware's peak, so these roofs understate the device, and every bound "
               "and % of roof in this report is suspect. Roofs measured while other work was running (perfscope "

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.format import nbytes
+from perfscope.format import counted, nbytes
 
 from ..summaries.memory import capacity_section, live_at, peaks, tensor_roles
 from ._base import Finding, Item
@@ -266,7 +266,7 @@ def server_gauges(report: Report) -> list[Finding]:
         # the queue gauge is sampled (--metrics-interval) and can miss a queue shorter than its interval; the
         # client's own requests cannot: more in flight than the server ever ran at once had to wait
         extra = in_flight - slots
-        causes.append(f"up to {extra:.0f} request{'s' if extra != 1 else ''} waited in the queue (the client had {in_flight:.0f} "
+        causes.append(f"up to {counted(extra, 'request')} waited in the queue (the client had {in_flight:.0f} "
                       f"in flight where the server's gauges never showed more than {slots:.0f} running; the "
                       "queue gauge's samples missed it)")
     evidence = {"ttft_first_quarter_s": t_first, "ttft_last_quarter_s": t_last, "requests_waiting_max": waiting,

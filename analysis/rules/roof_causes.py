@@ -46,7 +46,7 @@ from perfscope.device_models import (
     spec_identity,
 )
 from perfscope.device_models import gemm_dims as shape_dims
-from perfscope.format import duration, nbytes
+from perfscope.format import counted, duration, nbytes
 from perfscope.memo import memo
 from perfscope.schema import column_codes, map_distinct
 from perfscope.shapes import parse_shapes, tensor_shapes
@@ -542,7 +542,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             if np.isfinite(blocks):
                 c.attrs.update(grid_blocks=float(blocks), sm_count=sms)
                 if blocks <= UNDERFILL_WAVES * sms:
-                    c.clauses.append(f"grid of {blocks:.0f} block{'s' if blocks != 1 else ''} on {sms} {unit}s "
+                    c.clauses.append(f"grid of {counted(blocks, 'block')} on {sms} {unit}s "
                                      f"({blocks / sms:.2g} wave)")
                     c.advice["grid"] = name
                 elif not is_amd(dev):
@@ -552,7 +552,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                         c.attrs.update(resident_blocks_per_sm=resident, waves=waves, last_wave_blocks=last,
                                        tail_idle_share=idle)
                         c.clauses.append(f"{blocks:.0f} blocks on {sms} SMs x {resident} resident: {waves:.2f} waves, "
-                                         f"the last of {last} block{'s' if last != 1 else ''}, so {sms - last} SMs "
+                                         f"the last of {counted(last, 'block')}, so {sms - last} SMs "
                                          f"have none through it ({idle:.0%} of the launch's SM time)")
                         c.advice["tail"] = name
         # bytes per launch against the DRAM roof and the L2
@@ -591,13 +591,13 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
                 readers = packed_readers(k, g, fmt) if fmt is not None else None
                 if readers is not None:
                     bits, names = readers
-                    c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): its bytes are a time share of the op's; "
+                    c.clauses.append(f"{counted(m, 'row')} ({op}): its bytes are a time share of the op's; "
                                      f"the op's {bits}-bit weights are read by {_shown(names)} (their names state the "
                                      f"format, this kernel's does not)")
                     c.attrs.update(weights_read_by="; ".join(names), weight_precision=None)
                 elif np.isfinite(share) and share >= WEIGHT_SHARE:
                     stored = f" at {weight_bits(fmt[0])} bits ({fmt[1]})" if fmt else ""
-                    c.clauses.append(f"{m} row{'s' if m != 1 else ''} ({op}): the weights are {share:.0%} of its "
+                    c.clauses.append(f"{counted(m, 'row')} ({op}): the weights are {share:.0%} of its "
                                      f"bytes{stored}")
                     c.attrs.update(weight_share=share, weight_precision=fmt[0] if fmt else None)
                     c.advice["weights"] = name
@@ -806,7 +806,7 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
     none = [(n, s) for c, s, n in zip(causes, stakes, names) if not c.advice]
     if none:
         stake = float(sum(s for _, s in none if np.isfinite(s)))
-        shown = [_short(n) for n, _ in none[:3]] + ([f"{len(none) - 3} more group(s)"] if len(none) > 3 else [])
+        shown = [_short(n) for n, _ in none[:3]] + ([counted(len(none) - 3, "more group", "more groups")] if len(none) > 3 else [])
         them = "it" if len(none) == 1 else "them"
         head = UNEXPLAINED.format(groups=", ".join(shown), stake=duration(stake))
         tool = "" if cpu else collect_advice(report, "{counters}")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import counted, duration
 from perfscope.memo import memo
 from perfscope.schema import map_distinct, rows_where, subset, value_mask, value_positions
 
@@ -595,7 +595,7 @@ def short_kernels(report: Report) -> list[Finding]:
                       f"close those gaps; the gpu-idle finding names where the {lead} time goes.")
         if unrec.any():
             n = int(unrec.sum())
-            advice += (f" {n} gap{'s' if n != 1 else ''} before short {unit} {'lie' if n != 1 else 'lies'} over "
+            advice += (f" {counted(n, 'gap')} before short {unit} {'lie' if n != 1 else 'lies'} over "
                        "dispatches the trace lacks (the GPU likely ran kernels there): not counted as launch gaps.")
         if compiled_cpu_run(report):
             advice = _compiled_cpu_short_advice(kernels, rows[short], evidence)
