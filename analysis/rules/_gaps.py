@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import counted, duration, nbytes, si
+from perfscope.format import pct as pct_text
 from perfscope.schema import column_codes, decode, map_distinct, value_mask
 from perfscope.shapes import shapes_text
 
@@ -871,7 +872,8 @@ def sync_advice(share: float, idle: pd.DataFrame) -> str:
     rest = [g for g in groups if g[1] / total < HOST_WORK_SHARE]
     if rest:
         names = list(dict.fromkeys(n for g in rest for n in g[3]))[:3]
-        parts.append(f"the other {sum(g[1] for g in rest) / total:.0%} ({sum(g[2] for g in rest):,} gaps) behind "
+        parts.append(f"the other {pct_text(100 * sum(g[1] for g in rest) / total, 0)} "
+                     f"({counted(sum(g[2] for g in rest), 'gap')}) behind "
                      f"{', '.join(names) or 'other calls'}")
     return head + ". Of it, " + "; ".join(parts) + "."
 

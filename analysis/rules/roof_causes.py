@@ -573,7 +573,7 @@ def group_causes(report: Report, k: pd.DataFrame, groups: pd.DataFrame, bound: s
             share = floor.ns / lost_ns if lost_ns > 0 else math.nan
             c.attrs["floor_share"] = share
             if stream_ns < floor.ns and np.isfinite(share) and share >= FLOOR_SHARE:
-                fits = (f", a {per_launch / l2:.1%} of the {nbytes(l2)} L2" if np.isfinite(l2)
+                fits = (f" ({per_launch / l2:.1%} of the {nbytes(l2)} L2)" if np.isfinite(l2)
                         and per_launch < L2_RESIDENT_SHARE * l2 else "")
                 c.clauses.append(f"{nbytes(per_launch)} per launch{fits}: {duration(stream_ns)} at the DRAM roof of "
                                  f"a {duration(mean_ns)} launch, under {floor.words()}, "
