@@ -1082,7 +1082,7 @@ def grouped_items(kinds: np.ndarray, time_ns: np.ndarray, starts: np.ndarray, en
         if not total > 0:
             continue
         big = at[np.argmax(time_ns[at])]
-        label = f"{duration(total)} in the {len(at):,} gaps before {what} that are mostly {kind}"
+        label = f"{duration(total)} in the {counted(len(at), 'gap')} before {what} that are mostly {kind}"
         items.append(Item("gaps", label, total, str(kind) in EXPLAINED, float(starts[big]), float(ends[big]),
                           {"kind": str(kind), "gaps": len(at), **(attrs or {})},
                           spans=spans_of(np.asarray(starts, np.float64)[at], np.asarray(ends, np.float64)[at])))

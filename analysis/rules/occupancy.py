@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import counted, duration
 
 from ..costs.limiter import LATENCY_PCT, UNIT_NAMES, bound_label, group_limiter
 from ._base import Finding, Item, explained_ns, group_key, is_cpu_report, pct, severity_for
@@ -155,7 +155,7 @@ def _item(group: str, g: pd.DataFrame, time_ns: float, limiter: str | None, limi
             if limiter is not None else "limiter not measured")
     first = g.index[0]
     return Item("kernels" if len(g) > 1 else "kernel",
-                f"{group[:80]}: {len(g)} launch(es), {duration(time_ns)}, {occ:.0f}% achieved occupancy; {what}",
+                f"{group[:80]}: {counted(len(g), 'launch', 'launches')}, {duration(time_ns)}, {occ:.0f}% achieved occupancy; {what}",
                 time_ns, explains=limiter is not None,
                 start_ns=float(g.at[first, "start_ns"]) if "start_ns" in g else math.nan,
                 end_ns=float(g.at[first, "end_ns"]) if "end_ns" in g else math.nan,

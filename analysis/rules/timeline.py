@@ -217,7 +217,7 @@ def graph_advice(report: Report, mode: GraphMode, *, graphs: bool = True) -> str
                 "of it)")
     top = largest_below_roof(report)
     roof = f" Then the largest kernels, against their roof: {top}." if top else ""
-    seen = (f"{mode.replays} replays, {pct(mode.graph_kernels, mode.kernels):.0f}% of the kernels" if mode.replays
+    seen = (f"{counted(mode.replays, 'replay')}, {pct(mode.graph_kernels, mode.kernels):.0f}% of the kernels" if mode.replays
             else "compiled: compile=True")
     return (f"This run already replays CUDA graphs ({seen}), so each replay is one launch and more "
             f"graphs will not help. What is left is the host time between replays{gaps}: the step's Python, "

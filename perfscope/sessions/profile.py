@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..analysis.summaries.runs import NOISY_BASELINE, baseline_note, judge_baseline, pass_spread
 from ..errors import UnsupportedDeviceError, UsageError
+from ..format import counted
 from ..kv_policy import check_engine_options, parse_kv_policy
 from ..redact import redact_argv, redact_text
 from ..report import Report, source_info
@@ -384,7 +385,7 @@ def interrupted_engine_report(got: dict[str, Any]) -> Report:
         tables["steps_unprofiled"] = _relative_steps(base.steps)
         tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
         params.update(unprofiled_wall_s=base.wall_s, unprofiled_wall_s_passes=[r.wall_s for r in passes])
-        kept = (f"{len(passes)} warm unprofiled pass(es) completed and are kept (steps_unprofiled, "
+        kept = (f"{counted(len(passes), 'warm unprofiled pass', 'warm unprofiled passes')} completed and {'is' if len(passes) == 1 else 'are'} kept (steps_unprofiled, "
                 "requests_unprofiled)")
     else:
         kept = "nothing was measured yet"

@@ -25,6 +25,7 @@ import pandas as pd
 
 from perfscope.datasheets import datasheet_spec
 from perfscope.errors import InputFormatError, ToolNotFoundError
+from perfscope.format import counted
 from perfscope.kernel_names import short_kernel_name
 from perfscope.limits import take
 from perfscope.report import Report, source_info
@@ -183,7 +184,7 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
     dropped = [{"ncu_id": int(i), "name": n} for i, n in zip(rows.loc[untimed, "ncu_id"], rows.loc[untimed, "name"])]
     if dropped:
         names = ", ".join(f"{i} ({n})" for i, n in zip(rows.loc[untimed, "ncu_id"], rows.loc[untimed, "short_name"]))
-        warnings.append(f"{len(dropped)} launch(es) without gpu__time_duration.sum left out of the "
+        warnings.append(f"{counted(len(dropped), 'launch', 'launches')} without gpu__time_duration.sum left out of the "
                         f"kernel table (ncu collected no values for them): {names}")
     kernels = _timeline(rows.loc[~untimed].reset_index(drop=True))
     name = device_name(launches)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from perfscope.device import MAX_ROOF, DeviceSpec, Roof, valid_roof
 from perfscope.errors import InputFormatError
+from perfscope.format import counted
 from perfscope.inputs import read_text
 
 from .counters import SOURCE, UTILIZATION_SOURCE, costs_from_counters, utilization_from_counters
@@ -63,7 +64,7 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     banks = spec.properties.get("lds_banks_per_cu") if spec else None
     bad = pmc["Start_Timestamp"].isna() | pmc["End_Timestamp"].isna()
     if bad.any():
-        warnings.append(f"{pmc_path}: {int(bad.sum())} dispatch(es) without timestamps dropped")
+        warnings.append(f"{pmc_path}: {counted(int(bad.sum()), 'dispatch', 'dispatches')} without timestamps dropped")
         pmc = pmc[~bad].reset_index(drop=True)
     pmc = _timed(pmc, folder / "timestamps.csv", params, warnings)
     costs = costs_from_counters(pmc, banks)
@@ -75,11 +76,11 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
         registers_per_thread=ints(pmc.get("Arch_VGPR")),
         shared_mem_bytes=ints(pmc.get("LDS_Per_Workgroup")),
         **{c: costs[c] for c in costs.columns})
-    counted = kernels["flops"].notna() | kernels["dram_bytes"].notna()
+    costed = kernels["flops"].notna() | kernels["dram_bytes"].notna()
     kernels["flops_source"] = tagged(kernels["flops"], "rocprof-compute")
     kernels["bytes_source"] = tagged(kernels["dram_bytes"], "rocprof-compute")
-    if (~counted).any():
-        warnings.append(f"{int((~counted).sum())} of {len(kernels)} dispatches lack the counters rocprof-compute's "
+    if (~costed).any():
+        warnings.append(f"{int((~costed).sum())} of {len(kernels)} dispatches lack the counters rocprof-compute's "
                         "roofline formulas need (VALU/MFMA instruction and TCC/TCP request counts): their cost is "
                         "missing")
     roofline = folder / "roofline.csv"
