@@ -803,6 +803,15 @@ def _sync_label(op: object, ops_recorded: bool) -> str:
     return next((lab for lab, pat, _, _ in SYNC_MECHANISMS if pat.match(op)), f"op:{op}")
 
 
+def _ops_recorded(idle: pd.DataFrame) -> bool:
+    """Whether the trace behind ``idle`` records operators in its gaps: the ``op`` column's categories are the
+    whole table's, so a part of it (a phase's steps, where no gap holds one) still knows."""
+    if "op" not in idle:
+        return False
+    op = idle["op"]
+    return len(op.cat.categories) > 0 if isinstance(op.dtype, pd.CategoricalDtype) else bool(op.notna().any())
+
+
 def sync_groups(idle: pd.DataFrame) -> list[tuple[str, float, int, list[str], list[str]]]:
     """The ``sync`` idle slices of ``idle`` by how they drained the queue (:data:`SYNC_MECHANISMS`; a copy
     operator's by its copy's direction, from the call (``cudaStreamSynchronize (HtoD)``) or the copy calls of its
@@ -815,7 +824,7 @@ def sync_groups(idle: pd.DataFrame) -> list[tuple[str, float, int, list[str], li
     rows = idle[value_mask(idle, "cause", lambda v: v == "sync")]
     if not len(rows):
         return []
-    ops_recorded = "op" in idle and bool(idle["op"].notna().any())
+    ops_recorded = _ops_recorded(idle)
     frame = pd.DataFrame({c: (rows[c].astype(object).to_numpy() if c in rows else np.full(len(rows), None, object))
                           for c in ("device", "gap", "op", "api", "range")})
     frame["ns"] = rows["duration_ns"].to_numpy(np.float64, na_value=np.nan)

@@ -24,7 +24,7 @@ from perfscope.analysis.findings import RULES
 from perfscope.analysis.idle import CAUSES, cause_totals, idle_of, idle_summary
 from perfscope.analysis.readers.kineto.reader import read_kineto
 from perfscope.analysis.rules import timeline
-from perfscope.analysis.rules._gaps import WAIT_CLASSES, graph_gap_advice, sync_advice
+from perfscope.analysis.rules._gaps import WAIT_CLASSES, graph_gap_advice, sync_advice, sync_groups
 from perfscope.report import Report
 from tests.unit.idle_traces import (
     NSYS_TEMPLATE,
@@ -536,6 +536,20 @@ def test_real_traces_sync_time_is_told_by_the_operator_behind_it(load, name: str
     that record no operators, which say so instead of guessing."""
     text = sync_advice(10.0, idle_of(load(name)))
     assert all(s in text for s in says), text
+
+
+def test_a_part_of_the_gaps_without_operators_still_knows_the_trace_records_them(load) -> None:
+    """A phase's gaps (idle_within) can hold syncs with no operator around them while the trace records operators
+    elsewhere: those are explicit synchronisations, not a trace without operators."""
+    idle = idle_of(load("kineto/hta_ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"))
+    part = idle[(idle["cause"] == "sync").to_numpy() & idle["op"].isna().to_numpy()].iloc[:50]
+    assert len(part) == 50 and part["op"].isna().all()
+    labels = {g[0] for g in sync_groups(part)}
+    assert labels == {"explicit"}, labels
+    assert "outside any operator" in sync_advice(10.0, part) and "records no operators" not in sync_advice(10.0, part)
+    # a trace that records none (a GPU-only trace) still says so
+    bare = idle_of(load("kineto/tracelens_mi210__gpu_only_trace__gpu_only_trace.json.gz"))
+    assert {g[0] for g in sync_groups(bare)} == {"unattributed"}
 
 
 @pytest.mark.parametrize("name, says, not_says", [
