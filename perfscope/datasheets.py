@@ -690,9 +690,37 @@ def _squash(text: str) -> str:
 
 
 COMMON_PART = {"H100": "H100 SXM5 80 GB", "H200": "H200 SXM 141 GB", "A100": "A100 80 GB SXM4", "V100": "V100 SXM2",
-               "RTX 4060 Ti": "RTX 4060 Ti 16 GB"}
+               "RTX 4060 Ti": "RTX 4060 Ti 16 GB", "MI300": "MI300X"}
 """A family name a user types (``--gpu H100``) -> its most common part, taken when the name answers to
-several rows (servers and clouds run the SXM boards; the 16 GB card is the one sold for ML)."""
+several rows (servers and clouds run the SXM boards; the 16 GB card is the one sold for ML; the MI300X is the
+MI300 sold as a GPU, the MI300A an APU)."""
+
+VARIANT = re.compile(r"^\s+(TI|SUPER|XT|XTX)\b", re.IGNORECASE)
+"""A word after a model's name that makes another product (``RTX 4070 Ti`` is not the ``RTX 4070``)."""
+
+OTHER_PARTS = ("L40",)
+"""Products the table lacks whose name begins a row's inside a word: ``L40`` is not the ``L40S`` (a row's
+name that continues a query inside a word is otherwise the part meant: ``MI355`` is the ``MI355X``)."""
+
+
+def _rest(model: str, want: str) -> str | None:
+    """What follows the squashed query ``want`` in ``model`` (None when ``model`` does not start with it)."""
+    m = re.match("".join(re.escape(ch) + r"[^A-Z0-9]*" for ch in want[:-1]) + re.escape(want[-1:]), model.upper())
+    return model[m.end():] if m else None
+
+
+def _answers(want: str) -> list[Datasheet]:
+    """The rows a squashed query names as a prefix: those it names in whole words (``B300`` answers to
+    ``B300 (HGX, per GPU)``, ``H20`` to ``H20 96 GB`` and not to ``H200 ...``), else those it stops inside a
+    word of (``MI355`` of ``MI355X``; not for :data:`OTHER_PARTS`). A query that stops before a variant's word
+    (``RTX 4070`` of ``RTX 4070 Ti``) names another product."""
+    whole, glued = [], []
+    for s in DATASHEETS:
+        rest = _rest(s.model, want) if want else None
+        if rest is None or VARIANT.match(rest):
+            continue
+        (whole if not rest or not rest[0].isalnum() else glued).append(s)
+    return whole or ([] if want in {_squash(p) for p in OTHER_PARTS} else glued)
 
 
 def pick_datasheet(query: str, flag: str = "--roofs") -> tuple[Datasheet, str | None]:
@@ -707,7 +735,7 @@ def pick_datasheet(query: str, flag: str = "--roofs") -> tuple[Datasheet, str | 
     """
     want = _squash(query)
     prefixed = [s for s in DATASHEETS if want and _squash(s.model).startswith(want)]
-    if len(prefixed) > 1 and not any(_squash(s.model) == want for s in DATASHEETS):
+    if len(_answers(want)) != 1 and not any(_squash(s.model) == want for s in DATASHEETS):
         common = next((COMMON_PART[k] for k in COMMON_PART if _squash(k) == want), None)
         pick = next((s for s in prefixed if s.model == common), None)
         if pick is not None:
@@ -731,20 +759,23 @@ def lookup_datasheet(query: str, flag: str = "--roofs") -> Datasheet:
     if exact:
         return exact[0]
     prefixed = [s for s in DATASHEETS if want and _squash(s.model).startswith(want)]
-    if len(prefixed) == 1:
-        return prefixed[0]
     common = next((COMMON_PART[k] for k in COMMON_PART if _squash(k) == want), None)
     if common is not None and any(s.model == common for s in prefixed):
         return next(s for s in prefixed if s.model == common)
+    words = _answers(want)
+    if len(words) == 1:
+        return words[0]
     by_name = find_datasheet(query) if not prefixed else None
     if by_name is not None:
         return by_name
-    close = prefixed or [s for s in DATASHEETS
+    close = words or prefixed or [s for s in DATASHEETS
                          if _squash(s.model) in difflib.get_close_matches(want, [_squash(d.model) for d in DATASHEETS],
                                                                           n=5, cutoff=0.5)]
     names = ", ".join(repr(s.model) for s in close) or "none"
-    raise UsageError(f"{flag} {query!r}: {'more than one' if prefixed else 'no'} datasheet row answers to it "
-                     f"(close: {names})", hint="`perfscope devices --datasheet` lists every row")
+    what = ("more than one datasheet row answers to it" if len(words) > 1 else
+            "no datasheet row is that part (the rows it begins are other products)" if prefixed else
+            "no datasheet row answers to it")
+    raise UsageError(f"{flag} {query!r}: {what} (close: {names})", hint="`perfscope devices --datasheet` lists every row")
 
 
 def _roof(sheet: Datasheet, precision: str, tflops: float) -> Roof:

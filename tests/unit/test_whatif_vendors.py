@@ -547,6 +547,28 @@ def test_a_family_name_takes_its_most_common_part_and_names_the_others() -> None
         pick_datasheet("A100 80")
 
 
+@pytest.mark.parametrize(("query", "model", "noted"), [
+    ("MI300", "MI300X", "the others are 'MI300A'"),  # the APU is the other MI300
+    ("H20", "H20 96 GB", None),  # a whole word: not the H200 rows it also begins
+    ("MI250", "MI250 (per GCD)", None), ("MI355", "MI355X", None), ("B300", "B300 (HGX, per GPU)", None),
+])
+def test_a_name_is_the_part_its_words_name(query: str, model: str, noted: str | None) -> None:
+    sheet, note = pick_datasheet(query, "--gpu")
+    assert sheet.model == model
+    assert (note is None) if noted is None else (noted in str(note))
+
+
+@pytest.mark.parametrize(("query", "close"), [
+    ("RTX 4070", "'RTX 4070 Ti'"),  # a Ti (or SUPER) is another product
+    ("RTX 4060", "'RTX 4060 Ti 16 GB', 'RTX 4060 Ti 8 GB'"),
+    ("L40", "'L40S'"),  # the L40 is another part than the L40S the table lists
+])
+def test_a_name_of_a_part_the_table_lacks_is_refused_not_taken_for_its_sibling(query: str, close: str) -> None:
+    with pytest.raises(UsageError, match="no datasheet row is that part") as refused:
+        pick_datasheet(query, "--gpu")
+    assert close in str(refused.value)
+
+
 @pytest.mark.parametrize("argv", [
     ["capacity", "--model", "llama-3.2-1b", "--gpu", "H100", "--context", "4096"],
     ["whatif", "BERT", "--gpu", "H100"],
