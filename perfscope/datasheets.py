@@ -714,7 +714,8 @@ def _answers(want: str) -> list[Datasheet]:
     ``B300 (HGX, per GPU)``, ``H20`` to ``H20 96 GB`` and not to ``H200 ...``), else those it stops inside a
     word of (``MI355`` of ``MI355X``; not for :data:`OTHER_PARTS`). A query that stops before a variant's word
     (``RTX 4070`` of ``RTX 4070 Ti``) names another product."""
-    whole, glued = [], []
+    whole: list[Datasheet] = []
+    glued: list[Datasheet] = []
     for s in DATASHEETS:
         rest = _rest(s.model, want) if want else None
         if rest is None or VARIANT.match(rest):
