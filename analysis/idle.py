@@ -1394,7 +1394,7 @@ def gap_sizes_text(lengths: np.ndarray, most: int = 3) -> str:
     parts = []
     for i, b in enumerate(gap_size_buckets(lengths)[:most]):
         n = int(b["gaps"])
-        gaps = f"{counted(n, 'gap')}"
+        gaps = counted(n, 'gap')
         if i == 0:
             parts.append(f"{duration(b['time_ns'])} in {gaps} of {duration(b['typical_ns'])}")
         elif b["lo_ns"] == 0:

@@ -467,15 +467,15 @@ def propose_steps(ranges: pd.DataFrame, launch_ns: np.ndarray) -> tuple[str, str
     launches = np.sort(np.asarray(launch_ns, np.int64))
     depth = pd.to_numeric(r["depth"], errors="coerce") if "depth" in r else pd.Series(0, index=r.index)
     best: tuple[float, int, str, str, int] | None = None
-    phased = []  # the templates whose names state a phase and whose ranges hold launches: the best's siblings
+    phased = []  # (key, phase) of the names that state a phase and whose ranges hold launches: the best's siblings
     for template, g in r.groupby(templates, sort=False):
         ms, me = _merged_windows(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
         inside = np.searchsorted(ms, launches, side="right") - 1
         held = int(((inside >= 0) & (launches <= me[np.maximum(inside, 0)])).sum())
         d = float(depth.loc[g.index].median()) if depth.loc[g.index].notna().any() else 0.0
         key = (d, -len(g), str(template), str(g["name"].iloc[0]), len(g))
-        if held and phase_in_name(key[3]):
-            phased.append(key)
+        if held and (phase := phase_in_name(key[3])):
+            phased.append((key, phase))
         if len(g) < PROPOSE_MIN_REPEATS or held < PROPOSE_MIN_LAUNCH_SHARE * len(launches):
             continue
         if best is None or key[:2] < best[:2]:
@@ -483,11 +483,12 @@ def propose_steps(ranges: pd.DataFrame, launch_ns: np.ndarray) -> tuple[str, str
     if best is None:
         return None
     phase = phase_in_name(best[3])
-    others = [k for k in phased if k[0] == best[0] and phase_in_name(k[3]) not in (None, phase)] if phase else []
+    others = [k for k, p in phased if k[0] == best[0] and p != phase] if phase else []
     if not others:
         return best[2], best[3], best[4]
-    # the other phases' ranges at the same depth are steps too (an engine's one `prefill` beside its `decode`s)
-    keys = sorted([best, *others], key=lambda k: k[4:0:-1])
+    # the other phases' ranges at the same depth are steps too (an engine's one `prefill` beside its `decode`s),
+    # fewest ranges first
+    keys = sorted([best, *others], key=lambda k: (k[4], k[3]))
     return "^(?:" + "|".join(k[2][1:-1] for k in keys) + ")$", best[3], sum(k[4] for k in keys)
 
 

@@ -249,9 +249,10 @@ def evidence_item(item: Any, time_at_stake_ns: Any) -> tuple[str, str, str]:
     return share, "known" if getattr(item, "explains", False) else "unknown", str(getattr(item, "label", ""))
 
 
-def counted(n: float, noun: str, plural: str | None = None) -> str:
-    """``n`` and its noun, plural unless ``n`` is 1: ``1 gap``, ``3 gaps``, ``1,204 kernel groups``."""
-    return f"{n:,.0f} {noun if n == 1 else plural or noun + 's'}"
+def counted(n: float, noun: str) -> str:
+    """``n`` and its noun, plural unless ``n`` is 1: ``1 gap``, ``3 gaps``, ``2 launches``, ``1,204 kernel groups``
+    (``-es`` after s, x, ch and sh)."""
+    return f"{n:,.0f} {noun if n == 1 else noun + ('es' if noun.endswith(('s', 'x', 'ch', 'sh')) else 's')}"
 
 
 def evidence_more(items: Sequence[Any], shown: int) -> str | None:
@@ -260,7 +261,7 @@ def evidence_more(items: Sequence[Any], shown: int) -> str | None:
     if not rest:
         return None
     t = sum(v for v in (finite(getattr(i, "time_ns", None)) for i in rest) if v is not None)
-    return f"+ {counted(len(rest), 'more item', 'more items')}" + (f" ({duration(t)})" if t > 0 else "")
+    return f"+ {counted(len(rest), 'more item')}" + (f" ({duration(t)})" if t > 0 else "")
 
 
 # ---------------------------------------------------------------------------- JSON

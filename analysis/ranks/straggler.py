@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import counted, duration
 
 from .collectives import expected_ranks, match, rank_waits, step_waits, with_keys
 from .stats import UNNAMED_HOST, format_ranks
@@ -95,13 +95,13 @@ class Stragglers:
             parts = [f"rank {int(r.rank)} ({r.gkey}: last at {100 * r.last_share:.0f}% of its collectives, "
                      f"the others wait {duration(float(r.wait_per_other_ns))} each)" for r in f.head(3).itertuples()]
             more = f"; {len(f) - 3} more" if len(f) > 3 else ""
-            return f"{len(f)} straggler{'s' if len(f) > 1 else ''}: " + "; ".join(parts) + more
+            return f"{counted(len(f), 'straggler')}: " + "; ".join(parts) + more
         g = self.groups.sort_values("top_share", ascending=False, kind="stable").iloc[0]
         top = "" if pd.isna(g["top_rank"]) else (
             f"; the most often last is rank {int(g['top_rank'])} at {100 * float(g['top_share']):.0f}% of the "
             f"collectives of {g['gkey']} (a straggler needs {100 * float(g['threshold']):.0f}% and a wait of "
             f"{MIN_WAIT_PCT:.0f}% of the time)")
-        return (f"no straggler: in each of the {len(self.groups)} group{'s' if len(self.groups) > 1 else ''} "
+        return (f"no straggler: in each of the {counted(len(self.groups), 'group')} "
                 f"the rank that arrives last at the collectives changes from one collective to the next{top}")
 
     def to_dict(self) -> dict[str, Any]:

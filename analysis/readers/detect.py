@@ -99,11 +99,11 @@ def detect_format(path: str | Path) -> str:
     if regular_file(p).stat().st_size == 0:  # a FIFO, a device, a link loop: one line, never opened
         raise InputFormatError(p, "is empty", hint="the profiler wrote nothing; re-run the capture")
     name = p.name.lower()
-    if p.name == MANIFEST and b'"perfscope_version"' in head_bytes(p, SNIFF_BYTES):
-        return "report"  # a report's manifest opens its folder
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     head = _head(p)
+    if p.name == MANIFEST and b'"perfscope_version"' in head:
+        return "report"  # a report's manifest opens its folder
     container = next((name for magic, name in IN_PLACE if head.startswith(magic)), None)
     if container and (kind := is_compressed(p)):
         raise InputFormatError(p, f"is a {kind}-compressed {container} file: those are read in place, not as a stream",

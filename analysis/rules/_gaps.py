@@ -298,7 +298,7 @@ def _lacks_text(facts: dict[str, float | int]) -> str:
     """`` over which the trace lacks 4,590 dispatches (ids 188..4873)`` (:func:`..idle.unrecorded_facts`)."""
     n = int(facts["dispatches"])
     ids = f" (ids {facts['first']}..{facts['last']})" if int(facts["first"]) >= 0 else ""
-    return f" over which the trace lacks {n:,} dispatch{'es' if n != 1 else ''}{ids}"
+    return f" over which the trace lacks {counted(n, 'dispatch')}{ids}"
 
 
 def unrecorded_text(facts: dict[str, float | int]) -> str:
@@ -866,7 +866,7 @@ def sync_advice(share: float, idle: pd.DataFrame) -> str:
         if ns / total < HOST_WORK_SHARE:
             continue
         inside = f" in {', '.join(rngs)}" if rngs else ""
-        count = f"{counted(gaps, 'gap')}"
+        count = counted(gaps, 'gap')
         if lab.startswith("op:"):
             parts.append(f"{ns / total:.0%} ({count}) behind {lab[3:]}{inside}, which synchronised for a reason the "
                          "trace does not show (an output size or a value read to the host): its Python stack "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.format import duration
+from perfscope.format import counted, duration
 from perfscope.schema import rows_where
 
 from ._base import ITEM_SPANS, Item, group_key
@@ -106,7 +106,7 @@ def kernel_items(kernels: pd.DataFrame, rows: np.ndarray, time_ns: np.ndarray, *
                 continue
             t = float(part["t"].sum())
             extra = describe(g_rows.iloc[(g["known"] == known).to_numpy()]) if describe else ""
-            label = (f"{name}: {duration(t)} in {len(part):,} {what}{'s' if len(part) != 1 else ''}"
+            label = (f"{name}: {duration(t)} in {counted(len(part), what)}"
                      + (f", {extra}" if extra else "") + ("" if known else " (no bound measured)"))
             s, e = part["start"].to_numpy(), part["end"].to_numpy()
             attrs: dict[str, float | int | str | None] = {"name": str(name), "count": len(part)}

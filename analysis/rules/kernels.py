@@ -313,7 +313,7 @@ def group_items(groups: pd.DataFrame, bound: str, stake: str = "stake_ns", *,
         measured = isinstance(limiter, str) and np.isfinite(lpct)
         pipe = _num(row.get(f"pipe_{limiter}_pct")) if measured else float("nan")
         more = f", {_num(row[extra]):.2g}% of its roof" if extra and np.isfinite(_num(row.get(extra))) else ""
-        label = (f"{str(row['group'])[:80]}: {counted(int(row['count']), 'launch', 'launches')}, {duration(float(row['time_ns']))}"
+        label = (f"{str(row['group'])[:80]}: {counted(int(row['count']), 'launch')}, {duration(float(row['time_ns']))}"
                  f"{more}; {bound_label(bound, limiter)}: {limiter_words(limiter, lpct, pipe)}")
         attrs: dict[str, float | int | str | None] = {
             "group": str(row["group"])[:200], "count": int(row["count"]), "group_time_ns": float(row["time_ns"]),
@@ -345,7 +345,7 @@ def rows_items(k: pd.DataFrame, sub: pd.DataFrame, stake: pd.Series, detail: str
         measured = f"; {bound_label(bound, limiter)}: {limiter_words(limiter, lpct)}" if limiter else ""
         first = g.index[0]
         items.append(Item("kernels" if len(g) > 1 else "kernel",
-                          f"{str(name)[:80]}: {counted(len(g), 'launch', 'launches')}, {duration(time_ns)}; {detail}{measured}",
+                          f"{str(name)[:80]}: {counted(len(g), 'launch')}, {duration(time_ns)}; {detail}{measured}",
                           at_stake, explains=explains, start_ns=float(g.at[first, "start_ns"]),
                           end_ns=float(g.at[first, "end_ns"]),
                           attrs={"group": str(name)[:200], "count": len(g), "group_time_ns": time_ns,

@@ -155,7 +155,7 @@ def _item(group: str, g: pd.DataFrame, time_ns: float, limiter: str | None, limi
             if limiter is not None else "limiter not measured")
     first = g.index[0]
     return Item("kernels" if len(g) > 1 else "kernel",
-                f"{group[:80]}: {counted(len(g), 'launch', 'launches')}, {duration(time_ns)}, {occ:.0f}% achieved occupancy; {what}",
+                f"{group[:80]}: {counted(len(g), 'launch')}, {duration(time_ns)}, {occ:.0f}% achieved occupancy; {what}",
                 time_ns, explains=limiter is not None,
                 start_ns=float(g.at[first, "start_ns"]) if "start_ns" in g else math.nan,
                 end_ns=float(g.at[first, "end_ns"]) if "end_ns" in g else math.nan,

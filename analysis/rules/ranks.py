@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfscope.format import clip, duration
+from perfscope.format import clip, counted, duration
 
 from ..ranks.partial_read import read_views
 from ..ranks.stats import (
@@ -364,7 +364,7 @@ def straggler_finding(t: RankTables, s: Stragglers) -> Finding | None:
     others = f.iloc[1:]
     title = (f"Rank {rank} is the straggler of its{kind} group ({gkey}{role}): the other {len(peers)} ranks wait "
              f"{duration(stake)} each in their collectives for it ({float(row['wait_pct']):.1f}% of their time)"
-             + (f"; {len(others)} more straggler{'s' if len(others) > 1 else ''} in other groups "
+             + (f"; {counted(len(others), 'more straggler')} in other groups "
                 f"(ranks {format_ranks(others['rank'])})" if len(others) else ""))
     evidence: Evidence = {
         "rank": rank, "group": gkey, "group_kind": str(group["kind"] or ""), "role": str(group["role"] or ""),

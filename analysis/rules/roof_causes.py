@@ -806,7 +806,7 @@ def causes_advice(report: Report, causes: list[Causes], stakes: list[float], nam
     none = [(n, s) for c, s, n in zip(causes, stakes, names) if not c.advice]
     if none:
         stake = float(sum(s for _, s in none if np.isfinite(s)))
-        shown = [_short(n) for n, _ in none[:3]] + ([counted(len(none) - 3, "more group", "more groups")] if len(none) > 3 else [])
+        shown = [_short(n) for n, _ in none[:3]] + ([counted(len(none) - 3, "more group")] if len(none) > 3 else [])
         them = "it" if len(none) == 1 else "them"
         head = UNEXPLAINED.format(groups=", ".join(shown), stake=duration(stake))
         tool = "" if cpu else collect_advice(report, "{counters}")

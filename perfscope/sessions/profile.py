@@ -385,7 +385,7 @@ def interrupted_engine_report(got: dict[str, Any]) -> Report:
         tables["steps_unprofiled"] = _relative_steps(base.steps)
         tables["requests_unprofiled"] = pd.DataFrame([dataclasses.asdict(r) for r in base.requests])
         params.update(unprofiled_wall_s=base.wall_s, unprofiled_wall_s_passes=[r.wall_s for r in passes])
-        kept = (f"{counted(len(passes), 'warm unprofiled pass', 'warm unprofiled passes')} completed and {'is' if len(passes) == 1 else 'are'} kept (steps_unprofiled, "
+        kept = (f"{counted(len(passes), 'warm unprofiled pass')} completed and {'is' if len(passes) == 1 else 'are'} kept (steps_unprofiled, "
                 "requests_unprofiled)")
     else:
         kept = "nothing was measured yet"

@@ -133,7 +133,7 @@ read = read_kineto
 def counter_replay_warning(replays: int, kernels: int) -> str:
     """What a trace whose profiler replayed ``replays`` kernel launches for hardware counters means for its times."""
     timed = "it records no kernel timings, and " if not kernels else ""
-    return (f"the profiler collected hardware counters by replaying {counted(replays, 'kernel launch', 'kernel launches')} inside their launch "
+    return (f"the profiler collected hardware counters by replaying {counted(replays, 'kernel launch')} inside their launch "
             f"calls (the trace's cuda_profiler_range records: CUPTI's range profiler, torch.profiler's "
             f"experimental_config profiler_metrics): {timed}its launch and operator times include the replays. Time "
             f"the run without counter collection, and collect counters in a run of their own")

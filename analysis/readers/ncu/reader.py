@@ -184,7 +184,7 @@ def _build(path: str | Path, launches: list[Launch], warnings: list[str], tool: 
     dropped = [{"ncu_id": int(i), "name": n} for i, n in zip(rows.loc[untimed, "ncu_id"], rows.loc[untimed, "name"])]
     if dropped:
         names = ", ".join(f"{i} ({n})" for i, n in zip(rows.loc[untimed, "ncu_id"], rows.loc[untimed, "short_name"]))
-        warnings.append(f"{counted(len(dropped), 'launch', 'launches')} without gpu__time_duration.sum left out of the "
+        warnings.append(f"{counted(len(dropped), 'launch')} without gpu__time_duration.sum left out of the "
                         f"kernel table (ncu collected no values for them): {names}")
     kernels = _timeline(rows.loc[~untimed].reset_index(drop=True))
     name = device_name(launches)

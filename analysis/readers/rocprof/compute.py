@@ -64,7 +64,7 @@ def read_compute(path: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFram
     banks = spec.properties.get("lds_banks_per_cu") if spec else None
     bad = pmc["Start_Timestamp"].isna() | pmc["End_Timestamp"].isna()
     if bad.any():
-        warnings.append(f"{pmc_path}: {counted(int(bad.sum()), 'dispatch', 'dispatches')} without timestamps dropped")
+        warnings.append(f"{pmc_path}: {counted(int(bad.sum()), 'dispatch')} without timestamps dropped")
         pmc = pmc[~bad].reset_index(drop=True)
     pmc = _timed(pmc, folder / "timestamps.csv", params, warnings)
     costs = costs_from_counters(pmc, banks)
