@@ -494,7 +494,14 @@ def kineto_cases() -> list[Case]:
                 cat="cuda_profiler_range", name=[1, {"a": None}], args={"smsp__x.sum": "lots", "": [None]})))),
             ("counter-ranges-bad-times", _edit_json(seed_kineto, _events(lambda e: e.update(
                 cat="cuda_profiler_range", ts=float("nan"), dur=-1, args=7)))),
-            ("top-is-a-list-of-lists", _json_file("trace.json", [[1, 2], [3]]))]
+            ("top-is-a-list-of-lists", _json_file("trace.json", [[1, 2], [3]])),
+            # a file named manifest.json that says it is perfscope's opens its folder as a report (detect_format)
+            ("report-manifest-alone", _json_file("manifest.json", {"perfscope_version": "0.1.0"})),
+            ("report-manifest-damaged", _json_file("manifest.json", None, raw=b'{"perfscope_version": "0.1", '
+                                                   b'"schema_version": "1.0", "name": "\\u00')),
+            ("report-manifest-wrong-types", _json_file("manifest.json", {"perfscope_version": [1], "schema_version": {},
+                                                                         "name": 7, "source": "x", "params": [None]})),
+            ("another-tools-manifest", _json_file("manifest.json", {"name": "not a report"}))]
 
 
 def v3_json_cases() -> list[Case]:
