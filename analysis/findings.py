@@ -75,6 +75,7 @@ RULES: dict[str, Rule] = {
     "ranks": rank_findings,
     "memory-peak": memory.memory_peak,
     "ttft-gauges": memory.server_gauges,
+    "server-queue": memory.server_queue,
     "kv-capacity": memory.kv_capacity,
     "serving-tail": tails.serving_tails,
 }

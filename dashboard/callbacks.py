@@ -343,12 +343,15 @@ def on_phases(store: ReportStore, key: str | None, tab: str) -> Any:
 
 @checked
 def on_load(store: ReportStore, key: str | None, tab: str) -> Any:
-    """Load-test figures (latency CDFs, load over time, decode roofline, rate curve); none for other reports."""
+    """Load-test figures (latency CDFs, load over time, decode roofline, rate curve) and the server's gauges over
+    the run (a load test's ``--metrics``, or a serving run's saved ``/metrics``); none for other reports."""
     if _skip(tab, "phases") or not key:
         return NO
     from .figures.loadtest import load_figures
 
-    return [dcc.Graph(figure=fig, config=layout.GRAPH_CONFIG) for fig in load_figures(store.load(key)).values()]
+    report = store.load(key)
+    figs = [*load_figures(report).values(), *([figures.gauges_beside_latency(report)] if len(report.gauges) else [])]
+    return [dcc.Graph(figure=fig, config=layout.GRAPH_CONFIG) for fig in figs]
 
 
 @checked

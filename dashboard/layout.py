@@ -14,6 +14,7 @@ from dash import dcc, html
 from perfscope.analysis.costs.limiter import bound_label
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view, tail_view
 from perfscope.analysis.summaries.projection import band_line, family_rows, whole_run_rows
+from perfscope.analysis.summaries.serving import client_results
 from perfscope.format import column_label, evidence_rows
 
 from . import ids, views
@@ -148,6 +149,9 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
     if requests:
         out += [html.H3("Requests"), facts_table([(column_label(k), views.format_value(k, v))
                                                   for k, v in requests.items()])]
+    client = client_results(report)
+    if client:
+        out += [html.H3("The benchmark client's results (as it reported them)"), facts_table(client)]
     if len(report.kernels):
         out += [html.H3("Top kernels"), _top_kernels(report)]
     if findings:

@@ -140,31 +140,66 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-SERIES_COLUMNS = {"gpu_cache_usage_perc": "kv_cache_usage_pct", "kv_cache_usage_perc": "kv_cache_usage_pct",
-                  "num_requests_running": "requests_running", "num_requests_waiting": "requests_waiting",
-                  "num_preemptions_total": "preemptions_total", "prompt_tokens_total": "prompt_tokens_total",
-                  "generation_tokens_total": "generation_tokens_total", "request_success_total": "requests_finished_total"}
-"""Columns of a scraped time-series CSV (``time [s]`` then vLLM's names without the ``vllm:`` prefix,
-as vLLMBatchingMemoryGap's benchmark writes them) -> canonical gauges."""
+def series_column(name: str) -> tuple[str, str, float] | None:
+    """(canonical gauge, server name, scale) of a scraped time series' column named after a server metric, with
+    or without its server's prefix (vLLMBatchingMemoryGap's benchmark writes vLLM's names without ``vllm:``); None
+    for any other column."""
+    for server_name in (name, f"vllm:{name}", f"sglang:{name}"):
+        if server_name in _BY_SERVER:
+            canon, scale = _BY_SERVER[server_name]
+            return canon, server_name, scale
+    return None
+
+
+def looks_like_series(header: str) -> bool:
+    """Whether a CSV header line is a scraped time series': a time column first, then a server metric's."""
+    names = [h.strip().strip('"') for h in header.split(",")]
+    return len(names) > 1 and names[0].lower().startswith("time") and any(series_column(n) for n in names[1:])
 
 
 def series_rows(csv_text: str) -> list[dict[str, Any]]:
-    """The ``gauges`` rows of a scraped time series CSV (:data:`SERIES_COLUMNS`)."""
+    """The ``gauges`` rows of a scraped time series CSV: a time column (s) first, then one column per
+    server metric (:func:`series_column`; the first of :data:`GAUGES`' names wins where two feed one gauge,
+    other columns are left aside). A negative value (vLLM's -1 for 'no data') or a non-finite one is missing.
+
+    Raises:
+        ValueError: the first column is not the time, or a time or value that is not a number (its line named).
+    """
     import csv
     import io
 
     reader = csv.reader(io.StringIO(csv_text))
-    header = [h.strip() for h in next(reader, [])]
-    if not header or not header[0].startswith("time"):
-        raise ValueError("the first column is not the time")
-    cols = [(i, h, SERIES_COLUMNS[h]) for i, h in enumerate(header) if h in SERIES_COLUMNS]
-    rows = []
-    for rec in reader:
-        if not rec:
-            continue
-        t = float(rec[0])
-        for i, name, canon in cols:
-            v = float(rec[i])
-            scale = dict(GAUGES[canon]).get(f"vllm:{name}", 1.0)
-            rows.append({"t_s": t, "metric": canon, "value": v * scale, "server_name": f"vllm:{name}", "labels": None})
+    rows: list[dict[str, Any]] = []
+    try:
+        header = [h.strip() for h in next(reader, [])]
+        if not header or not header[0].lower().startswith("time"):
+            raise ValueError("the first column is not the time")
+        found = {i: got for i, h in enumerate(header) if i and (got := series_column(h))}
+        rank = {name: k for names in GAUGES.values() for k, (name, _) in enumerate(names)}
+        best: dict[str, int] = {}
+        for i, (canon, name, _) in found.items():
+            if canon not in best or rank[name] < rank[found[best[canon]][1]]:
+                best[canon] = i
+        cols = sorted((i, *found[i]) for i in best.values())
+        for rec in reader:
+            _series_record(rec, reader.line_num, cols, rows)
+    except csv.Error as exc:
+        raise ValueError(f"line {reader.line_num}: {exc}") from None
     return rows
+
+
+def _series_record(rec: list[str], line: int, cols: list[tuple[int, str, str, float]], rows: list[dict[str, Any]]) -> None:
+    """The rows of one line of a scraped series (:func:`series_rows`), appended to ``rows``."""
+    if not rec or not "".join(rec).strip():
+        return
+    try:
+        t = float(rec[0])
+        values = [float(rec[i]) if i < len(rec) and rec[i].strip() else math.nan for i, *_ in cols]
+    except ValueError:
+        raise ValueError(f"line {line}: a time or value that is not a number") from None
+    if not math.isfinite(t):
+        raise ValueError(f"line {line}: the time is not a finite number")
+    for (_, canon, name, scale), v in zip(cols, values):
+        v = v * scale if v >= 0 else math.nan
+        rows.append({"t_s": t, "metric": canon, "value": v if math.isfinite(v) else math.nan,
+                     "server_name": name, "labels": None})

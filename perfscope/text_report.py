@@ -201,6 +201,13 @@ def _request_lines(report: Report) -> list[str]:
     return lines
 
 
+def _client_lines(report: Report) -> list[str]:
+    from perfscope.analysis.summaries.serving import client_results
+
+    rows = client_results(report)
+    return ["the benchmark client's results, as it reported them: " + ", ".join(f"{k} {v}" for k, v in rows)] if rows else []
+
+
 def _tail_lines(report: Report) -> list[str]:
     """A load test's p50 and p99 of TTFT, ITL, TPOT and E2E with their parts (ms), per run."""
     from perfscope.analysis.summaries.tails import PARTS, entry, splits
@@ -396,7 +403,7 @@ def render_text(report: Report, *, top: int = 12, findings: bool = True) -> str:
     if timing:
         head += "\n" + timing
     sections = [[head], _device_lines(report), _phase_lines(report), _speculation_lines(report), _kv_policy_lines(report),
-                _request_lines(report), _tail_lines(report),
+                _request_lines(report), _client_lines(report), _tail_lines(report),
                 _kernel_lines(report, top), _idle_lines(report), _rank_lines(report)]
     if findings:
         sections.append(_finding_lines(report))

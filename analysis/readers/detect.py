@@ -37,6 +37,7 @@ READERS: dict[str, str] = {
         "rocprof-compute")},
     "memory-snapshot": "perfscope.analysis.readers.snapshot",
     "memory-timeline": "perfscope.analysis.readers.memory_timeline",
+    "server-metrics": "perfscope.analysis.readers.server_metrics",
 }
 """Format name -> module with ``read(path, *, device=None) -> Report`` (``read_nsys_rep`` etc.
 are chosen inside the module by the format name when one module serves several)."""
@@ -45,7 +46,8 @@ SUPPORTED = (
     "PyTorch/Kineto trace (.json, .json.gz), Nsight Systems SQLite export (.sqlite) or "
     ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet), rocprofv3 output (CSV run, *_results.json, "
     "rocpd *_results.db), rocprof v1/v2 results.csv/.db/.json, a rocprof-compute workload folder, CUDA memory snapshot (.pickle), "
-    "torch.profiler export_memory_timeline (.json)"
+    "torch.profiler export_memory_timeline (.json), a server's /metrics (saved text, a scraped time series CSV, or a "
+    "folder of them)"
 )
 
 
@@ -94,6 +96,10 @@ def detect_format(path: str | Path) -> str:
         amd = sniff_rocprof(p, b"")
         if amd is not None:
             return amd
+        from .server_metrics import folder_files
+
+        if folder_files(p):
+            return "server-metrics"
         raise InputFormatError(p, "is a folder, not a profiler output or a perfscope report",
                                hint=f"give one file: {SUPPORTED}")
     if regular_file(p).stat().st_size == 0:  # a FIFO, a device, a link loop: one line, never opened
@@ -129,6 +135,15 @@ def detect_format(path: str | Path) -> str:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] == b"[" and text[1:].lstrip()[:1] == b"[":
         return "memory-timeline"
+    from .server_metrics import kind_of
+
+    served = kind_of(head)
+    if served == "results":
+        raise InputFormatError(p, "is a benchmark client's results (aggregate latencies), not a trace",
+                               hint="import the folder that holds it beside the server's /metrics time series, "
+                                    "or measure with perfscope loadtest --metrics")
+    if served:
+        return "server-metrics"
     if text[:1] in (b"{", b"["):
         return "kineto"
     from .ncu.csv_launches import looks_like_csv

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.format import counted, nbytes
+from perfscope.format import pct as pct_text
 
 from ..summaries.memory import capacity_section, live_at, peaks, tensor_roles
 from ._base import Finding, Item
@@ -26,6 +27,8 @@ TTFT_RISE = 2.0
 """TTFT of the last quarter of arrivals over the first quarter's (medians): a rise worth explaining."""
 KV_SATURATED_PCT = 90.0
 """KV-cache usage at or above this is saturated: new requests wait for blocks (or preempt)."""
+KV_BOUND_ADVICE = ("KV-cache bound: fewer concurrent sequences fit than arrive. More KV memory (fp8 KV, a higher "
+                   "gpu_memory_utilization, a smaller model or tensor parallel), or a lower request rate.")
 
 PEAK_ITEMS = 12
 """Live tensors a ``memory-peak`` finding lists as items (largest first)."""
@@ -285,12 +288,97 @@ def server_gauges(report: Report) -> list[Finding]:
     title = (f"TTFT rose {t_last / t_first:.1f}x over the run ({t_first * 1e3:.0f} -> {t_last * 1e3:.0f} ms): "
              + "; ".join(causes))
     if kv >= KV_SATURATED_PCT or preempted > 0:
-        advice = ("KV-cache bound: fewer concurrent sequences fit than arrive. More KV memory (fp8 KV, a higher "
-                  "gpu_memory_utilization, a smaller model or tensor parallel), or a lower request rate.")
+        advice = KV_BOUND_ADVICE
     else:
         advice = ("Queueing: requests arrive faster than the server admits them (max running sequences reached "
                   "while the KV cache has room). Raise max_num_seqs / the batch, or lower the rate.")
     return [Finding("ttft-gauges", "medium", title, evidence, advice, math.nan, items=items)]
+
+
+def server_queue(report: Report) -> list[Finding]:
+    """Requests that waited, read from the server's gauges alone (a saved ``/metrics`` time series, or a load
+    test whose requests carry no arrival times): how long the queue was not empty, and what held it, chosen
+    from what the gauges show while it was: the KV cache full or preempting, the most sequences the server
+    ever ran at once reached with KV room left (its sequence limit), or neither (unexplained). The client's
+    own latencies, where the report holds them (``params.client_results``), are quoted, not computed."""
+    g, req = report.gauges, report.requests
+    if not len(g) or (len(req) and "arrival_s" in req and req["arrival_s"].notna().any()):
+        return []  # with the client's arrivals, ttft-gauges reads the queue against each request's latency
+    wide = g.pivot_table(index="t_s", columns="metric", values="value", aggfunc="max").sort_index()
+    if "requests_waiting" not in wide or wide["requests_waiting"].notna().sum() < 2:
+        return []
+    t = wide.index.to_numpy(np.float64, na_value=np.nan)
+    held = np.diff(t, append=t[-1])  # each sample holds until the next one (the last: none)
+    waiting = wide["requests_waiting"].to_numpy(np.float64, na_value=np.nan)
+    queued = waiting > 0
+    span = float(t[-1] - t[0])
+    queued_s = float(held[queued].sum())
+    if not queued.any() or not span > 0:
+        return []
+
+    def col(name: str) -> np.ndarray:
+        return wide[name].to_numpy(np.float64, na_value=np.nan) if name in wide else np.full(len(t), np.nan)
+
+    running, kv, pre = col("requests_running"), col("kv_cache_usage_pct"), col("preemptions_total")
+    slots = float(np.nanmax(running)) if np.isfinite(running).any() else math.nan
+    at_limit = queued & (running >= slots) if math.isfinite(slots) else np.zeros(len(t), bool)
+    kv_q = kv[queued]
+    kv_peak = float(np.nanmax(kv_q)) if np.isfinite(kv_q).any() else math.nan
+    preempted = float(np.nanmax(pre) - np.nanmin(pre)) if np.isfinite(pre).any() else math.nan
+    limit_share = float(held[at_limit].sum()) / queued_s if queued_s > 0 else math.nan
+    kv_full_share = float(held[queued & (kv >= KV_SATURATED_PCT)].sum()) / queued_s
+    kv_bound = kv_peak >= KV_SATURATED_PCT or preempted > 0
+    seq_bound = not kv_bound and limit_share >= 0.5
+    evidence: dict[str, Any] = {
+        "queued_s": queued_s, "run_s": span, "queued_share": queued_s / span,
+        "requests_waiting_max": float(np.nanmax(waiting)), "requests_running_max": slots,
+        "queued_at_running_max_share": limit_share, "kv_cache_usage_max_pct": kv_peak,
+        "queued_at_kv_saturated_share": kv_full_share if math.isfinite(kv_peak) else math.nan, "preemptions": preempted}
+    client = report.manifest.get("params", {}).get("client_results") or {}
+    latency = ""
+    if isinstance(client.get("median_ttft_ms"), (int, float)):
+        latency = f"; the client measured a median TTFT of {client['median_ttft_ms'] / 1e3:.3g} s"
+        if isinstance(client.get("p99_ttft_ms"), (int, float)):
+            latency += f" (p99 {client['p99_ttft_ms'] / 1e3:.3g} s)"
+        evidence["client_median_ttft_s"] = client["median_ttft_ms"] / 1e3
+    head = (f"Requests waited for {queued_s:.0f} s of the {span:.0f} s the server's gauges cover "
+            f"({pct_text(100 * queued_s / span, 0)}), up to {counted(float(np.nanmax(waiting)), 'request')} at once{latency}")
+    items = [Item("metric", f"requests waiting: not zero in {counted(int(queued.sum()), 'sample')} of "
+                  f"{len(t)}, peak {np.nanmax(waiting):.0f}", math.nan, False,
+                  attrs={"gauge": "requests_waiting", "value": float(np.nanmax(waiting))})]
+    if math.isfinite(slots):
+        items.append(Item("metric", f"requests running: {slots:.0f} at most, reached in {pct_text(100 * limit_share, 0)} of "
+                          "the queued time" + (" (a cause)" if seq_bound else ""), math.nan, seq_bound,
+                          attrs={"gauge": "requests_running", "value": slots}))
+    if math.isfinite(kv_peak):
+        items.append(Item("metric", f"KV-cache usage: {kv_peak:.0f}% at most while requests waited"
+                          + (" (a cause)" if kv_peak >= KV_SATURATED_PCT else ""), math.nan,
+                          kv_peak >= KV_SATURATED_PCT, attrs={"gauge": "kv_cache_usage_pct", "value": kv_peak}))
+    if math.isfinite(preempted):
+        items.append(Item("metric", f"preemptions: {preempted:.0f} over the run" + (" (a cause)" if preempted > 0 else ""),
+                          math.nan, preempted > 0, attrs={"gauge": "preemptions_total", "value": preempted}))
+    if kv_bound:
+        why = [f"the KV cache at {KV_SATURATED_PCT:.0f}% or more for {pct_text(100 * kv_full_share, 0)} of that time, "
+               f"{kv_peak:.0f}% at most"] if kv_peak >= KV_SATURATED_PCT else []
+        why += [counted(preempted, "preemption")] if preempted > 0 else []
+        title, advice = f"{head}: KV-cache bound ({'; '.join(why)})", KV_BOUND_ADVICE
+    elif seq_bound:
+        room = (f" at most {kv_peak:.0f}% full" if math.isfinite(kv_peak) else " with no KV usage gauge to say how full")
+        title = (f"{head}: held by the sequence limit ({slots:.0f} running, the most the server ran at once, for "
+                 f"{pct_text(100 * limit_share, 0)} of that time) with the KV cache{room}")
+        grow = (f" (KV usage grows with the tokens held: at {kv_peak:.0f}% for {slots:.0f} sequences, about "
+                f"{slots * KV_SATURATED_PCT / kv_peak:.0f} would fit below {KV_SATURATED_PCT:.0f}% at this mix of "
+                "lengths)") if math.isfinite(kv_peak) and kv_peak > 0 else ""
+        advice = ("Raise the server's limit on running sequences (vLLM --max-num-seqs, SGLang "
+                  f"--max-running-requests){grow}, or lower the request rate; each step then carries more "
+                  "sequences, so check the step time (TPOT) as it grows.")
+    else:
+        title = (f"{head}, with neither the running sequences at their most ({slots:.0f}) nor the KV cache full: "
+                 "the gauges do not say what held them")
+        advice = ("Unexplained by these gauges: a scheduler budget they do not show (vLLM --max-num-batched-tokens, "
+                  "a prompt too long to admit) may; profile the server (loadtest --profile) to see its steps.")
+    severity = "medium" if queued_s / span >= 0.1 else "low"
+    return [Finding("server-queue", severity, title, evidence, advice, math.nan, items=tuple(items))]
 
 
 def _in_flight_max(req: pd.DataFrame, at_s: np.ndarray) -> float:

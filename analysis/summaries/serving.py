@@ -320,3 +320,30 @@ def request_summary(report: Report, *, profiled: bool = False) -> dict[str, floa
     tpot = out["tpot_s_mean"]
     out["user_tokens_per_s"] = 1.0 / tpot if tpot and tpot > 0 else float("nan")
     return out
+
+
+CLIENT_RESULTS = (("completed", "requests completed", None), ("num_prompts", "requests sent", None),
+                  ("request_rate", "request rate (per s)", None), ("duration", "duration", 1e9),
+                  ("request_throughput", "requests per s", None), ("output_throughput", "output tokens per s", None),
+                  ("median_ttft_ms", "TTFT median", 1e6), ("p99_ttft_ms", "TTFT p99", 1e6),
+                  ("median_tpot_ms", "TPOT median", 1e6), ("p99_tpot_ms", "TPOT p99", 1e6),
+                  ("median_itl_ms", "ITL median", 1e6), ("p99_itl_ms", "ITL p99", 1e6))
+"""Keys of a benchmark client's result JSON (vLLM's ``benchmark_serving``) shown, their labels, and the scale of
+a duration to ns (None: a count or a rate, shown as it is)."""
+
+
+def client_results(report: Report) -> list[tuple[str, str]]:
+    """The benchmark client's own results a report was imported with (``params.client_results``: the serving
+    run's result JSON beside its saved ``/metrics``), labelled and formatted; quoted as the client reported them,
+    never recomputed. Empty when there are none."""
+    from perfscope.format import duration, finite
+
+    got = (report.manifest.get("params") or {}).get("client_results") or {}
+    out = []
+    for key, label, to_ns in CLIENT_RESULTS:
+        v = got.get(key)
+        if isinstance(v, str) and to_ns is None:
+            out.append((label, v))
+        elif (x := finite(v)) is not None:
+            out.append((label, duration(x * to_ns) if to_ns else f"{x:,.4g}"))
+    return out

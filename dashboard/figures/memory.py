@@ -100,18 +100,21 @@ def gauges_beside_latency(report: Report) -> go.Figure:
     g, req = report.gauges, report.requests
     if not len(g):
         return message_figure("no server gauges in this report (perfscope loadtest --endpoint URL --metrics)", "gauges")
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.05,
-                        subplot_titles=["TTFT by arrival (ms)", "requests running / waiting", "KV-cache usage (%)"])
-    if len(req) and "arrival_s" in req and req["arrival_s"].notna().any():
+    timed = bool(len(req)) and "arrival_s" in req and req["arrival_s"].notna().any()
+    top = int(timed)  # the TTFT panel only where the client's requests have arrival times
+    titles = ["TTFT by arrival (ms)"] * top + ["requests running / waiting", "KV-cache usage (%)"]
+    fig = make_subplots(rows=2 + top, cols=1, shared_xaxes=True, vertical_spacing=0.05, subplot_titles=titles)
+    if timed:
         ok = req[req["ttft_s"].notna()]
         fig.add_trace(go.Scatter(x=ok["arrival_s"], y=ok["ttft_s"] * 1e3, mode="markers", name="TTFT"), row=1, col=1)
-    for metric, row in (("requests_running", 2), ("requests_waiting", 2), ("kv_cache_usage_pct", 3),
-                        ("preemptions_total", 2)):
+    for metric, row in (("requests_running", 1 + top), ("requests_waiting", 1 + top), ("kv_cache_usage_pct", 2 + top),
+                        ("preemptions_total", 1 + top)):
         s = g[g["metric"] == metric].sort_values("t_s")
         if len(s) and s["value"].notna().any():
             fig.add_trace(go.Scatter(x=s["t_s"], y=s["value"], mode="lines", line={"shape": "hv"}, name=metric),
                           row=row, col=1)
-    fig.update_xaxes(title_text="s from the run's start", row=3, col=1)
-    fig.update_layout(template="plotly_white", title={"text": "Server gauges beside the latencies"}, height=620,
+    fig.update_xaxes(title_text="s from the run's start", row=2 + top, col=1)
+    fig.update_layout(template="plotly_white", title={"text": "Server gauges beside the latencies" if timed else
+                                                      "Server gauges over the run"}, height=620 if timed else 440,
                       meta={"kind": "gauges"})
     return fig

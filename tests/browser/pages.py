@@ -27,6 +27,7 @@ IMPORTED = {
     "import-ncu-rep": "ncu/esmm_a10g_all_metrics.ncu-rep",
     "import-ncu-csv": "ncu/esmm_a10g_roofline_metrics.csv",
     "import-sglang": "thirdparty/tracelens_sglang_decode/sglang_Qwen3-8B_decode.json.gz",
+    "import-server-metrics": "serving/vllm_metrics_llama2_7b_h100_bsc",
 }
 ENDPOINT = "endpoint/loadtest_endpoint_tiny_r4.perfscope"
 

@@ -86,9 +86,12 @@ def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixt
         ("metrics", "timeline", "phases") if views.has_device_work(report) else ("metrics",)  # steps without kernels
     for section in expected:
         assert section in result["sections"]
-    if not views.has_device_work(report):  # an endpoint load test: its requests, and no section it cannot fill
+    if not views.has_device_work(report):  # no section it cannot fill
         assert not {"roofline", "timeline", "kernels"} & set(result["sections"])
-        assert "loadtest" in result["sections"]
+        if len(report.requests):  # an endpoint load test: its requests
+            assert "loadtest" in result["sections"]
+        if len(report.gauges):  # a serving run's saved /metrics: its gauges and what held its queue
+            assert {"memory", "findings"} <= set(result["sections"])
     if len(report.kernels):
         by_name = result["tables"][f"Per {views.device_words(report)['kernel']} name (one row per name and phase)"]
         assert by_name == min(len(views.kernels_by_name(report)), MAX_TABLE_ROWS) > 0
@@ -100,9 +103,11 @@ def test_standalone_html_renders_every_section(driver: Any, tmp_path: Path, fixt
 
 
 # ------------------------------------------------------------------------------ dashboard
-DASHBOARD_PAGES = ("sample-cpu-small-b1-p128-g32", "h200-engine", "import-ncu-csv", "import-nsys-copies")
+DASHBOARD_PAGES = ("sample-cpu-small-b1-p128-g32", "h200-engine", "import-ncu-csv", "import-nsys-copies",
+                   "import-server-metrics")
 """A representative set: binned CPU timeline with phases and requests, a real GPU engine run
-(steps, phases, NVTX ranges), an ncu CSV (no timeline of its own) and an nsys export of copies."""
+(steps, phases, NVTX ranges), an ncu CSV (no timeline of its own), an nsys export of copies and a serving
+run's saved /metrics (gauges only: no kernels, steps or requests)."""
 
 VIEW_READY = {
     "overview": "#headline",
@@ -114,6 +119,8 @@ VIEW_READY = {
     "counters": "#counters-graph .main-svg",
     "compare": "#compare-graph .main-svg",
 }
+NO_DEVICE_READY = "#overview-body table.facts"
+"""The overview of a report without device work (no headline): its source table."""
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +143,12 @@ def test_every_dashboard_view_renders(driver: Any, dashboard: dict[str, str], na
     from selenium.webdriver.support.ui import WebDriverWait
 
     severe_messages(driver)
-    driver.get(dashboard[name])
-    _wait_ready(driver, VIEW_READY["overview"])
     report = page_report(name)
+    ready = VIEW_READY if views.has_device_work(report) else {**VIEW_READY, "overview": NO_DEVICE_READY}
+    driver.get(dashboard[name])
+    _wait_ready(driver, ready["overview"])
     too_wide = {}
-    for view, css in VIEW_READY.items():
+    for view, css in ready.items():
         driver.find_element(By.ID, f"tab-{view}").click()
         if view == "kernels" and not len(report.kernels):
             continue

@@ -623,6 +623,82 @@ def nvml_cases() -> list[Case]:
             ("negative-times", rows(t_ns=[-(10**18)] * n))]
 
 
+# ---------------------------------------------------------------------------- a server's saved /metrics
+SERVING = "serving/vllm_metrics_llama2_7b_h100_bsc"
+SERIES_CSV = "metrics_engine_server_0.csv"
+
+
+def seed_series(f: Path, out: Path) -> Path:
+    return _copy(f / SERVING / SERIES_CSV, out / "series.csv")
+
+
+def seed_dump(f: Path, out: Path) -> Path:
+    return _copy(f / SERVING / "cache_config_server_0.txt", out / "metrics.txt")
+
+
+def seed_serving_folder(f: Path, out: Path) -> Path:
+    return _copy(f / SERVING, out / "run")
+
+
+def _in_folder(name: str, edit: Callable[[Path], None]) -> Make:
+    """The run folder with its file ``name`` edited (or made: a sibling that was not there)."""
+    def make(f: Path, out: Path) -> Path:
+        path = seed_serving_folder(f, out)
+        target = path / name
+        if not target.exists():
+            target.write_bytes(b"x")
+        edit(target)
+        return path
+    return make
+
+
+def _write(data: bytes) -> Callable[[Path], None]:
+    return lambda p: p.write_bytes(data)
+
+
+def server_metrics_cases() -> list[Case]:
+    waiting, t, kv = "num_requests_waiting", "time [s]", "gpu_cache_usage_perc"
+    results = "openai-infqps-llama-2-7b-20250218-165534.json"
+    return [*common(seed_series),
+            *[(f"dump-{n}", m) for n, m in common(seed_dump)],
+            ("missing-time", _csv(seed_series, _drop(t))), ("missing-gauges", _csv(seed_series, _drop(waiting))),
+            ("huge-numbers", _csv(seed_series, _set(waiting, "1e400", 3))),
+            ("huge-integers", _csv(seed_series, _set(waiting, "9" * 40, 2))),
+            ("negative-values", _csv(seed_series, _set(kv, "-5", 2))),
+            ("non-finite-times", _csv(seed_series, _set(t, "nan", 2))),
+            ("text-in-times", _csv(seed_series, _set(t, "soon", 4))),
+            ("text-in-values", _csv(seed_series, _set(waiting, "many", 4))),
+            ("ragged-rows", _csv(seed_series, lambda rows: [rows[0]] + [r[: 1 + n % len(r)] for n, r in enumerate(rows[1:])])),
+            ("long-line", _csv(seed_series, _long_line(8 << 20))),
+            ("many-columns", _replace_case(seed_series, lambda d: b",".join([b"time"] + [b"num_requests_waiting"] * 200_000)
+                                           + b"\n" + b",".join([b"1"] * 200_001) + b"\n")),
+            ("dump-long-label", _replace_case(seed_dump, lambda d: b'vllm:num_requests_waiting{m="' + b"x" * (8 << 20)
+                                              + b'"} 3\n' + d)),
+            ("dump-huge-values", _replace_case(seed_dump, lambda d: d.replace(b"} 0.0", b"} 1e400"))),
+            ("folder", seed_serving_folder),
+            ("folder-series-fifo", _in_folder(SERIES_CSV, _special("fifo"))),
+            ("folder-series-loop", _in_folder(SERIES_CSV, _special("loop"))),
+            ("folder-series-dev-zero", _in_folder(SERIES_CSV, _special("dev-zero"))),
+            ("folder-fifo-beside", _in_folder("other.csv", _special("fifo"))),
+            ("folder-results-damaged", _in_folder(results, _replace_bytes(lambda d: d[: len(d) // 2]))),
+            ("folder-results-deep", _in_folder(results, _write(b'{"completed": 1, "median_ttft_ms": '
+                                                               + b"[" * 100_000 + b"]" * 100_000 + b"}"))),
+            ("folder-results-wrong-types", _in_folder(results, _write(json.dumps(
+                {"completed": "all", "median_ttft_ms": {"a": 1}, "p99_ttft_ms": 1e308, "x" * 5000: "y" * 5000}).encode()))),
+            ("folder-results-only", results_only), ("folder-second-series", second_series)]
+
+
+def results_only(f: Path, out: Path) -> Path:
+    (out / "run").mkdir()
+    return _copy(f / SERVING / "openai-infqps-llama-2-7b-20250218-165534.json", out / "run" / "results.json").parent
+
+
+def second_series(f: Path, out: Path) -> Path:
+    path = seed_serving_folder(f, out)
+    _copy(f / SERVING / SERIES_CSV, path / "series_1.csv")
+    return path
+
+
 GENERATORS: dict[str, Callable[[], list[Case]]] = {
     "kineto": kineto_cases,
     "nsys-sqlite": nsys_cases,
@@ -650,6 +726,7 @@ GENERATORS: dict[str, Callable[[], list[Case]]] = {
     "rocprof-compute": compute_cases,
     "memory-snapshot": snapshot_cases,
     "memory-timeline": timeline_cases,
+    "server-metrics": server_metrics_cases,
 }
 """Format (a key of ``detect.READERS``) -> its hostile cases."""
 
