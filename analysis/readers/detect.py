@@ -38,6 +38,7 @@ READERS: dict[str, str] = {
     "memory-snapshot": "perfscope.analysis.readers.snapshot",
     "memory-timeline": "perfscope.analysis.readers.memory_timeline",
     "server-metrics": "perfscope.analysis.readers.server_metrics",
+    "nvidia-smi": "perfscope.analysis.readers.nvidia_smi",
 }
 """Format name -> module with ``read(path, *, device=None) -> Report`` (``read_nsys_rep`` etc.
 are chosen inside the module by the format name when one module serves several)."""
@@ -47,7 +48,7 @@ SUPPORTED = (
     ".nsys-rep, Nsight Compute report (.ncu-rep) or CSV (ncu --csv), NVML samples (nvml.parquet), rocprofv3 output (CSV run, *_results.json, "
     "rocpd *_results.db), rocprof v1/v2 results.csv/.db/.json, a rocprof-compute workload folder, CUDA memory snapshot (.pickle), "
     "torch.profiler export_memory_timeline (.json), a server's /metrics (saved text, a scraped time series CSV, or a "
-    "folder of them)"
+    "folder of them), nvidia-smi --query-gpu CSV logs"
 )
 
 
@@ -143,7 +144,7 @@ def detect_format(path: str | Path) -> str:
                                hint="import the folder that holds it beside the server's /metrics time series, "
                                     "or measure with perfscope loadtest --metrics")
     if served:
-        return "server-metrics"
+        return "nvidia-smi" if served == "nvidia-smi" else "server-metrics"
     if text[:1] in (b"{", b"["):
         return "kineto"
     from .ncu.csv_launches import looks_like_csv

@@ -42,6 +42,7 @@ from perfscope.limits import take
 from perfscope.report import Report, source_info
 
 from .finish import Imported, finish
+from .nvidia_smi import counters_frame, looks_like_nvidia_smi
 
 if TYPE_CHECKING:
     from perfscope.device import DeviceSpec
@@ -68,6 +69,8 @@ def kind_of(head: bytes) -> str | None:
         return "results" if '"completed"' in text and '_ttft_ms"' in text else None
     if looks_like_series(first):
         return "series"
+    if looks_like_nvidia_smi(first):
+        return "nvidia-smi"
     if any(s.name.startswith(("vllm:", "sglang:")) for s in parse_prometheus(text[: text.rfind("\n") + 1])):
         return "prometheus"
     return None
@@ -90,7 +93,7 @@ def folder_files(folder: Path) -> list[tuple[str, Path]]:
             kind = None
         if kind:
             found.append((kind, f))
-    return found if any(k != "results" for k, _ in found) else []
+    return found if any(k in ("series", "prometheus") for k, _ in found) else []
 
 
 def _series(path: Path) -> pd.DataFrame:
@@ -134,6 +137,7 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
     series = [f for k, f in files if k == "series"]
     dumps = [f for k, f in files if k == "prometheus"]
     results = [f for k, f in files if k == "results"]
+    smi = [f for k, f in files if k == "nvidia-smi"]
     if not series and not dumps:
         raise InputFormatError(p, "holds no server metrics", hint=HINT)
     warnings: list[str] = []
@@ -151,6 +155,12 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
                         f"clock): {', '.join(f.name for f in series[1:])} not read")
     if not len(gauges):
         warnings.append("no gauge perfscope knows is in these metrics")
+    counters = pd.DataFrame()
+    if smi and series and _clock(smi[0]) == _clock(series[0]) and _clock(series[0]).startswith("time"):
+        counters = counters_frame(smi[0], relative=False)  # one harness clock: the GPU's samples beside the gauges
+    elif smi:
+        warnings.append(f"{smi[0].name} (nvidia-smi samples) not joined: its clock is not the time series' "
+                        "(import it alone)")
     params: dict[str, Any] = {"metrics_files": [f.name for _, f in files]}
     if info:
         params["server_info"] = info
@@ -163,4 +173,9 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
         "params": params,
         "warnings": warnings,
     }
-    return finish(Imported({"gauges": gauges}, manifest, device, origin=str(p)))
+    return finish(Imported({"gauges": gauges, "counters": counters}, manifest, device, origin=str(p)))
+
+
+def _clock(path: Path) -> str:
+    """The first header cell of a CSV (its time column's name), lower case."""
+    return head_bytes(path, SNIFF_BYTES).decode("utf-8-sig", "replace").split("\n", 1)[0].split(",", 1)[0].strip().lower()

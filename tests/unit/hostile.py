@@ -699,6 +699,35 @@ def second_series(f: Path, out: Path) -> Path:
     return path
 
 
+def seed_smi(f: Path, out: Path) -> Path:
+    return _copy(f / SERVING / "metrics_gpu_device_nvidia_smi_0_server_0.csv", out / "smi.csv")
+
+
+def nvidia_smi_cases() -> list[Case]:
+    t, util, used = "time [s]", " utilization.gpu [%]", " memory.used [MiB]"
+    stamped = ("timestamp, index, utilization.gpu [%], memory.used [MiB]\n"
+               + "".join(f"2024/06/01 10:00:{i:02d}.000, {i % 2}, {i} %, {i * 10} MiB\n" for i in range(40)))
+    return [*common(seed_smi),
+            ("missing-time", _csv(seed_smi, _drop(t))), ("missing-fields", _csv(seed_smi, _drop(util))),
+            ("huge-numbers", _csv(seed_smi, _set(used, "1e400 MiB", 3))),
+            ("huge-times", _csv(seed_smi, _set(t, "1e300", 5))),
+            ("negative-times", _csv(seed_smi, _set(t, "-1e12", 5))),
+            ("non-finite-times", _csv(seed_smi, _set(t, "inf", 2))),
+            ("text-in-times", _csv(seed_smi, _set(t, "soon", 4))),
+            ("text-in-values", _csv(seed_smi, _set(util, "busy", 2))),
+            ("not-available", _csv(seed_smi, _set(util, " [N/A]", 1))),
+            ("ragged-rows", _csv(seed_smi, lambda rows: [rows[0]] + [r[: 1 + n % len(r)] for n, r in enumerate(rows[1:])])),
+            ("long-line", _csv(seed_smi, _long_line(8 << 20))),
+            ("timestamps", lambda f, out: _write_text(out / "stamped.csv", stamped)),
+            ("timestamps-damaged", lambda f, out: _write_text(out / "stamped.csv", stamped.replace("10:00:07", "25:99:99"))),
+            ("index-not-a-number", lambda f, out: _write_text(out / "stamped.csv", stamped.replace(", 1, ", ", one, ")))]
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 GENERATORS: dict[str, Callable[[], list[Case]]] = {
     "kineto": kineto_cases,
     "nsys-sqlite": nsys_cases,
@@ -727,6 +756,7 @@ GENERATORS: dict[str, Callable[[], list[Case]]] = {
     "memory-snapshot": snapshot_cases,
     "memory-timeline": timeline_cases,
     "server-metrics": server_metrics_cases,
+    "nvidia-smi": nvidia_smi_cases,
 }
 """Format (a key of ``detect.READERS``) -> its hostile cases."""
 

@@ -69,8 +69,7 @@ def test_each_file_alone(fixtures_dir: Path) -> None:
     assert set(dump.gauges["t_s"]) == {0.0} and not _queue(dump)  # one moment: no queue over time
     with pytest.raises(InputFormatError, match="benchmark client's results"):
         load(folder / "openai-infqps-llama-2-7b-20250218-165534.json")
-    with pytest.raises(InputFormatError, match="format not recognised"):
-        load(folder / "metrics_gpu_device_nvidia_smi_0_server_0.csv")  # nvidia-smi samples: not a server's metrics
+    assert not len(load(folder / "metrics_gpu_device_nvidia_smi_0_server_0.csv").gauges)  # nvidia-smi: counters only
 
 
 def _series(tmp_path: Path, rows: list[tuple[float, float, float, float]], prefix: str = "vllm:") -> Path:
@@ -164,3 +163,44 @@ def test_every_output_shows_it(fixtures_dir: Path, tmp_path: Path) -> None:
     (key,) = [e.key for e in store.entries()]
     graphs = on_load(store, key, "phases")
     assert [g.figure.layout.meta["kind"] for g in graphs] == ["gauges"]
+
+
+SMI = "metrics_gpu_device_nvidia_smi_0_server_0.csv"
+
+
+def test_nvidia_smi_log_alone_and_beside_the_gauges(fixtures_dir: Path) -> None:
+    """The run's nvidia-smi samples (the harness's `time [s]` first, then the query's fields with their units):
+    alone, times from the first sample; in the folder, on the gauges' clock (the same harness column)."""
+    raw = pd.read_csv(fixtures_dir / RUN / SMI, skipinitialspace=True)
+    alone = load(fixtures_dir / RUN / SMI)
+    assert detect_format(fixtures_dir / RUN / SMI) == "nvidia-smi" and len(alone.counters) == len(raw)
+    c = alone.counters
+    assert c["t_ns"].iloc[0] == 0 and set(c["device"]) == {"cuda:0"}
+    assert c["mem_used_bytes"].tolist() == [float(v.split()[0]) * 2**20 for v in raw["memory.used [MiB]"]]
+    assert c["gpu_util_pct"].tolist() == [float(v.split()[0]) for v in raw["utilization.gpu [%]"]]
+    assert c["power_w"].isna().all()  # not queried: missing, never 0
+    joined = load(fixtures_dir / RUN).counters
+    assert joined["t_ns"].tolist() == [round(t * 1e9) for t in raw["time [s]"]]
+    gauges_t = sorted(set(load(fixtures_dir / RUN).gauges["t_s"]))
+    assert [round(t * 1e9) for t in gauges_t] == joined["t_ns"].tolist()  # one clock, sample for sample
+
+
+def test_nvidia_smi_own_timestamps_two_gpus_and_missing_values(tmp_path: Path) -> None:
+    p = tmp_path / "smi.csv"
+    p.write_text("timestamp, index, name, utilization.gpu [%], power.draw [W], memory.used [MiB]\n"
+                 "2024/06/01 10:00:00.000, 0, NVIDIA H100, 10 %, 300.5 W, 1024 MiB\n"
+                 "2024/06/01 10:00:00.000, 1, NVIDIA H100, [N/A], [Not Supported], 2048 MiB\n"
+                 "2024/06/01 10:00:01.500, 0, NVIDIA H100, 90 %, 650.0 W, 4096 MiB\n")
+    c = load(p).counters.sort_values(["t_ns", "device"])
+    assert c["t_ns"].tolist() == [0, 0, 1_500_000_000] and c["device"].tolist() == ["cuda:0", "cuda:1", "cuda:0"]
+    assert c["mem_used_bytes"].tolist() == [2**30, 2 * 2**30, 4 * 2**30] and c["power_w"].iloc[0] == 300.5
+    assert math.isnan(c["gpu_util_pct"].iloc[1]) and math.isnan(c["power_w"].iloc[1])
+    nounits = tmp_path / "nounits.csv"
+    nounits.write_text("timestamp, uuid, utilization.gpu, memory.used\n2024/06/01 10:00:00.000, GPU-a, 5, 100\n"
+                       "2024/06/01 10:00:00.000, GPU-b, 7, 200\n")
+    c = load(nounits).counters
+    assert c["device"].tolist() == ["cuda:0", "cuda:1"] and c["mem_used_bytes"].tolist() == [100 * 2**20, 200 * 2**20]
+    bad = tmp_path / "bad.csv"
+    bad.write_text(nounits.read_text().replace("10:00:00.000, GPU-b", "yesterday, GPU-b"))
+    with pytest.raises(InputFormatError, match="line 3: a time that does not parse"):
+        load(bad)
