@@ -357,6 +357,11 @@ def server_queue(report: Report) -> list[Finding]:
     if math.isfinite(preempted):
         items.append(Item("metric", f"preemptions: {preempted:.0f} over the run" + (" (a cause)" if preempted > 0 else ""),
                           math.nan, preempted > 0, attrs={"gauge": "preemptions_total", "value": preempted}))
+    busy = _util_while(report.counters, t, queued)
+    if math.isfinite(busy):
+        evidence["gpu_util_median_pct_queued"] = busy
+        items.append(Item("metric", f"GPU utilisation (sampled beside the gauges): median {busy:.0f}% while requests "
+                          "waited", math.nan, False, attrs={"counter": "gpu_util_pct", "value": busy}))
     if kv_bound:
         why = [f"the KV cache at {KV_SATURATED_PCT:.0f}% or more for {pct_text(100 * kv_full_share, 0)} of that time, "
                f"{kv_peak:.0f}% at most"] if kv_peak >= KV_SATURATED_PCT else []
@@ -379,6 +384,20 @@ def server_queue(report: Report) -> list[Finding]:
                   "a prompt too long to admit) may; profile the server (loadtest --profile) to see its steps.")
     severity = "medium" if queued_s / span >= 0.1 else "low"
     return [Finding("server-queue", severity, title, evidence, advice, math.nan, items=tuple(items))]
+
+
+def _util_while(counters: pd.DataFrame, t_s: np.ndarray, held: np.ndarray) -> float:
+    """The median GPU utilisation (%) of the counter samples that fall while ``held`` is true, each gauge sample at
+    ``t_s`` (s) holding until the next; NaN without such samples (counters on another clock are not joined)."""
+    if not len(counters) or "gpu_util_pct" not in counters or not len(t_s):
+        return math.nan
+    at = counters["t_ns"].to_numpy(np.float64, na_value=np.nan) / 1e9
+    util = counters["gpu_util_pct"].to_numpy(np.float64, na_value=np.nan)
+    idx = np.searchsorted(t_s, at, side="right") - 1
+    inside = (idx >= 0) & (at <= t_s[-1]) & np.isfinite(util)
+    pick = inside.copy()
+    pick[inside] = held[idx[inside]]
+    return float(np.median(util[pick])) if pick.any() else math.nan
 
 
 def _in_flight_max(req: pd.DataFrame, at_s: np.ndarray) -> float:

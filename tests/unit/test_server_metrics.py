@@ -54,6 +54,9 @@ def test_the_run_folder_reads_as_one_report_and_its_queue_is_kv_bound(fixtures_d
     assert f.evidence["queued_at_running_max_share"] < 0.5
     assert "KV-cache bound" in f.title and "543 preemptions" in f.title and "median TTFT of 60.8 s" in f.title
     assert f.recommendation.startswith("KV-cache bound")
+    smi = pd.read_csv(folder / SMI, skipinitialspace=True)  # the same harness clock, sample for sample
+    busy = smi.loc[queued, "utilization.gpu [%]"].str.split().str[0].astype(float)
+    assert f.evidence["gpu_util_median_pct_queued"] == busy.median() == 89
     causes = [i.label for i in f.items if i.explains]
     assert any(c.startswith("KV-cache usage") for c in causes) and any(c.startswith("preemptions") for c in causes)
 
