@@ -656,20 +656,26 @@ def _write(data: bytes) -> Callable[[Path], None]:
     return lambda p: p.write_bytes(data)
 
 
+def sampled_csv_cases(seed: Make, t: str, value: str, huge: str) -> list[Case]:
+    """The cases of a CSV of samples over time (a time column ``t``, a value column ``value``): huge values,
+    times that are not finite or not numbers, text in values, ragged rows, an 8 MB field."""
+    return [("huge-numbers", _csv(seed, _set(value, huge, 3))),
+            ("non-finite-times", _csv(seed, _set(t, "inf", 2))),
+            ("text-in-times", _csv(seed, _set(t, "soon", 4))),
+            ("text-in-values", _csv(seed, _set(value, "many", 4))),
+            ("ragged-rows", _csv(seed, lambda rows: [rows[0]] + [r[: 1 + n % len(r)] for n, r in enumerate(rows[1:])])),
+            ("long-line", _csv(seed, _long_line(8 << 20)))]
+
+
 def server_metrics_cases() -> list[Case]:
     waiting, t, kv = "num_requests_waiting", "time [s]", "gpu_cache_usage_perc"
     results = "openai-infqps-llama-2-7b-20250218-165534.json"
     return [*common(seed_series),
             *[(f"dump-{n}", m) for n, m in common(seed_dump)],
             ("missing-time", _csv(seed_series, _drop(t))), ("missing-gauges", _csv(seed_series, _drop(waiting))),
-            ("huge-numbers", _csv(seed_series, _set(waiting, "1e400", 3))),
+            *sampled_csv_cases(seed_series, t, waiting, "1e400"),
             ("huge-integers", _csv(seed_series, _set(waiting, "9" * 40, 2))),
             ("negative-values", _csv(seed_series, _set(kv, "-5", 2))),
-            ("non-finite-times", _csv(seed_series, _set(t, "nan", 2))),
-            ("text-in-times", _csv(seed_series, _set(t, "soon", 4))),
-            ("text-in-values", _csv(seed_series, _set(waiting, "many", 4))),
-            ("ragged-rows", _csv(seed_series, lambda rows: [rows[0]] + [r[: 1 + n % len(r)] for n, r in enumerate(rows[1:])])),
-            ("long-line", _csv(seed_series, _long_line(8 << 20))),
             ("many-columns", _replace_case(seed_series, lambda d: b",".join([b"time"] + [b"num_requests_waiting"] * 200_000)
                                            + b"\n" + b",".join([b"1"] * 200_001) + b"\n")),
             ("dump-long-label", _replace_case(seed_dump, lambda d: b'vllm:num_requests_waiting{m="' + b"x" * (8 << 20)
@@ -704,20 +710,15 @@ def seed_smi(f: Path, out: Path) -> Path:
 
 
 def nvidia_smi_cases() -> list[Case]:
-    t, util, used = "time [s]", " utilization.gpu [%]", " memory.used [MiB]"
+    t, util = "time [s]", " utilization.gpu [%]"
     stamped = ("timestamp, index, utilization.gpu [%], memory.used [MiB]\n"
                + "".join(f"2024/06/01 10:00:{i:02d}.000, {i % 2}, {i} %, {i * 10} MiB\n" for i in range(40)))
     return [*common(seed_smi),
             ("missing-time", _csv(seed_smi, _drop(t))), ("missing-fields", _csv(seed_smi, _drop(util))),
-            ("huge-numbers", _csv(seed_smi, _set(used, "1e400 MiB", 3))),
+            *sampled_csv_cases(seed_smi, t, util, "1e400 %"),
             ("huge-times", _csv(seed_smi, _set(t, "1e300", 5))),
             ("negative-times", _csv(seed_smi, _set(t, "-1e12", 5))),
-            ("non-finite-times", _csv(seed_smi, _set(t, "inf", 2))),
-            ("text-in-times", _csv(seed_smi, _set(t, "soon", 4))),
-            ("text-in-values", _csv(seed_smi, _set(util, "busy", 2))),
             ("not-available", _csv(seed_smi, _set(util, " [N/A]", 1))),
-            ("ragged-rows", _csv(seed_smi, lambda rows: [rows[0]] + [r[: 1 + n % len(r)] for n, r in enumerate(rows[1:])])),
-            ("long-line", _csv(seed_smi, _long_line(8 << 20))),
             ("timestamps", lambda f, out: _write_text(out / "stamped.csv", stamped)),
             ("timestamps-damaged", lambda f, out: _write_text(out / "stamped.csv", stamped.replace("10:00:07", "25:99:99"))),
             ("index-not-a-number", lambda f, out: _write_text(out / "stamped.csv", stamped.replace(", 1, ", ", one, ")))]
