@@ -313,8 +313,8 @@ def server_queue(report: Report) -> list[Finding]:
     queued = waiting > 0
     span = float(t[-1] - t[0])
     queued_s = float(held[queued].sum())
-    if not queued.any() or not span > 0:
-        return []
+    if not (queued_s > 0 and span > 0):
+        return []  # no queue, or one seen only in the last sample (no time measured after it)
 
     def col(name: str) -> np.ndarray:
         return wide[name].to_numpy(np.float64, na_value=np.nan) if name in wide else np.full(len(t), np.nan)
@@ -378,7 +378,8 @@ def server_queue(report: Report) -> list[Finding]:
                   f"--max-running-requests){grow}, or lower the request rate; each step then carries more "
                   "sequences, so check the step time (TPOT) as it grows.")
     else:
-        title = (f"{head}, with neither the running sequences at their most ({slots:.0f}) nor the KV cache full: "
+        most = f" ({slots:.0f})" if math.isfinite(slots) else ""
+        title = (f"{head}, with neither the running sequences at their most{most} nor the KV cache full: "
                  "the gauges do not say what held them")
         advice = ("Unexplained by these gauges: a scheduler budget they do not show (vLLM --max-num-batched-tokens, "
                   "a prompt too long to admit) may; profile the server (loadtest --profile) to see its steps.")

@@ -104,6 +104,16 @@ def test_a_queue_nothing_in_the_gauges_explains(tmp_path: Path) -> None:
     assert not any(i.explains for i in f.items)
 
 
+def test_a_queue_in_the_last_sample_only_or_without_other_gauges(tmp_path: Path) -> None:
+    """A queue seen only in the last sample has no measured time: no finding (and no division by it); a series of
+    the queue alone is unexplained, naming no running count it does not have."""
+    assert not _queue(load(_series(tmp_path, [(0.0, 1, 0, 0.1), (1.0, 2, 0, 0.2), (2.0, 2, 5, 0.3)])))
+    p = tmp_path / "q.csv"
+    p.write_text("time,num_requests_waiting\n0,0\n1,4\n2,4\n3,0\n")
+    (f,) = _queue(load(p))
+    assert f.evidence["queued_s"] == 2 and "at their most nor the KV cache full" in f.title and "nan" not in f.title
+
+
 def test_sglang_names_and_no_queue(tmp_path: Path) -> None:
     p = tmp_path / "sg.csv"
     p.write_text("time_s,sglang:num_running_reqs,sglang:num_queue_reqs,sglang:token_usage\n0,1,0,0.5\n1,2,0,0.6\n")
