@@ -143,11 +143,11 @@ def _metrics(report: Report) -> str:
     if requests:
         parts.append("<h3>Requests</h3>" + _facts([(column_label(k), views.format_value(k, v))
                                                    for k, v in requests.items()]))
-    from perfscope.analysis.summaries.serving import client_results
+    from perfscope.analysis.summaries.serving import CLIENT_RESULTS_TITLE, client_results
 
     client = client_results(report)
     if client:
-        parts.append("<h3>The benchmark client's results (as it reported them)</h3>" + _facts(client))
+        parts.append(f"<h3>{esc(CLIENT_RESULTS_TITLE)}</h3>" + _facts(client))
     if not parts:
         parts.append('<p class="muted">No run metrics: this report holds no kernels, steps or requests'
                      + (" (the server's gauges are under Memory)." if len(report.gauges) else ".") + "</p>")

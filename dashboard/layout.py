@@ -14,7 +14,7 @@ from dash import dcc, html
 from perfscope.analysis.costs.limiter import bound_label
 from perfscope.analysis.summaries.compare import Comparison, name_view, phase_view, tail_view
 from perfscope.analysis.summaries.projection import band_line, family_rows, whole_run_rows
-from perfscope.analysis.summaries.serving import client_results
+from perfscope.analysis.summaries.serving import CLIENT_RESULTS_TITLE, client_results
 from perfscope.format import column_label, evidence_rows
 
 from . import ids, views
@@ -151,7 +151,7 @@ def overview_children(report: Report, findings: bool = True) -> list[Any]:
                                                   for k, v in requests.items()])]
     client = client_results(report)
     if client:
-        out += [html.H3("The benchmark client's results (as it reported them)"), facts_table(client)]
+        out += [html.H3(CLIENT_RESULTS_TITLE), facts_table(client)]
     if len(report.kernels):
         out += [html.H3("Top kernels"), _top_kernels(report)]
     if findings:

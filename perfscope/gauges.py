@@ -151,10 +151,15 @@ def series_column(name: str) -> tuple[str, str, float] | None:
     return None
 
 
+def series_columns(header: str) -> list[str]:
+    """The columns of a CSV header line after its first that name a server metric (:func:`series_column`)."""
+    names = [h.strip().strip('"') for h in header.split(",")]
+    return [n for n in names[1:] if series_column(n)]
+
+
 def looks_like_series(header: str) -> bool:
     """Whether a CSV header line is a scraped time series': a time column first, then a server metric's."""
-    names = [h.strip().strip('"') for h in header.split(",")]
-    return len(names) > 1 and names[0].lower().startswith("time") and any(series_column(n) for n in names[1:])
+    return header.strip().strip('"').lower().startswith("time") and bool(series_columns(header))
 
 
 def series_rows(csv_text: str) -> list[dict[str, Any]]:

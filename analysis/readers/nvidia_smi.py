@@ -93,14 +93,15 @@ def counters_frame(path: Path, *, relative: bool = True) -> pd.DataFrame:
     if relative or "timestamp" in cols:
         t = t - (t.min() if len(t) else 0.0)
     out = pd.DataFrame({"t_ns": (t * 1e9).round().astype("int64") if len(t) else pd.Series(dtype="int64")})
-    device = next((cols[d] for d in DEVICE_FIELDS if d in cols), None)
+    device = next((d for d in DEVICE_FIELDS if d in cols), None)
     if device is None:
         out["device"] = "cuda:0"
-    elif field(device) == "index":
-        out["device"] = ["cuda:" + str(int(v)) if math.isfinite(v := _number(s)) else "cuda:?" for s in raw[device]]
+    elif device == "index":
+        out["device"] = ["cuda:" + str(int(v)) if math.isfinite(v := _number(s)) else "cuda:?" for s in raw[cols[device]]]
     else:
-        order = {k: i for i, k in enumerate(dict.fromkeys(raw[device].str.strip()))}
-        out["device"] = [f"cuda:{order[s.strip()]}" for s in raw[device]]
+        ids = raw[cols[device]].str.strip()
+        order = {k: i for i, k in enumerate(dict.fromkeys(ids))}
+        out["device"] = [f"cuda:{order[s]}" for s in ids]
     for name, (column, scale) in FIELDS.items():
         if name in cols and column not in out:
             out[column] = raw[cols[name]].map(_number) * scale

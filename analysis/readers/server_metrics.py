@@ -34,7 +34,7 @@ from perfscope.gauges import (
     info_labels,
     looks_like_series,
     parse_prometheus,
-    series_column,
+    series_columns,
     series_rows,
 )
 from perfscope.inputs import head_bytes, load_json, read_text, regular_file
@@ -62,7 +62,8 @@ def is_results(doc: Any) -> bool:
 
 
 def kind_of(head: bytes) -> str | None:
-    """``series``, ``prometheus``, ``results`` or None, from a file's first bytes."""
+    """``series``, ``prometheus``, ``results``, ``nvidia-smi`` (:mod:`.nvidia_smi`'s logs, read into counters) or
+    None, from a file's first bytes."""
     text = head.decode("utf-8-sig", "replace")
     first = text.lstrip().split("\n", 1)[0]
     if first.startswith("{"):
@@ -98,8 +99,7 @@ def folder_files(folder: Path) -> list[tuple[str, Path]]:
 
 def _series(path: Path) -> pd.DataFrame:
     text = read_text(path)
-    header = text.split("\n", 1)[0]
-    take(path, text.count("\n") * max(1, sum(1 for h in header.split(",") if series_column(h.strip().strip('"')))))
+    take(path, text.count("\n") * max(1, len(series_columns(text.split("\n", 1)[0]))))
     try:  # counted before the rows are made: the lines times the gauges each holds
         rows = series_rows(text)
     except ValueError as exc:
@@ -156,7 +156,8 @@ def read(path: str | Path, *, device: DeviceSpec | None = None) -> Report:
     if not len(gauges):
         warnings.append("no gauge perfscope knows is in these metrics")
     counters = pd.DataFrame()
-    if smi and series and _clock(smi[0]) == _clock(series[0]) and _clock(series[0]).startswith("time"):
+    clock = _clock(series[0]) if smi and series else ""
+    if clock.startswith("time") and _clock(smi[0]) == clock:
         counters = counters_frame(smi[0], relative=False)  # one harness clock: the GPU's samples beside the gauges
     elif smi:
         warnings.append(f"{smi[0].name} (nvidia-smi samples) not joined: its clock is not the time series' "

@@ -332,6 +332,10 @@ CLIENT_RESULTS = (("completed", "requests completed", None), ("num_prompts", "re
 a duration to ns (None: a count or a rate, shown as it is)."""
 
 
+CLIENT_RESULTS_TITLE = "The benchmark client's results (as it reported them)"
+"""The heading every output puts over :func:`client_results`."""
+
+
 def client_results(report: Report) -> list[tuple[str, str]]:
     """The benchmark client's own results a report was imported with (``params.client_results``: the serving
     run's result JSON beside its saved ``/metrics``), labelled and formatted; quoted as the client reported them,
